@@ -1,0 +1,3 @@
+/* SPDX-License-Identifier: MIT */
+/* core/comm.c: placeholder until implemented. */
+typedef int accel_placeholder_comm;

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/* core/comm.h: the core side of collectives (private).
+ *
+ * Holds the selected comm backend(s) (one for CPU buffers, one for device
+ * buffers when the nccl backend is used), turns backend requests into
+ * accel_req handles, routes each call by the buffers' device, and gives
+ * every collective a sequence number for messages. */
+#ifndef ACCEL_CORE_COMM_H
+#define ACCEL_CORE_COMM_H
+
+#include <stdint.h>
+
+#include "accel/comm.h"
+#include "ctx-impl.h"
+
+/* Select and init the backend named by config `backend` (auto|shm|mpi|nccl)
+ * for ctx (needs ctx->cfg, ctx->loader, ctx->world, ctx->store). */
+int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm);
+accel_comm *accel_comm_free(accel_comm *comm);
+/* The name of the CPU backend in use ("shm"). */
+const char *accel_comm_backend_name(const accel_comm *comm);
+
+/* The collectives; semantics as in accel_host_v1 (plugin.h).  Errors go to
+ * ctx->err. */
+int accel_comm_allreduce(accel_comm *comm, const accel_view *send, const accel_view *recv,
+                         uint32_t op, accel_req **ret_req);
+int accel_comm_reduce_scatter(accel_comm *comm, const accel_view *send, const accel_view *recv,
+                              uint32_t op, accel_req **ret_req);
+int accel_comm_allgather(accel_comm *comm, const accel_view *send, const accel_view *recv,
+                         accel_req **ret_req);
+int accel_comm_broadcast(accel_comm *comm, const accel_view *buf, int32_t root,
+                         accel_req **ret_req);
+int accel_comm_barrier(accel_comm *comm, accel_req **ret_req);
+int accel_comm_wait(accel_comm *comm, accel_req *req);
+int accel_comm_test(accel_comm *comm, accel_req *req, int32_t *ret_done);
+/* Backend memory (ACCEL_MEMF_COMM); *ret_ptr NULL with ACCEL_OK when the
+ * backend has no allocator. */
+int accel_comm_mem_alloc(accel_comm *comm, int32_t device, int32_t device_index, uint64_t bytes,
+                         void **ret_ptr);
+/* Returns 1 if ptr came from accel_comm_mem_alloc (and frees it), else 0. */
+int accel_comm_mem_free(accel_comm *comm, void *ptr);
+
+#endif

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* core/config.h: the resolved configuration (private to libaccel and the CLI).
+ *
+ * Layers, lowest to highest: built-in defaults (schemas) < config file <
+ * environment (ACCEL_*) < command-line --set.  A higher layer overrides a
+ * lower one; every value remembers where it came from ("accel.json:3:17",
+ * "env ACCEL_SEED", "--set seed=3", "default").  Keys are dotted paths from
+ * the root: "gradient_accumulation_steps", "ddp.bucket_cap_mb",
+ * "zero_optimization.offload_optimizer.device".
+ *
+ * Validation happens in accel_config_resolve(): every key given must be
+ * declared by the core schema or by the schema of a registered section
+ * (a plugin's or backend's config_section); unknown keys are errors with a
+ * "did you mean" suggestion; types and ranges are checked; aliases given
+ * twice with different values, and a plugin section given while that plugin
+ * is not selected, are errors naming both sources.
+ * Everything here records failures in the accel_err passed in. */
+#ifndef ACCEL_CORE_CONFIG_H
+#define ACCEL_CORE_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "accel/plugin.h"
+#include "error.h"
+
+typedef struct accel_config accel_config;
+
+/* A new configuration holding the core schema and its defaults. Owned. */
+int accel_config_new(accel_config **ret_cfg, accel_err *err);
+accel_config *accel_config_free(accel_config *cfg);   /* NULL-safe, returns NULL */
+
+/* Find the config file the way accel does when none is given: ACCEL_CONFIG,
+ * then ./accel.json, then ~/.config/accel/default.json.  Returns a borrowed
+ * static-lifetime string or NULL when none exists. ret_from says which rule
+ * matched ("ACCEL_CONFIG", "./accel.json", ...). */
+const char *accel_config_find_file(const char **ret_from);
+
+/* Layers.  Each may be called once per layer (the file) or many times. */
+int accel_config_load_file(accel_config *cfg, const char *path, accel_err *err);
+int accel_config_load_string(accel_config *cfg, const char *json, const char *origin,
+                             accel_err *err);   /* for tests and embedding */
+/* Read every ACCEL_* variable of `envp` (NULL: environ) that names a config
+ * key (see docs/config.md for the mapping); reserved launcher variables
+ * (ACCEL_RANK, ...) are skipped; other ACCEL_* variables are errors with a
+ * suggestion. Environment variables are matched after schemas are known, so
+ * this only records them; they are checked in resolve(). */
+int accel_config_load_env(accel_config *cfg, char *const *envp, accel_err *err);
+/* "key=value": value parsed as JSON, or taken as a string when it is not
+ * valid JSON ("--set backend=shm"). `origin` e.g. "--set". */
+int accel_config_set(accel_config *cfg, const char *assignment, const char *origin,
+                     accel_err *err);
+
+/* Declare the keys of one section (a plugin's or backend's config_section).
+ * `owner` names the plugin for messages.  selected=0 declares the section
+ * as known but not active: giving its keys is then an error that says the
+ * plugin is not selected. */
+int accel_config_add_schema(accel_config *cfg, const char *section, const char *owner,
+                            const accel_param_schema_v1 *params, uint32_t n_params,
+                            int selected, accel_err *err);
+/* Check everything and fill defaults.  After success the getters work. */
+int accel_config_resolve(accel_config *cfg, accel_err *err);
+
+/* Typed getters by full dotted path.  ACCEL_ERR_NOT_FOUND when unset with
+ * no default (no error recorded); ACCEL_ERR_CONFIG on type mismatch.
+ * Strings borrowed until the config is freed. */
+int accel_config_get_bool(const accel_config *cfg, const char *path, int32_t *ret);
+int accel_config_get_int(const accel_config *cfg, const char *path, int64_t *ret);
+int accel_config_get_double(const accel_config *cfg, const char *path, double *ret);
+int accel_config_get_string(const accel_config *cfg, const char *path, const char **ret);
+int accel_config_get_strlist(const accel_config *cfg, const char *path, uint32_t index,
+                             const char **ret);
+/* Where the value of `path` came from (borrowed), NULL when unset. */
+const char *accel_config_source(const accel_config *cfg, const char *path);
+
+/* Before resolve(): raw lookups of core keys the loader needs to know which
+ * plugins to load (strategy, plugins, plugin_dirs, backend), honouring the
+ * layers but without schema checks.  Same return conventions. */
+int accel_config_peek_string(const accel_config *cfg, const char *path, const char **ret);
+int accel_config_peek_strlist(const accel_config *cfg, const char *path, uint32_t index,
+                              const char **ret);
+
+/* Print every key: with show_sources, "key = value    # source"; with
+ * resolved=0 only keys that were set by some layer (not defaults). */
+void accel_config_dump(const accel_config *cfg, FILE *out, int resolved, int show_sources);
+
+#endif

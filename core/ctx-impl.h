@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/* core/ctx-impl.h: the definition of accel_ctx and of the per-module host
+ * handles (private).  Modules keep their own state behind their own opaque
+ * types; the context only holds them. */
+#ifndef ACCEL_CORE_CTX_IMPL_H
+#define ACCEL_CORE_CTX_IMPL_H
+
+#include <stdint.h>
+
+#include "accel/accel.h"
+#include "accel/comm.h"
+#include "accel/plugin.h"
+#include "error.h"
+
+typedef struct accel_config accel_config;
+typedef struct accel_loader accel_loader;
+typedef struct accel_module accel_module;
+typedef struct accel_store accel_store;
+typedef struct accel_comm accel_comm;
+typedef struct accel_train accel_train;
+
+/* What a plugin or backend instance gets as its `accel_host *`. */
+struct accel_host {
+	accel_ctx *ctx;
+	const accel_module *module;   /* NULL for the core itself */
+	const char *name;             /* plugin/backend name, for message prefixes */
+	const char *section;          /* its config_section, or NULL */
+	void *ckpt;                   /* current checkpoint stream, while saving/loading */
+};
+
+/* One active plugin. */
+typedef struct accel_active {
+	const accel_module *module;
+	const accel_plugin_v1 *vt;
+	struct accel_host host;
+	void *state;                  /* from init(); NULL until then */
+	int inited;
+} accel_active;
+
+struct accel_ctx {
+	accel_err err;
+	accel_config *cfg;
+	accel_loader *loader;
+	accel_world_v1 world;
+	char job_id[64];
+	accel_store *store;           /* NULL when world_size == 1 and no master */
+	accel_comm *comm;             /* collectives (CPU backend, device backend) */
+	accel_active *active;         /* active[0] is the strategy */
+	uint32_t n_active;
+	accel_train *train;           /* model registry, optimizer, step state */
+	uint64_t mem_bytes[ACCEL_MEM_CATEGORY_COUNT][2];  /* [category][cpu, cuda] */
+	uint64_t mem_peak[ACCEL_MEM_CATEGORY_COUNT][2];
+};
+
+/* The host table the core hands to every plugin and backend (core/host.c). */
+const accel_host_v1 *accel_host_table(void);
+
+#endif

@@ -1,0 +1,3 @@
+/* SPDX-License-Identifier: MIT */
+/* core/ops_cpu.c: placeholder until implemented. */
+typedef int accel_placeholder_ops_cpu;

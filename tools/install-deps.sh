@@ -1,0 +1,18 @@
+#!/bin/sh
+# Install the Debian packages accel needs to build and test, only those that
+# are missing.  Runs apt-get as root (or through sudo).
+set -eu
+PKGS="build-essential meson ninja-build pkg-config libjansson-dev check libsubunit-dev \
+libopenmpi-dev openmpi-bin libopenblas-dev python3 python3-numpy"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "accel: installing missing packages:$missing"
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -q --no-install-recommends $missing
