@@ -134,6 +134,10 @@ ACCEL_API int accel_allgather(accel_ctx *ctx, const void *send, void *recv, uint
 ACCEL_API int accel_reduce_scatter(accel_ctx *ctx, const void *send, void *recv, uint64_t recvcount,
                          uint32_t dtype, uint32_t op);
 
+/* @api-train: model registry, prepare, unit hooks, step, metrics (train owner) */
+
+/* @api-data: sampler, RNG streams, schedules (data owner) */
+
 #ifdef __cplusplus
 }
 #endif
