@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/* core/train.h: the training state of a context (private).
+ *
+ * accel_train holds the model registry (units and parameters as the user
+ * registered them), the initial values or init callbacks, the optimizer
+ * configuration and state counters (step, micro-step, learning rate), and
+ * the metrics sink.  The user API in accel.h (@api-train section) is
+ * implemented in core/train.c on top of it; core/host.c implements the
+ * host table's model/param_bind/param_init/optim_state_count/optim_step/
+ * sync_step members by calling the functions below.
+ *
+ * Errors are recorded in the owning context's ctx->err. */
+#ifndef ACCEL_CORE_TRAIN_H
+#define ACCEL_CORE_TRAIN_H
+
+#include <stdint.h>
+
+#include "accel/plugin.h"
+#include "ctx-impl.h"
+
+/* Create the training state of `ctx`.  Called by accel_ctx_new() after the
+ * config is resolved, the plugins are loaded, initialised and validated and
+ * the comm backend is up.  Reads the core keys gradient_accumulation_steps,
+ * max_grad_norm, seed, optimizer.*, scheduler.* and the metrics keys.
+ * Owned by the context. */
+int accel_train_new(accel_ctx *ctx, accel_train **ret_train);
+/* NULL-safe; frees registry, copies of initial values, metrics sink.
+ * Returns NULL. */
+accel_train *accel_train_free(accel_train *t);
+
+/* ---- host table members (core/host.c forwards to these) ---------------- */
+
+/* The registered model; NULL before accel_prepare() started (the registry
+ * is frozen when prepare calls the strategy's wrap()).  Borrowed. */
+const accel_model_v1 *accel_train_model(accel_train *t);
+/* Record where parameter `param`'s working values and gradient live (either
+ * may be NULL: not materialized). */
+int accel_train_param_bind(accel_train *t, uint32_t param, void *data, void *grad);
+/* Fill dst with elements [offset, offset + dst->numel) of parameter
+ * `param`'s initial values (from the registered buffer or the init
+ * callback), converting to dst->dtype. */
+int accel_train_param_init(accel_train *t, uint32_t param, uint64_t offset,
+                           const accel_view *dst);
+/* Number of f32 state arrays the configured optimizer keeps per element. */
+uint32_t accel_train_optim_state_count(accel_train *t);
+/* One optimizer update on a range (see accel_optim_args_v1), using the
+ * parameter's group hyper-parameters, the current learning rate and the
+ * step count. */
+int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *args);
+/* Nonzero when the current micro-step ends an accumulation cycle. */
+int32_t accel_train_sync_step(accel_train *t);
+
+/* ---- for the checkpoint module ------------------------------------------- */
+
+/* Optimizer steps applied so far, micro-steps since the last sync. */
+uint64_t accel_train_step_count(const accel_train *t);
+uint32_t accel_train_micro_step(const accel_train *t);
+/* Restore the counters after loading a checkpoint (the LR schedule follows
+ * the step count). */
+int accel_train_set_step_count(accel_train *t, uint64_t step, uint32_t micro_step);
+/* Nonzero once accel_prepare() succeeded. */
+int accel_train_prepared(const accel_train *t);
+
+#endif
