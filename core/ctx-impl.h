@@ -18,6 +18,8 @@ typedef struct accel_module accel_module;
 typedef struct accel_store accel_store;
 typedef struct accel_comm accel_comm;
 typedef struct accel_train accel_train;
+typedef struct accel_mem accel_mem;
+typedef struct accel_kv accel_kv;
 
 /* What a plugin or backend instance gets as its `accel_host *`. */
 struct accel_host {
@@ -48,6 +50,11 @@ struct accel_ctx {
 	accel_active *active;         /* active[0] is the strategy */
 	uint32_t n_active;
 	accel_train *train;           /* model registry, optimizer, step state */
+	accel_mem *mem;               /* accounted allocations (core/mem.c) */
+	accel_kv *local_store;        /* store for world 1 without a rendezvous */
+	char master_addr[256];
+	int master_port;
+	const char *launcher;         /* who started us: "accel launch", "mpirun", ... */
 	uint64_t mem_bytes[ACCEL_MEM_CATEGORY_COUNT][2];  /* [category][cpu, cuda] */
 	uint64_t mem_peak[ACCEL_MEM_CATEGORY_COUNT][2];
 };
