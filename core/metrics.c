@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/* core/metrics.c: accel_log_metrics / accel_log_scalars, JSON lines on the
+ * main process.
+ *
+ * One line per call, written with a single fwrite and flushed, so a reader
+ * tailing the file never sees half a record and a crash loses at most the
+ * line being written.  JSON has no NaN or infinity: such values are written
+ * as the strings "NaN", "Infinity" and "-Infinity", which Python's
+ * float() and pandas understand. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "accel/accel.h"
+#include "config.h"
+#include "ctx-impl.h"
+#include "train-impl.h"
+
+int accel_train_metrics_new(accel_train *t)
+{
+	(void)t;
+	return ACCEL_OK;
+}
+
+void accel_train_metrics_free(accel_train *t)
+{
+	if (t->metrics && t->metrics_owned)
+		fclose(t->metrics);
+	t->metrics = NULL;
+	free(t->metrics_path);
+	t->metrics_path = NULL;
+}
+
+static int open_sink(accel_train *t, const char *path)
+{
+	FILE *f;
+	char *copy = NULL;
+	if (!path || !strcmp(path, "-")) {
+		accel_train_metrics_free(t);
+		t->metrics = stdout;
+		t->metrics_owned = 0;
+		return ACCEL_OK;
+	}
+	f = fopen(path, "a");
+	if (!f)
+		return accel_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics file '%s': cannot open "
+		                     "for appending: %s", path, strerror(errno));
+	copy = strdup(path);
+	if (!copy) {
+		fclose(f);
+		return accel_err_set(&t->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	}
+	accel_train_metrics_free(t);
+	t->metrics = f;
+	t->metrics_owned = 1;
+	t->metrics_path = copy;
+	return ACCEL_OK;
+}
+
+int accel_metrics_open(accel_ctx *ctx, const char *path)
+{
+	if (!ctx || !ctx->train)
+		return ACCEL_ERR_INVALID_ARG;
+	if (ctx->world.rank != 0)
+		return ACCEL_OK;
+	return open_sink(ctx->train, path);
+}
+
+/* The sink on first use: config `metrics_file` when the configuration
+ * declares it, else stdout. */
+static int sink(accel_train *t)
+{
+	const char *path = NULL;
+	if (t->metrics)
+		return ACCEL_OK;
+	if (accel_config_get_string(t->ctx->cfg, "metrics_file", &path) != ACCEL_OK || !*path)
+		path = NULL;
+	return open_sink(t, path);
+}
+
+static json_t *number(double v)
+{
+	if (isnan(v))
+		return json_string("NaN");
+	if (isinf(v))
+		return json_string(v > 0 ? "Infinity" : "-Infinity");
+	return json_real(v);
+}
+
+static int emit(accel_train *t, json_t *rec)
+{
+	char *line;
+	size_t n;
+	int r = ACCEL_OK;
+	if ((r = sink(t)))
+		return r;
+	line = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(17));
+	if (!line)
+		return accel_err_set(&t->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	n = strlen(line);
+	line[n] = '\n';  /* json_dumps leaves room for the terminator we replace */
+	if (fwrite(line, 1, n + 1, t->metrics) != n + 1 || fflush(t->metrics))
+		r = accel_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics %s: write failed: %s",
+		                  t->metrics_path ? t->metrics_path : "stdout", strerror(errno));
+	free(line);
+	return r;
+}
+
+static json_t *record(uint64_t step)
+{
+	struct timespec ts;
+	json_t *rec = json_object();
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if (rec && (json_object_set_new(rec, "step", json_integer((json_int_t)step)) ||
+	            json_object_set_new(rec, "time",
+	                                json_real((double)ts.tv_sec + ts.tv_nsec * 1e-9)))) {
+		json_decref(rec);
+		return NULL;
+	}
+	return rec;
+}
+
+int accel_log_metrics(accel_ctx *ctx, uint64_t step, const char *json_object)
+{
+	json_error_t jerr;
+	json_t *user, *rec;
+	const char *key;
+	json_t *val;
+	int r;
+
+	if (!ctx || !ctx->train)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!json_object)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: text is "
+		                     "NULL");
+	/* Checked on every rank so a bad call fails the same way everywhere. */
+	user = json_loads(json_object, JSON_DECODE_ANY, &jerr);
+	if (!user)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: not "
+		                     "valid JSON at column %d: %s", jerr.column, jerr.text);
+	if (!json_is_object(user)) {
+		json_decref(user);
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: expected "
+		                     "a JSON object like {\"loss\": 0.5}");
+	}
+	if (json_object_get(user, "step") || json_object_get(user, "time")) {
+		json_decref(user);
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: \"step\" "
+		                     "and \"time\" are written by accel; use other key names");
+	}
+	if (ctx->world.rank != 0) {
+		json_decref(user);
+		return ACCEL_OK;
+	}
+	rec = record(step);
+	if (!rec) {
+		json_decref(user);
+		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	}
+	json_object_foreach(user, key, val)
+		json_object_set(rec, key, val);
+	r = emit(ctx->train, rec);
+	json_decref(rec);
+	json_decref(user);
+	return r;
+}
+
+int accel_log_scalars(accel_ctx *ctx, uint64_t step, uint32_t n, const char *const *keys,
+                      const double *values)
+{
+	json_t *rec;
+	int r;
+
+	if (!ctx || !ctx->train)
+		return ACCEL_ERR_INVALID_ARG;
+	if (n && (!keys || !values))
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: keys or "
+		                     "values is NULL");
+	for (uint32_t i = 0; i < n; i++) {
+		if (!keys[i] || !*keys[i])
+			return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: "
+			                     "key %u is empty", i);
+		if (!strcmp(keys[i], "step") || !strcmp(keys[i], "time"))
+			return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: "
+			                     "\"%s\" is written by accel; use another key name",
+			                     keys[i]);
+	}
+	if (ctx->world.rank != 0)
+		return ACCEL_OK;
+	rec = record(step);
+	if (!rec)
+		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	for (uint32_t i = 0; i < n; i++) {
+		json_t *v = number(values[i]);
+		if (!v || json_object_set_new(rec, keys[i], v)) {
+			json_decref(rec);
+			return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: "
+			                     "key %u is not valid UTF-8", i);
+		}
+	}
+	r = emit(ctx->train, rec);
+	json_decref(rec);
+	return r;
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* core/train-impl.h: the definition of accel_train, shared by core/train.c
+ * and core/metrics.c (private). */
+#ifndef ACCEL_CORE_TRAIN_IMPL_H
+#define ACCEL_CORE_TRAIN_IMPL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "accel/accel.h"
+#include "accel/plugin.h"
+#include "train.h"
+
+/* One registered parameter. */
+typedef struct param_rec {
+	char *name;                 /* owned */
+	uint32_t dtype;
+	uint32_t unit;
+	uint32_t group;             /* 0: weight decay, 1: optimizer.no_decay */
+	uint32_t ndim;
+	int64_t shape[8];
+	uint64_t numel;
+	int32_t device, device_index;
+	uint32_t frozen;
+	accel_init init;            /* data points at init_data for ACCEL_INIT_DATA */
+	void *init_data;            /* owned copy of the user's initial values */
+	void *data, *grad;          /* bound by the strategy; NULL: not materialized */
+} param_rec;
+
+typedef struct unit_rec {
+	char *name;                 /* owned */
+	uint32_t first_param, n_params;
+	uint64_t numel;
+} unit_rec;
+
+struct accel_train {
+	accel_ctx *ctx;
+	param_rec *params;
+	uint32_t n_params, cap_params;
+	unit_rec *units;
+	uint32_t n_units, cap_units;
+	/* The frozen view handed to plugins (built by accel_prepare). */
+	accel_param_info_v1 *pinfo;
+	accel_unit_info_v1 *uinfo;
+	accel_model_v1 model;
+	int preparing, prepared, prepare_failed;
+
+	/* Accumulation and step state. */
+	uint32_t gas;               /* gradient_accumulation_steps */
+	uint32_t micro;             /* micro-steps done in the current cycle */
+	uint64_t step;              /* optimizer steps applied */
+	double max_grad_norm;       /* 0: no clipping */
+	uint64_t seed;
+	double lr;                  /* learning rate of the next step (group 0) */
+	int in_step;
+	const accel_step_info_v1 *step_info;  /* during the strategy's step() */
+	accel_step_report last;
+	int have_last;
+
+	/* Optimizer (core/train.c on top of core/optim.h, core/sched.h). */
+	void *optim;
+
+	/* Metrics sink (core/metrics.c). */
+	FILE *metrics;
+	int metrics_owned;          /* fclose on free */
+	char *metrics_path;
+};
+
+int accel_train_optim_new(accel_train *t);
+void accel_train_optim_free(accel_train *t);
+/* Recompute t->lr for step t->step. */
+int accel_train_sched_update(accel_train *t);
+
+int accel_train_metrics_new(accel_train *t);
+void accel_train_metrics_free(accel_train *t);
+
+#endif

@@ -1,0 +1,1189 @@
+/* SPDX-License-Identifier: MIT */
+/* core/train.c: the model registry, accel_prepare, unit hooks, gradient
+ * accumulation and accel_step (the user API's @api-train section).
+ *
+ * The strategy plugin owns all tensor memory; this file only remembers what
+ * the user registered, where the strategy says each parameter lives
+ * (param_bind), and the step counters.  The optimizer arithmetic lives in
+ * core/optim.c, the learning-rate schedule in core/sched.c. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "config.h"
+#include "ctx-impl.h"
+#include "log.h"
+#include "ops.h"
+#include "train-impl.h"
+#include "train.h"
+
+#define MAX_NDIM 8
+#define INIT_CHUNK 65536u  /* f32 staging elements for non-f32 / device inits */
+
+static int terr(accel_train *t, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
+static int terr(accel_train *t, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	accel_err_setv(&t->ctx->err, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+static int cerr(const accel_ctx *ctx, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
+static int cerr(const accel_ctx *ctx, int code, const char *fmt, ...)
+{
+	va_list ap;
+	if (!ctx)
+		return code;
+	va_start(ap, fmt);
+	/* The error record is the one mutable part of a const context. */
+	accel_err_setv((accel_err *)&ctx->err, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* ---- lifetime ------------------------------------------------------------- */
+
+static int cfg_get_int(accel_ctx *ctx, const char *key, int64_t def, int64_t *ret)
+{
+	int r = accel_config_get_int(ctx->cfg, key, ret);
+	if (r == ACCEL_ERR_NOT_FOUND) {
+		*ret = def;
+		return ACCEL_OK;
+	}
+	if (r)
+		return accel_err_set(&ctx->err, r, "config key '%s' must be an integer", key);
+	return ACCEL_OK;
+}
+
+static int cfg_get_double(accel_ctx *ctx, const char *key, double def, double *ret)
+{
+	int r = accel_config_get_double(ctx->cfg, key, ret);
+	if (r == ACCEL_ERR_NOT_FOUND) {
+		*ret = def;
+		return ACCEL_OK;
+	}
+	if (r)
+		return accel_err_set(&ctx->err, r, "config key '%s' must be a number", key);
+	return ACCEL_OK;
+}
+
+static const char *source(accel_ctx *ctx, const char *key)
+{
+	const char *s = accel_config_source(ctx->cfg, key);
+	return s ? s : "default";
+}
+
+int accel_train_new(accel_ctx *ctx, accel_train **ret_train)
+{
+	accel_train *t = NULL;
+	int64_t gas, seed;
+	double max_norm;
+	int r;
+
+	if (!ctx || !ret_train)
+		return ACCEL_ERR_INVALID_ARG;
+	if ((r = cfg_get_int(ctx, "gradient_accumulation_steps", 1, &gas)) ||
+	    (r = cfg_get_double(ctx, "max_grad_norm", 0.0, &max_norm)) ||
+	    (r = cfg_get_int(ctx, "seed", 42, &seed)))
+		return r;
+	if (gas < 1 || gas > INT32_MAX)
+		return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+		                     "gradient_accumulation_steps = %lld (%s): must be >= 1",
+		                     (long long)gas, source(ctx, "gradient_accumulation_steps"));
+	if (!(max_norm >= 0) || isinf(max_norm))
+		return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+		                     "max_grad_norm = %g (%s): must be a finite number >= 0 "
+		                     "(0 disables clipping)", max_norm,
+		                     source(ctx, "max_grad_norm"));
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	t->ctx = ctx;
+	t->gas = (uint32_t)gas;
+	t->max_grad_norm = max_norm;
+	t->seed = (uint64_t)seed;
+	if ((r = accel_train_optim_new(t)))
+		goto fail;
+	if ((r = accel_train_metrics_new(t)))
+		goto fail;
+	*ret_train = t;
+	return ACCEL_OK;
+
+fail:
+	accel_train_free(t);
+	return r;
+}
+
+accel_train *accel_train_free(accel_train *t)
+{
+	if (!t)
+		return NULL;
+	accel_train_metrics_free(t);
+	accel_train_optim_free(t);
+	for (uint32_t i = 0; i < t->n_params; i++) {
+		free(t->params[i].name);
+		free(t->params[i].init_data);
+	}
+	for (uint32_t i = 0; i < t->n_units; i++)
+		free(t->units[i].name);
+	free(t->params);
+	free(t->units);
+	free(t->pinfo);
+	free(t->uinfo);
+	free(t);
+	return NULL;
+}
+
+/* ---- registry ------------------------------------------------------------------ */
+
+static accel_train *get_train(const accel_ctx *ctx)
+{
+	return ctx ? ctx->train : NULL;
+}
+
+static int need_train(const accel_ctx *ctx, const char *fn, accel_train **ret)
+{
+	if (!ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!ctx->train)
+		return cerr(ctx, ACCEL_ERR_STATE, "%s: the context was not created successfully (%s)",
+		            fn, ctx->err.code ? ctx->err.msg : "no training state");
+	*ret = ctx->train;
+	return ACCEL_OK;
+}
+
+static int valid_name(const char *s)
+{
+	if (!s || !*s || strlen(s) > 255)
+		return 0;
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
+			return 0;
+	return 1;
+}
+
+static int find_param(const accel_train *t, const char *name)
+{
+	for (uint32_t i = 0; i < t->n_params; i++)
+		if (!strcmp(t->params[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+static int find_unit(const accel_train *t, const char *name)
+{
+	for (uint32_t i = 0; i < t->n_units; i++)
+		if (!strcmp(t->units[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+/* Name ends with one of optimizer.no_decay's suffixes. */
+static uint32_t param_group(accel_train *t, const char *name)
+{
+	const char *suffix;
+	size_t n = strlen(name);
+	for (uint32_t i = 0;
+	     accel_config_get_strlist(t->ctx->cfg, "optimizer.no_decay", i, &suffix) == ACCEL_OK;
+	     i++) {
+		size_t m = strlen(suffix);
+		if (m && m <= n && !strcmp(name + n - m, suffix))
+			return 1;
+	}
+	return 0;
+}
+
+static int check_init(accel_train *t, const char *name, const accel_init *in, uint64_t numel)
+{
+	if (in->struct_size < offsetof(accel_init, user) + sizeof(in->user))
+		return terr(t, ACCEL_ERR_INVALID_ARG,
+		            "parameter '%s': init.struct_size %u is too small (use the "
+		            "accel_init_* helpers or set struct_size = sizeof(accel_init))",
+		            name, in->struct_size);
+	switch (in->kind) {
+	case ACCEL_INIT_ZEROS:
+		return ACCEL_OK;
+	case ACCEL_INIT_CONST:
+		if (!isfinite(in->a))
+			return terr(t, ACCEL_ERR_INVALID_ARG, "parameter '%s': constant init value %g "
+			            "is not finite", name, in->a);
+		return ACCEL_OK;
+	case ACCEL_INIT_UNIFORM:
+		if (!isfinite(in->a) || !isfinite(in->b) || !(in->a <= in->b))
+			return terr(t, ACCEL_ERR_INVALID_ARG, "parameter '%s': uniform init needs "
+			            "finite lo <= hi (got [%g, %g))", name, in->a, in->b);
+		return ACCEL_OK;
+	case ACCEL_INIT_NORMAL:
+		if (!isfinite(in->a) || !isfinite(in->b) || in->b < 0)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "parameter '%s': normal init needs a "
+			            "finite mean and std >= 0 (got mean %g, std %g)", name, in->a,
+			            in->b);
+		return ACCEL_OK;
+	case ACCEL_INIT_DATA:
+		if (!in->data && numel)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "parameter '%s': init data is NULL", name);
+		if (in->data_dtype != ACCEL_DTYPE_F32 && in->data_dtype != ACCEL_DTYPE_F64 &&
+		    in->data_dtype != ACCEL_DTYPE_F16 && in->data_dtype != ACCEL_DTYPE_BF16)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "parameter '%s': init data dtype %u "
+			            "is not one of f32, f64, f16, bf16", name, in->data_dtype);
+		return ACCEL_OK;
+	case ACCEL_INIT_FN:
+		if (!in->fn)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "parameter '%s': init callback is NULL",
+			            name);
+		return ACCEL_OK;
+	default:
+		return terr(t, ACCEL_ERR_INVALID_ARG, "parameter '%s': unknown init kind %u", name,
+		            in->kind);
+	}
+}
+
+int accel_model_add(accel_ctx *ctx, const accel_param_desc *d, uint32_t *ret_param)
+{
+	accel_train *t = NULL;
+	param_rec *p;
+	uint64_t numel = 1;
+	int r, u;
+
+	if ((r = need_train(ctx, "accel_model_add", &t)))
+		return r;
+	if (!d)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add: desc is NULL");
+	if (d->struct_size < offsetof(accel_param_desc, init) + sizeof(d->init))
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add: desc.struct_size %u is too "
+		            "small (set it to sizeof(accel_param_desc))", d->struct_size);
+	if (t->prepared || t->preparing)
+		return terr(t, ACCEL_ERR_STATE, "accel_model_add('%s'): the model is frozen by "
+		            "accel_prepare(); register every parameter before it",
+		            d->name ? d->name : "(null)");
+	if (!valid_name(d->name))
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add: parameter name %s%s%s is "
+		            "empty, too long or has control/quote characters",
+		            d->name ? "'" : "", d->name ? d->name : "NULL", d->name ? "'" : "");
+	if (!valid_name(d->unit))
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): unit name is missing "
+		            "or invalid", d->name);
+	if (find_param(t, d->name) >= 0)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add: parameter '%s' is already "
+		            "registered (names must be unique)", d->name);
+	if (d->dtype != ACCEL_DTYPE_F32 && d->dtype != ACCEL_DTYPE_F16 &&
+	    d->dtype != ACCEL_DTYPE_BF16)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): dtype %s is not a "
+		            "training dtype (use f32, f16 or bf16)", d->name,
+		            accel_dtype_name(d->dtype) ? accel_dtype_name(d->dtype) : "(invalid)");
+	if (d->ndim > MAX_NDIM)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): ndim %u > %d",
+		            d->name, d->ndim, MAX_NDIM);
+	if (d->ndim && !d->shape)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): shape is NULL",
+		            d->name);
+	for (uint32_t i = 0; i < d->ndim; i++) {
+		if (d->shape[i] <= 0)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): shape[%u] = %lld "
+			            "must be > 0", d->name, i, (long long)d->shape[i]);
+		if ((uint64_t)d->shape[i] > (UINT64_C(1) << 48) / numel)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): too many "
+			            "elements", d->name);
+		numel *= (uint64_t)d->shape[i];
+	}
+	if (d->device != ACCEL_DEVICE_CPU && d->device != ACCEL_DEVICE_CUDA)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): unknown device %d",
+		            d->name, d->device);
+	if (d->init && (r = check_init(t, d->name, d->init, numel)))
+		return r;
+
+	u = find_unit(t, d->unit);
+	if (u >= 0 && (uint32_t)u != t->n_units - 1)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): unit '%s' was "
+		            "registered before unit '%s'; a unit's parameters must be registered "
+		            "one after the other", d->name, d->unit, t->units[t->n_units - 1].name);
+
+	/* Grow both arrays first so that nothing below can fail half-way. */
+	if (t->n_params == t->cap_params) {
+		uint32_t cap = t->cap_params ? t->cap_params * 2 : 16;
+		param_rec *np = realloc(t->params, cap * sizeof(*np));
+		if (!np)
+			return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+		t->params = np;
+		t->cap_params = cap;
+	}
+	if (u < 0 && t->n_units == t->cap_units) {
+		uint32_t cap = t->cap_units ? t->cap_units * 2 : 16;
+		unit_rec *nu = realloc(t->units, cap * sizeof(*nu));
+		if (!nu)
+			return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+		t->units = nu;
+		t->cap_units = cap;
+	}
+	p = &t->params[t->n_params];
+	memset(p, 0, sizeof(*p));
+	p->name = strdup(d->name);
+	if (!p->name)
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	if (d->init) {
+		p->init = *d->init;
+		p->init.struct_size = sizeof(p->init);
+	} else {
+		p->init = (accel_init){.struct_size = sizeof(accel_init), .kind = ACCEL_INIT_ZEROS};
+	}
+	if (p->init.kind == ACCEL_INIT_DATA) {
+		size_t bytes = (size_t)numel * accel_dtype_size(p->init.data_dtype);
+		p->init_data = malloc(bytes ? bytes : 1);
+		if (!p->init_data) {
+			free(p->name);
+			return terr(t, ACCEL_ERR_NOMEM, "accel_model_add('%s'): out of memory copying "
+			            "%zu bytes of initial values", d->name, bytes);
+		}
+		memcpy(p->init_data, d->init->data, bytes);
+		p->init.data = p->init_data;
+	}
+	if (u < 0) {
+		unit_rec *ur = &t->units[t->n_units];
+		memset(ur, 0, sizeof(*ur));
+		ur->name = strdup(d->unit);
+		if (!ur->name) {
+			free(p->name);
+			free(p->init_data);
+			return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+		}
+		ur->first_param = t->n_params;
+		u = (int)t->n_units++;
+	}
+	t->units[u].n_params++;
+	t->units[u].numel += numel;
+	p->dtype = d->dtype;
+	p->unit = (uint32_t)u;
+	p->group = param_group(t, d->name);
+	p->ndim = d->ndim;
+	for (uint32_t i = 0; i < d->ndim; i++)
+		p->shape[i] = d->shape[i];
+	p->numel = numel;
+	p->device = d->device;
+	p->device_index = d->device_index;
+	p->frozen = d->frozen ? 1 : 0;
+	if (ret_param)
+		*ret_param = t->n_params;
+	t->n_params++;
+	return ACCEL_OK;
+}
+
+int accel_model_add_param(accel_ctx *ctx, const char *unit, const char *name, uint32_t dtype,
+                          uint32_t ndim, const int64_t *shape, const accel_init *init,
+                          uint32_t *ret_param)
+{
+	accel_param_desc d = {
+		.struct_size = sizeof(d),
+		.dtype = dtype,
+		.unit = unit,
+		.name = name,
+		.ndim = ndim,
+		.shape = shape,
+		.device = ACCEL_DEVICE_CPU,
+		.init = init,
+	};
+	return accel_model_add(ctx, &d, ret_param);
+}
+
+accel_init accel_init_const(double value)
+{
+	return (accel_init){.struct_size = sizeof(accel_init), .kind = ACCEL_INIT_CONST, .a = value};
+}
+
+accel_init accel_init_uniform(double lo, double hi)
+{
+	return (accel_init){.struct_size = sizeof(accel_init), .kind = ACCEL_INIT_UNIFORM,
+	                    .a = lo, .b = hi};
+}
+
+accel_init accel_init_normal(double mean, double std)
+{
+	return (accel_init){.struct_size = sizeof(accel_init), .kind = ACCEL_INIT_NORMAL,
+	                    .a = mean, .b = std};
+}
+
+accel_init accel_init_data(const float *values)
+{
+	return (accel_init){.struct_size = sizeof(accel_init), .kind = ACCEL_INIT_DATA,
+	                    .data = values, .data_dtype = ACCEL_DTYPE_F32};
+}
+
+accel_init accel_init_callback(accel_init_fn fn, void *user)
+{
+	return (accel_init){.struct_size = sizeof(accel_init), .kind = ACCEL_INIT_FN, .fn = fn,
+	                    .user = user};
+}
+
+int accel_model_find_param(const accel_ctx *ctx, const char *name, uint32_t *ret_param)
+{
+	accel_train *t = get_train(ctx);
+	int i = (t && name) ? find_param(t, name) : -1;
+	if (i < 0)
+		return ACCEL_ERR_NOT_FOUND;
+	if (ret_param)
+		*ret_param = (uint32_t)i;
+	return ACCEL_OK;
+}
+
+int accel_model_find_unit(const accel_ctx *ctx, const char *name, uint32_t *ret_unit)
+{
+	accel_train *t = get_train(ctx);
+	int i = (t && name) ? find_unit(t, name) : -1;
+	if (i < 0)
+		return ACCEL_ERR_NOT_FOUND;
+	if (ret_unit)
+		*ret_unit = (uint32_t)i;
+	return ACCEL_OK;
+}
+
+uint32_t accel_model_n_params(const accel_ctx *ctx)
+{
+	accel_train *t = get_train(ctx);
+	return t ? t->n_params : 0;
+}
+
+uint32_t accel_model_n_units(const accel_ctx *ctx)
+{
+	accel_train *t = get_train(ctx);
+	return t ? t->n_units : 0;
+}
+
+uint64_t accel_param_numel(const accel_ctx *ctx, uint32_t param)
+{
+	accel_train *t = get_train(ctx);
+	return (t && param < t->n_params) ? t->params[param].numel : 0;
+}
+
+const char *accel_param_name(const accel_ctx *ctx, uint32_t param)
+{
+	accel_train *t = get_train(ctx);
+	return (t && param < t->n_params) ? t->params[param].name : NULL;
+}
+
+const char *accel_unit_name(const accel_ctx *ctx, uint32_t unit)
+{
+	accel_train *t = get_train(ctx);
+	return (t && unit < t->n_units) ? t->units[unit].name : NULL;
+}
+
+/* ---- the frozen model the strategy sees ------------------------------------------ */
+
+static int build_model(accel_train *t)
+{
+	uint32_t n_groups = 1;
+	t->pinfo = calloc(t->n_params ? t->n_params : 1, sizeof(*t->pinfo));
+	t->uinfo = calloc(t->n_units ? t->n_units : 1, sizeof(*t->uinfo));
+	if (!t->pinfo || !t->uinfo)
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	t->model = (accel_model_v1){.struct_size = sizeof(accel_model_v1),
+	                            .n_params = t->n_params, .n_units = t->n_units,
+	                            .params = t->pinfo, .units = t->uinfo};
+	for (uint32_t i = 0; i < t->n_params; i++) {
+		param_rec *p = &t->params[i];
+		t->pinfo[i] = (accel_param_info_v1){
+			.struct_size = sizeof(accel_param_info_v1),
+			.dtype = p->dtype,
+			.name = p->name,
+			.index = i,
+			.unit = p->unit,
+			.group = p->group,
+			.ndim = p->ndim,
+			.shape = p->shape,
+			.numel = p->numel,
+			.device = p->device,
+			.device_index = p->device_index,
+			.requires_grad = !p->frozen,
+		};
+		if (p->group + 1 > n_groups)
+			n_groups = p->group + 1;
+		t->model.total_numel += p->numel;
+	}
+	for (uint32_t i = 0; i < t->n_units; i++) {
+		unit_rec *u = &t->units[i];
+		t->uinfo[i] = (accel_unit_info_v1){
+			.struct_size = sizeof(accel_unit_info_v1),
+			.first_param = u->first_param,
+			.n_params = u->n_params,
+			.name = u->name,
+			.numel = u->numel,
+		};
+	}
+	t->model.n_groups = n_groups;
+	return ACCEL_OK;
+}
+
+const accel_model_v1 *accel_train_model(accel_train *t)
+{
+	return (t && (t->preparing || t->prepared)) ? &t->model : NULL;
+}
+
+int accel_train_prepared(const accel_train *t)
+{
+	return t && t->prepared;
+}
+
+static accel_active *strategy(accel_train *t)
+{
+	return t->ctx->n_active ? &t->ctx->active[0] : NULL;
+}
+
+static int shards_params(accel_train *t)
+{
+	accel_active *s = strategy(t);
+	return s && (s->vt->desc->caps & ACCEL_CAP_SHARD_PARAMS);
+}
+
+int accel_prepare(accel_ctx *ctx)
+{
+	accel_train *t = NULL;
+	accel_active *s;
+	int r;
+
+	if ((r = need_train(ctx, "accel_prepare", &t)))
+		return r;
+	if (t->prepared)
+		return terr(t, ACCEL_ERR_STATE, "accel_prepare: already called for this context");
+	if (t->prepare_failed)
+		return terr(t, ACCEL_ERR_STATE, "accel_prepare: an earlier call failed; free the "
+		            "context and start again");
+	if (!t->n_params)
+		return terr(t, ACCEL_ERR_STATE, "accel_prepare: the model has no parameters; "
+		            "register them with accel_model_add_param() first");
+	s = strategy(t);
+	if (!s || !s->inited)
+		return terr(t, ACCEL_ERR_STATE, "accel_prepare: no strategy plugin is active");
+	if ((r = build_model(t)))
+		return r;
+	t->preparing = 1;
+	accel_log(ACCEL_LOG_DEBUG, "prepare: %u parameters (%llu elements) in %u units, "
+	          "%u optimizer groups, strategy %s", t->n_params,
+	          (unsigned long long)t->model.total_numel, t->n_units, t->model.n_groups,
+	          s->host.name);
+	r = s->vt->wrap(s->state);
+	t->preparing = 0;
+	if (r) {
+		t->prepare_failed = 1;
+		if (!ctx->err.code)
+			terr(t, r, "accel_prepare: strategy '%s' failed to wrap the model (%s) and "
+			     "gave no message", s->host.name, accel_status_str(r));
+		return ctx->err.code;
+	}
+	if (!shards_params(t)) {
+		for (uint32_t i = 0; i < t->n_params; i++) {
+			param_rec *p = &t->params[i];
+			if (!p->data || (!p->frozen && !p->grad)) {
+				t->prepare_failed = 1;
+				return terr(t, ACCEL_ERR_INTERNAL, "accel_prepare: strategy '%s' did not "
+				            "bind the %s of parameter '%s' (a strategy without "
+				            "ACCEL_CAP_SHARD_PARAMS must bind every parameter in wrap)",
+				            s->host.name, p->data ? "gradient" : "data", p->name);
+			}
+		}
+	}
+	t->prepared = 1;
+	t->micro = 0;
+	return accel_train_sched_update(t);
+}
+
+/* ---- bindings -------------------------------------------------------------------- */
+
+int accel_train_param_bind(accel_train *t, uint32_t param, void *data, void *grad)
+{
+	if (!t)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!t->preparing && !t->prepared)
+		return terr(t, ACCEL_ERR_STATE, "param_bind(%u) called before accel_prepare()", param);
+	if (param >= t->n_params)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "param_bind: parameter index %u out of range "
+		            "(model has %u)", param, t->n_params);
+	if (grad && t->params[param].frozen)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "param_bind: parameter '%s' is frozen and "
+		            "has no gradient", t->params[param].name);
+	t->params[param].data = data;
+	t->params[param].grad = grad;
+	return ACCEL_OK;
+}
+
+static void *param_ptr(accel_ctx *ctx, uint32_t param, int grad)
+{
+	accel_train *t = get_train(ctx);
+	void *ptr;
+	if (!t || param >= t->n_params) {
+		if (ctx)
+			accel_log(ACCEL_LOG_DEBUG, "accel_param_%s: parameter index %u out of range",
+			          grad ? "grad" : "data", param);
+		return NULL;
+	}
+	if (!t->prepared) {
+		accel_log(ACCEL_LOG_DEBUG, "accel_param_%s('%s'): called before accel_prepare()",
+		          grad ? "grad" : "data", t->params[param].name);
+		return NULL;
+	}
+	ptr = grad ? t->params[param].grad : t->params[param].data;
+	if (!ptr && (!grad || !t->params[param].frozen))
+		accel_log(ACCEL_LOG_DEBUG, "accel_param_%s('%s'): not materialized; strategy %s "
+		          "holds unit '%s' only between accel_unit_pre_forward/pre_backward and "
+		          "the matching post hook", grad ? "grad" : "data", t->params[param].name,
+		          strategy(t)->host.name, t->units[t->params[param].unit].name);
+	return ptr;
+}
+
+void *accel_param_data(accel_ctx *ctx, uint32_t param)
+{
+	return param_ptr(ctx, param, 0);
+}
+
+void *accel_param_grad(accel_ctx *ctx, uint32_t param)
+{
+	return param_ptr(ctx, param, 1);
+}
+
+/* ---- initial values ------------------------------------------------------------- */
+
+/* Counter-based generator: a pure function of (seed, name, element), so any
+ * range on any rank gets the same values (splitmix64 finalizer over a key
+ * made from the seed and an FNV-1a hash of the name). */
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+static uint64_t name_key(uint64_t seed, const char *name)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	for (; *name; name++)
+		h = (h ^ (unsigned char)*name) * UINT64_C(0x100000001b3);
+	return mix64(h ^ mix64(seed + UINT64_C(0x9e3779b97f4a7c15)));
+}
+
+/* Uniform in (0, 1): 53 random bits, never 0. */
+static double counter_uniform(uint64_t key, uint64_t ctr)
+{
+	uint64_t x = mix64(key + ctr * UINT64_C(0x9e3779b97f4a7c15));
+	return ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static int produce_f32(accel_train *t, uint32_t param, uint64_t offset, uint64_t count,
+                       float *out)
+{
+	param_rec *p = &t->params[param];
+	uint64_t key;
+	switch (p->init.kind) {
+	case ACCEL_INIT_ZEROS:
+		memset(out, 0, count * sizeof(float));
+		return ACCEL_OK;
+	case ACCEL_INIT_CONST:
+		for (uint64_t i = 0; i < count; i++)
+			out[i] = (float)p->init.a;
+		return ACCEL_OK;
+	case ACCEL_INIT_UNIFORM:
+		key = name_key(t->seed, p->name);
+		for (uint64_t i = 0; i < count; i++)
+			out[i] = (float)(p->init.a + (p->init.b - p->init.a) *
+			                              counter_uniform(key, offset + i));
+		return ACCEL_OK;
+	case ACCEL_INIT_NORMAL:
+		key = name_key(t->seed, p->name);
+		for (uint64_t i = 0; i < count; i++) {
+			/* Box-Muller with two draws per element keeps every element a
+			 * function of its own index. */
+			double u1 = counter_uniform(key, 2 * (offset + i));
+			double u2 = counter_uniform(key, 2 * (offset + i) + 1);
+			double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+			out[i] = (float)(p->init.a + p->init.b * z);
+		}
+		return ACCEL_OK;
+	case ACCEL_INIT_DATA: {
+		size_t es = accel_dtype_size(p->init.data_dtype);
+		accel_view src = {sizeof(src), p->init.data_dtype, ACCEL_DEVICE_CPU, 0,
+		                  (char *)p->init_data + offset * es, count};
+		accel_view dst = {sizeof(dst), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, out, count};
+		return accel_ops_copy(&dst, &src, &t->ctx->err);
+	}
+	case ACCEL_INIT_FN: {
+		int rc = p->init.fn(p->init.user, p->name, offset, count, out);
+		if (rc)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "init callback for parameter '%s' "
+			            "returned %d for elements [%llu, %llu)", p->name, rc,
+			            (unsigned long long)offset, (unsigned long long)(offset + count));
+		return ACCEL_OK;
+	}
+	}
+	return terr(t, ACCEL_ERR_INTERNAL, "parameter '%s': bad init kind", p->name);
+}
+
+int accel_train_param_init(accel_train *t, uint32_t param, uint64_t offset,
+                           const accel_view *dst)
+{
+	float *tmp = NULL;
+	int r = ACCEL_OK;
+
+	if (!t)
+		return ACCEL_ERR_INVALID_ARG;
+	if (param >= t->n_params)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "param_init: parameter index %u out of range "
+		            "(model has %u)", param, t->n_params);
+	if (!dst || dst->struct_size < sizeof(accel_view) || (!dst->data && dst->numel))
+		return terr(t, ACCEL_ERR_INVALID_ARG, "param_init('%s'): bad destination view",
+		            t->params[param].name);
+	if (offset > t->params[param].numel || dst->numel > t->params[param].numel - offset)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "param_init('%s'): range [%llu, %llu) is "
+		            "outside its %llu elements", t->params[param].name,
+		            (unsigned long long)offset, (unsigned long long)(offset + dst->numel),
+		            (unsigned long long)t->params[param].numel);
+	if (!dst->numel)
+		return ACCEL_OK;
+	if (dst->dtype == ACCEL_DTYPE_F32 && dst->device == ACCEL_DEVICE_CPU)
+		return produce_f32(t, param, offset, dst->numel, dst->data);
+
+	size_t chunk = dst->numel < INIT_CHUNK ? (size_t)dst->numel : INIT_CHUNK;
+	tmp = malloc(chunk * sizeof(float));
+	if (!tmp)
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	size_t es = accel_dtype_size(dst->dtype);
+	for (uint64_t done = 0; done < dst->numel; done += chunk) {
+		uint64_t n = dst->numel - done < chunk ? dst->numel - done : chunk;
+		accel_view src = {sizeof(src), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp, n};
+		accel_view part = *dst;
+		part.struct_size = sizeof(part);
+		part.data = (char *)dst->data + done * es;
+		part.numel = n;
+		if ((r = produce_f32(t, param, offset + done, n, tmp)) ||
+		    (r = accel_ops_copy(&part, &src, &t->ctx->err)))
+			break;
+	}
+	free(tmp);
+	return r;
+}
+
+/* ---- unit hooks ------------------------------------------------------------------ */
+
+enum hook { PRE_FORWARD, POST_FORWARD, PRE_BACKWARD, POST_BACKWARD };
+static const char *const hook_names[] = {"accel_unit_pre_forward", "accel_unit_post_forward",
+                                         "accel_unit_pre_backward", "accel_unit_post_backward"};
+
+static int run_hook(accel_ctx *ctx, uint32_t unit, enum hook which)
+{
+	accel_train *t = NULL;
+	int r;
+	if ((r = need_train(ctx, hook_names[which], &t)))
+		return r;
+	if (!t->prepared)
+		return terr(t, ACCEL_ERR_STATE, "%s(%u): call accel_prepare() first",
+		            hook_names[which], unit);
+	if (unit >= t->n_units)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "%s: unit index %u out of range (model has "
+		            "%u units)", hook_names[which], unit, t->n_units);
+	/* The strategy goes first so hook plugins see materialized parameters. */
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		int (*fn)(void *, uint32_t) = NULL;
+		if (!a->inited)
+			continue;
+		switch (which) {
+		case PRE_FORWARD: fn = a->vt->pre_forward; break;
+		case POST_FORWARD: fn = a->vt->post_forward; break;
+		case PRE_BACKWARD: fn = a->vt->pre_backward; break;
+		case POST_BACKWARD: fn = a->vt->post_backward; break;
+		}
+		if (fn && (r = fn(a->state, unit))) {
+			if (!ctx->err.code)
+				terr(t, r, "%s(unit '%s'): plugin '%s' failed with %s", hook_names[which],
+				     t->units[unit].name, a->host.name, accel_status_str(r));
+			return ctx->err.code;
+		}
+	}
+	return ACCEL_OK;
+}
+
+int accel_unit_pre_forward(accel_ctx *ctx, uint32_t unit)
+{
+	return run_hook(ctx, unit, PRE_FORWARD);
+}
+
+int accel_unit_post_forward(accel_ctx *ctx, uint32_t unit)
+{
+	return run_hook(ctx, unit, POST_FORWARD);
+}
+
+int accel_unit_pre_backward(accel_ctx *ctx, uint32_t unit)
+{
+	return run_hook(ctx, unit, PRE_BACKWARD);
+}
+
+int accel_unit_post_backward(accel_ctx *ctx, uint32_t unit)
+{
+	return run_hook(ctx, unit, POST_BACKWARD);
+}
+
+/* ---- accumulation and step ---------------------------------------------------------- */
+
+int32_t accel_train_sync_step(accel_train *t)
+{
+	return !t || t->micro + 1 >= t->gas;
+}
+
+int accel_sync_gradients(const accel_ctx *ctx)
+{
+	return accel_train_sync_step(get_train(ctx)) ? 1 : 0;
+}
+
+uint64_t accel_train_step_count(const accel_train *t)
+{
+	return t ? t->step : 0;
+}
+
+uint32_t accel_train_micro_step(const accel_train *t)
+{
+	return t ? t->micro : 0;
+}
+
+int accel_train_set_step_count(accel_train *t, uint64_t step, uint32_t micro_step)
+{
+	if (!t)
+		return ACCEL_ERR_INVALID_ARG;
+	if (micro_step >= t->gas)
+		return terr(t, ACCEL_ERR_CHECKPOINT, "checkpoint micro-step %u does not fit "
+		            "gradient_accumulation_steps = %u", micro_step, t->gas);
+	t->step = step;
+	t->micro = micro_step;
+	return accel_train_sched_update(t);
+}
+
+static accel_active *precision_plugin(accel_ctx *ctx)
+{
+	for (uint32_t i = 1; i < ctx->n_active; i++)
+		if (ctx->active[i].inited && ctx->active[i].vt->desc->role == ACCEL_ROLE_PRECISION)
+			return &ctx->active[i];
+	return NULL;
+}
+
+static int loss_scale_of(accel_train *t, double *ret)
+{
+	accel_active *a = precision_plugin(t->ctx);
+	double s = 1.0;
+	int r;
+	if (a && a->vt->loss_scale) {
+		if ((r = a->vt->loss_scale(a->state, &s))) {
+			if (!t->ctx->err.code)
+				terr(t, r, "plugin '%s': loss_scale failed with %s", a->host.name,
+				     accel_status_str(r));
+			return t->ctx->err.code;
+		}
+		if (!(s > 0) || isinf(s))
+			return terr(t, ACCEL_ERR_INTERNAL, "plugin '%s' returned loss scale %g; it "
+			            "must be finite and > 0", a->host.name, s);
+	}
+	*ret = s;
+	return ACCEL_OK;
+}
+
+double accel_loss_scale(accel_ctx *ctx)
+{
+	accel_train *t = get_train(ctx);
+	double s = 1.0;
+	if (t && loss_scale_of(t, &s))
+		return 1.0;
+	return s;
+}
+
+double accel_get_lr(const accel_ctx *ctx)
+{
+	accel_train *t = get_train(ctx);
+	return t ? t->lr : 0.0;
+}
+
+uint64_t accel_get_step(const accel_ctx *ctx)
+{
+	accel_train *t = get_train(ctx);
+	return t ? t->step : 0;
+}
+
+/* Plugin failures without a message still get one that names the plugin. */
+static int plugin_fail(accel_train *t, accel_active *a, const char *slot, int r)
+{
+	if (!t->ctx->err.code)
+		terr(t, r, "accel_step: plugin '%s' failed in %s with %s and no message",
+		     a->host.name, slot, accel_status_str(r));
+	return t->ctx->err.code ? t->ctx->err.code : r;
+}
+
+int accel_step(accel_ctx *ctx)
+{
+	accel_train *t = NULL;
+	accel_active *s;
+	accel_step_info_v1 info;
+	double sumsq = 0, loss_scale, unscale, norm, coef = 1.0;
+	uint64_t nonfinite = 0;
+	int r;
+
+	if ((r = need_train(ctx, "accel_step", &t)))
+		return r;
+	if (!t->prepared)
+		return terr(t, ACCEL_ERR_STATE, "accel_step: call accel_prepare() first");
+	if (!accel_train_sync_step(t)) {
+		t->micro++;
+		return ACCEL_OK;
+	}
+	s = strategy(t);
+	if ((r = s->vt->reduce(s->state)))
+		return plugin_fail(t, s, "reduce", r);
+	if ((r = s->vt->grad_stats(s->state, &sumsq, &nonfinite)))
+		return plugin_fail(t, s, "grad_stats", r);
+	if ((r = loss_scale_of(t, &loss_scale)))
+		return r;
+	/* Gradients hold loss_scale * (sum over micro-steps of the rank mean);
+	 * the step applies their mean over micro-steps, unscaled. */
+	unscale = 1.0 / (loss_scale * (double)t->gas);
+	norm = nonfinite ? NAN : sqrt(sumsq) * unscale;
+	if (t->max_grad_norm > 0) {
+		/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1. */
+		coef = t->max_grad_norm / (norm + 1e-6);
+		if (coef > 1.0)
+			coef = 1.0;
+	}
+	info = (accel_step_info_v1){
+		.struct_size = sizeof(info),
+		.skip = 0,
+		.step = t->step,
+		.lr = t->lr,
+		.loss_scale = loss_scale,
+		.grad_norm = norm,
+		.grad_scale = coef * unscale,
+		.nonfinite = nonfinite,
+	};
+	for (uint32_t i = 1; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		if (a->inited && a->vt->pre_step && (r = a->vt->pre_step(a->state, &info)))
+			return plugin_fail(t, a, "pre_step", r);
+	}
+	if (nonfinite && !info.skip)
+		accel_log(ACCEL_LOG_WARN, "step %llu: %llu non-finite gradient elements and no "
+		          "plugin skipped the step; parameters will become non-finite",
+		          (unsigned long long)t->step + 1, (unsigned long long)nonfinite);
+	t->in_step = 1;
+	t->step_info = &info;
+	r = s->vt->step(s->state, &info);
+	t->in_step = 0;
+	t->step_info = NULL;
+	if (r)
+		return plugin_fail(t, s, "step", r);
+	for (uint32_t i = 1; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		if (a->inited && a->vt->post_step && (r = a->vt->post_step(a->state, &info)))
+			return plugin_fail(t, a, "post_step", r);
+	}
+	t->micro = 0;
+	if (!info.skip)
+		t->step++;
+	t->last = (accel_step_report){
+		.struct_size = sizeof(t->last),
+		.skipped = info.skip ? 1 : 0,
+		.step = t->step,
+		.lr = info.lr,
+		.grad_norm = norm,
+		.clip_coef = coef,
+		.loss_scale = loss_scale,
+		.nonfinite = nonfinite,
+	};
+	t->have_last = 1;
+	return accel_train_sched_update(t);
+}
+
+int accel_last_step(const accel_ctx *ctx, accel_step_report *ret_report)
+{
+	accel_train *t = get_train(ctx);
+	if (!t || !ret_report)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!t->have_last)
+		return cerr(ctx, ACCEL_ERR_STATE, "accel_last_step: no optimizer step has run yet");
+	uint32_t n = ret_report->struct_size;
+	if (n < sizeof(uint32_t))
+		return cerr(ctx, ACCEL_ERR_INVALID_ARG, "accel_last_step: set report->struct_size");
+	if (n > sizeof(t->last))
+		n = sizeof(t->last);
+	memcpy((char *)ret_report + sizeof(uint32_t), (const char *)&t->last + sizeof(uint32_t),
+	       n - sizeof(uint32_t));
+	return ACCEL_OK;
+}
+
+/* ---- optimizer and learning rate ---------------------------------------------------
+ * The configuration (optimizer.*, scheduler.*) is read once here; each
+ * optim_step call applies one update of torch.optim.SGD / AdamW semantics to
+ * a flat range. */
+
+#define OPT_SGD 0
+#define OPT_ADAMW 1
+
+typedef struct optim_cfg {
+	int type;
+	double lr, beta1, beta2, eps, wd, momentum, dampening;
+	int32_t nesterov;
+	/* schedule */
+	int sched;                  /* 0 constant, 1 linear, 2 cosine */
+	uint64_t warmup, total;
+	double min_lr;
+} optim_cfg;
+
+static int cfg_d(accel_train *t, const char *key, double def, double *ret)
+{
+	return cfg_get_double(t->ctx, key, def, ret);
+}
+
+int accel_train_optim_new(accel_train *t)
+{
+	optim_cfg *o = calloc(1, sizeof(*o));
+	const char *type = "adamw", *sched = "constant";
+	int64_t warm = 0, total = 0;
+	int32_t nest = 0;
+	int r;
+	if (!o)
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	t->optim = o;
+	accel_config_get_string(t->ctx->cfg, "optimizer.type", &type);
+	o->type = !strcmp(type, "sgd") ? OPT_SGD : OPT_ADAMW;
+	if ((r = cfg_d(t, "optimizer.params.lr", 1e-3, &o->lr)) ||
+	    (r = cfg_d(t, "optimizer.params.eps", 1e-8, &o->eps)) ||
+	    (r = cfg_d(t, "optimizer.params.weight_decay", o->type == OPT_SGD ? 0.0 : 0.01,
+	               &o->wd)) ||
+	    (r = cfg_d(t, "optimizer.params.momentum", 0.0, &o->momentum)) ||
+	    (r = cfg_d(t, "optimizer.params.dampening", 0.0, &o->dampening)) ||
+	    (r = cfg_d(t, "scheduler.min_lr", 0.0, &o->min_lr)) ||
+	    (r = cfg_get_int(t->ctx, "scheduler.warmup_steps", 0, &warm)) ||
+	    (r = cfg_get_int(t->ctx, "scheduler.total_steps", 0, &total)))
+		return r;
+	if (accel_config_get_bool(t->ctx->cfg, "optimizer.params.nesterov", &nest) == ACCEL_OK)
+		o->nesterov = nest;
+	o->beta1 = 0.9;
+	o->beta2 = 0.999;
+	accel_config_get_dbllist(t->ctx->cfg, "optimizer.params.betas", 0, &o->beta1);
+	accel_config_get_dbllist(t->ctx->cfg, "optimizer.params.betas", 1, &o->beta2);
+	accel_config_get_string(t->ctx->cfg, "scheduler.type", &sched);
+	o->sched = !strcmp(sched, "linear") ? 1 : !strcmp(sched, "cosine") ? 2 : 0;
+	o->warmup = (uint64_t)warm;
+	o->total = (uint64_t)total;
+	return accel_train_sched_update(t);
+}
+
+void accel_train_optim_free(accel_train *t)
+{
+	free(t->optim);
+	t->optim = NULL;
+}
+
+int accel_train_sched_update(accel_train *t)
+{
+	optim_cfg *o = t->optim;
+	double s = (double)t->step, f;
+	if (!o)
+		return ACCEL_OK;
+	if (t->step < o->warmup)
+		f = s / (double)o->warmup;
+	else if (o->sched == 0 || o->total <= o->warmup)
+		f = 1.0;
+	else {
+		double p = (s - (double)o->warmup) / (double)(o->total - o->warmup);
+		if (p > 1)
+			p = 1;
+		f = o->sched == 1 ? 1.0 - p : 0.5 * (1.0 + cos(M_PI * p));
+		t->lr = o->min_lr + (o->lr - o->min_lr) * f;
+		return ACCEL_OK;
+	}
+	t->lr = o->lr * f;
+	return ACCEL_OK;
+}
+
+uint32_t accel_train_optim_state_count(accel_train *t)
+{
+	optim_cfg *o = t ? t->optim : NULL;
+	if (!o)
+		return 0;
+	if (o->type == OPT_ADAMW)
+		return 2;
+	return o->momentum != 0 ? 1 : 0;
+}
+
+static double grad_at(const accel_view *g, uint64_t i)
+{
+	switch (g->dtype) {
+	case ACCEL_DTYPE_F32: return ((const float *)g->data)[i];
+	case ACCEL_DTYPE_BF16: {
+		uint32_t u = (uint32_t)((const uint16_t *)g->data)[i] << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		return f;
+	}
+	default: {
+		/* f16 */
+		uint16_t h = ((const uint16_t *)g->data)[i];
+		int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+		double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY)
+		                                            : ldexp(m | 0x400, e - 25);
+		return (h & 0x8000) ? -v : v;
+	}
+	}
+}
+
+int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
+{
+	optim_cfg *o;
+	uint32_t ns;
+	if (!t || !a)
+		return ACCEL_ERR_INVALID_ARG;
+	o = t->optim;
+	if (!t->in_step)
+		return terr(t, ACCEL_ERR_STATE, "optim_step called outside accel_step()");
+	if (a->struct_size < sizeof(*a) || a->param >= t->n_params)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step: bad arguments (param %u)", a->param);
+	param_rec *p = &t->params[a->param];
+	if (a->master.dtype != ACCEL_DTYPE_F32 || a->master.numel != a->grad.numel ||
+	    a->offset > p->numel || a->master.numel > p->numel - a->offset ||
+	    (a->grad.dtype != ACCEL_DTYPE_F32 && a->grad.dtype != ACCEL_DTYPE_BF16 &&
+	     a->grad.dtype != ACCEL_DTYPE_F16))
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): master must be f32 and "
+		            "match the gradient's length within the parameter", p->name);
+	if (a->master.device != ACCEL_DEVICE_CPU)
+		return terr(t, ACCEL_ERR_UNSUPPORTED, "optim_step('%s'): device parameters need the "
+		            "cuda module", p->name);
+	ns = accel_train_optim_state_count(t);
+	for (uint32_t k = 0; k < ns; k++)
+		if (!a->state[k] && a->master.numel)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): state[%u] is NULL",
+			            p->name, k);
+	float *w = a->master.data;
+	double lr = t->lr, scale = a->grad_scale;
+	double wd = p->group == 1 ? 0.0 : o->wd;
+	uint64_t step = t->step + 1;
+	if (o->type == OPT_ADAMW) {
+		double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
+		double step_size = lr / bc1, bc2s = sqrt(bc2);
+		float *m = a->state[0], *v = a->state[1];
+		for (uint64_t i = 0; i < a->master.numel; i++) {
+			float g = (float)(grad_at(&a->grad, i) * scale);
+			w[i] = (float)(w[i] * (1 - lr * wd));
+			m[i] = (float)(o->beta1 * m[i] + (1 - o->beta1) * g);
+			v[i] = (float)(o->beta2 * v[i] + (1 - o->beta2) * (double)g * g);
+			double denom = sqrt((double)v[i]) / bc2s + o->eps;
+			w[i] = (float)(w[i] - step_size * m[i] / denom);
+		}
+	} else {
+		float *buf = ns ? a->state[0] : NULL;
+		for (uint64_t i = 0; i < a->master.numel; i++) {
+			double g = (float)(grad_at(&a->grad, i) * scale);
+			if (wd != 0)
+				g += wd * w[i];
+			if (buf) {
+				buf[i] = step == 1 ? (float)g
+				                   : (float)(o->momentum * buf[i] + (1 - o->dampening) * g);
+				g = o->nesterov ? g + o->momentum * buf[i] : buf[i];
+			}
+			w[i] = (float)(w[i] - lr * g);
+		}
+	}
+	return ACCEL_OK;
+}

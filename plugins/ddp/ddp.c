@@ -1,0 +1,410 @@
+/* SPDX-License-Identifier: MIT */
+/* plugins/ddp/ddp.c: the ddp strategy (data parallel, replicated parameters
+ * and optimizer state, bucketed all-reduce overlapped with backward).
+ *
+ * Memory: per parameter an f32 master (which is also the working copy for
+ * f32 parameters; bf16/f16 parameters get a separate working copy the
+ * optimizer refreshes after every step) and the optimizer's state arrays;
+ * gradients live in the buckets (docs/ddp.md), so the user's
+ * accel_param_grad() pointer is a view into bucket memory and the
+ * all-reduce runs on it in place. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddp.h"
+
+#define MIB (1024.0 * 1024.0)
+
+static const accel_param_schema_v1 ddp_params[] = {
+	{
+		.struct_size = sizeof(accel_param_schema_v1),
+		.type = ACCEL_CFG_DOUBLE,
+		.key = "bucket_cap_mb",
+		.default_json = "25",
+		.min = 1e-6,
+		.max = 1048576,
+		.help = "Gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb); smaller "
+		        "buckets start reducing earlier in backward, larger ones reduce faster.",
+	},
+	{
+		.struct_size = sizeof(accel_param_schema_v1),
+		.type = ACCEL_CFG_DOUBLE,
+		.key = "first_bucket_mb",
+		.default_json = "1",
+		.min = 1e-6,
+		.max = 1048576,
+		.help = "Size in MiB of the first bucket (the last layers' gradients), kept small "
+		        "so the first reduction starts early (PyTorch: 1 MiB).",
+	},
+};
+
+static const accel_plugin_desc_v1 ddp_desc = {
+	.struct_size = sizeof(accel_plugin_desc_v1),
+	.role = ACCEL_ROLE_STRATEGY,
+	.name = "ddp",
+	.version = "1.0.0",
+	.summary = "Data parallel: replicated model, bucketed all-reduce overlapped with backward",
+	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_CHECKPOINT,
+	.requires = 0,
+	.min_cuda_cc = 0,
+	.state_version = 1,
+	.config_section = "ddp",
+	.params = ddp_params,
+	.n_params = sizeof(ddp_params) / sizeof(ddp_params[0]),
+};
+
+static int ddp_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
+{
+	ddp_state *s;
+	double cap_mb = 25, first_mb = 1;
+	int r;
+
+	if (host->struct_size < offsetof(accel_host_v1, sync_step) + sizeof(host->sync_step) ||
+	    host->struct_size < offsetof(accel_host_v1, ckpt_read) + sizeof(host->ckpt_read))
+		return host->error(h, ACCEL_ERR_ABI, "the host table is older than this plugin");
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return host->error(h, ACCEL_ERR_NOMEM, "out of memory");
+	s->host = host;
+	s->h = h;
+	s->world.struct_size = sizeof(s->world);
+	if ((r = host->world(h, &s->world)))
+		goto fail;
+	r = host->cfg_double(h, "bucket_cap_mb", &cap_mb);
+	if (r && r != ACCEL_ERR_NOT_FOUND)
+		goto fail;
+	r = host->cfg_double(h, "first_bucket_mb", &first_mb);
+	if (r && r != ACCEL_ERR_NOT_FOUND)
+		goto fail;
+	if (!(cap_mb > 0) || !(first_mb > 0)) {
+		r = host->error(h, ACCEL_ERR_CONFIG, "ddp.bucket_cap_mb (%g) and ddp.first_bucket_mb "
+		                "(%g) must be > 0", cap_mb, first_mb);
+		goto fail;
+	}
+	s->cap_bytes = (uint64_t)(cap_mb * MIB);
+	s->first_bytes = (uint64_t)(first_mb * MIB);
+	if (!s->cap_bytes)
+		s->cap_bytes = 1;
+	if (!s->first_bytes)
+		s->first_bytes = 1;
+	s->debug.struct_size = sizeof(s->debug);
+	*ret_state = s;
+	return ACCEL_OK;
+
+fail:
+	free(s);
+	return r;
+}
+
+static void ddp_fini(void *state)
+{
+	ddp_state *s = state;
+	if (!s)
+		return;
+	if (s->params && s->model) {
+		for (uint32_t i = 0; i < s->model->n_params; i++) {
+			ddp_param *p = &s->params[i];
+			if (p->work != p->master)
+				s->host->mem_free(s->h, p->work);
+			s->host->mem_free(s->h, p->master);
+			for (uint32_t k = 0; k < DDP_MAX_STATE; k++)
+				s->host->mem_free(s->h, p->state[k]);
+		}
+	}
+	if (s->buckets)
+		for (uint32_t b = 0; b < s->n_buckets; b++) {
+			if (s->buckets[b].req)
+				s->host->wait(s->h, s->buckets[b].req);
+			s->host->mem_free(s->h, s->buckets[b].data);
+		}
+	free(s->params);
+	free(s->buckets);
+	free(s->order);
+	free(s->unit_first);
+	free(s->unit_buckets);
+	free(s->unit_done);
+	free(s->dbg_first);
+	free(s->dbg_numel);
+	free(s->dbg_bytes);
+	free(s->dbg_dtype);
+	free(s->launch_pos);
+	free(s);
+}
+
+static accel_view view_of(const accel_param_info_v1 *p, uint32_t dtype, void *data, uint64_t n)
+{
+	return (accel_view){sizeof(accel_view), dtype, p->device, p->device_index, data, n};
+}
+
+static int alloc_param(ddp_state *s, uint32_t i)
+{
+	const accel_param_info_v1 *p = &s->model->params[i];
+	ddp_param *dp = &s->params[i];
+	const accel_host_v1 *H = s->host;
+	int f32 = p->dtype == ACCEL_DTYPE_F32;
+	int r;
+
+	if ((r = H->mem_alloc(s->h, f32 ? ACCEL_MEM_PARAMS : ACCEL_MEM_MASTER, p->device,
+	                      p->device_index, p->numel * 4, 0, (void **)&dp->master)))
+		return r;
+	dp->work = dp->master;
+	if (!f32 && (r = H->mem_alloc(s->h, ACCEL_MEM_PARAMS, p->device, p->device_index,
+	                              p->numel * 2, 0, &dp->work)))
+		return r;
+	if (p->requires_grad)
+		for (uint32_t k = 0; k < s->n_state; k++)
+			if ((r = H->mem_alloc(s->h, ACCEL_MEM_OPTIMIZER, p->device, p->device_index,
+			                      p->numel * 4, ACCEL_MEMF_ZERO, (void **)&dp->state[k])))
+				return r;
+	return ACCEL_OK;
+}
+
+/* Working copies follow the masters (after init, step, load). */
+static int refresh_work(ddp_state *s, uint32_t i)
+{
+	const accel_param_info_v1 *p = &s->model->params[i];
+	ddp_param *dp = &s->params[i];
+	if (dp->work == dp->master)
+		return ACCEL_OK;
+	accel_view dst = view_of(p, p->dtype, dp->work, p->numel);
+	accel_view src = view_of(p, ACCEL_DTYPE_F32, dp->master, p->numel);
+	return s->host->op_copy(s->h, &dst, &src);
+}
+
+static int ddp_wrap(void *state)
+{
+	ddp_state *s = state;
+	const accel_host_v1 *H = s->host;
+	int r;
+
+	if (s->model)
+		return H->error(s->h, ACCEL_ERR_STATE, "wrap called twice");
+	s->model = H->model(s->h);
+	if (!s->model)
+		return H->error(s->h, ACCEL_ERR_STATE, "wrap: the host has no model");
+	s->n_state = H->optim_state_count(s->h);
+	if (s->n_state > DDP_MAX_STATE)
+		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the optimizer keeps %u state arrays; "
+		                "ddp supports up to %d", s->n_state, DDP_MAX_STATE);
+	s->params = calloc(s->model->n_params ? s->model->n_params : 1, sizeof(*s->params));
+	if (!s->params)
+		return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
+	for (uint32_t i = 0; i < s->model->n_params; i++)
+		s->params[i].bucket = DDP_NO_BUCKET;
+
+	for (uint32_t i = 0; i < s->model->n_params; i++) {
+		const accel_param_info_v1 *p = &s->model->params[i];
+		if ((r = alloc_param(s, i)))
+			return r;
+		accel_view m = view_of(p, ACCEL_DTYPE_F32, s->params[i].master, p->numel);
+		if ((r = H->param_init(s->h, i, 0, &m)))
+			return r;
+		/* Every rank starts from rank 0's values, whatever the init did. */
+		if (s->world.world_size > 1 && (r = H->broadcast(s->h, &m, 0, NULL)))
+			return r;
+		if ((r = refresh_work(s, i)))
+			return r;
+	}
+
+	if ((r = ddp_plan_build(s)))
+		return r;
+	for (uint32_t b = 0; b < s->n_buckets; b++) {
+		ddp_bucket *bk = &s->buckets[b];
+		uint64_t bytes = bk->numel * (bk->dtype == ACCEL_DTYPE_F32 ? 4 : 2);
+		if ((r = H->mem_alloc(s->h, ACCEL_MEM_GRADS, bk->device, bk->device_index, bytes,
+		                      ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &bk->data)))
+			return r;
+	}
+	/* Alignment padding must read as zero; MEMF_ZERO covers the backend's
+	 * memory too, but say so explicitly in case it does not. */
+	if ((r = ddp_zero_grads(s)))
+		return r;
+	for (uint32_t i = 0; i < s->model->n_params; i++) {
+		const accel_param_info_v1 *p = &s->model->params[i];
+		ddp_param *dp = &s->params[i];
+		void *grad = NULL;
+		if (dp->bucket != DDP_NO_BUCKET) {
+			const ddp_bucket *bk = &s->buckets[dp->bucket];
+			grad = (char *)bk->data + dp->offset * (p->dtype == ACCEL_DTYPE_F32 ? 4 : 2);
+		}
+		if ((r = H->param_bind(s->h, i, dp->work, grad)))
+			return r;
+	}
+	ddp_plan_log(s);
+	return ddp_plan_check_ranks(s);
+}
+
+static int ddp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
+{
+	ddp_state *s = state;
+	double total = 0;
+	uint64_t bad = 0;
+	int r;
+	/* After reduce() every rank holds the same averaged gradients, so the
+	 * local sums are already the global ones. */
+	for (uint32_t b = 0; b < s->n_buckets; b++) {
+		const ddp_bucket *bk = &s->buckets[b];
+		accel_view v = {sizeof(v), bk->dtype, bk->device, bk->device_index, bk->data,
+		                bk->numel};
+		double sq = 0;
+		uint64_t nf = 0;
+		if ((r = s->host->op_sumsq(s->h, &v, &sq)) || (r = s->host->op_nonfinite(s->h, &v, &nf)))
+			return r;
+		total += sq;
+		bad += nf;
+	}
+	*ret_sumsq = total;
+	*ret_nonfinite = bad;
+	return ACCEL_OK;
+}
+
+static int ddp_step(void *state, const accel_step_info_v1 *info)
+{
+	ddp_state *s = state;
+	const accel_model_v1 *m = s->model;
+	int r;
+
+	if (!info->skip) {
+		for (uint32_t i = 0; i < m->n_params; i++) {
+			const accel_param_info_v1 *p = &m->params[i];
+			ddp_param *dp = &s->params[i];
+			if (dp->bucket == DDP_NO_BUCKET)
+				continue;
+			const ddp_bucket *bk = &s->buckets[dp->bucket];
+			accel_optim_args_v1 a = {
+				.struct_size = sizeof(a),
+				.param = i,
+				.offset = 0,
+				.master = view_of(p, ACCEL_DTYPE_F32, dp->master, p->numel),
+				.grad = view_of(p, bk->dtype,
+				                (char *)bk->data + dp->offset *
+				                        (bk->dtype == ACCEL_DTYPE_F32 ? 4 : 2),
+				                p->numel),
+				.grad_scale = info->grad_scale,
+			};
+			for (uint32_t k = 0; k < s->n_state; k++)
+				a.state[k] = dp->state[k];
+			if ((r = s->host->optim_step(s->h, &a)) || (r = refresh_work(s, i)))
+				return r;
+		}
+	}
+	return ddp_zero_grads(s);
+}
+
+/* ---- checkpoint state: master weights and optimizer state per parameter ---- */
+
+static int blob_name(char *buf, size_t cap, const char *kind, const char *param)
+{
+	int n = snprintf(buf, cap, "%s/%s", kind, param);
+	return n > 0 && (size_t)n < cap;
+}
+
+/* Device tensors go through a host staging buffer. */
+static int xfer(ddp_state *s, const accel_param_info_v1 *p, float *dev, void *ckpt,
+                const char *name, int save)
+{
+	const accel_host_v1 *H = s->host;
+	uint64_t bytes = p->numel * 4;
+	void *host_buf = dev;
+	int r;
+	if (p->device != ACCEL_DEVICE_CPU) {
+		host_buf = malloc(bytes ? bytes : 1);
+		if (!host_buf)
+			return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory staging '%s'", name);
+	}
+	accel_view dv = view_of(p, ACCEL_DTYPE_F32, dev, p->numel);
+	accel_view hv = {sizeof(hv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, host_buf, p->numel};
+	if (save) {
+		r = host_buf != dev ? H->op_copy(s->h, &hv, &dv) : ACCEL_OK;
+		if (!r)
+			r = H->ckpt_write(s->h, ckpt, name, host_buf, bytes);
+	} else {
+		r = H->ckpt_read(s->h, ckpt, name, host_buf, bytes);
+		if (!r && host_buf != dev)
+			r = H->op_copy(s->h, &dv, &hv);
+	}
+	if (host_buf != dev)
+		free(host_buf);
+	return r;
+}
+
+static int save_or_load(ddp_state *s, void *ckpt, int save)
+{
+	const accel_model_v1 *m = s->model;
+	char name[600];
+	int r;
+	if (!m)
+		return s->host->error(s->h, ACCEL_ERR_STATE, "%s before accel_prepare()",
+		                      save ? "save_state" : "load_state");
+	for (uint32_t i = 0; i < m->n_params; i++) {
+		const accel_param_info_v1 *p = &m->params[i];
+		ddp_param *dp = &s->params[i];
+		if (!blob_name(name, sizeof(name), "master", p->name))
+			return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name too long");
+		if ((r = xfer(s, p, dp->master, ckpt, name, save)))
+			return r;
+		for (uint32_t k = 0; p->requires_grad && k < s->n_state; k++) {
+			char kind[16];
+			snprintf(kind, sizeof(kind), "optim%u", k);
+			if (!blob_name(name, sizeof(name), kind, p->name))
+				return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name too long");
+			if ((r = xfer(s, p, dp->state[k], ckpt, name, save)))
+				return r;
+		}
+		if (!save && (r = refresh_work(s, i)))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+static int ddp_save_state(void *state, accel_ckpt_writer *w)
+{
+	return save_or_load(state, w, 1);
+}
+
+static int ddp_load_state(void *state, accel_ckpt_reader *rd, uint32_t state_version)
+{
+	ddp_state *s = state;
+	if (state_version != ddp_desc.state_version)
+		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint holds ddp state "
+		                      "version %u; this ddp reads version %u", state_version,
+		                      ddp_desc.state_version);
+	return save_or_load(s, rd, 0);
+}
+
+static const void *ddp_extension(void *state, const char *name, uint32_t version)
+{
+	ddp_state *s = state;
+	if (s && name && !strcmp(name, ACCEL_DDP_DEBUG) && version == 1)
+		return &s->debug;
+	return NULL;
+}
+
+static const accel_plugin_v1 ddp_plugin = {
+	.struct_size = sizeof(accel_plugin_v1),
+	.abi_minor = ACCEL_ABI_MINOR,
+	.desc = &ddp_desc,
+	.init = ddp_init,
+	.fini = ddp_fini,
+	.wrap = ddp_wrap,
+	.reduce = ddp_reduce,
+	.grad_stats = ddp_grad_stats,
+	.step = ddp_step,
+	.save_state = ddp_save_state,
+	.load_state = ddp_load_state,
+	.post_backward = ddp_post_backward,
+	.extension = ddp_extension,
+};
+
+ACCEL_EXPORT const accel_plugin_v1 *accel_plugin_entry_v1(const accel_host_v1 *host)
+{
+	if (!host || host->abi_major != ACCEL_ABI_MAJOR) {
+		if (host)
+			host->error(NULL, ACCEL_ERR_ABI, "ddp needs plugin ABI major %d, host has %u",
+			            ACCEL_ABI_MAJOR, host->abi_major);
+		return NULL;
+	}
+	return &ddp_plugin;
+}
