@@ -1,0 +1,1039 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/mpi/mpi_comm.c: the "mpi" comm backend (abi/accel/comm.h).
+ *
+ * Collectives are MPI's nonblocking ones (MPI_Iallreduce, ...) on a private
+ * duplicate of MPI_COMM_WORLD, so accel's traffic never matches the
+ * program's own MPI messages.  Why nonblocking: a blocking MPI call cannot
+ * be interrupted, so it cannot honour the ABI's timeout; polling MPI_Test
+ * against a deadline can.
+ *
+ * Who polls: with MPI_THREAD_MULTIPLE (what we ask for when we initialize
+ * MPI) a progress thread runs the queue of requests one at a time in issue
+ * order, so communication advances while the training thread computes.
+ * When the program initialized MPI itself at a lower thread level, the
+ * training thread drives the same queue inside test() and wait().  In both
+ * modes one request is in flight at a time, so every rank issues MPI calls
+ * in the same order even when an operation is split into several calls.
+ *
+ * MPI cannot name the ranks that did not arrive at a collective (there is no
+ * portable way to ask), so a timeout says so and points at the logs.  MPI
+ * also cannot cancel a collective: after a timeout the request is kept and
+ * drained in fini(); if it never completes MPI_Finalize is skipped, since it
+ * would hang. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "accel/comm.h"
+#include "mpi-impl.h"
+
+#define MSG_MAX 768
+
+#define OP_ALLREDUCE      1
+#define OP_REDUCE_SCATTER 2
+#define OP_ALLGATHER      3
+#define OP_BROADCAST      4
+#define OP_BARRIER        5
+
+#define REQ_QUEUED  0
+#define REQ_RUNNING 1
+#define REQ_DONE    2
+#define REQ_FAILED  3
+
+/* How long (ms) fini() gives timed-out requests to complete after all:
+ * a late peer then still finishes, and MPI can be cleaned up. */
+#define DRAIN_MAX_MS 10000
+
+struct accel_comm_req {
+	accel_comm_req *next;     /* live requests, in issue order           */
+	int kind;                 /* OP_*                                     */
+	int state;                /* REQ_*; under st->lock in thread mode     */
+	uint64_t seq;
+	uint32_t dtype, red;
+	size_t esz;
+	const char *sendp;        /* NULL: in place                          */
+	char *recvp;
+	uint64_t count;           /* allreduce/broadcast: all elements;
+	                             reduce_scatter: elements per rank result;
+	                             allgather: elements each rank sends     */
+	int32_t root;
+	MPI_Datatype type;
+	MPI_Op op;
+	uint64_t off, cur;        /* elements issued before / in this call    */
+	int issued;               /* an MPI request is active in mreq         */
+	MPI_Request mreq;
+	int64_t deadline_ns;      /* 0: not timed yet                         */
+	int status;               /* ACCEL_OK or the failure                 */
+	char msg[MSG_MAX];
+};
+
+typedef struct abandoned {
+	MPI_Request mreq;
+	uint64_t seq;
+	int kind;
+} abandoned;
+
+typedef struct mpi_state {
+	const accel_host_v1 *host;
+	accel_host *h;
+	MPI_Comm comm;
+	int rank, world;
+	int64_t timeout_ms;       /* <= 0: no limit */
+	uint64_t chunk;           /* max elements per MPI call (allreduce, broadcast) */
+	int thread_level;
+	mpi_half_ops hops;
+
+	int use_thread;
+	int thread_started;
+	int sync_inited;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t work;      /* the worker waits for requests       */
+	pthread_cond_t done;      /* wait() waits for a request to finish */
+	int stop;
+
+	accel_comm_req *head, *tail;  /* live requests (issued, not yet released) */
+	accel_comm_req *cursor;       /* first request not finished           */
+	uint64_t seq;
+
+	int failed;               /* first failure: every later op fails fast */
+	int fail_code;
+	char fail_msg[MSG_MAX];
+
+	abandoned *lost;          /* timed-out MPI requests, drained in fini */
+	uint32_t n_lost, cap_lost;
+} mpi_state;
+
+/* ---- process-wide MPI state --------------------------------------------------
+ * MPI_Init and MPI_Finalize are once per process, not per backend instance,
+ * so whether we initialized MPI is process state.  When we did, MPI is
+ * finalized at exit (as mpi4py does), not in fini(): MPI cannot be
+ * initialized twice, and a program may create a second context later. */
+static pthread_mutex_t g_mpi_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_mpi_we_initialized;
+static int g_mpi_stuck;   /* a collective never completed: do not finalize */
+
+static void finalize_at_exit(void)
+{
+	int fin = 0, ini = 0;
+	pthread_mutex_lock(&g_mpi_lock);
+	MPI_Initialized(&ini);
+	MPI_Finalized(&fin);
+	if (ini && !fin && !g_mpi_stuck)
+		MPI_Finalize();
+	pthread_mutex_unlock(&g_mpi_lock);
+}
+
+/* ---- small helpers ----------------------------------------------------------- */
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static const char *op_name(int kind)
+{
+	switch (kind) {
+	case OP_ALLREDUCE: return "allreduce";
+	case OP_REDUCE_SCATTER: return "reduce_scatter";
+	case OP_ALLGATHER: return "allgather";
+	case OP_BROADCAST: return "broadcast";
+	case OP_BARRIER: return "barrier";
+	default: return "collective";
+	}
+}
+
+static const char *thread_level_name(int level)
+{
+	switch (level) {
+	case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+	case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+	case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+	case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+	default: return "an unknown MPI thread level";
+	}
+}
+
+static void mpi_errstr(int rc, char *buf, size_t cap)
+{
+	char tmp[MPI_MAX_ERROR_STRING];
+	int len = 0;
+	if (MPI_Error_string(rc, tmp, &len) != MPI_SUCCESS || len <= 0)
+		snprintf(tmp, sizeof(tmp), "MPI error %d", rc);
+	else
+		tmp[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
+	snprintf(buf, cap, "%s", tmp);
+}
+
+/* Record an MPI failure of an init-time call through the host. */
+static int init_mpi_error(mpi_state *st, const char *what, int rc)
+{
+	char es[MPI_MAX_ERROR_STRING];
+	mpi_errstr(rc, es, sizeof(es));
+	return st->host->error(st->h, ACCEL_ERR_COMM, "mpi: %s failed on rank %d: %s", what,
+	                       st->rank, es);
+}
+
+static uint64_t req_total(const accel_comm_req *r)
+{
+	switch (r->kind) {
+	case OP_ALLREDUCE:
+	case OP_BROADCAST:
+		return r->count;
+	default:
+		return 1;  /* one MPI call */
+	}
+}
+
+static void req_describe(const accel_comm_req *r, char *buf, size_t cap)
+{
+	if (r->kind == OP_BARRIER)
+		snprintf(buf, cap, "barrier #%llu", (unsigned long long)r->seq);
+	else
+		snprintf(buf, cap, "%s #%llu (%s, %llu elements)", op_name(r->kind),
+		         (unsigned long long)r->seq, accel_mpi_dtype_name(r->dtype),
+		         (unsigned long long)r->count);
+}
+
+/* ---- running one request ------------------------------------------------------ */
+
+/* Start the next MPI call of r.  Returns an MPI error code. */
+static int req_issue(mpi_state *st, accel_comm_req *r)
+{
+	int rc = MPI_SUCCESS;
+	switch (r->kind) {
+	case OP_ALLREDUCE: {
+		uint64_t left = r->count - r->off;
+		r->cur = left < st->chunk ? left : st->chunk;
+		const void *s = r->sendp ? (const void *)(r->sendp + r->off * r->esz) : MPI_IN_PLACE;
+		rc = MPI_Iallreduce(s, r->recvp + r->off * r->esz, (int)r->cur, r->type, r->op,
+		                    st->comm, &r->mreq);
+		break;
+	}
+	case OP_BROADCAST: {
+		uint64_t left = r->count - r->off;
+		r->cur = left < st->chunk ? left : st->chunk;
+		rc = MPI_Ibcast(r->recvp + r->off * r->esz, (int)r->cur, r->type, r->root, st->comm,
+		                &r->mreq);
+		break;
+	}
+	case OP_REDUCE_SCATTER:
+		r->cur = 1;
+		/* In place: the input is the whole buffer at recvp, the result
+		 * lands at its start (MPI's and the ABI's convention agree). */
+		rc = MPI_Ireduce_scatter_block(r->sendp ? (const void *)r->sendp : MPI_IN_PLACE,
+		                               r->recvp, (int)r->count, r->type, r->op, st->comm,
+		                               &r->mreq);
+		break;
+	case OP_ALLGATHER:
+		r->cur = 1;
+		if (!r->sendp) {
+			/* ABI in place: this rank's block is at the start of the
+			 * buffer; MPI_IN_PLACE wants it at block `rank`.  The two
+			 * ranges do not overlap for rank > 0. */
+			if (st->rank > 0 && r->count > 0)
+				memcpy(r->recvp + (uint64_t)st->rank * r->count * r->esz, r->recvp,
+				       r->count * r->esz);
+			rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->recvp, (int)r->count,
+			                    r->type, st->comm, &r->mreq);
+		} else {
+			rc = MPI_Iallgather(r->sendp, (int)r->count, r->type, r->recvp, (int)r->count,
+			                    r->type, st->comm, &r->mreq);
+		}
+		break;
+	case OP_BARRIER:
+		r->cur = 1;
+		rc = MPI_Ibarrier(st->comm, &r->mreq);
+		break;
+	default:
+		return MPI_ERR_OTHER;
+	}
+	if (rc == MPI_SUCCESS)
+		r->issued = 1;
+	return rc;
+}
+
+/* Work that follows the completion of one MPI call of r. */
+static void req_chunk_done(mpi_state *st, accel_comm_req *r)
+{
+	if (r->red == ACCEL_RED_AVG) {
+		if (r->kind == OP_ALLREDUCE)
+			accel_mpi_avg_finish(r->recvp + r->off * r->esz, r->dtype, r->cur, st->world);
+		else if (r->kind == OP_REDUCE_SCATTER)
+			accel_mpi_avg_finish(r->recvp, r->dtype, r->count, st->world);
+	}
+	r->off += r->cur;
+	r->issued = 0;
+}
+
+static void req_fail_mpi(accel_comm_req *r, int rc, const char *where)
+{
+	char what[160], es[MPI_MAX_ERROR_STRING];
+	req_describe(r, what, sizeof(what));
+	mpi_errstr(rc, es, sizeof(es));
+	r->status = ACCEL_ERR_COMM;
+	snprintf(r->msg, sizeof(r->msg), "mpi: %s: %s failed: %s", what, where, es);
+}
+
+static void lost_add(mpi_state *st, accel_comm_req *r)
+{
+	if (st->n_lost == st->cap_lost) {
+		uint32_t cap = st->cap_lost ? st->cap_lost * 2 : 4;
+		abandoned *p = realloc(st->lost, cap * sizeof(*p));
+		if (!p)
+			return;  /* then fini cannot drain it; finalize is skipped */
+		st->lost = p;
+		st->cap_lost = cap;
+	}
+	st->lost[st->n_lost].mreq = r->mreq;
+	st->lost[st->n_lost].seq = r->seq;
+	st->lost[st->n_lost].kind = r->kind;
+	st->n_lost++;
+	r->issued = 0;
+}
+
+/* One step of r: issue its next call if none is active, test the active
+ * one, and enforce the deadline when `timed`.  Returns 1 when r finished
+ * (r->status says how), 0 when it is still running.  Runs on the thread
+ * that drives the queue; touches only r and the driver's own fields. */
+static int req_step(mpi_state *st, accel_comm_req *r, int timed)
+{
+	int rc, flag = 0;
+	if (!r->issued) {
+		rc = req_issue(st, r);
+		if (rc != MPI_SUCCESS) {
+			req_fail_mpi(r, rc, "starting it");
+			return 1;
+		}
+	}
+	rc = MPI_Test(&r->mreq, &flag, MPI_STATUS_IGNORE);
+	if (rc != MPI_SUCCESS) {
+		req_fail_mpi(r, rc, "MPI_Test");
+		return 1;
+	}
+	if (flag) {
+		req_chunk_done(st, r);
+		if (r->off < req_total(r)) {
+			rc = req_issue(st, r);
+			if (rc != MPI_SUCCESS) {
+				req_fail_mpi(r, rc, "starting its next part");
+				return 1;
+			}
+			return 0;
+		}
+		r->status = ACCEL_OK;
+		return 1;
+	}
+	if (timed && r->deadline_ns > 0 && now_ns() > r->deadline_ns) {
+		char what[160];
+		req_describe(r, what, sizeof(what));
+		r->status = ACCEL_ERR_TIMEOUT;
+		snprintf(r->msg, sizeof(r->msg),
+		         "mpi: %s did not complete within %.1f s on rank %d of %d: the other ranks "
+		         "did not arrive at it. MPI cannot tell which ranks are missing; look for "
+		         "the rank whose log stops before collective #%llu, or that died or "
+		         "issued collectives in a different order (raise comm.timeout_s if a "
+		         "rank is just slow)",
+		         what, (double)st->timeout_ms / 1000.0, st->rank, st->world,
+		         (unsigned long long)r->seq);
+		lost_add(st, r);
+		return 1;
+	}
+	return 0;
+}
+
+static void set_deadline(mpi_state *st, accel_comm_req *r)
+{
+	if (st->timeout_ms > 0 && r->deadline_ns == 0)
+		r->deadline_ns = now_ns() + st->timeout_ms * 1000000;
+}
+
+/* Spin on MPI_Test first (lowest latency), then yield the CPU between
+ * tests so a rank sharing a core with its peers lets them run. */
+static void backoff(uint32_t *spins)
+{
+	if (++*spins > 2000)
+		sched_yield();
+}
+
+/* Bookkeeping once r finished; caller holds st->lock in thread mode. */
+static void req_finished(mpi_state *st, accel_comm_req *r)
+{
+	r->state = r->status == ACCEL_OK ? REQ_DONE : REQ_FAILED;
+	if (r->status != ACCEL_OK && !st->failed) {
+		st->failed = 1;
+		st->fail_code = r->status;
+		snprintf(st->fail_msg, sizeof(st->fail_msg), "%s", r->msg);
+	}
+	st->cursor = r->next;
+}
+
+/* A request that runs after the failure of an earlier one. */
+static void req_fail_fast(mpi_state *st, accel_comm_req *r)
+{
+	char what[160];
+	req_describe(r, what, sizeof(what));
+	r->status = st->fail_code;
+	snprintf(r->msg, sizeof(r->msg), "mpi: %s not run: an earlier collective failed (%.*s)",
+	         what, (int)(MSG_MAX / 2), st->fail_msg);
+}
+
+static void *worker_main(void *arg)
+{
+	mpi_state *st = arg;
+	pthread_mutex_lock(&st->lock);
+	for (;;) {
+		while (!st->stop && !st->cursor)
+			pthread_cond_wait(&st->work, &st->lock);
+		accel_comm_req *r = st->cursor;
+		if (!r)
+			break;  /* stop requested and the queue is empty */
+		r->state = REQ_RUNNING;
+		int failed = st->failed;
+		pthread_mutex_unlock(&st->lock);
+
+		if (failed) {
+			req_fail_fast(st, r);
+		} else {
+			uint32_t spins = 0;
+			set_deadline(st, r);
+			while (!req_step(st, r, 1))
+				backoff(&spins);
+		}
+
+		pthread_mutex_lock(&st->lock);
+		req_finished(st, r);
+		pthread_cond_broadcast(&st->done);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return NULL;
+}
+
+/* Caller mode: drive the queue on this thread.  With `until` set, block
+ * (timed) until that request finished; otherwise make what progress is
+ * possible without waiting. */
+static void caller_progress(mpi_state *st, accel_comm_req *until)
+{
+	uint32_t spins = 0;
+	while (st->cursor) {
+		accel_comm_req *r = st->cursor;
+		int fin;
+		if (st->failed) {
+			req_fail_fast(st, r);
+			fin = 1;
+		} else {
+			if (until)
+				set_deadline(st, r);
+			fin = req_step(st, r, until != NULL);
+		}
+		if (!fin) {
+			if (!until)
+				return;
+			backoff(&spins);
+			continue;
+		}
+		req_finished(st, r);
+		spins = 0;
+		if (r == until)
+			return;
+	}
+}
+
+/* ---- issuing ---------------------------------------------------------------------- */
+
+static int check_view(mpi_state *st, const char *op, const char *which, const accel_view *v)
+{
+	if (!v)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: %s: %s view is NULL", op,
+		                       which);
+	if (v->struct_size < sizeof(accel_view))
+		return st->host->error(st->h, ACCEL_ERR_ABI,
+		                       "mpi: %s: %s view has struct_size %u, expected at least %zu",
+		                       op, which, v->struct_size, sizeof(accel_view));
+	if (v->device != ACCEL_DEVICE_CPU)
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
+		                       "mpi: %s: %s buffer is on device %d (cuda:%d); the mpi "
+		                       "backend serves host memory only (use backend \"nccl\" for "
+		                       "GPU buffers)",
+		                       op, which, v->device, v->device_index);
+	if (accel_mpi_dtype_size(v->dtype) == 0)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: %s: %s view has dtype %u, "
+		                       "which is not an ACCEL_DTYPE_*", op, which, v->dtype);
+	if (!v->data && v->numel > 0)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: %s: %s view has %llu elements but data is NULL", op,
+		                       which, (unsigned long long)v->numel);
+	return ACCEL_OK;
+}
+
+static int ranges_overlap(const void *a, uint64_t na, const void *b, uint64_t nb)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+	if (na == 0 || nb == 0)
+		return 0;
+	return x < y + nb && y < x + na;
+}
+
+/* Checks shared by the two-buffer ops; sets *in_place. */
+static int check_pair(mpi_state *st, const char *op, const accel_view *send,
+                      const accel_view *recv, int *in_place)
+{
+	int rc;
+	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
+		return rc;
+	if (send->dtype != recv->dtype)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: %s: send is %s but recv is %s; both must have one dtype",
+		                       op, accel_mpi_dtype_name(send->dtype),
+		                       accel_mpi_dtype_name(recv->dtype));
+	size_t esz = accel_mpi_dtype_size(send->dtype);
+	*in_place = send->data == recv->data && send->numel > 0;
+	if (!*in_place && ranges_overlap(send->data, send->numel * esz, recv->data, recv->numel * esz))
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: %s: send and recv overlap without being the same "
+		                       "buffer; in place means send->data == recv->data", op);
+	return ACCEL_OK;
+}
+
+static int check_reduction(mpi_state *st, const char *op, uint32_t dtype, uint32_t red)
+{
+	if (red > ACCEL_RED_MIN)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: %s: reduction %u is not an ACCEL_RED_* (sum, avg, max, "
+		                       "min)", op, red);
+	if (!accel_mpi_dtype_reducible(dtype))
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
+		                       "mpi: %s: cannot reduce %s; reductions take f32, f64, f16, "
+		                       "bf16, i32 or i64", op, accel_mpi_dtype_name(dtype));
+	return ACCEL_OK;
+}
+
+static int check_count(mpi_state *st, const char *op, uint64_t count)
+{
+	if (count > (uint64_t)INT32_MAX)
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
+		                       "mpi: %s: %llu elements per rank exceed MPI's int count "
+		                       "(%d); split the buffer", op, (unsigned long long)count,
+		                       INT32_MAX);
+	return ACCEL_OK;
+}
+
+static int fail_fast_now(mpi_state *st, const char *op)
+{
+	return st->host->error(st->h, st->fail_code,
+	                       "mpi: %s #%llu not run: an earlier collective failed (%.*s)", op,
+	                       (unsigned long long)st->seq + 1, (int)(MSG_MAX / 2), st->fail_msg);
+}
+
+static accel_comm_req *req_new(mpi_state *st, int kind, uint32_t dtype, uint32_t red)
+{
+	accel_comm_req *r = calloc(1, sizeof(*r));
+	if (!r) {
+		st->host->error(st->h, ACCEL_ERR_NOMEM, "mpi: %s: out of memory for a request",
+		                op_name(kind));
+		return NULL;
+	}
+	r->kind = kind;
+	r->dtype = dtype;
+	r->red = red;
+	r->esz = accel_mpi_dtype_size(dtype);
+	r->type = kind == OP_BARRIER ? MPI_DATATYPE_NULL : accel_mpi_datatype(dtype);
+	r->op = MPI_OP_NULL;
+	r->mreq = MPI_REQUEST_NULL;
+	return r;
+}
+
+/* Queue r (it gets the next sequence number) and get it going. */
+static int req_submit(mpi_state *st, accel_comm_req *r, accel_comm_req **ret_req)
+{
+	if (st->use_thread)
+		pthread_mutex_lock(&st->lock);
+	if (st->failed) {
+		int rc = fail_fast_now(st, op_name(r->kind));
+		if (st->use_thread)
+			pthread_mutex_unlock(&st->lock);
+		free(r);
+		return rc;
+	}
+	r->seq = ++st->seq;
+	r->state = REQ_QUEUED;
+	if (st->tail)
+		st->tail->next = r;
+	else
+		st->head = r;
+	st->tail = r;
+	if (!st->cursor)
+		st->cursor = r;
+	if (st->use_thread) {
+		pthread_cond_signal(&st->work);
+		pthread_mutex_unlock(&st->lock);
+	} else {
+		caller_progress(st, NULL);
+	}
+	*ret_req = r;
+	return ACCEL_OK;
+}
+
+static int mpi_allreduce(void *state, const accel_view *send, const accel_view *recv, uint32_t red,
+                         accel_comm_req **ret_req)
+{
+	mpi_state *st = state;
+	int in_place, rc;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: allreduce: ret_req is NULL");
+	if ((rc = check_pair(st, "allreduce", send, recv, &in_place)) ||
+	    (rc = check_reduction(st, "allreduce", send->dtype, red)))
+		return rc;
+	if (send->numel != recv->numel)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: allreduce: send has %llu elements but recv has %llu",
+		                       (unsigned long long)send->numel,
+		                       (unsigned long long)recv->numel);
+	accel_comm_req *r = req_new(st, OP_ALLREDUCE, send->dtype, red);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	r->sendp = in_place ? NULL : send->data;
+	r->recvp = recv->data;
+	r->count = recv->numel;
+	r->op = accel_mpi_op(&st->hops, send->dtype, red);
+	return req_submit(st, r, ret_req);
+}
+
+static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_view *recv,
+                              uint32_t red, accel_comm_req **ret_req)
+{
+	mpi_state *st = state;
+	int in_place, rc;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: reduce_scatter: ret_req is NULL");
+	if ((rc = check_pair(st, "reduce_scatter", send, recv, &in_place)) ||
+	    (rc = check_reduction(st, "reduce_scatter", send->dtype, red)) ||
+	    (rc = check_count(st, "reduce_scatter", recv->numel)))
+		return rc;
+	if (send->numel != recv->numel * (uint64_t)st->world)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: reduce_scatter: send has %llu elements; it must be "
+		                       "world size %d x recv's %llu",
+		                       (unsigned long long)send->numel, st->world,
+		                       (unsigned long long)recv->numel);
+	accel_comm_req *r = req_new(st, OP_REDUCE_SCATTER, send->dtype, red);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	r->sendp = in_place ? NULL : send->data;
+	r->recvp = recv->data;
+	r->count = recv->numel;
+	r->op = accel_mpi_op(&st->hops, send->dtype, red);
+	return req_submit(st, r, ret_req);
+}
+
+static int mpi_allgather(void *state, const accel_view *send, const accel_view *recv,
+                         accel_comm_req **ret_req)
+{
+	mpi_state *st = state;
+	int in_place, rc;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: allgather: ret_req is NULL");
+	if ((rc = check_pair(st, "allgather", send, recv, &in_place)) ||
+	    (rc = check_count(st, "allgather", send->numel)))
+		return rc;
+	if (recv->numel != send->numel * (uint64_t)st->world)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: allgather: recv has %llu elements; it must be world "
+		                       "size %d x send's %llu",
+		                       (unsigned long long)recv->numel, st->world,
+		                       (unsigned long long)send->numel);
+	accel_comm_req *r = req_new(st, OP_ALLGATHER, send->dtype, ACCEL_RED_SUM);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	r->sendp = in_place ? NULL : send->data;
+	r->recvp = recv->data;
+	r->count = send->numel;
+	return req_submit(st, r, ret_req);
+}
+
+static int mpi_broadcast(void *state, const accel_view *buf, int32_t root,
+                         accel_comm_req **ret_req)
+{
+	mpi_state *st = state;
+	int rc;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: broadcast: ret_req is NULL");
+	if ((rc = check_view(st, "broadcast", "buffer", buf)))
+		return rc;
+	if (root < 0 || root >= st->world)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: broadcast: root %d is not a rank (world size %d)", root,
+		                       st->world);
+	accel_comm_req *r = req_new(st, OP_BROADCAST, buf->dtype, ACCEL_RED_SUM);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	r->recvp = buf->data;
+	r->count = buf->numel;
+	r->root = root;
+	return req_submit(st, r, ret_req);
+}
+
+static int mpi_barrier(void *state, accel_comm_req **ret_req)
+{
+	mpi_state *st = state;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: barrier: ret_req is NULL");
+	accel_comm_req *r = req_new(st, OP_BARRIER, ACCEL_DTYPE_U8, ACCEL_RED_SUM);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	return req_submit(st, r, ret_req);
+}
+
+/* ---- completion ------------------------------------------------------------------------ */
+
+static void req_unlink(mpi_state *st, accel_comm_req *r)
+{
+	accel_comm_req *prev = NULL;
+	for (accel_comm_req *p = st->head; p; prev = p, p = p->next) {
+		if (p != r)
+			continue;
+		if (prev)
+			prev->next = r->next;
+		else
+			st->head = r->next;
+		if (st->tail == r)
+			st->tail = prev;
+		return;
+	}
+}
+
+static int req_known(const mpi_state *st, const accel_comm_req *r)
+{
+	for (const accel_comm_req *p = st->head; p; p = p->next)
+		if (p == r)
+			return 1;
+	return 0;
+}
+
+static int mpi_wait(void *state, accel_comm_req *r)
+{
+	mpi_state *st = state;
+	int status;
+	if (st->use_thread)
+		pthread_mutex_lock(&st->lock);
+	if (!r || !req_known(st, r)) {
+		if (st->use_thread)
+			pthread_mutex_unlock(&st->lock);
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: wait: %s request (already released, or not from this "
+		                       "backend)", r ? "unknown" : "NULL");
+	}
+	if (st->use_thread) {
+		/* The worker enforces the deadline, so this wait ends. */
+		while (r->state < REQ_DONE)
+			pthread_cond_wait(&st->done, &st->lock);
+	} else if (r->state < REQ_DONE) {
+		caller_progress(st, r);
+	}
+	req_unlink(st, r);
+	if (st->use_thread)
+		pthread_mutex_unlock(&st->lock);
+	status = r->status;
+	if (status != ACCEL_OK)
+		st->host->error(st->h, status, "%s", r->msg);
+	free(r);
+	return status;
+}
+
+static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
+{
+	mpi_state *st = state;
+	int s;
+	if (!ret_done)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: test: ret_done is NULL");
+	if (st->use_thread)
+		pthread_mutex_lock(&st->lock);
+	if (!r || !req_known(st, r)) {
+		if (st->use_thread)
+			pthread_mutex_unlock(&st->lock);
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "mpi: test: %s request (already released, or not from this "
+		                       "backend)", r ? "unknown" : "NULL");
+	}
+	if (!st->use_thread && r->state < REQ_DONE)
+		caller_progress(st, NULL);
+	s = r->state;
+	if (st->use_thread)
+		pthread_mutex_unlock(&st->lock);
+	if (s == REQ_FAILED)  /* wait() still has to release it */
+		return st->host->error(st->h, r->status, "%s", r->msg);
+	*ret_done = s == REQ_DONE;
+	return ACCEL_OK;
+}
+
+/* ---- life cycle -------------------------------------------------------------------------- */
+
+/* Give timed-out MPI requests a last chance to complete (a late peer). */
+static int drain_lost(mpi_state *st)
+{
+	int64_t deadline = now_ns() + (int64_t)DRAIN_MAX_MS * 1000000;
+	uint32_t spins = 0;
+	for (uint32_t i = 0; i < st->n_lost; i++) {
+		int flag = 0;
+		while (MPI_Test(&st->lost[i].mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag &&
+		       now_ns() < deadline)
+			backoff(&spins);
+		if (!flag) {
+			st->host->log(st->h, ACCEL_LOG_WARN,
+			              "mpi: %s #%llu never completed on rank %d; skipping MPI cleanup "
+			              "and MPI_Finalize (it would hang), so mpirun may report that this "
+			              "process exited without finalizing",
+			              op_name(st->lost[i].kind), (unsigned long long)st->lost[i].seq,
+			              st->rank);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static void mpi_fini(void *state)
+{
+	mpi_state *st = state;
+	if (!st)
+		return;
+	if (st->thread_started) {
+		pthread_mutex_lock(&st->lock);
+		st->stop = 1;
+		pthread_cond_signal(&st->work);
+		pthread_mutex_unlock(&st->lock);
+		pthread_join(st->thread, NULL);
+	} else if (st->cursor) {
+		/* Requests issued but never waited: finish them so every rank
+		 * issued the same MPI calls before the communicator goes. */
+		while (st->cursor)
+			caller_progress(st, st->cursor);
+	}
+	while (st->head) {
+		accel_comm_req *r = st->head;
+		st->head = r->next;
+		free(r);
+	}
+	int clean = drain_lost(st);
+	if (clean) {
+		if (st->hops.created)
+			accel_mpi_half_ops_free(&st->hops);
+		if (st->comm != MPI_COMM_NULL)
+			MPI_Comm_free(&st->comm);
+	} else {
+		pthread_mutex_lock(&g_mpi_lock);
+		g_mpi_stuck = 1;
+		pthread_mutex_unlock(&g_mpi_lock);
+	}
+	if (st->sync_inited) {
+		pthread_cond_destroy(&st->done);
+		pthread_cond_destroy(&st->work);
+		pthread_mutex_destroy(&st->lock);
+	}
+	free(st->lost);
+	free(st);
+}
+
+/* Initialize MPI unless the program did; returns the thread level. */
+static int mpi_ensure_init(mpi_state *st, int *ret_level)
+{
+	int ini = 0, fin = 0, level = MPI_THREAD_SINGLE, rc = MPI_SUCCESS;
+	pthread_mutex_lock(&g_mpi_lock);
+	MPI_Finalized(&fin);
+	if (fin) {
+		pthread_mutex_unlock(&g_mpi_lock);
+		return st->host->error(st->h, ACCEL_ERR_STATE,
+		                       "mpi: MPI was already finalized in this process; create accel "
+		                       "contexts before MPI_Finalize (MPI cannot be initialized "
+		                       "again)");
+	}
+	MPI_Initialized(&ini);
+	if (!ini) {
+		rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level);
+		if (rc == MPI_SUCCESS) {
+			g_mpi_we_initialized = 1;
+			if (atexit(finalize_at_exit) != 0)
+				st->host->log(st->h, ACCEL_LOG_WARN,
+				              "mpi: cannot register MPI_Finalize at exit; call "
+				              "MPI_Finalize yourself before exiting");
+		}
+	} else {
+		rc = MPI_Query_thread(&level);
+	}
+	pthread_mutex_unlock(&g_mpi_lock);
+	if (rc != MPI_SUCCESS)
+		return init_mpi_error(st, ini ? "MPI_Query_thread" : "MPI_Init_thread", rc);
+	*ret_level = level;
+	return ACCEL_OK;
+}
+
+static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
+                    void **ret_state)
+{
+	mpi_state *st = NULL;
+	int rc, mrc, level = MPI_THREAD_SINGLE;
+	int32_t progress_thread = 1;
+	int64_t chunk = 1073741824;
+
+	if (!args || args->struct_size < sizeof(accel_comm_init_v1))
+		return host->error(h, ACCEL_ERR_ABI, "mpi: init: accel_comm_init_v1 is %s",
+		                   args ? "too small (older core?)" : "NULL");
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return host->error(h, ACCEL_ERR_NOMEM, "mpi: out of memory for the backend state");
+	st->host = host;
+	st->h = h;
+	st->comm = MPI_COMM_NULL;
+	st->rank = args->rank;
+	st->world = args->world_size;
+	st->timeout_ms = args->timeout_ms;
+	for (int t = 0; t < 2; t++)
+		for (int r = 0; r < 3; r++)
+			st->hops.op[t][r] = MPI_OP_NULL;
+
+	rc = host->cfg_bool(h, "progress_thread", &progress_thread);
+	if (rc != ACCEL_OK && rc != ACCEL_ERR_NOT_FOUND)
+		goto fail;
+	rc = host->cfg_int(h, "chunk_elements", &chunk);
+	if (rc != ACCEL_OK && rc != ACCEL_ERR_NOT_FOUND)
+		goto fail;
+	if (chunk < 1 || chunk > INT32_MAX) {
+		rc = host->error(h, ACCEL_ERR_CONFIG,
+		                 "mpi: mpi.chunk_elements is %lld; it must be 1 .. %d",
+		                 (long long)chunk, INT32_MAX);
+		goto fail;
+	}
+	st->chunk = (uint64_t)chunk;
+
+	if ((rc = mpi_ensure_init(st, &level)))
+		goto fail;
+	st->thread_level = level;
+
+	if ((mrc = MPI_Comm_dup(MPI_COMM_WORLD, &st->comm)) != MPI_SUCCESS) {
+		st->comm = MPI_COMM_NULL;
+		rc = init_mpi_error(st, "MPI_Comm_dup(MPI_COMM_WORLD)", mrc);
+		goto fail;
+	}
+	/* Errors come back as codes on our communicator, not an abort. */
+	MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
+	int mrank = -1, msize = 0;
+	MPI_Comm_rank(st->comm, &mrank);
+	MPI_Comm_size(st->comm, &msize);
+	if (mrank != args->rank || msize != args->world_size) {
+		rc = host->error(h, ACCEL_ERR_CONFIG,
+		                 "mpi: MPI says this process is rank %d of %d, but accel was told "
+		                 "rank %d of %d; start the program with mpirun/srun (not `accel "
+		                 "launch`) to use backend \"mpi\", or choose backend \"shm\"",
+		                 mrank, msize, args->rank, args->world_size);
+		goto fail;
+	}
+	if ((mrc = accel_mpi_half_ops_create(&st->hops)) != MPI_SUCCESS) {
+		rc = init_mpi_error(st, "MPI_Op_create (f16/bf16 reductions)", mrc);
+		goto fail;
+	}
+
+	if (pthread_mutex_init(&st->lock, NULL) || pthread_cond_init(&st->work, NULL) ||
+	    pthread_cond_init(&st->done, NULL)) {
+		rc = host->error(h, ACCEL_ERR_SYSTEM, "mpi: cannot create a mutex/condition variable");
+		goto fail;
+	}
+	st->sync_inited = 1;
+	st->use_thread = progress_thread && level == MPI_THREAD_MULTIPLE;
+	if (progress_thread && !st->use_thread)
+		host->log(h, ACCEL_LOG_INFO,
+		          "mpi: MPI runs at %s (the program initialized it), not "
+		          "MPI_THREAD_MULTIPLE; collectives progress inside test/wait on the "
+		          "calling thread", thread_level_name(level));
+	if (st->use_thread) {
+		int e = pthread_create(&st->thread, NULL, worker_main, st);
+		if (e) {
+			rc = host->error(h, ACCEL_ERR_SYSTEM, "mpi: cannot start the progress thread: %s",
+			                 strerror(e));
+			goto fail;
+		}
+		st->thread_started = 1;
+	}
+	host->log(h, ACCEL_LOG_DEBUG, "mpi: rank %d of %d, %s, %s, timeout %lld ms", st->rank,
+	          st->world, thread_level_name(level),
+	          st->use_thread ? "progress thread" : "progress in test/wait",
+	          (long long)st->timeout_ms);
+	*ret_state = st;
+	return ACCEL_OK;
+fail:
+	mpi_fini(st);
+	return rc;
+}
+
+static int32_t mpi_probe(const accel_host_v1 *host, accel_host *h)
+{
+	static const char *const vars[] = {
+		"OMPI_COMM_WORLD_SIZE",  /* Open MPI's mpirun */
+		"PMI_SIZE",              /* MPICH/Intel MPI hydra, Slurm PMI-2 */
+		"PMIX_RANK",             /* PMIx launchers (srun --mpi=pmix, prrte) */
+		"MV2_COMM_WORLD_SIZE",   /* MVAPICH2 */
+	};
+	(void)host;
+	(void)h;
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		if (getenv(vars[i]))
+			return 1;
+	return 0;
+}
+
+static const accel_param_schema_v1 mpi_params[] = {
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_BOOL, "progress_thread", "true", 0, -1, NULL,
+	 "Progress collectives on a background thread so they overlap computation (needs "
+	 "MPI_THREAD_MULTIPLE; otherwise they progress inside test/wait)."},
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "chunk_elements", "1073741824", 1,
+	 2147483647.0, NULL,
+	 "Most elements per MPI call; all-reduce and broadcast of more are split into "
+	 "several calls (MPI counts are int)."},
+};
+
+static const accel_comm_desc_v1 mpi_desc = {
+	.struct_size = sizeof(accel_comm_desc_v1),
+	.devices = 1u << ACCEL_DEVICE_CPU,
+	.name = "mpi",
+	.version = "1.0.0",
+	.summary = "MPI collectives for host memory; runs under mpirun or srun, across nodes",
+	.requires = 0,
+	.config_section = "mpi",
+	.params = mpi_params,
+	.n_params = sizeof(mpi_params) / sizeof(mpi_params[0]),
+};
+
+static const accel_comm_v1 mpi_vtable = {
+	.struct_size = sizeof(accel_comm_v1),
+	.abi_minor = ACCEL_ABI_MINOR,
+	.desc = &mpi_desc,
+	.init = mpi_init,
+	.fini = mpi_fini,
+	.probe = mpi_probe,
+	.mem_alloc = NULL,
+	.mem_free = NULL,
+	.allreduce = mpi_allreduce,
+	.reduce_scatter = mpi_reduce_scatter,
+	.allgather = mpi_allgather,
+	.broadcast = mpi_broadcast,
+	.barrier = mpi_barrier,
+	.wait = mpi_wait,
+	.test = mpi_test,
+};
+
+ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
+{
+	if (!host || host->abi_major != ACCEL_ABI_MAJOR ||
+	    host->struct_size < offsetof(accel_host_v1, store_add) + sizeof(host->store_add)) {
+		if (host && host->error)
+			host->error(NULL, ACCEL_ERR_ABI, "mpi: needs accel plugin ABI %d.x (host has %u)",
+			            ACCEL_ABI_MAJOR, host->abi_major);
+		return NULL;
+	}
+	return &mpi_vtable;
+}

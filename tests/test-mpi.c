@@ -1,0 +1,823 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-mpi.c: the mpi comm backend under mpirun (2 ranks in CI).
+ *
+ * Not a Check suite: Check forks every test, and a forked child of an MPI
+ * process cannot use MPI.  This program runs on every rank, loads
+ * comm-mpi.so the way the core does (dlopen + accel_comm_entry_v1) with a
+ * minimal host table, and checks every op x dtype x reduction, in place and
+ * out of place, blocking and asynchronous, split into several MPI calls or
+ * not, against a reference computed from the inputs every rank can generate
+ * itself.  Then the failure paths: bad arguments, a world-size mismatch, a
+ * timeout (one rank late) and fail-fast after it.  When libaccel's public
+ * collectives work, the same checks run once more through accel_ctx_new()
+ * + accel_allreduce() etc. with backend "mpi".
+ *
+ * Modes (argv[1]):
+ *   (none)          the program initializes MPI (THREAD_MULTIPLE) itself;
+ *                   both progress modes are tested
+ *   --own-init      the backend initializes MPI; it must be finalized at exit
+ *   --init-single   the program calls MPI_Init (no threads); the backend
+ *                   must fall back to progress inside test/wait
+ * Exit status 0 only if every check passed on every rank. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "accel/accel.h"
+#include "accel/comm.h"
+#include "core/half.h"
+
+static int g_rank, g_world, g_failures;
+
+#define CHECK(cond, ...)                                                                \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);                                   \
+			fputc('\n', stderr);                                            \
+			g_failures++;                                                   \
+		}                                                                       \
+	} while (0)
+
+/* ---- a minimal host ------------------------------------------------------------ */
+
+struct accel_host {
+	int err_code;
+	char err[4096];
+	char log[16384];
+	int32_t progress_thread;
+	int64_t chunk;      /* 0: not configured */
+};
+
+static void h_log(accel_host *h, int32_t level, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (getenv("ACCEL_TEST_VERBOSE"))
+		fprintf(stderr, "[rank %d] log %d: %s\n", g_rank, level, line);
+	if (h) {
+		size_t n = strlen(h->log);
+		snprintf(h->log + n, sizeof(h->log) - n, "%s\n", line);
+	}
+}
+
+static int h_error(accel_host *h, int32_t code, const char *fmt, ...)
+{
+	va_list ap;
+	if (!h || h->err_code)
+		return code;
+	h->err_code = code;
+	va_start(ap, fmt);
+	vsnprintf(h->err, sizeof(h->err), fmt, ap);
+	va_end(ap);
+	if (getenv("ACCEL_TEST_VERBOSE"))
+		fprintf(stderr, "[rank %d] error %d: %s\n", g_rank, code, h->err);
+	return code;
+}
+
+static int h_cfg_bool(accel_host *h, const char *key, int32_t *ret)
+{
+	if (!strcmp(key, "progress_thread")) {
+		*ret = h->progress_thread;
+		return ACCEL_OK;
+	}
+	return ACCEL_ERR_NOT_FOUND;
+}
+
+static int h_cfg_int(accel_host *h, const char *key, int64_t *ret)
+{
+	if (!strcmp(key, "chunk_elements") && h->chunk > 0) {
+		*ret = h->chunk;
+		return ACCEL_OK;
+	}
+	return ACCEL_ERR_NOT_FOUND;
+}
+
+static accel_host_v1 g_host_table;
+
+static const accel_comm_v1 *load_backend(void)
+{
+	char path[4096];
+	const char *bd = getenv("ACCEL_TEST_BUILDDIR");
+	snprintf(path, sizeof(path), "%s/backends/mpi/comm-mpi.so", bd ? bd : ".");
+	void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
+		fprintf(stderr, "[rank %d] cannot load %s: %s\n", g_rank, path, dlerror());
+		return NULL;
+	}
+	const accel_comm_v1 *(*entry)(const accel_host_v1 *) =
+		(const accel_comm_v1 *(*)(const accel_host_v1 *))dlsym(dl, ACCEL_COMM_ENTRY_V1);
+	if (!entry) {
+		fprintf(stderr, "[rank %d] %s has no %s\n", g_rank, path, ACCEL_COMM_ENTRY_V1);
+		return NULL;
+	}
+	g_host_table.struct_size = sizeof(g_host_table);
+	g_host_table.abi_major = ACCEL_ABI_MAJOR;
+	g_host_table.abi_minor = ACCEL_ABI_MINOR;
+	g_host_table.accel_version = "test";
+	g_host_table.log = h_log;
+	g_host_table.error = h_error;
+	g_host_table.cfg_bool = h_cfg_bool;
+	g_host_table.cfg_int = h_cfg_int;
+	return entry(&g_host_table);
+}
+
+static const accel_comm_v1 *B;
+
+typedef struct inst {
+	accel_host h;
+	void *st;
+} inst;
+
+static int inst_open(inst *in, int progress_thread, int64_t chunk, int64_t timeout_ms,
+                     int world_override)
+{
+	memset(in, 0, sizeof(*in));
+	in->h.progress_thread = progress_thread;
+	in->h.chunk = chunk;
+	accel_comm_init_v1 a = {
+		.struct_size = sizeof(a),
+		.rank = g_rank,
+		.world_size = world_override ? world_override : g_world,
+		.local_rank = g_rank,
+		.local_world_size = g_world,
+		.node_rank = 0,
+		.num_nodes = 1,
+		.device_index = -1,
+		.timeout_ms = timeout_ms,
+		.job_id = "test-mpi",
+	};
+	return B->init(&g_host_table, &in->h, &a, &in->st);
+}
+
+static void inst_close(inst *in)
+{
+	if (in->st)
+		B->fini(in->st);
+	in->st = NULL;
+}
+
+static void clear_err(inst *in)
+{
+	in->h.err_code = 0;
+	in->h.err[0] = '\0';
+}
+
+/* ---- values ---------------------------------------------------------------------- */
+
+static const uint32_t k_red_dtypes[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F64, ACCEL_DTYPE_F16,
+                                        ACCEL_DTYPE_BF16, ACCEL_DTYPE_I32, ACCEL_DTYPE_I64};
+static const uint32_t k_all_dtypes[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F64,    ACCEL_DTYPE_F16,
+                                        ACCEL_DTYPE_BF16, ACCEL_DTYPE_I32,   ACCEL_DTYPE_I64,
+                                        ACCEL_DTYPE_U8,   ACCEL_DTYPE_F8E4M3};
+static const char *const k_red_names[] = {"sum", "avg", "max", "min"};
+
+static size_t dsize(uint32_t dt)
+{
+	switch (dt) {
+	case ACCEL_DTYPE_F64:
+	case ACCEL_DTYPE_I64: return 8;
+	case ACCEL_DTYPE_F32:
+	case ACCEL_DTYPE_I32: return 4;
+	case ACCEL_DTYPE_F16:
+	case ACCEL_DTYPE_BF16: return 2;
+	default: return 1;
+	}
+}
+
+static const char *dname(uint32_t dt)
+{
+	static const char *const n[] = {"invalid", "f32", "f64", "f16", "bf16", "f8e4m3",
+	                                "f8e5m2",  "i32", "i64", "u8"};
+	return dt < 10 ? n[dt] : "?";
+}
+
+static int is_int(uint32_t dt)
+{
+	return dt == ACCEL_DTYPE_I32 || dt == ACCEL_DTYPE_I64 || dt == ACCEL_DTYPE_U8 ||
+	       dt == ACCEL_DTYPE_F8E4M3;
+}
+
+/* Element i of rank r's input: small integers, exact in every float type,
+ * so sums are exact whatever order MPI combines them in. */
+static double val(int r, uint64_t i, uint32_t dt)
+{
+	if (dt == ACCEL_DTYPE_U8 || dt == ACCEL_DTYPE_F8E4M3)
+		return (double)((i * 37 + (uint64_t)r * 101 + 5) % 256);
+	if (is_int(dt))
+		return (double)((int64_t)((i * 131 + (uint64_t)r * 17 + 3) % 1001) - 500);
+	return (double)((int64_t)((i * 7 + (uint64_t)r * 3) % 11) - 5);
+}
+
+static void put(void *buf, uint32_t dt, uint64_t i, double v)
+{
+	switch (dt) {
+	case ACCEL_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+	case ACCEL_DTYPE_F64: ((double *)buf)[i] = v; break;
+	case ACCEL_DTYPE_F16: ((uint16_t *)buf)[i] = accel_f32_to_f16((float)v); break;
+	case ACCEL_DTYPE_BF16: ((uint16_t *)buf)[i] = accel_f32_to_bf16((float)v); break;
+	case ACCEL_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+	case ACCEL_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+	default: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+	}
+}
+
+static double get(const void *buf, uint32_t dt, uint64_t i)
+{
+	switch (dt) {
+	case ACCEL_DTYPE_F32: return ((const float *)buf)[i];
+	case ACCEL_DTYPE_F64: return ((const double *)buf)[i];
+	case ACCEL_DTYPE_F16: return accel_f16_to_f32(((const uint16_t *)buf)[i]);
+	case ACCEL_DTYPE_BF16: return accel_bf16_to_f32(((const uint16_t *)buf)[i]);
+	case ACCEL_DTYPE_I32: return ((const int32_t *)buf)[i];
+	case ACCEL_DTYPE_I64: return (double)((const int64_t *)buf)[i];
+	default: return ((const uint8_t *)buf)[i];
+	}
+}
+
+/* The expected reduction of element i over all ranks, rounded the way the
+ * backend rounds (AVG: the exact sum divided once in the type's precision). */
+static double ref_reduce(uint64_t i, uint32_t dt, uint32_t red)
+{
+	double acc = val(0, i, dt);
+	for (int r = 1; r < g_world; r++) {
+		double v = val(r, i, dt);
+		if (red == ACCEL_RED_MAX)
+			acc = v > acc ? v : acc;
+		else if (red == ACCEL_RED_MIN)
+			acc = v < acc ? v : acc;
+		else
+			acc += v;
+	}
+	if (red != ACCEL_RED_AVG)
+		return acc;
+	if (dt == ACCEL_DTYPE_I32 || dt == ACCEL_DTYPE_I64)
+		return (double)((int64_t)acc / g_world);
+	if (dt == ACCEL_DTYPE_F64)
+		return acc / g_world;
+	return (double)((float)acc / (float)g_world);
+}
+
+/* Compare n elements of got with exp (both of dtype dt) bit for bit. */
+static int same(const char *what, const void *got, const void *exp, uint32_t dt, uint64_t n)
+{
+	size_t es = dsize(dt);
+	for (uint64_t i = 0; i < n; i++) {
+		if (memcmp((const char *)got + i * es, (const char *)exp + i * es, es)) {
+			CHECK(0, "%s: element %llu is %g, expected %g", what, (unsigned long long)i,
+			      get(got, dt, i), get(exp, dt, i));
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static accel_view view(uint32_t dt, void *data, uint64_t n)
+{
+	accel_view v = {sizeof(accel_view), dt, ACCEL_DEVICE_CPU, 0, data, n};
+	return v;
+}
+
+/* Wait for *preq (read after the issuing call in `rc` has run). */
+static int run_wait(inst *in, int rc, accel_comm_req **preq, const char *what)
+{
+	if (rc != ACCEL_OK) {
+		CHECK(0, "%s: issue failed (%d): %s", what, rc, in->h.err);
+		return rc;
+	}
+	rc = B->wait(in->st, *preq);
+	CHECK(rc == ACCEL_OK, "%s: wait failed (%d): %s", what, rc, in->h.err);
+	return rc;
+}
+
+/* ---- every op x dtype x reduction ----------------------------------------------- */
+
+static void check_allreduce(inst *in, uint32_t dt, uint32_t red, uint64_t n, int in_place)
+{
+	size_t es = dsize(dt);
+	char what[160];
+	snprintf(what, sizeof(what), "allreduce %s %s n=%llu %s", dname(dt), k_red_names[red],
+	         (unsigned long long)n, in_place ? "in place" : "out of place");
+	char *send = malloc(n * es + 1), *recv = malloc(n * es + 1), *exp = malloc(n * es + 1);
+	for (uint64_t i = 0; i < n; i++) {
+		put(send, dt, i, val(g_rank, i, dt));
+		put(exp, dt, i, ref_reduce(i, dt, red));
+	}
+	memset(recv, 0x5a, n * es);
+	accel_view s = view(dt, send, n), r = view(dt, in_place ? send : recv, n);
+	accel_comm_req *req = NULL;
+	clear_err(in);
+	if (run_wait(in, B->allreduce(in->st, &s, &r, red, &req), &req, what) == ACCEL_OK)
+		same(what, in_place ? send : recv, exp, dt, n);
+	free(send);
+	free(recv);
+	free(exp);
+}
+
+static void check_reduce_scatter(inst *in, uint32_t dt, uint32_t red, uint64_t n, int in_place)
+{
+	size_t es = dsize(dt);
+	uint64_t total = n * (uint64_t)g_world;
+	char what[160];
+	snprintf(what, sizeof(what), "reduce_scatter %s %s n=%llu %s", dname(dt),
+	         k_red_names[red], (unsigned long long)n, in_place ? "in place" : "out of place");
+	char *send = malloc(total * es + 1), *recv = malloc(n * es + 1), *exp = malloc(n * es + 1);
+	for (uint64_t i = 0; i < total; i++)
+		put(send, dt, i, val(g_rank, i, dt));
+	for (uint64_t i = 0; i < n; i++)
+		put(exp, dt, i, ref_reduce((uint64_t)g_rank * n + i, dt, red));
+	accel_view s = view(dt, send, total), r = view(dt, in_place ? send : recv, n);
+	accel_comm_req *req = NULL;
+	clear_err(in);
+	if (run_wait(in, B->reduce_scatter(in->st, &s, &r, red, &req), &req, what) == ACCEL_OK)
+		same(what, in_place ? send : recv, exp, dt, n);
+	free(send);
+	free(recv);
+	free(exp);
+}
+
+static void check_allgather(inst *in, uint32_t dt, uint64_t n, int in_place)
+{
+	size_t es = dsize(dt);
+	uint64_t total = n * (uint64_t)g_world;
+	char what[160];
+	snprintf(what, sizeof(what), "allgather %s n=%llu %s", dname(dt), (unsigned long long)n,
+	         in_place ? "in place" : "out of place");
+	char *send = malloc(n * es + 1), *recv = malloc(total * es + 1), *exp = malloc(total * es + 1);
+	for (uint64_t i = 0; i < n; i++) {
+		put(send, dt, i, val(g_rank, i, dt));
+		put(recv, dt, i, val(g_rank, i, dt));  /* in place: own block first */
+	}
+	for (int r = 0; r < g_world; r++)
+		for (uint64_t i = 0; i < n; i++)
+			put(exp, dt, (uint64_t)r * n + i, val(r, i, dt));
+	accel_view s = view(dt, in_place ? recv : send, n), r = view(dt, recv, total);
+	accel_comm_req *req = NULL;
+	clear_err(in);
+	if (run_wait(in, B->allgather(in->st, &s, &r, &req), &req, what) == ACCEL_OK)
+		same(what, recv, exp, dt, total);
+	free(send);
+	free(recv);
+	free(exp);
+}
+
+static void check_broadcast(inst *in, uint32_t dt, uint64_t n, int root)
+{
+	size_t es = dsize(dt);
+	char what[160];
+	snprintf(what, sizeof(what), "broadcast %s n=%llu root=%d", dname(dt),
+	         (unsigned long long)n, root);
+	char *buf = malloc(n * es + 1), *exp = malloc(n * es + 1);
+	for (uint64_t i = 0; i < n; i++) {
+		put(buf, dt, i, val(g_rank, i, dt));
+		put(exp, dt, i, val(root, i, dt));
+	}
+	accel_view b = view(dt, buf, n);
+	accel_comm_req *req = NULL;
+	clear_err(in);
+	if (run_wait(in, B->broadcast(in->st, &b, root, &req), &req, what) == ACCEL_OK)
+		same(what, buf, exp, dt, n);
+	free(buf);
+	free(exp);
+}
+
+static void check_all_ops(inst *in, const uint64_t *counts, size_t n_counts)
+{
+	for (size_t c = 0; c < n_counts; c++) {
+		uint64_t n = counts[c];
+		for (size_t d = 0; d < sizeof(k_red_dtypes) / sizeof(k_red_dtypes[0]); d++)
+			for (uint32_t red = 0; red < 4; red++)
+				for (int ip = 0; ip < 2; ip++) {
+					check_allreduce(in, k_red_dtypes[d], red, n, ip);
+					check_reduce_scatter(in, k_red_dtypes[d], red, n, ip);
+				}
+		for (size_t d = 0; d < sizeof(k_all_dtypes) / sizeof(k_all_dtypes[0]); d++) {
+			for (int ip = 0; ip < 2; ip++)
+				check_allgather(in, k_all_dtypes[d], n, ip);
+			check_broadcast(in, k_all_dtypes[d], n, 0);
+			check_broadcast(in, k_all_dtypes[d], n, g_world - 1);
+		}
+	}
+	accel_comm_req *req = NULL;
+	clear_err(in);
+	run_wait(in, B->barrier(in->st, &req), &req, "barrier");
+}
+
+/* Several ops in flight at once, polled with test() and waited in reverse
+ * order (a request's completion must not depend on the order of waits). */
+static void check_async(inst *in)
+{
+	enum { N = 4099 };
+	float *a = malloc(N * sizeof(float)), *ea = malloc(N * sizeof(float));
+	double *rs_in = malloc((size_t)N * g_world * sizeof(double)), *rs_out = malloc(N * sizeof(double));
+	int32_t *ag_in = malloc(N * sizeof(int32_t)), *ag_out = malloc((size_t)N * g_world * sizeof(int32_t));
+	uint16_t *bc = malloc(N * sizeof(uint16_t));
+	for (uint64_t i = 0; i < N; i++) {
+		a[i] = (float)val(g_rank, i, ACCEL_DTYPE_F32);
+		ea[i] = (float)ref_reduce(i, ACCEL_DTYPE_F32, ACCEL_RED_SUM);
+		ag_in[i] = (int32_t)val(g_rank, i, ACCEL_DTYPE_I32);
+		bc[i] = accel_f32_to_bf16((float)val(g_rank, i, ACCEL_DTYPE_BF16));
+	}
+	for (uint64_t i = 0; i < (uint64_t)N * g_world; i++)
+		rs_in[i] = val(g_rank, i, ACCEL_DTYPE_F64);
+	accel_view va = view(ACCEL_DTYPE_F32, a, N);
+	accel_view vrs_in = view(ACCEL_DTYPE_F64, rs_in, (uint64_t)N * g_world),
+	           vrs_out = view(ACCEL_DTYPE_F64, rs_out, N);
+	accel_view vag_in = view(ACCEL_DTYPE_I32, ag_in, N),
+	           vag_out = view(ACCEL_DTYPE_I32, ag_out, (uint64_t)N * g_world);
+	accel_view vbc = view(ACCEL_DTYPE_BF16, bc, N);
+	accel_comm_req *req[5] = {0};
+	clear_err(in);
+	int rc = B->allreduce(in->st, &va, &va, ACCEL_RED_SUM, &req[0]);
+	rc |= B->reduce_scatter(in->st, &vrs_in, &vrs_out, ACCEL_RED_MAX, &req[1]);
+	rc |= B->allgather(in->st, &vag_in, &vag_out, &req[2]);
+	rc |= B->broadcast(in->st, &vbc, g_world - 1, &req[3]);
+	rc |= B->barrier(in->st, &req[4]);
+	CHECK(rc == ACCEL_OK, "async: issuing failed: %s", in->h.err);
+	if (rc != ACCEL_OK)
+		return;
+	int32_t done = 0;
+	for (int spin = 0; spin < 200000 && !done; spin++) {
+		rc = B->test(in->st, req[4], &done);
+		CHECK(rc == ACCEL_OK, "async: test failed: %s", in->h.err);
+		if (rc)
+			break;
+		if (!done)
+			usleep(50);
+	}
+	CHECK(done == 1, "async: the barrier never tested done");
+	for (int k = 4; k >= 0; k--)
+		CHECK(B->wait(in->st, req[k]) == ACCEL_OK, "async: wait %d failed: %s", k, in->h.err);
+	same("async allreduce", a, ea, ACCEL_DTYPE_F32, N);
+	for (uint64_t i = 0; i < N; i++) {
+		double e = ref_reduce((uint64_t)g_rank * N + i, ACCEL_DTYPE_F64, ACCEL_RED_MAX);
+		if (rs_out[i] != e) {
+			CHECK(0, "async reduce_scatter: element %llu is %g, expected %g",
+			      (unsigned long long)i, rs_out[i], e);
+			break;
+		}
+	}
+	for (uint64_t i = 0; i < (uint64_t)N * g_world; i++) {
+		int32_t e = (int32_t)val((int)(i / N), i % N, ACCEL_DTYPE_I32);
+		if (ag_out[i] != e) {
+			CHECK(0, "async allgather: element %llu is %d, expected %d",
+			      (unsigned long long)i, ag_out[i], e);
+			break;
+		}
+	}
+	for (uint64_t i = 0; i < N; i++) {
+		uint16_t e = accel_f32_to_bf16((float)val(g_world - 1, i, ACCEL_DTYPE_BF16));
+		if (bc[i] != e) {
+			CHECK(0, "async broadcast: element %llu differs", (unsigned long long)i);
+			break;
+		}
+	}
+	/* A released request is refused, not a crash. */
+	clear_err(in);
+	rc = B->wait(in->st, req[0]);
+	CHECK(rc == ACCEL_ERR_INVALID_ARG && strstr(in->h.err, "request"),
+	      "wait on a released request: rc %d, '%s'", rc, in->h.err);
+	free(a);
+	free(ea);
+	free(rs_in);
+	free(rs_out);
+	free(ag_in);
+	free(ag_out);
+	free(bc);
+}
+
+/* Bad arguments: a clear error naming the problem, no collective issued
+ * (so no sequence number used: checked by the timeout test's "#1"). */
+static void check_bad_args(inst *in)
+{
+	float a[8] = {0}, b[8] = {0};
+	uint8_t u[8] = {0};
+	accel_comm_req *req = NULL;
+	int rc;
+#define EXPECT(call, code, text)                                                          \
+	do {                                                                              \
+		clear_err(in);                                                            \
+		req = NULL;                                                               \
+		rc = (call);                                                              \
+		CHECK(rc == (code) && strstr(in->h.err, text) && req == NULL,             \
+		      "%s: rc %d (want %d), message '%s' (want '%s')", #call, rc, code,   \
+		      in->h.err, text);                                                   \
+	} while (0)
+	accel_view v8 = view(ACCEL_DTYPE_F32, a, 8), v4 = view(ACCEL_DTYPE_F32, b, 4);
+	accel_view vi = view(ACCEL_DTYPE_I32, b, 8), vu = view(ACCEL_DTYPE_U8, u, 8);
+	EXPECT(B->allreduce(in->st, &v8, &v4, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
+	       "send has 8 elements but recv has 4");
+	EXPECT(B->allreduce(in->st, &v8, &vi, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
+	       "send is f32 but recv is i32");
+	EXPECT(B->allreduce(in->st, &v8, &v8, 9, &req), ACCEL_ERR_INVALID_ARG, "reduction 9");
+	EXPECT(B->allreduce(in->st, &vu, &vu, ACCEL_RED_SUM, &req), ACCEL_ERR_UNSUPPORTED,
+	       "cannot reduce u8");
+	accel_view v3 = view(ACCEL_DTYPE_F32, b, 3);
+	if (g_world > 1)
+		EXPECT(B->reduce_scatter(in->st, &v3, &v3, ACCEL_RED_SUM, &req),
+		       ACCEL_ERR_INVALID_ARG, "world size");
+	EXPECT(B->allgather(in->st, &v8, &v8, &req), ACCEL_ERR_INVALID_ARG,
+	       g_world > 1 ? "world size" : "overlap");
+	EXPECT(B->broadcast(in->st, &v8, g_world, &req), ACCEL_ERR_INVALID_ARG, "root");
+	EXPECT(B->broadcast(in->st, &v8, -1, &req), ACCEL_ERR_INVALID_ARG, "root");
+	accel_view dev = view(ACCEL_DTYPE_F32, a, 8);
+	dev.device = ACCEL_DEVICE_CUDA;
+	EXPECT(B->allreduce(in->st, &dev, &dev, ACCEL_RED_SUM, &req), ACCEL_ERR_UNSUPPORTED,
+	       "host memory only");
+	accel_view part = view(ACCEL_DTYPE_F32, a + 1, 7), whole = view(ACCEL_DTYPE_F32, a, 7);
+	EXPECT(B->allreduce(in->st, &whole, &part, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
+	       "overlap");
+	accel_view nul = view(ACCEL_DTYPE_F32, NULL, 8);
+	EXPECT(B->allreduce(in->st, &nul, &v8, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
+	       "data is NULL");
+	accel_view old = v8;
+	old.struct_size = 8;
+	EXPECT(B->allreduce(in->st, &old, &v8, ACCEL_RED_SUM, &req), ACCEL_ERR_ABI, "struct_size");
+	accel_view bad = view(77, a, 8);
+	EXPECT(B->broadcast(in->st, &bad, 0, &req), ACCEL_ERR_INVALID_ARG, "dtype 77");
+	EXPECT(B->allreduce(in->st, &v8, &v8, ACCEL_RED_SUM, NULL), ACCEL_ERR_INVALID_ARG,
+	       "ret_req");
+	EXPECT(B->wait(in->st, (accel_comm_req *)(void *)&rc), ACCEL_ERR_INVALID_ARG,
+	       "unknown request");
+#undef EXPECT
+}
+
+/* Rank 0 gives up after 300 ms; the others arrive after 1 s.  Rank 0 must
+ * get ACCEL_ERR_TIMEOUT naming the op and its sequence number, then fail
+ * fast; the late ranks must still complete (rank 0's fini drains). */
+static void check_timeout(int progress_thread)
+{
+	inst in;
+	int rc = inst_open(&in, progress_thread, 0, g_rank == 0 ? 300 : 60000, 0);
+	CHECK(rc == ACCEL_OK, "timeout test: init failed: %s", in.h.err);
+	if (rc)
+		return;
+	check_bad_args(&in);
+	enum { N = 1000 };
+	float *x = malloc(N * sizeof(float)), *e = malloc(N * sizeof(float));
+	for (uint64_t i = 0; i < N; i++) {
+		x[i] = (float)val(g_rank, i, ACCEL_DTYPE_F32);
+		e[i] = (float)ref_reduce(i, ACCEL_DTYPE_F32, ACCEL_RED_SUM);
+	}
+	accel_view v = view(ACCEL_DTYPE_F32, x, N);
+	accel_comm_req *req = NULL;
+	clear_err(&in);
+	if (g_rank == 0) {
+		rc = B->allreduce(in.st, &v, &v, ACCEL_RED_SUM, &req);
+		CHECK(rc == ACCEL_OK, "timeout test: issue failed: %s", in.h.err);
+		rc = B->wait(in.st, req);
+		CHECK(rc == ACCEL_ERR_TIMEOUT, "timeout test: wait returned %d, not TIMEOUT", rc);
+		CHECK(strstr(in.h.err, "allreduce #1 (f32, 1000 elements)") &&
+		      strstr(in.h.err, "did not arrive") &&
+		      strstr(in.h.err, "cannot tell which ranks") && strstr(in.h.err, "rank 0"),
+		      "timeout message: '%s'", in.h.err);
+		clear_err(&in);
+		rc = B->allreduce(in.st, &v, &v, ACCEL_RED_SUM, &req);
+		CHECK(rc == ACCEL_ERR_TIMEOUT && strstr(in.h.err, "earlier collective failed") &&
+		      strstr(in.h.err, "#2"),
+		      "fail fast after a timeout: rc %d, '%s'", rc, in.h.err);
+		inst_close(&in);  /* drains the late allreduce */
+	} else {
+		sleep(1);
+		rc = B->allreduce(in.st, &v, &v, ACCEL_RED_SUM, &req);
+		if (run_wait(&in, rc, &req, "late allreduce") == ACCEL_OK)
+			same("late allreduce", x, e, ACCEL_DTYPE_F32, N);
+		inst_close(&in);
+	}
+	free(x);
+	free(e);
+}
+
+static void check_world_mismatch(void)
+{
+	inst in;
+	int rc = inst_open(&in, 1, 0, 10000, g_world + 1);
+	CHECK(rc == ACCEL_ERR_CONFIG && strstr(in.h.err, "mpirun") && in.st == NULL,
+	      "world mismatch: rc %d, '%s'", rc, in.h.err);
+	inst_close(&in);
+}
+
+static void suite_backend(int progress_thread, int64_t chunk)
+{
+	inst in;
+	int rc = inst_open(&in, progress_thread, chunk, 60000, 0);
+	CHECK(rc == ACCEL_OK, "init (progress_thread=%d chunk=%lld) failed: %s", progress_thread,
+	      (long long)chunk, in.h.err);
+	if (rc)
+		return;
+	static const uint64_t small[] = {0, 1, 7, 1000};
+	static const uint64_t chunked[] = {1, 23, 1000};
+	if (chunk > 0)
+		check_all_ops(&in, chunked, 3);
+	else
+		check_all_ops(&in, small, 4);
+	check_async(&in);
+	if (chunk == 0) {
+		/* One large message (past the eager limits). */
+		check_allreduce(&in, ACCEL_DTYPE_F32, ACCEL_RED_SUM, 1u << 20, 0);
+		check_allreduce(&in, ACCEL_DTYPE_BF16, ACCEL_RED_AVG, 1u << 19, 1);
+		check_allgather(&in, ACCEL_DTYPE_F32, 1u << 18, 1);
+		check_reduce_scatter(&in, ACCEL_DTYPE_F16, ACCEL_RED_MAX, 1u << 18, 0);
+	}
+	inst_close(&in);
+}
+
+/* ---- through libaccel's public API -------------------------------------------------- */
+
+#ifdef ACCEL_TEST_MPI_CORE
+static void suite_core(void)
+{
+	/* Uses the core when it can create a context with backend "mpi";
+	 * otherwise says so (the backend suites above already ran). */
+	static const char *const sets[] = {"backend=mpi", NULL};
+	accel_opts o = {.struct_size = sizeof(o), .sets = sets, .skip_env = 0};
+	accel_ctx *ctx = NULL;
+	int rc = accel_ctx_new(&o, &ctx);
+	if (rc != ACCEL_OK) {
+		if (g_rank == 0)
+			printf("core: accel_ctx_new with backend=mpi failed (%s: %s); public-API "
+			       "checks not run\n", accel_status_str(rc), ctx ? accel_errmsg(ctx) : "");
+		accel_ctx_free(ctx);
+		return;
+	}
+	CHECK(accel_rank(ctx) == g_rank && accel_world_size(ctx) == g_world,
+	      "core: rank/world %d/%d, MPI says %d/%d", accel_rank(ctx), accel_world_size(ctx),
+	      g_rank, g_world);
+	enum { N = 777 };
+	for (size_t d = 0; d < sizeof(k_red_dtypes) / sizeof(k_red_dtypes[0]); d++) {
+		uint32_t dt = k_red_dtypes[d];
+		size_t es = dsize(dt);
+		for (uint32_t red = 0; red < 4; red++) {
+			char *s = malloc(N * es * g_world), *r = malloc(N * es * g_world),
+			     *e = malloc(N * es * g_world);
+			char what[96];
+			for (uint64_t i = 0; i < N; i++) {
+				put(s, dt, i, val(g_rank, i, dt));
+				put(e, dt, i, ref_reduce(i, dt, red));
+			}
+			snprintf(what, sizeof(what), "core allreduce %s %s", dname(dt), k_red_names[red]);
+			rc = accel_allreduce(ctx, s, r, N, dt, red);
+			CHECK(rc == ACCEL_OK, "%s: %s", what, accel_errmsg(ctx));
+			if (rc == ACCEL_OK)
+				same(what, r, e, dt, N);
+			for (uint64_t i = 0; i < (uint64_t)N * g_world; i++)
+				put(s, dt, i, val(g_rank, i, dt));
+			for (uint64_t i = 0; i < N; i++)
+				put(e, dt, i, ref_reduce((uint64_t)g_rank * N + i, dt, red));
+			snprintf(what, sizeof(what), "core reduce_scatter %s %s", dname(dt),
+			         k_red_names[red]);
+			rc = accel_reduce_scatter(ctx, s, r, N, dt, red);
+			CHECK(rc == ACCEL_OK, "%s: %s", what, accel_errmsg(ctx));
+			if (rc == ACCEL_OK)
+				same(what, r, e, dt, N);
+			free(s);
+			free(r);
+			free(e);
+		}
+	}
+	for (size_t d = 0; d < sizeof(k_all_dtypes) / sizeof(k_all_dtypes[0]); d++) {
+		uint32_t dt = k_all_dtypes[d];
+		size_t es = dsize(dt);
+		char *s = malloc(N * es), *r = malloc(N * es * g_world), *e = malloc(N * es * g_world);
+		for (uint64_t i = 0; i < N; i++)
+			put(s, dt, i, val(g_rank, i, dt));
+		for (int q = 0; q < g_world; q++)
+			for (uint64_t i = 0; i < N; i++)
+				put(e, dt, (uint64_t)q * N + i, val(q, i, dt));
+		rc = accel_allgather(ctx, s, r, N, dt);
+		CHECK(rc == ACCEL_OK, "core allgather %s: %s", dname(dt), accel_errmsg(ctx));
+		if (rc == ACCEL_OK)
+			same("core allgather", r, e, dt, (uint64_t)N * g_world);
+		for (uint64_t i = 0; i < N; i++)
+			put(e, dt, i, val(g_world - 1, i, dt));
+		rc = accel_broadcast(ctx, s, N, dt, g_world - 1);
+		CHECK(rc == ACCEL_OK, "core broadcast %s: %s", dname(dt), accel_errmsg(ctx));
+		if (rc == ACCEL_OK)
+			same("core broadcast", s, e, dt, N);
+		free(s);
+		free(r);
+		free(e);
+	}
+	CHECK(accel_wait_for_everyone(ctx) == ACCEL_OK, "core barrier: %s", accel_errmsg(ctx));
+	if (g_rank == 0)
+		printf("core: public collectives through backend mpi checked\n");
+	accel_ctx_free(ctx);
+}
+#else
+static void suite_core(void)
+{
+	if (g_rank == 0)
+		printf("core: public-API checks not built (libaccel has no collectives yet)\n");
+}
+#endif
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+static int finish(void)
+{
+	int total = 0;
+	MPI_Allreduce(&g_failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	if (g_rank == 0)
+		printf("%s: %d failed check(s) over %d ranks\n", total ? "FAIL" : "PASS", total,
+		       g_world);
+	return total ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "";
+	int rc, level = 0;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	B = NULL;
+	if (!strcmp(mode, "--own-init")) {
+		/* The backend initializes MPI; learn rank/world from the launcher's
+		 * environment as the core does. */
+		const char *r = getenv("OMPI_COMM_WORLD_RANK"), *w = getenv("OMPI_COMM_WORLD_SIZE");
+		g_rank = r ? atoi(r) : 0;
+		g_world = w ? atoi(w) : 1;
+		B = load_backend();
+		if (!B)
+			return 1;
+		int ini = 1;
+		MPI_Initialized(&ini);
+		CHECK(ini == 0, "MPI initialized before the backend");
+		for (int k = 0; k < 2; k++) {
+			inst in;
+			rc = inst_open(&in, 1, 0, 60000, 0);
+			CHECK(rc == ACCEL_OK, "own-init instance %d: %s", k, in.h.err);
+			if (rc)
+				return 1;
+			CHECK(strstr(in.h.log, "MPI_THREAD_MULTIPLE, progress thread") != NULL,
+			      "own-init: expected the progress thread at MPI_THREAD_MULTIPLE; log: %s",
+			      in.h.log);
+			check_allreduce(&in, ACCEL_DTYPE_BF16, ACCEL_RED_SUM, 4096, 0);
+			check_allgather(&in, ACCEL_DTYPE_I64, 333, 1);
+			inst_close(&in);
+			int fin = 1;
+			MPI_Finalized(&fin);
+			CHECK(fin == 0, "MPI finalized by fini(); it must stay up for later contexts");
+		}
+		/* finalized at exit by the backend: mpirun fails the job otherwise */
+		return finish();
+	}
+
+	if (!strcmp(mode, "--init-single"))
+		rc = MPI_Init(&argc, &argv);
+	else
+		rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
+	if (rc != MPI_SUCCESS)
+		return 1;
+	MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+	B = load_backend();
+	if (!B) {
+		MPI_Abort(MPI_COMM_WORLD, 1);
+		return 1;
+	}
+	CHECK(B->probe && B->probe(&g_host_table, NULL) == 1,
+	      "probe: not detected as started by an MPI launcher");
+
+	if (!strcmp(mode, "--init-single")) {
+		MPI_Query_thread(&level);
+		inst in;
+		rc = inst_open(&in, 1, 0, 60000, 0);
+		CHECK(rc == ACCEL_OK, "init-single: %s", in.h.err);
+		if (rc == ACCEL_OK) {
+			if (level != MPI_THREAD_MULTIPLE)
+				CHECK(strstr(in.h.log, "progress inside test/wait") != NULL,
+				      "init-single: expected the no-thread fallback; log: %s", in.h.log);
+			static const uint64_t counts[] = {5, 1000};
+			check_all_ops(&in, counts, 2);
+			check_async(&in);
+			inst_close(&in);
+		}
+	} else {
+		if (level != MPI_THREAD_MULTIPLE && g_rank == 0)
+			printf("note: MPI gave %d, not MPI_THREAD_MULTIPLE\n", level);
+		for (int pt = 1; pt >= 0 && !getenv("ACCEL_TEST_QUICK"); pt--) {
+			suite_backend(pt, 0);
+			suite_backend(pt, 5);   /* every op split into 5-element MPI calls */
+			if (g_rank == 0)
+				printf("backend checks (progress_thread=%d) done\n", pt);
+		}
+		check_world_mismatch();
+		check_timeout(1);
+		check_timeout(0);
+		if (g_rank == 0)
+			printf("failure-path checks done\n");
+		suite_core();
+	}
+	rc = finish();
+	MPI_Finalize();
+	return rc;
+}
