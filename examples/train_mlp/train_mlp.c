@@ -1,0 +1,599 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * examples/train_mlp/train_mlp.c: train an MLP classifier on a synthetic
+ * data set with accel.  The same program runs on one process or on N
+ * (`accel launch -n N -- train_mlp ...`); with the same flags it computes the
+ * same model up to floating-point reassociation, because:
+ *   - --batch-size is the GLOBAL batch: the sampler (split_batches) gives
+ *     rank r the r-th contiguous slice of each global batch of B samples;
+ *   - each rank's loss is the mean over its B/N samples, and accel averages
+ *     the gradients over ranks, which is the gradient of the mean over B;
+ *   - initial values come from accel's seeded per-parameter generator,
+ *     which does not depend on the world size.
+ *
+ * The model math (forward/backward of one layer, loss) is in mlp.c; this
+ * file is the training loop and the command line.  See examples/README.md.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <accel/accel.h>
+
+#include "blas.h"
+#include "mlp.h"
+#include "st_write.h"
+
+typedef struct options {
+	long steps;
+	long batch;
+	double lr;              /* < 0: from the configuration */
+	int hidden, layers;
+	long long seed;         /* < 0: from the configuration (`seed`) */
+	long samples, test_samples;
+	int inputs, classes, modes;
+	double sep, noise;
+	int no_shuffle;
+	int log_every;
+	const char *save_init;
+	const char *save_final;
+	const char *config;
+	const char *metrics;
+	const char *sets[34];
+	int n_sets;
+} options;
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: train_mlp [options]\n"
+	        "Train an MLP classifier on a synthetic data set with accel; run it directly or\n"
+	        "under `accel launch -n N --`.\n"
+	        "  --steps N          optimizer steps (default 300)\n"
+	        "  --batch-size B     global batch, split evenly over the processes (default 128)\n"
+	        "  --lr X             learning rate (sets optimizer.params.lr; default: the config)\n"
+	        "  --hidden H         hidden layer width (default 1024)\n"
+	        "  --layers L         hidden layers; fc0..fc{L}, fc{L} is the output layer (default 2)\n"
+	        "  --seed S           seed of the data, the initial weights and the shuffling\n"
+	        "                     (sets the config key `seed`; default: the config's, 42)\n"
+	        "  --samples N        training samples (default 8192)\n"
+	        "  --test-samples N   held-out samples for the final accuracy (default 2048)\n"
+	        "  --inputs D         input dimension (default 784)\n"
+	        "  --classes C        classes (default 10)\n"
+	        "  --no-shuffle       global batch k is samples k*B .. (k+1)*B-1 (mod N)\n"
+	        "  --log-every N      progress line every N steps (default 25)\n"
+	        "  --save-init DIR    write DIR/init.safetensors (initial parameters) and\n"
+	        "                     DIR/data.safetensors (x [N,D] f32, y [N] i64)\n"
+	        "  --save-final FILE  write the trained parameters to FILE (safetensors)\n"
+	        "  --metrics FILE     also write the progress as JSON lines to FILE ('-': stdout)\n"
+	        "  --config FILE      accel configuration (default: ACCEL_CONFIG, ./accel.json, ...)\n"
+	        "  --set KEY=VALUE    override a configuration key (repeatable)\n");
+}
+
+static int parse_long(const char *flag, const char *v, long lo, long hi, long *ret)
+{
+	char *end;
+	errno = 0;
+	long x = v ? strtol(v, &end, 10) : 0;
+	if (!v || errno || *end || end == v || x < lo || x > hi) {
+		fprintf(stderr, "train_mlp: %s needs an integer in [%ld, %ld], got '%s'\n", flag, lo, hi,
+		        v ? v : "(nothing)");
+		return -1;
+	}
+	*ret = x;
+	return 0;
+}
+
+static int parse_double(const char *flag, const char *v, double *ret)
+{
+	char *end;
+	double x = v ? strtod(v, &end) : 0;
+	if (!v || *end || end == v || !(x > 0) || isinf(x)) {
+		fprintf(stderr, "train_mlp: %s needs a positive number, got '%s'\n", flag,
+		        v ? v : "(nothing)");
+		return -1;
+	}
+	*ret = x;
+	return 0;
+}
+
+/* 0 ok, 1 exit successfully (help), -1 usage error. */
+static int parse_args(int argc, char **argv, options *o)
+{
+	*o = (options){.steps = 300, .batch = 128, .lr = -1, .hidden = 1024, .layers = 2,
+	               .seed = -1, .samples = 8192, .test_samples = 2048, .inputs = 784,
+	               .classes = 10, .modes = 2, .sep = 6.0, .noise = 1.0, .log_every = 25};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		long x;
+		int r = 0;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 1;
+		} else if (!strcmp(a, "--no-shuffle")) {
+			o->no_shuffle = 1;
+			continue;
+		} else if (!strcmp(a, "--steps")) {
+			r = parse_long(a, v, 1, 100000000, &o->steps);
+		} else if (!strcmp(a, "--batch-size")) {
+			r = parse_long(a, v, 1, 1 << 20, &o->batch);
+		} else if (!strcmp(a, "--lr")) {
+			r = parse_double(a, v, &o->lr);
+		} else if (!strcmp(a, "--hidden")) {
+			r = parse_long(a, v, 1, 1 << 16, &x);
+			o->hidden = (int)x;
+		} else if (!strcmp(a, "--layers")) {
+			r = parse_long(a, v, 0, MLP_MAX_LAYERS - 1, &x);
+			o->layers = (int)x;
+		} else if (!strcmp(a, "--seed")) {
+			r = parse_long(a, v, 0, INT32_MAX, &x);
+			o->seed = x;
+		} else if (!strcmp(a, "--samples")) {
+			r = parse_long(a, v, 1, 1L << 30, &o->samples);
+		} else if (!strcmp(a, "--test-samples")) {
+			r = parse_long(a, v, 0, 1L << 30, &o->test_samples);
+		} else if (!strcmp(a, "--inputs")) {
+			r = parse_long(a, v, 1, 1 << 20, &x);
+			o->inputs = (int)x;
+		} else if (!strcmp(a, "--classes")) {
+			r = parse_long(a, v, 2, 1 << 16, &x);
+			o->classes = (int)x;
+		} else if (!strcmp(a, "--log-every")) {
+			r = parse_long(a, v, 1, 1L << 30, &x);
+			o->log_every = (int)x;
+		} else if (!strcmp(a, "--save-init") && v) {
+			o->save_init = v;
+		} else if (!strcmp(a, "--save-final") && v) {
+			o->save_final = v;
+		} else if (!strcmp(a, "--metrics") && v) {
+			o->metrics = v;
+		} else if (!strcmp(a, "--config") && v) {
+			o->config = v;
+		} else if (!strcmp(a, "--set") && v && strchr(v, '=')) {
+			if (o->n_sets >= 32) {
+				fprintf(stderr, "train_mlp: at most 32 --set options\n");
+				return -1;
+			}
+			o->sets[o->n_sets++] = v;
+		} else {
+			fprintf(stderr, "train_mlp: unknown option or missing value: '%s' (see --help)\n", a);
+			return -1;
+		}
+		if (r)
+			return -1;
+		i++;
+	}
+	return 0;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The program's state: the model as registered with accel, and buffers. */
+typedef struct trainer {
+	accel_ctx *ctx;
+	mlp_shape shape;
+	mlp_work work;
+	uint32_t unit[MLP_MAX_LAYERS];     /* accel unit of fc{l}         */
+	uint32_t weight[MLP_MAX_LAYERS];   /* accel parameter indices     */
+	uint32_t bias[MLP_MAX_LAYERS];
+	float *xb;                         /* this rank's batch inputs    */
+	int64_t *yb;
+	int64_t *idx;
+} trainer;
+
+/* Report an accel failure with what we were doing; returns -1. */
+static int fail(const trainer *t, const char *what, int rc)
+{
+	fprintf(stderr, "train_mlp: %s: %s (%s)\n", what,
+	        t->ctx && *accel_errmsg(t->ctx) ? accel_errmsg(t->ctx) : "no message",
+	        accel_status_str(rc));
+	return -1;
+}
+
+static int register_model(trainer *t)
+{
+	char name[64], pname[80];
+	int rc;
+	for (int l = 0; l < t->shape.n_layers; l++) {
+		int64_t in = t->shape.dims[l], out = t->shape.dims[l + 1];
+		int64_t wshape[2] = {out, in}, bshape[1] = {out};
+		/* torch.nn.Linear's default: U(-1/sqrt(in), 1/sqrt(in)) for both. */
+		double k = 1.0 / sqrt((double)in);
+		accel_init init = accel_init_uniform(-k, k);
+		snprintf(name, sizeof(name), "fc%d", l);
+		snprintf(pname, sizeof(pname), "fc%d.weight", l);
+		if ((rc = accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 2, wshape, &init,
+		                                &t->weight[l])))
+			return fail(t, "registering the model", rc);
+		snprintf(pname, sizeof(pname), "fc%d.bias", l);
+		if ((rc = accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 1, bshape, &init,
+		                                &t->bias[l])))
+			return fail(t, "registering the model", rc);
+		if ((rc = accel_model_find_unit(t->ctx, name, &t->unit[l])))
+			return fail(t, "looking up a unit", rc);
+	}
+	return 0;
+}
+
+/* Forward through every unit on n samples in t->work.act[0]. */
+static int forward(trainer *t, int n)
+{
+	int rc;
+	for (int l = 0; l < t->shape.n_layers; l++) {
+		if ((rc = accel_unit_pre_forward(t->ctx, t->unit[l])))
+			return fail(t, "pre-forward hook", rc);
+		const float *W = accel_param_data(t->ctx, t->weight[l]);
+		const float *b = accel_param_data(t->ctx, t->bias[l]);
+		if (!W || !b)
+			return fail(t, "parameters not available in forward", ACCEL_ERR_STATE);
+		if (n > 0)
+			mlp_forward_layer(&t->shape, &t->work, l, W, b, n);
+		if ((rc = accel_unit_post_forward(t->ctx, t->unit[l])))
+			return fail(t, "post-forward hook", rc);
+	}
+	return 0;
+}
+
+static int backward(trainer *t, int n)
+{
+	int rc;
+	for (int l = t->shape.n_layers - 1; l >= 0; l--) {
+		if ((rc = accel_unit_pre_backward(t->ctx, t->unit[l])))
+			return fail(t, "pre-backward hook", rc);
+		const float *W = accel_param_data(t->ctx, t->weight[l]);
+		float *dW = accel_param_grad(t->ctx, t->weight[l]);
+		float *db = accel_param_grad(t->ctx, t->bias[l]);
+		if (!W || !dW || !db)
+			return fail(t, "gradients not available in backward", ACCEL_ERR_STATE);
+		mlp_backward_layer(&t->shape, &t->work, l, W, dW, db, n);
+		if ((rc = accel_unit_post_backward(t->ctx, t->unit[l])))
+			return fail(t, "post-backward hook", rc);
+	}
+	return 0;
+}
+
+static void load_batch(trainer *t, const mlp_data *d, const int64_t *idx, int n)
+{
+	for (int i = 0; i < n; i++) {
+		memcpy(t->xb + (size_t)i * d->dim, d->x + (size_t)idx[i] * d->dim,
+		       (size_t)d->dim * sizeof(float));
+		t->yb[i] = d->y[idx[i]];
+	}
+	t->work.act[0] = t->xb;
+}
+
+/* Loss and accuracy over a data set, split evenly over the ranks in
+ * contiguous slices; sums are reduced so every rank gets the totals. */
+static int evaluate(trainer *t, const mlp_data *d, double *ret_loss, double *ret_acc)
+{
+	int rank = accel_rank(t->ctx), world = accel_world_size(t->ctx);
+	int64_t lo = d->n * rank / world, hi = d->n * (rank + 1) / world;
+	double sums[2] = {0, 0};     /* loss, correct */
+	int rc;
+	for (int64_t i = lo; i < hi; i += t->work.cap) {
+		int n = (int)(hi - i < t->work.cap ? hi - i : t->work.cap);
+		t->work.act[0] = d->x + (size_t)i * d->dim;
+		if (forward(t, n))
+			return -1;
+		int correct;
+		sums[0] += mlp_eval_loss(&t->shape, &t->work, d->y + i, n, &correct);
+		sums[1] += correct;
+	}
+	/* Every rank makes the same number of collective calls whatever its
+	 * slice: the hooks above may be collectives under sharded strategies,
+	 * so ranks with fewer batches join with empty ones. */
+	int64_t max_slice = (d->n + world - 1) / world;
+	int64_t max_batches = (max_slice + t->work.cap - 1) / t->work.cap;
+	int64_t mine = (hi - lo + t->work.cap - 1) / t->work.cap;
+	for (int64_t k = mine; k < max_batches; k++)
+		if (forward(t, 0))
+			return -1;
+	if ((rc = accel_allreduce(t->ctx, sums, sums, 2, ACCEL_DTYPE_F64, ACCEL_RED_SUM)))
+		return fail(t, "reducing evaluation results", rc);
+	*ret_loss = sums[0] / (double)d->n;
+	*ret_acc = sums[1] / (double)d->n;
+	return 0;
+}
+
+/* Full parameters to a safetensors file, written by the main process.  The
+ * unit hooks make sharded strategies gather each unit's parameters. */
+static int save_params(trainer *t, const char *path, const char *const *meta, int n_meta)
+{
+	int main_proc = accel_is_main(t->ctx), rc, ret = -1, n = 2 * t->shape.n_layers;
+	st_tensor *ts = calloc((size_t)n, sizeof(*ts));
+	float **copies = calloc((size_t)n, sizeof(*copies));
+	char (*names)[32] = calloc((size_t)n, sizeof(*names));
+	char err[512];
+	if (!ts || !copies || !names) {
+		fprintf(stderr, "train_mlp: out of memory\n");
+		goto out;
+	}
+	for (int l = 0; l < t->shape.n_layers; l++) {
+		if ((rc = accel_unit_pre_forward(t->ctx, t->unit[l]))) {
+			fail(t, "gathering parameters", rc);
+			goto out;
+		}
+		for (int j = 0; j < 2 && main_proc; j++) {
+			uint32_t p = j ? t->bias[l] : t->weight[l];
+			int k = 2 * l + j;
+			size_t numel = (size_t)accel_param_numel(t->ctx, p);
+			const float *src = accel_param_data(t->ctx, p);
+			copies[k] = malloc(numel * sizeof(float));
+			if (!src || !copies[k]) {
+				fprintf(stderr, "train_mlp: %s: cannot copy %s\n", path,
+				        accel_param_name(t->ctx, p));
+				accel_unit_post_forward(t->ctx, t->unit[l]);
+				goto out;
+			}
+			memcpy(copies[k], src, numel * sizeof(float));
+			snprintf(names[k], sizeof(names[k]), "%s", accel_param_name(t->ctx, p));
+			ts[k] = (st_tensor){.name = names[k], .dtype = "F32", .data = copies[k],
+			                    .nbytes = numel * sizeof(float)};
+			if (j == 0) {
+				ts[k].ndim = 2;
+				ts[k].shape[0] = t->shape.dims[l + 1];
+				ts[k].shape[1] = t->shape.dims[l];
+			} else {
+				ts[k].ndim = 1;
+				ts[k].shape[0] = t->shape.dims[l + 1];
+			}
+		}
+		if ((rc = accel_unit_post_forward(t->ctx, t->unit[l]))) {
+			fail(t, "releasing parameters", rc);
+			goto out;
+		}
+	}
+	if (main_proc && st_write(path, ts, n, meta, n_meta, err, sizeof(err))) {
+		fprintf(stderr, "train_mlp: %s\n", err);
+		goto out;
+	}
+	ret = 0;
+out:
+	for (int k = 0; copies && k < n; k++)
+		free(copies[k]);
+	free(copies);
+	free(ts);
+	free(names);
+	return ret;
+}
+
+static int save_data(const char *dir, const mlp_data *d, const char *const *meta, int n_meta)
+{
+	char path[4096], err[512];
+	snprintf(path, sizeof(path), "%s/data.safetensors", dir);
+	/* i64 first so both tensors stay aligned to their element size. */
+	st_tensor ts[2] = {
+		{.name = "y", .dtype = "I64", .ndim = 1, .shape = {d->n}, .data = d->y,
+		 .nbytes = (size_t)d->n * sizeof(int64_t)},
+		{.name = "x", .dtype = "F32", .ndim = 2, .shape = {d->n, d->dim}, .data = d->x,
+		 .nbytes = (size_t)d->n * (size_t)d->dim * sizeof(float)},
+	};
+	if (st_write(path, ts, 2, meta, n_meta, err, sizeof(err))) {
+		fprintf(stderr, "train_mlp: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
+static int make_dir(const char *dir)
+{
+	if (mkdir(dir, 0777) && errno != EEXIST) {
+		fprintf(stderr, "train_mlp: cannot create directory %s: %s\n", dir, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	options o;
+	trainer t = {0};
+	mlp_data train = {0}, test = {0};
+	accel_sampler *sampler = NULL;
+	int ret = EXIT_FAILURE, rc;
+	char lr_set[64], seed_set[64];
+
+	switch (parse_args(argc, argv, &o)) {
+	case 1: return EXIT_SUCCESS;
+	case -1: return 2;
+	}
+	if (o.lr > 0) {
+		snprintf(lr_set, sizeof(lr_set), "optimizer.params.lr=%.17g", o.lr);
+		o.sets[o.n_sets++] = lr_set;
+	}
+	if (o.seed >= 0) {
+		snprintf(seed_set, sizeof(seed_set), "seed=%lld", o.seed);
+		o.sets[o.n_sets++] = seed_set;
+	}
+	o.sets[o.n_sets] = NULL;
+
+	/* One BLAS thread per process: accel runs one process per core. */
+	blas_single_thread();
+
+	accel_opts ao = {.struct_size = sizeof(ao), .config_path = o.config, .sets = o.sets};
+	if ((rc = accel_ctx_new(&ao, &t.ctx))) {
+		fail(&t, "starting accel", rc);
+		goto out;
+	}
+	int world = accel_world_size(t.ctx);
+	if (o.batch % world) {
+		fprintf(stderr, "train_mlp: --batch-size %ld is not a multiple of the %d processes; "
+		        "each process must get the same number of samples for its mean loss to "
+		        "average to the global mean\n", o.batch, world);
+		goto out;
+	}
+	int64_t seed;
+	if ((rc = accel_config_int(t.ctx, "seed", &seed))) {
+		fail(&t, "reading the configuration key 'seed'", rc);
+		goto out;
+	}
+	if (mlp_shape_init(&t.shape, o.inputs, o.hidden, o.layers, o.classes) ||
+	    mlp_work_init(&t.work, &t.shape, (int)(o.batch / world))) {
+		fprintf(stderr, "train_mlp: out of memory for the model's activations\n");
+		goto out;
+	}
+
+	/* The data: every process makes the same set from the seed. */
+	if (mlp_data_make(&train, 0, o.samples, o.inputs, o.classes, o.modes, o.sep, o.noise,
+	                  (uint64_t)seed) ||
+	    (o.test_samples > 0 &&
+	     mlp_data_make(&test, o.samples, o.test_samples, o.inputs, o.classes, o.modes, o.sep,
+	                   o.noise, (uint64_t)seed))) {
+		fprintf(stderr, "train_mlp: out of memory for the data set\n");
+		goto out;
+	}
+
+	if (register_model(&t))
+		goto out;
+	if ((rc = accel_prepare(t.ctx))) {
+		fail(&t, "accel_prepare", rc);
+		goto out;
+	}
+
+	char dims[256], seedstr[32], stepsstr[32];
+	int dl = 0;
+	for (int l = 0; l <= t.shape.n_layers; l++)
+		dl += snprintf(dims + dl, sizeof(dims) - (size_t)dl, "%s%d", l ? "-" : "",
+		               t.shape.dims[l]);
+	snprintf(seedstr, sizeof(seedstr), "%" PRId64, seed);
+	const char *meta_init[] = {"format", "pt", "producer", "accel train_mlp", "dims", dims,
+	                           "seed", seedstr};
+	if (o.save_init) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/init.safetensors", o.save_init);
+		if (accel_is_main(t.ctx) && make_dir(o.save_init))
+			goto out;
+		if (save_params(&t, path, meta_init, 4))
+			goto out;
+		if (accel_is_main(t.ctx) && save_data(o.save_init, &train, meta_init + 4, 2))
+			goto out;
+		accel_print(t.ctx, "saved %s and %s/data.safetensors\n", path, o.save_init);
+	}
+
+	accel_sampler_opts so;
+	accel_sampler_opts_init(&so);
+	so.n_samples = (uint64_t)o.samples;
+	so.batch_size = (uint64_t)o.batch;
+	so.split_batches = 1;
+	so.shuffle = !o.no_shuffle;
+	if ((rc = accel_sampler_new(t.ctx, &so, &sampler))) {
+		fail(&t, "creating the sampler", rc);
+		goto out;
+	}
+	t.xb = malloc((size_t)t.work.cap * (size_t)o.inputs * sizeof(float));
+	t.yb = malloc((size_t)t.work.cap * sizeof(int64_t));
+	t.idx = malloc((size_t)t.work.cap * sizeof(int64_t));
+	if (!t.xb || !t.yb || !t.idx) {
+		fprintf(stderr, "train_mlp: out of memory\n");
+		goto out;
+	}
+
+	if (o.metrics && (rc = accel_metrics_open(t.ctx, o.metrics))) {
+		fail(&t, "opening the metrics file", rc);
+		goto out;
+	}
+	accel_print(t.ctx, "train_mlp: %s, %d process%s, global batch %ld, %ld samples, "
+	            "BLAS %s, lr %g\n", dims, world, world > 1 ? "es" : "", o.batch, o.samples,
+	            blas_name(), accel_get_lr(t.ctx));
+
+	double t0 = now(), t_log = t0, window[2] = {0, 0};   /* loss sum, steps */
+	long done = 0, micro = 0, logged_at = 0;
+	while (done < o.steps) {
+		uint32_t count;
+		if ((rc = accel_sampler_next(sampler, t.idx, &count))) {
+			fail(&t, "sampler", rc);
+			goto out;
+		}
+		if (count == 0)    /* end of epoch: the sampler moved to the next */
+			continue;
+		load_batch(&t, &train, t.idx, (int)count);
+		if (forward(&t, (int)count))
+			goto out;
+		/* Mean over this rank's slice, times the loss scale of a precision
+		 * plugin (1 without one): dlogits = scale * (p - onehot) / count. */
+		double scale = accel_loss_scale(t.ctx);
+		double loss = mlp_loss(&t.shape, &t.work, t.yb, (int)count, (double)count / scale,
+		                       NULL) / (double)count;
+		if (backward(&t, (int)count))
+			goto out;
+		int sync = accel_sync_gradients(t.ctx);
+		if ((rc = accel_step(t.ctx))) {
+			fail(&t, "accel_step", rc);
+			goto out;
+		}
+		micro++;
+		window[0] += loss;
+		window[1] += 1;
+		if (!sync)
+			continue;
+		done++;
+		if (done % o.log_every == 0 || done == o.steps) {
+			/* The mean of the ranks' means is the global batch mean (equal
+			 * slices). */
+			if ((rc = accel_allreduce(t.ctx, window, window, 2, ACCEL_DTYPE_F64,
+			                          ACCEL_RED_AVG))) {
+				fail(&t, "reducing the loss", rc);
+				goto out;
+			}
+			double tn = now();
+			/* Micro-steps, not optimizer steps: each consumes one global batch. */
+			double sps = (double)(micro - logged_at) * (double)o.batch / (tn - t_log);
+			double mean = window[0] / window[1];
+			accel_print(t.ctx, "step %5ld  loss %.4f  lr %.4g  %.0f samples/s\n", done, mean,
+			            accel_get_lr(t.ctx), sps);
+			if (o.metrics) {
+				const char *keys[] = {"loss", "lr", "samples_per_s"};
+				double vals[] = {mean, accel_get_lr(t.ctx), sps};
+				if ((rc = accel_log_scalars(t.ctx, (uint64_t)done, 3, keys, vals))) {
+					fail(&t, "writing metrics", rc);
+					goto out;
+				}
+			}
+			window[0] = window[1] = 0;
+			t_log = tn;
+			logged_at = micro;
+		}
+	}
+	double elapsed = now() - t0;
+
+	double train_loss, train_acc, test_loss = 0, test_acc = 0;
+	if (evaluate(&t, &train, &train_loss, &train_acc) ||
+	    (test.n && evaluate(&t, &test, &test_loss, &test_acc)))
+		goto out;
+	accel_print(t.ctx, "trained %ld steps in %.1f s (%.0f samples/s)\n", done, elapsed,
+	            (double)done * (double)o.batch / elapsed);
+	accel_print(t.ctx, "train loss %.4f accuracy %.4f\n", train_loss, train_acc);
+	if (test.n)
+		accel_print(t.ctx, "final accuracy %.4f (test loss %.4f, %" PRId64 " held-out samples)\n",
+		            test_acc, test_loss, test.n);
+
+	if (o.save_final) {
+		snprintf(stepsstr, sizeof(stepsstr), "%ld", done);
+		const char *meta_final[] = {"format", "pt", "producer", "accel train_mlp", "dims", dims,
+		                            "seed", seedstr, "steps", stepsstr};
+		if (save_params(&t, o.save_final, meta_final, 5))
+			goto out;
+		accel_print(t.ctx, "saved %s\n", o.save_final);
+	}
+	ret = EXIT_SUCCESS;
+out:
+	sampler = accel_sampler_free(sampler);
+	free(t.xb);
+	free(t.yb);
+	free(t.idx);
+	mlp_work_free(&t.work);
+	mlp_data_free(&train);
+	mlp_data_free(&test);
+	t.ctx = accel_ctx_free(t.ctx);
+	return ret;
+}
