@@ -1,18 +1,38 @@
 /* SPDX-License-Identifier: MIT */
-/* core/loader.h: finding, loading and checking plugins and comm backends.
+/* core/loader.h: finding, loading and checking plugins and comm backends
+ * (private to libaccel and the CLI).
  *
  * Search order: config plugin_dirs, then ACCEL_PLUGIN_PATH (':'-separated),
- * then the install plugindir.  Every regular file named *.so in those
- * directories (not recursive) is a candidate.  Loading is dlopen(RTLD_NOW |
- * RTLD_LOCAL); the entry symbol of the newest supported major is called;
- * descriptor and vtable are checked (struct_size, required slots, name
- * syntax, role).  A file that fails is recorded with its path and a one-line
- * reason and never crashes the process; two modules with one name are an
- * error naming both files.  Handles are never dlclose()d while the loader
- * lives (and not at all, see docs/abi.md). */
+ * then the install plugindir (ACCEL_PLUGINDIR).  Every regular file named
+ * *.so in those directories (not recursive, dot files skipped, by name
+ * within a directory) is a candidate; the same file reached twice (through
+ * two directories or a symlink) is loaded once.
+ *
+ * Loading a candidate: its ELF header is checked first (so a text file or a
+ * truncated copy is reported rather than mapped), then dlopen(RTLD_NOW |
+ * RTLD_LOCAL), then the entry symbol of the newest supported major is
+ * called (accel_plugin_entry_v1 or accel_comm_entry_v1), then descriptor,
+ * vtable and parameter schema are checked.  A file that fails is recorded
+ * as BROKEN with a one-line reason that starts with its path, and never
+ * crashes the process.  Requirements (ACCEL_REQ_*, min_cuda_cc) are
+ * compared with what accel_loader_set_available() said this process
+ * offers; unmet ones make the module UNAVAILABLE.  Plugins and comm
+ * backends have separate name spaces; within one, a second module with a
+ * name already taken is SHADOWED, and looking that name up is an error
+ * naming both files.
+ *
+ * Handles are never dlclose()d, not even by accel_loader_free(): a plugin
+ * (or a library it pulled in, such as NCCL or the CUDA runtime) may have
+ * started threads, registered atexit() handlers or thread-local
+ * destructors, and descriptor strings may still be referenced; unmapping
+ * the code under them would crash at exit.  Loading the same file again
+ * (a second loader) reuses the mapping.  See docs/writing-a-plugin.md.
+ *
+ * A loader is used from one thread at a time. */
 #ifndef ACCEL_CORE_LOADER_H
 #define ACCEL_CORE_LOADER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "accel/comm.h"
@@ -30,54 +50,124 @@ typedef struct accel_loader accel_loader;
 #define ACCEL_MODULE_BROKEN      2  /* could not be loaded; see reason       */
 #define ACCEL_MODULE_SHADOWED    3  /* same name as an earlier module (dup)  */
 
+/* The smallest struct_size the loader accepts for each ABI v1 struct: the
+ * size of the struct as ABI 1.0 defined it.  Every member of 1.0 can thus
+ * be read without a check; members appended by later minors must be
+ * guarded with ACCEL_ABI_HAS(). */
+#define ACCEL_ABI_END(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+#define ACCEL_PLUGIN_V1_MIN_SIZE      ACCEL_ABI_END(accel_plugin_v1, extension)
+#define ACCEL_PLUGIN_DESC_V1_MIN_SIZE ACCEL_ABI_END(accel_plugin_desc_v1, reserved)
+#define ACCEL_PARAM_SCHEMA_V1_MIN_SIZE ACCEL_ABI_END(accel_param_schema_v1, help)
+#define ACCEL_COMM_V1_MIN_SIZE        ACCEL_ABI_END(accel_comm_v1, test)
+#define ACCEL_COMM_DESC_V1_MIN_SIZE   ACCEL_ABI_END(accel_comm_desc_v1, reserved2)
+/* Nonzero when struct pointer `p` (whose type is `type`) was built with a
+ * struct_size that covers `member`. */
+#define ACCEL_ABI_HAS(p, type, member) ((p)->struct_size >= ACCEL_ABI_END(type, member))
+
 typedef struct accel_module {
-	int kind;                         /* ACCEL_MODULE_PLUGIN / _COMM; 0 if broken */
+	int kind;                         /* ACCEL_MODULE_PLUGIN / _COMM; 0 when the
+	                                     file never got as far as an entry     */
 	int status;                       /* ACCEL_MODULE_*                           */
 	int abi_major;                    /* entry major found (0 if none)            */
-	char *path;                       /* absolute path                            */
-	char *reason;                     /* why BROKEN/UNAVAILABLE/SHADOWED, or NULL */
-	const char *name;                 /* from the descriptor (NULL if broken)     */
+	char *path;                       /* absolute path (as found, not resolved)  */
+	char *reason;                     /* why BROKEN/UNAVAILABLE/SHADOWED, one line
+	                                     starting with "<path>: "; NULL when OK  */
+	const char *cause;                /* `reason` without the leading path; NULL
+	                                     when OK                                 */
+	const char *origin;               /* origin of the directory it came from
+	                                     ("plugin_dirs", "ACCEL_PLUGIN_PATH",
+	                                     "install", ...) or "file"               */
+	/* From the descriptor; name is NULL when the descriptor could not be
+	 * read, the other strings are then NULL too.  Strings are borrowed from
+	 * the module (which is never unloaded); summary is "" when the plugin
+	 * gave none. */
+	const char *name;
 	const char *version;
-	const accel_plugin_v1 *plugin;    /* kind == PLUGIN                          */
-	const accel_comm_v1 *comm;        /* kind == COMM                            */
-	void *handle;                     /* dlopen handle                           */
+	const char *summary;
+	uint32_t abi_minor;               /* abi_minor from the vtable               */
+	uint32_t role;                    /* plugins: ACCEL_ROLE_*; comm: 0           */
+	uint32_t caps;                    /* plugins: ACCEL_CAP_*; comm: 0            */
+	uint32_t devices;                 /* comm: bit (1u << ACCEL_DEVICE_*); else 0 */
+	uint32_t requires;                /* ACCEL_REQ_*; min_cuda_cc > 0 adds CUDA    */
+	int32_t min_cuda_cc;              /* plugins: e.g. 89; 0 when none            */
+	uint32_t state_version;           /* plugins: desc.state_version              */
+	const char *config_section;       /* NULL when the module has no keys        */
+	/* The parameter schema copied into this core's struct layout (entries
+	 * are sizeof(accel_param_schema_v1) apart whatever minor the module was
+	 * built with; members it did not have are zero).  Use these rather than
+	 * desc->params.  Owned by the loader. */
+	const accel_param_schema_v1 *params;
+	uint32_t n_params;
+	const accel_plugin_v1 *plugin;    /* kind == PLUGIN and entry succeeded       */
+	const accel_comm_v1 *comm;        /* kind == COMM and entry succeeded         */
+	void *handle;                     /* dlopen handle (NULL if dlopen failed)    */
 } accel_module;
 
-/* `host` is given to entry functions.  Owned. */
+/* `host` (required) is given to entry functions and must outlive the
+ * loader.  Owned. */
 int accel_loader_new(const accel_host_v1 *host, accel_loader **ret_loader, accel_err *err);
+/* Frees the records; never dlclose()s (see above).  NULL-safe, returns NULL. */
 accel_loader *accel_loader_free(accel_loader *ld);
 
-/* Append a search directory (in order).  Missing directories are remembered
- * and reported by `accel plugins list`, not errors. */
+/* Append a search directory (in order).  `origin` says where it came from
+ * (copied).  Missing directories are remembered and reported by `accel
+ * plugins list`, not errors. */
 int accel_loader_add_dir(accel_loader *ld, const char *dir, const char *origin, accel_err *err);
 /* Add the standard directories after the config's: ACCEL_PLUGIN_PATH then the
  * install plugindir (ACCEL_PLUGINDIR at build time). */
 int accel_loader_add_default_dirs(accel_loader *ld, accel_err *err);
-/* Load a single file (used by tests and by scan). Broken files are recorded,
- * not errors: returns ACCEL_OK unless out of memory. */
-int accel_loader_load_file(accel_loader *ld, const char *path, accel_err *err);
-/* Scan all directories and load every candidate. */
+/* Load a single file (used by tests and by scan).  Broken files are
+ * recorded, not errors: returns ACCEL_OK unless out of memory.  A file
+ * already loaded (same real path) is not loaded twice.  ret_module
+ * (optional) receives the file's record. */
+int accel_loader_load_file(accel_loader *ld, const char *path, const accel_module **ret_module,
+                           accel_err *err);
+/* Scan all directories not scanned yet and load every candidate. */
 int accel_loader_scan(accel_loader *ld, accel_err *err);
 
-/* Modules in scan order (borrowed). */
+/* Modules in load order (borrowed until the loader is freed; the pointers
+ * stay valid when more modules are loaded). */
 uint32_t accel_loader_count(const accel_loader *ld);
 const accel_module *accel_loader_get(const accel_loader *ld, uint32_t i);
 /* Directories in search order with their origin ("plugin_dirs",
- * "ACCEL_PLUGIN_PATH", "install"); exists=0 if missing. */
+ * "ACCEL_PLUGIN_PATH", "install", or what add_dir was given); exists=0 if
+ * missing or not a directory.  NULL past the end. */
 uint32_t accel_loader_dir_count(const accel_loader *ld);
 const char *accel_loader_dir(const accel_loader *ld, uint32_t i, const char **ret_origin,
                              int *ret_exists);
 
-/* Find a usable module by name and kind.  Errors (recorded in err):
- * ACCEL_ERR_NOT_FOUND "no plugin named X in <dirs>; did you mean Y?",
- * ACCEL_ERR_PLUGIN when the file named X is broken (its reason),
- * ACCEL_ERR_UNSUPPORTED when its requirements are unmet ("fp8 needs CUDA"),
- * ACCEL_ERR_PLUGIN for duplicates (naming both files). */
+/* Find a usable module by name and kind (0: either kind, plugins first).
+ * Scans first if accel_loader_scan() was not called.  Errors (recorded in
+ * err):
+ * ACCEL_ERR_NOT_FOUND "no plugin named 'x' in <dir> (<origin>), ...
+ *   (available: a, b); did you mean 'y'?",
+ * ACCEL_ERR_PLUGIN when the file providing x is broken (its reason),
+ * ACCEL_ERR_UNSUPPORTED when its requirements are unmet (its reason),
+ * ACCEL_ERR_PLUGIN for duplicates, naming both files. */
 int accel_loader_find(accel_loader *ld, int kind, const char *name,
                       const accel_module **ret_module, accel_err *err);
 
 /* What this process offers, for requirement checks: ACCEL_REQ_* bits and the
- * best CUDA compute capability (0 if none).  Set by the core before scan. */
+ * best CUDA compute capability (0 if none).  Until it is called, nothing is
+ * offered.  May be called before or after scan: modules already loaded are
+ * re-evaluated (OK <-> UNAVAILABLE). */
 void accel_loader_set_available(accel_loader *ld, uint32_t req_bits, int32_t cuda_cc);
+
+/* Hook for the host table's error() when called with h == NULL, i.e. from
+ * inside an entry function: the loader keeps the text (the first one, made
+ * one line) and reports it with the file's path if the entry returns NULL.
+ * Outside an entry call the text is logged as a warning.  Thread-local. */
+void accel_loader_entry_error(const char *msg);
+
+/* Names for messages and listings (static strings). */
+const char *accel_loader_status_name(int status);   /* "ok", "unavailable", ... */
+const char *accel_loader_kind_name(int kind);       /* "plugin", "comm", "?"    */
+const char *accel_loader_role_name(uint32_t role);  /* "strategy", ..., "?"     */
+const char *accel_loader_cfg_type_name(uint32_t type); /* "int", "enum", ...    */
+/* Requirements as text ("CUDA (cc >= 8.9), MPI"; "none"), into buf. */
+const char *accel_loader_requires_str(uint32_t requires, int32_t min_cuda_cc, char *buf,
+                                      size_t cap);
+/* Capability bits as text ("cpu, cuda, shard_optim"; "none"), into buf. */
+const char *accel_loader_caps_str(uint32_t caps, char *buf, size_t cap);
 
 #endif

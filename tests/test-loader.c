@@ -1,0 +1,727 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-loader.c: the plugin loader against the fixtures of
+ * tests/fixtures/: each broken file gets the exact status and a one-line
+ * reason naming its path and cause; good files load with their schema;
+ * requirements, duplicates, search order and lookups with suggestions. */
+#include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "accel-build-config.h"
+#include "accel/accel.h"
+#include "ctx-impl.h"
+#include "loader.h"
+#include "log.h"
+
+/* ---- a host table of our own: entry functions only use log and error ---- */
+
+static void t_log(accel_host *h, int32_t level, const char *fmt, ...)
+{
+	(void)h;
+	va_list ap;
+	va_start(ap, fmt);
+	accel_logv(level, fmt, ap);
+	va_end(ap);
+}
+
+static int t_error(accel_host *h, int32_t code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (!h)
+		accel_loader_entry_error(msg);
+	return code;
+}
+
+static const accel_host_v1 t_host = {
+	.struct_size = sizeof(accel_host_v1),
+	.abi_major = ACCEL_ABI_MAJOR,
+	.abi_minor = ACCEL_ABI_MINOR,
+	.accel_version = ACCEL_VERSION_STRING,
+	.log = t_log,
+	.error = t_error,
+};
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* Short enough that every path built from them fits PATH_MAX. */
+static char fixdir[1024];
+static char tmpdir[1024];
+
+static void setup(void)
+{
+	const char *b = getenv("ACCEL_TEST_BUILDDIR");
+	ck_assert_msg(b != NULL, "ACCEL_TEST_BUILDDIR is not set (run through meson test)");
+	snprintf(fixdir, sizeof(fixdir), "%s/tests/fixtures", b);
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/accel-test-loader-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	/* Only the directories a test adds may be searched. */
+	unsetenv("ACCEL_PLUGIN_PATH");
+}
+
+static void rm_tree(const char *dir)
+{
+	char cmd[PATH_MAX + 16];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	int r = system(cmd);
+	(void)r;
+}
+
+static void teardown(void)
+{
+	if (tmpdir[0])
+		rm_tree(tmpdir);
+}
+
+static const char *fx(const char *file)
+{
+	static char p[4][2048];
+	static int k;
+	k = (k + 1) % 4;
+	snprintf(p[k], sizeof(p[k]), "%s/%s", fixdir, file);
+	return p[k];
+}
+
+/* tmpdir/sub/ with symlinks to the named fixtures; returns the dir. */
+static const char *scenario(const char *sub, ...)
+{
+	static char d[4][2048];
+	static int k;
+	k = (k + 1) % 4;
+	snprintf(d[k], sizeof(d[k]), "%s/%s", tmpdir, sub);
+	ck_assert_int_eq(mkdir(d[k], 0755), 0);
+	va_list ap;
+	va_start(ap, sub);
+	for (const char *f; (f = va_arg(ap, const char *));) {
+		char link[PATH_MAX];
+		snprintf(link, sizeof(link), "%s/%s", d[k], f);
+		ck_assert_int_eq(symlink(fx(f), link), 0);
+	}
+	va_end(ap);
+	return d[k];
+}
+
+static accel_loader *new_loader(void)
+{
+	accel_loader *ld = NULL;
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_new(&t_host, &ld, &err), ACCEL_OK);
+	ck_assert_ptr_nonnull(ld);
+	return ld;
+}
+
+static const accel_module *load1(accel_loader *ld, const char *file)
+{
+	const accel_module *m = NULL;
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_load_file(ld, fx(file), &m, &err), ACCEL_OK);
+	ck_assert_int_eq(err.code, ACCEL_OK);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_str_eq(m->path, fx(file));
+	return m;
+}
+
+/* A broken or unavailable module's reason: one line, "<path>: <cause>". */
+static void assert_reason(const accel_module *m, int status, const char *cause)
+{
+	ck_assert_msg(m->status == status, "%s: status %s, expected %s (reason: %s)", m->path,
+	              accel_loader_status_name(m->status), accel_loader_status_name(status),
+	              m->reason ? m->reason : "none");
+	ck_assert_ptr_nonnull(m->reason);
+	ck_assert_ptr_null(strchr(m->reason, '\n'));
+	size_t n = strlen(m->path);
+	ck_assert_msg(!strncmp(m->reason, m->path, n) && !strncmp(m->reason + n, ": ", 2),
+	              "reason does not start with the path: %s", m->reason);
+	ck_assert_ptr_eq(m->cause, m->reason + n + 2);
+	ck_assert_msg(strstr(m->cause, cause) != NULL, "reason '%s' lacks '%s'", m->reason, cause);
+}
+
+static long file_size(const char *path)
+{
+	struct stat st;
+	ck_assert_int_eq(stat(path, &st), 0);
+	return (long)st.st_size;
+}
+
+/* ---- good modules ------------------------------------------------------------ */
+
+START_TEST(good_plugin_loads_with_schema)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "good.so");
+	ck_assert_int_eq(m->status, ACCEL_MODULE_OK);
+	ck_assert_ptr_null(m->reason);
+	ck_assert_ptr_null(m->cause);
+	ck_assert_int_eq(m->kind, ACCEL_MODULE_PLUGIN);
+	ck_assert_int_eq(m->abi_major, 1);
+	ck_assert_uint_eq(m->abi_minor, ACCEL_ABI_MINOR);
+	ck_assert_str_eq(m->name, "good");
+	ck_assert_str_eq(m->version, "1.2.3");
+	ck_assert_str_eq(m->summary, "test fixture good");
+	ck_assert_str_eq(m->origin, "file");
+	ck_assert_uint_eq(m->role, ACCEL_ROLE_STRATEGY);
+	ck_assert_uint_eq(m->caps, ACCEL_CAP_CPU);
+	ck_assert_uint_eq(m->requires, 0);
+	ck_assert_uint_eq(m->state_version, 1);
+	ck_assert_ptr_nonnull(m->plugin);
+	ck_assert_ptr_null(m->comm);
+	ck_assert_ptr_nonnull(m->handle);
+	ck_assert_str_eq(m->plugin->desc->name, "good");
+	ck_assert_str_eq(m->config_section, "good");
+
+	ck_assert_uint_eq(m->n_params, 7);
+	const accel_param_schema_v1 *p = m->params;
+	ck_assert_uint_eq(p[0].struct_size, sizeof(accel_param_schema_v1));
+	ck_assert_str_eq(p[0].key, "overlap");
+	ck_assert_uint_eq(p[0].type, ACCEL_CFG_BOOL);
+	ck_assert_str_eq(p[0].default_json, "true");
+	ck_assert_str_eq(p[1].key, "bucket_cap_mb");
+	ck_assert_uint_eq(p[1].type, ACCEL_CFG_INT);
+	ck_assert_str_eq(p[1].default_json, "25");
+	ck_assert_double_eq(p[1].min, 1);
+	ck_assert_double_eq(p[1].max, 4096);
+	ck_assert_str_eq(p[1].help, "Bucket size in MiB.");
+	ck_assert_uint_eq(p[2].type, ACCEL_CFG_DOUBLE);
+	ck_assert_str_eq(p[3].default_json, "\"x\"");
+	ck_assert_str_eq(p[4].key, "offload.device");
+	ck_assert_uint_eq(p[4].type, ACCEL_CFG_ENUM);
+	ck_assert_str_eq(p[4].choices, "none|cpu|nvme");
+	ck_assert_uint_eq(p[5].type, ACCEL_CFG_STRLIST);
+	ck_assert_str_eq(p[6].key, "no_default");
+	ck_assert_ptr_null(p[6].default_json);
+
+	/* The same file again is the same record, not a duplicate. */
+	const accel_module *again = NULL;
+	ck_assert_int_eq(accel_loader_load_file(ld, fx("good.so"), &again, NULL), ACCEL_OK);
+	ck_assert_ptr_eq(again, m);
+	ck_assert_uint_eq(accel_loader_count(ld), 1);
+
+	/* A plugin the loader found can be initialized through its vtable. */
+	void *state = NULL;
+	ck_assert_int_eq(m->plugin->init(&t_host, NULL, &state), ACCEL_OK);
+	ck_assert_ptr_nonnull(state);
+	m->plugin->fini(state);
+	ck_assert_ptr_null(accel_loader_free(ld));
+}
+END_TEST
+
+START_TEST(good_comm_backend_loads)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "comm-good.so");
+	ck_assert_int_eq(m->status, ACCEL_MODULE_OK);
+	ck_assert_int_eq(m->kind, ACCEL_MODULE_COMM);
+	ck_assert_str_eq(m->name, "fx_comm");
+	ck_assert_str_eq(m->version, "0.0.1");
+	ck_assert_uint_eq(m->devices, 1u << ACCEL_DEVICE_CPU);
+	ck_assert_uint_eq(m->role, 0);
+	ck_assert_ptr_nonnull(m->comm);
+	ck_assert_ptr_null(m->plugin);
+	ck_assert_str_eq(m->config_section, "fx_comm");
+	ck_assert_uint_eq(m->n_params, 1);
+	ck_assert_str_eq(m->params[0].key, "timeout_s");
+	ck_assert_double_eq(m->params[0].max, 86400);
+
+	accel_err err;
+	accel_err_clear(&err);
+	const accel_module *f = NULL;
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_COMM, "fx_comm", &f, &err), ACCEL_OK);
+	ck_assert_ptr_eq(f, m);
+	ck_assert_int_eq(accel_loader_find(ld, 0, "fx_comm", &f, &err), ACCEL_OK);
+	ck_assert_ptr_eq(f, m);
+	/* Plugins and comm backends are separate name spaces. */
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "fx_comm", &f, &err),
+	                 ACCEL_ERR_NOT_FOUND);
+	accel_loader_free(ld);
+}
+END_TEST
+
+/* ---- broken files: exact status and one-line reason ------------------------------ */
+
+START_TEST(not_an_elf)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "not-elf.so");
+	assert_reason(m, ACCEL_MODULE_BROKEN, "not an ELF shared object (starts with \"This is not \")");
+	ck_assert_int_eq(m->kind, 0);
+	ck_assert_ptr_null(m->name);
+	ck_assert_ptr_null(m->handle);
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(truncated)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "truncated.so");
+	char want[128];
+	long half = file_size(fx("truncated.so"));
+	ck_assert_int_eq(half, file_size(fx("good.so")) / 2);
+	snprintf(want, sizeof(want), "truncated: file is %ld bytes, its ", half);
+	assert_reason(m, ACCEL_MODULE_BROKEN, want);
+	ck_assert_ptr_null(m->handle);
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(missing_entry)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "no-entry.so");
+	assert_reason(m, ACCEL_MODULE_BROKEN,
+	              "missing entry symbol: exports neither accel_plugin_entry_v1 nor "
+	              "accel_comm_entry_v1");
+	ck_assert_int_eq(m->abi_major, 0);
+	ck_assert_ptr_null(m->name);
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(wrong_abi_major)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "abi-v9.so");
+	assert_reason(m, ACCEL_MODULE_BROKEN, "built for plugin ABI v9; this accel supports v1");
+	ck_assert_int_eq(m->abi_major, 9);
+	ck_assert_ptr_null(m->plugin);
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(struct_size_too_small)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "small-struct.so");
+	char want[256];
+	snprintf(want, sizeof(want),
+	         "struct_size too small: accel_plugin_v1.struct_size is %zu, ABI v1 needs at "
+	         "least %zu", offsetof(accel_plugin_v1, init), (size_t)ACCEL_PLUGIN_V1_MIN_SIZE);
+	assert_reason(m, ACCEL_MODULE_BROKEN, want);
+	ck_assert_uint_eq(ACCEL_PLUGIN_V1_MIN_SIZE, sizeof(accel_plugin_v1));
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(null_required_slot)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "null-slot.so");
+	assert_reason(m, ACCEL_MODULE_BROKEN, "strategy 'null-slot': required slot step is NULL");
+	ck_assert_str_eq(m->name, "null-slot");
+	const accel_module *c = load1(ld, "comm-null-wait.so");
+	assert_reason(c, ACCEL_MODULE_BROKEN, "comm backend 'fx_comm': required slot wait is NULL");
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(entry_returns_null_with_text)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "entry-null.so");
+	char want[128];
+	snprintf(want, sizeof(want),
+	         "accel_plugin_entry_v1 returned NULL: needs host ABI minor 7, this host has %d",
+	         ACCEL_ABI_MINOR);
+	assert_reason(m, ACCEL_MODULE_BROKEN, want);
+	/* The capture ends with the entry call: later errors do not stick. */
+	accel_loader_entry_error("outside any entry");
+	ck_assert_ptr_null(strstr(m->reason, "outside"));
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(bad_schema_and_name)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "bad-schema.so");
+	assert_reason(m, ACCEL_MODULE_BROKEN,
+	              "schema entry 0 ('bad_schema.steps', int): default \"ten\" is not an integer");
+	const accel_module *n = load1(ld, "bad-name.so");
+	assert_reason(n, ACCEL_MODULE_BROKEN,
+	              "plugin name \"Bad Name\" is not 1-63 characters of [a-z0-9_-]");
+	ck_assert_ptr_null(n->name);
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(missing_file)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = NULL;
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/nothing-here.so", tmpdir);
+	ck_assert_int_eq(accel_loader_load_file(ld, p, &m, NULL), ACCEL_OK);
+	assert_reason(m, ACCEL_MODULE_BROKEN, "cannot open: No such file or directory");
+	accel_loader_free(ld);
+}
+END_TEST
+
+/* ---- requirements ----------------------------------------------------------------- */
+
+START_TEST(needs_cuda_unavailable)
+{
+	accel_loader *ld = new_loader();
+	accel_loader_set_available(ld, 0, 0);
+	const accel_module *m = load1(ld, "needs-cuda.so");
+	assert_reason(m, ACCEL_MODULE_UNAVAILABLE,
+	              "plugin 'needs-cuda' needs CUDA (no CUDA device module or no GPU)");
+	ck_assert_uint_eq(m->requires, ACCEL_REQ_CUDA);
+	ck_assert_int_eq(m->min_cuda_cc, 80);
+	ck_assert_ptr_nonnull(m->plugin);
+
+	accel_err err;
+	accel_err_clear(&err);
+	const accel_module *f = NULL;
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-cuda", &f, &err),
+	                 ACCEL_ERR_UNSUPPORTED);
+	ck_assert_ptr_null(f);
+	ck_assert_ptr_nonnull(strstr(err.msg, fx("needs-cuda.so")));
+	ck_assert_ptr_nonnull(strstr(err.msg, "needs CUDA (no CUDA device module or no GPU)"));
+
+	/* A GPU that is too old. */
+	accel_loader_set_available(ld, ACCEL_REQ_CUDA, 75);
+	assert_reason(m, ACCEL_MODULE_UNAVAILABLE,
+	              "needs a GPU of compute capability >= 8.0 (best here: 7.5)");
+	/* Good enough: usable, reason gone. */
+	accel_loader_set_available(ld, ACCEL_REQ_CUDA, 90);
+	ck_assert_int_eq(m->status, ACCEL_MODULE_OK);
+	ck_assert_ptr_null(m->reason);
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-cuda", &f, &err),
+	                 ACCEL_OK);
+	ck_assert_ptr_eq(f, m);
+
+	char buf[64];
+	ck_assert_str_eq(accel_loader_requires_str(m->requires, m->min_cuda_cc, buf, sizeof(buf)),
+	                 "CUDA (cc >= 8.0)");
+	ck_assert_str_eq(accel_loader_requires_str(0, 0, buf, sizeof(buf)), "none");
+	ck_assert_str_eq(accel_loader_requires_str(ACCEL_REQ_MPI | ACCEL_REQ_NCCL, 0, buf,
+	                                           sizeof(buf)), "NCCL, MPI");
+	accel_loader_free(ld);
+}
+END_TEST
+
+/* ---- duplicates ----------------------------------------------------------------- */
+
+START_TEST(duplicate_names)
+{
+	const char *d = scenario("dups", "dup-a.so", "dup-b.so", "good.so", (const char *)NULL);
+	accel_loader *ld = new_loader();
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_uint_eq(accel_loader_count(ld), 3);
+	/* By name within a directory. */
+	const accel_module *a = accel_loader_get(ld, 0), *b = accel_loader_get(ld, 1);
+	char pa[PATH_MAX], pb[PATH_MAX];
+	snprintf(pa, sizeof(pa), "%s/dup-a.so", d);
+	snprintf(pb, sizeof(pb), "%s/dup-b.so", d);
+	ck_assert_str_eq(a->path, pa);
+	ck_assert_str_eq(b->path, pb);
+	ck_assert_str_eq(a->origin, "plugin_dirs");
+	ck_assert_int_eq(a->status, ACCEL_MODULE_OK);
+	assert_reason(b, ACCEL_MODULE_SHADOWED, "plugin 'dup' is also provided by ");
+	ck_assert_ptr_nonnull(strstr(b->cause, pa));
+
+	const accel_module *f = NULL;
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "dup", &f, &err),
+	                 ACCEL_ERR_PLUGIN);
+	ck_assert_ptr_null(f);
+	ck_assert_ptr_nonnull(strstr(err.msg, pa));
+	ck_assert_ptr_nonnull(strstr(err.msg, pb));
+	ck_assert_ptr_nonnull(strstr(err.msg, "two plugins are named 'dup'"));
+	/* Other names are unaffected. */
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "good", &f, &err), ACCEL_OK);
+	ck_assert_str_eq(f->name, "good");
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(search_order_decides_the_winner)
+{
+	const char *d1 = scenario("first", "dup-b.so", (const char *)NULL);
+	const char *d2 = scenario("second", "dup-a.so", (const char *)NULL);
+	accel_loader *ld = new_loader();
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_add_dir(ld, d2, "ACCEL_PLUGIN_PATH", &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_uint_eq(accel_loader_count(ld), 2);
+	const accel_module *first = accel_loader_get(ld, 0), *second = accel_loader_get(ld, 1);
+	ck_assert_ptr_nonnull(strstr(first->path, "/first/dup-b.so"));
+	ck_assert_int_eq(first->status, ACCEL_MODULE_OK);
+	ck_assert_int_eq(second->status, ACCEL_MODULE_SHADOWED);
+	ck_assert_str_eq(second->origin, "ACCEL_PLUGIN_PATH");
+	ck_assert_ptr_nonnull(strstr(second->cause, first->path));
+	accel_loader_free(ld);
+}
+END_TEST
+
+/* ---- directories and scanning ------------------------------------------------------ */
+
+START_TEST(scan_fixture_dir)
+{
+	accel_loader *ld = new_loader();
+	accel_err err;
+	accel_err_clear(&err);
+	char missing[PATH_MAX];
+	snprintf(missing, sizeof(missing), "%s/does-not-exist", tmpdir);
+	ck_assert_int_eq(accel_loader_add_dir(ld, missing, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_add_dir(ld, fixdir, "plugin_dirs", &err), ACCEL_OK);
+	/* The same directory twice (with a trailing slash): files load once. */
+	char again[PATH_MAX + 1];
+	snprintf(again, sizeof(again), "%s/", fixdir);
+	ck_assert_int_eq(accel_loader_add_dir(ld, again, "--plugin-dir", &err), ACCEL_OK);
+	accel_loader_set_available(ld, 0, 0);
+	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_int_eq(err.code, ACCEL_OK);
+
+	ck_assert_uint_eq(accel_loader_dir_count(ld), 3);
+	const char *origin = NULL;
+	int exists = -1;
+	ck_assert_str_eq(accel_loader_dir(ld, 0, &origin, &exists), missing);
+	ck_assert_str_eq(origin, "plugin_dirs");
+	ck_assert_int_eq(exists, 0);
+	ck_assert_str_eq(accel_loader_dir(ld, 2, &origin, &exists), fixdir);
+	ck_assert_str_eq(origin, "--plugin-dir");
+	ck_assert_int_eq(exists, 1);
+	ck_assert_ptr_null(accel_loader_dir(ld, 3, NULL, NULL));
+
+	/* Every *.so of the fixture directory, each once, by name. */
+	const char *expect[][2] = {
+		{"abi-v9.so", "broken"},     {"bad-name.so", "broken"},
+		{"bad-schema.so", "broken"}, {"comm-good.so", "ok"},
+		{"comm-null-wait.so", "broken"}, {"dup-a.so", "ok"},
+		{"dup-b.so", "shadowed"},    {"entry-null.so", "broken"},
+		{"good.so", "ok"},           {"init-fails.so", "ok"},
+		{"needs-cuda.so", "unavailable"}, {"no-entry.so", "broken"},
+		{"not-elf.so", "broken"},    {"null-slot.so", "broken"},
+		{"small-struct.so", "broken"}, {"truncated.so", "broken"},
+	};
+	size_t n = sizeof(expect) / sizeof(expect[0]);
+	ck_assert_uint_eq(accel_loader_count(ld), n);
+	for (uint32_t i = 0; i < n; i++) {
+		const accel_module *m = accel_loader_get(ld, i);
+		ck_assert_str_eq(m->path, fx(expect[i][0]));
+		ck_assert_msg(!strcmp(accel_loader_status_name(m->status), expect[i][1]),
+		              "%s: %s, expected %s (%s)", m->path, accel_loader_status_name(m->status),
+		              expect[i][1], m->reason ? m->reason : "");
+		ck_assert_int_eq(m->reason == NULL, m->status == ACCEL_MODULE_OK);
+	}
+	ck_assert_ptr_null(accel_loader_get(ld, (uint32_t)n));
+	/* Scanning again loads nothing new. */
+	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_uint_eq(accel_loader_count(ld), n);
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(default_dirs)
+{
+	setenv("ACCEL_PLUGIN_PATH", "/nonexistent/a::/nonexistent/b/", 1);
+	accel_loader *ld = new_loader();
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_add_dir(ld, "/nonexistent/c", "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_add_default_dirs(ld, &err), ACCEL_OK);
+	ck_assert_uint_eq(accel_loader_dir_count(ld), 4);
+	const char *origin;
+	int exists;
+	ck_assert_str_eq(accel_loader_dir(ld, 0, &origin, &exists), "/nonexistent/c");
+	ck_assert_str_eq(accel_loader_dir(ld, 1, &origin, &exists), "/nonexistent/a");
+	ck_assert_str_eq(origin, "ACCEL_PLUGIN_PATH");
+	ck_assert_int_eq(exists, 0);
+	ck_assert_str_eq(accel_loader_dir(ld, 2, &origin, &exists), "/nonexistent/b");
+	ck_assert_str_eq(accel_loader_dir(ld, 3, &origin, &exists), ACCEL_PLUGINDIR);
+	ck_assert_str_eq(origin, "install");
+	/* Empty names are refused, naming the origin. */
+	ck_assert_int_eq(accel_loader_add_dir(ld, "", "plugin_dirs", &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "plugin_dirs"));
+	accel_loader_free(ld);
+}
+END_TEST
+
+/* ---- lookups -------------------------------------------------------------------------- */
+
+START_TEST(find_missing_suggests)
+{
+	const char *d = scenario("some", "good.so", "comm-good.so", (const char *)NULL);
+	accel_loader *ld = new_loader();
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_add_dir(ld, "/nonexistent/x", "install", &err), ACCEL_OK);
+	/* find() scans by itself. */
+	const accel_module *f = (const accel_module *)&err;
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "goood", &f, &err),
+	                 ACCEL_ERR_NOT_FOUND);
+	ck_assert_ptr_eq(f, (const accel_module *)&err); /* untouched on failure */
+	char want[PATH_MAX * 2];
+	snprintf(want, sizeof(want),
+	         "no plugin named 'goood' in %s (plugin_dirs), /nonexistent/x (install, missing) "
+	         "(available: good); did you mean 'good'?", d);
+	ck_assert_str_eq(err.msg, want);
+
+	/* Nothing close: no suggestion. */
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "zero", &f, &err),
+	                 ACCEL_ERR_NOT_FOUND);
+	ck_assert_ptr_null(strstr(err.msg, "did you mean"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "(available: good)"));
+
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_COMM, "fx_com", &f, &err),
+	                 ACCEL_ERR_NOT_FOUND);
+	ck_assert_ptr_nonnull(strstr(err.msg, "no comm backend named 'fx_com'"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "did you mean 'fx_comm'?"));
+	accel_loader_free(ld);
+
+	/* No directories at all. */
+	ld = new_loader();
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "ddp", &f, &err),
+	                 ACCEL_ERR_NOT_FOUND);
+	ck_assert_ptr_nonnull(strstr(err.msg, "no plugin directories are configured"));
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(find_broken_says_why)
+{
+	const char *d = scenario("broken", "null-slot.so", "abi-v9.so", "good.so",
+	                         (const char *)NULL);
+	accel_loader *ld = new_loader();
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	const accel_module *f = NULL;
+	/* Named in its descriptor. */
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "null-slot", &f, &err),
+	                 ACCEL_ERR_PLUGIN);
+	ck_assert_ptr_nonnull(strstr(err.msg, "required slot step is NULL"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "/broken/null-slot.so"));
+	/* Known only by its file name. */
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "abi-v9", &f, &err),
+	                 ACCEL_ERR_PLUGIN);
+	ck_assert_ptr_nonnull(strstr(err.msg, "built for plugin ABI v9"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "/broken/abi-v9.so"));
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(bad_arguments)
+{
+	accel_err err;
+	accel_err_clear(&err);
+	accel_loader *ld = NULL;
+	ck_assert_int_eq(accel_loader_new(NULL, &ld, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_ptr_null(ld);
+	ck_assert_ptr_null(accel_loader_free(NULL));
+	ld = new_loader();
+	const accel_module *f;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_find(ld, 7, "x", &f, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accel_loader_load_file(ld, "", NULL, NULL), ACCEL_ERR_INVALID_ARG);
+	ck_assert_uint_eq(accel_loader_count(NULL), 0);
+	ck_assert_ptr_null(accel_loader_get(ld, 0));
+	accel_loader_free(ld);
+}
+END_TEST
+
+/* ---- through the real host table and a context ------------------------------------- */
+
+START_TEST(real_host_forwards_entry_errors)
+{
+	accel_loader *ld = NULL;
+	ck_assert_int_eq(accel_loader_new(accel_host_table(), &ld, NULL), ACCEL_OK);
+	const accel_module *m = NULL;
+	ck_assert_int_eq(accel_loader_load_file(ld, fx("entry-null.so"), &m, NULL), ACCEL_OK);
+	assert_reason(m, ACCEL_MODULE_BROKEN,
+	              "accel_plugin_entry_v1 returned NULL: needs host ABI minor 7");
+	accel_loader_free(ld);
+}
+END_TEST
+
+START_TEST(init_failure_names_path_and_text)
+{
+	const char *d = scenario("ctx", "good.so", "init-fails.so", (const char *)NULL);
+	char json[PATH_MAX + 256];
+	snprintf(json, sizeof(json),
+	         "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\", \"plugins\": [\"init-fails\"]}",
+	         d);
+	accel_opts opts;
+	memset(&opts, 0, sizeof(opts));
+	opts.struct_size = sizeof(opts);
+	opts.config_json = json;
+	opts.skip_env = 1;
+	accel_ctx *ctx = NULL;
+	int r = accel_ctx_new(&opts, &ctx);
+	ck_assert_int_eq(r, ACCEL_ERR_CONFIG);
+	ck_assert_ptr_nonnull(ctx);
+	const char *msg = accel_errmsg(ctx);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/init-fails.so", d);
+	ck_assert_msg(strstr(msg, path) != NULL, "message lacks the path: %s", msg);
+	ck_assert_msg(strstr(msg, "the frobnicator is not configured (set init_fails.frob)") != NULL,
+	              "message lacks the plugin's text: %s", msg);
+	ck_assert_msg(strstr(msg, "init-fails") != NULL, "message lacks the name: %s", msg);
+	accel_ctx_free(ctx);
+}
+END_TEST
+
+static Suite *loader_suite(void)
+{
+	Suite *s = suite_create("loader");
+	TCase *tc = tcase_create("fixtures");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, good_plugin_loads_with_schema);
+	tcase_add_test(tc, good_comm_backend_loads);
+	tcase_add_test(tc, not_an_elf);
+	tcase_add_test(tc, truncated);
+	tcase_add_test(tc, missing_entry);
+	tcase_add_test(tc, wrong_abi_major);
+	tcase_add_test(tc, struct_size_too_small);
+	tcase_add_test(tc, null_required_slot);
+	tcase_add_test(tc, entry_returns_null_with_text);
+	tcase_add_test(tc, bad_schema_and_name);
+	tcase_add_test(tc, missing_file);
+	tcase_add_test(tc, needs_cuda_unavailable);
+	tcase_add_test(tc, duplicate_names);
+	tcase_add_test(tc, search_order_decides_the_winner);
+	tcase_add_test(tc, scan_fixture_dir);
+	tcase_add_test(tc, default_dirs);
+	tcase_add_test(tc, find_missing_suggests);
+	tcase_add_test(tc, find_broken_says_why);
+	tcase_add_test(tc, bad_arguments);
+	tcase_add_test(tc, real_host_forwards_entry_errors);
+	suite_add_tcase(s, tc);
+	TCase *tcx = tcase_create("context");
+	tcase_add_checked_fixture(tcx, setup, teardown);
+	tcase_add_test(tcx, init_failure_names_path_and_text);
+	suite_add_tcase(s, tcx);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(loader_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
