@@ -309,6 +309,212 @@ ACCEL_API int accel_log_scalars(accel_ctx *ctx, uint64_t step, uint32_t n,
 
 /* @api-data: sampler, RNG streams, schedules (data owner) */
 
+/* ---- learning-rate schedules ---------------------------------------------------
+ * The learning rate of optimizer step t (t = optimizer steps applied before
+ * it, so the first step uses t = 0, as with transformers' LambdaLR stepped
+ * after each optimizer.step()).  W = warmup_steps, T = total_steps:
+ *   t < W:          lr * t / W                                 (all types)
+ *   constant:       lr
+ *   linear:         min_lr + (lr - min_lr) * max(0, (T - t) / (T - W))
+ *   cosine:         min_lr + (lr - min_lr) * 0.5 * (1 + cos(pi * min(1, (t - W) / (T - W))))
+ * With min_lr = 0 these are transformers' get_constant_schedule(_with_warmup),
+ * get_linear_schedule_with_warmup and get_cosine_schedule_with_warmup; after
+ * T the rate stays at min_lr.  Config keys: scheduler.type, .warmup_steps,
+ * .total_steps, .min_lr; the peak rate is optimizer.params.lr.  See
+ * docs/optim.md. */
+
+#define ACCEL_SCHED_CONSTANT 0
+#define ACCEL_SCHED_LINEAR   1
+#define ACCEL_SCHED_COSINE   2
+
+typedef struct accel_sched accel_sched;
+
+/* Zero-initialize and set struct_size. */
+typedef struct accel_sched_opts {
+	uint32_t struct_size;     /* sizeof(accel_sched_opts)                       */
+	uint32_t type;            /* ACCEL_SCHED_*                                  */
+	double lr;                /* peak learning rate (>= 0, finite)              */
+	double min_lr;            /* floor of the decay, 0 <= min_lr <= lr          */
+	uint64_t warmup_steps;    /* linear warm-up from 0 to lr                    */
+	uint64_t total_steps;     /* end of the decay (linear, cosine: > 0 and >=
+	                             warmup_steps; constant: ignored)               */
+} accel_sched_opts;
+
+/* Create a schedule.  opts NULL: the context's configuration (scheduler.*
+ * and optimizer.params.lr); then ctx is required.  With opts, ctx is
+ * optional: it only receives the error message (without one the message is
+ * logged).  Errors: INVALID_ARG (bad values, named), CONFIG (bad keys).
+ * Owned; free with accel_sched_free(). */
+ACCEL_API int accel_sched_new(accel_ctx *ctx, const accel_sched_opts *opts,
+                              accel_sched **ret_sched);
+ACCEL_API accel_sched *accel_sched_free(accel_sched *sched);
+/* Learning rate for optimizer step `step` (0-based, see above); NaN when
+ * sched is NULL. */
+ACCEL_API double accel_sched_lr(const accel_sched *sched, uint64_t step);
+/* "constant", "linear", "cosine" <-> ACCEL_SCHED_*; parse returns -1 for
+ * an unknown name, name returns NULL for an unknown type. */
+ACCEL_API int accel_sched_type_parse(const char *name);
+ACCEL_API const char *accel_sched_type_name(uint32_t type);
+
+/* ---- distributed sampler ---------------------------------------------------------
+ * Splits the N samples of a dataset into per-rank batches the way
+ * Accelerate's prepared DataLoader does (DataLoaderConfiguration's
+ * split_batches and even_batches, the DataLoader's drop_last), with the
+ * order of an epoch a pseudo-random permutation of 0..N-1 keyed by (seed,
+ * epoch) and computed the same on every rank.  It hands out sample indices;
+ * loading the samples is the program's business.
+ *
+ * Terms: R = world size, b = per-rank batch, G = R * b = global batch (the
+ * samples one optimizer micro-step consumes on all ranks together).
+ *  - split_batches = 0 (default): batch_size is b, G = batch_size * R.
+ *  - split_batches = 1: batch_size is G (must be a multiple of R), b = G / R.
+ * A step starting at position c of the epoch's order gives rank r the
+ * positions c + r*b ... c + r*b + b - 1.  At the end of the epoch:
+ *  - drop_last = 1: a step that cannot fill all G entries is dropped
+ *    (every rank gets floor(N / G) batches);
+ *  - else even_batches = 1 (default): the last step is filled up with
+ *    positions N, N+1, ... taken modulo N (the first samples of the same
+ *    epoch again), so every rank gets ceil(N / G) full batches; the added
+ *    entries are "padding", reported by accel_sampler_last_batch() and
+ *    removed by accel_gather_for_metrics();
+ *  - else: positions >= N are cut off; the last batches are short and some
+ *    ranks get one batch fewer (a loop that calls collectives per batch
+ *    must then handle the uneven count itself).
+ * See docs/data.md. */
+
+typedef struct accel_sampler accel_sampler;
+
+/* A value of the int32/int64 members of accel_sampler_opts meaning "take it
+ * from the context, or the default without one". */
+#define ACCEL_SAMPLER_AUTO (-1)
+
+typedef struct accel_sampler_opts {
+	uint32_t struct_size;     /* sizeof(accel_sampler_opts)                     */
+	uint32_t reserved;
+	uint64_t n_samples;       /* N, dataset length (> 0)                        */
+	uint64_t batch_size;      /* b or G, see split_batches (> 0)                */
+	int64_t seed;             /* >= 0, or AUTO: config `seed` (default 42)      */
+	int32_t rank;             /* 0..world_size-1, or AUTO: ctx's rank (0)       */
+	int32_t world_size;       /* > 0, or AUTO: ctx's world size (1)             */
+	int32_t shuffle;          /* 1: a new order each epoch, 0: 0..N-1 in order;
+	                             AUTO: config `dataloader.shuffle` (1)          */
+	int32_t drop_last;        /* 0/1, AUTO: `dataloader.drop_last` (0)          */
+	int32_t split_batches;    /* 0/1, AUTO: `dataloader.split_batches` (0)      */
+	int32_t even_batches;     /* 0/1, AUTO: `dataloader.even_batches` (1)       */
+} accel_sampler_opts;
+
+/* Set struct_size, ACCEL_SAMPLER_AUTO in seed, rank, world_size, shuffle,
+ * drop_last, split_batches and even_batches, and 0 in n_samples and
+ * batch_size (you must set those).  Without a context AUTO means the value
+ * in parentheses above, the configuration's default. */
+ACCEL_API void accel_sampler_opts_init(accel_sampler_opts *opts);
+
+/* Create a sampler positioned at epoch 0, position 0.  ctx (optional)
+ * supplies the AUTO values and receives error messages (without a context
+ * the message is logged).  Giving shuffle, drop_last, split_batches or
+ * even_batches here while the configuration also sets the dataloader key
+ * (not by default) to another value is an error naming both.  Errors:
+ * INVALID_ARG, CONFIG.  Owned; the sampler keeps ctx (borrowed) for
+ * messages, so free it before the context. */
+ACCEL_API int accel_sampler_new(accel_ctx *ctx, const accel_sampler_opts *opts,
+                                accel_sampler **ret_sampler);
+ACCEL_API accel_sampler *accel_sampler_free(accel_sampler *s);
+
+/* Fill `ret_indices` (room for `accel_sampler_info.batch_size` entries)
+ * with this rank's next batch of sample indices (0..N-1) and set
+ * *ret_count.  *ret_count = 0 means this rank's epoch is over: the sampler
+ * has moved to position 0 of the next epoch, so `while (next(), count > 0)`
+ * is one epoch and calling on starts the next.  Errors: INVALID_ARG. */
+ACCEL_API int accel_sampler_next(accel_sampler *s, int64_t *ret_indices, uint32_t *ret_count);
+
+/* Go to the start of `epoch` (like torch's DistributedSampler.set_epoch;
+ * not needed between epochs, see accel_sampler_next). */
+ACCEL_API int accel_sampler_set_epoch(accel_sampler *s, uint64_t epoch);
+
+/* Where the sampler stands: all of it is the same on every rank.  Save it
+ * with a checkpoint and hand it to accel_sampler_restore() to continue
+ * exactly where it stopped: with the same world size and batch size the
+ * remaining batches are the ones an uninterrupted run gets; with another
+ * world size or batch size, the rest of the epoch is still the remaining
+ * samples in the same order (only the batching and the end padding differ). */
+typedef struct accel_sampler_state {
+	uint32_t struct_size;     /* sizeof(accel_sampler_state)                    */
+	uint32_t version;         /* ACCEL_SAMPLER_STATE_VERSION                    */
+	uint64_t n_samples;       /* must match on restore                          */
+	uint64_t seed;            /* must match on restore                          */
+	uint32_t shuffle;         /* must match on restore                          */
+	uint32_t reserved;
+	uint64_t epoch;           /* current epoch                                  */
+	uint64_t consumed;        /* positions of this epoch already handed out by
+	                             all ranks together (0..N)                      */
+} accel_sampler_state;
+#define ACCEL_SAMPLER_STATE_VERSION 1
+
+/* ret_state->struct_size must be set; members beyond it are not written. */
+ACCEL_API int accel_sampler_get_state(const accel_sampler *s, accel_sampler_state *ret_state);
+/* Errors: INVALID_ARG (unknown version, N / seed / shuffle differ, consumed
+ * > N), each named. */
+ACCEL_API int accel_sampler_restore(accel_sampler *s, const accel_sampler_state *state);
+
+/* Resolved settings and sizes. */
+typedef struct accel_sampler_info {
+	uint32_t struct_size;     /* sizeof(accel_sampler_info), set by the caller  */
+	int32_t rank;
+	int32_t world_size;
+	int32_t shuffle;
+	int32_t drop_last;
+	int32_t split_batches;
+	int32_t even_batches;
+	int32_t reserved;
+	uint64_t seed;
+	uint64_t n_samples;
+	uint64_t batch_size;      /* b: per-rank batch, the room ret_indices needs  */
+	uint64_t global_batch;    /* G = R * b                                      */
+	uint64_t num_batches;     /* this rank's batches in a whole epoch (what
+	                             len(dataloader) is in Accelerate)              */
+} accel_sampler_info;
+ACCEL_API int accel_sampler_get_info(const accel_sampler *s, accel_sampler_info *ret_info);
+
+/* The batch the last accel_sampler_next() returned (count > 0). */
+typedef struct accel_sampler_batch {
+	uint32_t struct_size;     /* sizeof(accel_sampler_batch), set by the caller */
+	uint32_t last;            /* 1: the next call ends this rank's epoch        */
+	uint64_t epoch;
+	uint64_t offset;          /* c: epoch position where this step starts       */
+	uint64_t count;           /* entries this rank got                          */
+	uint64_t valid;           /* the first `valid` of them are real samples, the
+	                             rest padding (even_batches)                    */
+	uint64_t global_valid;    /* real samples of the step on all ranks          */
+} accel_sampler_batch;
+/* ACCEL_ERR_STATE when no batch was returned since creation, set_epoch,
+ * restore or the end of an epoch. */
+ACCEL_API int accel_sampler_last_batch(const accel_sampler *s, accel_sampler_batch *ret_batch);
+
+/* Metrics over the real samples only (Accelerate's gather_for_metrics).
+ * `data` holds what every rank produced for the last batch, gathered in rank
+ * order with a fixed stride: world_size blocks of batch_size samples of
+ * `sample_bytes` bytes each, rank r's entries at the start of block r (the
+ * tail of a short block is ignored).  Moves the real samples to the front
+ * of `data`, in the order of the epoch, and sets *ret_count to their number
+ * (accel_sampler_batch.global_valid).  Host memory.  Errors: INVALID_ARG,
+ * STATE (no last batch). */
+ACCEL_API int accel_sampler_compact(const accel_sampler *s, void *data, size_t sample_bytes,
+                                   uint64_t *ret_count);
+
+/* The same with the gather done here: `send` holds this rank's
+ * accel_sampler_batch.count samples of `per_sample` elements of `dtype`
+ * (host memory); `recv` has room for world_size * batch_size * per_sample
+ * elements and receives the real samples of the step, in epoch order;
+ * *ret_count is their number.  A collective: every rank calls it after
+ * the same accel_sampler_next() step (with even_batches = 0 and drop_last
+ * = 0 the ranks whose epoch ended one step early cannot: gather the earlier
+ * steps only, or use accel_sampler_compact() with your own exchange).
+ * Errors: INVALID_ARG (also when the sampler's world is not ctx's), STATE,
+ * and those of accel_allgather(). */
+ACCEL_API int accel_gather_for_metrics(accel_ctx *ctx, const accel_sampler *s, const void *send,
+                                       uint64_t per_sample, uint32_t dtype, void *recv,
+                                       uint64_t *ret_count);
+
 #ifdef __cplusplus
 }
 #endif
