@@ -1,13 +1,361 @@
 /* SPDX-License-Identifier: MIT */
-/* cli/cmd-config.c: `accel config` (placeholder until implemented). */
+/* cli/cmd-config.c: `accel config validate` and `accel config show`.
+ *
+ * Both build the configuration the way a training process does (file,
+ * environment, --set), but register the schemas of every plugin and backend
+ * the loader finds, so a key of any installed plugin is recognized and a
+ * section of an installed but unselected plugin is reported as such. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "accel/accel.h"
 #include "cli.h"
+#include "config.h"
+#include "ctx-impl.h"
+#include "loader.h"
+
+static void usage_main(FILE *out)
+{
+	fprintf(out,
+		"Usage: accel config COMMAND [OPTIONS]\n"
+		"\n"
+		"Check and inspect accel configurations.  Values come from, lowest first:\n"
+		"defaults < config file < ACCEL_* environment < --set.\n"
+		"\n"
+		"Commands:\n"
+		"  validate FILE...   check config files against the core and plugin schemas\n"
+		"  show               print the configuration with the source of every value\n"
+		"\n"
+		"'accel config COMMAND --help' describes a command; docs/config.md lists every key.\n");
+}
+
+static void usage_validate(FILE *out)
+{
+	fprintf(out,
+		"Usage: accel config validate [--no-env] [--set KEY=VALUE]... FILE...\n"
+		"\n"
+		"Load each FILE with the ACCEL_* environment and the --set assignments, register\n"
+		"the schemas of all plugins and backends found (plugin_dirs, ACCEL_PLUGIN_PATH,\n"
+		"the install directory) and resolve.  Prints 'FILE: ok' or the first error.\n"
+		"\n"
+		"Options:\n"
+		"  --set KEY=VALUE   override a key (repeatable; VALUE is JSON or a plain string)\n"
+		"  --no-env          ignore ACCEL_* configuration variables\n"
+		"  -h, --help        show this help\n"
+		"\n"
+		"Exit status: 0 all files valid, 1 some file invalid, 2 bad usage.\n");
+}
+
+static void usage_show(FILE *out)
+{
+	fprintf(out,
+		"Usage: accel config show [--resolved] [--config FILE] [--set KEY=VALUE]... [--json]\n"
+		"\n"
+		"Print the configuration a training process would get, one 'key = value' per line\n"
+		"with its source (file:line:col, env VAR, --set ..., default).  Without --config the\n"
+		"file is ACCEL_CONFIG, ./accel.json or ~/.config/accel/default.json, if any.\n"
+		"\n"
+		"Options:\n"
+		"  --resolved        show every key, defaults included (default: only keys set)\n"
+		"  --config FILE     read this config file\n"
+		"  --set KEY=VALUE   override a key (repeatable)\n"
+		"  --json            print {\"config\": {...}, \"sources\": {...}} instead\n"
+		"  --no-env          ignore ACCEL_* configuration variables\n"
+		"  -h, --help        show this help\n"
+		"\n"
+		"Exit status: 0 ok, 1 invalid configuration, 2 bad usage.\n");
+}
+
+typedef struct opts {
+	const char *config;
+	const char **sets;
+	int nsets;
+	const char **files;
+	int nfiles;
+	int resolved, json, no_env;
+} opts;
+
+/* "--opt VALUE" or "--opt=VALUE"; returns the value or NULL. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, int *ret_bad)
+{
+	size_t n = strlen(name);
+	const char *a = argv[*i];
+	*ret_bad = 0;
+	if (strncmp(a, name, n))
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (a[n] != '\0')
+		return NULL;
+	if (*i + 1 >= argc) {
+		*ret_bad = 1;
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+/* Parses options of `sub`; 0 ok, 2 usage error (printed), -1 help printed. */
+static int parse(const char *sub, int argc, char **argv, int is_show, opts *o)
+{
+	char where[32];
+	snprintf(where, sizeof(where), "config %s", sub);
+	memset(o, 0, sizeof(*o));
+	o->sets = calloc((size_t)argc + 1, sizeof(*o->sets));
+	o->files = calloc((size_t)argc + 1, sizeof(*o->files));
+	if (!o->sets || !o->files) {
+		fprintf(stderr, "accel %s: out of memory\n", where);
+		return 2;
+	}
+	int only_files = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v;
+		int bad;
+		if (!only_files && a[0] == '-' && a[1] != '\0') {
+			if (!strcmp(a, "--")) {
+				only_files = 1;
+			} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+				(is_show ? usage_show : usage_validate)(stdout);
+				return -1;
+			} else if ((v = opt_value(argc, argv, &i, "--set", &bad)) || bad) {
+				if (bad)
+					return accel_cli_usage_error(where, "--set needs KEY=VALUE");
+				const char *eq = strchr(v, '=');
+				if (!eq || eq == v)
+					return accel_cli_usage_error(where, "--set '%s': expected KEY=VALUE", v);
+				o->sets[o->nsets++] = v;
+			} else if (is_show && ((v = opt_value(argc, argv, &i, "--config", &bad)) || bad)) {
+				if (bad || !*v)
+					return accel_cli_usage_error(where, "--config needs a FILE");
+				o->config = v;
+			} else if (is_show && !strcmp(a, "--resolved")) {
+				o->resolved = 1;
+			} else if (is_show && !strcmp(a, "--json")) {
+				o->json = 1;
+			} else if (!strcmp(a, "--no-env")) {
+				o->no_env = 1;
+			} else {
+				return accel_cli_usage_error(where, "unknown option '%s'", a);
+			}
+		} else if (is_show) {
+			return accel_cli_usage_error(where, "unexpected argument '%s' (use --config FILE)",
+			                             a);
+		} else {
+			o->files[o->nfiles++] = a;
+		}
+	}
+	if (!is_show && !o->nfiles)
+		return accel_cli_usage_error(where, "missing FILE to validate");
+	return 0;
+}
+
+static void opts_free(opts *o)
+{
+	free(o->sets);
+	free(o->files);
+}
+
+static int selected(const char *const *names, uint32_t n, const char *name)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (!strcmp(names[i], name))
+			return 1;
+	return 0;
+}
+
+/* The plugins the raw configuration selects (as the context does): the
+ * strategy, the hook plugins, and what mixed_precision implies. */
+static uint32_t selection(const accel_config *cfg, const char **names, uint32_t cap)
+{
+	uint32_t n = 0;
+	const char *s;
+	if (accel_config_peek_string(cfg, "strategy", &s) != ACCEL_OK || !s)
+		s = "ddp";
+	names[n++] = s;
+	for (uint32_t i = 0; n < cap && accel_config_peek_strlist(cfg, "plugins", i, &s) == ACCEL_OK;
+	     i++)
+		if (!selected(names, n, s))
+			names[n++] = s;
+	if (accel_config_peek_string(cfg, "mixed_precision", &s) == ACCEL_OK && n < cap) {
+		const char *implied = !strcmp(s, "fp16") ? "scaler" : !strcmp(s, "fp8") ? "fp8" : NULL;
+		if (implied && !selected(names, n, implied))
+			names[n++] = implied;
+	}
+	return n;
+}
+
+/* Load every module and declare the config sections of all of them. */
+static int register_modules(accel_config *cfg, accel_loader **ret_ld, accel_err *err)
+{
+	accel_loader *ld = NULL;
+	const char *dir, *names[64], *backend;
+	int r = accel_loader_new(accel_host_table(), &ld, err);
+	if (r)
+		return r;
+	for (uint32_t i = 0; accel_config_peek_strlist(cfg, "plugin_dirs", i, &dir) == ACCEL_OK; i++)
+		if ((r = accel_loader_add_dir(ld, dir, "plugin_dirs", err)))
+			goto fail;
+	if ((r = accel_loader_add_default_dirs(ld, err)) || (r = accel_loader_scan(ld, err)))
+		goto fail;
+	uint32_t n = selection(cfg, names, 64);
+	if (accel_config_peek_string(cfg, "backend", &backend) != ACCEL_OK)
+		backend = "auto";
+	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
+		const accel_module *m = accel_loader_get(ld, i);
+		if (m->status == ACCEL_MODULE_BROKEN || m->status == ACCEL_MODULE_SHADOWED)
+			continue;
+		if (m->kind == ACCEL_MODULE_PLUGIN && m->plugin->desc->config_section)
+			r = accel_config_add_schema(cfg, m->plugin->desc->config_section, m->name,
+			                            m->plugin->desc->params, m->plugin->desc->n_params,
+			                            selected(names, n, m->name), err);
+		else if (m->kind == ACCEL_MODULE_COMM && m->comm->desc->config_section)
+			/* with "auto" any backend may be picked at run time */
+			r = accel_config_add_schema(cfg, m->comm->desc->config_section, m->name,
+			                            m->comm->desc->params, m->comm->desc->n_params,
+			                            !strcmp(backend, "auto") || !strcmp(backend, m->name),
+			                            err);
+		if (r)
+			goto fail;
+	}
+	*ret_ld = ld;
+	return ACCEL_OK;
+fail:
+	accel_loader_free(ld);
+	return r;
+}
+
+/* The selected plugins and backend must exist.  Requirements this machine
+ * does not meet are only noted: the config may be meant for another one. */
+static int check_modules(const accel_config *cfg, accel_loader *ld, const char *label,
+                         accel_err *err)
+{
+	const char *names[64], *backend;
+	uint32_t n = selection(cfg, names, 64);
+	const accel_module *m;
+	for (uint32_t i = 0; i <= n; i++) {
+		int kind = i < n ? ACCEL_MODULE_PLUGIN : ACCEL_MODULE_COMM;
+		const char *name = i < n ? names[i] : NULL;
+		if (i == n) {
+			if (accel_config_get_string(cfg, "backend", &backend) != ACCEL_OK ||
+			    !strcmp(backend, "auto"))
+				break;
+			name = backend;
+		}
+		accel_err e;
+		accel_err_clear(&e);
+		int r = accel_loader_find(ld, kind, name, &m, &e);
+		if (r == ACCEL_ERR_UNSUPPORTED) {
+			fprintf(stderr, "%s: note: %s\n", label, e.msg);
+		} else if (r) {
+			return accel_err_set(err, r, "%s", e.msg[0] ? e.msg : accel_status_str(r));
+		}
+	}
+	return ACCEL_OK;
+}
+
+/* file, env and --set layers, schemas, resolve, module check. */
+static int build(const opts *o, const char *file, const char *label, accel_config **ret_cfg,
+                 accel_err *err)
+{
+	accel_config *cfg = NULL;
+	accel_loader *ld = NULL;
+	int r = accel_config_new(&cfg, err);
+	if (r)
+		return r;
+	if (file && (r = accel_config_load_file(cfg, file, err)))
+		goto fail;
+	if (!o->no_env && (r = accel_config_load_env(cfg, NULL, err)))
+		goto fail;
+	for (int i = 0; i < o->nsets; i++)
+		if ((r = accel_config_set(cfg, o->sets[i], NULL, err)))
+			goto fail;
+	if ((r = register_modules(cfg, &ld, err)) || (r = accel_config_resolve(cfg, err)) ||
+	    (r = check_modules(cfg, ld, label, err)))
+		goto fail;
+	accel_loader_free(ld);
+	*ret_cfg = cfg;
+	return ACCEL_OK;
+fail:
+	accel_loader_free(ld);
+	accel_config_free(cfg);
+	return r;
+}
+
+static int cmd_validate(int argc, char **argv)
+{
+	opts o;
+	int r = parse("validate", argc, argv, 0, &o), status = 0;
+	if (r) {
+		opts_free(&o);
+		return r < 0 ? 0 : r;
+	}
+	for (int i = 0; i < o.nfiles; i++) {
+		accel_config *cfg = NULL;
+		accel_err err;
+		accel_err_clear(&err);
+		if (build(&o, o.files[i], o.files[i], &cfg, &err)) {
+			fprintf(stderr, "%s: error: %s\n", o.files[i], err.msg);
+			status = 1;
+		} else {
+			printf("%s: ok\n", o.files[i]);
+		}
+		accel_config_free(cfg);
+	}
+	opts_free(&o);
+	return status;
+}
+
+static int cmd_show(int argc, char **argv)
+{
+	opts o;
+	int r = parse("show", argc, argv, 1, &o);
+	if (r) {
+		opts_free(&o);
+		return r < 0 ? 0 : r;
+	}
+	const char *file = o.config, *from = "--config";
+	if (!file)
+		file = accel_config_find_file(&from);
+	accel_config *cfg = NULL;
+	accel_err err;
+	accel_err_clear(&err);
+	int status = 0;
+	if (build(&o, file, file ? file : "accel config show", &cfg, &err)) {
+		fprintf(stderr, "accel config show: %s\n", err.msg);
+		status = 1;
+	} else if (o.json) {
+		if (accel_config_dump_json(cfg, stdout, o.resolved, 1) != ACCEL_OK) {
+			fprintf(stderr, "accel config show: cannot print the configuration\n");
+			status = 1;
+		}
+	} else {
+		if (file)
+			printf("# config file: %s (%s)\n", file, from);
+		else
+			printf("# config file: none (defaults, environment and --set only)\n");
+		accel_config_dump(cfg, stdout, o.resolved, 1);
+	}
+	accel_config_free(cfg);
+	opts_free(&o);
+	if (fflush(stdout) != 0 && !status) {
+		perror("accel config show: stdout");
+		status = 1;
+	}
+	return status;
+}
 
 int accel_cli_config(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "accel config: not implemented yet\n");
-	return 1;
+	if (argc < 2)
+		return accel_cli_usage_error("config", "missing command (validate or show)");
+	const char *sub = argv[1];
+	if (!strcmp(sub, "-h") || !strcmp(sub, "--help") || !strcmp(sub, "help")) {
+		usage_main(stdout);
+		return 0;
+	}
+	if (!strcmp(sub, "validate"))
+		return cmd_validate(argc - 1, argv + 1);
+	if (!strcmp(sub, "show"))
+		return cmd_show(argc - 1, argv + 1);
+	return accel_cli_usage_error("config", "unknown subcommand '%s' (validate or show)", sub);
 }
