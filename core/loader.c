@@ -30,10 +30,17 @@
 #define NAME_MAX_LEN 63
 #define SCHEMA_MAX_PARAMS 4096
 
+/* The module's tables copied into this core's layout: members its
+ * struct_size did not cover read as NULL/0, so nothing past the module's
+ * structs is ever read. */
 typedef struct module_rec {
 	accel_module pub;
 	char *real;                    /* realpath(), to load each file once */
 	accel_param_schema_v1 *params; /* normalized copies (pub.params)     */
+	accel_plugin_v1 plugin;
+	accel_plugin_desc_v1 plugin_desc;
+	accel_comm_v1 comm;
+	accel_comm_desc_v1 comm_desc;
 } module_rec;
 
 typedef struct dir_rec {
@@ -793,36 +800,68 @@ static int desc_strings(module_rec *m, const char *what, const char *name, const
 			              (m)->pub.name, #slot);                         \
 	} while (0)
 
-static int plugin_check(module_rec *m, const accel_plugin_v1 *vt)
+/* Copy min(have, cap) bytes of a module struct, zero the rest. */
+static void copy_struct(void *dst, size_t cap, const void *src, uint32_t have)
 {
-	if (vt->struct_size < ACCEL_PLUGIN_V1_MIN_SIZE)
-		return broken(m,
-		              "struct_size too small: accel_plugin_v1.struct_size is %u, "
-		              "ABI v1 needs at least %zu", vt->struct_size,
-		              (size_t)ACCEL_PLUGIN_V1_MIN_SIZE);
-	const accel_plugin_desc_v1 *d = vt->desc;
-	if (!d)
+	memset(dst, 0, cap);
+	memcpy(dst, src, have < cap ? have : cap);
+}
+
+static const char *role_word(uint32_t role)
+{
+	switch (role) {
+	case ACCEL_ROLE_STRATEGY: return "strategy";
+	case ACCEL_ROLE_REDUCE_HOOK: return "reduce hook";
+	case ACCEL_ROLE_PRECISION: return "precision hook";
+	default: return "hook";
+	}
+}
+
+static int plugin_check(module_rec *m, const accel_plugin_v1 *raw)
+{
+	if (raw->struct_size < ACCEL_ABI_END(accel_plugin_v1, desc))
+		return broken(m, "struct_size too small: accel_plugin_v1.struct_size is %u, ABI v1 "
+		              "needs at least %zu (through desc)", raw->struct_size,
+		              ACCEL_ABI_END(accel_plugin_v1, desc));
+	const accel_plugin_desc_v1 *rd = raw->desc;
+	if (!rd)
 		return broken(m, "accel_plugin_v1.desc is NULL");
-	if (d->struct_size < ACCEL_PLUGIN_DESC_V1_MIN_SIZE)
-		return broken(m,
-		              "struct_size too small: accel_plugin_desc_v1.struct_size is %u, "
-		              "ABI v1 needs at least %zu", d->struct_size,
+	if (rd->struct_size < ACCEL_PLUGIN_DESC_V1_MIN_SIZE)
+		return broken(m, "struct_size too small: accel_plugin_desc_v1.struct_size is %u, "
+		              "ABI v1 needs at least %zu", rd->struct_size,
 		              (size_t)ACCEL_PLUGIN_DESC_V1_MIN_SIZE);
+	accel_plugin_desc_v1 *d = &m->plugin_desc;
+	copy_struct(d, sizeof(*d), rd, rd->struct_size);
+	d->struct_size = sizeof(*d);
 	int r = desc_strings(m, "plugin", d->name, d->version, d->summary, d->config_section);
 	if (r)
 		return r;
-	m->pub.abi_minor = vt->abi_minor;
 	m->pub.role = d->role;
 	m->pub.caps = d->caps;
 	m->pub.requires = d->requires;
 	m->pub.min_cuda_cc = d->min_cuda_cc;
 	m->pub.state_version = d->state_version;
 	if (d->role < ACCEL_ROLE_STRATEGY || d->role > ACCEL_ROLE_OTHER)
-		return broken(m, "plugin '%s': unknown role %u", d->name,
-		              d->role);
+		return broken(m, "plugin '%s': unknown role %u", d->name, d->role);
 	if (d->min_cuda_cc < 0)
-		return broken(m, "plugin '%s': min_cuda_cc is %d", d->name,
-		              (int)d->min_cuda_cc);
+		return broken(m, "plugin '%s': min_cuda_cc is %d", d->name, (int)d->min_cuda_cc);
+
+	/* The vtable must reach the last slot its role requires. */
+	size_t need = d->role == ACCEL_ROLE_STRATEGY      ? ACCEL_PLUGIN_V1_STRATEGY_MIN_SIZE
+	              : d->role == ACCEL_ROLE_REDUCE_HOOK ? ACCEL_PLUGIN_V1_REDUCE_HOOK_MIN_SIZE
+	                                                  : ACCEL_PLUGIN_V1_HOOK_MIN_SIZE;
+	const char *last = d->role == ACCEL_ROLE_STRATEGY      ? "step"
+	                   : d->role == ACCEL_ROLE_REDUCE_HOOK ? "reduce_bucket"
+	                                                       : "fini";
+	if (raw->struct_size < need)
+		return broken(m, "struct_size too small: accel_plugin_v1.struct_size is %u, a v1 %s "
+		              "needs at least %zu (through %s)", raw->struct_size, role_word(d->role),
+		              need, last);
+	accel_plugin_v1 *vt = &m->plugin;
+	copy_struct(vt, sizeof(*vt), raw, raw->struct_size);
+	vt->struct_size = sizeof(*vt);
+	vt->desc = d;
+	m->pub.abi_minor = raw->abi_minor;
 	REQUIRE_SLOT(m, vt, init, "plugin");
 	REQUIRE_SLOT(m, vt, fini, "plugin");
 	if (d->role == ACCEL_ROLE_STRATEGY) {
@@ -833,35 +872,43 @@ static int plugin_check(module_rec *m, const accel_plugin_v1 *vt)
 	}
 	if (d->role == ACCEL_ROLE_REDUCE_HOOK)
 		REQUIRE_SLOT(m, vt, reduce_bucket, "reduce hook");
-	return schema_load(m, d->config_section, d->params, d->n_params);
+	if ((r = schema_load(m, d->config_section, d->params, d->n_params)))
+		return r;
+	d->params = m->params;
+	m->pub.plugin = vt;
+	return 0;
 }
 
-static int comm_check(module_rec *m, const accel_comm_v1 *vt)
+static int comm_check(module_rec *m, const accel_comm_v1 *raw)
 {
-	if (vt->struct_size < ACCEL_COMM_V1_MIN_SIZE)
-		return broken(m,
-		              "struct_size too small: accel_comm_v1.struct_size is %u, "
-		              "ABI v1 needs at least %zu", vt->struct_size,
+	if (raw->struct_size < ACCEL_COMM_V1_MIN_SIZE)
+		return broken(m, "struct_size too small: accel_comm_v1.struct_size is %u, ABI v1 "
+		              "needs at least %zu (through test)", raw->struct_size,
 		              (size_t)ACCEL_COMM_V1_MIN_SIZE);
-	const accel_comm_desc_v1 *d = vt->desc;
-	if (!d)
+	const accel_comm_desc_v1 *rd = raw->desc;
+	if (!rd)
 		return broken(m, "accel_comm_v1.desc is NULL");
-	if (d->struct_size < ACCEL_COMM_DESC_V1_MIN_SIZE)
-		return broken(m,
-		              "struct_size too small: accel_comm_desc_v1.struct_size is %u, "
-		              "ABI v1 needs at least %zu", d->struct_size,
+	if (rd->struct_size < ACCEL_COMM_DESC_V1_MIN_SIZE)
+		return broken(m, "struct_size too small: accel_comm_desc_v1.struct_size is %u, ABI v1 "
+		              "needs at least %zu", rd->struct_size,
 		              (size_t)ACCEL_COMM_DESC_V1_MIN_SIZE);
+	accel_comm_desc_v1 *d = &m->comm_desc;
+	copy_struct(d, sizeof(*d), rd, rd->struct_size);
+	d->struct_size = sizeof(*d);
 	int r = desc_strings(m, "comm backend", d->name, d->version, d->summary,
 	                     d->config_section);
 	if (r)
 		return r;
-	m->pub.abi_minor = vt->abi_minor;
 	m->pub.devices = d->devices;
 	m->pub.requires = d->requires;
 	if (!(d->devices & ((1u << ACCEL_DEVICE_CPU) | (1u << ACCEL_DEVICE_CUDA))))
-		return broken(m,
-		              "comm backend '%s': devices is 0x%x, serves neither cpu nor cuda",
+		return broken(m, "comm backend '%s': devices is 0x%x, serves neither cpu nor cuda",
 		              d->name, d->devices);
+	accel_comm_v1 *vt = &m->comm;
+	copy_struct(vt, sizeof(*vt), raw, raw->struct_size);
+	vt->struct_size = sizeof(*vt);
+	vt->desc = d;
+	m->pub.abi_minor = raw->abi_minor;
 	REQUIRE_SLOT(m, vt, init, "comm backend");
 	REQUIRE_SLOT(m, vt, fini, "comm backend");
 	REQUIRE_SLOT(m, vt, allreduce, "comm backend");
@@ -871,7 +918,11 @@ static int comm_check(module_rec *m, const accel_comm_v1 *vt)
 	REQUIRE_SLOT(m, vt, barrier, "comm backend");
 	REQUIRE_SLOT(m, vt, wait, "comm backend");
 	REQUIRE_SLOT(m, vt, test, "comm backend");
-	return schema_load(m, d->config_section, d->params, d->n_params);
+	if ((r = schema_load(m, d->config_section, d->params, d->n_params)))
+		return r;
+	d->params = m->params;
+	m->pub.comm = vt;
+	return 0;
 }
 
 /* ---- requirements and duplicates ---------------------------------------------------- */
@@ -1027,14 +1078,8 @@ static int load_into(accel_loader *ld, module_rec *m)
 	if (cap.msg[0])
 		accel_log(ACCEL_LOG_DEBUG, "%s: %s reported '%s' but returned a table", path, sym,
 		          cap.msg);
-	int r;
-	if (pe) {
-		m->pub.plugin = vt;
-		r = plugin_check(m, m->pub.plugin);
-	} else {
-		m->pub.comm = vt;
-		r = comm_check(m, m->pub.comm);
-	}
+	int r = pe ? plugin_check(m, (const accel_plugin_v1 *)vt)
+	           : comm_check(m, (const accel_comm_v1 *)vt);
 	if (r == ACCEL_ERR_NOMEM)
 		return r;
 	if (r)

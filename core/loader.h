@@ -50,19 +50,18 @@ typedef struct accel_loader accel_loader;
 #define ACCEL_MODULE_BROKEN      2  /* could not be loaded; see reason       */
 #define ACCEL_MODULE_SHADOWED    3  /* same name as an earlier module (dup)  */
 
-/* The smallest struct_size the loader accepts for each ABI v1 struct: the
- * size of the struct as ABI 1.0 defined it.  Every member of 1.0 can thus
- * be read without a check; members appended by later minors must be
- * guarded with ACCEL_ABI_HAS(). */
+/* The smallest struct_size the loader accepts for each ABI v1 struct: it
+ * must reach the last member the module's role requires.  Members beyond
+ * a module's struct_size read as NULL/0 in the loader's copies (see
+ * accel_module.plugin), i.e. "not implemented, the core's default". */
 #define ACCEL_ABI_END(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
-#define ACCEL_PLUGIN_V1_MIN_SIZE      ACCEL_ABI_END(accel_plugin_v1, extension)
-#define ACCEL_PLUGIN_DESC_V1_MIN_SIZE ACCEL_ABI_END(accel_plugin_desc_v1, reserved)
-#define ACCEL_PARAM_SCHEMA_V1_MIN_SIZE ACCEL_ABI_END(accel_param_schema_v1, help)
-#define ACCEL_COMM_V1_MIN_SIZE        ACCEL_ABI_END(accel_comm_v1, test)
-#define ACCEL_COMM_DESC_V1_MIN_SIZE   ACCEL_ABI_END(accel_comm_desc_v1, reserved2)
-/* Nonzero when struct pointer `p` (whose type is `type`) was built with a
- * struct_size that covers `member`. */
-#define ACCEL_ABI_HAS(p, type, member) ((p)->struct_size >= ACCEL_ABI_END(type, member))
+#define ACCEL_PLUGIN_V1_HOOK_MIN_SIZE        ACCEL_ABI_END(accel_plugin_v1, fini)
+#define ACCEL_PLUGIN_V1_STRATEGY_MIN_SIZE    ACCEL_ABI_END(accel_plugin_v1, step)
+#define ACCEL_PLUGIN_V1_REDUCE_HOOK_MIN_SIZE ACCEL_ABI_END(accel_plugin_v1, reduce_bucket)
+#define ACCEL_PLUGIN_DESC_V1_MIN_SIZE        ACCEL_ABI_END(accel_plugin_desc_v1, n_params)
+#define ACCEL_PARAM_SCHEMA_V1_MIN_SIZE       ACCEL_ABI_END(accel_param_schema_v1, help)
+#define ACCEL_COMM_V1_MIN_SIZE               ACCEL_ABI_END(accel_comm_v1, test)
+#define ACCEL_COMM_DESC_V1_MIN_SIZE          ACCEL_ABI_END(accel_comm_desc_v1, n_params)
 
 typedef struct accel_module {
 	int kind;                         /* ACCEL_MODULE_PLUGIN / _COMM; 0 when the
@@ -84,7 +83,7 @@ typedef struct accel_module {
 	const char *name;
 	const char *version;
 	const char *summary;
-	uint32_t abi_minor;               /* abi_minor from the vtable               */
+	uint32_t abi_minor;               /* abi_minor the module was built with     */
 	uint32_t role;                    /* plugins: ACCEL_ROLE_*; comm: 0           */
 	uint32_t caps;                    /* plugins: ACCEL_CAP_*; comm: 0            */
 	uint32_t devices;                 /* comm: bit (1u << ACCEL_DEVICE_*); else 0 */
@@ -94,12 +93,17 @@ typedef struct accel_module {
 	const char *config_section;       /* NULL when the module has no keys        */
 	/* The parameter schema copied into this core's struct layout (entries
 	 * are sizeof(accel_param_schema_v1) apart whatever minor the module was
-	 * built with; members it did not have are zero).  Use these rather than
-	 * desc->params.  Owned by the loader. */
+	 * built with; members it did not have are zero).  Owned by the loader;
+	 * also what plugin->desc->params / comm->desc->params point to. */
 	const accel_param_schema_v1 *params;
 	uint32_t n_params;
-	const accel_plugin_v1 *plugin;    /* kind == PLUGIN and entry succeeded       */
-	const accel_comm_v1 *comm;        /* kind == COMM and entry succeeded         */
+	/* The module's vtable and descriptor copied into this core's layout
+	 * (struct_size = this core's sizeof): every member can be read without
+	 * a struct_size check; members the module did not have are NULL/0.
+	 * Set only when the checks passed (OK, UNAVAILABLE, SHADOWED).  Owned
+	 * by the loader. */
+	const accel_plugin_v1 *plugin;    /* kind == PLUGIN                           */
+	const accel_comm_v1 *comm;        /* kind == COMM                             */
 	void *handle;                     /* dlopen handle (NULL if dlopen failed)    */
 } accel_module;
 

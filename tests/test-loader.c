@@ -178,6 +178,10 @@ START_TEST(good_plugin_loads_with_schema)
 	ck_assert_ptr_null(m->comm);
 	ck_assert_ptr_nonnull(m->handle);
 	ck_assert_str_eq(m->plugin->desc->name, "good");
+	/* Copies in this core's layout; the schema is the normalized one. */
+	ck_assert_uint_eq(m->plugin->struct_size, sizeof(accel_plugin_v1));
+	ck_assert_ptr_eq(m->plugin->desc->params, m->params);
+	ck_assert_uint_eq(m->plugin->desc->n_params, m->n_params);
 	ck_assert_str_eq(m->config_section, "good");
 
 	ck_assert_uint_eq(m->n_params, 7);
@@ -305,10 +309,32 @@ START_TEST(struct_size_too_small)
 	const accel_module *m = load1(ld, "small-struct.so");
 	char want[256];
 	snprintf(want, sizeof(want),
-	         "struct_size too small: accel_plugin_v1.struct_size is %zu, ABI v1 needs at "
-	         "least %zu", offsetof(accel_plugin_v1, init), (size_t)ACCEL_PLUGIN_V1_MIN_SIZE);
+	         "struct_size too small: accel_plugin_v1.struct_size is %zu, a v1 strategy needs "
+	         "at least %zu (through step)", offsetof(accel_plugin_v1, init),
+	         offsetof(accel_plugin_v1, step) + sizeof(void *));
 	assert_reason(m, ACCEL_MODULE_BROKEN, want);
-	ck_assert_uint_eq(ACCEL_PLUGIN_V1_MIN_SIZE, sizeof(accel_plugin_v1));
+	ck_assert_ptr_null(m->plugin);
+	accel_loader_free(ld);
+}
+END_TEST
+
+/* A hook whose vtable ends after fini is valid; what lies past its
+ * struct_size (a post_step pointer here) must read as NULL. */
+START_TEST(short_hook_is_normalized)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "short-hook.so");
+	ck_assert_msg(m->status == ACCEL_MODULE_OK, "%s", m->reason);
+	const accel_plugin_v1 *vt = m->plugin;
+	ck_assert_ptr_nonnull(vt);
+	ck_assert_uint_eq(vt->struct_size, sizeof(accel_plugin_v1));
+	ck_assert_ptr_nonnull(vt->init);
+	ck_assert_ptr_nonnull(vt->fini);
+	ck_assert_ptr_null(vt->validate);
+	ck_assert_ptr_null(vt->post_step);
+	ck_assert_ptr_null(vt->extension);
+	ck_assert_str_eq(vt->desc->name, "short-hook");
+	ck_assert_uint_eq(vt->desc->struct_size, sizeof(accel_plugin_desc_v1));
 	accel_loader_free(ld);
 }
 END_TEST
@@ -510,7 +536,8 @@ START_TEST(scan_fixture_dir)
 		{"good.so", "ok"},           {"init-fails.so", "ok"},
 		{"needs-cuda.so", "unavailable"}, {"no-entry.so", "broken"},
 		{"not-elf.so", "broken"},    {"null-slot.so", "broken"},
-		{"small-struct.so", "broken"}, {"truncated.so", "broken"},
+		{"short-hook.so", "ok"},     {"small-struct.so", "broken"},
+		{"truncated.so", "broken"},
 	};
 	size_t n = sizeof(expect) / sizeof(expect[0]);
 	ck_assert_uint_eq(accel_loader_count(ld), n);
@@ -696,6 +723,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tc, missing_entry);
 	tcase_add_test(tc, wrong_abi_major);
 	tcase_add_test(tc, struct_size_too_small);
+	tcase_add_test(tc, short_hook_is_normalized);
 	tcase_add_test(tc, null_required_slot);
 	tcase_add_test(tc, entry_returns_null_with_text);
 	tcase_add_test(tc, bad_schema_and_name);
