@@ -109,6 +109,7 @@ struct accel_config {
 	doc **docs;
 	size_t ndocs, capdocs;
 	int resolved;
+	char peek_src[1024];       /* accel_config_source() before resolve()   */
 };
 
 /* ---- the core schema ----------------------------------------------------------- */
@@ -149,6 +150,8 @@ static const core_param core_params[] = {
 	 "seed of parameter init, sampler shuffling and RNG streams"},
 	{"log_level", ACCEL_CFG_ENUM, "\"info\"", NORANGE, F_LOGLEVEL,
 	 "error|warn|info|debug|trace", 0, NULL, "logger verbosity"},
+	{"metrics_file", ACCEL_CFG_STRING, NULL, NORANGE, 0, NULL, 0, NULL,
+	 "file rank 0 appends JSON-lines metrics to; unset: stdout"},
 	{"comm.timeout_s", ACCEL_CFG_DOUBLE, "300", GE(0), F_MIN_EXCL, NULL, 0, NULL,
 	 "seconds a collective may wait for the other ranks before failing"},
 	{"optimizer.type", ACCEL_CFG_ENUM, "\"adamw\"", NORANGE, 0, "adamw|sgd", 0, NULL,
@@ -2356,8 +2359,18 @@ int accel_config_get_count(const accel_config *cfg, const char *path, uint32_t *
 
 const char *accel_config_source(const accel_config *cfg, const char *path)
 {
-	if (!cfg || !path || !cfg->resolved)
+	if (!cfg || !path)
 		return NULL;
+	if (!cfg->resolved) {
+		/* the source of what peek_* sees; the buffer is scratch space, not
+		 * part of the configuration's value */
+		json_t *v;
+		const doc *d;
+		accel_config *mut = (accel_config *)cfg;
+		if (raw_find(cfg, path, &v, &d, mut->peek_src, sizeof(mut->peek_src)))
+			return NULL;
+		return mut->peek_src;
+	}
 	long i = find_key(cfg, path, NULL);
 	if (i < 0 || !key_active(cfg, &cfg->keys[i]) || !cfg->keys[i].val)
 		return NULL;

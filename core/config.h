@@ -95,9 +95,10 @@ int accel_config_get_dbllist(const accel_config *cfg, const char *path, uint32_t
                              double *ret);
 /* Number of elements of a string or number list. */
 int accel_config_get_count(const accel_config *cfg, const char *path, uint32_t *ret);
-/* Where the value of `path` came from (borrowed), NULL when unset or before
- * resolve().  Defaults say "default"; a derived default says why
- * ("default for sgd"). */
+/* Where the value of `path` came from (borrowed until the config is freed),
+ * NULL when unset.  Defaults say "default"; a derived default says why
+ * ("default for sgd").  Before resolve(): the source of the raw value that
+ * peek_* returns (valid until the next call on cfg). */
 const char *accel_config_source(const accel_config *cfg, const char *path);
 
 /* Before resolve(): raw lookups of core keys the loader needs to know which

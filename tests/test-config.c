@@ -72,7 +72,9 @@ START_TEST(defaults)
 	uint32_t n;
 
 	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_ERR_STATE);
-	ck_assert_ptr_null(accel_config_source(c, "seed"));
+	/* before resolve: where the raw value comes from */
+	ck_assert_str_eq(accel_config_source(c, "seed"), "default");
+	ck_assert_ptr_null(accel_config_source(c, "max_grad_norm"));
 	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
 
 	ck_assert_int_eq(accel_config_get_string(c, "strategy", &s), ACCEL_OK);
@@ -840,6 +842,7 @@ START_TEST(peek)
 	ck_assert_str_eq(s, "/p2");
 	ck_assert_int_eq(accel_config_peek_strlist(c, "plugins", 0, &s), ACCEL_OK);
 	ck_assert_str_eq(s, "compress");
+	ck_assert_str_eq(accel_config_source(c, "plugin_dirs"), "cfg.json:1:62");
 	/* keys of sections nobody declared yet are reachable too */
 	ck_assert_int_eq(accel_config_peek_string(c, "zero_optimization.stage", &s), ACCEL_ERR_CONFIG);
 
