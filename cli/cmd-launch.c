@@ -1,13 +1,582 @@
 /* SPDX-License-Identifier: MIT */
-/* cli/cmd-launch.c: `accel launch` (placeholder until implemented). */
+/* cli/cmd-launch.c: `accel launch`: the command line, its validation, and
+ * the environment each rank gets.  Supervision is in launch-run.c. */
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "launch.h"
+
+extern char **environ;
+
+#define MAX_NPROC 1024
+#define MAX_WORLD (1 << 20)
+
+static const char *const help_text =
+	"Usage: accel launch [OPTIONS] [--] PROGRAM [ARGS...]\n"
+	"\n"
+	"Start N processes of PROGRAM on this node, tell each its rank through the\n"
+	"environment, relay their output, and stop all of them when one fails.\n"
+	"\n"
+	"Options:\n"
+	"  -n, --nproc-per-node N  processes on this node (default 1)\n"
+	"      --nnodes M          nodes in the job (default 1); run one launcher per node\n"
+	"      --node-rank R       this node's index, 0..M-1 (required when M > 1)\n"
+	"      --master-addr A     host of rank 0, where the rendezvous store listens\n"
+	"                          (default 127.0.0.1; required when M > 1)\n"
+	"      --master-port P     its port (default: a free port when M = 1; required\n"
+	"                          when M > 1)\n"
+	"      --job-id ID         job id shared by all ranks ([A-Za-z0-9._-], at most 63\n"
+	"                          chars; default: random, or derived from the master\n"
+	"                          address and port when M > 1)\n"
+	"      --config F          accel JSON config; ranks get its absolute path in\n"
+	"                          ACCEL_CONFIG\n"
+	"      --set KEY=VALUE     override a config key (repeatable); ranks get the list\n"
+	"                          in ACCEL_SET, one assignment per line\n"
+	"      --tee               prefix output AND write DIR/rank-R.log (DIR: --log-dir,\n"
+	"                          default ./accel-logs/JOB_ID)\n"
+	"      --log-dir D         write each rank's stdout+stderr to D/rank-R.log and\n"
+	"                          print only the launcher's own messages\n"
+	"      --grace-s S         seconds between SIGTERM and SIGKILL when stopping ranks\n"
+	"                          (default 5)\n"
+	"      --dry-run           print each rank's environment and command; start nothing\n"
+	"  -h, --help              show this help\n"
+	"\n"
+	"Each rank gets ACCEL_RANK, ACCEL_LOCAL_RANK, ACCEL_WORLD_SIZE,\n"
+	"ACCEL_LOCAL_WORLD_SIZE, ACCEL_NODE_RANK, ACCEL_NUM_NODES, ACCEL_MASTER_ADDR,\n"
+	"ACCEL_MASTER_PORT, ACCEL_JOB_ID (and ACCEL_CONFIG, ACCEL_SET when given), plus\n"
+	"RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.\n"
+	"\n"
+	"Exit status: 0 when every rank exits 0; the exit code of the first rank that\n"
+	"failed, or 128+N if it was killed by signal N; 128+N when the launcher itself\n"
+	"was stopped by signal N (SIGINT, SIGTERM, SIGHUP); 127/126 when PROGRAM cannot\n"
+	"be run; 2 for bad usage; 1 for other launcher errors.\n";
+
+typedef struct opts {
+	int nproc, nnodes, node_rank, port;
+	const char *addr, *job_id_arg, *config, *log_dir;
+	int tee, dry_run;
+	double grace_s;
+	char **sets;
+	int nsets;
+	char **prog;
+	int have_nproc, have_node_rank;
+} opts;
+
+#define USAGE(...) accel_cli_usage_error("launch", __VA_ARGS__)
+
+/* Strict integer in [lo, hi]. */
+static int parse_int(const char *s, long lo, long hi, int *ret)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (!*s || errno || *end || v < lo || v > hi)
+		return -1;
+	*ret = (int)v;
+	return 0;
+}
+
+static int valid_id(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 63)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+		      *s == '.' || *s == '_' || *s == '-'))
+			return 0;
+	return 1;
+}
+
+/* Match "--name VALUE", "--name=VALUE" (and "-nVALUE" for short ones).
+ * Returns 1 and sets *val on a match, 0 on no match, -1 when the value is
+ * missing (message printed). */
+static int take_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
+                      const char **val)
+{
+	const char *a = argv[*i];
+	size_t ll = strlen(lng);
+	if (!strncmp(a, lng, ll) && a[ll] == '=') {
+		*val = a + ll + 1;
+		return 1;
+	}
+	if (shrt && !strncmp(a, shrt, strlen(shrt)) && a[strlen(shrt)] != '\0' &&
+	    strcmp(a, shrt) != 0) {
+		*val = a + strlen(shrt);
+		return 1;
+	}
+	if (strcmp(a, lng) != 0 && (!shrt || strcmp(a, shrt) != 0))
+		return 0;
+	if (*i + 1 >= argc) {
+		USAGE("option '%s' needs a value", a);
+		return -1;
+	}
+	*val = argv[++*i];
+	return 1;
+}
+
+static int parse(int argc, char **argv, opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->nproc = 1;
+	o->nnodes = 1;
+	o->grace_s = 5.0;
+	o->sets = calloc((size_t)argc + 1, sizeof(*o->sets));
+	if (!o->sets) {
+		fprintf(stderr, "accel launch: out of memory\n");
+		return 1;
+	}
+	int i;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = NULL;
+		int m;
+		if (!strcmp(a, "--")) {
+			i++;
+			break;
+		}
+		if (a[0] != '-' || !a[1])
+			break; /* PROGRAM */
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			fputs(help_text, stdout);
+			return -1;
+		}
+		if (!strcmp(a, "--tee")) {
+			o->tee = 1;
+			continue;
+		}
+		if (!strcmp(a, "--dry-run")) {
+			o->dry_run = 1;
+			continue;
+		}
+		if ((m = take_value(argc, argv, &i, "--nproc-per-node", "-n", &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (parse_int(v, 1, MAX_NPROC, &o->nproc) < 0)
+				return USAGE("-n/--nproc-per-node '%s': expected a whole number of "
+				             "processes, 1..1024", v);
+			o->have_nproc = 1;
+		} else if ((m = take_value(argc, argv, &i, "--nnodes", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (parse_int(v, 1, 65536, &o->nnodes) < 0)
+				return USAGE("--nnodes '%s': expected a whole number of nodes >= 1", v);
+		} else if ((m = take_value(argc, argv, &i, "--node-rank", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (parse_int(v, 0, 65535, &o->node_rank) < 0)
+				return USAGE("--node-rank '%s': expected a node index >= 0", v);
+			o->have_node_rank = 1;
+		} else if ((m = take_value(argc, argv, &i, "--master-addr", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (!*v || strlen(v) > 255 || strchr(v, ' '))
+				return USAGE("--master-addr '%s': expected a host name or IP address", v);
+			o->addr = v;
+		} else if ((m = take_value(argc, argv, &i, "--master-port", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (parse_int(v, 1, 65535, &o->port) < 0)
+				return USAGE("--master-port '%s': expected a port number, 1..65535", v);
+		} else if ((m = take_value(argc, argv, &i, "--job-id", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (!valid_id(v))
+				return USAGE("--job-id '%s': use 1..63 characters of [A-Za-z0-9._-]", v);
+			o->job_id_arg = v;
+		} else if ((m = take_value(argc, argv, &i, "--config", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			o->config = v;
+		} else if ((m = take_value(argc, argv, &i, "--set", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			const char *eq = strchr(v, '=');
+			if (!eq || eq == v)
+				return USAGE("--set '%s': expected KEY=VALUE", v);
+			if (strchr(v, '\n'))
+				return USAGE("--set '%s': a value cannot contain a newline", v);
+			o->sets[o->nsets++] = (char *)v;
+		} else if ((m = take_value(argc, argv, &i, "--log-dir", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (!*v)
+				return USAGE("--log-dir: empty directory name");
+			o->log_dir = v;
+		} else if ((m = take_value(argc, argv, &i, "--grace-s", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			char *end;
+			errno = 0;
+			double g = strtod(v, &end);
+			if (!*v || *end || errno || !(g >= 0.0 && g <= 3600.0))
+				return USAGE("--grace-s '%s': expected seconds, 0..3600", v);
+			o->grace_s = g;
+		} else {
+			return USAGE("unknown option '%s'", a);
+		}
+	}
+	if (i >= argc)
+		return USAGE("no PROGRAM given: accel launch [OPTIONS] -- PROGRAM [ARGS...]");
+	if (!argv[i][0])
+		return USAGE("PROGRAM is an empty string");
+	o->prog = argv + i;
+	if (o->nnodes > 1) {
+		if (!o->have_node_rank)
+			return USAGE("--node-rank is required with --nnodes %d: each node's launcher "
+			             "needs its own index, 0..%d", o->nnodes, o->nnodes - 1);
+		if (!o->addr)
+			return USAGE("--master-addr is required with --nnodes > 1 (the host of rank 0, "
+			             "reachable from every node)");
+		if (!o->port)
+			return USAGE("--master-port is required with --nnodes > 1 (the same free port on "
+			             "every node's command line)");
+	}
+	if (o->node_rank >= o->nnodes)
+		return USAGE("--node-rank %d is not below --nnodes %d", o->node_rank, o->nnodes);
+	if ((long)o->nproc * o->nnodes > MAX_WORLD)
+		return USAGE("world size (-n x --nnodes) is larger than 1048576");
+	return 0;
+}
+
+/* A port that is free now (the kernel's choice).  The rendezvous store binds
+ * it a moment later; another process taking it in between is possible but
+ * rare, and then rank 0 says so. */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+	sa.sin_addr.s_addr = htonl(INADDR_ANY);
+	socklen_t sl = sizeof(sa);
+	int port = -1;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+		port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static void make_job_id(const opts *o, char *out, size_t cap)
+{
+	if (o->job_id_arg) {
+		snprintf(out, cap, "%s", o->job_id_arg);
+		return;
+	}
+	uint64_t h;
+	if (o->nnodes > 1) {
+		/* Every node computes the same id from what they all share. */
+		char key[300];
+		snprintf(key, sizeof(key), "%s:%d", o->addr, o->port);
+		h = 1469598103934665603ull;
+		for (const char *p = key; *p; p++)
+			h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	} else if (getrandom(&h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+		h = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+	}
+	snprintf(out, cap, "%016llx", (unsigned long long)h);
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path)
+{
+	char buf[PATH_MAX];
+	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+		return -1;
+	struct stat stt;
+	if (stat(buf, &stt) < 0)
+		return -1;
+	if (!S_ISDIR(stt.st_mode)) {
+		errno = ENOTDIR;
+		return -1;
+	}
+	return 0;
+}
+
+/* Shell-quote s for display ('...' or $'...' with escapes). */
+static void print_quoted(FILE *f, const char *s)
+{
+	int plain = *s != '\0', ctrl = 0;
+	for (const char *p = s; *p; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c < 0x20 || c == 0x7f)
+			ctrl = 1;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      strchr("@%_-+=:,./", c)))
+			plain = 0;
+	}
+	if (plain) {
+		fputs(s, f);
+	} else if (!ctrl) {
+		fputc('\'', f);
+		for (const char *p = s; *p; p++)
+			if (*p == '\'')
+				fputs("'\\''", f);
+			else
+				fputc(*p, f);
+		fputc('\'', f);
+	} else {
+		fputs("$'", f);
+		for (const char *p = s; *p; p++) {
+			unsigned char c = (unsigned char)*p;
+			if (c == '\n')
+				fputs("\\n", f);
+			else if (c == '\t')
+				fputs("\\t", f);
+			else if (c == '\\' || c == '\'')
+				fprintf(f, "\\%c", c);
+			else if (c < 0x20 || c == 0x7f)
+				fprintf(f, "\\x%02x", c);
+			else
+				fputc(c, f);
+		}
+		fputc('\'', f);
+	}
+}
+
+typedef struct envlist {
+	char **v;
+	int n, cap;
+} envlist;
+
+static int env_add(envlist *e, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int env_add(envlist *e, const char *name, const char *fmt, ...)
+{
+	if (e->n + 1 >= e->cap) {
+		int nc = e->cap ? e->cap * 2 : 32;
+		char **nv = realloc(e->v, (size_t)nc * sizeof(*nv));
+		if (!nv)
+			return -1;
+		e->v = nv;
+		e->cap = nc;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	char *val = NULL;
+	int r = vasprintf(&val, fmt, ap);
+	va_end(ap);
+	if (r < 0)
+		return -1;
+	char *kv = NULL;
+	r = asprintf(&kv, "%s=%s", name, val);
+	free(val);
+	if (r < 0)
+		return -1;
+	e->v[e->n++] = kv;
+	e->v[e->n] = NULL;
+	return 0;
+}
+
+static void env_free(envlist *e)
+{
+	for (int i = 0; i < e->n; i++)
+		free(e->v[i]);
+	free(e->v);
+	memset(e, 0, sizeof(*e));
+}
+
+/* The inherited environment without the names in `adds`, then `adds`. */
+static char **env_merge(char *const *adds, int nadds)
+{
+	size_t n = 0;
+	for (char **p = environ; p && *p; p++)
+		n++;
+	char **out = calloc(n + (size_t)nadds + 1, sizeof(*out));
+	if (!out)
+		return NULL;
+	size_t k = 0;
+	for (char **p = environ; p && *p; p++) {
+		const char *eq = strchr(*p, '=');
+		size_t nl = eq ? (size_t)(eq - *p) : strlen(*p);
+		int over = 0;
+		for (int j = 0; j < nadds && !over; j++)
+			over = !strncmp(adds[j], *p, nl) && adds[j][nl] == '=';
+		if (!over)
+			out[k++] = *p;
+	}
+	for (int j = 0; j < nadds; j++)
+		out[k++] = adds[j];
+	out[k] = NULL;
+	return out;
+}
 
 int accel_cli_launch(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "accel launch: not implemented yet\n");
-	return 1;
+	opts o;
+	int rc = parse(argc, argv, &o);
+	int n = o.nproc;
+	envlist *adds = NULL;
+	char ***envp = NULL;
+	char *config_abs = NULL, *set_joined = NULL, *tee_dir = NULL;
+	if (rc != 0) {
+		rc = rc < 0 ? 0 : rc;
+		goto out;
+	}
+	if (o.config) {
+		config_abs = realpath(o.config, NULL);
+		struct stat stt;
+		if (!config_abs || stat(config_abs, &stt) < 0 || !S_ISREG(stt.st_mode) ||
+		    access(config_abs, R_OK) < 0) {
+			rc = accel_cli_usage_error("launch", "--config '%s': %s", o.config,
+			                           !config_abs || errno ? strerror(errno ? errno : ENOENT)
+			                                                : "not a readable file");
+			goto out;
+		}
+	}
+	if (o.nsets) {
+		size_t len = 0;
+		for (int i = 0; i < o.nsets; i++)
+			len += strlen(o.sets[i]) + 1;
+		set_joined = malloc(len + 1);
+		if (!set_joined)
+			goto oom;
+		set_joined[0] = '\0';
+		for (int i = 0; i < o.nsets; i++) {
+			if (i)
+				strcat(set_joined, "\n");
+			strcat(set_joined, o.sets[i]);
+		}
+	}
+	const char *addr = o.addr ? o.addr : "127.0.0.1";
+	int port = o.port;
+	if (!port && (port = free_port()) < 0) {
+		fprintf(stderr, "accel launch: cannot find a free TCP port for the rendezvous store: "
+		        "%s; give one with --master-port\n", strerror(errno));
+		rc = 1;
+		goto out;
+	}
+	char job_id[64];
+	make_job_id(&o, job_id, sizeof(job_id));
+	const char *log_dir = o.log_dir;
+	if (o.tee && !log_dir) {
+		if (asprintf(&tee_dir, "accel-logs/%s", job_id) < 0)
+			goto oom;
+		log_dir = tee_dir;
+	}
+	int world = n * o.nnodes;
+	/* Many ranks each starting one OpenMP thread per core would oversubscribe
+	 * the machine; give each its share unless the user chose. */
+	int omp = 0;
+	if (n > 1 && !getenv("OMP_NUM_THREADS")) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		omp = cpus > n ? (int)(cpus / n) : 1;
+	}
+	adds = calloc((size_t)n, sizeof(*adds));
+	envp = calloc((size_t)n, sizeof(*envp));
+	if (!adds || !envp)
+		goto oom;
+	for (int l = 0; l < n; l++) {
+		envlist *e = &adds[l];
+		int r = o.node_rank * n + l, bad = 0;
+		bad |= env_add(e, "ACCEL_RANK", "%d", r);
+		bad |= env_add(e, "ACCEL_LOCAL_RANK", "%d", l);
+		bad |= env_add(e, "ACCEL_WORLD_SIZE", "%d", world);
+		bad |= env_add(e, "ACCEL_LOCAL_WORLD_SIZE", "%d", n);
+		bad |= env_add(e, "ACCEL_NODE_RANK", "%d", o.node_rank);
+		bad |= env_add(e, "ACCEL_NUM_NODES", "%d", o.nnodes);
+		bad |= env_add(e, "ACCEL_MASTER_ADDR", "%s", addr);
+		bad |= env_add(e, "ACCEL_MASTER_PORT", "%d", port);
+		bad |= env_add(e, "ACCEL_JOB_ID", "%s", job_id);
+		if (config_abs)
+			bad |= env_add(e, "ACCEL_CONFIG", "%s", config_abs);
+		if (set_joined)
+			bad |= env_add(e, "ACCEL_SET", "%s", set_joined);
+		bad |= env_add(e, "RANK", "%d", r);
+		bad |= env_add(e, "WORLD_SIZE", "%d", world);
+		bad |= env_add(e, "LOCAL_RANK", "%d", l);
+		bad |= env_add(e, "LOCAL_WORLD_SIZE", "%d", n);
+		bad |= env_add(e, "MASTER_ADDR", "%s", addr);
+		bad |= env_add(e, "MASTER_PORT", "%d", port);
+		if (omp)
+			bad |= env_add(e, "OMP_NUM_THREADS", "%d", omp);
+		if (bad || !(envp[l] = env_merge(e->v, e->n)))
+			goto oom;
+	}
+	if (o.dry_run) {
+		printf("accel launch: dry run: %d process%s on node %d of %d, world size %d, job %s, "
+		       "master %s:%d%s\n", n, n == 1 ? "" : "es", o.node_rank, o.nnodes, world, job_id,
+		       addr, port, o.port ? "" : " (a free port now; another is picked at launch)");
+		for (int l = 0; l < n; l++) {
+			printf("rank %d:\n", o.node_rank * n + l);
+			for (int j = 0; j < adds[l].n; j++) {
+				const char *kv = adds[l].v[j], *eq = strchr(kv, '=');
+				printf("  %.*s=", (int)(eq - kv), kv);
+				print_quoted(stdout, eq + 1);
+				putchar('\n');
+			}
+			printf("  command:");
+			for (char **a = o.prog; *a; a++) {
+				putchar(' ');
+				print_quoted(stdout, *a);
+			}
+			putchar('\n');
+		}
+		if (log_dir)
+			printf("logs: %s/rank-R.log\n", log_dir);
+		rc = fflush(stdout) == 0 ? 0 : 1;
+		goto out;
+	}
+	if (log_dir) {
+		if (make_dirs(log_dir) < 0) {
+			fprintf(stderr, "accel launch: cannot create the log directory '%s': %s\n",
+			        log_dir, strerror(errno));
+			rc = 1;
+			goto out;
+		}
+		fprintf(stderr, "accel launch: writing rank output to %s/rank-{%d..%d}.log\n", log_dir,
+		        o.node_rank * n, o.node_rank * n + n - 1);
+	}
+	fflush(stdout);
+	fflush(stderr);
+	launch_spec spec = {
+		.nproc = n,
+		.first_rank = o.node_rank * n,
+		.argv = o.prog,
+		.envp = envp,
+		.prefix = !o.log_dir || o.tee,
+		.log_dir = log_dir,
+		.grace_s = o.grace_s,
+	};
+	rc = accel_launch_run(&spec);
+	goto out;
+oom:
+	fprintf(stderr, "accel launch: out of memory\n");
+	rc = 1;
+out:
+	for (int l = 0; adds && l < n; l++)
+		env_free(&adds[l]);
+	for (int l = 0; envp && l < n; l++)
+		free(envp[l]);
+	free(adds);
+	free(envp);
+	free(o.sets);
+	free(config_abs);
+	free(set_joined);
+	free(tee_dir);
+	return rc;
 }

@@ -1,0 +1,701 @@
+/* SPDX-License-Identifier: MIT */
+/* cli/launch-run.c: start the ranks of `accel launch` and supervise them.
+ *
+ * One thread, one poll() loop over: a self-pipe that the signal handlers
+ * write to (SIGCHLD, and the signals we forward), and two pipes per rank
+ * (its stdout and stderr).  Each rank runs in its own process group, so
+ * stopping a rank also stops whatever it started; the launcher forwards
+ * terminal signals itself.  Every child is reaped before we return. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "launch.h"
+
+#define TAIL_LINES 10
+#define TAIL_LINE_MAX 1024
+#define LINE_BUF 16384
+/* After the last rank exited, how long its leftover children may keep the
+ * output pipes open before we stop reading them. */
+#define LINGER_MS 500
+/* After SIGKILL, how long we wait for the kernel to let a rank go. */
+#define KILL_WAIT_MS 5000
+
+typedef struct stream {
+	int fd;                /* read end; -1 once closed */
+	int to;                /* 1: our stdout, 2: our stderr */
+	size_t len;            /* bytes of an unfinished line in buf */
+	char buf[LINE_BUF];
+} stream;
+
+typedef struct proc {
+	int rank;
+	pid_t pid;             /* also its process group id */
+	int running;           /* started and not reaped */
+	int status;            /* wait status once reaped */
+	int stopped;           /* we signalled it before it exited */
+	int failed;            /* exited non-zero / by a signal on its own */
+	stream out, err;
+	int logfd;
+	char *tail[TAIL_LINES];
+	int tail_n, tail_next;
+} proc;
+
+typedef struct launcher {
+	const launch_spec *spec;
+	proc *p;
+	int n;
+	int devnull;
+	int out_dead[3];       /* our stdout/stderr gave EPIPE: drop output */
+	int stopping, killed;
+	int64_t kill_deadline, final_deadline, linger_deadline;
+	int got_signal;        /* first SIGINT/SIGTERM/SIGHUP received */
+	int first_failed;      /* rank index (local) of the first failure, -1 */
+	int exec_errno;        /* PROGRAM could not be started */
+	int exec_rank;
+	int start_errno;       /* pipe/fork failed: a launcher error */
+} launcher;
+
+static int sig_pipe[2] = {-1, -1};
+static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+#define N_HANDLED ((int)(sizeof(handled_signals) / sizeof(handled_signals[0])))
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_signal(int sig)
+{
+	int saved = errno;
+	unsigned char b = (unsigned char)sig;
+	ssize_t w = write(sig_pipe[1], &b, 1);
+	(void)w; /* a full pipe already holds a wake-up */
+	errno = saved;
+}
+
+const char *accel_launch_signame(int sig, char *buf, unsigned long cap)
+{
+	static const struct {
+		int sig;
+		const char *name;
+	} names[] = {
+		{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},     {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+		{SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},   {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+		{SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},   {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+		{SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"},   {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
+		{SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"},   {SIGTSTP, "SIGTSTP"}, {SIGTTIN, "SIGTTIN"},
+		{SIGTTOU, "SIGTTOU"}, {SIGURG, "SIGURG"},     {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
+		{SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"},
+		{SIGIO, "SIGIO"},     {SIGSYS, "SIGSYS"},
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].sig == sig)
+			return names[i].name;
+	snprintf(buf, cap, "signal %d", sig);
+	return buf;
+}
+
+/* Write everything; EPIPE on our own stdout/stderr silences that stream. */
+static void write_all(launcher *L, int fd, const char *p, size_t n)
+{
+	if (fd >= 0 && fd <= 2 && L->out_dead[fd])
+		return;
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w > 0) {
+			p += w;
+			n -= (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			struct pollfd pf = {.fd = fd, .events = POLLOUT};
+			poll(&pf, 1, 1000);
+			continue;
+		}
+		if (fd >= 0 && fd <= 2)
+			L->out_dead[fd] = 1;
+		return;
+	}
+}
+
+static void say(launcher *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(launcher *L, const char *fmt, ...)
+{
+	char line[2048];
+	va_list ap;
+	int n = snprintf(line, sizeof(line), "accel launch: ");
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n >= (int)sizeof(line) - 1)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	write_all(L, 2, line, (size_t)n);
+}
+
+static void emit_line(launcher *L, proc *p, stream *s, const char *line, size_t len)
+{
+	if (L->spec->prefix) {
+		char *b = malloc(len + 40);
+		if (b) {
+			int h = snprintf(b, 40, "[rank %d] ", p->rank);
+			memcpy(b + h, line, len);
+			b[h + (int)len] = '\n';
+			write_all(L, s->to, b, (size_t)h + len + 1);
+			free(b);
+		}
+	}
+	if (p->logfd >= 0) {
+		write_all(L, p->logfd, line, len);
+		write_all(L, p->logfd, "\n", 1);
+	}
+	char *copy = strndup(line, len < TAIL_LINE_MAX ? len : TAIL_LINE_MAX);
+	if (copy) {
+		free(p->tail[p->tail_next]);
+		p->tail[p->tail_next] = copy;
+		p->tail_next = (p->tail_next + 1) % TAIL_LINES;
+		if (p->tail_n < TAIL_LINES)
+			p->tail_n++;
+	}
+}
+
+static void stream_feed(launcher *L, proc *p, stream *s, const char *data, size_t n)
+{
+	while (n) {
+		const char *nl = memchr(data, '\n', n);
+		size_t seg = nl ? (size_t)(nl - data) : n;
+		size_t room = sizeof(s->buf) - s->len;
+		if (seg > room) {
+			/* A line longer than the buffer is cut into buffer-sized lines. */
+			memcpy(s->buf + s->len, data, room);
+			emit_line(L, p, s, s->buf, sizeof(s->buf));
+			s->len = 0;
+			data += room;
+			n -= room;
+			continue;
+		}
+		memcpy(s->buf + s->len, data, seg);
+		s->len += seg;
+		data += seg;
+		n -= seg;
+		if (nl) {
+			emit_line(L, p, s, s->buf, s->len);
+			s->len = 0;
+			data++;
+			n--;
+		}
+	}
+}
+
+static void stream_close(launcher *L, proc *p, stream *s)
+{
+	if (s->fd < 0)
+		return;
+	if (s->len)
+		emit_line(L, p, s, s->buf, s->len); /* a last line without '\n' */
+	s->len = 0;
+	close(s->fd);
+	s->fd = -1;
+}
+
+static void stream_read(launcher *L, proc *p, stream *s)
+{
+	char buf[65536];
+	for (;;) {
+		ssize_t r = read(s->fd, buf, sizeof(buf));
+		if (r > 0) {
+			stream_feed(L, p, s, buf, (size_t)r);
+			return; /* one read per turn keeps ranks fair */
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		stream_close(L, p, s); /* EOF or error */
+		return;
+	}
+}
+
+static void describe_status(int st, char *out, size_t cap)
+{
+	char b[32];
+	if (WIFEXITED(st))
+		snprintf(out, cap, "exit code %d", WEXITSTATUS(st));
+	else if (WIFSIGNALED(st))
+		snprintf(out, cap, "killed by signal %s (%d)%s",
+		         accel_launch_signame(WTERMSIG(st), b, sizeof(b)), WTERMSIG(st),
+		         WCOREDUMP(st) ? ", core dumped" : "");
+	else
+		snprintf(out, cap, "wait status 0x%x", (unsigned)st);
+}
+
+static int count_running(const launcher *L)
+{
+	int k = 0;
+	for (int i = 0; i < L->n; i++)
+		k += L->p[i].running;
+	return k;
+}
+
+/* Send sig to the process group of every running rank. */
+static void signal_all(launcher *L, int sig)
+{
+	for (int i = 0; i < L->n; i++) {
+		proc *p = &L->p[i];
+		if (!p->running)
+			continue;
+		p->stopped = 1;
+		if (kill(-p->pid, sig) < 0 && errno == ESRCH)
+			kill(p->pid, sig); /* not yet a group leader: the child's setpgid raced */
+	}
+}
+
+static void begin_stop(launcher *L, int sig)
+{
+	if (L->stopping)
+		return;
+	L->stopping = 1;
+	L->kill_deadline = now_ms() + (int64_t)(L->spec->grace_s * 1000.0 + 0.5);
+	signal_all(L, sig);
+}
+
+static void on_exit_status(launcher *L, proc *p, int st)
+{
+	p->running = 0;
+	p->status = st;
+	int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	/* Leftover children of this rank would keep its output open: on failure
+	 * they go with it. */
+	if (!ok)
+		kill(-p->pid, SIGKILL);
+	if (ok || p->stopped)
+		return;
+	p->failed = 1;
+	char d[128];
+	describe_status(st, d, sizeof(d));
+	say(L, "rank %d failed: %s", p->rank, d);
+	if (L->first_failed < 0) {
+		L->first_failed = (int)(p - L->p);
+		int left = count_running(L);
+		if (left) {
+			say(L, "stopping the other %d rank%s (SIGTERM, then SIGKILL after %g s)", left,
+			    left == 1 ? "" : "s", L->spec->grace_s);
+			begin_stop(L, SIGTERM);
+		}
+	}
+}
+
+static void reap(launcher *L)
+{
+	for (int i = 0; i < L->n; i++) {
+		proc *p = &L->p[i];
+		if (!p->running)
+			continue;
+		int st;
+		pid_t r;
+		do
+			r = waitpid(p->pid, &st, WNOHANG);
+		while (r < 0 && errno == EINTR);
+		if (r == p->pid)
+			on_exit_status(L, p, st);
+		else if (r < 0 && errno == ECHILD)
+			on_exit_status(L, p, 0); /* someone else reaped it: nothing to learn */
+	}
+}
+
+static void on_launcher_signal(launcher *L, int sig)
+{
+	char b[32];
+	if (!L->got_signal && !L->stopping) {
+		L->got_signal = sig;
+		int k = count_running(L);
+		say(L, "received %s: forwarding it to %d rank%s (SIGKILL after %g s; send it again "
+		    "to kill them now)", accel_launch_signame(sig, b, sizeof(b)), k, k == 1 ? "" : "s",
+		    L->spec->grace_s);
+		begin_stop(L, sig);
+		return;
+	}
+	if (!L->got_signal)
+		L->got_signal = sig;
+	if (!L->killed && count_running(L)) {
+		say(L, "received %s again: killing all ranks", accel_launch_signame(sig, b, sizeof(b)));
+		signal_all(L, SIGKILL);
+		L->killed = 1;
+		L->final_deadline = now_ms() + KILL_WAIT_MS;
+	}
+}
+
+/* Fork and exec rank i.  Returns 0, or -1 with L->exec_errno set when
+ * PROGRAM could not be run (or the fork failed). */
+static int start_rank(launcher *L, int i)
+{
+	proc *p = &L->p[i];
+	int outp[2] = {-1, -1}, errp[2] = {-1, -1}, ep[2] = {-1, -1};
+	if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+		L->start_errno = errno;
+		goto fail;
+	}
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		L->start_errno = errno;
+		goto fail;
+	}
+	if (pid == 0) {
+		/* Child: only async-signal-safe calls until exec. */
+		setpgid(0, 0);
+#ifdef __linux__
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1); /* the launcher died before we got here */
+#endif
+		struct sigaction dfl;
+		memset(&dfl, 0, sizeof(dfl));
+		dfl.sa_handler = SIG_DFL;
+		sigemptyset(&dfl.sa_mask);
+		for (int k = 0; k < N_HANDLED; k++)
+			sigaction(handled_signals[k], &dfl, NULL);
+		sigaction(SIGPIPE, &dfl, NULL);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (dup2(L->devnull, 0) < 0 || dup2(outp[1], 1) < 0 || dup2(errp[1], 2) < 0) {
+			int e = errno;
+			ssize_t w = write(ep[1], &e, sizeof(e));
+			(void)w;
+			_exit(126);
+		}
+		execvpe(L->spec->argv[0], L->spec->argv, L->spec->envp[i]);
+		int e = errno;
+		ssize_t w = write(ep[1], &e, sizeof(e));
+		(void)w;
+		_exit(e == ENOENT ? 127 : 126);
+	}
+	setpgid(pid, pid); /* also here: whichever runs first wins the race */
+	close(outp[1]);
+	close(errp[1]);
+	close(ep[1]);
+	outp[1] = errp[1] = ep[1] = -1;
+	int e = 0;
+	ssize_t r;
+	do
+		r = read(ep[0], &e, sizeof(e));
+	while (r < 0 && errno == EINTR);
+	close(ep[0]);
+	ep[0] = -1;
+	p->pid = pid;
+	p->running = 1;
+	p->stopped = 0;
+	p->out.fd = outp[0];
+	p->err.fd = errp[0];
+	fcntl(outp[0], F_SETFL, fcntl(outp[0], F_GETFL) | O_NONBLOCK);
+	fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
+	if (r == (ssize_t)sizeof(e)) {
+		/* exec failed: the child has exited or is about to. */
+		int st;
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+		p->running = 0;
+		p->status = st;
+		p->stopped = 1;
+		L->exec_errno = e ? e : ENOEXEC;
+		L->exec_rank = p->rank;
+		return -1;
+	}
+	return 0;
+fail:
+	for (int k = 0; k < 2; k++) {
+		if (outp[k] >= 0)
+			close(outp[k]);
+		if (errp[k] >= 0)
+			close(errp[k]);
+		if (ep[k] >= 0)
+			close(ep[k]);
+	}
+	L->exec_rank = p->rank;
+	return -1;
+}
+
+static int open_logs(launcher *L)
+{
+	for (int i = 0; i < L->n; i++) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/rank-%d.log", L->spec->log_dir, L->p[i].rank);
+		L->p[i].logfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (L->p[i].logfd < 0) {
+			say(L, "cannot write the log file '%s': %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void print_tail(launcher *L, const proc *p)
+{
+	if (!p->tail_n) {
+		say(L, "rank %d printed nothing", p->rank);
+		return;
+	}
+	say(L, "last %d line%s of rank %d:", p->tail_n, p->tail_n == 1 ? "" : "s", p->rank);
+	int start = (p->tail_next - p->tail_n + TAIL_LINES) % TAIL_LINES;
+	for (int k = 0; k < p->tail_n; k++) {
+		const char *line = p->tail[(start + k) % TAIL_LINES];
+		size_t len = strlen(line);
+		char *b = malloc(len + 48);
+		if (!b)
+			continue;
+		int h = snprintf(b, 48, "  [rank %d] ", p->rank);
+		memcpy(b + h, line, len);
+		b[h + (int)len] = '\n';
+		write_all(L, 2, b, (size_t)h + len + 1);
+		free(b);
+	}
+}
+
+/* fds 0-2 must be open, or our pipes would land on them. */
+static void ensure_std_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+			int d = open("/dev/null", O_RDWR);
+			if (d >= 0 && d != fd) {
+				dup2(d, fd);
+				close(d);
+			}
+		}
+}
+
+static int run_loop(launcher *L)
+{
+	struct pollfd *pf = calloc((size_t)(1 + 2 * L->n), sizeof(*pf));
+	proc **who = calloc((size_t)(1 + 2 * L->n), sizeof(*who));
+	stream **ws = calloc((size_t)(1 + 2 * L->n), sizeof(*ws));
+	if (!pf || !who || !ws) {
+		free(pf);
+		free(who);
+		free(ws);
+		say(L, "out of memory; killing all ranks");
+		signal_all(L, SIGKILL);
+		return -1;
+	}
+	for (;;) {
+		reap(L);
+		int running = count_running(L);
+		int nfd = 0;
+		pf[nfd++] = (struct pollfd){.fd = sig_pipe[0], .events = POLLIN};
+		for (int i = 0; i < L->n; i++) {
+			stream *ss[2] = {&L->p[i].out, &L->p[i].err};
+			for (int k = 0; k < 2; k++)
+				if (ss[k]->fd >= 0) {
+					who[nfd] = &L->p[i];
+					ws[nfd] = ss[k];
+					pf[nfd++] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
+				}
+		}
+		int64_t now = now_ms();
+		if (!running && nfd == 1)
+			break;
+		if (!running) {
+			if (!L->linger_deadline)
+				L->linger_deadline = now + LINGER_MS;
+			if (now >= L->linger_deadline) {
+				for (int i = 0; i < L->n; i++) {
+					stream_close(L, &L->p[i], &L->p[i].out);
+					stream_close(L, &L->p[i], &L->p[i].err);
+				}
+				break;
+			}
+		}
+		if (L->stopping && running && !L->killed && now >= L->kill_deadline) {
+			char list[512];
+			size_t len = 0;
+			for (int i = 0; i < L->n && len < sizeof(list) - 16; i++)
+				if (L->p[i].running)
+					len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d",
+					                        len ? ", " : "", L->p[i].rank);
+			say(L, "rank%s %s did not stop within %g s: sending SIGKILL", running == 1 ? "" : "s",
+			    list, L->spec->grace_s);
+			signal_all(L, SIGKILL);
+			L->killed = 1;
+			L->final_deadline = now + KILL_WAIT_MS;
+		}
+		if (L->killed && running && now >= L->final_deadline) {
+			for (int i = 0; i < L->n; i++)
+				if (L->p[i].running)
+					say(L, "rank %d (pid %ld) has not exited %d s after SIGKILL; giving up on "
+					    "it", L->p[i].rank, (long)L->p[i].pid, KILL_WAIT_MS / 1000);
+			break;
+		}
+		int64_t next = INT64_MAX;
+		if (!running)
+			next = L->linger_deadline;
+		else if (L->stopping && !L->killed)
+			next = L->kill_deadline;
+		else if (L->killed)
+			next = L->final_deadline;
+		int tmo = -1;
+		if (next != INT64_MAX)
+			tmo = next <= now ? 0 : (int)(next - now > 60000 ? 60000 : next - now);
+		int pr = poll(pf, (nfds_t)nfd, tmo);
+		if (pr < 0) {
+			if (errno == EINTR)
+				continue;
+			say(L, "poll: %s; killing all ranks", strerror(errno));
+			signal_all(L, SIGKILL);
+			L->killed = 1;
+			L->final_deadline = now_ms() + KILL_WAIT_MS;
+			continue;
+		}
+		if (pf[0].revents & POLLIN) {
+			unsigned char sigs[64];
+			ssize_t r = read(sig_pipe[0], sigs, sizeof(sigs));
+			for (ssize_t k = 0; k < r; k++)
+				if (sigs[k] != SIGCHLD)
+					on_launcher_signal(L, sigs[k]);
+		}
+		for (int k = 1; k < nfd; k++)
+			if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
+				if (ws[k]->fd >= 0)
+					stream_read(L, who[k], ws[k]);
+	}
+	free(pf);
+	free(who);
+	free(ws);
+	return 0;
+}
+
+int accel_launch_run(const launch_spec *spec)
+{
+	launcher L;
+	memset(&L, 0, sizeof(L));
+	L.spec = spec;
+	L.n = spec->nproc;
+	L.first_failed = -1;
+	L.devnull = -1;
+	int rc = 1;
+	struct sigaction old[N_HANDLED], oldpipe;
+	int installed = 0;
+	ensure_std_fds();
+	L.p = calloc((size_t)L.n, sizeof(*L.p));
+	if (!L.p) {
+		say(&L, "out of memory");
+		return 1;
+	}
+	for (int i = 0; i < L.n; i++) {
+		L.p[i].rank = spec->first_rank + i;
+		L.p[i].out = (stream){.fd = -1, .to = 1};
+		L.p[i].err = (stream){.fd = -1, .to = 2};
+		L.p[i].logfd = -1;
+	}
+	L.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (L.devnull < 0) {
+		say(&L, "cannot open /dev/null: %s", strerror(errno));
+		goto out;
+	}
+	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+		say(&L, "cannot create a pipe: %s", strerror(errno));
+		goto out;
+	}
+	if (spec->log_dir && open_logs(&L) < 0)
+		goto out;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sigemptyset(&sa.sa_mask);
+	for (int k = 0; k < N_HANDLED; k++)
+		sigaction(handled_signals[k], &sa, &old[k]);
+	struct sigaction ign;
+	memset(&ign, 0, sizeof(ign));
+	ign.sa_handler = SIG_IGN;
+	sigemptyset(&ign.sa_mask);
+	sigaction(SIGPIPE, &ign, &oldpipe);
+	installed = 1;
+
+	for (int i = 0; i < L.n; i++) {
+		if (start_rank(&L, i) < 0) {
+			if (L.start_errno)
+				say(&L, "cannot start rank %d: %s", L.exec_rank, strerror(L.start_errno));
+			else
+				say(&L, "cannot run '%s' (rank %d): %s", spec->argv[0], L.exec_rank,
+				    strerror(L.exec_errno));
+			if (count_running(&L))
+				begin_stop(&L, SIGTERM);
+			break;
+		}
+	}
+	run_loop(&L);
+	reap(&L);
+
+	if (L.first_failed >= 0) {
+		print_tail(&L, &L.p[L.first_failed]);
+		int st = L.p[L.first_failed].status;
+		rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+	} else if (L.start_errno) {
+		rc = 1;
+	} else if (L.exec_errno) {
+		rc = L.exec_errno == ENOENT ? 127 : 126;
+	} else if (L.got_signal) {
+		rc = 128 + L.got_signal;
+	} else {
+		rc = 0;
+		for (int i = 0; i < L.n; i++)
+			if (L.p[i].running)
+				rc = 1; /* gave up waiting for it */
+	}
+	if (rc == 0 && count_running(&L))
+		rc = 1;
+out:
+	/* Nothing may outlive us unreaped: kill and collect any stragglers. */
+	for (int i = 0; L.p && i < L.n; i++) {
+		proc *p = &L.p[i];
+		if (p->running) {
+			kill(-p->pid, SIGKILL);
+			kill(p->pid, SIGKILL);
+			int st;
+			if (waitpid(p->pid, &st, WNOHANG) == p->pid)
+				p->running = 0;
+		}
+		stream_close(&L, p, &p->out);
+		stream_close(&L, p, &p->err);
+		if (p->logfd >= 0 && close(p->logfd) < 0 && rc == 0) {
+			say(&L, "writing the log of rank %d failed: %s", p->rank, strerror(errno));
+			rc = 1;
+		}
+		for (int k = 0; k < TAIL_LINES; k++)
+			free(p->tail[k]);
+	}
+	if (installed) {
+		for (int k = 0; k < N_HANDLED; k++)
+			sigaction(handled_signals[k], &old[k], NULL);
+		sigaction(SIGPIPE, &oldpipe, NULL);
+	}
+	for (int k = 0; k < 2; k++)
+		if (sig_pipe[k] >= 0) {
+			close(sig_pipe[k]);
+			sig_pipe[k] = -1;
+		}
+	if (L.devnull >= 0)
+		close(L.devnull);
+	free(L.p);
+	return rc;
+}

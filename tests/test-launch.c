@@ -1,0 +1,671 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-launch.c: `accel launch` end to end, running $ACCEL_CLI with
+ * the little programs in tests/progs/: environment, output prefixes, log
+ * files, exit codes, failure handling and its timing, signal forwarding,
+ * bad usage, and the store reached from launched ranks. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef LAUNCH_PROGS_DIR
+#error "LAUNCH_PROGS_DIR must name the build directory of tests/progs"
+#endif
+
+static char prog[4096], store_prog[4096];
+
+static const char *cli(void)
+{
+	const char *c = getenv("ACCEL_CLI");
+	ck_assert_msg(c && *c, "ACCEL_CLI is not set (run through meson test)");
+	return c;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct run {
+	pid_t pid;
+	int out_fd, err_fd;
+	char *out, *err;
+	size_t out_len, err_len;
+	int status;   /* exit code, or 128+signal */
+	double secs;
+	double t0;
+} run;
+
+/* Start `accel launch ARGS...` (argv after "launch", NULL-terminated). */
+static void start(run *r, const char *const *args)
+{
+	const char *argv[64];
+	int n = 0;
+	argv[n++] = cli();
+	argv[n++] = "launch";
+	for (; *args && n < 62; args++)
+		argv[n++] = *args;
+	argv[n] = NULL;
+	int o[2], e[2];
+	ck_assert_int_eq(pipe2(o, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(e, O_CLOEXEC), 0);
+	memset(r, 0, sizeof(*r));
+	r->t0 = now_s();
+	r->pid = fork();
+	ck_assert_int_ge(r->pid, 0);
+	if (r->pid == 0) {
+		dup2(o[1], 1);
+		dup2(e[1], 2);
+		/* only 0-2 go to the launcher, so the ranks' OPEN_FDS shows its leaks */
+		for (int fd = 3; fd < 1024; fd++)
+			close(fd);
+		execv(argv[0], (char *const *)argv);
+		_exit(99);
+	}
+	close(o[1]);
+	close(e[1]);
+	r->out_fd = o[0];
+	r->err_fd = e[0];
+}
+
+static void append(char **buf, size_t *len, const char *data, size_t n)
+{
+	*buf = realloc(*buf, *len + n + 1);
+	ck_assert_ptr_nonnull(*buf);
+	memcpy(*buf + *len, data, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+}
+
+/* Read both outputs to EOF and reap; bounded by `limit_s`. */
+static void finish(run *r, double limit_s)
+{
+	struct pollfd pf[2] = {{.fd = r->out_fd, .events = POLLIN}, {.fd = r->err_fd, .events = POLLIN}};
+	append(&r->out, &r->out_len, "", 0);
+	append(&r->err, &r->err_len, "", 0);
+	while (pf[0].fd >= 0 || pf[1].fd >= 0) {
+		int left = (int)((r->t0 + limit_s - now_s()) * 1000);
+		ck_assert_msg(left > 0, "accel launch still running after %.0f s; stderr so far:\n%s",
+		              limit_s, r->err);
+		if (poll(pf, 2, left) < 0 && errno != EINTR)
+			ck_abort_msg("poll: %s", strerror(errno));
+		for (int k = 0; k < 2; k++) {
+			if (pf[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			char buf[8192];
+			ssize_t n = read(pf[k].fd, buf, sizeof(buf));
+			if (n > 0) {
+				if (k == 0)
+					append(&r->out, &r->out_len, buf, (size_t)n);
+				else
+					append(&r->err, &r->err_len, buf, (size_t)n);
+			} else if (n == 0 || errno != EINTR) {
+				close(pf[k].fd);
+				pf[k].fd = -1;
+			}
+		}
+	}
+	int st;
+	ck_assert_int_eq(waitpid(r->pid, &st, 0), r->pid);
+	r->secs = now_s() - r->t0;
+	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void launch(run *r, const char *const *args)
+{
+	start(r, args);
+	finish(r, 30);
+}
+
+static void run_free(run *r)
+{
+	free(r->out);
+	free(r->err);
+}
+
+#define HAS(hay, needle) \
+	ck_assert_msg(strstr((hay), (needle)) != NULL, "expected '%s' in:\n%s", (needle), (hay))
+#define HASNT(hay, needle) \
+	ck_assert_msg(strstr((hay), (needle)) == NULL, "did not expect '%s' in:\n%s", (needle), (hay))
+
+static char *tmpdir(void)
+{
+	char *d = strdup("/tmp/accel-launch-test-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(d));
+	return d;
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return access(p, F_OK) == 0;
+}
+
+static char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	char *buf = calloc(1, 1 << 16);
+	size_t n = fread(buf, 1, (1 << 16) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* The pids recorded as DIR/pid-R must all be gone (no process outlives the
+ * launcher). */
+static void assert_all_gone(const char *dir, int n)
+{
+	for (int r = 0; r < n; r++) {
+		char p[4096];
+		snprintf(p, sizeof(p), "%s/pid-%d", dir, r);
+		FILE *f = fopen(p, "r");
+		if (!f)
+			continue;
+		long pid = 0;
+		ck_assert_int_eq(fscanf(f, "%ld", &pid), 1);
+		fclose(f);
+		ck_assert_msg(kill((pid_t)pid, 0) < 0 && errno == ESRCH,
+		              "rank %d (pid %ld) outlived the launcher", r, pid);
+	}
+}
+
+/* The value of "[rank R] NAME=" in out. */
+static char *value_of(const char *out, int rank, const char *name)
+{
+	char key[128];
+	snprintf(key, sizeof(key), "[rank %d] %s=", rank, name);
+	const char *p = strstr(out, key);
+	ck_assert_msg(p != NULL, "no %s in:\n%s", key, out);
+	p += strlen(key);
+	size_t n = strcspn(p, "\n");
+	return strndup(p, n);
+}
+
+/* ---- usage ------------------------------------------------------------------- */
+
+START_TEST(help)
+{
+	run r;
+	launch(&r, (const char *[]){"--help", NULL});
+	ck_assert_int_eq(r.status, 0);
+	HAS(r.out, "Usage: accel launch [OPTIONS] [--] PROGRAM [ARGS...]");
+	HAS(r.out, "--grace-s");
+	HAS(r.out, "Exit status:");
+	run_free(&r);
+}
+END_TEST
+
+static void expect_usage(const char *const *args, const char *msg)
+{
+	run r;
+	launch(&r, args);
+	ck_assert_msg(r.status == 2, "exit %d for %s; stderr:\n%s", r.status, msg, r.err);
+	HAS(r.err, msg);
+	HAS(r.err, "Try 'accel launch --help'.");
+	ck_assert_str_eq(r.out, "");
+	run_free(&r);
+}
+
+START_TEST(bad_usage)
+{
+	expect_usage((const char *[]){"-n", "0", "--", prog, "env", NULL},
+	             "accel launch: -n/--nproc-per-node '0': expected a whole number of processes");
+	expect_usage((const char *[]){"-n", "two", prog, NULL}, "-n/--nproc-per-node 'two'");
+	expect_usage((const char *[]){"-n", "2", NULL}, "no PROGRAM given");
+	expect_usage((const char *[]){"-n", "2", "--", NULL}, "no PROGRAM given");
+	expect_usage((const char *[]){"--master-port", "70000", prog, NULL},
+	             "--master-port '70000': expected a port number, 1..65535");
+	expect_usage((const char *[]){"--master-port=0", prog, NULL}, "--master-port '0'");
+	expect_usage((const char *[]){"--frobnicate", prog, NULL}, "unknown option '--frobnicate'");
+	expect_usage((const char *[]){"--nnodes", "2", "--master-addr", "h", "--master-port", "5",
+	                              prog, NULL},
+	             "--node-rank is required with --nnodes 2");
+	expect_usage((const char *[]){"--nnodes", "2", "--node-rank", "1", "--master-port", "5",
+	                              prog, NULL},
+	             "--master-addr is required with --nnodes > 1");
+	expect_usage((const char *[]){"--nnodes", "2", "--node-rank", "1", "--master-addr", "h",
+	                              prog, NULL},
+	             "--master-port is required with --nnodes > 1");
+	expect_usage((const char *[]){"--nnodes", "2", "--node-rank", "2", "--master-addr", "h",
+	                              "--master-port", "5", prog, NULL},
+	             "--node-rank 2 is not below --nnodes 2");
+	expect_usage((const char *[]){"--config", "/nonexistent/x.json", prog, NULL},
+	             "--config '/nonexistent/x.json': No such file or directory");
+	expect_usage((const char *[]){"--set", "novalue", prog, NULL},
+	             "--set 'novalue': expected KEY=VALUE");
+	expect_usage((const char *[]){"--grace-s", "-1", prog, NULL}, "--grace-s '-1'");
+	expect_usage((const char *[]){"--job-id", "a/b", prog, NULL}, "--job-id 'a/b'");
+	expect_usage((const char *[]){"--log-dir", NULL}, "option '--log-dir' needs a value");
+}
+END_TEST
+
+/* ---- environment --------------------------------------------------------- */
+
+START_TEST(environment)
+{
+	char *d = tmpdir();
+	char cfg[4200];
+	snprintf(cfg, sizeof(cfg), "%s/c.json", d);
+	FILE *f = fopen(cfg, "w");
+	fputs("{}\n", f);
+	fclose(f);
+	/* a relative --config path becomes absolute */
+	ck_assert_int_eq(chdir(d), 0);
+	setenv("INHERITED_VAR", "kept", 1);
+	setenv("ACCEL_RANK", "77", 1); /* stale values from outside are replaced */
+	run r;
+	launch(&r, (const char *[]){"-n", "3", "--config", "c.json", "--set", "a=1", "--set",
+	                            "zero.stage=3", "--", prog, "env", NULL});
+	ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
+	char *port0 = value_of(r.out, 0, "ACCEL_MASTER_PORT");
+	char *job0 = value_of(r.out, 0, "ACCEL_JOB_ID");
+	int port = atoi(port0);
+	ck_assert_int_gt(port, 0);
+	ck_assert_int_le(port, 65535);
+	ck_assert_uint_ge(strlen(job0), 8);
+	char cfg_real[4200];
+	ck_assert_ptr_nonnull(realpath(cfg, cfg_real));
+	for (int k = 0; k < 3; k++) {
+		char want[16];
+		snprintf(want, sizeof(want), "%d", k);
+		struct {
+			const char *name, *value;
+		} ex[] = {
+			{"ACCEL_RANK", want},          {"ACCEL_LOCAL_RANK", want},
+			{"ACCEL_WORLD_SIZE", "3"},     {"ACCEL_LOCAL_WORLD_SIZE", "3"},
+			{"ACCEL_NODE_RANK", "0"},      {"ACCEL_NUM_NODES", "1"},
+			{"ACCEL_MASTER_ADDR", "127.0.0.1"}, {"ACCEL_MASTER_PORT", port0},
+			{"ACCEL_JOB_ID", job0},        {"ACCEL_CONFIG", cfg_real},
+			{"ACCEL_SET", "a=1|zero.stage=3"}, {"RANK", want},
+			{"WORLD_SIZE", "3"},           {"LOCAL_RANK", want},
+			{"LOCAL_WORLD_SIZE", "3"},     {"MASTER_ADDR", "127.0.0.1"},
+			{"MASTER_PORT", port0},        {"INHERITED_VAR", "kept"},
+			{"OPEN_FDS", ""},              {"STDIN_EOF", "1"},
+		};
+		for (size_t i = 0; i < sizeof(ex) / sizeof(ex[0]); i++) {
+			char *v = value_of(r.out, k, ex[i].name);
+			ck_assert_msg(!strcmp(v, ex[i].value), "rank %d: %s='%s', want '%s'", k,
+			              ex[i].name, v, ex[i].value);
+			free(v);
+		}
+	}
+	run_free(&r);
+	/* two launches get different job ids; no --set, no ACCEL_SET */
+	run r2;
+	launch(&r2, (const char *[]){"--", prog, "env", NULL});
+	ck_assert_int_eq(r2.status, 0);
+	char *j2 = value_of(r2.out, 0, "ACCEL_JOB_ID");
+	char *s2 = value_of(r2.out, 0, "ACCEL_SET");
+	ck_assert_str_ne(j2, job0);
+	ck_assert_str_eq(s2, "(unset)");
+	free(j2);
+	free(s2);
+	free(port0);
+	free(job0);
+	run_free(&r2);
+	unlink(cfg);
+	rmdir(d);
+	free(d);
+}
+END_TEST
+
+START_TEST(dry_run_multi_node)
+{
+	char *d = tmpdir();
+	char marker[4200];
+	snprintf(marker, sizeof(marker), "%s/started", d);
+	run a, b;
+	launch(&a, (const char *[]){"--dry-run", "--nnodes", "2", "--node-rank", "1", "-n", "2",
+	                            "--master-addr", "10.0.0.1", "--master-port", "29500", "--set",
+	                            "x=1", "--set", "y=two words", "--", prog, "touch", marker,
+	                            NULL});
+	ck_assert_msg(a.status == 0, "exit %d:\n%s", a.status, a.err);
+	HAS(a.out, "accel launch: dry run: 2 processes on node 1 of 2, world size 4");
+	HAS(a.out, "rank 2:\n  ACCEL_RANK=2\n  ACCEL_LOCAL_RANK=0\n  ACCEL_WORLD_SIZE=4\n"
+	           "  ACCEL_LOCAL_WORLD_SIZE=2\n  ACCEL_NODE_RANK=1\n  ACCEL_NUM_NODES=2\n"
+	           "  ACCEL_MASTER_ADDR=10.0.0.1\n  ACCEL_MASTER_PORT=29500\n");
+	HAS(a.out, "rank 3:\n  ACCEL_RANK=3\n  ACCEL_LOCAL_RANK=1\n");
+	HAS(a.out, "  ACCEL_SET=$'x=1\\ny=two words'\n");
+	HAS(a.out, "  RANK=3\n  WORLD_SIZE=4\n  LOCAL_RANK=1\n");
+	char cmd[8400];
+	snprintf(cmd, sizeof(cmd), "  command: %s touch %s\n", prog, marker);
+	HAS(a.out, cmd);
+	HASNT(a.out, "rank 0:");
+	ck_assert(!file_exists(d, "started")); /* nothing ran */
+	/* node 0 derives the same job id from the master address and port */
+	launch(&b, (const char *[]){"--dry-run", "--nnodes", "2", "--node-rank", "0", "-n", "2",
+	                            "--master-addr", "10.0.0.1", "--master-port", "29500", "--",
+	                            prog, "env", NULL});
+	ck_assert_int_eq(b.status, 0);
+	const char *ja = strstr(a.out, "ACCEL_JOB_ID="), *jb = strstr(b.out, "ACCEL_JOB_ID=");
+	ck_assert_ptr_nonnull(ja);
+	ck_assert_ptr_nonnull(jb);
+	ck_assert_int_eq(strcspn(ja, "\n"), strcspn(jb, "\n"));
+	ck_assert_int_eq(strncmp(ja, jb, strcspn(ja, "\n")), 0);
+	HAS(b.out, "rank 0:\n  ACCEL_RANK=0\n");
+	run_free(&a);
+	run_free(&b);
+	rmdir(d);
+	free(d);
+}
+END_TEST
+
+/* ---- output ---------------------------------------------------------------- */
+
+START_TEST(line_prefixes)
+{
+	run r;
+	launch(&r, (const char *[]){"-n", "2", "--", prog, "lines", "3", NULL});
+	ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
+	for (int k = 0; k < 2; k++) {
+		char want[128];
+		for (int i = 0; i < 3; i++) {
+			snprintf(want, sizeof(want), "[rank %d] line %d of rank %d\n", k, i, k);
+			HAS(r.out, want);
+		}
+		snprintf(want, sizeof(want), "[rank %d] partial-%d\n", k, k); /* flushed at exit */
+		HAS(r.out, want);
+		snprintf(want, sizeof(want), "[rank %d] err line of rank %d\n", k, k);
+		HAS(r.err, want);
+		HASNT(r.out, "err line");
+	}
+	/* every stdout line is whole and prefixed */
+	int lines = 0;
+	for (const char *p = r.out; *p; lines++) {
+		ck_assert_msg(!strncmp(p, "[rank ", 6), "unprefixed line: %.40s", p);
+		const char *nl = strchr(p, '\n');
+		ck_assert_ptr_nonnull(nl);
+		p = nl + 1;
+	}
+	ck_assert_int_eq(lines, 8);
+	run_free(&r);
+}
+END_TEST
+
+START_TEST(log_dir_and_tee)
+{
+	char *d = tmpdir();
+	char logs[4200];
+	snprintf(logs, sizeof(logs), "%s/logs/sub", d); /* created with parents */
+	run r;
+	launch(&r, (const char *[]){"-n", "2", "--log-dir", logs, "--", prog, "lines", "2", NULL});
+	ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
+	ck_assert_str_eq(r.out, ""); /* only launcher messages, on stderr */
+	HAS(r.err, "accel launch: writing rank output to");
+	HASNT(r.err, "[rank");
+	for (int k = 0; k < 2; k++) {
+		char path[4300], want[128];
+		snprintf(path, sizeof(path), "%s/rank-%d.log", logs, k);
+		char *log = read_file(path);
+		snprintf(want, sizeof(want), "line 0 of rank %d\nline 1 of rank %d\n", k, k);
+		HAS(log, want);
+		snprintf(want, sizeof(want), "err line of rank %d\n", k);
+		HAS(log, want);
+		snprintf(want, sizeof(want), "partial-%d\n", k);
+		HAS(log, want);
+		HASNT(log, "[rank");
+		free(log);
+	}
+	run_free(&r);
+	/* --tee: the terminal gets prefixed lines and the files are written */
+	char tee[4200];
+	snprintf(tee, sizeof(tee), "%s/tee", d);
+	launch(&r, (const char *[]){"-n", "2", "--tee", "--log-dir", tee, "--", prog, "lines", "1",
+	                            NULL});
+	ck_assert_int_eq(r.status, 0);
+	HAS(r.out, "[rank 1] line 0 of rank 1\n");
+	char path[4300];
+	snprintf(path, sizeof(path), "%s/rank-1.log", tee);
+	char *log = read_file(path);
+	HAS(log, "line 0 of rank 1\n");
+	free(log);
+	run_free(&r);
+	/* an unwritable log directory is refused before anything starts */
+	launch(&r, (const char *[]){"--log-dir", "/proc/forbidden/x", "--", prog, "env", NULL});
+	ck_assert_int_eq(r.status, 1);
+	HAS(r.err, "accel launch: cannot create the log directory '/proc/forbidden/x'");
+	ck_assert_str_eq(r.out, "");
+	run_free(&r);
+	char cmd[4400];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+	free(d);
+}
+END_TEST
+
+/* ---- exit codes and failures ----------------------------------------------- */
+
+START_TEST(all_succeed)
+{
+	run r;
+	launch(&r, (const char *[]){"-n", "4", "--", prog, "sleep", "0.1", NULL});
+	ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
+	ck_assert_str_eq(r.err, "");
+	run_free(&r);
+}
+END_TEST
+
+START_TEST(one_rank_exits_3)
+{
+	char *d = tmpdir();
+	run r;
+	launch(&r, (const char *[]){"-n", "3", "--", prog, "exit", "2", "3", d, NULL});
+	ck_assert_msg(r.status == 3, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: rank 2 failed: exit code 3\n");
+	HAS(r.err, "accel launch: stopping the other 2 ranks (SIGTERM, then SIGKILL after 5 s)\n");
+	HAS(r.err, "accel launch: last 10 lines of rank 2:\n  [rank 2] tail line 2\n");
+	HAS(r.err, "  [rank 2] tail line 11\n");
+	HASNT(r.err, "  [rank 2] tail line 1\n");
+	/* the others were stopped by SIGTERM, not reported as failures */
+	HASNT(r.err, "rank 0 failed");
+	HASNT(r.err, "rank 1 failed");
+	HASNT(r.err, "did not stop within"); /* ... without needing SIGKILL */
+	ck_assert_msg(r.secs < 5.0, "took %.2f s; the others sleep 60 s", r.secs);
+	assert_all_gone(d, 3);
+	run_free(&r);
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+	free(d);
+}
+END_TEST
+
+START_TEST(rank_killed_by_sigkill)
+{
+	char *d = tmpdir();
+	run r;
+	launch(&r, (const char *[]){"-n", "4", "--", prog, "kill", "1", d, NULL});
+	ck_assert_msg(r.status == 128 + SIGKILL, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: rank 1 failed: killed by signal SIGKILL (9)\n");
+	HAS(r.err, "accel launch: last 1 line of rank 1:\n  [rank 1] about to die\n");
+	ck_assert_msg(r.secs < 10.0, "a kill -9 case took %.2f s", r.secs);
+	assert_all_gone(d, 4);
+	run_free(&r);
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+	free(d);
+}
+END_TEST
+
+START_TEST(stubborn_ranks_get_sigkill_after_grace)
+{
+	char *d = tmpdir();
+	run r;
+	launch(&r, (const char *[]){"-n", "3", "--grace-s", "1", "--", prog, "stubborn", "0", d,
+	                            NULL});
+	ck_assert_msg(r.status == 1, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: rank 0 failed: exit code 1\n");
+	HAS(r.err, "accel launch: ranks 1, 2 did not stop within 1 s: sending SIGKILL\n");
+	HAS(r.err, "accel launch: rank 0 printed nothing\n");
+	ck_assert_msg(r.secs > 1.2 && r.secs < 6.0, "took %.2f s with a 1 s grace", r.secs);
+	assert_all_gone(d, 3);
+	run_free(&r);
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+	free(d);
+}
+END_TEST
+
+START_TEST(program_not_found)
+{
+	run r;
+	launch(&r, (const char *[]){"-n", "2", "--", "/nonexistent/program", "x", NULL});
+	ck_assert_msg(r.status == 127, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: cannot run '/nonexistent/program' (rank 0): No such file or "
+	           "directory\n");
+	run_free(&r);
+	/* a file without execute permission */
+	char *d = tmpdir();
+	char path[4200], want[4400];
+	snprintf(path, sizeof(path), "%s/not-executable", d);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("data\n", f);
+	fclose(f);
+	chmod(path, 0644);
+	launch(&r, (const char *[]){"--", path, NULL});
+	ck_assert_msg(r.status == 126, "exit %d:\n%s", r.status, r.err);
+	snprintf(want, sizeof(want), "accel launch: cannot run '%s' (rank 0): Permission denied\n",
+	         path);
+	HAS(r.err, want);
+	run_free(&r);
+	unlink(path);
+	rmdir(d);
+	free(d);
+}
+END_TEST
+
+/* ---- signals --------------------------------------------------------------- */
+
+static void wait_for_files(const char *dir, const char *prefix, int n, double limit_s)
+{
+	double t0 = now_s();
+	for (;;) {
+		int k = 0;
+		for (int rr = 0; rr < n; rr++) {
+			char name[64];
+			snprintf(name, sizeof(name), "%s-%d", prefix, rr);
+			k += file_exists(dir, name);
+		}
+		if (k == n)
+			return;
+		ck_assert_msg(now_s() - t0 < limit_s, "only %d of %d ranks wrote %s-R", k, n, prefix);
+		usleep(20000);
+	}
+}
+
+static void forward_case(int sig, int expect_exit)
+{
+	char *d = tmpdir();
+	run r;
+	start(&r, (const char *[]){"-n", "3", "--", prog, "trap", d, NULL});
+	wait_for_files(d, "ready", 3, 10);
+	double t0 = now_s();
+	ck_assert_int_eq(kill(r.pid, sig), 0);
+	finish(&r, 30);
+	ck_assert_msg(r.status == expect_exit, "exit %d:\n%s", r.status, r.err);
+	ck_assert_msg(now_s() - t0 < 3.0, "stopping took %.2f s", now_s() - t0);
+	for (int k = 0; k < 3; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "term-%d", k);
+		ck_assert_msg(file_exists(d, name), "rank %d did not get SIGTERM", k);
+	}
+	HASNT(r.err, "failed");
+	run_free(&r);
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+	free(d);
+}
+
+START_TEST(sigterm_is_forwarded)
+{
+	forward_case(SIGTERM, 128 + SIGTERM);
+}
+END_TEST
+
+START_TEST(sigint_is_forwarded)
+{
+	/* the ranks' SIGTERM handler does not see SIGINT: they die of it */
+	char *d = tmpdir();
+	run r;
+	start(&r, (const char *[]){"-n", "2", "--", prog, "trap", d, NULL});
+	wait_for_files(d, "ready", 2, 10);
+	ck_assert_int_eq(kill(r.pid, SIGINT), 0);
+	finish(&r, 30);
+	ck_assert_msg(r.status == 128 + SIGINT, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: received SIGINT: forwarding it to 2 ranks");
+	ck_assert(!file_exists(d, "term-0"));
+	HASNT(r.err, "failed");
+	run_free(&r);
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+	free(d);
+}
+END_TEST
+
+/* ---- the store, reached from launched ranks --------------------------------- */
+
+START_TEST(store_through_launcher)
+{
+	run r;
+	launch(&r, (const char *[]){"-n", "4", "--", store_prog, NULL});
+	ck_assert_msg(r.status == 0, "exit %d:\n%s\n%s", r.status, r.out, r.err);
+	for (int k = 0; k < 4; k++) {
+		char want[64];
+		snprintf(want, sizeof(want), "[rank %d] store ok rank=%d world=4 count=10\n", k, k);
+		HAS(r.out, want);
+	}
+	run_free(&r);
+}
+END_TEST
+
+static Suite *launch_suite(void)
+{
+	Suite *s = suite_create("launch");
+	TCase *tc = tcase_create("launch");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, help);
+	tcase_add_test(tc, bad_usage);
+	tcase_add_test(tc, environment);
+	tcase_add_test(tc, dry_run_multi_node);
+	tcase_add_test(tc, line_prefixes);
+	tcase_add_test(tc, log_dir_and_tee);
+	tcase_add_test(tc, all_succeed);
+	tcase_add_test(tc, one_rank_exits_3);
+	tcase_add_test(tc, rank_killed_by_sigkill);
+	tcase_add_test(tc, stubborn_ranks_get_sigkill_after_grace);
+	tcase_add_test(tc, program_not_found);
+	tcase_add_test(tc, sigterm_is_forwarded);
+	tcase_add_test(tc, sigint_is_forwarded);
+	tcase_add_test(tc, store_through_launcher);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	snprintf(prog, sizeof(prog), "%s/launch-prog", LAUNCH_PROGS_DIR);
+	snprintf(store_prog, sizeof(store_prog), "%s/launch-store", LAUNCH_PROGS_DIR);
+	SRunner *sr = srunner_create(launch_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

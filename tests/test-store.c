@@ -1,0 +1,599 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-store.c: the rendezvous store with real processes: set/get/add/
+ * wait/barrier across forked ranks, timeouts and their messages, a rank that
+ * never comes, one that dies, an address nobody listens on. */
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t sl = sizeof(sa);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* A rank body: returns 0 on success; a failure message goes to stderr.  It
+ * may write up to OUT_MAX bytes of result to `out` for the parent to check. */
+typedef int (*rank_fn)(int rank, int world, int port, char *out);
+
+#define OUT_MAX 1024
+#define FAIL(...) (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), 1)
+
+typedef struct ranks {
+	pid_t pid[16];
+	int pipe[16];
+	int n;
+} ranks;
+
+static void spawn(ranks *rs, int rank, int world, int port, rank_fn fn)
+{
+	int p[2];
+	ck_assert_int_eq(pipe(p), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(p[0]);
+		char out[OUT_MAX] = {0};
+		int rc = fn(rank, world, port, out);
+		ssize_t w = write(p[1], out, strlen(out));
+		(void)w;
+		_exit(rc);
+	}
+	close(p[1]);
+	rs->pid[rs->n] = pid;
+	rs->pipe[rs->n] = p[0];
+	rs->n++;
+}
+
+/* Wait for child k; returns its exit code and copies its result. */
+static int join(ranks *rs, int k, char *out, size_t cap)
+{
+	size_t len = 0;
+	ssize_t r;
+	while (len + 1 < cap && (r = read(rs->pipe[k], out + len, cap - 1 - len)) > 0)
+		len += (size_t)r;
+	out[len] = '\0';
+	close(rs->pipe[k]);
+	int st;
+	ck_assert_int_eq(waitpid(rs->pid[k], &st, 0), rs->pid[k]);
+	ck_assert_msg(WIFEXITED(st), "rank process %d died by signal %d", k, WTERMSIG(st));
+	return WEXITSTATUS(st);
+}
+
+/* ---- every op across 4 ranks ------------------------------------------------ */
+
+static int basic_rank(int rank, int world, int port, char *out)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	if (accel_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
+		return FAIL("rank %d: new: %s", rank, err.msg);
+	char key[32], val[64];
+	snprintf(key, sizeof(key), "k%d", rank);
+	snprintf(val, sizeof(val), "value of rank %d", rank);
+	if (accel_store_set(st, key, val, strlen(val), &err))
+		return FAIL("set: %s", err.msg);
+	int64_t ticket;
+	if (accel_store_add(st, "ticket", 1, &ticket, &err))
+		return FAIL("add: %s", err.msg);
+	/* a blocking get of every other rank's key */
+	for (int r = 0; r < world; r++) {
+		char k[32], buf[64] = {0}, want[64];
+		uint64_t len = 0;
+		snprintf(k, sizeof(k), "k%d", r);
+		snprintf(want, sizeof(want), "value of rank %d", r);
+		if (accel_store_get(st, k, buf, sizeof(buf) - 1, &len, 5000, &err))
+			return FAIL("get %s: %s", k, err.msg);
+		if (strcmp(buf, want) || len != strlen(want))
+			return FAIL("rank %d got '%s' (%llu bytes) for %s", rank, buf,
+			            (unsigned long long)len, k);
+	}
+	const char *keys[] = {"k0", "k1", "k2", "k3"};
+	if (accel_store_wait(st, keys, 4, 5000, &err))
+		return FAIL("wait: %s", err.msg);
+	if (accel_store_barrier(st, "b1", 5000, &err))
+		return FAIL("barrier: %s", err.msg);
+	/* after the barrier every add has happened */
+	char buf[32] = {0};
+	uint64_t len;
+	if (accel_store_get(st, "ticket", buf, sizeof(buf) - 1, &len, 0, &err))
+		return FAIL("get ticket: %s", err.msg);
+	if (strcmp(buf, "4"))
+		return FAIL("ticket is '%s' after the barrier, want 4", buf);
+	/* a truncated copy still reports the full length */
+	char small[4] = {0};
+	if (accel_store_get(st, "k0", small, 3, &len, 0, &err) || len != 15 || memcmp(small, "val", 3))
+		return FAIL("short get: len %llu '%s' %s", (unsigned long long)len, small, err.msg);
+	/* an empty value */
+	if (rank == 0 && accel_store_set(st, "empty", NULL, 0, &err))
+		return FAIL("set empty: %s", err.msg);
+	if (accel_store_get(st, "empty", buf, sizeof(buf), &len, 5000, &err) || len != 0)
+		return FAIL("get empty: %s", err.msg);
+	if (accel_store_barrier(st, "b2", 5000, &err))
+		return FAIL("barrier 2: %s", err.msg);
+	st = accel_store_free(st);
+	snprintf(out, OUT_MAX, "%lld", (long long)ticket);
+	return 0;
+}
+
+START_TEST(four_ranks_every_op)
+{
+	int port = free_port();
+	ranks rs = {0};
+	for (int r = 0; r < 4; r++)
+		spawn(&rs, r, 4, port, basic_rank);
+	int seen[5] = {0};
+	for (int k = 0; k < 4; k++) {
+		char out[256];
+		ck_assert_int_eq(join(&rs, k, out, sizeof(out)), 0);
+		int t = atoi(out);
+		ck_assert_int_ge(t, 1);
+		ck_assert_int_le(t, 4);
+		seen[t]++;
+	}
+	/* add is atomic: every rank drew a different ticket */
+	for (int t = 1; t <= 4; t++)
+		ck_assert_int_eq(seen[t], 1);
+}
+END_TEST
+
+/* ---- a get that waits for a later set ------------------------------------- */
+
+static int late_setter(int rank, int world, int port, char *out)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	if (accel_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
+		return FAIL("new: %s", err.msg);
+	if (rank == 0) {
+		usleep(300000);
+		if (accel_store_set(st, "late", "xyz", 3, &err))
+			return FAIL("set: %s", err.msg);
+	} else {
+		char buf[8] = {0};
+		uint64_t len;
+		double t0 = now_s();
+		if (accel_store_get(st, "late", buf, 7, &len, 5000, &err))
+			return FAIL("get: %s", err.msg);
+		snprintf(out, OUT_MAX, "%s %.3f", buf, now_s() - t0);
+	}
+	if (accel_store_barrier(st, "done", 5000, &err))
+		return FAIL("barrier: %s", err.msg);
+	accel_store_free(st);
+	return 0;
+}
+
+START_TEST(get_waits_for_set)
+{
+	int port = free_port();
+	ranks rs = {0};
+	spawn(&rs, 0, 2, port, late_setter);
+	spawn(&rs, 1, 2, port, late_setter);
+	char out[256];
+	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
+	ck_assert_int_eq(join(&rs, 1, out, sizeof(out)), 0);
+	char val[8];
+	double waited;
+	ck_assert_int_eq(sscanf(out, "%7s %lf", val, &waited), 2);
+	ck_assert_str_eq(val, "xyz");
+	ck_assert_msg(waited > 0.1 && waited < 4.0, "waited %.3f s", waited);
+}
+END_TEST
+
+/* ---- timeouts in one process (world of 1) -------------------------------- */
+
+START_TEST(timeouts_and_messages)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 1, 2000, &st, &err), ACCEL_OK);
+	char buf[16];
+	uint64_t len = 99;
+
+	double t0 = now_s();
+	ck_assert_int_eq(accel_store_get(st, "nope", buf, sizeof(buf), &len, 300, &err),
+	                 ACCEL_ERR_TIMEOUT);
+	double dt = now_s() - t0;
+	ck_assert_msg(dt >= 0.29 && dt < 2.0, "get timeout took %.3f s", dt);
+	ck_assert_str_eq(err.msg, "store get 'nope' (rank 0): timed out after 0.3 s; no rank set "
+	                 "the key");
+	ck_assert_uint_eq(len, 99); /* outputs untouched on failure */
+
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_store_get(st, "nope", buf, sizeof(buf), &len, 0, &err),
+	                 ACCEL_ERR_NOT_FOUND);
+	ck_assert_str_eq(err.msg, "store get 'nope' (rank 0): the key is not set");
+
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_store_set(st, "a", "1", 1, &err), ACCEL_OK);
+	const char *keys[] = {"a", "b", "c"};
+	ck_assert_int_eq(accel_store_wait(st, keys, 3, 200, &err), ACCEL_ERR_TIMEOUT);
+	ck_assert_str_eq(err.msg, "store wait (rank 0): timed out after 0.2 s; keys never set: "
+	                 "'b', 'c'");
+
+	/* add: counts from 0, keeps a decimal string, refuses non-integers */
+	accel_err_clear(&err);
+	int64_t v = 0;
+	ck_assert_int_eq(accel_store_add(st, "n", 5, &v, &err), ACCEL_OK);
+	ck_assert_int_eq(v, 5);
+	ck_assert_int_eq(accel_store_add(st, "n", -7, &v, &err), ACCEL_OK);
+	ck_assert_int_eq(v, -2);
+	ck_assert_int_eq(accel_store_get(st, "n", buf, sizeof(buf), &len, 0, &err), ACCEL_OK);
+	ck_assert_uint_eq(len, 2);
+	ck_assert_int_eq(memcmp(buf, "-2", 2), 0);
+	ck_assert_int_eq(accel_store_set(st, "s", "abc", 3, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_store_add(st, "s", 1, &v, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_str_eq(err.msg, "store add 's' (rank 0): the key holds a value that is not a "
+	                 "decimal integer");
+
+	/* a barrier of one completes at once; the name is single-use until then */
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_store_barrier(st, "solo", 1000, &err), ACCEL_OK);
+	/* the connection still works after failures */
+	ck_assert_int_eq(accel_store_set(st, "after", "ok", 2, &err), ACCEL_OK);
+	st = accel_store_free(st);
+	ck_assert_ptr_null(st);
+	ck_assert_ptr_null(accel_store_free(NULL));
+}
+END_TEST
+
+/* ---- bad arguments --------------------------------------------------------- */
+
+START_TEST(bad_arguments)
+{
+	accel_err err = {0};
+	accel_store *st = (accel_store *)0x1;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", 0, 0, 1, 1000, &st, &err),
+	                 ACCEL_ERR_INVALID_ARG);
+	ck_assert_str_eq(err.msg, "rendezvous store: port 0 is not in 1..65535");
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_store_new("127.0.0.1", 1234, 4, 4, 1000, &st, &err),
+	                 ACCEL_ERR_INVALID_ARG);
+	ck_assert_str_eq(err.msg, "rendezvous store: rank 4 is not in 0..3");
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_store_new(NULL, 1234, 0, 1, 1000, &st, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_ptr_eq(st, (accel_store *)0x1);
+	ck_assert_int_eq(accel_store_set(NULL, "k", "v", 1, &err), ACCEL_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* ---- nobody listening ------------------------------------------------------ */
+
+START_TEST(unreachable_store)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st = NULL;
+	double t0 = now_s();
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 3, 4, 500, &st, &err), ACCEL_ERR_COMM);
+	double dt = now_s() - t0;
+	char want[256];
+	snprintf(want, sizeof(want), "cannot reach the rendezvous store at 127.0.0.1:%d (rank 3): "
+	         "connection refused after 0.5 s", port);
+	ck_assert_str_eq(err.msg, want);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(dt >= 0.45 && dt < 3.0, "gave up after %.3f s", dt);
+}
+END_TEST
+
+/* ---- the port is taken ----------------------------------------------------- */
+
+START_TEST(port_in_use)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t sl = sizeof(sa);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(fd, 4), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	int port = ntohs(sa.sin_port);
+	accel_err err = {0};
+	accel_store *st = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 500, &st, &err), ACCEL_ERR_SYSTEM);
+	char want[256];
+	snprintf(want, sizeof(want), "cannot start the rendezvous store at 127.0.0.1:%d (rank 0): "
+	         "address already in use", port);
+	ck_assert_msg(!strncmp(err.msg, want, strlen(want)), "message: %s", err.msg);
+	ck_assert_ptr_nonnull(strstr(err.msg, "pick another master port"));
+	close(fd);
+}
+END_TEST
+
+/* ---- a barrier that a rank never reaches ---------------------------------- */
+
+static int barrier_without_2(int rank, int world, int port, char *out)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	if (accel_store_new("127.0.0.1", port, rank, world, 1500, &st, &err))
+		return FAIL("new: %s", err.msg);
+	double t0 = now_s();
+	int rc = accel_store_barrier(st, "step-1", 600, &err);
+	snprintf(out, OUT_MAX, "%d %.3f|%.900s", rc, now_s() - t0, err.msg);
+	accel_store_free(st);
+	return 0;
+}
+
+START_TEST(barrier_names_missing_rank)
+{
+	int port = free_port();
+	ranks rs = {0};
+	spawn(&rs, 0, 3, port, barrier_without_2);
+	spawn(&rs, 1, 3, port, barrier_without_2);
+	for (int k = 0; k < 2; k++) {
+		char out[1024];
+		ck_assert_int_eq(join(&rs, k, out, sizeof(out)), 0);
+		int rc;
+		double dt;
+		ck_assert_int_eq(sscanf(out, "%d %lf|", &rc, &dt), 2);
+		ck_assert_int_eq(rc, ACCEL_ERR_TIMEOUT);
+		ck_assert_msg(dt >= 0.55 && dt < 3.0, "timed out after %.3f s", dt);
+		char want[256];
+		snprintf(want, sizeof(want), "store barrier 'step-1' (rank %d): timed out after 0.6 s; "
+		         "missing ranks: 2 (of 3); never connected to the store: 2", k);
+		ck_assert_str_eq(strchr(out, '|') + 1, want);
+	}
+}
+END_TEST
+
+/* ---- a rank that dies before the barrier ----------------------------------- */
+
+static int dies_or_waits(int rank, int world, int port, char *out)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	if (accel_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
+		return FAIL("new: %s", err.msg);
+	if (accel_store_barrier(st, "connected", 10000, &err))
+		return FAIL("first barrier: %s", err.msg);
+	if (rank == 2) {
+		usleep(200000);
+		raise(SIGKILL); /* no goodbye */
+	}
+	double t0 = now_s();
+	int rc = accel_store_barrier(st, "step-2", 10000, &err);
+	snprintf(out, OUT_MAX, "%d %.3f|%.900s", rc, now_s() - t0, err.msg);
+	accel_store_free(st);
+	return 0;
+}
+
+START_TEST(barrier_fails_fast_when_rank_dies)
+{
+	int port = free_port();
+	ranks rs = {0};
+	for (int r = 0; r < 3; r++)
+		spawn(&rs, r, 3, port, dies_or_waits);
+	for (int k = 0; k < 2; k++) {
+		char out[1024];
+		ck_assert_int_eq(join(&rs, k, out, sizeof(out)), 0);
+		int rc;
+		double dt;
+		ck_assert_int_eq(sscanf(out, "%d %lf|", &rc, &dt), 2);
+		ck_assert_int_eq(rc, ACCEL_ERR_PEER);
+		/* well before the 10 s timeout */
+		ck_assert_msg(dt < 3.0, "noticed after %.3f s", dt);
+		char want[256];
+		snprintf(want, sizeof(want), "store barrier 'step-2' (rank %d): a rank left the job "
+		         "before reaching it; missing ranks: 2 (of 3); left the store: 2 (exited or "
+		         "crashed)", k);
+		ck_assert_str_eq(strchr(out, '|') + 1, want);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(rs.pid[2], &st, 0), rs.pid[2]);
+	close(rs.pipe[2]);
+	ck_assert(WIFSIGNALED(st));
+}
+END_TEST
+
+/* ---- rank 0 (the server) dies ---------------------------------------------- */
+
+static int server_dies(int rank, int world, int port, char *out)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	if (accel_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
+		return FAIL("new: %s", err.msg);
+	if (accel_store_barrier(st, "up", 10000, &err))
+		return FAIL("barrier: %s", err.msg);
+	if (rank == 0) {
+		usleep(200000);
+		_exit(0); /* the store thread dies with the process */
+	}
+	char buf[8];
+	uint64_t len;
+	double t0 = now_s();
+	int rc = accel_store_get(st, "never", buf, sizeof(buf), &len, 10000, &err);
+	snprintf(out, OUT_MAX, "%d %.3f|%.900s", rc, now_s() - t0, err.msg);
+	/* later calls fail at once with the same story */
+	accel_err e2 = {0};
+	int rc2 = accel_store_set(st, "x", "y", 1, &e2);
+	if (rc2 != ACCEL_ERR_COMM || strcmp(e2.msg, err.msg))
+		return FAIL("second call: %d %s", rc2, e2.msg);
+	accel_store_free(st);
+	return 0;
+}
+
+START_TEST(server_death_is_reported)
+{
+	int port = free_port();
+	ranks rs = {0};
+	spawn(&rs, 0, 2, port, server_dies);
+	spawn(&rs, 1, 2, port, server_dies);
+	char out[1024];
+	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
+	ck_assert_int_eq(join(&rs, 1, out, sizeof(out)), 0);
+	int rc;
+	double dt;
+	ck_assert_int_eq(sscanf(out, "%d %lf|", &rc, &dt), 2);
+	ck_assert_int_eq(rc, ACCEL_ERR_COMM);
+	ck_assert_msg(dt < 3.0, "noticed after %.3f s", dt);
+	char want[256];
+	snprintf(want, sizeof(want), "lost the connection to the rendezvous store at 127.0.0.1:%d "
+	         "(rank 1): connection reset by peer; rank 0 hosts the store: did it exit?", port);
+	ck_assert_str_eq(strchr(out, '|') + 1, want);
+}
+END_TEST
+
+/* ---- two processes claim the same rank; world sizes disagree -------------- */
+
+static int plain_rank0(int rank, int world, int port, char *out)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	if (accel_store_new("127.0.0.1", port, rank, world, 3000, &st, &err))
+		return FAIL("new: %s", err.msg);
+	usleep(1500000);
+	accel_store_free(st);
+	return 0;
+}
+
+START_TEST(duplicate_rank_and_world_mismatch)
+{
+	int port = free_port();
+	ranks rs = {0};
+	spawn(&rs, 0, 3, port, plain_rank0);
+	accel_err err = {0};
+	accel_store *a = NULL, *b = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 1, 3, 3000, &a, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 1, 3, 3000, &b, &err), ACCEL_ERR_STATE);
+	ck_assert_str_eq(err.msg, "rank 1 is already connected to the rendezvous store: are two "
+	                 "processes using the same rank, or is another job on this port?");
+	ck_assert_ptr_null(b);
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 2, 5, 3000, &b, &err), ACCEL_ERR_CONFIG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "rank 2 was started with world size 5 but the "
+	                             "rendezvous store (rank 0) has world size 3"));
+	a = accel_store_free(a);
+	char out[256];
+	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
+}
+END_TEST
+
+/* ---- many threads share one client ----------------------------------------- */
+
+static void *adder(void *arg)
+{
+	accel_store *st = arg;
+	accel_err err = {0};
+	for (int i = 0; i < 200; i++) {
+		int64_t v;
+		if (accel_store_add(st, "shared", 1, &v, &err) != ACCEL_OK)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+START_TEST(thread_safe_client)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st = NULL;
+	ck_assert_int_eq(accel_store_new("localhost", port, 0, 1, 5000, &st, &err), ACCEL_OK);
+	pthread_t t[4];
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, adder, st), 0);
+	for (int i = 0; i < 4; i++) {
+		void *r;
+		pthread_join(t[i], &r);
+		ck_assert_ptr_null(r);
+	}
+	int64_t v;
+	ck_assert_int_eq(accel_store_add(st, "shared", 0, &v, &err), ACCEL_OK);
+	ck_assert_int_eq(v, 800);
+	accel_store_free(st);
+}
+END_TEST
+
+/* ---- IPv6 loopback ----------------------------------------------------------- */
+
+static int v6_rank(int rank, int world, int port, char *out)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	if (accel_store_new("::1", port, rank, world, 5000, &st, &err))
+		return FAIL("new: %s", err.msg);
+	if (accel_store_barrier(st, "v6", 5000, &err))
+		return FAIL("barrier: %s", err.msg);
+	accel_store_free(st);
+	return 0;
+}
+
+START_TEST(ipv6_loopback)
+{
+	int fd = socket(AF_INET6, SOCK_STREAM, 0);
+	struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		fprintf(stderr, "skipped: no IPv6 loopback on this machine\n");
+		return;
+	}
+	socklen_t sl = sizeof(sa);
+	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	int port = ntohs(sa.sin6_port);
+	close(fd);
+	ranks rs = {0};
+	spawn(&rs, 0, 2, port, v6_rank);
+	spawn(&rs, 1, 2, port, v6_rank);
+	char out[256];
+	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
+	ck_assert_int_eq(join(&rs, 1, out, sizeof(out)), 0);
+}
+END_TEST
+
+static Suite *store_suite(void)
+{
+	Suite *s = suite_create("store");
+	TCase *tc = tcase_create("store");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, four_ranks_every_op);
+	tcase_add_test(tc, get_waits_for_set);
+	tcase_add_test(tc, timeouts_and_messages);
+	tcase_add_test(tc, bad_arguments);
+	tcase_add_test(tc, unreachable_store);
+	tcase_add_test(tc, port_in_use);
+	tcase_add_test(tc, barrier_names_missing_rank);
+	tcase_add_test(tc, barrier_fails_fast_when_rank_dies);
+	tcase_add_test(tc, server_death_is_reported);
+	tcase_add_test(tc, duplicate_rank_and_world_mismatch);
+	tcase_add_test(tc, thread_safe_client);
+	tcase_add_test(tc, ipv6_loopback);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(store_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
