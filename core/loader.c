@@ -1272,7 +1272,8 @@ static int stem_matches(const char *path, const char *name)
 	base = base ? base + 1 : path;
 	static const char *const prefixes[] = {"libaccel-plugin-", "libaccel-comm-", "libaccel-",
 	                                       "libaccel_", "accel-plugin-", "accel-comm-",
-	                                       "accel-", "accel_", "lib", ""};
+	                                       "accel-", "accel_", "comm-", "plugin-",
+	                                       "lib", ""};
 	size_t bl = strlen(base);
 	if (bl < 3)
 		return 0;
