@@ -257,6 +257,14 @@ static void fmt_num(double x, char *buf, size_t cap)
 		snprintf(buf, cap, "%.17g", x);
 }
 
+/* A JSON real as text: like fmt_num, but "1.0" rather than "1". */
+static void fmt_real(double x, char *buf, size_t cap)
+{
+	fmt_num(x, buf, cap);
+	if (isfinite(x) && !strpbrk(buf, ".eE") && strlen(buf) + 3 <= cap)
+		strcat(buf, ".0");
+}
+
 static char *env_name(const char *path)
 {
 	size_t n = strlen(path);
@@ -362,7 +370,7 @@ static void describe(const json_t *v, char *buf, size_t cap)
 	}
 	switch (json_typeof(v)) {
 	case JSON_REAL:
-		fmt_num(json_real_value(v), num, sizeof(num));
+		fmt_real(json_real_value(v), num, sizeof(num));
 		snprintf(buf, cap, "%s", num);
 		return;
 	case JSON_OBJECT:
@@ -397,7 +405,7 @@ static void fput_value(FILE *out, const json_t *v)
 	if (!v) {
 		fputs("null", out);
 	} else if (json_is_real(v)) {
-		fmt_num(json_real_value(v), num, sizeof(num));
+		fmt_real(json_real_value(v), num, sizeof(num));
 		fputs(num, out);
 	} else if (json_is_array(v)) {
 		size_t i;

@@ -475,7 +475,7 @@ START_TEST(out_of_range)
 	ck_assert_int_eq(run(c, "{\"optimizer\": {\"params\": {\"betas\": [0.9,\n   1.0]}}}", NULL,
 	                     NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'optimizer.params.betas' at cfg.json:2:4: element "
-	                        "1 is 1; expected a list of 2 numbers in [0, 1)");
+	                        "1 is 1.0; expected a list of 2 numbers in [0, 1)");
 	c = accel_config_free(c);
 
 	c = mk(&e);
@@ -558,7 +558,7 @@ START_TEST(alias_conflict)
 	accel_config *c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"max_grad_norm\": 1.0,\n \"gradient_clipping\": 2.0}", NULL, NULL,
 	                     &e), ACCEL_ERR_CONFIG);
-	ck_assert_str_eq(e.msg, "'max_grad_norm' = 1 at cfg.json:1:19 and 'gradient_clipping' = 2 at "
+	ck_assert_str_eq(e.msg, "'max_grad_norm' = 1.0 at cfg.json:1:19 and 'gradient_clipping' = 2.0 at "
 	                        "cfg.json:2:23 set the same thing (gradient_clipping is an alias of "
 	                        "max_grad_norm) to different values; keep one");
 	c = accel_config_free(c);
@@ -585,8 +585,8 @@ START_TEST(alias_conflict)
 	c = mk(&e);
 	ck_assert_int_eq(accel_config_set(c, "gradient_clipping=1", NULL, &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, NULL, NULL, "max_grad_norm=2", &e), ACCEL_ERR_CONFIG);
-	ck_assert_str_eq(e.msg, "'gradient_clipping' = 1 at --set gradient_clipping=1 and "
-	                        "'max_grad_norm' = 2 at --set max_grad_norm=2 set the same thing "
+	ck_assert_str_eq(e.msg, "'gradient_clipping' = 1.0 at --set gradient_clipping=1 and "
+	                        "'max_grad_norm' = 2.0 at --set max_grad_norm=2 set the same thing "
 	                        "(gradient_clipping is an alias of max_grad_norm) to different values; "
 	                        "keep one");
 	c = accel_config_free(c);
