@@ -789,28 +789,42 @@ static int add_doc(accel_config *cfg, doc *d, accel_err *err)
 }
 
 /* A value from the environment or the command line: JSON if it parses,
- * else the text itself (and, for string lists, the text split at commas). */
-static doc *value_doc(int kind, const char *name, const char *prefix, const char *raw)
+ * else the text itself (and, for string lists, the text split at commas).
+ * Text that starts like a JSON list, object or string but does not parse is
+ * an error: splitting '["a"' at commas would only hide the typo. */
+static int value_doc(int kind, const char *name, const char *prefix, const char *raw,
+                     doc **ret, accel_err *err)
 {
 	doc *d = calloc(1, sizeof(*d));
 	if (!d)
-		return NULL;
+		return nomem(err);
 	d->kind = kind;
 	d->name = xstrdup(name);
 	d->prefix = xstrdup(prefix);
 	d->raw = xstrdup(raw);
 	if (!d->name || (prefix && !d->prefix) || !d->raw)
-		return doc_free(d);
+		goto oom;
 	json_error_t je;
 	d->root = json_loads(raw, JSON_DECODE_ANY, &je);
 	if (d->root) {
 		d->raw_json = 1;
-		return d;
+		*ret = d;
+		return ACCEL_OK;
+	}
+	const char *first = raw + strspn(raw, " \t\r\n");
+	if (*first == '[' || *first == '{' || *first == '"') {
+		int r = accel_err_set(err, ACCEL_ERR_CONFIG,
+		                      "%s%s: the value looks like JSON but is not valid JSON (column "
+		                      "%d: %s); quote it for the shell, or write plain text without "
+		                      "a leading %c", kind == D_ENV ? "env " : "", name, je.column,
+		                      je.text, *first);
+		doc_free(d);
+		return r;
 	}
 	d->root = json_string(raw);
 	d->split = json_array();
 	if (!d->root || !d->split)
-		return doc_free(d);
+		goto oom;
 	const char *p = raw;
 	while (*p) {
 		const char *q = strchr(p, ',');
@@ -820,12 +834,16 @@ static doc *value_doc(int kind, const char *name, const char *prefix, const char
 		while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
 			n--;
 		if (n && json_array_append_new(d->split, json_stringn(p, n)))
-			return doc_free(d);
+			goto oom;
 		if (!q)
 			break;
 		p = q + 1;
 	}
-	return d;
+	*ret = d;
+	return ACCEL_OK;
+oom:
+	doc_free(d);
+	return nomem(err);
 }
 
 /* ---- keys and sections --------------------------------------------------------------- */
@@ -1625,13 +1643,12 @@ int accel_config_set(accel_config *cfg, const char *assignment, const char *orig
 	int r = parse_assignment(assignment, origin ? origin : "--set", &key, &val, err);
 	if (r)
 		return r;
+	doc *d = NULL;
 	src = strfmt("%s %s", origin ? origin : "--set", assignment);
-	doc *d = src ? value_doc(D_SET, src, key, val) : NULL;
+	r = src ? value_doc(D_SET, src, key, val, &d, err) : nomem(err);
 	free(src);
 	free(key);
-	if (!d)
-		return nomem(err);
-	return add_doc(cfg, d, err);
+	return r ? r : add_doc(cfg, d, err);
 }
 
 static int load_launch_sets(accel_config *cfg, const char *text, accel_err *err)
@@ -1653,9 +1670,11 @@ static int load_launch_sets(accel_config *cfg, const char *text, accel_err *err)
 			snprintf(where, sizeof(where), "ACCEL_SET line %d", line);
 			r = parse_assignment(a, where, &key, &val, err);
 			if (!r) {
+				doc *d = NULL;
 				src = strfmt("--set %s (accel launch)", a);
-				doc *d = src ? value_doc(D_LAUNCH, src, key, val) : NULL;
-				r = d ? add_doc(cfg, d, err) : nomem(err);
+				r = src ? value_doc(D_LAUNCH, src, key, val, &d, err) : nomem(err);
+				if (!r)
+					r = add_doc(cfg, d, err);
 			}
 			free(key);
 			free(src);
@@ -1697,10 +1716,8 @@ int accel_config_load_env(accel_config *cfg, char *const *envp, accel_err *err)
 			accel_log(ACCEL_LOG_DEBUG, "config: ignoring empty %s", name);
 			continue;
 		}
-		doc *d = value_doc(D_ENV, name, NULL, eq + 1);
-		if (!d)
-			return nomem(err);
-		if ((r = add_doc(cfg, d, err)))
+		doc *d = NULL;
+		if ((r = value_doc(D_ENV, name, NULL, eq + 1, &d, err)) || (r = add_doc(cfg, d, err)))
 			return r;
 	}
 	return ACCEL_OK;

@@ -266,6 +266,14 @@ START_TEST(set_values)
 	accel_err_clear(&e);
 	ck_assert_int_eq(accel_config_set(c, "a..b=3", NULL, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "'a..b' is not a key");
+	/* broken JSON is not quietly taken as text */
+	accel_err_clear(&e);
+	ck_assert_int_eq(accel_config_set(c, "plugins=[\"scaler\"", NULL, &e), ACCEL_ERR_CONFIG);
+	ASSERT_MSG_HAS(e, "--set plugins=[\"scaler\": the value looks like JSON but is not valid JSON");
+	accel_err_clear(&e);
+	char *env[] = {"ACCEL_OPTIMIZER={\"type\": sgd}", NULL};
+	ck_assert_int_eq(accel_config_load_env(c, env, &e), ACCEL_ERR_CONFIG);
+	ASSERT_MSG_HAS(e, "env ACCEL_OPTIMIZER: the value looks like JSON");
 	c = accel_config_free(c);
 }
 END_TEST
