@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/nccl/nccl-impl.h: the parts of the nccl comm backend that need
+ * no GPU (bootstrap, error translation, type mapping), shared between its
+ * files and tests/test-nccl.c, which compiles them directly. */
+#ifndef ACCEL_NCCL_IMPL_H
+#define ACCEL_NCCL_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+/* nccl.h declares ncclGroupStart() etc. without (void). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "accel/types.h"
+
+/* ---- bootstrap --------------------------------------------------------------
+ * Rank 0 creates the NCCL unique id and publishes it in the job's key-value
+ * store; the other ranks read it.  The store operations are callbacks so the
+ * logic can be tested without a GPU or a running job.  Each callback returns
+ * an ACCEL_* status. */
+typedef struct nccl_boot_ops {
+	/* ncclGetUniqueId (rank 0 only); returns an ncclResult_t. */
+	int (*unique_id)(void *ctx, ncclUniqueId *ret_id);
+	int (*set)(void *ctx, const char *key, const void *value, uint64_t len);
+	/* Wait up to timeout_ms for key; *ret_len is the value's full length. */
+	int (*get)(void *ctx, const char *key, void *buf, uint64_t cap, uint64_t *ret_len,
+	           int64_t timeout_ms);
+	/* Atomic add; returns the new value. */
+	int (*add)(void *ctx, const char *key, int64_t delta, int64_t *ret_value);
+} nccl_boot_ops;
+
+/* Agree on the unique id of a new communicator.  Every rank counts the
+ * communicators it has created in the store ("nccl/count/<rank>"), so the
+ * k-th communicator of a job uses key "nccl/uid/<k>" on every rank without
+ * process-wide state.  world_size 1 needs no store.  On failure returns the
+ * status and writes a message (what, which key, what to do) into msg. */
+int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int world_size,
+                         int64_t timeout_ms, ncclUniqueId *ret_id, char *msg, size_t cap);
+
+/* ---- errors -------------------------------------------------------------------
+ * Format "nccl: CALL failed: TEXT (NAME): DETAIL. HINT" into buf and return
+ * ACCEL_ERR_NCCL; `detail` (ncclGetLastError's text) may be NULL or "". */
+int accel_nccl_describe_nccl(ncclResult_t result, const char *call, const char *detail,
+                             char *buf, size_t cap);
+/* Same for the CUDA runtime; returns ACCEL_ERR_CUDA. */
+int accel_nccl_describe_cuda(cudaError_t err, const char *call, char *buf, size_t cap);
+/* The symbolic name of an ncclResult_t ("ncclSystemError"). */
+const char *accel_nccl_result_name(ncclResult_t result);
+
+/* ---- types ------------------------------------------------------------------------ */
+/* NCCL type for an ACCEL_DTYPE_*.  `reduce`: the op reduces, so only the
+ * six reducible types map; otherwise fp8 travels as bytes.  Returns 0 when
+ * the dtype cannot be used. */
+int accel_nccl_dtype(uint32_t dtype, int reduce, ncclDataType_t *ret_type);
+/* ncclSum/ncclAvg/ncclMax/ncclMin for ACCEL_RED_*; 0 when unknown. */
+int accel_nccl_redop(uint32_t red, ncclRedOp_t *ret_op);
+size_t accel_nccl_dtype_size(uint32_t dtype);
+const char *accel_nccl_dtype_name(uint32_t dtype);
+
+#endif

@@ -1,0 +1,871 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/nccl/nccl_comm.c: the "nccl" comm backend (abi/accel/comm.h) for
+ * buffers in CUDA device memory.
+ *
+ * One communicator per backend instance, created non-blocking
+ * (ncclConfig_t.blocking = 0) so that neither its creation nor a collective
+ * can hang without a deadline: every NCCL call that returns ncclInProgress
+ * is settled by polling ncclCommGetAsyncError against the timeout, and a
+ * timeout aborts the communicator (ncclCommAbort), the only way to stop
+ * NCCL kernels that wait for a missing peer.
+ *
+ * Collectives run on the instance's own CUDA stream; a request is a CUDA
+ * event recorded after the collective.  The stream first waits for work
+ * queued earlier on the legacy default stream (an event, not a blocking
+ * stream), so gradients produced there are complete; work on other streams
+ * must be synchronized by the caller first.  NCCL's own AVG (ncclAvg) and
+ * half types (ncclFloat16, ncclBfloat16) are used directly. */
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/comm.h"
+#include "nccl-impl.h"
+
+#define MSG_MAX 1024
+/* How long fini() lets outstanding work finish before it aborts (ms). */
+#define DRAIN_MAX_MS 10000
+
+#define OP_ALLREDUCE      1
+#define OP_REDUCE_SCATTER 2
+#define OP_ALLGATHER      3
+#define OP_BROADCAST      4
+#define OP_BARRIER        5
+
+struct accel_comm_req {
+	accel_comm_req *next;     /* live list (issued, not released) or free list */
+	cudaEvent_t ev;
+	uint64_t seq;
+	int kind;
+	uint32_t dtype;
+	uint64_t count;
+};
+
+typedef struct nccl_state {
+	const accel_host_v1 *host;
+	accel_host *h;
+	int rank, world, device;
+	int64_t timeout_ms;       /* <= 0: no limit */
+	ncclComm_t comm;
+	cudaStream_t stream;
+	cudaEvent_t dep_ev;       /* orders our stream after the default stream */
+	void *scratch;            /* device memory for barrier()  */
+	uint64_t seq;
+	accel_comm_req *live, *spare;
+	int failed, fail_code, aborted;
+	char fail_msg[MSG_MAX];
+} nccl_state;
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static const char *op_name(int kind)
+{
+	switch (kind) {
+	case OP_ALLREDUCE: return "allreduce";
+	case OP_REDUCE_SCATTER: return "reduce_scatter";
+	case OP_ALLGATHER: return "allgather";
+	case OP_BROADCAST: return "broadcast";
+	case OP_BARRIER: return "barrier";
+	default: return "collective";
+	}
+}
+
+/* Record a failure that breaks the communicator: later ops fail fast. */
+static int fail(nccl_state *st, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
+static int fail(nccl_state *st, int code, const char *fmt, ...)
+{
+	char msg[MSG_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (!st->failed) {
+		st->failed = 1;
+		st->fail_code = code;
+		snprintf(st->fail_msg, sizeof(st->fail_msg), "%s", msg);
+	}
+	return st->host->error(st->h, code, "%s", msg);
+}
+
+static int cuda_fail(nccl_state *st, cudaError_t e, const char *call)
+{
+	char msg[MSG_MAX];
+	int code = accel_nccl_describe_cuda(e, call, msg, sizeof(msg));
+	return fail(st, code, "%s (rank %d, cuda:%d)", msg, st->rank, st->device);
+}
+
+static int nccl_fail(nccl_state *st, ncclResult_t r, const char *call)
+{
+	char msg[MSG_MAX];
+	int code = accel_nccl_describe_nccl(r, call, ncclGetLastError(st->comm), msg, sizeof(msg));
+	return fail(st, code, "%s (rank %d of %d, cuda:%d)", msg, st->rank, st->world, st->device);
+}
+
+#define CUDA_TRY(st, call, label)                                 \
+	do {                                                      \
+		cudaError_t e_ = (call);                          \
+		if (e_ != cudaSuccess) {                          \
+			(void)cudaGetLastError();                 \
+			rc = cuda_fail((st), e_, #call);          \
+			goto label;                               \
+		}                                                 \
+	} while (0)
+
+/* NCCL calls on a non-blocking communicator may return ncclInProgress:
+ * settle them before the next call. */
+#define NCCL_TRY(st, name, call, label)                           \
+	do {                                                      \
+		ncclResult_t r_ = (call);                         \
+		if (r_ == ncclInProgress)                         \
+			r_ = settle((st), (name), &rc);           \
+		if (rc == ACCEL_OK && r_ != ncclSuccess)          \
+			rc = nccl_fail((st), r_, (name));         \
+		if (rc != ACCEL_OK)                               \
+			goto label;                               \
+	} while (0)
+
+static void backoff(uint32_t *spins)
+{
+	if (++*spins < 1000)
+		sched_yield();
+	else
+		usleep(20);
+}
+
+static void abort_comm(nccl_state *st)
+{
+	if (st->comm && !st->aborted) {
+		ncclCommAbort(st->comm);
+		st->aborted = 1;
+	}
+}
+
+/* Poll ncclCommGetAsyncError until the last call finished.  On timeout
+ * abort the communicator; *rc gets the status recorded. */
+static ncclResult_t settle(nccl_state *st, const char *name, int *rc)
+{
+	int64_t deadline = st->timeout_ms > 0 ? now_ns() + st->timeout_ms * 1000000 : 0;
+	ncclResult_t ar = ncclInProgress;
+	uint32_t spins = 0;
+	*rc = ACCEL_OK;
+	for (;;) {
+		ncclResult_t q = ncclCommGetAsyncError(st->comm, &ar);
+		if (q != ncclSuccess)
+			return q;
+		if (ar != ncclInProgress)
+			return ar;
+		if (deadline && now_ns() > deadline) {
+			abort_comm(st);
+			*rc = fail(st, ACCEL_ERR_TIMEOUT,
+			           "nccl: %s did not finish within %.1f s on rank %d of %d: the other "
+			           "ranks did not join it (NCCL cannot tell which); the communicator "
+			           "was aborted",
+			           name, (double)st->timeout_ms / 1000.0, st->rank, st->world);
+			return ncclInProgress;
+		}
+		backoff(&spins);
+	}
+}
+
+/* Make st->device current for the duration of a call, restoring the
+ * caller's device afterwards. */
+static int enter_device(nccl_state *st, int *ret_prev)
+{
+	int prev = -1, rc = ACCEL_OK;
+	CUDA_TRY(st, cudaGetDevice(&prev), fail);
+	if (prev != st->device)
+		CUDA_TRY(st, cudaSetDevice(st->device), fail);
+	*ret_prev = prev;
+	return ACCEL_OK;
+fail:
+	return rc;
+}
+
+static void leave_device(nccl_state *st, int prev)
+{
+	if (prev >= 0 && prev != st->device)
+		cudaSetDevice(prev);
+}
+
+/* ---- bootstrap through the host's store ------------------------------------------- */
+
+typedef struct boot_ctx {
+	nccl_state *st;
+} boot_ctx;
+
+static int boot_uid(void *ctx, ncclUniqueId *ret_id)
+{
+	(void)ctx;
+	return (int)ncclGetUniqueId(ret_id);
+}
+
+static int boot_set(void *ctx, const char *key, const void *value, uint64_t len)
+{
+	nccl_state *st = ((boot_ctx *)ctx)->st;
+	return st->host->store_set(st->h, key, value, len);
+}
+
+static int boot_get(void *ctx, const char *key, void *buf, uint64_t cap, uint64_t *ret_len,
+                    int64_t timeout_ms)
+{
+	nccl_state *st = ((boot_ctx *)ctx)->st;
+	return st->host->store_get(st->h, key, buf, cap, ret_len, timeout_ms);
+}
+
+static int boot_add(void *ctx, const char *key, int64_t delta, int64_t *ret_value)
+{
+	nccl_state *st = ((boot_ctx *)ctx)->st;
+	return st->host->store_add(st->h, key, delta, ret_value);
+}
+
+/* ---- requests ------------------------------------------------------------------------ */
+
+static accel_comm_req *req_get(nccl_state *st, int *rc)
+{
+	accel_comm_req *r = st->spare;
+	if (r) {
+		st->spare = r->next;
+		r->next = NULL;
+		return r;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		*rc = st->host->error(st->h, ACCEL_ERR_NOMEM, "nccl: out of memory for a request");
+		return NULL;
+	}
+	cudaError_t e = cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming);
+	if (e != cudaSuccess) {
+		free(r);
+		*rc = cuda_fail(st, e, "cudaEventCreateWithFlags");
+		return NULL;
+	}
+	return r;
+}
+
+static void req_put(nccl_state *st, accel_comm_req *r)
+{
+	r->next = st->spare;
+	st->spare = r;
+}
+
+static int req_unlink(nccl_state *st, accel_comm_req *r)
+{
+	accel_comm_req **pp = &st->live;
+	for (; *pp; pp = &(*pp)->next) {
+		if (*pp == r) {
+			*pp = r->next;
+			r->next = NULL;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int req_known(const nccl_state *st, const accel_comm_req *r)
+{
+	for (const accel_comm_req *p = st->live; p; p = p->next)
+		if (p == r)
+			return 1;
+	return 0;
+}
+
+/* ---- argument checks ---------------------------------------------------------------- */
+
+static int check_view(nccl_state *st, const char *op, const char *which, const accel_view *v)
+{
+	if (!v)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: %s: %s view is NULL", op,
+		                       which);
+	if (v->struct_size < sizeof(accel_view))
+		return st->host->error(st->h, ACCEL_ERR_ABI,
+		                       "nccl: %s: %s view has struct_size %u, expected at least %zu",
+		                       op, which, v->struct_size, sizeof(accel_view));
+	if (v->device != ACCEL_DEVICE_CUDA || v->device_index != st->device)
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
+		                       "nccl: %s: %s buffer is on %s:%d but this rank's NCCL "
+		                       "communicator is on cuda:%d; the nccl backend serves this "
+		                       "rank's GPU only",
+		                       op, which, v->device == ACCEL_DEVICE_CUDA ? "cuda" : "cpu",
+		                       v->device_index, st->device);
+	if (accel_nccl_dtype_size(v->dtype) == 0)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: %s: %s view has dtype %u, which is not an "
+		                       "ACCEL_DTYPE_*", op, which, v->dtype);
+	if (!v->data && v->numel > 0)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: %s: %s view has %llu elements but data is NULL", op,
+		                       which, (unsigned long long)v->numel);
+	return ACCEL_OK;
+}
+
+static int check_pair(nccl_state *st, const char *op, const accel_view *send,
+                      const accel_view *recv, int *in_place)
+{
+	int rc;
+	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
+		return rc;
+	if (send->dtype != recv->dtype)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: %s: send is %s but recv is %s; both must have one "
+		                       "dtype", op, accel_nccl_dtype_name(send->dtype),
+		                       accel_nccl_dtype_name(recv->dtype));
+	size_t es = accel_nccl_dtype_size(send->dtype);
+	uintptr_t s = (uintptr_t)send->data, r = (uintptr_t)recv->data;
+	uint64_t ns = send->numel * es, nr = recv->numel * es;
+	*in_place = send->data == recv->data && send->numel > 0;
+	if (!*in_place && ns && nr && s < r + nr && r < s + ns)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: %s: send and recv overlap without being the same "
+		                       "buffer; in place means send->data == recv->data", op);
+	return ACCEL_OK;
+}
+
+static int check_reduce(nccl_state *st, const char *op, uint32_t dtype, uint32_t red,
+                        ncclDataType_t *ret_type, ncclRedOp_t *ret_op)
+{
+	if (!accel_nccl_redop(red, ret_op))
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: %s: reduction %u is not an ACCEL_RED_* (sum, avg, max, "
+		                       "min)", op, red);
+	if (!accel_nccl_dtype(dtype, 1, ret_type))
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
+		                       "nccl: %s: cannot reduce %s; reductions take f32, f64, f16, "
+		                       "bf16, i32 or i64", op, accel_nccl_dtype_name(dtype));
+	return ACCEL_OK;
+}
+
+static int fail_fast(nccl_state *st, int kind)
+{
+	return st->host->error(st->h, st->fail_code,
+	                       "nccl: %s #%llu not run: an earlier NCCL call failed (%.*s)",
+	                       op_name(kind), (unsigned long long)st->seq + 1, MSG_MAX / 2,
+	                       st->fail_msg);
+}
+
+/* ---- issuing ----------------------------------------------------------------------------- */
+
+typedef struct launch {
+	int kind;
+	const void *send;
+	void *recv;
+	uint64_t count;           /* NCCL's count for the call */
+	ncclDataType_t type;
+	ncclRedOp_t op;
+	int root;
+	uint32_t dtype;
+	/* ABI in-place conventions that differ from NCCL's (see below) */
+	size_t block_bytes;       /* bytes of one rank's block */
+	int copy_before;          /* allgather in place: move own block to slot rank */
+	int copy_after;           /* reduce_scatter in place: move result to start */
+} launch;
+
+static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
+{
+	int rc = ACCEL_OK, prev = -1;
+	accel_comm_req *r = NULL;
+	char *base = L->recv;
+	if (st->failed)
+		return fail_fast(st, L->kind);
+	if ((rc = enter_device(st, &prev)))
+		return rc;
+	if (!(r = req_get(st, &rc)))
+		goto out;
+	CUDA_TRY(st, cudaEventRecord(st->dep_ev, cudaStreamLegacy), out);
+	CUDA_TRY(st, cudaStreamWaitEvent(st->stream, st->dep_ev, 0), out);
+	if (L->copy_before && st->rank > 0 && L->block_bytes)
+		CUDA_TRY(st, cudaMemcpyAsync(base + (size_t)st->rank * L->block_bytes, base,
+		                             L->block_bytes, cudaMemcpyDeviceToDevice, st->stream),
+		         out);
+	switch (L->kind) {
+	case OP_ALLREDUCE:
+		NCCL_TRY(st, "ncclAllReduce",
+		         ncclAllReduce(L->send, L->recv, L->count, L->type, L->op, st->comm, st->stream),
+		         out);
+		break;
+	case OP_REDUCE_SCATTER:
+		NCCL_TRY(st, "ncclReduceScatter",
+		         ncclReduceScatter(L->send, L->recv, L->count, L->type, L->op, st->comm,
+		                           st->stream),
+		         out);
+		break;
+	case OP_ALLGATHER:
+		NCCL_TRY(st, "ncclAllGather",
+		         ncclAllGather(L->send, L->recv, L->count, L->type, st->comm, st->stream), out);
+		break;
+	case OP_BROADCAST:
+		NCCL_TRY(st, "ncclBroadcast",
+		         ncclBroadcast(L->recv, L->recv, L->count, L->type, L->root, st->comm,
+		                       st->stream),
+		         out);
+		break;
+	case OP_BARRIER:
+		NCCL_TRY(st, "ncclAllReduce (barrier)",
+		         ncclAllReduce(st->scratch, st->scratch, 1, ncclFloat32, ncclSum, st->comm,
+		                       st->stream),
+		         out);
+		break;
+	default:
+		rc = st->host->error(st->h, ACCEL_ERR_INTERNAL, "nccl: unknown op %d", L->kind);
+		goto out;
+	}
+	if (L->copy_after && st->rank > 0 && L->block_bytes)
+		CUDA_TRY(st, cudaMemcpyAsync((char *)L->send, L->recv, L->block_bytes,
+		                             cudaMemcpyDeviceToDevice, st->stream),
+		         out);
+	CUDA_TRY(st, cudaEventRecord(r->ev, st->stream), out);
+	r->seq = ++st->seq;
+	r->kind = L->kind;
+	r->dtype = L->dtype;
+	r->count = L->count;
+	r->next = st->live;
+	st->live = r;
+	*ret_req = r;
+	r = NULL;
+out:
+	if (r)
+		req_put(st, r);
+	leave_device(st, prev);
+	return rc;
+}
+
+static int nccl_allreduce(void *state, const accel_view *send, const accel_view *recv,
+                          uint32_t red, accel_comm_req **ret_req)
+{
+	nccl_state *st = state;
+	launch L = {.kind = OP_ALLREDUCE};
+	int rc, in_place;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: allreduce: ret_req is NULL");
+	if ((rc = check_pair(st, "allreduce", send, recv, &in_place)) ||
+	    (rc = check_reduce(st, "allreduce", send->dtype, red, &L.type, &L.op)))
+		return rc;
+	if (send->numel != recv->numel)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: allreduce: send has %llu elements but recv has %llu",
+		                       (unsigned long long)send->numel,
+		                       (unsigned long long)recv->numel);
+	L.send = send->data;
+	L.recv = recv->data;
+	L.count = recv->numel;
+	L.dtype = send->dtype;
+	return issue(st, &L, ret_req);
+}
+
+static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_view *recv,
+                               uint32_t red, accel_comm_req **ret_req)
+{
+	nccl_state *st = state;
+	launch L = {.kind = OP_REDUCE_SCATTER};
+	int rc, in_place;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: reduce_scatter: ret_req is NULL");
+	if ((rc = check_pair(st, "reduce_scatter", send, recv, &in_place)) ||
+	    (rc = check_reduce(st, "reduce_scatter", send->dtype, red, &L.type, &L.op)))
+		return rc;
+	if (send->numel != recv->numel * (uint64_t)st->world)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: reduce_scatter: send has %llu elements; it must be "
+		                       "world size %d x recv's %llu",
+		                       (unsigned long long)send->numel, st->world,
+		                       (unsigned long long)recv->numel);
+	L.send = send->data;
+	L.recv = recv->data;
+	L.count = recv->numel;
+	L.dtype = send->dtype;
+	if (in_place) {
+		/* ABI in place: the result goes to the start of the buffer.  NCCL
+		 * in place: recvbuff == sendbuff + rank * count.  Use NCCL's form,
+		 * then move the block to the start (disjoint for rank > 0). */
+		L.block_bytes = recv->numel * accel_nccl_dtype_size(send->dtype);
+		L.recv = (char *)send->data + (size_t)st->rank * L.block_bytes;
+		L.copy_after = 1;
+	}
+	return issue(st, &L, ret_req);
+}
+
+static int nccl_allgather(void *state, const accel_view *send, const accel_view *recv,
+                          accel_comm_req **ret_req)
+{
+	nccl_state *st = state;
+	launch L = {.kind = OP_ALLGATHER};
+	int rc, in_place;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: allgather: ret_req is NULL");
+	if ((rc = check_pair(st, "allgather", send, recv, &in_place)))
+		return rc;
+	if (!accel_nccl_dtype(send->dtype, 0, &L.type))
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "nccl: allgather: dtype %s",
+		                       accel_nccl_dtype_name(send->dtype));
+	if (recv->numel != send->numel * (uint64_t)st->world)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: allgather: recv has %llu elements; it must be world "
+		                       "size %d x send's %llu",
+		                       (unsigned long long)recv->numel, st->world,
+		                       (unsigned long long)send->numel);
+	L.send = send->data;
+	L.recv = recv->data;
+	L.count = send->numel;
+	L.dtype = send->dtype;
+	if (in_place) {
+		/* ABI in place: own block at the start; NCCL wants it at slot rank. */
+		L.block_bytes = send->numel * accel_nccl_dtype_size(send->dtype);
+		L.send = (char *)recv->data + (size_t)st->rank * L.block_bytes;
+		L.copy_before = 1;
+	}
+	return issue(st, &L, ret_req);
+}
+
+static int nccl_broadcast(void *state, const accel_view *buf, int32_t root,
+                          accel_comm_req **ret_req)
+{
+	nccl_state *st = state;
+	launch L = {.kind = OP_BROADCAST};
+	int rc;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: broadcast: ret_req is NULL");
+	if ((rc = check_view(st, "broadcast", "buffer", buf)))
+		return rc;
+	if (!accel_nccl_dtype(buf->dtype, 0, &L.type))
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "nccl: broadcast: dtype %s",
+		                       accel_nccl_dtype_name(buf->dtype));
+	if (root < 0 || root >= st->world)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: broadcast: root %d is not a rank (world size %d)", root,
+		                       st->world);
+	L.recv = buf->data;
+	L.count = buf->numel;
+	L.root = root;
+	L.dtype = buf->dtype;
+	return issue(st, &L, ret_req);
+}
+
+static int nccl_barrier(void *state, accel_comm_req **ret_req)
+{
+	nccl_state *st = state;
+	launch L = {.kind = OP_BARRIER, .dtype = ACCEL_DTYPE_F32, .count = 1};
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: barrier: ret_req is NULL");
+	return issue(st, &L, ret_req);
+}
+
+/* ---- completion -------------------------------------------------------------------------- */
+
+/* One check of r: 1 done, 0 not yet, <0 failed (recorded). */
+static int req_poll(nccl_state *st, accel_comm_req *r)
+{
+	int rc = ACCEL_OK;
+	if (st->aborted)
+		return fail(st, st->fail_code ? st->fail_code : ACCEL_ERR_NCCL,
+		            "nccl: %s #%llu: the communicator was aborted after an earlier failure",
+		            op_name(r->kind), (unsigned long long)r->seq);
+	cudaError_t e = cudaEventQuery(r->ev);
+	if (e == cudaSuccess)
+		return 1;
+	if (e != cudaErrorNotReady) {
+		(void)cudaGetLastError();
+		return cuda_fail(st, e, "cudaEventQuery");
+	}
+	ncclResult_t ar = ncclSuccess;
+	NCCL_TRY(st, "ncclCommGetAsyncError", ncclCommGetAsyncError(st->comm, &ar), out);
+	if (ar != ncclSuccess && ar != ncclInProgress) {
+		char name[64];
+		snprintf(name, sizeof(name), "%s #%llu", op_name(r->kind), (unsigned long long)r->seq);
+		rc = nccl_fail(st, ar, name);
+		abort_comm(st);
+	}
+out:
+	return rc;
+}
+
+static int nccl_wait(void *state, accel_comm_req *r)
+{
+	nccl_state *st = state;
+	int rc = ACCEL_OK, prev = -1;
+	if (!r || !req_known(st, r))
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: wait: %s request (already released, or not from this "
+		                       "backend)", r ? "unknown" : "NULL");
+	if ((rc = enter_device(st, &prev)))
+		return rc;
+	int64_t deadline = st->timeout_ms > 0 ? now_ns() + st->timeout_ms * 1000000 : 0;
+	uint32_t spins = 0;
+	for (;;) {
+		int p = req_poll(st, r);
+		if (p < 0) {
+			rc = p;
+			break;
+		}
+		if (p == 1)
+			break;
+		if (deadline && now_ns() > deadline) {
+			abort_comm(st);
+			rc = fail(st, ACCEL_ERR_TIMEOUT,
+			          "nccl: %s #%llu (%s, %llu elements) did not complete within %.1f s on "
+			          "rank %d of %d: the other ranks did not arrive at it. NCCL cannot tell "
+			          "which ranks are missing; look for the rank whose log stops before "
+			          "collective #%llu, or that died. The communicator was aborted",
+			          op_name(r->kind), (unsigned long long)r->seq,
+			          accel_nccl_dtype_name(r->dtype), (unsigned long long)r->count,
+			          (double)st->timeout_ms / 1000.0, st->rank, st->world,
+			          (unsigned long long)r->seq);
+			break;
+		}
+		backoff(&spins);
+	}
+	req_unlink(st, r);
+	req_put(st, r);
+	leave_device(st, prev);
+	return rc;
+}
+
+static int nccl_test(void *state, accel_comm_req *r, int32_t *ret_done)
+{
+	nccl_state *st = state;
+	int prev = -1, p;
+	if (!ret_done)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: test: ret_done is NULL");
+	if (!r || !req_known(st, r))
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: test: %s request (already released, or not from this "
+		                       "backend)", r ? "unknown" : "NULL");
+	if ((p = enter_device(st, &prev)))
+		return p;
+	p = req_poll(st, r);
+	leave_device(st, prev);
+	if (p < 0)
+		return p;
+	*ret_done = p;
+	return ACCEL_OK;
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+static int nccl_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t bytes,
+                          void **ret_ptr)
+{
+	nccl_state *st = state;
+	int rc = ACCEL_OK, prev = -1;
+	void *p = NULL;
+	if (device != ACCEL_DEVICE_CUDA)
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
+		                       "nccl: mem_alloc: the nccl backend allocates device memory "
+		                       "only (asked for device %d)", device);
+	if (device_index != st->device)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "nccl: mem_alloc: asked for cuda:%d, but this rank's "
+		                       "communicator is on cuda:%d", device_index, st->device);
+	if ((rc = enter_device(st, &prev)))
+		return rc;
+	cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		char msg[MSG_MAX];
+		accel_nccl_describe_cuda(e, "cudaMalloc", msg, sizeof(msg));
+		/* Out of memory is the caller's to handle, not a broken communicator. */
+		rc = st->host->error(st->h, e == cudaErrorMemoryAllocation ? ACCEL_ERR_NOMEM
+		                                                           : ACCEL_ERR_CUDA,
+		                     "%s (%llu bytes on cuda:%d)", msg, (unsigned long long)bytes,
+		                     st->device);
+	} else {
+		*ret_ptr = p;
+	}
+	leave_device(st, prev);
+	return rc;
+}
+
+static void nccl_mem_free(void *state, void *ptr)
+{
+	nccl_state *st = state;
+	if (!ptr)
+		return;
+	cudaError_t e = cudaFree(ptr);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		st->host->log(st->h, ACCEL_LOG_WARN, "nccl: cudaFree(%p) failed: %s", ptr,
+		              cudaGetErrorString(e));
+	}
+}
+
+/* ---- life cycle ---------------------------------------------------------------------------- */
+
+static void nccl_fini(void *state)
+{
+	nccl_state *st = state;
+	int prev = -1;
+	if (!st)
+		return;
+	if (cudaGetDevice(&prev) != cudaSuccess)
+		prev = -1;
+	cudaSetDevice(st->device);
+	if (st->comm && !st->aborted) {
+		/* Let queued work finish, but never wait forever for a peer. */
+		int64_t deadline = now_ns() + (int64_t)DRAIN_MAX_MS * 1000000;
+		uint32_t spins = 0;
+		cudaError_t e = cudaErrorNotReady;
+		while (st->stream && (e = cudaStreamQuery(st->stream)) == cudaErrorNotReady &&
+		       now_ns() < deadline)
+			backoff(&spins);
+		if (e == cudaSuccess || !st->stream) {
+			ncclResult_t r = ncclCommFinalize(st->comm), ar = r;
+			while (ar == ncclInProgress && now_ns() < deadline &&
+			       ncclCommGetAsyncError(st->comm, &ar) == ncclSuccess)
+				backoff(&spins);
+			if (ar == ncclSuccess)
+				ncclCommDestroy(st->comm);
+			else
+				abort_comm(st);
+		} else {
+			st->host->log(st->h, ACCEL_LOG_WARN,
+			              "nccl: collectives still running on rank %d after %d s at "
+			              "shutdown; aborting the communicator", st->rank, DRAIN_MAX_MS / 1000);
+			abort_comm(st);
+		}
+	}
+	while (st->live) {
+		accel_comm_req *r = st->live;
+		st->live = r->next;
+		req_put(st, r);
+	}
+	while (st->spare) {
+		accel_comm_req *r = st->spare;
+		st->spare = r->next;
+		cudaEventDestroy(r->ev);
+		free(r);
+	}
+	if (st->scratch)
+		cudaFree(st->scratch);
+	if (st->dep_ev)
+		cudaEventDestroy(st->dep_ev);
+	if (st->stream)
+		cudaStreamDestroy(st->stream);
+	(void)cudaGetLastError();
+	if (prev >= 0)
+		cudaSetDevice(prev);
+	free(st);
+}
+
+static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
+                     void **ret_state)
+{
+	nccl_state *st = NULL;
+	int rc = ACCEL_OK, ndev = 0;
+	char msg[MSG_MAX];
+	ncclUniqueId id;
+
+	if (!args || args->struct_size < sizeof(accel_comm_init_v1))
+		return host->error(h, ACCEL_ERR_ABI, "nccl: init: accel_comm_init_v1 is %s",
+		                   args ? "too small (older core?)" : "NULL");
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return host->error(h, ACCEL_ERR_NOMEM, "nccl: out of memory for the backend state");
+	st->host = host;
+	st->h = h;
+	st->rank = args->rank;
+	st->world = args->world_size;
+	st->timeout_ms = args->timeout_ms;
+	st->device = args->device_index >= 0 ? args->device_index : args->local_rank;
+
+	CUDA_TRY(st, cudaGetDeviceCount(&ndev), fail);
+	if (st->device < 0 || st->device >= ndev) {
+		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+		rc = host->error(h, ACCEL_ERR_CONFIG,
+		                 "nccl: rank %d (local rank %d) wants cuda:%d, but %d GPU(s) are "
+		                 "visible (CUDA_VISIBLE_DEVICES=%s); start at most one process per "
+		                 "GPU on each node",
+		                 st->rank, args->local_rank, st->device, ndev, vis ? vis : "(unset)");
+		goto fail;
+	}
+	CUDA_TRY(st, cudaSetDevice(st->device), fail);
+
+	boot_ctx bc = {st};
+	nccl_boot_ops ops = {boot_uid, boot_set, boot_get, boot_add};
+	rc = accel_nccl_bootstrap(&ops, &bc, st->rank, st->world, st->timeout_ms, &id, msg,
+	                          sizeof(msg));
+	if (rc != ACCEL_OK) {
+		host->error(h, rc, "%s", msg);
+		goto fail;
+	}
+
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	cfg.blocking = 0;
+	NCCL_TRY(st, "ncclCommInitRankConfig",
+	         ncclCommInitRankConfig(&st->comm, st->world, id, st->rank, &cfg), fail);
+
+	CUDA_TRY(st, cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), fail);
+	CUDA_TRY(st, cudaEventCreateWithFlags(&st->dep_ev, cudaEventDisableTiming), fail);
+	CUDA_TRY(st, cudaMalloc(&st->scratch, 64), fail);
+	CUDA_TRY(st, cudaMemset(st->scratch, 0, 64), fail);
+
+	host->log(h, ACCEL_LOG_DEBUG, "nccl: rank %d of %d on cuda:%d, NCCL %d.%d.%d, timeout %lld ms",
+	          st->rank, st->world, st->device, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
+	          (long long)st->timeout_ms);
+	*ret_state = st;
+	return ACCEL_OK;
+fail:
+	nccl_fini(st);
+	return rc;
+}
+
+static int32_t nccl_probe(const accel_host_v1 *host, accel_host *h)
+{
+	int n = 0;
+	(void)host;
+	(void)h;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	return n > 0;
+}
+
+static const accel_comm_desc_v1 nccl_desc = {
+	.struct_size = sizeof(accel_comm_desc_v1),
+	.devices = 1u << ACCEL_DEVICE_CUDA,
+	.name = "nccl",
+	.version = "1.0.0",
+	.summary = "NCCL collectives on CUDA device memory (one GPU per rank)",
+	.requires = ACCEL_REQ_CUDA,
+	.config_section = NULL,
+	.params = NULL,
+	.n_params = 0,
+};
+
+static const accel_comm_v1 nccl_vtable = {
+	.struct_size = sizeof(accel_comm_v1),
+	.abi_minor = ACCEL_ABI_MINOR,
+	.desc = &nccl_desc,
+	.init = nccl_init,
+	.fini = nccl_fini,
+	.probe = nccl_probe,
+	.mem_alloc = nccl_mem_alloc,
+	.mem_free = nccl_mem_free,
+	.allreduce = nccl_allreduce,
+	.reduce_scatter = nccl_reduce_scatter,
+	.allgather = nccl_allgather,
+	.broadcast = nccl_broadcast,
+	.barrier = nccl_barrier,
+	.wait = nccl_wait,
+	.test = nccl_test,
+};
+
+ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
+{
+	if (!host || host->abi_major != ACCEL_ABI_MAJOR ||
+	    host->struct_size < offsetof(accel_host_v1, store_add) + sizeof(host->store_add)) {
+		if (host && host->error)
+			host->error(NULL, ACCEL_ERR_ABI, "nccl: needs accel plugin ABI %d.x (host has %u)",
+			            ACCEL_ABI_MAJOR, host->abi_major);
+		return NULL;
+	}
+	return &nccl_vtable;
+}

@@ -1,0 +1,813 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-nccl.c: the nccl comm backend.
+ *
+ * Without arguments: a Check suite for everything that needs no GPU: the
+ * unique-id bootstrap through a fake store, the translation of NCCL/CUDA
+ * errors into statuses and messages, the dtype/reduction mapping, and
+ * loading the module.
+ *
+ * With --gpu: the collectives on real GPUs (one rank per GPU, at most two,
+ * one process each, bootstrapped through a file-based store).  Without a
+ * GPU it prints "skipped: no GPU" and exits 77, which meson reports as
+ * SKIP. */
+#include <check.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/comm.h"
+#include "backends/nccl/nccl-impl.h"
+#include "core/half.h"
+
+/* ---- a fake store for the bootstrap ------------------------------------------- */
+
+#define FAKE_KEYS 16
+
+typedef struct fake_store {
+	char keys[FAKE_KEYS][64];
+	unsigned char vals[FAKE_KEYS][256];
+	uint64_t lens[FAKE_KEYS];
+	int n;
+	int calls;             /* store calls of any kind */
+	int fail_add;          /* add returns this status when nonzero */
+	int uid_result;        /* ncclResult_t the fake ncclGetUniqueId returns */
+	int uid_calls;
+	int64_t last_timeout;
+} fake_store;
+
+static int fake_find(fake_store *fs, const char *key)
+{
+	for (int i = 0; i < fs->n; i++)
+		if (!strcmp(fs->keys[i], key))
+			return i;
+	return -1;
+}
+
+static int fake_uid(void *ctx, ncclUniqueId *ret_id)
+{
+	fake_store *fs = ctx;
+	fs->uid_calls++;
+	if (fs->uid_result != ncclSuccess)
+		return fs->uid_result;
+	for (size_t i = 0; i < sizeof(ret_id->internal); i++)
+		ret_id->internal[i] = (char)(i * 3 + (size_t)fs->uid_calls);
+	return ncclSuccess;
+}
+
+static int fake_set(void *ctx, const char *key, const void *value, uint64_t len)
+{
+	fake_store *fs = ctx;
+	fs->calls++;
+	int i = fake_find(fs, key);
+	if (i < 0) {
+		ck_assert_int_lt(fs->n, FAKE_KEYS);
+		i = fs->n++;
+		snprintf(fs->keys[i], sizeof(fs->keys[i]), "%s", key);
+	}
+	ck_assert_uint_le(len, sizeof(fs->vals[i]));
+	memcpy(fs->vals[i], value, len);
+	fs->lens[i] = len;
+	return ACCEL_OK;
+}
+
+static int fake_get(void *ctx, const char *key, void *buf, uint64_t cap, uint64_t *ret_len,
+                    int64_t timeout_ms)
+{
+	fake_store *fs = ctx;
+	fs->calls++;
+	fs->last_timeout = timeout_ms;
+	int i = fake_find(fs, key);
+	if (i < 0)
+		return ACCEL_ERR_TIMEOUT;
+	memcpy(buf, fs->vals[i], fs->lens[i] < cap ? fs->lens[i] : cap);
+	*ret_len = fs->lens[i];
+	return ACCEL_OK;
+}
+
+static int fake_add(void *ctx, const char *key, int64_t delta, int64_t *ret_value)
+{
+	fake_store *fs = ctx;
+	fs->calls++;
+	if (fs->fail_add)
+		return fs->fail_add;
+	int i = fake_find(fs, key);
+	int64_t v = 0;
+	if (i >= 0)
+		memcpy(&v, fs->vals[i], sizeof(v));
+	v += delta;
+	fake_set(ctx, key, &v, sizeof(v));
+	fs->calls--;
+	*ret_value = v;
+	return ACCEL_OK;
+}
+
+static const nccl_boot_ops fake_ops = {fake_uid, fake_set, fake_get, fake_add};
+
+START_TEST(test_bootstrap_two_ranks)
+{
+	fake_store fs = {0};
+	ncclUniqueId a, b, c, d;
+	char msg[1024] = "";
+	/* rank 0 publishes, rank 1 reads the same bytes */
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 0, 2, 5000, &a, msg, sizeof(msg)),
+	                 ACCEL_OK);
+	ck_assert_int_ge(fake_find(&fs, "nccl/uid/1"), 0);
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 5000, &b, msg, sizeof(msg)),
+	                 ACCEL_OK);
+	ck_assert_int_eq(memcmp(&a, &b, sizeof(a)), 0);
+	ck_assert_int_eq(fs.uid_calls, 1);
+	ck_assert_int_eq(fs.last_timeout, 5000);
+	/* a second communicator gets its own key and id */
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 0, 2, 5000, &c, msg, sizeof(msg)),
+	                 ACCEL_OK);
+	ck_assert_int_ge(fake_find(&fs, "nccl/uid/2"), 0);
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 5000, &d, msg, sizeof(msg)),
+	                 ACCEL_OK);
+	ck_assert_int_eq(memcmp(&c, &d, sizeof(c)), 0);
+	ck_assert_int_ne(memcmp(&a, &c, sizeof(a)), 0);
+}
+END_TEST
+
+START_TEST(test_bootstrap_world_one_needs_no_store)
+{
+	fake_store fs = {0};
+	ncclUniqueId id;
+	char msg[256] = "";
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 0, 1, 1000, &id, msg, sizeof(msg)),
+	                 ACCEL_OK);
+	ck_assert_int_eq(fs.calls, 0);
+	ck_assert_int_eq(fs.uid_calls, 1);
+}
+END_TEST
+
+START_TEST(test_bootstrap_rank0_missing)
+{
+	fake_store fs = {0};
+	ncclUniqueId id;
+	char msg[1024] = "";
+	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 2500, &id, msg, sizeof(msg));
+	ck_assert_int_eq(rc, ACCEL_ERR_TIMEOUT);
+	ck_assert_msg(strstr(msg, "rank 1") && strstr(msg, "rank 0 did not publish") &&
+	              strstr(msg, "'nccl/uid/1'") && strstr(msg, "2.5 s") &&
+	              strstr(msg, "backend \"nccl\""),
+	              "message: %s", msg);
+	ck_assert_int_eq(fs.uid_calls, 0);
+}
+END_TEST
+
+START_TEST(test_bootstrap_wrong_length)
+{
+	fake_store fs = {0};
+	ncclUniqueId id;
+	char msg[1024] = "";
+	int64_t one = 1, v;
+	fake_add(&fs, "nccl/count/0", 1, &v);  /* as if rank 0 had run */
+	(void)one;
+	fake_set(&fs, "nccl/uid/1", "hello", 5);
+	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 1000, &id, msg, sizeof(msg));
+	ck_assert_int_eq(rc, ACCEL_ERR_COMM);
+	ck_assert_msg(strstr(msg, "holds 5 bytes") && strstr(msg, "not an NCCL id (128 bytes)"),
+	              "message: %s", msg);
+}
+END_TEST
+
+START_TEST(test_bootstrap_uid_failure)
+{
+	fake_store fs = {0};
+	fs.uid_result = ncclSystemError;
+	ncclUniqueId id;
+	char msg[1024] = "";
+	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 0, 2, 1000, &id, msg, sizeof(msg));
+	ck_assert_int_eq(rc, ACCEL_ERR_NCCL);
+	ck_assert_msg(strstr(msg, "ncclGetUniqueId failed") && strstr(msg, "ncclSystemError") &&
+	              strstr(msg, "NCCL_SOCKET_IFNAME"),
+	              "message: %s", msg);
+	ck_assert_int_lt(fake_find(&fs, "nccl/uid/1"), 0);  /* nothing published */
+}
+END_TEST
+
+START_TEST(test_bootstrap_store_down)
+{
+	fake_store fs = {0};
+	fs.fail_add = ACCEL_ERR_SYSTEM;
+	ncclUniqueId id;
+	char msg[1024] = "";
+	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 1, 4, 1000, &id, msg, sizeof(msg));
+	ck_assert_int_eq(rc, ACCEL_ERR_SYSTEM);
+	ck_assert_msg(strstr(msg, "rendezvous store") && strstr(msg, "rank 1"), "message: %s", msg);
+	rc = accel_nccl_bootstrap(&fake_ops, &fs, 4, 4, 1000, &id, msg, sizeof(msg));
+	ck_assert_int_eq(rc, ACCEL_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* The real ncclGetUniqueId needs a network interface but no GPU. */
+static int real_uid(void *ctx, ncclUniqueId *ret_id)
+{
+	(void)ctx;
+	return (int)ncclGetUniqueId(ret_id);
+}
+
+START_TEST(test_bootstrap_real_unique_id)
+{
+	fake_store fs = {0};
+	nccl_boot_ops ops = fake_ops;
+	ops.unique_id = real_uid;
+	ncclUniqueId a, b;
+	char msg[1024] = "";
+	int rc = accel_nccl_bootstrap(&ops, &fs, 0, 2, 1000, &a, msg, sizeof(msg));
+	if (rc != ACCEL_OK) {
+		/* e.g. no usable network interface: still a clear message */
+		ck_assert_int_eq(rc, ACCEL_ERR_NCCL);
+		ck_assert_msg(strstr(msg, "ncclGetUniqueId failed"), "message: %s", msg);
+		return;
+	}
+	ck_assert_int_eq(accel_nccl_bootstrap(&ops, &fs, 1, 2, 1000, &b, msg, sizeof(msg)), ACCEL_OK);
+	ck_assert_int_eq(memcmp(&a, &b, sizeof(a)), 0);
+	ncclUniqueId zero;
+	memset(&zero, 0, sizeof(zero));
+	ck_assert_int_ne(memcmp(&a, &zero, sizeof(a)), 0);
+}
+END_TEST
+
+START_TEST(test_error_nccl)
+{
+	static const struct {
+		ncclResult_t r;
+		const char *name, *hint;
+	} cases[] = {
+		{ncclUnhandledCudaError, "ncclUnhandledCudaError", "nvidia-smi"},
+		{ncclSystemError, "ncclSystemError", "/dev/shm"},
+		{ncclInternalError, "ncclInternalError", "NCCL_DEBUG=INFO"},
+		{ncclInvalidArgument, "ncclInvalidArgument", "same count and dtype"},
+		{ncclInvalidUsage, "ncclInvalidUsage", "cannot share a GPU"},
+		{ncclRemoteError, "ncclRemoteError", "another rank's log"},
+	};
+	char buf[1024];
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = accel_nccl_describe_nccl(cases[i].r, "ncclAllReduce", "peer 3 closed",
+		                                  buf, sizeof(buf));
+		ck_assert_int_eq(rc, ACCEL_ERR_NCCL);
+		ck_assert_msg(strstr(buf, "nccl: ncclAllReduce failed: ") &&
+		              strstr(buf, ncclGetErrorString(cases[i].r)) &&
+		              strstr(buf, cases[i].name) && strstr(buf, ": peer 3 closed.") &&
+		              strstr(buf, cases[i].hint),
+		              "case %zu: %s", i, buf);
+	}
+	/* no detail: no dangling separator */
+	accel_nccl_describe_nccl(ncclInternalError, "ncclCommInitRank", NULL, buf, sizeof(buf));
+	ck_assert_msg(strstr(buf, "(ncclInternalError). ") != NULL, "%s", buf);
+	accel_nccl_describe_nccl(ncclInternalError, NULL, "", buf, sizeof(buf));
+	ck_assert_msg(strstr(buf, "an NCCL call failed") != NULL, "%s", buf);
+	/* truncation is safe */
+	char small[16];
+	accel_nccl_describe_nccl(ncclSystemError, "ncclAllReduce", "x", small, sizeof(small));
+	ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
+}
+END_TEST
+
+START_TEST(test_error_cuda)
+{
+	static const struct {
+		cudaError_t e;
+		const char *name, *hint;
+	} cases[] = {
+		{cudaErrorNoDevice, "cudaErrorNoDevice", "CUDA_VISIBLE_DEVICES"},
+		{cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", "update the driver"},
+		{cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "local rank"},
+		{cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+		{cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "compute-sanitizer"},
+	};
+	char buf[1024];
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = accel_nccl_describe_cuda(cases[i].e, "cudaMalloc", buf, sizeof(buf));
+		ck_assert_int_eq(rc, ACCEL_ERR_CUDA);
+		ck_assert_msg(strstr(buf, "cuda: cudaMalloc failed: ") &&
+		              strstr(buf, cudaGetErrorString(cases[i].e)) &&
+		              strstr(buf, cases[i].name) && strstr(buf, cases[i].hint),
+		              "case %zu: %s", i, buf);
+	}
+}
+END_TEST
+
+START_TEST(test_dtype_map)
+{
+	ncclDataType_t t;
+	ncclRedOp_t op;
+	ck_assert(accel_nccl_dtype(ACCEL_DTYPE_F32, 1, &t) && t == ncclFloat32);
+	ck_assert(accel_nccl_dtype(ACCEL_DTYPE_F64, 1, &t) && t == ncclFloat64);
+	ck_assert(accel_nccl_dtype(ACCEL_DTYPE_F16, 1, &t) && t == ncclFloat16);
+	ck_assert(accel_nccl_dtype(ACCEL_DTYPE_BF16, 1, &t) && t == ncclBfloat16);
+	ck_assert(accel_nccl_dtype(ACCEL_DTYPE_I32, 1, &t) && t == ncclInt32);
+	ck_assert(accel_nccl_dtype(ACCEL_DTYPE_I64, 1, &t) && t == ncclInt64);
+	ck_assert(!accel_nccl_dtype(ACCEL_DTYPE_U8, 1, &t));
+	ck_assert(!accel_nccl_dtype(ACCEL_DTYPE_F8E4M3, 1, &t));
+	ck_assert(accel_nccl_dtype(ACCEL_DTYPE_F8E5M2, 0, &t) && t == ncclUint8);
+	ck_assert(accel_nccl_dtype(ACCEL_DTYPE_U8, 0, &t) && t == ncclUint8);
+	ck_assert(!accel_nccl_dtype(ACCEL_DTYPE_INVALID, 0, &t));
+	ck_assert(!accel_nccl_dtype(99, 0, &t));
+	ck_assert(accel_nccl_redop(ACCEL_RED_SUM, &op) && op == ncclSum);
+	ck_assert(accel_nccl_redop(ACCEL_RED_AVG, &op) && op == ncclAvg);
+	ck_assert(accel_nccl_redop(ACCEL_RED_MAX, &op) && op == ncclMax);
+	ck_assert(accel_nccl_redop(ACCEL_RED_MIN, &op) && op == ncclMin);
+	ck_assert(!accel_nccl_redop(4, &op));
+	for (uint32_t d = 1; d < ACCEL_DTYPE_COUNT; d++)
+		ck_assert_uint_gt(accel_nccl_dtype_size(d), 0);
+	ck_assert_uint_eq(accel_nccl_dtype_size(ACCEL_DTYPE_BF16), 2);
+	ck_assert_str_eq(accel_nccl_dtype_name(ACCEL_DTYPE_BF16), "bf16");
+}
+END_TEST
+
+/* ---- the module through a minimal host ----------------------------------------- */
+
+struct accel_host {
+	int err_code;
+	char err[2048];
+	int rank;
+	const char *store_dir;   /* --gpu: file store shared by the ranks */
+};
+
+static void h_log(accel_host *h, int32_t level, const char *fmt, ...)
+{
+	(void)h;
+	if (!getenv("ACCEL_TEST_VERBOSE"))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "log %d: ", level);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static int h_error(accel_host *h, int32_t code, const char *fmt, ...)
+{
+	va_list ap;
+	if (!h || h->err_code)
+		return code;
+	h->err_code = code;
+	va_start(ap, fmt);
+	vsnprintf(h->err, sizeof(h->err), fmt, ap);
+	va_end(ap);
+	if (getenv("ACCEL_TEST_VERBOSE"))
+		fprintf(stderr, "[rank %d] error %d: %s\n", h->rank, code, h->err);
+	return code;
+}
+
+/* A store in files: one file per key, written by rename so readers never
+ * see half a value. */
+static void key_path(accel_host *h, const char *key, char *buf, size_t cap)
+{
+	char k[128];
+	snprintf(k, sizeof(k), "%s", key);
+	for (char *p = k; *p; p++)
+		if (*p == '/')
+			*p = '_';
+	snprintf(buf, cap, "%s/%s", h->store_dir, k);
+}
+
+static int fs_set(accel_host *h, const char *key, const void *value, uint64_t len)
+{
+	char path[512], tmp[600];
+	key_path(h, key, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	FILE *f = fopen(tmp, "wb");
+	if (!f || fwrite(value, 1, len, f) != len || fclose(f) != 0 || rename(tmp, path) != 0)
+		return h_error(h, ACCEL_ERR_SYSTEM, "file store: cannot write %s", path);
+	return ACCEL_OK;
+}
+
+static int fs_get(accel_host *h, const char *key, void *buf, uint64_t cap, uint64_t *ret_len,
+                  int64_t timeout_ms)
+{
+	char path[512];
+	key_path(h, key, path, sizeof(path));
+	for (int64_t waited = 0;; waited += 10) {
+		FILE *f = fopen(path, "rb");
+		if (f) {
+			size_t n = fread(buf, 1, cap, f);
+			fseek(f, 0, SEEK_END);
+			*ret_len = (uint64_t)ftell(f);
+			fclose(f);
+			(void)n;
+			return ACCEL_OK;
+		}
+		if (timeout_ms >= 0 && waited >= timeout_ms)
+			return h_error(h, ACCEL_ERR_TIMEOUT, "file store: no key %s", key);
+		usleep(10000);
+	}
+}
+
+static int fs_add(accel_host *h, const char *key, int64_t delta, int64_t *ret_value)
+{
+	char path[512], lock[600];
+	int64_t v = 0;
+	uint64_t len = 0;
+	key_path(h, key, path, sizeof(path));
+	snprintf(lock, sizeof(lock), "%s.lock", path);
+	int fd = open(lock, O_CREAT | O_RDWR, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX) != 0)
+		return h_error(h, ACCEL_ERR_SYSTEM, "file store: cannot lock %s", lock);
+	if (access(path, F_OK) == 0)
+		fs_get(h, key, &v, sizeof(v), &len, 0);
+	v += delta;
+	int rc = fs_set(h, key, &v, sizeof(v));
+	flock(fd, LOCK_UN);
+	close(fd);
+	if (rc == ACCEL_OK)
+		*ret_value = v;
+	return rc;
+}
+
+static accel_host_v1 g_host;
+
+static const accel_comm_v1 *load_nccl(void **ret_dl)
+{
+	char path[4096];
+	const char *bd = getenv("ACCEL_TEST_BUILDDIR");
+	snprintf(path, sizeof(path), "%s/backends/nccl/comm-nccl.so", bd ? bd : ".");
+	void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
+		fprintf(stderr, "cannot load %s: %s\n", path, dlerror());
+		return NULL;
+	}
+	*ret_dl = dl;
+	g_host.struct_size = sizeof(g_host);
+	g_host.abi_major = ACCEL_ABI_MAJOR;
+	g_host.abi_minor = ACCEL_ABI_MINOR;
+	g_host.accel_version = "test";
+	g_host.log = h_log;
+	g_host.error = h_error;
+	g_host.store_set = fs_set;
+	g_host.store_get = fs_get;
+	g_host.store_add = fs_add;
+	const accel_comm_v1 *(*entry)(const accel_host_v1 *) =
+		(const accel_comm_v1 *(*)(const accel_host_v1 *))dlsym(dl, ACCEL_COMM_ENTRY_V1);
+	return entry ? entry(&g_host) : NULL;
+}
+
+START_TEST(test_module_descriptor)
+{
+	void *dl = NULL;
+	const accel_comm_v1 *B = load_nccl(&dl);
+	ck_assert_ptr_nonnull(B);
+	ck_assert_uint_ge(B->struct_size, sizeof(accel_comm_v1));
+	ck_assert_str_eq(B->desc->name, "nccl");
+	ck_assert_uint_eq(B->desc->devices, 1u << ACCEL_DEVICE_CUDA);
+	ck_assert_uint_eq(B->desc->requires & ACCEL_REQ_CUDA, ACCEL_REQ_CUDA);
+	ck_assert(B->init && B->fini && B->allreduce && B->reduce_scatter && B->allgather &&
+	          B->broadcast && B->barrier && B->wait && B->test && B->probe && B->mem_alloc &&
+	          B->mem_free);
+	/* a host of another ABI major is refused with a message */
+	accel_host_v1 old = g_host;
+	old.abi_major = 2;
+	const accel_comm_v1 *(*entry)(const accel_host_v1 *) =
+		(const accel_comm_v1 *(*)(const accel_host_v1 *))dlsym(dl, ACCEL_COMM_ENTRY_V1);
+	ck_assert_ptr_null(entry(&old));
+}
+END_TEST
+
+/* On a machine without a GPU, init fails with a message, never a crash. */
+START_TEST(test_init_without_gpu)
+{
+	void *dl = NULL;
+	const accel_comm_v1 *B = load_nccl(&dl);
+	ck_assert_ptr_nonnull(B);
+	int n = 0;
+	if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0)
+		return;  /* covered by --gpu */
+	ck_assert_int_eq(B->probe(&g_host, NULL), 0);
+	accel_host h = {.rank = 0, .store_dir = "/nonexistent"};
+	accel_comm_init_v1 a = {.struct_size = sizeof(a), .rank = 0, .world_size = 1,
+	                        .local_rank = 0, .local_world_size = 1, .num_nodes = 1,
+	                        .device_index = -1, .timeout_ms = 1000, .job_id = "t"};
+	void *st = (void *)&h;
+	int rc = B->init(&g_host, &h, &a, &st);
+	ck_assert_msg(rc == ACCEL_ERR_CUDA || rc == ACCEL_ERR_CONFIG, "rc %d: %s", rc, h.err);
+	ck_assert_ptr_eq(st, (void *)&h);  /* ret_state untouched on failure */
+	ck_assert_msg(strstr(h.err, "cuda") || strstr(h.err, "GPU"), "%s", h.err);
+}
+END_TEST
+
+static Suite *nccl_suite(void)
+{
+	Suite *s = suite_create("nccl");
+	TCase *tc = tcase_create("no-gpu");
+	tcase_add_test(tc, test_bootstrap_two_ranks);
+	tcase_add_test(tc, test_bootstrap_world_one_needs_no_store);
+	tcase_add_test(tc, test_bootstrap_rank0_missing);
+	tcase_add_test(tc, test_bootstrap_wrong_length);
+	tcase_add_test(tc, test_bootstrap_uid_failure);
+	tcase_add_test(tc, test_bootstrap_store_down);
+	tcase_add_test(tc, test_bootstrap_real_unique_id);
+	tcase_add_test(tc, test_error_nccl);
+	tcase_add_test(tc, test_error_cuda);
+	tcase_add_test(tc, test_dtype_map);
+	tcase_add_test(tc, test_module_descriptor);
+	tcase_add_test(tc, test_init_without_gpu);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* ---- --gpu: collectives on real devices ----------------------------------------------- */
+
+static int g_fail;
+
+#define GCHECK(cond, ...)                                                               \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);                                   \
+			fputc('\n', stderr);                                            \
+			g_fail++;                                                       \
+		}                                                                       \
+	} while (0)
+
+static int g_rank, g_world;
+
+static size_t dsz(uint32_t dt)
+{
+	return accel_nccl_dtype_size(dt);
+}
+
+static double val(int r, uint64_t i, uint32_t dt)
+{
+	if (dt == ACCEL_DTYPE_U8 || dt == ACCEL_DTYPE_F8E4M3)
+		return (double)((i * 37 + (uint64_t)r * 101 + 5) % 256);
+	if (dt == ACCEL_DTYPE_I32 || dt == ACCEL_DTYPE_I64)
+		return (double)((int64_t)((i * 131 + (uint64_t)r * 17 + 3) % 1001) - 500);
+	return (double)((int64_t)((i * 7 + (uint64_t)r * 3) % 11) - 5);
+}
+
+static void put(void *buf, uint32_t dt, uint64_t i, double v)
+{
+	switch (dt) {
+	case ACCEL_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+	case ACCEL_DTYPE_F64: ((double *)buf)[i] = v; break;
+	case ACCEL_DTYPE_F16: ((uint16_t *)buf)[i] = accel_f32_to_f16((float)v); break;
+	case ACCEL_DTYPE_BF16: ((uint16_t *)buf)[i] = accel_f32_to_bf16((float)v); break;
+	case ACCEL_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+	case ACCEL_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+	default: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+	}
+}
+
+static double ref_reduce(uint64_t i, uint32_t dt, uint32_t red)
+{
+	double acc = val(0, i, dt);
+	for (int r = 1; r < g_world; r++) {
+		double v = val(r, i, dt);
+		acc = red == ACCEL_RED_MAX ? (v > acc ? v : acc)
+		    : red == ACCEL_RED_MIN ? (v < acc ? v : acc) : acc + v;
+	}
+	if (red != ACCEL_RED_AVG)
+		return acc;
+	if (dt == ACCEL_DTYPE_I32 || dt == ACCEL_DTYPE_I64)
+		return (double)((int64_t)acc / g_world);
+	return acc / g_world;  /* exact for these inputs and world <= 2 */
+}
+
+typedef struct gpu_inst {
+	accel_host h;
+	void *st;
+} gpu_inst;
+
+static const accel_comm_v1 *GB;
+
+static void *dev_alloc(gpu_inst *in, uint64_t bytes)
+{
+	void *p = NULL;
+	int rc = GB->mem_alloc(in->st, ACCEL_DEVICE_CUDA, g_rank, bytes, &p);
+	GCHECK(rc == ACCEL_OK && p, "mem_alloc %llu: %s", (unsigned long long)bytes, in->h.err);
+	return p;
+}
+
+static accel_view dview(uint32_t dt, void *p, uint64_t n)
+{
+	accel_view v = {sizeof(accel_view), dt, ACCEL_DEVICE_CUDA, g_rank, p, n};
+	return v;
+}
+
+static void gpu_check_op(gpu_inst *in, int kind, uint32_t dt, uint32_t red, uint64_t n, int ip)
+{
+	size_t es = dsz(dt);
+	uint64_t w = (uint64_t)g_world;
+	uint64_t nin = kind == 2 ? n * w : n, nout = kind == 3 ? n * w : n;
+	uint64_t cap = (nin > nout ? nin : nout);
+	char *hin = calloc(cap, es), *hexp = calloc(cap, es), *hout = calloc(cap, es);
+	char *din = dev_alloc(in, cap * es), *dout = ip ? din : dev_alloc(in, cap * es);
+	for (uint64_t i = 0; i < nin; i++)
+		put(hin, dt, i, val(g_rank, i, dt));
+	for (uint64_t i = 0; i < nout; i++) {
+		if (kind == 1)
+			put(hexp, dt, i, ref_reduce(i, dt, red));
+		else if (kind == 2)
+			put(hexp, dt, i, ref_reduce((uint64_t)g_rank * n + i, dt, red));
+		else if (kind == 3)
+			put(hexp, dt, i, val((int)(i / n), i % n, dt));
+		else
+			put(hexp, dt, i, val(0, i, dt));
+	}
+	cudaMemcpy(din, hin, nin * es, cudaMemcpyHostToDevice);
+	accel_view vi = dview(dt, din, nin), vo = dview(dt, dout, nout);
+	accel_comm_req *req = NULL;
+	in->h.err_code = 0;
+	int rc = kind == 1 ? GB->allreduce(in->st, &vi, &vo, red, &req)
+	       : kind == 2 ? GB->reduce_scatter(in->st, &vi, &vo, red, &req)
+	       : kind == 3 ? GB->allgather(in->st, &vi, &vo, &req)
+	                   : GB->broadcast(in->st, &vi, 0, &req);
+	if (rc == ACCEL_OK)
+		rc = GB->wait(in->st, req);
+	GCHECK(rc == ACCEL_OK, "op %d %s n=%llu: %s", kind, accel_nccl_dtype_name(dt),
+	       (unsigned long long)n, in->h.err);
+	if (rc == ACCEL_OK) {
+		cudaMemcpy(hout, kind == 4 ? din : dout, nout * es, cudaMemcpyDeviceToHost);
+		for (uint64_t i = 0; i < nout; i++)
+			if (memcmp(hout + i * es, hexp + i * es, es)) {
+				GCHECK(0, "op %d %s red %u n=%llu %s: element %llu differs", kind,
+				       accel_nccl_dtype_name(dt), red, (unsigned long long)n,
+				       ip ? "in place" : "out of place", (unsigned long long)i);
+				break;
+			}
+	}
+	GB->mem_free(in->st, din);
+	if (!ip)
+		GB->mem_free(in->st, dout);
+	free(hin);
+	free(hexp);
+	free(hout);
+}
+
+static int gpu_rank_main(const char *dir)
+{
+	void *dl = NULL;
+	GB = load_nccl(&dl);
+	if (!GB)
+		return 1;
+	gpu_inst in = {.h = {.rank = g_rank, .store_dir = dir}};
+	accel_comm_init_v1 a = {.struct_size = sizeof(a), .rank = g_rank, .world_size = g_world,
+	                        .local_rank = g_rank, .local_world_size = g_world, .num_nodes = 1,
+	                        .device_index = g_rank, .timeout_ms = 60000, .job_id = "t"};
+	int rc = GB->init(&g_host, &in.h, &a, &in.st);
+	GCHECK(rc == ACCEL_OK, "init: %s", in.h.err);
+	if (rc)
+		return 1;
+	static const uint32_t rdt[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F64, ACCEL_DTYPE_F16,
+	                               ACCEL_DTYPE_BF16, ACCEL_DTYPE_I32, ACCEL_DTYPE_I64};
+	static const uint64_t counts[] = {0, 1, 1000, 1u << 20};
+	for (size_t c = 0; c < 4; c++)
+		for (size_t d = 0; d < 6; d++)
+			for (uint32_t red = 0; red < 4; red++)
+				for (int ip = 0; ip < 2; ip++) {
+					gpu_check_op(&in, 1, rdt[d], red, counts[c], ip);
+					gpu_check_op(&in, 2, rdt[d], red, counts[c], ip);
+				}
+	for (size_t c = 0; c < 4; c++)
+		for (size_t d = 0; d < 6; d++)
+			for (int ip = 0; ip < 2; ip++)
+				gpu_check_op(&in, 3, rdt[d], 0, counts[c], ip);
+	gpu_check_op(&in, 4, ACCEL_DTYPE_U8, 0, 4097, 1);
+	gpu_check_op(&in, 4, ACCEL_DTYPE_BF16, 0, 4097, 1);
+	/* async: several in flight, waited in reverse order */
+	enum { N = 1 << 16 };
+	float *d[4];
+	accel_comm_req *req[5];
+	for (int k = 0; k < 4; k++)
+		d[k] = dev_alloc(&in, N * sizeof(float));
+	float *h = malloc(N * sizeof(float));
+	for (int i = 0; i < N; i++)
+		h[i] = (float)val(g_rank, (uint64_t)i, ACCEL_DTYPE_F32);
+	for (int k = 0; k < 4; k++)
+		cudaMemcpy(d[k], h, N * sizeof(float), cudaMemcpyHostToDevice);
+	in.h.err_code = 0;
+	for (int k = 0; k < 4; k++) {
+		accel_view v = dview(ACCEL_DTYPE_F32, d[k], N);
+		GCHECK(GB->allreduce(in.st, &v, &v, ACCEL_RED_SUM, &req[k]) == ACCEL_OK, "async: %s",
+		       in.h.err);
+	}
+	GCHECK(GB->barrier(in.st, &req[4]) == ACCEL_OK, "barrier: %s", in.h.err);
+	int32_t done = 0;
+	for (int spin = 0; spin < 100000 && !done; spin++) {
+		GCHECK(GB->test(in.st, req[4], &done) == ACCEL_OK, "test: %s", in.h.err);
+		if (!done)
+			usleep(100);
+	}
+	GCHECK(done, "barrier never finished");
+	for (int k = 4; k >= 0; k--)
+		GCHECK(GB->wait(in.st, req[k]) == ACCEL_OK, "wait %d: %s", k, in.h.err);
+	for (int k = 0; k < 4; k++) {
+		cudaMemcpy(h, d[k], N * sizeof(float), cudaMemcpyDeviceToHost);
+		for (int i = 0; i < N; i++)
+			if (h[i] != (float)ref_reduce((uint64_t)i, ACCEL_DTYPE_F32, ACCEL_RED_SUM)) {
+				GCHECK(0, "async allreduce %d: element %d is %g", k, i, h[i]);
+				break;
+			}
+		GB->mem_free(in.st, d[k]);
+	}
+	free(h);
+	/* bad arguments are refused with a message */
+	accel_view host = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, &done, 1};
+	accel_comm_req *r0 = NULL;
+	in.h.err_code = 0;
+	rc = GB->allreduce(in.st, &host, &host, ACCEL_RED_SUM, &r0);
+	GCHECK(rc == ACCEL_ERR_UNSUPPORTED && strstr(in.h.err, "this rank's GPU"), "cpu view: %d %s",
+	       rc, in.h.err);
+	GB->fini(in.st);
+
+	/* timeout: rank 0 gives up after 0.5 s; rank 1 comes 2 s late */
+	if (g_world > 1) {
+		gpu_inst t = {.h = {.rank = g_rank, .store_dir = dir}};
+		a.timeout_ms = g_rank == 0 ? 500 : 3000;
+		rc = GB->init(&g_host, &t.h, &a, &t.st);
+		GCHECK(rc == ACCEL_OK, "init 2: %s", t.h.err);
+		if (rc == ACCEL_OK) {
+			float *x = dev_alloc(&t, 4096);
+			accel_view v = dview(ACCEL_DTYPE_F32, x, 1024);
+			if (g_rank != 0)
+				sleep(2);
+			t.h.err_code = 0;
+			rc = GB->allreduce(t.st, &v, &v, ACCEL_RED_SUM, &r0);
+			if (rc == ACCEL_OK)
+				rc = GB->wait(t.st, r0);
+			if (g_rank == 0) {
+				GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.h.err, "allreduce #1") &&
+				       strstr(t.h.err, "cannot tell which") && strstr(t.h.err, "aborted"),
+				       "timeout: %d %s", rc, t.h.err);
+				t.h.err_code = 0;
+				rc = GB->allreduce(t.st, &v, &v, ACCEL_RED_SUM, &r0);
+				GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.h.err, "earlier NCCL call failed"),
+				       "fail fast: %d %s", rc, t.h.err);
+			} else {
+				GCHECK(rc != ACCEL_OK, "late rank: the collective of an aborted peer "
+				       "cannot succeed");
+			}
+			GB->fini(t.st);
+		}
+	}
+	return g_fail ? 1 : 0;
+}
+
+static int gpu_main(void)
+{
+	/* Count GPUs in a child so this process never initializes CUDA before
+	 * forking the ranks. */
+	pid_t p = fork();
+	if (p == 0) {
+		int n = 0;
+		if (cudaGetDeviceCount(&n) != cudaSuccess)
+			n = 0;
+		_exit(n > 100 ? 100 : n);
+	}
+	int ws = 0;
+	waitpid(p, &ws, 0);
+	int ngpu = WIFEXITED(ws) ? WEXITSTATUS(ws) : 0;
+	if (ngpu == 0) {
+		printf("skipped: no GPU\n");
+		return 77;
+	}
+	g_world = ngpu >= 2 ? 2 : 1;
+	char dir[] = "/tmp/accel-test-nccl-XXXXXX";
+	if (!mkdtemp(dir))
+		return 1;
+	pid_t kids[2];
+	for (int r = 0; r < g_world; r++) {
+		kids[r] = fork();
+		if (kids[r] == 0) {
+			g_rank = r;
+			_exit(gpu_rank_main(dir));
+		}
+	}
+	int failed = 0;
+	for (int r = 0; r < g_world; r++) {
+		waitpid(kids[r], &ws, 0);
+		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+			fprintf(stderr, "rank %d failed (status 0x%x)\n", r, ws);
+			failed = 1;
+		}
+	}
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "note: could not remove %s\n", dir);
+	printf("%s: nccl collectives on %d GPU(s)\n", failed ? "FAIL" : "PASS", g_world);
+	return failed;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--gpu"))
+		return gpu_main();
+	SRunner *sr = srunner_create(nccl_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nf ? 1 : 0;
+}
