@@ -250,7 +250,7 @@ static void print_dirs(const accel_loader *ld)
 	}
 }
 
-static int cmd_list(const accel_loader *ld, const opts *o)
+static int cmd_list(const accel_loader *ld, const opts *o, const char *cfg_file)
 {
 	uint32_t n = accel_loader_count(ld);
 	if (o->json) {
@@ -258,6 +258,7 @@ static int cmd_list(const accel_loader *ld, const opts *o)
 		json_object_set_new(root, "accel_version", json_string(accel_version()));
 		json_object_set_new(root, "abi_major", json_integer(ACCEL_ABI_MAJOR));
 		json_object_set_new(root, "abi_minor", json_integer(ACCEL_ABI_MINOR));
+		json_object_set_new(root, "config_file", str_or_null(cfg_file));
 		json_object_set_new(root, "directories", dirs_json(ld));
 		json_t *mods = json_array();
 		for (uint32_t i = 0; i < n; i++)
@@ -316,7 +317,7 @@ static int cmd_list(const accel_loader *ld, const opts *o)
 				printf("  %s\n", m->reason);
 		}
 	}
-	printf("\n");
+	printf("\nConfig file: %s\n", cfg_file ? cfg_file : "none");
 	print_dirs(ld);
 	return 0;
 }
@@ -495,7 +496,7 @@ int accel_cli_plugins(int argc, char **argv)
 		accel_loader_free(ld);
 		return 1;
 	}
-	r = !strcmp(o.sub, "info") ? cmd_info(ld, &o) : cmd_list(ld, &o);
+	r = !strcmp(o.sub, "info") ? cmd_info(ld, &o) : cmd_list(ld, &o, cfg_file);
 	accel_loader_free(ld);
 	fflush(stdout);
 	return r;
