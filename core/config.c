@@ -1938,10 +1938,13 @@ static int err_unselected(walker *w, long si, const char *src)
 {
 	const cfg_section *s = &w->cfg->secs[si];
 	char sel[1024];
+	long bi = find_key(w->cfg, "backend", NULL);
+	int backend = bi >= 0 && choice_ok(w->cfg->keys[bi].choices, s->owner);
 	selection_text(w->cfg, s->owner, sel, sizeof(sel));
 	return accel_err_set(w->err, ACCEL_ERR_CONFIG,
-	                     "section '%s' (plugin %s) is set at %s but %s; select %s or remove "
-	                     "the section", s->name, s->owner, src, sel, s->owner);
+	                     "section '%s' (%s %s) is set at %s but %s; select %s or remove "
+	                     "the section", s->name, backend ? "backend" : "plugin", s->owner, src,
+	                     sel, s->owner);
 }
 
 static int err_unknown(walker *w, const char *path, const char *src)

@@ -633,7 +633,7 @@ START_TEST(unselected_section)
 	c = mk(&e);
 	ck_assert_int_eq(accel_config_add_schema(c, "mpi", "mpi", mpi_params, 1, 0, &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, NULL, NULL, "mpi.cuda_aware=true", &e), ACCEL_ERR_CONFIG);
-	ck_assert_str_eq(e.msg, "section 'mpi' (plugin mpi) is set at --set mpi.cuda_aware=true but "
+	ck_assert_str_eq(e.msg, "section 'mpi' (backend mpi) is set at --set mpi.cuda_aware=true but "
 	                        "backend is 'auto' (default); select mpi or remove the section");
 	c = accel_config_free(c);
 
