@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "accel/accel.h"
+#include "config.h"
+#include "ctx-impl.h"
 #include "sampler.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -358,8 +360,10 @@ START_TEST(perm_is_bijection)
 	const uint64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 255, 256, 257, 1000, 4097, 65537,
 	                       100003};
 	for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
-		for (uint64_t seed = 0; seed < 3; seed++)
-			for (uint64_t epoch = 0; epoch < 3; epoch++) {
+		/* 9 keys for small n, 4 for the large ones (time) */
+		const uint64_t reps = ns[k] > 5000 ? 2 : 3;
+		for (uint64_t seed = 0; seed < reps; seed++)
+			for (uint64_t epoch = 0; epoch < reps; epoch++) {
 				accel_perm p;
 				accel_perm_init(&p, ns[k], seed, epoch);
 				uint8_t *hit = calloc(ns[k], 1);
@@ -942,6 +946,102 @@ START_TEST(layout_functions)
 }
 END_TEST
 
+/* ---- with a context ---------------------------------------------------------------- */
+
+/* A context as accel_ctx_new() leaves it, reduced to what the sampler reads:
+ * the world and a resolved configuration from JSON text. */
+static void fake_ctx(struct accel_ctx *ctx, const char *json, int rank, int world)
+{
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->world.struct_size = sizeof(ctx->world);
+	ctx->world.rank = rank;
+	ctx->world.world_size = world;
+	accel_err err = {0};
+	ck_assert_int_eq(accel_config_new(&ctx->cfg, &err), ACCEL_OK);
+	ck_assert_msg(accel_config_load_string(ctx->cfg, json, "test.json", &err) == ACCEL_OK &&
+	              accel_config_resolve(ctx->cfg, &err) == ACCEL_OK, "config: %s", err.msg);
+}
+
+START_TEST(auto_values_from_context)
+{
+	struct accel_ctx ctx;
+	fake_ctx(&ctx, "{\"seed\": 7, \"dataloader\": {\"split_batches\": true,"
+	               " \"even_batches\": false, \"drop_last\": true, \"shuffle\": false}}", 1, 2);
+	accel_sampler_opts o;
+	accel_sampler_opts_init(&o);
+	o.n_samples = 100;
+	o.batch_size = 8;
+	accel_sampler *s = NULL;
+	ck_assert_msg(accel_sampler_new(&ctx, &o, &s) == ACCEL_OK, "%s", ctx.err.msg);
+	accel_sampler_info in = {.struct_size = sizeof(in)};
+	ck_assert_int_eq(accel_sampler_get_info(s, &in), ACCEL_OK);
+	ck_assert_int_eq(in.rank, 1);
+	ck_assert_int_eq(in.world_size, 2);
+	ck_assert_uint_eq(in.seed, 7);
+	ck_assert_int_eq(in.split_batches, 1);
+	ck_assert_int_eq(in.even_batches, 0);
+	ck_assert_int_eq(in.drop_last, 1);
+	ck_assert_int_eq(in.shuffle, 0);
+	ck_assert_uint_eq(in.batch_size, 4);
+	ck_assert_uint_eq(in.num_batches, 12);
+	/* later errors land in the context */
+	uint32_t cnt;
+	ck_assert_int_eq(accel_sampler_next(s, NULL, &cnt), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(ctx.err.code, ACCEL_ERR_INVALID_ARG);
+	ck_assert_ptr_nonnull(strstr(ctx.err.msg, "ret_indices"));
+	accel_sampler_free(s);
+	accel_err_clear(&ctx.err);
+
+	/* the same value given explicitly is fine; another one is a conflict
+	 * naming both places */
+	o.split_batches = 1;
+	ck_assert_int_eq(accel_sampler_new(&ctx, &o, &s), ACCEL_OK);
+	accel_sampler_free(s);
+	o.split_batches = 0;
+	s = NULL;
+	ck_assert_int_eq(accel_sampler_new(&ctx, &o, &s), ACCEL_ERR_CONFIG);
+	ck_assert_ptr_null(s);
+	ck_assert_msg(strstr(ctx.err.msg, "dataloader.split_batches") &&
+	              strstr(ctx.err.msg, "test.json"), "%s", ctx.err.msg);
+	accel_err_clear(&ctx.err);
+	/* an explicit rank/world (a sub-group) wins over the context's */
+	o.split_batches = ACCEL_SAMPLER_AUTO;
+	o.rank = 0;
+	o.world_size = 1;
+	ck_assert_int_eq(accel_sampler_new(&ctx, &o, &s), ACCEL_OK);
+	ck_assert_int_eq(accel_sampler_get_info(s, &in), ACCEL_OK);
+	ck_assert_int_eq(in.world_size, 1);
+	ck_assert_uint_eq(in.batch_size, 8);
+	accel_sampler_free(s);
+	accel_config_free(ctx.cfg);
+}
+END_TEST
+
+START_TEST(defaults_from_context)
+{
+	/* nothing set: the schema's defaults, which are the ones used without a
+	 * context too; an explicit value is not a conflict with a default */
+	struct accel_ctx ctx;
+	fake_ctx(&ctx, "{}", 0, 1);
+	accel_sampler_opts o;
+	accel_sampler_opts_init(&o);
+	o.n_samples = 10;
+	o.batch_size = 2;
+	o.even_batches = 0;
+	accel_sampler *s = NULL;
+	ck_assert_msg(accel_sampler_new(&ctx, &o, &s) == ACCEL_OK, "%s", ctx.err.msg);
+	accel_sampler_info in = {.struct_size = sizeof(in)};
+	ck_assert_int_eq(accel_sampler_get_info(s, &in), ACCEL_OK);
+	ck_assert_uint_eq(in.seed, 42);
+	ck_assert_int_eq(in.shuffle, 1);
+	ck_assert_int_eq(in.drop_last, 0);
+	ck_assert_int_eq(in.split_batches, 0);
+	ck_assert_int_eq(in.even_batches, 0);
+	accel_sampler_free(s);
+	accel_config_free(ctx.cfg);
+}
+END_TEST
+
 static Suite *sampler_suite(void)
 {
 	Suite *s = suite_create("sampler");
@@ -977,6 +1077,11 @@ static Suite *sampler_suite(void)
 	tc = tcase_create("options");
 	tcase_add_test(tc, defaults_without_context);
 	tcase_add_test(tc, bad_options);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("context");
+	tcase_add_test(tc, auto_values_from_context);
+	tcase_add_test(tc, defaults_from_context);
 	suite_add_tcase(s, tc);
 	return s;
 }
