@@ -58,10 +58,11 @@ static const char *const help_text =
 	"ACCEL_MASTER_PORT, ACCEL_JOB_ID (and ACCEL_CONFIG, ACCEL_SET when given), plus\n"
 	"RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.\n"
 	"\n"
-	"Exit status: 0 when every rank exits 0; the exit code of the first rank that\n"
-	"failed, or 128+N if it was killed by signal N; 128+N when the launcher itself\n"
-	"was stopped by signal N (SIGINT, SIGTERM, SIGHUP); 127/126 when PROGRAM cannot\n"
-	"be run; 2 for bad usage; 1 for other launcher errors.\n";
+	"Exit status: 0 when every rank exits 0; 1 when the first rank to fail exited\n"
+	"with a non-zero code (the message names the rank and the code), 128+N when it\n"
+	"was killed by signal N; 128+N when the launcher itself was stopped by signal N\n"
+	"(SIGINT, SIGTERM, SIGHUP); 127 (not found) or 126 (not executable) when\n"
+	"PROGRAM cannot be run; 2 for bad usage; 1 for other launcher errors.\n";
 
 typedef struct opts {
 	int nproc, nnodes, node_rank, port;

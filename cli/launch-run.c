@@ -519,8 +519,16 @@ static int run_loop(launcher *L)
 				L->linger_deadline = now + LINGER_MS;
 			if (now >= L->linger_deadline) {
 				for (int i = 0; i < L->n; i++) {
-					stream_close(L, &L->p[i], &L->p[i].out);
-					stream_close(L, &L->p[i], &L->p[i].err);
+					proc *p = &L->p[i];
+					if (p->out.fd < 0 && p->err.fd < 0)
+						continue;
+					/* Something the rank started outlives it and holds its
+					 * output: the job is over, so it goes too. */
+					say(L, "rank %d exited but processes it started still hold its output; "
+					    "sending them SIGTERM", p->rank);
+					kill(-p->pid, SIGTERM);
+					stream_close(L, p, &p->out);
+					stream_close(L, p, &p->err);
 				}
 				break;
 			}
@@ -649,7 +657,9 @@ int accel_launch_run(const launch_spec *spec)
 	if (L.first_failed >= 0) {
 		print_tail(&L, &L.p[L.first_failed]);
 		int st = L.p[L.first_failed].status;
-		rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+		/* The tool-wide convention: 1 when something failed; a death by
+		 * signal keeps the shell's 128+N so that it stays visible. */
+		rc = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
 	} else if (L.start_errno) {
 		rc = 1;
 	} else if (L.exec_errno) {

@@ -42,6 +42,9 @@
 /* Extra time a client gives the server beyond a request's own timeout. */
 #define STORE_REPLY_SLACK_MS 5000
 
+/* HELLO flags */
+#define HELLO_SECONDARY 1u
+
 enum {
 	OP_HELLO = 1,
 	OP_SET = 2,
@@ -270,6 +273,7 @@ typedef struct sclient {
 	int rank;              /* -1 until HELLO */
 	int dead;              /* close at the end of this loop turn */
 	int said_bye;
+	int primary;           /* the rank's first connection: its presence */
 	sbuf in, out;
 	size_t out_off;
 	/* the parked request, if any */
@@ -602,6 +606,7 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 {
 	uint32_t magic = cu_u32(cu), ver = cu_u32(cu);
 	int32_t rank = (int32_t)cu_u32(cu), world = (int32_t)cu_u32(cu);
+	uint32_t flags = cu_u32(cu);
 	if (cu->bad || magic != STORE_MAGIC) {
 		c->dead = 1; /* not one of ours: drop it silently */
 		return;
@@ -621,6 +626,17 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 		reply_err(c, ACCEL_ERR_CONFIG, "rank %d is outside the world of %d", rank, s->world);
 		return;
 	}
+	if (flags & HELLO_SECONDARY) {
+		/* another thread of a rank that is already here */
+		if (s->rank_state[rank] != RANK_CONNECTED) {
+			reply_err(c, ACCEL_ERR_STATE, "rank %d opened an extra connection to the "
+			          "rendezvous store without being connected", rank);
+			return;
+		}
+		c->rank = rank;
+		reply_ok(c, NULL, 0);
+		return;
+	}
 	if (s->rank_state[rank] != RANK_NEVER) {
 		reply_err(c, ACCEL_ERR_STATE, "rank %d is already %s the rendezvous store: are two "
 		          "processes using the same rank, or is another job on this port?", rank,
@@ -628,6 +644,7 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 		return;
 	}
 	c->rank = rank;
+	c->primary = 1;
 	s->rank_state[rank] = RANK_CONNECTED;
 	reply_ok(c, NULL, 0);
 }
@@ -885,7 +902,7 @@ static void client_close(store_server *s, size_t i)
 	close(c->fd);
 	sb_free(&c->in);
 	sb_free(&c->out);
-	int rank = c->rank;
+	int rank = c->primary ? c->rank : -1;
 	if (rank >= 0) {
 		s->rank_state[rank] = c->said_bye ? RANK_LEFT : RANK_CRASHED;
 		if (!c->said_bye)
@@ -1225,31 +1242,50 @@ static void server_stop(store_server *s)
 
 /* ---- client ------------------------------------------------------------------ */
 
-struct accel_store {
-	pthread_mutex_t lock;
+/* One TCP connection.  A call takes an idle one for its whole round trip, so
+ * a thread blocked in get/wait/barrier never holds up another thread of the
+ * same rank (which may be the one about to set the key); extra connections
+ * are opened on demand and kept. */
+typedef struct sconn {
 	int fd;
+	struct sconn *next;
+} sconn;
+
+struct accel_store {
+	pthread_mutex_t lock;  /* guards idle, broken, broken_msg */
+	sconn *idle;
 	int rank, world;
 	int64_t timeout_ms;
+	char addr[256];
+	int port;
 	char where[300];       /* "host:port" or "[v6]:port", for messages */
 	int broken;            /* after an I/O failure: later calls fail at once */
 	char broken_msg[512];
 	store_server *srv;
 };
 
-static int set_broken(accel_store *st, accel_err *err, int code, const char *fmt, ...)
-	ACCEL_PRINTF(4, 5);
-static int set_broken(accel_store *st, accel_err *err, int code, const char *fmt, ...)
+/* Record a lost connection (closing it); every later call fails with the
+ * same message. */
+static int set_broken(accel_store *st, sconn *c, accel_err *err, int code, const char *fmt,
+                      ...) ACCEL_PRINTF(5, 6);
+static int set_broken(accel_store *st, sconn *c, accel_err *err, int code, const char *fmt, ...)
 {
+	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(st->broken_msg, sizeof(st->broken_msg), fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	st->broken = 1;
-	if (st->fd >= 0) {
-		close(st->fd);
-		st->fd = -1;
+	if (c->fd >= 0) {
+		close(c->fd);
+		c->fd = -1;
 	}
-	return accel_err_set(err, code, "%s", st->broken_msg);
+	pthread_mutex_lock(&st->lock);
+	if (!st->broken) {
+		st->broken = 1;
+		snprintf(st->broken_msg, sizeof(st->broken_msg), "%s", msg);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return accel_err_set(err, code, "%s", msg);
 }
 
 /* Write all of buf before the deadline (non-blocking socket). */
@@ -1316,45 +1352,45 @@ static int recv_all(int fd, uint8_t *p, size_t n, int64_t deadline, int *ret_err
 	return 0;
 }
 
-/* One request/reply round trip (st->lock held).  On ACCEL_OK *ret_body holds
- * the reply after the status word (owned; free it).  A server-side failure
- * comes back as its status with the server's message in err. */
-static int rpc(accel_store *st, sbuf *req, int64_t wait_ms, sbuf *ret_body, accel_err *err)
+/* One request/reply round trip on connection c (owned by the caller for the
+ * call).  On ACCEL_OK *ret_body holds the reply after the status word (owned;
+ * free it).  A server-side failure comes back as its status with the
+ * server's message in err. */
+static int rpc_on(accel_store *st, sconn *c, sbuf *req, int64_t wait_ms, sbuf *ret_body,
+                  accel_err *err)
 {
 	char et[128], ts[32];
 	int e = 0;
-	if (st->broken)
-		return accel_err_set(err, ACCEL_ERR_COMM, "%s", st->broken_msg);
 	if (req->oom)
 		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
 	int64_t start = now_ms(), deadline = start + wait_ms + STORE_REPLY_SLACK_MS;
-	if (send_all(st->fd, req->p, req->len, deadline, &e) < 0)
-		return set_broken(st, err, ACCEL_ERR_COMM, "lost the connection to the rendezvous "
+	if (send_all(c->fd, req->p, req->len, deadline, &e) < 0)
+		return set_broken(st, c, err, ACCEL_ERR_COMM, "lost the connection to the rendezvous "
 		                  "store at %s (rank %d): %s; rank 0 hosts the store: did it exit?",
 		                  st->where, st->rank, errtext(e, et, sizeof(et)));
 	uint8_t hdr[4];
-	if (recv_all(st->fd, hdr, 4, deadline, &e) < 0) {
+	if (recv_all(c->fd, hdr, 4, deadline, &e) < 0) {
 		if (e == ETIMEDOUT) {
 			fmt_secs(now_ms() - start, ts, sizeof(ts));
-			return set_broken(st, err, ACCEL_ERR_TIMEOUT, "no reply from the rendezvous store "
+			return set_broken(st, c, err, ACCEL_ERR_TIMEOUT, "no reply from the rendezvous store "
 			                  "at %s (rank %d) within %s: is rank 0 stopped or overloaded?",
 			                  st->where, st->rank, ts);
 		}
-		return set_broken(st, err, ACCEL_ERR_COMM, "lost the connection to the rendezvous "
+		return set_broken(st, c, err, ACCEL_ERR_COMM, "lost the connection to the rendezvous "
 		                  "store at %s (rank %d): %s; rank 0 hosts the store: did it exit?",
 		                  st->where, st->rank, errtext(e, et, sizeof(et)));
 	}
 	uint32_t blen = rd_u32raw(hdr);
 	if (blen < 4 || blen > STORE_MAX_FRAME)
-		return set_broken(st, err, ACCEL_ERR_COMM, "the rendezvous store at %s sent a malformed "
+		return set_broken(st, c, err, ACCEL_ERR_COMM, "the rendezvous store at %s sent a malformed "
 		                  "reply (rank %d); is something else listening on that port?",
 		                  st->where, st->rank);
 	sbuf body = {0};
 	if (sb_reserve(&body, blen) < 0)
-		return set_broken(st, err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
-	if (recv_all(st->fd, body.p, blen, deadline, &e) < 0) {
+		return set_broken(st, c, err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
+	if (recv_all(c->fd, body.p, blen, deadline, &e) < 0) {
 		sb_free(&body);
-		return set_broken(st, err, ACCEL_ERR_COMM, "lost the connection to the rendezvous "
+		return set_broken(st, c, err, ACCEL_ERR_COMM, "lost the connection to the rendezvous "
 		                  "store at %s (rank %d): %s", st->where, st->rank,
 		                  errtext(e, et, sizeof(et)));
 	}
@@ -1420,9 +1456,11 @@ static int try_connect(const struct addrinfo *ai, int64_t deadline, int *ret_fd,
 	return 0;
 }
 
-static int client_connect(accel_store *st, const char *addr, int port, int64_t timeout_ms,
+static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd,
                           accel_err *err)
 {
+	const char *addr = st->addr;
+	int port = st->port;
 	char ps[16], et[128], ts[32];
 	snprintf(ps, sizeof(ps), "%d", port);
 	int64_t start = now_ms(), deadline = start + timeout_ms;
@@ -1437,7 +1475,7 @@ static int client_connect(accel_store *st, const char *addr, int port, int64_t t
 				int fd, e = 0;
 				if (try_connect(ai, deadline, &fd, &e) == 0) {
 					freeaddrinfo(res);
-					st->fd = fd;
+					*ret_fd = fd;
 					return ACCEL_OK;
 				}
 				/* Running out of our own time says less than the
@@ -1471,6 +1509,85 @@ static int client_connect(accel_store *st, const char *addr, int port, int64_t t
 	                     ts);
 }
 
+/* Open a connection and introduce ourselves; secondary connections belong
+ * to a rank that is already connected. */
+static int conn_open(accel_store *st, uint32_t flags, int64_t timeout_ms, sconn **ret,
+                     accel_err *err)
+{
+	sconn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
+	c->fd = -1;
+	int rc = client_connect(st, timeout_ms, &c->fd, err);
+	if (rc < 0) {
+		free(c);
+		return rc;
+	}
+	sbuf req = {0}, rep = {0};
+	size_t at = sb_begin(&req);
+	sb_u8(&req, OP_HELLO);
+	sb_u32(&req, STORE_MAGIC);
+	sb_u32(&req, STORE_VERSION);
+	sb_u32(&req, (uint32_t)st->rank);
+	sb_u32(&req, (uint32_t)st->world);
+	sb_u32(&req, flags);
+	sb_end(&req, at);
+	rc = rpc_on(st, c, &req, timeout_ms, &rep, err);
+	sb_free(&req);
+	sb_free(&rep);
+	if (rc < 0) {
+		if (c->fd >= 0)
+			close(c->fd);
+		free(c);
+		return rc;
+	}
+	*ret = c;
+	return ACCEL_OK;
+}
+
+static int conn_get(accel_store *st, sconn **ret, accel_err *err)
+{
+	pthread_mutex_lock(&st->lock);
+	if (st->broken) {
+		int rc = accel_err_set(err, ACCEL_ERR_COMM, "%s", st->broken_msg);
+		pthread_mutex_unlock(&st->lock);
+		return rc;
+	}
+	sconn *c = st->idle;
+	if (c)
+		st->idle = c->next;
+	pthread_mutex_unlock(&st->lock);
+	if (c) {
+		*ret = c;
+		return ACCEL_OK;
+	}
+	return conn_open(st, HELLO_SECONDARY, st->timeout_ms, ret, err);
+}
+
+static void conn_put(accel_store *st, sconn *c)
+{
+	if (c->fd < 0) {
+		free(c);
+		return;
+	}
+	pthread_mutex_lock(&st->lock);
+	c->next = st->idle;
+	st->idle = c;
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* A whole call: take a connection, round trip, give it back. */
+static int rpc(accel_store *st, sbuf *req, int64_t wait_ms, sbuf *ret_body, accel_err *err)
+{
+	sconn *c = NULL;
+	int rc = conn_get(st, &c, err);
+	if (rc < 0)
+		return rc;
+	rc = rpc_on(st, c, req, wait_ms, ret_body, err);
+	conn_put(st, c);
+	return rc;
+}
+
 int accel_store_new(const char *addr, int port, int rank, int world_size, int64_t timeout_ms,
                     accel_store **ret_store, accel_err *err)
 {
@@ -1493,30 +1610,18 @@ int accel_store_new(const char *addr, int port, int rank, int world_size, int64_
 	if (!st)
 		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
 	pthread_mutex_init(&st->lock, NULL);
-	st->fd = -1;
 	st->rank = rank;
 	st->world = world_size;
 	st->timeout_ms = timeout_ms;
+	snprintf(st->addr, sizeof(st->addr), "%s", addr);
+	st->port = port;
 	if (strchr(addr, ':'))
 		snprintf(st->where, sizeof(st->where), "[%s]:%d", addr, port);
 	else
 		snprintf(st->where, sizeof(st->where), "%s:%d", addr, port);
 	if (rank == 0 && (rc = server_start(addr, port, world_size, timeout_ms, &st->srv, err)) < 0)
 		goto fail;
-	if ((rc = client_connect(st, addr, port, timeout_ms, err)) < 0)
-		goto fail;
-	sbuf req = {0}, rep = {0};
-	size_t at = sb_begin(&req);
-	sb_u8(&req, OP_HELLO);
-	sb_u32(&req, STORE_MAGIC);
-	sb_u32(&req, STORE_VERSION);
-	sb_u32(&req, (uint32_t)rank);
-	sb_u32(&req, (uint32_t)world_size);
-	sb_end(&req, at);
-	rc = rpc(st, &req, timeout_ms, &rep, err);
-	sb_free(&req);
-	sb_free(&rep);
-	if (rc < 0)
+	if ((rc = conn_open(st, 0, timeout_ms, &st->idle, err)) < 0)
 		goto fail;
 	*ret_store = st;
 	return ACCEL_OK;
@@ -1529,21 +1634,29 @@ accel_store *accel_store_free(accel_store *st)
 {
 	if (!st)
 		return NULL;
+	/* No call may be in flight now (the caller's contract): every
+	 * connection is idle.  Say goodbye on each, so the server records a
+	 * clean exit rather than a crash. */
 	pthread_mutex_lock(&st->lock);
-	if (st->fd >= 0 && !st->broken) {
-		sbuf req = {0};
-		size_t at = sb_begin(&req);
-		sb_u8(&req, OP_BYE);
-		sb_end(&req, at);
-		int e;
-		if (!req.oom)
-			send_all(st->fd, req.p, req.len, now_ms() + 1000, &e);
-		sb_free(&req);
-	}
-	if (st->fd >= 0)
-		close(st->fd);
-	st->fd = -1;
+	sconn *list = st->idle;
+	st->idle = NULL;
 	pthread_mutex_unlock(&st->lock);
+	sbuf req = {0};
+	size_t at = sb_begin(&req);
+	sb_u8(&req, OP_BYE);
+	sb_end(&req, at);
+	while (list) {
+		sconn *nx = list->next;
+		if (list->fd >= 0) {
+			int e;
+			if (!req.oom)
+				send_all(list->fd, req.p, req.len, now_ms() + 1000, &e);
+			close(list->fd);
+		}
+		free(list);
+		list = nx;
+	}
+	sb_free(&req);
 	if (st->srv) {
 		server_stop(st->srv);
 		st->srv = server_free(st->srv);
@@ -1581,9 +1694,7 @@ int accel_store_set(accel_store *st, const char *key, const void *value, uint64_
 	sb_str(&req, key, strlen(key));
 	sb_str(&req, value, (size_t)len);
 	sb_end(&req, at);
-	pthread_mutex_lock(&st->lock);
 	rc = rpc(st, &req, st->timeout_ms, &rep, err);
-	pthread_mutex_unlock(&st->lock);
 	sb_free(&req);
 	sb_free(&rep);
 	return rc;
@@ -1605,9 +1716,7 @@ int accel_store_get(accel_store *st, const char *key, void *buf, uint64_t cap,
 	sb_i64(&req, timeout_ms);
 	sb_str(&req, key, strlen(key));
 	sb_end(&req, at);
-	pthread_mutex_lock(&st->lock);
 	rc = rpc(st, &req, timeout_ms, &rep, err);
-	pthread_mutex_unlock(&st->lock);
 	sb_free(&req);
 	if (rc == ACCEL_OK) {
 		size_t n = rep.len < cap ? rep.len : (size_t)cap;
@@ -1632,9 +1741,7 @@ int accel_store_add(accel_store *st, const char *key, int64_t delta, int64_t *re
 	sb_i64(&req, delta);
 	sb_str(&req, key, strlen(key));
 	sb_end(&req, at);
-	pthread_mutex_lock(&st->lock);
 	rc = rpc(st, &req, st->timeout_ms, &rep, err);
-	pthread_mutex_unlock(&st->lock);
 	sb_free(&req);
 	if (rc == ACCEL_OK) {
 		cursor cu = {rep.p, rep.len, 0};
@@ -1674,9 +1781,7 @@ int accel_store_wait(accel_store *st, const char *const *keys, uint32_t n, int64
 		sb_free(&req);
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "store wait: the key list is too long");
 	}
-	pthread_mutex_lock(&st->lock);
 	rc = rpc(st, &req, timeout_ms, &rep, err);
-	pthread_mutex_unlock(&st->lock);
 	sb_free(&req);
 	sb_free(&rep);
 	return rc;
@@ -1695,9 +1800,7 @@ int accel_store_barrier(accel_store *st, const char *name, int64_t timeout_ms, a
 	sb_i64(&req, timeout_ms);
 	sb_str(&req, name, strlen(name));
 	sb_end(&req, at);
-	pthread_mutex_lock(&st->lock);
 	rc = rpc(st, &req, timeout_ms, &rep, err);
-	pthread_mutex_unlock(&st->lock);
 	sb_free(&req);
 	sb_free(&rep);
 	return rc;

@@ -5,7 +5,25 @@
  * rank-0 process); every rank (rank 0 included) connects as a client.  Used
  * to bootstrap comm backends (shm segment names, NCCL unique ids) and for
  * out-of-band barriers.  Every call has a timeout; a rank that cannot reach
- * the server within it fails with the address it tried. */
+ * the server within it fails with the address it tried.  docs/launch.md
+ * describes the wire protocol.
+ *
+ * Errors (the message goes to err; outputs are untouched on failure):
+ *   ACCEL_ERR_TIMEOUT    a get/wait/barrier ran out of time; the message
+ *                        names the key(s) never set or the ranks missing
+ *   ACCEL_ERR_NOT_FOUND  get with timeout_ms == 0 of a key that is not set
+ *   ACCEL_ERR_PEER       a barrier cannot complete: a rank it waits for
+ *                        closed its store connection (exited or crashed)
+ *   ACCEL_ERR_COMM       cannot connect, or the connection to rank 0 was
+ *                        lost; every later call on this store fails alike
+ *   ACCEL_ERR_STATE/CONFIG  at connect: rank already connected, world sizes
+ *                        disagree (two jobs on one port?)
+ *   ACCEL_ERR_INVALID_ARG bad arguments, add on a non-integer value
+ *
+ * Threads: every call may be made from any thread at the same time.  A call
+ * blocked in get/wait/barrier does not hold up the others: each concurrent
+ * call uses its own connection (opened on demand, kept for reuse).
+ * accel_store_free must not race with other calls. */
 #ifndef ACCEL_CORE_STORE_H
 #define ACCEL_CORE_STORE_H
 
@@ -16,28 +34,37 @@
 typedef struct accel_store accel_store;
 
 /* Connect (rank 0 also starts the server first).  `addr` is a host name or
- * IPv4/IPv6 literal; `timeout_ms` bounds the connect (with retries) and is
- * the default for later calls.  Owned. */
+ * IPv4/IPv6 literal; `timeout_ms` (> 0) bounds the connect (retried with
+ * backoff while refused) and is the default for later calls.  Rank 0's
+ * server listens on the loopback address when `addr` is a loopback name,
+ * else on every interface (IPv6 dual-stack, or IPv4).  Owned. */
 int accel_store_new(const char *addr, int port, int rank, int world_size, int64_t timeout_ms,
                     accel_store **ret_store, accel_err *err);
 /* Close the connection; rank 0 stops the server after the other ranks have
- * disconnected or after a grace period.  NULL-safe, returns NULL. */
+ * disconnected, or at the latest after the store's timeout (with a warning
+ * naming the ranks still connected).  NULL-safe, returns NULL. */
 accel_store *accel_store_free(accel_store *st);
 
+/* Set key (at most 4096 bytes) to a value of up to 64 MiB (value may be
+ * NULL when len is 0); wakes the ranks waiting for it.  Setting again
+ * replaces the value. */
 int accel_store_set(accel_store *st, const char *key, const void *value, uint64_t len,
                     accel_err *err);
-/* Wait up to timeout_ms (<0: the store's default) for `key`; copy at most cap
- * bytes; *ret_len is the full length. */
+/* Wait up to timeout_ms (<0: the store's default; 0: do not wait) for `key`;
+ * copy at most cap bytes; *ret_len (optional) is the full length. */
 int accel_store_get(accel_store *st, const char *key, void *buf, uint64_t cap,
                     uint64_t *ret_len, int64_t timeout_ms, accel_err *err);
-/* Atomically add delta to the integer at key (0 if absent); returns the new value. */
+/* Atomically add delta to the integer at key (0 if absent); returns the new
+ * value.  The value is stored as decimal text, so get reads it as "42". */
 int accel_store_add(accel_store *st, const char *key, int64_t delta, int64_t *ret_value,
                     accel_err *err);
-/* Wait until every key in keys[0..n) exists. */
+/* Wait until every key in keys[0..n) exists (timeout_ms as for get). */
 int accel_store_wait(accel_store *st, const char *const *keys, uint32_t n, int64_t timeout_ms,
                      accel_err *err);
 /* All world_size ranks arrive at barrier `name` (names are single-use per
- * job; add a counter).  On timeout the error names the ranks missing. */
+ * job; add a counter).  On timeout the error names the ranks missing; when
+ * a missing rank has left the store the barrier fails at once
+ * (ACCEL_ERR_PEER) instead of waiting for the timeout. */
 int accel_store_barrier(accel_store *st, const char *name, int64_t timeout_ms, accel_err *err);
 
 #endif

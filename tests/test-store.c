@@ -531,6 +531,41 @@ START_TEST(thread_safe_client)
 }
 END_TEST
 
+/* A thread blocked in get must not keep another thread of the same rank
+ * from setting the key it waits for. */
+static void *set_later(void *arg)
+{
+	accel_store *st = arg;
+	accel_err err = {0};
+	usleep(200000);
+	if (accel_store_set(st, "from-thread", "42", 2, &err) != ACCEL_OK)
+		return (void *)1;
+	return NULL;
+}
+
+START_TEST(blocked_get_leaves_other_threads_free)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 1, 5000, &st, &err), ACCEL_OK);
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, set_later, st), 0);
+	char buf[8] = {0};
+	uint64_t len = 0;
+	double t0 = now_s();
+	ck_assert_int_eq(accel_store_get(st, "from-thread", buf, 7, &len, 5000, &err), ACCEL_OK);
+	double dt = now_s() - t0;
+	void *r;
+	pthread_join(t, &r);
+	ck_assert_ptr_null(r);
+	ck_assert_str_eq(buf, "42");
+	ck_assert_uint_eq(len, 2);
+	ck_assert_msg(dt > 0.1 && dt < 2.0, "get returned after %.3f s", dt);
+	accel_store_free(st);
+}
+END_TEST
+
 /* ---- IPv6 loopback ----------------------------------------------------------- */
 
 static int v6_rank(int rank, int world, int port, char *out)
@@ -584,6 +619,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, server_death_is_reported);
 	tcase_add_test(tc, duplicate_rank_and_world_mismatch);
 	tcase_add_test(tc, thread_safe_client);
+	tcase_add_test(tc, blocked_get_leaves_other_threads_free);
 	tcase_add_test(tc, ipv6_loopback);
 	suite_add_tcase(s, tc);
 	return s;

@@ -12,6 +12,8 @@
  *   launch-prog trap DIR            record SIGTERM in DIR/term-R and exit 0
  *   launch-prog sleep S             sleep S seconds, exit 0
  *   launch-prog touch FILE          create FILE
+ *   launch-prog orphan DIR          leave a child behind (holding stdout) and
+ *                                   exit 0; the child's pid is DIR/pid-R
  * Every mode that sleeps writes its pid to DIR/pid-R when DIR is given, so
  * the test can check that nothing outlived the launcher. */
 #include <dirent.h>
@@ -147,6 +149,18 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "sleep") && argc > 2) {
 		nap(atof(argv[2]));
 		return 0;
+	}
+	if (!strcmp(mode, "orphan") && argc > 2) {
+		dir = argv[2];
+		pid_t pid = fork();
+		if (pid == 0) {
+			mark("pid");
+			nap(60);
+			_exit(0);
+		}
+		nap(0.1);
+		printf("parent of %ld done\n", (long)pid);
+		return pid < 0;
 	}
 	if (!strcmp(mode, "touch") && argc > 2) {
 		int fd = open(argv[2], O_WRONLY | O_CREAT, 0644);
