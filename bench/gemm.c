@@ -17,8 +17,9 @@
  *   fwd   Y[B,out]  = X[B,in] . W[out,in]^T     M=B   N=out K=in
  *   dX    dX[B,in]  = dY[B,out] . W[out,in]     M=B   N=in  K=out  (not for l = 0)
  *   dW    dW[out,in]+= dY[B,out]^T . X[B,in]    M=out N=in  K=B
- * Each is timed separately (best and median of --reps runs of at least
- * --min-time seconds); "step" adds the best times of all of them.
+ * Each call is timed on its own, --reps turns of --min-time seconds per
+ * library; GFLOP/s are reported for the fastest call ("gflops") and the
+ * median call; "step" adds the fastest times of all GEMMs of a step.
  *
  * Output: one JSON line per (library, GEMM) with the peer (OpenBLAS, Debian's
  * default BLAS) measured in the same run and the ratio; human-readable
@@ -302,29 +303,42 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	/* Interleave libraries per GEMM so a slow phase of a shared machine
-	 * hits all of them alike. */
+	/* Every call is timed on its own: the fastest call is what the library
+	 * can do (robust to the other processes of a shared machine, which
+	 * only ever make calls slower), the median what a busy machine gave.
+	 * Libraries take turns per GEMM so a slow phase hits all of them. */
+	size_t tcap = 1u << 20;
+	double *t[8];
+	size_t nt[8];
+	for (int li = 0; li < nl; li++)
+		if (!(t[li] = malloc(tcap * sizeof(double)))) {
+			fprintf(stderr, "bench-gemm: out of memory\n");
+			return 1;
+		}
 	for (int gi = 0; gi < ng; gi++) {
 		double flop = 2.0 * g[gi].m * g[gi].n * g[gi].k;
-		double t[8][100];
+		for (int li = 0; li < nl; li++)
+			nt[li] = 0;
 		for (int r = 0; r < reps; r++)
 			for (int li = 0; li < nl; li++) {
 				/* beta = 1 as in the dW accumulation; C is scratch. */
 				run(&libs[li], &g[gi], A, B, C, 1.0f);
-				long calls = 0;
-				double t0 = now(), el;
-				do {
+				double t0 = now(), t1 = t0;
+				while (t1 - t0 < min_time && nt[li] < tcap) {
+					double ta = now();
 					run(&libs[li], &g[gi], A, B, C, 1.0f);
-					calls++;
-				} while ((el = now() - t0) < min_time);
-				t[li][r] = el / (double)calls;
+					t1 = now();
+					t[li][nt[li]++] = t1 - ta;
+				}
 			}
 		for (int li = 0; li < nl; li++) {
-			qsort(t[li], (size_t)reps, sizeof(double), cmp_dbl);
+			qsort(t[li], nt[li], sizeof(double), cmp_dbl);
 			libs[li].best[gi] = flop / t[li][0] / 1e9;
-			libs[li].median[gi] = flop / t[li][reps / 2] / 1e9;
+			libs[li].median[gi] = flop / t[li][nt[li] / 2] / 1e9;
 		}
 	}
+	for (int li = 0; li < nl; li++)
+		free(t[li]);
 
 	char mach[256];
 	machine(mach, sizeof(mach));

@@ -44,7 +44,7 @@ typedef struct options {
 	const char *save_final;
 	const char *config;
 	const char *metrics;
-	const char *sets[34];
+	const char *sets[36];
 	int n_sets;
 } options;
 
@@ -65,7 +65,8 @@ static void usage(FILE *out)
 	        "  --test-samples N   held-out samples for the final accuracy (default 2048)\n"
 	        "  --inputs D         input dimension (default 784)\n"
 	        "  --classes C        classes (default 10)\n"
-	        "  --no-shuffle       global batch k is samples k*B .. (k+1)*B-1 (mod N)\n"
+	        "  --no-shuffle       global batch k is samples k*B .. (k+1)*B-1 (sets\n"
+	        "                     dataloader.shuffle=false)\n"
 	        "  --log-every N      progress line every N steps (default 25)\n"
 	        "  --save-init DIR    write DIR/init.safetensors (initial parameters) and\n"
 	        "                     DIR/data.safetensors (x [N,D] f32, y [N] i64)\n"
@@ -411,6 +412,8 @@ int main(int argc, char **argv)
 		snprintf(lr_set, sizeof(lr_set), "optimizer.params.lr=%.17g", o.lr);
 		o.sets[o.n_sets++] = lr_set;
 	}
+	if (o.no_shuffle)
+		o.sets[o.n_sets++] = "dataloader.shuffle=false";
 	if (o.seed >= 0) {
 		snprintf(seed_set, sizeof(seed_set), "seed=%lld", o.seed);
 		o.sets[o.n_sets++] = seed_set;
@@ -484,8 +487,9 @@ int main(int argc, char **argv)
 	accel_sampler_opts_init(&so);
 	so.n_samples = (uint64_t)o.samples;
 	so.batch_size = (uint64_t)o.batch;
+	/* --batch-size is the global batch.  Shuffling, drop_last and
+	 * even_batches come from the configuration (dataloader.*). */
 	so.split_batches = 1;
-	so.shuffle = !o.no_shuffle;
 	if ((rc = accel_sampler_new(t.ctx, &so, &sampler))) {
 		fail(&t, "creating the sampler", rc);
 		goto out;
