@@ -87,7 +87,8 @@ int accel_st_writer_set_metadata(accel_st_writer *w, const char *key, const char
 /* Describe a tensor.  `name` and `shape` are copied.  `data` (optional) is
  * borrowed until commit: numel x dtype size bytes, row-major; with NULL the
  * bytes must be supplied with accel_st_writer_write before commit.  Names are
- * unique, non-empty and not "__metadata__".  Before the first write. */
+ * non-empty, not "__metadata__", and unique (a duplicate is reported by the
+ * first write or by commit, which then fail).  Before the first write. */
 int accel_st_writer_add(accel_st_writer *w, const char *name, uint32_t dtype, uint32_t ndim,
                         const uint64_t *shape, const void *data, accel_err *err);
 
