@@ -15,6 +15,7 @@
 #include "config.h"
 #include "ctx-impl.h"
 #include "log.h"
+#include "lrsched.h"
 #include "ops.h"
 #include "train-impl.h"
 #include "train.h"
@@ -1024,10 +1025,7 @@ typedef struct optim_cfg {
 	int type;
 	double lr, beta1, beta2, eps, wd, momentum, dampening;
 	int32_t nesterov;
-	/* schedule */
-	int sched;                  /* 0 constant, 1 linear, 2 cosine */
-	uint64_t warmup, total;
-	double min_lr;
+	accel_sched *sched;         /* scheduler.* (core/lrsched.c) */
 } optim_cfg;
 
 static int cfg_d(accel_train *t, const char *key, double def, double *ret)
@@ -1038,8 +1036,7 @@ static int cfg_d(accel_train *t, const char *key, double def, double *ret)
 int accel_train_optim_new(accel_train *t)
 {
 	optim_cfg *o = calloc(1, sizeof(*o));
-	const char *type = "adamw", *sched = "constant";
-	int64_t warm = 0, total = 0;
+	const char *type = "adamw";
 	int32_t nest = 0;
 	int r;
 	if (!o)
@@ -1052,10 +1049,7 @@ int accel_train_optim_new(accel_train *t)
 	    (r = cfg_d(t, "optimizer.params.weight_decay", o->type == OPT_SGD ? 0.0 : 0.01,
 	               &o->wd)) ||
 	    (r = cfg_d(t, "optimizer.params.momentum", 0.0, &o->momentum)) ||
-	    (r = cfg_d(t, "optimizer.params.dampening", 0.0, &o->dampening)) ||
-	    (r = cfg_d(t, "scheduler.min_lr", 0.0, &o->min_lr)) ||
-	    (r = cfg_get_int(t->ctx, "scheduler.warmup_steps", 0, &warm)) ||
-	    (r = cfg_get_int(t->ctx, "scheduler.total_steps", 0, &total)))
+	    (r = cfg_d(t, "optimizer.params.dampening", 0.0, &o->dampening)))
 		return r;
 	if (accel_config_get_bool(t->ctx->cfg, "optimizer.params.nesterov", &nest) == ACCEL_OK)
 		o->nesterov = nest;
@@ -1063,38 +1057,25 @@ int accel_train_optim_new(accel_train *t)
 	o->beta2 = 0.999;
 	accel_config_get_dbllist(t->ctx->cfg, "optimizer.params.betas", 0, &o->beta1);
 	accel_config_get_dbllist(t->ctx->cfg, "optimizer.params.betas", 1, &o->beta2);
-	accel_config_get_string(t->ctx->cfg, "scheduler.type", &sched);
-	o->sched = !strcmp(sched, "linear") ? 1 : !strcmp(sched, "cosine") ? 2 : 0;
-	o->warmup = (uint64_t)warm;
-	o->total = (uint64_t)total;
+	if ((r = accel_sched_new_from_config(t->ctx->cfg, &o->sched, &t->ctx->err)))
+		return r;
 	return accel_train_sched_update(t);
 }
 
 void accel_train_optim_free(accel_train *t)
 {
-	free(t->optim);
+	optim_cfg *o = t->optim;
+	if (o)
+		accel_sched_free(o->sched);
+	free(o);
 	t->optim = NULL;
 }
 
 int accel_train_sched_update(accel_train *t)
 {
 	optim_cfg *o = t->optim;
-	double s = (double)t->step, f;
-	if (!o)
-		return ACCEL_OK;
-	if (t->step < o->warmup)
-		f = s / (double)o->warmup;
-	else if (o->sched == 0 || o->total <= o->warmup)
-		f = 1.0;
-	else {
-		double p = (s - (double)o->warmup) / (double)(o->total - o->warmup);
-		if (p > 1)
-			p = 1;
-		f = o->sched == 1 ? 1.0 - p : 0.5 * (1.0 + cos(M_PI * p));
-		t->lr = o->min_lr + (o->lr - o->min_lr) * f;
-		return ACCEL_OK;
-	}
-	t->lr = o->lr * f;
+	if (o && o->sched)
+		t->lr = accel_sched_lr(o->sched, t->step);
 	return ACCEL_OK;
 }
 

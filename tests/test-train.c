@@ -394,6 +394,35 @@ START_TEST(no_decay_groups)
 }
 END_TEST
 
+/* The learning rate follows scheduler.* per optimizer step (not per
+ * micro-step), and a step reports the rate it used. */
+START_TEST(lr_schedule)
+{
+	accel_ctx *ctx = ctx_json("{\"gradient_accumulation_steps\": 2, \"scheduler\": {\"type\": "
+	                          "\"linear\", \"warmup_steps\": 2, \"total_steps\": 4}, " SGD(0.8) "}");
+	uint32_t p;
+	add(ctx, "a", "w", 1, NULL, &p);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	const double expect[6] = {0, 0.4, 0.8, 0.4, 0, 0};
+	float *w = accel_param_data(ctx, p), *g = accel_param_grad(ctx, p);
+	double wexp = 0;
+	for (int s = 0; s < 5; s++) {
+		ck_assert_double_eq_tol(accel_get_lr(ctx), expect[s], 1e-12);
+		for (int m = 0; m < 2; m++) {
+			g[0] += 1.0f;
+			ck_assert_int_eq(accel_step(ctx), ACCEL_OK);
+			ck_assert_double_eq_tol(accel_get_lr(ctx), expect[s + m], 1e-12);
+		}
+		wexp -= expect[s];
+		ck_assert_double_eq_tol(w[0], wexp, 1e-6);
+		accel_step_report rep = {.struct_size = sizeof(rep)};
+		ck_assert_int_eq(accel_last_step(ctx, &rep), ACCEL_OK);
+		ck_assert_double_eq_tol(rep.lr, expect[s], 1e-12);
+	}
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 /* ---- ddp buckets and hooks ----------------------------------------------------- */
 
 /* Units u0..u3, each one weight of 100 f32 (400 bytes); first bucket 500
@@ -662,6 +691,7 @@ static Suite *train_suite(void)
 	tcase_add_test(tc, clipping);
 	tcase_add_test(tc, adamw_step);
 	tcase_add_test(tc, no_decay_groups);
+	tcase_add_test(tc, lr_schedule);
 	tcase_add_test(tc, metrics_lines);
 	suite_add_tcase(s, tc);
 	TCase *dd = tcase_create("ddp");

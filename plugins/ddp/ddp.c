@@ -103,8 +103,10 @@ static void ddp_fini(void *state)
 	ddp_state *s = state;
 	if (!s)
 		return;
-	if (s->params && s->model) {
-		for (uint32_t i = 0; i < s->model->n_params; i++) {
+	/* Only our own records here: fini must not rely on the model still
+	 * being alive. */
+	if (s->params) {
+		for (uint32_t i = 0; i < s->n_params; i++) {
 			ddp_param *p = &s->params[i];
 			if (p->work != p->master)
 				s->host->mem_free(s->h, p->work);
@@ -191,6 +193,7 @@ static int ddp_wrap(void *state)
 	s->params = calloc(s->model->n_params ? s->model->n_params : 1, sizeof(*s->params));
 	if (!s->params)
 		return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
+	s->n_params = s->model->n_params;
 	for (uint32_t i = 0; i < s->model->n_params; i++)
 		s->params[i].bucket = DDP_NO_BUCKET;
 

@@ -39,7 +39,8 @@ typedef struct ddp_state {
 	uint64_t cap_bytes, first_bytes;
 	const accel_model_v1 *model;
 	uint32_t n_state;            /* optimizer state arrays per element            */
-	ddp_param *params;           /* model->n_params                              */
+	ddp_param *params;           /* n_params (== model->n_params)                */
+	uint32_t n_params;
 
 	ddp_bucket *buckets;
 	uint32_t n_buckets;

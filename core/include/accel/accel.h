@@ -296,7 +296,7 @@ ACCEL_API int accel_last_step(const accel_ctx *ctx, accel_step_report *ret_repor
 /* ---- metrics ------------------------------------------------------------------
  * JSON lines written by the main process only: {"step":N,"time":T,...}.
  * Destination: the file set by accel_metrics_open(), else the config key
- * `metrics_file` when the configuration has one, else stdout.  Other ranks
+ * `metrics_file`, else stdout.  Other ranks
  * return ACCEL_OK and write nothing. */
 /* path NULL or "-": stdout.  The file is appended to and flushed per line. */
 ACCEL_API int accel_metrics_open(accel_ctx *ctx, const char *path);
