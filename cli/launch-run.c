@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -471,6 +472,18 @@ static void print_tail(launcher *L, const proc *p)
 	}
 }
 
+/* Three descriptors per rank (two pipes and a log) must fit under the
+ * soft limit; raise it toward the hard limit when they would not. */
+static void ensure_fd_limit(int n)
+{
+	struct rlimit rl;
+	rlim_t need = (rlim_t)n * 3 + 32;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+		rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need) ? need : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 /* fds 0-2 must be open, or our pipes would land on them. */
 static void ensure_std_fds(void)
 {
@@ -603,6 +616,7 @@ int accel_launch_run(const launch_spec *spec)
 	struct sigaction old[N_HANDLED], oldpipe;
 	int installed = 0;
 	ensure_std_fds();
+	ensure_fd_limit(L.n);
 	L.p = calloc((size_t)L.n, sizeof(*L.p));
 	if (!L.p) {
 		say(&L, "out of memory");

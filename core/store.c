@@ -928,7 +928,16 @@ static void server_accept(store_server *s, int lfd)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			return; /* EAGAIN, or EMFILE: the next turn retries */
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				/* The pending connection keeps the listener readable: pause
+				 * instead of spinning until descriptors free up. */
+				char et[128];
+				accel_log(ACCEL_LOG_WARN, "rendezvous store: cannot accept a connection: %s",
+				          errtext(errno, et, sizeof(et)));
+				struct timespec ts = {0, 50000000};
+				nanosleep(&ts, NULL);
+			}
+			return; /* EAGAIN: the next turn retries */
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

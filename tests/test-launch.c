@@ -6,12 +6,14 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -673,6 +675,67 @@ START_TEST(store_through_launcher)
 }
 END_TEST
 
+/* Two launchers on this machine act as two nodes of one job. */
+static void two_nodes(run *a, run *b, const char *extra)
+{
+	char port[16];
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	snprintf(port, sizeof(port), "%d", ntohs(sa.sin_port));
+	close(fd);
+	const char *n0[] = {"--nnodes", "2", "--node-rank", "0", "-n", "2", "--master-addr",
+	                    "127.0.0.1", "--master-port", port, "--grace-s", "2", "--", store_prog,
+	                    extra ? "die" : NULL, extra, NULL};
+	const char *n1[] = {"--nnodes=2", "--node-rank=1", "-n2", "--master-addr=127.0.0.1",
+	                    "--master-port", port, "--grace-s", "2", "--", store_prog,
+	                    extra ? "die" : NULL, extra, NULL};
+	start(b, n1); /* the clients retry until rank 0's store is up */
+	usleep(100000);
+	start(a, n0);
+	finish(a, 30);
+	finish(b, 30);
+}
+
+START_TEST(two_nodes_meet_in_the_store)
+{
+	run a, b;
+	two_nodes(&a, &b, NULL);
+	ck_assert_msg(a.status == 0 && b.status == 0, "exit %d/%d:\n%s\n%s", a.status, b.status,
+	              a.err, b.err);
+	/* same derived job id on both nodes: the ranks read each other's keys */
+	HAS(a.out, "[rank 0] store ok rank=0 world=4 count=10\n");
+	HAS(a.out, "[rank 1] store ok rank=1 world=4 count=10\n");
+	HAS(b.out, "[rank 2] store ok rank=2 world=4 count=10\n");
+	HAS(b.out, "[rank 3] store ok rank=3 world=4 count=10\n");
+	run_free(&a);
+	run_free(&b);
+}
+END_TEST
+
+START_TEST(failure_on_one_node_stops_the_other)
+{
+	run a, b;
+	two_nodes(&a, &b, "3");
+	/* node 1 sees its rank 3 die; node 0's ranks learn it from the store */
+	ck_assert_int_eq(b.status, 1);
+	HAS(b.err, "accel launch: rank 3 failed: exit code 3\n");
+	HAS(b.err, "  [rank 3] rank 3 dies now\n");
+	ck_assert_int_eq(a.status, 1);
+	HAS(a.err, "failed: exit code 1\n");
+	HAS(a.err, "store barrier 'end' (rank ");
+	/* which others are missing depends on timing; rank 3 is always among
+	 * the ranks that left */
+	HAS(a.err, "a rank left the job before reaching it; missing ranks: ");
+	HAS(a.err, "3 (exited or crashed)\n");
+	ck_assert_msg(a.secs < 10.0 && b.secs < 10.0, "took %.2f / %.2f s", a.secs, b.secs);
+	run_free(&a);
+	run_free(&b);
+}
+END_TEST
+
 static Suite *launch_suite(void)
 {
 	Suite *s = suite_create("launch");
@@ -693,6 +756,8 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, sigterm_is_forwarded);
 	tcase_add_test(tc, sigint_is_forwarded);
 	tcase_add_test(tc, store_through_launcher);
+	tcase_add_test(tc, two_nodes_meet_in_the_store);
+	tcase_add_test(tc, failure_on_one_node_stops_the_other);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store.h"
 #include "world.h"
@@ -19,8 +20,12 @@
 		}                                                      \
 	} while (0)
 
-int main(void)
+/* launch-store [die R]: with "die R", rank R exits 3 after the first
+ * barrier without closing its store; the others must then fail at the last
+ * barrier with a message naming it, instead of hanging. */
+int main(int argc, char **argv)
 {
+	int die = argc > 2 && !strcmp(argv[1], "die") ? atoi(argv[2]) : -1;
 	accel_err err = {0};
 	accel_world_v1 w;
 	char job[ACCEL_WORLD_JOB_ID_MAX], addr[ACCEL_WORLD_ADDR_MAX];
@@ -41,6 +46,11 @@ int main(void)
 	int64_t v;
 	CHECK(accel_store_add(st, "count", w.rank + 1, &v, &err) == ACCEL_OK, "add: %s", err.msg);
 	CHECK(accel_store_barrier(st, "after-set", -1, &err) == ACCEL_OK, "barrier: %s", err.msg);
+	if (w.rank == die) {
+		printf("rank %d dies now\n", w.rank);
+		fflush(stdout);
+		_exit(3);
+	}
 	for (int r = 0; r < w.world_size; r++) {
 		char buf[64] = {0}, want[64];
 		uint64_t len;
