@@ -142,9 +142,10 @@ int main(int argc, char **argv)
 			if (!cb_counts(op, b, es, world, &count, &bytes))
 				continue;
 			cb_fill(op, dt, send, count, rank, world);
-			if (op == CB_OP_BROADCAST || (op == CB_OP_ALLGATHER && inplace))
-				cb_fill(CB_OP_ALLREDUCE, dt, recv, count * (op == CB_OP_ALLGATHER ? world : 1),
-				        rank, world);
+			if (op == CB_OP_BROADCAST)
+				cb_fill(op, dt, recv, count, rank, world);
+			if (op == CB_OP_ALLGATHER && inplace)  /* MPI_IN_PLACE: own block at slot rank */
+				memcpy(recv + (uint64_t)rank * count * es, send, count * es);
 			for (int k = 0; k < warmup; k++)
 				run_op(op, t, send, recv, count, inplace);
 			double sum = 0.0;
