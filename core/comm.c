@@ -1,3 +1,411 @@
 /* SPDX-License-Identifier: MIT */
-/* core/comm.c: placeholder until implemented. */
-typedef int accel_placeholder_comm;
+/* core/comm.c: the core side of collectives.
+ *
+ * One backend serves host buffers (shm or mpi); a device backend (nccl)
+ * serves CUDA buffers and is brought up on first use, which is collective
+ * because every rank issues the same collectives in the same order.  Every
+ * call is checked here (dtypes, counts, root) so backends see only valid
+ * requests and users get messages that name the argument. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "config.h"
+#include "loader.h"
+#include "log.h"
+
+typedef struct comm_backend {
+	const accel_module *module;
+	const accel_comm_v1 *vt;
+	void *state;
+	struct accel_host host;
+	int up;
+} comm_backend;
+
+struct accel_req {
+	comm_backend *be;
+	accel_comm_req *breq;   /* NULL: already complete */
+	const char *op;
+	uint64_t seq;
+};
+
+typedef struct comm_alloc {
+	void *ptr;
+	comm_backend *be;
+} comm_alloc;
+
+struct accel_comm {
+	accel_ctx *ctx;
+	comm_backend cpu;
+	comm_backend dev;
+	const char *dev_name;   /* device backend to bring up on first use, or NULL */
+	uint64_t seq;
+	comm_alloc *allocs;
+	size_t n_allocs, cap_allocs;
+};
+
+static int backend_up(accel_comm *c, comm_backend *be, const char *name, int device_index)
+{
+	accel_ctx *ctx = c->ctx;
+	const accel_module *m;
+	int r = accel_loader_find(ctx->loader, ACCEL_MODULE_COMM, name, &m, &ctx->err);
+	if (r)
+		return r;
+	double timeout_s = 300;
+	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
+	accel_comm_init_v1 args = {
+		.struct_size = sizeof(args),
+		.rank = ctx->world.rank,
+		.world_size = ctx->world.world_size,
+		.local_rank = ctx->world.local_rank,
+		.local_world_size = ctx->world.local_world_size,
+		.node_rank = ctx->world.node_rank,
+		.num_nodes = ctx->world.num_nodes,
+		.device_index = device_index,
+		.timeout_ms = (int64_t)(timeout_s * 1000.0),
+		.job_id = ctx->job_id[0] ? ctx->job_id : "single",
+	};
+	be->module = m;
+	be->vt = m->comm;
+	be->host.ctx = ctx;
+	be->host.module = m;
+	be->host.name = m->name;
+	be->host.section = m->comm->desc->config_section;
+	r = be->vt->init(accel_host_table(), &be->host, &args, &be->state);
+	if (r) {
+		if (ctx->err.code == ACCEL_OK)
+			accel_err_set(&ctx->err, r, "comm backend '%s' (%s) failed to start: %s", name,
+			              m->path, accel_status_str(r));
+		return r;
+	}
+	be->up = 1;
+	accel_log(ACCEL_LOG_DEBUG, "comm backend %s up (%s)", name, m->path);
+	return ACCEL_OK;
+}
+
+static int usable(accel_ctx *ctx, const char *name, const accel_module **ret)
+{
+	for (uint32_t i = 0; i < accel_loader_count(ctx->loader); i++) {
+		const accel_module *m = accel_loader_get(ctx->loader, i);
+		if (m->kind == ACCEL_MODULE_COMM && m->status == ACCEL_MODULE_OK && m->name &&
+		    !strcmp(m->name, name)) {
+			if (ret)
+				*ret = m;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
+{
+	const char *want = "auto";
+	const char *cpu_name = NULL;
+	const accel_module *m;
+	int r;
+
+	accel_config_get_string(ctx->cfg, "backend", &want);
+	accel_comm *c = calloc(1, sizeof(*c));
+	if (!c)
+		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	c->ctx = ctx;
+	if (!strcmp(want, "shm") || !strcmp(want, "mpi")) {
+		cpu_name = want;
+	} else if (!strcmp(want, "nccl")) {
+		c->dev_name = "nccl";
+	} else if (strcmp(want, "auto") != 0) {
+		r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+		                  "backend '%s' (from %s) is not one of auto, shm, mpi, nccl", want,
+		                  accel_config_source(ctx->cfg, "backend"));
+		goto fail;
+	}
+	if (!cpu_name) {
+		/* auto: mpi when an MPI launcher started us, else shm */
+		if (usable(ctx, "mpi", &m) && m->comm->probe &&
+		    m->comm->probe(accel_host_table(), NULL))
+			cpu_name = "mpi";
+		else
+			cpu_name = "shm";
+	}
+	if (!c->dev_name && !strcmp(want, "auto") && usable(ctx, "nccl", NULL))
+		c->dev_name = "nccl";
+	if (ctx->world.num_nodes > 1 && !strcmp(cpu_name, "shm")) {
+		r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+		                  "backend shm works within one node, but this job has %d nodes; "
+		                  "use backend mpi (under mpirun/srun) or nccl", ctx->world.num_nodes);
+		goto fail;
+	}
+	if ((r = backend_up(c, &c->cpu, cpu_name, -1)))
+		goto fail;
+	*ret_comm = c;
+	return ACCEL_OK;
+fail:
+	accel_comm_free(c);
+	return r;
+}
+
+accel_comm *accel_comm_free(accel_comm *c)
+{
+	if (!c)
+		return NULL;
+	for (size_t i = 0; i < c->n_allocs; i++)
+		if (c->allocs[i].be->vt->mem_free)
+			c->allocs[i].be->vt->mem_free(c->allocs[i].be->state, c->allocs[i].ptr);
+	free(c->allocs);
+	if (c->dev.up)
+		c->dev.vt->fini(c->dev.state);
+	if (c->cpu.up)
+		c->cpu.vt->fini(c->cpu.state);
+	free(c);
+	return NULL;
+}
+
+const char *accel_comm_backend_name(const accel_comm *c)
+{
+	return c && c->cpu.up ? c->cpu.module->name : "none";
+}
+
+/* ---- routing and checks ---------------------------------------------------------- */
+
+static int route(accel_comm *c, const accel_view *v, const char *op, comm_backend **ret_be)
+{
+	accel_ctx *ctx = c->ctx;
+	if (v->device == ACCEL_DEVICE_CPU) {
+		*ret_be = &c->cpu;
+		return ACCEL_OK;
+	}
+	if (v->device != ACCEL_DEVICE_CUDA)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: unknown device %d", op,
+		                     v->device);
+	if (!c->dev.up) {
+		if (!c->dev_name)
+			return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
+			                     "%s on a cuda:%d buffer needs the nccl backend, which is "
+			                     "not available (%s)", op, v->device_index,
+			                     "not built, or no GPU; see 'accel plugins list'");
+		int r = backend_up(c, &c->dev, c->dev_name, v->device_index);
+		if (r)
+			return r;
+	}
+	*ret_be = &c->dev;
+	return ACCEL_OK;
+}
+
+static int check_view(accel_comm *c, const accel_view *v, const char *op, const char *which,
+                      int reduce)
+{
+	accel_ctx *ctx = c->ctx;
+	if (!v)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", op, which);
+	if (accel_dtype_size(v->dtype) == 0)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s has invalid dtype %u",
+		                     op, which, v->dtype);
+	if (reduce && v->dtype != ACCEL_DTYPE_F32 && v->dtype != ACCEL_DTYPE_F64 &&
+	    v->dtype != ACCEL_DTYPE_F16 && v->dtype != ACCEL_DTYPE_BF16 &&
+	    v->dtype != ACCEL_DTYPE_I32 && v->dtype != ACCEL_DTYPE_I64)
+		return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
+		                     "%s: reductions over %s are not supported (f32, f64, f16, bf16, "
+		                     "i32, i64 are)", op, accel_dtype_name(v->dtype));
+	if (v->numel && !v->data)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "%s: %s has %llu elements but a NULL data pointer", op, which,
+		                     (unsigned long long)v->numel);
+	return ACCEL_OK;
+}
+
+static int check_pair(accel_comm *c, const accel_view *s, const accel_view *d, const char *op,
+                      int reduce, uint64_t want_send, uint64_t want_recv)
+{
+	accel_ctx *ctx = c->ctx;
+	int r;
+	if ((r = check_view(c, s, op, "send", reduce)) || (r = check_view(c, d, op, "recv", reduce)))
+		return r;
+	if (s->dtype != d->dtype)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "%s: send is %s but recv is %s", op, accel_dtype_name(s->dtype),
+		                     accel_dtype_name(d->dtype));
+	if (s->device != d->device || s->device_index != d->device_index)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "%s: send and recv are on different devices", op);
+	if (s->numel != want_send || d->numel != want_recv)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "%s: with %d ranks, send has %llu elements and recv %llu; "
+		                     "expected %llu and %llu", op, ctx->world.world_size,
+		                     (unsigned long long)s->numel, (unsigned long long)d->numel,
+		                     (unsigned long long)want_send, (unsigned long long)want_recv);
+	return ACCEL_OK;
+}
+
+static int check_op(accel_comm *c, uint32_t op, const char *what)
+{
+	if (op > ACCEL_RED_MIN)
+		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "%s: unknown reduction %u (ACCEL_RED_SUM, _AVG, _MAX, _MIN)", what,
+		                     op);
+	return ACCEL_OK;
+}
+
+/* Issue through the backend; wait at once when the caller wants a blocking call. */
+static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_comm_req *breq,
+                  accel_req **ret_req)
+{
+	accel_ctx *ctx = c->ctx;
+	uint64_t seq = ++c->seq;
+	if (r) {
+		if (ctx->err.code == ACCEL_OK)
+			accel_err_set(&ctx->err, r, "%s #%llu failed in backend %s: %s", op,
+			              (unsigned long long)seq, be->module->name, accel_status_str(r));
+		return r;
+	}
+	if (!ret_req) {
+		r = breq ? be->vt->wait(be->state, breq) : ACCEL_OK;
+		if (r && ctx->err.code == ACCEL_OK)
+			accel_err_set(&ctx->err, r, "%s #%llu failed in backend %s: %s", op,
+			              (unsigned long long)seq, be->module->name, accel_status_str(r));
+		return r;
+	}
+	accel_req *q = malloc(sizeof(*q));
+	if (!q) {
+		if (breq)
+			be->vt->wait(be->state, breq);
+		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	}
+	*q = (accel_req){be, breq, op, seq};
+	*ret_req = q;
+	return ACCEL_OK;
+}
+
+int accel_comm_allreduce(accel_comm *c, const accel_view *send, const accel_view *recv,
+                         uint32_t op, accel_req **ret_req)
+{
+	comm_backend *be = NULL;
+	accel_comm_req *breq = NULL;
+	int r = check_op(c, op, "allreduce");
+	if (r || (r = check_pair(c, send, recv, "allreduce", 1, send ? send->numel : 0,
+	                         send ? send->numel : 0)) ||
+	    (r = route(c, send, "allreduce", &be)))
+		return r;
+	r = be->vt->allreduce(be->state, send, recv, op, &breq);
+	return finish(c, be, "allreduce", r, breq, ret_req);
+}
+
+int accel_comm_reduce_scatter(accel_comm *c, const accel_view *send, const accel_view *recv,
+                              uint32_t op, accel_req **ret_req)
+{
+	comm_backend *be = NULL;
+	accel_comm_req *breq = NULL;
+	uint64_t n = recv ? recv->numel : 0;
+	int r = check_op(c, op, "reduce_scatter");
+	if (r || (r = check_pair(c, send, recv, "reduce_scatter", 1,
+	                         n * (uint64_t)c->ctx->world.world_size, n)) ||
+	    (r = route(c, send, "reduce_scatter", &be)))
+		return r;
+	r = be->vt->reduce_scatter(be->state, send, recv, op, &breq);
+	return finish(c, be, "reduce_scatter", r, breq, ret_req);
+}
+
+int accel_comm_allgather(accel_comm *c, const accel_view *send, const accel_view *recv,
+                         accel_req **ret_req)
+{
+	comm_backend *be = NULL;
+	accel_comm_req *breq = NULL;
+	uint64_t n = send ? send->numel : 0;
+	int r = check_pair(c, send, recv, "allgather", 0, n, n * (uint64_t)c->ctx->world.world_size);
+	if (r || (r = route(c, send, "allgather", &be)))
+		return r;
+	r = be->vt->allgather(be->state, send, recv, &breq);
+	return finish(c, be, "allgather", r, breq, ret_req);
+}
+
+int accel_comm_broadcast(accel_comm *c, const accel_view *buf, int32_t root, accel_req **ret_req)
+{
+	comm_backend *be = NULL;
+	accel_comm_req *breq = NULL;
+	int r = check_view(c, buf, "broadcast", "buffer", 0);
+	if (r)
+		return r;
+	if (root < 0 || root >= c->ctx->world.world_size)
+		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "broadcast: root %d is not a rank (world size %d)", root,
+		                     c->ctx->world.world_size);
+	if ((r = route(c, buf, "broadcast", &be)))
+		return r;
+	r = be->vt->broadcast(be->state, buf, root, &breq);
+	return finish(c, be, "broadcast", r, breq, ret_req);
+}
+
+int accel_comm_barrier(accel_comm *c, accel_req **ret_req)
+{
+	accel_comm_req *breq = NULL;
+	int r = c->cpu.vt->barrier(c->cpu.state, &breq);
+	return finish(c, &c->cpu, "barrier", r, breq, ret_req);
+}
+
+int accel_comm_wait(accel_comm *c, accel_req *req)
+{
+	if (!req)
+		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
+	int r = req->breq ? req->be->vt->wait(req->be->state, req->breq) : ACCEL_OK;
+	if (r && c->ctx->err.code == ACCEL_OK)
+		accel_err_set(&c->ctx->err, r, "%s #%llu failed in backend %s: %s", req->op,
+		              (unsigned long long)req->seq, req->be->module->name, accel_status_str(r));
+	free(req);
+	return r;
+}
+
+int accel_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
+{
+	if (!req || !ret_done)
+		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "test: NULL argument");
+	if (!req->breq) {
+		*ret_done = 1;
+		return ACCEL_OK;
+	}
+	return req->be->vt->test(req->be->state, req->breq, ret_done);
+}
+
+int accel_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, uint64_t bytes,
+                         void **ret_ptr)
+{
+	accel_view probe = {.struct_size = sizeof(probe), .dtype = ACCEL_DTYPE_U8, .device = device,
+	                    .device_index = device_index};
+	comm_backend *be = NULL;
+	void *p = NULL;
+	int r = route(c, &probe, "mem_alloc", &be);
+	if (r)
+		return r;
+	if (!be->vt->mem_alloc) {
+		*ret_ptr = NULL;
+		return ACCEL_OK;
+	}
+	if (c->n_allocs == c->cap_allocs) {
+		size_t cap = c->cap_allocs ? 2 * c->cap_allocs : 16;
+		comm_alloc *na = realloc(c->allocs, cap * sizeof(*na));
+		if (!na)
+			return accel_err_set(&c->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		c->allocs = na;
+		c->cap_allocs = cap;
+	}
+	if ((r = be->vt->mem_alloc(be->state, device, device_index, bytes, &p)))
+		return r;
+	c->allocs[c->n_allocs++] = (comm_alloc){p, be};
+	*ret_ptr = p;
+	return ACCEL_OK;
+}
+
+int accel_comm_mem_free(accel_comm *c, void *ptr)
+{
+	if (!c)
+		return 0;
+	for (size_t i = c->n_allocs; i-- > 0;) {
+		if (c->allocs[i].ptr != ptr)
+			continue;
+		comm_backend *be = c->allocs[i].be;
+		if (be->vt->mem_free)
+			be->vt->mem_free(be->state, ptr);
+		c->allocs[i] = c->allocs[--c->n_allocs];
+		return 1;
+	}
+	return 0;
+}

@@ -1,3 +1,532 @@
 /* SPDX-License-Identifier: MIT */
-/* core/ctx.c: placeholder until implemented. */
-typedef int accel_placeholder_ctx;
+/* core/ctx.c: the context: configuration, loader, processes, comm backend,
+ * plugins; and the small public API around it (errors, ranks, printing,
+ * config reads, blocking collectives). */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "comm.h"
+#include "config.h"
+#include "ctx-impl.h"
+#include "kv.h"
+#include "loader.h"
+#include "log.h"
+#include "mem.h"
+#include "store.h"
+#include "train.h"
+#include "world.h"
+
+/* ---- CUDA presence, without linking CUDA ------------------------------------
+ * Requirement checks need to know whether this process has a GPU.  The
+ * driver library is probed at run time so that libaccel never depends on
+ * CUDA; device code lives in its own modules. */
+typedef int (*cu_init_fn)(unsigned int);
+typedef int (*cu_count_fn)(int *);
+typedef int (*cu_get_fn)(int *, int);
+typedef int (*cu_attr_fn)(int *, int, int);
+
+static void probe_cuda(uint32_t *req_bits, int32_t *best_cc)
+{
+	*best_cc = 0;
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return;
+	cu_init_fn cu_init = (cu_init_fn)(uintptr_t)dlsym(h, "cuInit");
+	cu_count_fn cu_count = (cu_count_fn)(uintptr_t)dlsym(h, "cuDeviceGetCount");
+	cu_get_fn cu_get = (cu_get_fn)(uintptr_t)dlsym(h, "cuDeviceGet");
+	cu_attr_fn cu_attr = (cu_attr_fn)(uintptr_t)dlsym(h, "cuDeviceGetAttribute");
+	int n = 0;
+	if (cu_init && cu_count && cu_get && cu_attr && cu_init(0) == 0 && cu_count(&n) == 0 && n > 0) {
+		*req_bits |= ACCEL_REQ_CUDA;
+		for (int i = 0; i < n; i++) {
+			int dev, major = 0, minor = 0;
+			/* 75/76: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR */
+			if (cu_get(&dev, i) == 0 && cu_attr(&major, 75, dev) == 0 &&
+			    cu_attr(&minor, 76, dev) == 0 && major * 10 + minor > *best_cc)
+				*best_cc = major * 10 + minor;
+		}
+	}
+	/* The driver stays loaded: unloading CUDA's driver is not supported. */
+}
+
+/* ---- creation ------------------------------------------------------------------ */
+
+static int load_config(accel_ctx *ctx, const accel_opts *opts)
+{
+	int r = accel_config_new(&ctx->cfg, &ctx->err);
+	if (r)
+		return r;
+	if (opts && opts->config_json) {
+		r = accel_config_load_string(ctx->cfg, opts->config_json, "<config_json>", &ctx->err);
+	} else {
+		const char *path = opts ? opts->config_path : NULL;
+		const char *from = NULL;
+		if (!path)
+			path = accel_config_find_file(&from);
+		if (path) {
+			accel_log(ACCEL_LOG_DEBUG, "config file %s%s%s", path, from ? " from " : "",
+			          from ? from : "");
+			r = accel_config_load_file(ctx->cfg, path, &ctx->err);
+		}
+	}
+	if (r)
+		return r;
+	if (!(opts && opts->skip_env) && (r = accel_config_load_env(ctx->cfg, NULL, &ctx->err)))
+		return r;
+	if (opts && opts->sets)
+		for (const char *const *s = opts->sets; *s; s++)
+			if ((r = accel_config_set(ctx->cfg, *s, "accel_opts.sets", &ctx->err)))
+				return r;
+	return ACCEL_OK;
+}
+
+static int load_modules(accel_ctx *ctx)
+{
+	int r = accel_loader_new(accel_host_table(), &ctx->loader, &ctx->err);
+	if (r)
+		return r;
+	const char *dir;
+	for (uint32_t i = 0; accel_config_peek_strlist(ctx->cfg, "plugin_dirs", i, &dir) == ACCEL_OK;
+	     i++)
+		if ((r = accel_loader_add_dir(ctx->loader, dir, "plugin_dirs", &ctx->err)))
+			return r;
+	if ((r = accel_loader_add_default_dirs(ctx->loader, &ctx->err)))
+		return r;
+	uint32_t avail = 0;
+	int32_t cc = 0;
+	probe_cuda(&avail, &cc);
+	accel_loader_set_available(ctx->loader, avail, cc);
+	return accel_loader_scan(ctx->loader, &ctx->err);
+}
+
+/* The names the configuration selects: strategy first, then hooks, then the
+ * hooks that mixed_precision implies. */
+typedef struct selection {
+	const char *names[32];
+	uint32_t n;
+} selection;
+
+static int select_add(accel_ctx *ctx, selection *sel, const char *name, const char *why)
+{
+	for (uint32_t i = 0; i < sel->n; i++)
+		if (!strcmp(sel->names[i], name))
+			return ACCEL_OK;
+	if (sel->n == sizeof(sel->names) / sizeof(sel->names[0]))
+		return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG, "too many plugins selected (%s)", why);
+	sel->names[sel->n++] = name;
+	return ACCEL_OK;
+}
+
+static int make_selection(accel_ctx *ctx, selection *sel)
+{
+	const char *s = NULL;
+	int r;
+	sel->n = 0;
+	if (accel_config_peek_string(ctx->cfg, "strategy", &s) != ACCEL_OK || !s)
+		s = "ddp";
+	if ((r = select_add(ctx, sel, s, "strategy")))
+		return r;
+	for (uint32_t i = 0; accel_config_peek_strlist(ctx->cfg, "plugins", i, &s) == ACCEL_OK; i++)
+		if ((r = select_add(ctx, sel, s, "plugins")))
+			return r;
+	if (accel_config_peek_string(ctx->cfg, "mixed_precision", &s) == ACCEL_OK && s) {
+		/* Accelerate's mixed_precision implies the plugin doing the work. */
+		if (!strcmp(s, "fp16") && (r = select_add(ctx, sel, "scaler", "mixed_precision=fp16")))
+			return r;
+		if (!strcmp(s, "fp8") && (r = select_add(ctx, sel, "fp8", "mixed_precision=fp8")))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+static int is_selected(const selection *sel, const char *name)
+{
+	for (uint32_t i = 0; i < sel->n; i++)
+		if (!strcmp(sel->names[i], name))
+			return 1;
+	return 0;
+}
+
+static int register_schemas(accel_ctx *ctx, const selection *sel)
+{
+	const char *backend = NULL;
+	if (accel_config_peek_string(ctx->cfg, "backend", &backend) != ACCEL_OK)
+		backend = "auto";
+	for (uint32_t i = 0; i < accel_loader_count(ctx->loader); i++) {
+		const accel_module *m = accel_loader_get(ctx->loader, i);
+		int r = ACCEL_OK;
+		if (m->status == ACCEL_MODULE_BROKEN || m->status == ACCEL_MODULE_SHADOWED)
+			continue;
+		if (m->kind == ACCEL_MODULE_PLUGIN && m->plugin->desc->config_section)
+			r = accel_config_add_schema(ctx->cfg, m->plugin->desc->config_section, m->name,
+			                            m->plugin->desc->params, m->plugin->desc->n_params,
+			                            is_selected(sel, m->name), &ctx->err);
+		else if (m->kind == ACCEL_MODULE_COMM && m->comm->desc->config_section)
+			r = accel_config_add_schema(ctx->cfg, m->comm->desc->config_section, m->name,
+			                            m->comm->desc->params, m->comm->desc->n_params,
+			                            !strcmp(backend, "auto") || !strcmp(backend, m->name),
+			                            &ctx->err);
+		if (r)
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+static int activate_plugins(accel_ctx *ctx, const selection *sel)
+{
+	int r;
+	ctx->active = calloc(sel->n, sizeof(*ctx->active));
+	if (!ctx->active)
+		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	for (uint32_t i = 0; i < sel->n; i++) {
+		const accel_module *m;
+		if ((r = accel_loader_find(ctx->loader, ACCEL_MODULE_PLUGIN, sel->names[i], &m,
+		                           &ctx->err)))
+			return r;
+		uint32_t role = m->plugin->desc->role;
+		if (i == 0 && role != ACCEL_ROLE_STRATEGY)
+			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+			                     "strategy '%s' (%s) is not a sharding strategy; list hook "
+			                     "plugins under \"plugins\"", m->name, m->path);
+		if (i > 0 && role == ACCEL_ROLE_STRATEGY)
+			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+			                     "plugin '%s' (%s) is a sharding strategy; select it with "
+			                     "\"strategy\" (only one strategy can be active; '%s' is)",
+			                     m->name, m->path, sel->names[0]);
+		for (uint32_t j = 1; j < i; j++)
+			if (role != ACCEL_ROLE_OTHER && ctx->active[j].vt->desc->role == role)
+				return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+				                     "plugins '%s' and '%s' both have the %s role; "
+				                     "select one", ctx->active[j].module->name, m->name,
+				                     role == ACCEL_ROLE_PRECISION ? "precision"
+				                                                  : "reduce-hook");
+		accel_active *a = &ctx->active[ctx->n_active++];
+		a->module = m;
+		a->vt = m->plugin;
+		a->host.ctx = ctx;
+		a->host.module = m;
+		a->host.name = m->name;
+		a->host.section = m->plugin->desc->config_section;
+	}
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		void *state = NULL;
+		r = a->vt->init(accel_host_table(), &a->host, &state);
+		if (r) {
+			if (ctx->err.code == ACCEL_OK)
+				accel_err_set(&ctx->err, r, "plugin '%s' (%s): init failed with %s and no "
+				              "message", a->module->name, a->module->path,
+				              accel_status_str(r));
+			else if (!strstr(ctx->err.msg, a->module->path)) {
+				/* Name the file: the plugin only knows its own name. */
+				char msg[ACCEL_ERRMSG_MAX + 1024];
+				if (snprintf(msg, sizeof(msg), "%s (plugin file %s)", ctx->err.msg,
+				             a->module->path) > 0) {
+					memcpy(ctx->err.msg, msg, sizeof(ctx->err.msg) - 1);
+					ctx->err.msg[sizeof(ctx->err.msg) - 1] = '\0';
+				}
+			}
+			return r;
+		}
+		a->state = state;
+		a->inited = 1;
+	}
+	const char *names[32];
+	uint32_t roles[32];
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		names[i] = ctx->active[i].module->name;
+		roles[i] = ctx->active[i].vt->desc->role;
+	}
+	accel_selection_v1 s = {
+		.struct_size = sizeof(s),
+		.n_plugins = ctx->n_active,
+		.names = names,
+		.roles = roles,
+		.backend = ctx->comm ? accel_comm_backend_name(ctx->comm) : "none",
+		.world_size = ctx->world.world_size,
+	};
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		if (a->vt->validate && (r = a->vt->validate(a->state, &s)))
+			return ctx->err.code ? ctx->err.code
+			                     : accel_err_set(&ctx->err, r, "plugin '%s' refused the "
+			                                     "selection", a->module->name);
+	}
+	return ACCEL_OK;
+}
+
+static int setup_processes(accel_ctx *ctx)
+{
+	int r = accel_world_from_env(&ctx->world, ctx->job_id, sizeof(ctx->job_id), ctx->master_addr,
+	                           sizeof(ctx->master_addr), &ctx->master_port, &ctx->launcher,
+	                           &ctx->err);
+	if (r)
+		return r;
+	accel_log_set_rank(ctx->world.rank);
+	double timeout_s = 300;
+	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
+	if (ctx->world.world_size > 1) {
+		if (!ctx->master_addr[0] || ctx->master_port <= 0)
+			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+			                     "rank %d of %d: no rendezvous address; start the program "
+			                     "with 'accel launch', or set ACCEL_MASTER_ADDR and "
+			                     "ACCEL_MASTER_PORT", ctx->world.rank,
+			                     ctx->world.world_size);
+		r = accel_store_new(ctx->master_addr, ctx->master_port, ctx->world.rank,
+		                    ctx->world.world_size, (int64_t)(timeout_s * 1000), &ctx->store,
+		                    &ctx->err);
+		if (r)
+			return r;
+	}
+	return accel_kv_new(&ctx->local_store) ? accel_err_set(&ctx->err, ACCEL_ERR_NOMEM,
+	                                                        "out of memory") : ACCEL_OK;
+}
+
+int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
+{
+	accel_ctx *ctx;
+	selection sel;
+	int r;
+	const char *lv;
+
+	if (!ret_ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (opts && opts->struct_size < offsetof(accel_opts, skip_env) + sizeof(opts->skip_env))
+		return ACCEL_ERR_INVALID_ARG;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return ACCEL_ERR_NOMEM;
+	*ret_ctx = ctx;
+	accel_log_init();
+	ctx->world = (accel_world_v1){.struct_size = sizeof(accel_world_v1), .world_size = 1,
+	                              .local_world_size = 1, .num_nodes = 1};
+	if ((r = accel_mem_new(&ctx->mem)))
+		return accel_err_set(&ctx->err, r, "out of memory");
+	if ((r = load_config(ctx, opts)))
+		goto fail;
+	if ((r = load_modules(ctx)))
+		goto fail;
+	if ((r = make_selection(ctx, &sel)) || (r = register_schemas(ctx, &sel)))
+		goto fail;
+	if ((r = accel_config_resolve(ctx->cfg, &ctx->err)))
+		goto fail;
+	/* The resolved value includes ACCEL_LOG_LEVEL (the env layer). */
+	if (accel_config_get_string(ctx->cfg, "log_level", &lv) == ACCEL_OK)
+		accel_log_set_level(accel_log_level_parse(lv));
+	if ((r = setup_processes(ctx)))
+		goto fail;
+	if ((r = accel_comm_new(ctx, &ctx->comm)))
+		goto fail;
+	if ((r = activate_plugins(ctx, &sel)))
+		goto fail;
+	if ((r = accel_train_new(ctx, &ctx->train)))
+		goto fail;
+	accel_log(ACCEL_LOG_DEBUG, "context ready: rank %d/%d, strategy %s, backend %s, launcher %s",
+	          ctx->world.rank, ctx->world.world_size, sel.names[0],
+	          accel_comm_backend_name(ctx->comm), ctx->launcher ? ctx->launcher : "none");
+	return ACCEL_OK;
+
+fail:
+	if (ctx->err.code == ACCEL_OK)
+		accel_err_set(&ctx->err, r, "context creation failed: %s", accel_status_str(r));
+	return ctx->err.code;
+}
+
+accel_ctx *accel_ctx_free(accel_ctx *ctx)
+{
+	if (!ctx)
+		return NULL;
+	ctx->train = accel_train_free(ctx->train);
+	for (uint32_t i = ctx->n_active; i-- > 0;)
+		if (ctx->active[i].inited)
+			ctx->active[i].vt->fini(ctx->active[i].state);
+	free(ctx->active);
+	/* Buffers from the backend go back before the backend goes away. */
+	ctx->mem = accel_mem_free_all(ctx->mem, ctx);
+	ctx->comm = accel_comm_free(ctx->comm);
+	ctx->store = accel_store_free(ctx->store);
+	ctx->local_store = accel_kv_free(ctx->local_store);
+	/* Plugins stay mapped: see docs/abi.md ("no unloading"). */
+	ctx->loader = accel_loader_free(ctx->loader);
+	ctx->cfg = accel_config_free(ctx->cfg);
+	free(ctx);
+	return NULL;
+}
+
+/* ---- errors -------------------------------------------------------------------- */
+
+const char *accel_errmsg(const accel_ctx *ctx)
+{
+	return ctx ? ctx->err.msg : "no context";
+}
+
+int accel_errcode(const accel_ctx *ctx)
+{
+	return ctx ? ctx->err.code : ACCEL_ERR_INVALID_ARG;
+}
+
+void accel_clear_error(accel_ctx *ctx)
+{
+	if (ctx)
+		accel_err_clear(&ctx->err);
+}
+
+int accel_set_error(accel_ctx *ctx, int code, const char *fmt, ...)
+{
+	va_list ap;
+	if (!ctx)
+		return code;
+	va_start(ap, fmt);
+	accel_err_setv(&ctx->err, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* ---- processes ----------------------------------------------------------------- */
+
+int accel_rank(const accel_ctx *ctx)
+{
+	return ctx ? ctx->world.rank : 0;
+}
+
+int accel_world_size(const accel_ctx *ctx)
+{
+	return ctx ? ctx->world.world_size : 1;
+}
+
+int accel_local_rank(const accel_ctx *ctx)
+{
+	return ctx ? ctx->world.local_rank : 0;
+}
+
+int accel_local_world_size(const accel_ctx *ctx)
+{
+	return ctx ? ctx->world.local_world_size : 1;
+}
+
+int accel_is_main(const accel_ctx *ctx)
+{
+	return accel_rank(ctx) == 0;
+}
+
+int accel_is_local_main(const accel_ctx *ctx)
+{
+	return accel_local_rank(ctx) == 0;
+}
+
+static int need_comm(accel_ctx *ctx, const char *what)
+{
+	if (!ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!ctx->comm)
+		return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
+		                     "%s: the context has no comm backend (creation failed: %s)", what,
+		                     ctx->err.code ? ctx->err.msg : "unknown");
+	return ACCEL_OK;
+}
+
+int accel_wait_for_everyone(accel_ctx *ctx)
+{
+	int r = need_comm(ctx, "accel_wait_for_everyone");
+	return r ? r : accel_comm_barrier(ctx->comm, NULL);
+}
+
+void accel_print(const accel_ctx *ctx, const char *fmt, ...)
+{
+	va_list ap;
+	if (!accel_is_main(ctx))
+		return;
+	va_start(ap, fmt);
+	vfprintf(stdout, fmt, ap);
+	va_end(ap);
+	fflush(stdout);
+}
+
+void accel_log_msg(const accel_ctx *ctx, int level, const char *fmt, ...)
+{
+	va_list ap;
+	(void)ctx;
+	va_start(ap, fmt);
+	accel_logv(level, fmt, ap);
+	va_end(ap);
+}
+
+/* ---- configuration ------------------------------------------------------------- */
+
+int accel_config_int(const accel_ctx *ctx, const char *path, int64_t *ret_value)
+{
+	return ctx && ctx->cfg ? accel_config_get_int(ctx->cfg, path, ret_value)
+	                       : ACCEL_ERR_INVALID_ARG;
+}
+
+int accel_config_double(const accel_ctx *ctx, const char *path, double *ret_value)
+{
+	return ctx && ctx->cfg ? accel_config_get_double(ctx->cfg, path, ret_value)
+	                       : ACCEL_ERR_INVALID_ARG;
+}
+
+int accel_config_bool(const accel_ctx *ctx, const char *path, int32_t *ret_value)
+{
+	return ctx && ctx->cfg ? accel_config_get_bool(ctx->cfg, path, ret_value)
+	                       : ACCEL_ERR_INVALID_ARG;
+}
+
+int accel_config_string(const accel_ctx *ctx, const char *path, const char **ret_value)
+{
+	return ctx && ctx->cfg ? accel_config_get_string(ctx->cfg, path, ret_value)
+	                       : ACCEL_ERR_INVALID_ARG;
+}
+
+/* ---- blocking collectives on user memory --------------------------------------- */
+
+/* User memory is host memory unless the pointer is device memory; routing by
+ * pointer needs the cuda module, so until then views are CPU views. */
+static accel_view user_view(const void *p, uint64_t count, uint32_t dtype)
+{
+	return (accel_view){.struct_size = sizeof(accel_view), .dtype = dtype,
+	                    .device = ACCEL_DEVICE_CPU, .data = (void *)(uintptr_t)p,
+	                    .numel = count};
+}
+
+int accel_allreduce(accel_ctx *ctx, const void *send, void *recv, uint64_t count, uint32_t dtype,
+                    uint32_t op)
+{
+	int r = need_comm(ctx, "accel_allreduce");
+	accel_view s = user_view(send, count, dtype), d = user_view(recv, count, dtype);
+	return r ? r : accel_comm_allreduce(ctx->comm, &s, &d, op, NULL);
+}
+
+int accel_broadcast(accel_ctx *ctx, void *buf, uint64_t count, uint32_t dtype, int root)
+{
+	int r = need_comm(ctx, "accel_broadcast");
+	accel_view b = user_view(buf, count, dtype);
+	return r ? r : accel_comm_broadcast(ctx->comm, &b, root, NULL);
+}
+
+int accel_allgather(accel_ctx *ctx, const void *send, void *recv, uint64_t sendcount,
+                    uint32_t dtype)
+{
+	int r = need_comm(ctx, "accel_allgather");
+	if (r)
+		return r;
+	accel_view s = user_view(send, sendcount, dtype);
+	accel_view d = user_view(recv, sendcount * (uint64_t)ctx->world.world_size, dtype);
+	return accel_comm_allgather(ctx->comm, &s, &d, NULL);
+}
+
+int accel_reduce_scatter(accel_ctx *ctx, const void *send, void *recv, uint64_t recvcount,
+                         uint32_t dtype, uint32_t op)
+{
+	int r = need_comm(ctx, "accel_reduce_scatter");
+	if (r)
+		return r;
+	accel_view s = user_view(send, recvcount * (uint64_t)ctx->world.world_size, dtype);
+	accel_view d = user_view(recv, recvcount, dtype);
+	return accel_comm_reduce_scatter(ctx->comm, &s, &d, op, NULL);
+}

@@ -1,3 +1,359 @@
 /* SPDX-License-Identifier: MIT */
-/* core/host.c: placeholder until implemented. */
-typedef int accel_placeholder_host;
+/* core/host.c: the host table (accel_host_v1) that plugins and comm backends
+ * call.  Each function takes the instance's accel_host handle, which knows
+ * its context, name and config section; errors are prefixed with the
+ * instance's name so a message always says which plugin spoke. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel-build-config.h"
+#include "comm.h"
+#include "config.h"
+#include "ctx-impl.h"
+#include "kv.h"
+#include "loader.h"
+#include "log.h"
+#include "mem.h"
+#include "ops.h"
+#include "store.h"
+#include "train.h"
+
+static void host_log(accel_host *h, int32_t level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	accel_logv_tag(level, h ? h->name : NULL, fmt, ap);
+	va_end(ap);
+}
+
+static int host_error(accel_host *h, int32_t code, const char *fmt, ...)
+{
+	char msg[ACCEL_ERRMSG_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (code >= 0)
+		code = ACCEL_ERR_INTERNAL;
+	if (!h || !h->ctx) {
+		/* Inside an entry function: the loader reports it with the path. */
+		accel_loader_entry_error(msg);
+		return code;
+	}
+	if (h->name)
+		return accel_err_set(&h->ctx->err, code, "%s: %s", h->name, msg);
+	return accel_err_set(&h->ctx->err, code, "%s", msg);
+}
+
+static int host_world(accel_host *h, accel_world_v1 *ret_world)
+{
+	if (!h || !ret_world)
+		return ACCEL_ERR_INVALID_ARG;
+	*ret_world = h->ctx->world;
+	return ACCEL_OK;
+}
+
+/* "key" -> "<section>.key"; "/key" -> "key". */
+static const char *cfg_path(accel_host *h, const char *key, char *buf, size_t cap)
+{
+	if (key[0] == '/')
+		return key + 1;
+	if (!h->section)
+		return key;
+	snprintf(buf, cap, "%s.%s", h->section, key);
+	return buf;
+}
+
+static int cfg_check(accel_host *h, const char *key, int r)
+{
+	if (r == ACCEL_ERR_CONFIG)
+		return host_error(h, r, "config key '%s' read with the wrong type", key);
+	return r;
+}
+
+static int host_cfg_bool(accel_host *h, const char *key, int32_t *ret_value)
+{
+	char buf[512];
+	return cfg_check(h, key, accel_config_get_bool(h->ctx->cfg, cfg_path(h, key, buf, sizeof(buf)),
+	                                            ret_value));
+}
+
+static int host_cfg_int(accel_host *h, const char *key, int64_t *ret_value)
+{
+	char buf[512];
+	return cfg_check(h, key, accel_config_get_int(h->ctx->cfg, cfg_path(h, key, buf, sizeof(buf)),
+	                                           ret_value));
+}
+
+static int host_cfg_double(accel_host *h, const char *key, double *ret_value)
+{
+	char buf[512];
+	return cfg_check(h, key, accel_config_get_double(h->ctx->cfg,
+	                                              cfg_path(h, key, buf, sizeof(buf)), ret_value));
+}
+
+static int host_cfg_string(accel_host *h, const char *key, const char **ret_value)
+{
+	char buf[512];
+	return cfg_check(h, key, accel_config_get_string(h->ctx->cfg,
+	                                              cfg_path(h, key, buf, sizeof(buf)), ret_value));
+}
+
+static int host_cfg_strlist(accel_host *h, const char *key, uint32_t index, const char **ret_value)
+{
+	char buf[512];
+	return cfg_check(h, key, accel_config_get_strlist(h->ctx->cfg,
+	                                               cfg_path(h, key, buf, sizeof(buf)), index,
+	                                               ret_value));
+}
+
+static int need_train(accel_host *h, const char *what)
+{
+	if (!h->ctx->train)
+		return host_error(h, ACCEL_ERR_STATE, "%s called before the model exists", what);
+	return ACCEL_OK;
+}
+
+static const accel_model_v1 *host_model(accel_host *h)
+{
+	return h->ctx->train ? accel_train_model(h->ctx->train) : NULL;
+}
+
+static int host_param_bind(accel_host *h, uint32_t param, void *data, void *grad)
+{
+	int r = need_train(h, "param_bind");
+	return r ? r : accel_train_param_bind(h->ctx->train, param, data, grad);
+}
+
+static int host_param_init(accel_host *h, uint32_t param, uint64_t offset, const accel_view *dst)
+{
+	int r = need_train(h, "param_init");
+	return r ? r : accel_train_param_init(h->ctx->train, param, offset, dst);
+}
+
+static int host_mem_alloc(accel_host *h, uint32_t category, int32_t device, int32_t device_index,
+                          uint64_t bytes, uint32_t flags, void **ret_ptr)
+{
+	if (!ret_ptr)
+		return host_error(h, ACCEL_ERR_INVALID_ARG, "mem_alloc: ret_ptr is NULL");
+	return accel_mem_alloc(h->ctx, category, device, device_index, bytes, flags, ret_ptr);
+}
+
+static void host_mem_free(accel_host *h, void *ptr)
+{
+	accel_mem_release(h->ctx, ptr);
+}
+
+static int host_op_copy(accel_host *h, const accel_view *dst, const accel_view *src)
+{
+	return accel_ops_copy(dst, src, &h->ctx->err);
+}
+
+static int host_op_fill(accel_host *h, const accel_view *dst, double value)
+{
+	return accel_ops_fill(dst, value, &h->ctx->err);
+}
+
+static int host_op_scale(accel_host *h, const accel_view *x, double alpha)
+{
+	return accel_ops_scale(x, alpha, &h->ctx->err);
+}
+
+static int host_op_axpy(accel_host *h, const accel_view *y, double alpha, const accel_view *x)
+{
+	return accel_ops_axpy(y, alpha, x, &h->ctx->err);
+}
+
+static int host_op_sumsq(accel_host *h, const accel_view *x, double *ret_sumsq)
+{
+	return accel_ops_sumsq(x, ret_sumsq, &h->ctx->err);
+}
+
+static int host_op_nonfinite(accel_host *h, const accel_view *x, uint64_t *ret_count)
+{
+	return accel_ops_nonfinite(x, ret_count, &h->ctx->err);
+}
+
+static uint32_t host_optim_state_count(accel_host *h)
+{
+	return h->ctx->train ? accel_train_optim_state_count(h->ctx->train) : 0;
+}
+
+static int host_optim_step(accel_host *h, const accel_optim_args_v1 *args)
+{
+	int r = need_train(h, "optim_step");
+	return r ? r : accel_train_optim_step(h->ctx->train, args);
+}
+
+static int need_comm(accel_host *h, const char *what)
+{
+	if (!h->ctx->comm)
+		return host_error(h, ACCEL_ERR_STATE, "%s: no comm backend is up", what);
+	return ACCEL_OK;
+}
+
+static int host_allreduce(accel_host *h, const accel_view *send, const accel_view *recv,
+                          uint32_t op, accel_req **ret_req)
+{
+	int r = need_comm(h, "allreduce");
+	return r ? r : accel_comm_allreduce(h->ctx->comm, send, recv, op, ret_req);
+}
+
+static int host_reduce_scatter(accel_host *h, const accel_view *send, const accel_view *recv,
+                               uint32_t op, accel_req **ret_req)
+{
+	int r = need_comm(h, "reduce_scatter");
+	return r ? r : accel_comm_reduce_scatter(h->ctx->comm, send, recv, op, ret_req);
+}
+
+static int host_allgather(accel_host *h, const accel_view *send, const accel_view *recv,
+                          accel_req **ret_req)
+{
+	int r = need_comm(h, "allgather");
+	return r ? r : accel_comm_allgather(h->ctx->comm, send, recv, ret_req);
+}
+
+static int host_broadcast(accel_host *h, const accel_view *buf, int32_t root, accel_req **ret_req)
+{
+	int r = need_comm(h, "broadcast");
+	return r ? r : accel_comm_broadcast(h->ctx->comm, buf, root, ret_req);
+}
+
+static int host_barrier(accel_host *h, accel_req **ret_req)
+{
+	int r = need_comm(h, "barrier");
+	return r ? r : accel_comm_barrier(h->ctx->comm, ret_req);
+}
+
+static int host_wait(accel_host *h, accel_req *req)
+{
+	int r = need_comm(h, "wait");
+	return r ? r : accel_comm_wait(h->ctx->comm, req);
+}
+
+static int host_test(accel_host *h, accel_req *req, int32_t *ret_done)
+{
+	int r = need_comm(h, "test");
+	return r ? r : accel_comm_test(h->ctx->comm, req, ret_done);
+}
+
+static int host_reduce_bucket(accel_host *h, const accel_view *bucket, uint32_t bucket_id,
+                              accel_req **ret_req)
+{
+	accel_ctx *ctx = h->ctx;
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		if (a->inited && a->vt->desc->role == ACCEL_ROLE_REDUCE_HOOK)
+			return a->vt->reduce_bucket(a->state, bucket, bucket_id, ret_req);
+	}
+	int r = need_comm(h, "reduce_bucket");
+	return r ? r : accel_comm_allreduce(ctx->comm, bucket, bucket, ACCEL_RED_SUM, ret_req);
+}
+
+static int32_t host_sync_step(accel_host *h)
+{
+	return h->ctx->train ? accel_train_sync_step(h->ctx->train) : 1;
+}
+
+static int host_ckpt_unsupported(accel_host *h)
+{
+	return host_error(h, ACCEL_ERR_UNSUPPORTED,
+	                  "checkpoint streams are not available in accel %s (checkpoints are "
+	                  "not implemented yet)", ACCEL_VERSION_STRING);
+}
+
+static int host_ckpt_write(accel_host *h, accel_ckpt_writer *w, const char *name,
+                           const void *data, uint64_t bytes)
+{
+	(void)w, (void)name, (void)data, (void)bytes;
+	return host_ckpt_unsupported(h);
+}
+
+static int host_ckpt_size(accel_host *h, accel_ckpt_reader *r, const char *name,
+                          uint64_t *ret_bytes)
+{
+	(void)r, (void)name, (void)ret_bytes;
+	return host_ckpt_unsupported(h);
+}
+
+static int host_ckpt_read(accel_host *h, accel_ckpt_reader *r, const char *name, void *buf,
+                          uint64_t bytes)
+{
+	(void)r, (void)name, (void)buf, (void)bytes;
+	return host_ckpt_unsupported(h);
+}
+
+static int host_store_set(accel_host *h, const char *key, const void *value, uint64_t len)
+{
+	accel_ctx *ctx = h->ctx;
+	if (ctx->store)
+		return accel_store_set(ctx->store, key, value, len, &ctx->err);
+	return accel_kv_set(ctx->local_store, key, value, len, &ctx->err);
+}
+
+static int host_store_get(accel_host *h, const char *key, void *buf, uint64_t cap,
+                          uint64_t *ret_len, int64_t timeout_ms)
+{
+	accel_ctx *ctx = h->ctx;
+	if (ctx->store)
+		return accel_store_get(ctx->store, key, buf, cap, ret_len, timeout_ms, &ctx->err);
+	return accel_kv_get(ctx->local_store, key, buf, cap, ret_len, &ctx->err);
+}
+
+static int host_store_add(accel_host *h, const char *key, int64_t delta, int64_t *ret_value)
+{
+	accel_ctx *ctx = h->ctx;
+	if (ctx->store)
+		return accel_store_add(ctx->store, key, delta, ret_value, &ctx->err);
+	return accel_kv_add(ctx->local_store, key, delta, ret_value, &ctx->err);
+}
+
+static const accel_host_v1 host_table = {
+	.struct_size = sizeof(accel_host_v1),
+	.abi_major = ACCEL_ABI_MAJOR,
+	.abi_minor = ACCEL_ABI_MINOR,
+	.accel_version = ACCEL_VERSION_STRING,
+	.log = host_log,
+	.error = host_error,
+	.world = host_world,
+	.cfg_bool = host_cfg_bool,
+	.cfg_int = host_cfg_int,
+	.cfg_double = host_cfg_double,
+	.cfg_string = host_cfg_string,
+	.cfg_strlist = host_cfg_strlist,
+	.model = host_model,
+	.param_bind = host_param_bind,
+	.param_init = host_param_init,
+	.mem_alloc = host_mem_alloc,
+	.mem_free = host_mem_free,
+	.op_copy = host_op_copy,
+	.op_fill = host_op_fill,
+	.op_scale = host_op_scale,
+	.op_axpy = host_op_axpy,
+	.op_sumsq = host_op_sumsq,
+	.op_nonfinite = host_op_nonfinite,
+	.optim_state_count = host_optim_state_count,
+	.optim_step = host_optim_step,
+	.allreduce = host_allreduce,
+	.reduce_scatter = host_reduce_scatter,
+	.allgather = host_allgather,
+	.broadcast = host_broadcast,
+	.barrier = host_barrier,
+	.wait = host_wait,
+	.test = host_test,
+	.reduce_bucket = host_reduce_bucket,
+	.sync_step = host_sync_step,
+	.ckpt_write = host_ckpt_write,
+	.ckpt_size = host_ckpt_size,
+	.ckpt_read = host_ckpt_read,
+	.store_set = host_store_set,
+	.store_get = host_store_get,
+	.store_add = host_store_add,
+};
+
+const accel_host_v1 *accel_host_table(void)
+{
+	return &host_table;
+}

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-ctx.c: context creation, selection errors, the host table's
+ * memory accounting and CPU ops, and world-1 collectives. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "ctx-impl.h"
+#include "mem.h"
+#include "ops.h"
+
+static accel_ctx *ctx_json(const char *json, int expect)
+{
+	accel_opts o = {.struct_size = sizeof(o), .config_json = json, .skip_env = 1};
+	accel_ctx *ctx = NULL;
+	int r = accel_ctx_new(&o, &ctx);
+	ck_assert_msg(r == expect, "accel_ctx_new: %s (%s), expected %s", accel_status_str(r),
+	              ctx ? accel_errmsg(ctx) : "", accel_status_str(expect));
+	ck_assert_ptr_nonnull(ctx);
+	return ctx;
+}
+
+START_TEST(default_context)
+{
+	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
+	ck_assert_int_eq(accel_rank(ctx), 0);
+	ck_assert_int_eq(accel_world_size(ctx), 1);
+	ck_assert_int_eq(accel_is_main(ctx), 1);
+	const char *s;
+	ck_assert_int_eq(accel_config_string(ctx, "strategy", &s), ACCEL_OK);
+	ck_assert_str_eq(s, "ddp");
+	ck_assert_str_eq(accel_errmsg(ctx), "");
+	ck_assert_int_eq(accel_wait_for_everyone(ctx), ACCEL_OK);
+	ck_assert_ptr_null(accel_ctx_free(ctx));
+	ck_assert_ptr_null(accel_ctx_free(NULL));
+}
+END_TEST
+
+START_TEST(unknown_strategy)
+{
+	accel_ctx *ctx = ctx_json("{\"strategy\": \"ddq\"}", ACCEL_ERR_NOT_FOUND);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "ddq") != NULL, "%s", accel_errmsg(ctx));
+	ck_assert_msg(strstr(accel_errmsg(ctx), "ddp") != NULL, "no suggestion: %s",
+	              accel_errmsg(ctx));
+	accel_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(unknown_key)
+{
+	accel_ctx *ctx = ctx_json("{\"gradient_acumulation_steps\": 2}", ACCEL_ERR_CONFIG);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "gradient_accumulation_steps") != NULL, "%s",
+	              accel_errmsg(ctx));
+	accel_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(world1_collectives)
+{
+	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
+	float a[5] = {1, 2, 3, 4, 5}, b[5];
+	ck_assert_int_eq(accel_allreduce(ctx, a, b, 5, ACCEL_DTYPE_F32, ACCEL_RED_SUM), ACCEL_OK);
+	for (int i = 0; i < 5; i++)
+		ck_assert_float_eq(b[i], a[i]);
+	ck_assert_int_eq(accel_allreduce(ctx, a, a, 5, ACCEL_DTYPE_F32, ACCEL_RED_AVG), ACCEL_OK);
+	ck_assert_float_eq(a[4], 5.0f);
+	int64_t g[3];
+	int64_t one = 7;
+	ck_assert_int_eq(accel_allgather(ctx, &one, g, 1, ACCEL_DTYPE_I64), ACCEL_OK);
+	ck_assert_int_eq(g[0], 7);
+	ck_assert_int_eq(accel_broadcast(ctx, a, 5, ACCEL_DTYPE_F32, 0), ACCEL_OK);
+	/* root out of range is an error, not a crash */
+	ck_assert_int_ne(accel_broadcast(ctx, a, 5, ACCEL_DTYPE_F32, 3), ACCEL_OK);
+	ck_assert_str_ne(accel_errmsg(ctx), "");
+	accel_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(mem_accounting)
+{
+	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
+	void *p, *q;
+	ck_assert_int_eq(accel_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU, 0, 1000,
+	                                 ACCEL_MEMF_ZERO, &p), ACCEL_OK);
+	ck_assert_int_eq((uintptr_t)p % 64, 0);
+	ck_assert_int_eq(((unsigned char *)p)[999], 0);
+	ck_assert_int_eq(accel_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU, 0, 24,
+	                                 ACCEL_MEMF_COMM, &q), ACCEL_OK);
+	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 1024);
+	accel_mem_release(ctx, p);
+	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 24);
+	ck_assert_uint_eq(accel_mem_peak(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 1024);
+	ck_assert_int_eq(accel_mem_alloc(ctx, 99, ACCEL_DEVICE_CPU, 0, 8, 0, &p),
+	                 ACCEL_ERR_INVALID_ARG);
+	accel_ctx_free(ctx); /* frees q */
+}
+END_TEST
+
+START_TEST(cpu_ops)
+{
+	accel_err e = {0};
+	float x[6] = {1, -2, 3, -4, 5, INFINITY};
+	uint16_t h[6];
+	accel_view vx = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, x, 5};
+	accel_view vh = {sizeof(accel_view), ACCEL_DTYPE_BF16, ACCEL_DEVICE_CPU, 0, h, 5};
+	double s;
+	ck_assert_int_eq(accel_ops_sumsq(&vx, &s, &e), ACCEL_OK);
+	ck_assert_double_eq(s, 55.0);
+	ck_assert_int_eq(accel_ops_copy(&vh, &vx, &e), ACCEL_OK);
+	ck_assert_uint_eq(h[2], 0x4040); /* 3.0 in bf16 */
+	ck_assert_int_eq(accel_ops_axpy(&vx, 2.0, &vh, &e), ACCEL_OK);
+	ck_assert_float_eq(x[3], -12.0f);
+	ck_assert_int_eq(accel_ops_scale(&vx, 0.5, &e), ACCEL_OK);
+	ck_assert_float_eq(x[0], 1.5f);
+	uint64_t nf;
+	vx.numel = 6;
+	ck_assert_int_eq(accel_ops_nonfinite(&vx, &nf, &e), ACCEL_OK);
+	ck_assert_uint_eq(nf, 1);
+	ck_assert_int_eq(accel_ops_fill(&vx, 0.0, &e), ACCEL_OK);
+	ck_assert_float_eq(x[5], 0.0f);
+	accel_view bad = vx;
+	bad.device = ACCEL_DEVICE_CUDA;
+	ck_assert_int_eq(accel_ops_fill(&bad, 1.0, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_ptr_nonnull(strstr(e.msg, "device"));
+	accel_view mism = vh;
+	mism.numel = 3;
+	accel_err_clear(&e);
+	ck_assert_int_eq(accel_ops_copy(&mism, &vx, &e), ACCEL_ERR_INVALID_ARG);
+}
+END_TEST
+
+static Suite *ctx_suite(void)
+{
+	Suite *s = suite_create("ctx");
+	TCase *tc = tcase_create("ctx");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, default_context);
+	tcase_add_test(tc, unknown_strategy);
+	tcase_add_test(tc, unknown_key);
+	tcase_add_test(tc, world1_collectives);
+	tcase_add_test(tc, mem_accounting);
+	tcase_add_test(tc, cpu_ops);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(ctx_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
