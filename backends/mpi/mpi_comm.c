@@ -47,6 +47,8 @@
 /* How long (ms) fini() gives timed-out requests to complete after all:
  * a late peer then still finishes, and MPI can be cleaned up. */
 #define DRAIN_MAX_MS 10000
+/* How long wait() watches a request before it sleeps on the condition. */
+#define WAIT_SPIN_NS 50000
 
 struct accel_comm_req {
 	accel_comm_req *next;     /* live requests, in issue order           */
@@ -95,6 +97,7 @@ typedef struct mpi_state {
 	pthread_cond_t work;      /* the worker waits for requests       */
 	pthread_cond_t done;      /* wait() waits for a request to finish */
 	int stop;
+	int sleeping;             /* the worker waits on `work` */
 
 	accel_comm_req *head, *tail;  /* live requests (issued, not yet released) */
 	accel_comm_req *cursor;       /* first request not finished           */
@@ -365,13 +368,14 @@ static void backoff(uint32_t *spins)
 /* Bookkeeping once r finished; caller holds st->lock in thread mode. */
 static void req_finished(mpi_state *st, accel_comm_req *r)
 {
-	r->state = r->status == ACCEL_OK ? REQ_DONE : REQ_FAILED;
+	__atomic_store_n(&r->state, r->status == ACCEL_OK ? REQ_DONE : REQ_FAILED,
+	                 __ATOMIC_RELEASE);
 	if (r->status != ACCEL_OK && !st->failed) {
 		st->failed = 1;
 		st->fail_code = r->status;
 		snprintf(st->fail_msg, sizeof(st->fail_msg), "%s", r->msg);
 	}
-	st->cursor = r->next;
+	__atomic_store_n(&st->cursor, r->next, __ATOMIC_RELEASE);
 }
 
 /* A request that runs after the failure of an earlier one. */
@@ -389,12 +393,25 @@ static void *worker_main(void *arg)
 	mpi_state *st = arg;
 	pthread_mutex_lock(&st->lock);
 	for (;;) {
-		while (!st->stop && !st->cursor)
+		if (!st->stop && !st->cursor) {
+			/* Collectives often come in bursts: watch for the next one
+			 * for a moment before sleeping (a wake-up costs microseconds). */
+			pthread_mutex_unlock(&st->lock);
+			int64_t until = now_ns() + WAIT_SPIN_NS;
+			while (!__atomic_load_n(&st->cursor, __ATOMIC_ACQUIRE) &&
+			       !__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) && now_ns() < until)
+				sched_yield();
+			pthread_mutex_lock(&st->lock);
+		}
+		while (!st->stop && !st->cursor) {
+			st->sleeping = 1;
 			pthread_cond_wait(&st->work, &st->lock);
+			st->sleeping = 0;
+		}
 		accel_comm_req *r = st->cursor;
 		if (!r)
 			break;  /* stop requested and the queue is empty */
-		r->state = REQ_RUNNING;
+		__atomic_store_n(&r->state, REQ_RUNNING, __ATOMIC_RELAXED);
 		int failed = st->failed;
 		pthread_mutex_unlock(&st->lock);
 
@@ -569,9 +586,10 @@ static int req_submit(mpi_state *st, accel_comm_req *r, accel_comm_req **ret_req
 		st->head = r;
 	st->tail = r;
 	if (!st->cursor)
-		st->cursor = r;
+		__atomic_store_n(&st->cursor, r, __ATOMIC_RELEASE);
 	if (st->use_thread) {
-		pthread_cond_signal(&st->work);
+		if (st->sleeping)
+			pthread_cond_signal(&st->work);
 		pthread_mutex_unlock(&st->lock);
 	} else {
 		caller_progress(st, NULL);
@@ -731,7 +749,16 @@ static int mpi_wait(void *state, accel_comm_req *r)
 		                       "backend)", r ? "unknown" : "NULL");
 	}
 	if (st->use_thread) {
-		/* The worker enforces the deadline, so this wait ends. */
+		/* Small collectives finish within microseconds: watch the state
+		 * for a moment before sleeping, saving a futex wake-up.  The
+		 * worker enforces the deadline, so this wait ends. */
+		if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE) {
+			pthread_mutex_unlock(&st->lock);
+			int64_t until = now_ns() + WAIT_SPIN_NS;
+			while (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE && now_ns() < until)
+				sched_yield();
+			pthread_mutex_lock(&st->lock);
+		}
 		while (r->state < REQ_DONE)
 			pthread_cond_wait(&st->done, &st->lock);
 	} else if (r->state < REQ_DONE) {
@@ -805,7 +832,7 @@ static void mpi_fini(void *state)
 		return;
 	if (st->thread_started) {
 		pthread_mutex_lock(&st->lock);
-		st->stop = 1;
+		__atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
 		pthread_cond_signal(&st->work);
 		pthread_mutex_unlock(&st->lock);
 		pthread_join(st->thread, NULL);
