@@ -1126,7 +1126,8 @@ static int normalize(const keydef *k, const char *shown_key, json_t *v, const vs
                      json_t **ret, accel_err *err)
 {
 	const doc *d = vs->d;
-	int textual = d && d->kind != D_FILE;   /* env or --set: raw text available */
+	/* env or --set value as typed: its raw text is available */
+	int textual = d && d->kind != D_FILE && v == d->root;
 	json_t *out = NULL;
 
 	if (json_is_null(v)) {
@@ -1865,7 +1866,7 @@ int accel_config_peek_string(const accel_config *cfg, const char *path, const ch
 		*ret = json_string_value(v);
 		return ACCEL_OK;
 	}
-	if (d && d->raw && !json_is_array(v) && !json_is_object(v)) {
+	if (d && d->raw && v == d->root && !json_is_array(v) && !json_is_object(v)) {
 		*ret = d->raw;
 		return ACCEL_OK;
 	}
@@ -1883,7 +1884,7 @@ int accel_config_peek_strlist(const accel_config *cfg, const char *path, uint32_
 	int r = raw_find(cfg, path, &v, &d, src, sizeof(src));
 	if (r)
 		return r;
-	if (d && d->split && !d->raw_json)
+	if (d && d->split && !d->raw_json && v == d->root)
 		v = d->split;
 	if (!json_is_array(v))
 		return ACCEL_ERR_CONFIG;

@@ -237,6 +237,17 @@ START_TEST(set_values)
 	/* string key given a JSON number on the command line keeps the text */
 	ck_assert_int_eq(accel_config_get_string(c, "strategy", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "123");
+	c = accel_config_free(c);
+
+	/* only a value typed directly keeps its text; inside JSON types count */
+	c = mk(&e);
+	ck_assert_int_eq(run(c, NULL, NULL, "optimizer={\"type\": 3}", &e), ACCEL_ERR_CONFIG);
+	ck_assert_str_eq(e.msg, "invalid value for 'optimizer.type' at --set optimizer={\"type\": 3}: "
+	                        "expected one of adamw|sgd, got 3");
+	c = accel_config_free(c);
+	c = mk(&e);
+	ck_assert_int_eq(accel_config_set(c, "optimizer={\"type\": \"sgd\"}", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
 	/* sgd's weight decay default is torch's 0 */
 	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.weight_decay", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 0.0);
