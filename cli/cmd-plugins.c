@@ -336,7 +336,30 @@ static void range_str(const accel_param_schema_v1 *p, char *buf, size_t cap)
 	if (p->type == ACCEL_CFG_INT)
 		snprintf(buf, cap, "%.0f .. %.0f", p->min, p->max);
 	else
-		snprintf(buf, cap, "%g .. %g", p->min, p->max);
+		snprintf(buf, cap, "%.10g .. %.10g", p->min, p->max);
+}
+
+/* Help text indented by `indent`, wrapped at word boundaries to stay
+ * within 100 columns where it can. */
+static void print_wrapped(size_t indent, const char *text)
+{
+	const size_t width = 100;
+	size_t avail = width > indent + 30 ? width - indent : 30;
+	const char *p = text;
+	while (*p) {
+		size_t n = strlen(p);
+		if (n > avail) {
+			n = avail;
+			while (n > 0 && p[n] != ' ')
+				n--;
+			if (n == 0) /* one long word */
+				n = strcspn(p, " ");
+		}
+		printf("%*s%.*s\n", (int)indent, "", (int)n, p);
+		p += n;
+		while (*p == ' ')
+			p++;
+	}
 }
 
 static void full_key(const accel_module *m, const accel_param_schema_v1 *p, char *buf,
@@ -464,7 +487,7 @@ static int cmd_info(accel_loader *ld, const opts *o)
 		snprintf(def, sizeof(def), "%s", p->default_json ? p->default_json : "(none)");
 		printf("  %-*s  %-7s  default %s%s%s\n", (int)kw, key,
 		       accel_loader_cfg_type_name(p->type), def, range[0] ? ", " : "", range);
-		printf("  %-*s    %s\n", (int)kw, "", p->help && *p->help ? p->help : "(no help)");
+		print_wrapped(kw + 6, p->help && *p->help ? p->help : "(no help)");
 	}
 	return 0;
 }
