@@ -256,7 +256,7 @@ START_TEST(test_error_nccl)
 		int rc = accel_nccl_describe_nccl(cases[i].r, "ncclAllReduce", "peer 3 closed",
 		                                  buf, sizeof(buf));
 		ck_assert_int_eq(rc, ACCEL_ERR_NCCL);
-		ck_assert_msg(strstr(buf, "nccl: ncclAllReduce failed: ") &&
+		ck_assert_msg(strstr(buf, "ncclAllReduce failed: ") &&
 		              strstr(buf, ncclGetErrorString(cases[i].r)) &&
 		              strstr(buf, cases[i].name) && strstr(buf, ": peer 3 closed.") &&
 		              strstr(buf, cases[i].hint),
@@ -290,7 +290,7 @@ START_TEST(test_error_cuda)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		int rc = accel_nccl_describe_cuda(cases[i].e, "cudaMalloc", buf, sizeof(buf));
 		ck_assert_int_eq(rc, ACCEL_ERR_CUDA);
-		ck_assert_msg(strstr(buf, "cuda: cudaMalloc failed: ") &&
+		ck_assert_msg(strstr(buf, "cudaMalloc failed: ") &&
 		              strstr(buf, cudaGetErrorString(cases[i].e)) &&
 		              strstr(buf, cases[i].name) && strstr(buf, cases[i].hint),
 		              "case %zu: %s", i, buf);

@@ -179,7 +179,7 @@ static int init_mpi_error(mpi_state *st, const char *what, int rc)
 {
 	char es[MPI_MAX_ERROR_STRING];
 	mpi_errstr(rc, es, sizeof(es));
-	return st->host->error(st->h, ACCEL_ERR_COMM, "mpi: %s failed on rank %d: %s", what,
+	return st->host->error(st->h, ACCEL_ERR_COMM, "%s failed on rank %d: %s", what,
 	                       st->rank, es);
 }
 
@@ -281,7 +281,7 @@ static void req_fail_mpi(accel_comm_req *r, int rc, const char *where)
 	req_describe(r, what, sizeof(what));
 	mpi_errstr(rc, es, sizeof(es));
 	r->status = ACCEL_ERR_COMM;
-	snprintf(r->msg, sizeof(r->msg), "mpi: %s: %s failed: %s", what, where, es);
+	snprintf(r->msg, sizeof(r->msg), "%s: %s failed: %s", what, where, es);
 }
 
 static void lost_add(mpi_state *st, accel_comm_req *r)
@@ -338,7 +338,7 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 		req_describe(r, what, sizeof(what));
 		r->status = ACCEL_ERR_TIMEOUT;
 		snprintf(r->msg, sizeof(r->msg),
-		         "mpi: %s did not complete within %.1f s on rank %d of %d: the other ranks "
+		         "%s did not complete within %.1f s on rank %d of %d: the other ranks "
 		         "did not arrive at it. MPI cannot tell which ranks are missing; look for "
 		         "the rank whose log stops before collective #%llu, or that died or "
 		         "issued collectives in a different order (raise comm.timeout_s if a "
@@ -384,7 +384,7 @@ static void req_fail_fast(mpi_state *st, accel_comm_req *r)
 	char what[160];
 	req_describe(r, what, sizeof(what));
 	r->status = st->fail_code;
-	snprintf(r->msg, sizeof(r->msg), "mpi: %s not run: an earlier collective failed (%.*s)",
+	snprintf(r->msg, sizeof(r->msg), "%s not run: an earlier collective failed (%.*s)",
 	         what, (int)(MSG_MAX / 2), st->fail_msg);
 }
 
@@ -467,24 +467,24 @@ static void caller_progress(mpi_state *st, accel_comm_req *until)
 static int check_view(mpi_state *st, const char *op, const char *which, const accel_view *v)
 {
 	if (!v)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: %s: %s view is NULL", op,
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "%s: %s view is NULL", op,
 		                       which);
 	if (v->struct_size < sizeof(accel_view))
 		return st->host->error(st->h, ACCEL_ERR_ABI,
-		                       "mpi: %s: %s view has struct_size %u, expected at least %zu",
+		                       "%s: %s view has struct_size %u, expected at least %zu",
 		                       op, which, v->struct_size, sizeof(accel_view));
 	if (v->device != ACCEL_DEVICE_CPU)
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "mpi: %s: %s buffer is on device %d (cuda:%d); the mpi "
+		                       "%s: %s buffer is on device %d (cuda:%d); the mpi "
 		                       "backend serves host memory only (use backend \"nccl\" for "
 		                       "GPU buffers)",
 		                       op, which, v->device, v->device_index);
 	if (accel_mpi_dtype_size(v->dtype) == 0)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: %s: %s view has dtype %u, "
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "%s: %s view has dtype %u, "
 		                       "which is not an ACCEL_DTYPE_*", op, which, v->dtype);
 	if (!v->data && v->numel > 0)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: %s: %s view has %llu elements but data is NULL", op,
+		                       "%s: %s view has %llu elements but data is NULL", op,
 		                       which, (unsigned long long)v->numel);
 	return ACCEL_OK;
 }
@@ -506,14 +506,14 @@ static int check_pair(mpi_state *st, const char *op, const accel_view *send,
 		return rc;
 	if (send->dtype != recv->dtype)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: %s: send is %s but recv is %s; both must have one dtype",
+		                       "%s: send is %s but recv is %s; both must have one dtype",
 		                       op, accel_mpi_dtype_name(send->dtype),
 		                       accel_mpi_dtype_name(recv->dtype));
 	size_t esz = accel_mpi_dtype_size(send->dtype);
 	*in_place = send->data == recv->data && send->numel > 0;
 	if (!*in_place && ranges_overlap(send->data, send->numel * esz, recv->data, recv->numel * esz))
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: %s: send and recv overlap without being the same "
+		                       "%s: send and recv overlap without being the same "
 		                       "buffer; in place means send->data == recv->data", op);
 	return ACCEL_OK;
 }
@@ -522,11 +522,11 @@ static int check_reduction(mpi_state *st, const char *op, uint32_t dtype, uint32
 {
 	if (red > ACCEL_RED_MIN)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: %s: reduction %u is not an ACCEL_RED_* (sum, avg, max, "
+		                       "%s: reduction %u is not an ACCEL_RED_* (sum, avg, max, "
 		                       "min)", op, red);
 	if (!accel_mpi_dtype_reducible(dtype))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "mpi: %s: cannot reduce %s; reductions take f32, f64, f16, "
+		                       "%s: cannot reduce %s; reductions take f32, f64, f16, "
 		                       "bf16, i32 or i64", op, accel_mpi_dtype_name(dtype));
 	return ACCEL_OK;
 }
@@ -535,7 +535,7 @@ static int check_count(mpi_state *st, const char *op, uint64_t count)
 {
 	if (count > (uint64_t)INT32_MAX)
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "mpi: %s: %llu elements per rank exceed MPI's int count "
+		                       "%s: %llu elements per rank exceed MPI's int count "
 		                       "(%d); split the buffer", op, (unsigned long long)count,
 		                       INT32_MAX);
 	return ACCEL_OK;
@@ -544,7 +544,7 @@ static int check_count(mpi_state *st, const char *op, uint64_t count)
 static int fail_fast_now(mpi_state *st, const char *op)
 {
 	return st->host->error(st->h, st->fail_code,
-	                       "mpi: %s #%llu not run: an earlier collective failed (%.*s)", op,
+	                       "%s #%llu not run: an earlier collective failed (%.*s)", op,
 	                       (unsigned long long)st->seq + 1, (int)(MSG_MAX / 2), st->fail_msg);
 }
 
@@ -552,7 +552,7 @@ static accel_comm_req *req_new(mpi_state *st, int kind, uint32_t dtype, uint32_t
 {
 	accel_comm_req *r = calloc(1, sizeof(*r));
 	if (!r) {
-		st->host->error(st->h, ACCEL_ERR_NOMEM, "mpi: %s: out of memory for a request",
+		st->host->error(st->h, ACCEL_ERR_NOMEM, "%s: out of memory for a request",
 		                op_name(kind));
 		return NULL;
 	}
@@ -604,13 +604,13 @@ static int mpi_allreduce(void *state, const accel_view *send, const accel_view *
 	mpi_state *st = state;
 	int in_place, rc;
 	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: allreduce: ret_req is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allreduce: ret_req is NULL");
 	if ((rc = check_pair(st, "allreduce", send, recv, &in_place)) ||
 	    (rc = check_reduction(st, "allreduce", send->dtype, red)))
 		return rc;
 	if (send->numel != recv->numel)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: allreduce: send has %llu elements but recv has %llu",
+		                       "allreduce: send has %llu elements but recv has %llu",
 		                       (unsigned long long)send->numel,
 		                       (unsigned long long)recv->numel);
 	accel_comm_req *r = req_new(st, OP_ALLREDUCE, send->dtype, red);
@@ -630,14 +630,14 @@ static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_v
 	int in_place, rc;
 	if (!ret_req)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: reduce_scatter: ret_req is NULL");
+		                       "reduce_scatter: ret_req is NULL");
 	if ((rc = check_pair(st, "reduce_scatter", send, recv, &in_place)) ||
 	    (rc = check_reduction(st, "reduce_scatter", send->dtype, red)) ||
 	    (rc = check_count(st, "reduce_scatter", recv->numel)))
 		return rc;
 	if (send->numel != recv->numel * (uint64_t)st->world)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: reduce_scatter: send has %llu elements; it must be "
+		                       "reduce_scatter: send has %llu elements; it must be "
 		                       "world size %d x recv's %llu",
 		                       (unsigned long long)send->numel, st->world,
 		                       (unsigned long long)recv->numel);
@@ -657,13 +657,13 @@ static int mpi_allgather(void *state, const accel_view *send, const accel_view *
 	mpi_state *st = state;
 	int in_place, rc;
 	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: allgather: ret_req is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allgather: ret_req is NULL");
 	if ((rc = check_pair(st, "allgather", send, recv, &in_place)) ||
 	    (rc = check_count(st, "allgather", send->numel)))
 		return rc;
 	if (recv->numel != send->numel * (uint64_t)st->world)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: allgather: recv has %llu elements; it must be world "
+		                       "allgather: recv has %llu elements; it must be world "
 		                       "size %d x send's %llu",
 		                       (unsigned long long)recv->numel, st->world,
 		                       (unsigned long long)send->numel);
@@ -682,12 +682,12 @@ static int mpi_broadcast(void *state, const accel_view *buf, int32_t root,
 	mpi_state *st = state;
 	int rc;
 	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: broadcast: ret_req is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "broadcast: ret_req is NULL");
 	if ((rc = check_view(st, "broadcast", "buffer", buf)))
 		return rc;
 	if (root < 0 || root >= st->world)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: broadcast: root %d is not a rank (world size %d)", root,
+		                       "broadcast: root %d is not a rank (world size %d)", root,
 		                       st->world);
 	accel_comm_req *r = req_new(st, OP_BROADCAST, buf->dtype, ACCEL_RED_SUM);
 	if (!r)
@@ -702,7 +702,7 @@ static int mpi_barrier(void *state, accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
 	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: barrier: ret_req is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "barrier: ret_req is NULL");
 	accel_comm_req *r = req_new(st, OP_BARRIER, ACCEL_DTYPE_U8, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -745,7 +745,7 @@ static int mpi_wait(void *state, accel_comm_req *r)
 		if (st->use_thread)
 			pthread_mutex_unlock(&st->lock);
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: wait: %s request (already released, or not from this "
+		                       "wait: %s request (already released, or not from this "
 		                       "backend)", r ? "unknown" : "NULL");
 	}
 	if (st->use_thread) {
@@ -779,14 +779,14 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 	mpi_state *st = state;
 	int s;
 	if (!ret_done)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "mpi: test: ret_done is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
 	if (st->use_thread)
 		pthread_mutex_lock(&st->lock);
 	if (!r || !req_known(st, r)) {
 		if (st->use_thread)
 			pthread_mutex_unlock(&st->lock);
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "mpi: test: %s request (already released, or not from this "
+		                       "test: %s request (already released, or not from this "
 		                       "backend)", r ? "unknown" : "NULL");
 	}
 	if (!st->use_thread && r->state < REQ_DONE)
@@ -814,7 +814,7 @@ static int drain_lost(mpi_state *st)
 			backoff(&spins);
 		if (!flag) {
 			st->host->log(st->h, ACCEL_LOG_WARN,
-			              "mpi: %s #%llu never completed on rank %d; skipping MPI cleanup "
+			              "%s #%llu never completed on rank %d; skipping MPI cleanup "
 			              "and MPI_Finalize (it would hang), so mpirun may report that this "
 			              "process exited without finalizing",
 			              op_name(st->lost[i].kind), (unsigned long long)st->lost[i].seq,
@@ -876,7 +876,7 @@ static int mpi_ensure_init(mpi_state *st, int *ret_level)
 	if (fin) {
 		pthread_mutex_unlock(&g_mpi_lock);
 		return st->host->error(st->h, ACCEL_ERR_STATE,
-		                       "mpi: MPI was already finalized in this process; create accel "
+		                       "MPI was already finalized in this process; create accel "
 		                       "contexts before MPI_Finalize (MPI cannot be initialized "
 		                       "again)");
 	}
@@ -887,7 +887,7 @@ static int mpi_ensure_init(mpi_state *st, int *ret_level)
 			g_mpi_we_initialized = 1;
 			if (atexit(finalize_at_exit) != 0)
 				st->host->log(st->h, ACCEL_LOG_WARN,
-				              "mpi: cannot register MPI_Finalize at exit; call "
+				              "cannot register MPI_Finalize at exit; call "
 				              "MPI_Finalize yourself before exiting");
 		}
 	} else {
@@ -909,11 +909,11 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	int64_t chunk = 1073741824;
 
 	if (!args || args->struct_size < sizeof(accel_comm_init_v1))
-		return host->error(h, ACCEL_ERR_ABI, "mpi: init: accel_comm_init_v1 is %s",
+		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is %s",
 		                   args ? "too small (older core?)" : "NULL");
 	st = calloc(1, sizeof(*st));
 	if (!st)
-		return host->error(h, ACCEL_ERR_NOMEM, "mpi: out of memory for the backend state");
+		return host->error(h, ACCEL_ERR_NOMEM, "out of memory for the backend state");
 	st->host = host;
 	st->h = h;
 	st->comm = MPI_COMM_NULL;
@@ -932,7 +932,7 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		goto fail;
 	if (chunk < 1 || chunk > INT32_MAX) {
 		rc = host->error(h, ACCEL_ERR_CONFIG,
-		                 "mpi: mpi.chunk_elements is %lld; it must be 1 .. %d",
+		                 "mpi.chunk_elements is %lld; it must be 1 .. %d",
 		                 (long long)chunk, INT32_MAX);
 		goto fail;
 	}
@@ -954,7 +954,7 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	MPI_Comm_size(st->comm, &msize);
 	if (mrank != args->rank || msize != args->world_size) {
 		rc = host->error(h, ACCEL_ERR_CONFIG,
-		                 "mpi: MPI says this process is rank %d of %d, but accel was told "
+		                 "MPI says this process is rank %d of %d, but accel was told "
 		                 "rank %d of %d; start the program with mpirun/srun (not `accel "
 		                 "launch`) to use backend \"mpi\", or choose backend \"shm\"",
 		                 mrank, msize, args->rank, args->world_size);
@@ -967,26 +967,26 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 
 	if (pthread_mutex_init(&st->lock, NULL) || pthread_cond_init(&st->work, NULL) ||
 	    pthread_cond_init(&st->done, NULL)) {
-		rc = host->error(h, ACCEL_ERR_SYSTEM, "mpi: cannot create a mutex/condition variable");
+		rc = host->error(h, ACCEL_ERR_SYSTEM, "cannot create a mutex/condition variable");
 		goto fail;
 	}
 	st->sync_inited = 1;
 	st->use_thread = progress_thread && level == MPI_THREAD_MULTIPLE;
 	if (progress_thread && !st->use_thread)
 		host->log(h, ACCEL_LOG_INFO,
-		          "mpi: MPI runs at %s (the program initialized it), not "
+		          "MPI runs at %s (the program initialized it), not "
 		          "MPI_THREAD_MULTIPLE; collectives progress inside test/wait on the "
 		          "calling thread", thread_level_name(level));
 	if (st->use_thread) {
 		int e = pthread_create(&st->thread, NULL, worker_main, st);
 		if (e) {
-			rc = host->error(h, ACCEL_ERR_SYSTEM, "mpi: cannot start the progress thread: %s",
+			rc = host->error(h, ACCEL_ERR_SYSTEM, "cannot start the progress thread: %s",
 			                 strerror(e));
 			goto fail;
 		}
 		st->thread_started = 1;
 	}
-	host->log(h, ACCEL_LOG_DEBUG, "mpi: rank %d of %d, %s, %s, timeout %lld ms", st->rank,
+	host->log(h, ACCEL_LOG_DEBUG, "rank %d of %d, %s, %s, timeout %lld ms", st->rank,
 	          st->world, thread_level_name(level),
 	          st->use_thread ? "progress thread" : "progress in test/wait",
 	          (long long)st->timeout_ms);
@@ -1058,7 +1058,7 @@ ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
 	if (!host || host->abi_major != ACCEL_ABI_MAJOR ||
 	    host->struct_size < offsetof(accel_host_v1, store_add) + sizeof(host->store_add)) {
 		if (host && host->error)
-			host->error(NULL, ACCEL_ERR_ABI, "mpi: needs accel plugin ABI %d.x (host has %u)",
+			host->error(NULL, ACCEL_ERR_ABI, "needs accel plugin ABI %d.x (host has %u)",
 			            ACCEL_ABI_MAJOR, host->abi_major);
 		return NULL;
 	}

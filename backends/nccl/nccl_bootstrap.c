@@ -24,7 +24,7 @@ int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int worl
 	int rc;
 
 	if (!ops || !ret_id || rank < 0 || world_size < 1 || rank >= world_size) {
-		snprintf(msg, cap, "nccl: bootstrap: bad arguments (rank %d, world size %d)", rank,
+		snprintf(msg, cap, "bootstrap: bad arguments (rank %d, world size %d)", rank,
 		         world_size);
 		return ACCEL_ERR_INVALID_ARG;
 	}
@@ -41,7 +41,7 @@ int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int worl
 	snprintf(key, sizeof(key), "nccl/count/%d", rank);
 	rc = ops->add(ctx, key, 1, &count);
 	if (rc != ACCEL_OK) {
-		snprintf(msg, cap, "nccl: bootstrap on rank %d: cannot reach the rendezvous store "
+		snprintf(msg, cap, "bootstrap on rank %d: cannot reach the rendezvous store "
 		         "(store_add '%s' failed); NCCL needs it to exchange its unique id", rank,
 		         key);
 		return rc;
@@ -54,7 +54,7 @@ int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int worl
 			return accel_nccl_describe_nccl(r, "ncclGetUniqueId", NULL, msg, cap);
 		rc = ops->set(ctx, key, &id, sizeof(id));
 		if (rc != ACCEL_OK) {
-			snprintf(msg, cap, "nccl: bootstrap on rank 0: cannot publish the NCCL id "
+			snprintf(msg, cap, "bootstrap on rank 0: cannot publish the NCCL id "
 			         "under store key '%s'", key);
 			return rc;
 		}
@@ -64,14 +64,14 @@ int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int worl
 
 	rc = ops->get(ctx, key, &id, sizeof(id), &len, timeout_ms);
 	if (rc != ACCEL_OK) {
-		snprintf(msg, cap, "nccl: bootstrap on rank %d: rank 0 did not publish the NCCL id "
+		snprintf(msg, cap, "bootstrap on rank %d: rank 0 did not publish the NCCL id "
 		         "(store key '%s') within %.1f s; check that rank 0 started, reached "
 		         "accel_ctx_new and selected backend \"nccl\" too", rank, key,
 		         (double)timeout_ms / 1000.0);
 		return rc == ACCEL_ERR_TIMEOUT ? ACCEL_ERR_TIMEOUT : rc;
 	}
 	if (len != sizeof(id)) {
-		snprintf(msg, cap, "nccl: bootstrap on rank %d: store key '%s' holds %llu bytes, "
+		snprintf(msg, cap, "bootstrap on rank %d: store key '%s' holds %llu bytes, "
 		         "not an NCCL id (%zu bytes); are two jobs sharing one store, or ranks "
 		         "creating communicators in a different order?", rank, key,
 		         (unsigned long long)len, sizeof(id));

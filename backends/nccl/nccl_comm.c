@@ -166,7 +166,7 @@ static ncclResult_t settle(nccl_state *st, const char *name, int *rc)
 		if (deadline && now_ns() > deadline) {
 			abort_comm(st);
 			*rc = fail(st, ACCEL_ERR_TIMEOUT,
-			           "nccl: %s did not finish within %.1f s on rank %d of %d: the other "
+			           "%s did not finish within %.1f s on rank %d of %d: the other "
 			           "ranks did not join it (NCCL cannot tell which); the communicator "
 			           "was aborted",
 			           name, (double)st->timeout_ms / 1000.0, st->rank, st->world);
@@ -239,7 +239,7 @@ static accel_comm_req *req_get(nccl_state *st, int *rc)
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
-		*rc = st->host->error(st->h, ACCEL_ERR_NOMEM, "nccl: out of memory for a request");
+		*rc = st->host->error(st->h, ACCEL_ERR_NOMEM, "out of memory for a request");
 		return NULL;
 	}
 	cudaError_t e = cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming);
@@ -283,26 +283,26 @@ static int req_known(const nccl_state *st, const accel_comm_req *r)
 static int check_view(nccl_state *st, const char *op, const char *which, const accel_view *v)
 {
 	if (!v)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: %s: %s view is NULL", op,
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "%s: %s view is NULL", op,
 		                       which);
 	if (v->struct_size < sizeof(accel_view))
 		return st->host->error(st->h, ACCEL_ERR_ABI,
-		                       "nccl: %s: %s view has struct_size %u, expected at least %zu",
+		                       "%s: %s view has struct_size %u, expected at least %zu",
 		                       op, which, v->struct_size, sizeof(accel_view));
 	if (v->device != ACCEL_DEVICE_CUDA || v->device_index != st->device)
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "nccl: %s: %s buffer is on %s:%d but this rank's NCCL "
+		                       "%s: %s buffer is on %s:%d but this rank's NCCL "
 		                       "communicator is on cuda:%d; the nccl backend serves this "
 		                       "rank's GPU only",
 		                       op, which, v->device == ACCEL_DEVICE_CUDA ? "cuda" : "cpu",
 		                       v->device_index, st->device);
 	if (accel_nccl_dtype_size(v->dtype) == 0)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: %s: %s view has dtype %u, which is not an "
+		                       "%s: %s view has dtype %u, which is not an "
 		                       "ACCEL_DTYPE_*", op, which, v->dtype);
 	if (!v->data && v->numel > 0)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: %s: %s view has %llu elements but data is NULL", op,
+		                       "%s: %s view has %llu elements but data is NULL", op,
 		                       which, (unsigned long long)v->numel);
 	return ACCEL_OK;
 }
@@ -315,7 +315,7 @@ static int check_pair(nccl_state *st, const char *op, const accel_view *send,
 		return rc;
 	if (send->dtype != recv->dtype)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: %s: send is %s but recv is %s; both must have one "
+		                       "%s: send is %s but recv is %s; both must have one "
 		                       "dtype", op, accel_nccl_dtype_name(send->dtype),
 		                       accel_nccl_dtype_name(recv->dtype));
 	size_t es = accel_nccl_dtype_size(send->dtype);
@@ -324,7 +324,7 @@ static int check_pair(nccl_state *st, const char *op, const accel_view *send,
 	*in_place = send->data == recv->data && send->numel > 0;
 	if (!*in_place && ns && nr && s < r + nr && r < s + ns)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: %s: send and recv overlap without being the same "
+		                       "%s: send and recv overlap without being the same "
 		                       "buffer; in place means send->data == recv->data", op);
 	return ACCEL_OK;
 }
@@ -334,11 +334,11 @@ static int check_reduce(nccl_state *st, const char *op, uint32_t dtype, uint32_t
 {
 	if (!accel_nccl_redop(red, ret_op))
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: %s: reduction %u is not an ACCEL_RED_* (sum, avg, max, "
+		                       "%s: reduction %u is not an ACCEL_RED_* (sum, avg, max, "
 		                       "min)", op, red);
 	if (!accel_nccl_dtype(dtype, 1, ret_type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "nccl: %s: cannot reduce %s; reductions take f32, f64, f16, "
+		                       "%s: cannot reduce %s; reductions take f32, f64, f16, "
 		                       "bf16, i32 or i64", op, accel_nccl_dtype_name(dtype));
 	return ACCEL_OK;
 }
@@ -346,7 +346,7 @@ static int check_reduce(nccl_state *st, const char *op, uint32_t dtype, uint32_t
 static int fail_fast(nccl_state *st, int kind)
 {
 	return st->host->error(st->h, st->fail_code,
-	                       "nccl: %s #%llu not run: an earlier NCCL call failed (%.*s)",
+	                       "%s #%llu not run: an earlier NCCL call failed (%.*s)",
 	                       op_name(kind), (unsigned long long)st->seq + 1, MSG_MAX / 2,
 	                       st->fail_msg);
 }
@@ -414,7 +414,7 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 		         out);
 		break;
 	default:
-		rc = st->host->error(st->h, ACCEL_ERR_INTERNAL, "nccl: unknown op %d", L->kind);
+		rc = st->host->error(st->h, ACCEL_ERR_INTERNAL, "unknown op %d", L->kind);
 		goto out;
 	}
 	if (L->copy_after && st->rank > 0 && L->block_bytes)
@@ -444,13 +444,13 @@ static int nccl_allreduce(void *state, const accel_view *send, const accel_view 
 	launch L = {.kind = OP_ALLREDUCE};
 	int rc, in_place;
 	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: allreduce: ret_req is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allreduce: ret_req is NULL");
 	if ((rc = check_pair(st, "allreduce", send, recv, &in_place)) ||
 	    (rc = check_reduce(st, "allreduce", send->dtype, red, &L.type, &L.op)))
 		return rc;
 	if (send->numel != recv->numel)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: allreduce: send has %llu elements but recv has %llu",
+		                       "allreduce: send has %llu elements but recv has %llu",
 		                       (unsigned long long)send->numel,
 		                       (unsigned long long)recv->numel);
 	L.send = send->data;
@@ -468,13 +468,13 @@ static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_
 	int rc, in_place;
 	if (!ret_req)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: reduce_scatter: ret_req is NULL");
+		                       "reduce_scatter: ret_req is NULL");
 	if ((rc = check_pair(st, "reduce_scatter", send, recv, &in_place)) ||
 	    (rc = check_reduce(st, "reduce_scatter", send->dtype, red, &L.type, &L.op)))
 		return rc;
 	if (send->numel != recv->numel * (uint64_t)st->world)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: reduce_scatter: send has %llu elements; it must be "
+		                       "reduce_scatter: send has %llu elements; it must be "
 		                       "world size %d x recv's %llu",
 		                       (unsigned long long)send->numel, st->world,
 		                       (unsigned long long)recv->numel);
@@ -500,15 +500,15 @@ static int nccl_allgather(void *state, const accel_view *send, const accel_view 
 	launch L = {.kind = OP_ALLGATHER};
 	int rc, in_place;
 	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: allgather: ret_req is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allgather: ret_req is NULL");
 	if ((rc = check_pair(st, "allgather", send, recv, &in_place)))
 		return rc;
 	if (!accel_nccl_dtype(send->dtype, 0, &L.type))
-		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "nccl: allgather: dtype %s",
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "allgather: dtype %s",
 		                       accel_nccl_dtype_name(send->dtype));
 	if (recv->numel != send->numel * (uint64_t)st->world)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: allgather: recv has %llu elements; it must be world "
+		                       "allgather: recv has %llu elements; it must be world "
 		                       "size %d x send's %llu",
 		                       (unsigned long long)recv->numel, st->world,
 		                       (unsigned long long)send->numel);
@@ -532,15 +532,15 @@ static int nccl_broadcast(void *state, const accel_view *buf, int32_t root,
 	launch L = {.kind = OP_BROADCAST};
 	int rc;
 	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: broadcast: ret_req is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "broadcast: ret_req is NULL");
 	if ((rc = check_view(st, "broadcast", "buffer", buf)))
 		return rc;
 	if (!accel_nccl_dtype(buf->dtype, 0, &L.type))
-		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "nccl: broadcast: dtype %s",
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "broadcast: dtype %s",
 		                       accel_nccl_dtype_name(buf->dtype));
 	if (root < 0 || root >= st->world)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: broadcast: root %d is not a rank (world size %d)", root,
+		                       "broadcast: root %d is not a rank (world size %d)", root,
 		                       st->world);
 	L.recv = buf->data;
 	L.count = buf->numel;
@@ -554,7 +554,7 @@ static int nccl_barrier(void *state, accel_comm_req **ret_req)
 	nccl_state *st = state;
 	launch L = {.kind = OP_BARRIER, .dtype = ACCEL_DTYPE_F32, .count = 1};
 	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: barrier: ret_req is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "barrier: ret_req is NULL");
 	return issue(st, &L, ret_req);
 }
 
@@ -566,7 +566,7 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 	int rc = ACCEL_OK;
 	if (st->aborted)
 		return fail(st, st->fail_code ? st->fail_code : ACCEL_ERR_NCCL,
-		            "nccl: %s #%llu: the communicator was aborted after an earlier failure",
+		            "%s #%llu: the communicator was aborted after an earlier failure",
 		            op_name(r->kind), (unsigned long long)r->seq);
 	cudaError_t e = cudaEventQuery(r->ev);
 	if (e == cudaSuccess)
@@ -593,7 +593,7 @@ static int nccl_wait(void *state, accel_comm_req *r)
 	int rc = ACCEL_OK, prev = -1;
 	if (!r || !req_known(st, r))
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: wait: %s request (already released, or not from this "
+		                       "wait: %s request (already released, or not from this "
 		                       "backend)", r ? "unknown" : "NULL");
 	if ((rc = enter_device(st, &prev)))
 		return rc;
@@ -610,7 +610,7 @@ static int nccl_wait(void *state, accel_comm_req *r)
 		if (deadline && now_ns() > deadline) {
 			abort_comm(st);
 			rc = fail(st, ACCEL_ERR_TIMEOUT,
-			          "nccl: %s #%llu (%s, %llu elements) did not complete within %.1f s on "
+			          "%s #%llu (%s, %llu elements) did not complete within %.1f s on "
 			          "rank %d of %d: the other ranks did not arrive at it. NCCL cannot tell "
 			          "which ranks are missing; look for the rank whose log stops before "
 			          "collective #%llu, or that died. The communicator was aborted",
@@ -633,10 +633,10 @@ static int nccl_test(void *state, accel_comm_req *r, int32_t *ret_done)
 	nccl_state *st = state;
 	int prev = -1, p;
 	if (!ret_done)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "nccl: test: ret_done is NULL");
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
 	if (!r || !req_known(st, r))
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: test: %s request (already released, or not from this "
+		                       "test: %s request (already released, or not from this "
 		                       "backend)", r ? "unknown" : "NULL");
 	if ((p = enter_device(st, &prev)))
 		return p;
@@ -658,11 +658,11 @@ static int nccl_mem_alloc(void *state, int32_t device, int32_t device_index, uin
 	void *p = NULL;
 	if (device != ACCEL_DEVICE_CUDA)
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "nccl: mem_alloc: the nccl backend allocates device memory "
+		                       "mem_alloc: the nccl backend allocates device memory "
 		                       "only (asked for device %d)", device);
 	if (device_index != st->device)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "nccl: mem_alloc: asked for cuda:%d, but this rank's "
+		                       "mem_alloc: asked for cuda:%d, but this rank's "
 		                       "communicator is on cuda:%d", device_index, st->device);
 	if ((rc = enter_device(st, &prev)))
 		return rc;
@@ -691,7 +691,7 @@ static void nccl_mem_free(void *state, void *ptr)
 	cudaError_t e = cudaFree(ptr);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
-		st->host->log(st->h, ACCEL_LOG_WARN, "nccl: cudaFree(%p) failed: %s", ptr,
+		st->host->log(st->h, ACCEL_LOG_WARN, "cudaFree(%p) failed: %s", ptr,
 		              cudaGetErrorString(e));
 	}
 }
@@ -726,7 +726,7 @@ static void nccl_fini(void *state)
 				abort_comm(st);
 		} else {
 			st->host->log(st->h, ACCEL_LOG_WARN,
-			              "nccl: collectives still running on rank %d after %d s at "
+			              "collectives still running on rank %d after %d s at "
 			              "shutdown; aborting the communicator", st->rank, DRAIN_MAX_MS / 1000);
 			abort_comm(st);
 		}
@@ -763,11 +763,11 @@ static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_
 	ncclUniqueId id;
 
 	if (!args || args->struct_size < sizeof(accel_comm_init_v1))
-		return host->error(h, ACCEL_ERR_ABI, "nccl: init: accel_comm_init_v1 is %s",
+		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is %s",
 		                   args ? "too small (older core?)" : "NULL");
 	st = calloc(1, sizeof(*st));
 	if (!st)
-		return host->error(h, ACCEL_ERR_NOMEM, "nccl: out of memory for the backend state");
+		return host->error(h, ACCEL_ERR_NOMEM, "out of memory for the backend state");
 	st->host = host;
 	st->h = h;
 	st->rank = args->rank;
@@ -779,7 +779,7 @@ static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_
 	if (st->device < 0 || st->device >= ndev) {
 		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
 		rc = host->error(h, ACCEL_ERR_CONFIG,
-		                 "nccl: rank %d (local rank %d) wants cuda:%d, but %d GPU(s) are "
+		                 "rank %d (local rank %d) wants cuda:%d, but %d GPU(s) are "
 		                 "visible (CUDA_VISIBLE_DEVICES=%s); start at most one process per "
 		                 "GPU on each node",
 		                 st->rank, args->local_rank, st->device, ndev, vis ? vis : "(unset)");
@@ -806,7 +806,7 @@ static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_
 	CUDA_TRY(st, cudaMalloc(&st->scratch, 64), fail);
 	CUDA_TRY(st, cudaMemset(st->scratch, 0, 64), fail);
 
-	host->log(h, ACCEL_LOG_DEBUG, "nccl: rank %d of %d on cuda:%d, NCCL %d.%d.%d, timeout %lld ms",
+	host->log(h, ACCEL_LOG_DEBUG, "rank %d of %d on cuda:%d, NCCL %d.%d.%d, timeout %lld ms",
 	          st->rank, st->world, st->device, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
 	          (long long)st->timeout_ms);
 	*ret_state = st;
@@ -863,7 +863,7 @@ ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
 	if (!host || host->abi_major != ACCEL_ABI_MAJOR ||
 	    host->struct_size < offsetof(accel_host_v1, store_add) + sizeof(host->store_add)) {
 		if (host && host->error)
-			host->error(NULL, ACCEL_ERR_ABI, "nccl: needs accel plugin ABI %d.x (host has %u)",
+			host->error(NULL, ACCEL_ERR_ABI, "needs accel plugin ABI %d.x (host has %u)",
 			            ACCEL_ABI_MAJOR, host->abi_major);
 		return NULL;
 	}

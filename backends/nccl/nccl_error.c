@@ -54,7 +54,7 @@ int accel_nccl_describe_nccl(ncclResult_t result, const char *call, const char *
 {
 	const char *text = ncclGetErrorString(result);
 	int has_detail = detail && *detail;
-	snprintf(buf, cap, "nccl: %s failed: %s (%s)%s%s. %s", call ? call : "an NCCL call",
+	snprintf(buf, cap, "%s failed: %s (%s)%s%s. %s", call ? call : "an NCCL call",
 	         text ? text : "unknown error", accel_nccl_result_name(result),
 	         has_detail ? ": " : "", has_detail ? detail : "", nccl_hint(result));
 	return ACCEL_ERR_NCCL;
@@ -88,7 +88,7 @@ static const char *cuda_hint(cudaError_t err)
 int accel_nccl_describe_cuda(cudaError_t err, const char *call, char *buf, size_t cap)
 {
 	const char *text = cudaGetErrorString(err), *name = cudaGetErrorName(err);
-	snprintf(buf, cap, "cuda: %s failed: %s (%s). %s", call ? call : "a CUDA call",
+	snprintf(buf, cap, "%s failed: %s (%s). %s", call ? call : "a CUDA call",
 	         text ? text : "unknown error", name ? name : "cudaError_t", cuda_hint(err));
 	return ACCEL_ERR_CUDA;
 }
