@@ -1,13 +1,391 @@
 /* SPDX-License-Identifier: MIT */
-/* cli/cmd-bench.c: `accel bench` (placeholder until implemented). */
+/* cli/cmd-bench.c: `accel bench`: benchmarks that run on the library itself.
+ *
+ * `accel bench comm` measures the selected comm backend the way nccl-tests
+ * measures NCCL (method and formulas in bench/comm-bench.h), on user memory
+ * or on memory from the backend's allocator, and prints one JSON line per
+ * size (--json) or a table, on rank 0.  Run it on several ranks with
+ * `accel launch -n N -- accel bench comm ...` (or under mpirun with backend
+ * mpi).  bench/comm-peers.sh runs it next to OpenMPI and PyTorch gloo. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "accel/accel.h"
+#include "bench/comm-bench.h"
 #include "cli.h"
+#include "comm.h"
+#include "ctx-impl.h"
+
+#define MAX_SETS 64
+
+static const char *const bench_help =
+	"Usage: accel bench COMMAND [OPTIONS]\n"
+	"\n"
+	"Commands:\n"
+	"  comm      time collectives of the selected comm backend (like nccl-tests)\n"
+	"\n"
+	"'accel bench COMMAND --help' describes a command.\n";
+
+static const char *const comm_help =
+	"Usage: accel launch -n N -- accel bench comm [OPTIONS]\n"
+	"\n"
+	"Time all-reduce, reduce-scatter, all-gather and broadcast of the comm backend\n"
+	"the configuration selects, for sizes doubling from --min-bytes to --max-bytes.\n"
+	"Per size: --warmup untimed calls, then --iters timed calls; the reported time\n"
+	"is the median call of the slowest rank.  algbw = bytes / time; busbw = algbw\n"
+	"x 2(n-1)/n (all-reduce), (n-1)/n (reduce-scatter, all-gather), 1 (broadcast),\n"
+	"as nccl-tests reports them.  `bytes` is the larger buffer of the call.\n"
+	"\n"
+	"Options:\n"
+	"  --op OP           allreduce|reduce_scatter|allgather|broadcast|all (default\n"
+	"                    allreduce)\n"
+	"  --dtype T         f32|f64|f16|bf16|i32|i64 (default f32; sum reduction)\n"
+	"  --min-bytes B     smallest size (default 8; K, M, G suffixes are powers of 1024)\n"
+	"  --max-bytes B     largest size (default 256M)\n"
+	"  --iters N         timed calls per size (default 20)\n"
+	"  --warmup N        untimed calls per size first (default 5)\n"
+	"  --buffers KIND    user: ordinary memory (default); backend: memory from the\n"
+	"                    comm backend's allocator (shared memory for shm), which\n"
+	"                    collectives use without staging copies\n"
+	"  --inplace         send and receive in one buffer (default: two buffers)\n"
+	"  --no-check        do not verify the results after timing\n"
+	"  --json            one JSON line per size instead of a table\n"
+	"  --config F        accel config file (default: as for any accel program)\n"
+	"  --set KEY=VALUE   config override, repeatable (e.g. --set backend=shm)\n"
+	"  -h, --help        this help\n"
+	"\n"
+	"Exit status: 0 when every call succeeded and every checked result was right.\n";
+
+typedef struct comm_opts {
+	int op;             /* CB_OP_* or CB_OP_COUNT for all */
+	uint32_t dtype;
+	const char *dtype_name;
+	uint64_t min_bytes, max_bytes;
+	int iters, warmup;
+	int backend_buffers;
+	int inplace, check, json;
+	const char *config;
+	const char *sets[MAX_SETS + 1];
+	int n_sets;
+} comm_opts;
+
+static int parse_int(const char *s, int min, int *ret)
+{
+	char *end = NULL;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || v < min || v > 100000000)
+		return -1;
+	*ret = (int)v;
+	return 0;
+}
+
+static int parse_comm(int argc, char **argv, comm_opts *o)
+{
+	static const char *const sub = "bench comm";
+	memset(o, 0, sizeof(*o));
+	o->op = CB_OP_ALLREDUCE;
+	o->dtype = ACCEL_DTYPE_F32;
+	o->dtype_name = "f32";
+	o->min_bytes = 8;
+	o->max_bytes = 256ull << 20;
+	o->iters = 20;
+	o->warmup = 5;
+	o->check = 1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			fputs(comm_help, stdout);
+			return 1;
+		}
+		if (!strcmp(a, "--json")) {
+			o->json = 1;
+			continue;
+		}
+		if (!strcmp(a, "--inplace")) {
+			o->inplace = 1;
+			continue;
+		}
+		if (!strcmp(a, "--no-check")) {
+			o->check = 0;
+			continue;
+		}
+		/* the rest take a value: --opt V or --opt=V */
+		const char *eq = strchr(a, '='), *v;
+		char name[32];
+		if (eq && (size_t)(eq - a) < sizeof(name)) {
+			memcpy(name, a, (size_t)(eq - a));
+			name[eq - a] = '\0';
+			v = eq + 1;
+		} else {
+			snprintf(name, sizeof(name), "%s", a);
+			if (i + 1 >= argc)
+				return accel_cli_usage_error(sub, "%s needs a value", a);
+			v = argv[++i];
+		}
+		if (!strcmp(name, "--op")) {
+			if ((o->op = cb_op_parse(v)) < 0)
+				return accel_cli_usage_error(sub, "unknown --op '%s' (allreduce, "
+				                             "reduce_scatter, allgather, broadcast, all)", v);
+		} else if (!strcmp(name, "--dtype")) {
+			o->dtype = cb_dtype_parse(v);
+			o->dtype_name = v;
+			if (o->dtype == ACCEL_DTYPE_INVALID)
+				return accel_cli_usage_error(sub, "unknown --dtype '%s' (f32, f64, f16, "
+				                             "bf16, i32, i64)", v);
+		} else if (!strcmp(name, "--min-bytes")) {
+			if (cb_parse_bytes(v, &o->min_bytes) || o->min_bytes == 0)
+				return accel_cli_usage_error(sub, "--min-bytes '%s' is not a size >= 1 "
+				                             "(e.g. 8, 64K, 1M)", v);
+		} else if (!strcmp(name, "--max-bytes")) {
+			if (cb_parse_bytes(v, &o->max_bytes) || o->max_bytes == 0)
+				return accel_cli_usage_error(sub, "--max-bytes '%s' is not a size >= 1 "
+				                             "(e.g. 64M, 1G)", v);
+		} else if (!strcmp(name, "--iters")) {
+			if (parse_int(v, 1, &o->iters))
+				return accel_cli_usage_error(sub, "--iters '%s' is not an integer >= 1", v);
+		} else if (!strcmp(name, "--warmup")) {
+			if (parse_int(v, 0, &o->warmup))
+				return accel_cli_usage_error(sub, "--warmup '%s' is not an integer >= 0", v);
+		} else if (!strcmp(name, "--buffers")) {
+			if (!strcmp(v, "user"))
+				o->backend_buffers = 0;
+			else if (!strcmp(v, "backend"))
+				o->backend_buffers = 1;
+			else
+				return accel_cli_usage_error(sub, "--buffers '%s' is not user or backend", v);
+		} else if (!strcmp(name, "--config")) {
+			o->config = v;
+		} else if (!strcmp(name, "--set")) {
+			if (!strchr(v, '='))
+				return accel_cli_usage_error(sub, "--set '%s' is not KEY=VALUE", v);
+			if (o->n_sets == MAX_SETS)
+				return accel_cli_usage_error(sub, "more than %d --set options", MAX_SETS);
+			o->sets[o->n_sets++] = v;
+		} else {
+			return accel_cli_usage_error(sub, "unknown option '%s'", name);
+		}
+	}
+	if (o->max_bytes < o->min_bytes)
+		return accel_cli_usage_error(sub, "--max-bytes (%llu) is below --min-bytes (%llu)",
+		                             (unsigned long long)o->max_bytes,
+		                             (unsigned long long)o->min_bytes);
+	return 0;
+}
+
+/* A buffer of `bytes` from the backend (ACCEL_MEMF_COMM memory) or malloc. */
+typedef struct bench_buf {
+	void *p;
+	int from_backend;
+} bench_buf;
+
+static int buf_alloc(accel_ctx *ctx, int backend, uint64_t bytes, bench_buf *b)
+{
+	b->p = NULL;
+	b->from_backend = 0;
+	if (backend) {
+		int rc = accel_comm_mem_alloc(ctx->comm, ACCEL_DEVICE_CPU, 0, bytes, &b->p);
+		if (rc != ACCEL_OK)
+			return rc;
+		if (!b->p)
+			return accel_set_error(ctx, ACCEL_ERR_UNSUPPORTED,
+			                       "backend '%s' has no memory allocator, so "
+			                       "--buffers backend is not available; use --buffers user",
+			                       accel_comm_backend_name(ctx->comm));
+		b->from_backend = 1;
+		return ACCEL_OK;
+	}
+	b->p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+	if (!b->p)
+		return accel_set_error(ctx, ACCEL_ERR_NOMEM, "cannot allocate %llu bytes",
+		                       (unsigned long long)bytes);
+	return ACCEL_OK;
+}
+
+static void buf_free(accel_ctx *ctx, bench_buf *b)
+{
+	if (b->p && b->from_backend)
+		accel_comm_mem_free(ctx->comm, b->p);
+	else
+		free(b->p);
+	b->p = NULL;
+}
+
+static accel_view cpu_view(uint32_t dtype, void *data, uint64_t numel)
+{
+	accel_view v = {sizeof(accel_view), dtype, ACCEL_DEVICE_CPU, 0, data, numel};
+	return v;
+}
+
+/* One blocking call of `op`. */
+static int run_op(accel_ctx *ctx, int op, uint32_t dt, void *send, void *recv, uint64_t count,
+                  int inplace)
+{
+	accel_comm *c = ctx->comm;
+	accel_req *req = NULL;
+	uint64_t w = (uint64_t)ctx->world.world_size;
+	int rc;
+	switch (op) {
+	case CB_OP_ALLREDUCE: {
+		accel_view s = cpu_view(dt, send, count), r = cpu_view(dt, inplace ? send : recv, count);
+		rc = accel_comm_allreduce(c, &s, &r, ACCEL_RED_SUM, &req);
+		break;
+	}
+	case CB_OP_REDUCE_SCATTER: {
+		accel_view s = cpu_view(dt, send, count * w), r = cpu_view(dt, inplace ? send : recv, count);
+		rc = accel_comm_reduce_scatter(c, &s, &r, ACCEL_RED_SUM, &req);
+		break;
+	}
+	case CB_OP_ALLGATHER: {
+		accel_view s = cpu_view(dt, inplace ? recv : send, count), r = cpu_view(dt, recv, count * w);
+		rc = accel_comm_allgather(c, &s, &r, &req);
+		break;
+	}
+	default: {
+		accel_view b = cpu_view(dt, recv, count);
+		rc = accel_comm_broadcast(c, &b, 0, &req);
+		break;
+	}
+	}
+	if (rc == ACCEL_OK && req)
+		rc = accel_comm_wait(c, req);
+	return rc;
+}
+
+/* Median and mean of this rank's calls -> the slowest rank's; the check
+ * result -> the worst rank's. */
+static int agree(accel_ctx *ctx, double *med_mean, int32_t *checked)
+{
+	double t[2] = {med_mean[0], med_mean[1]};
+	int32_t ck = *checked;
+	accel_view vt = cpu_view(ACCEL_DTYPE_F64, t, 2), vc = cpu_view(ACCEL_DTYPE_I32, &ck, 1);
+	accel_req *req = NULL;
+	int rc = accel_comm_allreduce(ctx->comm, &vt, &vt, ACCEL_RED_MAX, &req);
+	if (rc == ACCEL_OK && req)
+		rc = accel_comm_wait(ctx->comm, req);
+	req = NULL;
+	if (rc == ACCEL_OK)
+		rc = accel_comm_allreduce(ctx->comm, &vc, &vc, ACCEL_RED_MIN, &req);
+	if (rc == ACCEL_OK && req)
+		rc = accel_comm_wait(ctx->comm, req);
+	if (rc == ACCEL_OK) {
+		med_mean[0] = t[0];
+		med_mean[1] = t[1];
+		*checked = ck;
+	}
+	return rc;
+}
+
+static int bench_comm(int argc, char **argv)
+{
+	comm_opts o;
+	accel_ctx *ctx = NULL;
+	bench_buf send = {0}, recv = {0};
+	double *times = NULL;
+	char host[256] = "";
+	int rc = parse_comm(argc, argv, &o), status = 1;
+	if (rc)
+		return rc == 1 ? 0 : rc;
+
+	accel_opts ao = {.struct_size = sizeof(ao), .config_path = o.config,
+	                 .sets = o.n_sets ? o.sets : NULL};
+	rc = accel_ctx_new(&ao, &ctx);
+	if (rc != ACCEL_OK) {
+		fprintf(stderr, "accel bench comm: %s\n",
+		        ctx && *accel_errmsg(ctx) ? accel_errmsg(ctx) : accel_status_str(rc));
+		goto out;
+	}
+	int rank = accel_rank(ctx), world = accel_world_size(ctx);
+	const char *backend = accel_comm_backend_name(ctx->comm);
+	const char *buffers = o.backend_buffers ? "backend" : "user";
+	gethostname(host, sizeof(host) - 1);
+	size_t es = cb_dtype_size(o.dtype);
+	uint64_t cap = o.max_bytes + (uint64_t)world * es;
+	if ((rc = buf_alloc(ctx, o.backend_buffers, cap, &send)) ||
+	    (rc = buf_alloc(ctx, o.backend_buffers, cap, &recv)))
+		goto fail;
+	memset(recv.p, 0, cap);
+	times = malloc(sizeof(double) * (size_t)o.iters);
+	if (!times) {
+		rc = accel_set_error(ctx, ACCEL_ERR_NOMEM, "out of memory for the timing samples");
+		goto fail;
+	}
+	if (rank == 0 && !o.json)
+		cb_table_header(stdout, backend, buffers, world, host);
+
+	int first = o.op == CB_OP_COUNT ? 0 : o.op, last = o.op == CB_OP_COUNT ? CB_OP_COUNT - 1 : o.op;
+	int wrong = 0;
+	for (int op = first; op <= last; op++) {
+		for (uint64_t b = o.min_bytes; b <= o.max_bytes; b = b > UINT64_MAX / 2 ? UINT64_MAX : b * 2) {
+			uint64_t count, bytes;
+			if (!cb_counts(op, b, es, world, &count, &bytes))
+				continue;
+			cb_fill(op, o.dtype, send.p, count, rank, world);
+			if (op == CB_OP_BROADCAST || (op == CB_OP_ALLGATHER && o.inplace))
+				cb_fill(CB_OP_ALLREDUCE, o.dtype, recv.p, count, rank, world);
+			for (int k = 0; k < o.warmup; k++)
+				if ((rc = run_op(ctx, op, o.dtype, send.p, recv.p, count, o.inplace)))
+					goto fail;
+			double sum = 0.0;
+			for (int k = 0; k < o.iters; k++) {
+				double t0 = cb_now_s();
+				if ((rc = run_op(ctx, op, o.dtype, send.p, recv.p, count, o.inplace)))
+					goto fail;
+				times[k] = (cb_now_s() - t0) * 1e6;
+				sum += times[k];
+			}
+			double mm[2] = {cb_median(times, o.iters), sum / o.iters};
+			int32_t checked = 0;
+			if (o.check && !o.inplace) {
+				uint64_t bad = 0;
+				checked = cb_check(op, o.dtype, recv.p, count, rank, world, &bad);
+				if (checked < 0)
+					fprintf(stderr, "accel bench comm: rank %d: %s of %llu bytes: element "
+					        "%llu is wrong\n", rank, cb_op_names[op],
+					        (unsigned long long)bytes, (unsigned long long)bad);
+			}
+			if ((rc = agree(ctx, mm, &checked)))
+				goto fail;
+			if (checked < 0)
+				wrong = 1;
+			cb_row row = {cb_op_names[op], o.dtype_name, bytes, count, mm[0], mm[1], world,
+			              backend, buffers, host, o.iters, checked};
+			if (rank == 0) {
+				if (o.json)
+					cb_json(stdout, &row, op);
+				else
+					cb_table_row(stdout, &row, op);
+			}
+			if (b == UINT64_MAX)
+				break;
+		}
+	}
+	status = wrong ? 1 : 0;
+	goto out;
+fail:
+	fprintf(stderr, "accel bench comm: %s\n",
+	        *accel_errmsg(ctx) ? accel_errmsg(ctx) : accel_status_str(rc));
+	status = 1;
+out:
+	free(times);
+	if (ctx) {
+		buf_free(ctx, &send);
+		buf_free(ctx, &recv);
+	}
+	accel_ctx_free(ctx);
+	return status;
+}
 
 int accel_cli_bench(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "accel bench: not implemented yet\n");
-	return 1;
+	if (argc < 2)
+		return accel_cli_usage_error("bench", "which benchmark? (comm)");
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		fputs(bench_help, stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "comm"))
+		return bench_comm(argc - 1, argv + 1);
+	return accel_cli_usage_error("bench", "unknown benchmark '%s' (comm)", argv[1]);
 }

@@ -1,0 +1,45 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# tests/test-bench-comm.sh: `accel bench comm` end to end on 2 ranks: every
+# op and size reports a row whose results were checked, on user and on
+# backend buffers, and bad usage exits 2 with a message.
+set -eu
+: "${ACCEL_CLI:?set by meson}"
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/test-bench-comm.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT INT TERM
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for buffers in user backend; do
+	"$ACCEL_CLI" launch -n 2 --set backend=shm -- "$ACCEL_CLI" bench comm --op all \
+		--min-bytes 8 --max-bytes 64K --iters 3 --warmup 1 --json --dtype bf16 \
+		--buffers "$buffers" >"$OUT/$buffers" 2>"$OUT/$buffers.err" ||
+		{ cat "$OUT/$buffers.err" >&2; fail "bench comm --buffers $buffers exited $?"; }
+	rows=$(grep -c '"bench":"comm"' "$OUT/$buffers" || true)
+	[ "$rows" -eq 56 ] || fail "$buffers: $rows rows, expected 4 ops x 14 sizes = 56"
+	ok=$(grep -c '"check":"ok"' "$OUT/$buffers" || true)
+	[ "$ok" -eq 56 ] || fail "$buffers: only $ok of 56 rows checked ok"
+	grep -q "\"buffers\":\"$buffers\"" "$OUT/$buffers" || fail "$buffers: rows do not say so"
+	grep -q '"world":2' "$OUT/$buffers" || fail "$buffers: world is not 2"
+	for op in allreduce reduce_scatter allgather broadcast; do
+		grep -q "\"op\":\"$op\",\"dtype\":\"bf16\",\"bytes\":65536" "$OUT/$buffers" ||
+			fail "$buffers: no 64 KiB $op row"
+	done
+	echo "bench comm, $buffers buffers: $rows rows, all checked"
+done
+
+# table output on one rank
+"$ACCEL_CLI" bench comm --max-bytes 1K --iters 2 >"$OUT/table" || fail "table run"
+grep -q '^# comm benchmark: backend shm' "$OUT/table" || fail "no table header"
+[ "$(grep -c '^  allreduce' "$OUT/table")" -eq 8 ] || fail "table: expected 8 allreduce rows"
+
+# bad usage: exit 2 and a message naming the option
+set +e
+"$ACCEL_CLI" bench comm --op scatter >/dev/null 2>"$OUT/usage"; rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "bad --op exited $rc, not 2"
+grep -q "unknown --op 'scatter'" "$OUT/usage" || fail "bad --op message: $(cat "$OUT/usage")"
+set +e
+"$ACCEL_CLI" bench comm --max-bytes 12Q >/dev/null 2>"$OUT/usage"; rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q -- "--max-bytes '12Q'" "$OUT/usage" || fail "bad size: rc $rc"
+echo "PASS"
