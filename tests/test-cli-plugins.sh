@@ -1,0 +1,172 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# `accel plugins` and `accel env` against the loader fixtures: every status
+# and reason in the table and in --json, info with a schema, and the exit
+# status convention (0 ok, 1 not found / not usable, 2 bad usage).
+set -eu
+
+: "${ACCEL_CLI:?not set (run through meson test)}"
+: "${ACCEL_TEST_BUILDDIR:?not set (run through meson test)}"
+fx=$ACCEL_TEST_BUILDDIR/tests/fixtures
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-cli-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+unset ACCEL_PLUGIN_PATH ACCEL_CONFIG
+export HOME="$tmp"
+cd "$tmp"
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# run EXPECTED_STATUS ARGS...: output in $tmp/out (stdout) and $tmp/err.
+run() {
+	want=$1
+	shift
+	set +e
+	"$ACCEL_CLI" "$@" >"$tmp/out" 2>"$tmp/err"
+	got=$?
+	set -e
+	if [ "$got" -ne "$want" ]; then
+		echo "---- stdout" >&2
+		cat "$tmp/out" >&2
+		echo "---- stderr" >&2
+		cat "$tmp/err" >&2
+		fail "accel $* exited $got, expected $want"
+	fi
+}
+
+has() {
+	grep -q -- "$2" "$1" || {
+		cat "$1" >&2
+		fail "$1 lacks: $2"
+	}
+}
+
+echo "== plugins list"
+run 0 plugins list --plugin-dir "$fx"
+# NAME VERSION ABI KIND STATUS REQUIRES PATH, one row per file.
+row() {
+	awk -v p="$fx/$1" '$NF == p { print $1, $2, $3, $4, $5 }' "$tmp/out"
+}
+for spec in \
+	"good.so|good 1.2.3 v1.0 strategy ok" \
+	"comm-good.so|fx_comm 0.0.1 v1.0 comm ok" \
+	"dup-a.so|dup 1.2.3 v1.0 strategy ok" \
+	"dup-b.so|dup 1.2.3 v1.0 strategy shadowed" \
+	"needs-cuda.so|needs-cuda 1.2.3 v1.0 other unavailable" \
+	"short-hook.so|short-hook 1.2.3 v1.0 other ok" \
+	"abi-v9.so|- - v9 - broken" \
+	"not-elf.so|- - - - broken" \
+	"truncated.so|- - - - broken" \
+	"no-entry.so|- - - - broken" \
+	"null-slot.so|null-slot 1.2.3 v1 strategy broken"; do
+	file=${spec%%|*}
+	want=${spec#*|}
+	got=$(row "$file")
+	[ "$got" = "$want" ] || { cat "$tmp/out" >&2; fail "row of $file is '$got', expected '$want'"; }
+done
+has "$tmp/out" "^17 found: 5 ok, 1 unavailable, 10 broken, 1 shadowed\.$"
+has "$tmp/out" "^  $fx/not-elf.so: not an ELF shared object"
+has "$tmp/out" "^  $fx/abi-v9.so: built for plugin ABI v9; this accel supports v1$"
+has "$tmp/out" "^  $fx/needs-cuda.so: plugin 'needs-cuda' needs CUDA"
+has "$tmp/out" "^  $fx/dup-b.so: plugin 'dup' is also provided by $fx/dup-a.so"
+has "$tmp/out" "^  1\. $fx  (--plugin-dir)$"
+has "$tmp/out" "(install"
+
+echo "== plugins list --json"
+run 0 plugins list --plugin-dir "$fx" --json
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+"$PY" - "$tmp/out" "$fx" <<'PYEOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+fx = sys.argv[2]
+mods = {m["path"].rsplit("/", 1)[1]: m for m in doc["modules"]}
+assert doc["abi_major"] == 1, doc["abi_major"]
+assert doc["directories"][0] == {"path": fx, "origin": "--plugin-dir", "exists": True}, doc["directories"][0]
+g = mods["good.so"]
+assert (g["name"], g["status"], g["kind"], g["role"], g["version"]) == ("good", "ok", "plugin", "strategy", "1.2.3"), g
+assert g["reason"] is None and g["caps"] == ["cpu"] and g["requires"] == [], g
+n = mods["needs-cuda.so"]
+assert n["status"] == "unavailable" and n["requires"] == ["cuda"] and n["min_cuda_cc"] == 80, n
+assert n["reason"] == "plugin 'needs-cuda' needs CUDA (no CUDA device module or no GPU)", n["reason"]
+b = mods["small-struct.so"]
+assert b["status"] == "broken" and b["name"] == "small-struct" and b["reason"].startswith("struct_size too small"), b
+c = mods["comm-good.so"]
+assert c["kind"] == "comm" and c["devices"] == ["cpu"], c
+assert len(mods) == 17, sorted(mods)
+PYEOF
+
+echo "== plugins info"
+run 0 plugins info good --plugin-dir "$fx"
+has "$tmp/out" "^good 1.2.3: test fixture good$"
+has "$tmp/out" "kind: *plugin, role strategy"
+has "$tmp/out" "select with: *\"strategy\": \"good\""
+has "$tmp/out" "good.bucket_cap_mb  *int  *default 25, 1 \.\. 4096$"
+has "$tmp/out" "good.offload.device  *enum  *default \"none\", one of none|cpu|nvme$"
+has "$tmp/out" "good.no_default  *int  *default (none)$"
+has "$tmp/out" "Bucket size in MiB\.$"
+run 0 plugins info good --plugin-dir "$fx" --json
+"$PY" - "$tmp/out" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["select"] == {"strategy": "good"}, m["select"]
+p = {x["key"]: x for x in m["parameters"]}
+assert p["bucket_cap_mb"] == {"key": "bucket_cap_mb", "path": "good.bucket_cap_mb", "type": "int",
+                              "default": 25, "min": 1, "max": 4096, "help": "Bucket size in MiB."}, p["bucket_cap_mb"]
+assert p["offload.device"]["choices"] == ["none", "cpu", "nvme"], p["offload.device"]
+assert p["names"]["default"] == ["a", "b"] and p["no_default"]["default"] is None, p
+PYEOF
+# Unavailable modules are still described.
+run 0 plugins info needs-cuda --plugin-dir "$fx"
+has "$tmp/out" "status: *unavailable: plugin 'needs-cuda' needs CUDA"
+has "$tmp/out" "requires: *CUDA (cc >= 8.0)"
+
+echo "== exit status 1: not found, duplicate, broken, bad config"
+run 1 plugins info goood --plugin-dir "$fx"
+has "$tmp/err" "no plugin or comm backend named 'goood' in $fx (--plugin-dir), .* did you mean 'good'?"
+run 1 plugins info dup --plugin-dir "$fx"
+has "$tmp/err" "two plugins are named 'dup': $fx/dup-a.so and $fx/dup-b.so"
+run 1 plugins info null-slot --plugin-dir "$fx"
+has "$tmp/err" "required slot step is NULL"
+printf '{"plugin_dirs": "not a list"}\n' >"$tmp/bad.json"
+run 1 plugins list --config "$tmp/bad.json"
+has "$tmp/err" "plugin_dirs.* must be a list of directory names"
+printf '{"plugin_dirs": ["%s"]}\n' "$fx" >"$tmp/good.json"
+run 0 plugins list --config "$tmp/good.json"
+has "$tmp/out" "^  1\. $fx  (plugin_dirs)$"
+has "$tmp/out" "^Config file: $tmp/good.json$"
+
+echo "== exit status 2: bad usage; --help"
+run 2 plugins frob
+has "$tmp/err" "unknown subcommand 'frob'"
+has "$tmp/err" "Try 'accel plugins --help'"
+run 2 plugins info
+run 2 plugins info a b
+run 2 plugins list extra
+run 2 plugins --bogus
+run 2 plugins --plugin-dir
+run 0 plugins --help
+has "$tmp/out" "^Usage: accel plugins \[list\]"
+run 0 plugins info --help
+run 2 env --bogus
+run 2 env extra
+run 0 env --help
+has "$tmp/out" "^Usage: accel env"
+
+echo "== env"
+ACCEL_LOG_LEVEL=warn NCCL_DEBUG=INFO run 0 env --plugin-dir "$fx"
+for want in "^## accel$" "^- accel: [0-9.]* (plugin ABI 1\.0)$" "^- compiler: " "^- jansson: " \
+	"^- build features: CUDA \(yes\|no\), NCCL \(yes\|no\)" "^- CUDA driver: " "^- CUDA runtime: " \
+	"^- GPUs: " "^- NCCL: " "^- MPI library: " "^- OS: .*; kernel " "^- CPU: .*cores online" \
+	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 17$" \
+	"^| good | 1\.2\.3 | strategy | ok | \`$fx/good.so\` |$" \
+	"^| bad-schema | 1\.2\.3 | strategy | broken: schema entry 0 ('bad_schema\.steps', int)" \
+	"^ACCEL_LOG_LEVEL=warn$" "^NCCL_DEBUG=INFO$"; do
+	has "$tmp/out" "$want"
+done
+# A broken config is reported, not fatal.
+ACCEL_CONFIG="$tmp/missing.json" run 0 env
+has "$tmp/out" "^- config problem (its plugin_dirs are not searched): cannot open config file"
+echo PASS
