@@ -1012,6 +1012,22 @@ START_TEST(auto_values_from_context)
 	ck_assert_int_eq(accel_sampler_get_info(s, &in), ACCEL_OK);
 	ck_assert_int_eq(in.world_size, 1);
 	ck_assert_uint_eq(in.batch_size, 8);
+	/* ... but then gather_for_metrics over the context's world is refused
+	 * (before any collective) */
+	int64_t idx[8];
+	uint64_t kept;
+	int64_t recv[16];
+	ck_assert_int_eq(accel_gather_for_metrics(&ctx, s, idx, 1, ACCEL_DTYPE_I64, recv, &kept),
+	                 ACCEL_ERR_STATE);
+	accel_err_clear(&ctx.err);
+	ck_assert_int_eq(accel_sampler_next(s, idx, &cnt), ACCEL_OK);
+	ck_assert_int_eq(accel_gather_for_metrics(&ctx, s, idx, 1, 77, recv, &kept),
+	                 ACCEL_ERR_INVALID_ARG);
+	ck_assert_ptr_nonnull(strstr(ctx.err.msg, "unknown dtype 77"));
+	accel_err_clear(&ctx.err);
+	ck_assert_int_eq(accel_gather_for_metrics(&ctx, s, idx, 1, ACCEL_DTYPE_I64, recv, &kept),
+	                 ACCEL_ERR_INVALID_ARG);
+	ck_assert_ptr_nonnull(strstr(ctx.err.msg, "rank 0 of 1 but the context is rank 1 of 2"));
 	accel_sampler_free(s);
 	accel_config_free(ctx.cfg);
 }
