@@ -122,11 +122,13 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 	}
 	if (!cpu_name) {
 		/* auto: mpi when an MPI launcher started us, else shm */
-		if (usable(ctx, "mpi", &m) && m->comm->probe &&
-		    m->comm->probe(accel_host_table(), NULL))
-			cpu_name = "mpi";
-		else
-			cpu_name = "shm";
+		cpu_name = "shm";
+		if (usable(ctx, "mpi", &m) && m->comm->probe) {
+			struct accel_host ph = {.ctx = ctx, .module = m, .name = m->name,
+			                        .section = m->comm->desc->config_section};
+			if (m->comm->probe(accel_host_table(), &ph))
+				cpu_name = "mpi";
+		}
 	}
 	if (!c->dev_name && !strcmp(want, "auto") && usable(ctx, "nccl", NULL))
 		c->dev_name = "nccl";
@@ -198,6 +200,10 @@ static int check_view(accel_comm *c, const accel_view *v, const char *op, const 
 	accel_ctx *ctx = c->ctx;
 	if (!v)
 		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", op, which);
+	if (v->struct_size < sizeof(accel_view))
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "%s: %s.struct_size is %u, expected at least %zu (set it to "
+		                     "sizeof(accel_view))", op, which, v->struct_size, sizeof(accel_view));
 	if (accel_dtype_size(v->dtype) == 0)
 		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s has invalid dtype %u",
 		                     op, which, v->dtype);
@@ -211,7 +217,43 @@ static int check_view(accel_comm *c, const accel_view *v, const char *op, const 
 		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: %s has %llu elements but a NULL data pointer", op, which,
 		                     (unsigned long long)v->numel);
+	/* numel * world * 8 must fit comfortably in 64 bits (and in memory) */
+	if (v->numel > (UINT64_C(1) << 56) / 8 / (uint64_t)ctx->world.world_size)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s has %llu elements, too many",
+		                     op, which, (unsigned long long)v->numel);
 	return ACCEL_OK;
+}
+
+static int overlap(const accel_view *a, const accel_view *b)
+{
+	size_t es = accel_dtype_size(a->dtype);
+	const char *x = a->data, *y = b->data;
+	return a->numel && b->numel && x < y + b->numel * es && y < x + a->numel * es;
+}
+
+/* In place means exactly the same buffer (allreduce), or for reduce_scatter
+ * recv at send's start or at this rank's block, and for allgather send at
+ * recv's start or at this rank's block; any other overlap is a mistake. */
+static int check_overlap(accel_comm *c, const accel_view *s, const accel_view *d, const char *op)
+{
+	accel_ctx *ctx = c->ctx;
+	size_t es = accel_dtype_size(s->dtype);
+	if (!overlap(s, d) || s->data == d->data)
+		return ACCEL_OK;
+	if (!strcmp(op, "reduce_scatter") &&
+	    (const char *)d->data == (const char *)s->data + (uint64_t)ctx->world.rank * d->numel * es)
+		return ACCEL_OK;
+	if (!strcmp(op, "allgather") &&
+	    (const char *)s->data == (const char *)d->data + (uint64_t)ctx->world.rank * s->numel * es)
+		return ACCEL_OK;
+	return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+	                     "%s: send [%p, +%llu) and recv [%p, +%llu) overlap; in place means %s",
+	                     op, s->data, (unsigned long long)(s->numel * es), d->data,
+	                     (unsigned long long)(d->numel * es),
+	                     !strcmp(op, "allreduce") ? "send == recv"
+	                     : !strcmp(op, "reduce_scatter")
+	                         ? "recv == send or recv == send + rank * recv count"
+	                         : "send == recv or send == recv + rank * send count");
 }
 
 static int check_pair(accel_comm *c, const accel_view *s, const accel_view *d, const char *op,
@@ -234,7 +276,7 @@ static int check_pair(accel_comm *c, const accel_view *s, const accel_view *d, c
 		                     "expected %llu and %llu", op, ctx->world.world_size,
 		                     (unsigned long long)s->numel, (unsigned long long)d->numel,
 		                     (unsigned long long)want_send, (unsigned long long)want_recv);
-	return ACCEL_OK;
+	return check_overlap(c, s, d, op);
 }
 
 static int check_op(accel_comm *c, uint32_t op, const char *what)
@@ -251,13 +293,13 @@ static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_
                   accel_req **ret_req)
 {
 	accel_ctx *ctx = c->ctx;
-	uint64_t seq = ++c->seq;
 	if (r) {
 		if (ctx->err.code == ACCEL_OK)
-			accel_err_set(&ctx->err, r, "%s #%llu failed in backend %s: %s", op,
-			              (unsigned long long)seq, be->module->name, accel_status_str(r));
+			accel_err_set(&ctx->err, r, "%s (after #%llu) failed in backend %s: %s", op,
+			              (unsigned long long)c->seq, be->module->name, accel_status_str(r));
 		return r;
 	}
+	uint64_t seq = ++c->seq;
 	if (!ret_req) {
 		r = breq ? be->vt->wait(be->state, breq) : ACCEL_OK;
 		if (r && ctx->err.code == ACCEL_OK)

@@ -1,0 +1,539 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/shm/shm.c: the shm comm backend's descriptor, vtable, requests
+ * and comm thread.
+ *
+ * Collectives run in issue order on a comm thread, so that the training
+ * thread can compute while a gradient bucket is reduced.  Handing an op to a
+ * thread costs microseconds, which would dominate small collectives, so an
+ * op whose payload fits the one-shot slots runs on the caller when nothing
+ * is queued (order is kept: the queue is empty): the caller posts it and
+ * busy-polls for the peers for at most spin_us; if they are late it hands
+ * the half-done op to the thread and returns, so an "asynchronous" call
+ * never blocks for long. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shm-impl.h"
+
+#define MAX_FREE_REQS 64
+#define STAGE_CAP_BYTES (8u << 20)   /* per rank, whatever chunk_kb says */
+
+static const accel_param_schema_v1 shm_params[] = {
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "spin_us", "50", 0, 1000000, NULL,
+	 "Microseconds a waiting rank busy-polls before sleeping on a futex (shortened "
+	 "automatically when there are more ranks than CPUs)."},
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "small_kb", "64", 1, 65536, NULL,
+	 "Largest per-rank payload in KiB sent with the one-shot algorithm (each rank reads every "
+	 "rank's copy); larger collectives are pipelined."},
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "chunk_kb", "256", 4, 65536, NULL,
+	 "Bytes in KiB each rank contributes per pipeline round (capped so the staging ring stays "
+	 "within 8 MiB per rank)."},
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "depth", "4", 2, 64, NULL,
+	 "Staging buffers in the pipeline ring: how many rounds ranks may drift apart."},
+};
+
+static const accel_comm_desc_v1 shm_desc = {
+	.struct_size = sizeof(accel_comm_desc_v1),
+	.devices = 1u << ACCEL_DEVICE_CPU,
+	.name = "shm",
+	.version = "1.0.0",
+	.summary = "shared-memory collectives between the processes of one node",
+	.requires = 0,
+	.config_section = "shm",
+	.params = shm_params,
+	.n_params = sizeof(shm_params) / sizeof(shm_params[0]),
+};
+
+/* ---- requests ---- */
+
+static struct accel_comm_req *req_get(shm_comm *c)
+{
+	struct accel_comm_req *r = c->free_reqs;
+	if (r) {
+		c->free_reqs = r->next;
+		c->n_free_reqs--;
+		memset(r, 0, sizeof(*r));
+	} else {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return NULL;
+	}
+	r->all_next = c->live;
+	if (c->live)
+		c->live->all_prev = r;
+	c->live = r;
+	return r;
+}
+
+static void req_put(shm_comm *c, struct accel_comm_req *r)
+{
+	if (r->all_prev)
+		r->all_prev->all_next = r->all_next;
+	else
+		c->live = r->all_next;
+	if (r->all_next)
+		r->all_next->all_prev = r->all_prev;
+	if (c->n_free_reqs < MAX_FREE_REQS) {
+		r->next = c->free_reqs;
+		c->free_reqs = r;
+		c->n_free_reqs++;
+	} else {
+		free(r);
+	}
+}
+
+/* Record the outcome (executor side: caller inline, or the thread). */
+static void complete(shm_comm *c, struct accel_comm_req *r, int st)
+{
+	r->status = st;
+	if (st) {
+		int expect = 0;
+		if (atomic_compare_exchange_strong(&c->failed, &expect, st))
+			shm_fmt(c->fail_msg, sizeof(c->fail_msg), "%s", r->msg);
+		/* Tell the other ranks, unless this rank is just going away (they
+		 * see it leave). */
+		if (!atomic_load(&c->closing))
+			shm_abort(c, st, r->msg);
+	}
+	atomic_store_explicit(&r->state, st ? REQ_FAILED : REQ_DONE, memory_order_release);
+}
+
+/* ---- the comm thread ---- */
+
+static void *comm_thread(void *arg)
+{
+	shm_comm *c = arg;
+	sigset_t all;
+
+	/* Signals are the application's business; keep them on its threads. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	for (;;) {
+		pthread_mutex_lock(&c->mu);
+		while (!c->q_head && !c->stop)
+			pthread_cond_wait(&c->cv_work, &c->mu);
+		struct accel_comm_req *r = c->q_head;
+		if (!r) {
+			pthread_mutex_unlock(&c->mu);
+			break;
+		}
+		c->q_head = r->next;
+		if (!c->q_head)
+			c->q_tail = NULL;
+		pthread_mutex_unlock(&c->mu);
+
+		int st;
+		if (atomic_load(&c->closing)) {
+			char what[160];
+			shm_op_describe(c, &r->op, what, sizeof(what));
+			shm_fmt(r->msg, sizeof(r->msg), "%s: abandoned: the communicator was closed", what);
+			st = ACCEL_ERR_COMM;
+		} else if (atomic_load(&c->failed)) {
+			char what[160];
+			shm_op_describe(c, &r->op, what, sizeof(what));
+			shm_fmt(r->msg, sizeof(r->msg), "%s: not run: the communicator failed earlier: %s",
+			         what, c->fail_msg);
+			st = atomic_load(&c->failed);
+		} else {
+			st = shm_coll_run(c, &r->op, r->msg, sizeof(r->msg));
+		}
+		complete(c, r, st);
+
+		pthread_mutex_lock(&c->mu);
+		atomic_fetch_sub_explicit(&c->queued, 1, memory_order_release);
+		pthread_cond_broadcast(&c->cv_done);
+		pthread_mutex_unlock(&c->mu);
+	}
+	return NULL;
+}
+
+static void enqueue(shm_comm *c, struct accel_comm_req *r)
+{
+	pthread_mutex_lock(&c->mu);
+	atomic_fetch_add_explicit(&c->queued, 1, memory_order_relaxed);
+	r->next = NULL;
+	if (c->q_tail)
+		c->q_tail->next = r;
+	else
+		c->q_head = r;
+	c->q_tail = r;
+	pthread_cond_signal(&c->cv_work);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- issuing ---- */
+
+static int check_view(shm_comm *c, const char *what, const char *name, const accel_view *v,
+                      int reduce)
+{
+	char d[200];
+	int code = ACCEL_ERR_INVALID_ARG;
+
+	if (!v) {
+		shm_fmt(d, sizeof(d), "%s is NULL", name);
+	} else if (v->struct_size < sizeof(accel_view)) {
+		shm_fmt(d, sizeof(d), "%s.struct_size is %u (expected >= %zu)", name, v->struct_size,
+		         sizeof(accel_view));
+	} else if (v->device != ACCEL_DEVICE_CPU) {
+		shm_fmt(d, sizeof(d), "%s is on device %d; shm serves host memory only", name,
+		         (int)v->device);
+		code = ACCEL_ERR_UNSUPPORTED;
+	} else if (reduce ? !shm_reduce_supported(v->dtype) : shm_dtype_size(v->dtype) == 0) {
+		shm_fmt(d, sizeof(d), "%s has dtype %s, which %s", name, shm_dtype_name(v->dtype),
+		         reduce ? "cannot be reduced (f32, f64, f16, bf16, i32, i64 can)"
+		                : "is not a valid dtype");
+		code = reduce ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_INVALID_ARG;
+	} else if (v->numel && !v->data) {
+		shm_fmt(d, sizeof(d), "%s.data is NULL with %llu elements", name,
+		         (unsigned long long)v->numel);
+	} else if (v->numel > (UINT64_C(1) << 56) / 8 / (uint64_t)c->world) {
+		shm_fmt(d, sizeof(d), "%s has %llu elements, too many", name, (unsigned long long)v->numel);
+	} else {
+		return ACCEL_OK;
+	}
+	return c->host->error(c->h, code, "%s: %s", what, d);
+}
+
+static int issue(shm_comm *c, shm_op *op, accel_comm_req **ret_req)
+{
+	char what[160];
+	if (!ret_req)
+		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "ret_req is NULL");
+	int failed = atomic_load(&c->failed);
+	if (failed) {
+		op->seq = c->next_seq + 1;
+		shm_op_describe(c, op, what, sizeof(what));
+		return c->host->error(c->h, failed, "%s refused: the communicator failed earlier: %s", what,
+		                      c->fail_msg);
+	}
+	struct accel_comm_req *r = req_get(c);
+	if (!r)
+		return c->host->error(c->h, ACCEL_ERR_NOMEM, "out of memory");
+	r->op = *op;
+	r->op.seq = ++c->next_seq;
+	r->op.posted = 0;
+	atomic_store_explicit(&r->state, REQ_QUEUED, memory_order_relaxed);
+	*ret_req = r;
+
+	if (atomic_load_explicit(&c->queued, memory_order_acquire) != 0 ||
+	    !(c->world == 1 || shm_coll_is_small(c, &r->op))) {
+		enqueue(c, r);
+		return ACCEL_OK;
+	}
+	/* Inline: the queue is empty, so nothing runs on the thread. */
+	if (c->world > 1) {
+		int st = shm_check_abort(c, &r->op, r->msg, sizeof(r->msg));
+		if (st) {
+			complete(c, r, st);
+			return ACCEL_OK;
+		}
+		shm_coll_post(c, &r->op);
+		uint64_t end = 0;
+		for (unsigned i = 0; !shm_coll_arrived(c, &r->op); i++) {
+			if ((i & 63) == 63) {
+				uint64_t now = shm_now_ns();
+				if (!end)
+					end = now + (uint64_t)c->spin_ns;
+				else if (now >= end || atomic_load_explicit(&c->hdr->abort_code,
+				                                            memory_order_relaxed)) {
+					enqueue(c, r);   /* posted; the thread finishes it */
+					return ACCEL_OK;
+				}
+			}
+#if defined(__x86_64__) || defined(__i386__)
+			__builtin_ia32_pause();
+#endif
+		}
+	}
+	complete(c, r, shm_coll_run(c, &r->op, r->msg, sizeof(r->msg)));
+	return ACCEL_OK;
+}
+
+static int shm_allreduce(void *state, const accel_view *send, const accel_view *recv, uint32_t redop,
+                         accel_comm_req **ret_req)
+{
+	shm_comm *c = state;
+	int st;
+	if ((st = check_view(c, "allreduce", "send", send, 1)) ||
+	    (st = check_view(c, "allreduce", "recv", recv, 1)))
+		return st;
+	if (send->dtype != recv->dtype || send->numel != recv->numel || redop > ACCEL_RED_MIN)
+		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
+		                      "allreduce: send (%s, %llu elements) and recv (%s, %llu elements) "
+		                      "must match, op %u must be sum/avg/max/min",
+		                      shm_dtype_name(send->dtype), (unsigned long long)send->numel,
+		                      shm_dtype_name(recv->dtype), (unsigned long long)recv->numel, redop);
+	shm_op op = {.kind = SHM_OP_ALLREDUCE, .dtype = send->dtype, .redop = redop,
+	             .count = send->numel, .send = *send, .recv = *recv};
+	return issue(c, &op, ret_req);
+}
+
+static int shm_reduce_scatter(void *state, const accel_view *send, const accel_view *recv,
+                              uint32_t redop, accel_comm_req **ret_req)
+{
+	shm_comm *c = state;
+	int st;
+	if ((st = check_view(c, "reduce_scatter", "send", send, 1)) ||
+	    (st = check_view(c, "reduce_scatter", "recv", recv, 1)))
+		return st;
+	if (send->dtype != recv->dtype || send->numel != recv->numel * (uint64_t)c->world ||
+	    redop > ACCEL_RED_MIN)
+		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
+		                      "reduce_scatter: send must hold world_size (%d) x recv elements "
+		                      "of recv's dtype (send: %s, %llu; recv: %s, %llu), op %u must be "
+		                      "sum/avg/max/min",
+		                      (int)c->world, shm_dtype_name(send->dtype),
+		                      (unsigned long long)send->numel, shm_dtype_name(recv->dtype),
+		                      (unsigned long long)recv->numel, redop);
+	shm_op op = {.kind = SHM_OP_REDUCE_SCATTER, .dtype = send->dtype, .redop = redop,
+	             .count = recv->numel, .send = *send, .recv = *recv};
+	return issue(c, &op, ret_req);
+}
+
+static int shm_allgather(void *state, const accel_view *send, const accel_view *recv,
+                         accel_comm_req **ret_req)
+{
+	shm_comm *c = state;
+	int st;
+	if ((st = check_view(c, "allgather", "send", send, 0)) ||
+	    (st = check_view(c, "allgather", "recv", recv, 0)))
+		return st;
+	if (send->dtype != recv->dtype || recv->numel != send->numel * (uint64_t)c->world)
+		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
+		                      "allgather: recv must hold world_size (%d) x send elements of "
+		                      "send's dtype (send: %s, %llu; recv: %s, %llu)",
+		                      (int)c->world, shm_dtype_name(send->dtype),
+		                      (unsigned long long)send->numel, shm_dtype_name(recv->dtype),
+		                      (unsigned long long)recv->numel);
+	shm_op op = {.kind = SHM_OP_ALLGATHER, .dtype = send->dtype, .count = send->numel,
+	             .send = *send, .recv = *recv};
+	return issue(c, &op, ret_req);
+}
+
+static int shm_broadcast(void *state, const accel_view *buf, int32_t root, accel_comm_req **ret_req)
+{
+	shm_comm *c = state;
+	int st;
+	if ((st = check_view(c, "broadcast", "buf", buf, 0)))
+		return st;
+	if (root < 0 || root >= c->world)
+		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
+		                      "broadcast: root %d is not a rank (world size %d)", (int)root,
+		                      (int)c->world);
+	shm_op op = {.kind = SHM_OP_BROADCAST, .dtype = buf->dtype, .root = root, .count = buf->numel,
+	             .send = *buf, .recv = *buf};
+	return issue(c, &op, ret_req);
+}
+
+static int shm_barrier(void *state, accel_comm_req **ret_req)
+{
+	shm_op op = {.kind = SHM_OP_BARRIER, .dtype = ACCEL_DTYPE_U8};
+	return issue(state, &op, ret_req);
+}
+
+static int shm_req_wait(void *state, accel_comm_req *r)
+{
+	shm_comm *c = state;
+	if (!r)
+		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
+	if (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_QUEUED) {
+		pthread_mutex_lock(&c->mu);
+		while (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_QUEUED)
+			pthread_cond_wait(&c->cv_done, &c->mu);
+		pthread_mutex_unlock(&c->mu);
+	}
+	int st = r->status;
+	if (st)
+		c->host->error(c->h, st, "%s", r->msg);
+	req_put(c, r);
+	return st;
+}
+
+static int shm_req_test(void *state, accel_comm_req *r, int32_t *ret_done)
+{
+	shm_comm *c = state;
+	if (!r || !ret_done)
+		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "test: request or ret_done is NULL");
+	*ret_done = atomic_load_explicit(&r->state, memory_order_acquire) != REQ_QUEUED;
+	return ACCEL_OK;
+}
+
+/* ---- init / fini ---- */
+
+static int64_t cfg_int(const accel_host_v1 *host, accel_host *h, const char *key, int64_t dflt)
+{
+	int64_t v;
+	if (host->cfg_int && host->cfg_int(h, key, &v) == ACCEL_OK)
+		return v;
+	return dflt;
+}
+
+static int online_cpus(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		return CPU_COUNT(&set);
+	return 1;
+}
+
+static void shm_fini(void *state);
+
+static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
+                    void **ret_state)
+{
+	shm_comm *c = NULL;
+	int st;
+
+	if (!args || args->struct_size < offsetof(accel_comm_init_v1, job_id) + sizeof(args->job_id))
+		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is too old");
+	if (args->world_size < 1 || args->rank < 0 || args->rank >= args->world_size)
+		return host->error(h, ACCEL_ERR_INVALID_ARG, "init: rank %d is not in a world of %d",
+		                   (int)args->rank, (int)args->world_size);
+	if (args->num_nodes > 1 || (args->local_world_size > 0 && args->local_world_size != args->world_size))
+		return host->error(h, ACCEL_ERR_UNSUPPORTED,
+		                   "shm connects the processes of one node, but this job has %d nodes "
+		                   "(%d of %d ranks here); use backend \"mpi\"",
+		                   (int)args->num_nodes, (int)args->local_world_size,
+		                   (int)args->world_size);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return host->error(h, ACCEL_ERR_NOMEM, "out of memory");
+	c->host = host;
+	c->h = h;
+	c->rank = args->rank;
+	c->world = args->world_size;
+	c->timeout_ms = args->timeout_ms > 0 ? args->timeout_ms : 300000;
+	c->spin_ns = cfg_int(host, h, "spin_us", 50) * 1000;
+	c->small_bytes = (uint64_t)cfg_int(host, h, "small_kb", 64) * 1024;
+	c->depth = (uint32_t)cfg_int(host, h, "depth", 4);
+	if (c->depth < 2)
+		c->depth = 2;
+	uint64_t chunk = (uint64_t)cfg_int(host, h, "chunk_kb", 256) * 1024;
+	uint64_t cap = STAGE_CAP_BYTES / ((uint64_t)c->depth * (uint64_t)c->world);
+	if (chunk > cap)
+		chunk = cap;
+	chunk = chunk / SHM_PAGE * SHM_PAGE;
+	c->chunk_bytes = chunk < SHM_PAGE ? SHM_PAGE : chunk;
+	c->small_bytes = (c->small_bytes + SHM_LINE - 1) / SHM_LINE * SHM_LINE;
+	c->stage_rank_bytes = (uint64_t)c->depth * (uint64_t)c->world * c->chunk_bytes;
+	if (c->world > online_cpus()) {
+		/* Spinning would steal the CPU of the rank we wait for. */
+		c->oversubscribed = 1;
+		if (c->spin_ns > 2000)
+			c->spin_ns = 2000;
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv_work, NULL);
+	pthread_cond_init(&c->cv_done, NULL);
+	c->in_ptrs = calloc((size_t)c->world, sizeof(*c->in_ptrs));
+	c->out_ptrs = calloc((size_t)c->world, sizeof(*c->out_ptrs));
+	c->zc_soff = calloc((size_t)c->world, sizeof(*c->zc_soff));
+	c->zc_roff = calloc((size_t)c->world, sizeof(*c->zc_roff));
+	c->reuse = calloc(c->depth, sizeof(*c->reuse));
+	if (!c->in_ptrs || !c->out_ptrs || !c->zc_soff || !c->zc_roff || !c->reuse) {
+		st = host->error(h, ACCEL_ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	if ((st = shm_seg_open(c, args)))
+		goto fail;
+	if ((st = pthread_create(&c->thread, NULL, comm_thread, c)) != 0) {
+		st = host->error(h, ACCEL_ERR_SYSTEM, "cannot start the comm thread: %s", strerror(st));
+		goto fail;
+	}
+	c->thread_started = 1;
+	*ret_state = c;
+	return ACCEL_OK;
+
+fail:
+	shm_fini(c);
+	return st;
+}
+
+static void shm_fini(void *state)
+{
+	shm_comm *c = state;
+	if (!c)
+		return;
+	atomic_store(&c->closing, 1);
+	if (c->thread_started) {
+		pthread_mutex_lock(&c->mu);
+		c->stop = 1;
+		pthread_cond_broadcast(&c->cv_work);
+		pthread_mutex_unlock(&c->mu);
+		if (c->hdr)
+			shm_wake_rank(c, c->rank);
+		pthread_join(c->thread, NULL);
+	}
+	shm_seg_leave(c);
+	while (c->live) {
+		struct accel_comm_req *r = c->live;
+		c->live = r->all_next;
+		free(r);
+	}
+	while (c->free_reqs) {
+		struct accel_comm_req *r = c->free_reqs;
+		c->free_reqs = r->next;
+		free(r);
+	}
+	shm_mem_close_all(c);
+	shm_seg_close(c);
+	free(c->in_ptrs);
+	free(c->out_ptrs);
+	free(c->zc_soff);
+	free(c->zc_roff);
+	free(c->reuse);
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv_work);
+	pthread_cond_destroy(&c->cv_done);
+	free(c);
+}
+
+static int32_t shm_probe(const accel_host_v1 *host, accel_host *h)
+{
+	accel_world_v1 w;
+	memset(&w, 0, sizeof(w));
+	w.struct_size = sizeof(w);
+	if (host->world && host->world(h, &w) == ACCEL_OK && w.num_nodes > 1)
+		return 0;
+	return 1;
+}
+
+static const accel_comm_v1 shm_vtable = {
+	.struct_size = sizeof(accel_comm_v1),
+	.abi_minor = ACCEL_ABI_MINOR,
+	.desc = &shm_desc,
+	.init = shm_init,
+	.fini = shm_fini,
+	.probe = shm_probe,
+	.mem_alloc = shm_mem_alloc,
+	.mem_free = shm_mem_free,
+	.allreduce = shm_allreduce,
+	.reduce_scatter = shm_reduce_scatter,
+	.allgather = shm_allgather,
+	.broadcast = shm_broadcast,
+	.barrier = shm_barrier,
+	.wait = shm_req_wait,
+	.test = shm_req_test,
+};
+
+ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
+{
+	if (!host)
+		return NULL;
+	if (host->abi_major != ACCEL_ABI_MAJOR ||
+	    host->struct_size < offsetof(accel_host_v1, store_add) + sizeof(host->store_add)) {
+		if (host->abi_major == ACCEL_ABI_MAJOR && host->struct_size >= offsetof(accel_host_v1, error) + sizeof(host->error) && host->error)
+			host->error(NULL, ACCEL_ERR_ABI,
+			            "shm needs accel host ABI %d with the rendezvous store (host struct "
+			            "has %u bytes)",
+			            ACCEL_ABI_MAJOR, host->struct_size);
+		return NULL;
+	}
+	return &shm_vtable;
+}

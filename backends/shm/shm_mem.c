@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/shm/shm_mem.c: backend-allocated buffers (mem_alloc/mem_free).
+ *
+ * Every rank allocates the same sizes in the same order, so the i-th
+ * allocation of every rank is "the same buffer".  The i-th allocation is one
+ * shared-memory object holding all ranks' copies side by side
+ * (header page, then copy 0, copy 1, ...), named after the communicator
+ * plus "-m<i>".  mem_alloc is not collective, so whichever rank comes first
+ * creates the object (O_EXCL) and sizes it; the others open it; the last
+ * of the world to map it unlinks the name.  A rank's pointer is its own
+ * copy; a collective whose buffers lie in these objects reads and writes
+ * the peers' copies directly (shm_coll.c), with no staging copy. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shm-impl.h"
+
+typedef struct alloc_hdr {
+	uint64_t magic;
+	uint64_t bytes;
+	uint64_t stride;
+	int32_t world;
+	_Atomic int32_t ready;
+	_Atomic int32_t attached;
+} alloc_hdr;
+
+#define ALLOC_MAGIC 0x316d656d6363616eull
+
+static uint64_t round_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+const shm_alloc *shm_mem_find(const shm_comm *c, const void *p, uint64_t bytes, uint64_t *ret_off)
+{
+	const char *cp = p;
+	if (!p)
+		return NULL;
+	for (const shm_alloc *a = c->allocs; a; a = a->next) {
+		const char *mine = a->base + (uint64_t)c->rank * a->stride;
+		if (cp >= mine && cp < mine + a->stride && (uint64_t)(cp - mine) + bytes <= a->bytes) {
+			*ret_off = (uint64_t)(cp - mine);
+			return a;
+		}
+	}
+	return NULL;
+}
+
+const shm_alloc *shm_mem_by_index(const shm_comm *c, int32_t index)
+{
+	for (const shm_alloc *a = c->allocs; a; a = a->next)
+		if (a->index == index)
+			return a;
+	return NULL;
+}
+
+static int wait_sized(int fd, uint64_t total, uint64_t deadline, struct stat *sb)
+{
+	unsigned us = 20;
+	for (;;) {
+		if (fstat(fd, sb) != 0)
+			return -1;
+		if ((uint64_t)sb->st_size != 0)
+			return 0;
+		if (shm_now_ns() >= deadline)
+			return -1;
+		usleep(us);
+		if (us < 1000)
+			us *= 2;
+	}
+	(void)total;
+}
+
+int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t bytes, void **ret_ptr)
+{
+	shm_comm *c = state;
+	const accel_host_v1 *host = c->host;
+	shm_alloc *a = NULL;
+	int fd = -1, st = ACCEL_OK;
+
+	if (device != ACCEL_DEVICE_CPU)
+		return host->error(c->h, ACCEL_ERR_UNSUPPORTED,
+		                   "allocates host memory only (asked for device %d:%d)", (int)device,
+		                   (int)device_index);
+	if (bytes > (UINT64_C(1) << 46))
+		return host->error(c->h, ACCEL_ERR_NOMEM, "mem_alloc: %llu bytes is too large",
+		                   (unsigned long long)bytes);
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return host->error(c->h, ACCEL_ERR_NOMEM, "out of memory");
+	a->index = c->n_allocs;
+	a->bytes = bytes;
+	a->stride = round_up(bytes ? bytes : 1, SHM_PAGE);
+	a->map_bytes = (size_t)(SHM_PAGE + (uint64_t)c->world * a->stride);
+
+	if (c->world == 1 || !c->name[0]) {
+		void *m = mmap(NULL, a->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED) {
+			st = host->error(c->h, ACCEL_ERR_NOMEM, "cannot map %llu bytes: %s",
+			                 (unsigned long long)a->map_bytes, strerror(errno));
+			goto fail;
+		}
+		a->map = m;
+		a->unlinked = 1;
+	} else {
+		shm_fmt(a->name, sizeof(a->name), "%s-m%d", c->name, (int)a->index);
+		int created = 0;
+		fd = shm_open(a->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			created = 1;
+			int fe = ftruncate(fd, (off_t)a->map_bytes) == 0 ? 0 : errno;
+			if (!fe) {
+				fe = posix_fallocate(fd, 0, (off_t)a->map_bytes);
+				if (fe == EOPNOTSUPP || fe == EINVAL)
+					fe = 0;
+			}
+			if (fe) {
+				st = host->error(c->h, fe == ENOSPC ? ACCEL_ERR_NOMEM : ACCEL_ERR_SYSTEM,
+				                 "mem_alloc #%d: cannot reserve %llu bytes (%d copies of %llu) "
+				                 "in /dev/shm: %s",
+				                 (int)a->index, (unsigned long long)a->map_bytes, (int)c->world,
+				                 (unsigned long long)bytes, strerror(fe));
+				shm_unlink(a->name);
+				goto fail;
+			}
+		} else if (errno == EEXIST) {
+			fd = shm_open(a->name, O_RDWR | O_CLOEXEC, 0600);
+		}
+		if (fd < 0) {
+			st = host->error(c->h, ACCEL_ERR_SYSTEM, "mem_alloc #%d: cannot open %s: %s",
+			                 (int)a->index, a->name, strerror(errno));
+			goto fail;
+		}
+		if (!created) {
+			struct stat sb;
+			uint64_t deadline = shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+			if (wait_sized(fd, a->map_bytes, deadline, &sb) != 0) {
+				st = host->error(c->h, ACCEL_ERR_TIMEOUT,
+				                 "mem_alloc #%d: the rank that created %s never sized it",
+				                 (int)a->index, a->name);
+				goto fail;
+			}
+			if ((uint64_t)sb.st_size != a->map_bytes) {
+				st = host->error(c->h, ACCEL_ERR_INVALID_ARG,
+				                 "mem_alloc #%d: this rank asked for %llu bytes but another "
+				                 "rank allocated a different size (segment of %lld bytes): every "
+				                 "rank must allocate the same sizes in the same order",
+				                 (int)a->index, (unsigned long long)bytes, (long long)sb.st_size);
+				goto fail;
+			}
+		}
+		void *m = mmap(NULL, a->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED) {
+			st = host->error(c->h, ACCEL_ERR_NOMEM, "mem_alloc #%d: cannot map %llu bytes: %s",
+			                 (int)a->index, (unsigned long long)a->map_bytes, strerror(errno));
+			goto fail;
+		}
+		a->map = m;
+		close(fd);
+		fd = -1;
+		alloc_hdr *h = m;
+		if (created) {
+			h->magic = ALLOC_MAGIC;
+			h->bytes = bytes;
+			h->stride = a->stride;
+			h->world = c->world;
+			atomic_store_explicit(&h->ready, 1, memory_order_release);
+		} else {
+			uint64_t deadline = shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+			while (!atomic_load_explicit(&h->ready, memory_order_acquire)) {
+				if (shm_now_ns() >= deadline) {
+					st = host->error(c->h, ACCEL_ERR_TIMEOUT,
+					                 "mem_alloc #%d: %s was never initialized", (int)a->index,
+					                 a->name);
+					goto fail;
+				}
+				usleep(50);
+			}
+			if (h->magic != ALLOC_MAGIC || h->bytes != bytes || h->world != c->world) {
+				st = host->error(c->h, ACCEL_ERR_INVALID_ARG,
+				                 "mem_alloc #%d: this rank asked for %llu bytes, another rank "
+				                 "for %llu: every rank must allocate the same sizes in the same "
+				                 "order",
+				                 (int)a->index, (unsigned long long)bytes,
+				                 (unsigned long long)h->bytes);
+				goto fail;
+			}
+		}
+		if (atomic_fetch_add(&h->attached, 1) + 1 == c->world) {
+			shm_unlink(a->name);
+			a->unlinked = 1;
+		}
+	}
+	a->base = (char *)a->map + SHM_PAGE;
+	a->next = c->allocs;
+	c->allocs = a;
+	c->n_allocs++;
+	*ret_ptr = a->base + (uint64_t)c->rank * a->stride;
+	return ACCEL_OK;
+
+fail:
+	if (fd >= 0)
+		close(fd);
+	if (a->map)
+		munmap(a->map, a->map_bytes);
+	free(a);
+	/* The index is consumed even on failure, so later allocations of the
+	 * ranks stay aligned with each other. */
+	c->n_allocs++;
+	return st;
+}
+
+static void release(shm_comm *c, shm_alloc *a)
+{
+	if (!a->unlinked && a->name[0]) {
+		/* Some rank never mapped it (it failed or has not got there yet).
+		 * Leaving the name would leak it past the job; a rank that still
+		 * wants it fails with a clear error instead. */
+		alloc_hdr *h = a->map;
+		if (atomic_load(&h->attached) < c->world)
+			shm_unlink(a->name);
+	}
+	munmap(a->map, a->map_bytes);
+	free(a);
+}
+
+void shm_mem_free(void *state, void *ptr)
+{
+	shm_comm *c = state;
+	if (!c || !ptr)
+		return;
+	/* Collectives still queued may use the buffer: let them finish (or
+	 * fail) first rather than unmap memory under the comm thread. */
+	if (atomic_load(&c->queued)) {
+		pthread_mutex_lock(&c->mu);
+		while (atomic_load(&c->queued))
+			pthread_cond_wait(&c->cv_done, &c->mu);
+		pthread_mutex_unlock(&c->mu);
+	}
+	for (shm_alloc **pp = &c->allocs; *pp; pp = &(*pp)->next) {
+		shm_alloc *a = *pp;
+		if (a->base + (uint64_t)c->rank * a->stride == (char *)ptr) {
+			*pp = a->next;
+			release(c, a);
+			return;
+		}
+	}
+	c->host->log(c->h, ACCEL_LOG_ERROR, "mem_free: %p was not allocated by shm mem_alloc", ptr);
+}
+
+void shm_mem_close_all(shm_comm *c)
+{
+	while (c->allocs) {
+		shm_alloc *a = c->allocs;
+		c->allocs = a->next;
+		release(c, a);
+	}
+}

@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/shm/shm_reduce.c: element-wise reductions of n inputs.
+ *
+ * Every reduction walks the data in blocks that fit in L1: the block is
+ * combined into a scratch buffer input by input, in rank order (so every
+ * rank that reduces the same elements gets the same bits), then stored to
+ * each output.  The scratch makes exact aliasing of an output with an input
+ * harmless (in-place collectives) and lets f16/bf16 accumulate in f32 with a
+ * single rounding at the end.  The inner loops are plain restrict loops the
+ * compiler vectorizes (this file is built with -O3); measured at memory
+ * bandwidth on f32, see docs/comm.md. */
+#include <math.h>
+#include <string.h>
+
+#include "half.h"
+#include "shm-impl.h"
+
+#define BLK_BYTES 16384
+
+size_t shm_dtype_size(uint32_t dtype)
+{
+	switch (dtype) {
+	case ACCEL_DTYPE_F32: return 4;
+	case ACCEL_DTYPE_F64: return 8;
+	case ACCEL_DTYPE_F16: return 2;
+	case ACCEL_DTYPE_BF16: return 2;
+	case ACCEL_DTYPE_F8E4M3: return 1;
+	case ACCEL_DTYPE_F8E5M2: return 1;
+	case ACCEL_DTYPE_I32: return 4;
+	case ACCEL_DTYPE_I64: return 8;
+	case ACCEL_DTYPE_U8: return 1;
+	default: return 0;
+	}
+}
+
+const char *shm_dtype_name(uint32_t dtype)
+{
+	static const char *const names[] = {"invalid", "f32", "f64", "f16", "bf16",
+	                                    "f8e4m3", "f8e5m2", "i32", "i64", "u8"};
+	return dtype < sizeof(names) / sizeof(names[0]) ? names[dtype] : "invalid";
+}
+
+int shm_reduce_supported(uint32_t dtype)
+{
+	switch (dtype) {
+	case ACCEL_DTYPE_F32:
+	case ACCEL_DTYPE_F64:
+	case ACCEL_DTYPE_F16:
+	case ACCEL_DTYPE_BF16:
+	case ACCEL_DTYPE_I32:
+	case ACCEL_DTYPE_I64:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* max/min that propagate NaN (like torch.maximum), written as selects so
+ * the loops vectorize (a short-circuit || would be control flow). */
+static inline float max_f32(float a, float b)
+{
+	float m = a > b ? a : b;
+	m = a != a ? a : m;
+	return b != b ? b : m;
+}
+static inline float min_f32(float a, float b)
+{
+	float m = a < b ? a : b;
+	m = a != a ? a : m;
+	return b != b ? b : m;
+}
+static inline double max_f64(double a, double b)
+{
+	double m = a > b ? a : b;
+	m = a != a ? a : m;
+	return b != b ? b : m;
+}
+static inline double min_f64(double a, double b)
+{
+	double m = a < b ? a : b;
+	m = a != a ? a : m;
+	return b != b ? b : m;
+}
+
+/* Integer sums wrap (two's complement) instead of being undefined. */
+#define ADD_I32(x, y) ((int32_t)((uint32_t)(x) + (uint32_t)(y)))
+#define ADD_I64(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
+#define MAXI(x, y) ((x) > (y) ? (x) : (y))
+#define MINI(x, y) ((x) < (y) ? (x) : (y))
+
+/* Native types: scratch has the input's type. */
+#define DEF_NATIVE(NAME, T, EXPR)                                                       \
+	static void NAME##_first(void *vt, const void *va, const void *vb, size_t n)   \
+	{                                                                              \
+		T *restrict t = vt;                                                    \
+		const T *restrict a = va;                                              \
+		const T *restrict b = vb;                                              \
+		for (size_t i = 0; i < n; i++) {                                       \
+			T x = a[i], y = b[i];                                          \
+			t[i] = EXPR;                                                   \
+		}                                                                      \
+	}                                                                              \
+	static void NAME##_acc(void *vt, const void *vb, size_t n)                     \
+	{                                                                              \
+		T *restrict t = vt;                                                    \
+		const T *restrict b = vb;                                              \
+		for (size_t i = 0; i < n; i++) {                                       \
+			T x = t[i], y = b[i];                                          \
+			t[i] = EXPR;                                                   \
+		}                                                                      \
+	}
+
+DEF_NATIVE(sum_f32, float, x + y)
+DEF_NATIVE(max_f32, float, max_f32(x, y))
+DEF_NATIVE(min_f32, float, min_f32(x, y))
+DEF_NATIVE(sum_f64, double, x + y)
+DEF_NATIVE(max_f64, double, max_f64(x, y))
+DEF_NATIVE(min_f64, double, min_f64(x, y))
+DEF_NATIVE(sum_i32, int32_t, ADD_I32(x, y))
+DEF_NATIVE(max_i32, int32_t, MAXI(x, y))
+DEF_NATIVE(min_i32, int32_t, MINI(x, y))
+DEF_NATIVE(sum_i64, int64_t, ADD_I64(x, y))
+DEF_NATIVE(max_i64, int64_t, MAXI(x, y))
+DEF_NATIVE(min_i64, int64_t, MINI(x, y))
+
+/* 16-bit floats: scratch is f32. */
+#define DEF_HALF(NAME, CVT, EXPR)                                                       \
+	static void NAME##_first(void *vt, const void *va, const void *vb, size_t n)   \
+	{                                                                              \
+		float *restrict t = vt;                                                \
+		const uint16_t *restrict a = va;                                       \
+		const uint16_t *restrict b = vb;                                       \
+		for (size_t i = 0; i < n; i++) {                                       \
+			float x = CVT(a[i]), y = CVT(b[i]);                            \
+			t[i] = EXPR;                                                   \
+		}                                                                      \
+	}                                                                              \
+	static void NAME##_acc(void *vt, const void *vb, size_t n)                     \
+	{                                                                              \
+		float *restrict t = vt;                                                \
+		const uint16_t *restrict b = vb;                                       \
+		for (size_t i = 0; i < n; i++) {                                       \
+			float x = t[i], y = CVT(b[i]);                                 \
+			t[i] = EXPR;                                                   \
+		}                                                                      \
+	}
+
+DEF_HALF(sum_bf16, accel_bf16_to_f32, x + y)
+DEF_HALF(max_bf16, accel_bf16_to_f32, max_f32(x, y))
+DEF_HALF(min_bf16, accel_bf16_to_f32, min_f32(x, y))
+DEF_HALF(sum_f16, accel_f16_to_f32, x + y)
+DEF_HALF(max_f16, accel_f16_to_f32, max_f32(x, y))
+DEF_HALF(min_f16, accel_f16_to_f32, min_f32(x, y))
+
+static void load_bf16(void *vt, const void *va, size_t n)
+{
+	float *restrict t = vt;
+	const uint16_t *restrict a = va;
+	for (size_t i = 0; i < n; i++)
+		t[i] = accel_bf16_to_f32(a[i]);
+}
+static void load_f16(void *vt, const void *va, size_t n)
+{
+	float *restrict t = vt;
+	const uint16_t *restrict a = va;
+	for (size_t i = 0; i < n; i++)
+		t[i] = accel_f16_to_f32(a[i]);
+}
+static void store_bf16(void *vo, const void *vt, size_t n)
+{
+	uint16_t *restrict o = vo;
+	const float *restrict t = vt;
+	for (size_t i = 0; i < n; i++)
+		o[i] = accel_f32_to_bf16(t[i]);
+}
+static void store_f16(void *vo, const void *vt, size_t n)
+{
+	uint16_t *restrict o = vo;
+	const float *restrict t = vt;
+	for (size_t i = 0; i < n; i++)
+		o[i] = accel_f32_to_f16(t[i]);
+}
+
+static void avg_f32(void *vt, size_t n, int32_t div)
+{
+	float *restrict t = vt;
+	float d = (float)div;
+	for (size_t i = 0; i < n; i++)
+		t[i] = t[i] / d;
+}
+static void avg_f64(void *vt, size_t n, int32_t div)
+{
+	double *restrict t = vt;
+	double d = (double)div;
+	for (size_t i = 0; i < n; i++)
+		t[i] = t[i] / d;
+}
+static void avg_i32(void *vt, size_t n, int32_t div)
+{
+	int32_t *restrict t = vt;
+	for (size_t i = 0; i < n; i++)
+		t[i] = t[i] / div;     /* C division truncates toward zero */
+}
+static void avg_i64(void *vt, size_t n, int32_t div)
+{
+	int64_t *restrict t = vt;
+	for (size_t i = 0; i < n; i++)
+		t[i] = t[i] / div;
+}
+
+typedef void (*first_fn)(void *t, const void *a, const void *b, size_t n);
+typedef void (*acc_fn)(void *t, const void *b, size_t n);
+typedef void (*conv_fn)(void *dst, const void *src, size_t n);
+typedef void (*avg_fn)(void *t, size_t n, int32_t div);
+
+typedef struct kern {
+	first_fn first[3];   /* sum, max, min */
+	acc_fn acc[3];
+	conv_fn load;        /* NULL: memcpy */
+	conv_fn store;       /* NULL: memcpy */
+	avg_fn avg;
+	size_t tsize;        /* scratch element size */
+} kern;
+
+#define K3(p, s) {p##sum_##s##_first, p##max_##s##_first, p##min_##s##_first}
+#define A3(p, s) {p##sum_##s##_acc, p##max_##s##_acc, p##min_##s##_acc}
+
+static const kern k_f32 = {K3(, f32), A3(, f32), NULL, NULL, avg_f32, 4};
+static const kern k_f64 = {K3(, f64), A3(, f64), NULL, NULL, avg_f64, 8};
+static const kern k_i32 = {K3(, i32), A3(, i32), NULL, NULL, avg_i32, 4};
+static const kern k_i64 = {K3(, i64), A3(, i64), NULL, NULL, avg_i64, 8};
+static const kern k_bf16 = {K3(, bf16), A3(, bf16), load_bf16, store_bf16, avg_f32, 4};
+static const kern k_f16 = {K3(, f16), A3(, f16), load_f16, store_f16, avg_f32, 4};
+
+static const kern *pick(uint32_t dtype)
+{
+	switch (dtype) {
+	case ACCEL_DTYPE_F32: return &k_f32;
+	case ACCEL_DTYPE_F64: return &k_f64;
+	case ACCEL_DTYPE_I32: return &k_i32;
+	case ACCEL_DTYPE_I64: return &k_i64;
+	case ACCEL_DTYPE_BF16: return &k_bf16;
+	case ACCEL_DTYPE_F16: return &k_f16;
+	default: return NULL;
+	}
+}
+
+void shm_reduce(uint32_t dtype, uint32_t redop, int n_in, const void *const *in, int n_out,
+                void *const *out, uint64_t count, int32_t avg_div)
+{
+	_Alignas(64) unsigned char tmp[BLK_BYTES];
+	const kern *k = pick(dtype);
+	size_t es = shm_dtype_size(dtype);
+	int which = redop == ACCEL_RED_MAX ? 1 : redop == ACCEL_RED_MIN ? 2 : 0;
+
+	if (!k || n_in < 1 || n_out < 1)
+		return;   /* callers validate; nothing sensible to do */
+	size_t blk = BLK_BYTES / k->tsize;
+	for (uint64_t o = 0; o < count; o += blk) {
+		size_t n = (size_t)(count - o < blk ? count - o : blk);
+		size_t off = (size_t)o * es;
+		if (n_in == 1) {
+			if (k->load)
+				k->load(tmp, (const char *)in[0] + off, n);
+			else
+				memcpy(tmp, (const char *)in[0] + off, n * es);
+		} else {
+			k->first[which](tmp, (const char *)in[0] + off, (const char *)in[1] + off, n);
+			for (int q = 2; q < n_in; q++)
+				k->acc[which](tmp, (const char *)in[q] + off, n);
+		}
+		if (redop == ACCEL_RED_AVG)
+			k->avg(tmp, n, avg_div);
+		if (k->store)
+			k->store((char *)out[0] + off, tmp, n);
+		else
+			memcpy((char *)out[0] + off, tmp, n * es);
+		for (int j = 1; j < n_out; j++)
+			memcpy((char *)out[j] + off, (const char *)out[0] + off, n * es);
+	}
+}

@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/progs/comm-ranks.c: one rank of the collective tests that
+ * tests/test-comm.c starts with `accel launch -n N`.
+ *
+ *   comm-ranks matrix OUTDIR        every op/dtype/reduction/placement/size
+ *                                   through libaccel: the core comm layer
+ *                                   with requests (ordinary and
+ *                                   backend-allocated buffers), then the
+ *                                   public blocking calls
+ *   comm-ranks kill OUTDIR VICTIM   VICTIM kills itself (SIGKILL) in the
+ *                                   middle of a large allreduce; the others
+ *                                   write what they saw to OUTDIR
+ *   comm-ranks leave OUTDIR VICTIM  VICTIM frees its context and exits 0
+ *                                   while the others wait in an allreduce
+ *
+ * Each rank writes OUTDIR/<mode>-<rank> ("<status> <seconds> <message>")
+ * before it exits; exit status 0 when every check passed. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "comm-check.h"
+#include "comm.h"
+#include "ctx-impl.h"
+
+static const char *g_out;
+static int g_rank;
+
+static void report(const char *mode, int st, double secs, const char *msg)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/%s-%d", g_out, mode, g_rank);
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%d %.3f %s", st, secs, msg);
+		fclose(f);
+	}
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- the core layer, with requests ---- */
+
+static int c_wait(accel_ctx *ctx, int st, accel_req **req)
+{
+	return st ? st : accel_comm_wait(ctx->comm, *req);
+}
+static int c_allreduce(void *p, const accel_view *s, const accel_view *r, uint32_t op)
+{
+	accel_ctx *ctx = p;
+	accel_req *req = NULL;
+	int st = accel_comm_allreduce(ctx->comm, s, r, op, &req);
+	return c_wait(ctx, st, &req);
+}
+static int c_reduce_scatter(void *p, const accel_view *s, const accel_view *r, uint32_t op)
+{
+	accel_ctx *ctx = p;
+	accel_req *req = NULL;
+	int st = accel_comm_reduce_scatter(ctx->comm, s, r, op, &req);
+	return c_wait(ctx, st, &req);
+}
+static int c_allgather(void *p, const accel_view *s, const accel_view *r)
+{
+	accel_ctx *ctx = p;
+	accel_req *req = NULL;
+	int st = accel_comm_allgather(ctx->comm, s, r, &req);
+	return c_wait(ctx, st, &req);
+}
+static int c_broadcast(void *p, const accel_view *b, int root)
+{
+	accel_ctx *ctx = p;
+	accel_req *req = NULL;
+	int st = accel_comm_broadcast(ctx->comm, b, root, &req);
+	return c_wait(ctx, st, &req);
+}
+static const char *c_errmsg(void *p)
+{
+	return accel_errmsg(p);
+}
+static void c_clear(void *p)
+{
+	accel_clear_error(p);
+}
+static int c_alloc(void *p, uint64_t bytes, void **ret)
+{
+	accel_ctx *ctx = p;
+	return accel_comm_mem_alloc(ctx->comm, ACCEL_DEVICE_CPU, 0, bytes, ret);
+}
+static void c_free(void *p, void *ptr)
+{
+	accel_ctx *ctx = p;
+	accel_comm_mem_free(ctx->comm, ptr);
+}
+static const comm_check_ops k_core_ops = {
+	c_allreduce, c_reduce_scatter, c_allgather, c_broadcast, c_errmsg, c_clear, c_alloc, c_free,
+};
+
+/* ---- the public blocking API ---- */
+
+static int p_allreduce(void *p, const accel_view *s, const accel_view *r, uint32_t op)
+{
+	return accel_allreduce(p, s->data, r->data, s->numel, s->dtype, op);
+}
+static int p_reduce_scatter(void *p, const accel_view *s, const accel_view *r, uint32_t op)
+{
+	return accel_reduce_scatter(p, s->data, r->data, r->numel, s->dtype, op);
+}
+static int p_allgather(void *p, const accel_view *s, const accel_view *r)
+{
+	return accel_allgather(p, s->data, r->data, s->numel, s->dtype);
+}
+static int p_broadcast(void *p, const accel_view *b, int root)
+{
+	return accel_broadcast(p, b->data, b->numel, b->dtype, root);
+}
+static const comm_check_ops k_public_ops = {
+	p_allreduce, p_reduce_scatter, p_allgather, p_broadcast, c_errmsg, c_clear, NULL, NULL,
+};
+
+static int mode_matrix(accel_ctx *ctx)
+{
+	static const uint64_t sizes[] = {0, 1, 7, 1000, 16385, 100003, 1048589};
+	int world = accel_world_size(ctx);
+	comm_check cc = {.ops = &k_core_ops, .ctx = ctx, .rank = g_rank, .world = world,
+	                 .sizes = sizes, .n_sizes = (int)(sizeof(sizes) / sizeof(sizes[0]))};
+	int failures = comm_check_matrix(&cc);
+	void *probe = NULL;
+	if (accel_comm_mem_alloc(ctx->comm, ACCEL_DEVICE_CPU, 0, 64, &probe) == ACCEL_OK && probe) {
+		accel_comm_mem_free(ctx->comm, probe);
+		cc.use_mem = 1;
+		failures += comm_check_matrix(&cc);
+	}
+	cc.ops = &k_public_ops;
+	cc.use_mem = 0;
+	cc.n_sizes = 5;    /* the public calls are thin wrappers: small sizes suffice */
+	failures += comm_check_matrix(&cc);
+	char msg[128];
+	snprintf(msg, sizeof(msg), "%d failures, backend %s", failures,
+	         accel_comm_backend_name(ctx->comm));
+	report("matrix", failures ? ACCEL_ERR_COMM : ACCEL_OK, 0, msg);
+	return failures ? 1 : 0;
+}
+
+static int mode_kill(accel_ctx *ctx, int victim)
+{
+	enum { N = 16 << 20 };
+	float *x = calloc(N, sizeof(float));
+	accel_view v = {.struct_size = sizeof(v), .dtype = ACCEL_DTYPE_F32, .device = ACCEL_DEVICE_CPU,
+	                .data = x, .numel = N};
+	accel_req *req = NULL;
+	if (accel_comm_barrier(ctx->comm, NULL))
+		return 1;
+	double t0 = now_s();
+	int st = accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
+	if (g_rank == victim) {
+		usleep(3000);
+		raise(SIGKILL);
+	}
+	if (!st)
+		st = accel_comm_wait(ctx->comm, req);
+	report("kill", st, now_s() - t0, accel_errmsg(ctx));
+	free(x);
+	return 0;
+}
+
+static int mode_leave(accel_ctx **pctx, int victim)
+{
+	if (g_rank == victim) {
+		*pctx = accel_ctx_free(*pctx);
+		report("leave", 0, 0, "left");
+		return 0;
+	}
+	float x[4] = {1, 2, 3, 4};
+	double t0 = now_s();
+	int st = accel_allreduce(*pctx, x, x, 4, ACCEL_DTYPE_F32, ACCEL_RED_SUM);
+	report("leave", st, now_s() - t0, accel_errmsg(*pctx));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	accel_ctx *ctx = NULL;
+	if (argc < 3) {
+		fprintf(stderr, "usage: comm-ranks matrix|kill|leave OUTDIR [VICTIM]\n");
+		return 2;
+	}
+	g_out = argv[2];
+	int st = accel_ctx_new(NULL, &ctx);
+	if (st) {
+		fprintf(stderr, "accel_ctx_new: %s\n", ctx ? accel_errmsg(ctx) : accel_status_str(st));
+		accel_ctx_free(ctx);
+		return 3;
+	}
+	g_rank = accel_rank(ctx);
+	int victim = argc > 3 ? atoi(argv[3]) : 1;
+	int rc;
+	if (!strcmp(argv[1], "matrix"))
+		rc = mode_matrix(ctx);
+	else if (!strcmp(argv[1], "kill"))
+		rc = mode_kill(ctx, victim);
+	else if (!strcmp(argv[1], "leave"))
+		rc = mode_leave(&ctx, victim);
+	else
+		rc = 2;
+	accel_ctx_free(ctx);
+	return rc;
+}

@@ -1,0 +1,933 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-comm.c: collectives — the shm backend and the core comm layer.
+ *
+ * Part 1 drives comm-shm.so directly: a harness forks N processes, each
+ * loads the module the way the core does (dlopen + accel_comm_entry_v1)
+ * with a minimal host table whose rendezvous store is a directory of
+ * files.  Every op x dtype x reduction x in/out of place x size is checked
+ * bit for bit against a sequential reference that every rank computes from
+ * the inputs (which are a function of rank and index), on 2, 3 and 4 ranks,
+ * on ordinary and on backend-allocated buffers; then the failure paths:
+ * kill -9 of a rank in the middle of a collective, a rank that leaves early,
+ * timeouts, mismatched collectives, bad arguments, and /dev/shm leftovers.
+ *
+ * Part 2 runs the same checks through libaccel (accel_ctx_new, accel_comm_*
+ * and the public accel_allreduce...) in N processes started by
+ * `accel launch -n N` (tests/progs/comm-check.c); those tests skip while
+ * the launcher or the context cannot start ranks. */
+#include <check.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/comm.h"
+#include "half.h"
+
+#include "progs/comm-check.h"
+
+/* ---- the harness: a minimal host ------------------------------------------------ */
+
+typedef struct harness_host {
+	int err_code;
+	char err[4096];
+} harness_host;
+
+static int g_rank, g_world;
+static char g_store[256];         /* store directory of the current world */
+static int64_t g_cfg_small_kb = -1, g_cfg_chunk_kb = -1, g_cfg_spin_us = -1;
+static int64_t g_timeout_ms = 60000;
+
+static void h_log(accel_host *h, int32_t level, const char *fmt, ...)
+{
+	(void)h;
+	if (level > ACCEL_LOG_WARN && !getenv("ACCEL_TEST_VERBOSE"))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "[rank %d] log %d: ", g_rank, (int)level);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static int h_error(accel_host *h, int32_t code, const char *fmt, ...)
+{
+	harness_host *hh = (harness_host *)h;
+	va_list ap;
+	if (!hh || hh->err_code)
+		return code;
+	hh->err_code = code;
+	va_start(ap, fmt);
+	vsnprintf(hh->err, sizeof(hh->err), fmt, ap);
+	va_end(ap);
+	if (getenv("ACCEL_TEST_VERBOSE"))
+		fprintf(stderr, "[rank %d] error %d: %s\n", g_rank, (int)code, hh->err);
+	return code;
+}
+
+static int h_world(accel_host *h, accel_world_v1 *w)
+{
+	(void)h;
+	w->rank = g_rank;
+	w->world_size = g_world;
+	w->local_rank = g_rank;
+	w->local_world_size = g_world;
+	w->node_rank = 0;
+	w->num_nodes = 1;
+	return ACCEL_OK;
+}
+
+static int h_cfg_int(accel_host *h, const char *key, int64_t *ret)
+{
+	(void)h;
+	int64_t v = -1;
+	if (!strcmp(key, "small_kb"))
+		v = g_cfg_small_kb;
+	else if (!strcmp(key, "chunk_kb"))
+		v = g_cfg_chunk_kb;
+	else if (!strcmp(key, "spin_us"))
+		v = g_cfg_spin_us;
+	if (v < 0)
+		return ACCEL_ERR_NOT_FOUND;
+	*ret = v;
+	return ACCEL_OK;
+}
+
+static void key_path(const char *key, char *buf, size_t cap)
+{
+	size_t n = (size_t)snprintf(buf, cap, "%s/", g_store);
+	for (const char *p = key; *p && n + 1 < cap; p++)
+		buf[n++] = (*p == '/' || *p == '.') ? '_' : *p;
+	buf[n] = '\0';
+}
+
+static int h_store_set(accel_host *h, const char *key, const void *value, uint64_t len)
+{
+	char path[512], tmp[600];
+	(void)h;
+	key_path(key, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());
+	FILE *f = fopen(tmp, "wb");
+	if (!f || fwrite(value, 1, (size_t)len, f) != len) {
+		if (f)
+			fclose(f);
+		return ACCEL_ERR_IO;
+	}
+	fclose(f);
+	return rename(tmp, path) == 0 ? ACCEL_OK : ACCEL_ERR_IO;
+}
+
+static int h_store_get(accel_host *h, const char *key, void *buf, uint64_t cap, uint64_t *ret_len,
+                       int64_t timeout_ms)
+{
+	char path[512];
+	key_path(key, path, sizeof(path));
+	for (int64_t waited = 0;; waited++) {
+		FILE *f = fopen(path, "rb");
+		if (f) {
+			size_t n = fread(buf, 1, (size_t)cap, f);
+			fseek(f, 0, SEEK_END);
+			*ret_len = (uint64_t)ftell(f);
+			fclose(f);
+			(void)n;
+			return ACCEL_OK;
+		}
+		if (timeout_ms >= 0 && waited >= timeout_ms)
+			return h_error(h, ACCEL_ERR_TIMEOUT, "store key %s did not appear", key);
+		usleep(1000);
+	}
+}
+
+static int h_store_add(accel_host *h, const char *key, int64_t delta, int64_t *ret_value)
+{
+	char path[512], lock[600];
+	(void)h;
+	key_path(key, path, sizeof(path));
+	snprintf(lock, sizeof(lock), "%s.lock", path);
+	int lfd = open(lock, O_CREAT | O_RDWR, 0600);
+	if (lfd < 0 || flock(lfd, LOCK_EX) != 0)
+		return ACCEL_ERR_IO;
+	long long v = 0;
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%lld", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	v += delta;
+	f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%lld", v);
+		fclose(f);
+	}
+	flock(lfd, LOCK_UN);
+	close(lfd);
+	*ret_value = v;
+	return f ? ACCEL_OK : ACCEL_ERR_IO;
+}
+
+static accel_host_v1 g_host_table;
+static const accel_comm_v1 *B;
+
+static const accel_comm_v1 *load_backend(void)
+{
+	char path[4096];
+	const char *bd = getenv("ACCEL_TEST_BUILDDIR");
+	snprintf(path, sizeof(path), "%s/backends/shm/comm-shm.so", bd ? bd : ".");
+	void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
+		fprintf(stderr, "cannot load %s: %s\n", path, dlerror());
+		return NULL;
+	}
+	const accel_comm_v1 *(*entry)(const accel_host_v1 *) =
+		(const accel_comm_v1 *(*)(const accel_host_v1 *))dlsym(dl, ACCEL_COMM_ENTRY_V1);
+	if (!entry)
+		return NULL;
+	g_host_table.struct_size = sizeof(g_host_table);
+	g_host_table.abi_major = ACCEL_ABI_MAJOR;
+	g_host_table.abi_minor = ACCEL_ABI_MINOR;
+	g_host_table.accel_version = "test";
+	g_host_table.log = h_log;
+	g_host_table.error = h_error;
+	g_host_table.world = h_world;
+	g_host_table.cfg_int = h_cfg_int;
+	g_host_table.store_set = h_store_set;
+	g_host_table.store_get = h_store_get;
+	g_host_table.store_add = h_store_add;
+	return entry(&g_host_table);
+}
+
+/* One rank's view of the world under test. */
+typedef struct rank_env {
+	harness_host hh;
+	void *st;
+	int failures;
+} rank_env;
+
+typedef void (*rank_fn)(rank_env *env, void *arg);
+
+#define FAIL(env, ...)                                                                    \
+	do {                                                                              \
+		fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__);   \
+		fprintf(stderr, __VA_ARGS__);                                             \
+		fputc('\n', stderr);                                                      \
+		(env)->failures++;                                                        \
+	} while (0)
+
+static void clear_err(rank_env *env)
+{
+	env->hh.err_code = 0;
+	env->hh.err[0] = '\0';
+}
+
+/* Write what a rank saw, for the parent to assert on. */
+static void report(const char *name, const char *fmt, ...)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s-%d", g_store, name, g_rank);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	fclose(f);
+}
+
+static int read_report(const char *name, int rank, char *buf, size_t cap)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s-%d", g_store, name, rank);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		buf[0] = '\0';
+		return -1;
+	}
+	size_t n = fread(buf, 1, cap - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return 0;
+}
+
+typedef struct world_result {
+	int n;
+	pid_t pid[16];
+	int status[16];     /* waitpid status */
+	int timed_out;
+} world_result;
+
+static int g_world_counter;
+
+/* Fork n ranks running fn; wait (at most limit_s) and fill res.  The store
+ * directory stays until the next run so the caller can read reports. */
+static void run_world(int n, rank_fn fn, void *arg, int limit_s, world_result *res)
+{
+	static char job[64];
+	memset(res, 0, sizeof(*res));
+	res->n = n;
+	snprintf(g_store, sizeof(g_store), "/tmp/accel-test-comm-%d-%d", (int)getpid(),
+	         g_world_counter++);
+	mkdir(g_store, 0700);
+	snprintf(job, sizeof(job), "t%d-%d", (int)getpid(), g_world_counter);
+	fflush(NULL);
+	for (int r = 0; r < n; r++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			g_rank = r;
+			g_world = n;
+			rank_env env;
+			memset(&env, 0, sizeof(env));
+			if (r == 0) {
+				char pid0[32];
+				snprintf(pid0, sizeof(pid0), "%d", (int)getpid());
+				h_store_set(NULL, "test/pid0", pid0, strlen(pid0));
+			}
+			accel_comm_init_v1 a = {
+				.struct_size = sizeof(a),
+				.rank = r,
+				.world_size = n,
+				.local_rank = r,
+				.local_world_size = n,
+				.node_rank = 0,
+				.num_nodes = 1,
+				.device_index = -1,
+				.timeout_ms = g_timeout_ms,
+				.job_id = job,
+			};
+			int st = B->init(&g_host_table, (accel_host *)&env.hh, &a, &env.st);
+			if (st) {
+				fprintf(stderr, "[rank %d] init failed: %d %s\n", r, st, env.hh.err);
+				report("init", "%d %s", st, env.hh.err);
+				_exit(2);
+			}
+			fn(&env, arg);
+			if (env.st)
+				B->fini(env.st);
+			fflush(NULL);
+			_exit(env.failures ? 1 : 0);
+		}
+		res->pid[r] = pid;
+	}
+	time_t deadline = time(NULL) + limit_s;
+	int left = n;
+	while (left > 0) {
+		int status;
+		pid_t p = waitpid(-1, &status, WNOHANG);
+		if (p > 0) {
+			for (int r = 0; r < n; r++)
+				if (res->pid[r] == p) {
+					res->status[r] = status;
+					left--;
+				}
+			continue;
+		}
+		if (time(NULL) > deadline) {
+			res->timed_out = 1;
+			for (int r = 0; r < n; r++)
+				kill(res->pid[r], SIGKILL);
+			while (waitpid(-1, &status, 0) > 0)
+				;
+			break;
+		}
+		usleep(2000);
+	}
+}
+
+static void assert_all_ok(const world_result *res)
+{
+	ck_assert_msg(!res->timed_out, "the ranks did not finish in time");
+	for (int r = 0; r < res->n; r++)
+		ck_assert_msg(WIFEXITED(res->status[r]) && WEXITSTATUS(res->status[r]) == 0,
+		              "rank %d: %s %d", r, WIFEXITED(res->status[r]) ? "exit" : "signal",
+		              WIFEXITED(res->status[r]) ? WEXITSTATUS(res->status[r])
+		                                        : WTERMSIG(res->status[r]));
+}
+
+/* Entries of /dev/shm created by the job whose rank 0 had pid `pid0`. */
+static int shm_leftovers(long pid0, char *names, size_t cap)
+{
+	char prefix[64];
+	int n = 0;
+	size_t len = 0;
+	snprintf(prefix, sizeof(prefix), "accel-shm-%ld-", pid0);
+	names[0] = '\0';
+	DIR *d = opendir("/dev/shm");
+	if (!d)
+		return 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		n++;
+		if (len < cap)
+			len += (size_t)snprintf(names + len, cap - len, "%s ", e->d_name);
+	}
+	closedir(d);
+	return n;
+}
+
+/* ---- values and the reference ------------------------------------------------------- */
+
+/* ---- the op matrix (run by every rank) ------------------------------------------------ */
+
+typedef struct matrix_arg {
+	int use_mem;          /* backend-allocated buffers */
+	const uint64_t *sizes;
+	int n_sizes;
+	int all_reds_large;   /* every reduction also at the large sizes */
+} matrix_arg;
+
+static int b_allreduce(void *ctx, const accel_view *s, const accel_view *r, uint32_t op)
+{
+	rank_env *env = ctx;
+	accel_comm_req *req = NULL;
+	int st = B->allreduce(env->st, s, r, op, &req);
+	return st ? st : B->wait(env->st, req);
+}
+static int b_reduce_scatter(void *ctx, const accel_view *s, const accel_view *r, uint32_t op)
+{
+	rank_env *env = ctx;
+	accel_comm_req *req = NULL;
+	int st = B->reduce_scatter(env->st, s, r, op, &req);
+	return st ? st : B->wait(env->st, req);
+}
+static int b_allgather(void *ctx, const accel_view *s, const accel_view *r)
+{
+	rank_env *env = ctx;
+	accel_comm_req *req = NULL;
+	int st = B->allgather(env->st, s, r, &req);
+	return st ? st : B->wait(env->st, req);
+}
+static int b_broadcast(void *ctx, const accel_view *buf, int root)
+{
+	rank_env *env = ctx;
+	accel_comm_req *req = NULL;
+	int st = B->broadcast(env->st, buf, root, &req);
+	return st ? st : B->wait(env->st, req);
+}
+static const char *b_errmsg(void *ctx)
+{
+	return ((rank_env *)ctx)->hh.err;
+}
+static void b_clear(void *ctx)
+{
+	clear_err(ctx);
+}
+static int b_alloc(void *ctx, uint64_t bytes, void **ret)
+{
+	rank_env *env = ctx;
+	return B->mem_alloc(env->st, ACCEL_DEVICE_CPU, 0, bytes, ret);
+}
+static void b_free(void *ctx, void *p)
+{
+	rank_env *env = ctx;
+	B->mem_free(env->st, p);
+}
+
+static const comm_check_ops k_backend_ops = {
+	b_allreduce, b_reduce_scatter, b_allgather, b_broadcast, b_errmsg, b_clear, b_alloc, b_free,
+};
+
+static void rank_matrix(rank_env *env, void *varg)
+{
+	const matrix_arg *a = varg;
+	comm_check cc = {
+		.ops = &k_backend_ops,
+		.ctx = env,
+		.rank = g_rank,
+		.world = g_world,
+		.use_mem = a->use_mem,
+		.sizes = a->sizes,
+		.n_sizes = a->n_sizes,
+		.all_reds_large = a->all_reds_large,
+	};
+	env->failures += comm_check_matrix(&cc);
+}
+
+static const uint64_t k_sizes[] = {0, 1, 7, 1000, 16385, 100003, 1048589};
+
+static void matrix_test(int world, int use_mem)
+{
+	matrix_arg a = {.use_mem = use_mem, .sizes = k_sizes,
+	                .n_sizes = (int)(sizeof(k_sizes) / sizeof(k_sizes[0])),
+	                .all_reds_large = world == 2};
+	world_result res;
+	run_world(world, rank_matrix, &a, 280, &res);
+	assert_all_ok(&res);
+	char names[512];
+	ck_assert_msg(shm_leftovers(res.pid[0], names, sizeof(names)) == 0, "left in /dev/shm: %s",
+	              names);
+}
+
+START_TEST(matrix_2) { matrix_test(2, 0); }
+END_TEST
+START_TEST(matrix_3) { matrix_test(3, 0); }
+END_TEST
+START_TEST(matrix_4) { matrix_test(4, 0); }
+END_TEST
+START_TEST(matrix_mem_2) { matrix_test(2, 1); }
+END_TEST
+START_TEST(matrix_mem_3) { matrix_test(3, 1); }
+END_TEST
+START_TEST(matrix_mem_4) { matrix_test(4, 1); }
+END_TEST
+
+/* ---- failures ------------------------------------------------------------------------- */
+
+static accel_view fview(void *p, uint64_t n)
+{
+	accel_view v = {.struct_size = sizeof(accel_view), .dtype = ACCEL_DTYPE_F32,
+	                .device = ACCEL_DEVICE_CPU, .data = p, .numel = n};
+	return v;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int small_allreduce(rank_env *env, float *x, uint64_t n)
+{
+	accel_view v = fview(x, n);
+	accel_comm_req *req = NULL;
+	int st = B->allreduce(env->st, &v, &v, ACCEL_RED_SUM, &req);
+	return st ? st : B->wait(env->st, req);
+}
+
+#define BIG (16u << 20)   /* 64 MiB of f32 */
+
+static void rank_kill9(rank_env *env, void *arg)
+{
+	int victim = *(int *)arg;
+	float x[4] = {1, 2, 3, 4};
+	if (small_allreduce(env, x, 4) || x[0] != (float)g_world)
+		FAIL(env, "warm-up allreduce: %s", env->hh.err);
+	float *big = calloc(BIG, sizeof(float));
+	accel_view v = fview(big, BIG);
+	accel_comm_req *req = NULL;
+	double t0 = now_s();
+	int st = B->allreduce(env->st, &v, &v, ACCEL_RED_SUM, &req);
+	if (st) {
+		FAIL(env, "issue: %s", env->hh.err);
+		return;
+	}
+	if (g_rank == victim) {
+		usleep(3000);   /* let the comm thread get into the pipeline */
+		raise(SIGKILL);
+	}
+	st = B->wait(env->st, req);
+	double took = now_s() - t0;
+	report("kill9", "%d %.3f %s", st, took, env->hh.err);
+	clear_err(env);
+	/* afterwards every op fails at once */
+	double t1 = now_s();
+	int st2 = small_allreduce(env, x, 4);
+	report("after", "%d %.3f %s", st2, now_s() - t1, env->hh.err);
+	free(big);
+}
+
+START_TEST(kill9_mid_collective)
+{
+	int victim = 2;
+	world_result res;
+	g_timeout_ms = 60000;
+	run_world(4, rank_kill9, &victim, 60, &res);
+	ck_assert(!res.timed_out);
+	ck_assert_msg(WIFSIGNALED(res.status[victim]) && WTERMSIG(res.status[victim]) == SIGKILL,
+	              "the victim was not killed");
+	for (int r = 0; r < 4; r++) {
+		if (r == victim)
+			continue;
+		char buf[4096], want[64];
+		int st;
+		double took;
+		ck_assert_msg(WIFEXITED(res.status[r]) && WEXITSTATUS(res.status[r]) == 0, "rank %d", r);
+		ck_assert_int_eq(read_report("kill9", r, buf, sizeof(buf)), 0);
+		ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+		ck_assert_msg(st == ACCEL_ERR_PEER, "rank %d: status %d: %s", r, st, buf);
+		snprintf(want, sizeof(want), "rank %d (pid %d) is dead", victim, (int)res.pid[victim]);
+		ck_assert_msg(strstr(buf, want) != NULL, "rank %d: no '%s' in: %s", r, want, buf);
+		ck_assert_msg(strstr(buf, "allreduce #2 (f32, 16777216 elements, sum)") != NULL,
+		              "rank %d: op and sequence number missing: %s", r, buf);
+		ck_assert_msg(took < 5.0, "rank %d needed %.1f s to notice", r, took);
+		ck_assert_int_eq(read_report("after", r, buf, sizeof(buf)), 0);
+		ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+		ck_assert_msg(st == ACCEL_ERR_PEER && took < 0.1, "rank %d after the failure: %s", r, buf);
+		ck_assert_msg(strstr(buf, "failed earlier") != NULL, "rank %d: %s", r, buf);
+	}
+	char names[512];
+	ck_assert_msg(shm_leftovers(res.pid[0], names, sizeof(names)) == 0, "left in /dev/shm: %s",
+	              names);
+}
+END_TEST
+
+static void rank_leave(rank_env *env, void *arg)
+{
+	int how = *(int *)arg;   /* 0: fini and exit 0, 1: _exit(0) without fini */
+	if (g_rank == 1) {
+		if (how == 1)
+			_exit(0);
+		B->fini(env->st);
+		env->st = NULL;
+		return;
+	}
+	float x[2] = {1, 1};
+	double t0 = now_s();
+	int st = small_allreduce(env, x, 2);
+	report("leave", "%d %.3f %s", st, now_s() - t0, env->hh.err);
+}
+
+static void leave_test(int how)
+{
+	world_result res;
+	g_timeout_ms = 60000;
+	run_world(3, rank_leave, &how, 60, &res);
+	assert_all_ok(&res);
+	for (int r = 0; r < 3; r += 2) {
+		char buf[4096], want[96];
+		int st;
+		double took;
+		ck_assert_int_eq(read_report("leave", r, buf, sizeof(buf)), 0);
+		ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+		ck_assert_msg(st == ACCEL_ERR_PEER, "rank %d: %s", r, buf);
+		if (how == 0)
+			snprintf(want, sizeof(want), "rank 1 (pid %d) left the job", (int)res.pid[1]);
+		else
+			snprintf(want, sizeof(want), "rank 1 (pid %d) is dead", (int)res.pid[1]);
+		ck_assert_msg(strstr(buf, want) != NULL, "rank %d: no '%s' in: %s", r, want, buf);
+		ck_assert_msg(took < 5.0, "rank %d needed %.1f s", r, took);
+	}
+	char names[512];
+	ck_assert_msg(shm_leftovers(res.pid[0], names, sizeof(names)) == 0, "left in /dev/shm: %s",
+	              names);
+}
+
+START_TEST(rank_leaves_early) { leave_test(0); }
+END_TEST
+START_TEST(rank_exits_without_fini) { leave_test(1); }
+END_TEST
+
+static void rank_late(rank_env *env, void *arg)
+{
+	(void)arg;
+	float x[2] = {1, 1};
+	if (g_rank == 1)
+		usleep(1500000);
+	double t0 = now_s();
+	int st = small_allreduce(env, x, 2);
+	report("late", "%d %.3f %s", st, now_s() - t0, env->hh.err);
+}
+
+START_TEST(timeout_names_missing_rank)
+{
+	world_result res;
+	g_timeout_ms = 300;
+	run_world(2, rank_late, NULL, 30, &res);
+	g_timeout_ms = 60000;
+	assert_all_ok(&res);
+	char buf[4096];
+	int st;
+	double took;
+	ck_assert_int_eq(read_report("late", 0, buf, sizeof(buf)), 0);
+	ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+	ck_assert_msg(st == ACCEL_ERR_TIMEOUT, "%s", buf);
+	ck_assert_msg(strstr(buf, "allreduce #1 (f32, 2 elements, sum): rank 1 never arrived within 0.3 s"),
+	              "%s", buf);
+	ck_assert_msg(took >= 0.25 && took < 2.0, "timed out after %.2f s", took);
+	/* the late rank fails at once, told why */
+	ck_assert_int_eq(read_report("late", 1, buf, sizeof(buf)), 0);
+	ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+	ck_assert_msg(st == ACCEL_ERR_TIMEOUT && took < 0.5, "%s", buf);
+	ck_assert_msg(strstr(buf, "rank 0 failed") || strstr(buf, "left the job"), "%s", buf);
+}
+END_TEST
+
+static void rank_mismatch(rank_env *env, void *arg)
+{
+	int kind = *(int *)arg;
+	float x[16] = {0};
+	accel_comm_req *req = NULL;
+	int st;
+	if (kind == 0) {   /* different counts */
+		accel_view v = fview(x, g_rank == 0 ? 10 : 11);
+		st = B->allreduce(env->st, &v, &v, ACCEL_RED_SUM, &req);
+	} else {           /* different ops */
+		accel_view v = fview(x, 10);
+		st = g_rank == 0 ? B->allreduce(env->st, &v, &v, ACCEL_RED_SUM, &req)
+		                 : B->broadcast(env->st, &v, 0, &req);
+	}
+	if (!st)
+		st = B->wait(env->st, req);
+	report("mismatch", "%d %s", st, env->hh.err);
+}
+
+START_TEST(mismatched_collectives)
+{
+	for (int kind = 0; kind < 2; kind++) {
+		world_result res;
+		run_world(2, rank_mismatch, &kind, 30, &res);
+		assert_all_ok(&res);
+		for (int r = 0; r < 2; r++) {
+			char buf[4096];
+			int st;
+			ck_assert_int_eq(read_report("mismatch", r, buf, sizeof(buf)), 0);
+			ck_assert_msg(sscanf(buf, "%d", &st) == 1, "%s", buf);
+			ck_assert_msg(st == ACCEL_ERR_COMM, "rank %d: %s", r, buf);
+			ck_assert_msg(strstr(buf, "mismatch") != NULL, "rank %d: %s", r, buf);
+			ck_assert_msg(strstr(buf, kind == 0 ? "11 elements" : "broadcast") != NULL, "rank %d: %s",
+			              r, buf);
+		}
+	}
+}
+END_TEST
+
+static void expect_error(rank_env *env, int st, int want, const char *needle)
+{
+	if (st != want)
+		FAIL(env, "status %d, expected %d (%s)", st, want, env->hh.err);
+	else if (!strstr(env->hh.err, needle))
+		FAIL(env, "message '%s' lacks '%s'", env->hh.err, needle);
+	clear_err(env);
+}
+
+static void rank_bad_args(rank_env *env, void *arg)
+{
+	(void)arg;
+	float x[8] = {0};
+	accel_comm_req *req = NULL;
+	accel_view v = fview(x, 8), w = fview(x, 3);
+	expect_error(env, B->allreduce(env->st, NULL, &v, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
+	             "send is NULL");
+	expect_error(env, B->allreduce(env->st, &v, &w, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
+	             "must match");
+	expect_error(env, B->allreduce(env->st, &v, &v, 7, &req), ACCEL_ERR_INVALID_ARG, "op 7");
+	accel_view u8 = v;
+	u8.dtype = ACCEL_DTYPE_U8;
+	expect_error(env, B->allreduce(env->st, &u8, &u8, ACCEL_RED_SUM, &req), ACCEL_ERR_UNSUPPORTED,
+	             "dtype u8");
+	accel_view bogus = v;
+	bogus.dtype = 77;
+	expect_error(env, B->allgather(env->st, &bogus, &bogus, &req), ACCEL_ERR_INVALID_ARG,
+	             "not a valid dtype");
+	accel_view dev = v;
+	dev.device = ACCEL_DEVICE_CUDA;
+	expect_error(env, B->allreduce(env->st, &dev, &dev, ACCEL_RED_SUM, &req), ACCEL_ERR_UNSUPPORTED,
+	             "host memory only");
+	accel_view nul = fview(NULL, 5);
+	expect_error(env, B->broadcast(env->st, &nul, 0, &req), ACCEL_ERR_INVALID_ARG, "data is NULL");
+	expect_error(env, B->broadcast(env->st, &v, g_world, &req), ACCEL_ERR_INVALID_ARG, "root 2");
+	expect_error(env, B->reduce_scatter(env->st, &v, &w, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
+	             "world_size (2) x recv");
+	expect_error(env, B->allgather(env->st, &w, &w, &req), ACCEL_ERR_INVALID_ARG,
+	             "world_size (2) x send");
+	accel_view old = v;
+	old.struct_size = 8;
+	expect_error(env, B->allreduce(env->st, &old, &old, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
+	             "struct_size");
+	expect_error(env, B->wait(env->st, NULL), ACCEL_ERR_INVALID_ARG, "NULL");
+	void *p = NULL;
+	expect_error(env, B->mem_alloc(env->st, ACCEL_DEVICE_CUDA, 0, 64, &p), ACCEL_ERR_UNSUPPORTED,
+	             "host memory only");
+	/* none of that poisoned the communicator */
+	float y[3] = {1, 2, 3};
+	if (small_allreduce(env, y, 3) || y[2] != 6.0f)
+		FAIL(env, "allreduce after bad calls: %s", env->hh.err);
+}
+
+START_TEST(bad_arguments)
+{
+	world_result res;
+	run_world(2, rank_bad_args, NULL, 30, &res);
+	assert_all_ok(&res);
+}
+END_TEST
+
+/* Many ops in flight at once, small and large, waited in issue order and
+ * in reverse; test() polled. */
+static void rank_async(rank_env *env, void *arg)
+{
+	(void)arg;
+	enum { N = 40 };
+	accel_comm_req *req[N];
+	float *buf[N];
+	uint64_t cnt[N];
+	for (int i = 0; i < N; i++) {
+		cnt[i] = (i % 5 == 0) ? 300000 + (uint64_t)i : (uint64_t)(i * 37 + 1);
+		buf[i] = malloc(cnt[i] * sizeof(float));
+		for (uint64_t j = 0; j < cnt[i]; j++)
+			buf[i][j] = (float)(g_rank + 1) * (float)(j % 1000) + (float)i;
+		accel_view v = fview(buf[i], cnt[i]);
+		int st = (i % 7 == 3) ? B->broadcast(env->st, &v, i % g_world, &req[i])
+		                      : B->allreduce(env->st, &v, &v, ACCEL_RED_SUM, &req[i]);
+		if (st)
+			FAIL(env, "issue %d: %s", i, env->hh.err);
+	}
+	int32_t done = 0;
+	for (int spins = 0; spins < 100000 && !done; spins++) {
+		if (B->test(env->st, req[N - 1], &done))
+			FAIL(env, "test: %s", env->hh.err);
+		if (!done)
+			usleep(100);
+	}
+	if (!done)
+		FAIL(env, "the last request never completed");
+	for (int k = 0; k < N; k++) {
+		int i = (k < N / 2) ? k : N - 1 - (k - N / 2);
+		if (B->wait(env->st, req[i]))
+			FAIL(env, "wait %d: %s", i, env->hh.err);
+	}
+	float ranksum = (float)(g_world * (g_world + 1) / 2);
+	for (int i = 0; i < N; i++) {
+		for (uint64_t j = 0; j < cnt[i]; j++) {
+			float want = (i % 7 == 3) ? (float)(i % g_world + 1) * (float)(j % 1000) + (float)i
+			                          : ranksum * (float)(j % 1000) + (float)(i * g_world);
+			if (buf[i][j] != want) {
+				FAIL(env, "op %d element %llu: %g, expected %g", i, (unsigned long long)j,
+				     (double)buf[i][j], (double)want);
+				break;
+			}
+		}
+		free(buf[i]);
+	}
+}
+
+START_TEST(async_many_in_flight)
+{
+	world_result res;
+	run_world(3, rank_async, NULL, 60, &res);
+	assert_all_ok(&res);
+}
+END_TEST
+
+/* World 1: every op is the identity, in place or not; memory works. */
+static void rank_single(rank_env *env, void *arg)
+{
+	(void)arg;
+	static const uint64_t sizes[] = {0, 1, 7, 100003};
+	comm_check cc = {.ops = &k_backend_ops, .ctx = env, .rank = 0, .world = 1,
+	                 .sizes = sizes, .n_sizes = 4, .all_reds_large = 1};
+	env->failures += comm_check_matrix(&cc);
+	cc.use_mem = 1;
+	env->failures += comm_check_matrix(&cc);
+	accel_comm_req *req = NULL;
+	if (B->barrier(env->st, &req) || B->wait(env->st, req))
+		FAIL(env, "barrier: %s", env->hh.err);
+}
+
+START_TEST(world_of_one)
+{
+	world_result res;
+	run_world(1, rank_single, NULL, 60, &res);
+	assert_all_ok(&res);
+}
+END_TEST
+
+/* The segment names are gone from /dev/shm as soon as every rank mapped
+ * them, while the job still runs. */
+static void rank_unlinked(rank_env *env, void *arg)
+{
+	(void)arg;
+	char pid0[32], names[512];
+	uint64_t len = 0;
+	accel_comm_req *req = NULL;
+	if (h_store_get(NULL, "test/pid0", pid0, sizeof(pid0) - 1, &len, 5000)) {
+		FAIL(env, "no pid0");
+		return;
+	}
+	pid0[len] = '\0';
+	if (B->barrier(env->st, &req) || B->wait(env->st, req))
+		FAIL(env, "barrier: %s", env->hh.err);
+	if (shm_leftovers(atol(pid0), names, sizeof(names)))
+		FAIL(env, "after init: %s", names);
+	if (B->barrier(env->st, &req) || B->wait(env->st, req))
+		FAIL(env, "barrier: %s", env->hh.err);
+	void *p = NULL, *q = NULL;
+	if (B->mem_alloc(env->st, ACCEL_DEVICE_CPU, 0, 1 << 20, &p) ||
+	    B->mem_alloc(env->st, ACCEL_DEVICE_CPU, 0, 100, &q))
+		FAIL(env, "mem_alloc: %s", env->hh.err);
+	if (B->barrier(env->st, &req) || B->wait(env->st, req))
+		FAIL(env, "barrier: %s", env->hh.err);
+	if (shm_leftovers(atol(pid0), names, sizeof(names)))
+		FAIL(env, "after mem_alloc: %s", names);
+	/* rank r's copy is rank r's alone */
+	memset(p, g_rank + 1, 1 << 20);
+	if (B->barrier(env->st, &req) || B->wait(env->st, req))
+		FAIL(env, "barrier: %s", env->hh.err);
+	if (((unsigned char *)p)[12345] != g_rank + 1)
+		FAIL(env, "another rank wrote into this rank's copy");
+	B->mem_free(env->st, p);
+	B->mem_free(env->st, q);
+}
+
+START_TEST(no_names_left_in_dev_shm)
+{
+	world_result res;
+	run_world(4, rank_unlinked, NULL, 60, &res);
+	assert_all_ok(&res);
+}
+END_TEST
+
+static Suite *comm_suite(void)
+{
+	Suite *s = suite_create("comm");
+	/* one case per world so that CK_RUN_CASE can pick one */
+	const struct {
+		const char *name;
+		const TTest *test;
+	} matrix[] = {
+		{"shm-matrix-2", matrix_2},         {"shm-matrix-3", matrix_3},
+		{"shm-matrix-4", matrix_4},         {"shm-matrix-mem-2", matrix_mem_2},
+		{"shm-matrix-mem-3", matrix_mem_3}, {"shm-matrix-mem-4", matrix_mem_4},
+	};
+	TCase *tc;
+	for (size_t i = 0; i < sizeof(matrix) / sizeof(matrix[0]); i++) {
+		tc = tcase_create(matrix[i].name);
+		tcase_set_timeout(tc, 300);
+		tcase_add_test(tc, matrix[i].test);
+		suite_add_tcase(s, tc);
+	}
+
+	tc = tcase_create("shm-behaviour");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, world_of_one);
+	tcase_add_test(tc, async_many_in_flight);
+	tcase_add_test(tc, no_names_left_in_dev_shm);
+	tcase_add_test(tc, bad_arguments);
+	tcase_add_test(tc, mismatched_collectives);
+	tcase_add_test(tc, timeout_names_missing_rank);
+	tcase_add_test(tc, rank_leaves_early);
+	tcase_add_test(tc, rank_exits_without_fini);
+	tcase_add_test(tc, kill9_mid_collective);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	B = load_backend();
+	if (!B) {
+		fprintf(stderr, "comm-shm.so could not be loaded\n");
+		return 1;
+	}
+	SRunner *sr = srunner_create(comm_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
