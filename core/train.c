@@ -780,8 +780,12 @@ static int run_hook(accel_ctx *ctx, uint32_t unit, enum hook which)
 	if (unit >= t->n_units)
 		return terr(t, ACCEL_ERR_INVALID_ARG, "%s: unit index %u out of range (model has "
 		            "%u units)", hook_names[which], unit, t->n_units);
-	/* The strategy goes first so hook plugins see materialized parameters. */
-	for (uint32_t i = 0; i < ctx->n_active; i++) {
+	/* Nested like layers: the strategy materializes parameters first in the
+	 * pre hooks and releases them last in the post hooks, so hook plugins
+	 * always see them; post hooks run in reverse activation order. */
+	int post = which == POST_FORWARD || which == POST_BACKWARD;
+	for (uint32_t k = 0; k < ctx->n_active; k++) {
+		uint32_t i = post ? ctx->n_active - 1 - k : k;
 		accel_active *a = &ctx->active[i];
 		int (*fn)(void *, uint32_t) = NULL;
 		if (!a->inited)
