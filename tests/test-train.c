@@ -496,6 +496,27 @@ START_TEST(bucket_plan)
 	ck_assert_int_eq(accel_step(ctx), ACCEL_OK);
 	accel_ctx_free(ctx);
 
+	/* One running bucket per dtype: f32 and bf16 gradients never share. */
+	ctx = ctx_json("{" SGD(0.1) "}");
+	int64_t four[1] = {4};
+	ck_assert_int_eq(accel_model_add_param(ctx, "a", "f0", ACCEL_DTYPE_F32, 1, four, NULL, NULL),
+	                 ACCEL_OK);
+	ck_assert_int_eq(accel_model_add_param(ctx, "a", "h0", ACCEL_DTYPE_BF16, 1, four, NULL, NULL),
+	                 ACCEL_OK);
+	ck_assert_int_eq(accel_model_add_param(ctx, "b", "f1", ACCEL_DTYPE_F32, 1, four, NULL, NULL),
+	                 ACCEL_OK);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	d = ddp_debug(ctx);
+	ck_assert_uint_eq(d->n_buckets, 2);
+	ck_assert_uint_eq(d->bucket_dtype[0], ACCEL_DTYPE_F32);  /* f1 is ready first */
+	ck_assert_uint_eq(d->bucket_dtype[1], ACCEL_DTYPE_BF16);
+	ck_assert_uint_eq(d->bucket_params[0], 2);
+	ck_assert_uint_eq(d->bucket_params[1], 0);
+	ck_assert_uint_eq(d->bucket_params[2], 1);
+	ck_assert_uint_eq(d->bucket_bytes[0], 32);
+	ck_assert_uint_eq(d->bucket_bytes[1], 8);
+	accel_ctx_free(ctx);
+
 	/* A parameter larger than the cap gets a bucket of its own. */
 	ctx = ctx_json("{\"ddp\": {\"first_bucket_mb\": 0.001, \"bucket_cap_mb\": 0.001}, "
 	               SGD(0.1) "}");
