@@ -386,6 +386,19 @@ START_TEST(bad_schema_and_name)
 }
 END_TEST
 
+/* dlopen() failures keep the dynamic linker's text, without the path twice. */
+START_TEST(unresolved_symbol)
+{
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "undefined-sym.so");
+	assert_reason(m, ACCEL_MODULE_BROKEN, "cannot load: ");
+	ck_assert_ptr_nonnull(strstr(m->cause, "undefined symbol: fx_not_defined_anywhere"));
+	ck_assert_ptr_null(strstr(m->cause, "undefined-sym.so"));
+	ck_assert_ptr_null(m->handle);
+	accel_loader_free(ld);
+}
+END_TEST
+
 START_TEST(missing_file)
 {
 	accel_loader *ld = new_loader();
@@ -542,7 +555,7 @@ START_TEST(scan_fixture_dir)
 		{"needs-cuda.so", "unavailable"}, {"no-entry.so", "broken"},
 		{"not-elf.so", "broken"},    {"null-slot.so", "broken"},
 		{"short-hook.so", "ok"},     {"small-struct.so", "broken"},
-		{"truncated.so", "broken"},
+		{"truncated.so", "broken"},  {"undefined-sym.so", "broken"},
 	};
 	size_t n = sizeof(expect) / sizeof(expect[0]);
 	ck_assert_uint_eq(accel_loader_count(ld), n);
@@ -733,6 +746,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tc, null_required_slot);
 	tcase_add_test(tc, entry_returns_null_with_text);
 	tcase_add_test(tc, bad_schema_and_name);
+	tcase_add_test(tc, unresolved_symbol);
 	tcase_add_test(tc, missing_file);
 	tcase_add_test(tc, needs_cuda_unavailable);
 	tcase_add_test(tc, duplicate_names);
