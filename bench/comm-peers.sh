@@ -8,6 +8,8 @@
 #   openmpi bench/mpi_allreduce under mpirun: MPI_Allreduce,
 #           MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast
 #   gloo    bench/gloo_allreduce.py: torch.distributed with the gloo backend
+#   accel-mpi  (for information, no target) accel's own mpi backend through
+#           the core under mpirun, next to the Open MPI calls it makes
 #
 # Prints every peer's JSON lines, then one ratio line per op and size
 # ({"bench":"comm-ratio",...}: peer time / accel time, so > 1 means accel is
@@ -19,7 +21,7 @@
 #   times, alternating, and each keeps its fastest time per size, which
 #   evens out a noisy machine for all peers alike), BACKEND (shm),
 #   PYTHON (/usr/bin/python3), SKIP (space-separated peers to leave out:
-#   accel-user accel-backend openmpi gloo).
+#   accel-user accel-backend accel-mpi openmpi gloo).
 set -eu
 
 BUILD=${1:-build}
@@ -70,6 +72,20 @@ run_accel() {  # $1: user|backend
 	keep_json <"$OUT/raw"
 }
 
+# accel's mpi backend through the core, under mpirun (the core still joins
+# its rendezvous store there, hence the address).
+run_accel_mpi() {
+	if ! command -v mpirun >/dev/null 2>&1; then
+		echo "comm-peers: no mpirun; accel-mpi skipped" >&2
+		return 0
+	fi
+	port=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	mpirun --allow-run-as-root --oversubscribe -n "$NP" -x ACCEL_PLUGIN_PATH \
+		-x ACCEL_MASTER_ADDR=127.0.0.1 -x ACCEL_MASTER_PORT="$port" \
+		"$ACCEL" bench comm $COMMON --buffers user --set backend=mpi >"$OUT/raw" || return 1
+	keep_json <"$OUT/raw"
+}
+
 run_openmpi() {
 	if [ ! -x "$MPIBENCH" ] || ! command -v mpirun >/dev/null 2>&1; then
 		echo "comm-peers: no MPI peer ($MPIBENCH or mpirun missing); skipped" >&2
@@ -97,11 +113,12 @@ echo "# NP=$NP OPS=$OPS MIN_BYTES=$MIN_BYTES MAX_BYTES=$MAX_BYTES ITERS=$ITERS W
 
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
-	for peer in accel-user accel-backend openmpi gloo; do
+	for peer in accel-user accel-backend accel-mpi openmpi gloo; do
 		skipped "$peer" && continue
 		case $peer in
 		accel-user) run_accel user ;;
 		accel-backend) run_accel backend ;;
+		accel-mpi) run_accel_mpi ;;
 		openmpi) run_openmpi ;;
 		gloo) run_gloo ;;
 		esac >"$OUT/$peer.$round" || { echo "comm-peers: $peer failed (round $round)" >&2; exit 1; }
@@ -151,19 +168,21 @@ def busbw(peer, op, b):
     return r["busbw_GBps"] if r else None
 
 print()
-print("# %-15s %12s %12s %12s %12s %12s %10s %10s" % (
-    "op", "bytes", "accel(us)", "accel-bk(us)", "openmpi(us)", "gloo(us)", "vs mpi", "vs gloo"))
+print("# times in us (median call, slowest rank); ratios = peer time / accel time")
+print("# %-15s %10s %11s %11s %11s %11s %11s %8s %8s %8s" % (
+    "op", "bytes", "accel-user", "accel-bk", "accel-mpi", "openmpi", "gloo",
+    "u/ompi", "bk/ompi", "u/gloo"))
 for op in ops:
     for b in sizes:
-        a, ab = t("accel-user", op, b), t("accel-backend", op, b)
+        a, ab, am = t("accel-user", op, b), t("accel-backend", op, b), t("accel-mpi", op, b)
         m, g = t("openmpi", op, b), t("gloo", op, b)
         if a is None and ab is None:
             continue
-        f = lambda x: "%12.2f" % x if x is not None else "%12s" % "-"
-        rm, rg = ratio(m, a), ratio(g, a)
-        print("  %-15s %12d %s %s %s %s %10s %10s" % (
-            op, b, f(a), f(ab), f(m), f(g), rm if rm is not None else "-",
-            rg if rg is not None else "-"))
+        f = lambda x: "%11.2f" % x if x is not None else "%11s" % "-"
+        q = lambda x: "%8.2f" % x if x is not None else "%8s" % "-"
+        print("  %-15s %10d %s %s %s %s %s %s %s %s" % (
+            op, b, f(a), f(ab), f(am), f(m), f(g), q(ratio(m, a)), q(ratio(m, ab)),
+            q(ratio(g, a))))
 
 M64 = 64 << 20
 targets = [
