@@ -54,7 +54,7 @@ static void usage(FILE *out)
 	        "usage: train_mlp [options]\n"
 	        "Train an MLP classifier on a synthetic data set with accel; run it directly or\n"
 	        "under `accel launch -n N --`.\n"
-	        "  --steps N          optimizer steps (default 300)\n"
+	        "  --steps N          optimizer steps (default 100)\n"
 	        "  --batch-size B     global batch, split evenly over the processes (default 128)\n"
 	        "  --lr X             learning rate (sets optimizer.params.lr; default: the config)\n"
 	        "  --hidden H         hidden layer width (default 1024)\n"
@@ -65,7 +65,7 @@ static void usage(FILE *out)
 	        "  --test-samples N   held-out samples for the final accuracy (default 2048)\n"
 	        "  --inputs D         input dimension (default 784)\n"
 	        "  --classes C        classes (default 10)\n"
-	        "  --no-shuffle       global batch k is samples k*B .. (k+1)*B-1 (sets\n"
+	        "  --no-shuffle       global batch k of an epoch is samples k*B .. (k+1)*B-1 (sets\n"
 	        "                     dataloader.shuffle=false)\n"
 	        "  --log-every N      progress line every N steps (default 25)\n"
 	        "  --save-init DIR    write DIR/init.safetensors (initial parameters) and\n"
@@ -106,7 +106,7 @@ static int parse_double(const char *flag, const char *v, double *ret)
 /* 0 ok, 1 exit successfully (help), -1 usage error. */
 static int parse_args(int argc, char **argv, options *o)
 {
-	*o = (options){.steps = 300, .batch = 128, .lr = -1, .hidden = 1024, .layers = 2,
+	*o = (options){.steps = 100, .batch = 128, .lr = -1, .hidden = 1024, .layers = 2,
 	               .seed = -1, .samples = 8192, .test_samples = 2048, .inputs = 784,
 	               .classes = 10, .modes = 2, .sep = 6.0, .noise = 1.0, .log_every = 25};
 	for (int i = 1; i < argc; i++) {
@@ -574,8 +574,8 @@ int main(int argc, char **argv)
 	if (evaluate(&t, &train, &train_loss, &train_acc) ||
 	    (test.n && evaluate(&t, &test, &test_loss, &test_acc)))
 		goto out;
-	accel_print(t.ctx, "trained %ld steps in %.1f s (%.0f samples/s)\n", done, elapsed,
-	            (double)done * (double)o.batch / elapsed);
+	accel_print(t.ctx, "trained %ld steps (%ld global batches) in %.1f s (%.0f samples/s)\n",
+	            done, micro, elapsed, (double)micro * (double)o.batch / elapsed);
 	accel_print(t.ctx, "train loss %.4f accuracy %.4f\n", train_loss, train_acc);
 	if (test.n)
 		accel_print(t.ctx, "final accuracy %.4f (test loss %.4f, %" PRId64 " held-out samples)\n",
