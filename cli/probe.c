@@ -257,26 +257,14 @@ int accel_cli_open_loader(const accel_cli_dirs *dirs, const accel_cli_cuda *cuda
 		goto fail;
 	if ((r = accel_loader_add_default_dirs(ld, err)))
 		goto fail;
-	/* CUDA first, so that a CUDA-only comm backend can count for NCCL. */
-	uint32_t avail = 0;
-	int32_t cc = 0;
-	if (ACCEL_HAVE_CUDA && cuda && cuda->n_gpus > 0) {
-		avail |= ACCEL_REQ_CUDA;
-		cc = cuda->best_cc;
-	}
-	accel_loader_set_available(ld, avail, cc);
+	/* CUDA: a CUDA build and a GPU that answers.  NCCL and MPI follow from
+	 * their comm backends, which the loader checks itself. */
+	if (ACCEL_HAVE_CUDA && cuda && cuda->n_gpus > 0)
+		accel_loader_set_available(ld, ACCEL_REQ_CUDA, cuda->best_cc);
+	else
+		accel_loader_set_available(ld, 0, 0);
 	if ((r = accel_loader_scan(ld, err)))
 		goto fail;
-	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
-		const accel_module *m = accel_loader_get(ld, i);
-		if (m->kind != ACCEL_MODULE_COMM || m->status != ACCEL_MODULE_OK)
-			continue;
-		if (!strcmp(m->name, "nccl"))
-			avail |= ACCEL_REQ_NCCL;
-		if (!strcmp(m->name, "mpi"))
-			avail |= ACCEL_REQ_MPI;
-	}
-	accel_loader_set_available(ld, avail, cc);
 	*ret_loader = ld;
 	return ACCEL_OK;
 fail:

@@ -927,6 +927,24 @@ static int comm_check(module_rec *m, const accel_comm_v1 *raw)
 
 /* ---- requirements and duplicates ---------------------------------------------------- */
 
+/* ACCEL_REQ_NCCL / _MPI mean "accel's nccl / mpi comm backend" (plugin.h):
+ * the loader itself knows whether another loaded module provides them. */
+static uint32_t backends_offered(const accel_loader *ld, const module_rec *not_this)
+{
+	uint32_t bits = 0;
+	for (uint32_t i = 0; i < ld->n_mods; i++) {
+		const module_rec *o = ld->mods[i];
+		if (o == not_this || o->pub.kind != ACCEL_MODULE_COMM ||
+		    o->pub.status != ACCEL_MODULE_OK)
+			continue;
+		if (!strcmp(o->pub.name, "nccl"))
+			bits |= ACCEL_REQ_NCCL;
+		if (!strcmp(o->pub.name, "mpi"))
+			bits |= ACCEL_REQ_MPI;
+	}
+	return bits;
+}
+
 /* UNAVAILABLE or OK for a module that loaded and is not shadowed. */
 static int eval_requirements(const accel_loader *ld, module_rec *m)
 {
@@ -935,17 +953,18 @@ static int eval_requirements(const accel_loader *ld, module_rec *m)
 	uint32_t req = m->pub.requires;
 	if (m->pub.min_cuda_cc > 0)
 		req |= ACCEL_REQ_CUDA;
+	uint32_t avail = ld->avail | backends_offered(ld, m);
 	char why[512] = "";
-	if ((req & ACCEL_REQ_CUDA) && !(ld->avail & ACCEL_REQ_CUDA))
+	if ((req & ACCEL_REQ_CUDA) && !(avail & ACCEL_REQ_CUDA))
 		appendf(why, sizeof(why), "needs CUDA (no CUDA device module or no GPU)");
 	else if ((req & ACCEL_REQ_CUDA) && m->pub.min_cuda_cc > ld->avail_cc)
 		appendf(why, sizeof(why), "needs a GPU of compute capability >= %d.%d (best here: %d.%d)",
 		        m->pub.min_cuda_cc / 10, m->pub.min_cuda_cc % 10, ld->avail_cc / 10,
 		        ld->avail_cc % 10);
-	if ((req & ACCEL_REQ_NCCL) && !(ld->avail & ACCEL_REQ_NCCL))
+	if ((req & ACCEL_REQ_NCCL) && !(avail & ACCEL_REQ_NCCL))
 		appendf(why, sizeof(why), "%sneeds NCCL (no usable nccl comm backend)",
 		        why[0] ? "; " : "");
-	if ((req & ACCEL_REQ_MPI) && !(ld->avail & ACCEL_REQ_MPI))
+	if ((req & ACCEL_REQ_MPI) && !(avail & ACCEL_REQ_MPI))
 		appendf(why, sizeof(why), "%sneeds MPI (no usable mpi comm backend)",
 		        why[0] ? "; " : "");
 	uint32_t unknown = req & ~(ACCEL_REQ_CUDA | ACCEL_REQ_NCCL | ACCEL_REQ_MPI);
@@ -959,6 +978,17 @@ static int eval_requirements(const accel_loader *ld, module_rec *m)
 	}
 	return rec_set(m, ACCEL_MODULE_UNAVAILABLE, "%s '%s' %s", kind_word(m->pub.kind),
 	               m->pub.name, why);
+}
+
+/* Requirements of every module again: comm backends first (they decide
+ * NCCL/MPI for the plugins), twice so that one backend needing another
+ * settles. */
+static void reevaluate(accel_loader *ld)
+{
+	for (int pass = 0; pass < 3; pass++)
+		for (uint32_t i = 0; i < ld->n_mods; i++)
+			if ((pass < 2) == (ld->mods[i]->pub.kind == ACCEL_MODULE_COMM))
+				eval_requirements(ld, ld->mods[i]);
 }
 
 /* The first loaded, non-broken module of that kind and name other than m. */
@@ -1123,6 +1153,10 @@ static int load_path(accel_loader *ld, const char *path, const char *origin,
 	int r = load_into(ld, m);
 	if (r == ACCEL_ERR_NOMEM)
 		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory loading %s", path);
+	/* A new comm backend can satisfy (or a shadowing one no longer
+	 * satisfy) what earlier modules require. */
+	if (m->pub.kind == ACCEL_MODULE_COMM)
+		reevaluate(ld);
 	if (m->pub.status == ACCEL_MODULE_OK)
 		accel_log(ACCEL_LOG_DEBUG, "loaded %s '%s' %s from %s", kind_word(m->pub.kind),
 		          m->pub.name, m->pub.version, m->pub.path);
@@ -1234,8 +1268,7 @@ void accel_loader_set_available(accel_loader *ld, uint32_t req_bits, int32_t cud
 		return;
 	ld->avail = req_bits;
 	ld->avail_cc = cuda_cc > 0 ? cuda_cc : 0;
-	for (uint32_t i = 0; i < ld->n_mods; i++)
-		eval_requirements(ld, ld->mods[i]);
+	reevaluate(ld);
 }
 
 /* ---- lookup ----------------------------------------------------------------------------- */

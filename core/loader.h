@@ -15,8 +15,10 @@
  * vtable and parameter schema are checked.  A file that fails is recorded
  * as BROKEN with a one-line reason that starts with its path, and never
  * crashes the process.  Requirements (ACCEL_REQ_*, min_cuda_cc) are
- * compared with what accel_loader_set_available() said this process
- * offers; unmet ones make the module UNAVAILABLE.  Plugins and comm
+ * compared with what this process offers: CUDA and the compute capability
+ * as accel_loader_set_available() says, NCCL and MPI when a usable comm
+ * backend named "nccl" / "mpi" is loaded (or set_available says so);
+ * unmet ones make the module UNAVAILABLE.  Plugins and comm
  * backends have separate name spaces; within one, a second module with a
  * name already taken is SHADOWED, and looking that name up is an error
  * naming both files.
@@ -153,8 +155,9 @@ int accel_loader_find(accel_loader *ld, int kind, const char *name,
 
 /* What this process offers, for requirement checks: ACCEL_REQ_* bits and the
  * best CUDA compute capability (0 if none).  Until it is called, nothing is
- * offered.  May be called before or after scan: modules already loaded are
- * re-evaluated (OK <-> UNAVAILABLE). */
+ * offered (ACCEL_REQ_NCCL/MPI are also offered by the loaded nccl/mpi comm
+ * backends, see above).  May be called before or after scan: modules
+ * already loaded are re-evaluated (OK <-> UNAVAILABLE). */
 void accel_loader_set_available(accel_loader *ld, uint32_t req_bits, int32_t cuda_cc);
 
 /* Hook for the host table's error() when called with h == NULL, i.e. from

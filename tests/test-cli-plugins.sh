@@ -56,6 +56,8 @@ for spec in \
 	"dup-b.so|dup 1.2.3 v1.0 strategy shadowed" \
 	"needs-cuda.so|needs-cuda 1.2.3 v1.0 other unavailable" \
 	"short-hook.so|short-hook 1.2.3 v1.0 other ok" \
+	"needs-mpi.so|needs-mpi 1.2.3 v1.0 other ok" \
+	"comm-mpi.so|mpi 0.0.1 v1.0 comm ok" \
 	"abi-v9.so|- - v9 - broken" \
 	"not-elf.so|- - - - broken" \
 	"truncated.so|- - - - broken" \
@@ -66,7 +68,7 @@ for spec in \
 	got=$(row "$file")
 	[ "$got" = "$want" ] || { cat "$tmp/out" >&2; fail "row of $file is '$got', expected '$want'"; }
 done
-has "$tmp/out" "^18 found: 5 ok, 1 unavailable, 11 broken, 1 shadowed\.$"
+has "$tmp/out" "^20 found: 7 ok, 1 unavailable, 11 broken, 1 shadowed\.$"
 has "$tmp/out" "^  $fx/not-elf.so: not an ELF shared object"
 has "$tmp/out" "^  $fx/abi-v9.so: built for plugin ABI v9; this accel supports v1$"
 has "$tmp/out" "^  $fx/needs-cuda.so: plugin 'needs-cuda' needs CUDA"
@@ -95,7 +97,7 @@ b = mods["small-struct.so"]
 assert b["status"] == "broken" and b["name"] == "small-struct" and b["reason"].startswith("struct_size too small"), b
 c = mods["comm-good.so"]
 assert c["kind"] == "comm" and c["devices"] == ["cpu"], c
-assert len(mods) == 18, sorted(mods)
+assert len(mods) == 20, sorted(mods)
 PYEOF
 
 echo "== plugins info"
@@ -160,7 +162,7 @@ ACCEL_LOG_LEVEL=warn NCCL_DEBUG=INFO run 0 env --plugin-dir "$fx"
 for want in "^## accel$" "^- accel: [0-9.]* (plugin ABI 1\.0)$" "^- compiler: " "^- jansson: " \
 	"^- build features: CUDA \(yes\|no\), NCCL \(yes\|no\)" "^- CUDA driver: " "^- CUDA runtime: " \
 	"^- GPUs: " "^- NCCL: " "^- MPI library: " "^- OS: .*; kernel " "^- CPU: .*cores online" \
-	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 18$" \
+	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 20$" \
 	"^| good | 1\.2\.3 | strategy | ok | \`$fx/good.so\` |$" \
 	"^| bad-schema | 1\.2\.3 | strategy | broken: schema entry 0 ('bad_schema\.steps', int)" \
 	"^ACCEL_LOG_LEVEL=warn$" "^NCCL_DEBUG=INFO$"; do

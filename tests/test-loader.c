@@ -456,6 +456,39 @@ START_TEST(needs_cuda_unavailable)
 }
 END_TEST
 
+/* ACCEL_REQ_MPI is met by a loaded comm backend named "mpi", whichever
+ * is loaded first. */
+START_TEST(needs_mpi_follows_backend)
+{
+	accel_loader *ld = new_loader();
+	accel_loader_set_available(ld, 0, 0);
+	const accel_module *m = load1(ld, "needs-mpi.so");
+	assert_reason(m, ACCEL_MODULE_UNAVAILABLE,
+	              "plugin 'needs-mpi' needs MPI (no usable mpi comm backend)");
+	const accel_module *c = load1(ld, "comm-mpi.so");
+	ck_assert_int_eq(c->status, ACCEL_MODULE_OK);
+	ck_assert_str_eq(c->name, "mpi");
+	ck_assert_msg(m->status == ACCEL_MODULE_OK, "%s", m->reason);
+	ck_assert_ptr_null(m->reason);
+	accel_loader_free(ld);
+
+	/* Backend first, then the plugin, through a scan of two directories. */
+	const char *d1 = scenario("backend", "comm-mpi.so", (const char *)NULL);
+	const char *d2 = scenario("plugin", "needs-mpi.so", (const char *)NULL);
+	ld = new_loader();
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_add_dir(ld, d2, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_get(ld, 0)->status, ACCEL_MODULE_OK);
+	const accel_module *f = NULL;
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-mpi", &f, &err),
+	                 ACCEL_OK);
+	accel_loader_free(ld);
+}
+END_TEST
+
 /* ---- duplicates ----------------------------------------------------------------- */
 
 START_TEST(duplicate_names)
@@ -549,10 +582,12 @@ START_TEST(scan_fixture_dir)
 	const char *expect[][2] = {
 		{"abi-v9.so", "broken"},     {"bad-name.so", "broken"},
 		{"bad-schema.so", "broken"}, {"comm-good.so", "ok"},
-		{"comm-null-wait.so", "broken"}, {"dup-a.so", "ok"},
+		{"comm-mpi.so", "ok"},       {"comm-null-wait.so", "broken"},
+		{"dup-a.so", "ok"},
 		{"dup-b.so", "shadowed"},    {"entry-null.so", "broken"},
 		{"good.so", "ok"},           {"init-fails.so", "ok"},
-		{"needs-cuda.so", "unavailable"}, {"no-entry.so", "broken"},
+		{"needs-cuda.so", "unavailable"}, {"needs-mpi.so", "ok"},
+		{"no-entry.so", "broken"},
 		{"not-elf.so", "broken"},    {"null-slot.so", "broken"},
 		{"short-hook.so", "ok"},     {"small-struct.so", "broken"},
 		{"truncated.so", "broken"},  {"undefined-sym.so", "broken"},
@@ -749,6 +784,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tc, unresolved_symbol);
 	tcase_add_test(tc, missing_file);
 	tcase_add_test(tc, needs_cuda_unavailable);
+	tcase_add_test(tc, needs_mpi_follows_backend);
 	tcase_add_test(tc, duplicate_names);
 	tcase_add_test(tc, search_order_decides_the_winner);
 	tcase_add_test(tc, scan_fixture_dir);
