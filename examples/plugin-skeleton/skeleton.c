@@ -98,20 +98,22 @@ static void skeleton_fini(void *state)
 	free(s);
 }
 
-/* Called after every optimizer step, including skipped ones. */
+/* Called after every optimizer step, including skipped ones.  info->step
+ * counts the steps applied before this one, so this is step info->step + 1. */
 static int skeleton_post_step(void *state, const accel_step_info_v1 *info)
 {
 	skeleton *s = state;
+	unsigned long long n = (unsigned long long)info->step + 1;
 	s->steps++;
 	if (info->skip) {
 		s->skipped++;
 		if (s->verbose)
 			s->host->log(s->h, ACCEL_LOG_INFO, "step %llu skipped (non-finite gradients)",
-			             (unsigned long long)info->step);
+			             n);
 	}
 	if (s->steps % (uint64_t)s->log_every == 0)
-		s->host->log(s->h, ACCEL_LOG_INFO, "step %llu: grad norm %.4g, loss scale %g",
-		             (unsigned long long)info->step, info->grad_norm, info->loss_scale);
+		s->host->log(s->h, ACCEL_LOG_INFO, "step %llu: grad norm %.4g, loss scale %g", n,
+		             info->grad_norm, info->loss_scale);
 	return ACCEL_OK;
 }
 
