@@ -14,6 +14,7 @@
 #include "config.h"
 #include "ctx-impl.h"
 #include "loader.h"
+#include "select.h"
 
 static void usage_main(FILE *out)
 {
@@ -157,73 +158,22 @@ static void opts_free(opts *o)
 	free(o->files);
 }
 
-static int selected(const char *const *names, uint32_t n, const char *name)
-{
-	for (uint32_t i = 0; i < n; i++)
-		if (!strcmp(names[i], name))
-			return 1;
-	return 0;
-}
-
-/* The plugins the raw configuration selects (as the context does): the
- * strategy, the hook plugins, and what mixed_precision implies. */
-static uint32_t selection(const accel_config *cfg, const char **names, uint32_t cap)
-{
-	uint32_t n = 0;
-	const char *s;
-	if (accel_config_peek_string(cfg, "strategy", &s) != ACCEL_OK || !s)
-		s = "ddp";
-	names[n++] = s;
-	for (uint32_t i = 0; n < cap && accel_config_peek_strlist(cfg, "plugins", i, &s) == ACCEL_OK;
-	     i++)
-		if (!selected(names, n, s))
-			names[n++] = s;
-	if (accel_config_peek_string(cfg, "mixed_precision", &s) == ACCEL_OK && n < cap) {
-		const char *implied = !strcmp(s, "fp16") ? "scaler" : !strcmp(s, "fp8") ? "fp8" : NULL;
-		if (implied && !selected(names, n, implied))
-			names[n++] = implied;
-	}
-	return n;
-}
-
-/* Load every module and declare the config sections of all of them. */
+/* Load every module and declare the config sections of all of them, with
+ * the context's selection rules. */
 static int register_modules(accel_config *cfg, accel_loader **ret_ld, accel_err *err)
 {
 	accel_loader *ld = NULL;
-	const char *dir, *names[64], *backend;
-	int r = accel_loader_new(accel_host_table(), &ld, err);
+	accel_select sel;
+	int r = accel_select_open_loader(cfg, &ld, err);
 	if (r)
 		return r;
-	for (uint32_t i = 0; accel_config_peek_strlist(cfg, "plugin_dirs", i, &dir) == ACCEL_OK; i++)
-		if ((r = accel_loader_add_dir(ld, dir, "plugin_dirs", err)))
-			goto fail;
-	if ((r = accel_loader_add_default_dirs(ld, err)) || (r = accel_loader_scan(ld, err)))
-		goto fail;
-	uint32_t n = selection(cfg, names, 64);
-	if (accel_config_peek_string(cfg, "backend", &backend) != ACCEL_OK)
-		backend = "auto";
-	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
-		const accel_module *m = accel_loader_get(ld, i);
-		if (m->status == ACCEL_MODULE_BROKEN || m->status == ACCEL_MODULE_SHADOWED)
-			continue;
-		if (m->kind == ACCEL_MODULE_PLUGIN && m->plugin->desc->config_section)
-			r = accel_config_add_schema(cfg, m->plugin->desc->config_section, m->name,
-			                            m->plugin->desc->params, m->plugin->desc->n_params,
-			                            selected(names, n, m->name), err);
-		else if (m->kind == ACCEL_MODULE_COMM && m->comm->desc->config_section)
-			/* with "auto" any backend may be picked at run time */
-			r = accel_config_add_schema(cfg, m->comm->desc->config_section, m->name,
-			                            m->comm->desc->params, m->comm->desc->n_params,
-			                            !strcmp(backend, "auto") || !strcmp(backend, m->name),
-			                            err);
-		if (r)
-			goto fail;
+	if ((r = accel_select_from_config(cfg, &sel, err)) ||
+	    (r = accel_select_register_schemas(cfg, ld, &sel, err))) {
+		accel_loader_free(ld);
+		return r;
 	}
 	*ret_ld = ld;
 	return ACCEL_OK;
-fail:
-	accel_loader_free(ld);
-	return r;
 }
 
 /* The selected plugins and backend must exist and load.  Requirements
@@ -231,21 +181,19 @@ fail:
  * machine, and `accel plugins list` reports them for this one. */
 static int check_modules(const accel_config *cfg, accel_loader *ld, accel_err *err)
 {
-	const char *names[64], *backend;
-	uint32_t n = selection(cfg, names, 64);
+	accel_select sel;
 	const accel_module *m;
-	for (uint32_t i = 0; i <= n; i++) {
-		int kind = i < n ? ACCEL_MODULE_PLUGIN : ACCEL_MODULE_COMM;
-		const char *name = i < n ? names[i] : NULL;
-		if (i == n) {
-			if (accel_config_get_string(cfg, "backend", &backend) != ACCEL_OK ||
-			    !strcmp(backend, "auto"))
-				break;
-			name = backend;
-		}
+	int r = accel_select_from_config(cfg, &sel, err);
+	if (r)
+		return r;
+	for (uint32_t i = 0; i <= sel.n; i++) {
+		int kind = i < sel.n ? ACCEL_MODULE_PLUGIN : ACCEL_MODULE_COMM;
+		const char *name = i < sel.n ? sel.names[i] : sel.backend;
+		if (i == sel.n && !strcmp(name, "auto"))
+			break;
 		accel_err e;
 		accel_err_clear(&e);
-		int r = accel_loader_find(ld, kind, name, &m, &e);
+		r = accel_loader_find(ld, kind, name, &m, &e);
 		if (r && r != ACCEL_ERR_UNSUPPORTED)
 			return accel_err_set(err, r, "%s", e.msg[0] ? e.msg : accel_status_str(r));
 	}

@@ -2,7 +2,6 @@
 /* core/ctx.c: the context: configuration, loader, processes, comm backend,
  * plugins; and the small public API around it (errors, ranks, printing,
  * config reads, blocking collectives). */
-#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,42 +17,10 @@
 #include "loader.h"
 #include "log.h"
 #include "mem.h"
+#include "select.h"
 #include "store.h"
 #include "train.h"
 #include "world.h"
-
-/* ---- CUDA presence, without linking CUDA ------------------------------------
- * Requirement checks need to know whether this process has a GPU.  The
- * driver library is probed at run time so that libaccel never depends on
- * CUDA; device code lives in its own modules. */
-typedef int (*cu_init_fn)(unsigned int);
-typedef int (*cu_count_fn)(int *);
-typedef int (*cu_get_fn)(int *, int);
-typedef int (*cu_attr_fn)(int *, int, int);
-
-static void probe_cuda(uint32_t *req_bits, int32_t *best_cc)
-{
-	*best_cc = 0;
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!h)
-		return;
-	cu_init_fn cu_init = (cu_init_fn)(uintptr_t)dlsym(h, "cuInit");
-	cu_count_fn cu_count = (cu_count_fn)(uintptr_t)dlsym(h, "cuDeviceGetCount");
-	cu_get_fn cu_get = (cu_get_fn)(uintptr_t)dlsym(h, "cuDeviceGet");
-	cu_attr_fn cu_attr = (cu_attr_fn)(uintptr_t)dlsym(h, "cuDeviceGetAttribute");
-	int n = 0;
-	if (cu_init && cu_count && cu_get && cu_attr && cu_init(0) == 0 && cu_count(&n) == 0 && n > 0) {
-		*req_bits |= ACCEL_REQ_CUDA;
-		for (int i = 0; i < n; i++) {
-			int dev, major = 0, minor = 0;
-			/* 75/76: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR */
-			if (cu_get(&dev, i) == 0 && cu_attr(&major, 75, dev) == 0 &&
-			    cu_attr(&minor, 76, dev) == 0 && major * 10 + minor > *best_cc)
-				*best_cc = major * 10 + minor;
-		}
-	}
-	/* The driver stays loaded: unloading CUDA's driver is not supported. */
-}
 
 /* ---- creation ------------------------------------------------------------------ */
 
@@ -86,99 +53,7 @@ static int load_config(accel_ctx *ctx, const accel_opts *opts)
 	return ACCEL_OK;
 }
 
-static int load_modules(accel_ctx *ctx)
-{
-	int r = accel_loader_new(accel_host_table(), &ctx->loader, &ctx->err);
-	if (r)
-		return r;
-	const char *dir;
-	for (uint32_t i = 0; accel_config_peek_strlist(ctx->cfg, "plugin_dirs", i, &dir) == ACCEL_OK;
-	     i++)
-		if ((r = accel_loader_add_dir(ctx->loader, dir, "plugin_dirs", &ctx->err)))
-			return r;
-	if ((r = accel_loader_add_default_dirs(ctx->loader, &ctx->err)))
-		return r;
-	uint32_t avail = 0;
-	int32_t cc = 0;
-	probe_cuda(&avail, &cc);
-	accel_loader_set_available(ctx->loader, avail, cc);
-	return accel_loader_scan(ctx->loader, &ctx->err);
-}
-
-/* The names the configuration selects: strategy first, then hooks, then the
- * hooks that mixed_precision implies. */
-typedef struct selection {
-	const char *names[32];
-	uint32_t n;
-} selection;
-
-static int select_add(accel_ctx *ctx, selection *sel, const char *name, const char *why)
-{
-	for (uint32_t i = 0; i < sel->n; i++)
-		if (!strcmp(sel->names[i], name))
-			return ACCEL_OK;
-	if (sel->n == sizeof(sel->names) / sizeof(sel->names[0]))
-		return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG, "too many plugins selected (%s)", why);
-	sel->names[sel->n++] = name;
-	return ACCEL_OK;
-}
-
-static int make_selection(accel_ctx *ctx, selection *sel)
-{
-	const char *s = NULL;
-	int r;
-	sel->n = 0;
-	if (accel_config_peek_string(ctx->cfg, "strategy", &s) != ACCEL_OK || !s)
-		s = "ddp";
-	if ((r = select_add(ctx, sel, s, "strategy")))
-		return r;
-	for (uint32_t i = 0; accel_config_peek_strlist(ctx->cfg, "plugins", i, &s) == ACCEL_OK; i++)
-		if ((r = select_add(ctx, sel, s, "plugins")))
-			return r;
-	if (accel_config_peek_string(ctx->cfg, "mixed_precision", &s) == ACCEL_OK && s) {
-		/* Accelerate's mixed_precision implies the plugin doing the work. */
-		if (!strcmp(s, "fp16") && (r = select_add(ctx, sel, "scaler", "mixed_precision=fp16")))
-			return r;
-		if (!strcmp(s, "fp8") && (r = select_add(ctx, sel, "fp8", "mixed_precision=fp8")))
-			return r;
-	}
-	return ACCEL_OK;
-}
-
-static int is_selected(const selection *sel, const char *name)
-{
-	for (uint32_t i = 0; i < sel->n; i++)
-		if (!strcmp(sel->names[i], name))
-			return 1;
-	return 0;
-}
-
-static int register_schemas(accel_ctx *ctx, const selection *sel)
-{
-	const char *backend = NULL;
-	if (accel_config_peek_string(ctx->cfg, "backend", &backend) != ACCEL_OK)
-		backend = "auto";
-	for (uint32_t i = 0; i < accel_loader_count(ctx->loader); i++) {
-		const accel_module *m = accel_loader_get(ctx->loader, i);
-		int r = ACCEL_OK;
-		if (m->status == ACCEL_MODULE_BROKEN || m->status == ACCEL_MODULE_SHADOWED)
-			continue;
-		if (m->kind == ACCEL_MODULE_PLUGIN && m->plugin->desc->config_section)
-			r = accel_config_add_schema(ctx->cfg, m->plugin->desc->config_section, m->name,
-			                            m->plugin->desc->params, m->plugin->desc->n_params,
-			                            is_selected(sel, m->name), &ctx->err);
-		else if (m->kind == ACCEL_MODULE_COMM && m->comm->desc->config_section)
-			r = accel_config_add_schema(ctx->cfg, m->comm->desc->config_section, m->name,
-			                            m->comm->desc->params, m->comm->desc->n_params,
-			                            !strcmp(backend, "auto") || !strcmp(backend, m->name),
-			                            &ctx->err);
-		if (r)
-			return r;
-	}
-	return ACCEL_OK;
-}
-
-static int activate_plugins(accel_ctx *ctx, const selection *sel)
+static int activate_plugins(accel_ctx *ctx, const accel_select *sel)
 {
 	int r;
 	ctx->active = calloc(sel->n, sizeof(*ctx->active));
@@ -237,8 +112,8 @@ static int activate_plugins(accel_ctx *ctx, const selection *sel)
 		a->state = state;
 		a->inited = 1;
 	}
-	const char *names[32];
-	uint32_t roles[32];
+	const char *names[ACCEL_SELECT_MAX];
+	uint32_t roles[ACCEL_SELECT_MAX];
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		names[i] = ctx->active[i].module->name;
 		roles[i] = ctx->active[i].vt->desc->role;
@@ -291,7 +166,7 @@ static int setup_processes(accel_ctx *ctx)
 int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 {
 	accel_ctx *ctx;
-	selection sel;
+	accel_select sel;
 	int r;
 	const char *lv;
 
@@ -310,9 +185,10 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 		return accel_err_set(&ctx->err, r, "out of memory");
 	if ((r = load_config(ctx, opts)))
 		goto fail;
-	if ((r = load_modules(ctx)))
+	if ((r = accel_select_open_loader(ctx->cfg, &ctx->loader, &ctx->err)))
 		goto fail;
-	if ((r = make_selection(ctx, &sel)) || (r = register_schemas(ctx, &sel)))
+	if ((r = accel_select_from_config(ctx->cfg, &sel, &ctx->err)) ||
+	    (r = accel_select_register_schemas(ctx->cfg, ctx->loader, &sel, &ctx->err)))
 		goto fail;
 	if ((r = accel_config_resolve(ctx->cfg, &ctx->err)))
 		goto fail;
