@@ -20,7 +20,9 @@
 #   ITERS (20), WARMUP (5), ROUNDS (1: with more, every peer runs ROUNDS
 #   times, alternating, and each keeps its fastest time per size, which
 #   evens out a noisy machine for all peers alike), BACKEND (shm),
-#   PYTHON (/usr/bin/python3), SKIP (space-separated peers to leave out:
+#   MPI_PEER_ARGS (extra mpirun arguments for the openmpi peer, e.g. to force
+#   a collective algorithm: "--mca coll_tuned_use_dynamic_rules 1 --mca
+#   coll_tuned_allreduce_algorithm 4"), PYTHON (/usr/bin/python3), SKIP (space-separated peers to leave out:
 #   accel-user accel-backend accel-mpi openmpi gloo).
 set -eu
 
@@ -35,6 +37,7 @@ ROUNDS=${ROUNDS:-1}
 BACKEND=${BACKEND:-shm}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SKIP=${SKIP:-}
+MPI_PEER_ARGS=${MPI_PEER_ARGS:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 ACCEL=$BUILD/cli/accel
@@ -91,7 +94,8 @@ run_openmpi() {
 		echo "comm-peers: no MPI peer ($MPIBENCH or mpirun missing); skipped" >&2
 		return 0
 	fi
-	mpirun --allow-run-as-root --oversubscribe -n "$NP" "$MPIBENCH" $COMMON >"$OUT/raw" || return 1
+	mpirun --allow-run-as-root --oversubscribe -n "$NP" $MPI_PEER_ARGS "$MPIBENCH" $COMMON \
+		>"$OUT/raw" || return 1
 	keep_json <"$OUT/raw"
 }
 
@@ -109,7 +113,7 @@ echo "# comm-peers: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname) cpus $(nproc
 echo "# $("$ACCEL" --version 2>/dev/null | head -1 || echo 'accel not built'); $(mpirun --version 2>/dev/null | head -1 || echo 'no mpirun');" \
 	"torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
 echo "# NP=$NP OPS=$OPS MIN_BYTES=$MIN_BYTES MAX_BYTES=$MAX_BYTES ITERS=$ITERS WARMUP=$WARMUP" \
-	"ROUNDS=$ROUNDS BACKEND=$BACKEND"
+	"ROUNDS=$ROUNDS BACKEND=$BACKEND MPI_PEER_ARGS='$MPI_PEER_ARGS'"
 
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
