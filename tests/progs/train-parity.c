@@ -5,8 +5,11 @@
  * sizes, accumulation settings and hook patterns can be compared.
  *
  *   train-parity [--steps S] [--batch B] [--hooks all|none|partial|twice]
- *                [--out FILE] [--metrics FILE] [--dtype f32|bf16]
+ *                [--out FILE] [--out-ranks PREFIX] [--metrics FILE] [--dtype f32|bf16]
  *   train-parity --compare A B [--rtol R] [--atol A]
+ *
+ * --out is written by the main process; --out-ranks makes every rank write
+ * its own parameters to PREFIX.RANK (for strategies whose ranks may differ).
  *
  * --compare passes when, for every parameter tensor, the largest absolute
  * difference is at most rtol times the tensor's largest absolute value
@@ -278,6 +281,7 @@ int main(int argc, char **argv)
 {
 	long steps = 6, batch = 32;
 	const char *hooks = "all", *out = NULL, *metrics = NULL, *dtype = "f32";
+	const char *out_ranks = NULL;
 	model m = {0};
 	int r;
 
@@ -299,13 +303,16 @@ int main(int argc, char **argv)
 			hooks = argv[++i];
 		} else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
 			out = argv[++i];
+		} else if (!strcmp(argv[i], "--out-ranks") && i + 1 < argc) {
+			out_ranks = argv[++i];
 		} else if (!strcmp(argv[i], "--metrics") && i + 1 < argc) {
 			metrics = argv[++i];
 		} else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
 			dtype = argv[++i];
 		} else {
 			fprintf(stderr, "usage: train-parity [--steps S] [--batch B] [--hooks "
-			        "all|none|partial|twice] [--out FILE] [--metrics FILE] [--dtype f32|bf16]\n"
+			        "all|none|partial|twice] [--out FILE] [--out-ranks PREFIX] [--metrics FILE]\n"
+			        "                    [--dtype f32|bf16]\n"
 			        "       train-parity --compare A B [--rtol R] [--atol A]\n");
 			return 2;
 		}
@@ -383,6 +390,11 @@ int main(int argc, char **argv)
 	}
 	if (out && accel_is_main(m.ctx))
 		r = write_params(&m, out);
+	if (!r && out_ranks) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s.%ld", out_ranks, rank);
+		r = write_params(&m, path);
+	}
 	if (!r && accel_wait_for_everyone(m.ctx))
 		r = fail(m.ctx, "accel_wait_for_everyone");
 done:
