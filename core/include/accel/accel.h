@@ -515,6 +515,94 @@ ACCEL_API int accel_gather_for_metrics(accel_ctx *ctx, const accel_sampler *s, c
                                        uint64_t per_sample, uint32_t dtype, void *recv,
                                        uint64_t *ret_count);
 
+/* ---- random numbers ---------------------------------------------------------------
+ * Counter-based streams on Philox4x32-10 (Salmon et al., "Parallel random
+ * numbers: as easy as 1, 2, 3", SC'11; cuRAND's Philox and the generator of
+ * PyTorch's CUDA random numbers).  A stream is a key, a lane and a position: word w of a stream is
+ * word w % 4 of the block philox4x32_10(counter = {b, b >> 32, lane, 0},
+ * key) with b = w / 4.  Drawing only advances the position, so a stream can
+ * be copied, saved (accel_rng_tell) and resumed (accel_rng_seek), and any
+ * stretch of it computed without drawing what comes before.
+ *
+ * Streams from one seed (config key `seed`, default 42):
+ *   ACCEL_RNG_DATA   identical on every rank: choices all ranks must agree
+ *                    on (augmentations, which tokens to mask)
+ *   ACCEL_RNG_RANK   different on every rank (lane = rank): dropout, noise
+ *   ACCEL_RNG_PARAM  parameter initialisation, id = accel_rng_key(name)
+ * `id` numbers independent streams of one kind (a layer, an epoch).  The key
+ * is Philox-10 of (id, kind) under the seed, so streams that differ in seed,
+ * kind, id or rank are unrelated.
+ *
+ * Numbers:
+ *   uniform  one word w: (w >> 8) * 2^-24, in [0, 1), exact in float
+ *   normal   two words a, b (Box-Muller, cosine branch):
+ *            sqrt(-2 ln((a + 0.5) 2^-32)) * cos(2 pi b 2^-32) in double,
+ *            then rounded to float (|z| < 6.7)
+ * Element i of a fill takes word i (uniform) or words 2i, 2i+1 (normal), so
+ * a fill of n equals n single draws, and the _indexed fills make element i
+ * of a parameter a function of (seed, key, i) alone: the same initial model
+ * at any world size and under any sharding.  The numbers are the same on
+ * every machine; the normals up to the C library's log and cos, which
+ * glibc computes far below one float ulp. */
+#define ACCEL_RNG_DATA  0
+#define ACCEL_RNG_RANK  1
+#define ACCEL_RNG_PARAM 2
+
+/* A stream: a value, copy it freely; its members are read-only to programs. */
+typedef struct accel_rng {
+	uint32_t key[2];          /* Philox key derived from (seed, kind, id)       */
+	uint32_t lane;            /* counter word 2: the rank for ACCEL_RNG_RANK     */
+	uint32_t reserved;        /* counter word 3: 0                               */
+	uint64_t pos;             /* the next word to draw                           */
+	uint64_t cached;          /* block held in block[] (UINT64_MAX: none)        */
+	uint32_t block[4];
+} accel_rng;
+
+/* Make a stream at position 0.  rank is used by ACCEL_RNG_RANK only (>= 0).
+ * Errors: INVALID_ARG (unknown kind, negative rank, ret_rng NULL). */
+ACCEL_API int accel_rng_init(uint64_t seed, uint32_t kind, uint64_t id, int32_t rank,
+                             accel_rng *ret_rng);
+/* The same with the context's `seed` and rank. */
+ACCEL_API int accel_rng_seed_stream(accel_ctx *ctx, uint32_t kind, uint64_t id,
+                                    accel_rng *ret_rng);
+
+/* The next word. */
+ACCEL_API uint32_t accel_rng_u32(accel_rng *rng);
+/* The next uniform float in [0, 1) (one word). */
+ACCEL_API float accel_rng_uniform(accel_rng *rng);
+/* A uniform double in [0, 1) with 53 bits (two words, the first is high). */
+ACCEL_API double accel_rng_uniform_double(accel_rng *rng);
+/* The next standard normal (two words). */
+ACCEL_API float accel_rng_normal(accel_rng *rng);
+/* n values lo + (hi - lo) * u in [lo, hi) (after rounding to float;
+ * lo == hi gives lo), or mean + std * z.  Errors: INVALID_ARG (NULL with
+ * n > 0, non-finite bounds, hi < lo, std < 0); nothing is drawn then. */
+ACCEL_API int accel_rng_fill_uniform(accel_rng *rng, float *dst, uint64_t n, double lo,
+                                     double hi);
+ACCEL_API int accel_rng_fill_normal(accel_rng *rng, float *dst, uint64_t n, double mean,
+                                    double std);
+/* Position in words; seek moves there (a saved tell() resumes a stream). */
+ACCEL_API uint64_t accel_rng_tell(const accel_rng *rng);
+ACCEL_API void accel_rng_seek(accel_rng *rng, uint64_t pos);
+
+/* The id of a parameter's ACCEL_RNG_PARAM stream: FNV-1a (64-bit) of its
+ * name's bytes. */
+ACCEL_API uint64_t accel_rng_key(const char *name);
+/* Elements [offset, offset + count) of the values the ACCEL_RNG_PARAM
+ * stream (seed, key) gives a parameter, into dst[0 .. count): uniform in
+ * [lo, hi) or normal(mean, std), as the fills above.  For init callbacks:
+ * `accel_rng_fill_normal_indexed(seed, accel_rng_key(name), offset, count,
+ * 0, 0.02, out)`.  Errors as the fills. */
+ACCEL_API int accel_rng_fill_uniform_indexed(uint64_t seed, uint64_t key, uint64_t offset,
+                                             uint64_t count, double lo, double hi,
+                                             float *dst);
+ACCEL_API int accel_rng_fill_normal_indexed(uint64_t seed, uint64_t key, uint64_t offset,
+                                            uint64_t count, double mean, double std,
+                                            float *dst);
+/* The raw block function: ret_out = Philox4x32-10(ctr, key). */
+ACCEL_API void accel_rng_philox4x32(const uint32_t ctr[4], const uint32_t key[2],
+                                    uint32_t ret_out[4]);
+
 #ifdef __cplusplus
 }
 #endif
