@@ -16,12 +16,19 @@
 #include "ctx-impl.h"
 #include "log.h"
 #include "lrsched.h"
+#include "optim.h"
 #include "ops.h"
 #include "train-impl.h"
 #include "train.h"
 
 #define MAX_NDIM 8
 #define INIT_CHUNK 65536u  /* f32 staging elements for non-f32 / device inits */
+
+/* t->optim: optimizer.* (core/optim.c) and scheduler.* (core/lrsched.c). */
+typedef struct optim_state {
+	accel_optim *optim;
+	accel_sched *sched;
+} optim_state;
 
 static int terr(accel_train *t, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 static int terr(accel_train *t, int code, const char *fmt, ...)
@@ -183,19 +190,11 @@ static int find_unit(const accel_train *t, const char *name)
 	return -1;
 }
 
-/* Name ends with one of optimizer.no_decay's suffixes. */
+/* optimizer.no_decay suffixes -> group 1 (core/optim.c decides). */
 static uint32_t param_group(accel_train *t, const char *name)
 {
-	const char *suffix;
-	size_t n = strlen(name);
-	for (uint32_t i = 0;
-	     accel_config_get_strlist(t->ctx->cfg, "optimizer.no_decay", i, &suffix) == ACCEL_OK;
-	     i++) {
-		size_t m = strlen(suffix);
-		if (m && m <= n && !strcmp(name + n - m, suffix))
-			return 1;
-	}
-	return 0;
+	optim_state *o = t->optim;
+	return o && o->optim ? accel_optim_group_of(o->optim, name) : 0;
 }
 
 static int check_init(accel_train *t, const char *name, const accel_init *in, uint64_t numel)
@@ -1018,66 +1017,37 @@ int accel_last_step(const accel_ctx *ctx, accel_step_report *ret_report)
 }
 
 /* ---- optimizer and learning rate ---------------------------------------------------
- * The configuration (optimizer.*, scheduler.*) is read once here; each
- * optim_step call applies one update of torch.optim.SGD / AdamW semantics to
- * a flat range. */
-
-#define OPT_SGD 0
-#define OPT_ADAMW 1
-
-typedef struct optim_cfg {
-	int type;
-	double lr, beta1, beta2, eps, wd, momentum, dampening;
-	int32_t nesterov;
-	accel_sched *sched;         /* scheduler.* (core/lrsched.c) */
-} optim_cfg;
-
-static int cfg_d(accel_train *t, const char *key, double def, double *ret)
-{
-	return cfg_get_double(t->ctx, key, def, ret);
-}
+ * optimizer.* is read once into an accel_optim (core/optim.c), scheduler.*
+ * into an accel_sched (core/lrsched.c).  Strategies call optim_step per
+ * range; the kernel gets the range's group, this step's count and rate. */
 
 int accel_train_optim_new(accel_train *t)
 {
-	optim_cfg *o = calloc(1, sizeof(*o));
-	const char *type = "adamw";
-	int32_t nest = 0;
+	optim_state *o = calloc(1, sizeof(*o));
 	int r;
 	if (!o)
 		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
 	t->optim = o;
-	accel_config_get_string(t->ctx->cfg, "optimizer.type", &type);
-	o->type = !strcmp(type, "sgd") ? OPT_SGD : OPT_ADAMW;
-	if ((r = cfg_d(t, "optimizer.params.lr", 1e-3, &o->lr)) ||
-	    (r = cfg_d(t, "optimizer.params.eps", 1e-8, &o->eps)) ||
-	    (r = cfg_d(t, "optimizer.params.weight_decay", o->type == OPT_SGD ? 0.0 : 0.01,
-	               &o->wd)) ||
-	    (r = cfg_d(t, "optimizer.params.momentum", 0.0, &o->momentum)) ||
-	    (r = cfg_d(t, "optimizer.params.dampening", 0.0, &o->dampening)))
-		return r;
-	if (accel_config_get_bool(t->ctx->cfg, "optimizer.params.nesterov", &nest) == ACCEL_OK)
-		o->nesterov = nest;
-	o->beta1 = 0.9;
-	o->beta2 = 0.999;
-	accel_config_get_dbllist(t->ctx->cfg, "optimizer.params.betas", 0, &o->beta1);
-	accel_config_get_dbllist(t->ctx->cfg, "optimizer.params.betas", 1, &o->beta2);
-	if ((r = accel_sched_new_from_config(t->ctx->cfg, &o->sched, &t->ctx->err)))
+	if ((r = accel_optim_new_from_config(t->ctx->cfg, &o->optim, &t->ctx->err)) ||
+	    (r = accel_sched_new_from_config(t->ctx->cfg, &o->sched, &t->ctx->err)))
 		return r;
 	return accel_train_sched_update(t);
 }
 
 void accel_train_optim_free(accel_train *t)
 {
-	optim_cfg *o = t->optim;
-	if (o)
+	optim_state *o = t->optim;
+	if (o) {
+		accel_optim_free(o->optim);
 		accel_sched_free(o->sched);
+	}
 	free(o);
 	t->optim = NULL;
 }
 
 int accel_train_sched_update(accel_train *t)
 {
-	optim_cfg *o = t->optim;
+	optim_state *o = t->optim;
 	if (o && o->sched)
 		t->lr = accel_sched_lr(o->sched, t->step);
 	return ACCEL_OK;
@@ -1085,38 +1055,14 @@ int accel_train_sched_update(accel_train *t)
 
 uint32_t accel_train_optim_state_count(accel_train *t)
 {
-	optim_cfg *o = t ? t->optim : NULL;
-	if (!o)
-		return 0;
-	if (o->type == OPT_ADAMW)
-		return 2;
-	return o->momentum != 0 ? 1 : 0;
-}
-
-static double grad_at(const accel_view *g, uint64_t i)
-{
-	switch (g->dtype) {
-	case ACCEL_DTYPE_F32: return ((const float *)g->data)[i];
-	case ACCEL_DTYPE_BF16: {
-		uint32_t u = (uint32_t)((const uint16_t *)g->data)[i] << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		return f;
-	}
-	default: {
-		/* f16 */
-		uint16_t h = ((const uint16_t *)g->data)[i];
-		int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-		double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY)
-		                                            : ldexp(m | 0x400, e - 25);
-		return (h & 0x8000) ? -v : v;
-	}
-	}
+	optim_state *o = t ? t->optim : NULL;
+	return o ? accel_optim_state_count(o->optim) : 0;
 }
 
 int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 {
-	optim_cfg *o;
+	optim_state *o;
+	param_rec *p;
 	uint32_t ns;
 	if (!t || !a)
 		return ACCEL_ERR_INVALID_ARG;
@@ -1124,51 +1070,27 @@ int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 	if (!t->in_step)
 		return terr(t, ACCEL_ERR_STATE, "optim_step called outside accel_step()");
 	if (a->struct_size < sizeof(*a) || a->param >= t->n_params)
-		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step: bad arguments (param %u)", a->param);
-	param_rec *p = &t->params[a->param];
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step: bad arguments (struct_size %u, "
+		            "param %u of %u)", a->struct_size, a->param, t->n_params);
+	p = &t->params[a->param];
+	if (p->frozen)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): the parameter is frozen",
+		            p->name);
 	if (a->master.dtype != ACCEL_DTYPE_F32 || a->master.numel != a->grad.numel ||
-	    a->offset > p->numel || a->master.numel > p->numel - a->offset ||
-	    (a->grad.dtype != ACCEL_DTYPE_F32 && a->grad.dtype != ACCEL_DTYPE_BF16 &&
-	     a->grad.dtype != ACCEL_DTYPE_F16))
-		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): master must be f32 and "
-		            "match the gradient's length within the parameter", p->name);
-	if (a->master.device != ACCEL_DEVICE_CPU)
-		return terr(t, ACCEL_ERR_UNSUPPORTED, "optim_step('%s'): device parameters need the "
-		            "cuda module", p->name);
-	ns = accel_train_optim_state_count(t);
-	for (uint32_t k = 0; k < ns; k++)
-		if (!a->state[k] && a->master.numel)
-			return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): state[%u] is NULL",
-			            p->name, k);
-	float *w = a->master.data;
-	double lr = t->lr, scale = a->grad_scale;
-	double wd = p->group == 1 ? 0.0 : o->wd;
-	uint64_t step = t->step + 1;
-	if (o->type == OPT_ADAMW) {
-		double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
-		double step_size = lr / bc1, bc2s = sqrt(bc2);
-		float *m = a->state[0], *v = a->state[1];
-		for (uint64_t i = 0; i < a->master.numel; i++) {
-			float g = (float)(grad_at(&a->grad, i) * scale);
-			w[i] = (float)(w[i] * (1 - lr * wd));
-			m[i] = (float)(o->beta1 * m[i] + (1 - o->beta1) * g);
-			v[i] = (float)(o->beta2 * v[i] + (1 - o->beta2) * (double)g * g);
-			double denom = sqrt((double)v[i]) / bc2s + o->eps;
-			w[i] = (float)(w[i] - step_size * m[i] / denom);
-		}
-	} else {
-		float *buf = ns ? a->state[0] : NULL;
-		for (uint64_t i = 0; i < a->master.numel; i++) {
-			double g = (float)(grad_at(&a->grad, i) * scale);
-			if (wd != 0)
-				g += wd * w[i];
-			if (buf) {
-				buf[i] = step == 1 ? (float)g
-				                   : (float)(o->momentum * buf[i] + (1 - o->dampening) * g);
-				g = o->nesterov ? g + o->momentum * buf[i] : buf[i];
-			}
-			w[i] = (float)(w[i] - lr * g);
-		}
-	}
-	return ACCEL_OK;
+	    a->offset > p->numel || a->master.numel > p->numel - a->offset)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): range [%llu, +%llu) with "
+		            "%s master and %llu gradients does not fit the parameter (%llu elements; "
+		            "master must be f32 and as long as the gradient)", p->name,
+		            (unsigned long long)a->offset, (unsigned long long)a->master.numel,
+		            accel_dtype_name(a->master.dtype) ? accel_dtype_name(a->master.dtype)
+		                                              : "?",
+		            (unsigned long long)a->grad.numel, (unsigned long long)p->numel);
+	if (a->master.device != ACCEL_DEVICE_CPU || a->grad.device != ACCEL_DEVICE_CPU)
+		return terr(t, ACCEL_ERR_UNSUPPORTED, "optim_step('%s'): the optimizer runs on CPU "
+		            "ranges only in this build", p->name);
+	ns = accel_optim_state_count(o->optim);
+	return accel_optim_step_range(o->optim, accel_optim_get_group(o->optim, p->group),
+	                              t->step + 1, t->lr, a->master.data, a->grad.data,
+	                              a->grad.dtype, ns ? (float *const *)a->state : NULL,
+	                              a->master.numel, a->grad_scale, &t->ctx->err);
 }
