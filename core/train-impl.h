@@ -57,7 +57,7 @@ struct accel_train {
 	accel_step_report last;
 	int have_last;
 
-	/* Optimizer (core/train.c on top of core/optim.h, core/sched.h). */
+	/* Optimizer and schedule (core/optim.h, core/lrsched.h; see train.c). */
 	void *optim;
 
 	/* Metrics sink (core/metrics.c). */

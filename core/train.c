@@ -5,7 +5,7 @@
  * The strategy plugin owns all tensor memory; this file only remembers what
  * the user registered, where the strategy says each parameter lives
  * (param_bind), and the step counters.  The optimizer arithmetic lives in
- * core/optim.c, the learning-rate schedule in core/sched.c. */
+ * core/optim.c, the learning-rate schedule in core/lrsched.c. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
