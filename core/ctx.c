@@ -218,11 +218,12 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 {
 	if (!ctx)
 		return NULL;
-	ctx->train = accel_train_free(ctx->train);
+	/* Plugins may read the model until fini (plugin.h), so they go first. */
 	for (uint32_t i = ctx->n_active; i-- > 0;)
 		if (ctx->active[i].inited)
 			ctx->active[i].vt->fini(ctx->active[i].state);
 	free(ctx->active);
+	ctx->train = accel_train_free(ctx->train);
 	/* Buffers from the backend go back before the backend goes away. */
 	ctx->mem = accel_mem_free_all(ctx->mem, ctx);
 	ctx->comm = accel_comm_free(ctx->comm);
@@ -232,6 +233,27 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 	ctx->loader = accel_loader_free(ctx->loader);
 	ctx->cfg = accel_config_free(ctx->cfg);
 	free(ctx);
+	return NULL;
+}
+
+const void *accel_plugin_extension(accel_ctx *ctx, const char *plugin, const char *name,
+                                   uint32_t version)
+{
+	if (!ctx || !plugin || !name)
+		return NULL;
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		if (!a->inited || strcmp(a->module->name, plugin) != 0)
+			continue;
+		const void *ext = a->vt->extension ? a->vt->extension(a->state, name, version) : NULL;
+		if (!ext)
+			accel_err_set(&ctx->err, ACCEL_ERR_NOT_FOUND,
+			              "plugin '%s' (%s) has no extension '%s' version %u", plugin,
+			              a->module->path, name, version);
+		return ext;
+	}
+	accel_err_set(&ctx->err, ACCEL_ERR_NOT_FOUND, "no active plugin named '%s' (extension '%s')",
+	              plugin, name);
 	return NULL;
 }
 

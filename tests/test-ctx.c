@@ -131,6 +131,21 @@ START_TEST(cpu_ops)
 }
 END_TEST
 
+START_TEST(extension_lookup)
+{
+	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
+	/* ddp offers its debug interface; unknown names and plugins are errors */
+	ck_assert_ptr_nonnull(accel_plugin_extension(ctx, "ddp", "ddp.debug", 1));
+	ck_assert_ptr_null(accel_plugin_extension(ctx, "ddp", "no.such", 1));
+	ck_assert_int_eq(accel_errcode(ctx), ACCEL_ERR_NOT_FOUND);
+	ck_assert_ptr_nonnull(strstr(accel_errmsg(ctx), "no.such"));
+	accel_clear_error(ctx);
+	ck_assert_ptr_null(accel_plugin_extension(ctx, "zero", "x", 1));
+	ck_assert_ptr_nonnull(strstr(accel_errmsg(ctx), "zero"));
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *ctx_suite(void)
 {
 	Suite *s = suite_create("ctx");
@@ -142,6 +157,7 @@ static Suite *ctx_suite(void)
 	tcase_add_test(tc, world1_collectives);
 	tcase_add_test(tc, mem_accounting);
 	tcase_add_test(tc, cpu_ops);
+	tcase_add_test(tc, extension_lookup);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -99,6 +99,13 @@ ACCEL_API void accel_clear_error(accel_ctx *ctx);
  * returns `code`. */
 ACCEL_API int accel_set_error(accel_ctx *ctx, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 
+/* A named extension interface of an active plugin (e.g. plugin "fp8",
+ * name "fp8.gemm", version 1): a static table whose layout the plugin
+ * documents, borrowed until the context is freed.  NULL (with the error
+ * recorded) when the plugin is not active or does not offer it. */
+ACCEL_API const void *accel_plugin_extension(accel_ctx *ctx, const char *plugin, const char *name,
+                                             uint32_t version);
+
 /* ---- processes ----------------------------------------------------------------- */
 
 ACCEL_API int accel_rank(const accel_ctx *ctx);
