@@ -684,6 +684,8 @@ ACCEL_EXPORT const accel_plugin_v1 *accel_plugin_entry_v1(const accel_host_v1 *h
 	 * here that the running host has it, and refuses with a reason.  All
 	 * members this file calls exist since 1.0; reduce_bucket is checked as
 	 * the example. */
+	if (!host)
+		return NULL;
 	if (host->abi_major != ACCEL_ABI_MAJOR || !HOST_HAS(host, reduce_bucket)) {
 		host->error(NULL, ACCEL_ERR_ABI, "localsgd needs plugin ABI %d.0 or newer; this host "
 		            "has %u.%u", ACCEL_ABI_MAJOR, host->abi_major, host->abi_minor);
