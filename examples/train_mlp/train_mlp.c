@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <accel/accel.h>
 
@@ -31,6 +32,7 @@
 
 typedef struct options {
 	long steps;
+	long warmup;            /* untimed optimizer steps before --steps */
 	long batch;
 	double lr;              /* < 0: from the configuration */
 	int hidden, layers;
@@ -39,6 +41,8 @@ typedef struct options {
 	int inputs, classes, modes;
 	double sep, noise;
 	int no_shuffle;
+	int no_eval;
+	int json;
 	int log_every;
 	const char *save_init;
 	const char *save_final;
@@ -55,6 +59,8 @@ static void usage(FILE *out)
 	        "Train an MLP classifier on a synthetic data set with accel; run it directly or\n"
 	        "under `accel launch -n N --`.\n"
 	        "  --steps N          optimizer steps (default 100)\n"
+	        "  --warmup N         N more optimizer steps first, left out of the timing\n"
+	        "                     (default 0)\n"
 	        "  --batch-size B     global batch, split evenly over the processes (default 128)\n"
 	        "  --lr X             learning rate (sets optimizer.params.lr; default: the config)\n"
 	        "  --hidden H         hidden layer width (default 1024)\n"
@@ -68,6 +74,8 @@ static void usage(FILE *out)
 	        "  --no-shuffle       global batch k of an epoch is samples k*B .. (k+1)*B-1 (sets\n"
 	        "                     dataloader.shuffle=false)\n"
 	        "  --log-every N      progress line every N steps (default 25)\n"
+	        "  --no-eval          skip the final evaluation (training and held-out sets)\n"
+	        "  --json             print the timing as one JSON line on stdout (every process)\n"
 	        "  --save-init DIR    write DIR/init.safetensors (initial parameters) and\n"
 	        "                     DIR/data.safetensors (x [N,D] f32, y [N] i64)\n"
 	        "  --save-final FILE  write the trained parameters to FILE (safetensors)\n"
@@ -119,8 +127,16 @@ static int parse_args(int argc, char **argv, options *o)
 		} else if (!strcmp(a, "--no-shuffle")) {
 			o->no_shuffle = 1;
 			continue;
+		} else if (!strcmp(a, "--no-eval")) {
+			o->no_eval = 1;
+			continue;
+		} else if (!strcmp(a, "--json")) {
+			o->json = 1;
+			continue;
 		} else if (!strcmp(a, "--steps")) {
 			r = parse_long(a, v, 1, 100000000, &o->steps);
+		} else if (!strcmp(a, "--warmup")) {
+			r = parse_long(a, v, 0, 100000000, &o->warmup);
 		} else if (!strcmp(a, "--batch-size")) {
 			r = parse_long(a, v, 1, 1 << 20, &o->batch);
 		} else if (!strcmp(a, "--lr")) {
@@ -395,10 +411,83 @@ static int make_dir(const char *dir)
 	return 0;
 }
 
+/* Timing of the steps after --warmup: wall time per optimizer step, and
+ * where the micro-steps spend it (for --json). */
+#define TM_PHASES 5
+static const char *const tm_phase_names[TM_PHASES] = {"data", "forward", "loss", "backward",
+                                                      "step"};
+
+typedef struct timing {
+	int on;
+	double t0, cpu0, last;   /* start (wall, process CPU), end of the last step */
+	double *step_s;          /* wall time of each timed optimizer step */
+	long n, micro;           /* timed optimizer steps, micro-steps */
+	double phase[TM_PHASES]; /* seconds, summed over the timed micro-steps */
+} timing;
+
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void timing_start(timing *tm)
+{
+	tm->on = 1;
+	tm->t0 = tm->last = now();
+	tm->cpu0 = cpu_now();
+}
+
+static void timing_step(timing *tm)
+{
+	double tn = now();
+	tm->step_s[tm->n++] = tn - tm->last;
+	tm->last = tn;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* One line of JSON on stdout, from every process (rank 0's is the one to
+ * quote: the ranks run in lock-step); the field names match
+ * bench/torch_ddp_mlp.py. */
+static void timing_json(timing *tm, const options *o, int rank, int world, const char *dims,
+                        double elapsed, double cpu)
+{
+	char host[256] = "unknown";
+	long n = tm->n > 0 ? tm->n : 1;
+	double micro = tm->micro > 0 ? (double)tm->micro : 1;
+	gethostname(host, sizeof(host) - 1);
+	host[sizeof(host) - 1] = 0;
+	qsort(tm->step_s, (size_t)tm->n, sizeof(double), cmp_double);
+	double med = tm->n == 0 ? 0
+	             : tm->n % 2 ? tm->step_s[tm->n / 2]
+	                         : 0.5 * (tm->step_s[tm->n / 2 - 1] + tm->step_s[tm->n / 2]);
+	printf("{\"bench\":\"train_mlp\",\"impl\":\"accel\",\"world\":%d,\"rank\":%d,"
+	       "\"batch_per_rank\":%ld,"
+	       "\"dims\":\"%s\",\"steps\":%ld,\"warmup\":%ld,\"micro_steps\":%ld,"
+	       "\"ms_per_step\":%.3f,\"ms_per_step_median\":%.3f,\"samples_per_s\":%.1f,"
+	       "\"cpu_ms_per_step\":%.3f",
+	       world, rank, o->batch / world, dims, tm->n, o->warmup, tm->micro, 1e3 * elapsed / (double)n,
+	       1e3 * med, (double)tm->micro * (double)o->batch / elapsed, 1e3 * cpu / (double)n);
+	for (int k = 0; k < TM_PHASES; k++)
+		printf(",\"ms_%s\":%.3f", tm_phase_names[k], 1e3 * tm->phase[k] / micro);
+	/* CLOCK_MONOTONIC bounds of the timed steps, to cut a profile recorded
+	 * with the same clock (bench/overhead.sh: perf record -k monotonic). */
+	printf(",\"t_start\":%.6f,\"t_end\":%.6f", tm->t0, tm->last);
+	printf(",\"blas\":\"%s\",\"host\":\"%s\"}\n", blas_name(), host);
+	fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
 	options o;
 	trainer t = {0};
+	timing tm = {0};
 	mlp_data train = {0}, test = {0};
 	accel_sampler *sampler = NULL;
 	int ret = EXIT_FAILURE, rc;
@@ -510,10 +599,19 @@ int main(int argc, char **argv)
 	            "BLAS %s, lr %g\n", dims, world, world > 1 ? "es" : "", o.batch, o.samples,
 	            blas_name(), accel_get_lr(t.ctx));
 
+	/* --warmup steps first, then the --steps timed ones. */
+	long total = o.warmup + o.steps;
 	double t0 = now(), t_log = t0, window[2] = {0, 0};   /* loss sum, steps */
 	long done = 0, micro = 0, logged_at = 0;
-	while (done < o.steps) {
+	if (!(tm.step_s = malloc((size_t)o.steps * sizeof(double)))) {
+		fprintf(stderr, "train_mlp: out of memory\n");
+		goto out;
+	}
+	if (o.warmup == 0)
+		timing_start(&tm);
+	while (done < total) {
 		uint32_t count;
+		double c0 = now(), c1, c2, c3, c4;
 		if ((rc = accel_sampler_next(sampler, t.idx, &count))) {
 			fail(&t, "sampler", rc);
 			goto out;
@@ -521,19 +619,29 @@ int main(int argc, char **argv)
 		if (count == 0)    /* end of epoch: the sampler moved to the next */
 			continue;
 		load_batch(&t, &train, t.idx, (int)count);
+		c1 = now();
 		if (forward(&t, (int)count))
 			goto out;
+		c2 = now();
 		/* Mean over this rank's slice, times the loss scale of a precision
 		 * plugin (1 without one): dlogits = scale * (p - onehot) / count. */
 		double scale = accel_loss_scale(t.ctx);
 		double loss = mlp_loss(&t.shape, &t.work, t.yb, (int)count, (double)count / scale,
 		                       NULL) / (double)count;
+		c3 = now();
 		if (backward(&t, (int)count))
 			goto out;
+		c4 = now();
 		int sync = accel_sync_gradients(t.ctx);
 		if ((rc = accel_step(t.ctx))) {
 			fail(&t, "accel_step", rc);
 			goto out;
+		}
+		if (tm.on) {
+			double p[TM_PHASES] = {c1 - c0, c2 - c1, c3 - c2, c4 - c3, now() - c4};
+			for (int k = 0; k < TM_PHASES; k++)
+				tm.phase[k] += p[k];
+			tm.micro++;
 		}
 		micro++;
 		window[0] += loss;
@@ -541,7 +649,7 @@ int main(int argc, char **argv)
 		if (!sync)
 			continue;
 		done++;
-		if (done % o.log_every == 0 || done == o.steps) {
+		if (done % o.log_every == 0 || done == total) {
 			/* The mean of the ranks' means is the global batch mean (equal
 			 * slices). */
 			if ((rc = accel_allreduce(t.ctx, window, window, 2, ACCEL_DTYPE_F64,
@@ -567,19 +675,28 @@ int main(int argc, char **argv)
 			t_log = tn;
 			logged_at = micro;
 		}
+		if (tm.on)
+			timing_step(&tm);
+		else if (done == o.warmup)
+			timing_start(&tm);
 	}
-	double elapsed = now() - t0;
+	double elapsed = now() - tm.t0, cpu = cpu_now() - tm.cpu0;
 
-	double train_loss, train_acc, test_loss = 0, test_acc = 0;
-	if (evaluate(&t, &train, &train_loss, &train_acc) ||
-	    (test.n && evaluate(&t, &test, &test_loss, &test_acc)))
-		goto out;
-	accel_print(t.ctx, "trained %ld steps (%ld global batches) in %.1f s (%.0f samples/s)\n",
-	            done, micro, elapsed, (double)micro * (double)o.batch / elapsed);
-	accel_print(t.ctx, "train loss %.4f accuracy %.4f\n", train_loss, train_acc);
-	if (test.n)
-		accel_print(t.ctx, "final accuracy %.4f (test loss %.4f, %" PRId64 " held-out samples)\n",
-		            test_acc, test_loss, test.n);
+	accel_print(t.ctx, "trained %ld steps (%ld global batches) in %.1f s (%.0f samples/s)%s\n",
+	            tm.n, tm.micro, elapsed, (double)tm.micro * (double)o.batch / elapsed,
+	            o.warmup ? " after the warm-up steps" : "");
+	if (o.json)
+		timing_json(&tm, &o, accel_rank(t.ctx), world, dims, elapsed, cpu);
+	if (!o.no_eval) {
+		double train_loss, train_acc, test_loss = 0, test_acc = 0;
+		if (evaluate(&t, &train, &train_loss, &train_acc) ||
+		    (test.n && evaluate(&t, &test, &test_loss, &test_acc)))
+			goto out;
+		accel_print(t.ctx, "train loss %.4f accuracy %.4f\n", train_loss, train_acc);
+		if (test.n)
+			accel_print(t.ctx, "final accuracy %.4f (test loss %.4f, %" PRId64
+			            " held-out samples)\n", test_acc, test_loss, test.n);
+	}
 
 	if (o.save_final) {
 		snprintf(stepsstr, sizeof(stepsstr), "%ld", done);
@@ -595,6 +712,7 @@ out:
 	free(t.xb);
 	free(t.yb);
 	free(t.idx);
+	free(tm.step_s);
 	mlp_work_free(&t.work);
 	mlp_data_free(&train);
 	mlp_data_free(&test);

@@ -1,0 +1,167 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# bench/train-peers.sh: examples/train_mlp next to PyTorch DDP, in one run on
+# one machine, same model and step:
+#
+#   pytorch-ddp  bench/torch_ddp_mlp.py: torch.nn.Linear MLP, mean
+#                cross-entropy, AdamW, DistributedDataParallel over gloo,
+#                NP processes
+#   accel        `accel launch -n NP -- train_mlp` (strategy ddp, backend
+#                shm, AdamW), NP processes
+#   accel        train_mlp on one process (the scaling baseline)
+#
+# Every rank gets BATCH samples per step (train_mlp's --batch-size is the
+# global batch, so it gets NP*BATCH), one thread per process
+# (OMP_NUM_THREADS=1), 784-HIDDEN-...-10 with LAYERS hidden layers, AdamW
+# with lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.01. Each run
+# takes WARMUP untimed steps, then times STEPS steps; ms_per_step is wall time
+# per step on rank 0 (the ranks run in lock-step), samples_per_s counts the
+# global batch.
+#
+# The three runs take turns, REPEATS rounds, so a busy machine slows them
+# alike. Prints every run's JSON line (with "round"), then per
+# implementation the median and the range over the rounds
+# ({"bench":"train_mlp-summary",...}), then the ratio lines against the
+# targets in docs/benchmarks.md ({"bench":"train_mlp-ratio",...}):
+#   accel NP-rank samples/s / PyTorch NP-rank samples/s   (target >= 1.25)
+#   accel NP-rank step time / accel 1-rank step time      (target <= 1.25)
+# each from the medians, and also the median and range of the per-round
+# ratios.
+#
+# Usage: bench/train-peers.sh [BUILD_DIR]        (default: build)
+# Environment: NP (2), BATCH (128, per rank), STEPS (100), WARMUP (10),
+#   REPEATS (5), HIDDEN (1024), LAYERS (2), PYTHON (/usr/bin/python3),
+#   SKIP (space-separated runs to leave out: pytorch accel accel-1),
+#   ACCEL_ARGS (more train_mlp options, e.g. "--set ddp.bucket_cap_mb=4").
+set -eu
+
+BUILD=${1:-build}
+NP=${NP:-2}
+BATCH=${BATCH:-128}
+STEPS=${STEPS:-100}
+WARMUP=${WARMUP:-10}
+REPEATS=${REPEATS:-5}
+HIDDEN=${HIDDEN:-1024}
+LAYERS=${LAYERS:-2}
+PYTHON=${PYTHON:-/usr/bin/python3}
+SKIP=${SKIP:-}
+ACCEL_ARGS=${ACCEL_ARGS:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+ACCEL=$BUILD/cli/accel
+TRAIN=$BUILD/examples/train_mlp
+skipped() {
+	case " $SKIP " in *" $1 "*) return 0 ;; esac
+	return 1
+}
+
+if [ ! -x "$TRAIN" ] || [ ! -x "$ACCEL" ]; then
+	echo "train-peers: $TRAIN or $ACCEL not found; build first (ninja -C $BUILD)" >&2
+	exit 2
+fi
+if [ -z "${ACCEL_PLUGIN_PATH:-}" ]; then
+	ACCEL_PLUGIN_PATH=$(find "$BUILD/backends" "$BUILD/plugins" -name '*.so' 2>/dev/null |
+		sed 's|/[^/]*$||' | sort -u | paste -sd: -)
+	export ACCEL_PLUGIN_PATH
+fi
+CPUS=$(nproc --all)   # before OMP_NUM_THREADS, which nproc obeys
+export OMP_NUM_THREADS=1
+
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/train-peers.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT INT TERM
+
+# train_mlp options: timing only (no evaluation, no held-out set, one
+# progress line at the end).
+MLP="--steps $STEPS --warmup $WARMUP --hidden $HIDDEN --layers $LAYERS --test-samples 0
+     --no-eval --json --log-every 100000000"
+
+# Rank 0's JSON line (the launcher prefixes rank output with "[rank R] "; a
+# single process has no prefix), with the round number added.
+keep_json() {  # $1: round
+	sed -n 's/^\[rank 0\] //; /^{"bench"/s/}$/,"round":'"$1"'}/p'
+}
+
+run() {  # $1: run name, $2: round
+	case $1 in
+	pytorch)
+		"$PYTHON" "$HERE/torch_ddp_mlp.py" --world "$NP" --batch "$BATCH" --steps "$STEPS" \
+			--warmup "$WARMUP" --hidden "$HIDDEN" --layers "$LAYERS" >"$OUT/raw" 2>"$OUT/err" ;;
+	accel)
+		"$ACCEL" launch -n "$NP" --set backend=shm --set strategy=ddp -- \
+			"$TRAIN" $MLP --batch-size $((NP * BATCH)) $ACCEL_ARGS >"$OUT/raw" 2>"$OUT/err" ;;
+	accel-1)
+		"$TRAIN" $MLP --batch-size "$BATCH" $ACCEL_ARGS >"$OUT/raw" 2>"$OUT/err" ;;
+	esac || { cat "$OUT/err" "$OUT/raw" >&2; return 1; }
+	keep_json "$2" <"$OUT/raw"
+}
+
+echo "# train-peers: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname) cpus $CPUS" \
+	"($(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)) load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $("$ACCEL" --version 2>/dev/null | head -1);" \
+	"torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
+echo "# NP=$NP BATCH=$BATCH (per rank) STEPS=$STEPS WARMUP=$WARMUP REPEATS=$REPEATS" \
+	"HIDDEN=$HIDDEN LAYERS=$LAYERS ACCEL_ARGS=$ACCEL_ARGS"
+
+round=1
+while [ "$round" -le "$REPEATS" ]; do
+	for name in pytorch accel accel-1; do
+		skipped "$name" && continue
+		run "$name" "$round" >"$OUT/$name.$round" || {
+			echo "train-peers: $name failed (round $round)" >&2
+			exit 1
+		}
+		cat "$OUT/$name.$round"
+	done
+	round=$((round + 1))
+done
+echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+"$PYTHON" - "$OUT" "$NP" <<'EOF'
+import glob, json, os, statistics, sys
+
+out, np_ = sys.argv[1], int(sys.argv[2])
+runs = {}  # name -> {round: row}
+for path in glob.glob(os.path.join(out, "*.[0-9]*")):
+    name, rnd = os.path.basename(path).rsplit(".", 1)
+    with open(path) as f:
+        for line in f:
+            runs.setdefault(name, {})[int(rnd)] = json.loads(line)
+
+def summary(name):
+    rows = runs.get(name)
+    if not rows:
+        return None
+    ms = [r["ms_per_step"] for r in rows.values()]
+    sps = [r["samples_per_s"] for r in rows.values()]
+    med = statistics.median(ms)
+    s = {"bench": "train_mlp-summary", "impl": rows[min(rows)]["impl"],
+         "world": rows[min(rows)]["world"], "runs": len(ms),
+         "ms_per_step": round(med, 2), "ms_min": round(min(ms), 2), "ms_max": round(max(ms), 2),
+         "spread_pct": round(100 * (max(ms) - min(ms)) / med, 1),
+         "samples_per_s": round(statistics.median(sps), 1)}
+    for k in ("ms_optimizer", "ms_fwd_bwd", "ms_forward", "ms_backward", "ms_step",
+              "cpu_ms_per_step"):
+        vals = [r[k] for r in rows.values() if k in r]
+        if vals:
+            s[k] = round(statistics.median(vals), 2)
+    print(json.dumps(s))
+    return s
+
+summaries = {n: summary(n) for n in ("pytorch", "accel", "accel-1")}
+
+def ratio(name, a_n, b_n, key, target, higher):
+    a, b = summaries.get(a_n), summaries.get(b_n)
+    if not a or not b:
+        return
+    value = a[key] / b[key]
+    paired = [runs[a_n][r][key] / runs[b_n][r][key] for r in runs[a_n] if r in runs[b_n]]
+    met = value >= target if higher else value <= target
+    print(json.dumps({"bench": "train_mlp-ratio", "ratio": name, "value": round(value, 3),
+                      "per_round_median": round(statistics.median(paired), 3),
+                      "per_round_min": round(min(paired), 3),
+                      "per_round_max": round(max(paired), 3),
+                      "target": (">= " if higher else "<= ") + str(target), "met": met}))
+
+ratio(f"accel{np_}_vs_pytorch{np_}_samples_per_s", "accel", "pytorch", "samples_per_s", 1.25, True)
+ratio(f"accel{np_}_vs_accel1_step_time", "accel", "accel-1", "ms_per_step", 1.25, False)
+EOF
