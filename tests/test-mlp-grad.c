@@ -261,7 +261,8 @@ START_TEST(data_deterministic)
 	for (int k = 0; k < 5; k++)
 		kinds += seen[k] > 0;
 	ck_assert_int_ge(kinds, 3);
-	ck_assert_int_eq(mlp_data_make(&c, 0, 0, 16, 5, 2, 4.0, 1.0, 10), -1);
+	mlp_data empty;
+	ck_assert_int_eq(mlp_data_make(&empty, 0, 0, 16, 5, 2, 4.0, 1.0, 10), -1);
 	mlp_data_free(&a);
 	mlp_data_free(&b);
 	mlp_data_free(&c);
