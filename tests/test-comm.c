@@ -458,12 +458,16 @@ static void rank_matrix(rank_env *env, void *varg)
 	env->failures += comm_check_matrix(&cc);
 }
 
-static const uint64_t k_sizes[] = {0, 1, 7, 1000, 16385, 100003, 1048589};
+/* Around the one-shot limit (64 KiB), pipelined, and several MiB (not
+ * divisible by the world, nor by the pipeline chunk).  Three and four
+ * ranks on two cores are slow, so they stop at 300007 elements (still
+ * several MiB for reduce-scatter and all-gather). */
+static const uint64_t k_sizes[] = {0, 1, 7, 1000, 16385, 100003, 300007, 1048589};
 
 static void matrix_test(int world, int use_mem)
 {
 	matrix_arg a = {.use_mem = use_mem, .sizes = k_sizes,
-	                .n_sizes = (int)(sizeof(k_sizes) / sizeof(k_sizes[0])),
+	                .n_sizes = world == 2 ? 8 : 7,
 	                .all_reds_large = world == 2};
 	world_result res;
 	run_world(world, rank_matrix, &a, 280, &res);
@@ -883,6 +887,148 @@ START_TEST(no_names_left_in_dev_shm)
 }
 END_TEST
 
+/* ---- part 2: through libaccel under `accel launch` ------------------------------------ */
+
+/* Run `accel launch -n N [extra] -- comm-ranks MODE OUTDIR [VICTIM]`, output
+ * to OUTDIR/launch.log; returns the launcher's wait status (or -1 on
+ * timeout, after killing it). */
+static int launch_ranks(int n, const char *mode, const char *outdir, int victim, int limit_s)
+{
+	const char *cli = getenv("ACCEL_CLI");
+	const char *bd = getenv("ACCEL_TEST_BUILDDIR");
+	char prog[4096], np[16], vic[16], log[600];
+	ck_assert_msg(cli && *cli && bd, "ACCEL_CLI / ACCEL_TEST_BUILDDIR not set (run through meson test)");
+	snprintf(prog, sizeof(prog), "%s/tests/comm-ranks", bd);
+	snprintf(np, sizeof(np), "%d", n);
+	snprintf(vic, sizeof(vic), "%d", victim);
+	snprintf(log, sizeof(log), "%s/launch.log", outdir);
+	const char *maxn = n == 2 ? "1048589" : "300007";
+	const char *argv[] = {cli,  "launch", "-n", np,     "--grace-s", "5", "--",
+	                      prog, mode,     outdir, vic,  maxn,        NULL};
+	fflush(NULL);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(log, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execv(cli, (char *const *)argv);
+		_exit(99);
+	}
+	time_t deadline = time(NULL) + limit_s;
+	int status;
+	for (;;) {
+		pid_t p = waitpid(pid, &status, WNOHANG);
+		if (p == pid)
+			return status;
+		if (time(NULL) > deadline) {
+			kill(pid, SIGTERM);
+			sleep(6);
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			return -1;
+		}
+		usleep(20000);
+	}
+}
+
+static void print_log(const char *outdir)
+{
+	char path[600], buf[8192];
+	snprintf(path, sizeof(path), "%s/launch.log", outdir);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	fprintf(stderr, "--- accel launch output ---\n%s\n---\n", buf);
+}
+
+static void outdir_new(char *buf, size_t cap)
+{
+	snprintf(buf, cap, "/tmp/accel-test-comm-launch-%d-%d", (int)getpid(), g_world_counter++);
+	mkdir(buf, 0700);
+	snprintf(g_store, sizeof(g_store), "%s", buf);   /* read_report() looks here */
+}
+
+static void launch_matrix(int n)
+{
+	char out[256], buf[512];
+	outdir_new(out, sizeof(out));
+	int status = launch_ranks(n, "matrix", out, 0, 280);
+	if (status != 0)
+		print_log(out);
+	ck_assert_msg(status == 0, "accel launch -n %d comm-ranks matrix: status %d", n, status);
+	for (int r = 0; r < n; r++) {
+		ck_assert_msg(read_report("matrix", r, buf, sizeof(buf)) == 0, "rank %d wrote no report", r);
+		ck_assert_msg(!strncmp(buf, "0 ", 2) && strstr(buf, "backend shm"), "rank %d: %s", r, buf);
+	}
+}
+
+START_TEST(launch_matrix_2) { launch_matrix(2); }
+END_TEST
+START_TEST(launch_matrix_3) { launch_matrix(3); }
+END_TEST
+START_TEST(launch_matrix_4) { launch_matrix(4); }
+END_TEST
+
+START_TEST(launch_kill9)
+{
+	char out[256];
+	const int n = 4, victim = 2;
+	outdir_new(out, sizeof(out));
+	int status = launch_ranks(n, "kill", out, victim, 120);
+	ck_assert_msg(status != -1, "accel launch did not finish");
+	/* the launcher reports the killed rank and fails */
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "status %d", status);
+	for (int r = 0; r < n; r++) {
+		char buf[4096], want[64];
+		int st;
+		double took;
+		if (r == victim)
+			continue;
+		if (read_report("kill", r, buf, sizeof(buf)) != 0) {
+			print_log(out);
+			ck_abort_msg("rank %d wrote no report", r);
+		}
+		ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+		ck_assert_msg(st == ACCEL_ERR_PEER, "rank %d: %s", r, buf);
+		snprintf(want, sizeof(want), "rank %d (pid ", victim);
+		ck_assert_msg(strstr(buf, want) && strstr(buf, "is dead"), "rank %d: %s", r, buf);
+		ck_assert_msg(strstr(buf, "allreduce #"), "rank %d: %s", r, buf);
+		ck_assert_msg(took < 4.0, "rank %d took %.1f s", r, took);
+	}
+}
+END_TEST
+
+START_TEST(launch_rank_leaves)
+{
+	char out[256];
+	const int n = 3, victim = 1;
+	outdir_new(out, sizeof(out));
+	int status = launch_ranks(n, "leave", out, victim, 120);
+	ck_assert_msg(status != -1, "accel launch did not finish");
+	for (int r = 0; r < n; r++) {
+		char buf[4096];
+		int st;
+		double took;
+		if (read_report("leave", r, buf, sizeof(buf)) != 0) {
+			print_log(out);
+			ck_abort_msg("rank %d wrote no report", r);
+		}
+		if (r == victim)
+			continue;
+		ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+		ck_assert_msg(st == ACCEL_ERR_PEER && strstr(buf, "rank 1 (pid ") && strstr(buf, "left the job"),
+		              "rank %d: %s", r, buf);
+		ck_assert_msg(took < 4.0, "rank %d took %.1f s", r, took);
+	}
+}
+END_TEST
+
 static Suite *comm_suite(void)
 {
 	Suite *s = suite_create("comm");
@@ -914,6 +1060,15 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, rank_leaves_early);
 	tcase_add_test(tc, rank_exits_without_fini);
 	tcase_add_test(tc, kill9_mid_collective);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("launch");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, launch_matrix_2);
+	tcase_add_test(tc, launch_matrix_3);
+	tcase_add_test(tc, launch_matrix_4);
+	tcase_add_test(tc, launch_kill9);
+	tcase_add_test(tc, launch_rank_leaves);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -138,7 +138,8 @@ typedef struct shm_comm {
 	int64_t timeout_ms;
 
 	/* tunables (config section "shm") */
-	int64_t spin_ns;
+	int64_t spin_ns;            /* busy-poll, then */
+	int64_t yield_ns;           /* poll with sched_yield, then sleep on the futex */
 	uint64_t small_bytes;       /* one-shot limit = slot size */
 	uint64_t chunk_bytes;       /* pipeline slice per rank and round */
 	uint32_t depth;             /* staging buffers in the ring */
@@ -186,7 +187,12 @@ typedef struct shm_comm {
 	pthread_cond_t cv_work;
 	pthread_cond_t cv_done;
 	struct accel_comm_req *q_head, *q_tail;
-	_Atomic int queued;         /* issued to the thread and not finished */
+	_Atomic int queued;         /* in the queue or running from it, not finished */
+	int exec_busy;              /* an op from the queue is running (thread or a
+	                               waiting caller that took it); under mu */
+	struct accel_comm_req *lazy; /* posted inline, finished by wait/test/next op */
+	/* how ops ran, for the debug log at fini */
+	uint64_t n_inline, n_lazy, n_lazy_queued, n_by_caller, n_by_thread;
 	int stop;
 	_Atomic int closing;        /* fini: abandon waits */
 	struct accel_comm_req *live;      /* every request not yet released */
@@ -199,6 +205,10 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args);
 void shm_seg_close(shm_comm *c);
 /* Mark this rank as gone and wake everyone (fini). */
 void shm_seg_leave(shm_comm *c);
+
+/* ---- shm.c ---- */
+/* Finish everything issued so far (blocking); for mem_free. */
+void shm_drain(shm_comm *c);
 
 /* ---- shm_mem.c: backend-allocated buffers ---- */
 int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t bytes,
@@ -240,8 +250,10 @@ int shm_coll_is_small(const shm_comm *c, const shm_op *op);
 void shm_coll_post(shm_comm *c, shm_op *op);
 /* Test (no waiting) whether every rank has posted op->seq. */
 int shm_coll_arrived(shm_comm *c, const shm_op *op);
-/* Run the op to completion (posting first if not posted). */
-int shm_coll_run(shm_comm *c, shm_op *op, char *msg, size_t cap);
+/* Run the op to completion (posting first if not posted); on_thread: run
+ * by the comm thread (shorter spinning). */
+int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap);
+#define SHM_THREAD_SPIN_NS 20000
 
 /* ---- shm_reduce.c: reduction kernels ---- */
 /* out[j][i] = in[0][i] (op) in[1][i] (op) ... for i < count, in rank order,

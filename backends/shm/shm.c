@@ -22,12 +22,18 @@
 #include "shm-impl.h"
 
 #define MAX_FREE_REQS 64
+/* How long an inline op waits for its peers before returning unfinished. */
+#define INLINE_SPIN_NS 20000
 #define STAGE_CAP_BYTES (8u << 20)   /* per rank, whatever chunk_kb says */
 
 static const accel_param_schema_v1 shm_params[] = {
-	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "spin_us", "50", 0, 1000000, NULL,
-	 "Microseconds a waiting rank busy-polls before sleeping on a futex (shortened "
-	 "automatically when there are more ranks than CPUs)."},
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "spin_us", "1000", 0, 1000000, NULL,
+	 "Microseconds a caller waiting for a collective busy-polls before it sleeps on a futex "
+	 "(the comm thread, which shares the CPU with computation, polls at most 20; with more "
+	 "ranks than CPUs at most 2)."},
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "yield_us", "1000", 0, 1000000, NULL,
+	 "With more ranks than CPUs: microseconds a waiting rank polls with sched_yield(), "
+	 "handing its CPU to the rank it waits for, before it sleeps."},
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "small_kb", "64", 1, 65536, NULL,
 	 "Largest per-rank payload in KiB sent with the one-shot algorithm (each rank reads every "
 	 "rank's copy); larger collectives are pipelined."},
@@ -104,7 +110,47 @@ static void complete(shm_comm *c, struct accel_comm_req *r, int st)
 	atomic_store_explicit(&r->state, st ? REQ_FAILED : REQ_DONE, memory_order_release);
 }
 
-/* ---- the comm thread ---- */
+/* ---- running queued ops (comm thread, or a caller that waits) ---- */
+
+static int run_one(shm_comm *c, struct accel_comm_req *r, int on_thread)
+{
+	char what[160];
+	if (atomic_load(&c->closing)) {
+		shm_op_describe(c, &r->op, what, sizeof(what));
+		shm_fmt(r->msg, sizeof(r->msg), "%s: abandoned: the communicator was closed", what);
+		return ACCEL_ERR_COMM;
+	}
+	int failed = atomic_load(&c->failed);
+	if (failed) {
+		shm_op_describe(c, &r->op, what, sizeof(what));
+		shm_fmt(r->msg, sizeof(r->msg), "%s: not run: the communicator failed earlier: %s", what,
+		        c->fail_msg);
+		return failed;
+	}
+	return shm_coll_run(c, &r->op, on_thread, r->msg, sizeof(r->msg));
+}
+
+/* With mu held and the queue's head runnable: take it, run it without the
+ * lock, record the outcome.  Returns with mu held. */
+static void run_head_locked(shm_comm *c, int by_thread)
+{
+	struct accel_comm_req *r = c->q_head;
+	c->q_head = r->next;
+	if (!c->q_head)
+		c->q_tail = NULL;
+	c->exec_busy = 1;
+	if (by_thread)
+		c->n_by_thread++;
+	else
+		c->n_by_caller++;
+	pthread_mutex_unlock(&c->mu);
+	complete(c, r, run_one(c, r, by_thread));
+	pthread_mutex_lock(&c->mu);
+	c->exec_busy = 0;
+	atomic_fetch_sub_explicit(&c->queued, 1, memory_order_release);
+	pthread_cond_broadcast(&c->cv_done);
+	pthread_cond_signal(&c->cv_work);
+}
 
 static void *comm_thread(void *arg)
 {
@@ -114,42 +160,16 @@ static void *comm_thread(void *arg)
 	/* Signals are the application's business; keep them on its threads. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pthread_mutex_lock(&c->mu);
 	for (;;) {
-		pthread_mutex_lock(&c->mu);
-		while (!c->q_head && !c->stop)
+		while ((!c->q_head || c->exec_busy) && !c->stop)
 			pthread_cond_wait(&c->cv_work, &c->mu);
-		struct accel_comm_req *r = c->q_head;
-		if (!r) {
-			pthread_mutex_unlock(&c->mu);
+		if (c->q_head && !c->exec_busy)
+			run_head_locked(c, 1);
+		else if (c->stop)
 			break;
-		}
-		c->q_head = r->next;
-		if (!c->q_head)
-			c->q_tail = NULL;
-		pthread_mutex_unlock(&c->mu);
-
-		int st;
-		if (atomic_load(&c->closing)) {
-			char what[160];
-			shm_op_describe(c, &r->op, what, sizeof(what));
-			shm_fmt(r->msg, sizeof(r->msg), "%s: abandoned: the communicator was closed", what);
-			st = ACCEL_ERR_COMM;
-		} else if (atomic_load(&c->failed)) {
-			char what[160];
-			shm_op_describe(c, &r->op, what, sizeof(what));
-			shm_fmt(r->msg, sizeof(r->msg), "%s: not run: the communicator failed earlier: %s",
-			         what, c->fail_msg);
-			st = atomic_load(&c->failed);
-		} else {
-			st = shm_coll_run(c, &r->op, r->msg, sizeof(r->msg));
-		}
-		complete(c, r, st);
-
-		pthread_mutex_lock(&c->mu);
-		atomic_fetch_sub_explicit(&c->queued, 1, memory_order_release);
-		pthread_cond_broadcast(&c->cv_done);
-		pthread_mutex_unlock(&c->mu);
 	}
+	pthread_mutex_unlock(&c->mu);
 	return NULL;
 }
 
@@ -165,6 +185,48 @@ static void enqueue(shm_comm *c, struct accel_comm_req *r)
 	c->q_tail = r;
 	pthread_cond_signal(&c->cv_work);
 	pthread_mutex_unlock(&c->mu);
+}
+
+/* The lazily finished inline op: finish it now if every rank has posted
+ * (or always, blocking, when `block`).  Only called while the queue is
+ * empty, so nothing else executes. */
+static void lazy_finish(shm_comm *c, int block)
+{
+	struct accel_comm_req *r = c->lazy;
+	if (!r)
+		return;
+	if (!block && !shm_coll_arrived(c, &r->op) &&
+	    !atomic_load_explicit(&c->hdr->abort_code, memory_order_relaxed))
+		return;
+	c->lazy = NULL;
+	complete(c, r, run_one(c, r, 0));
+}
+
+/* Block until `r` (or, r NULL, everything) is done, running queued ops on
+ * this thread when the comm thread is not already at it: a caller that
+ * waits anyway saves the hand-off to the thread and back. */
+static void wait_for(shm_comm *c, struct accel_comm_req *r)
+{
+	if (c->lazy && (!r || r == c->lazy))
+		lazy_finish(c, 1);
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		int done = r ? atomic_load_explicit(&r->state, memory_order_acquire) != REQ_QUEUED
+		             : atomic_load(&c->queued) == 0;
+		if (done)
+			break;
+		if (c->q_head && !c->exec_busy)
+			run_head_locked(c, 0);
+		else
+			pthread_cond_wait(&c->cv_done, &c->mu);
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+void shm_drain(shm_comm *c)
+{
+	if (c->lazy || atomic_load(&c->queued))
+		wait_for(c, NULL);
 }
 
 /* ---- issuing ---- */
@@ -221,6 +283,16 @@ static int issue(shm_comm *c, shm_op *op, accel_comm_req **ret_req)
 	atomic_store_explicit(&r->state, REQ_QUEUED, memory_order_relaxed);
 	*ret_req = r;
 
+	/* A lazily finished op goes first: now if its peers are there, else on
+	 * the thread ahead of this one. */
+	if (c->lazy) {
+		lazy_finish(c, 0);
+		if (c->lazy) {
+			c->n_lazy_queued++;
+			enqueue(c, c->lazy);
+			c->lazy = NULL;
+		}
+	}
 	if (atomic_load_explicit(&c->queued, memory_order_acquire) != 0 ||
 	    !(c->world == 1 || shm_coll_is_small(c, &r->op))) {
 		enqueue(c, r);
@@ -238,11 +310,14 @@ static int issue(shm_comm *c, shm_op *op, accel_comm_req **ret_req)
 		for (unsigned i = 0; !shm_coll_arrived(c, &r->op); i++) {
 			if ((i & 63) == 63) {
 				uint64_t now = shm_now_ns();
-				if (!end)
-					end = now + (uint64_t)c->spin_ns;
-				else if (now >= end || atomic_load_explicit(&c->hdr->abort_code,
-				                                            memory_order_relaxed)) {
-					enqueue(c, r);   /* posted; the thread finishes it */
+				if (!end) {
+					end = now + (uint64_t)(c->spin_ns < INLINE_SPIN_NS ? c->spin_ns
+					                                                   : INLINE_SPIN_NS);
+				} else if (now >= end || atomic_load_explicit(&c->hdr->abort_code,
+				                                               memory_order_relaxed)) {
+					/* posted; wait(), test() or the next op finishes it */
+					c->lazy = r;
+					c->n_lazy++;
 					return ACCEL_OK;
 				}
 			}
@@ -251,7 +326,8 @@ static int issue(shm_comm *c, shm_op *op, accel_comm_req **ret_req)
 #endif
 		}
 	}
-	complete(c, r, shm_coll_run(c, &r->op, r->msg, sizeof(r->msg)));
+	c->n_inline++;
+	complete(c, r, run_one(c, r, 0));
 	return ACCEL_OK;
 }
 
@@ -342,12 +418,8 @@ static int shm_req_wait(void *state, accel_comm_req *r)
 	shm_comm *c = state;
 	if (!r)
 		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
-	if (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_QUEUED) {
-		pthread_mutex_lock(&c->mu);
-		while (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_QUEUED)
-			pthread_cond_wait(&c->cv_done, &c->mu);
-		pthread_mutex_unlock(&c->mu);
-	}
+	if (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_QUEUED)
+		wait_for(c, r);
 	int st = r->status;
 	if (st)
 		c->host->error(c->h, st, "%s", r->msg);
@@ -360,6 +432,8 @@ static int shm_req_test(void *state, accel_comm_req *r, int32_t *ret_done)
 	shm_comm *c = state;
 	if (!r || !ret_done)
 		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "test: request or ret_done is NULL");
+	if (r == c->lazy)
+		lazy_finish(c, 0);
 	*ret_done = atomic_load_explicit(&r->state, memory_order_acquire) != REQ_QUEUED;
 	return ACCEL_OK;
 }
@@ -409,7 +483,8 @@ static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	c->rank = args->rank;
 	c->world = args->world_size;
 	c->timeout_ms = args->timeout_ms > 0 ? args->timeout_ms : 300000;
-	c->spin_ns = cfg_int(host, h, "spin_us", 50) * 1000;
+	c->spin_ns = cfg_int(host, h, "spin_us", 1000) * 1000;
+	c->yield_ns = 0;
 	c->small_bytes = (uint64_t)cfg_int(host, h, "small_kb", 64) * 1024;
 	c->depth = (uint32_t)cfg_int(host, h, "depth", 4);
 	if (c->depth < 2)
@@ -427,6 +502,7 @@ static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		c->oversubscribed = 1;
 		if (c->spin_ns > 2000)
 			c->spin_ns = 2000;
+		c->yield_ns = cfg_int(host, h, "yield_us", 1000) * 1000;
 	}
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv_work, NULL);
@@ -461,6 +537,11 @@ static void shm_fini(void *state)
 	if (!c)
 		return;
 	atomic_store(&c->closing, 1);
+	if (c->lazy) {
+		struct accel_comm_req *r = c->lazy;
+		c->lazy = NULL;
+		complete(c, r, run_one(c, r, 0));   /* closing: abandoned */
+	}
 	if (c->thread_started) {
 		pthread_mutex_lock(&c->mu);
 		c->stop = 1;
@@ -470,6 +551,14 @@ static void shm_fini(void *state)
 			shm_wake_rank(c, c->rank);
 		pthread_join(c->thread, NULL);
 	}
+	if (c->hdr)
+		c->host->log(c->h, ACCEL_LOG_DEBUG,
+		             "%llu ops: %llu finished inline, %llu later by wait/test (%llu of them "
+		             "queued), %llu run from the queue by a waiting caller, %llu by the comm "
+		             "thread",
+		             (unsigned long long)c->next_seq, (unsigned long long)c->n_inline,
+		             (unsigned long long)c->n_lazy, (unsigned long long)c->n_lazy_queued,
+		             (unsigned long long)c->n_by_caller, (unsigned long long)c->n_by_thread);
 	shm_seg_leave(c);
 	while (c->live) {
 		struct accel_comm_req *r = c->live;

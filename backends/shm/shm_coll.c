@@ -205,6 +205,7 @@ typedef struct run_ctx {
 	shm_comm *c;
 	const shm_op *op;
 	uint64_t deadline;
+	int64_t spin_ns;
 	char *msg;
 	size_t cap;
 } run_ctx;
@@ -219,7 +220,7 @@ static int next_phase(run_ctx *r)
 
 static int wait_phase(run_ctx *r, uint64_t phase, int32_t which)
 {
-	return shm_wait(r->c, r->op, 1, phase, which, r->deadline, r->c->spin_ns, r->msg, r->cap);
+	return shm_wait(r->c, r->op, 1, phase, which, r->deadline, r->spin_ns, r->msg, r->cap);
 }
 
 /* Take the next staging buffer once every rank is done reading its last
@@ -602,9 +603,14 @@ static void run_single(const shm_op *op)
 		memmove(op->recv.data, op->send.data, bytes);
 }
 
-int shm_coll_run(shm_comm *c, shm_op *op, char *msg, size_t cap)
+int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap)
 {
-	run_ctx r = {.c = c, .op = op, .msg = msg, .cap = cap};
+	/* The comm thread shares its CPU with the training thread it overlaps
+	 * with, so it spins briefly; a caller that waits anyway spins longer. */
+	int64_t spin = c->spin_ns;
+	if (on_thread && spin > SHM_THREAD_SPIN_NS)
+		spin = SHM_THREAD_SPIN_NS;
+	run_ctx r = {.c = c, .op = op, .msg = msg, .cap = cap, .spin_ns = spin};
 	int st;
 
 	r.deadline = shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
@@ -612,7 +618,7 @@ int shm_coll_run(shm_comm *c, shm_op *op, char *msg, size_t cap)
 		return st;
 	if (!op->posted)
 		shm_coll_post(c, op);
-	if ((st = shm_wait(c, op, 0, op->seq, -1, r.deadline, c->spin_ns, msg, cap)))
+	if ((st = shm_wait(c, op, 0, op->seq, -1, r.deadline, r.spin_ns, msg, cap)))
 		return st;
 	if ((st = validate(c, op, msg, cap)))
 		return st;

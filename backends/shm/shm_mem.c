@@ -235,14 +235,9 @@ void shm_mem_free(void *state, void *ptr)
 	shm_comm *c = state;
 	if (!c || !ptr)
 		return;
-	/* Collectives still queued may use the buffer: let them finish (or
-	 * fail) first rather than unmap memory under the comm thread. */
-	if (atomic_load(&c->queued)) {
-		pthread_mutex_lock(&c->mu);
-		while (atomic_load(&c->queued))
-			pthread_cond_wait(&c->cv_done, &c->mu);
-		pthread_mutex_unlock(&c->mu);
-	}
+	/* Collectives in flight may use the buffer: let them finish (or fail)
+	 * first rather than unmap memory under the comm thread. */
+	shm_drain(c);
 	for (shm_alloc **pp = &c->allocs; *pp; pp = &(*pp)->next) {
 		shm_alloc *a = *pp;
 		if (a->base + (uint64_t)c->rank * a->stride == (char *)ptr) {

@@ -108,6 +108,15 @@ static inline double min_f64(double a, double b)
 			T x = t[i], y = b[i];                                          \
 			t[i] = EXPR;                                                   \
 		}                                                                      \
+	}                                                                              \
+	static void NAME##_racc(void *vt, const void *va, size_t n)                    \
+	{                                                                              \
+		T *restrict t = vt;                                                    \
+		const T *restrict a = va;                                              \
+		for (size_t i = 0; i < n; i++) {                                       \
+			T x = a[i], y = t[i];                                          \
+			t[i] = EXPR;                                                   \
+		}                                                                      \
 	}
 
 DEF_NATIVE(sum_f32, float, x + y)
@@ -214,8 +223,9 @@ typedef void (*conv_fn)(void *dst, const void *src, size_t n);
 typedef void (*avg_fn)(void *t, size_t n, int32_t div);
 
 typedef struct kern {
-	first_fn first[3];   /* sum, max, min */
-	acc_fn acc[3];
+	first_fn first[3];   /* sum, max, min: t = a op b */
+	acc_fn acc[3];       /* t = t op b */
+	acc_fn racc[3];      /* t = a op t (native types only) */
 	conv_fn load;        /* NULL: memcpy */
 	conv_fn store;       /* NULL: memcpy */
 	avg_fn avg;
@@ -224,13 +234,16 @@ typedef struct kern {
 
 #define K3(p, s) {p##sum_##s##_first, p##max_##s##_first, p##min_##s##_first}
 #define A3(p, s) {p##sum_##s##_acc, p##max_##s##_acc, p##min_##s##_acc}
+#define R3(p, s) {p##sum_##s##_racc, p##max_##s##_racc, p##min_##s##_racc}
 
-static const kern k_f32 = {K3(, f32), A3(, f32), NULL, NULL, avg_f32, 4};
-static const kern k_f64 = {K3(, f64), A3(, f64), NULL, NULL, avg_f64, 8};
-static const kern k_i32 = {K3(, i32), A3(, i32), NULL, NULL, avg_i32, 4};
-static const kern k_i64 = {K3(, i64), A3(, i64), NULL, NULL, avg_i64, 8};
-static const kern k_bf16 = {K3(, bf16), A3(, bf16), load_bf16, store_bf16, avg_f32, 4};
-static const kern k_f16 = {K3(, f16), A3(, f16), load_f16, store_f16, avg_f32, 4};
+static const kern k_f32 = {K3(, f32), A3(, f32), R3(, f32), NULL, NULL, avg_f32, 4};
+static const kern k_f64 = {K3(, f64), A3(, f64), R3(, f64), NULL, NULL, avg_f64, 8};
+static const kern k_i32 = {K3(, i32), A3(, i32), R3(, i32), NULL, NULL, avg_i32, 4};
+static const kern k_i64 = {K3(, i64), A3(, i64), R3(, i64), NULL, NULL, avg_i64, 8};
+static const kern k_bf16 = {K3(, bf16), A3(, bf16), {NULL, NULL, NULL}, load_bf16, store_bf16,
+                            avg_f32, 4};
+static const kern k_f16 = {K3(, f16), A3(, f16), {NULL, NULL, NULL}, load_f16, store_f16, avg_f32,
+                           4};
 
 static const kern *pick(uint32_t dtype)
 {
@@ -245,6 +258,28 @@ static const kern *pick(uint32_t dtype)
 	}
 }
 
+/* An output that can serve as the accumulator: it aliases no input, or
+ * exactly in[0] or in[1] (then the first step is t op= in[1], or
+ * t = in[0] op t, keeping the operand order).  -1 when there is none. */
+static int accumulator(int n_in, const void *const *in, int n_out, void *const *out, int *ret_alias)
+{
+	for (int d = 0; d < n_out; d++) {
+		int alias = -1, ok = 1;
+		for (int q = 0; q < n_in && ok; q++) {
+			if (out[d] != in[q])
+				continue;
+			if (q >= 2 || alias >= 0)
+				ok = 0;
+			alias = q;
+		}
+		if (ok) {
+			*ret_alias = alias;
+			return d;
+		}
+	}
+	return -1;
+}
+
 void shm_reduce(uint32_t dtype, uint32_t redop, int n_in, const void *const *in, int n_out,
                 void *const *out, uint64_t count, int32_t avg_div)
 {
@@ -252,25 +287,44 @@ void shm_reduce(uint32_t dtype, uint32_t redop, int n_in, const void *const *in,
 	const kern *k = pick(dtype);
 	size_t es = shm_dtype_size(dtype);
 	int which = redop == ACCEL_RED_MAX ? 1 : redop == ACCEL_RED_MIN ? 2 : 0;
+	int alias = -1;
+	int d = -1;
 
 	if (!k || n_in < 1 || n_out < 1)
 		return;   /* callers validate; nothing sensible to do */
+	/* Native types accumulate straight into an output (one pass less over
+	 * memory); 16-bit floats and awkward aliasing go through the scratch. */
+	if (!k->store && n_in >= 2)
+		d = accumulator(n_in, in, n_out, out, &alias);
 	size_t blk = BLK_BYTES / k->tsize;
 	for (uint64_t o = 0; o < count; o += blk) {
 		size_t n = (size_t)(count - o < blk ? count - o : blk);
 		size_t off = (size_t)o * es;
+		const char *a = (const char *)in[0] + off;
+		const char *b = n_in > 1 ? (const char *)in[1] + off : NULL;
+		void *t = d >= 0 ? (void *)((char *)out[d] + off) : (void *)tmp;
 		if (n_in == 1) {
 			if (k->load)
-				k->load(tmp, (const char *)in[0] + off, n);
+				k->load(t, a, n);
 			else
-				memcpy(tmp, (const char *)in[0] + off, n * es);
+				memcpy(t, a, n * es);
+		} else if (alias == 0) {
+			k->acc[which](t, b, n);
+		} else if (alias == 1) {
+			k->racc[which](t, a, n);
 		} else {
-			k->first[which](tmp, (const char *)in[0] + off, (const char *)in[1] + off, n);
-			for (int q = 2; q < n_in; q++)
-				k->acc[which](tmp, (const char *)in[q] + off, n);
+			k->first[which](t, a, b, n);
 		}
+		for (int q = 2; q < n_in; q++)
+			k->acc[which](t, (const char *)in[q] + off, n);
 		if (redop == ACCEL_RED_AVG)
-			k->avg(tmp, n, avg_div);
+			k->avg(t, n, avg_div);
+		if (d >= 0) {
+			for (int j = 0; j < n_out; j++)
+				if (j != d)
+					memcpy((char *)out[j] + off, t, n * es);
+			continue;
+		}
 		if (k->store)
 			k->store((char *)out[0] + off, tmp, n);
 		else

@@ -379,7 +379,7 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 	}
 	open_pidfds(c);
 	host->log(c->h, ACCEL_LOG_DEBUG,
-	          "shm: %d ranks attached to %s (%llu KiB: %llu B one-shot slots, %u x %llu B "
+	          "%d ranks attached to %s (%llu KiB: %llu B one-shot slots, %u x %llu B "
 	          "pipeline chunks); name unlinked",
 	          (int)c->world, c->name, (unsigned long long)(l.total >> 10),
 	          (unsigned long long)c->small_bytes, c->depth, (unsigned long long)c->chunk_bytes);

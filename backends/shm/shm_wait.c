@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -269,6 +270,20 @@ int shm_wait(shm_comm *c, const shm_op *op, int use_sig, uint64_t target, int32_
 			if (shm_now_ns() >= spin_end)
 				break;
 		}
+	}
+
+	/* With more ranks than CPUs, stay runnable but hand the CPU over (most
+	 * likely to the rank we wait for) before sleeping: a sleeping rank is
+	 * woken late on a busy machine.  (With enough CPUs yielding only hands
+	 * the CPU to strangers for a whole time slice.) */
+	uint64_t yield_end = shm_now_ns() + (uint64_t)(c->yield_ns > 0 ? c->yield_ns : 0);
+	while (shm_now_ns() < yield_end) {
+		sched_yield();
+		if (satisfied(c, use_sig, target, which))
+			return ACCEL_OK;
+		if (atomic_load_explicit(&c->hdr->abort_code, memory_order_relaxed) ||
+		    atomic_load_explicit(&c->closing, memory_order_relaxed))
+			break;
 	}
 
 	shm_rank *me = &c->ranks[c->rank];

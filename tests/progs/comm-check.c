@@ -479,7 +479,7 @@ int comm_check_matrix(comm_check *cc)
 
 	for (int si = 0; si < cc->n_sizes; si++) {
 		uint64_t n = cc->sizes[si];
-		int large = n >= (1u << 20);
+		int large = n >= 300000;
 		for (size_t di = 0; di < NELEM(k_red_dtypes); di++) {
 			uint32_t dt = k_red_dtypes[di];
 			for (uint32_t red = 0; red < 4; red++) {

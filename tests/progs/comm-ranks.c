@@ -2,7 +2,8 @@
 /* tests/progs/comm-ranks.c: one rank of the collective tests that
  * tests/test-comm.c starts with `accel launch -n N`.
  *
- *   comm-ranks matrix OUTDIR        every op/dtype/reduction/placement/size
+ *   comm-ranks matrix OUTDIR 0 MAXN every op/dtype/reduction/placement/size
+ *                                   up to MAXN elements
  *                                   through libaccel: the core comm layer
  *                                   with requests (ordinary and
  *                                   backend-allocated buffers), then the
@@ -126,12 +127,17 @@ static const comm_check_ops k_public_ops = {
 	p_allreduce, p_reduce_scatter, p_allgather, p_broadcast, c_errmsg, c_clear, NULL, NULL,
 };
 
-static int mode_matrix(accel_ctx *ctx)
+static int mode_matrix(accel_ctx *ctx, uint64_t maxn)
 {
-	static const uint64_t sizes[] = {0, 1, 7, 1000, 16385, 100003, 1048589};
+	static const uint64_t all[] = {0, 1, 7, 1000, 16385, 100003, 300007, 1048589};
+	uint64_t sizes[8];
+	int n_sizes = 0;
+	for (int i = 0; i < 8; i++)
+		if (all[i] <= maxn)
+			sizes[n_sizes++] = all[i];
 	int world = accel_world_size(ctx);
 	comm_check cc = {.ops = &k_core_ops, .ctx = ctx, .rank = g_rank, .world = world,
-	                 .sizes = sizes, .n_sizes = (int)(sizeof(sizes) / sizeof(sizes[0]))};
+	                 .sizes = sizes, .n_sizes = n_sizes, .all_reds_large = world == 2};
 	int failures = comm_check_matrix(&cc);
 	void *probe = NULL;
 	if (accel_comm_mem_alloc(ctx->comm, ACCEL_DEVICE_CPU, 0, 64, &probe) == ACCEL_OK && probe) {
@@ -157,6 +163,11 @@ static int mode_kill(accel_ctx *ctx, int victim)
 	accel_view v = {.struct_size = sizeof(v), .dtype = ACCEL_DTYPE_F32, .device = ACCEL_DEVICE_CPU,
 	                .data = x, .numel = N};
 	accel_req *req = NULL;
+	/* The launcher stops the survivors (SIGTERM) as soon as the victim dies;
+	 * let them live long enough to see and report the failure themselves
+	 * (it SIGKILLs after its grace period). */
+	if (g_rank != victim)
+		signal(SIGTERM, SIG_IGN);
 	if (accel_comm_barrier(ctx->comm, NULL))
 		return 1;
 	double t0 = now_s();
@@ -175,11 +186,15 @@ static int mode_kill(accel_ctx *ctx, int victim)
 static int mode_leave(accel_ctx **pctx, int victim)
 {
 	if (g_rank == victim) {
+		if (accel_wait_for_everyone(*pctx))
+			return 1;
 		*pctx = accel_ctx_free(*pctx);
 		report("leave", 0, 0, "left");
 		return 0;
 	}
 	float x[4] = {1, 2, 3, 4};
+	if (accel_wait_for_everyone(*pctx))
+		return 1;
 	double t0 = now_s();
 	int st = accel_allreduce(*pctx, x, x, 4, ACCEL_DTYPE_F32, ACCEL_RED_SUM);
 	report("leave", st, now_s() - t0, accel_errmsg(*pctx));
@@ -204,7 +219,7 @@ int main(int argc, char **argv)
 	int victim = argc > 3 ? atoi(argv[3]) : 1;
 	int rc;
 	if (!strcmp(argv[1], "matrix"))
-		rc = mode_matrix(ctx);
+		rc = mode_matrix(ctx, argc > 4 ? strtoull(argv[4], NULL, 10) : 1048589);
 	else if (!strcmp(argv[1], "kill"))
 		rc = mode_kill(ctx, victim);
 	else if (!strcmp(argv[1], "leave"))
