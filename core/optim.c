@@ -365,16 +365,21 @@ static ALWAYS_INLINE uint32_t to_bits(float f)
 	return u;
 }
 
-/* Exact f16 -> f32 without branches or loops (so it vectorises): place
- * the exponent and mantissa in an f32 and rescale by 2^(127-15), which is
- * exact for normals and subnormals alike; exponent 31 is inf/NaN. */
+/* Exact f16 -> f32 without branches or loops (so it vectorises): normal
+ * numbers by placing exponent and mantissa in an f32 and rescaling by
+ * 2^(127-15); subnormals as mantissa * 2^-24 from an integer, so no f32
+ * subnormal is involved and flush-to-zero modes (DAZ/FTZ) cannot change
+ * the result; exponent 31 is inf/NaN. */
 static ALWAYS_INLINE float f16_to_f32(uint16_t h)
 {
 	uint32_t a = (uint32_t)(h & 0x7fffu) << 13;
 	uint32_t s = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t u = to_bits(from_bits(a) * 0x1p112f);
-	uint32_t special = 0u - (uint32_t)(a >= 0x0f800000u);   /* all ones: inf/NaN */
-	u = (u & ~special) | ((a | 0x7f800000u) & special);
+	uint32_t norm = to_bits(from_bits(a) * 0x1p112f);
+	uint32_t sub = to_bits((float)(int32_t)(h & 0x3ffu) * 0x1p-24f);
+	uint32_t is_sub = 0u - (uint32_t)(a < 0x00800000u);      /* all ones: exponent 0  */
+	uint32_t is_special = 0u - (uint32_t)(a >= 0x0f800000u); /* all ones: inf/NaN     */
+	uint32_t u = (norm & ~is_sub) | (sub & is_sub);
+	u = (u & ~is_special) | ((a | 0x7f800000u) & is_special);
 	return from_bits(u | s);
 }
 

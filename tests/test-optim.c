@@ -402,6 +402,41 @@ START_TEST(every_half_gradient)
 }
 END_TEST
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+/* With flush-to-zero and denormals-are-zero on (as -ffast-math programs
+ * and torch.set_flush_denormal(True) set them), f16 subnormal gradients
+ * still convert exactly: they are normal f32 numbers. */
+START_TEST(f16_subnormals_under_daz)
+{
+	enum { N = 2048 };
+	accel_optim_opts o;
+	accel_optim_opts_init(&o, ACCEL_OPTIM_SGD);
+	accel_optim *opt = make(&o);
+	uint16_t g[N];
+	float p[N];
+	accel_err err = {0};
+	_mm_setcsr(_mm_getcsr() | 0x8040);   /* FTZ | DAZ; Check forks each test */
+	for (uint32_t i = 0; i < N; i++)
+		g[i] = (uint16_t)(i < 1024 ? i : 0x8000 | (i - 1024));   /* +- subnormals */
+	for (int kern = 0; kern < 2; kern++) {
+		memset(p, 0, sizeof(p));
+		ck_assert_int_eq(accel_optim_set_kernel(opt, kern ? "generic" : "auto", &err), ACCEL_OK);
+		ck_assert_int_eq(accel_optim_step_range(opt, NULL, 1, 1.0, p, g, ACCEL_DTYPE_F16, NULL,
+		                                        N, 1.0, &err), ACCEL_OK);
+		for (uint32_t i = 1; i < N; i++) {
+			if (i == 1024)
+				continue;
+			float want = -accel_f16_to_f32(g[i]);
+			ck_assert_msg(p[i] == want && p[i] != 0, "f16 0x%04x (%s kernel): %a, want %a",
+			              g[i], accel_optim_get_kernel(opt), p[i], want);
+		}
+	}
+	accel_optim_free(opt);
+}
+END_TEST
+#endif
+
 START_TEST(nonfinite_propagates)
 {
 	accel_optim_opts o;
@@ -817,6 +852,9 @@ static Suite *optim_suite(void)
 	tcase_add_test(tc, adamw_first_step_by_hand);
 	tcase_add_test(tc, sharded_and_kernels_identical);
 	tcase_add_test(tc, every_half_gradient);
+#if defined(__x86_64__) || defined(__i386__)
+	tcase_add_test(tc, f16_subnormals_under_daz);
+#endif
 	tcase_add_test(tc, nonfinite_propagates);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("api");
