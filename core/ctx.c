@@ -147,6 +147,16 @@ static int setup_processes(accel_ctx *ctx)
 	double timeout_s = 300;
 	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
 	if (ctx->world.world_size > 1) {
+		int mpi_launched = ctx->launcher && strncmp(ctx->launcher, "mpi", 3) == 0;
+		if ((!ctx->master_addr[0] || ctx->master_port <= 0) && mpi_launched) {
+			/* The mpi backend bootstraps through MPI itself; a backend that
+			 * needs the store says so when it asks for it. */
+			accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: "
+			          "no rendezvous store", ctx->launcher);
+			return accel_kv_new(&ctx->local_store)
+			               ? accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory")
+			               : ACCEL_OK;
+		}
 		if (!ctx->master_addr[0] || ctx->master_port <= 0)
 			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
 			                     "rank %d of %d: no rendezvous address; start the program "

@@ -285,9 +285,28 @@ static int host_ckpt_read(accel_host *h, accel_ckpt_reader *r, const char *name,
 	return host_ckpt_unsupported(h);
 }
 
+/* A job of several processes without a rendezvous store (started by
+ * mpirun without ACCEL_MASTER_ADDR/PORT): the in-process map would make
+ * every rank wait for keys only it can see. */
+static int no_store(accel_host *h)
+{
+	accel_ctx *ctx = h->ctx;
+	if (ctx->store || ctx->world.world_size == 1)
+		return ACCEL_OK;
+	return host_error(h, ACCEL_ERR_CONFIG,
+	                  "needs the rendezvous store, but %s started this job of %d processes "
+	                  "without one: set ACCEL_MASTER_ADDR and ACCEL_MASTER_PORT (e.g. mpirun "
+	                  "-x ACCEL_MASTER_ADDR=host -x ACCEL_MASTER_PORT=29500), or use backend "
+	                  "mpi", ctx->launcher ? ctx->launcher : "the launcher",
+	                  ctx->world.world_size);
+}
+
 static int host_store_set(accel_host *h, const char *key, const void *value, uint64_t len)
 {
 	accel_ctx *ctx = h->ctx;
+	int r = no_store(h);
+	if (r)
+		return r;
 	if (ctx->store)
 		return accel_store_set(ctx->store, key, value, len, &ctx->err);
 	return accel_kv_set(ctx->local_store, key, value, len, &ctx->err);
@@ -297,6 +316,9 @@ static int host_store_get(accel_host *h, const char *key, void *buf, uint64_t ca
                           uint64_t *ret_len, int64_t timeout_ms)
 {
 	accel_ctx *ctx = h->ctx;
+	int r = no_store(h);
+	if (r)
+		return r;
 	if (ctx->store)
 		return accel_store_get(ctx->store, key, buf, cap, ret_len, timeout_ms, &ctx->err);
 	return accel_kv_get(ctx->local_store, key, buf, cap, ret_len, &ctx->err);
@@ -305,6 +327,9 @@ static int host_store_get(accel_host *h, const char *key, void *buf, uint64_t ca
 static int host_store_add(accel_host *h, const char *key, int64_t delta, int64_t *ret_value)
 {
 	accel_ctx *ctx = h->ctx;
+	int r = no_store(h);
+	if (r)
+		return r;
 	if (ctx->store)
 		return accel_store_add(ctx->store, key, delta, ret_value, &ctx->err);
 	return accel_kv_add(ctx->local_store, key, delta, ret_value, &ctx->err);
