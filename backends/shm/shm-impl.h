@@ -172,7 +172,9 @@ typedef struct shm_comm {
 	/* issue side (training thread) */
 	uint64_t next_seq;
 
-	/* sticky failure */
+	/* sticky failure: the first to fail claims, writes fail_msg, then sets
+	 * failed (release) */
+	_Atomic int fail_claim;
 	_Atomic int failed;
 	char fail_msg[SHM_MSG_MAX];
 

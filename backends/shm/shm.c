@@ -100,8 +100,10 @@ static void complete(shm_comm *c, struct accel_comm_req *r, int st)
 	r->status = st;
 	if (st) {
 		int expect = 0;
-		if (atomic_compare_exchange_strong(&c->failed, &expect, st))
+		if (atomic_compare_exchange_strong(&c->fail_claim, &expect, 1)) {
 			shm_fmt(c->fail_msg, sizeof(c->fail_msg), "%s", r->msg);
+			atomic_store_explicit(&c->failed, st, memory_order_release);
+		}
 		/* Tell the other ranks, unless this rank is just going away (they
 		 * see it leave). */
 		if (!atomic_load(&c->closing))
@@ -120,7 +122,7 @@ static int run_one(shm_comm *c, struct accel_comm_req *r, int on_thread)
 		shm_fmt(r->msg, sizeof(r->msg), "%s: abandoned: the communicator was closed", what);
 		return ACCEL_ERR_COMM;
 	}
-	int failed = atomic_load(&c->failed);
+	int failed = atomic_load_explicit(&c->failed, memory_order_acquire);
 	if (failed) {
 		shm_op_describe(c, &r->op, what, sizeof(what));
 		shm_fmt(r->msg, sizeof(r->msg), "%s: not run: the communicator failed earlier: %s", what,
@@ -267,7 +269,7 @@ static int issue(shm_comm *c, shm_op *op, accel_comm_req **ret_req)
 	char what[160];
 	if (!ret_req)
 		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "ret_req is NULL");
-	int failed = atomic_load(&c->failed);
+	int failed = atomic_load_explicit(&c->failed, memory_order_acquire);
 	if (failed) {
 		op->seq = c->next_seq + 1;
 		shm_op_describe(c, op, what, sizeof(what));

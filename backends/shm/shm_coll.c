@@ -205,7 +205,7 @@ typedef struct run_ctx {
 	shm_comm *c;
 	const shm_op *op;
 	uint64_t deadline;
-	int64_t spin_ns;
+	int64_t spin_ns;          /* for the arrival */
 	char *msg;
 	size_t cap;
 } run_ctx;
@@ -220,7 +220,7 @@ static int next_phase(run_ctx *r)
 
 static int wait_phase(run_ctx *r, uint64_t phase, int32_t which)
 {
-	return shm_wait(r->c, r->op, 1, phase, which, r->deadline, r->spin_ns, r->msg, r->cap);
+	return shm_wait(r->c, r->op, 1, phase, which, r->deadline, r->c->spin_ns, r->msg, r->cap);
 }
 
 /* Take the next staging buffer once every rank is done reading its last
@@ -605,8 +605,11 @@ static void run_single(const shm_op *op)
 
 int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap)
 {
-	/* The comm thread shares its CPU with the training thread it overlaps
-	 * with, so it spins briefly; a caller that waits anyway spins longer. */
+	/* Waiting for the others to start the op, the comm thread spins
+	 * briefly: it shares its CPU with the computation it overlaps, and the
+	 * others may still be computing.  Once every rank is in the op, the
+	 * phase waits between rounds are short and frequent, and sleeping in
+	 * them would cost a wake-up per round: they spin the full spin_us. */
 	int64_t spin = c->spin_ns;
 	if (on_thread && spin > SHM_THREAD_SPIN_NS)
 		spin = SHM_THREAD_SPIN_NS;
