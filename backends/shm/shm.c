@@ -40,7 +40,7 @@ static const accel_param_schema_v1 shm_params[] = {
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "chunk_kb", "256", 4, 65536, NULL,
 	 "Bytes in KiB each rank contributes per pipeline round (capped so the staging ring stays "
 	 "within 8 MiB per rank)."},
-	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "depth", "4", 2, 64, NULL,
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "depth", "4", 3, 64, NULL,
 	 "Staging buffers in the pipeline ring: how many rounds ranks may drift apart."},
 };
 
@@ -489,8 +489,8 @@ static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	c->yield_ns = 0;
 	c->small_bytes = (uint64_t)cfg_int(host, h, "small_kb", 64) * 1024;
 	c->depth = (uint32_t)cfg_int(host, h, "depth", 4);
-	if (c->depth < 2)
-		c->depth = 2;
+	if (c->depth < 3)
+		c->depth = 3;   /* the deferred all-gather needs three buffers in flight */
 	uint64_t chunk = (uint64_t)cfg_int(host, h, "chunk_kb", 256) * 1024;
 	uint64_t cap = STAGE_CAP_BYTES / ((uint64_t)c->depth * (uint64_t)c->world);
 	if (chunk > cap)

@@ -410,6 +410,41 @@ static int run_zero_copy(run_ctx *r, const shm_alloc *sa, const shm_alloc *ra, c
 
 /* ---- pipelined staging ---- */
 
+/* The all-gather half of round `g` (staging buffer b): copy the others'
+ * results out once they posted them (phase p_red). */
+typedef struct gather_job {
+	int valid;
+	uint64_t base, len, b, p_red;
+} gather_job;
+
+static int allreduce_gather(run_ctx *r, const gather_job *g)
+{
+	shm_comm *c = r->c;
+	const shm_op *op = r->op;
+	uint64_t es = shm_dtype_size(op->dtype);
+	int32_t me = c->rank, w = c->world;
+	char *recv = op->recv.data;
+	int st;
+	for (int32_t k = 1; k < w; k++) {
+		int32_t q = (me + k) % w;    /* stagger who reads whom */
+		uint64_t lo, hi;
+		split(g->len, w, q, 64 / es, &lo, &hi);
+		if (hi <= lo)
+			continue;
+		if ((st = wait_phase(r, g->p_red, q)))
+			return st;
+		memcpy(recv + (g->base + lo) * es, stage(c, q, g->b) + (uint64_t)q * c->chunk_bytes,
+		       (hi - lo) * es);
+	}
+	/* Every rank's next post says it is done reading buffer b. */
+	c->reuse[g->b] = c->phase + 1;
+	return ACCEL_OK;
+}
+
+/* Reduce-scatter + all-gather in rounds.  The all-gather of a round runs
+ * after the reduction of the next one, when the others' results are
+ * normally there already: the only wait that couples the ranks tightly is
+ * "everyone copied this round in". */
 static int staged_allreduce(run_ctx *r)
 {
 	shm_comm *c = r->c;
@@ -422,6 +457,7 @@ static int staged_allreduce(run_ctx *r)
 	char *recv = op->recv.data;
 	const void **in = c->in_ptrs;
 	void **out = c->out_ptrs;
+	gather_job prev = {0};
 	int st;
 
 	for (uint64_t base = 0; base < op->count;) {
@@ -440,8 +476,7 @@ static int staged_allreduce(run_ctx *r)
 				memcpy(mine + (uint64_t)q * c->chunk_bytes, send + (base + lo) * es, (hi - lo) * es);
 		}
 		next_phase(r);
-		uint64_t p_in = c->phase;
-		if ((st = wait_phase(r, p_in, -1)))
+		if ((st = wait_phase(r, c->phase, -1)))
 			return st;
 		split(len, w, me, align, &lo, &hi);
 		if (hi > lo) {
@@ -453,20 +488,15 @@ static int staged_allreduce(run_ctx *r)
 			shm_reduce(op->dtype, op->redop, w, in, 2, out, hi - lo, w);
 		}
 		next_phase(r);
-		uint64_t p_red = c->phase;
-		for (int32_t k = 1; k < w; k++) {
-			int32_t q = (me + k) % w;    /* stagger who reads whom */
-			split(len, w, q, align, &lo, &hi);
-			if (hi <= lo)
-				continue;
-			if ((st = wait_phase(r, p_red, q)))
-				return st;
-			memcpy(recv + (base + lo) * es, stage(c, q, b) + (uint64_t)q * c->chunk_bytes,
-			       (hi - lo) * es);
-		}
-		next_phase(r);
-		c->reuse[b] = c->phase;
+		if (prev.valid && (st = allreduce_gather(r, &prev)))
+			return st;
+		prev = (gather_job){1, base, len, b, c->phase};
 		base += len;
+	}
+	if (prev.valid) {
+		if ((st = allreduce_gather(r, &prev)))
+			return st;
+		next_phase(r);
 	}
 	return ACCEL_OK;
 }
