@@ -83,7 +83,8 @@ typedef struct shm_rank {
 	_Alignas(64) _Atomic int32_t pid;
 	_Atomic int32_t state;                /* SHM_RANK_* */
 	_Atomic uint32_t sleeping;            /* its waiter is in FUTEX_WAIT */
-	char pad[256 - 64 - 12];
+	_Atomic int32_t cpu;                  /* CPU it last waited on (-1: unknown) */
+	char pad[256 - 64 - 16];
 } shm_rank;
 _Static_assert(sizeof(shm_rank) == 256, "shm_rank layout");
 
@@ -144,6 +145,8 @@ typedef struct shm_comm {
 	uint64_t chunk_bytes;       /* pipeline slice per rank and round */
 	uint32_t depth;             /* staging buffers in the ring */
 	int oversubscribed;         /* more local ranks than CPUs */
+	uint64_t last_move_ns;      /* see move_away() in shm_wait.c */
+	uint64_t n_moves;
 
 	/* the control segment */
 	char name[128];             /* "" when anonymous (world 1) */

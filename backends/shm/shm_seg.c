@@ -229,6 +229,7 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 		attach_pointers(c, &l);
 		init_header(c, &l);
 		atomic_store(&c->ranks[0].pid, (int32_t)getpid());
+		atomic_store(&c->ranks[0].cpu, -1);
 		atomic_store(&c->ranks[0].state, SHM_RANK_ATTACHED);
 		atomic_store(&c->hdr->attached, 1);
 		atomic_store(&c->hdr->unlinked, 1);
@@ -325,6 +326,8 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 
 	if (c->rank == 0) {
 		init_header(c, &l);
+		for (int32_t q = 0; q < c->world; q++)
+			atomic_store(&c->ranks[q].cpu, -1);
 		atomic_store(&c->ranks[0].pid, (int32_t)getpid());
 		atomic_store(&c->ranks[0].state, SHM_RANK_ATTACHED);
 		atomic_store(&c->hdr->attached, 1);

@@ -102,6 +102,64 @@ static int satisfied(const shm_comm *c, int use_sig, uint64_t target, int32_t wh
 	return 1;
 }
 
+/* Record the CPU this rank runs on; returns it. */
+static int note_cpu(shm_comm *c)
+{
+	int cpu = sched_getcpu();
+	_Atomic int32_t *slot = &c->ranks[c->rank].cpu;
+	if (atomic_load_explicit(slot, memory_order_relaxed) != cpu)
+		atomic_store_explicit(slot, cpu, memory_order_relaxed);
+	return cpu;
+}
+
+/* The waiter shares its CPU with a rank it waits for although there are CPUs
+ * enough for every rank: move this thread to a CPU no rank was seen on, then
+ * give back the affinity it had (the kernel leaves a thread where it is as
+ * long as that CPU is allowed).  Wake-ups pull the woken rank onto the
+ * waker's CPU, and two ranks polling on one CPU make every op wait for a
+ * context switch.  At most once per 10 ms per rank. */
+static void move_away(shm_comm *c, int here)
+{
+	uint64_t now = shm_now_ns();
+	if (c->oversubscribed || now - c->last_move_ns < 10000000ull)
+		return;
+	c->last_move_ns = now;
+	cpu_set_t mine, target;
+	if (sched_getaffinity(0, sizeof(mine), &mine) != 0 || CPU_COUNT(&mine) < 2)
+		return;
+	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+		if (cpu == here || !CPU_ISSET(cpu, &mine))
+			continue;
+		int used = 0;
+		for (int32_t q = 0; q < c->world && !used; q++)
+			used = q != c->rank && atomic_load_explicit(&c->ranks[q].cpu, memory_order_relaxed) == cpu;
+		if (used)
+			continue;
+		CPU_ZERO(&target);
+		CPU_SET(cpu, &target);
+		if (sched_setaffinity(0, sizeof(target), &target) == 0) {
+			sched_setaffinity(0, sizeof(mine), &mine);
+			c->n_moves++;
+			note_cpu(c);
+		}
+		return;
+	}
+}
+
+/* Does a rank we still wait for sit on CPU `cpu`? */
+static int colocated(const shm_comm *c, int use_sig, uint64_t target, int32_t which, int cpu)
+{
+	if (cpu < 0)
+		return 0;
+	for (int32_t q = 0; q < c->world; q++) {
+		if (q == c->rank || (which >= 0 && q != which) || counter(c, use_sig, q) >= target)
+			continue;
+		if (atomic_load_explicit(&c->ranks[q].cpu, memory_order_relaxed) == cpu)
+			return 1;
+	}
+	return 0;
+}
+
 void shm_op_describe(const shm_comm *c, const shm_op *op, char *buf, size_t cap)
 {
 	const char *red[] = {"sum", "avg", "max", "min"};
@@ -257,33 +315,36 @@ int shm_wait(shm_comm *c, const shm_op *op, int use_sig, uint64_t target, int32_
 	if (satisfied(c, use_sig, target, which))
 		return ACCEL_OK;
 
+	/* Poll, then sleep.  While polling, look where the ranks we wait for
+	 * last ran: one on our own CPU cannot make progress while we poll (a
+	 * futex wake-up tends to move the woken rank onto the waker's CPU), so
+	 * then hand the CPU over with sched_yield() instead.  With more ranks
+	 * than CPUs, polling always yields after its first microseconds. */
 	uint64_t start = shm_now_ns();
 	uint64_t spin_end = start + (uint64_t)(spin_ns > 0 ? spin_ns : 0);
+	uint64_t poll_end = spin_end + (uint64_t)(c->yield_ns > 0 ? c->yield_ns : 0);
+	int yielding = 0;
+	note_cpu(c);
 	for (unsigned i = 1;; i++) {
-		cpu_relax();
+		if (yielding)
+			sched_yield();
+		else
+			cpu_relax();
 		if (satisfied(c, use_sig, target, which))
 			return ACCEL_OK;
-		if ((i & 127) == 0) {
+		if (yielding || (i & 127) == 0) {
 			if (atomic_load_explicit(&c->hdr->abort_code, memory_order_relaxed) ||
 			    atomic_load_explicit(&c->closing, memory_order_relaxed))
 				break;
-			if (shm_now_ns() >= spin_end)
+			uint64_t now = shm_now_ns();
+			if (now >= poll_end)
 				break;
+			int here = note_cpu(c);
+			int shared = colocated(c, use_sig, target, which, here);
+			if (shared)
+				move_away(c, here);
+			yielding = now >= spin_end || (shared && colocated(c, use_sig, target, which, note_cpu(c)));
 		}
-	}
-
-	/* With more ranks than CPUs, stay runnable but hand the CPU over (most
-	 * likely to the rank we wait for) before sleeping: a sleeping rank is
-	 * woken late on a busy machine.  (With enough CPUs yielding only hands
-	 * the CPU to strangers for a whole time slice.) */
-	uint64_t yield_end = shm_now_ns() + (uint64_t)(c->yield_ns > 0 ? c->yield_ns : 0);
-	while (shm_now_ns() < yield_end) {
-		sched_yield();
-		if (satisfied(c, use_sig, target, which))
-			return ACCEL_OK;
-		if (atomic_load_explicit(&c->hdr->abort_code, memory_order_relaxed) ||
-		    atomic_load_explicit(&c->closing, memory_order_relaxed))
-			break;
 	}
 
 	shm_rank *me = &c->ranks[c->rank];
@@ -332,6 +393,7 @@ int shm_wait(shm_comm *c, const shm_op *op, int use_sig, uint64_t target, int32_
 			struct timespec ts = {.tv_sec = (time_t)(slice / 1000000000ull),
 			                      .tv_nsec = (long)(slice % 1000000000ull)};
 			futex_call(word, FUTEX_WAIT, v, &ts);
+			note_cpu(c);   /* a wake-up may have moved us */
 		}
 		atomic_fetch_sub_explicit(&c->hdr->nsleepers, 1, memory_order_seq_cst);
 		atomic_store_explicit(&me->sleeping, 0, memory_order_seq_cst);
