@@ -16,7 +16,10 @@ Every cost of a step is put in one of four classes:
   program    the rest: the program's own math (GEMMs in the BLAS, loss,
              data loading), its libc calls, the dynamic loader, ...
 
-The "accel" share is the framework overhead.
+The "accel" share is the framework overhead; it is also split into
+accel_ops (the element-wise passes over whole gradient buffers, functions
+accel_ops_* of core/ops_cpu.c, with the libc calls under them) and
+accel_rest (hooks, bookkeeping, sampler, step logic, lookups, checks).
 
   perf      (time) samples of `perf record -e cpu-clock --call-graph dwarf`,
             kept when inside the timed steps (train_mlp --json prints their
@@ -46,6 +49,7 @@ import statistics
 import sys
 
 CLASSES = ("accel", "comm", "optimizer", "program")
+OPS_PREFIX = "accel_ops_"   # core/ops_cpu.c: element-wise kernels on whole buffers
 
 
 class Classifier:
@@ -135,6 +139,11 @@ def perf_run(cl, json_path, script_path):
     # Share of the step: accel CPU ms over the wall-clock ms of a step.
     if cpu and total and ms:
         row["accel_pct_of_step_time"] = round(100.0 * cpu * counts["accel"] / total / ms, 2)
+    # The element-wise passes over whole gradient buffers (core/ops_cpu.c,
+    # called by the strategy) apart from the rest (hooks, bookkeeping, ...).
+    ops = sum(v for k, v in by_fn.items() if k.startswith(OPS_PREFIX))
+    row["accel_ops_pct"] = round(100.0 * ops / total, 2) if total else None
+    row["accel_rest_pct"] = round(100.0 * (counts["accel"] - ops) / total, 2) if total else None
     row["accel_top"] = {k: round(100.0 * v / total, 2) for k, v in by_fn.most_common(12)}
     row["accel_entry"] = {k: round(100.0 * v / total, 2) for k, v in by_entry.most_common(8)}
     return row, counts
@@ -225,6 +234,10 @@ def callgrind_main(a, cl):
                "program_ir": round(program_like),
                "accel_pct": round(100 * d["accel"] / d["total"], 3),
                "accel_pct_without_comm": round(100 * d["accel"] / (d["total"] - d["comm_total"]), 3),
+               "accel_ops_pct": round(100 * sum(v for k, v in fn.items()
+                                                if k.startswith(OPS_PREFIX)) / d["total"], 3),
+               "accel_rest_pct": round(100 * (d["accel"] - sum(
+                   v for k, v in fn.items() if k.startswith(OPS_PREFIX))) / d["total"], 3),
                "accel_top": {k: round(v) for k, v in sorted(fn.items(), key=lambda kv: -kv[1])[:12]
                              if round(v)}}
         rows.append(row)
@@ -254,6 +267,10 @@ def main():
                               "accel_pct": round(statistics.mean(r["accel_pct"] for r in rs), 3),
                               "accel_pct_without_comm": round(statistics.mean(
                                   r["accel_pct_without_comm"] for r in rs), 3),
+                              "accel_ops_pct": round(statistics.mean(
+                                  r["accel_ops_pct"] for r in rs), 3),
+                              "accel_rest_pct": round(statistics.mean(
+                                  r["accel_rest_pct"] for r in rs), 3),
                               "accel_ir_per_step": round(statistics.mean(
                                   r["accel_ir"] for r in rs))}))
         return 0
@@ -271,7 +288,7 @@ def main():
         rs = [r for r in rows if r["world"] == w]
         s = {"bench": "train_mlp-overhead-summary", "method": "perf", "world": w,
              "ranks": len(rs), "samples": sum(r["samples"] for r in rs)}
-        for c in CLASSES:
+        for c in CLASSES + ("accel_ops", "accel_rest"):
             s[c + "_pct"] = round(statistics.mean(r[c + "_pct"] for r in rs), 2)
         vals = [r["accel_pct_of_step_time"] for r in rs if "accel_pct_of_step_time" in r]
         if vals:

@@ -17,10 +17,11 @@ one JSON line:
 
   {"bench":"train_mlp","impl":"pytorch-ddp","world":2,"batch_per_rank":128,
    "steps":..,"ms_per_step":..,"ms_per_step_median":..,"samples_per_s":..,
-   "ms_fwd_bwd":..,"ms_optimizer":..,"host":..}
+   "cpu_ms_per_step":..,"ms_fwd_bwd":..,"ms_optimizer":..,"host":..}
 
 ms_per_step is the mean over the timed steps (wall time / steps);
-samples_per_s counts the global batch (world * batch_per_rank) per second.
+samples_per_s counts the global batch (world * batch_per_rank) per second;
+cpu_ms_per_step is rank 0's process CPU time (all its threads) per step.
 ms_fwd_bwd and ms_optimizer split the mean step into forward+backward
 (including DDP's all-reduce, which backward waits for) and optimizer.step().
 
@@ -108,10 +109,10 @@ def worker(rank, a, port, queue):
         step(k, None)
     dist.barrier()
     times = []
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     for k in range(a.steps):
         loss = step(a.warmup + k, times)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
     final_loss = float(loss)
     dist.barrier()
     if rank == 0:
@@ -127,6 +128,7 @@ def worker(rank, a, port, queue):
             "ms_per_step": round(ms, 3),
             "ms_per_step_median": round(1e3 * statistics.median(t[0] for t in times), 3),
             "samples_per_s": round(a.world * a.batch / (ms / 1e3), 1),
+            "cpu_ms_per_step": round(1e3 * cpu / a.steps, 3),
             "ms_fwd_bwd": round(1e3 * statistics.mean(t[1] for t in times), 3),
             "ms_optimizer": round(1e3 * statistics.mean(t[2] for t in times), 3),
             "loss": round(final_loss, 4),

@@ -26,13 +26,19 @@
 #   accel NP-rank samples/s / PyTorch NP-rank samples/s   (target >= 1.25)
 #   accel NP-rank step time / accel 1-rank step time      (target <= 1.25)
 # each from the medians, and also the median and range of the per-round
-# ratios.
+# ratios; then the same two on CPU time per step (cpu_*: informational,
+# they do not see time spent waiting).
 #
 # Usage: bench/train-peers.sh [BUILD_DIR]        (default: build)
 # Environment: NP (2), BATCH (128, per rank), STEPS (100), WARMUP (10),
 #   REPEATS (5), HIDDEN (1024), LAYERS (2), PYTHON (/usr/bin/python3),
 #   SKIP (space-separated runs to leave out: pytorch accel accel-1),
-#   ACCEL_ARGS (more train_mlp options, e.g. "--set ddp.bucket_cap_mb=4").
+#   ACCEL_ARGS (more train_mlp options, e.g. "--set ddp.bucket_cap_mb=4"),
+#   QUIET_WAIT (0: before each run, wait up to this many seconds for a second
+#   in which the rest of the machine uses less than QUIET_MAX (0.2) CPUs).
+# Every run's line carries "others_cpus": the CPUs the rest of the machine
+# used on average during the run (from /proc/stat, less the run's own CPU
+# time), so runs slowed by other work can be told apart.
 set -eu
 
 BUILD=${1:-build}
@@ -46,7 +52,11 @@ LAYERS=${LAYERS:-2}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SKIP=${SKIP:-}
 ACCEL_ARGS=${ACCEL_ARGS:-}
+QUIET_WAIT=${QUIET_WAIT:-0}
+QUIET_MAX=${QUIET_MAX:-0.2}
 HERE=$(cd "$(dirname "$0")" && pwd)
+SELF=$HERE/$(basename "$0")
+TICKS=$(getconf CLK_TCK)
 
 ACCEL=$BUILD/cli/accel
 TRAIN=$BUILD/examples/train_mlp
@@ -67,13 +77,32 @@ fi
 CPUS=$(nproc --all)   # before OMP_NUM_THREADS, which nproc obeys
 export OMP_NUM_THREADS=1
 
-OUT=$(mktemp -d "${TMPDIR:-/tmp}/train-peers.XXXXXX")
-trap 'rm -rf "$OUT"' EXIT INT TERM
-
 # train_mlp options: timing only (no evaluation, no held-out set, one
 # progress line at the end).
 MLP="--steps $STEPS --warmup $WARMUP --hidden $HIDDEN --layers $LAYERS --test-samples 0
      --no-eval --json --log-every 100000000"
+
+# One run, its output on stdout (the script calls itself under
+# /usr/bin/time to get the CPU time of all the run's processes).
+run1() {
+	case $1 in
+	pytorch)
+		"$PYTHON" "$HERE/torch_ddp_mlp.py" --world "$NP" --batch "$BATCH" --steps "$STEPS" \
+			--warmup "$WARMUP" --hidden "$HIDDEN" --layers "$LAYERS" ;;
+	accel)
+		"$ACCEL" launch -n "$NP" --set backend=shm --set strategy=ddp -- \
+			"$TRAIN" $MLP --batch-size $((NP * BATCH)) $ACCEL_ARGS ;;
+	accel-1)
+		"$TRAIN" $MLP --batch-size "$BATCH" $ACCEL_ARGS ;;
+	esac
+}
+if [ "${2:-}" = run1 ]; then
+	run1 "$3"
+	exit
+fi
+
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/train-peers.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT INT TERM
 
 # Rank 0's JSON line (the launcher prefixes rank output with "[rank R] "; a
 # single process has no prefix), with the round number added.
@@ -81,18 +110,38 @@ keep_json() {  # $1: round
 	sed -n 's/^\[rank 0\] //; /^{"bench"/s/}$/,"round":'"$1"'}/p'
 }
 
+# Busy CPU time of the whole machine in clock ticks: user, nice, system,
+# irq, softirq and steal (time the hypervisor gave to someone else).
+busy_ticks() {
+	awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat
+}
+
+# Wait up to QUIET_WAIT seconds for one second in which the rest of the
+# machine uses less than QUIET_MAX CPUs.
+wait_quiet() {
+	waited=0
+	while [ "$waited" -lt "$QUIET_WAIT" ]; do
+		b0=$(busy_ticks)
+		sleep 1
+		b1=$(busy_ticks)
+		if awk -v d=$((b1 - b0)) -v t="$TICKS" -v m="$QUIET_MAX" 'BEGIN {exit !(d / t < m)}'; then
+			return 0
+		fi
+		waited=$((waited + 1))
+	done
+}
+
 run() {  # $1: run name, $2: round
-	case $1 in
-	pytorch)
-		"$PYTHON" "$HERE/torch_ddp_mlp.py" --world "$NP" --batch "$BATCH" --steps "$STEPS" \
-			--warmup "$WARMUP" --hidden "$HIDDEN" --layers "$LAYERS" >"$OUT/raw" 2>"$OUT/err" ;;
-	accel)
-		"$ACCEL" launch -n "$NP" --set backend=shm --set strategy=ddp -- \
-			"$TRAIN" $MLP --batch-size $((NP * BATCH)) $ACCEL_ARGS >"$OUT/raw" 2>"$OUT/err" ;;
-	accel-1)
-		"$TRAIN" $MLP --batch-size "$BATCH" $ACCEL_ARGS >"$OUT/raw" 2>"$OUT/err" ;;
-	esac || { cat "$OUT/err" "$OUT/raw" >&2; return 1; }
-	keep_json "$2" <"$OUT/raw"
+	wait_quiet
+	b0=$(busy_ticks)
+	/usr/bin/time -f '%e %U %S' -o "$OUT/time" sh "$SELF" "$BUILD" run1 "$1" >"$OUT/raw" 2>"$OUT/err" ||
+		{ cat "$OUT/err" "$OUT/raw" >&2; return 1; }
+	b1=$(busy_ticks)
+	# What the rest of the machine used meanwhile, in CPUs: all busy time
+	# less this run's own (its processes' user + system time).
+	others=$(awk -v d=$((b1 - b0)) -v t="$TICKS" '{o = (d / t - $2 - $3) / $1;
+		printf "%.2f", o < 0 ? 0 : o}' "$OUT/time")
+	keep_json "$2" <"$OUT/raw" | sed 's/,"round":/,"others_cpus":'"$others"',"round":/'
 }
 
 echo "# train-peers: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname) cpus $CPUS" \
@@ -116,52 +165,64 @@ while [ "$round" -le "$REPEATS" ]; do
 done
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-"$PYTHON" - "$OUT" "$NP" <<'EOF'
+"$PYTHON" - "$OUT" "$NP" "$QUIET_MAX" <<'EOF'
 import glob, json, os, statistics, sys
 
-out, np_ = sys.argv[1], int(sys.argv[2])
+out, np_, quiet_max = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 runs = {}  # name -> {round: row}
 for path in glob.glob(os.path.join(out, "*.[0-9]*")):
     name, rnd = os.path.basename(path).rsplit(".", 1)
     with open(path) as f:
         for line in f:
             runs.setdefault(name, {})[int(rnd)] = json.loads(line)
+quiet = {n: {k: r for k, r in rows.items() if r.get("others_cpus", 0) <= quiet_max}
+         for n, rows in runs.items()}
 
-def summary(name):
-    rows = runs.get(name)
+def summary(name, rows, tag):
     if not rows:
         return None
     ms = [r["ms_per_step"] for r in rows.values()]
     sps = [r["samples_per_s"] for r in rows.values()]
     med = statistics.median(ms)
-    s = {"bench": "train_mlp-summary", "impl": rows[min(rows)]["impl"],
-         "world": rows[min(rows)]["world"], "runs": len(ms),
+    first = rows[min(rows)]
+    s = {"bench": "train_mlp-summary", "runs_used": tag, "impl": first["impl"],
+         "world": first["world"], "runs": len(ms),
          "ms_per_step": round(med, 2), "ms_min": round(min(ms), 2), "ms_max": round(max(ms), 2),
          "spread_pct": round(100 * (max(ms) - min(ms)) / med, 1),
          "samples_per_s": round(statistics.median(sps), 1)}
     for k in ("ms_optimizer", "ms_fwd_bwd", "ms_forward", "ms_backward", "ms_step",
-              "cpu_ms_per_step"):
+              "cpu_ms_per_step", "others_cpus"):
         vals = [r[k] for r in rows.values() if k in r]
         if vals:
             s[k] = round(statistics.median(vals), 2)
     print(json.dumps(s))
     return s
 
-summaries = {n: summary(n) for n in ("pytorch", "accel", "accel-1")}
-
-def ratio(name, a_n, b_n, key, target, higher):
-    a, b = summaries.get(a_n), summaries.get(b_n)
+def ratio(name, sums, rows, a_n, b_n, key, target, higher, tag):
+    a, b = sums.get(a_n), sums.get(b_n)
     if not a or not b:
         return
     value = a[key] / b[key]
-    paired = [runs[a_n][r][key] / runs[b_n][r][key] for r in runs[a_n] if r in runs[b_n]]
+    paired = [rows[a_n][r][key] / rows[b_n][r][key] for r in rows[a_n] if r in rows[b_n]]
     met = value >= target if higher else value <= target
-    print(json.dumps({"bench": "train_mlp-ratio", "ratio": name, "value": round(value, 3),
-                      "per_round_median": round(statistics.median(paired), 3),
-                      "per_round_min": round(min(paired), 3),
-                      "per_round_max": round(max(paired), 3),
-                      "target": (">= " if higher else "<= ") + str(target), "met": met}))
+    line = {"bench": "train_mlp-ratio", "runs_used": tag, "ratio": name, "value": round(value, 3)}
+    if paired:
+        line.update({"per_round_median": round(statistics.median(paired), 3),
+                     "per_round_min": round(min(paired), 3),
+                     "per_round_max": round(max(paired), 3)})
+    line.update({"target": (">= " if higher else "<= ") + str(target), "met": met})
+    print(json.dumps(line))
 
-ratio(f"accel{np_}_vs_pytorch{np_}_samples_per_s", "accel", "pytorch", "samples_per_s", 1.25, True)
-ratio(f"accel{np_}_vs_accel1_step_time", "accel", "accel-1", "ms_per_step", 1.25, False)
+for tag, rows in (("all", runs), (f"quiet (others_cpus <= {quiet_max})", quiet)):
+    sums = {n: summary(n, rows.get(n), tag) for n in ("pytorch", "accel", "accel-1")}
+    ratio(f"accel{np_}_vs_pytorch{np_}_samples_per_s", sums, rows, "accel", "pytorch",
+          "samples_per_s", 1.25, True, tag)
+    ratio(f"accel{np_}_vs_accel1_step_time", sums, rows, "accel", "accel-1", "ms_per_step",
+          1.25, False, tag)
+    # The same two on CPU time per step (rank 0's process, all threads): less
+    # sensitive to other load than wall time, but blind to waiting.
+    ratio(f"cpu_pytorch{np_}_vs_accel{np_}", sums, rows, "pytorch", "accel", "cpu_ms_per_step",
+          1.25, True, tag)
+    ratio(f"cpu_accel{np_}_vs_accel1", sums, rows, "accel", "accel-1", "cpu_ms_per_step",
+          1.25, False, tag)
 EOF
