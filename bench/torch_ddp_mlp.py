@@ -50,6 +50,8 @@ def parse():
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--foreach", choices=("default", "true", "false"), default="default",
+                    help="torch.optim.AdamW's foreach (default: torch's choice)")
     a = ap.parse_args()
     for k in ("world", "batch", "steps", "hidden", "inputs", "classes", "threads"):
         if getattr(a, k) < 1:
@@ -85,8 +87,9 @@ def worker(rank, a, port, queue):
         if i < len(dims) - 2:
             layers.append(nn.ReLU())
     model = DDP(nn.Sequential(*layers))
+    foreach = {"default": None, "true": True, "false": False}[a.foreach]
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=0.01)
+                            weight_decay=0.01, foreach=foreach)
 
     g = torch.Generator().manual_seed(100 + rank)
     n_batches = 8
@@ -133,6 +136,7 @@ def worker(rank, a, port, queue):
             "ms_optimizer": round(1e3 * statistics.mean(t[2] for t in times), 3),
             "loss": round(final_loss, 4),
             "threads": a.threads,
+            "foreach": a.foreach,
             "torch": torch.__version__,
             "host": socket.gethostname(),
         })
