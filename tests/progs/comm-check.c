@@ -39,161 +39,169 @@ static const char *dname(uint32_t dt)
 	return dt < NELEM(n) ? n[dt] : "?";
 }
 
-static uint64_t mix(uint64_t x)
+/* Cheap 64-bit mixer (one multiply); good enough to decorrelate inputs. */
+static inline uint64_t mix(uint64_t x)
 {
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
+	x ^= x >> 31;
+	x *= 0x9e3779b97f4a7c15ull;
+	return x ^ (x >> 29);
+}
+
+static inline uint64_t key(int rank, uint64_t idx, uint32_t seed)
+{
+	return ((uint64_t)seed << 40) ^ ((uint64_t)(unsigned)rank << 56) ^ idx;
+}
+
+/* Values of (dtype, rank, seed) at indices first .. first+n-1.  Floats are
+ * not dyadic (x 1e-3), so sums depend on the order of the additions and a
+ * reduction in the wrong order shows up. */
+static void gen_block(uint32_t dt, int rank, uint32_t seed, uint64_t first, uint64_t n, void *out)
+{
+	uint64_t k0 = key(rank, first, seed);
+	switch (dt) {
+	case ACCEL_DTYPE_F32: {
+		float *o = out;
+		for (uint64_t i = 0; i < n; i++)
+			o[i] = (float)((int32_t)(mix(k0 + i) % 2000001u) - 1000000) * 1e-3f;
+		break;
+	}
+	case ACCEL_DTYPE_F64: {
+		double *o = out;
+		for (uint64_t i = 0; i < n; i++)
+			o[i] = (double)((int64_t)(mix(k0 + i) % 2000000001u) - 1000000000) * 1e-7;
+		break;
+	}
+	case ACCEL_DTYPE_F16:
+	case ACCEL_DTYPE_BF16: {
+		uint16_t *o = out;
+		for (uint64_t i = 0; i < n; i++) {
+			float f = (float)((int32_t)(mix(k0 + i) % 20001u) - 10000) * 1e-3f;
+			o[i] = dt == ACCEL_DTYPE_F16 ? accel_f32_to_f16(f) : accel_f32_to_bf16(f);
+		}
+		break;
+	}
+	case ACCEL_DTYPE_I32: {
+		int32_t *o = out;
+		for (uint64_t i = 0; i < n; i++)
+			o[i] = (int32_t)(uint32_t)mix(k0 + i);
+		break;
+	}
+	case ACCEL_DTYPE_I64: {
+		int64_t *o = out;
+		for (uint64_t i = 0; i < n; i++)
+			o[i] = (int64_t)mix(k0 + i);
+		break;
+	}
+	default: {
+		uint8_t *o = out;
+		for (uint64_t i = 0; i < n; i++)
+			o[i] = (uint8_t)mix(k0 + i);
+		break;
+	}
+	}
 }
 
 void comm_check_value(uint32_t dtype, int rank, uint64_t idx, uint32_t seed, void *out)
 {
-	uint64_t h = mix(((uint64_t)seed << 40) ^ ((uint64_t)(unsigned)rank << 56) ^ idx);
-	switch (dtype) {
-	case ACCEL_DTYPE_F32: {
-		float v = (float)((int64_t)(h % 2000001) - 1000000) * 1e-3f;
-		memcpy(out, &v, 4);
-		break;
-	}
-	case ACCEL_DTYPE_F64: {
-		double v = (double)((int64_t)(h % 2000000001) - 1000000000) * 1e-7;
-		memcpy(out, &v, 8);
-		break;
-	}
-	case ACCEL_DTYPE_F16: {
-		uint16_t v = accel_f32_to_f16((float)((int)(h % 20001) - 10000) * 1e-3f);
-		memcpy(out, &v, 2);
-		break;
-	}
-	case ACCEL_DTYPE_BF16: {
-		uint16_t v = accel_f32_to_bf16((float)((int)(h % 20001) - 10000) * 1e-3f);
-		memcpy(out, &v, 2);
-		break;
-	}
-	case ACCEL_DTYPE_I32: {
-		int32_t v = (int32_t)(uint32_t)h;
-		memcpy(out, &v, 4);
-		break;
-	}
-	case ACCEL_DTYPE_I64: {
-		int64_t v = (int64_t)h;
-		memcpy(out, &v, 8);
-		break;
-	}
-	default: {
-		uint8_t v = (uint8_t)h;
-		memcpy(out, &v, 1);
-		break;
-	}
-	}
+	gen_block(dtype, rank, seed, idx, 1, out);
 }
 
 static void fill(uint32_t dt, int rank, uint32_t seed, uint64_t first_idx, void *buf, uint64_t n)
 {
-	size_t es = dsize(dt);
-	for (uint64_t i = 0; i < n; i++)
-		comm_check_value(dt, rank, first_idx + i, seed, (char *)buf + i * es);
+	gen_block(dt, rank, seed, first_idx, n, buf);
 }
 
-/* The reduction of element idx over all ranks, as the contract defines it. */
-static void expect_reduce(uint32_t dt, uint32_t op, int world, uint32_t seed, uint64_t idx,
-                          void *out)
+#define RBLK 4096   /* elements per reference block */
+
+#define COMBINE(t, x, op)                                                 \
+	((op) == ACCEL_RED_MAX ? ((t) > (x) ? (t) : (x))                  \
+	 : (op) == ACCEL_RED_MIN ? ((t) < (x) ? (t) : (x))                \
+	                         : (t) + (x))
+
+/* The reduction over all ranks of elements first .. first+n-1 (n <= RBLK),
+ * as the contract defines it: rank order, f16/bf16 in f32 rounded once,
+ * AVG = sum / world (integers truncate), integer sums wrap. */
+static void expect_reduce_block(uint32_t dt, uint32_t op, int world, uint32_t seed, uint64_t first,
+                                uint64_t n, void *out)
 {
-	unsigned char v[8];
-	switch (dt) {
-	case ACCEL_DTYPE_F32:
-	case ACCEL_DTYPE_F16:
-	case ACCEL_DTYPE_BF16: {
-		float t = 0;
-		for (int q = 0; q < world; q++) {
-			comm_check_value(dt, q, idx, seed, v);
-			float x;
-			if (dt == ACCEL_DTYPE_F32)
-				memcpy(&x, v, 4);
-			else {
-				uint16_t hv;
-				memcpy(&hv, v, 2);
-				x = dt == ACCEL_DTYPE_F16 ? accel_f16_to_f32(hv) : accel_bf16_to_f32(hv);
+	static double acc_d[RBLK], val_d[RBLK];
+	static float acc_f[RBLK], val_f[RBLK];
+	static int64_t acc_i[RBLK], val_i[RBLK];
+	static uint16_t val_h[RBLK];
+	static int32_t val_i32[RBLK];
+	for (int q = 0; q < world; q++) {
+		switch (dt) {
+		case ACCEL_DTYPE_F32:
+			gen_block(dt, q, seed, first, n, val_f);
+			for (uint64_t i = 0; i < n; i++)
+				acc_f[i] = q ? COMBINE(acc_f[i], val_f[i], op) : val_f[i];
+			break;
+		case ACCEL_DTYPE_F16:
+		case ACCEL_DTYPE_BF16:
+			gen_block(dt, q, seed, first, n, val_h);
+			for (uint64_t i = 0; i < n; i++) {
+				float x = dt == ACCEL_DTYPE_F16 ? accel_f16_to_f32(val_h[i])
+				                                : accel_bf16_to_f32(val_h[i]);
+				acc_f[i] = q ? COMBINE(acc_f[i], x, op) : x;
 			}
-			if (q == 0)
-				t = x;
-			else if (op == ACCEL_RED_MAX)
-				t = t > x ? t : x;
-			else if (op == ACCEL_RED_MIN)
-				t = t < x ? t : x;
-			else
-				t = t + x;
+			break;
+		case ACCEL_DTYPE_F64:
+			gen_block(dt, q, seed, first, n, val_d);
+			for (uint64_t i = 0; i < n; i++)
+				acc_d[i] = q ? COMBINE(acc_d[i], val_d[i], op) : val_d[i];
+			break;
+		case ACCEL_DTYPE_I32:
+			gen_block(dt, q, seed, first, n, val_i32);
+			for (uint64_t i = 0; i < n; i++) {
+				int32_t t = (int32_t)acc_i[i], x = val_i32[i];
+				t = !q ? x
+				    : op == ACCEL_RED_MAX ? (t > x ? t : x)
+				    : op == ACCEL_RED_MIN ? (t < x ? t : x)
+				                          : (int32_t)((uint32_t)t + (uint32_t)x);
+				acc_i[i] = t;
+			}
+			break;
+		case ACCEL_DTYPE_I64:
+			gen_block(dt, q, seed, first, n, val_i);
+			for (uint64_t i = 0; i < n; i++) {
+				int64_t t = acc_i[i], x = val_i[i];
+				acc_i[i] = !q ? x
+				           : op == ACCEL_RED_MAX ? (t > x ? t : x)
+				           : op == ACCEL_RED_MIN ? (t < x ? t : x)
+				                                 : (int64_t)((uint64_t)t + (uint64_t)x);
+			}
+			break;
+		default:
+			break;
 		}
-		if (op == ACCEL_RED_AVG)
-			t = t / (float)world;
-		if (dt == ACCEL_DTYPE_F32) {
-			memcpy(out, &t, 4);
-		} else {
-			uint16_t hv = dt == ACCEL_DTYPE_F16 ? accel_f32_to_f16(t) : accel_f32_to_bf16(t);
-			memcpy(out, &hv, 2);
-		}
-		break;
 	}
-	case ACCEL_DTYPE_F64: {
-		double t = 0;
-		for (int q = 0; q < world; q++) {
-			double x;
-			comm_check_value(dt, q, idx, seed, &x);
-			if (q == 0)
-				t = x;
-			else if (op == ACCEL_RED_MAX)
-				t = t > x ? t : x;
-			else if (op == ACCEL_RED_MIN)
-				t = t < x ? t : x;
-			else
-				t = t + x;
+	for (uint64_t i = 0; i < n; i++) {
+		switch (dt) {
+		case ACCEL_DTYPE_F32: {
+			float t = op == ACCEL_RED_AVG ? acc_f[i] / (float)world : acc_f[i];
+			((float *)out)[i] = t;
+			break;
 		}
-		if (op == ACCEL_RED_AVG)
-			t = t / (double)world;
-		memcpy(out, &t, 8);
-		break;
-	}
-	case ACCEL_DTYPE_I32: {
-		int32_t t = 0;
-		for (int q = 0; q < world; q++) {
-			int32_t x;
-			comm_check_value(dt, q, idx, seed, &x);
-			if (q == 0)
-				t = x;
-			else if (op == ACCEL_RED_MAX)
-				t = t > x ? t : x;
-			else if (op == ACCEL_RED_MIN)
-				t = t < x ? t : x;
-			else
-				t = (int32_t)((uint32_t)t + (uint32_t)x);
+		case ACCEL_DTYPE_F16:
+		case ACCEL_DTYPE_BF16: {
+			float t = op == ACCEL_RED_AVG ? acc_f[i] / (float)world : acc_f[i];
+			((uint16_t *)out)[i] = dt == ACCEL_DTYPE_F16 ? accel_f32_to_f16(t) : accel_f32_to_bf16(t);
+			break;
 		}
-		if (op == ACCEL_RED_AVG)
-			t = t / world;
-		memcpy(out, &t, 4);
-		break;
-	}
-	case ACCEL_DTYPE_I64: {
-		int64_t t = 0;
-		for (int q = 0; q < world; q++) {
-			int64_t x;
-			comm_check_value(dt, q, idx, seed, &x);
-			if (q == 0)
-				t = x;
-			else if (op == ACCEL_RED_MAX)
-				t = t > x ? t : x;
-			else if (op == ACCEL_RED_MIN)
-				t = t < x ? t : x;
-			else
-				t = (int64_t)((uint64_t)t + (uint64_t)x);
+		case ACCEL_DTYPE_F64:
+			((double *)out)[i] = op == ACCEL_RED_AVG ? acc_d[i] / (double)world : acc_d[i];
+			break;
+		case ACCEL_DTYPE_I32: {
+			int32_t t = (int32_t)acc_i[i];
+			((int32_t *)out)[i] = op == ACCEL_RED_AVG ? t / world : t;
+			break;
 		}
-		if (op == ACCEL_RED_AVG)
-			t = t / world;
-		memcpy(out, &t, 8);
-		break;
-	}
-	default:
-		break;
+		case ACCEL_DTYPE_I64:
+			((int64_t *)out)[i] = op == ACCEL_RED_AVG ? acc_i[i] / world : acc_i[i];
+			break;
+		default:
+			break;
+		}
 	}
 }
 
@@ -282,19 +290,18 @@ static int fail(const comm_check *cc, const kase *k, const char *detail)
 	return 1;
 }
 
-/* Compare n elements of got with the expected values produced by exp_fn. */
-typedef void (*exp_fn)(const comm_check *cc, const kase *k, uint32_t seed, uint64_t i, void *out);
+/* Expected values of elements first .. first+n-1 (n <= RBLK) of the result. */
+typedef void (*exp_fn)(const comm_check *cc, const kase *k, uint32_t seed, uint64_t first,
+                       uint64_t n, void *out);
 
 static int compare(const comm_check *cc, const kase *k, uint32_t seed, const char *got, uint64_t n,
                    exp_fn fn)
 {
-	enum { BLK = 4096 };
+	static unsigned char want[RBLK * 8];
 	size_t es = dsize(k->dt);
-	unsigned char want[BLK * 8];
-	for (uint64_t base = 0; base < n; base += BLK) {
-		uint64_t m = n - base < BLK ? n - base : BLK;
-		for (uint64_t i = 0; i < m; i++)
-			fn(cc, k, seed, base + i, want + i * es);
+	for (uint64_t base = 0; base < n; base += RBLK) {
+		uint64_t m = n - base < RBLK ? n - base : RBLK;
+		fn(cc, k, seed, base, m, want);
 		if (memcmp(got + base * es, want, m * es) == 0)
 			continue;
 		for (uint64_t i = 0; i < m; i++) {
@@ -311,26 +318,37 @@ static int compare(const comm_check *cc, const kase *k, uint32_t seed, const cha
 	return 0;
 }
 
-static void exp_allreduce(const comm_check *cc, const kase *k, uint32_t seed, uint64_t i, void *out)
+static void exp_allreduce(const comm_check *cc, const kase *k, uint32_t seed, uint64_t first,
+                          uint64_t n, void *out)
 {
-	expect_reduce(k->dt, k->red, cc->world, seed, i, out);
+	expect_reduce_block(k->dt, k->red, cc->world, seed, first, n, out);
 }
-static void exp_reduce_scatter(const comm_check *cc, const kase *k, uint32_t seed, uint64_t i,
-                               void *out)
+static void exp_reduce_scatter(const comm_check *cc, const kase *k, uint32_t seed, uint64_t first,
+                               uint64_t n, void *out)
 {
-	expect_reduce(k->dt, k->red, cc->world, seed, (uint64_t)cc->rank * k->count + i, out);
+	expect_reduce_block(k->dt, k->red, cc->world, seed, (uint64_t)cc->rank * k->count + first, n,
+	                    out);
 }
-static void exp_allgather(const comm_check *cc, const kase *k, uint32_t seed, uint64_t i, void *out)
+static void exp_allgather(const comm_check *cc, const kase *k, uint32_t seed, uint64_t first,
+                          uint64_t n, void *out)
 {
-	comm_check_value(k->dt, (int)(i / (k->count ? k->count : 1)), i % (k->count ? k->count : 1),
-	                 seed, out);
+	size_t es = dsize(k->dt);
+	uint64_t cnt = k->count ? k->count : 1;
 	(void)cc;
+	for (uint64_t done = 0; done < n;) {
+		uint64_t idx = first + done;
+		uint64_t q = idx / cnt, off = idx % cnt;
+		uint64_t seg = cnt - off < n - done ? cnt - off : n - done;
+		gen_block(k->dt, (int)q, seed, off, seg, (char *)out + done * es);
+		done += seg;
+	}
 }
 static int g_root;
-static void exp_broadcast(const comm_check *cc, const kase *k, uint32_t seed, uint64_t i, void *out)
+static void exp_broadcast(const comm_check *cc, const kase *k, uint32_t seed, uint64_t first,
+                          uint64_t n, void *out)
 {
-	comm_check_value(k->dt, g_root, i, seed, out);
 	(void)cc;
+	gen_block(k->dt, g_root, seed, first, n, out);
 }
 
 static int status_fail(const comm_check *cc, const kase *k, int st)
@@ -479,11 +497,18 @@ int comm_check_matrix(comm_check *cc)
 
 	for (int si = 0; si < cc->n_sizes; si++) {
 		uint64_t n = cc->sizes[si];
-		int large = n >= 300000;
+		/* Every combination up to 100003 elements; at 300007 every reduction
+		 * only when all_reds_large (else sum and min); at a million and more
+		 * sum for every dtype and max for f32 (the kernels are the same
+		 * per dtype at every size; large sizes test the pipeline). */
+		int large = n >= 300000, huge = n >= 1000000;
 		for (size_t di = 0; di < NELEM(k_red_dtypes); di++) {
 			uint32_t dt = k_red_dtypes[di];
 			for (uint32_t red = 0; red < 4; red++) {
-				if (large && !cc->all_reds_large && red != ACCEL_RED_SUM && red != ACCEL_RED_MIN)
+				if (huge && red != ACCEL_RED_SUM && !(red == ACCEL_RED_MAX && dt == ACCEL_DTYPE_F32))
+					continue;
+				if (large && !huge && !cc->all_reds_large && red != ACCEL_RED_SUM &&
+				    red != ACCEL_RED_MIN)
 					continue;
 				for (int ip = 0; ip < 2; ip++)
 					failures += check_allreduce(cc, &b, dt, red, ip, n);
