@@ -224,7 +224,8 @@ def ratio(name, sums, rows, a_n, b_n, key, target, higher, tag):
     if not a or not b:
         return
     value = a[key] / b[key]
-    paired = [rows[a_n][r][key] / rows[b_n][r][key] for r in rows[a_n] if r in rows[b_n]]
+    paired = [rows[a_n][r][key] / rows[b_n][r][key] for r in rows.get(a_n, {})
+              if r in rows.get(b_n, {})]
     met = value >= target if higher else value <= target
     line = {"bench": "train_mlp-ratio", "runs_used": tag, "ratio": name, "value": round(value, 3)}
     if paired:
