@@ -132,13 +132,12 @@ def perf_run(cl, json_path, script_path):
     for c in CLASSES:
         row[c + "_pct"] = round(100.0 * counts[c] / total, 2) if total else None
     # Per step in ms of CPU time: each sample stands for the same slice of
-    # CPU time; scale by the CPU time the run measured.
+    # CPU time; scale by the CPU time the run measured.  (The shares are of
+    # CPU time, not of the wall time of a step, which other load on the
+    # machine stretches.)
     cpu = info.get("cpu_ms_per_step")
     if cpu and total:
         row["accel_ms_per_step"] = round(cpu * counts["accel"] / total, 3)
-    # Share of the step: accel CPU ms over the wall-clock ms of a step.
-    if cpu and total and ms:
-        row["accel_pct_of_step_time"] = round(100.0 * cpu * counts["accel"] / total / ms, 2)
     # The element-wise passes over whole gradient buffers (core/ops_cpu.c,
     # called by the strategy) apart from the rest (hooks, bookkeeping, ...).
     ops = sum(v for k, v in by_fn.items() if k.startswith(OPS_PREFIX))
@@ -290,9 +289,9 @@ def main():
              "ranks": len(rs), "samples": sum(r["samples"] for r in rs)}
         for c in CLASSES + ("accel_ops", "accel_rest"):
             s[c + "_pct"] = round(statistics.mean(r[c + "_pct"] for r in rs), 2)
-        vals = [r["accel_pct_of_step_time"] for r in rs if "accel_pct_of_step_time" in r]
+        vals = [r["accel_ms_per_step"] for r in rs if "accel_ms_per_step" in r]
         if vals:
-            s["accel_pct_of_step_time"] = round(statistics.mean(vals), 2)
+            s["accel_ms_per_step"] = round(statistics.mean(vals), 3)
         print(json.dumps(s))
     return 0
 
