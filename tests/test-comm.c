@@ -842,6 +842,97 @@ START_TEST(world_of_one)
 }
 END_TEST
 
+/* 16-bit floats at the edges: subnormals, the largest finite values (whose
+ * sums overflow to infinity), infinities of both signs (whose sum is NaN),
+ * NaN, signed zeros; one-shot, pipelined and zero-copy paths; sum and max.
+ * Expected: the f32 sum or max in rank order rounded once (core/half.h),
+ * any NaN where an input is NaN or infinities cancel. */
+static const uint16_t k_f16_special[] = {0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00,
+                                         0x7e00, 0x8000, 0x0000, 0x3c00, 0x3555, 0x0200, 0x7bfe,
+                                         0x8001, 0xbc00, 0x4000};
+static const uint16_t k_bf16_special[] = {0x0001, 0x007f, 0x0080, 0x7f7f, 0xff7f, 0x7f80, 0xff80,
+                                          0x7fc0, 0x8000, 0x0000, 0x3f80, 0x3eab, 0x0040, 0x7f7e,
+                                          0x8001, 0xbf80, 0x4000};
+#define N_SPECIAL (sizeof(k_f16_special) / sizeof(k_f16_special[0]))
+
+static uint16_t special_in(uint32_t dt, int rank, uint64_t i)
+{
+	const uint16_t *t = dt == ACCEL_DTYPE_F16 ? k_f16_special : k_bf16_special;
+	return t[(i + (uint64_t)rank * (i / N_SPECIAL + 1)) % N_SPECIAL];
+}
+
+static float special_f(uint32_t dt, uint16_t h)
+{
+	return dt == ACCEL_DTYPE_F16 ? accel_f16_to_f32(h) : accel_bf16_to_f32(h);
+}
+
+static int is_nan16(uint32_t dt, uint16_t h)
+{
+	return dt == ACCEL_DTYPE_F16 ? (h & 0x7c00) == 0x7c00 && (h & 0x3ff)
+	                             : (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+}
+
+static void rank_special(rank_env *env, void *arg)
+{
+	(void)arg;
+	static const uint64_t sizes[] = {1000, 300007};
+	uint16_t *mem = NULL;
+	uint64_t cap = 300007;
+	if (B->mem_alloc(env->st, ACCEL_DEVICE_CPU, 0, cap * 2 * 2, (void **)&mem)) {
+		FAIL(env, "mem_alloc: %s", env->hh.err);
+		return;
+	}
+	uint16_t *heap = malloc(cap * 2 * 2);
+	for (int use_mem = 0; use_mem < 2; use_mem++)
+	for (int dti = 0; dti < 2; dti++)
+	for (int si = 0; si < 2; si++)
+	for (uint32_t red = ACCEL_RED_SUM; red <= ACCEL_RED_MAX; red += 2) {
+		uint32_t dt = dti ? ACCEL_DTYPE_BF16 : ACCEL_DTYPE_F16;
+		uint64_t n = sizes[si];
+		uint16_t *s = use_mem ? mem : heap, *r = s + cap;
+		for (uint64_t i = 0; i < n; i++)
+			s[i] = special_in(dt, g_rank, i);
+		accel_view vs = {sizeof(accel_view), dt, ACCEL_DEVICE_CPU, 0, s, n};
+		accel_view vr = {sizeof(accel_view), dt, ACCEL_DEVICE_CPU, 0, r, n};
+		accel_comm_req *req = NULL;
+		if (B->allreduce(env->st, &vs, &vr, red, &req) || B->wait(env->st, req)) {
+			FAIL(env, "allreduce: %s", env->hh.err);
+			return;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			float acc = 0;
+			int nan = 0;
+			for (int q = 0; q < g_world; q++) {
+				uint16_t h = special_in(dt, q, i);
+				float x = special_f(dt, h);
+				nan |= is_nan16(dt, h);
+				acc = q == 0 ? x : red == ACCEL_RED_SUM ? acc + x : (acc > x ? acc : x);
+			}
+			nan |= acc != acc;
+			uint16_t want = dt == ACCEL_DTYPE_F16 ? accel_f32_to_f16(acc) : accel_f32_to_bf16(acc);
+			if (nan ? !is_nan16(dt, r[i]) : r[i] != want) {
+				FAIL(env, "%s %s %s n=%llu element %llu: 0x%04x, expected %s0x%04x",
+				     use_mem ? "mem" : "heap", dti ? "bf16" : "f16",
+				     red == ACCEL_RED_SUM ? "sum" : "max", (unsigned long long)n,
+				     (unsigned long long)i, r[i], nan ? "a NaN like " : "", want);
+				break;
+			}
+		}
+	}
+	free(heap);
+	B->mem_free(env->st, mem);
+}
+
+START_TEST(half_special_values)
+{
+	for (int world = 2; world <= 3; world++) {
+		world_result res;
+		run_world(world, rank_special, NULL, 60, &res);
+		assert_all_ok(&res);
+	}
+}
+END_TEST
+
 /* The segment names are gone from /dev/shm as soon as every rank mapped
  * them, while the job still runs. */
 static void rank_unlinked(rank_env *env, void *arg)
@@ -1053,6 +1144,7 @@ static Suite *comm_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, world_of_one);
 	tcase_add_test(tc, async_many_in_flight);
+	tcase_add_test(tc, half_special_values);
 	tcase_add_test(tc, no_names_left_in_dev_shm);
 	tcase_add_test(tc, bad_arguments);
 	tcase_add_test(tc, mismatched_collectives);
