@@ -330,14 +330,16 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 
 	/* Largest element size first keeps every tensor aligned to its element
 	 * size in the buffer (all sizes are powers of two). */
-	qsort(w->t, w->n, sizeof(*w->t), cmp_layout);
+	if (w->n) /* qsort of a NULL array is undefined even with 0 elements */
+		qsort(w->t, w->n, sizeof(*w->t), cmp_layout);
 	w->by_name = malloc((w->n ? w->n : 1) * sizeof(*w->by_name));
 	root = json_object();
 	if (!w->by_name || !root)
 		goto nomem;
 	for (uint32_t i = 0; i < w->n; i++)
 		w->by_name[i] = &w->t[i];
-	qsort(w->by_name, w->n, sizeof(*w->by_name), cmp_wname);
+	if (w->n)
+		qsort(w->by_name, w->n, sizeof(*w->by_name), cmp_wname);
 	for (uint32_t i = 1; i < w->n; i++)
 		if (!strcmp(w->by_name[i - 1]->name, w->by_name[i]->name)) {
 			rc = accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\" added twice",
@@ -430,7 +432,7 @@ int accel_st_writer_write(accel_st_writer *w, const char *name, const void *chun
 		return rc;
 	wtensor key = {.name = (char *)name}, *kp = &key, **hit = NULL;
 	if (name)
-		hit = bsearch(&kp, w->by_name, w->n, sizeof(*w->by_name), cmp_wname);
+		hit = w->n ? bsearch(&kp, w->by_name, w->n, sizeof(*w->by_name), cmp_wname) : NULL;
 	if (!hit)
 		return accel_err_set(err, ACCEL_ERR_NOT_FOUND, "%s: write to unknown tensor \"%s\"",
 		                     w->path, name ? name : "(null)");
@@ -615,7 +617,8 @@ static int parse_metadata(accel_st_reader *r, json_t *obj, accel_err *err)
 		if (!m->key || !m->value)
 			return accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", r->path);
 	}
-	qsort(r->meta, r->nmeta, sizeof(*r->meta), cmp_meta);
+	if (r->nmeta)
+		qsort(r->meta, r->nmeta, sizeof(*r->meta), cmp_meta);
 fail:
 	return rc;
 }
@@ -780,7 +783,8 @@ int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_er
 
 	/* Coverage: in offset order each tensor starts where the previous ended,
 	 * and the last ends at the end of the file. */
-	qsort(r->t, r->n, sizeof(*r->t), cmp_roffset);
+	if (r->n)
+		qsort(r->t, r->n, sizeof(*r->t), cmp_roffset);
 	for (uint32_t i = 0; i < r->n; i++)
 		r->t[i].info.name = r->t[i].name;
 	uint64_t pos = 0;
@@ -806,7 +810,8 @@ int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_er
 		goto nomem;
 	for (uint32_t i = 0; i < r->n; i++)
 		r->by_name[i] = &r->t[i];
-	qsort(r->by_name, r->n, sizeof(*r->by_name), cmp_rname);
+	if (r->n)
+		qsort(r->by_name, r->n, sizeof(*r->by_name), cmp_rname);
 
 	json_decref(root);
 	free(hdr);
@@ -844,7 +849,7 @@ int accel_st_reader_find(const accel_st_reader *r, const char *name,
 	if (!r || !name || !ret_tensor)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors find: NULL argument");
 	rtensor key = {.name = (char *)name}, *kp = &key, **hit;
-	hit = bsearch(&kp, r->by_name, r->n, sizeof(*r->by_name), cmp_rname);
+	hit = r->n ? bsearch(&kp, r->by_name, r->n, sizeof(*r->by_name), cmp_rname) : NULL;
 	if (!hit)
 		return accel_err_set(err, ACCEL_ERR_NOT_FOUND, "%s: no tensor named \"%s\"", r->path,
 		                     name);
@@ -857,7 +862,7 @@ const char *accel_st_reader_metadata(const accel_st_reader *r, const char *key)
 	if (!r || !key)
 		return NULL;
 	meta_kv k = {.key = (char *)key}, *hit;
-	hit = bsearch(&k, r->meta, r->nmeta, sizeof(*r->meta), cmp_meta);
+	hit = r->nmeta ? bsearch(&k, r->meta, r->nmeta, sizeof(*r->meta), cmp_meta) : NULL;
 	return hit ? hit->value : NULL;
 }
 

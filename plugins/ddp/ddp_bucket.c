@@ -147,7 +147,8 @@ int ddp_plan_build(ddp_state *s)
 		cb->members = open[k].members;
 		open[k].members = NULL;
 	}
-	qsort(closed, n_closed, sizeof(*closed), cmp_first_pos);
+	if (n_closed)
+		qsort(closed, n_closed, sizeof(*closed), cmp_first_pos);
 
 	/* Materialize: order[], bucket records, offsets, unit -> buckets. */
 	s->n_buckets = n_closed;
