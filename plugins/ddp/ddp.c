@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "ddp.h"
@@ -253,7 +254,12 @@ static int ddp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinit
 		                bk->numel};
 		double sq = 0;
 		uint64_t nf = 0;
-		if ((r = s->host->op_sumsq(s->h, &v, &sq)) || (r = s->host->op_nonfinite(s->h, &v, &nf)))
+		if ((r = s->host->op_sumsq(s->h, &v, &sq)))
+			return r;
+		/* A finite sum of squares means no Inf/NaN (f32 squares cannot
+		 * overflow an f64 sum), so the counting pass runs only when the
+		 * sum says something is there. */
+		if (!isfinite(sq) && (r = s->host->op_nonfinite(s->h, &v, &nf)))
 			return r;
 		total += sq;
 		bad += nf;
