@@ -11,11 +11,16 @@
 #include "store.h"
 #include "world.h"
 
+/* The store is closed on the failure path too, so a leak checker sees an
+ * expected failure as a failure, not as a leak. */
+static accel_store *st;
+
 #define CHECK(cond, ...)                                       \
 	do {                                                       \
 		if (!(cond)) {                                         \
 			fprintf(stderr, __VA_ARGS__);                      \
 			fputc('\n', stderr);                               \
+			st = accel_store_free(st);                         \
 			return 1;                                          \
 		}                                                      \
 	} while (0)
@@ -36,7 +41,6 @@ int main(int argc, char **argv)
 	CHECK(rc == ACCEL_OK, "world: %s", err.msg);
 	CHECK(!strcmp(launcher, "accel launch"), "launcher '%s'", launcher);
 	CHECK(w.local_rank == w.rank % w.local_world_size, "local rank %d", w.local_rank);
-	accel_store *st = NULL;
 	rc = accel_store_new(addr, port, w.rank, w.world_size, 10000, &st, &err);
 	CHECK(rc == ACCEL_OK, "store: %s", err.msg);
 	char key[128], val[64];
