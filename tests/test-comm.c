@@ -997,7 +997,8 @@ static int launch_ranks(int n, const char *mode, const char *outdir, int victim,
 	snprintf(np, sizeof(np), "%d", n);
 	snprintf(vic, sizeof(vic), "%d", victim);
 	snprintf(log, sizeof(log), "%s/launch.log", outdir);
-	const char *maxn = n == 2 ? "1048589" : "300007";
+	/* 8 ranks on a 2-CPU machine: small sizes, but every preemption race */
+	const char *maxn = n == 2 ? "1048589" : n <= 4 ? "300007" : "16385";
 	const char *argv[] = {cli,  "launch", "-n", np,     "--grace-s", "5", "--",
 	                      prog, mode,     outdir, vic,  maxn,        NULL};
 	fflush(NULL);
@@ -1068,6 +1069,8 @@ END_TEST
 START_TEST(launch_matrix_3) { launch_matrix(3); }
 END_TEST
 START_TEST(launch_matrix_4) { launch_matrix(4); }
+END_TEST
+START_TEST(launch_matrix_8) { launch_matrix(8); }
 END_TEST
 
 START_TEST(launch_kill9)
@@ -1163,6 +1166,7 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, launch_matrix_2);
 	tcase_add_test(tc, launch_matrix_3);
 	tcase_add_test(tc, launch_matrix_4);
+	tcase_add_test(tc, launch_matrix_8);
 	tcase_add_test(tc, launch_kill9);
 	tcase_add_test(tc, launch_rank_leaves);
 	suite_add_tcase(s, tc);

@@ -68,7 +68,9 @@ typedef struct shm_hdr {
 } shm_hdr;
 
 /* What a rank posts for the op it is running.  Peers read the descriptor
- * under a sequence lock: dver is odd while the owner rewrites it. */
+ * under a sequence lock: dver is odd while the owner rewrites it, and dseq
+ * says which op it describes (the owner writes the descriptor of op s+1
+ * before it publishes seq = s+1). */
 typedef struct shm_rank {
 	_Alignas(64) _Atomic uint64_t seq;   /* last op posted (1, 2, ...) */
 	_Atomic uint64_t sig;                /* phase counter inside ops   */
@@ -78,13 +80,14 @@ typedef struct shm_rank {
 	_Atomic int32_t send_alloc;          /* backend allocation index or -1 */
 	_Atomic uint64_t count;
 	_Atomic int32_t recv_alloc;
-	uint32_t pad0;
+	_Atomic uint32_t dseq;               /* low 32 bits of the seq described */
 	_Atomic uint64_t send_off, recv_off; /* byte offset inside that copy */
 	_Alignas(64) _Atomic int32_t pid;
 	_Atomic int32_t state;                /* SHM_RANK_* */
 	_Atomic uint32_t sleeping;            /* its waiter is in FUTEX_WAIT */
 	_Atomic int32_t cpu;                  /* CPU it last waited on (-1: unknown) */
-	char pad[256 - 64 - 16];
+	uint64_t pidns;                       /* inode of its pid namespace (0: unknown) */
+	char pad[256 - 64 - 24];
 } shm_rank;
 _Static_assert(sizeof(shm_rank) == 256, "shm_rank layout");
 

@@ -24,7 +24,10 @@
 #define MAX_FREE_REQS 64
 /* How long an inline op waits for its peers before returning unfinished. */
 #define INLINE_SPIN_NS 20000
-#define STAGE_CAP_BYTES (8u << 20)   /* per rank, whatever chunk_kb says */
+/* A rank's staging ring stays within 8 MiB, and all rings together within
+ * 512 MiB (many ranks on a big node), whatever chunk_kb says. */
+#define STAGE_CAP_BYTES (8u << 20)
+#define STAGE_TOTAL_CAP_BYTES (512u << 20)
 
 static const accel_param_schema_v1 shm_params[] = {
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "spin_us", "1000", 0, 1000000, NULL,
@@ -497,7 +500,10 @@ static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	if (c->depth < 3)
 		c->depth = 3;   /* the deferred all-gather needs three buffers in flight */
 	uint64_t chunk = (uint64_t)cfg_int(host, h, "chunk_kb", 256) * 1024;
-	uint64_t cap = STAGE_CAP_BYTES / ((uint64_t)c->depth * (uint64_t)c->world);
+	uint64_t ring = STAGE_TOTAL_CAP_BYTES / (uint64_t)c->world;
+	if (ring > STAGE_CAP_BYTES)
+		ring = STAGE_CAP_BYTES;
+	uint64_t cap = ring / ((uint64_t)c->depth * (uint64_t)c->world);
 	if (chunk > cap)
 		chunk = cap;
 	chunk = chunk / SHM_PAGE * SHM_PAGE;

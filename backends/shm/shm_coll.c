@@ -119,6 +119,7 @@ void shm_coll_post(shm_comm *c, shm_op *op)
 	atomic_store_explicit(&me->recv_alloc, ralloc, memory_order_relaxed);
 	atomic_store_explicit(&me->send_off, soff, memory_order_relaxed);
 	atomic_store_explicit(&me->recv_off, roff, memory_order_relaxed);
+	atomic_store_explicit(&me->dseq, (uint32_t)op->seq, memory_order_relaxed);
 	atomic_store_explicit(&me->dver, v + 2, memory_order_release);
 	shm_post_seq(c, op->seq);
 	op->posted = 1;
@@ -152,6 +153,7 @@ static int read_peer(const shm_comm *c, int32_t q, uint64_t seq, peer_desc *d)
 	d->recv_alloc = atomic_load_explicit(&r->recv_alloc, memory_order_relaxed);
 	d->send_off = atomic_load_explicit(&r->send_off, memory_order_relaxed);
 	d->recv_off = atomic_load_explicit(&r->recv_off, memory_order_relaxed);
+	uint32_t dseq = atomic_load_explicit(&r->dseq, memory_order_relaxed);
 	atomic_thread_fence(memory_order_acquire);
 	uint32_t v2 = atomic_load_explicit(&r->dver, memory_order_relaxed);
 	uint64_t s2 = atomic_load_explicit(&r->seq, memory_order_relaxed);
@@ -160,7 +162,7 @@ static int read_peer(const shm_comm *c, int32_t q, uint64_t seq, peer_desc *d)
 	d->op.redop = code >> 24;
 	d->op.seq = seq;
 	/* 0: the peer is already posting a later op (so it finished this one) */
-	return v1 == v2 && !(v1 & 1u) && s1 == seq && s2 == seq;
+	return v1 == v2 && !(v1 & 1u) && dseq == (uint32_t)seq && s1 == seq && s2 == seq;
 }
 
 static int same_op(const shm_op *a, const shm_op *b)

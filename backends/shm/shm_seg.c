@@ -178,17 +178,28 @@ static int wait_all_attached(shm_comm *c, char *err, size_t cap)
 	return ACCEL_OK;
 }
 
+static uint64_t pid_namespace(void)
+{
+	struct stat sb;
+	return stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+}
+
 static void open_pidfds(shm_comm *c)
 {
+	uint64_t ns = c->ranks[c->rank].pidns;
 	for (int32_t q = 0; q < c->world; q++) {
 		c->pids[q] = atomic_load(&c->ranks[q].pid);
 		c->pidfds[q] = -1;
 		c->pid_visible[q] = 0;
 		if (q == c->rank || c->pids[q] <= 0)
 			continue;
-		/* A peer in another pid namespace is invisible: then only the
-		 * timeout and the LEFT state tell us about it. */
-		c->pid_visible[q] = kill(c->pids[q], 0) == 0 || errno == EPERM;
+		/* A pid means something only in our own pid namespace; a peer in
+		 * another one is caught by the timeout and the LEFT state alone.
+		 * (A peer that already died is visible: kill() says ESRCH.) */
+		if (ns && c->ranks[q].pidns == ns)
+			c->pid_visible[q] = 1;
+		else if (!ns || !c->ranks[q].pidns)
+			c->pid_visible[q] = kill(c->pids[q], 0) == 0 || errno == EPERM;
 #ifdef SYS_pidfd_open
 		if (c->pid_visible[q]) {
 			long fd = syscall(SYS_pidfd_open, (pid_t)c->pids[q], 0);
@@ -229,6 +240,7 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 		attach_pointers(c, &l);
 		init_header(c, &l);
 		atomic_store(&c->ranks[0].pid, (int32_t)getpid());
+		c->ranks[0].pidns = pid_namespace();
 		atomic_store(&c->ranks[0].cpu, -1);
 		atomic_store(&c->ranks[0].state, SHM_RANK_ATTACHED);
 		atomic_store(&c->hdr->attached, 1);
@@ -328,6 +340,7 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 		init_header(c, &l);
 		for (int32_t q = 0; q < c->world; q++)
 			atomic_store(&c->ranks[q].cpu, -1);
+		c->ranks[0].pidns = pid_namespace();
 		atomic_store(&c->ranks[0].pid, (int32_t)getpid());
 		atomic_store(&c->ranks[0].state, SHM_RANK_ATTACHED);
 		atomic_store(&c->hdr->attached, 1);
@@ -363,6 +376,7 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 			                 (int)c->rank, (int)atomic_load(&c->ranks[c->rank].pid), (int)getpid());
 			goto fail;
 		}
+		c->ranks[c->rank].pidns = pid_namespace();
 		atomic_store(&c->ranks[c->rank].pid, (int32_t)getpid());
 		atomic_store_explicit(&c->ranks[c->rank].state, SHM_RANK_ATTACHED, memory_order_release);
 		int32_t n = atomic_fetch_add(&h->attached, 1) + 1;
