@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,9 +47,11 @@ typedef struct harness_host {
 } harness_host;
 
 static int g_rank, g_world;
-static char g_store[256];         /* store directory of the current world */
+static char g_root[128];          /* per test-program temp directory */
+static char g_store[320];         /* store directory of the current world */
 static int64_t g_cfg_small_kb = -1, g_cfg_chunk_kb = -1, g_cfg_spin_us = -1;
-static int64_t g_timeout_ms = 60000;
+/* below run_world()'s limits, so a stuck collective reports itself */
+static int64_t g_timeout_ms = 30000;
 
 static void h_log(accel_host *h, int32_t level, const char *fmt, ...)
 {
@@ -279,10 +282,12 @@ static void run_world(int n, rank_fn fn, void *arg, int limit_s, world_result *r
 	static char job[64];
 	memset(res, 0, sizeof(*res));
 	res->n = n;
-	snprintf(g_store, sizeof(g_store), "/tmp/accel-test-comm-%d-%d", (int)getpid(),
-	         g_world_counter++);
-	mkdir(g_store, 0700);
-	snprintf(job, sizeof(job), "t%d-%d", (int)getpid(), g_world_counter);
+	/* A directory nobody used before: pids repeat, and a store that still
+	 * holds an earlier job's keys sends ranks to the wrong segment. */
+	snprintf(g_store, sizeof(g_store), "%s/world-XXXXXX", g_root);
+	if (!mkdtemp(g_store))
+		ck_abort_msg("mkdtemp %s: %s", g_store, strerror(errno));
+	snprintf(job, sizeof(job), "t%d-%d", (int)getpid(), g_world_counter++);
 	fflush(NULL);
 	for (int r = 0; r < n; r++) {
 		pid_t pid = fork();
@@ -551,7 +556,7 @@ START_TEST(kill9_mid_collective)
 {
 	int victim = 2;
 	world_result res;
-	g_timeout_ms = 60000;
+	g_timeout_ms = 30000;
 	run_world(4, rank_kill9, &victim, 60, &res);
 	ck_assert(!res.timed_out);
 	ck_assert_msg(WIFSIGNALED(res.status[victim]) && WTERMSIG(res.status[victim]) == SIGKILL,
@@ -604,7 +609,7 @@ static void rank_leave(rank_env *env, void *arg)
 static void leave_test(int how)
 {
 	world_result res;
-	g_timeout_ms = 60000;
+	g_timeout_ms = 30000;
 	run_world(3, rank_leave, &how, 60, &res);
 	assert_all_ok(&res);
 	for (int r = 0; r < 3; r += 2) {
@@ -647,7 +652,7 @@ START_TEST(timeout_names_missing_rank)
 	world_result res;
 	g_timeout_ms = 300;
 	run_world(2, rank_late, NULL, 30, &res);
-	g_timeout_ms = 60000;
+	g_timeout_ms = 30000;
 	assert_all_ok(&res);
 	char buf[4096];
 	int st;
@@ -1045,8 +1050,9 @@ static void print_log(const char *outdir)
 
 static void outdir_new(char *buf, size_t cap)
 {
-	snprintf(buf, cap, "/tmp/accel-test-comm-launch-%d-%d", (int)getpid(), g_world_counter++);
-	mkdir(buf, 0700);
+	snprintf(buf, cap, "%s/launch-XXXXXX", g_root);
+	if (!mkdtemp(buf))
+		ck_abort_msg("mkdtemp %s: %s", buf, strerror(errno));
 	snprintf(g_store, sizeof(g_store), "%s", buf);   /* read_report() looks here */
 }
 
@@ -1173,8 +1179,20 @@ static Suite *comm_suite(void)
 	return s;
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)flag, (void)ftw;
+	remove(path);
+	return 0;
+}
+
 int main(void)
 {
+	snprintf(g_root, sizeof(g_root), "/tmp/accel-test-comm-XXXXXX");
+	if (!mkdtemp(g_root)) {
+		perror("mkdtemp");
+		return 1;
+	}
 	B = load_backend();
 	if (!B) {
 		fprintf(stderr, "comm-shm.so could not be loaded\n");
@@ -1184,5 +1202,6 @@ int main(void)
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return failed ? 1 : 0;
 }

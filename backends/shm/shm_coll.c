@@ -542,6 +542,28 @@ static int staged_reduce_scatter(run_ctx *r)
 	return ACCEL_OK;
 }
 
+/* Copy the others' blocks of round (base, len) out of their staging
+ * buffers b, once they posted them (phase p_in). */
+static int allgather_out(run_ctx *r, const gather_job *g)
+{
+	shm_comm *c = r->c;
+	const shm_op *op = r->op;
+	uint64_t es = shm_dtype_size(op->dtype);
+	int32_t me = c->rank, w = c->world;
+	char *recv = op->recv.data;
+	int st;
+	for (int32_t k = 1; k < w; k++) {
+		int32_t q = (me + k) % w;
+		if ((st = wait_phase(r, g->p_red, q)))
+			return st;
+		memcpy(recv + ((uint64_t)q * op->count + g->base) * es, stage(c, q, g->b), g->len * es);
+	}
+	c->reuse[g->b] = c->phase + 1;   /* our next post: done reading buffer b */
+	return ACCEL_OK;
+}
+
+/* Each round stages one block piece and copies the others' pieces of the
+ * previous round, which they normally posted long ago. */
 static int staged_allgather(run_ctx *r)
 {
 	shm_comm *c = r->c;
@@ -549,9 +571,10 @@ static int staged_allgather(run_ctx *r)
 	uint64_t es = shm_dtype_size(op->dtype);
 	uint64_t chunk = (uint64_t)c->world * c->chunk_bytes / es;   /* a whole buffer */
 	uint64_t n = op->count;
-	int32_t me = c->rank, w = c->world;
+	int32_t me = c->rank;
 	const char *send = op->send.data;
 	char *recv = op->recv.data;
+	gather_job prev = {0};
 	int st;
 
 	for (uint64_t base = 0; base < n;) {
@@ -565,15 +588,15 @@ static int staged_allgather(run_ctx *r)
 		char *own = recv + ((uint64_t)me * n + base) * es;
 		if (own != send + base * es)
 			memmove(own, send + base * es, len * es);
-		for (int32_t k = 1; k < w; k++) {
-			int32_t q = (me + k) % w;
-			if ((st = wait_phase(r, p_in, q)))
-				return st;
-			memcpy(recv + ((uint64_t)q * n + base) * es, stage(c, q, b), len * es);
-		}
-		next_phase(r);
-		c->reuse[b] = c->phase;
+		if (prev.valid && (st = allgather_out(r, &prev)))
+			return st;
+		prev = (gather_job){1, base, len, b, p_in};
 		base += len;
+	}
+	if (prev.valid) {
+		if ((st = allgather_out(r, &prev)))
+			return st;
+		next_phase(r);
 	}
 	return ACCEL_OK;
 }
