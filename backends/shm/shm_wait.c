@@ -74,14 +74,28 @@ static void wake_sleepers(shm_comm *c)
 			shm_wake_rank(c, q);
 }
 
+/* Record the CPU this rank runs on; returns it. */
+static int note_cpu(shm_comm *c)
+{
+	int cpu = sched_getcpu();
+	_Atomic int32_t *slot = &c->ranks[c->rank].cpu;
+	if (atomic_load_explicit(slot, memory_order_relaxed) != cpu)
+		atomic_store_explicit(slot, cpu, memory_order_relaxed);
+	return cpu;
+}
+
+/* Posting also records where this rank runs, so that a waiter can tell
+ * whether the rank it waits for shares its CPU (see shm_wait()). */
 void shm_post_seq(shm_comm *c, uint64_t seq)
 {
+	note_cpu(c);
 	atomic_store_explicit(&c->ranks[c->rank].seq, seq, memory_order_seq_cst);
 	wake_sleepers(c);
 }
 
 void shm_post_sig(shm_comm *c, uint64_t sig)
 {
+	note_cpu(c);
 	atomic_store_explicit(&c->ranks[c->rank].sig, sig, memory_order_seq_cst);
 	wake_sleepers(c);
 }
@@ -102,26 +116,16 @@ static int satisfied(const shm_comm *c, int use_sig, uint64_t target, int32_t wh
 	return 1;
 }
 
-/* Record the CPU this rank runs on; returns it. */
-static int note_cpu(shm_comm *c)
-{
-	int cpu = sched_getcpu();
-	_Atomic int32_t *slot = &c->ranks[c->rank].cpu;
-	if (atomic_load_explicit(slot, memory_order_relaxed) != cpu)
-		atomic_store_explicit(slot, cpu, memory_order_relaxed);
-	return cpu;
-}
-
 /* The waiter shares its CPU with a rank it waits for although there are CPUs
  * enough for every rank: move this thread to a CPU no rank was seen on, then
  * give back the affinity it had (the kernel leaves a thread where it is as
  * long as that CPU is allowed).  Wake-ups pull the woken rank onto the
  * waker's CPU, and two ranks polling on one CPU make every op wait for a
- * context switch.  At most once per 10 ms per rank. */
+ * context switch.  At most once per millisecond per rank. */
 static void move_away(shm_comm *c, int here)
 {
 	uint64_t now = shm_now_ns();
-	if (c->oversubscribed || now - c->last_move_ns < 10000000ull)
+	if (c->oversubscribed || now - c->last_move_ns < 1000000ull)
 		return;
 	c->last_move_ns = now;
 	cpu_set_t mine, target;
