@@ -2,14 +2,15 @@
 /* backends/shm/shm.c: the shm comm backend's descriptor, vtable, requests
  * and comm thread.
  *
- * Collectives run in issue order on a comm thread, so that the training
- * thread can compute while a gradient bucket is reduced.  Handing an op to a
- * thread costs microseconds, which would dominate small collectives, so an
- * op whose payload fits the one-shot slots runs on the caller when nothing
- * is queued (order is kept: the queue is empty): the caller posts it and
- * busy-polls for the peers for at most spin_us; if they are late it hands
- * the half-done op to the thread and returns, so an "asynchronous" call
- * never blocks for long. */
+ * Collectives run in issue order.  Large ones are queued for a comm thread,
+ * so that the training thread can compute while a gradient bucket is
+ * reduced; a caller that waits for a queued op runs it (and the ops before
+ * it) itself when the thread has not started it, saving two wake-ups.  Small
+ * ops (payload within the one-shot slots) run on the caller when nothing is
+ * queued: the caller posts the op and polls up to 20 us for the others; if
+ * they are late it returns with the op posted but unfinished ("lazy"), and
+ * wait(), test() or the next op finishes it.  The thread and waiting callers
+ * take queued ops under one lock (exec_busy), so one executes at a time. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
