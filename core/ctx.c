@@ -144,33 +144,29 @@ static int setup_processes(accel_ctx *ctx)
 	if (r)
 		return r;
 	accel_log_set_rank(ctx->world.rank);
-	double timeout_s = 300;
-	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
 	if (ctx->world.world_size > 1) {
-		int mpi_launched = ctx->launcher && strncmp(ctx->launcher, "mpi", 3) == 0;
-		if ((!ctx->master_addr[0] || ctx->master_port <= 0) && mpi_launched) {
-			/* The mpi backend bootstraps through MPI itself; a backend that
-			 * needs the store says so when it asks for it. */
-			accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: "
-			          "no rendezvous store", ctx->launcher);
-			return accel_kv_new(&ctx->local_store)
-			               ? accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory")
-			               : ACCEL_OK;
+		if (ctx->master_addr[0] && ctx->master_port > 0) {
+			double timeout_s = 300;
+			accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
+			return accel_store_new(ctx->master_addr, ctx->master_port, ctx->world.rank,
+			                       ctx->world.world_size, (int64_t)(timeout_s * 1000),
+			                       &ctx->store, &ctx->err);
 		}
-		if (!ctx->master_addr[0] || ctx->master_port <= 0)
+		if (!ctx->launcher || strncmp(ctx->launcher, "mpi", 3) != 0)
 			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
 			                     "rank %d of %d: no rendezvous address; start the program "
 			                     "with 'accel launch', or set ACCEL_MASTER_ADDR and "
 			                     "ACCEL_MASTER_PORT", ctx->world.rank,
 			                     ctx->world.world_size);
-		r = accel_store_new(ctx->master_addr, ctx->master_port, ctx->world.rank,
-		                    ctx->world.world_size, (int64_t)(timeout_s * 1000), &ctx->store,
-		                    &ctx->err);
-		if (r)
-			return r;
+		/* The mpi backend bootstraps through MPI itself; a backend that needs
+		 * the store says so when it asks for it (host.c). */
+		accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: "
+		          "no rendezvous store", ctx->launcher);
 	}
-	return accel_kv_new(&ctx->local_store) ? accel_err_set(&ctx->err, ACCEL_ERR_NOMEM,
-	                                                        "out of memory") : ACCEL_OK;
+	/* No rendezvous server: the store calls go to an in-process map. */
+	if (accel_kv_new(&ctx->local_store))
+		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	return ACCEL_OK;
 }
 
 int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
