@@ -146,6 +146,9 @@ static const core_param core_params[] = {
 	 "micro-batches per optimizer step; gradients are reduced on the last one"},
 	{"max_grad_norm", ACCEL_CFG_DOUBLE, NULL, GE(0), 0, NULL, 0, "gradient_clipping",
 	 "clip the global gradient L2 norm to this value; unset: no clipping"},
+	{"track_grad_norm", ACCEL_CFG_BOOL, "false", NORANGE, 0, NULL, 0, NULL,
+	 "compute the global gradient norm every step even without clipping or a loss scaler "
+	 "(one more pass over the gradients; accel_last_step() reports it)"},
 	{"seed", ACCEL_CFG_INT, "42", GE(0), 0, NULL, 0, NULL,
 	 "seed of parameter init, sampler shuffling and RNG streams"},
 	{"log_level", ACCEL_CFG_ENUM, "\"info\"", NORANGE, F_LOGLEVEL,

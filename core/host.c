@@ -239,17 +239,44 @@ static int host_test(accel_host *h, accel_req *req, int32_t *ret_done)
 	return r ? r : accel_comm_test(h->ctx->comm, req, ret_done);
 }
 
+static const accel_active *reduce_hook(const accel_ctx *ctx)
+{
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		const accel_active *a = &ctx->active[i];
+		if (a->inited && a->vt->desc->role == ACCEL_ROLE_REDUCE_HOOK)
+			return a;
+	}
+	return NULL;
+}
+
 static int host_reduce_bucket(accel_host *h, const accel_view *bucket, uint32_t bucket_id,
                               accel_req **ret_req)
 {
 	accel_ctx *ctx = h->ctx;
-	for (uint32_t i = 0; i < ctx->n_active; i++) {
-		accel_active *a = &ctx->active[i];
-		if (a->inited && a->vt->desc->role == ACCEL_ROLE_REDUCE_HOOK)
-			return a->vt->reduce_bucket(a->state, bucket, bucket_id, ret_req);
-	}
+	const accel_active *hook = reduce_hook(ctx);
+	if (hook)
+		return hook->vt->reduce_bucket(hook->state, bucket, bucket_id, ret_req);
 	int r = need_comm(h, "reduce_bucket");
 	return r ? r : accel_comm_allreduce(ctx->comm, bucket, bucket, ACCEL_RED_SUM, ret_req);
+}
+
+/* The mean without a pre-division pass: the backend's AVG folds 1/world
+ * into its reduction loop.  A reduce hook keeps its contract (a pre-divided
+ * bucket to sum), so for one the host divides first. */
+static int host_reduce_bucket_mean(accel_host *h, const accel_view *bucket, uint32_t bucket_id,
+                                   accel_req **ret_req)
+{
+	accel_ctx *ctx = h->ctx;
+	const accel_active *hook = reduce_hook(ctx);
+	int r;
+	if (hook) {
+		if (ctx->world.world_size > 1 &&
+		    (r = accel_ops_scale(bucket, 1.0 / ctx->world.world_size, &ctx->err)))
+			return r;
+		return hook->vt->reduce_bucket(hook->state, bucket, bucket_id, ret_req);
+	}
+	r = need_comm(h, "reduce_bucket_mean");
+	return r ? r : accel_comm_allreduce(ctx->comm, bucket, bucket, ACCEL_RED_AVG, ret_req);
 }
 
 static int32_t host_sync_step(accel_host *h)
@@ -376,6 +403,7 @@ static const accel_host_v1 host_table = {
 	.store_set = host_store_set,
 	.store_get = host_store_get,
 	.store_add = host_store_add,
+	.reduce_bucket_mean = host_reduce_bucket_mean,
 };
 
 const accel_host_v1 *accel_host_table(void)

@@ -50,6 +50,7 @@ struct accel_train {
 	uint32_t micro;             /* micro-steps done in the current cycle */
 	uint64_t step;              /* optimizer steps applied */
 	double max_grad_norm;       /* 0: no clipping */
+	int32_t track_grad_norm;    /* compute the norm even when nothing needs it */
 	uint64_t seed;
 	double lr;                  /* learning rate of the next step (group 0) */
 	int in_step;

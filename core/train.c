@@ -114,6 +114,13 @@ int accel_train_new(accel_ctx *ctx, accel_train **ret_train)
 	t->gas = (uint32_t)gas;
 	t->max_grad_norm = max_norm;
 	t->seed = (uint64_t)seed;
+	r = accel_config_get_bool(ctx->cfg, "track_grad_norm", &t->track_grad_norm);
+	if (r == ACCEL_ERR_NOT_FOUND)
+		t->track_grad_norm = 0;
+	else if (r) {
+		r = accel_err_set(&ctx->err, r, "config key 'track_grad_norm' must be true or false");
+		goto fail;
+	}
 	if ((r = accel_train_optim_new(t)))
 		goto fail;
 	if ((r = accel_train_metrics_new(t)))
@@ -917,6 +924,22 @@ static int plugin_fail(accel_train *t, accel_active *a, const char *slot, int r)
 	return t->ctx->err.code ? t->ctx->err.code : r;
 }
 
+/* Gradient statistics are needed for clipping, for a loss scaler (it
+ * skips steps on overflow), for any hook plugin's pre_step (it receives
+ * them in accel_step_info_v1), and when the user asked (track_grad_norm). */
+static int need_grad_stats(const accel_train *t)
+{
+	const accel_ctx *ctx = t->ctx;
+	if (t->max_grad_norm > 0 || t->track_grad_norm)
+		return 1;
+	for (uint32_t i = 1; i < ctx->n_active; i++) {
+		const accel_active *a = &ctx->active[i];
+		if (a->inited && (a->vt->pre_step || a->vt->loss_scale))
+			return 1;
+	}
+	return 0;
+}
+
 int accel_step(accel_ctx *ctx)
 {
 	accel_train *t = NULL;
@@ -924,7 +947,7 @@ int accel_step(accel_ctx *ctx)
 	accel_step_info_v1 info;
 	double sumsq = 0, loss_scale, unscale, norm, coef = 1.0;
 	uint64_t nonfinite = 0;
-	int r;
+	int r, stats;
 
 	if ((r = need_train(ctx, "accel_step", &t)))
 		return r;
@@ -937,14 +960,17 @@ int accel_step(accel_ctx *ctx)
 	s = strategy(t);
 	if ((r = s->vt->reduce(s->state)))
 		return plugin_fail(t, s, "reduce", r);
-	if ((r = s->vt->grad_stats(s->state, &sumsq, &nonfinite)))
+	/* The statistics are a full pass over the gradients: only when
+	 * something uses them (docs/api.md, "Gradient statistics"). */
+	stats = need_grad_stats(t);
+	if (stats && (r = s->vt->grad_stats(s->state, &sumsq, &nonfinite)))
 		return plugin_fail(t, s, "grad_stats", r);
 	if ((r = loss_scale_of(t, &loss_scale)))
 		return r;
 	/* Gradients hold loss_scale * (sum over micro-steps of the rank mean);
 	 * the step applies their mean over micro-steps, unscaled. */
 	unscale = 1.0 / (loss_scale * (double)t->gas);
-	norm = nonfinite ? NAN : sqrt(sumsq) * unscale;
+	norm = !stats || nonfinite ? NAN : sqrt(sumsq) * unscale;
 	if (t->max_grad_norm > 0) {
 		/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1. */
 		coef = t->max_grad_norm / (norm + 1e-6);
@@ -994,6 +1020,7 @@ int accel_step(accel_ctx *ctx)
 		.clip_coef = coef,
 		.loss_scale = loss_scale,
 		.nonfinite = nonfinite,
+		.has_grad_norm = (uint32_t)stats,
 	};
 	t->have_last = 1;
 	return accel_train_sched_update(t);
@@ -1063,13 +1090,13 @@ int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 {
 	optim_state *o;
 	param_rec *p;
-	uint32_t ns;
+	uint32_t ns, flags;
 	if (!t || !a)
 		return ACCEL_ERR_INVALID_ARG;
 	o = t->optim;
 	if (!t->in_step)
 		return terr(t, ACCEL_ERR_STATE, "optim_step called outside accel_step()");
-	if (a->struct_size < sizeof(*a) || a->param >= t->n_params)
+	if (a->struct_size < ACCEL_OPTIM_ARGS_V1_SIZE0 || a->param >= t->n_params)
 		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step: bad arguments (struct_size %u, "
 		            "param %u of %u)", a->struct_size, a->param, t->n_params);
 	p = &t->params[a->param];
@@ -1088,9 +1115,16 @@ int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 	if (a->master.device != ACCEL_DEVICE_CPU || a->grad.device != ACCEL_DEVICE_CPU)
 		return terr(t, ACCEL_ERR_UNSUPPORTED, "optim_step('%s'): the optimizer runs on CPU "
 		            "ranges only in this build", p->name);
+	/* `flags` exists from ABI minor 1 on; older plugins' structs end before it. */
+	flags = a->struct_size >= offsetof(accel_optim_args_v1, flags) + sizeof(a->flags)
+	                ? a->flags : 0;
+	if (flags & ~(uint32_t)ACCEL_OPTIM_ZERO_GRAD)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): unknown flags 0x%x (this "
+		            "accel knows ACCEL_OPTIM_ZERO_GRAD = 0x%x)", p->name,
+		            flags & ~(uint32_t)ACCEL_OPTIM_ZERO_GRAD, ACCEL_OPTIM_ZERO_GRAD);
 	ns = accel_optim_state_count(o->optim);
-	return accel_optim_step_range(o->optim, accel_optim_get_group(o->optim, p->group),
-	                              t->step + 1, t->lr, a->master.data, a->grad.data,
-	                              a->grad.dtype, ns ? (float *const *)a->state : NULL,
-	                              a->master.numel, a->grad_scale, &t->ctx->err);
+	return accel_optim_step_range_flags(o->optim, accel_optim_get_group(o->optim, p->group),
+	                                    t->step + 1, t->lr, a->master.data, a->grad.data,
+	                                    a->grad.dtype, ns ? (float *const *)a->state : NULL,
+	                                    a->master.numel, a->grad_scale, flags, &t->ctx->err);
 }

@@ -43,6 +43,9 @@ has() {
 	}
 }
 
+# The ABI version the fixtures and plugins are built with (abi/accel/types.h).
+ABI=v$(sed -n 's/^#define ACCEL_ABI_MAJOR \([0-9]*\).*/\1/p' "$ACCEL_TEST_SRCDIR/abi/accel/types.h").$(sed -n 's/^#define ACCEL_ABI_MINOR \([0-9]*\).*/\1/p' "$ACCEL_TEST_SRCDIR/abi/accel/types.h")
+
 echo "== plugins list"
 run 0 plugins list --plugin-dir "$fx"
 # NAME VERSION ABI KIND STATUS REQUIRES PATH, one row per file.
@@ -50,14 +53,14 @@ row() {
 	awk -v p="$fx/$1" '$NF == p { print $1, $2, $3, $4, $5 }' "$tmp/out"
 }
 for spec in \
-	"good.so|good 1.2.3 v1.0 strategy ok" \
-	"comm-good.so|fx_comm 0.0.1 v1.0 comm ok" \
-	"dup-a.so|dup 1.2.3 v1.0 strategy ok" \
-	"dup-b.so|dup 1.2.3 v1.0 strategy shadowed" \
-	"needs-cuda.so|needs-cuda 1.2.3 v1.0 other unavailable" \
-	"short-hook.so|short-hook 1.2.3 v1.0 other ok" \
-	"needs-mpi.so|needs-mpi 1.2.3 v1.0 other ok" \
-	"comm-mpi.so|mpi 0.0.1 v1.0 comm ok" \
+	"good.so|good 1.2.3 $ABI strategy ok" \
+	"comm-good.so|fx_comm 0.0.1 $ABI comm ok" \
+	"dup-a.so|dup 1.2.3 $ABI strategy ok" \
+	"dup-b.so|dup 1.2.3 $ABI strategy shadowed" \
+	"needs-cuda.so|needs-cuda 1.2.3 $ABI other unavailable" \
+	"short-hook.so|short-hook 1.2.3 $ABI other ok" \
+	"needs-mpi.so|needs-mpi 1.2.3 $ABI other ok" \
+	"comm-mpi.so|mpi 0.0.1 $ABI comm ok" \
 	"abi-v9.so|- - v9 - broken" \
 	"not-elf.so|- - - - broken" \
 	"truncated.so|- - - - broken" \
@@ -159,7 +162,7 @@ has "$tmp/out" "^Usage: accel env"
 
 echo "== env"
 ACCEL_LOG_LEVEL=warn NCCL_DEBUG=INFO run 0 env --plugin-dir "$fx"
-for want in "^## accel$" "^- accel: [0-9.]* (plugin ABI 1\.0)$" "^- compiler: " "^- jansson: " \
+for want in "^## accel$" "^- accel: [0-9.]* (plugin ABI ${ABI#v})$" "^- compiler: " "^- jansson: " \
 	"^- build features: CUDA \(yes\|no\), NCCL \(yes\|no\)" "^- CUDA driver: " "^- CUDA runtime: " \
 	"^- GPUs: " "^- NCCL: " "^- MPI library: " "^- OS: .*; kernel " "^- CPU: .*cores online" \
 	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 20$" \

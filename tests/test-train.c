@@ -262,7 +262,8 @@ END_TEST
 /* SGD without momentum: w -= lr * mean over micro-steps of the gradients. */
 START_TEST(sgd_accumulation)
 {
-	accel_ctx *ctx = ctx_json("{\"gradient_accumulation_steps\": 3, " SGD(0.5) "}");
+	accel_ctx *ctx = ctx_json("{\"gradient_accumulation_steps\": 3, \"track_grad_norm\": true, "
+	                          SGD(0.5) "}");
 	accel_init c = accel_init_const(1.0);
 	uint32_t p;
 	add(ctx, "a", "w", 4, &c, &p);
@@ -304,8 +305,49 @@ START_TEST(sgd_accumulation)
 	ck_assert_uint_eq(rep.skipped, 0);
 	ck_assert_double_eq(rep.clip_coef, 1.0);
 	/* |mean grad| = 2 * |(1,2,3,4)| */
+	ck_assert_uint_eq(rep.has_grad_norm, 1);
 	ck_assert_double_eq_tol(rep.grad_norm, 2 * sqrt(30.0), 1e-5);
 	accel_ctx_free(ctx);
+}
+END_TEST
+
+/* The gradient statistics are a pass over every gradient: without clipping,
+ * a loss scaler, a pre_step hook or track_grad_norm they are not computed
+ * (the report says so), and the step is the same.  With track_grad_norm a
+ * non-finite gradient is counted. */
+START_TEST(grad_stats_when_used)
+{
+	for (int track = 0; track < 2; track++) {
+		accel_ctx *ctx = ctx_json(track ? "{\"track_grad_norm\": true, " SGD(1.0) "}"
+		                                : "{" SGD(1.0) "}");
+		uint32_t a;
+		add(ctx, "u0", "a", 3, NULL, &a);
+		ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+		float *g = accel_param_grad(ctx, a), *w = accel_param_data(ctx, a);
+		g[0] = 3;
+		g[1] = 4;
+		g[2] = 0;
+		ck_assert_int_eq(accel_step(ctx), ACCEL_OK);
+		ck_assert_float_eq(w[0], -3.0f);
+		ck_assert_float_eq(w[1], -4.0f);
+		for (int i = 0; i < 3; i++)
+			ck_assert_float_eq(g[i], 0.0f);   /* zeroed by the optimizer's pass */
+		accel_step_report rep = {.struct_size = sizeof(rep)};
+		ck_assert_int_eq(accel_last_step(ctx, &rep), ACCEL_OK);
+		ck_assert_uint_eq(rep.has_grad_norm, (uint32_t)track);
+		if (track)
+			ck_assert_double_eq_tol(rep.grad_norm, 5.0, 1e-6);
+		else
+			ck_assert(isnan(rep.grad_norm));
+		ck_assert_uint_eq(rep.nonfinite, 0);
+		g[2] = NAN;
+		ck_assert_int_eq(accel_step(ctx), ACCEL_OK);
+		ck_assert_int_eq(accel_last_step(ctx, &rep), ACCEL_OK);
+		ck_assert_uint_eq(rep.nonfinite, track ? 1u : 0u);
+		ck_assert(isnan(rep.grad_norm));
+		ck_assert(isnan(w[2]));   /* applied, as torch would */
+		accel_ctx_free(ctx);
+	}
 }
 END_TEST
 
@@ -709,6 +751,7 @@ static Suite *train_suite(void)
 	tcase_add_test(tc, empty_model);
 	tcase_add_test(tc, initial_values);
 	tcase_add_test(tc, sgd_accumulation);
+	tcase_add_test(tc, grad_stats_when_used);
 	tcase_add_test(tc, clipping);
 	tcase_add_test(tc, adamw_step);
 	tcase_add_test(tc, no_decay_groups);

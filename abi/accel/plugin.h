@@ -31,7 +31,8 @@
  *
  * Compatibility: structs are append-only.  The core reads a plugin struct
  * member only if the plugin's struct_size covers it; a plugin must check
- * host->struct_size before it uses a host member newer than ACCEL_ABI_MINOR 0.
+ * host->struct_size before it uses a host member newer than ACCEL_ABI_MINOR 0,
+ * and the host honours a flag of minor N only when host->abi_minor >= N.
  */
 #ifndef ACCEL_PLUGIN_H
 #define ACCEL_PLUGIN_H
@@ -186,12 +187,24 @@ typedef struct accel_optim_args_v1 {
 	uint32_t param;           /* parameter index                                */
 	uint64_t offset;          /* first element of the range inside the parameter */
 	accel_view master;        /* f32 values to update, in place                 */
-	accel_view grad;          /* gradients (f32, f16 or bf16), read only        */
+	accel_view grad;          /* gradients (f32, f16 or bf16); read only unless
+	                             flags has ACCEL_OPTIM_ZERO_GRAD               */
 	float *state[4];          /* optim_state_count() f32 arrays of master.numel
 	                             elements on master's device, in place; zero on
 	                             the first step                                 */
 	double grad_scale;        /* multiply gradients by this first (unscale, clip) */
+	/* ABI minor 1: */
+	uint32_t flags;           /* ACCEL_OPTIM_* bits                             */
+	uint32_t reserved;        /* 0                                              */
 } accel_optim_args_v1;
+
+/* accel_optim_args_v1.flags (hosts of ABI minor >= 1; an older host reads a
+ * struct_size without `flags` and never zeroes): */
+/* Zero every gradient element of the range in the same pass that reads it,
+ * instead of a separate pass over the gradients after the step. */
+#define ACCEL_OPTIM_ZERO_GRAD (1u << 0)
+/* struct_size of accel_optim_args_v1 as of ABI minor 0 (before `flags`). */
+#define ACCEL_OPTIM_ARGS_V1_SIZE0 (offsetof(accel_optim_args_v1, flags))
 
 /* What the core passes through a step.  Precision hooks may modify it in
  * pre_step; the strategy reads it in step. */
@@ -343,6 +356,18 @@ typedef struct accel_host_v1 {
 	int (*store_get)(accel_host *h, const char *key, void *buf, uint64_t cap,
 	                 uint64_t *ret_len, int64_t timeout_ms);
 	int (*store_add)(accel_host *h, const char *key, int64_t delta, int64_t *ret_value);
+
+	/* -- ABI minor 1 ----------------------------------------------------------------
+	 * (check host->struct_size >= offsetof(accel_host_v1, member) + sizeof(member)) */
+
+	/* reduce_bucket() without the pre-division: the strategy passes its own
+	 * (undivided) gradients and, on return or after wait(), the bucket holds
+	 * their mean over the ranks.  Without a REDUCE_HOOK plugin the backend
+	 * averages in its reduction pass (an allreduce AVG: no separate pass
+	 * over the bucket); with one, the host pre-divides the bucket and calls
+	 * the hook's reduce_bucket() with the contract above. */
+	int (*reduce_bucket_mean)(accel_host *h, const accel_view *bucket, uint32_t bucket_id,
+	                          accel_req **ret_req);
 } accel_host_v1;
 
 /* ---- the plugin vtable ---------------------------------------------------------

@@ -11,6 +11,11 @@
 #define DDP_NO_BUCKET UINT32_MAX
 #define DDP_MAX_STATE 4
 
+/* Whether the host table has `member` (appended in a later ABI minor). */
+#define DDP_HOST_HAS(host, member)                                                    \
+	((host)->struct_size >= offsetof(accel_host_v1, member) + sizeof((host)->member) && \
+	 (host)->member != NULL)
+
 typedef struct ddp_param {
 	uint32_t bucket;             /* DDP_NO_BUCKET for frozen parameters        */
 	uint64_t offset;             /* element offset of its gradient in the bucket */
@@ -36,6 +41,7 @@ typedef struct ddp_state {
 	const accel_host_v1 *host;
 	accel_host *h;
 	accel_world_v1 world;
+	int fused_zero;            /* the optimizer zeroes gradients (ABI minor >= 1) */
 	uint64_t cap_bytes, first_bytes;
 	const accel_model_v1 *model;
 	uint32_t n_state;            /* optimizer state arrays per element            */

@@ -332,13 +332,21 @@ static int launch(ddp_state *s, uint32_t b, int64_t pos)
 	ddp_bucket *bk = &s->buckets[b];
 	accel_view v = bucket_view(bk);
 	int r;
-	/* The mean over ranks: pre-divide, then sum (PyTorch divides the bucket
-	 * before its all-reduce too, which keeps fp16 sums in range). */
-	if (s->world.world_size > 1 &&
-	    (r = s->host->op_scale(s->h, &v, 1.0 / s->world.world_size)))
-		return r;
-	if ((r = s->host->reduce_bucket(s->h, &v, b, &bk->req)))
-		return r;
+	/* The mean over ranks.  A host of ABI minor >= 1 takes the bucket as it
+	 * is and the backend averages in its reduction loop (f16/bf16 sums are
+	 * accumulated in f32 and divided before they are rounded, so they stay
+	 * in range as PyTorch's pre-division keeps them); an older host wants
+	 * the bucket pre-divided and sums it. */
+	if (DDP_HOST_HAS(s->host, reduce_bucket_mean)) {
+		if ((r = s->host->reduce_bucket_mean(s->h, &v, b, &bk->req)))
+			return r;
+	} else {
+		if (s->world.world_size > 1 &&
+		    (r = s->host->op_scale(s->h, &v, 1.0 / s->world.world_size)))
+			return r;
+		if ((r = s->host->reduce_bucket(s->h, &v, b, &bk->req)))
+			return r;
+	}
 	bk->launched = 1;
 	s->launch_pos[b] = pos;
 	s->debug.reductions++;

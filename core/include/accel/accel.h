@@ -291,10 +291,17 @@ typedef struct accel_step_report {
 	uint64_t step;            /* optimizer steps applied after it             */
 	double lr;                /* learning rate it used                        */
 	double grad_norm;         /* global L2 norm of the gradients before clipping
-	                             (unscaled, averaged; NaN if any non-finite)   */
+	                             (unscaled, averaged); NaN if any is non-finite
+	                             or when it was not computed (has_grad_norm 0) */
 	double clip_coef;         /* factor clipping applied (1: not clipped)     */
 	double loss_scale;        /* loss scale of that step                      */
-	uint64_t nonfinite;       /* non-finite gradient elements (all ranks)     */
+	uint64_t nonfinite;       /* non-finite gradient elements (all ranks);
+	                             0 when not computed                          */
+	uint32_t has_grad_norm;   /* 1: grad_norm and nonfinite were computed: with
+	                             max_grad_norm > 0, track_grad_norm, a loss
+	                             scaler or a hook plugin's pre_step; 0: not
+	                             (saves a pass over all gradients per step)   */
+	uint32_t reserved;
 } accel_step_report;
 /* ACCEL_ERR_STATE before the first sync step.  report->struct_size must be
  * set by the caller; members beyond it are not written. */
