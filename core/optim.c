@@ -32,7 +32,6 @@
 #endif
 
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +42,6 @@
 extern float sqrtf(float) __attribute__((const, nothrow));
 
 #include "accel/accel.h"
-#include "accel/plugin.h"
 #include "optim.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -394,35 +392,20 @@ static ALWAYS_INLINE float load_grad(const void *restrict g, uint64_t i, uint32_
 	return f16_to_f32(((const uint16_t *)g)[i]);
 }
 
-/* Gradient i, and with ZG its element set to zero in the same pass (the
- * strategy's zero_grad folded into the optimizer, which reads every
- * gradient anyway: one store per element instead of a pass of its own). */
-static ALWAYS_INLINE float take_grad(void *restrict g, uint64_t i, uint32_t dt, const int ZG)
-{
-	float x = load_grad(g, i, dt);
-	if (ZG) {
-		if (dt == ACCEL_DTYPE_F32)
-			((float *)g)[i] = 0.0f;
-		else
-			((uint16_t *)g)[i] = 0;
-	}
-	return x;
-}
-
 /* torch 1.13 _single_tensor_adamw, per element:
  *   param.mul_(1 - lr * wd)
  *   exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
  *   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
  *   denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
  *   param.addcdiv_(exp_avg, denom, value=-step_size)                  */
-static ALWAYS_INLINE void adamw_body(const adamw_k *k, float *restrict p, void *restrict g,
-                                     uint32_t dt, float *restrict m, float *restrict v,
-                                     uint64_t n, const int ZG)
+static ALWAYS_INLINE void adamw_body(const adamw_k *k, float *restrict p,
+                                     const void *restrict g, uint32_t dt, float *restrict m,
+                                     float *restrict v, uint64_t n)
 {
 	const float decay = k->decay, b1 = k->b1, omb1 = k->omb1, b2 = k->b2, omb2 = k->omb2;
 	const float bc2s = k->bc2s, eps = k->eps, nstep = k->nstep, gs = k->gs;
 	for (uint64_t i = 0; i < n; i++) {
-		float gi = take_grad(g, i, dt, ZG) * gs;
+		float gi = load_grad(g, i, dt) * gs;
 		float pi = p[i] * decay;
 		float mi = fmaf(gi, omb1, m[i] * b1);
 		float vi = fmaf(omb2 * gi, gi, v[i] * b2);
@@ -439,18 +422,17 @@ static ALWAYS_INLINE void adamw_body(const adamw_k *k, float *restrict p, void *
  *   buf.mul_(momentum).add_(d_p, alpha=1 - dampening)
  *   d_p = d_p.add(buf, alpha=momentum) if nesterov else buf
  *   param.add_(d_p, alpha=-lr)
- * MOM, WD, NEST, FIRST and ZG are constants at every call, so each
- * combination is its own branch-free loop (the vectoriser gives up on loops
- * whose selects were turned into branches). */
-static ALWAYS_INLINE void sgd_body(const sgd_k *k, float *restrict p, void *restrict g,
+ * MOM, WD, NEST and FIRST are constants at every call, so each combination
+ * is its own branch-free loop (the vectoriser gives up on loops whose
+ * selects were turned into branches). */
+static ALWAYS_INLINE void sgd_body(const sgd_k *k, float *restrict p, const void *restrict g,
                                    uint32_t dt, float *restrict buf, uint64_t n,
-                                   const int MOM, const int WD, const int NEST, const int FIRST,
-                                   const int ZG)
+                                   const int MOM, const int WD, const int NEST, const int FIRST)
 {
 	const float wd = k->wd, mom = k->mom, omdamp = k->omdamp, nlr = k->nlr, gs = k->gs;
 	for (uint64_t i = 0; i < n; i++) {
 		float pi = p[i];
-		float d = take_grad(g, i, dt, ZG) * gs;
+		float d = load_grad(g, i, dt) * gs;
 		if (WD)
 			d = fmaf(pi, wd, d);
 		if (MOM) {
@@ -462,62 +444,48 @@ static ALWAYS_INLINE void sgd_body(const sgd_k *k, float *restrict p, void *rest
 	}
 }
 
-static ALWAYS_INLINE void sgd_flags(const sgd_k *k, float *restrict p, void *restrict g,
-                                    uint32_t dt, float *restrict buf, uint64_t n, const int ZG)
+static ALWAYS_INLINE void sgd_flags(const sgd_k *k, float *restrict p, const void *restrict g,
+                                    uint32_t dt, float *restrict buf, uint64_t n)
 {
 	if (!buf) {
 		if (k->has_wd)
-			sgd_body(k, p, g, dt, NULL, n, 0, 1, 0, 0, ZG);
+			sgd_body(k, p, g, dt, NULL, n, 0, 1, 0, 0);
 		else
-			sgd_body(k, p, g, dt, NULL, n, 0, 0, 0, 0, ZG);
+			sgd_body(k, p, g, dt, NULL, n, 0, 0, 0, 0);
 		return;
 	}
 	switch ((k->has_wd ? 4 : 0) | (k->nesterov ? 2 : 0) | (k->first ? 1 : 0)) {
-	case 0: sgd_body(k, p, g, dt, buf, n, 1, 0, 0, 0, ZG); break;
-	case 1: sgd_body(k, p, g, dt, buf, n, 1, 0, 0, 1, ZG); break;
-	case 2: sgd_body(k, p, g, dt, buf, n, 1, 0, 1, 0, ZG); break;
-	case 3: sgd_body(k, p, g, dt, buf, n, 1, 0, 1, 1, ZG); break;
-	case 4: sgd_body(k, p, g, dt, buf, n, 1, 1, 0, 0, ZG); break;
-	case 5: sgd_body(k, p, g, dt, buf, n, 1, 1, 0, 1, ZG); break;
-	case 6: sgd_body(k, p, g, dt, buf, n, 1, 1, 1, 0, ZG); break;
-	default: sgd_body(k, p, g, dt, buf, n, 1, 1, 1, 1, ZG); break;
+	case 0: sgd_body(k, p, g, dt, buf, n, 1, 0, 0, 0); break;
+	case 1: sgd_body(k, p, g, dt, buf, n, 1, 0, 0, 1); break;
+	case 2: sgd_body(k, p, g, dt, buf, n, 1, 0, 1, 0); break;
+	case 3: sgd_body(k, p, g, dt, buf, n, 1, 0, 1, 1); break;
+	case 4: sgd_body(k, p, g, dt, buf, n, 1, 1, 0, 0); break;
+	case 5: sgd_body(k, p, g, dt, buf, n, 1, 1, 0, 1); break;
+	case 6: sgd_body(k, p, g, dt, buf, n, 1, 1, 1, 0); break;
+	default: sgd_body(k, p, g, dt, buf, n, 1, 1, 1, 1); break;
 	}
 }
 
-/* One copy of each loop per gradient dtype and zeroing choice, with `dt`
- * and `ZG` constants so each is its own vectorised loop. */
+/* One copy of each loop per gradient dtype, with `dt` a constant so each
+ * is its own vectorised loop. */
 #define KERNELS(suffix, attr)                                                              \
-	attr static void adamw_##suffix(const adamw_k *k, float *restrict p, void *restrict g,  \
-	                                uint32_t dt, float *restrict m, float *restrict v,     \
-	                                uint64_t n, int zg)                                    \
+	attr static void adamw_##suffix(const adamw_k *k, float *restrict p,                   \
+	                                const void *restrict g, uint32_t dt, float *restrict m, \
+	                                float *restrict v, uint64_t n)                          \
 	{                                                                                      \
-		switch (dt * 2 + (zg != 0)) {                                                      \
-		case ACCEL_DTYPE_F32 * 2: adamw_body(k, p, g, ACCEL_DTYPE_F32, m, v, n, 0); break; \
-		case ACCEL_DTYPE_F32 * 2 + 1:                                                      \
-			adamw_body(k, p, g, ACCEL_DTYPE_F32, m, v, n, 1);                              \
-			break;                                                                         \
-		case ACCEL_DTYPE_BF16 * 2: adamw_body(k, p, g, ACCEL_DTYPE_BF16, m, v, n, 0); break; \
-		case ACCEL_DTYPE_BF16 * 2 + 1:                                                     \
-			adamw_body(k, p, g, ACCEL_DTYPE_BF16, m, v, n, 1);                             \
-			break;                                                                         \
-		case ACCEL_DTYPE_F16 * 2 + 1:                                                      \
-			adamw_body(k, p, g, ACCEL_DTYPE_F16, m, v, n, 1);                              \
-			break;                                                                         \
-		default: adamw_body(k, p, g, ACCEL_DTYPE_F16, m, v, n, 0); break;                 \
+		switch (dt) {                                                                      \
+		case ACCEL_DTYPE_F32: adamw_body(k, p, g, ACCEL_DTYPE_F32, m, v, n); break;       \
+		case ACCEL_DTYPE_BF16: adamw_body(k, p, g, ACCEL_DTYPE_BF16, m, v, n); break;     \
+		default: adamw_body(k, p, g, ACCEL_DTYPE_F16, m, v, n); break;                   \
 		}                                                                                  \
 	}                                                                                      \
-	attr static void sgd_##suffix(const sgd_k *k, float *restrict p, void *restrict g,      \
-	                              uint32_t dt, float *restrict buf, uint64_t n, int zg)    \
+	attr static void sgd_##suffix(const sgd_k *k, float *restrict p, const void *restrict g, \
+	                              uint32_t dt, float *restrict buf, uint64_t n)            \
 	{                                                                                      \
-		switch (dt * 2 + (zg != 0)) {                                                      \
-		case ACCEL_DTYPE_F32 * 2: sgd_flags(k, p, g, ACCEL_DTYPE_F32, buf, n, 0); break;  \
-		case ACCEL_DTYPE_F32 * 2 + 1: sgd_flags(k, p, g, ACCEL_DTYPE_F32, buf, n, 1); break; \
-		case ACCEL_DTYPE_BF16 * 2: sgd_flags(k, p, g, ACCEL_DTYPE_BF16, buf, n, 0); break; \
-		case ACCEL_DTYPE_BF16 * 2 + 1:                                                     \
-			sgd_flags(k, p, g, ACCEL_DTYPE_BF16, buf, n, 1);                               \
-			break;                                                                         \
-		case ACCEL_DTYPE_F16 * 2 + 1: sgd_flags(k, p, g, ACCEL_DTYPE_F16, buf, n, 1); break; \
-		default: sgd_flags(k, p, g, ACCEL_DTYPE_F16, buf, n, 0); break;                   \
+		switch (dt) {                                                                      \
+		case ACCEL_DTYPE_F32: sgd_flags(k, p, g, ACCEL_DTYPE_F32, buf, n); break;         \
+		case ACCEL_DTYPE_BF16: sgd_flags(k, p, g, ACCEL_DTYPE_BF16, buf, n); break;       \
+		default: sgd_flags(k, p, g, ACCEL_DTYPE_F16, buf, n); break;                     \
 		}                                                                                  \
 	}
 
@@ -533,19 +501,8 @@ int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *gr
                            float *const state[], uint64_t n, double grad_scale,
                            accel_err *err)
 {
-	/* Without ACCEL_OPTIM_ZERO_GRAD nothing is written through g. */
-	return accel_optim_step_range_flags(optim, grp, t, lr, p, (void *)(uintptr_t)g, gdtype,
-	                                    state, n, grad_scale, 0, err);
-}
-
-int accel_optim_step_range_flags(const accel_optim *optim, const accel_optim_group *grp,
-                                 uint64_t t, double lr, float *p, void *g, uint32_t gdtype,
-                                 float *const state[], uint64_t n, double grad_scale,
-                                 uint32_t flags, accel_err *err)
-{
 	uint32_t ns;
 	double wd;
-	int zg = (flags & ACCEL_OPTIM_ZERO_GRAD) != 0;
 
 	if (!optim)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: optim is NULL");
@@ -566,9 +523,6 @@ int accel_optim_step_range_flags(const accel_optim *optim, const accel_optim_gro
 		                     "(%u) is not f32, f16 or bf16",
 		                     accel_dtype_name(gdtype) ? accel_dtype_name(gdtype) : "unknown",
 		                     gdtype);
-	if (flags & ~(uint32_t)ACCEL_OPTIM_ZERO_GRAD)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: unknown flags 0x%x",
-		                     flags & ~(uint32_t)ACCEL_OPTIM_ZERO_GRAD);
 	if (n == 0)
 		return ACCEL_OK;
 	ns = accel_optim_state_count(optim);
@@ -612,11 +566,11 @@ int accel_optim_step_range_flags(const accel_optim *optim, const accel_optim_gro
 		};
 #ifdef HAVE_AVX2_FMA
 		if (optim->kernel == K_AVX2_FMA) {
-			adamw_avx2(&k, p, g, gdtype, state[0], state[1], n, zg);
+			adamw_avx2(&k, p, g, gdtype, state[0], state[1], n);
 			return ACCEL_OK;
 		}
 #endif
-		adamw_generic(&k, p, g, gdtype, state[0], state[1], n, zg);
+		adamw_generic(&k, p, g, gdtype, state[0], state[1], n);
 		return ACCEL_OK;
 	}
 
@@ -633,10 +587,10 @@ int accel_optim_step_range_flags(const accel_optim *optim, const accel_optim_gro
 	float *buf = ns ? state[0] : NULL;
 #ifdef HAVE_AVX2_FMA
 	if (optim->kernel == K_AVX2_FMA) {
-		sgd_avx2(&k, p, g, gdtype, buf, n, zg);
+		sgd_avx2(&k, p, g, gdtype, buf, n);
 		return ACCEL_OK;
 	}
 #endif
-	sgd_generic(&k, p, g, gdtype, buf, n, zg);
+	sgd_generic(&k, p, g, gdtype, buf, n);
 	return ACCEL_OK;
 }

@@ -122,13 +122,6 @@ int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *gr
                            double lr, float *p, const void *g, uint32_t gdtype,
                            float *const state[], uint64_t n, double grad_scale,
                            accel_err *err);
-/* The same with ACCEL_OPTIM_* flags (abi/accel/plugin.h): with
- * ACCEL_OPTIM_ZERO_GRAD every g[i] is set to zero right after it is read
- * (same results; g is written). */
-int accel_optim_step_range_flags(const accel_optim *optim, const accel_optim_group *grp,
-                                 uint64_t t, double lr, float *p, void *g, uint32_t gdtype,
-                                 float *const state[], uint64_t n, double grad_scale,
-                                 uint32_t flags, accel_err *err);
 
 /* The kernel variant step_range uses: "avx2-fma" (x86-64 with AVX2 and
  * FMA), "generic" (portable C; fmaf() from the C library where the target

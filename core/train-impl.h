@@ -51,6 +51,7 @@ struct accel_train {
 	uint64_t step;              /* optimizer steps applied */
 	double max_grad_norm;       /* 0: no clipping */
 	int32_t track_grad_norm;    /* compute the norm even when nothing needs it */
+	int32_t grad_overwrite;     /* accel_set_grad_overwrite(): never zero grads */
 	uint64_t seed;
 	double lr;                  /* learning rate of the next step (group 0) */
 	int in_step;

@@ -844,6 +844,28 @@ int accel_sync_gradients(const accel_ctx *ctx)
 	return accel_train_sync_step(get_train(ctx)) ? 1 : 0;
 }
 
+int accel_set_grad_overwrite(accel_ctx *ctx, int on)
+{
+	accel_train *t = NULL;
+	int r;
+	if ((r = need_train(ctx, "accel_set_grad_overwrite", &t)))
+		return r;
+	if (t->prepared)
+		return terr(t, ACCEL_ERR_STATE, "accel_set_grad_overwrite: call it before "
+		            "accel_prepare() (switching later would add to gradients that were "
+		            "not zeroed)");
+	t->grad_overwrite = on ? 1 : 0;
+	return ACCEL_OK;
+}
+
+int accel_grad_accumulate(const accel_ctx *ctx)
+{
+	const accel_train *t = get_train(ctx);
+	if (!t || !t->grad_overwrite)
+		return 1;
+	return t->micro > 0 ? 1 : 0;
+}
+
 uint64_t accel_train_step_count(const accel_train *t)
 {
 	return t ? t->step : 0;
@@ -986,6 +1008,7 @@ int accel_step(accel_ctx *ctx)
 		.grad_norm = norm,
 		.grad_scale = coef * unscale,
 		.nonfinite = nonfinite,
+		.flags = t->grad_overwrite ? ACCEL_STEP_KEEP_GRADS : 0,
 	};
 	for (uint32_t i = 1; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
@@ -1090,13 +1113,13 @@ int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 {
 	optim_state *o;
 	param_rec *p;
-	uint32_t ns, flags;
+	uint32_t ns;
 	if (!t || !a)
 		return ACCEL_ERR_INVALID_ARG;
 	o = t->optim;
 	if (!t->in_step)
 		return terr(t, ACCEL_ERR_STATE, "optim_step called outside accel_step()");
-	if (a->struct_size < ACCEL_OPTIM_ARGS_V1_SIZE0 || a->param >= t->n_params)
+	if (a->struct_size < sizeof(*a) || a->param >= t->n_params)
 		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step: bad arguments (struct_size %u, "
 		            "param %u of %u)", a->struct_size, a->param, t->n_params);
 	p = &t->params[a->param];
@@ -1115,16 +1138,9 @@ int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 	if (a->master.device != ACCEL_DEVICE_CPU || a->grad.device != ACCEL_DEVICE_CPU)
 		return terr(t, ACCEL_ERR_UNSUPPORTED, "optim_step('%s'): the optimizer runs on CPU "
 		            "ranges only in this build", p->name);
-	/* `flags` exists from ABI minor 1 on; older plugins' structs end before it. */
-	flags = a->struct_size >= offsetof(accel_optim_args_v1, flags) + sizeof(a->flags)
-	                ? a->flags : 0;
-	if (flags & ~(uint32_t)ACCEL_OPTIM_ZERO_GRAD)
-		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): unknown flags 0x%x (this "
-		            "accel knows ACCEL_OPTIM_ZERO_GRAD = 0x%x)", p->name,
-		            flags & ~(uint32_t)ACCEL_OPTIM_ZERO_GRAD, ACCEL_OPTIM_ZERO_GRAD);
 	ns = accel_optim_state_count(o->optim);
-	return accel_optim_step_range_flags(o->optim, accel_optim_get_group(o->optim, p->group),
-	                                    t->step + 1, t->lr, a->master.data, a->grad.data,
-	                                    a->grad.dtype, ns ? (float *const *)a->state : NULL,
-	                                    a->master.numel, a->grad_scale, flags, &t->ctx->err);
+	return accel_optim_step_range(o->optim, accel_optim_get_group(o->optim, p->group),
+	                              t->step + 1, t->lr, a->master.data, a->grad.data,
+	                              a->grad.dtype, ns ? (float *const *)a->state : NULL,
+	                              a->master.numel, a->grad_scale, &t->ctx->err);
 }

@@ -68,7 +68,8 @@ static void model_free(model *m)
 
 /* Mean loss over n samples; with grad, accumulates the gradient of that
  * mean (denominator `denom`) into dW/db. */
-static double run(model *m, const float *x, const int64_t *y, int n, int grad, double denom)
+static double run_acc(model *m, const float *x, const int64_t *y, int n, int grad, double denom,
+                      int accumulate)
 {
 	mlp_work w;
 	ck_assert_int_eq(mlp_work_init(&w, &m->s, n), 0);
@@ -79,12 +80,17 @@ static double run(model *m, const float *x, const int64_t *y, int n, int grad, d
 	if (grad) {
 		loss = mlp_loss(&m->s, &w, y, n, denom, NULL);
 		for (int l = m->s.n_layers - 1; l >= 0; l--)
-			mlp_backward_layer(&m->s, &w, l, m->W[l], m->dW[l], m->db[l], n);
+			mlp_backward_layer(&m->s, &w, l, m->W[l], m->dW[l], m->db[l], n, accumulate);
 	} else {
 		loss = mlp_eval_loss(&m->s, &w, y, n, NULL);
 	}
 	mlp_work_free(&w);
 	return loss / n;
+}
+
+static double run(model *m, const float *x, const int64_t *y, int n, int grad, double denom)
+{
+	return run_acc(m, x, y, n, grad, denom, 1);
 }
 
 static void gradcheck(int inputs, int hidden, int n_hidden, int classes, int n, uint64_t seed)
@@ -135,6 +141,38 @@ static void gradcheck(int inputs, int hidden, int n_hidden, int classes, int n, 
 	free(y);
 	model_free(&m);
 }
+
+/* accumulate 0 (accel_set_grad_overwrite mode) overwrites whatever the
+ * gradient buffers hold with exactly what accumulate 1 adds to zeros; a
+ * second pass with accumulate 1 then adds to it. */
+START_TEST(overwrite_equals_zero_then_add)
+{
+	model a, b;
+	uint64_t seed = 5;
+	model_init(&a, 6, 8, 2, 4, 21);
+	model_init(&b, 6, 8, 2, 4, 21);
+	float x[5 * 6];
+	int64_t y[5] = {0, 1, 2, 3, 1};
+	for (int i = 0; i < 5 * 6; i++)
+		x[i] = urand(&seed);
+	for (int l = 0; l < b.s.n_layers; l++) {   /* stale values in b */
+		for (size_t i = 0; i < wsize(&b, l); i++)
+			b.dW[l][i] = 123.0f + (float)i;
+		for (int i = 0; i < b.s.dims[l + 1]; i++)
+			b.db[l][i] = -7.0f;
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		run_acc(&a, x, y, 5, 1, 5, 1);
+		run_acc(&b, x, y, 5, 1, 5, pass);
+		for (int l = 0; l < a.s.n_layers; l++) {
+			ck_assert(!memcmp(a.dW[l], b.dW[l], wsize(&a, l) * sizeof(float)));
+			ck_assert(!memcmp(a.db[l], b.db[l], (size_t)a.s.dims[l + 1] * sizeof(float)));
+		}
+	}
+	model_free(&a);
+	model_free(&b);
+}
+END_TEST
 
 START_TEST(gradcheck_linear)
 {
@@ -273,6 +311,7 @@ static Suite *mlp_grad_suite(void)
 {
 	Suite *s = suite_create("mlp-grad");
 	TCase *tc = tcase_create("math");
+	tcase_add_test(tc, overwrite_equals_zero_then_add);
 	tcase_add_test(tc, gradcheck_linear);
 	tcase_add_test(tc, gradcheck_one_hidden);
 	tcase_add_test(tc, gradcheck_three_hidden);

@@ -331,7 +331,7 @@ START_TEST(grad_stats_when_used)
 		ck_assert_float_eq(w[0], -3.0f);
 		ck_assert_float_eq(w[1], -4.0f);
 		for (int i = 0; i < 3; i++)
-			ck_assert_float_eq(g[i], 0.0f);   /* zeroed by the optimizer's pass */
+			ck_assert_float_eq(g[i], 0.0f);   /* zeroed by the step */
 		accel_step_report rep = {.struct_size = sizeof(rep)};
 		ck_assert_int_eq(accel_last_step(ctx, &rep), ACCEL_OK);
 		ck_assert_uint_eq(rep.has_grad_norm, (uint32_t)track);
@@ -348,6 +348,49 @@ START_TEST(grad_stats_when_used)
 		ck_assert(isnan(w[2]));   /* applied, as torch would */
 		accel_ctx_free(ctx);
 	}
+}
+END_TEST
+
+/* Overwrite mode: accel_grad_accumulate() is 0 on each step's first
+ * micro-step and 1 on the others; the step leaves the gradients as they are
+ * (no zeroing pass); the update is the one of the default mode.  Without the
+ * mode it is always 1; switching after prepare is refused. */
+START_TEST(grad_overwrite)
+{
+	accel_ctx *ctx = ctx_json("{\"gradient_accumulation_steps\": 2, " SGD(0.5) "}");
+	uint32_t p;
+	add(ctx, "a", "w", 2, NULL, &p);
+	ck_assert_int_eq(accel_grad_accumulate(ctx), 1);
+	ck_assert_int_eq(accel_set_grad_overwrite(ctx, 1), ACCEL_OK);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	float *w = accel_param_data(ctx, p), *g = accel_param_grad(ctx, p);
+	for (int step = 0; step < 2; step++) {
+		for (int m = 0; m < 2; m++) {
+			int acc = accel_grad_accumulate(ctx);
+			ck_assert_int_eq(acc, m);
+			for (int i = 0; i < 2; i++)   /* micro-step gradients 1 and 3: mean 2 */
+				g[i] = (acc ? g[i] : 0.0f) + (float)(2 * m + 1);
+			ck_assert_int_eq(accel_step(ctx), ACCEL_OK);
+		}
+		for (int i = 0; i < 2; i++) {
+			ck_assert_float_eq(w[i], -0.5f * 2.0f * (float)(step + 1));
+			ck_assert_float_eq(g[i], 4.0f);   /* not zeroed: 1 + 3 still there */
+		}
+	}
+	expect_err(ctx, accel_set_grad_overwrite(ctx, 0), ACCEL_ERR_STATE, "before accel_prepare");
+	accel_ctx_free(ctx);
+
+	ctx = ctx_json("{\"gradient_accumulation_steps\": 2, " SGD(0.5) "}");
+	add(ctx, "a", "w", 2, NULL, &p);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	g = accel_param_grad(ctx, p);
+	for (int m = 0; m < 2; m++) {
+		ck_assert_int_eq(accel_grad_accumulate(ctx), 1);
+		g[0] += 1.0f;
+		ck_assert_int_eq(accel_step(ctx), ACCEL_OK);
+	}
+	ck_assert_float_eq(g[0], 0.0f);   /* default mode: zeroed by the step */
+	accel_ctx_free(ctx);
 }
 END_TEST
 
@@ -752,6 +795,7 @@ static Suite *train_suite(void)
 	tcase_add_test(tc, initial_values);
 	tcase_add_test(tc, sgd_accumulation);
 	tcase_add_test(tc, grad_stats_when_used);
+	tcase_add_test(tc, grad_overwrite);
 	tcase_add_test(tc, clipping);
 	tcase_add_test(tc, adamw_step);
 	tcase_add_test(tc, no_decay_groups);

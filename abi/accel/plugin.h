@@ -187,24 +187,12 @@ typedef struct accel_optim_args_v1 {
 	uint32_t param;           /* parameter index                                */
 	uint64_t offset;          /* first element of the range inside the parameter */
 	accel_view master;        /* f32 values to update, in place                 */
-	accel_view grad;          /* gradients (f32, f16 or bf16); read only unless
-	                             flags has ACCEL_OPTIM_ZERO_GRAD               */
+	accel_view grad;          /* gradients (f32, f16 or bf16), read only        */
 	float *state[4];          /* optim_state_count() f32 arrays of master.numel
 	                             elements on master's device, in place; zero on
 	                             the first step                                 */
 	double grad_scale;        /* multiply gradients by this first (unscale, clip) */
-	/* ABI minor 1: */
-	uint32_t flags;           /* ACCEL_OPTIM_* bits                             */
-	uint32_t reserved;        /* 0                                              */
 } accel_optim_args_v1;
-
-/* accel_optim_args_v1.flags (hosts of ABI minor >= 1; an older host reads a
- * struct_size without `flags` and never zeroes): */
-/* Zero every gradient element of the range in the same pass that reads it,
- * instead of a separate pass over the gradients after the step. */
-#define ACCEL_OPTIM_ZERO_GRAD (1u << 0)
-/* struct_size of accel_optim_args_v1 as of ABI minor 0 (before `flags`). */
-#define ACCEL_OPTIM_ARGS_V1_SIZE0 (offsetof(accel_optim_args_v1, flags))
 
 /* What the core passes through a step.  Precision hooks may modify it in
  * pre_step; the strategy reads it in step. */
@@ -214,12 +202,23 @@ typedef struct accel_step_info_v1 {
 	uint64_t step;            /* optimizer steps applied before this one      */
 	double lr;                /* learning rate of group 0 for this step       */
 	double loss_scale;        /* the scale the loss was multiplied by (1 = none) */
-	double grad_norm;         /* global L2 norm of the unscaled gradients
-	                             (NaN if any is non-finite)                    */
+	double grad_norm;         /* global L2 norm of the unscaled gradients; NaN
+	                             if any is non-finite, and when nothing needed
+	                             it (no clipping, loss scaler, pre_step hook or
+	                             track_grad_norm: grad_stats was not called) */
 	double grad_scale;        /* the factor step() must apply to gradients:
 	                             clip coefficient / loss_scale                 */
 	uint64_t nonfinite;       /* non-finite gradient elements, all ranks      */
+	/* ABI minor 1 (read only when info->struct_size covers it): */
+	uint32_t flags;           /* ACCEL_STEP_* bits                            */
+	uint32_t reserved;
 } accel_step_info_v1;
+
+/* accel_step_info_v1.flags */
+/* The program writes (rather than adds to) every trainable gradient on the
+ * first micro-step after this step (accel_set_grad_overwrite()): step() must
+ * not spend a pass zeroing them; their contents afterwards do not matter. */
+#define ACCEL_STEP_KEEP_GRADS (1u << 0)
 
 /* The whole selection, given to validate(). */
 typedef struct accel_selection_v1 {

@@ -123,15 +123,19 @@ double mlp_eval_loss(const mlp_shape *s, const mlp_work *w, const int64_t *label
 }
 
 void mlp_backward_layer(const mlp_shape *s, mlp_work *w, int l, const float *W, float *dW,
-                        float *db, int n)
+                        float *db, int n, int accumulate)
 {
 	int in = s->dims[l], out = s->dims[l + 1];
 	/* dact[0] holds dY of this layer on entry: layers alternate buffers. */
 	int cur = (s->n_layers - 1 - l) & 1;
 	const float *dy = w->dact[cur];
 	float *dx = w->dact[cur ^ 1];
-	/* dW[out,in] += dY[n,out]^T . X[n,in] */
-	blas_sgemm(1, 0, out, in, n, 1.0f, dy, out, w->act[l], in, 1.0f, dW, in);
+	/* dW[out,in] (+)= dY[n,out]^T . X[n,in]: without `accumulate` the
+	 * product overwrites dW (beta 0), so nobody has to zero it first. */
+	blas_sgemm(1, 0, out, in, n, 1.0f, dy, out, w->act[l], in, accumulate ? 1.0f : 0.0f, dW,
+	           in);
+	if (!accumulate)
+		memset(db, 0, (size_t)out * sizeof(*db));
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < out; j++)
 			db[j] += dy[(size_t)i * out + j];

@@ -59,11 +59,12 @@ double mlp_eval_loss(const mlp_shape *s, const mlp_work *w, const int64_t *label
                      int *ret_correct);
 
 /* fc{l} backward on n samples after mlp_loss (and the backward of the layers
- * above): dW += dY^T . X, db += sum over rows of dY, and for l > 0 the
- * gradient wrt fc{l}'s input, through the ReLU of fc{l-1}, is left in
- * w->dact for the next (lower) layer. */
+ * above): dW += dY^T . X, db += sum over rows of dY (with accumulate 0:
+ * dW = ..., db = ..., overwriting them), and for l > 0 the gradient wrt
+ * fc{l}'s input, through the ReLU of fc{l-1}, is left in w->dact for the
+ * next (lower) layer. */
 void mlp_backward_layer(const mlp_shape *s, mlp_work *w, int l, const float *W, float *dW,
-                        float *db, int n);
+                        float *db, int n, int accumulate);
 
 /* ---- data set --------------------------------------------------------------
  * Synthetic classification: each class is a mixture of `modes` Gaussian

@@ -136,6 +136,25 @@ def main():
                 bad.append(f"{k}: train_mlp and PyTorch differ by {dref:.3g}")
             if moved < 1e-4:
                 bad.append(f"{k}: did not train (moved {moved:.3g})")
+        # Gradient accumulation with the program overwriting its gradients
+        # on each step's first micro-step (train_mlp uses
+        # accel_set_grad_overwrite): 2 micro-steps of 32 == 1 step of 64.
+        # 9 steps stay inside the first epoch (576 of 600 samples).
+        a9 = [x for x in ARGS]
+        a9[a9.index("--steps") + 1] = "9"
+        b9 = [x for x in a9]
+        b9[b9.index("--batch-size") + 1] = str(BATCH // 2)
+        fa, fb = os.path.join(tmp, "b64.safetensors"), os.path.join(tmp, "acc2.safetensors")
+        run([exe, *a9, "--save-final", fa], "1 process, 9 steps of 64")
+        run([exe, *b9, "--set", "gradient_accumulation_steps=2", "--save-final", fb],
+            "1 process, 9 steps of 2 x 32")
+        _, ga = load(fa)
+        _, gb = load(fb)
+        for k in ga:
+            d = (ga[k] - gb[k]).abs().max().item()
+            print(f"{k:10s} |64 - 2x32| {d:.2e}")
+            if d > 1e-6:
+                bad.append(f"{k}: 1 step of 64 and 2 micro-steps of 32 differ by {d:.3g}")
     for b in bad:
         print("FAIL:", b)
     print("ok" if not bad else f"{len(bad)} check(s) failed")

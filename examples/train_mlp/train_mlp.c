@@ -263,6 +263,9 @@ static int forward(trainer *t, int n)
 
 static int backward(trainer *t, int n)
 {
+	/* 0 on a step's first micro-step: write the gradients (overwrite mode,
+	 * set before accel_prepare), so accel never zeroes them. */
+	int acc = accel_grad_accumulate(t->ctx);
 	int rc;
 	for (int l = t->shape.n_layers - 1; l >= 0; l--) {
 		if ((rc = accel_unit_pre_backward(t->ctx, t->unit[l])))
@@ -272,7 +275,7 @@ static int backward(trainer *t, int n)
 		float *db = accel_param_grad(t->ctx, t->bias[l]);
 		if (!W || !dW || !db)
 			return fail(t, "gradients not available in backward", ACCEL_ERR_STATE);
-		mlp_backward_layer(&t->shape, &t->work, l, W, dW, db, n);
+		mlp_backward_layer(&t->shape, &t->work, l, W, dW, db, n, acc);
 		if ((rc = accel_unit_post_backward(t->ctx, t->unit[l])))
 			return fail(t, "post-backward hook", rc);
 	}
@@ -547,6 +550,12 @@ int main(int argc, char **argv)
 
 	if (register_model(&t))
 		goto out;
+	/* backward() writes every gradient on a step's first micro-step (GEMM
+	 * beta 0) and adds on the others, so accel need not zero them. */
+	if ((rc = accel_set_grad_overwrite(t.ctx, 1))) {
+		fail(&t, "accel_set_grad_overwrite", rc);
+		goto out;
+	}
 	if ((rc = accel_prepare(t.ctx))) {
 		fail(&t, "accel_prepare", rc);
 		goto out;

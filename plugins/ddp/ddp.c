@@ -91,8 +91,6 @@ static int ddp_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 	if (!s->first_bytes)
 		s->first_bytes = 1;
 	s->debug.struct_size = sizeof(s->debug);
-	/* ACCEL_OPTIM_ZERO_GRAD is honoured from ABI minor 1 on. */
-	s->fused_zero = host->abi_minor >= 1;
 	*ret_state = s;
 	return ACCEL_OK;
 
@@ -294,9 +292,6 @@ static int ddp_step(void *state, const accel_step_info_v1 *info)
 				                        (bk->dtype == ACCEL_DTYPE_F32 ? 4 : 2),
 				                p->numel),
 				.grad_scale = info->grad_scale,
-				/* The optimizer zeroes each gradient as it reads it, so
-				 * no pass of its own zeroes the buckets after the step. */
-				.flags = s->fused_zero ? ACCEL_OPTIM_ZERO_GRAD : 0,
 			};
 			for (uint32_t k = 0; k < s->n_state; k++)
 				a.state[k] = dp->state[k];
@@ -304,7 +299,10 @@ static int ddp_step(void *state, const accel_step_info_v1 *info)
 				return r;
 		}
 	}
-	if (!info->skip && s->fused_zero)
+	/* The program overwrites the gradients on its next micro-step: no pass
+	 * zeroing them (also after a skipped step). */
+	if (info->struct_size >= offsetof(accel_step_info_v1, flags) + sizeof(info->flags) &&
+	    (info->flags & ACCEL_STEP_KEEP_GRADS))
 		return ACCEL_OK;
 	return ddp_zero_grads(s);
 }

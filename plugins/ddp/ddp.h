@@ -41,7 +41,6 @@ typedef struct ddp_state {
 	const accel_host_v1 *host;
 	accel_host *h;
 	accel_world_v1 world;
-	int fused_zero;            /* the optimizer zeroes gradients (ABI minor >= 1) */
 	uint64_t cap_bytes, first_bytes;
 	const accel_model_v1 *model;
 	uint32_t n_state;            /* optimizer state arrays per element            */

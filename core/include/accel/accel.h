@@ -269,6 +269,21 @@ ACCEL_API int accel_unit_post_backward(accel_ctx *ctx, uint32_t unit);
  * gradients and updates parameters), else 0.  Like Accelerate's
  * `accelerator.sync_gradients`. */
 ACCEL_API int accel_sync_gradients(const accel_ctx *ctx);
+
+/* Zeroing gradients.  By default every accel_step() leaves the gradients
+ * zeroed and the program adds (+=) each micro-step's gradients to them.  A
+ * program can instead *write* every trainable gradient on the first
+ * micro-step of a step and add on the others (a GEMM with beta 0, then 1:
+ * PyTorch's zero_grad(set_to_none=True)); it says so once, before
+ * accel_prepare(), with accel_set_grad_overwrite(ctx, 1), and then accel
+ * never zeroes the gradients, which saves a pass over all of them per step.
+ * accel_grad_accumulate() tells such a program what to do now: 0 = write
+ * (overwrite what is there), 1 = add.  It is always 1 without overwrite
+ * mode, so a program may use it unconditionally.  In overwrite mode a
+ * gradient the program does not write on a first micro-step keeps stale
+ * values: every trainable parameter must get one. */
+ACCEL_API int accel_set_grad_overwrite(accel_ctx *ctx, int on);
+ACCEL_API int accel_grad_accumulate(const accel_ctx *ctx);
 /* End a micro-step.  On non-sync micro-steps only counts it.  On sync ones:
  * finish gradient reduction, compute the global gradient norm, apply loss
  * (un)scaling, clip to `max_grad_norm` (when > 0, like torch's
