@@ -10,6 +10,11 @@
 #   gloo    bench/gloo_allreduce.py: torch.distributed with the gloo backend
 #   accel-mpi  (for information, no target) accel's own mpi backend through
 #           the core under mpirun, next to the Open MPI calls it makes
+#   floor   bench/memfloor: NP threads with direct access to every buffer
+#           move exactly the bytes an all-reduce / all-gather must move, no
+#           synchronisation: a lower bound on this machine for any
+#           shared-memory implementation (all-reduce and all-gather only;
+#           out of place like the others)
 #
 # Prints every peer's JSON lines, then one ratio line per op and size
 # ({"bench":"comm-ratio",...}: peer time / accel time, so > 1 means accel is
@@ -23,7 +28,7 @@
 #   MPI_PEER_ARGS (extra mpirun arguments for the openmpi peer, e.g. to force
 #   a collective algorithm: "--mca coll_tuned_use_dynamic_rules 1 --mca
 #   coll_tuned_allreduce_algorithm 4"), PYTHON (/usr/bin/python3), SKIP (space-separated peers to leave out:
-#   accel-user accel-backend accel-mpi openmpi gloo).
+#   accel-user accel-backend accel-mpi openmpi gloo floor).
 set -eu
 
 BUILD=${1:-build}
@@ -42,6 +47,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 ACCEL=$BUILD/cli/accel
 MPIBENCH=$BUILD/bench/mpi_allreduce
+FLOOR=$BUILD/bench/memfloor
 skipped() {
 	case " $SKIP " in *" $1 "*) return 0 ;; esac
 	return 1
@@ -108,6 +114,17 @@ run_gloo() {
 	keep_json <"$OUT/raw"
 }
 
+run_floor() {
+	if [ ! -x "$FLOOR" ]; then
+		echo "comm-peers: $FLOOR not built; floor skipped" >&2
+		return 0
+	fi
+	case $OPS in all | allreduce | allgather) ;; *) return 0 ;; esac
+	"$FLOOR" --np "$NP" --op "$OPS" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" \
+		--iters "$ITERS" --warmup "$WARMUP" >"$OUT/raw" || return 1
+	keep_json <"$OUT/raw"
+}
+
 echo "# comm-peers: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname) cpus $(nproc)" \
 	"load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $("$ACCEL" --version 2>/dev/null | head -1 || echo 'accel not built'); $(mpirun --version 2>/dev/null | head -1 || echo 'no mpirun');" \
@@ -117,7 +134,7 @@ echo "# NP=$NP OPS=$OPS MIN_BYTES=$MIN_BYTES MAX_BYTES=$MAX_BYTES ITERS=$ITERS W
 
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
-	for peer in accel-user accel-backend accel-mpi openmpi gloo; do
+	for peer in accel-user accel-backend accel-mpi openmpi gloo floor; do
 		skipped "$peer" && continue
 		case $peer in
 		accel-user) run_accel user ;;
@@ -125,6 +142,7 @@ while [ "$round" -le "$ROUNDS" ]; do
 		accel-mpi) run_accel_mpi ;;
 		openmpi) run_openmpi ;;
 		gloo) run_gloo ;;
+		floor) run_floor ;;
 		esac >"$OUT/$peer.$round" || { echo "comm-peers: $peer failed (round $round)" >&2; exit 1; }
 		cat "$OUT/$peer.$round"
 	done
@@ -197,6 +215,36 @@ targets = [
     ("reduce_scatter 64MiB vs OpenMPI", "reduce_scatter", M64, "accel-user", "openmpi", 1.0),
     ("allgather 64MiB vs OpenMPI", "allgather", M64, "accel-user", "openmpi", 1.0),
 ]
+# How far each is from the memory-traffic floor (bench/memfloor), and where
+# a target lies against it: a target time below the floor cannot be met by
+# any shared-memory implementation on this machine.
+floor_rows = []
+for op in ("allreduce", "allgather"):
+    fl = t("floor", op, M64)
+    if fl is None:
+        continue
+    for peer in ("accel-user", "accel-backend", "openmpi", "gloo"):
+        x = t(peer, op, M64)
+        if x is not None:
+            floor_rows.append("  %-15s 64MiB %-14s %10.1f us = %5.2f x floor (%.1f us)" % (
+                op, peer, x, x / fl, fl))
+            print(json.dumps({"bench": "comm-floor", "op": op, "bytes": M64, "peer": peer,
+                              "time_us": x, "floor_us": fl, "x_floor": round(x / fl, 3)},
+                             separators=(",", ":")))
+    for name, o, b, me, peer, need in targets:
+        if o != op or b != M64:
+            continue
+        pt = t(peer, op, M64)
+        if pt is None:
+            continue
+        want = pt / need
+        floor_rows.append("  target %-45s needs %10.1f us: %s" % (
+            name, want, "below the floor" if want < fl else "above the floor"))
+if floor_rows:
+    print()
+    print("# against the memory-traffic floor (NP threads, direct access, no synchronisation)")
+    for line in floor_rows:
+        print(line)
 print()
 print("# %-52s %8s %8s %6s" % ("target", "ratio", "needed", ""))
 for name, op, b, me, peer, need in targets:

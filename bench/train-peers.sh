@@ -9,6 +9,9 @@
 #   accel        `accel launch -n NP -- train_mlp` (strategy ddp, backend
 #                shm, AdamW), NP processes
 #   accel        train_mlp on one process (the scaling baseline)
+#   accel-1xN    NP independent one-process train_mlp runs at the same time
+#                (no communication): what the machine's shared cores, caches
+#                and memory bandwidth alone cost against one process
 #
 # Every rank gets BATCH samples per step (train_mlp's --batch-size is the
 # global batch, so it gets NP*BATCH), one thread per process
@@ -32,7 +35,7 @@
 # Usage: bench/train-peers.sh [BUILD_DIR]        (default: build)
 # Environment: NP (2), BATCH (128, per rank), STEPS (100), WARMUP (10),
 #   REPEATS (5), HIDDEN (1024), LAYERS (2), PYTHON (/usr/bin/python3),
-#   SKIP (space-separated runs to leave out: pytorch accel accel-1),
+#   SKIP (space-separated runs to leave out: pytorch accel accel-1 accel-1xN),
 #   MLP_ARGS (more train_mlp options, e.g. "--set ddp.bucket_cap_mb=4"),
 #   QUIET_WAIT (0: before each run, wait up to this many seconds for a second
 #   in which the rest of the machine uses less than QUIET_MAX (0.2) CPUs).
@@ -103,6 +106,15 @@ run1() {
 			"$TRAIN" $MLP --batch-size $((NP * BATCH)) $MLP_ARGS ;;
 	accel-1)
 		"$TRAIN" $MLP --batch-size "$BATCH" $MLP_ARGS ;;
+	accel-1xN)
+		# NP independent one-rank runs at once, no communication at all: the
+		# machine's own scaling (shared cores, caches, memory bandwidth).
+		i=0
+		while [ "$i" -lt "$NP" ]; do
+			("$TRAIN" $MLP --batch-size "$BATCH" $MLP_ARGS | sed "s/^/[rank $i] /") &
+			i=$((i + 1))
+		done
+		wait ;;
 	esac
 }
 if [ "${2:-}" = run1 ]; then
@@ -174,7 +186,7 @@ echo "# NP=$NP BATCH=$BATCH (per rank) STEPS=$STEPS WARMUP=$WARMUP REPEATS=$REPE
 
 round=1
 while [ "$round" -le "$REPEATS" ]; do
-	for name in pytorch accel accel-1; do
+	for name in pytorch accel accel-1 accel-1xN; do
 		skipped "$name" && continue
 		run "$name" "$round" >"$OUT/$name.$round" || {
 			echo "train-peers: $name failed (round $round)" >&2
@@ -206,7 +218,7 @@ def summary(name, rows, tag):
     sps = [r["samples_per_s"] for r in rows.values()]
     med = statistics.median(ms)
     first = rows[min(rows)]
-    s = {"bench": "train_mlp-summary", "runs_used": tag, "impl": first["impl"],
+    s = {"bench": "train_mlp-summary", "runs_used": tag, "run": name, "impl": first["impl"],
          "world": first["world"], "runs": len(ms),
          "ms_per_step": round(med, 2), "ms_min": round(min(ms), 2), "ms_max": round(max(ms), 2),
          "spread_pct": round(100 * (max(ms) - min(ms)) / med, 1),
@@ -236,11 +248,18 @@ def ratio(name, sums, rows, a_n, b_n, key, target, higher, tag):
     print(json.dumps(line))
 
 for tag, rows in (("all", runs), (f"quiet (contention <= {quiet_max})", quiet)):
-    sums = {n: summary(n, rows.get(n), tag) for n in ("pytorch", "accel", "accel-1")}
+    sums = {n: summary(n, rows.get(n), tag) for n in ("pytorch", "accel", "accel-1", "accel-1xN")}
     ratio(f"accel{np_}_vs_pytorch{np_}_samples_per_s", sums, rows, "accel", "pytorch",
           "samples_per_s", 1.25, True, tag)
     ratio(f"accel{np_}_vs_accel1_step_time", sums, rows, "accel", "accel-1", "ms_per_step",
           1.25, False, tag)
+    # For information: how much of that the machine itself costs (NP
+    # independent one-rank runs, no communication, against one alone), and
+    # what is left for communication and coordination.
+    ratio(f"independent{np_}x1_vs_accel1_step_time", sums, rows, "accel-1xN", "accel-1",
+          "ms_per_step", 1.25, False, tag)
+    ratio(f"accel{np_}_vs_independent{np_}x1_step_time", sums, rows, "accel", "accel-1xN",
+          "ms_per_step", 1.25, False, tag)
     # The same two on CPU time per step (rank 0's process, all threads): less
     # sensitive to other load than wall time, but blind to waiting.
     ratio(f"cpu_pytorch{np_}_vs_accel{np_}", sums, rows, "pytorch", "accel", "cpu_ms_per_step",
