@@ -15,22 +15,23 @@
  *
  * No real collective between processes can move less memory than this, so
  * the time is a lower bound for accel's shm backend and for Open MPI and
- * gloo alike.  Prints one JSON line per op and size in the format of
- * `accel bench comm` with "backend":"floor" (bench/comm-peers.sh adds it to
- * its table).
+ * gloo alike.  Sizes, timing and the JSON lines are bench/comm-bench.h's,
+ * as for every peer, with "backend":"floor" and "buffers":"direct" (or
+ * "direct-inplace"); bench/comm-peers.sh adds it to its table.
  *
  * Usage: memfloor [--np N] [--op allreduce|allgather|all] [--min-bytes B]
  *                 [--max-bytes B] [--iters I] [--warmup W] [--inplace]  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
+
+#include "bench/comm-bench.h"
 
 enum { OP_ALLREDUCE = 1, OP_ALLGATHER = 2 };
 
@@ -49,13 +50,6 @@ typedef struct targ {
 	job *j;
 	int t;
 } targ;
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void slice(size_t n, int np, int t, size_t *lo, size_t *hi)
 {
@@ -104,41 +98,16 @@ static void *worker(void *arg)
 	job *j = a->j;
 	for (int it = 0; it < j->iters; it++) {
 		pthread_barrier_wait(&j->bar);
-		double t0 = now_s();
+		double t0 = cb_now_s();
 		if (j->op == OP_ALLREDUCE)
 			allreduce_part(j, a->t);
 		else
 			allgather_part(j, a->t);
 		pthread_barrier_wait(&j->bar);
 		if (a->t == 0)
-			j->times[it] = now_s() - t0;
+			j->times[it] = cb_now_s() - t0;
 	}
 	return NULL;
-}
-
-static int cmp_d(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-	return (a > b) - (a < b);
-}
-
-static int parse_bytes(const char *s, size_t *ret)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -1;
-	if (*end == 'K' || *end == 'k')
-		v <<= 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		v <<= 20, end++;
-	else if (*end == 'G' || *end == 'g')
-		v <<= 30, end++;
-	if (*end)
-		return -1;
-	*ret = (size_t)v;
-	return 0;
 }
 
 static void usage(FILE *f)
@@ -153,7 +122,8 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	int np = 2, ops = OP_ALLREDUCE | OP_ALLGATHER, iters = 20, warmup = 5, inplace = 0;
-	size_t min_b = 8, max_b = (size_t)64 << 20;
+	uint64_t min_b = 8, max_b = (uint64_t)64 << 20;
+	char host[256] = "";
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -174,11 +144,12 @@ int main(int argc, char **argv)
 			iters = atoi(v);
 		else if (!strcmp(argv[i], "--warmup"))
 			warmup = atoi(v);
-		else if (!strcmp(argv[i], "--op"))
-			ops = !strcmp(v, "allreduce") ? OP_ALLREDUCE : !strcmp(v, "allgather") ? OP_ALLGATHER
-			      : !strcmp(v, "all") ? OP_ALLREDUCE | OP_ALLGATHER : 0;
-		else if (!strcmp(argv[i], "--min-bytes") ? parse_bytes(v, &min_b)
-		         : !strcmp(argv[i], "--max-bytes") ? parse_bytes(v, &max_b) : 1) {
+		else if (!strcmp(argv[i], "--op")) {
+			int op = cb_op_parse(v);
+			ops = op == CB_OP_ALLREDUCE ? OP_ALLREDUCE : op == CB_OP_ALLGATHER ? OP_ALLGATHER
+			      : op == CB_OP_COUNT ? OP_ALLREDUCE | OP_ALLGATHER : 0;
+		} else if (!strcmp(argv[i], "--min-bytes") ? cb_parse_bytes(v, &min_b)
+		           : !strcmp(argv[i], "--max-bytes") ? cb_parse_bytes(v, &max_b) : 1) {
 			fprintf(stderr, "memfloor: bad option or value '%s %s'\n", argv[i], v);
 			usage(stderr);
 			return 2;
@@ -190,10 +161,11 @@ int main(int argc, char **argv)
 		                "allgather|all, 4 <= min-bytes <= max-bytes)\n");
 		return 2;
 	}
+	gethostname(host, sizeof(host) - 1);
 	for (int op = OP_ALLREDUCE; op <= OP_ALLGATHER; op <<= 1) {
 		if (!(ops & op))
 			continue;
-		for (size_t bytes = min_b; bytes <= max_b; bytes *= 2) {
+		for (uint64_t bytes = min_b; bytes <= max_b; bytes *= 2) {
 			job j = {.np = np, .op = op, .bytes = bytes, .iters = iters + warmup};
 			j.times = calloc((size_t)j.iters, sizeof(double));
 			j.buf = calloc((size_t)np, sizeof(float *));
@@ -236,18 +208,24 @@ int main(int argc, char **argv)
 			for (int t = 1; t < np; t++)
 				pthread_join(th[t], NULL);
 			pthread_barrier_destroy(&j.bar);
-			qsort(j.times + warmup, (size_t)iters, sizeof(double), cmp_d);
-			double best = j.times[warmup], med = j.times[warmup + iters / 2];
-			double algbw = (double)bytes / best / 1e9;
-			double factor = op == OP_ALLREDUCE ? 2.0 * (np - 1) / np : (double)(np - 1) / np;
-			printf("{\"bench\":\"comm\",\"op\":\"%s\",\"dtype\":\"f32\",\"bytes\":%zu,"
-			       "\"count\":%zu,\"time_us\":%.3f,\"mean_us\":%.3f,\"algbw_GBps\":%.4f,"
-			       "\"busbw_GBps\":%.4f,\"world\":%d,\"backend\":\"floor\",\"buffers\":"
-			       "\"direct\",\"inplace\":%s,\"iters\":%d,\"check\":\"n/a\"}\n",
-			       op == OP_ALLREDUCE ? "allreduce" : "allgather", bytes,
-			       bytes / sizeof(float), med * 1e6, best * 1e6, algbw, algbw * factor, np,
-			       inplace ? "true" : "false", iters);
-			fflush(stdout);
+			double mean = 0;
+			for (int it = warmup; it < j.iters; it++)
+				mean += j.times[it] / iters;
+			cb_row row = {
+				.op = cb_op_names[op == OP_ALLREDUCE ? CB_OP_ALLREDUCE : CB_OP_ALLGATHER],
+				.dtype = "f32",
+				.bytes = bytes,
+				.count = bytes / sizeof(float),
+				.time_us = cb_median(j.times + warmup, iters) * 1e6,
+				.mean_us = mean * 1e6,
+				.world = np,
+				.backend = "floor",
+				.buffers = inplace ? "direct-inplace" : "direct",
+				.host = host,
+				.iters = iters,
+				.checked = 0,
+			};
+			cb_json(stdout, &row, op == OP_ALLREDUCE ? CB_OP_ALLREDUCE : CB_OP_ALLGATHER);
 			for (int q = 0; q < np; q++) {
 				if (j.out[q] != j.buf[q])
 					free(j.out[q]);
