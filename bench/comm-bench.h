@@ -13,7 +13,9 @@
  *    time = the median call, and the job's time is the slowest rank's;
  *  - algbw = bytes / time; busbw = algbw x factor, the factor being what
  *    each rank must at least send over its link: all-reduce 2(n-1)/n,
- *    reduce-scatter and all-gather (n-1)/n, broadcast 1. */
+ *    reduce-scatter and all-gather (n-1)/n, broadcast 1;
+ *  - "inplace" says whether send and receive were one buffer (--inplace;
+ *    always for gloo's all-reduce and for broadcast). */
 #ifndef ACCEL_BENCH_COMM_BENCH_H
 #define ACCEL_BENCH_COMM_BENCH_H
 
@@ -233,6 +235,7 @@ typedef struct cb_row {
 	const char *host;
 	int iters;
 	int checked;          /* 1: results verified, 0: not checked, -1: wrong */
+	int inplace;          /* send and receive were one buffer */
 } cb_row;
 
 static inline double cb_algbw(const cb_row *r)
@@ -247,19 +250,19 @@ static inline void cb_json(FILE *f, const cb_row *r, int op)
 	        "{\"bench\":\"comm\",\"op\":\"%s\",\"dtype\":\"%s\",\"bytes\":%llu,\"count\":%llu,"
 	        "\"time_us\":%.3f,\"mean_us\":%.3f,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,"
 	        "\"world\":%d,\"backend\":\"%s\",\"buffers\":\"%s\",\"iters\":%d,\"check\":\"%s\","
-	        "\"host\":\"%s\"}\n",
+	        "\"inplace\":%s,\"host\":\"%s\"}\n",
 	        r->op, r->dtype, (unsigned long long)r->bytes, (unsigned long long)r->count,
 	        r->time_us, r->mean_us, alg, alg * cb_bus_factor(op, r->world), r->world, r->backend,
 	        r->buffers, r->iters, r->checked > 0 ? "ok" : r->checked < 0 ? "WRONG" : "off",
-	        r->host);
+	        r->inplace ? "true" : "false", r->host);
 	fflush(f);
 }
 
 static inline void cb_table_header(FILE *f, const char *backend, const char *buffers, int world,
-                                   const char *host)
+                                   const char *host, int inplace)
 {
-	fprintf(f, "# comm benchmark: backend %s, %s buffers, %d ranks, host %s\n", backend, buffers,
-	        world, host);
+	fprintf(f, "# comm benchmark: backend %s, %s buffers (%s), %d ranks, host %s\n", backend,
+	        buffers, inplace ? "in place" : "out of place", world, host);
 	fprintf(f, "# %-14s %12s %12s %5s %12s %12s %10s %10s %6s\n", "op", "bytes", "count", "type",
 	        "time(us)", "mean(us)", "algbw", "busbw", "check");
 	fprintf(f, "# %-14s %12s %12s %5s %12s %12s %10s %10s %6s\n", "", "", "", "", "median",

@@ -13,8 +13,15 @@
 #   floor   bench/memfloor: NP threads with direct access to every buffer
 #           move exactly the bytes an all-reduce / all-gather must move, no
 #           synchronisation: a lower bound on this machine for any
-#           shared-memory implementation (all-reduce and all-gather only;
-#           out of place like the others)
+#           shared-memory implementation (all-reduce and all-gather only)
+#
+# Placement: the peers run out of place (send and receive buffers apart) and
+# then, for the all-reduce, in place as well (one buffer: what DDP does with
+# its buckets, and the only form torch's all_reduce has, so the gloo peer is
+# always in place).  In-place runs are named PEER-inplace (accel-user-inplace,
+# accel-backend-inplace, openmpi-inplace, floor-inplace); the targets are
+# reported for both placements, against gloo once like for like (in place)
+# and once against the out-of-place accel.
 #
 # Prints every peer's JSON lines, then one ratio line per op and size
 # ({"bench":"comm-ratio",...}: peer time / accel time, so > 1 means accel is
@@ -28,7 +35,8 @@
 #   MPI_PEER_ARGS (extra mpirun arguments for the openmpi peer, e.g. to force
 #   a collective algorithm: "--mca coll_tuned_use_dynamic_rules 1 --mca
 #   coll_tuned_allreduce_algorithm 4"), PYTHON (/usr/bin/python3), SKIP (space-separated peers to leave out:
-#   accel-user accel-backend accel-mpi openmpi gloo floor).
+#   accel-user accel-backend accel-mpi openmpi gloo floor, and the -inplace
+#   names above), PLACEMENT (both: out of place and in place; out; in).
 set -eu
 
 BUILD=${1:-build}
@@ -43,6 +51,7 @@ BACKEND=${BACKEND:-shm}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SKIP=${SKIP:-}
 MPI_PEER_ARGS=${MPI_PEER_ARGS:-}
+PLACEMENT=${PLACEMENT:-both}
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 ACCEL=$BUILD/cli/accel
@@ -66,7 +75,16 @@ fi
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/comm-peers.XXXXXX")
 trap 'rm -rf "$OUT"' EXIT INT TERM
 
-COMMON="--op $OPS --min-bytes $MIN_BYTES --max-bytes $MAX_BYTES --iters $ITERS --warmup $WARMUP --json"
+case $PLACEMENT in
+out | in | both) ;;
+*) echo "comm-peers: PLACEMENT must be out, in or both, not '$PLACEMENT'" >&2; exit 2 ;;
+esac
+SIZES="--min-bytes $MIN_BYTES --max-bytes $MAX_BYTES --iters $ITERS --warmup $WARMUP --json"
+COMMON="--op $OPS $SIZES"
+# In-place runs: the all-reduce only (the op whose targets compare with gloo).
+case $OPS in all | allreduce) INPLACE_RUNS=1 ;; *) INPLACE_RUNS=0 ;; esac
+case $PLACEMENT in out) INPLACE_RUNS=0 ;; esac
+IP_COMMON="--op allreduce $SIZES --inplace"
 
 # JSON lines only (the launcher prefixes rank output with "[rank R] ").
 keep_json() {
@@ -75,9 +93,9 @@ keep_json() {
 
 # Each run writes its raw output to $OUT/raw (status kept: sh has no
 # pipefail), then the JSON lines go to stdout.
-run_accel() {  # $1: user|backend
+run_accel() {  # $1: user|backend, $2: the size/op arguments
 	"$ACCEL" launch -n "$NP" --set "backend=$BACKEND" -- \
-		"$ACCEL" bench comm $COMMON --buffers "$1" >"$OUT/raw" || return 1
+		"$ACCEL" bench comm $2 --buffers "$1" >"$OUT/raw" || return 1
 	keep_json <"$OUT/raw"
 }
 
@@ -95,12 +113,12 @@ run_accel_mpi() {
 	keep_json <"$OUT/raw"
 }
 
-run_openmpi() {
+run_openmpi() {  # $1: the size/op arguments
 	if [ ! -x "$MPIBENCH" ] || ! command -v mpirun >/dev/null 2>&1; then
 		echo "comm-peers: no MPI peer ($MPIBENCH or mpirun missing); skipped" >&2
 		return 0
 	fi
-	mpirun --allow-run-as-root --oversubscribe -n "$NP" $MPI_PEER_ARGS "$MPIBENCH" $COMMON \
+	mpirun --allow-run-as-root --oversubscribe -n "$NP" $MPI_PEER_ARGS "$MPIBENCH" $1 \
 		>"$OUT/raw" || return 1
 	keep_json <"$OUT/raw"
 }
@@ -110,18 +128,22 @@ run_gloo() {
 		echo "comm-peers: $PYTHON has no torch.distributed; gloo skipped" >&2
 		return 0
 	fi
-	OMP_NUM_THREADS=1 "$PYTHON" "$HERE/gloo_allreduce.py" --world "$NP" $COMMON >"$OUT/raw" || return 1
+	gargs=$COMMON
+	[ "$PLACEMENT" = in ] && gargs="--op allreduce $SIZES"
+	OMP_NUM_THREADS=1 "$PYTHON" "$HERE/gloo_allreduce.py" --world "$NP" $gargs >"$OUT/raw" || return 1
 	keep_json <"$OUT/raw"
 }
 
-run_floor() {
+run_floor() {  # $1: --inplace or nothing
 	if [ ! -x "$FLOOR" ]; then
 		echo "comm-peers: $FLOOR not built; floor skipped" >&2
 		return 0
 	fi
 	case $OPS in all | allreduce | allgather) ;; *) return 0 ;; esac
-	"$FLOOR" --np "$NP" --op "$OPS" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" \
-		--iters "$ITERS" --warmup "$WARMUP" >"$OUT/raw" || return 1
+	fops=$OPS
+	[ -n "$1" ] && fops=allreduce
+	"$FLOOR" --np "$NP" --op "$fops" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" \
+		--iters "$ITERS" --warmup "$WARMUP" $1 >"$OUT/raw" || return 1
 	keep_json <"$OUT/raw"
 }
 
@@ -130,19 +152,30 @@ echo "# comm-peers: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname) cpus $(nproc
 echo "# $("$ACCEL" --version 2>/dev/null | head -1 || echo 'accel not built'); $(mpirun --version 2>/dev/null | head -1 || echo 'no mpirun');" \
 	"torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
 echo "# NP=$NP OPS=$OPS MIN_BYTES=$MIN_BYTES MAX_BYTES=$MAX_BYTES ITERS=$ITERS WARMUP=$WARMUP" \
-	"ROUNDS=$ROUNDS BACKEND=$BACKEND MPI_PEER_ARGS='$MPI_PEER_ARGS'"
+	"ROUNDS=$ROUNDS BACKEND=$BACKEND PLACEMENT=$PLACEMENT MPI_PEER_ARGS='$MPI_PEER_ARGS'"
+
+PEERS=""
+[ "$PLACEMENT" != in ] && PEERS="accel-user accel-backend accel-mpi openmpi"
+PEERS="$PEERS gloo"
+[ "$PLACEMENT" != in ] && PEERS="$PEERS floor"
+[ "$INPLACE_RUNS" = 1 ] &&
+	PEERS="$PEERS accel-user-inplace accel-backend-inplace openmpi-inplace floor-inplace"
 
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
-	for peer in accel-user accel-backend accel-mpi openmpi gloo floor; do
+	for peer in $PEERS; do
 		skipped "$peer" && continue
 		case $peer in
-		accel-user) run_accel user ;;
-		accel-backend) run_accel backend ;;
+		accel-user) run_accel user "$COMMON" ;;
+		accel-backend) run_accel backend "$COMMON" ;;
 		accel-mpi) run_accel_mpi ;;
-		openmpi) run_openmpi ;;
+		openmpi) run_openmpi "$COMMON" ;;
 		gloo) run_gloo ;;
-		floor) run_floor ;;
+		floor) run_floor "" ;;
+		accel-user-inplace) run_accel user "$IP_COMMON" ;;
+		accel-backend-inplace) run_accel backend "$IP_COMMON" ;;
+		openmpi-inplace) run_openmpi "$IP_COMMON" ;;
+		floor-inplace) run_floor --inplace ;;
 		esac >"$OUT/$peer.$round" || { echo "comm-peers: $peer failed (round $round)" >&2; exit 1; }
 		cat "$OUT/$peer.$round"
 	done
@@ -173,82 +206,110 @@ def ratio(peer_t, accel_t):
 
 ops = ["allreduce", "reduce_scatter", "allgather", "broadcast"]
 sizes = sorted({k[2] for k in best})
-for buffers in ("user", "backend"):
-    me = "accel-" + buffers
+# (suffix, inplace): the out-of-place runs, then the in-place ones; gloo's
+# all-reduce is in place in both comparisons (torch has no other).
+placements = [("", False), ("-inplace", True)]
+for suffix, inplace in placements:
+    for buffers in ("user", "backend"):
+        me = "accel-" + buffers + suffix
+        for op in ops:
+            for b in sizes:
+                a = t(me, op, b)
+                if a is None:
+                    continue
+                print(json.dumps({"bench": "comm-ratio", "op": op, "bytes": b, "buffers": buffers,
+                                  "inplace": inplace,
+                                  "accel_vs_openmpi": ratio(t("openmpi" + suffix, op, b), a),
+                                  "accel_vs_gloo": ratio(t("gloo", op, b), a)},
+                                 separators=(",", ":")))
+
+f = lambda x: "%11.2f" % x if x is not None else "%11s" % "-"
+q = lambda x: "%8.2f" % x if x is not None else "%8s" % "-"
+for suffix, inplace in placements:
+    rows = []
     for op in ops:
         for b in sizes:
-            a = t(me, op, b)
-            if a is None:
+            a, ab = t("accel-user" + suffix, op, b), t("accel-backend" + suffix, op, b)
+            am = t("accel-mpi" + suffix, op, b)
+            m, g = t("openmpi" + suffix, op, b), t("gloo", op, b)
+            if a is None and ab is None:
                 continue
-            print(json.dumps({"bench": "comm-ratio", "op": op, "bytes": b, "buffers": buffers,
-                              "accel_vs_openmpi": ratio(t("openmpi", op, b), a),
-                              "accel_vs_gloo": ratio(t("gloo", op, b), a)},
-                             separators=(",", ":")))
-
-def busbw(peer, op, b):
-    r = best.get((peer, op, b))
-    return r["busbw_GBps"] if r else None
-
-print()
-print("# times in us (median call, slowest rank); ratios = peer time / accel time")
-print("# %-15s %10s %11s %11s %11s %11s %11s %8s %8s %8s" % (
-    "op", "bytes", "accel-user", "accel-bk", "accel-mpi", "openmpi", "gloo",
-    "u/ompi", "bk/ompi", "u/gloo"))
-for op in ops:
-    for b in sizes:
-        a, ab, am = t("accel-user", op, b), t("accel-backend", op, b), t("accel-mpi", op, b)
-        m, g = t("openmpi", op, b), t("gloo", op, b)
-        if a is None and ab is None:
-            continue
-        f = lambda x: "%11.2f" % x if x is not None else "%11s" % "-"
-        q = lambda x: "%8.2f" % x if x is not None else "%8s" % "-"
-        print("  %-15s %10d %s %s %s %s %s %s %s %s" % (
-            op, b, f(a), f(ab), f(am), f(m), f(g), q(ratio(m, a)), q(ratio(m, ab)),
-            q(ratio(g, a))))
+            rows.append("  %-15s %10d %s %s %s %s %s %s %s %s" % (
+                op, b, f(a), f(ab), f(am), f(m), f(g), q(ratio(m, a)), q(ratio(m, ab)),
+                q(ratio(g, a))))
+    if not rows:
+        continue
+    print()
+    print("# %s: times in us (median call, slowest rank); ratios = peer time / accel time%s" % (
+        "in place" if inplace else "out of place",
+        "" if inplace else " (gloo: in place)"))
+    print("# %-15s %10s %11s %11s %11s %11s %11s %8s %8s %8s" % (
+        "op", "bytes", "accel-user", "accel-bk", "accel-mpi", "openmpi", "gloo",
+        "u/ompi", "bk/ompi", "u/gloo"))
+    for line in rows:
+        print(line)
 
 M64 = 64 << 20
-targets = [
-    ("allreduce 64MiB busbw, user buffers, vs OpenMPI", "allreduce", M64, "accel-user", "openmpi", 1.8),
-    ("allreduce 64MiB busbw, user buffers, vs gloo", "allreduce", M64, "accel-user", "gloo", 4.0),
-    ("allreduce 64MiB busbw, backend buffers, vs OpenMPI", "allreduce", M64, "accel-backend", "openmpi", 5.0),
-    ("allreduce 8B latency vs OpenMPI (time <= 2x)", "allreduce", 8, "accel-user", "openmpi", 0.5),
-    ("reduce_scatter 64MiB vs OpenMPI", "reduce_scatter", M64, "accel-user", "openmpi", 1.0),
-    ("allgather 64MiB vs OpenMPI", "allgather", M64, "accel-user", "openmpi", 1.0),
+# name, op, bytes, accel run, peer run, needed ratio, floor run
+targets = []
+for suffix, label in (("", "out of place"), ("-inplace", "in place")):
+    gl = "gloo in place" if not suffix else "both in place"
+    targets += [
+        ("allreduce 64MiB user buffers vs OpenMPI, %s" % label, "allreduce", M64,
+         "accel-user" + suffix, "openmpi" + suffix, 1.8),
+        ("allreduce 64MiB user buffers vs gloo, accel %s (%s)" % (label, gl), "allreduce", M64,
+         "accel-user" + suffix, "gloo", 4.0),
+        ("allreduce 64MiB backend buffers vs OpenMPI, %s" % label, "allreduce", M64,
+         "accel-backend" + suffix, "openmpi" + suffix, 5.0),
+        ("allreduce 8B latency vs OpenMPI (time <= 2x), %s" % label, "allreduce", 8,
+         "accel-user" + suffix, "openmpi" + suffix, 0.5),
+    ]
+targets += [
+    ("reduce_scatter 64MiB vs OpenMPI, out of place", "reduce_scatter", M64, "accel-user", "openmpi", 1.0),
+    ("allgather 64MiB vs OpenMPI, out of place", "allgather", M64, "accel-user", "openmpi", 1.0),
 ]
 # How far each is from the memory-traffic floor (bench/memfloor), and where
 # a target lies against it: a target time below the floor cannot be met by
-# any shared-memory implementation on this machine.
+# any shared-memory implementation on this machine.  In-place runs (and
+# gloo) are held against the in-place floor.
+def floor_of(run, op):
+    if run == "gloo" or run.endswith("-inplace"):
+        return t("floor-inplace", op, M64), "floor-inplace"
+    return t("floor", op, M64), "floor"
+
 floor_rows = []
 for op in ("allreduce", "allgather"):
-    fl = t("floor", op, M64)
-    if fl is None:
-        continue
-    for peer in ("accel-user", "accel-backend", "openmpi", "gloo"):
+    for peer in ("accel-user", "accel-backend", "openmpi", "accel-user-inplace",
+                 "accel-backend-inplace", "openmpi-inplace", "gloo"):
         x = t(peer, op, M64)
-        if x is not None:
-            floor_rows.append("  %-15s 64MiB %-14s %10.1f us = %5.2f x floor (%.1f us)" % (
-                op, peer, x, x / fl, fl))
-            print(json.dumps({"bench": "comm-floor", "op": op, "bytes": M64, "peer": peer,
-                              "time_us": x, "floor_us": fl, "x_floor": round(x / fl, 3)},
-                             separators=(",", ":")))
-    for name, o, b, me, peer, need in targets:
+        fl, fname = floor_of(peer, op)
+        if x is None or fl is None:
+            continue
+        floor_rows.append("  %-15s 64MiB %-22s %10.1f us = %5.2f x %s (%.1f us)" % (
+            op, peer, x, x / fl, fname, fl))
+        print(json.dumps({"bench": "comm-floor", "op": op, "bytes": M64, "peer": peer,
+                          "floor": fname, "time_us": x, "floor_us": fl,
+                          "x_floor": round(x / fl, 3)}, separators=(",", ":")))
+    for name, o, b, me, peer, need, *_ in targets:
         if o != op or b != M64:
             continue
         pt = t(peer, op, M64)
-        if pt is None:
+        fl, fname = floor_of(me, op)
+        if pt is None or fl is None:
             continue
         want = pt / need
-        floor_rows.append("  target %-45s needs %10.1f us: %s" % (
-            name, want, "below the floor" if want < fl else "above the floor"))
+        floor_rows.append("  target %-62s needs %10.1f us: %s" % (
+            name, want, "below the " + fname if want < fl else "above the " + fname))
 if floor_rows:
     print()
     print("# against the memory-traffic floor (NP threads, direct access, no synchronisation)")
     for line in floor_rows:
         print(line)
 print()
-print("# %-52s %8s %8s %6s" % ("target", "ratio", "needed", ""))
+print("# %-69s %8s %8s %6s" % ("target", "ratio", "needed", ""))
 for name, op, b, me, peer, need in targets:
     r = ratio(t(peer, op, b), t(me, op, b))
-    verdict = "-" if r is None else ("met" if r >= need else "MISSED")
-    print("  %-52s %8s %8s %6s" % (name, r if r is not None else "n/a", ">= %g" % need, verdict))
+    if r is None:
+        continue
+    print("  %-69s %8s %8s %6s" % (name, r, ">= %g" % need, "met" if r >= need else "MISSED"))
 EOF

@@ -160,7 +160,7 @@ def worker(rank, world, port, args):
                    "busbw_GBps": round(alg * bus_factor(op, world), 4),
                    "world": world, "backend": "gloo", "buffers": "user",
                    "iters": args.iters, "check": "ok" if okt.item() > 0 else "WRONG",
-                   "host": host}
+                   "inplace": op in ("allreduce", "broadcast"), "host": host}
             if rank == 0:
                 if args.json:
                     print(json.dumps(row, separators=(",", ":")), flush=True)

@@ -16,8 +16,8 @@
  * No real collective between processes can move less memory than this, so
  * the time is a lower bound for accel's shm backend and for Open MPI and
  * gloo alike.  Sizes, timing and the JSON lines are bench/comm-bench.h's,
- * as for every peer, with "backend":"floor" and "buffers":"direct" (or
- * "direct-inplace"); bench/comm-peers.sh adds it to its table.
+ * as for every peer, with "backend":"floor", "buffers":"direct" and
+ * "inplace"; bench/comm-peers.sh adds it to its table.
  *
  * Usage: memfloor [--np N] [--op allreduce|allgather|all] [--min-bytes B]
  *                 [--max-bytes B] [--iters I] [--warmup W] [--inplace]  */
@@ -220,10 +220,11 @@ int main(int argc, char **argv)
 				.mean_us = mean * 1e6,
 				.world = np,
 				.backend = "floor",
-				.buffers = inplace ? "direct-inplace" : "direct",
+				.buffers = "direct",
 				.host = host,
 				.iters = iters,
 				.checked = 0,
+				.inplace = inplace,
 			};
 			cb_json(stdout, &row, op == OP_ALLREDUCE ? CB_OP_ALLREDUCE : CB_OP_ALLGATHER);
 			for (int q = 0; q < np; q++) {

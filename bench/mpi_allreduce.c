@@ -132,7 +132,7 @@ int main(int argc, char **argv)
 	}
 	memset(recv, 0, cap);
 	if (rank == 0 && !json)
-		cb_table_header(stdout, backend, "user", world, host);
+		cb_table_header(stdout, backend, "user", world, host, inplace);
 
 	int first = op_sel == CB_OP_COUNT ? 0 : op_sel, last = op_sel == CB_OP_COUNT ? 3 : op_sel;
 	int status = 0;
@@ -159,9 +159,16 @@ int main(int argc, char **argv)
 			double loc[2] = {cb_median(times, iters), sum / iters}, glob[2];
 			MPI_Allreduce(loc, glob, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 			int ok = 0;
-			if (check && !inplace) {
+			if (check && (!inplace || op == CB_OP_ALLREDUCE)) {
 				uint64_t bad = 0;
-				ok = cb_check(op, dt, recv, count, rank, world, &bad);
+				void *res = recv;
+				if (inplace) {   /* one more call from the input, checked */
+					cb_fill(op, dt, send, count, rank, world);
+					if (run_op(op, t, send, recv, count, 1) != MPI_SUCCESS)
+						status = 1;
+					res = send;
+				}
+				ok = cb_check(op, dt, res, count, rank, world, &bad);
 				if (ok < 0)
 					fprintf(stderr, "mpi_allreduce: rank %d: %s of %llu bytes: element %llu "
 					        "is wrong\n", rank, cb_op_names[op], (unsigned long long)bytes,
@@ -172,7 +179,7 @@ int main(int argc, char **argv)
 			if (gok < 0)
 				status = 1;
 			cb_row row = {cb_op_names[op], dname, bytes, count, glob[0], glob[1], world,
-			              backend, "user", host, iters, gok};
+			              backend, "user", host, iters, gok, inplace};
 			if (rank == 0) {
 				if (json)
 					cb_json(stdout, &row, op);

@@ -312,7 +312,7 @@ static int bench_comm(int argc, char **argv)
 		goto fail;
 	}
 	if (rank == 0 && !o.json)
-		cb_table_header(stdout, backend, buffers, world, host);
+		cb_table_header(stdout, backend, buffers, world, host, o.inplace);
 
 	int first = o.op == CB_OP_COUNT ? 0 : o.op, last = o.op == CB_OP_COUNT ? CB_OP_COUNT - 1 : o.op;
 	int wrong = 0;
@@ -337,9 +337,18 @@ static int bench_comm(int argc, char **argv)
 			}
 			double mm[2] = {cb_median(times, o.iters), sum / o.iters};
 			int32_t checked = 0;
-			if (o.check && !o.inplace) {
+			if (o.check && (!o.inplace || op == CB_OP_ALLREDUCE)) {
 				uint64_t bad = 0;
-				checked = cb_check(op, o.dtype, recv.p, count, rank, world, &bad);
+				void *res = recv.p;
+				if (o.inplace) {
+					/* the timed calls reduced the last result again:
+					 * one more call from the input, checked */
+					cb_fill(op, o.dtype, send.p, count, rank, world);
+					if ((rc = run_op(ctx, op, o.dtype, send.p, recv.p, count, 1)))
+						goto fail;
+					res = send.p;
+				}
+				checked = cb_check(op, o.dtype, res, count, rank, world, &bad);
 				if (checked < 0)
 					fprintf(stderr, "accel bench comm: rank %d: %s of %llu bytes: element "
 					        "%llu is wrong\n", rank, cb_op_names[op],
@@ -350,7 +359,7 @@ static int bench_comm(int argc, char **argv)
 			if (checked < 0)
 				wrong = 1;
 			cb_row row = {cb_op_names[op], o.dtype_name, bytes, count, mm[0], mm[1], world,
-			              backend, buffers, host, o.iters, checked};
+			              backend, buffers, host, o.iters, checked, o.inplace};
 			if (rank == 0) {
 				if (o.json)
 					cb_json(stdout, &row, op);

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # tests/test-bench-comm.sh: `accel bench comm` end to end on 2 ranks: every
 # op and size reports a row whose results were checked, on user and on
-# backend buffers, and bad usage exits 2 with a message.
+# backend buffers, out of place and (all-reduce) in place, and bad usage
+# exits 2 with a message.
 set -eu
 : "${ACCEL_CLI:?set by meson}"
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/test-bench-comm.XXXXXX")
@@ -25,6 +26,17 @@ for buffers in user backend; do
 			fail "$buffers: no 64 KiB $op row"
 	done
 	echo "bench comm, $buffers buffers: $rows rows, all checked"
+done
+
+# in place: the all-reduce's checked call starts again from the input
+for buffers in user backend; do
+	"$ACCEL_CLI" launch -n 2 --set backend=shm -- "$ACCEL_CLI" bench comm --op allreduce \
+		--min-bytes 8 --max-bytes 1M --iters 3 --warmup 1 --json --inplace \
+		--buffers "$buffers" >"$OUT/ip-$buffers" 2>"$OUT/ip-$buffers.err" ||
+		{ cat "$OUT/ip-$buffers.err" >&2; fail "bench comm --inplace --buffers $buffers exited $?"; }
+	ok=$(grep -c '"check":"ok","inplace":true' "$OUT/ip-$buffers" || true)
+	[ "$ok" -eq 18 ] || fail "in place, $buffers: $ok of 18 rows checked ok and in place"
+	echo "bench comm --inplace, $buffers buffers: 18 rows, all checked"
 done
 
 # table output on one rank

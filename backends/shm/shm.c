@@ -41,7 +41,7 @@ static const accel_param_schema_v1 shm_params[] = {
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "small_kb", "64", 1, 65536, NULL,
 	 "Largest per-rank payload in KiB sent with the one-shot algorithm (each rank reads every "
 	 "rank's copy); larger collectives are pipelined."},
-	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "chunk_kb", "256", 4, 65536, NULL,
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "chunk_kb", "64", 4, 65536, NULL,
 	 "Bytes in KiB each rank contributes per pipeline round (capped so the staging ring stays "
 	 "within 8 MiB per rank)."},
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "depth", "4", 3, 64, NULL,
@@ -500,7 +500,7 @@ static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	c->depth = (uint32_t)cfg_int(host, h, "depth", 4);
 	if (c->depth < 3)
 		c->depth = 3;   /* the deferred all-gather needs three buffers in flight */
-	uint64_t chunk = (uint64_t)cfg_int(host, h, "chunk_kb", 256) * 1024;
+	uint64_t chunk = (uint64_t)cfg_int(host, h, "chunk_kb", 64) * 1024;
 	uint64_t ring = STAGE_TOTAL_CAP_BYTES / (uint64_t)c->world;
 	if (ring > STAGE_CAP_BYTES)
 		ring = STAGE_CAP_BYTES;

@@ -542,6 +542,18 @@ static int staged_reduce_scatter(run_ctx *r)
 	return ACCEL_OK;
 }
 
+/* dst_a = dst_b = src, reading src from memory once: block by block, the
+ * second copy reads the block the first just brought into the cache. */
+static void copy2(char *dst_a, char *dst_b, const char *src, uint64_t bytes)
+{
+	const uint64_t blk = 16384;
+	for (uint64_t o = 0; o < bytes; o += blk) {
+		uint64_t k = bytes - o < blk ? bytes - o : blk;
+		memcpy(dst_a + o, src + o, k);
+		memcpy(dst_b + o, src + o, k);
+	}
+}
+
 /* Copy the others' blocks of round (base, len) out of their staging
  * buffers b, once they posted them (phase p_in). */
 static int allgather_out(run_ctx *r, const gather_job *g)
@@ -582,12 +594,18 @@ static int staged_allgather(run_ctx *r)
 		uint64_t b;
 		if ((st = stage_acquire(r, &b, 1)))
 			return st;
-		memcpy(stage(c, me, b), send + base * es, len * es);
-		next_phase(r);
-		uint64_t p_in = c->phase;
 		char *own = recv + ((uint64_t)me * n + base) * es;
-		if (own != send + base * es)
-			memmove(own, send + base * es, len * es);
+		const char *src = send + base * es;
+		if (own != src && !ranges_overlap(own, len * es, src, len * es)) {
+			copy2(stage(c, me, b), own, src, len * es);   /* one read of src */
+			next_phase(r);
+		} else {
+			memcpy(stage(c, me, b), src, len * es);
+			next_phase(r);
+			if (own != src)
+				memmove(own, src, len * es);
+		}
+		uint64_t p_in = c->phase;
 		if (prev.valid && (st = allgather_out(r, &prev)))
 			return st;
 		prev = (gather_job){1, base, len, b, p_in};
