@@ -44,7 +44,7 @@ has() {
 }
 
 # The ABI version the fixtures and plugins are built with (abi/accel/types.h).
-ABI=v$(sed -n 's/^#define ACCEL_ABI_MAJOR \([0-9]*\).*/\1/p' "$ACCEL_TEST_SRCDIR/abi/accel/types.h").$(sed -n 's/^#define ACCEL_ABI_MINOR \([0-9]*\).*/\1/p' "$ACCEL_TEST_SRCDIR/abi/accel/types.h")
+. "$ACCEL_TEST_SRCDIR/tests/abi-version.sh"
 
 echo "== plugins list"
 run 0 plugins list --plugin-dir "$fx"
