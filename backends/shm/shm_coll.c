@@ -704,8 +704,7 @@ static int run_large(run_ctx *r)
 	case SHM_OP_ALLREDUCE:
 		/* From three rounds on, the pair form's single synchronization
 		 * per round outweighs its doubled arithmetic (measured). */
-		if (c->world == 2 &&
-		    r->op->count * shm_dtype_size(r->op->dtype) > 2 * (uint64_t)c->world * c->chunk_bytes)
+		if (c->world == 2 && op_payload(c, r->op) > 2 * (uint64_t)c->world * c->chunk_bytes)
 			return staged_allreduce_pair(r);
 		return staged_allreduce(r);
 	case SHM_OP_REDUCE_SCATTER: return staged_reduce_scatter(r);
