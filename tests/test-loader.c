@@ -765,6 +765,62 @@ START_TEST(init_failure_names_path_and_text)
 }
 END_TEST
 
+/* ACCEL_HOST_REQUIRE / ACCEL_HOST_HAS (accel/plugin.h): the check every
+ * entry starts with, against host tables of other sizes and majors. */
+static char req_msg[512];
+static int req_calls;
+
+static int req_error(accel_host *h, int32_t code, const char *fmt, ...)
+{
+	va_list ap;
+	(void)h;
+	req_calls++;
+	va_start(ap, fmt);
+	vsnprintf(req_msg, sizeof(req_msg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+START_TEST(host_require_checks_size_and_major)
+{
+	accel_host_v1 host = *accel_host_table();
+	host.error = req_error;
+	req_calls = 0;
+	ck_assert(ACCEL_HOST_REQUIRE(&host, "x", reduce_bucket_mean));
+	ck_assert(ACCEL_HOST_HAS(&host, reduce_bucket_mean));
+	ck_assert_int_eq(req_calls, 0);
+	ck_assert(!ACCEL_HOST_REQUIRE((const accel_host_v1 *)NULL, "x", reduce_bucket));
+
+	/* A 1.0 host: its table ends before the first minor-1 member. */
+	host.struct_size = (uint32_t)offsetof(accel_host_v1, reduce_bucket_mean);
+	host.abi_minor = 0;
+	ck_assert(!ACCEL_HOST_HAS(&host, reduce_bucket_mean));
+	ck_assert(ACCEL_HOST_HAS(&host, store_add));
+	ck_assert(ACCEL_HOST_REQUIRE(&host, "x", store_add));
+	ck_assert(!ACCEL_HOST_REQUIRE(&host, "mystrategy", reduce_bucket_mean));
+	ck_assert_int_eq(req_calls, 1);
+	ck_assert_msg(strstr(req_msg, "mystrategy needs accel ABI 1.x with host member "
+	                              "reduce_bucket_mean; this host is ABI 1.0") != NULL,
+	              "%s", req_msg);
+
+	/* Covered by the size but not filled in. */
+	host = *accel_host_table();
+	host.error = req_error;
+	host.reduce_bucket_mean = NULL;
+	ck_assert(!ACCEL_HOST_HAS(&host, reduce_bucket_mean));
+	ck_assert(!ACCEL_HOST_REQUIRE(&host, "x", reduce_bucket_mean));
+	ck_assert_int_eq(req_calls, 2);
+
+	/* Another major: refused, and error() (whose place in that layout is
+	 * unknown) is not called. */
+	host = *accel_host_table();
+	host.error = req_error;
+	host.abi_major = ACCEL_ABI_MAJOR + 1;
+	ck_assert(!ACCEL_HOST_REQUIRE(&host, "x", store_add));
+	ck_assert_int_eq(req_calls, 2);
+}
+END_TEST
+
 static Suite *loader_suite(void)
 {
 	Suite *s = suite_create("loader");
@@ -793,6 +849,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tc, find_broken_says_why);
 	tcase_add_test(tc, bad_arguments);
 	tcase_add_test(tc, real_host_forwards_entry_errors);
+	tcase_add_test(tc, host_require_checks_size_and_major);
 	suite_add_tcase(s, tc);
 	TCase *tcx = tcase_create("context");
 	tcase_add_checked_fixture(tcx, setup_keep_path, teardown);

@@ -447,6 +447,48 @@ typedef struct accel_plugin_v1 {
 	const void *(*extension)(void *state, const char *name, uint32_t version);
 } accel_plugin_v1;
 
+/* ---- checking the host table ---------------------------------------------
+ * ACCEL_HOST_HAS(host, member): whether the running host's table covers
+ * `member` (appended in some ABI minor) and fills it (false for NULL).  Use it before
+ * calling any member newer than minor 0.
+ *
+ * ACCEL_HOST_REQUIRE(host, who, member): the check an entry point starts
+ * with.  True when `host` is of this major and has `member` (the newest
+ * member the module calls); otherwise it reports, through host->error when
+ * the major matches, which module needs what and what this host is, and is
+ * false: the entry then returns NULL.  Header-only; it adds nothing to the
+ * binary interface. */
+static inline int accel_host_covers_(const accel_host_v1 *host, size_t bytes)
+{
+	return host && host->struct_size >= bytes;
+}
+
+#define ACCEL_HOST_HAS(host, member)                                                     \
+	(accel_host_covers_((host), offsetof(accel_host_v1, member) +                        \
+	                                sizeof(((const accel_host_v1 *)0)->member)) &&       \
+	 (host)->member != NULL)
+
+static inline int accel_host_require_(const accel_host_v1 *host, const char *who, int has,
+                                      const char *member)
+{
+	if (!host)
+		return 0;
+	if (host->abi_major == ACCEL_ABI_MAJOR && has)
+		return 1;
+	/* error() exists since 1.0, but only this major's layout is known. */
+	if (host->abi_major == ACCEL_ABI_MAJOR && host->error)
+		host->error(NULL, ACCEL_ERR_ABI,
+		            "%s needs accel ABI %d.x with host member %s; this host is ABI %u.%u "
+		            "(%u-byte host table): use an accel at least as new as the headers %s "
+		            "was built against",
+		            who, ACCEL_ABI_MAJOR, member, host->abi_major, host->abi_minor,
+		            host->struct_size, who);
+	return 0;
+}
+
+#define ACCEL_HOST_REQUIRE(host, who, member) \
+	accel_host_require_((host), (who), ACCEL_HOST_HAS(host, member), #member)
+
 /* The entry point a plugin exports (declared here so the compiler checks
  * the plugin's definition). */
 ACCEL_EXPORT const accel_plugin_v1 *accel_plugin_entry_v1(const accel_host_v1 *host);

@@ -623,6 +623,20 @@ static int mpi_allreduce(void *state, const accel_view *send, const accel_view *
 	return req_submit(st, r, ret_req);
 }
 
+/* reduce_scatter and all-gather: the whole buffer holds world blocks of
+ * the other's size. */
+static int check_blocks(mpi_state *st, const char *op, const char *whole_name,
+                        const accel_view *whole, const char *block_name,
+                        const accel_view *block)
+{
+	if (whole->numel == block->numel * (uint64_t)st->world)
+		return ACCEL_OK;
+	return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+	                       "%s: %s has %llu elements; it must be world size %d x %s's %llu",
+	                       op, whole_name, (unsigned long long)whole->numel, st->world,
+	                       block_name, (unsigned long long)block->numel);
+}
+
 static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_view *recv,
                               uint32_t red, accel_comm_req **ret_req)
 {
@@ -635,12 +649,8 @@ static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_v
 	    (rc = check_reduction(st, "reduce_scatter", send->dtype, red)) ||
 	    (rc = check_count(st, "reduce_scatter", recv->numel)))
 		return rc;
-	if (send->numel != recv->numel * (uint64_t)st->world)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "reduce_scatter: send has %llu elements; it must be "
-		                       "world size %d x recv's %llu",
-		                       (unsigned long long)send->numel, st->world,
-		                       (unsigned long long)recv->numel);
+	if ((rc = check_blocks(st, "reduce_scatter", "send", send, "recv", recv)))
+		return rc;
 	accel_comm_req *r = req_new(st, OP_REDUCE_SCATTER, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -661,12 +671,8 @@ static int mpi_allgather(void *state, const accel_view *send, const accel_view *
 	if ((rc = check_pair(st, "allgather", send, recv, &in_place)) ||
 	    (rc = check_count(st, "allgather", send->numel)))
 		return rc;
-	if (recv->numel != send->numel * (uint64_t)st->world)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "allgather: recv has %llu elements; it must be world "
-		                       "size %d x send's %llu",
-		                       (unsigned long long)recv->numel, st->world,
-		                       (unsigned long long)send->numel);
+	if ((rc = check_blocks(st, "allgather", "recv", recv, "send", send)))
+		return rc;
 	accel_comm_req *r = req_new(st, OP_ALLGATHER, send->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -1055,12 +1061,7 @@ static const accel_comm_v1 mpi_vtable = {
 
 ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
 {
-	if (!host || host->abi_major != ACCEL_ABI_MAJOR ||
-	    host->struct_size < offsetof(accel_host_v1, store_add) + sizeof(host->store_add)) {
-		if (host && host->error)
-			host->error(NULL, ACCEL_ERR_ABI, "needs accel plugin ABI %d.x (host has %u)",
-			            ACCEL_ABI_MAJOR, host->abi_major);
+	if (!ACCEL_HOST_REQUIRE(host, "mpi", error))
 		return NULL;
-	}
 	return &mpi_vtable;
 }

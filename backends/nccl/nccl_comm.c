@@ -460,6 +460,20 @@ static int nccl_allreduce(void *state, const accel_view *send, const accel_view 
 	return issue(st, &L, ret_req);
 }
 
+/* reduce_scatter and all-gather: the whole buffer holds world blocks of
+ * the other's size. */
+static int check_blocks(nccl_state *st, const char *op, const char *whole_name,
+                        const accel_view *whole, const char *block_name,
+                        const accel_view *block)
+{
+	if (whole->numel == block->numel * (uint64_t)st->world)
+		return ACCEL_OK;
+	return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+	                       "%s: %s has %llu elements; it must be world size %d x %s's %llu",
+	                       op, whole_name, (unsigned long long)whole->numel, st->world,
+	                       block_name, (unsigned long long)block->numel);
+}
+
 static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_view *recv,
                                uint32_t red, accel_comm_req **ret_req)
 {
@@ -472,12 +486,8 @@ static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_
 	if ((rc = check_pair(st, "reduce_scatter", send, recv, &in_place)) ||
 	    (rc = check_reduce(st, "reduce_scatter", send->dtype, red, &L.type, &L.op)))
 		return rc;
-	if (send->numel != recv->numel * (uint64_t)st->world)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "reduce_scatter: send has %llu elements; it must be "
-		                       "world size %d x recv's %llu",
-		                       (unsigned long long)send->numel, st->world,
-		                       (unsigned long long)recv->numel);
+	if ((rc = check_blocks(st, "reduce_scatter", "send", send, "recv", recv)))
+		return rc;
 	L.send = send->data;
 	L.recv = recv->data;
 	L.count = recv->numel;
@@ -506,12 +516,8 @@ static int nccl_allgather(void *state, const accel_view *send, const accel_view 
 	if (!accel_nccl_dtype(send->dtype, 0, &L.type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "allgather: dtype %s",
 		                       accel_nccl_dtype_name(send->dtype));
-	if (recv->numel != send->numel * (uint64_t)st->world)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "allgather: recv has %llu elements; it must be world "
-		                       "size %d x send's %llu",
-		                       (unsigned long long)recv->numel, st->world,
-		                       (unsigned long long)send->numel);
+	if ((rc = check_blocks(st, "allgather", "recv", recv, "send", send)))
+		return rc;
 	L.send = send->data;
 	L.recv = recv->data;
 	L.count = send->numel;
@@ -860,12 +866,7 @@ static const accel_comm_v1 nccl_vtable = {
 
 ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
 {
-	if (!host || host->abi_major != ACCEL_ABI_MAJOR ||
-	    host->struct_size < offsetof(accel_host_v1, store_add) + sizeof(host->store_add)) {
-		if (host && host->error)
-			host->error(NULL, ACCEL_ERR_ABI, "needs accel plugin ABI %d.x (host has %u)",
-			            ACCEL_ABI_MAJOR, host->abi_major);
+	if (!ACCEL_HOST_REQUIRE(host, "nccl", store_add))   /* the rendezvous store */
 		return NULL;
-	}
 	return &nccl_vtable;
 }

@@ -628,16 +628,7 @@ static const accel_comm_v1 shm_vtable = {
 
 ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
 {
-	if (!host)
+	if (!ACCEL_HOST_REQUIRE(host, "shm", store_add))   /* the rendezvous store */
 		return NULL;
-	if (host->abi_major != ACCEL_ABI_MAJOR ||
-	    host->struct_size < offsetof(accel_host_v1, store_add) + sizeof(host->store_add)) {
-		if (host->abi_major == ACCEL_ABI_MAJOR && host->struct_size >= offsetof(accel_host_v1, error) + sizeof(host->error) && host->error)
-			host->error(NULL, ACCEL_ERR_ABI,
-			            "shm needs accel host ABI %d with the rendezvous store (host struct "
-			            "has %u bytes)",
-			            ACCEL_ABI_MAJOR, host->struct_size);
-		return NULL;
-	}
 	return &shm_vtable;
 }

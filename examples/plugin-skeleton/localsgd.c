@@ -139,10 +139,6 @@ static const accel_plugin_desc_v1 lsgd_desc = {
 	.n_params = sizeof(lsgd_params) / sizeof(lsgd_params[0]),
 };
 
-/* A host member may be used only when the running host's table covers it. */
-#define HOST_HAS(host, member) \
-	((host)->struct_size >= offsetof(accel_host_v1, member) + sizeof((host)->member))
-
 static uint64_t dtype_size(uint32_t dtype)
 {
 	return dtype == ACCEL_DTYPE_F32 ? 4 : 2;
@@ -616,7 +612,7 @@ static int save_or_load(lsgd *s, void *ckpt, int save)
 	if (!s->model)
 		return H->error(s->h, ACCEL_ERR_STATE, "%s before accel_prepare()",
 		                save ? "save_state" : "load_state");
-	if (!HOST_HAS(H, ckpt_read))
+	if (!ACCEL_HOST_HAS(H, ckpt_read))
 		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "this accel has no checkpoint streams");
 	for (uint32_t i = 0; i < s->n_params; i++) {
 		const accel_param_info_v1 *p = &s->model->params[i];
@@ -681,15 +677,10 @@ static const accel_plugin_v1 lsgd_vtable = {
 ACCEL_EXPORT const accel_plugin_v1 *accel_plugin_entry_v1(const accel_host_v1 *host)
 {
 	/* A plugin using a host member appended in a later ABI minor checks
-	 * here that the running host has it, and refuses with a reason.  All
-	 * members this file calls exist since 1.0; reduce_bucket is checked as
-	 * the example. */
-	if (!host)
+	 * here that the running host has it; ACCEL_HOST_REQUIRE refuses with a
+	 * reason (through host->error) when it does not.  All members this
+	 * file calls exist since 1.0; reduce_bucket is checked as the example. */
+	if (!ACCEL_HOST_REQUIRE(host, "localsgd", reduce_bucket))
 		return NULL;
-	if (host->abi_major != ACCEL_ABI_MAJOR || !HOST_HAS(host, reduce_bucket)) {
-		host->error(NULL, ACCEL_ERR_ABI, "localsgd needs plugin ABI %d.0 or newer; this host "
-		            "has %u.%u", ACCEL_ABI_MAJOR, host->abi_major, host->abi_minor);
-		return NULL;
-	}
 	return &lsgd_vtable;
 }

@@ -414,11 +414,7 @@ static const accel_plugin_v1 ddp_plugin = {
 
 ACCEL_EXPORT const accel_plugin_v1 *accel_plugin_entry_v1(const accel_host_v1 *host)
 {
-	if (!host || host->abi_major != ACCEL_ABI_MAJOR) {
-		if (host)
-			host->error(NULL, ACCEL_ERR_ABI, "ddp needs plugin ABI major %d, host has %u",
-			            ACCEL_ABI_MAJOR, host->abi_major);
+	if (!ACCEL_HOST_REQUIRE(host, "ddp", ckpt_read))
 		return NULL;
-	}
 	return &ddp_plugin;
 }

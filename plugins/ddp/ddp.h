@@ -11,10 +11,6 @@
 #define DDP_NO_BUCKET UINT32_MAX
 #define DDP_MAX_STATE 4
 
-/* Whether the host table has `member` (appended in a later ABI minor). */
-#define DDP_HOST_HAS(host, member)                                                    \
-	((host)->struct_size >= offsetof(accel_host_v1, member) + sizeof((host)->member) && \
-	 (host)->member != NULL)
 
 typedef struct ddp_param {
 	uint32_t bucket;             /* DDP_NO_BUCKET for frozen parameters        */

@@ -337,7 +337,7 @@ static int launch(ddp_state *s, uint32_t b, int64_t pos)
 	 * accumulated in f32 and divided before they are rounded, so they stay
 	 * in range as PyTorch's pre-division keeps them); an older host wants
 	 * the bucket pre-divided and sums it. */
-	if (DDP_HOST_HAS(s->host, reduce_bucket_mean)) {
+	if (ACCEL_HOST_HAS(s->host, reduce_bucket_mean)) {
 		if ((r = s->host->reduce_bucket_mean(s->h, &v, b, &bk->req)))
 			return r;
 	} else {
