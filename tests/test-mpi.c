@@ -199,13 +199,6 @@ static size_t dsize(uint32_t dt)
 	}
 }
 
-static const char *dname(uint32_t dt)
-{
-	static const char *const n[] = {"invalid", "f32", "f64", "f16", "bf16", "f8e4m3",
-	                                "f8e5m2",  "i32", "i64", "u8"};
-	return dt < 10 ? n[dt] : "?";
-}
-
 static int is_int(uint32_t dt)
 {
 	return dt == ACCEL_DTYPE_I32 || dt == ACCEL_DTYPE_I64 || dt == ACCEL_DTYPE_U8 ||
@@ -310,8 +303,8 @@ static void check_allreduce(inst *in, uint32_t dt, uint32_t red, uint64_t n, int
 {
 	size_t es = dsize(dt);
 	char what[160];
-	snprintf(what, sizeof(what), "allreduce %s %s n=%llu %s", dname(dt), k_red_names[red],
-	         (unsigned long long)n, in_place ? "in place" : "out of place");
+	snprintf(what, sizeof(what), "allreduce %s %s n=%llu %s", accel_abi_dtype_name(dt),
+	         k_red_names[red], (unsigned long long)n, in_place ? "in place" : "out of place");
 	char *send = malloc(n * es + 1), *recv = malloc(n * es + 1), *exp = malloc(n * es + 1);
 	for (uint64_t i = 0; i < n; i++) {
 		put(send, dt, i, val(g_rank, i, dt));
@@ -333,7 +326,7 @@ static void check_reduce_scatter(inst *in, uint32_t dt, uint32_t red, uint64_t n
 	size_t es = dsize(dt);
 	uint64_t total = n * (uint64_t)g_world;
 	char what[160];
-	snprintf(what, sizeof(what), "reduce_scatter %s %s n=%llu %s", dname(dt),
+	snprintf(what, sizeof(what), "reduce_scatter %s %s n=%llu %s", accel_abi_dtype_name(dt),
 	         k_red_names[red], (unsigned long long)n, in_place ? "in place" : "out of place");
 	char *send = malloc(total * es + 1), *recv = malloc(n * es + 1), *exp = malloc(n * es + 1);
 	for (uint64_t i = 0; i < total; i++)
@@ -355,8 +348,8 @@ static void check_allgather(inst *in, uint32_t dt, uint64_t n, int in_place)
 	size_t es = dsize(dt);
 	uint64_t total = n * (uint64_t)g_world;
 	char what[160];
-	snprintf(what, sizeof(what), "allgather %s n=%llu %s", dname(dt), (unsigned long long)n,
-	         in_place ? "in place" : "out of place");
+	snprintf(what, sizeof(what), "allgather %s n=%llu %s", accel_abi_dtype_name(dt),
+	         (unsigned long long)n, in_place ? "in place" : "out of place");
 	char *send = malloc(n * es + 1), *recv = malloc(total * es + 1), *exp = malloc(total * es + 1);
 	for (uint64_t i = 0; i < n; i++) {
 		put(send, dt, i, val(g_rank, i, dt));
@@ -379,7 +372,7 @@ static void check_broadcast(inst *in, uint32_t dt, uint64_t n, int root)
 {
 	size_t es = dsize(dt);
 	char what[160];
-	snprintf(what, sizeof(what), "broadcast %s n=%llu root=%d", dname(dt),
+	snprintf(what, sizeof(what), "broadcast %s n=%llu root=%d", accel_abi_dtype_name(dt),
 	         (unsigned long long)n, root);
 	char *buf = malloc(n * es + 1), *exp = malloc(n * es + 1);
 	for (uint64_t i = 0; i < n; i++) {
@@ -672,7 +665,7 @@ static void suite_core(void)
 				put(s, dt, i, val(g_rank, i, dt));
 				put(e, dt, i, ref_reduce(i, dt, red));
 			}
-			snprintf(what, sizeof(what), "core allreduce %s %s", dname(dt), k_red_names[red]);
+			snprintf(what, sizeof(what), "core allreduce %s %s", accel_abi_dtype_name(dt), k_red_names[red]);
 			rc = accel_allreduce(ctx, s, r, N, dt, red);
 			CHECK(rc == ACCEL_OK, "%s: %s", what, accel_errmsg(ctx));
 			if (rc == ACCEL_OK)
@@ -681,7 +674,7 @@ static void suite_core(void)
 				put(s, dt, i, val(g_rank, i, dt));
 			for (uint64_t i = 0; i < N; i++)
 				put(e, dt, i, ref_reduce((uint64_t)g_rank * N + i, dt, red));
-			snprintf(what, sizeof(what), "core reduce_scatter %s %s", dname(dt),
+			snprintf(what, sizeof(what), "core reduce_scatter %s %s", accel_abi_dtype_name(dt),
 			         k_red_names[red]);
 			rc = accel_reduce_scatter(ctx, s, r, N, dt, red);
 			CHECK(rc == ACCEL_OK, "%s: %s", what, accel_errmsg(ctx));
@@ -702,13 +695,13 @@ static void suite_core(void)
 			for (uint64_t i = 0; i < N; i++)
 				put(e, dt, (uint64_t)q * N + i, val(q, i, dt));
 		rc = accel_allgather(ctx, s, r, N, dt);
-		CHECK(rc == ACCEL_OK, "core allgather %s: %s", dname(dt), accel_errmsg(ctx));
+		CHECK(rc == ACCEL_OK, "core allgather %s: %s", accel_abi_dtype_name(dt), accel_errmsg(ctx));
 		if (rc == ACCEL_OK)
 			same("core allgather", r, e, dt, (uint64_t)N * g_world);
 		for (uint64_t i = 0; i < N; i++)
 			put(e, dt, i, val(g_world - 1, i, dt));
 		rc = accel_broadcast(ctx, s, N, dt, g_world - 1);
-		CHECK(rc == ACCEL_OK, "core broadcast %s: %s", dname(dt), accel_errmsg(ctx));
+		CHECK(rc == ACCEL_OK, "core broadcast %s: %s", accel_abi_dtype_name(dt), accel_errmsg(ctx));
 		if (rc == ACCEL_OK)
 			same("core broadcast", s, e, dt, N);
 		free(s);

@@ -320,9 +320,9 @@ START_TEST(test_dtype_map)
 	ck_assert(accel_nccl_redop(ACCEL_RED_MIN, &op) && op == ncclMin);
 	ck_assert(!accel_nccl_redop(4, &op));
 	for (uint32_t d = 1; d < ACCEL_DTYPE_COUNT; d++)
-		ck_assert_uint_gt(accel_nccl_dtype_size(d), 0);
-	ck_assert_uint_eq(accel_nccl_dtype_size(ACCEL_DTYPE_BF16), 2);
-	ck_assert_str_eq(accel_nccl_dtype_name(ACCEL_DTYPE_BF16), "bf16");
+		ck_assert_uint_gt(accel_abi_dtype_size(d), 0);
+	ck_assert_uint_eq(accel_abi_dtype_size(ACCEL_DTYPE_BF16), 2);
+	ck_assert_str_eq(accel_abi_dtype_name(ACCEL_DTYPE_BF16), "bf16");
 }
 END_TEST
 
@@ -535,7 +535,7 @@ static int g_rank, g_world;
 
 static size_t dsz(uint32_t dt)
 {
-	return accel_nccl_dtype_size(dt);
+	return accel_abi_dtype_size(dt);
 }
 
 static double val(int r, uint64_t i, uint32_t dt)
@@ -626,14 +626,14 @@ static void gpu_check_op(gpu_inst *in, int kind, uint32_t dt, uint32_t red, uint
 	                   : GB->broadcast(in->st, &vi, 0, &req);
 	if (rc == ACCEL_OK)
 		rc = GB->wait(in->st, req);
-	GCHECK(rc == ACCEL_OK, "op %d %s n=%llu: %s", kind, accel_nccl_dtype_name(dt),
+	GCHECK(rc == ACCEL_OK, "op %d %s n=%llu: %s", kind, accel_abi_dtype_name(dt),
 	       (unsigned long long)n, in->h.err);
 	if (rc == ACCEL_OK) {
 		cudaMemcpy(hout, kind == 4 ? din : dout, nout * es, cudaMemcpyDeviceToHost);
 		for (uint64_t i = 0; i < nout; i++)
 			if (memcmp(hout + i * es, hexp + i * es, es)) {
 				GCHECK(0, "op %d %s red %u n=%llu %s: element %llu differs", kind,
-				       accel_nccl_dtype_name(dt), red, (unsigned long long)n,
+				       accel_abi_dtype_name(dt), red, (unsigned long long)n,
 				       ip ? "in place" : "out of place", (unsigned long long)i);
 				break;
 			}

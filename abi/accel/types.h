@@ -76,6 +76,22 @@ extern "C" {
 #define ACCEL_DTYPE_U8      9
 #define ACCEL_DTYPE_COUNT  10
 
+/* Bytes per element of an ACCEL_DTYPE_* (0 for an unknown value) and its
+ * short name ("f32", ...; "invalid" for an unknown value).  Header-only:
+ * plugins and backends do not link libaccel. */
+static inline size_t accel_abi_dtype_size(uint32_t dtype)
+{
+	static const unsigned char size[ACCEL_DTYPE_COUNT] = {0, 4, 8, 2, 2, 1, 1, 4, 8, 1};
+	return dtype < ACCEL_DTYPE_COUNT ? size[dtype] : 0;
+}
+
+static inline const char *accel_abi_dtype_name(uint32_t dtype)
+{
+	static const char *const name[ACCEL_DTYPE_COUNT] = {
+		"invalid", "f32", "f64", "f16", "bf16", "f8e4m3", "f8e5m2", "i32", "i64", "u8"};
+	return dtype < ACCEL_DTYPE_COUNT ? name[dtype] : "invalid";
+}
+
 /* ---- devices --------------------------------------------------------------- */
 #define ACCEL_DEVICE_CPU  0
 #define ACCEL_DEVICE_CUDA 1

@@ -18,10 +18,6 @@ typedef struct mpi_half_ops {
 	int created;
 } mpi_half_ops;
 
-/* Size in bytes of an ACCEL_DTYPE_*, 0 when unknown. */
-size_t accel_mpi_dtype_size(uint32_t dtype);
-/* Name of an ACCEL_DTYPE_* for messages ("f32"), "dtype N" style never NULL. */
-const char *accel_mpi_dtype_name(uint32_t dtype);
 /* Name of an ACCEL_RED_* for messages. */
 const char *accel_mpi_red_name(uint32_t red);
 /* 1 when `dtype` can be reduced (F32, F64, F16, BF16, I32, I64). */

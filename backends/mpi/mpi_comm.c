@@ -200,7 +200,7 @@ static void req_describe(const accel_comm_req *r, char *buf, size_t cap)
 		snprintf(buf, cap, "barrier #%llu", (unsigned long long)r->seq);
 	else
 		snprintf(buf, cap, "%s #%llu (%s, %llu elements)", op_name(r->kind),
-		         (unsigned long long)r->seq, accel_mpi_dtype_name(r->dtype),
+		         (unsigned long long)r->seq, accel_abi_dtype_name(r->dtype),
 		         (unsigned long long)r->count);
 }
 
@@ -479,7 +479,7 @@ static int check_view(mpi_state *st, const char *op, const char *which, const ac
 		                       "backend serves host memory only (use backend \"nccl\" for "
 		                       "GPU buffers)",
 		                       op, which, v->device, v->device_index);
-	if (accel_mpi_dtype_size(v->dtype) == 0)
+	if (accel_abi_dtype_size(v->dtype) == 0)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "%s: %s view has dtype %u, "
 		                       "which is not an ACCEL_DTYPE_*", op, which, v->dtype);
 	if (!v->data && v->numel > 0)
@@ -507,9 +507,9 @@ static int check_pair(mpi_state *st, const char *op, const accel_view *send,
 	if (send->dtype != recv->dtype)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
 		                       "%s: send is %s but recv is %s; both must have one dtype",
-		                       op, accel_mpi_dtype_name(send->dtype),
-		                       accel_mpi_dtype_name(recv->dtype));
-	size_t esz = accel_mpi_dtype_size(send->dtype);
+		                       op, accel_abi_dtype_name(send->dtype),
+		                       accel_abi_dtype_name(recv->dtype));
+	size_t esz = accel_abi_dtype_size(send->dtype);
 	*in_place = send->data == recv->data && send->numel > 0;
 	if (!*in_place && ranges_overlap(send->data, send->numel * esz, recv->data, recv->numel * esz))
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
@@ -527,7 +527,7 @@ static int check_reduction(mpi_state *st, const char *op, uint32_t dtype, uint32
 	if (!accel_mpi_dtype_reducible(dtype))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
 		                       "%s: cannot reduce %s; reductions take f32, f64, f16, "
-		                       "bf16, i32 or i64", op, accel_mpi_dtype_name(dtype));
+		                       "bf16, i32 or i64", op, accel_abi_dtype_name(dtype));
 	return ACCEL_OK;
 }
 
@@ -559,7 +559,7 @@ static accel_comm_req *req_new(mpi_state *st, int kind, uint32_t dtype, uint32_t
 	r->kind = kind;
 	r->dtype = dtype;
 	r->red = red;
-	r->esz = accel_mpi_dtype_size(dtype);
+	r->esz = accel_abi_dtype_size(dtype);
 	r->type = kind == OP_BARRIER ? MPI_DATATYPE_NULL : accel_mpi_datatype(dtype);
 	r->op = MPI_OP_NULL;
 	r->mreq = MPI_REQUEST_NULL;

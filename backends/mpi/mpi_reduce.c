@@ -16,38 +16,6 @@
 #include "core/half.h"
 #include "mpi-impl.h"
 
-size_t accel_mpi_dtype_size(uint32_t dtype)
-{
-	switch (dtype) {
-	case ACCEL_DTYPE_F32: return 4;
-	case ACCEL_DTYPE_F64: return 8;
-	case ACCEL_DTYPE_F16: return 2;
-	case ACCEL_DTYPE_BF16: return 2;
-	case ACCEL_DTYPE_F8E4M3: return 1;
-	case ACCEL_DTYPE_F8E5M2: return 1;
-	case ACCEL_DTYPE_I32: return 4;
-	case ACCEL_DTYPE_I64: return 8;
-	case ACCEL_DTYPE_U8: return 1;
-	default: return 0;
-	}
-}
-
-const char *accel_mpi_dtype_name(uint32_t dtype)
-{
-	switch (dtype) {
-	case ACCEL_DTYPE_F32: return "f32";
-	case ACCEL_DTYPE_F64: return "f64";
-	case ACCEL_DTYPE_F16: return "f16";
-	case ACCEL_DTYPE_BF16: return "bf16";
-	case ACCEL_DTYPE_F8E4M3: return "f8e4m3";
-	case ACCEL_DTYPE_F8E5M2: return "f8e5m2";
-	case ACCEL_DTYPE_I32: return "i32";
-	case ACCEL_DTYPE_I64: return "i64";
-	case ACCEL_DTYPE_U8: return "u8";
-	default: return "an unknown dtype";
-	}
-}
-
 const char *accel_mpi_red_name(uint32_t red)
 {
 	switch (red) {

@@ -58,7 +58,5 @@ const char *accel_nccl_result_name(ncclResult_t result);
 int accel_nccl_dtype(uint32_t dtype, int reduce, ncclDataType_t *ret_type);
 /* ncclSum/ncclAvg/ncclMax/ncclMin for ACCEL_RED_*; 0 when unknown. */
 int accel_nccl_redop(uint32_t red, ncclRedOp_t *ret_op);
-size_t accel_nccl_dtype_size(uint32_t dtype);
-const char *accel_nccl_dtype_name(uint32_t dtype);
 
 #endif

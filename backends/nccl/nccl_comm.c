@@ -296,7 +296,7 @@ static int check_view(nccl_state *st, const char *op, const char *which, const a
 		                       "rank's GPU only",
 		                       op, which, v->device == ACCEL_DEVICE_CUDA ? "cuda" : "cpu",
 		                       v->device_index, st->device);
-	if (accel_nccl_dtype_size(v->dtype) == 0)
+	if (accel_abi_dtype_size(v->dtype) == 0)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
 		                       "%s: %s view has dtype %u, which is not an "
 		                       "ACCEL_DTYPE_*", op, which, v->dtype);
@@ -316,9 +316,9 @@ static int check_pair(nccl_state *st, const char *op, const accel_view *send,
 	if (send->dtype != recv->dtype)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
 		                       "%s: send is %s but recv is %s; both must have one "
-		                       "dtype", op, accel_nccl_dtype_name(send->dtype),
-		                       accel_nccl_dtype_name(recv->dtype));
-	size_t es = accel_nccl_dtype_size(send->dtype);
+		                       "dtype", op, accel_abi_dtype_name(send->dtype),
+		                       accel_abi_dtype_name(recv->dtype));
+	size_t es = accel_abi_dtype_size(send->dtype);
 	uintptr_t s = (uintptr_t)send->data, r = (uintptr_t)recv->data;
 	uint64_t ns = send->numel * es, nr = recv->numel * es;
 	*in_place = send->data == recv->data && send->numel > 0;
@@ -339,7 +339,7 @@ static int check_reduce(nccl_state *st, const char *op, uint32_t dtype, uint32_t
 	if (!accel_nccl_dtype(dtype, 1, ret_type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
 		                       "%s: cannot reduce %s; reductions take f32, f64, f16, "
-		                       "bf16, i32 or i64", op, accel_nccl_dtype_name(dtype));
+		                       "bf16, i32 or i64", op, accel_abi_dtype_name(dtype));
 	return ACCEL_OK;
 }
 
@@ -496,7 +496,7 @@ static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_
 		/* ABI in place: the result goes to the start of the buffer.  NCCL
 		 * in place: recvbuff == sendbuff + rank * count.  Use NCCL's form,
 		 * then move the block to the start (disjoint for rank > 0). */
-		L.block_bytes = recv->numel * accel_nccl_dtype_size(send->dtype);
+		L.block_bytes = recv->numel * accel_abi_dtype_size(send->dtype);
 		L.recv = (char *)send->data + (size_t)st->rank * L.block_bytes;
 		L.copy_after = 1;
 	}
@@ -515,7 +515,7 @@ static int nccl_allgather(void *state, const accel_view *send, const accel_view 
 		return rc;
 	if (!accel_nccl_dtype(send->dtype, 0, &L.type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "allgather: dtype %s",
-		                       accel_nccl_dtype_name(send->dtype));
+		                       accel_abi_dtype_name(send->dtype));
 	if ((rc = check_blocks(st, "allgather", "recv", recv, "send", send)))
 		return rc;
 	L.send = send->data;
@@ -524,7 +524,7 @@ static int nccl_allgather(void *state, const accel_view *send, const accel_view 
 	L.dtype = send->dtype;
 	if (in_place) {
 		/* ABI in place: own block at the start; NCCL wants it at slot rank. */
-		L.block_bytes = send->numel * accel_nccl_dtype_size(send->dtype);
+		L.block_bytes = send->numel * accel_abi_dtype_size(send->dtype);
 		L.send = (char *)recv->data + (size_t)st->rank * L.block_bytes;
 		L.copy_before = 1;
 	}
@@ -543,7 +543,7 @@ static int nccl_broadcast(void *state, const accel_view *buf, int32_t root,
 		return rc;
 	if (!accel_nccl_dtype(buf->dtype, 0, &L.type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "broadcast: dtype %s",
-		                       accel_nccl_dtype_name(buf->dtype));
+		                       accel_abi_dtype_name(buf->dtype));
 	if (root < 0 || root >= st->world)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
 		                       "broadcast: root %d is not a rank (world size %d)", root,
@@ -621,7 +621,7 @@ static int nccl_wait(void *state, accel_comm_req *r)
 			          "which ranks are missing; look for the rank whose log stops before "
 			          "collective #%llu, or that died. The communicator was aborted",
 			          op_name(r->kind), (unsigned long long)r->seq,
-			          accel_nccl_dtype_name(r->dtype), (unsigned long long)r->count,
+			          accel_abi_dtype_name(r->dtype), (unsigned long long)r->count,
 			          (double)st->timeout_ms / 1000.0, st->rank, st->world,
 			          (unsigned long long)r->seq);
 			break;

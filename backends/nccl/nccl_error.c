@@ -128,25 +128,3 @@ int accel_nccl_redop(uint32_t red, ncclRedOp_t *ret_op)
 	}
 }
 
-size_t accel_nccl_dtype_size(uint32_t dtype)
-{
-	switch (dtype) {
-	case ACCEL_DTYPE_F32:
-	case ACCEL_DTYPE_I32: return 4;
-	case ACCEL_DTYPE_F64:
-	case ACCEL_DTYPE_I64: return 8;
-	case ACCEL_DTYPE_F16:
-	case ACCEL_DTYPE_BF16: return 2;
-	case ACCEL_DTYPE_F8E4M3:
-	case ACCEL_DTYPE_F8E5M2:
-	case ACCEL_DTYPE_U8: return 1;
-	default: return 0;
-	}
-}
-
-const char *accel_nccl_dtype_name(uint32_t dtype)
-{
-	static const char *const names[] = {"invalid", "f32", "f64", "f16", "bf16",
-	                                    "f8e4m3",  "f8e5m2", "i32", "i64", "u8"};
-	return dtype < sizeof(names) / sizeof(names[0]) ? names[dtype] : "an unknown dtype";
-}

@@ -271,7 +271,4 @@ void shm_reduce(uint32_t dtype, uint32_t redop, int n_in, const void *const *in,
                 void *const *out, uint64_t count, int32_t avg_div);
 int shm_reduce_supported(uint32_t dtype);
 
-size_t shm_dtype_size(uint32_t dtype);
-const char *shm_dtype_name(uint32_t dtype);
-
 #endif

@@ -34,7 +34,7 @@
 
 static uint64_t op_payload(const shm_comm *c, const shm_op *op)
 {
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	switch (op->kind & SHM_OP_KIND_MASK) {
 	case SHM_OP_ALLREDUCE:
 	case SHM_OP_ALLGATHER:
@@ -71,7 +71,7 @@ static int ranges_overlap(const void *a, uint64_t an, const void *b, uint64_t bn
 void shm_coll_post(shm_comm *c, shm_op *op)
 {
 	shm_rank *me = &c->ranks[c->rank];
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	uint32_t kind = op->kind & SHM_OP_KIND_MASK;
 	int32_t salloc = -1, ralloc = -1;
 	uint64_t soff = 0, roff = 0;
@@ -257,7 +257,7 @@ static int run_small(run_ctx *r)
 {
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	uint64_t n = op->count;
 	const void **in = c->in_ptrs;
 
@@ -313,7 +313,7 @@ static int zero_copy_plan(run_ctx *r, const shm_alloc **ret_s, const shm_alloc *
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
 	uint32_t kind = op->kind & SHM_OP_KIND_MASK;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	uint64_t sbytes = op_payload(c, op);
 	uint64_t rbytes = kind == SHM_OP_ALLREDUCE ? sbytes
 	                : kind == SHM_OP_REDUCE_SCATTER ? op->count * es
@@ -363,7 +363,7 @@ static int run_zero_copy(run_ctx *r, const shm_alloc *sa, const shm_alloc *ra, c
 {
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	uint64_t n = op->count;
 	int32_t me = c->rank, w = c->world;
 	const void **in = c->in_ptrs;
@@ -425,7 +425,7 @@ static int allreduce_gather(run_ctx *r, const gather_job *g)
 {
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	int32_t me = c->rank, w = c->world;
 	char *recv = op->recv.data;
 	int st;
@@ -453,7 +453,7 @@ static int staged_allreduce(run_ctx *r)
 {
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	uint64_t align = 64 / es;
 	uint64_t chunk = c->chunk_bytes / es;         /* elements per rank and round */
 	int32_t me = c->rank, w = c->world;
@@ -517,7 +517,7 @@ static int staged_allreduce_pair(run_ctx *r)
 {
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	uint64_t chunk = (uint64_t)c->world * c->chunk_bytes / es;   /* a whole buffer */
 	int32_t me = c->rank, w = c->world;
 	const char *send = op->send.data;
@@ -550,7 +550,7 @@ static int staged_reduce_scatter(run_ctx *r)
 {
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	uint64_t chunk = c->chunk_bytes / es;
 	uint64_t n = op->count;
 	int32_t me = c->rank, w = c->world;
@@ -603,7 +603,7 @@ static int allgather_out(run_ctx *r, const gather_job *g)
 {
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	int32_t me = c->rank, w = c->world;
 	char *recv = op->recv.data;
 	int st;
@@ -623,7 +623,7 @@ static int staged_allgather(run_ctx *r)
 {
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	uint64_t chunk = (uint64_t)c->world * c->chunk_bytes / es;   /* a whole buffer */
 	uint64_t n = op->count;
 	int32_t me = c->rank;
@@ -666,7 +666,7 @@ static int staged_broadcast(run_ctx *r)
 {
 	shm_comm *c = r->c;
 	const shm_op *op = r->op;
-	uint64_t es = shm_dtype_size(op->dtype);
+	uint64_t es = accel_abi_dtype_size(op->dtype);
 	uint64_t chunk = (uint64_t)c->world * c->chunk_bytes;   /* bytes */
 	uint64_t bytes = op->count * es;
 	char *buf = op->send.data;
@@ -717,7 +717,7 @@ static int run_large(run_ctx *r)
 /* One rank: the result is the input. */
 static void run_single(const shm_op *op)
 {
-	uint64_t bytes = op->count * shm_dtype_size(op->dtype);
+	uint64_t bytes = op->count * accel_abi_dtype_size(op->dtype);
 	uint32_t kind = op->kind & SHM_OP_KIND_MASK;
 	if (bytes && (kind == SHM_OP_ALLREDUCE || kind == SHM_OP_REDUCE_SCATTER ||
 	              kind == SHM_OP_ALLGATHER) && op->recv.data != op->send.data)

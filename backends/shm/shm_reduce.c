@@ -30,29 +30,6 @@
 #define KERNEL static
 #endif
 
-size_t shm_dtype_size(uint32_t dtype)
-{
-	switch (dtype) {
-	case ACCEL_DTYPE_F32: return 4;
-	case ACCEL_DTYPE_F64: return 8;
-	case ACCEL_DTYPE_F16: return 2;
-	case ACCEL_DTYPE_BF16: return 2;
-	case ACCEL_DTYPE_F8E4M3: return 1;
-	case ACCEL_DTYPE_F8E5M2: return 1;
-	case ACCEL_DTYPE_I32: return 4;
-	case ACCEL_DTYPE_I64: return 8;
-	case ACCEL_DTYPE_U8: return 1;
-	default: return 0;
-	}
-}
-
-const char *shm_dtype_name(uint32_t dtype)
-{
-	static const char *const names[] = {"invalid", "f32", "f64", "f16", "bf16",
-	                                    "f8e4m3", "f8e5m2", "i32", "i64", "u8"};
-	return dtype < sizeof(names) / sizeof(names[0]) ? names[dtype] : "invalid";
-}
-
 int shm_reduce_supported(uint32_t dtype)
 {
 	switch (dtype) {
@@ -336,7 +313,7 @@ void shm_reduce(uint32_t dtype, uint32_t redop, int n_in, const void *const *in,
 {
 	_Alignas(64) unsigned char tmp[BLK_BYTES];
 	const kern *k = pick(dtype);
-	size_t es = shm_dtype_size(dtype);
+	size_t es = accel_abi_dtype_size(dtype);
 	int which = redop == ACCEL_RED_MAX ? 1 : redop == ACCEL_RED_MIN ? 2 : 0;
 	int alias = -1;
 	int d = -1;

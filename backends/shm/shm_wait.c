@@ -168,7 +168,7 @@ void shm_op_describe(const shm_comm *c, const shm_op *op, char *buf, size_t cap)
 {
 	const char *red[] = {"sum", "avg", "max", "min"};
 	const char *rn = op->redop < 4 ? red[op->redop] : "?";
-	const char *dn = shm_dtype_name(op->dtype);
+	const char *dn = accel_abi_dtype_name(op->dtype);
 	unsigned long long n = (unsigned long long)op->count;
 	unsigned long long seq = (unsigned long long)op->seq;
 

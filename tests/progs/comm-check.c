@@ -32,13 +32,6 @@ static size_t dsize(uint32_t dt)
 	}
 }
 
-static const char *dname(uint32_t dt)
-{
-	static const char *const n[] = {"invalid", "f32", "f64", "f16", "bf16", "f8e4m3",
-	                                "f8e5m2", "i32", "i64", "u8"};
-	return dt < NELEM(n) ? n[dt] : "?";
-}
-
 /* Cheap 64-bit mixer (one multiply); good enough to decorrelate inputs. */
 static inline uint64_t mix(uint64_t x)
 {
@@ -284,7 +277,7 @@ typedef struct kase {
 
 static int fail(const comm_check *cc, const kase *k, const char *detail)
 {
-	fprintf(stderr, CASE_FMT "%s\n", cc->rank, k->op, dname(k->dt),
+	fprintf(stderr, CASE_FMT "%s\n", cc->rank, k->op, accel_abi_dtype_name(k->dt),
 	        k->red < 4 ? k_red_names[k->red] : "-", k->placement, (unsigned long long)k->count,
 	        detail);
 	return 1;
