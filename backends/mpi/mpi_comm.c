@@ -29,15 +29,10 @@
 #include <time.h>
 
 #include "accel/comm.h"
+#include "backends/common/coll-check.h"
 #include "mpi-impl.h"
 
 #define MSG_MAX 768
-
-#define OP_ALLREDUCE      1
-#define OP_REDUCE_SCATTER 2
-#define OP_ALLGATHER      3
-#define OP_BROADCAST      4
-#define OP_BARRIER        5
 
 #define REQ_QUEUED  0
 #define REQ_RUNNING 1
@@ -133,25 +128,6 @@ static void finalize_at_exit(void)
 
 /* ---- small helpers ----------------------------------------------------------- */
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static const char *op_name(int kind)
-{
-	switch (kind) {
-	case OP_ALLREDUCE: return "allreduce";
-	case OP_REDUCE_SCATTER: return "reduce_scatter";
-	case OP_ALLGATHER: return "allgather";
-	case OP_BROADCAST: return "broadcast";
-	case OP_BARRIER: return "barrier";
-	default: return "collective";
-	}
-}
-
 static const char *thread_level_name(int level)
 {
 	switch (level) {
@@ -199,7 +175,7 @@ static void req_describe(const accel_comm_req *r, char *buf, size_t cap)
 	if (r->kind == OP_BARRIER)
 		snprintf(buf, cap, "barrier #%llu", (unsigned long long)r->seq);
 	else
-		snprintf(buf, cap, "%s #%llu (%s, %llu elements)", op_name(r->kind),
+		snprintf(buf, cap, "%s #%llu (%s, %llu elements)", coll_op_name(r->kind),
 		         (unsigned long long)r->seq, accel_abi_dtype_name(r->dtype),
 		         (unsigned long long)r->count);
 }
@@ -333,7 +309,7 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 		r->status = ACCEL_OK;
 		return 1;
 	}
-	if (timed && r->deadline_ns > 0 && now_ns() > r->deadline_ns) {
+	if (timed && r->deadline_ns > 0 && coll_now_ns() > r->deadline_ns) {
 		char what[160];
 		req_describe(r, what, sizeof(what));
 		r->status = ACCEL_ERR_TIMEOUT;
@@ -354,7 +330,7 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 static void set_deadline(mpi_state *st, accel_comm_req *r)
 {
 	if (st->timeout_ms > 0 && r->deadline_ns == 0)
-		r->deadline_ns = now_ns() + st->timeout_ms * 1000000;
+		r->deadline_ns = coll_now_ns() + st->timeout_ms * 1000000;
 }
 
 /* Spin on MPI_Test first (lowest latency), then yield the CPU between
@@ -397,9 +373,9 @@ static void *worker_main(void *arg)
 			/* Collectives often come in bursts: watch for the next one
 			 * for a moment before sleeping (a wake-up costs microseconds). */
 			pthread_mutex_unlock(&st->lock);
-			int64_t until = now_ns() + WAIT_SPIN_NS;
+			int64_t until = coll_now_ns() + WAIT_SPIN_NS;
 			while (!__atomic_load_n(&st->cursor, __ATOMIC_ACQUIRE) &&
-			       !__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) && now_ns() < until)
+			       !__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) && coll_now_ns() < until)
 				sched_yield();
 			pthread_mutex_lock(&st->lock);
 		}
@@ -466,35 +442,14 @@ static void caller_progress(mpi_state *st, accel_comm_req *until)
 
 static int check_view(mpi_state *st, const char *op, const char *which, const accel_view *v)
 {
-	if (!v)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "%s: %s view is NULL", op,
-		                       which);
-	if (v->struct_size < sizeof(accel_view))
-		return st->host->error(st->h, ACCEL_ERR_ABI,
-		                       "%s: %s view has struct_size %u, expected at least %zu",
-		                       op, which, v->struct_size, sizeof(accel_view));
-	if (v->device != ACCEL_DEVICE_CPU)
+	int rc = coll_check_view(st->host, st->h, op, which, v);
+	if (rc == ACCEL_OK && v->device != ACCEL_DEVICE_CPU)
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
 		                       "%s: %s buffer is on device %d (cuda:%d); the mpi "
 		                       "backend serves host memory only (use backend \"nccl\" for "
 		                       "GPU buffers)",
 		                       op, which, v->device, v->device_index);
-	if (accel_abi_dtype_size(v->dtype) == 0)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "%s: %s view has dtype %u, "
-		                       "which is not an ACCEL_DTYPE_*", op, which, v->dtype);
-	if (!v->data && v->numel > 0)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "%s: %s view has %llu elements but data is NULL", op,
-		                       which, (unsigned long long)v->numel);
-	return ACCEL_OK;
-}
-
-static int ranges_overlap(const void *a, uint64_t na, const void *b, uint64_t nb)
-{
-	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-	if (na == 0 || nb == 0)
-		return 0;
-	return x < y + nb && y < x + na;
+	return rc;
 }
 
 /* Checks shared by the two-buffer ops; sets *in_place. */
@@ -504,31 +459,12 @@ static int check_pair(mpi_state *st, const char *op, const accel_view *send,
 	int rc;
 	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
 		return rc;
-	if (send->dtype != recv->dtype)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "%s: send is %s but recv is %s; both must have one dtype",
-		                       op, accel_abi_dtype_name(send->dtype),
-		                       accel_abi_dtype_name(recv->dtype));
-	size_t esz = accel_abi_dtype_size(send->dtype);
-	*in_place = send->data == recv->data && send->numel > 0;
-	if (!*in_place && ranges_overlap(send->data, send->numel * esz, recv->data, recv->numel * esz))
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "%s: send and recv overlap without being the same "
-		                       "buffer; in place means send->data == recv->data", op);
-	return ACCEL_OK;
+	return coll_check_pair(st->host, st->h, op, send, recv, in_place);
 }
 
 static int check_reduction(mpi_state *st, const char *op, uint32_t dtype, uint32_t red)
 {
-	if (red > ACCEL_RED_MIN)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "%s: reduction %u is not an ACCEL_RED_* (sum, avg, max, "
-		                       "min)", op, red);
-	if (!accel_mpi_dtype_reducible(dtype))
-		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "%s: cannot reduce %s; reductions take f32, f64, f16, "
-		                       "bf16, i32 or i64", op, accel_abi_dtype_name(dtype));
-	return ACCEL_OK;
+	return coll_check_reduction(st->host, st->h, op, dtype, red, accel_mpi_dtype_reducible(dtype));
 }
 
 static int check_count(mpi_state *st, const char *op, uint64_t count)
@@ -553,7 +489,7 @@ static accel_comm_req *req_new(mpi_state *st, int kind, uint32_t dtype, uint32_t
 	accel_comm_req *r = calloc(1, sizeof(*r));
 	if (!r) {
 		st->host->error(st->h, ACCEL_ERR_NOMEM, "%s: out of memory for a request",
-		                op_name(kind));
+		                coll_op_name(kind));
 		return NULL;
 	}
 	r->kind = kind;
@@ -572,7 +508,7 @@ static int req_submit(mpi_state *st, accel_comm_req *r, accel_comm_req **ret_req
 	if (st->use_thread)
 		pthread_mutex_lock(&st->lock);
 	if (st->failed) {
-		int rc = fail_fast_now(st, op_name(r->kind));
+		int rc = fail_fast_now(st, coll_op_name(r->kind));
 		if (st->use_thread)
 			pthread_mutex_unlock(&st->lock);
 		free(r);
@@ -623,20 +559,6 @@ static int mpi_allreduce(void *state, const accel_view *send, const accel_view *
 	return req_submit(st, r, ret_req);
 }
 
-/* reduce_scatter and all-gather: the whole buffer holds world blocks of
- * the other's size. */
-static int check_blocks(mpi_state *st, const char *op, const char *whole_name,
-                        const accel_view *whole, const char *block_name,
-                        const accel_view *block)
-{
-	if (whole->numel == block->numel * (uint64_t)st->world)
-		return ACCEL_OK;
-	return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-	                       "%s: %s has %llu elements; it must be world size %d x %s's %llu",
-	                       op, whole_name, (unsigned long long)whole->numel, st->world,
-	                       block_name, (unsigned long long)block->numel);
-}
-
 static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_view *recv,
                               uint32_t red, accel_comm_req **ret_req)
 {
@@ -649,7 +571,8 @@ static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_v
 	    (rc = check_reduction(st, "reduce_scatter", send->dtype, red)) ||
 	    (rc = check_count(st, "reduce_scatter", recv->numel)))
 		return rc;
-	if ((rc = check_blocks(st, "reduce_scatter", "send", send, "recv", recv)))
+	if ((rc = coll_check_blocks(st->host, st->h, st->world, "reduce_scatter", "send", send,
+	                             "recv", recv)))
 		return rc;
 	accel_comm_req *r = req_new(st, OP_REDUCE_SCATTER, send->dtype, red);
 	if (!r)
@@ -671,7 +594,8 @@ static int mpi_allgather(void *state, const accel_view *send, const accel_view *
 	if ((rc = check_pair(st, "allgather", send, recv, &in_place)) ||
 	    (rc = check_count(st, "allgather", send->numel)))
 		return rc;
-	if ((rc = check_blocks(st, "allgather", "recv", recv, "send", send)))
+	if ((rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
+	                             send)))
 		return rc;
 	accel_comm_req *r = req_new(st, OP_ALLGATHER, send->dtype, ACCEL_RED_SUM);
 	if (!r)
@@ -760,8 +684,8 @@ static int mpi_wait(void *state, accel_comm_req *r)
 		 * worker enforces the deadline, so this wait ends. */
 		if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE) {
 			pthread_mutex_unlock(&st->lock);
-			int64_t until = now_ns() + WAIT_SPIN_NS;
-			while (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE && now_ns() < until)
+			int64_t until = coll_now_ns() + WAIT_SPIN_NS;
+			while (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE && coll_now_ns() < until)
 				sched_yield();
 			pthread_mutex_lock(&st->lock);
 		}
@@ -811,19 +735,19 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 /* Give timed-out MPI requests a last chance to complete (a late peer). */
 static int drain_lost(mpi_state *st)
 {
-	int64_t deadline = now_ns() + (int64_t)DRAIN_MAX_MS * 1000000;
+	int64_t deadline = coll_now_ns() + (int64_t)DRAIN_MAX_MS * 1000000;
 	uint32_t spins = 0;
 	for (uint32_t i = 0; i < st->n_lost; i++) {
 		int flag = 0;
 		while (MPI_Test(&st->lost[i].mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag &&
-		       now_ns() < deadline)
+		       coll_now_ns() < deadline)
 			backoff(&spins);
 		if (!flag) {
 			st->host->log(st->h, ACCEL_LOG_WARN,
 			              "%s #%llu never completed on rank %d; skipping MPI cleanup "
 			              "and MPI_Finalize (it would hang), so mpirun may report that this "
 			              "process exited without finalizing",
-			              op_name(st->lost[i].kind), (unsigned long long)st->lost[i].seq,
+			              coll_op_name(st->lost[i].kind), (unsigned long long)st->lost[i].seq,
 			              st->rank);
 			return 0;
 		}

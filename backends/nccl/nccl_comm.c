@@ -24,17 +24,12 @@
 #include <unistd.h>
 
 #include "accel/comm.h"
+#include "backends/common/coll-check.h"
 #include "nccl-impl.h"
 
 #define MSG_MAX 1024
 /* How long fini() lets outstanding work finish before it aborts (ms). */
 #define DRAIN_MAX_MS 10000
-
-#define OP_ALLREDUCE      1
-#define OP_REDUCE_SCATTER 2
-#define OP_ALLGATHER      3
-#define OP_BROADCAST      4
-#define OP_BARRIER        5
 
 struct accel_comm_req {
 	accel_comm_req *next;     /* live list (issued, not released) or free list */
@@ -59,25 +54,6 @@ typedef struct nccl_state {
 	int failed, fail_code, aborted;
 	char fail_msg[MSG_MAX];
 } nccl_state;
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static const char *op_name(int kind)
-{
-	switch (kind) {
-	case OP_ALLREDUCE: return "allreduce";
-	case OP_REDUCE_SCATTER: return "reduce_scatter";
-	case OP_ALLGATHER: return "allgather";
-	case OP_BROADCAST: return "broadcast";
-	case OP_BARRIER: return "barrier";
-	default: return "collective";
-	}
-}
 
 /* Record a failure that breaks the communicator: later ops fail fast. */
 static int fail(nccl_state *st, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
@@ -153,7 +129,7 @@ static void abort_comm(nccl_state *st)
  * abort the communicator; *rc gets the status recorded. */
 static ncclResult_t settle(nccl_state *st, const char *name, int *rc)
 {
-	int64_t deadline = st->timeout_ms > 0 ? now_ns() + st->timeout_ms * 1000000 : 0;
+	int64_t deadline = st->timeout_ms > 0 ? coll_now_ns() + st->timeout_ms * 1000000 : 0;
 	ncclResult_t ar = ncclInProgress;
 	uint32_t spins = 0;
 	*rc = ACCEL_OK;
@@ -163,7 +139,7 @@ static ncclResult_t settle(nccl_state *st, const char *name, int *rc)
 			return q;
 		if (ar != ncclInProgress)
 			return ar;
-		if (deadline && now_ns() > deadline) {
+		if (deadline && coll_now_ns() > deadline) {
 			abort_comm(st);
 			*rc = fail(st, ACCEL_ERR_TIMEOUT,
 			           "%s did not finish within %.1f s on rank %d of %d: the other "
@@ -282,72 +258,43 @@ static int req_known(const nccl_state *st, const accel_comm_req *r)
 
 static int check_view(nccl_state *st, const char *op, const char *which, const accel_view *v)
 {
-	if (!v)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "%s: %s view is NULL", op,
-		                       which);
-	if (v->struct_size < sizeof(accel_view))
-		return st->host->error(st->h, ACCEL_ERR_ABI,
-		                       "%s: %s view has struct_size %u, expected at least %zu",
-		                       op, which, v->struct_size, sizeof(accel_view));
-	if (v->device != ACCEL_DEVICE_CUDA || v->device_index != st->device)
+	int rc = coll_check_view(st->host, st->h, op, which, v);
+	if (rc == ACCEL_OK && (v->device != ACCEL_DEVICE_CUDA || v->device_index != st->device))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
 		                       "%s: %s buffer is on %s:%d but this rank's NCCL "
 		                       "communicator is on cuda:%d; the nccl backend serves this "
 		                       "rank's GPU only",
 		                       op, which, v->device == ACCEL_DEVICE_CUDA ? "cuda" : "cpu",
 		                       v->device_index, st->device);
-	if (accel_abi_dtype_size(v->dtype) == 0)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "%s: %s view has dtype %u, which is not an "
-		                       "ACCEL_DTYPE_*", op, which, v->dtype);
-	if (!v->data && v->numel > 0)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "%s: %s view has %llu elements but data is NULL", op,
-		                       which, (unsigned long long)v->numel);
-	return ACCEL_OK;
+	return rc;
 }
 
+/* Checks shared by the two-buffer ops; sets *in_place. */
 static int check_pair(nccl_state *st, const char *op, const accel_view *send,
                       const accel_view *recv, int *in_place)
 {
 	int rc;
 	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
 		return rc;
-	if (send->dtype != recv->dtype)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "%s: send is %s but recv is %s; both must have one "
-		                       "dtype", op, accel_abi_dtype_name(send->dtype),
-		                       accel_abi_dtype_name(recv->dtype));
-	size_t es = accel_abi_dtype_size(send->dtype);
-	uintptr_t s = (uintptr_t)send->data, r = (uintptr_t)recv->data;
-	uint64_t ns = send->numel * es, nr = recv->numel * es;
-	*in_place = send->data == recv->data && send->numel > 0;
-	if (!*in_place && ns && nr && s < r + nr && r < s + ns)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "%s: send and recv overlap without being the same "
-		                       "buffer; in place means send->data == recv->data", op);
-	return ACCEL_OK;
+	return coll_check_pair(st->host, st->h, op, send, recv, in_place);
 }
 
 static int check_reduce(nccl_state *st, const char *op, uint32_t dtype, uint32_t red,
                         ncclDataType_t *ret_type, ncclRedOp_t *ret_op)
 {
-	if (!accel_nccl_redop(red, ret_op))
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "%s: reduction %u is not an ACCEL_RED_* (sum, avg, max, "
-		                       "min)", op, red);
-	if (!accel_nccl_dtype(dtype, 1, ret_type))
-		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "%s: cannot reduce %s; reductions take f32, f64, f16, "
-		                       "bf16, i32 or i64", op, accel_abi_dtype_name(dtype));
-	return ACCEL_OK;
+	int reducible = accel_nccl_dtype(dtype, 1, ret_type);
+	int rc = coll_check_reduction(st->host, st->h, op, dtype, red, reducible);
+	if (rc == ACCEL_OK && !accel_nccl_redop(red, ret_op))
+		return st->host->error(st->h, ACCEL_ERR_INTERNAL,
+		                       "%s: no NCCL operation for reduction %u", op, red);
+	return rc;
 }
 
 static int fail_fast(nccl_state *st, int kind)
 {
 	return st->host->error(st->h, st->fail_code,
 	                       "%s #%llu not run: an earlier NCCL call failed (%.*s)",
-	                       op_name(kind), (unsigned long long)st->seq + 1, MSG_MAX / 2,
+	                       coll_op_name(kind), (unsigned long long)st->seq + 1, MSG_MAX / 2,
 	                       st->fail_msg);
 }
 
@@ -460,20 +407,6 @@ static int nccl_allreduce(void *state, const accel_view *send, const accel_view 
 	return issue(st, &L, ret_req);
 }
 
-/* reduce_scatter and all-gather: the whole buffer holds world blocks of
- * the other's size. */
-static int check_blocks(nccl_state *st, const char *op, const char *whole_name,
-                        const accel_view *whole, const char *block_name,
-                        const accel_view *block)
-{
-	if (whole->numel == block->numel * (uint64_t)st->world)
-		return ACCEL_OK;
-	return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-	                       "%s: %s has %llu elements; it must be world size %d x %s's %llu",
-	                       op, whole_name, (unsigned long long)whole->numel, st->world,
-	                       block_name, (unsigned long long)block->numel);
-}
-
 static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_view *recv,
                                uint32_t red, accel_comm_req **ret_req)
 {
@@ -486,7 +419,8 @@ static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_
 	if ((rc = check_pair(st, "reduce_scatter", send, recv, &in_place)) ||
 	    (rc = check_reduce(st, "reduce_scatter", send->dtype, red, &L.type, &L.op)))
 		return rc;
-	if ((rc = check_blocks(st, "reduce_scatter", "send", send, "recv", recv)))
+	if ((rc = coll_check_blocks(st->host, st->h, st->world, "reduce_scatter", "send", send,
+	                             "recv", recv)))
 		return rc;
 	L.send = send->data;
 	L.recv = recv->data;
@@ -516,7 +450,8 @@ static int nccl_allgather(void *state, const accel_view *send, const accel_view 
 	if (!accel_nccl_dtype(send->dtype, 0, &L.type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "allgather: dtype %s",
 		                       accel_abi_dtype_name(send->dtype));
-	if ((rc = check_blocks(st, "allgather", "recv", recv, "send", send)))
+	if ((rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
+	                             send)))
 		return rc;
 	L.send = send->data;
 	L.recv = recv->data;
@@ -573,7 +508,7 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 	if (st->aborted)
 		return fail(st, st->fail_code ? st->fail_code : ACCEL_ERR_NCCL,
 		            "%s #%llu: the communicator was aborted after an earlier failure",
-		            op_name(r->kind), (unsigned long long)r->seq);
+		            coll_op_name(r->kind), (unsigned long long)r->seq);
 	cudaError_t e = cudaEventQuery(r->ev);
 	if (e == cudaSuccess)
 		return 1;
@@ -585,7 +520,7 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 	NCCL_TRY(st, "ncclCommGetAsyncError", ncclCommGetAsyncError(st->comm, &ar), out);
 	if (ar != ncclSuccess && ar != ncclInProgress) {
 		char name[64];
-		snprintf(name, sizeof(name), "%s #%llu", op_name(r->kind), (unsigned long long)r->seq);
+		snprintf(name, sizeof(name), "%s #%llu", coll_op_name(r->kind), (unsigned long long)r->seq);
 		rc = nccl_fail(st, ar, name);
 		abort_comm(st);
 	}
@@ -603,7 +538,7 @@ static int nccl_wait(void *state, accel_comm_req *r)
 		                       "backend)", r ? "unknown" : "NULL");
 	if ((rc = enter_device(st, &prev)))
 		return rc;
-	int64_t deadline = st->timeout_ms > 0 ? now_ns() + st->timeout_ms * 1000000 : 0;
+	int64_t deadline = st->timeout_ms > 0 ? coll_now_ns() + st->timeout_ms * 1000000 : 0;
 	uint32_t spins = 0;
 	for (;;) {
 		int p = req_poll(st, r);
@@ -613,14 +548,14 @@ static int nccl_wait(void *state, accel_comm_req *r)
 		}
 		if (p == 1)
 			break;
-		if (deadline && now_ns() > deadline) {
+		if (deadline && coll_now_ns() > deadline) {
 			abort_comm(st);
 			rc = fail(st, ACCEL_ERR_TIMEOUT,
 			          "%s #%llu (%s, %llu elements) did not complete within %.1f s on "
 			          "rank %d of %d: the other ranks did not arrive at it. NCCL cannot tell "
 			          "which ranks are missing; look for the rank whose log stops before "
 			          "collective #%llu, or that died. The communicator was aborted",
-			          op_name(r->kind), (unsigned long long)r->seq,
+			          coll_op_name(r->kind), (unsigned long long)r->seq,
 			          accel_abi_dtype_name(r->dtype), (unsigned long long)r->count,
 			          (double)st->timeout_ms / 1000.0, st->rank, st->world,
 			          (unsigned long long)r->seq);
@@ -715,15 +650,15 @@ static void nccl_fini(void *state)
 	cudaSetDevice(st->device);
 	if (st->comm && !st->aborted) {
 		/* Let queued work finish, but never wait forever for a peer. */
-		int64_t deadline = now_ns() + (int64_t)DRAIN_MAX_MS * 1000000;
+		int64_t deadline = coll_now_ns() + (int64_t)DRAIN_MAX_MS * 1000000;
 		uint32_t spins = 0;
 		cudaError_t e = cudaErrorNotReady;
 		while (st->stream && (e = cudaStreamQuery(st->stream)) == cudaErrorNotReady &&
-		       now_ns() < deadline)
+		       coll_now_ns() < deadline)
 			backoff(&spins);
 		if (e == cudaSuccess || !st->stream) {
 			ncclResult_t r = ncclCommFinalize(st->comm), ar = r;
-			while (ar == ncclInProgress && now_ns() < deadline &&
+			while (ar == ncclInProgress && coll_now_ns() < deadline &&
 			       ncclCommGetAsyncError(st->comm, &ar) == ncclSuccess)
 				backoff(&spins);
 			if (ar == ncclSuccess)

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backends/common/coll-check.h: what the mpi and nccl backends share: the
+ * collective kinds and their names, a monotonic clock, and the argument
+ * checks of the comm ABI's calls that do not depend on where the buffers
+ * live.  Header-only: each backend is a module of its own and links nothing
+ * of the other's.  Every check reports through host->error() (naming the
+ * call and the buffer) and returns its status.
+ */
+#ifndef ACCEL_BACKENDS_COLL_CHECK_H
+#define ACCEL_BACKENDS_COLL_CHECK_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "accel/comm.h"
+
+#define OP_ALLREDUCE      1
+#define OP_REDUCE_SCATTER 2
+#define OP_ALLGATHER      3
+#define OP_BROADCAST      4
+#define OP_BARRIER        5
+
+static inline const char *coll_op_name(int kind)
+{
+	switch (kind) {
+	case OP_ALLREDUCE: return "allreduce";
+	case OP_REDUCE_SCATTER: return "reduce_scatter";
+	case OP_ALLGATHER: return "allgather";
+	case OP_BROADCAST: return "broadcast";
+	case OP_BARRIER: return "barrier";
+	default: return "collective";
+	}
+}
+
+static inline int64_t coll_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The parts of a view every backend checks: present, of a known layout and
+ * dtype, data for its elements.  The caller checks the device. */
+static inline int coll_check_view(const accel_host_v1 *host, accel_host *h, const char *op,
+                                  const char *which, const accel_view *v)
+{
+	if (!v)
+		return host->error(h, ACCEL_ERR_INVALID_ARG, "%s: %s view is NULL", op, which);
+	if (v->struct_size < sizeof(accel_view))
+		return host->error(h, ACCEL_ERR_ABI,
+		                   "%s: %s view has struct_size %u, expected at least %zu", op, which,
+		                   v->struct_size, sizeof(accel_view));
+	if (accel_abi_dtype_size(v->dtype) == 0)
+		return host->error(h, ACCEL_ERR_INVALID_ARG,
+		                   "%s: %s view has dtype %u, which is not an ACCEL_DTYPE_*", op, which,
+		                   v->dtype);
+	if (!v->data && v->numel > 0)
+		return host->error(h, ACCEL_ERR_INVALID_ARG,
+		                   "%s: %s view has %llu elements but data is NULL", op, which,
+		                   (unsigned long long)v->numel);
+	return ACCEL_OK;
+}
+
+/* Two checked views: one dtype, and either one buffer (in place: sets
+ * *in_place) or two that do not overlap. */
+static inline int coll_check_pair(const accel_host_v1 *host, accel_host *h, const char *op,
+                                  const accel_view *send, const accel_view *recv, int *in_place)
+{
+	if (send->dtype != recv->dtype)
+		return host->error(h, ACCEL_ERR_INVALID_ARG,
+		                   "%s: send is %s but recv is %s; both must have one dtype", op,
+		                   accel_abi_dtype_name(send->dtype), accel_abi_dtype_name(recv->dtype));
+	uint64_t es = accel_abi_dtype_size(send->dtype);
+	uintptr_t s = (uintptr_t)send->data, r = (uintptr_t)recv->data;
+	uint64_t ns = send->numel * es, nr = recv->numel * es;
+	*in_place = send->data == recv->data && send->numel > 0;
+	if (!*in_place && ns && nr && s < r + nr && r < s + ns)
+		return host->error(h, ACCEL_ERR_INVALID_ARG,
+		                   "%s: send and recv overlap without being the same buffer; in "
+		                   "place means send->data == recv->data",
+		                   op);
+	return ACCEL_OK;
+}
+
+/* reduce_scatter and all-gather: the whole buffer holds world blocks of the
+ * other's size. */
+static inline int coll_check_blocks(const accel_host_v1 *host, accel_host *h, int32_t world,
+                                    const char *op, const char *whole_name,
+                                    const accel_view *whole, const char *block_name,
+                                    const accel_view *block)
+{
+	if (whole->numel == block->numel * (uint64_t)world)
+		return ACCEL_OK;
+	return host->error(h, ACCEL_ERR_INVALID_ARG,
+	                   "%s: %s has %llu elements; it must be world size %d x %s's %llu", op,
+	                   whole_name, (unsigned long long)whole->numel, world, block_name,
+	                   (unsigned long long)block->numel);
+}
+
+/* The reduction is an ACCEL_RED_*; `reducible` says whether the backend
+ * reduces this dtype. */
+static inline int coll_check_reduction(const accel_host_v1 *host, accel_host *h, const char *op,
+                                       uint32_t dtype, uint32_t red, int reducible)
+{
+	if (red > ACCEL_RED_MIN)
+		return host->error(h, ACCEL_ERR_INVALID_ARG,
+		                   "%s: reduction %u is not an ACCEL_RED_* (sum, avg, max, min)", op,
+		                   red);
+	if (!reducible)
+		return host->error(h, ACCEL_ERR_UNSUPPORTED,
+		                   "%s: cannot reduce %s; reductions take f32, f64, f16, bf16, i32 or "
+		                   "i64",
+		                   op, accel_abi_dtype_name(dtype));
+	return ACCEL_OK;
+}
+
+#endif /* ACCEL_BACKENDS_COLL_CHECK_H */
