@@ -1297,6 +1297,22 @@ static int set_broken(accel_store *st, sconn *c, accel_err *err, int code, const
 	return accel_err_set(err, code, "%s", msg);
 }
 
+/* Wait until fd is ready for `events` or the deadline passes (ETIMEDOUT). */
+static int wait_io(int fd, short events, int64_t deadline, int *ret_errno)
+{
+	int64_t left = deadline - now_ms();
+	if (left <= 0) {
+		*ret_errno = ETIMEDOUT;
+		return -1;
+	}
+	struct pollfd pf = {.fd = fd, .events = events};
+	if (poll(&pf, 1, left > 60000 ? 60000 : (int)left) < 0 && errno != EINTR) {
+		*ret_errno = errno;
+		return -1;
+	}
+	return 0;
+}
+
 /* Write all of buf before the deadline (non-blocking socket). */
 static int send_all(int fd, const uint8_t *p, size_t n, int64_t deadline, int *ret_errno)
 {
@@ -1313,16 +1329,8 @@ static int send_all(int fd, const uint8_t *p, size_t n, int64_t deadline, int *r
 			*ret_errno = errno;
 			return -1;
 		}
-		int64_t left = deadline - now_ms();
-		if (left <= 0) {
-			*ret_errno = ETIMEDOUT;
+		if (wait_io(fd, POLLOUT, deadline, ret_errno))
 			return -1;
-		}
-		struct pollfd pf = {.fd = fd, .events = POLLOUT};
-		if (poll(&pf, 1, left > 60000 ? 60000 : (int)left) < 0 && errno != EINTR) {
-			*ret_errno = errno;
-			return -1;
-		}
 	}
 	return 0;
 }
@@ -1347,16 +1355,8 @@ static int recv_all(int fd, uint8_t *p, size_t n, int64_t deadline, int *ret_err
 			*ret_errno = errno;
 			return -1;
 		}
-		int64_t left = deadline - now_ms();
-		if (left <= 0) {
-			*ret_errno = ETIMEDOUT;
+		if (wait_io(fd, POLLIN, deadline, ret_errno))
 			return -1;
-		}
-		struct pollfd pf = {.fd = fd, .events = POLLIN};
-		if (poll(&pf, 1, left > 60000 ? 60000 : (int)left) < 0 && errno != EINTR) {
-			*ret_errno = errno;
-			return -1;
-		}
 	}
 	return 0;
 }
