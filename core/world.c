@@ -226,6 +226,22 @@ static int from_accel(wsrc *s, result *r)
 	return ACCEL_OK;
 }
 
+/* Launchers that give rank, size and the local pair (local ones optional)
+ * and no node numbers: read them, check them, derive the nodes. */
+static int read_mpi_style(wsrc *s, const names *nm, accel_world_v1 *w)
+{
+	int rc;
+	if ((rc = require_int(s, nm->rank, nm->rank, &w->rank)) < 0 ||
+	    (rc = require_int(s, nm->size, nm->rank, &w->world_size)) < 0 ||
+	    (rc = opt_int(s, nm->local_rank, -1, &w->local_rank)) < 0 ||
+	    (rc = opt_int(s, nm->local_size, -1, &w->local_world_size)) < 0)
+		return rc;
+	if ((rc = check_world(s, nm, w)) < 0)
+		return rc;
+	derive_nodes(w);
+	return ACCEL_OK;
+}
+
 static int from_ompi(wsrc *s, result *r)
 {
 	static const names nm = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -233,14 +249,8 @@ static int from_ompi(wsrc *s, result *r)
 	                         NULL};
 	accel_world_v1 *w = &r->w;
 	int rc;
-	if ((rc = require_int(s, nm.rank, nm.rank, &w->rank)) < 0 ||
-	    (rc = require_int(s, nm.size, nm.rank, &w->world_size)) < 0 ||
-	    (rc = opt_int(s, nm.local_rank, -1, &w->local_rank)) < 0 ||
-	    (rc = opt_int(s, nm.local_size, -1, &w->local_world_size)) < 0)
+	if ((rc = read_mpi_style(s, &nm, w)) < 0)
 		return rc;
-	if ((rc = check_world(s, &nm, w)) < 0)
-		return rc;
-	derive_nodes(w);
 	const char *ns = getvar(s, "PMIX_NAMESPACE");
 	if (!ns)
 		ns = getvar(s, "OMPI_MCA_ess_base_jobid");
@@ -258,14 +268,8 @@ static int from_pmi(wsrc *s, result *r)
 	                         NULL, NULL};
 	accel_world_v1 *w = &r->w;
 	int rc;
-	if ((rc = require_int(s, nm.rank, nm.rank, &w->rank)) < 0 ||
-	    (rc = require_int(s, nm.size, nm.rank, &w->world_size)) < 0 ||
-	    (rc = opt_int(s, nm.local_rank, -1, &w->local_rank)) < 0 ||
-	    (rc = opt_int(s, nm.local_size, -1, &w->local_world_size)) < 0)
+	if ((rc = read_mpi_style(s, &nm, w)) < 0)
 		return rc;
-	if ((rc = check_world(s, &nm, w)) < 0)
-		return rc;
-	derive_nodes(w);
 	const char *ns = getvar(s, "PMIX_NAMESPACE");
 	const char *port = getvar(s, "PMI_PORT");
 	char tmp[ACCEL_WORLD_JOB_ID_MAX];
@@ -285,14 +289,8 @@ static int from_torchrun(wsrc *s, result *r)
 	                         NULL};
 	accel_world_v1 *w = &r->w;
 	int rc;
-	if ((rc = require_int(s, nm.rank, nm.rank, &w->rank)) < 0 ||
-	    (rc = require_int(s, nm.size, nm.rank, &w->world_size)) < 0 ||
-	    (rc = opt_int(s, nm.local_rank, -1, &w->local_rank)) < 0 ||
-	    (rc = opt_int(s, nm.local_size, -1, &w->local_world_size)) < 0)
+	if ((rc = read_mpi_style(s, &nm, w)) < 0)
 		return rc;
-	if ((rc = check_world(s, &nm, w)) < 0)
-		return rc;
-	derive_nodes(w);
 	int group;
 	if ((rc = read_int(s, "GROUP_RANK", &group)) < 0)
 		return rc;
