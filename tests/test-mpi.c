@@ -186,19 +186,6 @@ static const uint32_t k_all_dtypes[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F64,    ACC
                                         ACCEL_DTYPE_U8,   ACCEL_DTYPE_F8E4M3};
 static const char *const k_red_names[] = {"sum", "avg", "max", "min"};
 
-static size_t dsize(uint32_t dt)
-{
-	switch (dt) {
-	case ACCEL_DTYPE_F64:
-	case ACCEL_DTYPE_I64: return 8;
-	case ACCEL_DTYPE_F32:
-	case ACCEL_DTYPE_I32: return 4;
-	case ACCEL_DTYPE_F16:
-	case ACCEL_DTYPE_BF16: return 2;
-	default: return 1;
-	}
-}
-
 static int is_int(uint32_t dt)
 {
 	return dt == ACCEL_DTYPE_I32 || dt == ACCEL_DTYPE_I64 || dt == ACCEL_DTYPE_U8 ||
@@ -268,7 +255,7 @@ static double ref_reduce(uint64_t i, uint32_t dt, uint32_t red)
 /* Compare n elements of got with exp (both of dtype dt) bit for bit. */
 static int same(const char *what, const void *got, const void *exp, uint32_t dt, uint64_t n)
 {
-	size_t es = dsize(dt);
+	size_t es = accel_abi_dtype_size(dt);
 	for (uint64_t i = 0; i < n; i++) {
 		if (memcmp((const char *)got + i * es, (const char *)exp + i * es, es)) {
 			CHECK(0, "%s: element %llu is %g, expected %g", what, (unsigned long long)i,
@@ -301,7 +288,7 @@ static int run_wait(inst *in, int rc, accel_comm_req **preq, const char *what)
 
 static void check_allreduce(inst *in, uint32_t dt, uint32_t red, uint64_t n, int in_place)
 {
-	size_t es = dsize(dt);
+	size_t es = accel_abi_dtype_size(dt);
 	char what[160];
 	snprintf(what, sizeof(what), "allreduce %s %s n=%llu %s", accel_abi_dtype_name(dt),
 	         k_red_names[red], (unsigned long long)n, in_place ? "in place" : "out of place");
@@ -323,7 +310,7 @@ static void check_allreduce(inst *in, uint32_t dt, uint32_t red, uint64_t n, int
 
 static void check_reduce_scatter(inst *in, uint32_t dt, uint32_t red, uint64_t n, int in_place)
 {
-	size_t es = dsize(dt);
+	size_t es = accel_abi_dtype_size(dt);
 	uint64_t total = n * (uint64_t)g_world;
 	char what[160];
 	snprintf(what, sizeof(what), "reduce_scatter %s %s n=%llu %s", accel_abi_dtype_name(dt),
@@ -345,7 +332,7 @@ static void check_reduce_scatter(inst *in, uint32_t dt, uint32_t red, uint64_t n
 
 static void check_allgather(inst *in, uint32_t dt, uint64_t n, int in_place)
 {
-	size_t es = dsize(dt);
+	size_t es = accel_abi_dtype_size(dt);
 	uint64_t total = n * (uint64_t)g_world;
 	char what[160];
 	snprintf(what, sizeof(what), "allgather %s n=%llu %s", accel_abi_dtype_name(dt),
@@ -370,7 +357,7 @@ static void check_allgather(inst *in, uint32_t dt, uint64_t n, int in_place)
 
 static void check_broadcast(inst *in, uint32_t dt, uint64_t n, int root)
 {
-	size_t es = dsize(dt);
+	size_t es = accel_abi_dtype_size(dt);
 	char what[160];
 	snprintf(what, sizeof(what), "broadcast %s n=%llu root=%d", accel_abi_dtype_name(dt),
 	         (unsigned long long)n, root);
@@ -656,7 +643,7 @@ static void suite_core(void)
 	enum { N = 777 };
 	for (size_t d = 0; d < sizeof(k_red_dtypes) / sizeof(k_red_dtypes[0]); d++) {
 		uint32_t dt = k_red_dtypes[d];
-		size_t es = dsize(dt);
+		size_t es = accel_abi_dtype_size(dt);
 		for (uint32_t red = 0; red < 4; red++) {
 			char *s = malloc(N * es * g_world), *r = malloc(N * es * g_world),
 			     *e = malloc(N * es * g_world);
@@ -687,7 +674,7 @@ static void suite_core(void)
 	}
 	for (size_t d = 0; d < sizeof(k_all_dtypes) / sizeof(k_all_dtypes[0]); d++) {
 		uint32_t dt = k_all_dtypes[d];
-		size_t es = dsize(dt);
+		size_t es = accel_abi_dtype_size(dt);
 		char *s = malloc(N * es), *r = malloc(N * es * g_world), *e = malloc(N * es * g_world);
 		for (uint64_t i = 0; i < N; i++)
 			put(s, dt, i, val(g_rank, i, dt));

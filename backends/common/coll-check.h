@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * backends/common/coll-check.h: what the mpi and nccl backends share: the
- * collective kinds and their names, a monotonic clock, and the argument
+ * collective kinds and their names, a monotonic clock, the dtypes that
+ * reduce, and the argument
  * checks of the comm ABI's calls that do not depend on where the buffers
  * live.  Header-only: each backend is a module of its own and links nothing
  * of the other's.  Every check reports through host->error() (naming the
@@ -38,6 +39,20 @@ static inline int64_t coll_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The dtypes the comm ABI reduces: f32, f64, f16, bf16, i32, i64. */
+static inline int coll_dtype_reducible(uint32_t dtype)
+{
+	switch (dtype) {
+	case ACCEL_DTYPE_F32:
+	case ACCEL_DTYPE_F64:
+	case ACCEL_DTYPE_F16:
+	case ACCEL_DTYPE_BF16:
+	case ACCEL_DTYPE_I32:
+	case ACCEL_DTYPE_I64: return 1;
+	default: return 0;
+	}
 }
 
 /* The parts of a view every backend checks: present, of a known layout and

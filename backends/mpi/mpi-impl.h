@@ -18,10 +18,6 @@ typedef struct mpi_half_ops {
 	int created;
 } mpi_half_ops;
 
-/* Name of an ACCEL_RED_* for messages. */
-const char *accel_mpi_red_name(uint32_t red);
-/* 1 when `dtype` can be reduced (F32, F64, F16, BF16, I32, I64). */
-int accel_mpi_dtype_reducible(uint32_t dtype);
 
 /* The MPI datatype that carries one element of `dtype` (16-bit floats travel
  * as MPI_UINT16_T, fp8 and u8 as MPI_UINT8_T).  MPI_DATATYPE_NULL if unknown. */

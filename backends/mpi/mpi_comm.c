@@ -464,7 +464,7 @@ static int check_pair(mpi_state *st, const char *op, const accel_view *send,
 
 static int check_reduction(mpi_state *st, const char *op, uint32_t dtype, uint32_t red)
 {
-	return coll_check_reduction(st->host, st->h, op, dtype, red, accel_mpi_dtype_reducible(dtype));
+	return coll_check_reduction(st->host, st->h, op, dtype, red, coll_dtype_reducible(dtype));
 }
 
 static int check_count(mpi_state *st, const char *op, uint64_t count)

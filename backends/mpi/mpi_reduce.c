@@ -16,32 +16,6 @@
 #include "core/half.h"
 #include "mpi-impl.h"
 
-const char *accel_mpi_red_name(uint32_t red)
-{
-	switch (red) {
-	case ACCEL_RED_SUM: return "sum";
-	case ACCEL_RED_AVG: return "avg";
-	case ACCEL_RED_MAX: return "max";
-	case ACCEL_RED_MIN: return "min";
-	default: return "an unknown reduction";
-	}
-}
-
-int accel_mpi_dtype_reducible(uint32_t dtype)
-{
-	switch (dtype) {
-	case ACCEL_DTYPE_F32:
-	case ACCEL_DTYPE_F64:
-	case ACCEL_DTYPE_F16:
-	case ACCEL_DTYPE_BF16:
-	case ACCEL_DTYPE_I32:
-	case ACCEL_DTYPE_I64:
-		return 1;
-	default:
-		return 0;
-	}
-}
-
 MPI_Datatype accel_mpi_datatype(uint32_t dtype)
 {
 	switch (dtype) {

@@ -269,6 +269,5 @@ int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap);
  * alias each other exactly (same pointer), not partially. */
 void shm_reduce(uint32_t dtype, uint32_t redop, int n_in, const void *const *in, int n_out,
                 void *const *out, uint64_t count, int32_t avg_div);
-int shm_reduce_supported(uint32_t dtype);
 
 #endif

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/common/coll-check.h"
 #include "shm-impl.h"
 
 #define MAX_FREE_REQS 64
@@ -257,7 +258,7 @@ static int check_view(shm_comm *c, const char *what, const char *name, const acc
 		shm_fmt(d, sizeof(d), "%s is on device %d; shm serves host memory only", name,
 		         (int)v->device);
 		code = ACCEL_ERR_UNSUPPORTED;
-	} else if (reduce ? !shm_reduce_supported(v->dtype) : accel_abi_dtype_size(v->dtype) == 0) {
+	} else if (reduce ? !coll_dtype_reducible(v->dtype) : accel_abi_dtype_size(v->dtype) == 0) {
 		shm_fmt(d, sizeof(d), "%s has dtype %s, which %s", name, accel_abi_dtype_name(v->dtype),
 		         reduce ? "cannot be reduced (f32, f64, f16, bf16, i32, i64 can)"
 		                : "is not a valid dtype");

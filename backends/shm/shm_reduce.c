@@ -30,21 +30,6 @@
 #define KERNEL static
 #endif
 
-int shm_reduce_supported(uint32_t dtype)
-{
-	switch (dtype) {
-	case ACCEL_DTYPE_F32:
-	case ACCEL_DTYPE_F64:
-	case ACCEL_DTYPE_F16:
-	case ACCEL_DTYPE_BF16:
-	case ACCEL_DTYPE_I32:
-	case ACCEL_DTYPE_I64:
-		return 1;
-	default:
-		return 0;
-	}
-}
-
 /* max/min that propagate NaN (like torch.maximum), written as selects so
  * the loops vectorize (a short-circuit || would be control flow). */
 static inline float max_f32(float a, float b)

@@ -19,19 +19,6 @@ static const uint32_t k_copy_dtypes[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F64, ACCEL
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 static const char *const k_red_names[] = {"sum", "avg", "max", "min"};
 
-static size_t dsize(uint32_t dt)
-{
-	switch (dt) {
-	case ACCEL_DTYPE_F64:
-	case ACCEL_DTYPE_I64: return 8;
-	case ACCEL_DTYPE_F32:
-	case ACCEL_DTYPE_I32: return 4;
-	case ACCEL_DTYPE_F16:
-	case ACCEL_DTYPE_BF16: return 2;
-	default: return 1;
-	}
-}
-
 /* Cheap 64-bit mixer (one multiply); good enough to decorrelate inputs. */
 static inline uint64_t mix(uint64_t x)
 {
@@ -291,7 +278,7 @@ static int compare(const comm_check *cc, const kase *k, uint32_t seed, const cha
                    exp_fn fn)
 {
 	static unsigned char want[RBLK * 8];
-	size_t es = dsize(k->dt);
+	size_t es = accel_abi_dtype_size(k->dt);
 	for (uint64_t base = 0; base < n; base += RBLK) {
 		uint64_t m = n - base < RBLK ? n - base : RBLK;
 		fn(cc, k, seed, base, m, want);
@@ -325,7 +312,7 @@ static void exp_reduce_scatter(const comm_check *cc, const kase *k, uint32_t see
 static void exp_allgather(const comm_check *cc, const kase *k, uint32_t seed, uint64_t first,
                           uint64_t n, void *out)
 {
-	size_t es = dsize(k->dt);
+	size_t es = accel_abi_dtype_size(k->dt);
 	uint64_t cnt = k->count ? k->count : 1;
 	(void)cc;
 	for (uint64_t done = 0; done < n;) {
@@ -358,7 +345,7 @@ static int check_allreduce(comm_check *cc, bufs *b, uint32_t dt, uint32_t red, i
                            uint64_t n)
 {
 	kase k = {"allreduce", dt, red, inplace ? "in-place" : "out-of-place", n};
-	size_t es = dsize(dt);
+	size_t es = accel_abi_dtype_size(dt);
 	uint32_t seed = g_seed++;
 	char *s = b->a + GUARD, *r = inplace ? s : b->b + GUARD;
 	guard_set(b->a, n * es);
@@ -384,7 +371,7 @@ static int check_reduce_scatter(comm_check *cc, bufs *b, uint32_t dt, uint32_t r
 {
 	static const char *const pn[] = {"out-of-place", "in-place(rank block)", "in-place(send==recv)"};
 	kase k = {"reduce_scatter", dt, red, pn[placement], n};
-	size_t es = dsize(dt);
+	size_t es = accel_abi_dtype_size(dt);
 	uint64_t sn = n * (uint64_t)cc->world;
 	uint32_t seed = g_seed++;
 	char *s = b->a + GUARD;
@@ -410,7 +397,7 @@ static int check_allgather(comm_check *cc, bufs *b, uint32_t dt, int placement, 
 {
 	static const char *const pn[] = {"out-of-place", "in-place(rank block)", "in-place(send==recv)"};
 	kase k = {"allgather", dt, 99, pn[placement], n};
-	size_t es = dsize(dt);
+	size_t es = accel_abi_dtype_size(dt);
 	uint64_t rn = n * (uint64_t)cc->world;
 	uint32_t seed = g_seed++;
 	char *r = b->b + GUARD;
@@ -435,7 +422,7 @@ static int check_broadcast(comm_check *cc, bufs *b, uint32_t dt, int root, uint6
 	char pl[32];
 	snprintf(pl, sizeof(pl), "root=%d", root);
 	kase k = {"broadcast", dt, 99, pl, n};
-	size_t es = dsize(dt);
+	size_t es = accel_abi_dtype_size(dt);
 	uint32_t seed = g_seed++;
 	char *p = b->a + GUARD;
 	guard_set(b->a, n * es);
