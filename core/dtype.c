@@ -6,8 +6,9 @@
 
 const char *accel_dtype_name(uint32_t dtype)
 {
-	return dtype != ACCEL_DTYPE_INVALID && dtype < ACCEL_DTYPE_COUNT ? accel_abi_dtype_name(dtype)
-	                                                                  : NULL;
+	if (dtype == ACCEL_DTYPE_INVALID || dtype >= ACCEL_DTYPE_COUNT)
+		return NULL;
+	return accel_abi_dtype_name(dtype);
 }
 
 size_t accel_dtype_size(uint32_t dtype)

@@ -652,7 +652,8 @@ static void suite_core(void)
 				put(s, dt, i, val(g_rank, i, dt));
 				put(e, dt, i, ref_reduce(i, dt, red));
 			}
-			snprintf(what, sizeof(what), "core allreduce %s %s", accel_abi_dtype_name(dt), k_red_names[red]);
+			snprintf(what, sizeof(what), "core allreduce %s %s", accel_abi_dtype_name(dt),
+			         k_red_names[red]);
 			rc = accel_allreduce(ctx, s, r, N, dt, red);
 			CHECK(rc == ACCEL_OK, "%s: %s", what, accel_errmsg(ctx));
 			if (rc == ACCEL_OK)
@@ -682,13 +683,15 @@ static void suite_core(void)
 			for (uint64_t i = 0; i < N; i++)
 				put(e, dt, (uint64_t)q * N + i, val(q, i, dt));
 		rc = accel_allgather(ctx, s, r, N, dt);
-		CHECK(rc == ACCEL_OK, "core allgather %s: %s", accel_abi_dtype_name(dt), accel_errmsg(ctx));
+		CHECK(rc == ACCEL_OK, "core allgather %s: %s", accel_abi_dtype_name(dt),
+		      accel_errmsg(ctx));
 		if (rc == ACCEL_OK)
 			same("core allgather", r, e, dt, (uint64_t)N * g_world);
 		for (uint64_t i = 0; i < N; i++)
 			put(e, dt, i, val(g_world - 1, i, dt));
 		rc = accel_broadcast(ctx, s, N, dt, g_world - 1);
-		CHECK(rc == ACCEL_OK, "core broadcast %s: %s", accel_abi_dtype_name(dt), accel_errmsg(ctx));
+		CHECK(rc == ACCEL_OK, "core broadcast %s: %s", accel_abi_dtype_name(dt),
+		      accel_errmsg(ctx));
 		if (rc == ACCEL_OK)
 			same("core broadcast", s, e, dt, N);
 		free(s);

@@ -64,12 +64,12 @@ static inline int coll_check_view(const accel_host_v1 *host, accel_host *h, cons
 		return host->error(h, ACCEL_ERR_INVALID_ARG, "%s: %s view is NULL", op, which);
 	if (v->struct_size < sizeof(accel_view))
 		return host->error(h, ACCEL_ERR_ABI,
-		                   "%s: %s view has struct_size %u, expected at least %zu", op, which,
-		                   v->struct_size, sizeof(accel_view));
+		                   "%s: %s view has struct_size %u, expected at least %zu", op,
+		                   which, v->struct_size, sizeof(accel_view));
 	if (accel_abi_dtype_size(v->dtype) == 0)
 		return host->error(h, ACCEL_ERR_INVALID_ARG,
-		                   "%s: %s view has dtype %u, which is not an ACCEL_DTYPE_*", op, which,
-		                   v->dtype);
+		                   "%s: %s view has dtype %u, which is not an ACCEL_DTYPE_*", op,
+		                   which, v->dtype);
 	if (!v->data && v->numel > 0)
 		return host->error(h, ACCEL_ERR_INVALID_ARG,
 		                   "%s: %s view has %llu elements but data is NULL", op, which,
@@ -85,7 +85,8 @@ static inline int coll_check_pair(const accel_host_v1 *host, accel_host *h, cons
 	if (send->dtype != recv->dtype)
 		return host->error(h, ACCEL_ERR_INVALID_ARG,
 		                   "%s: send is %s but recv is %s; both must have one dtype", op,
-		                   accel_abi_dtype_name(send->dtype), accel_abi_dtype_name(recv->dtype));
+		                   accel_abi_dtype_name(send->dtype),
+		                   accel_abi_dtype_name(recv->dtype));
 	uint64_t es = accel_abi_dtype_size(send->dtype);
 	uintptr_t s = (uintptr_t)send->data, r = (uintptr_t)recv->data;
 	uint64_t ns = send->numel * es, nr = recv->numel * es;
@@ -120,12 +121,12 @@ static inline int coll_check_reduction(const accel_host_v1 *host, accel_host *h,
 {
 	if (red > ACCEL_RED_MIN)
 		return host->error(h, ACCEL_ERR_INVALID_ARG,
-		                   "%s: reduction %u is not an ACCEL_RED_* (sum, avg, max, min)", op,
-		                   red);
+		                   "%s: reduction %u is not an ACCEL_RED_* (sum, avg, max, min)",
+		                   op, red);
 	if (!reducible)
 		return host->error(h, ACCEL_ERR_UNSUPPORTED,
-		                   "%s: cannot reduce %s; reductions take f32, f64, f16, bf16, i32 or "
-		                   "i64",
+		                   "%s: cannot reduce %s; reductions take f32, f64, f16, bf16, "
+		                   "i32 or i64",
 		                   op, accel_abi_dtype_name(dtype));
 	return ACCEL_OK;
 }

@@ -375,7 +375,8 @@ static void *worker_main(void *arg)
 			pthread_mutex_unlock(&st->lock);
 			int64_t until = coll_now_ns() + WAIT_SPIN_NS;
 			while (!__atomic_load_n(&st->cursor, __ATOMIC_ACQUIRE) &&
-			       !__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) && coll_now_ns() < until)
+			       !__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) &&
+			       coll_now_ns() < until)
 				sched_yield();
 			pthread_mutex_lock(&st->lock);
 		}
@@ -685,7 +686,8 @@ static int mpi_wait(void *state, accel_comm_req *r)
 		if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE) {
 			pthread_mutex_unlock(&st->lock);
 			int64_t until = coll_now_ns() + WAIT_SPIN_NS;
-			while (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE && coll_now_ns() < until)
+			while (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE &&
+			       coll_now_ns() < until)
 				sched_yield();
 			pthread_mutex_lock(&st->lock);
 		}
@@ -747,7 +749,8 @@ static int drain_lost(mpi_state *st)
 			              "%s #%llu never completed on rank %d; skipping MPI cleanup "
 			              "and MPI_Finalize (it would hang), so mpirun may report that this "
 			              "process exited without finalizing",
-			              coll_op_name(st->lost[i].kind), (unsigned long long)st->lost[i].seq,
+			              coll_op_name(st->lost[i].kind),
+			              (unsigned long long)st->lost[i].seq,
 			              st->rank);
 			return 0;
 		}

@@ -520,7 +520,8 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 	NCCL_TRY(st, "ncclCommGetAsyncError", ncclCommGetAsyncError(st->comm, &ar), out);
 	if (ar != ncclSuccess && ar != ncclInProgress) {
 		char name[64];
-		snprintf(name, sizeof(name), "%s #%llu", coll_op_name(r->kind), (unsigned long long)r->seq);
+		snprintf(name, sizeof(name), "%s #%llu", coll_op_name(r->kind),
+		         (unsigned long long)r->seq);
 		rc = nccl_fail(st, ar, name);
 		abort_comm(st);
 	}

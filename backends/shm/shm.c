@@ -259,7 +259,8 @@ static int check_view(shm_comm *c, const char *what, const char *name, const acc
 		         (int)v->device);
 		code = ACCEL_ERR_UNSUPPORTED;
 	} else if (reduce ? !coll_dtype_reducible(v->dtype) : accel_abi_dtype_size(v->dtype) == 0) {
-		shm_fmt(d, sizeof(d), "%s has dtype %s, which %s", name, accel_abi_dtype_name(v->dtype),
+		shm_fmt(d, sizeof(d), "%s has dtype %s, which %s", name,
+		         accel_abi_dtype_name(v->dtype),
 		         reduce ? "cannot be reduced (f32, f64, f16, bf16, i32, i64 can)"
 		                : "is not a valid dtype");
 		code = reduce ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_INVALID_ARG;
@@ -355,8 +356,10 @@ static int shm_allreduce(void *state, const accel_view *send, const accel_view *
 		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
 		                      "allreduce: send (%s, %llu elements) and recv (%s, %llu elements) "
 		                      "must match, op %u must be sum/avg/max/min",
-		                      accel_abi_dtype_name(send->dtype), (unsigned long long)send->numel,
-		                      accel_abi_dtype_name(recv->dtype), (unsigned long long)recv->numel, redop);
+		                      accel_abi_dtype_name(send->dtype),
+		                      (unsigned long long)send->numel,
+		                      accel_abi_dtype_name(recv->dtype),
+		                      (unsigned long long)recv->numel, redop);
 	shm_op op = {.kind = SHM_OP_ALLREDUCE, .dtype = send->dtype, .redop = redop,
 	             .count = send->numel, .send = *send, .recv = *recv};
 	return issue(c, &op, ret_req);
@@ -377,7 +380,8 @@ static int shm_reduce_scatter(void *state, const accel_view *send, const accel_v
 		                      "of recv's dtype (send: %s, %llu; recv: %s, %llu), op %u must be "
 		                      "sum/avg/max/min",
 		                      (int)c->world, accel_abi_dtype_name(send->dtype),
-		                      (unsigned long long)send->numel, accel_abi_dtype_name(recv->dtype),
+		                      (unsigned long long)send->numel,
+		                      accel_abi_dtype_name(recv->dtype),
 		                      (unsigned long long)recv->numel, redop);
 	shm_op op = {.kind = SHM_OP_REDUCE_SCATTER, .dtype = send->dtype, .redop = redop,
 	             .count = recv->numel, .send = *send, .recv = *recv};
@@ -397,7 +401,8 @@ static int shm_allgather(void *state, const accel_view *send, const accel_view *
 		                      "allgather: recv must hold world_size (%d) x send elements of "
 		                      "send's dtype (send: %s, %llu; recv: %s, %llu)",
 		                      (int)c->world, accel_abi_dtype_name(send->dtype),
-		                      (unsigned long long)send->numel, accel_abi_dtype_name(recv->dtype),
+		                      (unsigned long long)send->numel,
+		                      accel_abi_dtype_name(recv->dtype),
 		                      (unsigned long long)recv->numel);
 	shm_op op = {.kind = SHM_OP_ALLGATHER, .dtype = send->dtype, .count = send->numel,
 	             .send = *send, .recv = *recv};

@@ -282,8 +282,8 @@ static int alloc_group(lsgd *s, lsgd_group *g)
 		return r;
 	if (g->n_train &&
 	    (r = H->mem_alloc(s->h, ACCEL_MEM_GRADS, g->device, g->device_index,
-	                      g->n_train * accel_abi_dtype_size(g->dtype), s->warmup_steps ? comm : zero,
-	                      &g->grad)))
+	                      g->n_train * accel_abi_dtype_size(g->dtype),
+	                      s->warmup_steps ? comm : zero, &g->grad)))
 		return r;
 	if (!f32 && (r = H->mem_alloc(s->h, ACCEL_MEM_PARAMS, g->device, g->device_index,
 	                              n * accel_abi_dtype_size(g->dtype), zero, &g->work)))
@@ -296,7 +296,8 @@ static int refresh_work(lsgd *s, const lsgd_group *g, uint64_t first, uint64_t n
 {
 	if (!g->work || !n)
 		return ACCEL_OK;
-	accel_view dst = view(g, g->dtype, (char *)g->work + first * accel_abi_dtype_size(g->dtype), n);
+	uint64_t es = accel_abi_dtype_size(g->dtype);
+	accel_view dst = view(g, g->dtype, (char *)g->work + first * es, n);
 	accel_view src = view(g, ACCEL_DTYPE_F32, g->master + first, n);
 	return s->host->op_copy(s->h, &dst, &src);
 }
@@ -335,9 +336,10 @@ static int lsgd_wrap(void *state)
 		lsgd_group *g = &s->groups[lp->group];
 		uint64_t at = p->requires_grad ? lp->offset : g->n_train + lp->offset;
 		lp->master = g->master + at;
-		lp->work = g->work ? (char *)g->work + at * accel_abi_dtype_size(g->dtype) : (void *)lp->master;
+		uint64_t es = accel_abi_dtype_size(g->dtype);
+		lp->work = g->work ? (char *)g->work + at * es : (void *)lp->master;
 		if (p->requires_grad) {
-			lp->grad = (char *)g->grad + lp->offset * accel_abi_dtype_size(g->dtype);
+			lp->grad = (char *)g->grad + lp->offset * es;
 			for (uint32_t k = 0; k < s->n_state; k++)
 				lp->state[k] = g->state + k * g->n_train + lp->offset;
 		}
