@@ -20,6 +20,7 @@
 #include "store.h"
 #include "train.h"
 
+static void host_log(accel_host *h, int32_t level, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 static void host_log(accel_host *h, int32_t level, const char *fmt, ...)
 {
 	va_list ap;
@@ -28,6 +29,7 @@ static void host_log(accel_host *h, int32_t level, const char *fmt, ...)
 	va_end(ap);
 }
 
+static int host_error(accel_host *h, int32_t code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 static int host_error(accel_host *h, int32_t code, const char *fmt, ...)
 {
 	char msg[ACCEL_ERRMSG_MAX];

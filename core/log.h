@@ -23,8 +23,9 @@ void accel_log_set_level(int level);
 /* Parse "info"/"2"...; returns -1 when not a level. */
 int accel_log_level_parse(const char *s);
 void accel_log(int level, const char *fmt, ...) ACCEL_PRINTF(2, 3);
-void accel_logv(int level, const char *fmt, va_list ap);
+void accel_logv(int level, const char *fmt, va_list ap) ACCEL_PRINTF(2, 0);
 /* With an extra tag after the prefix, e.g. the plugin name. */
-void accel_logv_tag(int level, const char *tag, const char *fmt, va_list ap);
+void accel_logv_tag(int level, const char *tag, const char *fmt, va_list ap)
+	ACCEL_PRINTF(3, 0);
 
 #endif

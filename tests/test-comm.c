@@ -53,6 +53,7 @@ static int64_t g_cfg_small_kb = -1, g_cfg_chunk_kb = -1, g_cfg_spin_us = -1;
 /* below run_world()'s limits, so a stuck collective reports itself */
 static int64_t g_timeout_ms = 30000;
 
+static void h_log(accel_host *h, int32_t level, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 static void h_log(accel_host *h, int32_t level, const char *fmt, ...)
 {
 	(void)h;
@@ -66,6 +67,7 @@ static void h_log(accel_host *h, int32_t level, const char *fmt, ...)
 	va_end(ap);
 }
 
+static int h_error(accel_host *h, int32_t code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 static int h_error(accel_host *h, int32_t code, const char *fmt, ...)
 {
 	harness_host *hh = (harness_host *)h;
@@ -237,6 +239,7 @@ static void clear_err(rank_env *env)
 }
 
 /* Write what a rank saw, for the parent to assert on. */
+static void report(const char *name, const char *fmt, ...) ACCEL_PRINTF(2, 3);
 static void report(const char *name, const char *fmt, ...)
 {
 	char path[512];

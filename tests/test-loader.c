@@ -21,6 +21,7 @@
 
 /* ---- a host table of our own: entry functions only use log and error ---- */
 
+static void t_log(accel_host *h, int32_t level, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 static void t_log(accel_host *h, int32_t level, const char *fmt, ...)
 {
 	(void)h;
@@ -30,6 +31,7 @@ static void t_log(accel_host *h, int32_t level, const char *fmt, ...)
 	va_end(ap);
 }
 
+static int t_error(accel_host *h, int32_t code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 static int t_error(accel_host *h, int32_t code, const char *fmt, ...)
 {
 	char msg[1024];
@@ -770,6 +772,7 @@ END_TEST
 static char req_msg[512];
 static int req_calls;
 
+static int req_error(accel_host *h, int32_t code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 static int req_error(accel_host *h, int32_t code, const char *fmt, ...)
 {
 	va_list ap;

@@ -1,13 +1,14 @@
 #!/bin/sh
 # Install the Debian packages accel needs to build and test, only those that
-# are missing.  Runs apt-get as root (or through sudo).
+# are missing, plus any packages named as arguments (`make fuzz` adds clang
+# and libclang-rt-dev).  Runs apt-get as root (or through sudo).
 set -eu
 # build: compiler, meson, jansson, Check; MPI backend; BLAS libraries for the
 # example (oneDNN, OpenBLAS, BLIS); PyTorch for the cross-checks against
 # torch.optim and safetensors, and for the benchmark peers.
 PKGS="build-essential meson ninja-build pkg-config libjansson-dev check libsubunit-dev \
 libopenmpi-dev openmpi-bin libopenblas-dev libblis-dev libdnnl-dev \
-python3 python3-numpy python3-torch"
+python3 python3-numpy python3-torch $*"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
