@@ -62,6 +62,14 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* now + ms without overflow: a timeout too large to represent means never
+ * (a peer may send any value; a caller may pass INT64_MAX for "forever"). */
+static int64_t deadline_after(int64_t now, int64_t ms)
+{
+	int64_t d;
+	return __builtin_add_overflow(now, ms, &d) ? INT64_MAX : d;
+}
+
 static void fmt_secs(int64_t ms, char *buf, size_t cap)
 {
 	snprintf(buf, cap, "%g s", (double)ms / 1000.0);
@@ -435,7 +443,7 @@ static void park(sclient *c, int op, int64_t timeout_ms)
 {
 	c->wait_op = op;
 	c->timeout_ms = timeout_ms;
-	c->deadline = now_ms() + timeout_ms;
+	c->deadline = deadline_after(now_ms(), timeout_ms);
 }
 
 static barrier *barrier_find(store_server *s, const char *name, int create)
@@ -1020,7 +1028,7 @@ static void *server_main(void *arg)
 			(void)r;
 			if (!stopping) {
 				stopping = 1;
-				stop_deadline = now_ms() + s->linger_ms;
+				stop_deadline = deadline_after(now_ms(), s->linger_ms);
 			}
 		}
 		if (pr > 0)
@@ -1372,7 +1380,8 @@ static int rpc_on(accel_store *st, sconn *c, sbuf *req, int64_t wait_ms, sbuf *r
 	int e = 0;
 	if (req->oom)
 		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
-	int64_t start = now_ms(), deadline = start + wait_ms + STORE_REPLY_SLACK_MS;
+	int64_t start = now_ms();
+	int64_t deadline = deadline_after(deadline_after(start, wait_ms), STORE_REPLY_SLACK_MS);
 	if (send_all(c->fd, req->p, req->len, deadline, &e) < 0)
 		return set_broken(st, c, err, ACCEL_ERR_COMM, "lost the connection to the rendezvous "
 		                  "store at %s (rank %d): %s; rank 0 hosts the store: did it exit?",
@@ -1472,7 +1481,7 @@ static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd
 	int port = st->port;
 	char ps[16], et[128], ts[32];
 	snprintf(ps, sizeof(ps), "%d", port);
-	int64_t start = now_ms(), deadline = start + timeout_ms;
+	int64_t start = now_ms(), deadline = deadline_after(start, timeout_ms);
 	int64_t backoff = 10;
 	int last = 0;
 	const char *last_text = NULL;

@@ -603,6 +603,28 @@ START_TEST(ipv6_loopback)
 }
 END_TEST
 
+/* INT64_MAX as a timeout means "no limit": deadlines saturate instead of
+ * overflowing (found by tests/fuzz/fuzz-store: a barrier request with that
+ * timeout overflowed the server's deadline; UBSan in make test-asan). */
+START_TEST(huge_timeouts_mean_forever)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 1, INT64_MAX, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_store_set(st, "k", "v", 1, &err), ACCEL_OK);
+	char buf[4];
+	uint64_t len = 0;
+	ck_assert_int_eq(accel_store_get(st, "k", buf, sizeof(buf), &len, INT64_MAX, &err), ACCEL_OK);
+	ck_assert_uint_eq(len, 1);
+	const char *keys[] = {"k"};
+	ck_assert_int_eq(accel_store_wait(st, keys, 1, INT64_MAX, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_store_barrier(st, "b", INT64_MAX, &err), ACCEL_OK);
+	ck_assert_msg(err.code == ACCEL_OK, "%s", err.msg);
+	accel_store_free(st);
+}
+END_TEST
+
 static Suite *store_suite(void)
 {
 	Suite *s = suite_create("store");
@@ -621,6 +643,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, thread_safe_client);
 	tcase_add_test(tc, blocked_get_leaves_other_threads_free);
 	tcase_add_test(tc, ipv6_loopback);
+	tcase_add_test(tc, huge_timeouts_mean_forever);
 	suite_add_tcase(s, tc);
 	return s;
 }
