@@ -112,14 +112,23 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 			continue;
 		}
 		/* the rest take a value: --opt V or --opt=V */
+		static const char *const valued[] = {"--op", "--dtype", "--min-bytes", "--max-bytes",
+		                                     "--iters", "--warmup", "--buffers", "--config",
+		                                     "--set"};
 		const char *eq = strchr(a, '='), *v;
 		char name[32];
-		if (eq && (size_t)(eq - a) < sizeof(name)) {
-			memcpy(name, a, (size_t)(eq - a));
-			name[eq - a] = '\0';
+		size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+		int known = 0;
+		for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]) && !known; k++)
+			known = strlen(valued[k]) == nlen && !strncmp(valued[k], a, nlen);
+		if (!known)
+			return accel_cli_usage_error(sub, a[0] == '-' ? "unknown option '%.*s'"
+			                                             : "unexpected argument '%.*s'",
+			                             (int)nlen, a);
+		snprintf(name, sizeof(name), "%.*s", (int)nlen, a);
+		if (eq) {
 			v = eq + 1;
 		} else {
-			snprintf(name, sizeof(name), "%s", a);
 			if (i + 1 >= argc)
 				return accel_cli_usage_error(sub, "%s needs a value", a);
 			v = argv[++i];
@@ -158,7 +167,7 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 		} else if (!strcmp(name, "--config")) {
 			o->config = v;
 		} else if (!strcmp(name, "--set")) {
-			if (!strchr(v, '='))
+			if (!strchr(v, '=') || v[0] == '=')
 				return accel_cli_usage_error(sub, "--set '%s' is not KEY=VALUE", v);
 			if (o->n_sets == MAX_SETS)
 				return accel_cli_usage_error(sub, "more than %d --set options", MAX_SETS);

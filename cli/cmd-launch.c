@@ -439,13 +439,18 @@ int accel_cli_launch(int argc, char **argv)
 		goto out;
 	}
 	if (o.config) {
+		/* errno is read only right after the call that failed: realpath()
+		 * may succeed and leave a stale errno behind */
 		config_abs = realpath(o.config, NULL);
+		int e = config_abs ? 0 : errno;
 		struct stat stt;
-		if (!config_abs || stat(config_abs, &stt) < 0 || !S_ISREG(stt.st_mode) ||
-		    access(config_abs, R_OK) < 0) {
+		if (!e && stat(config_abs, &stt) < 0)
+			e = errno;
+		if (!e && S_ISREG(stt.st_mode) && access(config_abs, R_OK) < 0)
+			e = errno;
+		if (e || !S_ISREG(stt.st_mode)) {
 			rc = accel_cli_usage_error("launch", "--config '%s': %s", o.config,
-			                           !config_abs || errno ? strerror(errno ? errno : ENOENT)
-			                                                : "not a readable file");
+			                           e ? strerror(e) : "not a regular file");
 			goto out;
 		}
 	}

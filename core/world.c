@@ -206,8 +206,10 @@ static int from_accel(wsrc *s, result *r)
 	                         "ACCEL_LOCAL_WORLD_SIZE", "ACCEL_NODE_RANK", "ACCEL_NUM_NODES"};
 	accel_world_v1 *w = &r->w;
 	int rc;
-	if ((rc = require_int(s, nm.rank, "ACCEL_RANK", &w->rank)) < 0 ||
-	    (rc = require_int(s, nm.size, "ACCEL_RANK", &w->world_size)) < 0)
+	/* the variable that made us look: named when its partner is missing */
+	const char *why = getvar(s, nm.rank) ? nm.rank : nm.size;
+	if ((rc = require_int(s, nm.rank, why, &w->rank)) < 0 ||
+	    (rc = require_int(s, nm.size, why, &w->world_size)) < 0)
 		return rc;
 	/* Defaults describe what our launcher would have set (block mapping). */
 	if ((rc = opt_int(s, nm.local_size, w->world_size, &w->local_world_size)) < 0)
@@ -231,8 +233,9 @@ static int from_accel(wsrc *s, result *r)
 static int read_mpi_style(wsrc *s, const names *nm, accel_world_v1 *w)
 {
 	int rc;
-	if ((rc = require_int(s, nm->rank, nm->rank, &w->rank)) < 0 ||
-	    (rc = require_int(s, nm->size, nm->rank, &w->world_size)) < 0 ||
+	const char *why = getvar(s, nm->rank) ? nm->rank : nm->size;
+	if ((rc = require_int(s, nm->rank, why, &w->rank)) < 0 ||
+	    (rc = require_int(s, nm->size, why, &w->world_size)) < 0 ||
 	    (rc = opt_int(s, nm->local_rank, -1, &w->local_rank)) < 0 ||
 	    (rc = opt_int(s, nm->local_size, -1, &w->local_world_size)) < 0)
 		return rc;

@@ -54,4 +54,12 @@ set +e
 "$ACCEL_CLI" bench comm --max-bytes 12Q >/dev/null 2>"$OUT/usage"; rc=$?
 set -e
 [ "$rc" -eq 2 ] && grep -q -- "--max-bytes '12Q'" "$OUT/usage" || fail "bad size: rc $rc"
+for args in "stray:unexpected argument 'stray'" "--bogus:unknown option '--bogus'" \
+            "--op:--op needs a value"; do
+	set +e
+	"$ACCEL_CLI" bench comm "${args%%:*}" >/dev/null 2>"$OUT/usage"; rc=$?
+	set -e
+	[ "$rc" -eq 2 ] && grep -q -- "${args#*:}" "$OUT/usage" ||
+		fail "'${args%%:*}': rc $rc, $(cat "$OUT/usage")"
+done
 echo "PASS"

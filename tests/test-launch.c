@@ -265,6 +265,7 @@ START_TEST(bad_usage)
 	             "--node-rank 2 is not below --nnodes 2");
 	expect_usage((const char *[]){"--config", "/nonexistent/x.json", prog, NULL},
 	             "--config '/nonexistent/x.json': No such file or directory");
+	expect_usage((const char *[]){"--config", "/", prog, NULL}, "--config '/': not a regular file");
 	expect_usage((const char *[]){"--set", "novalue", prog, NULL},
 	             "--set 'novalue': expected KEY=VALUE");
 	expect_usage((const char *[]){"--grace-s", "-1", prog, NULL}, "--grace-s '-1'");

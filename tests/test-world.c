@@ -217,6 +217,12 @@ START_TEST(inconsistent_values)
 	expect_error((const char *[]){"ACCEL_RANK=1", NULL},
 	             "ACCEL_RANK is set but ACCEL_WORLD_SIZE is not: cannot tell the world of "
 	             "accel launch");
+	expect_error((const char *[]){"ACCEL_WORLD_SIZE=8", NULL},
+	             "ACCEL_WORLD_SIZE is set but ACCEL_RANK is not: cannot tell the world of "
+	             "accel launch");
+	expect_error((const char *[]){"OMPI_COMM_WORLD_SIZE=8", NULL},
+	             "OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not: cannot tell "
+	             "the world of mpirun (OpenMPI)");
 	expect_error((const char *[]){"ACCEL_RANK=x1", "ACCEL_WORLD_SIZE=2", NULL},
 	             "ACCEL_RANK='x1' is not an integer (read as the world of accel launch)");
 	expect_error((const char *[]){"OMPI_COMM_WORLD_RANK=9", "OMPI_COMM_WORLD_SIZE=8", NULL},
