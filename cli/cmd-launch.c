@@ -567,6 +567,9 @@ int accel_cli_launch(int argc, char **argv)
 		.prefix = !o.log_dir || o.tee,
 		.log_dir = log_dir,
 		.grace_s = o.grace_s,
+		.master_addr = addr,
+		.master_port = port,
+		.world_size = world,
 	};
 	rc = accel_launch_run(&spec);
 	goto out;

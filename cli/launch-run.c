@@ -26,6 +26,7 @@
 #endif
 
 #include "launch.h"
+#include "store.h"
 
 #define TAIL_LINES 10
 #define TAIL_LINE_MAX 1024
@@ -69,6 +70,7 @@ typedef struct launcher {
 	int exec_errno;        /* PROGRAM could not be started */
 	int exec_rank;
 	int start_errno;       /* pipe/fork failed: a launcher error */
+	pid_t *reporters;      /* [n] children telling the store a rank exited */
 } launcher;
 
 static int sig_pipe[2] = {-1, -1};
@@ -279,11 +281,45 @@ static void begin_stop(launcher *L, int sig)
 	signal_all(L, sig);
 }
 
+/* How long a reporter keeps trying to reach the store (rank 0 may still be
+ * starting it). */
+#define REPORT_TIMEOUT_MS 10000
+
+/* Rank p ended with status 0 while others still run.  If it never joined
+ * the job (it exited before accel_ctx_new connected it to the rendezvous
+ * store), the others would wait for it until comm.timeout_s; tell the store,
+ * which then fails their waits at once, naming the rank.  A rank that did
+ * join is known to the store already, which ignores the report.  A child
+ * process does the telling, so that the supervisor never blocks; a program
+ * that does not use the store makes it retry harmlessly until it is killed
+ * at the launcher's end. */
+static void report_exit(launcher *L, proc *p)
+{
+	const launch_spec *s = L->spec;
+	int i = (int)(p - L->p);
+	if (!s->master_addr || s->master_port <= 0 || !L->reporters || L->reporters[i] > 0)
+		return;
+	pid_t pid = fork();
+	if (pid == 0) {
+#ifdef __linux__
+		prctl(PR_SET_PDEATHSIG, SIGKILL);   /* not past a launcher killed with -9 */
+#endif
+		accel_err e = {0};
+		int rc = accel_store_report_exit(s->master_addr, s->master_port, s->world_size, p->rank,
+		                                 "exited with status 0", REPORT_TIMEOUT_MS, &e);
+		_exit(rc == ACCEL_OK ? 0 : 1);
+	}
+	if (pid > 0)
+		L->reporters[i] = pid;
+}
+
 static void on_exit_status(launcher *L, proc *p, int st)
 {
 	p->running = 0;
 	p->status = st;
 	int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	if (ok && !p->stopped && !L->stopping && count_running(L))
+		report_exit(L, p);
 	/* Leftover children of this rank would keep its output open: on failure
 	 * they go with it. */
 	if (!ok)
@@ -618,7 +654,8 @@ int accel_launch_run(const launch_spec *spec)
 	ensure_std_fds();
 	ensure_fd_limit(L.n);
 	L.p = calloc((size_t)L.n, sizeof(*L.p));
-	if (!L.p) {
+	L.reporters = calloc((size_t)L.n, sizeof(*L.reporters));
+	if (!L.p || !L.reporters) {
 		say(&L, "out of memory");
 		return 1;
 	}
@@ -708,6 +745,13 @@ out:
 		for (int k = 0; k < TAIL_LINES; k++)
 			free(p->tail[k]);
 	}
+	for (int i = 0; L.reporters && i < L.n; i++)
+		if (L.reporters[i] > 0) {
+			kill(L.reporters[i], SIGKILL);
+			while (waitpid(L.reporters[i], NULL, 0) < 0 && errno == EINTR)
+				;
+		}
+	free(L.reporters);
 	if (installed) {
 		for (int k = 0; k < N_HANDLED; k++)
 			sigaction(handled_signals[k], &old[k], NULL);

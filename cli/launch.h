@@ -14,6 +14,9 @@ typedef struct launch_spec {
 	int prefix;            /* copy output to our stdout/stderr, "[rank R] "  */
 	const char *log_dir;   /* (optional) also write log_dir/rank-R.log       */
 	double grace_s;        /* SIGTERM -> SIGKILL delay when stopping ranks    */
+	const char *master_addr; /* the rendezvous store, told about ranks that  */
+	int master_port;         /* exit while others run (accel_store_report_exit) */
+	int world_size;
 } launch_spec;
 
 /* Start spec->nproc processes and supervise them until all have exited.

@@ -348,6 +348,15 @@ static int host_store_get(accel_host *h, const char *key, void *buf, uint64_t ca
 	int r = no_store(h);
 	if (r)
 		return r;
+	if (timeout_ms == 0) {
+		/* a probe: a missing key is an answer, not an error to record */
+		accel_err e = {0};
+		r = ctx->store ? accel_store_get(ctx->store, key, buf, cap, ret_len, 0, &e)
+		               : accel_kv_get(ctx->local_store, key, buf, cap, ret_len, &e);
+		if (r == ACCEL_ERR_NOT_FOUND || (r == ACCEL_ERR_TIMEOUT && !ctx->store))
+			return ACCEL_ERR_NOT_FOUND;
+		return r ? accel_err_set(&ctx->err, r, "%s", e.msg) : ACCEL_OK;
+	}
 	if (ctx->store)
 		return accel_store_get(ctx->store, key, buf, cap, ret_len, timeout_ms, &ctx->err);
 	return accel_kv_get(ctx->local_store, key, buf, cap, ret_len, &ctx->err);

@@ -44,6 +44,7 @@
 
 /* HELLO flags */
 #define HELLO_SECONDARY 1u
+#define HELLO_OBSERVER 2u   /* not a rank: a launcher reporting rank exits */
 
 enum {
 	OP_HELLO = 1,
@@ -53,7 +54,13 @@ enum {
 	OP_WAIT = 5,
 	OP_BARRIER = 6,
 	OP_BYE = 7,
+	OP_EXITED = 8,   /* observer: rank r's process ended (u32 rank, str how) */
 };
+
+/* The key the server sets when the job can no longer complete because a
+ * rank exited before joining it; its value is the message.  Backends that
+ * wait outside the store probe it (docs/launch.md). */
+#define STORE_FAILED_KEY "accel/job/failed"
 
 static int64_t now_ms(void)
 {
@@ -274,7 +281,8 @@ typedef struct kv {
 	struct kv *next;
 } kv;
 
-enum { RANK_NEVER = 0, RANK_CONNECTED = 1, RANK_LEFT = 2, RANK_CRASHED = 3 };
+/* RANK_EXITED: its launcher reported that it ended without ever connecting */
+enum { RANK_NEVER = 0, RANK_CONNECTED = 1, RANK_LEFT = 2, RANK_CRASHED = 3, RANK_EXITED = 4 };
 
 typedef struct sclient {
 	int fd;
@@ -282,6 +290,7 @@ typedef struct sclient {
 	int dead;              /* close at the end of this loop turn */
 	int said_bye;
 	int primary;           /* the rank's first connection: its presence */
+	int observer;          /* HELLO_OBSERVER: may only send EXITED and BYE */
 	sbuf in, out;
 	size_t out_off;
 	/* the parked request, if any */
@@ -314,6 +323,7 @@ typedef struct store_server {
 	kv **tab;
 	size_t nb, nkv;
 	barrier *barriers;
+	char *failed;          /* why the job cannot complete (a rank exited early) */
 } store_server;
 
 static uint64_t hash_key(const char *k)
@@ -485,33 +495,38 @@ static void barrier_drop(store_server *s, barrier *b)
 static void barrier_missing(store_server *s, const barrier *b, char *out, size_t cap)
 {
 	uint8_t *miss = calloc((size_t)s->world, 1), *never = calloc((size_t)s->world, 1),
-	        *gone = calloc((size_t)s->world, 1);
-	if (!miss || !never || !gone) {
+	        *gone = calloc((size_t)s->world, 1), *early = calloc((size_t)s->world, 1);
+	if (!miss || !never || !gone || !early) {
 		snprintf(out, cap, "(out of memory listing them)");
 		goto done;
 	}
-	int any_never = 0, any_gone = 0;
+	int any_never = 0, any_gone = 0, any_early = 0;
 	for (int r = 0; r < s->world; r++) {
 		if (b->arrived[r])
 			continue;
 		miss[r] = 1;
 		if (s->rank_state[r] == RANK_NEVER)
 			never[r] = any_never = 1;
+		else if (s->rank_state[r] == RANK_EXITED)
+			early[r] = any_early = 1;
 		else if (s->rank_state[r] != RANK_CONNECTED)
 			gone[r] = any_gone = 1;
 	}
-	char a[400], bb[400], cc[400];
+	char a[350], bb[350], cc[350], dd[350];
 	fmt_ranks(miss, s->world, a, sizeof(a));
 	fmt_ranks(never, s->world, bb, sizeof(bb));
 	fmt_ranks(gone, s->world, cc, sizeof(cc));
-	snprintf(out, cap, "%s (of %d)%s%s%s%s%s", a, s->world,
+	fmt_ranks(early, s->world, dd, sizeof(dd));
+	snprintf(out, cap, "%s (of %d)%s%s%s%s%s%s%s", a, s->world,
 	         any_never ? "; never connected to the store: " : "", any_never ? bb : "",
 	         any_gone ? "; left the store: " : "", any_gone ? cc : "",
-	         any_gone ? " (exited or crashed)" : "");
+	         any_gone ? " (exited or crashed)" : "",
+	         any_early ? "; exited before joining the job: " : "", any_early ? dd : "");
 done:
 	free(miss);
 	free(never);
 	free(gone);
+	free(early);
 }
 
 /* Fail every waiter of b because rank `left` will never arrive. */
@@ -535,7 +550,8 @@ static void barrier_fail_left(store_server *s, barrier *b)
 static int barrier_doomed(const store_server *s, const barrier *b)
 {
 	for (int r = 0; r < s->world; r++)
-		if (!b->arrived[r] && (s->rank_state[r] == RANK_LEFT || s->rank_state[r] == RANK_CRASHED))
+		if (!b->arrived[r] && (s->rank_state[r] == RANK_LEFT || s->rank_state[r] == RANK_CRASHED ||
+		                       s->rank_state[r] == RANK_EXITED))
 			return 1;
 	return 0;
 }
@@ -619,6 +635,11 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 		c->dead = 1; /* not one of ours: drop it silently */
 		return;
 	}
+	if (ver == STORE_VERSION && world == s->world && (flags & HELLO_OBSERVER)) {
+		c->observer = 1;
+		reply_ok(c, NULL, 0);
+		return;
+	}
 	if (ver != STORE_VERSION) {
 		reply_err(c, ACCEL_ERR_ABI, "the rendezvous store speaks protocol %u, this rank %u "
 		          "(mixed accel versions in one job?)", STORE_VERSION, ver);
@@ -655,6 +676,60 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 	c->primary = 1;
 	s->rank_state[rank] = RANK_CONNECTED;
 	reply_ok(c, NULL, 0);
+}
+
+/* A GET or WAIT whose keys are missing after the job broke: they would
+ * wait for a rank that is gone. */
+static void fail_broken(store_server *s, sclient *c, const char *what, const char *key)
+{
+	reply_err(c, ACCEL_ERR_PEER, "store %s%s%s%s (rank %d) cannot complete: %s", what,
+	          key ? " '" : "", key ? key : "", key ? "'" : "", c->rank, s->failed);
+}
+
+/* An observer (the launcher of some node) reports that rank r's process
+ * ended.  A rank that had connected is already accounted for by its
+ * connection; one that never did will never come, so nothing that waits
+ * for the whole job can complete: fail the waiters now, and refuse later
+ * waits for keys that are not set, instead of letting them run into their
+ * timeouts. */
+static void do_exited(store_server *s, sclient *c, cursor *cu)
+{
+	int32_t r = (int32_t)cu_u32(cu);
+	uint32_t hl;
+	const uint8_t *how = cu_str(cu, &hl);
+	if (cu->bad || hl > 200 || memchr(how, 0, hl)) {
+		c->dead = 1;
+		return;
+	}
+	if (r < 0 || r >= s->world) {
+		reply_err(c, ACCEL_ERR_INVALID_ARG, "rank %d is outside the world of %d", r, s->world);
+		return;
+	}
+	reply_ok(c, NULL, 0);
+	if (s->rank_state[r] != RANK_NEVER)
+		return;
+	s->rank_state[r] = RANK_EXITED;
+	if (!s->failed) {
+		char msg[400];
+		snprintf(msg, sizeof(msg), "rank %d %.*s before it joined the job (it never connected "
+		         "to the rendezvous store)", r, (int)hl, (const char *)how);
+		s->failed = strdup(msg);
+		if (!s->failed || kv_put(s, STORE_FAILED_KEY, msg, (uint32_t)strlen(msg)) < 0)
+			return;
+	}
+	wake_key_waiters(s);   /* whatever is already satisfied */
+	for (size_t i = 0; i < s->ncl; i++) {
+		sclient *o = s->cl[i];
+		if (o->wait_op == OP_GET || o->wait_op == OP_WAIT) {
+			fail_broken(s, o, o->wait_op == OP_GET ? "get" : "wait", o->wait_key);
+			unpark(o);
+		}
+	}
+	for (barrier *b = s->barriers, *nx; b; b = nx) {
+		nx = b->next;
+		if (barrier_doomed(s, b))
+			barrier_fail_left(s, b);
+	}
 }
 
 static void do_barrier(store_server *s, sclient *c, const char *name, int64_t timeout_ms)
@@ -699,10 +774,17 @@ static void handle(store_server *s, sclient *c, const uint8_t *body, size_t n)
 	cursor cu = {body, n, 0};
 	uint8_t op = cu_u8(&cu);
 	if (op == OP_HELLO) {
-		if (c->rank >= 0)
+		if (c->rank >= 0 || c->observer)
 			c->dead = 1;
 		else
 			do_hello(s, c, &cu);
+		return;
+	}
+	if (c->observer) {
+		if (op == OP_EXITED)
+			do_exited(s, c, &cu);
+		else
+			c->dead = 1;   /* BYE, or something an observer may not send */
 		return;
 	}
 	if (c->rank < 0) {
@@ -742,6 +824,9 @@ static void handle(store_server *s, sclient *c, const uint8_t *body, size_t n)
 		kv *e = kv_find(s, key);
 		if (e) {
 			reply_ok(c, e->val, e->len);
+			free(key);
+		} else if (s->failed) {
+			fail_broken(s, c, "get", key);
 			free(key);
 		} else if (tmo <= 0) {
 			reply_err(c, ACCEL_ERR_NOT_FOUND, "store get '%s' (rank %d): the key is not set",
@@ -829,6 +914,9 @@ notint:
 			k++;
 		if (k == nk) {
 			reply_ok(c, NULL, 0);
+			unpark(c);
+		} else if (s->failed) {
+			fail_broken(s, c, "wait", NULL);
 			unpark(c);
 		} else if (tmo <= 0) {
 			expire(s, c);
@@ -1102,6 +1190,7 @@ static store_server *server_free(store_server *s)
 	while (s->barriers)
 		barrier_drop(s, s->barriers);
 	free(s->rank_state);
+	free(s->failed);
 	free(s);
 	return NULL;
 }
@@ -1682,6 +1771,36 @@ accel_store *accel_store_free(accel_store *st)
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 	return NULL;
+}
+
+int accel_store_report_exit(const char *addr, int port, int world_size, int rank, const char *how,
+                            int64_t timeout_ms, accel_err *err)
+{
+	if (!addr || !*addr || port < 1 || port > 65535 || world_size < 1 || rank < 0 ||
+	    rank >= world_size || timeout_ms <= 0 || !how || strlen(how) > 200 || strlen(addr) > 255)
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_store_report_exit: bad argument");
+	accel_store st = {.rank = rank, .world = world_size, .timeout_ms = timeout_ms, .port = port};
+	pthread_mutex_init(&st.lock, NULL);
+	snprintf(st.addr, sizeof(st.addr), "%s", addr);
+	snprintf(st.where, sizeof(st.where), strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, port);
+	sconn *c = NULL;
+	int rc = conn_open(&st, HELLO_OBSERVER, timeout_ms, &c, err);
+	if (rc == ACCEL_OK) {
+		sbuf req = {0}, rep = {0};
+		size_t at = sb_begin(&req);
+		sb_u8(&req, OP_EXITED);
+		sb_u32(&req, (uint32_t)rank);
+		sb_str(&req, how, strlen(how));
+		sb_end(&req, at);
+		rc = rpc_on(&st, c, &req, timeout_ms, &rep, err);
+		sb_free(&req);
+		sb_free(&rep);
+		if (c->fd >= 0)
+			close(c->fd);
+		free(c);
+	}
+	pthread_mutex_destroy(&st.lock);
+	return rc;
 }
 
 static int check_key(const accel_store *st, const char *what, const char *key, accel_err *err)

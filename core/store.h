@@ -67,4 +67,15 @@ int accel_store_wait(accel_store *st, const char *const *keys, uint32_t n, int64
  * (ACCEL_ERR_PEER) instead of waiting for the timeout. */
 int accel_store_barrier(accel_store *st, const char *name, int64_t timeout_ms, accel_err *err);
 
+/* For launchers: tell the store at addr:port (a job of world_size ranks)
+ * that rank `rank`'s process ended, `how` ("exited with status 0").  If
+ * that rank never connected, the job cannot complete: the server fails
+ * every request waiting on the job with a message naming the rank, refuses
+ * later waits for keys that are not set, and sets the key
+ * "accel/job/failed" to the message (see docs/launch.md).  A rank that did
+ * connect is accounted for by its connection; the report is then ignored.
+ * Connects as an observer, retrying while refused up to timeout_ms. */
+int accel_store_report_exit(const char *addr, int port, int world_size, int rank, const char *how,
+                            int64_t timeout_ms, accel_err *err);
+
 #endif

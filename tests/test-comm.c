@@ -1136,6 +1136,38 @@ START_TEST(launch_rank_leaves)
 }
 END_TEST
 
+/* A rank that exits 0 before it ever joins (before accel_ctx_new): the
+ * launcher tells the rendezvous store, and the others' bootstrap fails at
+ * once naming it, instead of after comm.timeout_s (300 s by default). */
+START_TEST(launch_rank_exits_before_joining)
+{
+	char out[256];
+	const int n = 3, victim = 1;
+	outdir_new(out, sizeof(out));
+	int status = launch_ranks(n, "early", out, victim, 120);
+	ck_assert_msg(status != -1, "accel launch did not finish");
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "status %d", status);
+	/* The first rank to fail makes the launcher stop the other, which may
+	 * then have no report; every report there is names the rank. */
+	int reports = 0;
+	for (int r = 0; r < n; r++) {
+		char buf[4096];
+		int st;
+		double took;
+		if (r == victim || read_report("early", r, buf, sizeof(buf)) != 0)
+			continue;
+		reports++;
+		ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+		ck_assert_msg(st != ACCEL_OK && strstr(buf, "rank 1 exited with status 0 before it "
+		                                       "joined the job"), "rank %d: %s", r, buf);
+		ck_assert_msg(took < 15.0, "rank %d took %.1f s", r, took);
+	}
+	if (!reports)
+		print_log(out);
+	ck_assert_msg(reports > 0, "no rank reported how its accel_ctx_new failed");
+}
+END_TEST
+
 static Suite *comm_suite(void)
 {
 	Suite *s = suite_create("comm");
@@ -1178,6 +1210,7 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, launch_matrix_8);
 	tcase_add_test(tc, launch_kill9);
 	tcase_add_test(tc, launch_rank_leaves);
+	tcase_add_test(tc, launch_rank_exits_before_joining);
 	suite_add_tcase(s, tc);
 	return s;
 }

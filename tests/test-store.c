@@ -625,6 +625,81 @@ START_TEST(huge_timeouts_mean_forever)
 }
 END_TEST
 
+/* The launcher reports a rank that exited before it ever connected: waits
+ * that need the whole job fail at once, naming it; a report about a rank
+ * that did connect changes nothing. */
+typedef struct parked_get {
+	accel_store *st;
+	int rc;
+	double took;
+	char msg[ACCEL_ERRMSG_MAX];
+} parked_get;
+
+static void *park_get(void *arg)
+{
+	parked_get *g = arg;
+	accel_err e = {0};
+	char buf[8];
+	double t0 = now_s();
+	g->rc = accel_store_get(g->st, "never-set", buf, sizeof(buf), NULL, 20000, &e);
+	g->took = now_s() - t0;
+	snprintf(g->msg, sizeof(g->msg), "%s", e.msg);
+	return NULL;
+}
+
+START_TEST(exit_report_fails_waiters)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st = NULL;
+	/* (3 s: how long rank 0's store waits at free for rank 1, which never comes) */
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 3, 3000, &st, &err), ACCEL_OK);
+	/* rank 0 is connected: a report about it is ignored */
+	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 3, 0, "exited with status 0",
+	                                         2000, &err), ACCEL_OK);
+	char buf[400];
+	uint64_t len = 0;
+	ck_assert_int_eq(accel_store_get(st, "accel/job/failed", buf, sizeof(buf), &len, 0, &err),
+	                 ACCEL_ERR_NOT_FOUND);
+	accel_err_clear(&err);
+
+	parked_get g = {.st = st};
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, park_get, &g), 0);
+	usleep(200000);
+	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 3, 2, "exited with status 0",
+	                                         2000, &err), ACCEL_OK);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(g.rc, ACCEL_ERR_PEER);
+	ck_assert_str_eq(g.msg, "store get 'never-set' (rank 0) cannot complete: rank 2 exited with "
+	                 "status 0 before it joined the job (it never connected to the rendezvous "
+	                 "store)");
+	ck_assert_msg(g.took < 5.0, "the parked get took %.1f s", g.took);
+
+	/* later waits fail at once; set keys are still served */
+	ck_assert_int_eq(accel_store_get(st, "accel/job/failed", buf, sizeof(buf) - 1, &len, 0, &err),
+	                 ACCEL_OK);
+	buf[len] = '\0';
+	ck_assert_str_eq(buf, "rank 2 exited with status 0 before it joined the job (it never "
+	                 "connected to the rendezvous store)");
+	double t0 = now_s();
+	ck_assert_int_eq(accel_store_barrier(st, "b", 20000, &err), ACCEL_ERR_PEER);
+	ck_assert_msg(strstr(err.msg, "exited before joining the job: 2"), "%s", err.msg);
+	accel_err_clear(&err);
+	const char *keys[] = {"nope"};
+	ck_assert_int_eq(accel_store_wait(st, keys, 1, 20000, &err), ACCEL_ERR_PEER);
+	ck_assert_msg(now_s() - t0 < 5.0, "later waits took %.1f s", now_s() - t0);
+	accel_err_clear(&err);
+	/* bad reports */
+	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 3, 3, "x", 2000, &err),
+	                 ACCEL_ERR_INVALID_ARG);
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 4, 1, "x", 2000, &err),
+	                 ACCEL_ERR_CONFIG);
+	accel_store_free(st);
+}
+END_TEST
+
 static Suite *store_suite(void)
 {
 	Suite *s = suite_create("store");
@@ -644,6 +719,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, blocked_get_leaves_other_threads_free);
 	tcase_add_test(tc, ipv6_loopback);
 	tcase_add_test(tc, huge_timeouts_mean_forever);
+	tcase_add_test(tc, exit_report_fails_waiters);
 	suite_add_tcase(s, tc);
 	return s;
 }

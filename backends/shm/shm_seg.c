@@ -138,8 +138,22 @@ static int store_key(char *buf, size_t cap, int64_t inst)
 static int wait_all_attached(shm_comm *c, char *err, size_t cap)
 {
 	uint64_t deadline = shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+	uint64_t next_probe = shm_now_ns() + 100000000ull;
 	unsigned sleep_us = 50;
 	while (atomic_load_explicit(&c->hdr->attached, memory_order_acquire) < c->world) {
+		/* a rank that exited before joining never attaches: its launcher
+		 * told the store, which says so under accel/job/failed */
+		if (shm_now_ns() >= next_probe) {
+			char why[400];
+			uint64_t len = 0;
+			next_probe = shm_now_ns() + 100000000ull;
+			if (c->host->store_get(c->h, "accel/job/failed", why, sizeof(why) - 1, &len, 0) ==
+			    ACCEL_OK) {
+				why[len < sizeof(why) ? len : sizeof(why) - 1] = '\0';
+				shm_fmt(err, cap, "the ranks cannot all attach to the shared segment: %s", why);
+				return ACCEL_ERR_PEER;
+			}
+		}
 		if (atomic_load_explicit(&c->hdr->abort_code, memory_order_acquire)) {
 			shm_fmt(err, cap, "a rank failed while joining: %s", c->hdr->abort_msg);
 			return ACCEL_ERR_COMM;

@@ -12,6 +12,8 @@
  *                                   middle of a large allreduce; the others
  *                                   write what they saw to OUTDIR
  *   comm-ranks leave OUTDIR VICTIM  VICTIM frees its context and exits 0
+ *   comm-ranks early OUTDIR VICTIM  VICTIM exits 0 before accel_ctx_new; the
+ *                                   others report how their accel_ctx_new failed
  *                                   while the others wait in an allreduce
  *
  * Each rank writes OUTDIR/<mode>-<rank> ("<status> <seconds> <message>")
@@ -205,10 +207,21 @@ int main(int argc, char **argv)
 {
 	accel_ctx *ctx = NULL;
 	if (argc < 3) {
-		fprintf(stderr, "usage: comm-ranks matrix|kill|leave OUTDIR [VICTIM]\n");
+		fprintf(stderr, "usage: comm-ranks matrix|kill|leave|early OUTDIR [VICTIM]\n");
 		return 2;
 	}
 	g_out = argv[2];
+	if (!strcmp(argv[1], "early")) {
+		const char *r = getenv("ACCEL_RANK");
+		g_rank = r ? atoi(r) : -1;
+		if (g_rank == (argc > 3 ? atoi(argv[3]) : 1))
+			return 0;
+		double t0 = now_s();
+		int st = accel_ctx_new(NULL, &ctx);
+		report("early", st, now_s() - t0, ctx ? accel_errmsg(ctx) : accel_status_str(st));
+		accel_ctx_free(ctx);
+		return st ? 1 : 0;
+	}
 	int st = accel_ctx_new(NULL, &ctx);
 	if (st) {
 		fprintf(stderr, "accel_ctx_new: %s\n", ctx ? accel_errmsg(ctx) : accel_status_str(st));
