@@ -49,8 +49,10 @@ int accel_cli_usage_error(const char *sub, const char *fmt, ...)
 
 int main(int argc, char **argv)
 {
-	if (argc < 2)
+	if (argc < 2) {
+		fputs("accel: no command given\n\n", stderr);
 		return usage(stderr), 2;
+	}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		usage(stdout);
 		return 0;

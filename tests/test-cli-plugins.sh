@@ -159,6 +159,12 @@ run 2 env --bogus
 run 2 env extra
 run 0 env --help
 has "$tmp/out" "^Usage: accel env"
+run 2
+has "$tmp/err" "^accel: no command given$"
+has "$tmp/err" "^Usage: accel "
+run 2 frob
+has "$tmp/err" "^accel: unknown command 'frob'$"
+has "$tmp/err" "Try 'accel --help'"
 
 echo "== env"
 ACCEL_LOG_LEVEL=warn NCCL_DEBUG=INFO run 0 env --plugin-dir "$fx"
