@@ -78,7 +78,7 @@ put("safetensors", "truncated", b"\x10\x00\x00")
 
 # ---- store: frames of the rendezvous protocol (docs/launch.md) ----------------
 MAGIC, VERSION = 0x41435354, 1
-HELLO, SET, GET, ADD, WAIT, BARRIER, BYE = range(1, 8)
+HELLO, SET, GET, ADD, WAIT, BARRIER, BYE, EXITED = range(1, 9)
 
 
 def frame(body):
@@ -119,4 +119,9 @@ put("store", "key-with-nul", hello(0) + op(SET, s(b"a\0b"), s("v")))
 put("store", "short-frame", hello(0) + struct.pack(">I", 100) + b"\x02")
 put("store", "zero-frame", hello(0) + struct.pack(">I", 0))
 put("store", "wait-many", hello(0) + op(WAIT, i64(0), struct.pack(">I", 70000)))
+put("store", "observer-exited", hello(0, flags=2) + op(EXITED, struct.pack(">I", 1),
+    s("exited with status 0")))
+put("store", "observer-bad", hello(0, flags=2) + op(EXITED, struct.pack(">I", 7), s("x")) +
+    op(SET, s("k"), s("v")))
+put("store", "observer-then-hello", hello(0, flags=2) + hello(0))
 sys.exit(0)
