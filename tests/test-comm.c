@@ -674,6 +674,65 @@ START_TEST(timeout_names_missing_rank)
 }
 END_TEST
 
+/* test() on a small op that a peer never joins: it must report done
+ * (failed) when the peer dies, or at the op's deadline, counted from
+ * issue; it used to stay not-done forever (the inline op's lazy finish only
+ * looked at arrivals).  how 0: rank 1 dies; 1: rank 1 sleeps past the
+ * timeout. */
+static void rank_test_poll(rank_env *env, void *arg)
+{
+	int how = *(int *)arg;
+	if (g_rank == 1) {
+		usleep(200000);
+		if (how == 0)
+			syscall(SYS_exit_group, 0);
+		usleep(1500000);
+		return;
+	}
+	float x[2] = {1, 1};
+	accel_view v = fview(x, 2);
+	accel_comm_req *req = NULL;
+	double t0 = now_s();
+	int st = B->allreduce(env->st, &v, &v, ACCEL_RED_SUM, &req);
+	int32_t done = 0;
+	while (!st && !done && now_s() - t0 < 10.0) {
+		st = B->test(env->st, req, &done);
+		usleep(1000);
+	}
+	double took = now_s() - t0;
+	if (!st && done)
+		st = B->wait(env->st, req);
+	report("testpoll", "%d %d %.3f %s", st, (int)done, took, env->hh.err);
+}
+
+static void test_poll(int how)
+{
+	world_result res;
+	g_timeout_ms = how == 0 ? 30000 : 600;
+	run_world(2, rank_test_poll, &how, 30, &res);
+	g_timeout_ms = 30000;
+	assert_all_ok(&res);
+	char buf[4096];
+	int st, done;
+	double took;
+	ck_assert_int_eq(read_report("testpoll", 0, buf, sizeof(buf)), 0);
+	ck_assert_msg(sscanf(buf, "%d %d %lf", &st, &done, &took) == 3, "%s", buf);
+	ck_assert_msg(done == 1, "test() never reported done: %s", buf);
+	if (how == 0) {
+		ck_assert_msg(st == ACCEL_ERR_PEER && strstr(buf, "is dead"), "%s", buf);
+		ck_assert_msg(took < 3.0, "test() saw the dead peer after %.2f s", took);
+	} else {
+		ck_assert_msg(st == ACCEL_ERR_TIMEOUT && strstr(buf, "never arrived within 0.6 s"),
+		              "%s", buf);
+		ck_assert_msg(took >= 0.55 && took < 1.5, "timed out after %.2f s", took);
+	}
+}
+
+START_TEST(test_poll_sees_dead_peer) { test_poll(0); }
+END_TEST
+START_TEST(test_poll_times_out) { test_poll(1); }
+END_TEST
+
 static void rank_mismatch(rank_env *env, void *arg)
 {
 	int kind = *(int *)arg;
@@ -1199,6 +1258,8 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, timeout_names_missing_rank);
 	tcase_add_test(tc, rank_leaves_early);
 	tcase_add_test(tc, rank_exits_without_fini);
+	tcase_add_test(tc, test_poll_sees_dead_peer);
+	tcase_add_test(tc, test_poll_times_out);
 	tcase_add_test(tc, kill9_mid_collective);
 	suite_add_tcase(s, tc);
 

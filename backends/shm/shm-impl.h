@@ -119,6 +119,8 @@ typedef struct shm_op {
 	accel_view send, recv;
 	uint64_t seq;
 	int posted;               /* the arrival was posted already (inline start) */
+	uint64_t issued_ns;       /* when the caller issued it                    */
+	uint64_t deadline_ns;     /* 0: timeout counted from when it starts to run */
 } shm_op;
 
 struct accel_comm_req {
@@ -149,6 +151,7 @@ typedef struct shm_comm {
 	uint32_t depth;             /* staging buffers in the ring */
 	int oversubscribed;         /* more local ranks than CPUs */
 	uint64_t last_move_ns;      /* see move_away() in shm_wait.c */
+	uint64_t lazy_probe_ns;     /* last liveness probe from test() (lazy_finish) */
 	uint64_t n_moves;
 
 	/* the control segment */

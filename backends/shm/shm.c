@@ -199,18 +199,39 @@ static void enqueue(shm_comm *c, struct accel_comm_req *r)
 	pthread_mutex_unlock(&c->mu);
 }
 
-/* The lazily finished inline op: finish it now if every rank has posted
- * (or always, blocking, when `block`).  Only called while the queue is
- * empty, so nothing else executes. */
+/* Is a rank that has not posted op `op` dead?  At most every 10 ms: test()
+ * may be polled in a tight loop. */
+static int lazy_peer_dead(shm_comm *c, const shm_op *op, uint64_t now)
+{
+	if (now - c->lazy_probe_ns < 10000000ull)
+		return 0;
+	c->lazy_probe_ns = now;
+	char why[160];
+	for (int32_t q = 0; q < c->world; q++)
+		if (q != c->rank &&
+		    atomic_load_explicit(&c->ranks[q].seq, memory_order_acquire) < op->seq &&
+		    shm_peer_dead(c, q, why, sizeof(why)))
+			return 1;
+	return 0;
+}
+
+/* The lazily finished inline op: finish it now if every rank has posted,
+ * a rank it waits for is dead, or its time is up (or always, blocking,
+ * when `block`); its deadline counts from when it was issued, since it was
+ * posted then.  Only called while the queue is empty, so nothing else
+ * executes. */
 static void lazy_finish(shm_comm *c, int block)
 {
 	struct accel_comm_req *r = c->lazy;
 	if (!r)
 		return;
+	uint64_t now = shm_now_ns(), deadline = r->op.issued_ns + (uint64_t)c->timeout_ms * 1000000ull;
 	if (!block && !shm_coll_arrived(c, &r->op) &&
-	    !atomic_load_explicit(&c->hdr->abort_code, memory_order_relaxed))
+	    !atomic_load_explicit(&c->hdr->abort_code, memory_order_relaxed) && now < deadline &&
+	    !lazy_peer_dead(c, &r->op, now))
 		return;
 	c->lazy = NULL;
+	r->op.deadline_ns = deadline;
 	complete(c, r, run_one(c, r, 0));
 }
 
@@ -293,6 +314,8 @@ static int issue(shm_comm *c, shm_op *op, accel_comm_req **ret_req)
 	r->op = *op;
 	r->op.seq = ++c->next_seq;
 	r->op.posted = 0;
+	r->op.issued_ns = shm_now_ns();
+	r->op.deadline_ns = 0;
 	atomic_store_explicit(&r->state, REQ_QUEUED, memory_order_relaxed);
 	*ret_req = r;
 
@@ -302,6 +325,9 @@ static int issue(shm_comm *c, shm_op *op, accel_comm_req **ret_req)
 		lazy_finish(c, 0);
 		if (c->lazy) {
 			c->n_lazy_queued++;
+			/* posted at issue: its time counts from then */
+			c->lazy->op.deadline_ns =
+				c->lazy->op.issued_ns + (uint64_t)c->timeout_ms * 1000000ull;
 			enqueue(c, c->lazy);
 			c->lazy = NULL;
 		}

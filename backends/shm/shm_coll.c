@@ -737,7 +737,8 @@ int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap)
 	run_ctx r = {.c = c, .op = op, .msg = msg, .cap = cap, .spin_ns = spin};
 	int st;
 
-	r.deadline = shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+	r.deadline = op->deadline_ns ? op->deadline_ns
+	                             : shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
 	if ((st = shm_check_abort(c, op, msg, cap)))
 		return st;
 	if (!op->posted)
