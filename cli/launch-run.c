@@ -6,6 +6,7 @@
  * (its stdout and stderr).  Each rank runs in its own process group, so
  * stopping a rank also stops whatever it started; the launcher forwards
  * terminal signals itself.  Every child is reaped before we return. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -71,6 +73,7 @@ typedef struct launcher {
 	int exec_rank;
 	int start_errno;       /* pipe/fork failed: a launcher error */
 	pid_t *reporters;      /* [n] children telling the store a rank exited */
+	time_t started;        /* when the first rank was started */
 } launcher;
 
 static int sig_pipe[2] = {-1, -1};
@@ -311,6 +314,42 @@ static void report_exit(launcher *L, proc *p)
 	}
 	if (pid > 0)
 		L->reporters[i] = pid;
+}
+
+/* The shm backend names its shared memory /dev/shm/accel-shm-<pid of the
+ * creating rank>-...; the names live only until every rank has mapped the
+ * memory, so a job killed while the ranks set it up (a rank that died
+ * first, the others stopped by us) can leave one behind.  Once every rank
+ * has exited, remove those created by one of our ranks during this run. */
+static void sweep_shm(launcher *L)
+{
+	DIR *d = opendir("/dev/shm");
+	if (!d)
+		return;
+	const char *prefix = "accel-shm-";
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		char *end;
+		long pid = strtol(e->d_name + strlen(prefix), &end, 10);
+		if (pid <= 0 || *end != '-')
+			continue;
+		int ours = -1;
+		for (int i = 0; i < L->n && ours < 0; i++)
+			if (L->p[i].pid == (pid_t)pid && !L->p[i].running)
+				ours = i;
+		char path[320];
+		struct stat sb;
+		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+		if (ours < 0 || stat(path, &sb) != 0 || sb.st_uid != geteuid() ||
+		    sb.st_ctime < L->started)
+			continue;
+		if (shm_unlink(path + strlen("/dev/shm")) == 0)
+			say(L, "removed %s, shared memory that rank %d created and the job left behind",
+			    path, L->p[ours].rank);
+	}
+	closedir(d);
 }
 
 static void on_exit_status(launcher *L, proc *p, int st)
@@ -690,6 +729,7 @@ int accel_launch_run(const launch_spec *spec)
 	sigaction(SIGPIPE, &ign, &oldpipe);
 	installed = 1;
 
+	L.started = time(NULL);
 	for (int i = 0; i < L.n; i++) {
 		if (start_rank(&L, i) < 0) {
 			if (L.start_errno)
@@ -704,6 +744,7 @@ int accel_launch_run(const launch_spec *spec)
 	}
 	run_loop(&L);
 	reap(&L);
+	sweep_shm(&L);
 
 	if (L.first_failed >= 0) {
 		print_tail(&L, &L.p[L.first_failed]);

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -733,6 +734,56 @@ END_TEST
 START_TEST(test_poll_times_out) { test_poll(1); }
 END_TEST
 
+/* mem_alloc when the rank that created the allocation dies before it is
+ * complete: rank 1 plays such a creator (it opens the allocation's name the
+ * way the backend does, "<segment name>-m0", and dies before sizing it);
+ * rank 0's mem_alloc must fail at once naming rank 1, not after the
+ * timeout, and remove the name. */
+static void rank_alloc_creator_dies(rank_env *env, void *arg)
+{
+	(void)arg;
+	if (g_rank == 1) {
+		char seg[256] = {0}, name[300];
+		uint64_t len = 0;
+		if (h_store_get(NULL, "accel/shm/0/segment", seg, sizeof(seg) - 1, &len, 5000) ||
+		    len >= sizeof(seg)) {
+			FAIL(env, "no segment name in the store");
+			return;
+		}
+		snprintf(name, sizeof(name), "%s-m0", seg);
+		if (shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) < 0) {
+			FAIL(env, "shm_open %s: %s", name, strerror(errno));
+			return;
+		}
+		syscall(SYS_exit_group, 0);
+	}
+	usleep(300000);   /* rank 1 got there first */
+	void *p = NULL;
+	double t0 = now_s();
+	int st = B->mem_alloc(env->st, ACCEL_DEVICE_CPU, 0, 4096, &p);
+	report("allocdie", "%d %.3f %s", st, now_s() - t0, env->hh.err);
+}
+
+START_TEST(mem_alloc_creator_dies)
+{
+	world_result res;
+	run_world(2, rank_alloc_creator_dies, NULL, 60, &res);
+	assert_all_ok(&res);
+	char buf[4096], want[64];
+	int st;
+	double took;
+	ck_assert_int_eq(read_report("allocdie", 0, buf, sizeof(buf)), 0);
+	ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+	snprintf(want, sizeof(want), "rank 1 (pid %d) is dead", (int)res.pid[1]);
+	ck_assert_msg(st == ACCEL_ERR_PEER && strstr(buf, want) && strstr(buf, "mem_alloc #0"),
+	              "%s", buf);
+	ck_assert_msg(took < 3.0, "mem_alloc failed after %.1f s", took);
+	char names[512];
+	ck_assert_msg(shm_leftovers(res.pid[0], names, sizeof(names)) == 0, "left in /dev/shm: %s",
+	              names);
+}
+END_TEST
+
 static void rank_mismatch(rank_env *env, void *arg)
 {
 	int kind = *(int *)arg;
@@ -1260,6 +1311,7 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, rank_exits_without_fini);
 	tcase_add_test(tc, test_poll_sees_dead_peer);
 	tcase_add_test(tc, test_poll_times_out);
+	tcase_add_test(tc, mem_alloc_creator_dies);
 	tcase_add_test(tc, kill9_mid_collective);
 	suite_add_tcase(s, tc);
 

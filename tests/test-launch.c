@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -505,6 +506,32 @@ START_TEST(one_rank_exits_3)
 }
 END_TEST
 
+/* Shared memory that a rank created under the shm backend's naming
+ * (accel-shm-<its pid>-...) and the job left behind is removed by the
+ * launcher once every rank has exited; a name of another pid is not. */
+START_TEST(leftover_shared_memory_is_removed)
+{
+	int other = shm_open("/accel-shm-1-lt-0", O_CREAT | O_RDWR, 0600);
+	ck_assert_int_ge(other, 0);
+	close(other);
+	run r;
+	launch(&r, (const char *[]){"-n", "1", "--", prog, "shmleft", NULL});
+	ck_assert_msg(r.status == 1, "exit %d:\n%s", r.status, r.err);
+	const char *c = strstr(r.out, "created /accel-shm-");
+	ck_assert_msg(c != NULL, "%s", r.out);
+	int pid = atoi(c + strlen("created /accel-shm-"));
+	char want[200], path[100];
+	snprintf(path, sizeof(path), "/dev/shm/accel-shm-%d-lt-0", pid);
+	snprintf(want, sizeof(want), "accel launch: removed %s, shared memory that rank 0 created and "
+	         "the job left behind\n", path);
+	HAS(r.err, want);
+	ck_assert_msg(access(path, F_OK) != 0, "%s is still there", path);
+	ck_assert_msg(access("/dev/shm/accel-shm-1-lt-0", F_OK) == 0, "removed another pid's name");
+	shm_unlink("/accel-shm-1-lt-0");
+	run_free(&r);
+}
+END_TEST
+
 START_TEST(rank_killed_by_sigkill)
 {
 	char *d = tmpdir();
@@ -751,6 +778,7 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, all_succeed);
 	tcase_add_test(tc, one_rank_exits_3);
 	tcase_add_test(tc, rank_killed_by_sigkill);
+	tcase_add_test(tc, leftover_shared_memory_is_removed);
 	tcase_add_test(tc, stubborn_ranks_get_sigkill_after_grace);
 	tcase_add_test(tc, program_not_found);
 	tcase_add_test(tc, leftover_children_are_stopped);

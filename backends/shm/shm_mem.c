@@ -60,21 +60,56 @@ const shm_alloc *shm_mem_by_index(const shm_comm *c, int32_t index)
 	return NULL;
 }
 
-static int wait_sized(int fd, uint64_t total, uint64_t deadline, struct stat *sb)
+/* While waiting for the rank that creates an allocation: has a rank died
+ * (or left), or failed?  Then the allocation will never be completed; `why`
+ * says which.  The creator can be any rank (the first to get there), so
+ * every peer is checked, at most every 10 ms. */
+static int alloc_doomed(shm_comm *c, uint64_t *next_check, char *why, size_t cap)
+{
+	uint64_t now = shm_now_ns();
+	if (now < *next_check)
+		return 0;
+	*next_check = now + 10000000ull;
+	if (atomic_load_explicit(&c->hdr->abort_code, memory_order_acquire)) {
+		shm_fmt(why, cap, "a rank failed: %s", c->hdr->abort_msg);
+		return 1;
+	}
+	/* a dead process first: a rank that left may have left because of it */
+	for (int pass = 0; pass < 2; pass++)
+		for (int32_t q = 0; q < c->world; q++)
+			if (q != c->rank &&
+			    (pass || atomic_load_explicit(&c->ranks[q].state, memory_order_acquire) !=
+			                 SHM_RANK_LEFT) &&
+			    shm_peer_dead(c, q, why, cap))
+				return 1;
+	return 0;
+}
+
+/* Wait until the creator has sized the object: 0, or -1 with the cause in
+ * why (the deadline passed, or alloc_doomed). */
+static int wait_sized(shm_comm *c, int fd, uint64_t deadline, struct stat *sb, char *why,
+                      size_t cap)
 {
 	unsigned us = 20;
+	uint64_t next_check = 0;
 	for (;;) {
-		if (fstat(fd, sb) != 0)
+		if (fstat(fd, sb) != 0) {
+			shm_fmt(why, cap, "cannot stat it: %s", strerror(errno));
 			return -1;
+		}
 		if ((uint64_t)sb->st_size != 0)
 			return 0;
-		if (shm_now_ns() >= deadline)
+		if (alloc_doomed(c, &next_check, why, cap))
 			return -1;
+		if (shm_now_ns() >= deadline) {
+			shm_fmt(why, cap, "the rank that created it did not size it within %lld ms",
+			        (long long)c->timeout_ms);
+			return -1;
+		}
 		usleep(us);
 		if (us < 1000)
 			us *= 2;
 	}
-	(void)total;
 }
 
 int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t bytes, void **ret_ptr)
@@ -139,11 +174,13 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 		}
 		if (!created) {
 			struct stat sb;
+			char why[SHM_MSG_MAX];
 			uint64_t deadline = shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
-			if (wait_sized(fd, a->map_bytes, deadline, &sb) != 0) {
-				st = host->error(c->h, ACCEL_ERR_TIMEOUT,
-				                 "mem_alloc #%d: the rank that created %s never sized it",
-				                 (int)a->index, a->name);
+			if (wait_sized(c, fd, deadline, &sb, why, sizeof(why)) != 0) {
+				st = host->error(c->h, shm_now_ns() >= deadline ? ACCEL_ERR_TIMEOUT
+				                                                : ACCEL_ERR_PEER,
+				                 "mem_alloc #%d: %s will not be completed: %s", (int)a->index,
+				                 a->name, why);
 				goto fail;
 			}
 			if ((uint64_t)sb.st_size != a->map_bytes) {
@@ -173,11 +210,19 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 			atomic_store_explicit(&h->ready, 1, memory_order_release);
 		} else {
 			uint64_t deadline = shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+			uint64_t next_check = 0;
+			char why[SHM_MSG_MAX];
 			while (!atomic_load_explicit(&h->ready, memory_order_acquire)) {
+				if (alloc_doomed(c, &next_check, why, sizeof(why))) {
+					st = host->error(c->h, ACCEL_ERR_PEER,
+					                 "mem_alloc #%d: %s will not be initialized: %s",
+					                 (int)a->index, a->name, why);
+					goto fail;
+				}
 				if (shm_now_ns() >= deadline) {
 					st = host->error(c->h, ACCEL_ERR_TIMEOUT,
-					                 "mem_alloc #%d: %s was never initialized", (int)a->index,
-					                 a->name);
+					                 "mem_alloc #%d: %s was not initialized within %lld ms",
+					                 (int)a->index, a->name, (long long)c->timeout_ms);
 					goto fail;
 				}
 				usleep(50);
@@ -205,6 +250,10 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 	return ACCEL_OK;
 
 fail:
+	/* The ranks can no longer agree on this allocation: the name must not
+	 * outlive the job (the others fail alike, or already did). */
+	if (a->name[0])
+		shm_unlink(a->name);
 	if (fd >= 0)
 		close(fd);
 	if (a->map)

@@ -14,6 +14,8 @@
  *   launch-prog touch FILE          create FILE
  *   launch-prog orphan DIR          leave a child behind (holding stdout) and
  *                                   exit 0; the child's pid is DIR/pid-R
+ *   launch-prog shmleft             create /dev/shm/accel-shm-<pid>-lt-0 (the
+ *                                   shm backend's naming) and exit 1
  * Every mode that sleeps writes its pid to DIR/pid-R when DIR is given, so
  * the test can check that nothing outlived the launcher. */
 #include <dirent.h>
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,6 +164,16 @@ int main(int argc, char **argv)
 		nap(0.1);
 		printf("parent of %ld done\n", (long)pid);
 		return pid < 0;
+	}
+	if (!strcmp(mode, "shmleft")) {
+		char name[64];
+		snprintf(name, sizeof(name), "/accel-shm-%d-lt-0", (int)getpid());
+		int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+		if (fd < 0)
+			return 2;
+		close(fd);
+		printf("created %s\n", name);
+		return 1;
 	}
 	if (!strcmp(mode, "touch") && argc > 2) {
 		int fd = open(argv[2], O_WRONLY | O_CREAT, 0644);
