@@ -375,7 +375,8 @@ int shm_wait(shm_comm *c, const shm_op *op, int use_sig, uint64_t target, int32_
 				if (shm_peer_dead(c, q, why, sizeof(why))) {
 					if (satisfied(c, use_sig, target, which))
 						return ACCEL_OK;
-					return fail_wait(c, op, use_sig, target, which, ACCEL_ERR_PEER, why,
+					/* name the dead rank, not every rank still behind */
+					return fail_wait(c, op, use_sig, target, q, ACCEL_ERR_PEER, why,
 					                 now - start, msg, cap);
 				}
 			}
