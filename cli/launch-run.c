@@ -230,6 +230,15 @@ static void stream_read(launcher *L, proc *p, stream *s)
 		ssize_t r = read(s->fd, buf, sizeof(buf));
 		if (r > 0) {
 			stream_feed(L, p, s, buf, (size_t)r);
+			/* Where our own stdout/stderr is a closed pipe (`accel launch ...
+			 * | head`) and there is no log file, the rank's output goes
+			 * nowhere: close its pipe too, so that its next write fails with
+			 * SIGPIPE/EPIPE as it would writing to the closed pipe itself. */
+			if (L->out_dead[s->to] && p->logfd < 0) {
+				s->len = 0;
+				close(s->fd);
+				s->fd = -1;
+			}
 			return; /* one read per turn keeps ranks fair */
 		}
 		if (r < 0 && errno == EINTR)

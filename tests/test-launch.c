@@ -532,6 +532,34 @@ START_TEST(leftover_shared_memory_is_removed)
 }
 END_TEST
 
+/* `accel launch ... | head -n 1`: once our stdout is a closed pipe, a rank
+ * still writing gets SIGPIPE, as it would writing to that pipe itself, and
+ * the job ends instead of running on with its output dropped. */
+START_TEST(closed_stdout_pipe_ends_the_job)
+{
+	char *d = tmpdir();
+	const char *cli = getenv("ACCEL_CLI");
+	char cmd[9000], stf[4200];
+	snprintf(stf, sizeof(stf), "%s/status", d);
+	snprintf(cmd, sizeof(cmd), "( timeout 30 '%s' launch -n 2 -- '%s' lines 1000000000 "
+	         "2>/dev/null; echo $? > '%s' ) | head -n 1 > /dev/null", cli, prog, stf);
+	double t0 = now_s();
+	ck_assert_int_eq(system(cmd), 0);
+	double secs = now_s() - t0;
+	FILE *f = fopen(stf, "r");
+	ck_assert_ptr_nonnull(f);
+	int st = -1;
+	ck_assert_int_eq(fscanf(f, "%d", &st), 1);
+	fclose(f);
+	ck_assert_msg(st == 128 + SIGPIPE, "launch exited %d, expected %d (SIGPIPE)", st,
+	              128 + SIGPIPE);
+	ck_assert_msg(secs < 10.0, "took %.1f s", secs);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+	free(d);
+}
+END_TEST
+
 START_TEST(rank_killed_by_sigkill)
 {
 	char *d = tmpdir();
@@ -779,6 +807,7 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, one_rank_exits_3);
 	tcase_add_test(tc, rank_killed_by_sigkill);
 	tcase_add_test(tc, leftover_shared_memory_is_removed);
+	tcase_add_test(tc, closed_stdout_pipe_ends_the_job);
 	tcase_add_test(tc, stubborn_ranks_get_sigkill_after_grace);
 	tcase_add_test(tc, program_not_found);
 	tcase_add_test(tc, leftover_children_are_stopped);
