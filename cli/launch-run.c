@@ -313,6 +313,16 @@ static void report_exit(launcher *L, proc *p)
 		return;
 	pid_t pid = fork();
 	if (pid == 0) {
+		/* Not our handlers: a Ctrl-C reaching this child too must not count
+		 * as a second signal in the launcher's pipe. */
+		struct sigaction dfl;
+		memset(&dfl, 0, sizeof(dfl));
+		dfl.sa_handler = SIG_DFL;
+		sigemptyset(&dfl.sa_mask);
+		for (int k = 0; k < N_HANDLED; k++)
+			sigaction(handled_signals[k], &dfl, NULL);
+		close(sig_pipe[0]);
+		close(sig_pipe[1]);
 #ifdef __linux__
 		prctl(PR_SET_PDEATHSIG, SIGKILL);   /* not past a launcher killed with -9 */
 #endif
@@ -705,6 +715,8 @@ int accel_launch_run(const launch_spec *spec)
 	L.reporters = calloc((size_t)L.n, sizeof(*L.reporters));
 	if (!L.p || !L.reporters) {
 		say(&L, "out of memory");
+		free(L.p);
+		free(L.reporters);
 		return 1;
 	}
 	for (int i = 0; i < L.n; i++) {
