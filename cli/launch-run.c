@@ -293,6 +293,19 @@ static void begin_stop(launcher *L, int sig)
 	signal_all(L, sig);
 }
 
+/* In a child: the default action for every signal the launcher handles or
+ * ignores (async-signal-safe). */
+static void default_signals(void)
+{
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	sigemptyset(&dfl.sa_mask);
+	for (int k = 0; k < N_HANDLED; k++)
+		sigaction(handled_signals[k], &dfl, NULL);
+	sigaction(SIGPIPE, &dfl, NULL);
+}
+
 /* How long a reporter keeps trying to reach the store (rank 0 may still be
  * starting it). */
 #define REPORT_TIMEOUT_MS 10000
@@ -315,12 +328,7 @@ static void report_exit(launcher *L, proc *p)
 	if (pid == 0) {
 		/* Not our handlers: a Ctrl-C reaching this child too must not count
 		 * as a second signal in the launcher's pipe. */
-		struct sigaction dfl;
-		memset(&dfl, 0, sizeof(dfl));
-		dfl.sa_handler = SIG_DFL;
-		sigemptyset(&dfl.sa_mask);
-		for (int k = 0; k < N_HANDLED; k++)
-			sigaction(handled_signals[k], &dfl, NULL);
+		default_signals();
 		close(sig_pipe[0]);
 		close(sig_pipe[1]);
 #ifdef __linux__
@@ -463,13 +471,7 @@ static int start_rank(launcher *L, int i)
 		if (getppid() != parent)
 			_exit(1); /* the launcher died before we got here */
 #endif
-		struct sigaction dfl;
-		memset(&dfl, 0, sizeof(dfl));
-		dfl.sa_handler = SIG_DFL;
-		sigemptyset(&dfl.sa_mask);
-		for (int k = 0; k < N_HANDLED; k++)
-			sigaction(handled_signals[k], &dfl, NULL);
-		sigaction(SIGPIPE, &dfl, NULL);
+		default_signals();
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
