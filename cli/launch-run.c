@@ -379,6 +379,8 @@ static void sweep_shm(launcher *L)
 	closedir(d);
 }
 
+static void reap(launcher *L);
+
 static void on_exit_status(launcher *L, proc *p, int st)
 {
 	p->running = 0;
@@ -398,6 +400,10 @@ static void on_exit_status(launcher *L, proc *p, int st)
 	say(L, "rank %d failed: %s", p->rank, d);
 	if (L->first_failed < 0) {
 		L->first_failed = (int)(p - L->p);
+		/* Ranks that have already ended on their own (we just had not
+		 * reaped them yet) are reported as they ended, not counted among
+		 * the ranks we stop. */
+		reap(L);
 		int left = count_running(L);
 		if (left) {
 			say(L, "stopping the other %d rank%s (SIGTERM, then SIGKILL after %g s)", left,

@@ -560,6 +560,47 @@ START_TEST(closed_stdout_pipe_ends_the_job)
 }
 END_TEST
 
+/* Two ranks fail at (nearly) the same time: each gets its own failed: line,
+ * and the one that ended on its own is not counted among the ranks the
+ * launcher stops.  The launcher is paused while both exit, so that it finds
+ * both already gone when it handles the first. */
+START_TEST(simultaneous_failures_are_each_reported)
+{
+	char *d = tmpdir();
+	char log[4200];
+	snprintf(log, sizeof(log), "%s/out", d);
+	const char *cli = getenv("ACCEL_CLI");
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(log, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+		if (fd < 0)
+			_exit(99);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(cli, cli, "launch", "-n", "3", "--", "sh", "-c",
+		      "if [ $ACCEL_RANK = 2 ]; then sleep 60; else sleep 0.5; exit 3; fi", (char *)NULL);
+		_exit(99);
+	}
+	usleep(200000);
+	kill(pid, SIGSTOP);
+	usleep(1300000);   /* ranks 0 and 1 exit meanwhile */
+	kill(pid, SIGCONT);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	char *out = read_file(log);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d:\n%s", status, out);
+	HAS(out, "accel launch: rank 0 failed: exit code 3\n");
+	HAS(out, "accel launch: rank 1 failed: exit code 3\n");
+	HAS(out, "accel launch: stopping the other 1 rank (SIGTERM");
+	free(out);
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+	free(d);
+}
+END_TEST
+
 START_TEST(rank_killed_by_sigkill)
 {
 	char *d = tmpdir();
@@ -808,6 +849,7 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, rank_killed_by_sigkill);
 	tcase_add_test(tc, leftover_shared_memory_is_removed);
 	tcase_add_test(tc, closed_stdout_pipe_ends_the_job);
+	tcase_add_test(tc, simultaneous_failures_are_each_reported);
 	tcase_add_test(tc, stubborn_ranks_get_sigkill_after_grace);
 	tcase_add_test(tc, program_not_found);
 	tcase_add_test(tc, leftover_children_are_stopped);
