@@ -156,6 +156,15 @@ static int file_exists(const char *dir, const char *name)
 	return access(p, F_OK) == 0;
 }
 
+/* Remove a directory from tmpdir() and free its name. */
+static void tmpdir_free(char *d)
+{
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+	free(d);
+}
+
 static char *read_file(const char *path)
 {
 	FILE *f = fopen(path, "r");
@@ -462,10 +471,7 @@ START_TEST(log_dir_and_tee)
 	HAS(r.err, "accel launch: cannot create the log directory '/proc/forbidden/x'");
 	ck_assert_str_eq(r.out, "");
 	run_free(&r);
-	char cmd[4400];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	ck_assert_int_eq(system(cmd), 0);
-	free(d);
+	tmpdir_free(d);
 }
 END_TEST
 
@@ -499,10 +505,7 @@ START_TEST(one_rank_exits_3)
 	ck_assert_msg(r.secs < 5.0, "took %.2f s; the others sleep 60 s", r.secs);
 	assert_all_gone(d, 3);
 	run_free(&r);
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	ck_assert_int_eq(system(cmd), 0);
-	free(d);
+	tmpdir_free(d);
 }
 END_TEST
 
@@ -554,9 +557,7 @@ START_TEST(closed_stdout_pipe_ends_the_job)
 	ck_assert_msg(st == 128 + SIGPIPE, "launch exited %d, expected %d (SIGPIPE)", st,
 	              128 + SIGPIPE);
 	ck_assert_msg(secs < 10.0, "took %.1f s", secs);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	ck_assert_int_eq(system(cmd), 0);
-	free(d);
+	tmpdir_free(d);
 }
 END_TEST
 
@@ -594,10 +595,7 @@ START_TEST(simultaneous_failures_are_each_reported)
 	HAS(out, "accel launch: rank 1 failed: exit code 3\n");
 	HAS(out, "accel launch: stopping the other 1 rank (SIGTERM");
 	free(out);
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	ck_assert_int_eq(system(cmd), 0);
-	free(d);
+	tmpdir_free(d);
 }
 END_TEST
 
@@ -612,10 +610,7 @@ START_TEST(rank_killed_by_sigkill)
 	ck_assert_msg(r.secs < 10.0, "a kill -9 case took %.2f s", r.secs);
 	assert_all_gone(d, 4);
 	run_free(&r);
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	ck_assert_int_eq(system(cmd), 0);
-	free(d);
+	tmpdir_free(d);
 }
 END_TEST
 
@@ -632,10 +627,7 @@ START_TEST(stubborn_ranks_get_sigkill_after_grace)
 	ck_assert_msg(r.secs > 1.2 && r.secs < 6.0, "took %.2f s with a 1 s grace", r.secs);
 	assert_all_gone(d, 3);
 	run_free(&r);
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	ck_assert_int_eq(system(cmd), 0);
-	free(d);
+	tmpdir_free(d);
 }
 END_TEST
 
@@ -679,10 +671,7 @@ START_TEST(leftover_children_are_stopped)
 	ck_assert_msg(r.secs < 5.0, "took %.2f s", r.secs);
 	assert_all_gone(d, 2);
 	run_free(&r);
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	ck_assert_int_eq(system(cmd), 0);
-	free(d);
+	tmpdir_free(d);
 }
 END_TEST
 
@@ -723,10 +712,7 @@ static void forward_case(int sig, int expect_exit)
 	}
 	HASNT(r.err, "failed");
 	run_free(&r);
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	ck_assert_int_eq(system(cmd), 0);
-	free(d);
+	tmpdir_free(d);
 }
 
 START_TEST(sigterm_is_forwarded)
@@ -749,10 +735,7 @@ START_TEST(sigint_is_forwarded)
 	ck_assert(!file_exists(d, "term-0"));
 	HASNT(r.err, "failed");
 	run_free(&r);
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	ck_assert_int_eq(system(cmd), 0);
-	free(d);
+	tmpdir_free(d);
 }
 END_TEST
 
