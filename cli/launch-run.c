@@ -74,6 +74,7 @@ typedef struct launcher {
 	int start_errno;       /* pipe/fork failed: a launcher error */
 	pid_t *reporters;      /* [n] children telling the store a rank exited */
 	time_t started;        /* when the first rank was started */
+	accel_store_refusal *refusal; /* stands in for rank 0's store once it is gone */
 } launcher;
 
 static int sig_pipe[2] = {-1, -1};
@@ -343,6 +344,24 @@ static void report_exit(launcher *L, proc *p)
 		L->reporters[i] = pid;
 }
 
+/* Rank 0 ended with status 0 while others still run.  It hosted the
+ * rendezvous store, so a rank that has not joined yet would retry its
+ * refused connection until comm.timeout_s: answer on the store's port in its
+ * place, telling every rank that connects why it cannot join.  (If the port
+ * cannot be bound, a rank of 0's is still holding it: nothing to do.) */
+static void refuse_for_rank0(launcher *L)
+{
+	const launch_spec *s = L->spec;
+	if (!s->master_addr || s->master_port <= 0 || L->refusal)
+		return;
+	accel_err e = {0};
+	accel_store_refusal_start(s->master_addr, s->master_port, s->world_size,
+	                          "rank 0 exited with status 0 while other ranks still run; it "
+	                          "hosted the rendezvous store, so ranks that had not joined the "
+	                          "job yet cannot (accel launch answers on the store's port)",
+	                          &L->refusal, &e);
+}
+
 /* The shm backend names its shared memory /dev/shm/accel-shm-<pid of the
  * creating rank>-...; the names live only until every rank has mapped the
  * memory, so a job killed while the ranks set it up (a rank that died
@@ -386,8 +405,12 @@ static void on_exit_status(launcher *L, proc *p, int st)
 	p->running = 0;
 	p->status = st;
 	int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-	if (ok && !p->stopped && !L->stopping && count_running(L))
-		report_exit(L, p);
+	if (ok && !p->stopped && !L->stopping && count_running(L)) {
+		if (p->rank == 0)
+			refuse_for_rank0(L);
+		else
+			report_exit(L, p);
+	}
 	/* Leftover children of this rank would keep its output open: on failure
 	 * they go with it. */
 	if (!ok)
@@ -815,6 +838,7 @@ out:
 		for (int k = 0; k < TAIL_LINES; k++)
 			free(p->tail[k]);
 	}
+	L.refusal = accel_store_refusal_stop(L.refusal);
 	for (int i = 0; L.reporters && i < L.n; i++)
 		if (L.reporters[i] > 0) {
 			kill(L.reporters[i], SIGKILL);

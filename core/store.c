@@ -324,6 +324,8 @@ typedef struct store_server {
 	size_t nb, nkv;
 	barrier *barriers;
 	char *failed;          /* why the job cannot complete (a rank exited early) */
+	char *refuse;          /* a stand-in for a store that is gone: every HELLO
+	                          gets this error (accel_store_refusal_start) */
 } store_server;
 
 static uint64_t hash_key(const char *k)
@@ -633,6 +635,10 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 	uint32_t flags = cu_u32(cu);
 	if (cu->bad || magic != STORE_MAGIC) {
 		c->dead = 1; /* not one of ours: drop it silently */
+		return;
+	}
+	if (s->refuse) {
+		reply_err(c, ACCEL_ERR_PEER, "%s", s->refuse);
 		return;
 	}
 	if (ver == STORE_VERSION && world == s->world && (flags & HELLO_OBSERVER)) {
@@ -1148,7 +1154,7 @@ static void *server_main(void *arg)
 			if (s->cl[i]->dead)
 				client_close(s, i);
 	}
-	if (stopping && !all_done(s)) {
+	if (stopping && !all_done(s) && !s->refuse) {
 		uint8_t *still = calloc((size_t)s->world, 1);
 		if (still) {
 			for (int r = 1; r < s->world; r++)
@@ -1191,6 +1197,7 @@ static store_server *server_free(store_server *s)
 		barrier_drop(s, s->barriers);
 	free(s->rank_state);
 	free(s->failed);
+	free(s->refuse);
 	free(s);
 	return NULL;
 }
@@ -1243,7 +1250,7 @@ static int listen_on(const struct addrinfo *ai, int *ret_fd, int *ret_errno)
 }
 
 static int server_start(const char *addr, int port, int world, int64_t linger_ms,
-                        store_server **ret, accel_err *err)
+                        const char *refuse, store_server **ret, accel_err *err)
 {
 	store_server *s = calloc(1, sizeof(*s));
 	int rc;
@@ -1257,7 +1264,8 @@ static int server_start(const char *addr, int port, int world, int64_t linger_ms
 	s->nb = 64;
 	s->tab = calloc(s->nb, sizeof(*s->tab));
 	s->rank_state = calloc((size_t)world, 1);
-	if (!s->tab || !s->rank_state) {
+	s->refuse = refuse ? strdup(refuse) : NULL;
+	if (!s->tab || !s->rank_state || (refuse && !s->refuse)) {
 		rc = accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
 		goto fail;
 	}
@@ -1726,7 +1734,8 @@ int accel_store_new(const char *addr, int port, int rank, int world_size, int64_
 		snprintf(st->where, sizeof(st->where), "[%s]:%d", addr, port);
 	else
 		snprintf(st->where, sizeof(st->where), "%s:%d", addr, port);
-	if (rank == 0 && (rc = server_start(addr, port, world_size, timeout_ms, &st->srv, err)) < 0)
+	if (rank == 0 &&
+	    (rc = server_start(addr, port, world_size, timeout_ms, NULL, &st->srv, err)) < 0)
 		goto fail;
 	if ((rc = conn_open(st, 0, timeout_ms, &st->idle, err)) < 0)
 		goto fail;
@@ -1770,6 +1779,37 @@ accel_store *accel_store_free(accel_store *st)
 	}
 	pthread_mutex_destroy(&st->lock);
 	free(st);
+	return NULL;
+}
+
+struct accel_store_refusal {
+	store_server *srv;
+};
+
+int accel_store_refusal_start(const char *addr, int port, int world_size, const char *why,
+                              accel_store_refusal **ret, accel_err *err)
+{
+	if (!addr || !*addr || port < 1 || port > 65535 || world_size < 1 || !why || !ret)
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_store_refusal_start: bad argument");
+	accel_store_refusal *r = calloc(1, sizeof(*r));
+	if (!r)
+		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	int rc = server_start(addr, port, world_size, 0, why, &r->srv, err);
+	if (rc < 0) {
+		free(r);
+		return rc;
+	}
+	*ret = r;
+	return ACCEL_OK;
+}
+
+accel_store_refusal *accel_store_refusal_stop(accel_store_refusal *r)
+{
+	if (r) {
+		server_stop(r->srv);
+		server_free(r->srv);
+		free(r);
+	}
 	return NULL;
 }
 

@@ -78,4 +78,14 @@ int accel_store_barrier(accel_store *st, const char *name, int64_t timeout_ms, a
 int accel_store_report_exit(const char *addr, int port, int world_size, int rank, const char *how,
                             int64_t timeout_ms, accel_err *err);
 
+/* For launchers, once rank 0 (the store's host) has ended while other ranks
+ * run: listen on the store's address and port in its place and answer every
+ * connecting rank with ACCEL_ERR_PEER and `why`, so that a rank still
+ * joining fails with that message instead of retrying a refused connection
+ * until its timeout.  ACCEL_ERR_SYSTEM when the port cannot be bound. */
+typedef struct accel_store_refusal accel_store_refusal;
+int accel_store_refusal_start(const char *addr, int port, int world_size, const char *why,
+                              accel_store_refusal **ret, accel_err *err);
+accel_store_refusal *accel_store_refusal_stop(accel_store_refusal *r);   /* NULL-safe */
+
 #endif

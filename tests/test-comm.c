@@ -1249,12 +1249,13 @@ START_TEST(launch_rank_leaves)
 END_TEST
 
 /* A rank that exits 0 before it ever joins (before accel_ctx_new): the
- * launcher tells the rendezvous store, and the others' bootstrap fails at
- * once naming it, instead of after comm.timeout_s (300 s by default). */
-START_TEST(launch_rank_exits_before_joining)
+ * launcher tells the rendezvous store (or, for rank 0, which hosts it,
+ * answers on its port), and the others' bootstrap fails at once naming it,
+ * instead of after comm.timeout_s (300 s by default). */
+static void early_test(int victim, const char *want)
 {
 	char out[256];
-	const int n = 3, victim = 1;
+	const int n = 3;
 	outdir_new(out, sizeof(out));
 	int status = launch_ranks(n, "early", out, victim, 120);
 	ck_assert_msg(status != -1, "accel launch did not finish");
@@ -1270,13 +1271,23 @@ START_TEST(launch_rank_exits_before_joining)
 			continue;
 		reports++;
 		ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
-		ck_assert_msg(st != ACCEL_OK && strstr(buf, "rank 1 exited with status 0 before it "
-		                                       "joined the job"), "rank %d: %s", r, buf);
+		ck_assert_msg(st != ACCEL_OK && strstr(buf, want), "rank %d: %s", r, buf);
 		ck_assert_msg(took < 15.0, "rank %d took %.1f s", r, took);
 	}
 	if (!reports)
 		print_log(out);
 	ck_assert_msg(reports > 0, "no rank reported how its accel_ctx_new failed");
+}
+
+START_TEST(launch_rank_exits_before_joining)
+{
+	early_test(1, "rank 1 exited with status 0 before it joined the job");
+}
+END_TEST
+START_TEST(launch_rank0_exits_before_joining)
+{
+	early_test(0, "rank 0 exited with status 0 while other ranks still run; it hosted the "
+	              "rendezvous store");
 }
 END_TEST
 
@@ -1326,6 +1337,7 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, launch_kill9);
 	tcase_add_test(tc, launch_rank_leaves);
 	tcase_add_test(tc, launch_rank_exits_before_joining);
+	tcase_add_test(tc, launch_rank0_exits_before_joining);
 	suite_add_tcase(s, tc);
 	return s;
 }
