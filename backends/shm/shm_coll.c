@@ -505,6 +505,26 @@ static int staged_allreduce(run_ctx *r)
 	return ACCEL_OK;
 }
 
+/* The second half of a staged round in which every rank reduces from the
+ * others' staging buffers b (c->in_ptrs, set by the caller): publish that
+ * this rank staged its part, wait until every rank has, reduce the
+ * world inputs into dst, and release b once every rank has passed the
+ * reduction phase. */
+static int reduce_staged_round(run_ctx *r, uint64_t b, void *dst, uint64_t len)
+{
+	shm_comm *c = r->c;
+	const shm_op *op = r->op;
+	int st;
+	next_phase(r);
+	if ((st = wait_phase(r, c->phase, -1)))
+		return st;
+	c->out_ptrs[0] = dst;
+	shm_reduce(op->dtype, op->redop, c->world, c->in_ptrs, 1, c->out_ptrs, len, c->world);
+	next_phase(r);
+	c->reuse[b] = c->phase;
+	return ACCEL_OK;
+}
+
 /* Two ranks: each stages its whole round and reduces the whole round from
  * its own input and the other's copy, in rank order, so both compute the
  * same bits.  Each element still crosses between the cores once each way,
@@ -523,7 +543,6 @@ static int staged_allreduce_pair(run_ctx *r)
 	const char *send = op->send.data;
 	char *recv = op->recv.data;
 	const void **in = c->in_ptrs;
-	void **out = c->out_ptrs;
 	int st;
 
 	for (uint64_t base = 0; base < op->count;) {
@@ -532,15 +551,10 @@ static int staged_allreduce_pair(run_ctx *r)
 		if ((st = stage_acquire(r, &b, 1)))
 			return st;
 		memcpy(stage(c, me, b), send + base * es, len * es);
-		next_phase(r);
-		if ((st = wait_phase(r, c->phase, -1)))
-			return st;
 		for (int32_t q = 0; q < w; q++)
 			in[q] = q == me ? send + base * es : stage(c, q, b);
-		out[0] = recv + base * es;
-		shm_reduce(op->dtype, op->redop, w, in, 1, out, len, w);
-		next_phase(r);
-		c->reuse[b] = c->phase;
+		if ((st = reduce_staged_round(r, b, recv + base * es, len)))
+			return st;
 		base += len;
 	}
 	return ACCEL_OK;
@@ -557,7 +571,6 @@ static int staged_reduce_scatter(run_ctx *r)
 	const char *send = op->send.data;
 	char *recv = op->recv.data;
 	const void **in = c->in_ptrs;
-	void **out = c->out_ptrs;
 	int st;
 
 	for (uint64_t base = 0; base < n;) {
@@ -570,16 +583,11 @@ static int staged_reduce_scatter(run_ctx *r)
 			if (q != me)
 				memcpy(mine + (uint64_t)q * c->chunk_bytes, send + ((uint64_t)q * n + base) * es,
 				       len * es);
-		next_phase(r);
-		if ((st = wait_phase(r, c->phase, -1)))
-			return st;
 		for (int32_t q = 0; q < w; q++)
 			in[q] = q == me ? send + ((uint64_t)me * n + base) * es
 			                : stage(c, q, b) + (uint64_t)me * c->chunk_bytes;
-		out[0] = recv + base * es;
-		shm_reduce(op->dtype, op->redop, w, in, 1, out, len, w);
-		next_phase(r);
-		c->reuse[b] = c->phase;
+		if ((st = reduce_staged_round(r, b, recv + base * es, len)))
+			return st;
 		base += len;
 	}
 	return ACCEL_OK;
