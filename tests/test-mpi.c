@@ -308,44 +308,56 @@ static void check_allreduce(inst *in, uint32_t dt, uint32_t red, uint64_t n, int
 	free(exp);
 }
 
-static void check_reduce_scatter(inst *in, uint32_t dt, uint32_t red, uint64_t n, int in_place)
+/* The placements of reduce_scatter and allgather: separate buffers, in
+ * place with the own block at the buffer's start (send == recv), and in
+ * place with it at block `rank` (NCCL's and MPI_IN_PLACE's form). */
+enum { PLACE_APART, PLACE_SAME, PLACE_RANK_BLOCK, N_PLACES };
+static const char *const k_place_names[] = {"out of place", "in place (send == recv)",
+                                            "in place (rank block)"};
+
+static void check_reduce_scatter(inst *in, uint32_t dt, uint32_t red, uint64_t n, int place)
 {
 	size_t es = accel_abi_dtype_size(dt);
 	uint64_t total = n * (uint64_t)g_world;
 	char what[160];
 	snprintf(what, sizeof(what), "reduce_scatter %s %s n=%llu %s", accel_abi_dtype_name(dt),
-	         k_red_names[red], (unsigned long long)n, in_place ? "in place" : "out of place");
+	         k_red_names[red], (unsigned long long)n, k_place_names[place]);
 	char *send = malloc(total * es + 1), *recv = malloc(n * es + 1), *exp = malloc(n * es + 1);
 	for (uint64_t i = 0; i < total; i++)
 		put(send, dt, i, val(g_rank, i, dt));
 	for (uint64_t i = 0; i < n; i++)
 		put(exp, dt, i, ref_reduce((uint64_t)g_rank * n + i, dt, red));
-	accel_view s = view(dt, send, total), r = view(dt, in_place ? send : recv, n);
+	char *out = place == PLACE_APART ? recv
+	            : place == PLACE_SAME ? send
+	                                  : send + (uint64_t)g_rank * n * es;
+	accel_view s = view(dt, send, total), r = view(dt, out, n);
 	accel_comm_req *req = NULL;
 	clear_err(in);
 	if (run_wait(in, B->reduce_scatter(in->st, &s, &r, red, &req), &req, what) == ACCEL_OK)
-		same(what, in_place ? send : recv, exp, dt, n);
+		same(what, out, exp, dt, n);
 	free(send);
 	free(recv);
 	free(exp);
 }
 
-static void check_allgather(inst *in, uint32_t dt, uint64_t n, int in_place)
+static void check_allgather(inst *in, uint32_t dt, uint64_t n, int place)
 {
 	size_t es = accel_abi_dtype_size(dt);
 	uint64_t total = n * (uint64_t)g_world;
 	char what[160];
 	snprintf(what, sizeof(what), "allgather %s n=%llu %s", accel_abi_dtype_name(dt),
-	         (unsigned long long)n, in_place ? "in place" : "out of place");
+	         (unsigned long long)n, k_place_names[place]);
 	char *send = malloc(n * es + 1), *recv = malloc(total * es + 1), *exp = malloc(total * es + 1);
-	for (uint64_t i = 0; i < n; i++) {
-		put(send, dt, i, val(g_rank, i, dt));
-		put(recv, dt, i, val(g_rank, i, dt));  /* in place: own block first */
-	}
+	memset(recv, 0x5a, total * es);
+	char *own = place == PLACE_APART ? send
+	            : place == PLACE_SAME ? recv
+	                                  : recv + (uint64_t)g_rank * n * es;
+	for (uint64_t i = 0; i < n; i++)
+		put(own, dt, i, val(g_rank, i, dt));
 	for (int r = 0; r < g_world; r++)
 		for (uint64_t i = 0; i < n; i++)
 			put(exp, dt, (uint64_t)r * n + i, val(r, i, dt));
-	accel_view s = view(dt, in_place ? recv : send, n), r = view(dt, recv, total);
+	accel_view s = view(dt, own, n), r = view(dt, recv, total);
 	accel_comm_req *req = NULL;
 	clear_err(in);
 	if (run_wait(in, B->allgather(in->st, &s, &r, &req), &req, what) == ACCEL_OK)
@@ -381,13 +393,14 @@ static void check_all_ops(inst *in, const uint64_t *counts, size_t n_counts)
 		uint64_t n = counts[c];
 		for (size_t d = 0; d < sizeof(k_red_dtypes) / sizeof(k_red_dtypes[0]); d++)
 			for (uint32_t red = 0; red < 4; red++)
-				for (int ip = 0; ip < 2; ip++) {
-					check_allreduce(in, k_red_dtypes[d], red, n, ip);
-					check_reduce_scatter(in, k_red_dtypes[d], red, n, ip);
+				for (int pl = 0; pl < N_PLACES; pl++) {
+					if (pl < 2)
+						check_allreduce(in, k_red_dtypes[d], red, n, pl);
+					check_reduce_scatter(in, k_red_dtypes[d], red, n, pl);
 				}
 		for (size_t d = 0; d < sizeof(k_all_dtypes) / sizeof(k_all_dtypes[0]); d++) {
-			for (int ip = 0; ip < 2; ip++)
-				check_allgather(in, k_all_dtypes[d], n, ip);
+			for (int pl = 0; pl < N_PLACES; pl++)
+				check_allgather(in, k_all_dtypes[d], n, pl);
 			check_broadcast(in, k_all_dtypes[d], n, 0);
 			check_broadcast(in, k_all_dtypes[d], n, g_world - 1);
 		}

@@ -596,6 +596,8 @@ static accel_view dview(uint32_t dt, void *p, uint64_t n)
 	return v;
 }
 
+/* ip: 0 separate buffers; 1 in place, send == recv; 2 in place with the
+ * rank's block at slot rank (NCCL's form; reduce_scatter and allgather). */
 static void gpu_check_op(gpu_inst *in, int kind, uint32_t dt, uint32_t red, uint64_t n, int ip)
 {
 	size_t es = dsz(dt);
@@ -603,7 +605,13 @@ static void gpu_check_op(gpu_inst *in, int kind, uint32_t dt, uint32_t red, uint
 	uint64_t nin = kind == 2 ? n * w : n, nout = kind == 3 ? n * w : n;
 	uint64_t cap = (nin > nout ? nin : nout);
 	char *hin = calloc(cap, es), *hexp = calloc(cap, es), *hout = calloc(cap, es);
-	char *din = dev_alloc(in, cap * es), *dout = ip ? din : dev_alloc(in, cap * es);
+	char *whole = dev_alloc(in, cap * es), *din = whole, *dout = whole;
+	if (ip == 0)
+		dout = dev_alloc(in, cap * es);
+	else if (ip == 2 && kind == 2)
+		dout = whole + (size_t)g_rank * n * es;
+	else if (ip == 2 && kind == 3)
+		din = whole + (size_t)g_rank * n * es;
 	for (uint64_t i = 0; i < nin; i++)
 		put(hin, dt, i, val(g_rank, i, dt));
 	for (uint64_t i = 0; i < nout; i++) {
@@ -634,11 +642,12 @@ static void gpu_check_op(gpu_inst *in, int kind, uint32_t dt, uint32_t red, uint
 			if (memcmp(hout + i * es, hexp + i * es, es)) {
 				GCHECK(0, "op %d %s red %u n=%llu %s: element %llu differs", kind,
 				       accel_abi_dtype_name(dt), red, (unsigned long long)n,
-				       ip ? "in place" : "out of place", (unsigned long long)i);
+				       ip == 2 ? "in place (rank block)" : ip ? "in place" : "out of place",
+				       (unsigned long long)i);
 				break;
 			}
 	}
-	GB->mem_free(in->st, din);
+	GB->mem_free(in->st, whole);
 	if (!ip)
 		GB->mem_free(in->st, dout);
 	free(hin);
@@ -666,13 +675,14 @@ static int gpu_rank_main(const char *dir)
 	for (size_t c = 0; c < 4; c++)
 		for (size_t d = 0; d < 6; d++)
 			for (uint32_t red = 0; red < 4; red++)
-				for (int ip = 0; ip < 2; ip++) {
-					gpu_check_op(&in, 1, rdt[d], red, counts[c], ip);
+				for (int ip = 0; ip < 3; ip++) {
+					if (ip < 2)
+						gpu_check_op(&in, 1, rdt[d], red, counts[c], ip);
 					gpu_check_op(&in, 2, rdt[d], red, counts[c], ip);
 				}
 	for (size_t c = 0; c < 4; c++)
 		for (size_t d = 0; d < 6; d++)
-			for (int ip = 0; ip < 2; ip++)
+			for (int ip = 0; ip < 3; ip++)
 				gpu_check_op(&in, 3, rdt[d], 0, counts[c], ip);
 	gpu_check_op(&in, 4, ACCEL_DTYPE_U8, 0, 4097, 1);
 	gpu_check_op(&in, 4, ACCEL_DTYPE_BF16, 0, 4097, 1);

@@ -18,7 +18,12 @@
  *  - Ops: allreduce, reduce_scatter, allgather, broadcast, barrier; reductions
  *    ACCEL_RED_SUM/AVG/MAX/MIN over F32, F64, F16, BF16, I32, I64 (AVG on
  *    integers truncates toward zero).  In place when send->data ==
- *    recv->data.  Element counts may be 0 and need not divide by the world.
+ *    recv->data; reduce_scatter also when recv->data is send's block
+ *    `rank` (send + rank x recv count) and allgather when send->data is
+ *    recv's block `rank` (NCCL's in-place form, which MPI_IN_PLACE
+ *    all-gather shares); the core refuses every other overlap.  After an
+ *    in-place reduce_scatter only the result block is defined.  Element
+ *    counts may be 0 and need not divide by the world.
  *  - Asynchrony: every op returns at once with a request; requests complete
  *    in issue order; the caller must not touch the buffers until wait() or
  *    a successful test() says done.  Ops are issued in the same order on all

@@ -77,11 +77,22 @@ static inline int coll_check_view(const accel_host_v1 *host, accel_host *h, cons
 	return ACCEL_OK;
 }
 
-/* Two checked views: one dtype, and either one buffer (in place: sets
- * *in_place) or two that do not overlap. */
-static inline int coll_check_pair(const accel_host_v1 *host, accel_host *h, const char *op,
-                                  const accel_view *send, const accel_view *recv, int *in_place)
+/* Where the two buffers of an op lie (coll_check_pair). */
+#define COLL_APART      0  /* separate buffers */
+#define COLL_SAME       1  /* send->data == recv->data: the ABI's in place */
+#define COLL_RANK_BLOCK 2  /* reduce_scatter: recv == send + rank x recv count;
+                              allgather: send == recv + rank x send count (the
+                              in-place form of NCCL and of MPI_IN_PLACE
+                              all-gather); rank > 0 only, on rank 0 it is
+                              COLL_SAME */
+
+/* Two checked views of op `kind` on this `rank`: one dtype, and separate
+ * buffers or one of the two in-place forms the core accepts (*ret_place). */
+static inline int coll_check_pair(const accel_host_v1 *host, accel_host *h, int kind,
+                                  int32_t rank, const accel_view *send,
+                                  const accel_view *recv, int *ret_place)
 {
+	const char *op = coll_op_name(kind);
 	if (send->dtype != recv->dtype)
 		return host->error(h, ACCEL_ERR_INVALID_ARG,
 		                   "%s: send is %s but recv is %s; both must have one dtype", op,
@@ -90,13 +101,25 @@ static inline int coll_check_pair(const accel_host_v1 *host, accel_host *h, cons
 	uint64_t es = accel_abi_dtype_size(send->dtype);
 	uintptr_t s = (uintptr_t)send->data, r = (uintptr_t)recv->data;
 	uint64_t ns = send->numel * es, nr = recv->numel * es;
-	*in_place = send->data == recv->data && send->numel > 0;
-	if (!*in_place && ns && nr && s < r + nr && r < s + ns)
-		return host->error(h, ACCEL_ERR_INVALID_ARG,
-		                   "%s: send and recv overlap without being the same buffer; in "
-		                   "place means send->data == recv->data",
-		                   op);
-	return ACCEL_OK;
+	*ret_place = COLL_APART;
+	if (!ns || !nr || s >= r + nr || r >= s + ns)
+		return ACCEL_OK;
+	if (s == r) {
+		*ret_place = COLL_SAME;
+		return ACCEL_OK;
+	}
+	if ((kind == OP_REDUCE_SCATTER && r == s + (uint64_t)rank * nr) ||
+	    (kind == OP_ALLGATHER && s == r + (uint64_t)rank * ns)) {
+		*ret_place = COLL_RANK_BLOCK;
+		return ACCEL_OK;
+	}
+	return host->error(h, ACCEL_ERR_INVALID_ARG,
+	                   "%s: send and recv overlap; in place means %s", op,
+	                   kind == OP_REDUCE_SCATTER
+	                       ? "recv == send or recv == send + rank x recv count"
+	                   : kind == OP_ALLGATHER
+	                       ? "send == recv or send == recv + rank x send count"
+	                       : "send->data == recv->data");
 }
 
 /* reduce_scatter and all-gather: the whole buffer holds world blocks of the

@@ -54,6 +54,11 @@ struct accel_comm_req {
 	size_t esz;
 	const char *sendp;        /* NULL: in place                          */
 	char *recvp;
+	char *result_at;          /* reduce_scatter in place at block `rank`:
+	                             where the result goes after MPI leaves it
+	                             at recvp; NULL otherwise                */
+	int own_in_slot;          /* allgather in place: own block already at
+	                             slot `rank` (MPI_IN_PLACE's form)       */
 	uint64_t count;           /* allreduce/broadcast: all elements;
 	                             reduce_scatter: elements per rank result;
 	                             allgather: elements each rank sends     */
@@ -213,10 +218,10 @@ static int req_issue(mpi_state *st, accel_comm_req *r)
 	case OP_ALLGATHER:
 		r->cur = 1;
 		if (!r->sendp) {
-			/* ABI in place: this rank's block is at the start of the
-			 * buffer; MPI_IN_PLACE wants it at block `rank`.  The two
+			/* In place with this rank's block at the start of the
+			 * buffer: MPI_IN_PLACE wants it at block `rank`.  The two
 			 * ranges do not overlap for rank > 0. */
-			if (st->rank > 0 && r->count > 0)
+			if (!r->own_in_slot && st->rank > 0 && r->count > 0)
 				memcpy(r->recvp + (uint64_t)st->rank * r->count * r->esz, r->recvp,
 				       r->count * r->esz);
 			rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->recvp, (int)r->count,
@@ -247,6 +252,10 @@ static void req_chunk_done(mpi_state *st, accel_comm_req *r)
 		else if (r->kind == OP_REDUCE_SCATTER)
 			accel_mpi_avg_finish(r->recvp, r->dtype, r->count, st->world);
 	}
+	/* The result lands at the buffer's start; block `rank` (> 0) does not
+	 * overlap it. */
+	if (r->kind == OP_REDUCE_SCATTER && r->result_at && r->count)
+		memcpy(r->result_at, r->recvp, r->count * r->esz);
 	r->off += r->cur;
 	r->issued = 0;
 }
@@ -453,14 +462,15 @@ static int check_view(mpi_state *st, const char *op, const char *which, const ac
 	return rc;
 }
 
-/* Checks shared by the two-buffer ops; sets *in_place. */
-static int check_pair(mpi_state *st, const char *op, const accel_view *send,
-                      const accel_view *recv, int *in_place)
+/* Checks shared by the two-buffer ops; sets *place (COLL_*). */
+static int check_pair(mpi_state *st, int kind, const accel_view *send, const accel_view *recv,
+                      int *place)
 {
+	const char *op = coll_op_name(kind);
 	int rc;
 	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
 		return rc;
-	return coll_check_pair(st->host, st->h, op, send, recv, in_place);
+	return coll_check_pair(st->host, st->h, kind, st->rank, send, recv, place);
 }
 
 static int check_reduction(mpi_state *st, const char *op, uint32_t dtype, uint32_t red)
@@ -539,10 +549,10 @@ static int mpi_allreduce(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int in_place, rc;
+	int place, rc;
 	if (!ret_req)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allreduce: ret_req is NULL");
-	if ((rc = check_pair(st, "allreduce", send, recv, &in_place)) ||
+	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
 	    (rc = check_reduction(st, "allreduce", send->dtype, red)))
 		return rc;
 	if (send->numel != recv->numel)
@@ -553,7 +563,7 @@ static int mpi_allreduce(void *state, const accel_view *send, const accel_view *
 	accel_comm_req *r = req_new(st, OP_ALLREDUCE, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
-	r->sendp = in_place ? NULL : send->data;
+	r->sendp = place == COLL_SAME ? NULL : send->data;
 	r->recvp = recv->data;
 	r->count = recv->numel;
 	r->op = accel_mpi_op(&st->hops, send->dtype, red);
@@ -564,11 +574,11 @@ static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_v
                               uint32_t red, accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int in_place, rc;
+	int place, rc;
 	if (!ret_req)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
 		                       "reduce_scatter: ret_req is NULL");
-	if ((rc = check_pair(st, "reduce_scatter", send, recv, &in_place)) ||
+	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
 	    (rc = check_reduction(st, "reduce_scatter", send->dtype, red)) ||
 	    (rc = check_count(st, "reduce_scatter", recv->numel)))
 		return rc;
@@ -578,8 +588,12 @@ static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_v
 	accel_comm_req *r = req_new(st, OP_REDUCE_SCATTER, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
-	r->sendp = in_place ? NULL : send->data;
-	r->recvp = recv->data;
+	/* In place (either form): MPI_IN_PLACE reads the whole buffer and
+	 * leaves the result at its start; for the rank-block form it is then
+	 * copied to block `rank`. */
+	r->sendp = place == COLL_APART ? send->data : NULL;
+	r->recvp = place == COLL_APART ? recv->data : send->data;
+	r->result_at = place == COLL_RANK_BLOCK ? recv->data : NULL;
 	r->count = recv->numel;
 	r->op = accel_mpi_op(&st->hops, send->dtype, red);
 	return req_submit(st, r, ret_req);
@@ -589,10 +603,10 @@ static int mpi_allgather(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int in_place, rc;
+	int place, rc;
 	if (!ret_req)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allgather: ret_req is NULL");
-	if ((rc = check_pair(st, "allgather", send, recv, &in_place)) ||
+	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)) ||
 	    (rc = check_count(st, "allgather", send->numel)))
 		return rc;
 	if ((rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
@@ -601,7 +615,8 @@ static int mpi_allgather(void *state, const accel_view *send, const accel_view *
 	accel_comm_req *r = req_new(st, OP_ALLGATHER, send->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
-	r->sendp = in_place ? NULL : send->data;
+	r->sendp = place == COLL_APART ? send->data : NULL;
+	r->own_in_slot = place == COLL_RANK_BLOCK;
 	r->recvp = recv->data;
 	r->count = send->numel;
 	return req_submit(st, r, ret_req);

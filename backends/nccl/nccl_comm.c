@@ -269,14 +269,15 @@ static int check_view(nccl_state *st, const char *op, const char *which, const a
 	return rc;
 }
 
-/* Checks shared by the two-buffer ops; sets *in_place. */
-static int check_pair(nccl_state *st, const char *op, const accel_view *send,
-                      const accel_view *recv, int *in_place)
+/* Checks shared by the two-buffer ops; sets *place (COLL_*). */
+static int check_pair(nccl_state *st, int kind, const accel_view *send, const accel_view *recv,
+                      int *place)
 {
+	const char *op = coll_op_name(kind);
 	int rc;
 	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
 		return rc;
-	return coll_check_pair(st->host, st->h, op, send, recv, in_place);
+	return coll_check_pair(st->host, st->h, kind, st->rank, send, recv, place);
 }
 
 static int check_reduce(nccl_state *st, const char *op, uint32_t dtype, uint32_t red,
@@ -389,10 +390,10 @@ static int nccl_allreduce(void *state, const accel_view *send, const accel_view 
 {
 	nccl_state *st = state;
 	launch L = {.kind = OP_ALLREDUCE};
-	int rc, in_place;
+	int rc, place;
 	if (!ret_req)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allreduce: ret_req is NULL");
-	if ((rc = check_pair(st, "allreduce", send, recv, &in_place)) ||
+	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
 	    (rc = check_reduce(st, "allreduce", send->dtype, red, &L.type, &L.op)))
 		return rc;
 	if (send->numel != recv->numel)
@@ -412,11 +413,11 @@ static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_
 {
 	nccl_state *st = state;
 	launch L = {.kind = OP_REDUCE_SCATTER};
-	int rc, in_place;
+	int rc, place;
 	if (!ret_req)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
 		                       "reduce_scatter: ret_req is NULL");
-	if ((rc = check_pair(st, "reduce_scatter", send, recv, &in_place)) ||
+	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
 	    (rc = check_reduce(st, "reduce_scatter", send->dtype, red, &L.type, &L.op)))
 		return rc;
 	if ((rc = coll_check_blocks(st->host, st->h, st->world, "reduce_scatter", "send", send,
@@ -426,10 +427,11 @@ static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_
 	L.recv = recv->data;
 	L.count = recv->numel;
 	L.dtype = send->dtype;
-	if (in_place) {
-		/* ABI in place: the result goes to the start of the buffer.  NCCL
-		 * in place: recvbuff == sendbuff + rank * count.  Use NCCL's form,
-		 * then move the block to the start (disjoint for rank > 0). */
+	if (place == COLL_SAME) {
+		/* In place with the result at the start of the buffer.  NCCL's in
+		 * place (COLL_RANK_BLOCK, passed as it is): recvbuff == sendbuff +
+		 * rank * count.  Use NCCL's form, then move the block to the start
+		 * (disjoint for rank > 0). */
 		L.block_bytes = recv->numel * accel_abi_dtype_size(send->dtype);
 		L.recv = (char *)send->data + (size_t)st->rank * L.block_bytes;
 		L.copy_after = 1;
@@ -442,10 +444,10 @@ static int nccl_allgather(void *state, const accel_view *send, const accel_view 
 {
 	nccl_state *st = state;
 	launch L = {.kind = OP_ALLGATHER};
-	int rc, in_place;
+	int rc, place;
 	if (!ret_req)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allgather: ret_req is NULL");
-	if ((rc = check_pair(st, "allgather", send, recv, &in_place)))
+	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)))
 		return rc;
 	if (!accel_nccl_dtype(send->dtype, 0, &L.type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "allgather: dtype %s",
@@ -457,8 +459,9 @@ static int nccl_allgather(void *state, const accel_view *send, const accel_view 
 	L.recv = recv->data;
 	L.count = send->numel;
 	L.dtype = send->dtype;
-	if (in_place) {
-		/* ABI in place: own block at the start; NCCL wants it at slot rank. */
+	if (place == COLL_SAME) {
+		/* In place with the own block at the start; NCCL's in place
+		 * (COLL_RANK_BLOCK, passed as it is) wants it at slot rank. */
 		L.block_bytes = send->numel * accel_abi_dtype_size(send->dtype);
 		L.send = (char *)recv->data + (size_t)st->rank * L.block_bytes;
 		L.copy_before = 1;
