@@ -41,6 +41,18 @@ static inline int64_t coll_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The deadline timeout_ms from now on the coll_now_ns() clock; 0 (none)
+ * when timeout_ms <= 0.  Saturates instead of overflowing. */
+static inline int64_t coll_deadline_ns(int64_t timeout_ms)
+{
+	if (timeout_ms <= 0)
+		return 0;
+	int64_t now = coll_now_ns();
+	if (timeout_ms > (INT64_MAX - now) / 1000000)
+		return INT64_MAX;
+	return now + timeout_ms * 1000000;
+}
+
 /* The dtypes the comm ABI reduces: f32, f64, f16, bf16, i32, i64. */
 static inline int coll_dtype_reducible(uint32_t dtype)
 {

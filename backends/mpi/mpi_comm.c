@@ -339,7 +339,7 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 static void set_deadline(mpi_state *st, accel_comm_req *r)
 {
 	if (st->timeout_ms > 0 && r->deadline_ns == 0)
-		r->deadline_ns = coll_now_ns() + st->timeout_ms * 1000000;
+		r->deadline_ns = coll_deadline_ns(st->timeout_ms);
 }
 
 /* Spin on MPI_Test first (lowest latency), then yield the CPU between
