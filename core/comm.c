@@ -21,6 +21,9 @@ typedef struct comm_backend {
 	void *state;
 	struct accel_host host;
 	int up;
+	int failed;             /* init failed: not retried (see route()) */
+	int fail_code;
+	char fail_msg[ACCEL_ERRMSG_MAX];
 } comm_backend;
 
 struct accel_req {
@@ -186,9 +189,23 @@ static int route(accel_comm *c, const accel_view *v, const char *op, comm_backen
 			                     "%s on a cuda:%d buffer needs the nccl backend, which is "
 			                     "not available (%s)", op, v->device_index,
 			                     "not built, or no GPU; see 'accel plugins list'");
+		/* Bringing the device backend up is collective (its bootstrap
+		 * counts communicators in the store); after a failure the ranks
+		 * no longer agree on that count, so a retry could join a dead
+		 * bootstrap.  Every later call repeats the first reason. */
+		if (c->dev.failed)
+			return accel_err_set(&ctx->err, c->dev.fail_code,
+			                     "%s on a cuda:%d buffer: the %s backend failed to start "
+			                     "earlier and is not retried: %s", op, v->device_index,
+			                     c->dev_name, c->dev.fail_msg);
 		int r = backend_up(c, &c->dev, c->dev_name, v->device_index);
-		if (r)
+		if (r) {
+			c->dev.failed = 1;
+			c->dev.fail_code = r;
+			snprintf(c->dev.fail_msg, sizeof(c->dev.fail_msg), "%s",
+			         ctx->err.code != ACCEL_OK ? ctx->err.msg : accel_status_str(r));
 			return r;
+		}
 	}
 	*ret_be = &c->dev;
 	return ACCEL_OK;

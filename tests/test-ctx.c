@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "accel/accel.h"
+#include "comm.h"
 #include "ctx-impl.h"
 #include "mem.h"
 #include "ops.h"
@@ -74,6 +75,36 @@ START_TEST(world1_collectives)
 	/* root out of range is an error, not a crash */
 	ck_assert_int_ne(accel_broadcast(ctx, a, 5, ACCEL_DTYPE_F32, 3), ACCEL_OK);
 	ck_assert_str_ne(accel_errmsg(ctx), "");
+	accel_ctx_free(ctx);
+}
+END_TEST
+
+/* The device backend is brought up by the first collective on a cuda
+ * buffer.  When that fails (here: a GPU that does not exist, or no nccl
+ * module at all), later calls repeat the first reason instead of retrying:
+ * the bootstrap is collective and the ranks would no longer agree on it. */
+START_TEST(failed_device_backend_is_not_retried)
+{
+	accel_ctx *ctx = ctx_json("{\"backend\": \"nccl\"}", ACCEL_OK);
+	float x[4] = {0};
+	accel_view v = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 99, x, 4};
+	accel_req *req = NULL;
+	int r1 = accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
+	ck_assert_int_ne(r1, ACCEL_OK);
+	char first[512];
+	snprintf(first, sizeof(first), "%s", accel_errmsg(ctx));
+	ck_assert_str_ne(first, "");
+	accel_err_clear(&ctx->err);
+	int r2 = accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
+	ck_assert_int_eq(r2, r1);
+	const char *again = accel_errmsg(ctx);
+	ck_assert_msg(strstr(again, "failed to start earlier and is not retried") &&
+	              strstr(again, first),
+	              "second call: %s (first: %s)", again, first);
+	/* host buffers still work */
+	accel_err_clear(&ctx->err);
+	float a[2] = {1, 2}, b[2];
+	ck_assert_int_eq(accel_allreduce(ctx, a, b, 2, ACCEL_DTYPE_F32, ACCEL_RED_SUM), ACCEL_OK);
 	accel_ctx_free(ctx);
 }
 END_TEST
@@ -155,6 +186,7 @@ static Suite *ctx_suite(void)
 	tcase_add_test(tc, unknown_strategy);
 	tcase_add_test(tc, unknown_key);
 	tcase_add_test(tc, world1_collectives);
+	tcase_add_test(tc, failed_device_backend_is_not_retried);
 	tcase_add_test(tc, mem_accounting);
 	tcase_add_test(tc, cpu_ops);
 	tcase_add_test(tc, extension_lookup);

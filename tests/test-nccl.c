@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "accel/comm.h"
+#include "backends/common/coll-missing.h"
 #include "backends/nccl/nccl-impl.h"
 #include "core/half.h"
 
@@ -255,7 +256,8 @@ START_TEST(test_error_nccl)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		int rc = accel_nccl_describe_nccl(cases[i].r, "ncclAllReduce", "peer 3 closed",
 		                                  buf, sizeof(buf));
-		ck_assert_int_eq(rc, ACCEL_ERR_NCCL);
+		/* a peer's failure is the comm ABI's dead peer */
+		ck_assert_int_eq(rc, cases[i].r == ncclRemoteError ? ACCEL_ERR_PEER : ACCEL_ERR_NCCL);
 		ck_assert_msg(strstr(buf, "ncclAllReduce failed: ") &&
 		              strstr(buf, ncclGetErrorString(cases[i].r)) &&
 		              strstr(buf, cases[i].name) && strstr(buf, ": peer 3 closed.") &&
@@ -400,6 +402,8 @@ static int fs_get(accel_host *h, const char *key, void *buf, uint64_t cap, uint6
 			(void)n;
 			return ACCEL_OK;
 		}
+		if (timeout_ms == 0)  /* a probe, as the host's store: no error recorded */
+			return ACCEL_ERR_NOT_FOUND;
 		if (timeout_ms >= 0 && waited >= timeout_ms)
 			return h_error(h, ACCEL_ERR_TIMEOUT, "file store: no key %s", key);
 		usleep(10000);
@@ -453,6 +457,108 @@ static const accel_comm_v1 *load_nccl(void **ret_dl)
 		(const accel_comm_v1 *(*)(const accel_host_v1 *))dlsym(dl, ACCEL_COMM_ENTRY_V1);
 	return entry ? entry(&g_host) : NULL;
 }
+
+/* ---- naming the ranks that never arrived (backends/common/coll-missing.h) ---- */
+
+static char *tmp_store(void)
+{
+	static char dir[64];
+	snprintf(dir, sizeof(dir), "/tmp/accel-test-missing-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	return dir;
+}
+
+static void rm_store(const char *dir)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* World 4, op #7 timed out on rank 0: rank 1 reached it too, rank 2 is
+ * stuck at #5 and rank 3 never wrote anything. */
+START_TEST(test_missing_ranks_named)
+{
+	char *dir = tmp_store();
+	accel_host h = {.rank = 0, .store_dir = dir};
+	g_host.store_set = fs_set;
+	g_host.store_get = fs_get;
+	ck_assert_int_eq(fs_set(&h, "nccl/abc/reached/1", "7", 1), ACCEL_OK);
+	ck_assert_int_eq(fs_set(&h, "nccl/abc/reached/2", "5", 1), ACCEL_OK);
+	char buf[256];
+	double t0 = now_s();
+	int n = coll_missing_ranks(&g_host, &h, "nccl/abc", 0, 4, 7, 300, buf, sizeof(buf));
+	double took = now_s() - t0;
+	ck_assert_int_eq(n, 2);
+	ck_assert_str_eq(buf, "rank 3 did not reach it; rank 2 is still at #5");
+	ck_assert_msg(took >= 0.25 && took < 2.0, "waited %.2f s (grace: the op's timeout, 0.3 s)",
+	              took);
+	ck_assert_int_eq(h.err_code, 0);  /* probes record no error */
+	/* this rank's own record is there for the others */
+	char v[16] = "";
+	uint64_t len = 0;
+	ck_assert_int_eq(fs_get(&h, "nccl/abc/reached/0", v, sizeof(v) - 1, &len, 0), ACCEL_OK);
+	ck_assert_str_eq(v, "7");
+	/* two absent ranks are listed together */
+	n = coll_missing_ranks(&g_host, &h, "nccl/def", 2, 4, 3, 100, buf, sizeof(buf));
+	ck_assert_int_eq(n, 3);
+	ck_assert_str_eq(buf, "ranks 0, 1, 3 did not reach it");
+	rm_store(dir);
+}
+END_TEST
+
+/* Every rank reached the op: nobody to name, and no waiting for the grace
+ * period once all records are in.  A rank that records late (another
+ * process, 0.2 s after) is still counted. */
+START_TEST(test_missing_ranks_all_arrived)
+{
+	char *dir = tmp_store();
+	accel_host h = {.rank = 1, .store_dir = dir};
+	g_host.store_set = fs_set;
+	g_host.store_get = fs_get;
+	ck_assert_int_eq(fs_set(&h, "ns/reached/0", "9", 1), ACCEL_OK);
+	pid_t p = fork();
+	if (p == 0) {
+		accel_host hc = {.rank = 2, .store_dir = dir};
+		usleep(200000);
+		_exit(fs_set(&hc, "ns/reached/2", "12", 2) == ACCEL_OK ? 0 : 1);
+	}
+	char buf[128];
+	double t0 = now_s();
+	int n = coll_missing_ranks(&g_host, &h, "ns", 1, 3, 9, 60000, buf, sizeof(buf));
+	double took = now_s() - t0;
+	int ws = 0;
+	waitpid(p, &ws, 0);
+	ck_assert_int_eq(n, 0);
+	ck_assert_str_eq(buf, "");
+	ck_assert_msg(took >= 0.15 && took < 1.5, "took %.2f s", took);
+	rm_store(dir);
+}
+END_TEST
+
+/* No store to ask: -1 and an empty text, so the caller says it cannot tell. */
+START_TEST(test_missing_ranks_store_down)
+{
+	accel_host h = {.rank = 0, .store_dir = "/nonexistent/dir"};
+	g_host.store_set = fs_set;
+	g_host.store_get = fs_get;
+	char buf[64] = "x";
+	ck_assert_int_eq(coll_missing_ranks(&g_host, &h, "ns", 0, 2, 1, 100, buf, sizeof(buf)), -1);
+	ck_assert_str_eq(buf, "");
+	accel_host_v1 none = g_host;
+	none.store_set = NULL;
+	ck_assert_int_eq(coll_missing_ranks(&none, &h, "ns", 0, 2, 1, 100, buf, sizeof(buf)), -1);
+	/* world 1: nobody can be missing */
+	ck_assert_int_eq(coll_missing_ranks(&g_host, &h, "ns", 0, 1, 1, 100, buf, sizeof(buf)), -1);
+}
+END_TEST
 
 START_TEST(test_module_descriptor)
 {
@@ -511,6 +617,9 @@ static Suite *nccl_suite(void)
 	tcase_add_test(tc, test_error_nccl);
 	tcase_add_test(tc, test_error_cuda);
 	tcase_add_test(tc, test_dtype_map);
+	tcase_add_test(tc, test_missing_ranks_named);
+	tcase_add_test(tc, test_missing_ranks_all_arrived);
+	tcase_add_test(tc, test_missing_ranks_store_down);
 	tcase_add_test(tc, test_module_descriptor);
 	tcase_add_test(tc, test_init_without_gpu);
 	suite_add_tcase(s, tc);
@@ -730,6 +839,22 @@ static int gpu_rank_main(const char *dir)
 	rc = GB->allreduce(in.st, &host, &host, ACCEL_RED_SUM, &r0);
 	GCHECK(rc == ACCEL_ERR_UNSUPPORTED && strstr(in.h.err, "this rank's GPU"), "cpu view: %d %s",
 	       rc, in.h.err);
+	/* a host pointer labelled cuda would fault NCCL's kernel: refused */
+	float hbuf[4] = {0};
+	accel_view lie = dview(ACCEL_DTYPE_F32, hbuf, 4);
+	in.h.err_code = 0;
+	rc = GB->allreduce(in.st, &lie, &lie, ACCEL_RED_SUM, &r0);
+	GCHECK(rc == ACCEL_ERR_INVALID_ARG && strstr(in.h.err, "ordinary host memory"),
+	       "host pointer labelled cuda: %d %s", rc, in.h.err);
+	/* the communicator still works after a refused call */
+	float *one = dev_alloc(&in, sizeof(float));
+	accel_view v1 = dview(ACCEL_DTYPE_F32, one, 1);
+	in.h.err_code = 0;
+	rc = GB->allreduce(in.st, &v1, &v1, ACCEL_RED_SUM, &r0);
+	if (rc == ACCEL_OK)
+		rc = GB->wait(in.st, r0);
+	GCHECK(rc == ACCEL_OK, "allreduce after a refused call: %s", in.h.err);
+	GB->mem_free(in.st, one);
 	GB->fini(in.st);
 
 	/* timeout: rank 0 gives up after 0.5 s; rank 1 comes 2 s late */
@@ -749,7 +874,8 @@ static int gpu_rank_main(const char *dir)
 				rc = GB->wait(t.st, r0);
 			if (g_rank == 0) {
 				GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.h.err, "allreduce #1") &&
-				       strstr(t.h.err, "cannot tell which") && strstr(t.h.err, "aborted"),
+				       strstr(t.h.err, "rank 1 did not reach it") &&
+				       strstr(t.h.err, "aborted"),
 				       "timeout: %d %s", rc, t.h.err);
 				t.h.err_code = 0;
 				rc = GB->allreduce(t.st, &v, &v, ACCEL_RED_SUM, &r0);
@@ -759,6 +885,40 @@ static int gpu_rank_main(const char *dir)
 				GCHECK(rc != ACCEL_OK, "late rank: the collective of an aborted peer "
 				       "cannot succeed");
 			}
+			GB->fini(t.st);
+		}
+	}
+
+	/* timeout seen by test() alone, once the ranks are connected: rank 0
+	 * polls allreduce #2 while rank 1 comes 4 s late */
+	if (g_world > 1) {
+		gpu_inst t = {.h = {.rank = g_rank, .store_dir = dir}};
+		a.timeout_ms = g_rank == 0 ? 2000 : 8000;
+		rc = GB->init(&g_host, &t.h, &a, &t.st);
+		GCHECK(rc == ACCEL_OK, "init 3: %s", t.h.err);
+		if (rc == ACCEL_OK) {
+			float *x = dev_alloc(&t, 4096);
+			accel_view v = dview(ACCEL_DTYPE_F32, x, 1024);
+			t.h.err_code = 0;
+			rc = GB->allreduce(t.st, &v, &v, ACCEL_RED_SUM, &r0);
+			if (rc == ACCEL_OK)
+				rc = GB->wait(t.st, r0);
+			GCHECK(rc == ACCEL_OK, "warm-up allreduce: %s", t.h.err);
+			if (g_rank != 0)
+				sleep(4);
+			t.h.err_code = 0;
+			rc = GB->allreduce(t.st, &v, &v, ACCEL_RED_SUM, &r0);
+			int32_t fin = 0;
+			double t0 = (double)time(NULL);
+			while (rc == ACCEL_OK && !fin && (double)time(NULL) - t0 < 30)
+				if ((rc = GB->test(t.st, r0, &fin)) == ACCEL_OK && !fin)
+					usleep(1000);
+			if (g_rank == 0)
+				GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.h.err, "allreduce #2") &&
+				       strstr(t.h.err, "rank 1 did not reach it"),
+				       "timeout by test(): %d %s", rc, t.h.err);
+			GB->wait(t.st, r0);
+			GB->mem_free(t.st, x);
 			GB->fini(t.st);
 		}
 	}

@@ -43,6 +43,7 @@ int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int worl
 
 /* ---- errors -------------------------------------------------------------------
  * Format "CALL failed: TEXT (NAME): DETAIL. HINT" into buf and return
+ * ACCEL_ERR_PEER for ncclRemoteError (a peer failed or disconnected), else
  * ACCEL_ERR_NCCL; `detail` (ncclGetLastError's text) may be NULL or "". */
 int accel_nccl_describe_nccl(ncclResult_t result, const char *call, const char *detail,
                              char *buf, size_t cap);

@@ -25,6 +25,7 @@
 
 #include "accel/comm.h"
 #include "backends/common/coll-check.h"
+#include "backends/common/coll-missing.h"
 #include "nccl-impl.h"
 
 #define MSG_MAX 1024
@@ -38,6 +39,7 @@ struct accel_comm_req {
 	int kind;
 	uint32_t dtype;
 	uint64_t count;
+	int64_t deadline_ns;      /* from issue; 0: no limit */
 };
 
 typedef struct nccl_state {
@@ -53,6 +55,7 @@ typedef struct nccl_state {
 	accel_comm_req *live, *spare;
 	int failed, fail_code, aborted;
 	char fail_msg[MSG_MAX];
+	char ns[48];              /* this communicator's store namespace (from its id) */
 } nccl_state;
 
 /* Record a failure that breaks the communicator: later ops fail fast. */
@@ -97,12 +100,13 @@ static int nccl_fail(nccl_state *st, ncclResult_t r, const char *call)
 	} while (0)
 
 /* NCCL calls on a non-blocking communicator may return ncclInProgress:
- * settle them before the next call. */
-#define NCCL_TRY(st, name, call, label)                           \
+ * settle them before the next call.  `seq`: the collective the call is
+ * for (0: none). */
+#define NCCL_TRY(st, name, seq, call, label)                      \
 	do {                                                      \
 		ncclResult_t r_ = (call);                         \
 		if (r_ == ncclInProgress)                         \
-			r_ = settle((st), (name), &rc);           \
+			r_ = settle((st), (name), (seq), &rc);    \
 		if (rc == ACCEL_OK && r_ != ncclSuccess)          \
 			rc = nccl_fail((st), r_, (name));         \
 		if (rc != ACCEL_OK)                               \
@@ -125,11 +129,52 @@ static void abort_comm(nccl_state *st)
 	}
 }
 
+/* "allreduce #7 (bf16, 1024 elements)" */
+static void describe(char *buf, size_t cap, int kind, uint64_t seq, uint32_t dtype,
+                     uint64_t count)
+{
+	if (kind == OP_BARRIER)
+		snprintf(buf, cap, "barrier #%llu", (unsigned long long)seq);
+	else
+		snprintf(buf, cap, "%s #%llu (%s, %llu elements)", coll_op_name(kind),
+		         (unsigned long long)seq, accel_abi_dtype_name(dtype),
+		         (unsigned long long)count);
+}
+
+/* `what` (collective #seq, or communicator creation when seq is 0) did not
+ * finish in time: abort the communicator (the only way to stop NCCL
+ * kernels that wait for a missing peer), ask the store which ranks never
+ * arrived, and record the failure. */
+static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
+{
+	char missing[256];
+	abort_comm(st);
+	int named = st->ns[0] ? coll_missing_ranks(st->host, st->h, st->ns, st->rank, st->world,
+	                                           seq, st->timeout_ms, missing, sizeof(missing))
+	                      : -1;
+	if (named > 0)
+		return fail(st, ACCEL_ERR_TIMEOUT,
+		            "%s did not complete within %.1f s on rank %d of %d: %s (asked through "
+		            "the rendezvous store). The communicator was aborted",
+		            what, (double)st->timeout_ms / 1000.0, st->rank, st->world, missing);
+	return fail(st, ACCEL_ERR_TIMEOUT,
+	            "%s did not complete within %.1f s on rank %d of %d: %s. The communicator "
+	            "was aborted",
+	            what, (double)st->timeout_ms / 1000.0, st->rank, st->world,
+	            named == 0 ? "every rank reached it and timed out there too, so NCCL itself "
+	                         "is stuck (run with NCCL_DEBUG=INFO; check the network between "
+	                         "the nodes) or the ranks came too far apart (raise "
+	                         "comm.timeout_s)"
+	                       : "the other ranks did not arrive at it, and the store could not "
+	                         "tell which are missing; look for the rank whose log stops "
+	                         "before it, or that died");
+}
+
 /* Poll ncclCommGetAsyncError until the last call finished.  On timeout
  * abort the communicator; *rc gets the status recorded. */
-static ncclResult_t settle(nccl_state *st, const char *name, int *rc)
+static ncclResult_t settle(nccl_state *st, const char *name, uint64_t seq, int *rc)
 {
-	int64_t deadline = st->timeout_ms > 0 ? coll_now_ns() + st->timeout_ms * 1000000 : 0;
+	int64_t deadline = coll_deadline_ns(st->timeout_ms);
 	ncclResult_t ar = ncclInProgress;
 	uint32_t spins = 0;
 	*rc = ACCEL_OK;
@@ -140,12 +185,7 @@ static ncclResult_t settle(nccl_state *st, const char *name, int *rc)
 		if (ar != ncclInProgress)
 			return ar;
 		if (deadline && coll_now_ns() > deadline) {
-			abort_comm(st);
-			*rc = fail(st, ACCEL_ERR_TIMEOUT,
-			           "%s did not finish within %.1f s on rank %d of %d: the other "
-			           "ranks did not join it (NCCL cannot tell which); the communicator "
-			           "was aborted",
-			           name, (double)st->timeout_ms / 1000.0, st->rank, st->world);
+			*rc = timeout_fail(st, name, seq);
 			return ncclInProgress;
 		}
 		backoff(&spins);
@@ -215,7 +255,9 @@ static accel_comm_req *req_get(nccl_state *st, int *rc)
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
-		*rc = st->host->error(st->h, ACCEL_ERR_NOMEM, "out of memory for a request");
+		/* this rank cannot take part: the others would pair their next
+		 * collective with the wrong one, so the communicator is done */
+		*rc = fail(st, ACCEL_ERR_NOMEM, "out of memory for a request (rank %d)", st->rank);
 		return NULL;
 	}
 	cudaError_t e = cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming);
@@ -256,17 +298,56 @@ static int req_known(const nccl_state *st, const accel_comm_req *r)
 
 /* ---- argument checks ---------------------------------------------------------------- */
 
+static const char *memory_type_name(enum cudaMemoryType t)
+{
+	switch (t) {
+	case cudaMemoryTypeUnregistered: return "ordinary host memory";
+	case cudaMemoryTypeHost: return "pinned host memory";
+	case cudaMemoryTypeDevice: return "device memory";
+	case cudaMemoryTypeManaged: return "managed memory";
+	default: return "memory of an unknown kind";
+	}
+}
+
 static int check_view(nccl_state *st, const char *op, const char *which, const accel_view *v)
 {
 	int rc = coll_check_view(st->host, st->h, op, which, v);
-	if (rc == ACCEL_OK && (v->device != ACCEL_DEVICE_CUDA || v->device_index != st->device))
+	if (rc != ACCEL_OK)
+		return rc;
+	if (v->device != ACCEL_DEVICE_CUDA || v->device_index != st->device)
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
 		                       "%s: %s buffer is on %s:%d but this rank's NCCL "
 		                       "communicator is on cuda:%d; the nccl backend serves this "
 		                       "rank's GPU only",
 		                       op, which, v->device == ACCEL_DEVICE_CUDA ? "cuda" : "cpu",
 		                       v->device_index, st->device);
-	return rc;
+	if (v->numel == 0)
+		return ACCEL_OK;
+	/* The label is the caller's word; NCCL does not check pointers, and a
+	 * host pointer would fault its kernel and take the CUDA context down.
+	 * Since CUDA 11 host memory is cudaSuccess with type Unregistered. */
+	struct cudaPointerAttributes at;
+	memset(&at, 0, sizeof(at));
+	cudaError_t e = cudaPointerGetAttributes(&at, v->data);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "%s: %s buffer %p: CUDA does not know this pointer (%s)", op,
+		                       which, v->data, cudaGetErrorName(e));
+	}
+	if ((at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged) ||
+	    (at.type == cudaMemoryTypeDevice && at.device != st->device)) {
+		char where[32] = "";
+		if (at.type == cudaMemoryTypeDevice)
+			snprintf(where, sizeof(where), " of cuda:%d", at.device);
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "%s: %s buffer %p is labelled cuda:%d but is %s%s; "
+		                       "collectives on cuda views need device memory of this "
+		                       "rank's GPU (cudaMalloc, or accel_comm_mem_alloc)",
+		                       op, which, v->data, v->device_index, memory_type_name(at.type),
+		                       where);
+	}
+	return ACCEL_OK;
 }
 
 /* Checks shared by the two-buffer ops; sets *place (COLL_*). */
@@ -321,10 +402,21 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 	int rc = ACCEL_OK, prev = -1;
 	accel_comm_req *r = NULL;
 	char *base = L->recv;
+	char what[96], name[128];
+	uint64_t seq = st->seq + 1;
+	int64_t deadline = coll_deadline_ns(st->timeout_ms);  /* counted from issue */
 	if (st->failed)
 		return fail_fast(st, L->kind);
 	if ((rc = enter_device(st, &prev)))
 		return rc;
+	/* the names NCCL_TRY reports: "ncclAllReduce for allreduce #7 (...)" */
+	describe(what, sizeof(what), L->kind, seq, L->dtype, L->count);
+	snprintf(name, sizeof(name), "%s for %s",
+	         L->kind == OP_ALLREDUCE || L->kind == OP_BARRIER ? "ncclAllReduce"
+	         : L->kind == OP_REDUCE_SCATTER                  ? "ncclReduceScatter"
+	         : L->kind == OP_ALLGATHER                       ? "ncclAllGather"
+	                                                         : "ncclBroadcast",
+	         what);
 	if (!(r = req_get(st, &rc)))
 		goto out;
 	CUDA_TRY(st, cudaEventRecord(st->dep_ev, cudaStreamLegacy), out);
@@ -335,28 +427,28 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 		         out);
 	switch (L->kind) {
 	case OP_ALLREDUCE:
-		NCCL_TRY(st, "ncclAllReduce",
+		NCCL_TRY(st, name, seq,
 		         ncclAllReduce(L->send, L->recv, L->count, L->type, L->op, st->comm, st->stream),
 		         out);
 		break;
 	case OP_REDUCE_SCATTER:
-		NCCL_TRY(st, "ncclReduceScatter",
+		NCCL_TRY(st, name, seq,
 		         ncclReduceScatter(L->send, L->recv, L->count, L->type, L->op, st->comm,
 		                           st->stream),
 		         out);
 		break;
 	case OP_ALLGATHER:
-		NCCL_TRY(st, "ncclAllGather",
+		NCCL_TRY(st, name, seq,
 		         ncclAllGather(L->send, L->recv, L->count, L->type, st->comm, st->stream), out);
 		break;
 	case OP_BROADCAST:
-		NCCL_TRY(st, "ncclBroadcast",
+		NCCL_TRY(st, name, seq,
 		         ncclBroadcast(L->recv, L->recv, L->count, L->type, L->root, st->comm,
 		                       st->stream),
 		         out);
 		break;
 	case OP_BARRIER:
-		NCCL_TRY(st, "ncclAllReduce (barrier)",
+		NCCL_TRY(st, name, seq,
 		         ncclAllReduce(st->scratch, st->scratch, 1, ncclFloat32, ncclSum, st->comm,
 		                       st->stream),
 		         out);
@@ -374,6 +466,7 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 	r->kind = L->kind;
 	r->dtype = L->dtype;
 	r->count = L->count;
+	r->deadline_ns = deadline;
 	r->next = st->live;
 	st->live = r;
 	*ret_req = r;
@@ -504,10 +597,23 @@ static int nccl_barrier(void *state, accel_comm_req **ret_req)
 
 /* ---- completion -------------------------------------------------------------------------- */
 
-/* One check of r: 1 done, 0 not yet, <0 failed (recorded). */
+/* The oldest request still running: where the stream is stuck. */
+static accel_comm_req *oldest_running(nccl_state *st, accel_comm_req *r)
+{
+	accel_comm_req *old = r;
+	for (accel_comm_req *p = st->live; p; p = p->next)
+		if (p->seq < old->seq && cudaEventQuery(p->ev) == cudaErrorNotReady)
+			old = p;
+	(void)cudaGetLastError();
+	return old;
+}
+
+/* One check of r: 1 done, 0 not yet, <0 failed (recorded).  Enforces the
+ * deadline, so test() alone also ends a hang. */
 static int req_poll(nccl_state *st, accel_comm_req *r)
 {
 	int rc = ACCEL_OK;
+	char what[96];
 	if (st->aborted)
 		return fail(st, st->fail_code ? st->fail_code : ACCEL_ERR_NCCL,
 		            "%s #%llu: the communicator was aborted after an earlier failure",
@@ -520,13 +626,17 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 		return cuda_fail(st, e, "cudaEventQuery");
 	}
 	ncclResult_t ar = ncclSuccess;
-	NCCL_TRY(st, "ncclCommGetAsyncError", ncclCommGetAsyncError(st->comm, &ar), out);
+	NCCL_TRY(st, "ncclCommGetAsyncError", r->seq, ncclCommGetAsyncError(st->comm, &ar), out);
 	if (ar != ncclSuccess && ar != ncclInProgress) {
-		char name[64];
-		snprintf(name, sizeof(name), "%s #%llu", coll_op_name(r->kind),
-		         (unsigned long long)r->seq);
-		rc = nccl_fail(st, ar, name);
+		describe(what, sizeof(what), r->kind, r->seq, r->dtype, r->count);
+		rc = nccl_fail(st, ar, what);
 		abort_comm(st);
+		goto out;
+	}
+	if (r->deadline_ns && coll_now_ns() > r->deadline_ns) {
+		accel_comm_req *old = oldest_running(st, r);
+		describe(what, sizeof(what), old->kind, old->seq, old->dtype, old->count);
+		rc = timeout_fail(st, what, old->seq);
 	}
 out:
 	return rc;
@@ -540,36 +650,18 @@ static int nccl_wait(void *state, accel_comm_req *r)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
 		                       "wait: %s request (already released, or not from this "
 		                       "backend)", r ? "unknown" : "NULL");
-	if ((rc = enter_device(st, &prev)))
-		return rc;
-	int64_t deadline = st->timeout_ms > 0 ? coll_now_ns() + st->timeout_ms * 1000000 : 0;
-	uint32_t spins = 0;
-	for (;;) {
-		int p = req_poll(st, r);
-		if (p < 0) {
+	if ((rc = enter_device(st, &prev)) == ACCEL_OK) {
+		uint32_t spins = 0;
+		int p;
+		while ((p = req_poll(st, r)) == 0)
+			backoff(&spins);
+		if (p < 0)
 			rc = p;
-			break;
-		}
-		if (p == 1)
-			break;
-		if (deadline && coll_now_ns() > deadline) {
-			abort_comm(st);
-			rc = fail(st, ACCEL_ERR_TIMEOUT,
-			          "%s #%llu (%s, %llu elements) did not complete within %.1f s on "
-			          "rank %d of %d: the other ranks did not arrive at it. NCCL cannot tell "
-			          "which ranks are missing; look for the rank whose log stops before "
-			          "collective #%llu, or that died. The communicator was aborted",
-			          coll_op_name(r->kind), (unsigned long long)r->seq,
-			          accel_abi_dtype_name(r->dtype), (unsigned long long)r->count,
-			          (double)st->timeout_ms / 1000.0, st->rank, st->world,
-			          (unsigned long long)r->seq);
-			break;
-		}
-		backoff(&spins);
+		leave_device(st, prev);
 	}
+	/* released whatever happened: wait() is the end of a request */
 	req_unlink(st, r);
 	req_put(st, r);
-	leave_device(st, prev);
 	return rc;
 }
 
@@ -628,11 +720,17 @@ static int nccl_mem_alloc(void *state, int32_t device, int32_t device_index, uin
 	return rc;
 }
 
+static void drain_or_abort(nccl_state *st, const char *when);
+
 static void nccl_mem_free(void *state, void *ptr)
 {
 	nccl_state *st = state;
 	if (!ptr)
 		return;
+	/* cudaFree waits for the device: never behind a collective that waits
+	 * for a missing peer, and never under a running kernel */
+	if (st->live)
+		drain_or_abort(st, "before freeing device memory");
 	cudaError_t e = cudaFree(ptr);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
@@ -643,6 +741,52 @@ static void nccl_mem_free(void *state, void *ptr)
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
+/* Let the work queued on our stream finish, for at most DRAIN_MAX_MS; a
+ * failed communicator, a stuck stream, a stream error or an NCCL error
+ * meanwhile abort the communicator instead (after which the stream drains:
+ * aborting ends NCCL's kernels).  Called before anything that would wait
+ * for the stream without a deadline (cudaFree, ncclCommFinalize). */
+static void drain_or_abort(nccl_state *st, const char *when)
+{
+	if (!st->comm || st->aborted)
+		return;
+	if (st->failed) {
+		abort_comm(st);
+		return;
+	}
+	if (!st->stream)
+		return;
+	int64_t deadline = coll_deadline_ns(DRAIN_MAX_MS);
+	uint32_t spins = 0;
+	cudaError_t e;
+	ncclResult_t ar = ncclSuccess;
+	while ((e = cudaStreamQuery(st->stream)) == cudaErrorNotReady && coll_now_ns() < deadline) {
+		if (ncclCommGetAsyncError(st->comm, &ar) != ncclSuccess ||
+		    (ar != ncclSuccess && ar != ncclInProgress))
+			break;
+		backoff(&spins);
+	}
+	if (e == cudaSuccess)
+		return;
+	if (e != cudaErrorNotReady) {
+		(void)cudaGetLastError();
+		st->host->log(st->h, ACCEL_LOG_WARN, "rank %d: the collective stream failed %s (%s); "
+		              "aborting the communicator", st->rank, when, cudaGetErrorName(e));
+	} else if (ar != ncclSuccess && ar != ncclInProgress) {
+		st->host->log(st->h, ACCEL_LOG_WARN, "rank %d: NCCL reported %s %s; aborting the "
+		              "communicator", st->rank, accel_nccl_result_name(ar), when);
+	} else {
+		st->host->log(st->h, ACCEL_LOG_WARN, "rank %d: collectives still running after %d s "
+		              "%s; aborting the communicator", st->rank, DRAIN_MAX_MS / 1000, when);
+	}
+	abort_comm(st);
+	if (!st->failed) {
+		st->failed = 1;
+		st->fail_code = ACCEL_ERR_NCCL;
+		snprintf(st->fail_msg, sizeof(st->fail_msg), "the communicator was aborted %s", when);
+	}
+}
+
 static void nccl_fini(void *state)
 {
 	nccl_state *st = state;
@@ -652,29 +796,19 @@ static void nccl_fini(void *state)
 	if (cudaGetDevice(&prev) != cudaSuccess)
 		prev = -1;
 	cudaSetDevice(st->device);
+	drain_or_abort(st, "at shutdown");
 	if (st->comm && !st->aborted) {
-		/* Let queued work finish, but never wait forever for a peer. */
-		int64_t deadline = coll_now_ns() + (int64_t)DRAIN_MAX_MS * 1000000;
+		/* finalize (flushes NCCL's own work), bounded too */
+		int64_t deadline = coll_deadline_ns(DRAIN_MAX_MS);
 		uint32_t spins = 0;
-		cudaError_t e = cudaErrorNotReady;
-		while (st->stream && (e = cudaStreamQuery(st->stream)) == cudaErrorNotReady &&
-		       coll_now_ns() < deadline)
+		ncclResult_t ar = ncclCommFinalize(st->comm);
+		while (ar == ncclInProgress && coll_now_ns() < deadline &&
+		       ncclCommGetAsyncError(st->comm, &ar) == ncclSuccess)
 			backoff(&spins);
-		if (e == cudaSuccess || !st->stream) {
-			ncclResult_t r = ncclCommFinalize(st->comm), ar = r;
-			while (ar == ncclInProgress && coll_now_ns() < deadline &&
-			       ncclCommGetAsyncError(st->comm, &ar) == ncclSuccess)
-				backoff(&spins);
-			if (ar == ncclSuccess)
-				ncclCommDestroy(st->comm);
-			else
-				abort_comm(st);
-		} else {
-			st->host->log(st->h, ACCEL_LOG_WARN,
-			              "collectives still running on rank %d after %d s at "
-			              "shutdown; aborting the communicator", st->rank, DRAIN_MAX_MS / 1000);
+		if (ar == ncclSuccess)
+			ncclCommDestroy(st->comm);
+		else
 			abort_comm(st);
-		}
 	}
 	while (st->live) {
 		accel_comm_req *r = st->live;
@@ -703,7 +837,7 @@ static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_
                      void **ret_state)
 {
 	nccl_state *st = NULL;
-	int rc = ACCEL_OK, ndev = 0;
+	int rc = ACCEL_OK, ndev = 0, prev = -1;
 	char msg[MSG_MAX];
 	ncclUniqueId id;
 
@@ -721,6 +855,7 @@ static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_
 	st->device = args->device_index >= 0 ? args->device_index : args->local_rank;
 
 	CUDA_TRY(st, cudaGetDeviceCount(&ndev), fail);
+	CUDA_TRY(st, cudaGetDevice(&prev), fail);
 	if (st->device < 0 || st->device >= ndev) {
 		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
 		rc = host->error(h, ACCEL_ERR_CONFIG,
@@ -741,9 +876,24 @@ static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_
 		goto fail;
 	}
 
+	/* The store namespace for naming missing ranks: from the id, which is
+	 * the same on every rank and new for every communicator. */
+	if (st->world > 1) {
+		uint64_t hsh = 1469598103934665603ull;  /* FNV-1a */
+		for (size_t i = 0; i < sizeof(id.internal); i++)
+			hsh = (hsh ^ (unsigned char)id.internal[i]) * 1099511628211ull;
+		snprintf(st->ns, sizeof(st->ns), "nccl/%016llx", (unsigned long long)hsh);
+	}
+	const char *blocking = getenv("NCCL_COMM_BLOCKING");
+	if (blocking && atoi(blocking) == 1)
+		host->log(h, ACCEL_LOG_WARN,
+		          "NCCL_COMM_BLOCKING=1 makes NCCL calls block: a missing rank then hangs "
+		          "this one without the %.1f s deadline (comm.timeout_s); unset it",
+		          (double)st->timeout_ms / 1000.0);
+
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 	cfg.blocking = 0;
-	NCCL_TRY(st, "ncclCommInitRankConfig",
+	NCCL_TRY(st, "ncclCommInitRankConfig (creating the communicator)", 0,
 	         ncclCommInitRankConfig(&st->comm, st->world, id, st->rank, &cfg), fail);
 
 	CUDA_TRY(st, cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), fail);
@@ -755,9 +905,14 @@ static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_
 	          st->rank, st->world, st->device, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
 	          (long long)st->timeout_ms);
 	*ret_state = st;
+	if (prev >= 0 && prev != st->device)
+		cudaSetDevice(prev);  /* every call restores the caller's device */
 	return ACCEL_OK;
 fail:
 	nccl_fini(st);
+	if (prev >= 0)
+		cudaSetDevice(prev);
+	(void)cudaGetLastError();
 	return rc;
 }
 

@@ -57,7 +57,8 @@ int accel_nccl_describe_nccl(ncclResult_t result, const char *call, const char *
 	snprintf(buf, cap, "%s failed: %s (%s)%s%s. %s", call ? call : "an NCCL call",
 	         text ? text : "unknown error", accel_nccl_result_name(result),
 	         has_detail ? ": " : "", has_detail ? detail : "", nccl_hint(result));
-	return ACCEL_ERR_NCCL;
+	/* a peer that failed or went away is the comm ABI's "dead peer" */
+	return result == ncclRemoteError ? ACCEL_ERR_PEER : ACCEL_ERR_NCCL;
 }
 
 static const char *cuda_hint(cudaError_t err)
