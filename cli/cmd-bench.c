@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "comm.h"
 #include "ctx-impl.h"
+#include "probe.h"
 
 #define MAX_SETS 64
 
@@ -49,6 +50,9 @@ static const char *const comm_help =
 	"  --buffers KIND    user: ordinary memory (default); backend: memory from the\n"
 	"                    comm backend's allocator (shared memory for shm), which\n"
 	"                    collectives use without staging copies\n"
+	"  --device D        cpu (default) or cuda: buffers in GPU memory of this rank's\n"
+	"                    device (the local rank), from the device backend's\n"
+	"                    allocator (cudaMalloc in nccl); with --set backend=nccl\n"
 	"  --inplace         send and receive in one buffer (default: two buffers)\n"
 	"  --no-check        do not verify the results after timing\n"
 	"  --json            one JSON line per size instead of a table\n"
@@ -64,7 +68,8 @@ typedef struct comm_opts {
 	const char *dtype_name;
 	uint64_t min_bytes, max_bytes;
 	int iters, warmup;
-	int backend_buffers;
+	int backend_buffers, buffers_given;
+	int cuda;           /* --device cuda */
 	int inplace, check, json;
 	const char *config;
 	const char *sets[MAX_SETS + 1];
@@ -114,7 +119,7 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 		/* the rest take a value: --opt V or --opt=V */
 		static const char *const valued[] = {"--op", "--dtype", "--min-bytes", "--max-bytes",
 		                                     "--iters", "--warmup", "--buffers", "--config",
-		                                     "--set"};
+		                                     "--set", "--device"};
 		const char *eq = strchr(a, '='), *v;
 		char name[32];
 		size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
@@ -164,6 +169,14 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 				o->backend_buffers = 1;
 			else
 				return accel_cli_usage_error(sub, "--buffers '%s' is not user or backend", v);
+			o->buffers_given = 1;
+		} else if (!strcmp(name, "--device")) {
+			if (!strcmp(v, "cpu"))
+				o->cuda = 0;
+			else if (!strcmp(v, "cuda"))
+				o->cuda = 1;
+			else
+				return accel_cli_usage_error(sub, "--device '%s' is not cpu or cuda", v);
 		} else if (!strcmp(name, "--config")) {
 			o->config = v;
 		} else if (!strcmp(name, "--set")) {
@@ -176,6 +189,9 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 			return accel_cli_usage_error(sub, "unknown option '%s'", name);
 		}
 	}
+	if (o->cuda && o->buffers_given)
+		return accel_cli_usage_error(sub, "--buffers is for --device cpu; with --device cuda "
+		                             "the buffers come from the device backend's allocator");
 	if (o->max_bytes < o->min_bytes)
 		return accel_cli_usage_error(sub, "--max-bytes (%llu) is below --min-bytes (%llu)",
 		                             (unsigned long long)o->max_bytes,
@@ -183,18 +199,28 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 	return 0;
 }
 
+/* Where the buffers live: host memory, or GPU memory that the benchmark
+ * fills and checks through a host copy (`stage`) with the CUDA runtime's
+ * cudaMemcpy, looked up at run time (the CLI does not link CUDA). */
+typedef struct bench_mem {
+	int32_t device, device_index;
+	accel_cli_memcpy_fn copy;   /* --device cuda */
+	void *stage;                /* --device cuda: host copy of one buffer */
+} bench_mem;
+
 /* A buffer of `bytes` from the backend (ACCEL_MEMF_COMM memory) or malloc. */
 typedef struct bench_buf {
 	void *p;
 	int from_backend;
 } bench_buf;
 
-static int buf_alloc(accel_ctx *ctx, int backend, uint64_t bytes, bench_buf *b)
+static int buf_alloc(accel_ctx *ctx, const bench_mem *m, int backend, uint64_t bytes,
+                     bench_buf *b)
 {
 	b->p = NULL;
 	b->from_backend = 0;
 	if (backend) {
-		int rc = accel_comm_mem_alloc(ctx->comm, ACCEL_DEVICE_CPU, 0, bytes, &b->p);
+		int rc = accel_comm_mem_alloc(ctx->comm, m->device, m->device_index, bytes, &b->p);
 		if (rc != ACCEL_OK)
 			return rc;
 		if (!b->p)
@@ -227,9 +253,46 @@ static accel_view cpu_view(uint32_t dtype, void *data, uint64_t numel)
 	return v;
 }
 
+static accel_view mem_view(const bench_mem *m, uint32_t dtype, void *data, uint64_t numel)
+{
+	accel_view v = {sizeof(accel_view), dtype, m->device, m->device_index, data, numel};
+	return v;
+}
+
+/* Write the n elements cb_fill(op, ...) makes into dst (host or device). */
+static int put_input(accel_ctx *ctx, const bench_mem *m, int op, uint32_t dt, void *dst,
+                     uint64_t count, int rank, int world)
+{
+	if (!m->copy) {
+		cb_fill(op, dt, dst, count, rank, world);
+		return ACCEL_OK;
+	}
+	uint64_t n = op == CB_OP_REDUCE_SCATTER ? count * (uint64_t)world : count;
+	cb_fill(op, dt, m->stage, count, rank, world);
+	int e = m->copy(dst, m->stage, n * cb_dtype_size(dt), ACCEL_CLI_MEMCPY_DEFAULT);
+	return e ? accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaMemcpy to the GPU failed (cudaError "
+	                           "%d)", e)
+	         : ACCEL_OK;
+}
+
+/* The result at src as host memory (src itself, or the stage). */
+static int get_output(accel_ctx *ctx, const bench_mem *m, int op, uint32_t dt, void *src,
+                      uint64_t count, int world, void **ret)
+{
+	*ret = src;
+	if (!m->copy)
+		return ACCEL_OK;
+	uint64_t n = op == CB_OP_ALLGATHER ? count * (uint64_t)world : count;
+	int e = m->copy(m->stage, src, n * cb_dtype_size(dt), ACCEL_CLI_MEMCPY_DEFAULT);
+	*ret = m->stage;
+	return e ? accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaMemcpy from the GPU failed "
+	                           "(cudaError %d)", e)
+	         : ACCEL_OK;
+}
+
 /* One blocking call of `op`. */
-static int run_op(accel_ctx *ctx, int op, uint32_t dt, void *send, void *recv, uint64_t count,
-                  int inplace)
+static int run_op(accel_ctx *ctx, const bench_mem *m, int op, uint32_t dt, void *send,
+                  void *recv, uint64_t count, int inplace)
 {
 	accel_comm *c = ctx->comm;
 	accel_req *req = NULL;
@@ -237,22 +300,25 @@ static int run_op(accel_ctx *ctx, int op, uint32_t dt, void *send, void *recv, u
 	int rc;
 	switch (op) {
 	case CB_OP_ALLREDUCE: {
-		accel_view s = cpu_view(dt, send, count), r = cpu_view(dt, inplace ? send : recv, count);
+		accel_view s = mem_view(m, dt, send, count),
+		           r = mem_view(m, dt, inplace ? send : recv, count);
 		rc = accel_comm_allreduce(c, &s, &r, ACCEL_RED_SUM, &req);
 		break;
 	}
 	case CB_OP_REDUCE_SCATTER: {
-		accel_view s = cpu_view(dt, send, count * w), r = cpu_view(dt, inplace ? send : recv, count);
+		accel_view s = mem_view(m, dt, send, count * w),
+		           r = mem_view(m, dt, inplace ? send : recv, count);
 		rc = accel_comm_reduce_scatter(c, &s, &r, ACCEL_RED_SUM, &req);
 		break;
 	}
 	case CB_OP_ALLGATHER: {
-		accel_view s = cpu_view(dt, inplace ? recv : send, count), r = cpu_view(dt, recv, count * w);
+		accel_view s = mem_view(m, dt, inplace ? recv : send, count),
+		           r = mem_view(m, dt, recv, count * w);
 		rc = accel_comm_allgather(c, &s, &r, &req);
 		break;
 	}
 	default: {
-		accel_view b = cpu_view(dt, recv, count);
+		accel_view b = mem_view(m, dt, recv, count);
 		rc = accel_comm_broadcast(c, &b, 0, &req);
 		break;
 	}
@@ -291,6 +357,7 @@ static int bench_comm(int argc, char **argv)
 	comm_opts o;
 	accel_ctx *ctx = NULL;
 	bench_buf send = {0}, recv = {0};
+	bench_mem mem = {.device = ACCEL_DEVICE_CPU};
 	double *times = NULL;
 	char host[256] = "";
 	int rc = parse_comm(argc, argv, &o), status = 1;
@@ -311,10 +378,35 @@ static int bench_comm(int argc, char **argv)
 	gethostname(host, sizeof(host) - 1);
 	size_t es = cb_dtype_size(o.dtype);
 	uint64_t cap = o.max_bytes + (uint64_t)world * es;
-	if ((rc = buf_alloc(ctx, o.backend_buffers, cap, &send)) ||
-	    (rc = buf_alloc(ctx, o.backend_buffers, cap, &recv)))
+	if (o.cuda) {
+		char why[256];
+		mem.device = ACCEL_DEVICE_CUDA;
+		mem.device_index = ctx->world.local_rank;
+		o.backend_buffers = 1;
+		buffers = "device";
+		if (!(mem.copy = accel_cli_cuda_memcpy(why, sizeof(why)))) {
+			rc = accel_set_error(ctx, ACCEL_ERR_UNSUPPORTED, "--device cuda needs the CUDA "
+			                     "runtime library (libcudart): %s", why);
+			goto fail;
+		}
+		if (!(mem.stage = calloc(1, cap))) {
+			rc = accel_set_error(ctx, ACCEL_ERR_NOMEM, "cannot allocate %llu bytes",
+			                     (unsigned long long)cap);
+			goto fail;
+		}
+	}
+	if ((rc = buf_alloc(ctx, &mem, o.backend_buffers, cap, &send)) ||
+	    (rc = buf_alloc(ctx, &mem, o.backend_buffers, cap, &recv)))
 		goto fail;
-	memset(recv.p, 0, cap);
+	if (o.cuda) {
+		if (mem.copy(recv.p, mem.stage, cap, ACCEL_CLI_MEMCPY_DEFAULT)) {
+			rc = accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaMemcpy to the GPU failed");
+			goto fail;
+		}
+		/* the stage is the device buffers' host copy from here on */
+	} else {
+		memset(recv.p, 0, cap);
+	}
 	times = malloc(sizeof(double) * (size_t)o.iters);
 	if (!times) {
 		rc = accel_set_error(ctx, ACCEL_ERR_NOMEM, "out of memory for the timing samples");
@@ -330,16 +422,20 @@ static int bench_comm(int argc, char **argv)
 			uint64_t count, bytes;
 			if (!cb_counts(op, b, es, world, &count, &bytes))
 				continue;
-			cb_fill(op, o.dtype, send.p, count, rank, world);
-			if (op == CB_OP_BROADCAST || (op == CB_OP_ALLGATHER && o.inplace))
-				cb_fill(CB_OP_ALLREDUCE, o.dtype, recv.p, count, rank, world);
+			if ((rc = put_input(ctx, &mem, op, o.dtype, send.p, count, rank, world)))
+				goto fail;
+			if ((op == CB_OP_BROADCAST || (op == CB_OP_ALLGATHER && o.inplace)) &&
+			    (rc = put_input(ctx, &mem, CB_OP_ALLREDUCE, o.dtype, recv.p, count, rank,
+			                    world)))
+				goto fail;
 			for (int k = 0; k < o.warmup; k++)
-				if ((rc = run_op(ctx, op, o.dtype, send.p, recv.p, count, o.inplace)))
+				if ((rc = run_op(ctx, &mem, op, o.dtype, send.p, recv.p, count, o.inplace)))
 					goto fail;
 			double sum = 0.0;
 			for (int k = 0; k < o.iters; k++) {
 				double t0 = cb_now_s();
-				if ((rc = run_op(ctx, op, o.dtype, send.p, recv.p, count, o.inplace)))
+				if ((rc = run_op(ctx, &mem, op, o.dtype, send.p, recv.p, count,
+				                 o.inplace)))
 					goto fail;
 				times[k] = (cb_now_s() - t0) * 1e6;
 				sum += times[k];
@@ -352,11 +448,14 @@ static int bench_comm(int argc, char **argv)
 				if (o.inplace) {
 					/* the timed calls reduced the last result again:
 					 * one more call from the input, checked */
-					cb_fill(op, o.dtype, send.p, count, rank, world);
-					if ((rc = run_op(ctx, op, o.dtype, send.p, recv.p, count, 1)))
+					if ((rc = put_input(ctx, &mem, op, o.dtype, send.p, count, rank,
+					                    world)) ||
+					    (rc = run_op(ctx, &mem, op, o.dtype, send.p, recv.p, count, 1)))
 						goto fail;
 					res = send.p;
 				}
+				if ((rc = get_output(ctx, &mem, op, o.dtype, res, count, world, &res)))
+					goto fail;
 				checked = cb_check(op, o.dtype, res, count, rank, world, &bad);
 				if (checked < 0)
 					fprintf(stderr, "accel bench comm: rank %d: %s of %llu bytes: element "
@@ -387,6 +486,7 @@ fail:
 	status = 1;
 out:
 	free(times);
+	free(mem.stage);
 	if (ctx) {
 		buf_free(ctx, &send);
 		buf_free(ctx, &recv);

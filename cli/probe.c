@@ -55,7 +55,8 @@ static void *open_first(const char *const *names, char *ret_name, size_t cap, ch
 	return NULL;
 }
 
-static void probe_runtime(accel_cli_cuda *out)
+/* The CUDA runtime library, its name into `lib`. */
+static void *open_cudart(char *lib, size_t cap, char *why, size_t why_cap)
 {
 	/* The unversioned name exists only with the development files; the
 	 * toolkit's own directory is not on the loader path by default. */
@@ -68,8 +69,25 @@ static void probe_runtime(accel_cli_cuda *out)
 	snprintf(paths[0], sizeof(paths[0]), "%s/lib64/libcudart.so", home);
 	const char *names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
 	                       "libcudart.so.11.0", paths[0], NULL};
+	return open_first(names, lib, cap, why, why_cap);
+}
+
+accel_cli_memcpy_fn accel_cli_cuda_memcpy(char *why, size_t cap)
+{
 	char lib[64];
-	void *h = open_first(names, lib, sizeof(lib), NULL, 0);
+	if (cap)
+		why[0] = '\0';
+	void *h = open_cudart(lib, sizeof(lib), why, cap);
+	accel_cli_memcpy_fn f = FN(accel_cli_memcpy_fn, h, "cudaMemcpy");
+	if (h && !f)
+		snprintf(why, cap, "%s has no cudaMemcpy", lib);
+	return f;
+}
+
+static void probe_runtime(accel_cli_cuda *out)
+{
+	char lib[64];
+	void *h = open_cudart(lib, sizeof(lib), NULL, 0);
 	cu_int_fn ver = FN(cu_int_fn, h, "cudaRuntimeGetVersion");
 	int v = 0;
 	if (ver && ver(&v) == 0) {

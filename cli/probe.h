@@ -6,6 +6,7 @@
 #ifndef ACCEL_CLI_PROBE_H
 #define ACCEL_CLI_PROBE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -34,6 +35,12 @@ typedef struct accel_cli_cuda {
 
 /* Fill `out`; never fails (what is missing is recorded as such). */
 void accel_cli_probe_cuda(accel_cli_cuda *out);
+
+/* cudaMemcpy of the CUDA runtime (kind 4: cudaMemcpyDefault, which infers
+ * the direction from the pointers), or NULL with the reason in why. */
+typedef int (*accel_cli_memcpy_fn)(void *dst, const void *src, size_t bytes, int kind);
+#define ACCEL_CLI_MEMCPY_DEFAULT 4
+accel_cli_memcpy_fn accel_cli_cuda_memcpy(char *why, size_t cap);
 
 /* MPI library version through MPI_Get_library_version (callable before
  * MPI_Init).  Writes the first line into buf and returns 0, or -1 with a

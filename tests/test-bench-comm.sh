@@ -55,11 +55,26 @@ set +e
 set -e
 [ "$rc" -eq 2 ] && grep -q -- "--max-bytes '12Q'" "$OUT/usage" || fail "bad size: rc $rc"
 for args in "stray:unexpected argument 'stray'" "--bogus:unknown option '--bogus'" \
-            "--op:--op needs a value"; do
+            "--op:--op needs a value" "--device=gpu:--device 'gpu' is not cpu or cuda"; do
 	set +e
 	"$ACCEL_CLI" bench comm "${args%%:*}" >/dev/null 2>"$OUT/usage"; rc=$?
 	set -e
 	[ "$rc" -eq 2 ] && grep -q -- "${args#*:}" "$OUT/usage" ||
 		fail "'${args%%:*}': rc $rc, $(cat "$OUT/usage")"
 done
+set +e
+"$ACCEL_CLI" bench comm --device cuda --buffers user >/dev/null 2>"$OUT/usage"; rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q -- "--buffers is for --device cpu" "$OUT/usage" ||
+	fail "--device cuda --buffers user: rc $rc, $(cat "$OUT/usage")"
+# --device cuda without a usable device backend: exit 1 naming the reason
+# (skipped when this machine has a GPU: then nccl would really start)
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+	set +e
+	"$ACCEL_CLI" bench comm --device cuda --set backend=nccl --max-bytes 64 \
+		>/dev/null 2>"$OUT/usage"; rc=$?
+	set -e
+	[ "$rc" -eq 1 ] && grep -q -e "nccl" -e "CUDA" "$OUT/usage" ||
+		fail "--device cuda without a GPU: rc $rc, $(cat "$OUT/usage")"
+fi
 echo "PASS"
