@@ -18,6 +18,8 @@
  *   --own-init      the backend initializes MPI; it must be finalized at exit
  *   --init-single   the program calls MPI_Init (no threads); the backend
  *                   must fall back to progress inside test/wait
+ *   --init-timeout  rank 1 creates its context late: rank 0's init fails
+ *                   within its timeout instead of blocking
  * Exit status 0 only if every check passed on every rank. */
 #include <dlfcn.h>
 #include <math.h>
@@ -552,7 +554,9 @@ static void check_bad_args(inst *in)
 /* Rank 0 gives up after 300 ms; the others arrive after 1 s.  Rank 0 must
  * get ACCEL_ERR_TIMEOUT naming the op and its sequence number, then fail
  * fast; the late ranks must still complete (rank 0's fini drains). */
-static void check_timeout(int progress_thread)
+/* poll_only: rank 0 never calls wait(), only test(): the timeout must
+ * reach it there too (in both progress modes). */
+static void check_timeout(int progress_thread, int poll_only)
 {
 	inst in;
 	int rc = inst_open(&in, progress_thread, 0, g_rank == 0 ? 300 : 60000, 0);
@@ -572,8 +576,21 @@ static void check_timeout(int progress_thread)
 	if (g_rank == 0) {
 		rc = B->allreduce(in.st, &v, &v, ACCEL_RED_SUM, &req);
 		CHECK(rc == ACCEL_OK, "timeout test: issue failed: %s", in.h.err);
-		rc = B->wait(in.st, req);
-		CHECK(rc == ACCEL_ERR_TIMEOUT, "timeout test: wait returned %d, not TIMEOUT", rc);
+		if (poll_only) {
+			int32_t done = 0;
+			time_t t0 = time(NULL);
+			while ((rc = B->test(in.st, req, &done)) == ACCEL_OK && !done &&
+			       time(NULL) - t0 < 20)
+				usleep(1000);
+			CHECK(rc == ACCEL_ERR_TIMEOUT && done == 1,
+			      "timeout seen by test() alone (progress_thread=%d): rc %d, done %d",
+			      progress_thread, rc, done);
+			B->wait(in.st, req);  /* releases it; the same error */
+		} else {
+			rc = B->wait(in.st, req);
+			CHECK(rc == ACCEL_ERR_TIMEOUT, "timeout test: wait returned %d, not TIMEOUT",
+			      rc);
+		}
 		CHECK(strstr(in.h.err, "allreduce #1 (f32, 1000 elements)") &&
 		      strstr(in.h.err, "did not arrive") &&
 		      strstr(in.h.err, "cannot tell which ranks") && strstr(in.h.err, "rank 0"),
@@ -593,6 +610,38 @@ static void check_timeout(int progress_thread)
 	}
 	free(x);
 	free(e);
+}
+
+/* A rank whose peers do not create their context in time: init fails
+ * within its timeout naming that, instead of blocking in MPI_Comm_dup.
+ * Its dup stays running (MPI cannot cancel it); it keeps MPI progressing
+ * until the late rank's dup has matched it, so the late rank's init
+ * succeeds and the job ends cleanly (mode --init-timeout, alone). */
+static void check_init_timeout(void)
+{
+	inst in;
+	if (g_rank == 0) {
+		time_t t0 = time(NULL);
+		int rc = inst_open(&in, 1, 0, 300, 0);
+		CHECK(rc == ACCEL_ERR_TIMEOUT &&
+		      strstr(in.h.err, "did not create their accel context") &&
+		      time(NULL) - t0 < 5,
+		      "init without peers: rc %d, '%s'", rc, in.h.err);
+		if (rc == ACCEL_OK)
+			inst_close(&in);
+		while (time(NULL) - t0 < 4) {
+			int flag = 0;
+			MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
+			           MPI_STATUS_IGNORE);
+			usleep(1000);
+		}
+	} else {
+		sleep(1);
+		int rc = inst_open(&in, 1, 0, 60000, 0);
+		CHECK(rc == ACCEL_OK, "late init: %s", in.h.err);
+		if (rc == ACCEL_OK)
+			inst_close(&in);
+	}
 }
 
 static void check_world_mismatch(void)
@@ -783,7 +832,9 @@ int main(int argc, char **argv)
 	CHECK(B->probe && B->probe(&g_host_table, NULL) == 1,
 	      "probe: not detected as started by an MPI launcher");
 
-	if (!strcmp(mode, "--init-single")) {
+	if (!strcmp(mode, "--init-timeout")) {
+		check_init_timeout();
+	} else if (!strcmp(mode, "--init-single")) {
 		MPI_Query_thread(&level);
 		inst in;
 		rc = inst_open(&in, 1, 0, 60000, 0);
@@ -807,8 +858,9 @@ int main(int argc, char **argv)
 				printf("backend checks (progress_thread=%d) done\n", pt);
 		}
 		check_world_mismatch();
-		check_timeout(1);
-		check_timeout(0);
+		for (int pt = 1; pt >= 0; pt--)
+			for (int poll = 0; poll < 2; poll++)
+				check_timeout(pt, poll);
 		if (g_rank == 0)
 			printf("failure-path checks done\n");
 		suite_core();

@@ -109,6 +109,12 @@ typedef struct mpi_state {
 
 	abandoned *lost;          /* timed-out MPI requests, drained in fini */
 	uint32_t n_lost, cap_lost;
+	int lost_untracked;       /* one could not be recorded (no memory) */
+
+	int abandon;              /* the process is exiting: the worker stops
+	                             calling MPI at once (atomic) */
+	struct mpi_state *next_live;  /* instances with a progress thread
+	                                 (g_live, under g_mpi_lock) */
 } mpi_state;
 
 /* ---- process-wide MPI state --------------------------------------------------
@@ -119,11 +125,30 @@ typedef struct mpi_state {
 static pthread_mutex_t g_mpi_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_mpi_we_initialized;
 static int g_mpi_stuck;   /* a collective never completed: do not finalize */
+static mpi_state *g_live; /* instances whose progress thread runs */
 
 static void finalize_at_exit(void)
 {
 	int fin = 0, ini = 0;
 	pthread_mutex_lock(&g_mpi_lock);
+	/* A program that exits without freeing its context may leave a
+	 * progress thread inside MPI_Test: stop every one before MPI_Finalize
+	 * (finalizing under it crashes).  A collective abandoned that way
+	 * never completed, so MPI is not finalized (it could wait for it). */
+	for (mpi_state *st = g_live; st; st = st->next_live) {
+		pthread_mutex_lock(&st->lock);
+		if (st->cursor)
+			g_mpi_stuck = 1;
+		__atomic_store_n(&st->abandon, 1, __ATOMIC_RELEASE);
+		__atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
+		pthread_cond_signal(&st->work);
+		pthread_mutex_unlock(&st->lock);
+	}
+	for (mpi_state *st = g_live; st; st = st->next_live) {
+		pthread_join(st->thread, NULL);
+		st->thread_started = 0;
+	}
+	g_live = NULL;
 	MPI_Initialized(&ini);
 	MPI_Finalized(&fin);
 	if (ini && !fin && !g_mpi_stuck)
@@ -274,8 +299,13 @@ static void lost_add(mpi_state *st, accel_comm_req *r)
 	if (st->n_lost == st->cap_lost) {
 		uint32_t cap = st->cap_lost ? st->cap_lost * 2 : 4;
 		abandoned *p = realloc(st->lost, cap * sizeof(*p));
-		if (!p)
-			return;  /* then fini cannot drain it; finalize is skipped */
+		if (!p) {
+			/* fini cannot drain it, so it must not free the
+			 * communicator or finalize under it */
+			st->lost_untracked = 1;
+			r->issued = 0;
+			return;
+		}
 		st->lost = p;
 		st->cap_lost = cap;
 	}
@@ -395,8 +425,8 @@ static void *worker_main(void *arg)
 			st->sleeping = 0;
 		}
 		accel_comm_req *r = st->cursor;
-		if (!r)
-			break;  /* stop requested and the queue is empty */
+		if (!r || __atomic_load_n(&st->abandon, __ATOMIC_ACQUIRE))
+			break;  /* stop requested and the queue is empty, or exiting */
 		__atomic_store_n(&r->state, REQ_RUNNING, __ATOMIC_RELAXED);
 		int failed = st->failed;
 		pthread_mutex_unlock(&st->lock);
@@ -406,8 +436,19 @@ static void *worker_main(void *arg)
 		} else {
 			uint32_t spins = 0;
 			set_deadline(st, r);
-			while (!req_step(st, r, 1))
+			for (;;) {
+				if (__atomic_load_n(&st->abandon, __ATOMIC_ACQUIRE)) {
+					char what[160];
+					req_describe(r, what, sizeof(what));
+					r->status = ACCEL_ERR_STATE;
+					snprintf(r->msg, sizeof(r->msg), "%s: abandoned, the process is "
+					         "exiting or MPI was finalized", what);
+					break;
+				}
+				if (req_step(st, r, 1))
+					break;
 				backoff(&spins);
+			}
 		}
 
 		pthread_mutex_lock(&st->lock);
@@ -431,9 +472,10 @@ static void caller_progress(mpi_state *st, accel_comm_req *until)
 			req_fail_fast(st, r);
 			fin = 1;
 		} else {
-			if (until)
-				set_deadline(st, r);
-			fin = req_step(st, r, until != NULL);
+			/* timed from the first step, in test() too: a program that
+			 * only polls must also get the timeout */
+			set_deadline(st, r);
+			fin = req_step(st, r, 1);
 		}
 		if (!fin) {
 			if (!until)
@@ -741,8 +783,10 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 	s = r->state;
 	if (st->use_thread)
 		pthread_mutex_unlock(&st->lock);
-	if (s == REQ_FAILED)  /* wait() still has to release it */
+	if (s == REQ_FAILED) {  /* finished, with an error; wait() still releases it */
+		*ret_done = 1;
 		return st->host->error(st->h, r->status, "%s", r->msg);
+	}
 	*ret_done = s == REQ_DONE;
 	return ACCEL_OK;
 }
@@ -752,8 +796,14 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 /* Give timed-out MPI requests a last chance to complete (a late peer). */
 static int drain_lost(mpi_state *st)
 {
-	int64_t deadline = coll_now_ns() + (int64_t)DRAIN_MAX_MS * 1000000;
+	int64_t deadline = coll_deadline_ns(DRAIN_MAX_MS);
 	uint32_t spins = 0;
+	if (st->lost_untracked) {
+		st->host->log(st->h, ACCEL_LOG_WARN,
+		              "a timed-out collective on rank %d could not be tracked (out of "
+		              "memory); skipping MPI cleanup and MPI_Finalize", st->rank);
+		return 0;
+	}
 	for (uint32_t i = 0; i < st->n_lost; i++) {
 		int flag = 0;
 		while (MPI_Test(&st->lost[i].mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag &&
@@ -761,12 +811,15 @@ static int drain_lost(mpi_state *st)
 			backoff(&spins);
 		if (!flag) {
 			st->host->log(st->h, ACCEL_LOG_WARN,
-			              "%s #%llu never completed on rank %d; skipping MPI cleanup "
-			              "and MPI_Finalize (it would hang), so mpirun may report that this "
-			              "process exited without finalizing",
+			              "%s #%llu never completed on rank %d; its communicator is not "
+			              "freed%s",
 			              coll_op_name(st->lost[i].kind),
-			              (unsigned long long)st->lost[i].seq,
-			              st->rank);
+			              (unsigned long long)st->lost[i].seq, st->rank,
+			              g_mpi_we_initialized
+			                  ? " and MPI is not finalized at exit (it could wait for "
+			                    "the collective), so mpirun may report that this "
+			                    "process exited without finalizing"
+			                  : "");
 			return 0;
 		}
 	}
@@ -776,15 +829,33 @@ static int drain_lost(mpi_state *st)
 static void mpi_fini(void *state)
 {
 	mpi_state *st = state;
+	int fin = 0;
 	if (!st)
 		return;
+	pthread_mutex_lock(&g_mpi_lock);
+	for (mpi_state **pp = &g_live; *pp; pp = &(*pp)->next_live)
+		if (*pp == st) {
+			*pp = st->next_live;
+			break;
+		}
+	MPI_Finalized(&fin);
+	pthread_mutex_unlock(&g_mpi_lock);
+	if (fin) {
+		/* The program finalized MPI before freeing the context: no MPI
+		 * call is allowed any more (Open MPI aborts the job on one). */
+		__atomic_store_n(&st->abandon, 1, __ATOMIC_RELEASE);
+		st->host->log(st->h, ACCEL_LOG_WARN,
+		              "MPI was finalized before the accel context was freed (rank %d); "
+		              "the backend's MPI objects are left to MPI. Free contexts before "
+		              "MPI_Finalize", st->rank);
+	}
 	if (st->thread_started) {
 		pthread_mutex_lock(&st->lock);
 		__atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
 		pthread_cond_signal(&st->work);
 		pthread_mutex_unlock(&st->lock);
 		pthread_join(st->thread, NULL);
-	} else if (st->cursor) {
+	} else if (st->cursor && !fin) {
 		/* Requests issued but never waited: finish them so every rank
 		 * issued the same MPI calls before the communicator goes. */
 		while (st->cursor)
@@ -795,8 +866,10 @@ static void mpi_fini(void *state)
 		st->head = r->next;
 		free(r);
 	}
-	int clean = drain_lost(st);
-	if (clean) {
+	int clean = !fin && drain_lost(st);
+	if (fin) {
+		/* nothing to free: MPI released everything at MPI_Finalize */
+	} else if (clean) {
 		if (st->hops.created)
 			accel_mpi_half_ops_free(&st->hops);
 		if (st->comm != MPI_COMM_NULL)
@@ -890,10 +963,51 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		goto fail;
 	st->thread_level = level;
 
-	if ((mrc = MPI_Comm_dup(MPI_COMM_WORLD, &st->comm)) != MPI_SUCCESS) {
-		st->comm = MPI_COMM_NULL;
-		rc = init_mpi_error(st, "MPI_Comm_dup(MPI_COMM_WORLD)", mrc);
+	/* MPI_Comm_dup is collective and would block for ever on a rank
+	 * whose peers never create their context: the nonblocking form,
+	 * polled against the timeout. */
+	MPI_Request dreq = MPI_REQUEST_NULL;
+	/* MPI writes the new communicator when the request completes, which
+	 * after a timeout may be long after st is gone: a handle of its own,
+	 * left to the request then. */
+	MPI_Comm *dup = malloc(sizeof(*dup));
+	if (!dup) {
+		rc = host->error(h, ACCEL_ERR_NOMEM, "out of memory");
 		goto fail;
+	}
+	if ((mrc = MPI_Comm_idup(MPI_COMM_WORLD, dup, &dreq)) != MPI_SUCCESS) {
+		free(dup);
+		rc = init_mpi_error(st, "MPI_Comm_idup(MPI_COMM_WORLD)", mrc);
+		goto fail;
+	}
+	{
+		int64_t deadline = coll_deadline_ns(st->timeout_ms);
+		uint32_t spins = 0;
+		int flag = 0;
+		while ((mrc = MPI_Test(&dreq, &flag, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !flag &&
+		       !(deadline && coll_now_ns() > deadline))
+			backoff(&spins);
+		if (flag) {
+			st->comm = *dup;
+			free(dup);
+		} else {  /* dup stays with the request */
+			if (mrc != MPI_SUCCESS) {
+				rc = init_mpi_error(st, "MPI_Comm_idup(MPI_COMM_WORLD)", mrc);
+			} else {
+				/* the request stays active: MPI cannot cancel it */
+				pthread_mutex_lock(&g_mpi_lock);
+				g_mpi_stuck = 1;
+				pthread_mutex_unlock(&g_mpi_lock);
+				rc = host->error(h, ACCEL_ERR_TIMEOUT,
+				                 "init on rank %d of %d: the other ranks did not create "
+				                 "their accel context (backend mpi) within %.1f s "
+				                 "(MPI_Comm_idup of MPI_COMM_WORLD did not complete); "
+				                 "look for a rank that failed or is still busy before "
+				                 "accel_ctx_new", st->rank, st->world,
+				                 (double)st->timeout_ms / 1000.0);
+			}
+			goto fail;
+		}
 	}
 	/* Errors come back as codes on our communicator, not an abort. */
 	MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
@@ -933,6 +1047,10 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 			goto fail;
 		}
 		st->thread_started = 1;
+		pthread_mutex_lock(&g_mpi_lock);
+		st->next_live = g_live;
+		g_live = st;
+		pthread_mutex_unlock(&g_mpi_lock);
 	}
 	host->log(h, ACCEL_LOG_DEBUG, "rank %d of %d, %s, %s, timeout %lld ms", st->rank,
 	          st->world, thread_level_name(level),
