@@ -653,6 +653,64 @@ static void check_world_mismatch(void)
 	inst_close(&in);
 }
 
+/* Values the ordinary checks do not reach: an f16 average whose sum
+ * overflows f16 (reduced in f32 and rounded once, it must come back as the
+ * average), and NaN in max/min on either rank (propagated, as shm does). */
+static void check_special(inst *in)
+{
+	uint16_t h[3] = {accel_f32_to_f16(40000.0f), accel_f32_to_f16(-40000.0f),
+	                 accel_f32_to_f16(1.0f)};
+	uint16_t hrs[2 * 2];  /* reduce_scatter: world 2 blocks of 2 */
+	for (int i = 0; i < 4; i++)
+		hrs[i] = accel_f32_to_f16(i % 2 ? -40000.0f : 40000.0f);
+	accel_view v = view(ACCEL_DTYPE_F16, h, 3);
+	accel_comm_req *req = NULL;
+	clear_err(in);
+	if (run_wait(in, B->allreduce(in->st, &v, &v, ACCEL_RED_AVG, &req), &req,
+	             "f16 avg near the top of the range") == ACCEL_OK)
+		CHECK(accel_f16_to_f32(h[0]) == 40000.0f && accel_f16_to_f32(h[1]) == -40000.0f &&
+		      accel_f16_to_f32(h[2]) == 1.0f,
+		      "f16 avg of 40000 on every rank: %g %g %g (a sum rounded to f16 overflows)",
+		      accel_f16_to_f32(h[0]), accel_f16_to_f32(h[1]), accel_f16_to_f32(h[2]));
+	if (g_world == 2) {
+		uint16_t out[2];
+		accel_view s = view(ACCEL_DTYPE_F16, hrs, 4), r = view(ACCEL_DTYPE_F16, out, 2);
+		clear_err(in);
+		if (run_wait(in, B->reduce_scatter(in->st, &s, &r, ACCEL_RED_AVG, &req), &req,
+		             "f16 reduce_scatter avg") == ACCEL_OK)
+			CHECK(accel_f16_to_f32(out[0]) == 40000.0f &&
+			      accel_f16_to_f32(out[1]) == -40000.0f,
+			      "f16 reduce_scatter avg: %g %g", accel_f16_to_f32(out[0]),
+			      accel_f16_to_f32(out[1]));
+	}
+	static const uint32_t fdt[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F64, ACCEL_DTYPE_F16,
+	                               ACCEL_DTYPE_BF16};
+	for (size_t d = 0; d < 4; d++) {
+		for (uint32_t red = ACCEL_RED_MAX; red <= ACCEL_RED_MIN; red++) {
+			/* element 0: NaN on rank 0; 1: NaN on the last rank; 2: none */
+			char buf[3 * 8];
+			for (uint64_t i = 0; i < 3; i++)
+				put(buf, fdt[d], i, (double)(g_rank + 1));
+			if (g_rank == 0)
+				put(buf, fdt[d], 0, NAN);
+			if (g_rank == g_world - 1)
+				put(buf, fdt[d], 1, NAN);
+			accel_view nv = view(fdt[d], buf, 3);
+			char what[64];
+			snprintf(what, sizeof(what), "%s %s with NaN", accel_abi_dtype_name(fdt[d]),
+			         k_red_names[red]);
+			clear_err(in);
+			if (run_wait(in, B->allreduce(in->st, &nv, &nv, red, &req), &req, what) !=
+			    ACCEL_OK)
+				continue;
+			double a = get(buf, fdt[d], 0), b = get(buf, fdt[d], 1), c = get(buf, fdt[d], 2);
+			double want = red == ACCEL_RED_MAX ? g_world : 1;
+			CHECK(a != a && b != b && c == want, "%s: %g %g %g (NaN, NaN, %g expected)", what,
+			      a, b, c, want);
+		}
+	}
+}
+
 static void suite_backend(int progress_thread, int64_t chunk)
 {
 	inst in;
@@ -668,6 +726,7 @@ static void suite_backend(int progress_thread, int64_t chunk)
 	else
 		check_all_ops(&in, small, 4);
 	check_async(&in);
+	check_special(&in);
 	if (chunk == 0) {
 		/* One large message (past the eager limits). */
 		check_allreduce(&in, ACCEL_DTYPE_F32, ACCEL_RED_SUM, 1u << 20, 0);
@@ -853,7 +912,8 @@ int main(int argc, char **argv)
 			printf("note: MPI gave %d, not MPI_THREAD_MULTIPLE\n", level);
 		for (int pt = 1; pt >= 0 && !getenv("ACCEL_TEST_QUICK"); pt--) {
 			suite_backend(pt, 0);
-			suite_backend(pt, 5);   /* every op split into 5-element MPI calls */
+			suite_backend(pt, 5);   /* all-reduce, broadcast and 16-bit reduce-scatter
+			                            in 5-element MPI calls */
 			if (g_rank == 0)
 				printf("backend checks (progress_thread=%d) done\n", pt);
 		}

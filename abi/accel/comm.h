@@ -32,7 +32,9 @@
  *    accel_comm_init_v1.timeout_ms, or whose peer process died, fails with
  *    ACCEL_ERR_TIMEOUT or ACCEL_ERR_PEER and a message that names the op,
  *    its sequence number, and the ranks that never arrived.  Never a silent
- *    hang.  After such a failure every later op fails fast.
+ *    hang.  After such a failure every later op fails fast.  A transport
+ *    that cannot cancel a collective (MPI) may still write into the
+ *    buffers of a timed-out op until fini: callers keep them until then.
  *  - Threading: ops, wait and test are called from one thread at a time
  *    (the training thread); the backend may use threads or streams inside.
  */

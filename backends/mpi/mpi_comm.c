@@ -33,6 +33,8 @@
 #include "mpi-impl.h"
 
 #define MSG_MAX 768
+/* f32 elements of the staging buffer for f16/bf16 reductions (16 MiB) */
+#define HALF_STAGE_ELEMS (UINT64_C(1) << 22)
 
 #define REQ_QUEUED  0
 #define REQ_RUNNING 1
@@ -59,6 +61,7 @@ struct accel_comm_req {
 	                             at recvp; NULL otherwise                */
 	int own_in_slot;          /* allgather in place: own block already at
 	                             slot `rank` (MPI_IN_PLACE's form)       */
+	int half;                 /* an f16/bf16 reduction: through st->stage */
 	uint64_t count;           /* allreduce/broadcast: all elements;
 	                             reduce_scatter: elements per rank result;
 	                             allgather: elements each rank sends     */
@@ -87,7 +90,10 @@ typedef struct mpi_state {
 	int64_t timeout_ms;       /* <= 0: no limit */
 	uint64_t chunk;           /* max elements per MPI call (allreduce, broadcast) */
 	int thread_level;
-	mpi_half_ops hops;
+	mpi_ops ops;
+	float *stage;             /* f16/bf16 reductions: f32 staging, used by
+	                             the thread that drives the queue */
+	uint64_t stage_cap;       /* elements */
 
 	int use_thread;
 	int thread_started;
@@ -195,9 +201,24 @@ static uint64_t req_total(const accel_comm_req *r)
 	case OP_ALLREDUCE:
 	case OP_BROADCAST:
 		return r->count;
+	case OP_REDUCE_SCATTER:
+		return r->half ? r->count : 1;  /* halves: in slices of every block */
 	default:
 		return 1;  /* one MPI call */
 	}
+}
+
+/* Room for n f32 elements in st->stage. */
+static int stage_reserve(mpi_state *st, uint64_t n)
+{
+	if (n <= st->stage_cap)
+		return 1;
+	float *p = realloc(st->stage, n * sizeof(float));
+	if (!p)
+		return 0;
+	st->stage = p;
+	st->stage_cap = n;
+	return 1;
 }
 
 static void req_describe(const accel_comm_req *r, char *buf, size_t cap)
@@ -219,7 +240,18 @@ static int req_issue(mpi_state *st, accel_comm_req *r)
 	switch (r->kind) {
 	case OP_ALLREDUCE: {
 		uint64_t left = r->count - r->off;
-		r->cur = left < st->chunk ? left : st->chunk;
+		uint64_t chunk = r->half && st->chunk > HALF_STAGE_ELEMS ? HALF_STAGE_ELEMS : st->chunk;
+		r->cur = left < chunk ? left : chunk;
+		if (r->half) {
+			/* widen this part to f32, reduce that, round once when done */
+			if (!stage_reserve(st, r->cur))
+				return MPI_ERR_NO_MEM;
+			const char *src = r->sendp ? r->sendp : r->recvp;
+			accel_mpi_widen(src + r->off * r->esz, r->dtype, st->stage, r->cur);
+			rc = MPI_Iallreduce(MPI_IN_PLACE, st->stage, (int)r->cur, MPI_FLOAT, r->op,
+			                    st->comm, &r->mreq);
+			break;
+		}
 		const void *s = r->sendp ? (const void *)(r->sendp + r->off * r->esz) : MPI_IN_PLACE;
 		rc = MPI_Iallreduce(s, r->recvp + r->off * r->esz, (int)r->cur, r->type, r->op,
 		                    st->comm, &r->mreq);
@@ -233,6 +265,26 @@ static int req_issue(mpi_state *st, accel_comm_req *r)
 		break;
 	}
 	case OP_REDUCE_SCATTER:
+		if (r->half) {
+			/* slice [off, off + cur) of every rank's block, widened
+			 * side by side: world x cur inputs, then cur results */
+			uint64_t w = (uint64_t)st->world, left = r->count - r->off;
+			uint64_t chunk = HALF_STAGE_ELEMS / (w + 1);
+			if (chunk > st->chunk)
+				chunk = st->chunk;
+			if (chunk == 0)
+				chunk = 1;
+			r->cur = left < chunk ? left : chunk;
+			if (!stage_reserve(st, (w + 1) * r->cur))
+				return MPI_ERR_NO_MEM;
+			const char *src = r->sendp ? r->sendp : r->recvp;
+			for (uint64_t k = 0; k < w; k++)
+				accel_mpi_widen(src + (k * r->count + r->off) * r->esz, r->dtype,
+				                st->stage + k * r->cur, r->cur);
+			rc = MPI_Ireduce_scatter_block(st->stage, st->stage + w * r->cur, (int)r->cur,
+			                               MPI_FLOAT, r->op, st->comm, &r->mreq);
+			break;
+		}
 		r->cur = 1;
 		/* In place: the input is the whole buffer at recvp, the result
 		 * lands at its start (MPI's and the ABI's convention agree). */
@@ -271,6 +323,21 @@ static int req_issue(mpi_state *st, accel_comm_req *r)
 /* Work that follows the completion of one MPI call of r. */
 static void req_chunk_done(mpi_state *st, accel_comm_req *r)
 {
+	if (r->half) {
+		/* round once, after the AVG division; the result of a
+		 * reduce_scatter goes straight to where it belongs */
+		int div = r->red == ACCEL_RED_AVG ? st->world : 1;
+		if (r->kind == OP_ALLREDUCE) {
+			accel_mpi_narrow(st->stage, r->dtype, r->recvp + r->off * r->esz, r->cur, div);
+		} else {
+			char *dst = r->result_at ? r->result_at : r->recvp;
+			accel_mpi_narrow(st->stage + (uint64_t)st->world * r->cur, r->dtype,
+			                 dst + r->off * r->esz, r->cur, div);
+		}
+		r->off += r->cur;
+		r->issued = 0;
+		return;
+	}
 	if (r->red == ACCEL_RED_AVG) {
 		if (r->kind == OP_ALLREDUCE)
 			accel_mpi_avg_finish(r->recvp + r->off * r->esz, r->dtype, r->cur, st->world);
@@ -608,7 +675,8 @@ static int mpi_allreduce(void *state, const accel_view *send, const accel_view *
 	r->sendp = place == COLL_SAME ? NULL : send->data;
 	r->recvp = recv->data;
 	r->count = recv->numel;
-	r->op = accel_mpi_op(&st->hops, send->dtype, red);
+	r->op = accel_mpi_op(&st->ops, send->dtype, red);
+	r->half = accel_mpi_is_half(send->dtype);
 	return req_submit(st, r, ret_req);
 }
 
@@ -637,7 +705,8 @@ static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_v
 	r->recvp = place == COLL_APART ? recv->data : send->data;
 	r->result_at = place == COLL_RANK_BLOCK ? recv->data : NULL;
 	r->count = recv->numel;
-	r->op = accel_mpi_op(&st->hops, send->dtype, red);
+	r->op = accel_mpi_op(&st->ops, send->dtype, red);
+	r->half = accel_mpi_is_half(send->dtype);
 	return req_submit(st, r, ret_req);
 }
 
@@ -870,8 +939,8 @@ static void mpi_fini(void *state)
 	if (fin) {
 		/* nothing to free: MPI released everything at MPI_Finalize */
 	} else if (clean) {
-		if (st->hops.created)
-			accel_mpi_half_ops_free(&st->hops);
+		if (st->ops.created)
+			accel_mpi_ops_free(&st->ops);
 		if (st->comm != MPI_COMM_NULL)
 			MPI_Comm_free(&st->comm);
 	} else {
@@ -885,6 +954,7 @@ static void mpi_fini(void *state)
 		pthread_mutex_destroy(&st->lock);
 	}
 	free(st->lost);
+	free(st->stage);
 	free(st);
 }
 
@@ -942,8 +1012,8 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	st->world = args->world_size;
 	st->timeout_ms = args->timeout_ms;
 	for (int t = 0; t < 2; t++)
-		for (int r = 0; r < 3; r++)
-			st->hops.op[t][r] = MPI_OP_NULL;
+		for (int r = 0; r < 2; r++)
+			st->ops.op[t][r] = MPI_OP_NULL;
 
 	rc = host->cfg_bool(h, "progress_thread", &progress_thread);
 	if (rc != ACCEL_OK && rc != ACCEL_ERR_NOT_FOUND)
@@ -1022,8 +1092,8 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		                 mrank, msize, args->rank, args->world_size);
 		goto fail;
 	}
-	if ((mrc = accel_mpi_half_ops_create(&st->hops)) != MPI_SUCCESS) {
-		rc = init_mpi_error(st, "MPI_Op_create (f16/bf16 reductions)", mrc);
+	if ((mrc = accel_mpi_ops_create(&st->ops)) != MPI_SUCCESS) {
+		rc = init_mpi_error(st, "MPI_Op_create (max/min that keep NaN)", mrc);
 		goto fail;
 	}
 

@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* backends/mpi/mpi_reduce.c: dtype mapping and reduction operators.
  *
- * MPI has no 16-bit float types.  f16 and bf16 travel as MPI_UINT16_T and
- * are combined by user-defined operators that widen each pair to f32,
- * combine, and round back (round to nearest even), which is what NCCL does
- * for half types.  With two ranks that is exactly the correctly rounded
- * result; with more ranks it is rounded once per combining step, the same
- * order-dependent rounding as any tree reduction.
+ * MPI has no 16-bit float types.  f16 and bf16 are gathered and broadcast
+ * as MPI_UINT16_T; reductions widen them to f32 in a staging buffer, reduce
+ * that as MPI_FLOAT, and round once at the end (after the AVG division), as
+ * the shm backend does: no overflow of a sum whose average fits, and no
+ * rounding per combining step.
  *
  * AVG is SUM followed by a division on the received elements: MPI has no
  * average, and dividing once at the end keeps integer AVG truncating toward
@@ -32,47 +31,40 @@ MPI_Datatype accel_mpi_datatype(uint32_t dtype)
 	}
 }
 
-/* One MPI_User_function per (type, reduction): MPI gives the function no
- * context pointer, so the type is in the function, not looked up. */
-#define HALF_OP(fname, to32, from32, combine)                                        \
+/* max/min that propagate NaN (as the shm backend and torch.maximum do;
+ * MPI_MAX/MPI_MIN leave NaN to the implementation, and Open MPI keeps or
+ * drops it depending on which rank holds it).  One MPI_User_function per
+ * (type, reduction): MPI gives the function no context pointer. */
+#define NAN_OP(fname, T, cmp)                                                        \
 	static void fname(void *in, void *inout, int *len, MPI_Datatype *dt)         \
 	{                                                                            \
-		const uint16_t *a = in;                                              \
-		uint16_t *b = inout;                                                 \
+		const T *a = in;                                                     \
+		T *b = inout;                                                        \
 		(void)dt;                                                            \
 		for (int i = 0; i < *len; i++) {                                     \
-			float x = to32(a[i]), y = to32(b[i]);                        \
-			b[i] = from32(combine(x, y));                                \
+			T x = a[i], y = b[i], m = x cmp y ? x : y;                   \
+			m = x != x ? x : m;                                          \
+			b[i] = y != y ? y : m;                                       \
 		}                                                                    \
 	}
 
-#define COMBINE_SUM(x, y) ((x) + (y))
-/* Same choice as MPI_MAX/MPI_MIN on floats: compare, keep the winner. */
-#define COMBINE_MAX(x, y) ((x) > (y) ? (x) : (y))
-#define COMBINE_MIN(x, y) ((x) < (y) ? (x) : (y))
+NAN_OP(f32_max, float, >)
+NAN_OP(f32_min, float, <)
+NAN_OP(f64_max, double, >)
+NAN_OP(f64_min, double, <)
 
-HALF_OP(f16_sum, accel_f16_to_f32, accel_f32_to_f16, COMBINE_SUM)
-HALF_OP(f16_max, accel_f16_to_f32, accel_f32_to_f16, COMBINE_MAX)
-HALF_OP(f16_min, accel_f16_to_f32, accel_f32_to_f16, COMBINE_MIN)
-HALF_OP(bf16_sum, accel_bf16_to_f32, accel_f32_to_bf16, COMBINE_SUM)
-HALF_OP(bf16_max, accel_bf16_to_f32, accel_f32_to_bf16, COMBINE_MAX)
-HALF_OP(bf16_min, accel_bf16_to_f32, accel_f32_to_bf16, COMBINE_MIN)
-
-int accel_mpi_half_ops_create(mpi_half_ops *ops)
+int accel_mpi_ops_create(mpi_ops *ops)
 {
-	MPI_User_function *fns[2][3] = {
-		{f16_sum, f16_max, f16_min},
-		{bf16_sum, bf16_max, bf16_min},
-	};
+	MPI_User_function *fns[2][2] = {{f32_max, f32_min}, {f64_max, f64_min}};
 	memset(ops, 0, sizeof(*ops));
 	for (int t = 0; t < 2; t++)
-		for (int r = 0; r < 3; r++)
+		for (int r = 0; r < 2; r++)
 			ops->op[t][r] = MPI_OP_NULL;
 	for (int t = 0; t < 2; t++) {
-		for (int r = 0; r < 3; r++) {
+		for (int r = 0; r < 2; r++) {
 			int rc = MPI_Op_create(fns[t][r], 1, &ops->op[t][r]);
 			if (rc != MPI_SUCCESS) {
-				accel_mpi_half_ops_free(ops);
+				accel_mpi_ops_free(ops);
 				return rc;
 			}
 		}
@@ -81,23 +73,55 @@ int accel_mpi_half_ops_create(mpi_half_ops *ops)
 	return MPI_SUCCESS;
 }
 
-void accel_mpi_half_ops_free(mpi_half_ops *ops)
+void accel_mpi_ops_free(mpi_ops *ops)
 {
 	for (int t = 0; t < 2; t++)
-		for (int r = 0; r < 3; r++)
+		for (int r = 0; r < 2; r++)
 			if (ops->op[t][r] != MPI_OP_NULL)
 				MPI_Op_free(&ops->op[t][r]);
 	ops->created = 0;
 }
 
-MPI_Op accel_mpi_op(const mpi_half_ops *ops, uint32_t dtype, uint32_t red)
+int accel_mpi_is_half(uint32_t dtype)
 {
-	int r = red == ACCEL_RED_MAX ? 1 : red == ACCEL_RED_MIN ? 2 : 0;
+	return dtype == ACCEL_DTYPE_F16 || dtype == ACCEL_DTYPE_BF16;
+}
+
+MPI_Op accel_mpi_op(const mpi_ops *ops, uint32_t dtype, uint32_t red)
+{
+	int is32 = dtype == ACCEL_DTYPE_F32 || accel_mpi_is_half(dtype);
+	if (red == ACCEL_RED_MAX || red == ACCEL_RED_MIN) {
+		int r = red == ACCEL_RED_MAX ? 0 : 1;
+		if (is32)
+			return ops->op[0][r];
+		if (dtype == ACCEL_DTYPE_F64)
+			return ops->op[1][r];
+		return r == 0 ? MPI_MAX : MPI_MIN;
+	}
+	return MPI_SUM;
+}
+
+void accel_mpi_widen(const void *src, uint32_t dtype, float *dst, uint64_t n)
+{
+	const uint16_t *h = src;
 	if (dtype == ACCEL_DTYPE_F16)
-		return ops->op[0][r];
-	if (dtype == ACCEL_DTYPE_BF16)
-		return ops->op[1][r];
-	return r == 1 ? MPI_MAX : r == 2 ? MPI_MIN : MPI_SUM;
+		for (uint64_t i = 0; i < n; i++)
+			dst[i] = accel_f16_to_f32(h[i]);
+	else
+		for (uint64_t i = 0; i < n; i++)
+			dst[i] = accel_bf16_to_f32(h[i]);
+}
+
+void accel_mpi_narrow(const float *src, uint32_t dtype, void *dst, uint64_t n, int world)
+{
+	uint16_t *h = dst;
+	float w = (float)world;
+	if (dtype == ACCEL_DTYPE_F16)
+		for (uint64_t i = 0; i < n; i++)
+			h[i] = accel_f32_to_f16(world > 1 ? src[i] / w : src[i]);
+	else
+		for (uint64_t i = 0; i < n; i++)
+			h[i] = accel_f32_to_bf16(world > 1 ? src[i] / w : src[i]);
 }
 
 void accel_mpi_avg_finish(void *data, uint32_t dtype, uint64_t numel, int world)
@@ -113,20 +137,6 @@ void accel_mpi_avg_finish(void *data, uint32_t dtype, uint64_t numel, int world)
 		double *p = data, w = (double)world;
 		for (uint64_t i = 0; i < numel; i++)
 			p[i] /= w;
-		break;
-	}
-	case ACCEL_DTYPE_F16: {
-		uint16_t *p = data;
-		float w = (float)world;
-		for (uint64_t i = 0; i < numel; i++)
-			p[i] = accel_f32_to_f16(accel_f16_to_f32(p[i]) / w);
-		break;
-	}
-	case ACCEL_DTYPE_BF16: {
-		uint16_t *p = data;
-		float w = (float)world;
-		for (uint64_t i = 0; i < numel; i++)
-			p[i] = accel_f32_to_bf16(accel_bf16_to_f32(p[i]) / w);
 		break;
 	}
 	case ACCEL_DTYPE_I32: {
