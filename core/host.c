@@ -345,18 +345,21 @@ static int host_store_get(accel_host *h, const char *key, void *buf, uint64_t ca
                           uint64_t *ret_len, int64_t timeout_ms)
 {
 	accel_ctx *ctx = h->ctx;
-	int r = no_store(h);
-	if (r)
-		return r;
+	int r;
 	if (timeout_ms == 0) {
-		/* a probe: a missing key is an answer, not an error to record */
+		/* A probe: the status is the answer and nothing is recorded, so a
+		 * backend probing while it reports a failure keeps its message. */
+		if (!ctx->store && ctx->world.world_size > 1)
+			return ACCEL_ERR_UNSUPPORTED;  /* no store in this job */
 		accel_err e = {0};
 		r = ctx->store ? accel_store_get(ctx->store, key, buf, cap, ret_len, 0, &e)
 		               : accel_kv_get(ctx->local_store, key, buf, cap, ret_len, &e);
 		if (r == ACCEL_ERR_NOT_FOUND || (r == ACCEL_ERR_TIMEOUT && !ctx->store))
 			return ACCEL_ERR_NOT_FOUND;
-		return r ? accel_err_set(&ctx->err, r, "%s", e.msg) : ACCEL_OK;
+		return r;
 	}
+	if ((r = no_store(h)))
+		return r;
 	if (ctx->store)
 		return accel_store_get(ctx->store, key, buf, cap, ret_len, timeout_ms, &ctx->err);
 	return accel_kv_get(ctx->local_store, key, buf, cap, ret_len, &ctx->err);

@@ -351,8 +351,10 @@ typedef struct accel_host_v1 {
 	/* -- rendezvous store (for comm backends' bootstrap; any rank) ----------------
 	 * A key-value store shared by all ranks of the job (hosted by rank 0).
 	 * get() waits up to timeout_ms for the key to appear; timeout_ms == 0
-	 * probes: a missing key returns ACCEL_ERR_NOT_FOUND without recording an
-	 * error.  While waiting outside the store (for peers to attach, say), probe
+	 * probes: the status is the answer (ACCEL_ERR_NOT_FOUND for a missing
+	 * key, ACCEL_ERR_UNSUPPORTED in a job without a store, another status
+	 * when the store cannot be reached) and no error is recorded.  While
+	 * waiting outside the store (for peers to attach, say), probe
 	 * "accel/job/failed": the store sets it, to a message naming the rank,
 	 * when a rank exited before joining the job (docs/launch.md). */
 	int (*store_set)(accel_host *h, const char *key, const void *value, uint64_t len);

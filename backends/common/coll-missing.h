@@ -49,6 +49,11 @@ static inline int coll_missing_ranks(const accel_host_v1 *host, accel_host *h, c
 	if (!host->store_set || !host->store_get || world < 2 || cap < 2)
 		return -1;
 	snprintf(key, sizeof(key), "%s/reached/%d", ns, rank);
+	/* A probe first: it records no error, so without a store (or with
+	 * its host gone) the caller's own message is what the user sees. */
+	int pr = host->store_get(h, key, val, sizeof(val) - 1, &len, 0);
+	if (pr != ACCEL_OK && pr != ACCEL_ERR_NOT_FOUND)
+		return -1;
 	int n = snprintf(val, sizeof(val), "%llu", (unsigned long long)seq);
 	if (host->store_set(h, key, val, (uint64_t)n) != ACCEL_OK)
 		return -1;

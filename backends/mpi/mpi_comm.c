@@ -30,6 +30,7 @@
 
 #include "accel/comm.h"
 #include "backends/common/coll-check.h"
+#include "backends/common/coll-missing.h"
 #include "mpi-impl.h"
 
 #define MSG_MAX 768
@@ -62,6 +63,8 @@ struct accel_comm_req {
 	int own_in_slot;          /* allgather in place: own block already at
 	                             slot `rank` (MPI_IN_PLACE's form)       */
 	int half;                 /* an f16/bf16 reduction: through st->stage */
+	int timed_out;            /* failed by its own deadline (not fail-fast) */
+	int named;                /* the missing ranks were asked for */
 	uint64_t count;           /* allreduce/broadcast: all elements;
 	                             reduce_scatter: elements per rank result;
 	                             allgather: elements each rank sends     */
@@ -91,6 +94,7 @@ typedef struct mpi_state {
 	uint64_t chunk;           /* max elements per MPI call (allreduce, broadcast) */
 	int thread_level;
 	mpi_ops ops;
+	char ns[32];              /* store namespace for naming missing ranks */
 	float *stage;             /* f16/bf16 reductions: f32 staging, used by
 	                             the thread that drives the queue */
 	uint64_t stage_cap;       /* elements */
@@ -132,6 +136,7 @@ static pthread_mutex_t g_mpi_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_mpi_we_initialized;
 static int g_mpi_stuck;   /* a collective never completed: do not finalize */
 static mpi_state *g_live; /* instances whose progress thread runs */
+static int g_instances;   /* instances created: their store namespaces */
 
 static void finalize_at_exit(void)
 {
@@ -419,6 +424,7 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 		char what[160];
 		req_describe(r, what, sizeof(what));
 		r->status = ACCEL_ERR_TIMEOUT;
+		r->timed_out = 1;
 		snprintf(r->msg, sizeof(r->msg),
 		         "%s did not complete within %.1f s on rank %d of %d: the other ranks "
 		         "did not arrive at it. MPI cannot tell which ranks are missing; look for "
@@ -792,6 +798,36 @@ static int req_known(const mpi_state *st, const accel_comm_req *r)
 	return 0;
 }
 
+/* A request that timed out: ask the rendezvous store which ranks never
+ * arrived (coll-missing.h; MPI cannot tell) and say so in its message.
+ * On the calling thread, after the request finished, so the driver no
+ * longer touches it; the store may take up to 2 s to answer.  Without a
+ * store (mpirun without ACCEL_MASTER_ADDR) the message stays as it is. */
+static void name_missing(mpi_state *st, accel_comm_req *r)
+{
+	char missing[256], what[160];
+	if (!r->timed_out || r->named)
+		return;
+	r->named = 1;
+	int n = coll_missing_ranks(st->host, st->h, st->ns, st->rank, st->world, r->seq,
+	                           st->timeout_ms, missing, sizeof(missing));
+	if (n < 0)
+		return;
+	req_describe(r, what, sizeof(what));
+	if (n == 0)
+		snprintf(r->msg, sizeof(r->msg),
+		         "%s did not complete within %.1f s on rank %d of %d, although every rank "
+		         "reached it and timed out there too (asked through the rendezvous "
+		         "store): MPI itself is stuck, or the ranks came too far apart (raise "
+		         "comm.timeout_s)",
+		         what, (double)st->timeout_ms / 1000.0, st->rank, st->world);
+	else
+		snprintf(r->msg, sizeof(r->msg),
+		         "%s did not complete within %.1f s on rank %d of %d: %s (asked through "
+		         "the rendezvous store)",
+		         what, (double)st->timeout_ms / 1000.0, st->rank, st->world, missing);
+}
+
 static int mpi_wait(void *state, accel_comm_req *r)
 {
 	mpi_state *st = state;
@@ -826,8 +862,10 @@ static int mpi_wait(void *state, accel_comm_req *r)
 	if (st->use_thread)
 		pthread_mutex_unlock(&st->lock);
 	status = r->status;
-	if (status != ACCEL_OK)
+	if (status != ACCEL_OK) {
+		name_missing(st, r);
 		st->host->error(st->h, status, "%s", r->msg);
+	}
 	free(r);
 	return status;
 }
@@ -854,6 +892,7 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 		pthread_mutex_unlock(&st->lock);
 	if (s == REQ_FAILED) {  /* finished, with an error; wait() still releases it */
 		*ret_done = 1;
+		name_missing(st, r);
 		return st->host->error(st->h, r->status, "%s", r->msg);
 	}
 	*ret_done = s == REQ_DONE;
@@ -1028,6 +1067,9 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		goto fail;
 	}
 	st->chunk = (uint64_t)chunk;
+	pthread_mutex_lock(&g_mpi_lock);
+	snprintf(st->ns, sizeof(st->ns), "mpi/%d", g_instances++);
+	pthread_mutex_unlock(&g_mpi_lock);
 
 	if ((rc = mpi_ensure_init(st, &level)))
 		goto fail;
