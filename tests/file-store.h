@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/file-store.h: a rendezvous store in files, for tests that drive a
- * comm backend without the core (test-nccl, test-mpi): one file per key
- * under h->store_dir, written by rename so readers never see half a value.
- * The host's contract: get() waits up to timeout_ms (< 0: for ever); a probe
- * (timeout 0) returns ACCEL_ERR_NOT_FOUND for a missing key and records
- * nothing.  The includer defines `struct accel_host` with a `store_dir`
- * member and `h_error()` before including it. */
+ * comm backend without the core (test-comm, test-nccl, test-mpi): one file
+ * per key under a directory, written by rename so readers never see half a
+ * value.  The host's contract: get() waits up to timeout_ms (< 0: for
+ * ever); a probe (timeout 0) returns ACCEL_ERR_NOT_FOUND for a missing key
+ * and records nothing.  The includer defines `h_error()` (h may be NULL)
+ * and, before including, FILE_STORE_DIR(h): the directory (default
+ * h->store_dir). */
 #ifndef ACCEL_TESTS_FILE_STORE_H
 #define ACCEL_TESTS_FILE_STORE_H
 
@@ -16,6 +17,10 @@
 
 #include "accel/comm.h"
 
+#ifndef FILE_STORE_DIR
+#define FILE_STORE_DIR(h) ((h)->store_dir)
+#endif
+
 static void key_path(accel_host *h, const char *key, char *buf, size_t cap)
 {
 	char k[128];
@@ -23,7 +28,7 @@ static void key_path(accel_host *h, const char *key, char *buf, size_t cap)
 	for (char *p = k; *p; p++)
 		if (*p == '/')
 			*p = '_';
-	snprintf(buf, cap, "%s/%s", h->store_dir, k);
+	snprintf(buf, cap, "%s/%s", FILE_STORE_DIR(h), k);
 }
 
 static int fs_set(accel_host *h, const char *key, const void *value, uint64_t len)
@@ -42,7 +47,7 @@ static int fs_get(accel_host *h, const char *key, void *buf, uint64_t cap, uint6
 {
 	char path[512];
 	key_path(h, key, path, sizeof(path));
-	for (int64_t waited = 0;; waited += 10) {
+	for (int64_t waited = 0;; waited++) {
 		FILE *f = fopen(path, "rb");
 		if (f) {
 			size_t n = fread(buf, 1, cap, f);
@@ -56,7 +61,7 @@ static int fs_get(accel_host *h, const char *key, void *buf, uint64_t cap, uint6
 			return ACCEL_ERR_NOT_FOUND;
 		if (timeout_ms >= 0 && waited >= timeout_ms)
 			return h_error(h, ACCEL_ERR_TIMEOUT, "file store: no key %s", key);
-		usleep(10000);
+		usleep(1000);
 	}
 }
 

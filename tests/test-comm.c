@@ -112,78 +112,8 @@ static int h_cfg_int(accel_host *h, const char *key, int64_t *ret)
 	return ACCEL_OK;
 }
 
-static void key_path(const char *key, char *buf, size_t cap)
-{
-	size_t n = (size_t)snprintf(buf, cap, "%s/", g_store);
-	for (const char *p = key; *p && n + 1 < cap; p++)
-		buf[n++] = (*p == '/' || *p == '.') ? '_' : *p;
-	buf[n] = '\0';
-}
-
-static int h_store_set(accel_host *h, const char *key, const void *value, uint64_t len)
-{
-	char path[512], tmp[600];
-	(void)h;
-	key_path(key, path, sizeof(path));
-	snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());
-	FILE *f = fopen(tmp, "wb");
-	if (!f || fwrite(value, 1, (size_t)len, f) != len) {
-		if (f)
-			fclose(f);
-		return ACCEL_ERR_IO;
-	}
-	fclose(f);
-	return rename(tmp, path) == 0 ? ACCEL_OK : ACCEL_ERR_IO;
-}
-
-static int h_store_get(accel_host *h, const char *key, void *buf, uint64_t cap, uint64_t *ret_len,
-                       int64_t timeout_ms)
-{
-	char path[512];
-	key_path(key, path, sizeof(path));
-	for (int64_t waited = 0;; waited++) {
-		FILE *f = fopen(path, "rb");
-		if (f) {
-			size_t n = fread(buf, 1, (size_t)cap, f);
-			fseek(f, 0, SEEK_END);
-			*ret_len = (uint64_t)ftell(f);
-			fclose(f);
-			(void)n;
-			return ACCEL_OK;
-		}
-		if (timeout_ms >= 0 && waited >= timeout_ms)
-			return h_error(h, ACCEL_ERR_TIMEOUT, "store key %s did not appear", key);
-		usleep(1000);
-	}
-}
-
-static int h_store_add(accel_host *h, const char *key, int64_t delta, int64_t *ret_value)
-{
-	char path[512], lock[600];
-	(void)h;
-	key_path(key, path, sizeof(path));
-	snprintf(lock, sizeof(lock), "%s.lock", path);
-	int lfd = open(lock, O_CREAT | O_RDWR, 0600);
-	if (lfd < 0 || flock(lfd, LOCK_EX) != 0)
-		return ACCEL_ERR_IO;
-	long long v = 0;
-	FILE *f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%lld", &v) != 1)
-			v = 0;
-		fclose(f);
-	}
-	v += delta;
-	f = fopen(path, "w");
-	if (f) {
-		fprintf(f, "%lld", v);
-		fclose(f);
-	}
-	flock(lfd, LOCK_UN);
-	close(lfd);
-	*ret_value = v;
-	return f ? ACCEL_OK : ACCEL_ERR_IO;
-}
+#define FILE_STORE_DIR(h) ((void)(h), g_store)
+#include "file-store.h"
 
 static accel_host_v1 g_host_table;
 static const accel_comm_v1 *B;
@@ -210,9 +140,9 @@ static const accel_comm_v1 *load_backend(void)
 	g_host_table.error = h_error;
 	g_host_table.world = h_world;
 	g_host_table.cfg_int = h_cfg_int;
-	g_host_table.store_set = h_store_set;
-	g_host_table.store_get = h_store_get;
-	g_host_table.store_add = h_store_add;
+	g_host_table.store_set = fs_set;
+	g_host_table.store_get = fs_get;
+	g_host_table.store_add = fs_add;
 	return entry(&g_host_table);
 }
 
@@ -304,7 +234,7 @@ static void run_world(int n, rank_fn fn, void *arg, int limit_s, world_result *r
 			if (r == 0) {
 				char pid0[32];
 				snprintf(pid0, sizeof(pid0), "%d", (int)getpid());
-				h_store_set(NULL, "test/pid0", pid0, strlen(pid0));
+				fs_set(NULL, "test/pid0", pid0, strlen(pid0));
 			}
 			accel_comm_init_v1 a = {
 				.struct_size = sizeof(a),
@@ -745,7 +675,7 @@ static void rank_alloc_creator_dies(rank_env *env, void *arg)
 	if (g_rank == 1) {
 		char seg[256] = {0}, name[300];
 		uint64_t len = 0;
-		if (h_store_get(NULL, "accel/shm/0/segment", seg, sizeof(seg) - 1, &len, 5000) ||
+		if (fs_get(NULL, "accel/shm/0/segment", seg, sizeof(seg) - 1, &len, 5000) ||
 		    len >= sizeof(seg)) {
 			FAIL(env, "no segment name in the store");
 			return;
@@ -1063,7 +993,7 @@ static void rank_unlinked(rank_env *env, void *arg)
 	char pid0[32], names[512];
 	uint64_t len = 0;
 	accel_comm_req *req = NULL;
-	if (h_store_get(NULL, "test/pid0", pid0, sizeof(pid0) - 1, &len, 5000)) {
+	if (fs_get(NULL, "test/pid0", pid0, sizeof(pid0) - 1, &len, 5000)) {
 		FAIL(env, "no pid0");
 		return;
 	}

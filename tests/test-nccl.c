@@ -699,6 +699,37 @@ static void gpu_check_op(gpu_inst *in, int kind, uint32_t dt, uint32_t red, uint
 	free(hout);
 }
 
+/* A communicator of its own for a timeout scenario (rank 0 gives up after
+ * ms0, the others after ms_rest) and a 1024-float device buffer. */
+typedef struct gpu_timeout {
+	gpu_inst in;
+	float *x;
+	accel_view v;
+} gpu_timeout;
+
+static int timeout_open(gpu_timeout *t, accel_comm_init_v1 *a, const char *dir, int64_t ms0,
+                        int64_t ms_rest)
+{
+	memset(t, 0, sizeof(*t));
+	t->in.h.rank = g_rank;
+	t->in.h.store_dir = dir;
+	a->timeout_ms = g_rank == 0 ? ms0 : ms_rest;
+	int rc = GB->init(&g_host, &t->in.h, a, &t->in.st);
+	GCHECK(rc == ACCEL_OK, "init for a timeout test: %s", t->in.h.err);
+	if (rc != ACCEL_OK)
+		return 0;
+	t->x = dev_alloc(&t->in, 4096);
+	t->v = dview(ACCEL_DTYPE_F32, t->x, 1024);
+	t->in.h.err_code = 0;
+	return 1;
+}
+
+static void timeout_close(gpu_timeout *t)
+{
+	GB->mem_free(t->in.st, t->x);
+	GB->fini(t->in.st);
+}
+
 static int gpu_rank_main(const char *dir)
 {
 	void *dl = NULL;
@@ -793,69 +824,51 @@ static int gpu_rank_main(const char *dir)
 	GB->fini(in.st);
 
 	/* timeout: rank 0 gives up after 0.5 s; rank 1 comes 2 s late */
-	if (g_world > 1) {
-		gpu_inst t = {.h = {.rank = g_rank, .store_dir = dir}};
-		a.timeout_ms = g_rank == 0 ? 500 : 3000;
-		rc = GB->init(&g_host, &t.h, &a, &t.st);
-		GCHECK(rc == ACCEL_OK, "init 2: %s", t.h.err);
-		if (rc == ACCEL_OK) {
-			float *x = dev_alloc(&t, 4096);
-			accel_view v = dview(ACCEL_DTYPE_F32, x, 1024);
-			if (g_rank != 0)
-				sleep(2);
-			t.h.err_code = 0;
-			rc = GB->allreduce(t.st, &v, &v, ACCEL_RED_SUM, &r0);
-			if (rc == ACCEL_OK)
-				rc = GB->wait(t.st, r0);
-			if (g_rank == 0) {
-				GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.h.err, "allreduce #1") &&
-				       strstr(t.h.err, "rank 1 did not reach it") &&
-				       strstr(t.h.err, "aborted"),
-				       "timeout: %d %s", rc, t.h.err);
-				t.h.err_code = 0;
-				rc = GB->allreduce(t.st, &v, &v, ACCEL_RED_SUM, &r0);
-				GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.h.err, "earlier NCCL call failed"),
-				       "fail fast: %d %s", rc, t.h.err);
-			} else {
-				GCHECK(rc != ACCEL_OK, "late rank: the collective of an aborted peer "
-				       "cannot succeed");
-			}
-			GB->fini(t.st);
+	gpu_timeout t;
+	if (g_world > 1 && timeout_open(&t, &a, dir, 500, 3000)) {
+		if (g_rank != 0)
+			sleep(2);
+		rc = GB->allreduce(t.in.st, &t.v, &t.v, ACCEL_RED_SUM, &r0);
+		if (rc == ACCEL_OK)
+			rc = GB->wait(t.in.st, r0);
+		if (g_rank == 0) {
+			GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "allreduce #1") &&
+			       strstr(t.in.h.err, "rank 1 did not reach it") &&
+			       strstr(t.in.h.err, "aborted"),
+			       "timeout: %d %s", rc, t.in.h.err);
+			t.in.h.err_code = 0;
+			rc = GB->allreduce(t.in.st, &t.v, &t.v, ACCEL_RED_SUM, &r0);
+			GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "earlier NCCL call failed"),
+			       "fail fast: %d %s", rc, t.in.h.err);
+		} else {
+			GCHECK(rc != ACCEL_OK, "late rank: the collective of an aborted peer "
+			       "cannot succeed");
 		}
+		timeout_close(&t);
 	}
 
 	/* timeout seen by test() alone, once the ranks are connected: rank 0
 	 * polls allreduce #2 while rank 1 comes 4 s late */
-	if (g_world > 1) {
-		gpu_inst t = {.h = {.rank = g_rank, .store_dir = dir}};
-		a.timeout_ms = g_rank == 0 ? 2000 : 8000;
-		rc = GB->init(&g_host, &t.h, &a, &t.st);
-		GCHECK(rc == ACCEL_OK, "init 3: %s", t.h.err);
-		if (rc == ACCEL_OK) {
-			float *x = dev_alloc(&t, 4096);
-			accel_view v = dview(ACCEL_DTYPE_F32, x, 1024);
-			t.h.err_code = 0;
-			rc = GB->allreduce(t.st, &v, &v, ACCEL_RED_SUM, &r0);
-			if (rc == ACCEL_OK)
-				rc = GB->wait(t.st, r0);
-			GCHECK(rc == ACCEL_OK, "warm-up allreduce: %s", t.h.err);
-			if (g_rank != 0)
-				sleep(4);
-			t.h.err_code = 0;
-			rc = GB->allreduce(t.st, &v, &v, ACCEL_RED_SUM, &r0);
-			int32_t fin = 0;
-			double t0 = (double)time(NULL);
-			while (rc == ACCEL_OK && !fin && (double)time(NULL) - t0 < 30)
-				if ((rc = GB->test(t.st, r0, &fin)) == ACCEL_OK && !fin)
-					usleep(1000);
-			if (g_rank == 0)
-				GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.h.err, "allreduce #2") &&
-				       strstr(t.h.err, "rank 1 did not reach it"),
-				       "timeout by test(): %d %s", rc, t.h.err);
-			GB->wait(t.st, r0);
-			GB->mem_free(t.st, x);
-			GB->fini(t.st);
-		}
+	if (g_world > 1 && timeout_open(&t, &a, dir, 2000, 8000)) {
+		rc = GB->allreduce(t.in.st, &t.v, &t.v, ACCEL_RED_SUM, &r0);
+		if (rc == ACCEL_OK)
+			rc = GB->wait(t.in.st, r0);
+		GCHECK(rc == ACCEL_OK, "warm-up allreduce: %s", t.in.h.err);
+		if (g_rank != 0)
+			sleep(4);
+		t.in.h.err_code = 0;
+		rc = GB->allreduce(t.in.st, &t.v, &t.v, ACCEL_RED_SUM, &r0);
+		int32_t fin = 0;
+		double t0 = (double)time(NULL);
+		while (rc == ACCEL_OK && !fin && (double)time(NULL) - t0 < 30)
+			if ((rc = GB->test(t.in.st, r0, &fin)) == ACCEL_OK && !fin)
+				usleep(1000);
+		if (g_rank == 0)
+			GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "allreduce #2") &&
+			       strstr(t.in.h.err, "rank 1 did not reach it"),
+			       "timeout by test(): %d %s", rc, t.in.h.err);
+		GB->wait(t.in.st, r0);
+		timeout_close(&t);
 	}
 	return g_fail ? 1 : 0;
 }
