@@ -955,7 +955,19 @@ int main(int argc, char **argv)
 			printf("failure-path checks done\n");
 		suite_core();
 	}
+	/* a context freed after the program's MPI_Finalize makes no MPI call
+	 * (Open MPI would abort the job) and says why it leaves its objects */
+	inst late;
+	int late_ok = mode[0] == '\0' && inst_open(&late, 1, 0, 60000, 0) == ACCEL_OK;
 	rc = finish();
 	MPI_Finalize();
+	if (late_ok) {
+		inst_close(&late);
+		if (!strstr(late.h.log, "MPI was finalized before the accel context was freed")) {
+			fprintf(stderr, "[rank %d] FAIL: fini after MPI_Finalize did not say so; "
+			        "log: %s\n", g_rank, late.h.log);
+			rc = 1;
+		}
+	}
 	return rc;
 }

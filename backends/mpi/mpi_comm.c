@@ -952,10 +952,11 @@ static void mpi_fini(void *state)
 		/* The program finalized MPI before freeing the context: no MPI
 		 * call is allowed any more (Open MPI aborts the job on one). */
 		__atomic_store_n(&st->abandon, 1, __ATOMIC_RELEASE);
-		st->host->log(st->h, ACCEL_LOG_WARN,
-		              "MPI was finalized before the accel context was freed (rank %d); "
-		              "the backend's MPI objects are left to MPI. Free contexts before "
-		              "MPI_Finalize", st->rank);
+		if (st->comm != MPI_COMM_NULL)  /* a context that was in use */
+			st->host->log(st->h, ACCEL_LOG_WARN,
+			              "MPI was finalized before the accel context was freed (rank "
+			              "%d); the backend's MPI objects are left to MPI. Free contexts "
+			              "before MPI_Finalize", st->rank);
 	}
 	if (st->thread_started) {
 		pthread_mutex_lock(&st->lock);
