@@ -205,6 +205,7 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 typedef struct bench_mem {
 	int32_t device, device_index;
 	accel_cli_memcpy_fn copy;   /* --device cuda */
+	accel_cli_error_name_fn error_name;
 	void *stage;                /* --device cuda: host copy of one buffer */
 } bench_mem;
 
@@ -270,8 +271,8 @@ static int put_input(accel_ctx *ctx, const bench_mem *m, int op, uint32_t dt, vo
 	uint64_t n = op == CB_OP_REDUCE_SCATTER ? count * (uint64_t)world : count;
 	cb_fill(op, dt, m->stage, count, rank, world);
 	int e = m->copy(dst, m->stage, n * cb_dtype_size(dt), ACCEL_CLI_MEMCPY_DEFAULT);
-	return e ? accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaMemcpy to the GPU failed (cudaError "
-	                           "%d)", e)
+	return e ? accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaMemcpy to the GPU failed (%s)",
+	                           m->error_name(e))
 	         : ACCEL_OK;
 }
 
@@ -285,8 +286,8 @@ static int get_output(accel_ctx *ctx, const bench_mem *m, int op, uint32_t dt, v
 	uint64_t n = op == CB_OP_ALLGATHER ? count * (uint64_t)world : count;
 	int e = m->copy(m->stage, src, n * cb_dtype_size(dt), ACCEL_CLI_MEMCPY_DEFAULT);
 	*ret = m->stage;
-	return e ? accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaMemcpy from the GPU failed "
-	                           "(cudaError %d)", e)
+	return e ? accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaMemcpy from the GPU failed (%s)",
+	                           m->error_name(e))
 	         : ACCEL_OK;
 }
 
@@ -384,9 +385,22 @@ static int bench_comm(int argc, char **argv)
 		mem.device_index = ctx->world.local_rank;
 		o.backend_buffers = 1;
 		buffers = "device";
-		if (!(mem.copy = accel_cli_cuda_memcpy(why, sizeof(why)))) {
+		accel_cli_cudart rt;
+		if (accel_cli_cudart_open(&rt, why, sizeof(why))) {
 			rc = accel_set_error(ctx, ACCEL_ERR_UNSUPPORTED, "--device cuda needs the CUDA "
 			                     "runtime library (libcudart): %s", why);
+			goto fail;
+		}
+		mem.copy = rt.memcpy;
+		mem.error_name = rt.error_name;
+		/* this rank's GPU for the copies too (else every rank would make
+		 * a context on GPU 0) */
+		int e = rt.set_device(mem.device_index);
+		if (e) {
+			const char *name = rt.error_name(e);
+			rc = accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaSetDevice(%d) failed (%s): is "
+			                     "there a GPU for local rank %d? (nvidia-smi)",
+			                     mem.device_index, name ? name : "?", mem.device_index);
 			goto fail;
 		}
 		if (!(mem.stage = calloc(1, cap))) {
@@ -399,8 +413,10 @@ static int bench_comm(int argc, char **argv)
 	    (rc = buf_alloc(ctx, &mem, o.backend_buffers, cap, &recv)))
 		goto fail;
 	if (o.cuda) {
-		if (mem.copy(recv.p, mem.stage, cap, ACCEL_CLI_MEMCPY_DEFAULT)) {
-			rc = accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaMemcpy to the GPU failed");
+		int e = mem.copy(recv.p, mem.stage, cap, ACCEL_CLI_MEMCPY_DEFAULT);
+		if (e) {
+			rc = accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaMemcpy to the GPU failed (%s)",
+			                     mem.error_name(e));
 			goto fail;
 		}
 		/* the stage is the device buffers' host copy from here on */

@@ -72,16 +72,18 @@ static void *open_cudart(char *lib, size_t cap, char *why, size_t why_cap)
 	return open_first(names, lib, cap, why, why_cap);
 }
 
-accel_cli_memcpy_fn accel_cli_cuda_memcpy(char *why, size_t cap)
+int accel_cli_cudart_open(accel_cli_cudart *rt, char *why, size_t cap)
 {
 	char lib[64];
 	if (cap)
 		why[0] = '\0';
 	void *h = open_cudart(lib, sizeof(lib), why, cap);
-	accel_cli_memcpy_fn f = FN(accel_cli_memcpy_fn, h, "cudaMemcpy");
-	if (h && !f)
-		snprintf(why, cap, "%s has no cudaMemcpy", lib);
-	return f;
+	rt->memcpy = FN(accel_cli_memcpy_fn, h, "cudaMemcpy");
+	rt->set_device = FN(accel_cli_set_device_fn, h, "cudaSetDevice");
+	rt->error_name = FN(accel_cli_error_name_fn, h, "cudaGetErrorName");
+	if (h && (!rt->memcpy || !rt->set_device || !rt->error_name))
+		snprintf(why, cap, "%s lacks cudaMemcpy, cudaSetDevice or cudaGetErrorName", lib);
+	return rt->memcpy && rt->set_device && rt->error_name ? 0 : -1;
 }
 
 static void probe_runtime(accel_cli_cuda *out)

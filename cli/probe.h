@@ -36,11 +36,21 @@ typedef struct accel_cli_cuda {
 /* Fill `out`; never fails (what is missing is recorded as such). */
 void accel_cli_probe_cuda(accel_cli_cuda *out);
 
-/* cudaMemcpy of the CUDA runtime (kind 4: cudaMemcpyDefault, which infers
- * the direction from the pointers), or NULL with the reason in why. */
+/* The two CUDA runtime calls `accel bench comm --device cuda` needs:
+ * cudaSetDevice, and cudaMemcpy (kind 4: cudaMemcpyDefault, which infers
+ * the direction from the pointers).  Both return a cudaError_t, which
+ * cudaGetErrorName names. */
 typedef int (*accel_cli_memcpy_fn)(void *dst, const void *src, size_t bytes, int kind);
+typedef int (*accel_cli_set_device_fn)(int device);
+typedef const char *(*accel_cli_error_name_fn)(int error);
 #define ACCEL_CLI_MEMCPY_DEFAULT 4
-accel_cli_memcpy_fn accel_cli_cuda_memcpy(char *why, size_t cap);
+typedef struct accel_cli_cudart {
+	accel_cli_memcpy_fn memcpy;
+	accel_cli_set_device_fn set_device;
+	accel_cli_error_name_fn error_name;   /* cudaGetErrorName */
+} accel_cli_cudart;
+/* Fill rt from the CUDA runtime library; 0, or -1 with the reason in why. */
+int accel_cli_cudart_open(accel_cli_cudart *rt, char *why, size_t cap);
 
 /* MPI library version through MPI_Get_library_version (callable before
  * MPI_Init).  Writes the first line into buf and returns 0, or -1 with a

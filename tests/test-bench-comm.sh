@@ -74,7 +74,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 	"$ACCEL_CLI" bench comm --device cuda --set backend=nccl --max-bytes 64 \
 		>/dev/null 2>"$OUT/usage"; rc=$?
 	set -e
-	[ "$rc" -eq 1 ] && grep -q -e "nccl" -e "CUDA" "$OUT/usage" ||
+	[ "$rc" -eq 1 ] && grep -q -e "cudaSetDevice(0) failed" -e "CUDA runtime library" \
+		-e "nccl backend" -e "comm backend 'nccl' needs CUDA" "$OUT/usage" ||
 		fail "--device cuda without a GPU: rc $rc, $(cat "$OUT/usage")"
 fi
 echo "PASS"

@@ -561,7 +561,8 @@ static void check_bad_args(inst *in)
  * get ACCEL_ERR_TIMEOUT naming the op and its sequence number, then fail
  * fast; the late ranks must still complete (rank 0's fini drains). */
 /* poll_only: rank 0 never calls wait(), only test(): the timeout must
- * reach it there too (in both progress modes). */
+ * reach it there too (in both progress modes); 2 (with a store): a second
+ * collective queued behind the one that times out is waited first. */
 static void check_timeout(int progress_thread, int poll_only)
 {
 	inst in;
@@ -582,7 +583,23 @@ static void check_timeout(int progress_thread, int poll_only)
 	if (g_rank == 0) {
 		rc = B->allreduce(in.st, &v, &v, ACCEL_RED_SUM, &req);
 		CHECK(rc == ACCEL_OK, "timeout test: issue failed: %s", in.h.err);
-		if (poll_only) {
+		if (g_store_dir[0] && poll_only == 2) {
+			/* a second collective queued behind the one that times out,
+			 * waited first: it fails fast, naming the late rank too */
+			accel_comm_req *req2 = NULL;
+			float y = 1.0f;
+			accel_view vy = view(ACCEL_DTYPE_F32, &y, 1);
+			rc = B->allreduce(in.st, &vy, &vy, ACCEL_RED_SUM, &req2);
+			CHECK(rc == ACCEL_OK, "timeout test: second issue failed: %s", in.h.err);
+			rc = B->wait(in.st, req2);
+			CHECK(rc == ACCEL_ERR_TIMEOUT && strstr(in.h.err, "allreduce #2") &&
+			      strstr(in.h.err, "earlier collective failed") &&
+			      strstr(in.h.err, "[at #1: rank 1 did not report reaching it"),
+			      "queued behind a timeout: rc %d, '%s'", rc, in.h.err);
+			clear_err(&in);
+			rc = B->wait(in.st, req);
+			CHECK(rc == ACCEL_ERR_TIMEOUT, "timeout test: wait returned %d", rc);
+		} else if (poll_only) {
 			int32_t done = 0;
 			time_t t0 = time(NULL);
 			while ((rc = B->test(in.st, req, &done)) == ACCEL_OK && !done &&
@@ -601,13 +618,14 @@ static void check_timeout(int progress_thread, int poll_only)
 		 * the message says MPI cannot tell */
 		CHECK(strstr(in.h.err, "allreduce #1 (f32, 1000 elements)") &&
 		      strstr(in.h.err, "rank 0") &&
-		      (g_store_dir[0] ? strstr(in.h.err, "rank 1 did not reach it") != NULL
+		      (g_store_dir[0] ? strstr(in.h.err, "rank 1 did not report reaching it") != NULL
 		                      : strstr(in.h.err, "cannot tell which ranks") != NULL),
 		      "timeout message: '%s'", in.h.err);
 		clear_err(&in);
 		rc = B->allreduce(in.st, &v, &v, ACCEL_RED_SUM, &req);
 		CHECK(rc == ACCEL_ERR_TIMEOUT && strstr(in.h.err, "earlier collective failed") &&
-		      strstr(in.h.err, "#2"),
+		      strstr(in.h.err, poll_only == 2 ? "#3" : "#2") &&
+		      (!g_store_dir[0] || strstr(in.h.err, "rank 1 did not report reaching it")),
 		      "fail fast after a timeout: rc %d, '%s'", rc, in.h.err);
 		inst_close(&in);  /* drains the late allreduce */
 	} else {
@@ -940,6 +958,7 @@ int main(int argc, char **argv)
 			g_host_table.store_add = fs_add;
 			check_timeout(1, 0);
 			check_timeout(0, 1);
+			check_timeout(1, 2);
 			g_host_table.store_set = NULL;
 			g_host_table.store_get = NULL;
 			g_host_table.store_add = NULL;

@@ -432,7 +432,8 @@ START_TEST(test_missing_ranks_named)
 	int n = coll_missing_ranks(&g_host, &h, "nccl/abc", 0, 4, 7, 300, buf, sizeof(buf));
 	double took = now_s() - t0;
 	ck_assert_int_eq(n, 2);
-	ck_assert_str_eq(buf, "rank 3 did not reach it; rank 2 is still at #5");
+	ck_assert_str_eq(buf,
+	                 "rank 3 did not report reaching it within 0.3 s; rank 2 is still at #5");
 	ck_assert_msg(took >= 0.25 && took < 2.0, "waited %.2f s (grace: the op's timeout, 0.3 s)",
 	              took);
 	ck_assert_int_eq(h.err_code, 0);  /* probes record no error */
@@ -444,7 +445,7 @@ START_TEST(test_missing_ranks_named)
 	/* two absent ranks are listed together */
 	n = coll_missing_ranks(&g_host, &h, "nccl/def", 2, 4, 3, 100, buf, sizeof(buf));
 	ck_assert_int_eq(n, 3);
-	ck_assert_str_eq(buf, "ranks 0, 1, 3 did not reach it");
+	ck_assert_str_eq(buf, "ranks 0, 1, 3 did not report reaching it within 0.1 s");
 	rm_store(dir);
 }
 END_TEST
@@ -833,7 +834,7 @@ static int gpu_rank_main(const char *dir)
 			rc = GB->wait(t.in.st, r0);
 		if (g_rank == 0) {
 			GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "allreduce #1") &&
-			       strstr(t.in.h.err, "rank 1 did not reach it") &&
+			       strstr(t.in.h.err, "rank 1 did not report reaching it") &&
 			       strstr(t.in.h.err, "aborted"),
 			       "timeout: %d %s", rc, t.in.h.err);
 			t.in.h.err_code = 0;
@@ -865,7 +866,7 @@ static int gpu_rank_main(const char *dir)
 				usleep(1000);
 		if (g_rank == 0)
 			GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "allreduce #2") &&
-			       strstr(t.in.h.err, "rank 1 did not reach it"),
+			       strstr(t.in.h.err, "rank 1 did not report reaching it"),
 			       "timeout by test(): %d %s", rc, t.in.h.err);
 		GB->wait(t.in.st, r0);
 		timeout_close(&t);

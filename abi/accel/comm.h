@@ -34,7 +34,8 @@
  *    its sequence number, and the ranks that never arrived.  Never a silent
  *    hang.  After such a failure every later op fails fast.  A transport
  *    that cannot cancel a collective (MPI) may still write into the
- *    buffers of a timed-out op until fini: callers keep them until then.
+ *    buffers of a timed-out op until fini, and after it if the op never
+ *    completes (fini then logs a warning): keep them while MPI is in use.
  *  - Threading: ops, wait and test are called from one thread at a time
  *    (the training thread); the backend may use threads or streams inside.
  */

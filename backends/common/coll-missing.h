@@ -8,9 +8,13 @@
  * others' records for a short grace period: every rank that is waiting in
  * the same op times out at about the same time and records it too.  The
  * ranks with no record (dead, hung, or busy elsewhere) or a record of an
- * earlier op are the ones that never arrived.  Probes only (timeout 0), so a
- * missing key records no error in the host.  Header-only, like
- * coll-check.h: each backend is a module of its own.
+ * earlier op are the ones that never arrived, as far as the store can
+ * tell: a rank records when its own wait() or test() sees the timeout, so
+ * one that issued the op and then computed for longer than the grace
+ * period is listed too; the text says "did not report reaching it".  The
+ * others' records are read with probes (timeout 0), which record no error
+ * in the host.  Header-only, like coll-check.h: each backend is a module
+ * of its own.
  */
 #ifndef ACCEL_BACKENDS_COLL_MISSING_H
 #define ACCEL_BACKENDS_COLL_MISSING_H
@@ -35,8 +39,9 @@ static inline int64_t coll_missing_now_ms(void)
 }
 
 /* `ns`: this communicator's namespace in the store, the same on every rank
- * ("nccl/3").  Writes "rank 2 did not reach it" / "ranks 1, 3 did not reach
- * it; rank 2 is still at #5" into buf and returns how many ranks it names;
+ * ("nccl/3").  Writes "rank 2 did not report reaching it within 2.0 s" /
+ * "ranks 1, 3 did not report reaching it within 2.0 s; rank 2 is still at
+ * #5" into buf and returns how many ranks it names;
  * 0 when every rank reached the op (the hang is elsewhere: NCCL, the
  * network); -1 when the store cannot tell (buf is then empty). */
 static inline int coll_missing_ranks(const accel_host_v1 *host, accel_host *h, const char *ns,
@@ -93,7 +98,7 @@ static inline int coll_missing_ranks(const accel_host_v1 *host, accel_host *h, c
 		struct timespec ts = {0, COLL_MISSING_POLL_MS * 1000000L};
 		nanosleep(&ts, NULL);
 	}
-	/* "ranks 1, 3 did not reach it" then "; rank 2 is still at #5" per rank */
+	/* "ranks 1, 3 did not report reaching it within 2.0 s" then "; rank 2 is still at #5" */
 	size_t used = 0;
 	int named = 0, absent = 0;
 	for (int32_t r = 0; r < world; r++)
@@ -106,7 +111,9 @@ static inline int coll_missing_ranks(const accel_host_v1 *host, accel_host *h, c
 		named++;
 	}
 	if (named && used < cap)
-		used += (size_t)snprintf(buf + used, cap - used, " did not reach it");
+		used += (size_t)snprintf(buf + used, cap - used,
+		                         " did not report reaching it within %.1f s",
+		                         (double)grace / 1000.0);
 	for (int32_t r = 0; r < world && used < cap; r++) {
 		if (at[r] == 0 || at[r] > seq)
 			continue;

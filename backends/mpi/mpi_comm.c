@@ -64,7 +64,6 @@ struct accel_comm_req {
 	                             slot `rank` (MPI_IN_PLACE's form)       */
 	int half;                 /* an f16/bf16 reduction: through st->stage */
 	int timed_out;            /* failed by its own deadline (not fail-fast) */
-	int named;                /* the missing ranks were asked for */
 	uint64_t count;           /* allreduce/broadcast: all elements;
 	                             reduce_scatter: elements per rank result;
 	                             allgather: elements each rank sends     */
@@ -95,6 +94,10 @@ typedef struct mpi_state {
 	int thread_level;
 	mpi_ops ops;
 	char ns[32];              /* store namespace for naming missing ranks */
+	uint64_t timeout_seq;     /* the first request that timed out (set by
+	                             the driver in req_finished, under lock) */
+	int named;                /* the store was asked (training thread) */
+	char missing[256];        /* what it said, "" when it could not tell */
 	float *stage;             /* f16/bf16 reductions: f32 staging, used by
 	                             the thread that drives the queue */
 	uint64_t stage_cap;       /* elements */
@@ -123,8 +126,8 @@ typedef struct mpi_state {
 
 	int abandon;              /* the process is exiting: the worker stops
 	                             calling MPI at once (atomic) */
-	struct mpi_state *next_live;  /* instances with a progress thread
-	                                 (g_live, under g_mpi_lock) */
+	struct mpi_state *next_live;  /* live instances (g_live, under
+	                                 g_mpi_lock) */
 } mpi_state;
 
 /* ---- process-wide MPI state --------------------------------------------------
@@ -135,7 +138,7 @@ typedef struct mpi_state {
 static pthread_mutex_t g_mpi_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_mpi_we_initialized;
 static int g_mpi_stuck;   /* a collective never completed: do not finalize */
-static mpi_state *g_live; /* instances whose progress thread runs */
+static mpi_state *g_live; /* instances not yet freed */
 static int g_instances;   /* instances created: their store namespaces */
 
 static void finalize_at_exit(void)
@@ -147,17 +150,23 @@ static void finalize_at_exit(void)
 	 * (finalizing under it crashes).  A collective abandoned that way
 	 * never completed, so MPI is not finalized (it could wait for it). */
 	for (mpi_state *st = g_live; st; st = st->next_live) {
+		if (!st->thread_started)
+			continue;
 		pthread_mutex_lock(&st->lock);
-		if (st->cursor)
-			g_mpi_stuck = 1;
 		__atomic_store_n(&st->abandon, 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
 		pthread_cond_signal(&st->work);
 		pthread_mutex_unlock(&st->lock);
 	}
 	for (mpi_state *st = g_live; st; st = st->next_live) {
-		pthread_join(st->thread, NULL);
-		st->thread_started = 0;
+		if (st->thread_started) {
+			pthread_join(st->thread, NULL);
+			st->thread_started = 0;
+		}
+		/* still queued or running, or timed out and never drained */
+		__atomic_store_n(&st->abandon, 1, __ATOMIC_RELEASE);
+		if (st->cursor || st->n_lost || st->lost_untracked)
+			g_mpi_stuck = 1;
 	}
 	g_live = NULL;
 	MPI_Initialized(&ini);
@@ -362,7 +371,8 @@ static void req_fail_mpi(accel_comm_req *r, int rc, const char *where)
 	char what[160], es[MPI_MAX_ERROR_STRING];
 	req_describe(r, what, sizeof(what));
 	mpi_errstr(rc, es, sizeof(es));
-	r->status = ACCEL_ERR_COMM;
+	/* MPI_ERR_NO_MEM also stands for our own staging buffer */
+	r->status = rc == MPI_ERR_NO_MEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_COMM;
 	snprintf(r->msg, sizeof(r->msg), "%s: %s failed: %s", what, where, es);
 }
 
@@ -456,6 +466,8 @@ static void backoff(uint32_t *spins)
 /* Bookkeeping once r finished; caller holds st->lock in thread mode. */
 static void req_finished(mpi_state *st, accel_comm_req *r)
 {
+	if (r->timed_out && !st->timeout_seq)
+		st->timeout_seq = r->seq;
 	__atomic_store_n(&r->state, r->status == ACCEL_OK ? REQ_DONE : REQ_FAILED,
 	                 __ATOMIC_RELEASE);
 	if (r->status != ACCEL_OK && !st->failed) {
@@ -516,6 +528,8 @@ static void *worker_main(void *arg)
 					r->status = ACCEL_ERR_STATE;
 					snprintf(r->msg, sizeof(r->msg), "%s: abandoned, the process is "
 					         "exiting or MPI was finalized", what);
+					if (r->issued)
+						lost_add(st, r);  /* still active in MPI */
 					break;
 				}
 				if (req_step(st, r, 1))
@@ -605,9 +619,12 @@ static int check_count(mpi_state *st, const char *op, uint64_t count)
 
 static int fail_fast_now(mpi_state *st, const char *op)
 {
+	/* the store's answer on the timeout, once a wait/test has asked it */
+	int with = st->named && st->missing[0];
 	return st->host->error(st->h, st->fail_code,
-	                       "%s #%llu not run: an earlier collective failed (%.*s)", op,
-	                       (unsigned long long)st->seq + 1, (int)(MSG_MAX / 2), st->fail_msg);
+	                       "%s #%llu not run: an earlier collective failed (%.*s)%s%s%s", op,
+	                       (unsigned long long)st->seq + 1, (int)(MSG_MAX / 2), st->fail_msg,
+	                       with ? " [" : "", with ? st->missing : "", with ? "]" : "");
 }
 
 static accel_comm_req *req_new(mpi_state *st, int kind, uint32_t dtype, uint32_t red)
@@ -798,34 +815,43 @@ static int req_known(const mpi_state *st, const accel_comm_req *r)
 	return 0;
 }
 
-/* A request that timed out: ask the rendezvous store which ranks never
- * arrived (coll-missing.h; MPI cannot tell) and say so in its message.
- * On the calling thread, after the request finished, so the driver no
- * longer touches it; the store may take up to 2 s to answer.  Without a
- * store (mpirun without ACCEL_MASTER_ADDR) the message stays as it is. */
+/* After a timeout, a failed request's message names the ranks that never
+ * arrived at the collective that timed out, as the rendezvous store tells
+ * (coll-missing.h; MPI cannot): the one that timed out gets its message
+ * rewritten, the ones that failed fast because of it get the list added.
+ * On the training thread, after the request finished (the driver no longer
+ * touches it); the store is asked once, which may take up to 2 s.  Without
+ * a store (mpirun without ACCEL_MASTER_ADDR) messages stay as they are. */
 static void name_missing(mpi_state *st, accel_comm_req *r)
 {
-	char missing[256], what[160];
-	if (!r->timed_out || r->named)
+	char what[160];
+	uint64_t seq = st->timeout_seq;
+	if (!seq)
 		return;
-	r->named = 1;
-	int n = coll_missing_ranks(st->host, st->h, st->ns, st->rank, st->world, r->seq,
-	                           st->timeout_ms, missing, sizeof(missing));
-	if (n < 0)
+	if (!st->named) {
+		st->named = 1;
+		int n = coll_missing_ranks(st->host, st->h, st->ns, st->rank, st->world, seq,
+		                           st->timeout_ms, st->missing, sizeof(st->missing));
+		if (n == 0)
+			snprintf(st->missing, sizeof(st->missing),
+			         "every rank reached it and timed out there too: MPI itself is "
+			         "stuck, or the ranks came too far apart (raise comm.timeout_s)");
+		else if (n < 0)
+			st->missing[0] = '\0';
+	}
+	if (!st->missing[0])
 		return;
 	req_describe(r, what, sizeof(what));
-	if (n == 0)
-		snprintf(r->msg, sizeof(r->msg),
-		         "%s did not complete within %.1f s on rank %d of %d, although every rank "
-		         "reached it and timed out there too (asked through the rendezvous "
-		         "store): MPI itself is stuck, or the ranks came too far apart (raise "
-		         "comm.timeout_s)",
-		         what, (double)st->timeout_ms / 1000.0, st->rank, st->world);
-	else
+	if (r->timed_out) {
 		snprintf(r->msg, sizeof(r->msg),
 		         "%s did not complete within %.1f s on rank %d of %d: %s (asked through "
 		         "the rendezvous store)",
-		         what, (double)st->timeout_ms / 1000.0, st->rank, st->world, missing);
+		         what, (double)st->timeout_ms / 1000.0, st->rank, st->world, st->missing);
+	} else {
+		size_t n = strlen(r->msg);
+		snprintf(r->msg + n, sizeof(r->msg) - n, " [at #%llu: %s]", (unsigned long long)seq,
+		         st->missing);
+	}
 }
 
 static int mpi_wait(void *state, accel_comm_req *r)
@@ -964,7 +990,7 @@ static void mpi_fini(void *state)
 		pthread_cond_signal(&st->work);
 		pthread_mutex_unlock(&st->lock);
 		pthread_join(st->thread, NULL);
-	} else if (st->cursor && !fin) {
+	} else if (st->cursor && !fin && !__atomic_load_n(&st->abandon, __ATOMIC_ACQUIRE)) {
 		/* Requests issued but never waited: finish them so every rank
 		 * issued the same MPI calls before the communicator goes. */
 		while (st->cursor)
@@ -975,7 +1001,8 @@ static void mpi_fini(void *state)
 		st->head = r->next;
 		free(r);
 	}
-	int clean = !fin && drain_lost(st);
+	/* after the exit handler stopped the thread: no more waiting */
+	int clean = !fin && !__atomic_load_n(&st->abandon, __ATOMIC_ACQUIRE) && drain_lost(st);
 	if (fin) {
 		/* nothing to free: MPI released everything at MPI_Finalize */
 	} else if (clean) {
@@ -994,7 +1021,9 @@ static void mpi_fini(void *state)
 		pthread_mutex_destroy(&st->lock);
 	}
 	free(st->lost);
-	free(st->stage);
+	if (clean || fin)
+		free(st->stage);
+	/* else a timed-out f16/bf16 reduction may still write into it: left */
 	free(st);
 }
 
@@ -1068,9 +1097,6 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		goto fail;
 	}
 	st->chunk = (uint64_t)chunk;
-	pthread_mutex_lock(&g_mpi_lock);
-	snprintf(st->ns, sizeof(st->ns), "mpi/%d", g_instances++);
-	pthread_mutex_unlock(&g_mpi_lock);
 
 	if ((rc = mpi_ensure_init(st, &level)))
 		goto fail;
@@ -1103,6 +1129,10 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		if (flag) {
 			st->comm = *dup;
 			free(dup);
+			/* the k-th communicator of every rank: k names it in the store */
+			pthread_mutex_lock(&g_mpi_lock);
+			snprintf(st->ns, sizeof(st->ns), "mpi/%d", g_instances++);
+			pthread_mutex_unlock(&g_mpi_lock);
 		} else {  /* dup stays with the request */
 			if (mrc != MPI_SUCCESS) {
 				rc = init_mpi_error(st, "MPI_Comm_idup(MPI_COMM_WORLD)", mrc);
@@ -1160,11 +1190,11 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 			goto fail;
 		}
 		st->thread_started = 1;
-		pthread_mutex_lock(&g_mpi_lock);
-		st->next_live = g_live;
-		g_live = st;
-		pthread_mutex_unlock(&g_mpi_lock);
 	}
+	pthread_mutex_lock(&g_mpi_lock);
+	st->next_live = g_live;
+	g_live = st;
+	pthread_mutex_unlock(&g_mpi_lock);
 	host->log(h, ACCEL_LOG_DEBUG, "rank %d of %d, %s, %s, timeout %lld ms", st->rank,
 	          st->world, thread_level_name(level),
 	          st->use_thread ? "progress thread" : "progress in test/wait",

@@ -720,7 +720,7 @@ static int nccl_mem_alloc(void *state, int32_t device, int32_t device_index, uin
 	return rc;
 }
 
-static void drain_or_abort(nccl_state *st, const char *when);
+static void drain_or_abort(nccl_state *st, int64_t deadline, const char *when);
 
 static void nccl_mem_free(void *state, void *ptr)
 {
@@ -729,8 +729,15 @@ static void nccl_mem_free(void *state, void *ptr)
 		return;
 	/* cudaFree waits for the device: never behind a collective that waits
 	 * for a missing peer, and never under a running kernel */
-	if (st->live)
-		drain_or_abort(st, "before freeing device memory");
+	if (st->live) {
+		/* as long as the collectives themselves may take: the latest
+		 * deadline of the requests still held (0: one has none) */
+		int64_t deadline = 1;
+		for (accel_comm_req *r = st->live; r; r = r->next)
+			deadline = !r->deadline_ns || !deadline ? 0
+			           : r->deadline_ns > deadline ? r->deadline_ns : deadline;
+		drain_or_abort(st, deadline, "before freeing device memory");
+	}
 	cudaError_t e = cudaFree(ptr);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
@@ -741,12 +748,13 @@ static void nccl_mem_free(void *state, void *ptr)
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
-/* Let the work queued on our stream finish, for at most DRAIN_MAX_MS; a
- * failed communicator, a stuck stream, a stream error or an NCCL error
- * meanwhile abort the communicator instead (after which the stream drains:
- * aborting ends NCCL's kernels).  Called before anything that would wait
- * for the stream without a deadline (cudaFree, ncclCommFinalize). */
-static void drain_or_abort(nccl_state *st, const char *when)
+/* Let the work queued on our stream finish by `deadline` (coll_now_ns
+ * clock, 0: none); a failed communicator, a stuck stream, a stream error or
+ * an NCCL error meanwhile abort the communicator instead (after which the
+ * stream drains: aborting ends NCCL's kernels).  Called before anything
+ * that would wait for the stream without a deadline (cudaFree,
+ * ncclCommFinalize). */
+static void drain_or_abort(nccl_state *st, int64_t deadline, const char *when)
 {
 	if (!st->comm || st->aborted)
 		return;
@@ -756,33 +764,41 @@ static void drain_or_abort(nccl_state *st, const char *when)
 	}
 	if (!st->stream)
 		return;
-	int64_t deadline = coll_deadline_ns(DRAIN_MAX_MS);
+	int64_t start = coll_now_ns();
 	uint32_t spins = 0;
 	cudaError_t e;
-	ncclResult_t ar = ncclSuccess;
-	while ((e = cudaStreamQuery(st->stream)) == cudaErrorNotReady && coll_now_ns() < deadline) {
-		if (ncclCommGetAsyncError(st->comm, &ar) != ncclSuccess ||
+	ncclResult_t ar = ncclSuccess, q = ncclSuccess;
+	while ((e = cudaStreamQuery(st->stream)) == cudaErrorNotReady &&
+	       (!deadline || coll_now_ns() < deadline)) {
+		if ((q = ncclCommGetAsyncError(st->comm, &ar)) != ncclSuccess ||
 		    (ar != ncclSuccess && ar != ncclInProgress))
 			break;
 		backoff(&spins);
 	}
 	if (e == cudaSuccess)
 		return;
+	int code = ACCEL_ERR_NCCL;
 	if (e != cudaErrorNotReady) {
 		(void)cudaGetLastError();
+		code = ACCEL_ERR_CUDA;
 		st->host->log(st->h, ACCEL_LOG_WARN, "rank %d: the collective stream failed %s (%s); "
 		              "aborting the communicator", st->rank, when, cudaGetErrorName(e));
-	} else if (ar != ncclSuccess && ar != ncclInProgress) {
+	} else if (q != ncclSuccess || (ar != ncclSuccess && ar != ncclInProgress)) {
+		ncclResult_t bad = q != ncclSuccess ? q : ar;
+		if (bad == ncclRemoteError)
+			code = ACCEL_ERR_PEER;
 		st->host->log(st->h, ACCEL_LOG_WARN, "rank %d: NCCL reported %s %s; aborting the "
-		              "communicator", st->rank, accel_nccl_result_name(ar), when);
+		              "communicator", st->rank, accel_nccl_result_name(bad), when);
 	} else {
-		st->host->log(st->h, ACCEL_LOG_WARN, "rank %d: collectives still running after %d s "
-		              "%s; aborting the communicator", st->rank, DRAIN_MAX_MS / 1000, when);
+		code = ACCEL_ERR_TIMEOUT;
+		st->host->log(st->h, ACCEL_LOG_WARN, "rank %d: collectives still running after %.1f s "
+		              "%s; aborting the communicator", st->rank,
+		              (double)(coll_now_ns() - start) / 1e9, when);
 	}
 	abort_comm(st);
 	if (!st->failed) {
 		st->failed = 1;
-		st->fail_code = ACCEL_ERR_NCCL;
+		st->fail_code = code;
 		snprintf(st->fail_msg, sizeof(st->fail_msg), "the communicator was aborted %s", when);
 	}
 }
@@ -796,7 +812,7 @@ static void nccl_fini(void *state)
 	if (cudaGetDevice(&prev) != cudaSuccess)
 		prev = -1;
 	cudaSetDevice(st->device);
-	drain_or_abort(st, "at shutdown");
+	drain_or_abort(st, coll_deadline_ns(DRAIN_MAX_MS), "at shutdown");
 	if (st->comm && !st->aborted) {
 		/* finalize (flushes NCCL's own work), bounded too */
 		int64_t deadline = coll_deadline_ns(DRAIN_MAX_MS);
