@@ -12,6 +12,7 @@
 #define ACCEL_BACKENDS_COLL_CHECK_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "accel/comm.h"
@@ -32,6 +33,19 @@ static inline const char *coll_op_name(int kind)
 	case OP_BARRIER: return "barrier";
 	default: return "collective";
 	}
+}
+
+/* "allreduce #7 (bf16, 1024 elements)", "barrier #8": how the backends
+ * name a collective in their messages. */
+static inline void coll_describe(char *buf, size_t cap, int kind, uint64_t seq, uint32_t dtype,
+                                 uint64_t count)
+{
+	if (kind == OP_BARRIER)
+		snprintf(buf, cap, "barrier #%llu", (unsigned long long)seq);
+	else
+		snprintf(buf, cap, "%s #%llu (%s, %llu elements)", coll_op_name(kind),
+		         (unsigned long long)seq, accel_abi_dtype_name(dtype),
+		         (unsigned long long)count);
 }
 
 static inline int64_t coll_now_ns(void)

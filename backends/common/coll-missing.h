@@ -25,18 +25,12 @@
 #include <time.h>
 
 #include "accel/comm.h"
+#include "backends/common/coll-check.h"
 
 /* How long to wait for the other ranks' records: at most this, and at most
  * the op's own timeout. */
 #define COLL_MISSING_GRACE_MS 2000
 #define COLL_MISSING_POLL_MS  20
-
-static inline int64_t coll_missing_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* `ns`: this communicator's namespace in the store, the same on every rank
  * ("nccl/3").  Writes "rank 2 did not report reaching it within 2.0 s" /
@@ -69,7 +63,7 @@ static inline int coll_missing_ranks(const accel_host_v1 *host, accel_host *h, c
 		return -1;
 	int64_t grace = timeout_ms > 0 && timeout_ms < COLL_MISSING_GRACE_MS ? timeout_ms
 	                                                                     : COLL_MISSING_GRACE_MS;
-	int64_t deadline = coll_missing_now_ms() + grace;
+	int64_t deadline = coll_deadline_ns(grace);
 	int unknown = world - 1;
 	at[rank] = seq + 1;
 	for (;;) {
@@ -93,7 +87,7 @@ static inline int coll_missing_ranks(const accel_host_v1 *host, accel_host *h, c
 		int behind = 0;
 		for (int32_t r = 0; r < world; r++)
 			behind += at[r] != 0 && at[r] <= seq;
-		if ((unknown == 0 && behind == 0) || coll_missing_now_ms() >= deadline)
+		if ((unknown == 0 && behind == 0) || coll_now_ns() >= deadline)
 			break;
 		struct timespec ts = {0, COLL_MISSING_POLL_MS * 1000000L};
 		nanosleep(&ts, NULL);

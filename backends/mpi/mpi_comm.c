@@ -237,12 +237,7 @@ static int stage_reserve(mpi_state *st, uint64_t n)
 
 static void req_describe(const accel_comm_req *r, char *buf, size_t cap)
 {
-	if (r->kind == OP_BARRIER)
-		snprintf(buf, cap, "barrier #%llu", (unsigned long long)r->seq);
-	else
-		snprintf(buf, cap, "%s #%llu (%s, %llu elements)", coll_op_name(r->kind),
-		         (unsigned long long)r->seq, accel_abi_dtype_name(r->dtype),
-		         (unsigned long long)r->count);
+	coll_describe(buf, cap, r->kind, r->seq, r->dtype, r->count);
 }
 
 /* ---- running one request ------------------------------------------------------ */

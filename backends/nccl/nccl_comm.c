@@ -129,18 +129,6 @@ static void abort_comm(nccl_state *st)
 	}
 }
 
-/* "allreduce #7 (bf16, 1024 elements)" */
-static void describe(char *buf, size_t cap, int kind, uint64_t seq, uint32_t dtype,
-                     uint64_t count)
-{
-	if (kind == OP_BARRIER)
-		snprintf(buf, cap, "barrier #%llu", (unsigned long long)seq);
-	else
-		snprintf(buf, cap, "%s #%llu (%s, %llu elements)", coll_op_name(kind),
-		         (unsigned long long)seq, accel_abi_dtype_name(dtype),
-		         (unsigned long long)count);
-}
-
 /* `what` (collective #seq, or communicator creation when seq is 0) did not
  * finish in time: abort the communicator (the only way to stop NCCL
  * kernels that wait for a missing peer), ask the store which ranks never
@@ -410,7 +398,7 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 	if ((rc = enter_device(st, &prev)))
 		return rc;
 	/* the names NCCL_TRY reports: "ncclAllReduce for allreduce #7 (...)" */
-	describe(what, sizeof(what), L->kind, seq, L->dtype, L->count);
+	coll_describe(what, sizeof(what), L->kind, seq, L->dtype, L->count);
 	snprintf(name, sizeof(name), "%s for %s",
 	         L->kind == OP_ALLREDUCE || L->kind == OP_BARRIER ? "ncclAllReduce"
 	         : L->kind == OP_REDUCE_SCATTER                  ? "ncclReduceScatter"
@@ -628,14 +616,14 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 	ncclResult_t ar = ncclSuccess;
 	NCCL_TRY(st, "ncclCommGetAsyncError", r->seq, ncclCommGetAsyncError(st->comm, &ar), out);
 	if (ar != ncclSuccess && ar != ncclInProgress) {
-		describe(what, sizeof(what), r->kind, r->seq, r->dtype, r->count);
+		coll_describe(what, sizeof(what), r->kind, r->seq, r->dtype, r->count);
 		rc = nccl_fail(st, ar, what);
 		abort_comm(st);
 		goto out;
 	}
 	if (r->deadline_ns && coll_now_ns() > r->deadline_ns) {
 		accel_comm_req *old = oldest_running(st, r);
-		describe(what, sizeof(what), old->kind, old->seq, old->dtype, old->count);
+		coll_describe(what, sizeof(what), old->kind, old->seq, old->dtype, old->count);
 		rc = timeout_fail(st, what, old->seq);
 	}
 out:
