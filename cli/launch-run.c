@@ -3,9 +3,12 @@
  *
  * One thread, one poll() loop over: a self-pipe that the signal handlers
  * write to (SIGCHLD, and the signals we forward), and two pipes per rank
- * (its stdout and stderr).  Each rank runs in its own process group, so
- * stopping a rank also stops whatever it started; the launcher forwards
- * terminal signals itself.  Every child is reaped before we return. */
+ * (its stdout and stderr).  The loop never blocks on our own stdout and
+ * stderr: a thread each writes them from a queue (launch-out.c), and while
+ * a queue is full the loop stops reading the pipes that feed it.  Each rank
+ * runs in its own process group, so stopping a rank also stops whatever it
+ * started; the launcher forwards terminal signals itself.  Every child is
+ * reaped before we return. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -43,6 +47,7 @@ typedef struct stream {
 	int fd;                /* read end; -1 once closed */
 	int to;                /* 1: our stdout, 2: our stderr */
 	size_t len;            /* bytes of an unfinished line in buf */
+	size_t owed;           /* bytes the rank had left in the pipe when it exited */
 	char buf[LINE_BUF];
 } stream;
 
@@ -55,6 +60,7 @@ typedef struct proc {
 	int failed;            /* exited non-zero / by a signal on its own */
 	stream out, err;
 	int logfd;
+	int log_errno;         /* writing its log failed (reported once) */
 	char *tail[TAIL_LINES];
 	int tail_n, tail_next;
 } proc;
@@ -64,7 +70,9 @@ typedef struct launcher {
 	proc *p;
 	int n;
 	int devnull;
-	int out_dead[3];       /* our stdout/stderr gave EPIPE: drop output */
+	launch_out *q[3];      /* [1], [2]: writers of our stdout/stderr, once started */
+	int out_dead[3];       /* before they start: a write gave EPIPE, drop output */
+	int log_failed;        /* a log file could not be written: exit status 1 */
 	int stopping, killed;
 	int64_t kill_deadline, final_deadline, linger_deadline;
 	int got_signal;        /* first SIGINT/SIGTERM/SIGHUP received */
@@ -80,6 +88,9 @@ typedef struct launcher {
 static int sig_pipe[2] = {-1, -1};
 static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
 #define N_HANDLED ((int)(sizeof(handled_signals) / sizeof(handled_signals[0])))
+/* Signals the launcher was started with ignored (nohup, a background job
+ * of a script): they stay ignored, in the launcher and in the ranks. */
+static int inherited_ign[N_HANDLED], pipe_inherited_ign;
 
 static int64_t now_ms(void)
 {
@@ -119,28 +130,58 @@ const char *accel_launch_signame(int sig, char *buf, unsigned long cap)
 	return buf;
 }
 
-/* Write everything; EPIPE on our own stdout/stderr silences that stream. */
-static void write_all(launcher *L, int fd, const char *p, size_t n)
+/* Write everything to fd, waiting if it is non-blocking; -1 with errno on
+ * an error. */
+static int write_fully(int fd, const char *p, size_t n)
 {
-	if (fd >= 0 && fd <= 2 && L->out_dead[fd])
-		return;
 	while (n) {
 		ssize_t w = write(fd, p, n);
 		if (w > 0) {
 			p += w;
 			n -= (size_t)w;
+		} else if (w < 0 && errno == EINTR) {
 			continue;
-		}
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		} else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			struct pollfd pf = {.fd = fd, .events = POLLOUT};
 			poll(&pf, 1, 1000);
-			continue;
+		} else {
+			return -1;
 		}
-		if (fd >= 0 && fd <= 2)
-			L->out_dead[fd] = 1;
+	}
+	return 0;
+}
+
+/* Our stdout (1) or stderr (2): through its writer's queue once started
+ * (never blocks), directly before that.  A failed write (EPIPE) silences
+ * the stream. */
+static void out_write(launcher *L, int fd, const char *p, size_t n)
+{
+	if (L->q[fd]) {
+		launch_out_put(L->q[fd], p, n);
 		return;
+	}
+	if (!L->out_dead[fd] && write_fully(fd, p, n) < 0)
+		L->out_dead[fd] = 1;
+}
+
+static int out_is_dead(const launcher *L, int fd)
+{
+	return L->q[fd] ? launch_out_dead(L->q[fd]) : L->out_dead[fd];
+}
+
+/* A line for the rank's log.  The first failed write
+ * (a full disk) is reported, fails the launch (exit status 1) and stops
+ * that log; the rank itself runs on. */
+static void say(launcher *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_write(launcher *L, proc *p, const char *data, size_t n)
+{
+	if (p->logfd < 0 || p->log_errno)
+		return;
+	if (write_fully(p->logfd, data, n) < 0) {
+		p->log_errno = errno ? errno : EIO;
+		L->log_failed = 1;
+		say(L, "writing the log of rank %d ('%s/rank-%d.log') failed: %s; its further output "
+		    "is not logged", p->rank, L->spec->log_dir, p->rank, strerror(p->log_errno));
 	}
 }
 
@@ -156,7 +197,7 @@ static void say(launcher *L, const char *fmt, ...)
 	if (n >= (int)sizeof(line) - 1)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	write_all(L, 2, line, (size_t)n);
+	out_write(L, 2, line, (size_t)n);
 }
 
 static void emit_line(launcher *L, proc *p, stream *s, const char *line, size_t len)
@@ -167,13 +208,22 @@ static void emit_line(launcher *L, proc *p, stream *s, const char *line, size_t 
 			int h = snprintf(b, 40, "[rank %d] ", p->rank);
 			memcpy(b + h, line, len);
 			b[h + (int)len] = '\n';
-			write_all(L, s->to, b, (size_t)h + len + 1);
+			out_write(L, s->to, b, (size_t)h + len + 1);
 			free(b);
 		}
 	}
 	if (p->logfd >= 0) {
-		write_all(L, p->logfd, line, len);
-		write_all(L, p->logfd, "\n", 1);
+		/* Whole lines, so that stdout and stderr do not mix within one. */
+		char *b = malloc(len + 1);
+		if (b) {
+			memcpy(b, line, len);
+			b[len] = '\n';
+			log_write(L, p, b, len + 1);
+			free(b);
+		} else {
+			log_write(L, p, line, len);
+			log_write(L, p, "\n", 1);
+		}
 	}
 	char *copy = strndup(line, len < TAIL_LINE_MAX ? len : TAIL_LINE_MAX);
 	if (copy) {
@@ -230,12 +280,13 @@ static void stream_read(launcher *L, proc *p, stream *s)
 	for (;;) {
 		ssize_t r = read(s->fd, buf, sizeof(buf));
 		if (r > 0) {
+			s->owed = s->owed > (size_t)r ? s->owed - (size_t)r : 0;
 			stream_feed(L, p, s, buf, (size_t)r);
 			/* Where our own stdout/stderr is a closed pipe (`accel launch ...
 			 * | head`) and there is no log file, the rank's output goes
 			 * nowhere: close its pipe too, so that its next write fails with
 			 * SIGPIPE/EPIPE as it would writing to the closed pipe itself. */
-			if (L->out_dead[s->to] && p->logfd < 0) {
+			if (out_is_dead(L, s->to) && p->logfd < 0) {
 				s->len = 0;
 				close(s->fd);
 				s->fd = -1;
@@ -294,17 +345,21 @@ static void begin_stop(launcher *L, int sig)
 	signal_all(L, sig);
 }
 
-/* In a child: the default action for every signal the launcher handles or
- * ignores (async-signal-safe). */
+/* In a child: for every signal the launcher handles or ignores, the
+ * disposition the launcher was started with, as if the child had been
+ * started directly: the default action, or ignored where it was ignored
+ * (async-signal-safe). */
 static void default_signals(void)
 {
-	struct sigaction dfl;
+	struct sigaction dfl, ign;
 	memset(&dfl, 0, sizeof(dfl));
 	dfl.sa_handler = SIG_DFL;
 	sigemptyset(&dfl.sa_mask);
+	ign = dfl;
+	ign.sa_handler = SIG_IGN;
 	for (int k = 0; k < N_HANDLED; k++)
-		sigaction(handled_signals[k], &dfl, NULL);
-	sigaction(SIGPIPE, &dfl, NULL);
+		sigaction(handled_signals[k], inherited_ign[k] ? &ign : &dfl, NULL);
+	sigaction(SIGPIPE, pipe_inherited_ign ? &ign : &dfl, NULL);
 }
 
 /* How long a reporter keeps trying to reach the store (rank 0 may still be
@@ -330,8 +385,10 @@ static void report_exit(launcher *L, proc *p)
 		/* Not our handlers: a Ctrl-C reaching this child too must not count
 		 * as a second signal in the launcher's pipe. */
 		default_signals();
-		close(sig_pipe[0]);
-		close(sig_pipe[1]);
+		/* Nothing of the launcher's: not the signal pipe, and not the ranks'
+		 * pipes (a rank whose output the launcher closes must see EPIPE at
+		 * once, not when this child is done) or logs. */
+		closefrom(3);
 #ifdef __linux__
 		prctl(PR_SET_PDEATHSIG, SIGKILL);   /* not past a launcher killed with -9 */
 #endif
@@ -404,6 +461,14 @@ static void on_exit_status(launcher *L, proc *p, int st)
 {
 	p->running = 0;
 	p->status = st;
+	/* What the rank wrote before it exited is delivered in full before the
+	 * launcher stops waiting for its pipes (LINGER_MS counts only after). */
+	stream *ss[2] = {&p->out, &p->err};
+	for (int k = 0; k < 2; k++) {
+		int avail = 0;
+		if (ss[k]->fd >= 0 && ioctl(ss[k]->fd, FIONREAD, &avail) == 0 && avail > 0)
+			ss[k]->owed = (size_t)avail;
+	}
 	int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
 	if (ok && !p->stopped && !L->stopping && count_running(L)) {
 		if (p->rank == 0)
@@ -592,7 +657,7 @@ static void print_tail(launcher *L, const proc *p)
 		int h = snprintf(b, 48, "  [rank %d] ", p->rank);
 		memcpy(b + h, line, len);
 		b[h + (int)len] = '\n';
-		write_all(L, 2, b, (size_t)h + len + 1);
+		out_write(L, 2, b, (size_t)h + len + 1);
 		free(b);
 	}
 }
@@ -640,31 +705,55 @@ static int run_loop(launcher *L)
 		int running = count_running(L);
 		int nfd = 0;
 		pf[nfd++] = (struct pollfd){.fd = sig_pipe[0], .events = POLLIN};
+		/* Output our stdout/stderr cannot take yet stays in the ranks'
+		 * pipes (they block writing, as they would on the reader itself). */
+		int full[3] = {0, 0, 0};
+		for (int fd = 1; fd <= 2; fd++)
+			full[fd] = L->spec->prefix && L->q[fd] && launch_out_full(L->q[fd]);
+		int open_streams = 0, owed = 0;
 		for (int i = 0; i < L->n; i++) {
 			stream *ss[2] = {&L->p[i].out, &L->p[i].err};
-			for (int k = 0; k < 2; k++)
-				if (ss[k]->fd >= 0) {
-					who[nfd] = &L->p[i];
-					ws[nfd] = ss[k];
-					pf[nfd++] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
-				}
+			for (int k = 0; k < 2; k++) {
+				if (ss[k]->fd < 0)
+					continue;
+				open_streams++;
+				owed |= ss[k]->owed > 0;
+				if (full[ss[k]->to])
+					continue;
+				who[nfd] = &L->p[i];
+				ws[nfd] = ss[k];
+				pf[nfd++] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
+			}
 		}
 		int64_t now = now_ms();
-		if (!running && nfd == 1)
+		if (!running && !open_streams)
 			break;
-		if (!running) {
-			if (!L->linger_deadline)
-				L->linger_deadline = now + LINGER_MS;
+		/* Once the ranks have exited and what they wrote has been read
+		 * (unless a signal asks us to hurry), give what they started
+		 * LINGER_MS to let go of their pipes. */
+		if (!running && !L->linger_deadline && (!owed || L->got_signal))
+			L->linger_deadline = now + LINGER_MS;
+		if (!running && L->linger_deadline) {
 			if (now >= L->linger_deadline) {
 				for (int i = 0; i < L->n; i++) {
 					proc *p = &L->p[i];
 					if (p->out.fd < 0 && p->err.fd < 0)
 						continue;
+					/* A pipe whose write end is closed everywhere only has
+					 * unread output left (we were asked to hurry). */
+					int held = 0;
+					stream *ss[2] = {&p->out, &p->err};
+					for (int k = 0; k < 2; k++) {
+						struct pollfd t = {.fd = ss[k]->fd, .events = POLLIN};
+						held |= ss[k]->fd >= 0 && poll(&t, 1, 0) >= 0 && !(t.revents & POLLHUP);
+					}
 					/* Something the rank started outlives it and holds its
 					 * output: the job is over, so it goes too. */
-					say(L, "rank %d exited but processes it started still hold its output; "
-					    "sending them SIGTERM", p->rank);
-					kill(-p->pid, SIGTERM);
+					if (held) {
+						say(L, "rank %d exited but processes it started still hold its output; "
+						    "sending them SIGTERM", p->rank);
+						kill(-p->pid, SIGTERM);
+					}
 					stream_close(L, p, &p->out);
 					stream_close(L, p, &p->err);
 				}
@@ -674,10 +763,15 @@ static int run_loop(launcher *L)
 		if (L->stopping && running && !L->killed && now >= L->kill_deadline) {
 			char list[512];
 			size_t len = 0;
-			for (int i = 0; i < L->n && len < sizeof(list) - 16; i++)
-				if (L->p[i].running)
+			int listed = 0;
+			for (int i = 0; i < L->n && len < sizeof(list) - 40; i++)
+				if (L->p[i].running) {
 					len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d",
 					                        len ? ", " : "", L->p[i].rank);
+					listed++;
+				}
+			if (listed < running)
+				snprintf(list + len, sizeof(list) - len, " and %d more", running - listed);
 			say(L, "rank%s %s did not stop within %g s: sending SIGKILL", running == 1 ? "" : "s",
 			    list, L->spec->grace_s);
 			signal_all(L, SIGKILL);
@@ -692,7 +786,7 @@ static int run_loop(launcher *L)
 			break;
 		}
 		int64_t next = INT64_MAX;
-		if (!running)
+		if (!running && L->linger_deadline)
 			next = L->linger_deadline;
 		else if (L->stopping && !L->killed)
 			next = L->kill_deadline;
@@ -715,7 +809,7 @@ static int run_loop(launcher *L)
 			unsigned char sigs[64];
 			ssize_t r = read(sig_pipe[0], sigs, sizeof(sigs));
 			for (ssize_t k = 0; k < r; k++)
-				if (sigs[k] != SIGCHLD)
+				if (sigs[k] != SIGCHLD && sigs[k] != 0) /* 0: an output queue drained */
 					on_launcher_signal(L, sigs[k]);
 		}
 		for (int k = 1; k < nfd; k++)
@@ -767,18 +861,34 @@ int accel_launch_run(const launch_spec *spec)
 	}
 	if (spec->log_dir && open_logs(&L) < 0)
 		goto out;
+	for (int fd = 1; fd <= 2; fd++) {
+		int e = launch_out_start(&L.q[fd], fd, sig_pipe[1]);
+		if (e) {
+			say(&L, "cannot start the thread that writes our %s: %s",
+			    fd == 1 ? "stdout" : "stderr", strerror(e));
+			goto out;
+		}
+	}
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
 	sigemptyset(&sa.sa_mask);
-	for (int k = 0; k < N_HANDLED; k++)
-		sigaction(handled_signals[k], &sa, &old[k]);
+	for (int k = 0; k < N_HANDLED; k++) {
+		sigaction(handled_signals[k], NULL, &old[k]);
+		/* nohup and the background jobs of scripts start us with SIGHUP
+		 * or SIGINT ignored: keep them ignored (and so in the ranks).
+		 * SIGCHLD we need, whatever it was. */
+		inherited_ign[k] = old[k].sa_handler == SIG_IGN;
+		if (!inherited_ign[k] || handled_signals[k] == SIGCHLD)
+			sigaction(handled_signals[k], &sa, NULL);
+	}
 	struct sigaction ign;
 	memset(&ign, 0, sizeof(ign));
 	ign.sa_handler = SIG_IGN;
 	sigemptyset(&ign.sa_mask);
 	sigaction(SIGPIPE, &ign, &oldpipe);
+	pipe_inherited_ign = oldpipe.sa_handler == SIG_IGN;
 	installed = 1;
 
 	L.started = time(NULL);
@@ -816,7 +926,7 @@ int accel_launch_run(const launch_spec *spec)
 			if (L.p[i].running)
 				rc = 1; /* gave up waiting for it */
 	}
-	if (rc == 0 && count_running(&L))
+	if (rc == 0 && (count_running(&L) || L.log_failed))
 		rc = 1;
 out:
 	/* Nothing may outlive us unreaped: kill and collect any stragglers. */
@@ -846,6 +956,20 @@ out:
 				;
 		}
 	free(L.reporters);
+	/* Our own output last: the thread writes out what is queued.  While its
+	 * reader does not read, a signal gives up on it, and after one has
+	 * stopped the job the wait is at most the grace period. */
+	int flush_ms = L.got_signal ? (int)(spec->grace_s * 1000.0 + 0.5) : -1;
+	for (int fd = 1; fd <= 2; fd++)
+		if (L.q[fd]) {
+			launch_out *q = L.q[fd];
+			L.q[fd] = NULL;
+			if (launch_out_finish(q, sig_pipe[0], flush_ms) < 0) {
+				if (rc == 0)
+					rc = 1;
+				break;
+			}
+		}
 	if (installed) {
 		for (int k = 0; k < N_HANDLED; k++)
 			sigaction(handled_signals[k], &old[k], NULL);

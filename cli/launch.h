@@ -23,6 +23,27 @@ typedef struct launch_spec {
  * Returns the launcher's exit status (docs/launch.md, "Exit status"). */
 int accel_launch_run(const launch_spec *spec);
 
+/* launch-out.c: the launcher's stdout or stderr, written by a thread from a
+ * queue so that the supervising loop never blocks on its reader. */
+typedef struct launch_out launch_out;
+/* Start the writer of fd; it writes a byte 0 to wake_fd when the queue
+ * drains below its high-water mark after launch_out_full() said full, and
+ * when it exits.  Returns 0 or an errno value. */
+int launch_out_start(launch_out **ret, int fd, int wake_fd);
+/* Queue n bytes (never blocks; dropped once a write has failed). */
+void launch_out_put(launch_out *o, const char *p, unsigned long n);
+/* Non-zero while the queue is above its high-water mark: stop feeding it. */
+int launch_out_full(launch_out *o);
+/* Non-zero once a write failed (EPIPE: the reader has gone). */
+int launch_out_dead(launch_out *o);
+/* Write out what is queued and end the thread, waiting for it at most
+ * timeout_ms (< 0: no limit) while watching sig_fd (the launcher's signal
+ * pipe): a signal byte other than 0 or SIGCHLD abandons the wait too (the
+ * thread stays blocked in its write; the process is about to exit).  Frees
+ * o unless abandoned.  Returns 0, 1 when output was lost to a failed write,
+ * -1 when abandoned. */
+int launch_out_finish(launch_out *o, int sig_fd, int timeout_ms);
+
 /* "SIGKILL" for 9, or "signal 42" for one without a name (static or buf). */
 const char *accel_launch_signame(int sig, char *buf, unsigned long cap);
 

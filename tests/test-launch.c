@@ -25,6 +25,10 @@
 #endif
 
 static char prog[4096], store_prog[4096];
+/* A signal the next start() has the launcher begin with ignored (nohup). */
+static int start_ignoring;
+/* finish() pauses this long after each read of stdout (a slow reader). */
+static int slow_read_us;
 
 static const char *cli(void)
 {
@@ -73,6 +77,8 @@ static void start(run *r, const char *const *args)
 		/* only 0-2 go to the launcher, so the ranks' OPEN_FDS shows its leaks */
 		for (int fd = 3; fd < 1024; fd++)
 			close(fd);
+		if (start_ignoring)
+			signal(start_ignoring, SIG_IGN);
 		execv(argv[0], (char *const *)argv);
 		_exit(99);
 	}
@@ -109,6 +115,8 @@ static void finish(run *r, double limit_s)
 			char buf[8192];
 			ssize_t n = read(pf[k].fd, buf, sizeof(buf));
 			if (n > 0) {
+				if (k == 0 && slow_read_us)
+					usleep((useconds_t)slow_read_us);
 				if (k == 0)
 					append(&r->out, &r->out_len, buf, (size_t)n);
 				else
@@ -561,6 +569,115 @@ START_TEST(closed_stdout_pipe_ends_the_job)
 }
 END_TEST
 
+/* The launcher's stdout is a pipe nobody reads (a pager left on its first
+ * page): a failing rank is still reported and the others stopped at once,
+ * not when the reader wakes up. */
+START_TEST(stalled_stdout_does_not_stall_the_launcher)
+{
+	run r;
+	start(&r, (const char *[]){"-n", "2", "--", prog, "flood", "0", "1", "3", NULL});
+	append(&r.err, &r.err_len, "", 0);
+	while (!strstr(r.err, "stopping the other 1 rank")) {
+		int left = (int)((r.t0 + 10.0 - now_s()) * 1000);
+		ck_assert_msg(left > 0, "no failure report within 10 s while stdout was not read; "
+		              "stderr so far:\n%s", r.err);
+		struct pollfd pf = {.fd = r.err_fd, .events = POLLIN};
+		if (poll(&pf, 1, left) <= 0)
+			continue;
+		char buf[4096];
+		ssize_t n = read(r.err_fd, buf, sizeof(buf));
+		ck_assert_msg(n > 0, "stderr closed early:\n%s", r.err);
+		append(&r.err, &r.err_len, buf, (size_t)n);
+	}
+	ck_assert_msg(now_s() - r.t0 < 5.0, "reported after %.1f s", now_s() - r.t0);
+	finish(&r, 30);
+	ck_assert_msg(r.status == 1, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: rank 1 failed: exit code 3\n");
+	HAS(r.out, "[rank 0] flood line 000000 of rank 0");
+	run_free(&r);
+}
+END_TEST
+
+static int count_of(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* Ranks that exit with much output still in their pipes (more than the
+ * launcher's stdout takes while its reader is slow): every line arrives,
+ * however long the reader takes, and nothing is mistaken for a leftover
+ * process holding the pipes. */
+START_TEST(output_left_in_the_pipes_is_delivered)
+{
+	run r;
+	start(&r, (const char *[]){"-n", "2", "--", prog, "flood", "15000", NULL});
+	usleep(1000000); /* longer than the launcher lingers for leftover processes */
+	slow_read_us = 5000; /* and then slowly: about 2 s for the 1.5 MB */
+	finish(&r, 30);
+	slow_read_us = 0;
+	ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
+	ck_assert_int_eq(count_of(r.out, "[rank 0] flood line "), 15000);
+	ck_assert_int_eq(count_of(r.out, "[rank 1] flood line "), 15000);
+	HAS(r.out, "[rank 1] flood line 014999 of rank 1");
+	HASNT(r.err, "still hold its output");
+	run_free(&r);
+}
+END_TEST
+
+/* One rank exits 0 at once (the launcher starts a child to tell the store)
+ * and the launcher's stdout is closed (| head): the flooding rank dies of
+ * SIGPIPE promptly; the reporting child does not keep its pipe open. */
+START_TEST(closed_stdout_after_an_early_exit)
+{
+	char *d = tmpdir();
+	const char *cli = getenv("ACCEL_CLI");
+	char cmd[9000], stf[4200];
+	snprintf(stf, sizeof(stf), "%s/status", d);
+	snprintf(cmd, sizeof(cmd), "( timeout 30 '%s' launch -n 2 -- '%s' flood 0 1 0 "
+	         "2>/dev/null; echo $? > '%s' ) | head -n 1 > /dev/null", cli, prog, stf);
+	double t0 = now_s();
+	ck_assert_int_eq(system(cmd), 0);
+	double secs = now_s() - t0;
+	FILE *f = fopen(stf, "r");
+	ck_assert_ptr_nonnull(f);
+	int st = -1;
+	ck_assert_int_eq(fscanf(f, "%d", &st), 1);
+	fclose(f);
+	ck_assert_msg(st == 128 + SIGPIPE, "launch exited %d, expected %d (SIGPIPE)", st,
+	              128 + SIGPIPE);
+	ck_assert_msg(secs < 5.0, "took %.1f s (the reporter holds the pipe for 10 s)", secs);
+	tmpdir_free(d);
+}
+END_TEST
+
+/* A log file that cannot be written (a full disk) is reported and fails
+ * the launch; the other rank's log is complete. */
+START_TEST(log_write_failure_is_reported)
+{
+	char *d = tmpdir();
+	char logs[4200], link[4300];
+	snprintf(logs, sizeof(logs), "%s/logs", d);
+	ck_assert_int_eq(mkdir(logs, 0755), 0);
+	snprintf(link, sizeof(link), "%s/rank-0.log", logs);
+	ck_assert_int_eq(symlink("/dev/full", link), 0);
+	run r;
+	launch(&r, (const char *[]){"-n", "2", "--log-dir", logs, "--", prog, "lines", "3", NULL});
+	ck_assert_msg(r.status == 1, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: writing the log of rank 0 (");
+	HAS(r.err, "No space left on device");
+	HASNT(r.err, "log of rank 1");
+	snprintf(link, sizeof(link), "%s/rank-1.log", logs);
+	char *log = read_file(link);
+	HAS(log, "line 2 of rank 1\n");
+	free(log);
+	run_free(&r);
+	tmpdir_free(d);
+}
+END_TEST
+
 /* Two ranks fail at (nearly) the same time: each gets its own failed: line,
  * and the one that ended on its own is not counted among the ranks the
  * launcher stops.  The launcher is paused while both exit, so that it finds
@@ -715,6 +832,40 @@ static void forward_case(int sig, int expect_exit)
 	tmpdir_free(d);
 }
 
+/* Started with SIGHUP ignored (nohup): a hangup neither stops the job nor
+ * reaches the ranks, which inherit it ignored; SIGTERM still works. */
+START_TEST(ignored_sighup_stays_ignored)
+{
+	char *d = tmpdir();
+	run r;
+	start_ignoring = SIGHUP;
+	start(&r, (const char *[]){"-n", "2", "--", prog, "trap", d, NULL});
+	start_ignoring = 0;
+	wait_for_files(d, "ready", 2, 10);
+	ck_assert_int_eq(kill(r.pid, SIGHUP), 0);
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/ready-1", d);
+	char *pid = read_file(p);
+	ck_assert_int_eq(kill((pid_t)atol(pid), SIGHUP), 0);
+	free(pid);
+	usleep(300000);
+	int st;
+	ck_assert_msg(waitpid(r.pid, &st, WNOHANG) == 0, "the launcher ended on an ignored SIGHUP");
+	ck_assert_int_eq(kill(r.pid, SIGTERM), 0);
+	finish(&r, 30);
+	ck_assert_msg(r.status == 128 + SIGTERM, "exit %d:\n%s", r.status, r.err);
+	HASNT(r.err, "SIGHUP");
+	HASNT(r.err, "failed");
+	for (int k = 0; k < 2; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "term-%d", k);
+		ck_assert_msg(file_exists(d, name), "rank %d did not live to get SIGTERM", k);
+	}
+	run_free(&r);
+	tmpdir_free(d);
+}
+END_TEST
+
 START_TEST(sigterm_is_forwarded)
 {
 	forward_case(SIGTERM, 128 + SIGTERM);
@@ -832,10 +983,15 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, rank_killed_by_sigkill);
 	tcase_add_test(tc, leftover_shared_memory_is_removed);
 	tcase_add_test(tc, closed_stdout_pipe_ends_the_job);
+	tcase_add_test(tc, stalled_stdout_does_not_stall_the_launcher);
+	tcase_add_test(tc, output_left_in_the_pipes_is_delivered);
+	tcase_add_test(tc, closed_stdout_after_an_early_exit);
+	tcase_add_test(tc, log_write_failure_is_reported);
 	tcase_add_test(tc, simultaneous_failures_are_each_reported);
 	tcase_add_test(tc, stubborn_ranks_get_sigkill_after_grace);
 	tcase_add_test(tc, program_not_found);
 	tcase_add_test(tc, leftover_children_are_stopped);
+	tcase_add_test(tc, ignored_sighup_stays_ignored);
 	tcase_add_test(tc, sigterm_is_forwarded);
 	tcase_add_test(tc, sigint_is_forwarded);
 	tcase_add_test(tc, store_through_launcher);

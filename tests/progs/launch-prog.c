@@ -14,6 +14,9 @@
  *   launch-prog touch FILE          create FILE
  *   launch-prog orphan DIR          leave a child behind (holding stdout) and
  *                                   exit 0; the child's pid is DIR/pid-R
+ *   launch-prog flood N [R C]       every rank but R writes N numbered lines
+ *                                   (0: without end) into a 1 MiB stdout
+ *                                   pipe and exits 0; rank R exits C at once
  *   launch-prog shmleft             create /dev/shm/accel-shm-<pid>-lt-0 (the
  *                                   shm backend's naming) and exit 1
  * Every mode that sleeps writes its pid to DIR/pid-R when DIR is given, so
@@ -164,6 +167,17 @@ int main(int argc, char **argv)
 		nap(0.1);
 		printf("parent of %ld done\n", (long)pid);
 		return pid < 0;
+	}
+	if (!strcmp(mode, "flood") && argc > 2) {
+		long n = atol(argv[2]);
+		if (argc > 4 && rank == atoi(argv[3]))
+			return atoi(argv[4]);
+#ifdef F_SETPIPE_SZ
+		fcntl(1, F_SETPIPE_SZ, 1 << 20); /* more than the launcher may hold back */
+#endif
+		for (long i = 0; n <= 0 || i < n; i++)
+			printf("flood line %06ld of rank %d, padded to fifty bytes\n", i, rank);
+		return 0;
 	}
 	if (!strcmp(mode, "shmleft")) {
 		char name[64];
