@@ -1022,6 +1022,67 @@ static void rank_unlinked(rank_env *env, void *arg)
 	B->mem_free(env->st, q);
 }
 
+/* mem_free is not collective: a rank that freed its copy of an allocation
+ * no longer maps the others'.  A broadcast from the root's copy into that
+ * rank's own memory must still be right (and take the same path on every
+ * rank: one rank copying directly while the other used the staging ring
+ * gave it stale data and left every later collective out of step). */
+static void rank_bcast_after_free(rank_env *env, void *arg)
+{
+	uint64_t n = (uint64_t)(uintptr_t)arg;
+	float *mem = NULL, *own = malloc(n * sizeof(float)), *x = malloc((1u << 20) * sizeof(float));
+	if (!own || !x || B->mem_alloc(env->st, ACCEL_DEVICE_CPU, 0, n * sizeof(float), (void **)&mem)) {
+		FAIL(env, "allocation: %s", env->hh.err);
+		goto out;
+	}
+	if (g_rank == 1) {
+		B->mem_free(env->st, mem);
+		mem = NULL;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		(g_rank == 0 ? mem : own)[i] = g_rank == 0 ? (float)i : -1.0f;
+	accel_view v = fview(g_rank == 0 ? mem : own, n);
+	if (b_broadcast(env, &v, 0)) {
+		FAIL(env, "broadcast: %s", env->hh.err);
+		goto out;
+	}
+	uint64_t wrong = 0;
+	for (uint64_t i = 0; g_rank == 1 && i < n; i++)
+		wrong += own[i] != (float)i;
+	if (wrong)
+		FAIL(env, "broadcast of %llu floats: %llu wrong", (unsigned long long)n,
+		     (unsigned long long)wrong);
+	/* the ranks are still in step: a pipelined all-reduce is right */
+	for (uint64_t i = 0; i < (1u << 20); i++)
+		x[i] = (float)(g_rank + 1);
+	if (small_allreduce(env, x, 1u << 20)) {
+		FAIL(env, "allreduce after the broadcast: %s", env->hh.err);
+		goto out;
+	}
+	wrong = 0;
+	for (uint64_t i = 0; i < (1u << 20); i++)
+		wrong += x[i] != 3.0f;
+	if (wrong)
+		FAIL(env, "allreduce after the broadcast: %llu of %u wrong", (unsigned long long)wrong,
+		     1u << 20);
+out:
+	if (mem)
+		B->mem_free(env->st, mem);
+	free(own);
+	free(x);
+}
+
+START_TEST(broadcast_after_a_peer_freed_its_copy)
+{
+	static const uint64_t sizes[] = {25600, 262144}; /* one round, several */
+	for (int k = 0; k < 2; k++) {
+		world_result res;
+		run_world(2, rank_bcast_after_free, (void *)(uintptr_t)sizes[k], 60, &res);
+		assert_all_ok(&res);
+	}
+}
+END_TEST
+
 START_TEST(no_names_left_in_dev_shm)
 {
 	world_result res;
@@ -1247,6 +1308,7 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, async_many_in_flight);
 	tcase_add_test(tc, half_special_values);
 	tcase_add_test(tc, no_names_left_in_dev_shm);
+	tcase_add_test(tc, broadcast_after_a_peer_freed_its_copy);
 	tcase_add_test(tc, bad_arguments);
 	tcase_add_test(tc, mismatched_collectives);
 	tcase_add_test(tc, timeout_names_missing_rank);

@@ -306,7 +306,11 @@ static char *peer_ptr(const shm_alloc *a, int32_t q, uint64_t off)
 }
 
 /* Can every rank's buffers be reached directly?  Decided from the posted
- * descriptors, which every rank sees alike. */
+ * descriptors alone, which every rank sees alike, so that every rank takes
+ * the same path.  Each rank's own buffers must lie in the allocation the
+ * others use (also for a broadcast: a rank's mapping of an allocation ends
+ * with its own mem_free, which is not collective, so only a rank that
+ * posts an allocation is known to have it mapped). */
 static int zero_copy_plan(run_ctx *r, const shm_alloc **ret_s, const shm_alloc **ret_r,
                           uint64_t *soff, uint64_t *roff)
 {
@@ -327,10 +331,6 @@ static int zero_copy_plan(run_ctx *r, const shm_alloc **ret_s, const shm_alloc *
 			return 0;   /* cannot happen for non-small ops; be safe */
 		if (d.op.kind & SHM_OPF_ALIAS)
 			return 0;
-		if (kind == SHM_OP_BROADCAST) {
-			if (q != op->root)
-				continue;
-		}
 		if (d.send_alloc < 0 || (sidx != -2 && d.send_alloc != sidx))
 			return 0;
 		sidx = d.send_alloc;
@@ -342,14 +342,14 @@ static int zero_copy_plan(run_ctx *r, const shm_alloc **ret_s, const shm_alloc *
 			roff[q] = d.recv_off;
 		}
 	}
+	/* This rank posted both indexes itself, so it maps them (a mem_free
+	 * waits for the collectives in flight). */
 	const shm_alloc *sa = shm_mem_by_index(c, sidx);
 	const shm_alloc *ra = need_recv ? shm_mem_by_index(c, ridx) : NULL;
 	if (!sa || (need_recv && !ra))
 		return 0;
 	/* The offsets come from peers: keep them inside the buffers. */
 	for (int32_t q = 0; q < c->world; q++) {
-		if (kind == SHM_OP_BROADCAST && q != op->root)
-			continue;
 		if (soff[q] + sbytes > sa->bytes || (need_recv && roff[q] + rbytes > ra->bytes))
 			return 0;
 	}

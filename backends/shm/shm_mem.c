@@ -37,12 +37,21 @@ static uint64_t round_up(uint64_t x, uint64_t a)
 	return (x + a - 1) / a * a;
 }
 
+/* The comm thread looks allocations up (for queued collectives) while the
+ * caller's thread may add one: mem_alloc publishes a new head with a
+ * release store, readers load it with acquire.  (mem_free unlinks only
+ * after draining the queue, when the comm thread looks at nothing.) */
+static const shm_alloc *allocs_head(const shm_comm *c)
+{
+	return __atomic_load_n(&c->allocs, __ATOMIC_ACQUIRE);
+}
+
 const shm_alloc *shm_mem_find(const shm_comm *c, const void *p, uint64_t bytes, uint64_t *ret_off)
 {
 	const char *cp = p;
 	if (!p)
 		return NULL;
-	for (const shm_alloc *a = c->allocs; a; a = a->next) {
+	for (const shm_alloc *a = allocs_head(c); a; a = a->next) {
 		const char *mine = a->base + (uint64_t)c->rank * a->stride;
 		if (cp >= mine && cp < mine + a->stride && (uint64_t)(cp - mine) + bytes <= a->bytes) {
 			*ret_off = (uint64_t)(cp - mine);
@@ -54,7 +63,7 @@ const shm_alloc *shm_mem_find(const shm_comm *c, const void *p, uint64_t bytes, 
 
 const shm_alloc *shm_mem_by_index(const shm_comm *c, int32_t index)
 {
-	for (const shm_alloc *a = c->allocs; a; a = a->next)
+	for (const shm_alloc *a = allocs_head(c); a; a = a->next)
 		if (a->index == index)
 			return a;
 	return NULL;
@@ -244,7 +253,7 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 	}
 	a->base = (char *)a->map + SHM_PAGE;
 	a->next = c->allocs;
-	c->allocs = a;
+	__atomic_store_n(&c->allocs, a, __ATOMIC_RELEASE);
 	c->n_allocs++;
 	*ret_ptr = a->base + (uint64_t)c->rank * a->stride;
 	return ACCEL_OK;
