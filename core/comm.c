@@ -124,9 +124,14 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		goto fail;
 	}
 	if (!cpu_name) {
-		/* auto: mpi when an MPI launcher started us, else shm */
+		/* auto: mpi when an MPI launcher started us, else shm.  The world
+		 * says who started us (the innermost launcher wins); MPI variables
+		 * inherited from outside (a shell inside `srun --pty`, then `accel
+		 * launch`) do not count. */
 		cpu_name = "shm";
-		if (usable(ctx, "mpi", &m) && m->comm->probe) {
+		int mpi_launcher = ctx->launcher && (!strncmp(ctx->launcher, "mpi", 3) ||
+		                                     !strcmp(ctx->launcher, "srun"));
+		if (mpi_launcher && usable(ctx, "mpi", &m) && m->comm->probe) {
 			struct accel_host ph = {.ctx = ctx, .module = m, .name = m->name,
 			                        .section = m->comm->desc->config_section};
 			if (m->comm->probe(accel_host_table(), &ph))

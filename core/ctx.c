@@ -178,6 +178,7 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 
 	if (!ret_ctx)
 		return ACCEL_ERR_INVALID_ARG;
+	*ret_ctx = NULL;
 	if (opts && opts->struct_size < offsetof(accel_opts, skip_env) + sizeof(opts->skip_env))
 		return ACCEL_ERR_INVALID_ARG;
 	ctx = calloc(1, sizeof(*ctx));
@@ -217,6 +218,10 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 fail:
 	if (ctx->err.code == ACCEL_OK)
 		accel_err_set(&ctx->err, r, "context creation failed: %s", accel_status_str(r));
+	/* The others must not wait for this rank until their timeouts (and
+	 * rank 0 must not keep the store up for them). */
+	if (ctx->store)
+		accel_store_fail(ctx->store, ctx->err.msg);
 	return ctx->err.code;
 }
 

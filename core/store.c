@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ enum {
 	OP_BARRIER = 6,
 	OP_BYE = 7,
 	OP_EXITED = 8,   /* observer: rank r's process ended (u32 rank, str how) */
+	OP_FAILED = 9,   /* rank: it failed and leaves the job (str why) */
 };
 
 /* The key the server sets when the job can no longer complete because a
@@ -281,8 +283,10 @@ typedef struct kv {
 	struct kv *next;
 } kv;
 
-/* RANK_EXITED: its launcher reported that it ended without ever connecting */
-enum { RANK_NEVER = 0, RANK_CONNECTED = 1, RANK_LEFT = 2, RANK_CRASHED = 3, RANK_EXITED = 4 };
+/* RANK_EXITED: its launcher reported that it ended without ever connecting;
+ * RANK_FAILED: it reported its own failure (FAILED) and is leaving */
+enum { RANK_NEVER = 0, RANK_CONNECTED = 1, RANK_LEFT = 2, RANK_CRASHED = 3, RANK_EXITED = 4,
+       RANK_FAILED = 5 };
 
 typedef struct sclient {
 	int fd;
@@ -312,6 +316,8 @@ typedef struct store_server {
 	int lfd[2];
 	int n_lfd;
 	int wake[2];           /* pipe: a byte asks the thread to stop */
+	_Atomic int64_t stop_linger_ms; /* < 0: linger_ms; else the stop's own */
+	char *abort_msg;       /* set before the stop: the job failed (fail_job) */
 	pthread_t thread;
 	int started;
 	int world;
@@ -511,7 +517,7 @@ static void barrier_missing(store_server *s, const barrier *b, char *out, size_t
 			never[r] = any_never = 1;
 		else if (s->rank_state[r] == RANK_EXITED)
 			early[r] = any_early = 1;
-		else if (s->rank_state[r] != RANK_CONNECTED)
+		else if (s->rank_state[r] != RANK_CONNECTED && s->rank_state[r] != RANK_FAILED)
 			gone[r] = any_gone = 1;
 	}
 	char a[350], bb[350], cc[350], dd[350];
@@ -553,7 +559,7 @@ static int barrier_doomed(const store_server *s, const barrier *b)
 {
 	for (int r = 0; r < s->world; r++)
 		if (!b->arrived[r] && (s->rank_state[r] == RANK_LEFT || s->rank_state[r] == RANK_CRASHED ||
-		                       s->rank_state[r] == RANK_EXITED))
+		                       s->rank_state[r] == RANK_EXITED || s->rank_state[r] == RANK_FAILED))
 			return 1;
 	return 0;
 }
@@ -692,33 +698,14 @@ static void fail_broken(store_server *s, sclient *c, const char *what, const cha
 	          key ? " '" : "", key ? key : "", key ? "'" : "", c->rank, s->failed);
 }
 
-/* An observer (the launcher of some node) reports that rank r's process
- * ended.  A rank that had connected is already accounted for by its
- * connection; one that never did will never come, so nothing that waits
- * for the whole job can complete: fail the waiters now, and refuse later
- * waits for keys that are not set, instead of letting them run into their
- * timeouts. */
-static void do_exited(store_server *s, sclient *c, cursor *cu)
+/* The job can no longer complete (msg says why): record it under
+ * STORE_FAILED_KEY, fail the parked gets and waits and the barriers that
+ * cannot complete, and refuse later waits for keys that are not set,
+ * instead of letting them run into their timeouts.  The first reason
+ * stays. */
+static void fail_job(store_server *s, const char *msg)
 {
-	int32_t r = (int32_t)cu_u32(cu);
-	uint32_t hl;
-	const uint8_t *how = cu_str(cu, &hl);
-	if (cu->bad || hl > 200 || memchr(how, 0, hl)) {
-		c->dead = 1;
-		return;
-	}
-	if (r < 0 || r >= s->world) {
-		reply_err(c, ACCEL_ERR_INVALID_ARG, "rank %d is outside the world of %d", r, s->world);
-		return;
-	}
-	reply_ok(c, NULL, 0);
-	if (s->rank_state[r] != RANK_NEVER)
-		return;
-	s->rank_state[r] = RANK_EXITED;
 	if (!s->failed) {
-		char msg[400];
-		snprintf(msg, sizeof(msg), "rank %d %.*s before it joined the job (it never connected "
-		         "to the rendezvous store)", r, (int)hl, (const char *)how);
 		s->failed = strdup(msg);
 		if (!s->failed || kv_put(s, STORE_FAILED_KEY, msg, (uint32_t)strlen(msg)) < 0)
 			return;
@@ -736,6 +723,51 @@ static void do_exited(store_server *s, sclient *c, cursor *cu)
 		if (barrier_doomed(s, b))
 			barrier_fail_left(s, b);
 	}
+}
+
+/* A rank reports that it failed (its context could not be created) and is
+ * leaving: the others must not wait for it until their timeouts. */
+static void do_failed(store_server *s, sclient *c, cursor *cu)
+{
+	uint32_t wl;
+	const uint8_t *why = cu_str(cu, &wl);
+	if (cu->bad || wl > 400 || memchr(why, 0, wl)) {
+		c->dead = 1;
+		return;
+	}
+	reply_ok(c, NULL, 0);
+	if (s->rank_state[c->rank] == RANK_CONNECTED)
+		s->rank_state[c->rank] = RANK_FAILED;
+	char msg[600];
+	snprintf(msg, sizeof(msg), "rank %d failed: %.*s", c->rank, (int)wl, (const char *)why);
+	fail_job(s, msg);
+}
+
+/* An observer (the launcher of some node) reports that rank r's process
+ * ended.  A rank that had connected is already accounted for by its
+ * connection; one that never did will never come, so nothing that waits
+ * for the whole job can complete (fail_job). */
+static void do_exited(store_server *s, sclient *c, cursor *cu)
+{
+	int32_t r = (int32_t)cu_u32(cu);
+	uint32_t hl;
+	const uint8_t *how = cu_str(cu, &hl);
+	if (cu->bad || hl > 200 || memchr(how, 0, hl)) {
+		c->dead = 1;
+		return;
+	}
+	if (r < 0 || r >= s->world) {
+		reply_err(c, ACCEL_ERR_INVALID_ARG, "rank %d is outside the world of %d", r, s->world);
+		return;
+	}
+	reply_ok(c, NULL, 0);
+	if (s->rank_state[r] != RANK_NEVER)
+		return;
+	s->rank_state[r] = RANK_EXITED;
+	char msg[400];
+	snprintf(msg, sizeof(msg), "rank %d %.*s before it joined the job (it never connected "
+	         "to the rendezvous store)", r, (int)hl, (const char *)how);
+	fail_job(s, msg);
 }
 
 static void do_barrier(store_server *s, sclient *c, const char *name, int64_t timeout_ms)
@@ -801,6 +833,9 @@ static void handle(store_server *s, sclient *c, const uint8_t *body, size_t n)
 	case OP_BYE:
 		c->said_bye = 1;
 		c->dead = 1;
+		return;
+	case OP_FAILED:
+		do_failed(s, c, &cu);
 		return;
 	case OP_SET: {
 		char *key = cu_key(&cu);
@@ -968,10 +1003,16 @@ static void client_read(store_server *s, sclient *c)
 		c->dead = 1; /* EOF or error */
 		break;
 	}
-	/* One request at a time: a parked client's next frame waits (a correct
-	 * client never sends one before the reply). */
+	/* One request at a time: the next frame of a parked client, or of one
+	 * whose last reply is still unsent, waits (a correct client never
+	 * sends one before it has the reply).  A client that sends on anyway
+	 * is dropped once it has sent more than the largest frame. */
+	if ((c->wait_op || c->out.len) && c->in.len > STORE_MAX_FRAME + 4) {
+		c->dead = 1;
+		return;
+	}
 	size_t off = 0;
-	while (!c->wait_op && c->in.len - off >= 4) {
+	while (!c->wait_op && !c->out.len && c->in.len - off >= 4) {
 		uint32_t blen = rd_u32raw(c->in.p + off);
 		if (blen > STORE_MAX_FRAME || blen == 0) {
 			c->dead = 1;
@@ -1122,7 +1163,10 @@ static void *server_main(void *arg)
 			(void)r;
 			if (!stopping) {
 				stopping = 1;
-				stop_deadline = deadline_after(now_ms(), s->linger_ms);
+				if (s->abort_msg)
+					fail_job(s, s->abort_msg);
+				int64_t lm = atomic_load(&s->stop_linger_ms);
+				stop_deadline = deadline_after(now_ms(), lm >= 0 ? lm : s->linger_ms);
 			}
 		}
 		if (pr > 0)
@@ -1145,16 +1189,16 @@ static void *server_main(void *arg)
 			sclient *c = s->cl[i];
 			if (c->wait_op && !c->dead && c->deadline <= now)
 				expire(s, c);
-			/* A client whose parked request was just answered may have its
-			 * next request buffered already. */
-			if (!c->wait_op && !c->dead && c->in.len >= 4)
+			/* A client whose parked request was just answered (or whose
+			 * reply went out) may have its next request buffered already. */
+			if (!c->wait_op && !c->out.len && !c->dead && c->in.len >= 4)
 				client_read(s, c);
 		}
 		for (size_t i = s->ncl; i-- > 0;)
 			if (s->cl[i]->dead)
 				client_close(s, i);
 	}
-	if (stopping && !all_done(s) && !s->refuse) {
+	if (stopping && !all_done(s) && !s->refuse && !s->failed) {
 		uint8_t *still = calloc((size_t)s->world, 1);
 		if (still) {
 			for (int r = 1; r < s->world; r++)
@@ -1197,6 +1241,7 @@ static store_server *server_free(store_server *s)
 		barrier_drop(s, s->barriers);
 	free(s->rank_state);
 	free(s->failed);
+	free(s->abort_msg);
 	free(s->refuse);
 	free(s);
 	return NULL;
@@ -1261,6 +1306,7 @@ static int server_start(const char *addr, int port, int world, int64_t linger_ms
 	s->world = world;
 	s->port = port;
 	s->linger_ms = linger_ms;
+	atomic_store(&s->stop_linger_ms, -1);
 	s->nb = 64;
 	s->tab = calloc(s->nb, sizeof(*s->tab));
 	s->rank_state = calloc((size_t)world, 1);
@@ -1342,10 +1388,16 @@ fail:
 	return rc;
 }
 
-static void server_stop(store_server *s)
+/* Stop the server thread: after the other ranks have disconnected, or at
+ * the latest after linger_ms (< 0: the store's timeout).  abort_msg: the job
+ * failed; the ranks still waiting are told so first (fail_job). */
+static void server_stop(store_server *s, int64_t linger_ms, const char *abort_msg)
 {
 	if (!s || !s->started)
 		return;
+	if (abort_msg)
+		s->abort_msg = strdup(abort_msg);  /* read by the thread after the wake */
+	atomic_store(&s->stop_linger_ms, linger_ms);
 	ssize_t w;
 	do
 		w = write(s->wake[1], "x", 1);
@@ -1375,8 +1427,13 @@ struct accel_store {
 	char where[300];       /* "host:port" or "[v6]:port", for messages */
 	int broken;            /* after an I/O failure: later calls fail at once */
 	char broken_msg[512];
+	int failed_self;       /* accel_store_fail was called: rank 0 stops at once */
 	store_server *srv;
 };
+
+/* How long rank 0's server stays up after its own rank failed, to deliver
+ * the failure to the ranks still waiting. */
+#define STORE_ABORT_LINGER_MS 1000
 
 /* Record a lost connection (closing it); every later call fails with the
  * same message. */
@@ -1742,6 +1799,13 @@ int accel_store_new(const char *addr, int port, int rank, int world_size, int64_
 	*ret_store = st;
 	return ACCEL_OK;
 fail:
+	if (st->srv) {
+		/* Ranks that reached rank 0's server meanwhile must not wait for
+		 * it until their timeout. */
+		char why[ACCEL_ERRMSG_MAX + 64];
+		snprintf(why, sizeof(why), "rank 0 failed: %s", err ? err->msg : "could not join");
+		server_stop(st->srv, STORE_ABORT_LINGER_MS, why);
+	}
 	accel_store_free(st);
 	return rc;
 }
@@ -1774,7 +1838,7 @@ accel_store *accel_store_free(accel_store *st)
 	}
 	sb_free(&req);
 	if (st->srv) {
-		server_stop(st->srv);
+		server_stop(st->srv, st->failed_self ? STORE_ABORT_LINGER_MS : -1, NULL);
 		st->srv = server_free(st->srv);
 	}
 	pthread_mutex_destroy(&st->lock);
@@ -1806,11 +1870,30 @@ int accel_store_refusal_start(const char *addr, int port, int world_size, const 
 accel_store_refusal *accel_store_refusal_stop(accel_store_refusal *r)
 {
 	if (r) {
-		server_stop(r->srv);
+		server_stop(r->srv, -1, NULL);
 		server_free(r->srv);
 		free(r);
 	}
 	return NULL;
+}
+
+int accel_store_fail(accel_store *st, const char *why)
+{
+	if (!st)
+		return ACCEL_ERR_INVALID_ARG;
+	st->failed_self = 1;
+	char w[401];
+	snprintf(w, sizeof(w), "%s", why && *why ? why : "(no reason given)");
+	sbuf req = {0}, rep = {0};
+	size_t at = sb_begin(&req);
+	sb_u8(&req, OP_FAILED);
+	sb_str(&req, w, strlen(w));
+	sb_end(&req, at);
+	accel_err e = {0};
+	int rc = req.oom ? ACCEL_ERR_NOMEM : rpc(st, &req, 2000, &rep, &e);
+	sb_free(&req);
+	sb_free(&rep);
+	return rc;
 }
 
 int accel_store_report_exit(const char *addr, int port, int world_size, int rank, const char *how,

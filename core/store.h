@@ -42,8 +42,17 @@ int accel_store_new(const char *addr, int port, int rank, int world_size, int64_
                     accel_store **ret_store, accel_err *err);
 /* Close the connection; rank 0 stops the server after the other ranks have
  * disconnected, or at the latest after the store's timeout (with a warning
- * naming the ranks still connected).  NULL-safe, returns NULL. */
+ * naming the ranks still connected), or 1 s after accel_store_fail.
+ * NULL-safe, returns NULL. */
 accel_store *accel_store_free(accel_store *st);
+
+/* This rank failed and is leaving the job (`why`, at most 400 bytes, is
+ * kept): the store fails every get, wait and barrier that is waiting or
+ * comes later for something not yet there with "rank R failed: why"
+ * (ACCEL_ERR_PEER), sets "accel/job/failed", and on rank 0 stops 1 s after
+ * accel_store_free instead of waiting for the others.  Best effort (2 s at
+ * most); returns the status of the report. */
+int accel_store_fail(accel_store *st, const char *why);
 
 /* Set key (at most 4096 bytes) to a value of up to 64 MiB (value may be
  * NULL when len is 0); wakes the ranks waiting for it.  Setting again

@@ -109,6 +109,24 @@ START_TEST(failed_device_backend_is_not_retried)
 }
 END_TEST
 
+/* backend auto takes mpi only when an MPI launcher (or srun) started the
+ * process: MPI variables inherited from an outer environment (a shell in
+ * `srun --pty`, then `accel launch`) do not make it pick mpi. */
+START_TEST(auto_backend_ignores_inherited_mpi_variables)
+{
+	setenv("PMIX_RANK", "0", 1);
+	setenv("ACCEL_RANK", "0", 1);
+	setenv("ACCEL_WORLD_SIZE", "1", 1);
+	accel_ctx *ctx = ctx_json("{\"backend\": \"auto\"}", ACCEL_OK);
+	ck_assert_str_eq(ctx->launcher, "accel launch");
+	ck_assert_str_eq(accel_comm_backend_name(ctx->comm), "shm");
+	accel_ctx_free(ctx);
+	unsetenv("PMIX_RANK");
+	unsetenv("ACCEL_RANK");
+	unsetenv("ACCEL_WORLD_SIZE");
+}
+END_TEST
+
 START_TEST(mem_accounting)
 {
 	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
@@ -187,6 +205,7 @@ static Suite *ctx_suite(void)
 	tcase_add_test(tc, unknown_key);
 	tcase_add_test(tc, world1_collectives);
 	tcase_add_test(tc, failed_device_backend_is_not_retried);
+	tcase_add_test(tc, auto_backend_ignores_inherited_mpi_variables);
 	tcase_add_test(tc, mem_accounting);
 	tcase_add_test(tc, cpu_ops);
 	tcase_add_test(tc, extension_lookup);

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -700,6 +701,196 @@ START_TEST(exit_report_fails_waiters)
 }
 END_TEST
 
+/* A rank whose context could not be created reports it (accel_store_fail):
+ * the others' waits fail at once with its reason, not at their timeouts. */
+START_TEST(failed_rank_fails_waiters)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st0 = NULL, *st1 = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st0, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 1, 2, 20000, &st1, &err), ACCEL_OK);
+	parked_get g = {.st = st0};
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, park_get, &g), 0);
+	usleep(200000);
+	ck_assert_int_eq(accel_store_fail(st1, "backend 'nccl' found no GPU"), ACCEL_OK);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(g.rc, ACCEL_ERR_PEER);
+	ck_assert_str_eq(g.msg, "store get 'never-set' (rank 0) cannot complete: rank 1 failed: "
+	                 "backend 'nccl' found no GPU");
+	ck_assert_msg(g.took < 5.0, "the parked get took %.1f s", g.took);
+	double t0 = now_s();
+	ck_assert_int_eq(accel_store_barrier(st0, "b", 20000, &err), ACCEL_ERR_PEER);
+	accel_err_clear(&err);
+	ck_assert_msg(now_s() - t0 < 5.0, "the barrier took %.1f s", now_s() - t0);
+	accel_store_free(st1);
+	t0 = now_s();
+	accel_store_free(st0);
+	ck_assert_msg(now_s() - t0 < 5.0, "rank 0's store took %.1f s to stop", now_s() - t0);
+}
+END_TEST
+
+/* Rank 0 hosts the store; when its own context fails, the ranks waiting in
+ * the store hear why at once, and rank 0 stops the store without waiting
+ * for them until the timeout. */
+START_TEST(rank0_failure_reaches_waiters)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st0 = NULL, *st1 = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st0, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 1, 2, 20000, &st1, &err), ACCEL_OK);
+	parked_get g = {.st = st1};
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, park_get, &g), 0);
+	usleep(200000);
+	ck_assert_int_eq(accel_store_fail(st0, "config: bad value"), ACCEL_OK);
+	double t0 = now_s();
+	accel_store_free(st0); /* rank 1 is still connected */
+	double took = now_s() - t0;
+	pthread_join(t, NULL);
+	ck_assert_int_eq(g.rc, ACCEL_ERR_PEER);
+	ck_assert_str_eq(g.msg, "store get 'never-set' (rank 1) cannot complete: rank 0 failed: "
+	                 "config: bad value");
+	ck_assert_msg(took < 5.0, "rank 0's store took %.1f s to stop (timeout 20 s)", took);
+	accel_store_free(st1);
+}
+END_TEST
+
+/* ---- a client that does not follow the protocol ------------------------------ */
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)(v >> 24);
+	p[1] = (unsigned char)(v >> 16);
+	p[2] = (unsigned char)(v >> 8);
+	p[3] = (unsigned char)v;
+}
+
+static int send_all_raw(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+	while (n) {
+		ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+		if (w <= 0)
+			return -1;
+		c += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* A raw connection that introduced itself as `rank` of `world`. */
+static int raw_client(int port, int rank, int world)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	unsigned char b[25], r[8];
+	put32(b, 21);
+	b[4] = 1; /* HELLO */
+	put32(b + 5, 0x41435354u);
+	put32(b + 9, 1);
+	put32(b + 13, (uint32_t)rank);
+	put32(b + 17, (uint32_t)world);
+	put32(b + 21, 0);
+	ck_assert_int_eq(send_all_raw(fd, b, sizeof(b)), 0);
+	ck_assert_int_eq(recv(fd, r, sizeof(r), MSG_WAITALL), (ssize_t)sizeof(r));
+	return fd;
+}
+
+/* GET frame for key k with timeout t ms. */
+static size_t get_frame(unsigned char *b, const char *k, int64_t t)
+{
+	uint32_t kl = (uint32_t)strlen(k);
+	put32(b, 1 + 8 + 4 + kl);
+	b[4] = 3; /* GET */
+	put32(b + 5, (uint32_t)((uint64_t)t >> 32));
+	put32(b + 9, (uint32_t)t);
+	put32(b + 13, kl);
+	memcpy(b + 17, k, kl);
+	return 17 + kl;
+}
+
+static long rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "VmRSS:", 6))
+			kb = atol(line + 6);
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/* Requests sent without reading the replies are answered one at a time:
+ * the store does not queue a reply per request (64 replies of 4 MiB here
+ * were 256 MiB of rank 0's memory). */
+START_TEST(unread_replies_are_not_queued)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st, &err), ACCEL_OK);
+	size_t vl = 4u << 20;
+	void *v = calloc(1, vl);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(accel_store_set(st, "big", v, vl, &err), ACCEL_OK);
+	free(v);
+	long before = rss_kb();
+	int fd = raw_client(port, 1, 2);
+	unsigned char fr[64];
+	size_t fl = get_frame(fr, "big", 0);
+	for (int i = 0; i < 64; i++)
+		ck_assert_int_eq(send_all_raw(fd, fr, fl), 0);
+	usleep(500000);
+	long grew = rss_kb() - before;
+	ck_assert_msg(grew < 64 * 1024, "rank 0 grew by %ld MiB", grew / 1024);
+	/* the store still serves the others */
+	int64_t val;
+	ck_assert_int_eq(accel_store_add(st, "ctr", 1, &val, &err), ACCEL_OK);
+	close(fd);
+	accel_store_free(st);
+}
+END_TEST
+
+/* A client that sends on while its request is parked is dropped once it
+ * has sent more than the largest frame, instead of being buffered without
+ * end. */
+START_TEST(client_sending_while_parked_is_dropped)
+{
+	int port = free_port();
+	accel_err err = {0};
+	accel_store *st = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st, &err), ACCEL_OK);
+	int fd = raw_client(port, 1, 2);
+	unsigned char fr[64];
+	size_t fl = get_frame(fr, "never", 60000);
+	ck_assert_int_eq(send_all_raw(fd, fr, fl), 0);
+	usleep(100000);
+	char *junk = calloc(1, 1 << 20);
+	ck_assert_ptr_nonnull(junk);
+	int sent = 0;
+	for (; sent < 96; sent++)
+		if (send_all_raw(fd, junk, 1 << 20) < 0)
+			break;
+	free(junk);
+	/* dropped: the connection ends (EOF or reset), with no reply */
+	struct pollfd pf = {.fd = fd, .events = POLLIN};
+	ck_assert_msg(poll(&pf, 1, 5000) == 1, "the store kept the connection after %d MiB", sent);
+	char b[8];
+	ck_assert_int_le(recv(fd, b, sizeof(b), 0), 0);
+	close(fd);
+	int64_t val;
+	ck_assert_int_eq(accel_store_add(st, "ctr", 1, &val, &err), ACCEL_OK);
+	accel_store_free(st);
+}
+END_TEST
+
 static Suite *store_suite(void)
 {
 	Suite *s = suite_create("store");
@@ -720,6 +911,10 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, ipv6_loopback);
 	tcase_add_test(tc, huge_timeouts_mean_forever);
 	tcase_add_test(tc, exit_report_fails_waiters);
+	tcase_add_test(tc, failed_rank_fails_waiters);
+	tcase_add_test(tc, rank0_failure_reaches_waiters);
+	tcase_add_test(tc, unread_replies_are_not_queued);
+	tcase_add_test(tc, client_sending_while_parked_is_dropped);
 	suite_add_tcase(s, tc);
 	return s;
 }
