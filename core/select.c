@@ -115,7 +115,9 @@ fail:
 int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
                                   const accel_select *sel, accel_err *err)
 {
-	int any_backend = !strcmp(sel->backend, "auto");
+	/* Under "auto" any backend may be picked at run time; under "nccl" the
+	 * host buffers still go to shm or mpi, picked as under auto. */
+	int any_backend = !strcmp(sel->backend, "auto") || !strcmp(sel->backend, "nccl");
 	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
 		const accel_module *m = accel_loader_get(ld, i);
 		int r = ACCEL_OK;
@@ -126,7 +128,6 @@ int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
 			                            m->plugin->desc->params, m->plugin->desc->n_params,
 			                            accel_select_has(sel, m->name), err);
 		else if (m->kind == ACCEL_MODULE_COMM && m->comm->desc->config_section)
-			/* under "auto" any backend may be picked at run time */
 			r = accel_config_add_schema(cfg, m->comm->desc->config_section, m->name,
 			                            m->comm->desc->params, m->comm->desc->n_params,
 			                            any_backend || !strcmp(sel->backend, m->name), err);

@@ -127,6 +127,17 @@ START_TEST(auto_backend_ignores_inherited_mpi_variables)
 }
 END_TEST
 
+/* Under backend nccl, host buffers still go to shm (or mpi): their config
+ * sections are in use, not "set for a backend that is not selected". */
+START_TEST(cpu_backend_sections_under_nccl)
+{
+	accel_ctx *ctx = ctx_json("{\"backend\": \"nccl\", \"shm\": {\"small_kb\": 32}}",
+	                          ACCEL_OK);
+	ck_assert_str_eq(accel_comm_backend_name(ctx->comm), "shm");
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(mem_accounting)
 {
 	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
@@ -206,6 +217,7 @@ static Suite *ctx_suite(void)
 	tcase_add_test(tc, world1_collectives);
 	tcase_add_test(tc, failed_device_backend_is_not_retried);
 	tcase_add_test(tc, auto_backend_ignores_inherited_mpi_variables);
+	tcase_add_test(tc, cpu_backend_sections_under_nccl);
 	tcase_add_test(tc, mem_accounting);
 	tcase_add_test(tc, cpu_ops);
 	tcase_add_test(tc, extension_lookup);
