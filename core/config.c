@@ -155,8 +155,8 @@ static const core_param core_params[] = {
 	 "error|warn|info|debug|trace", 0, NULL, "logger verbosity"},
 	{"metrics_file", ACCEL_CFG_STRING, NULL, NORANGE, 0, NULL, 0, NULL,
 	 "file rank 0 appends JSON-lines metrics to; unset: stdout"},
-	{"comm.timeout_s", ACCEL_CFG_DOUBLE, "300", 0, 1e9, F_MIN_EXCL, NULL, 0, NULL,
-	 "seconds a collective may wait for the other ranks before failing (at most 1e9, "
+	{"comm.timeout_s", ACCEL_CFG_DOUBLE, "300", 0.001, 1e9, 0, NULL, 0, NULL,
+	 "seconds a collective may wait for the other ranks before failing (0.001 to 1e9, "
 	 "about 31 years: in effect no limit)"},
 	{"optimizer.type", ACCEL_CFG_ENUM, "\"adamw\"", NORANGE, 0, "adamw|sgd", 0, NULL,
 	 "optimizer (torch.optim.AdamW or SGD semantics)"},

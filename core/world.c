@@ -27,10 +27,13 @@ static const char *getvar(const wsrc *s, const char *name)
 	return (v && *v) ? v : NULL;
 }
 
-/* Strict decimal int: the whole string, within int range. */
+/* Strict decimal int: the whole string (digits, an optional leading '-';
+ * no spaces or '+'), within int range. */
 static int parse_int(const char *s, long *ret)
 {
 	char *end;
+	if (!((s[0] >= '0' && s[0] <= '9') || (s[0] == '-' && s[1] >= '0' && s[1] <= '9')))
+		return -1;
 	errno = 0;
 	long v = strtol(s, &end, 10);
 	if (errno || end == s || *end || v < INT_MIN || v > INT_MAX)
@@ -51,6 +54,12 @@ static int read_int(const wsrc *s, const char *name, int *ret)
 		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s='%s' is not an integer (read as the world of %s)",
 		                     name, v, s->launcher);
+	/* Ranks, sizes, node numbers and ports are never negative (and -1
+	 * stands for "not given" below). */
+	if (x < 0)
+		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		                     "%s=%ld: must be >= 0 (read as the world of %s)", name, x,
+		                     s->launcher);
 	*ret = (int)x;
 	return 1;
 }
@@ -72,42 +81,59 @@ static int slurm_tasks_on_node(const char *spec, int node, int *ret)
 	int idx = 0;
 	while (*p) {
 		char *end;
+		if (*p < '0' || *p > '9')
+			return -1;
+		errno = 0;
 		long n = strtol(p, &end, 10), rep = 1;
-		if (end == p || n < 0)
+		if (errno || n > INT_MAX)
 			return -1;
 		p = end;
 		if (*p == '(') {
-			if (p[1] != 'x')
+			if (p[1] != 'x' || p[2] < '0' || p[2] > '9')
 				return -1;
 			rep = strtol(p + 2, &end, 10);
-			if (end == p + 2 || *end != ')' || rep < 1)
+			if (errno || end == p + 2 || *end != ')' || rep < 1 || rep > INT_MAX)
 				return -1;
 			p = end + 1;
 		}
-		if (node < idx + rep) {
+		if (*p != ',' && *p)
+			return -1;
+		if (node < (long)idx + rep) {
 			*ret = (int)n;
 			return 0;
 		}
 		idx += (int)rep;
 		if (*p == ',')
 			p++;
-		else if (*p)
-			return -1;
 	}
 	return -1;
 }
 
-/* First host of a Slurm host list: "gpu[03-05,9],cpu1" -> "gpu03". */
+/* First host of a Slurm host list: "gpu[03-05,9],cpu1" -> "gpu03",
+ * "gpu[07-09]-ib" -> "gpu07-ib", "rack[1-2]-node[01-04]" -> "rack1-node01":
+ * the name up to the first top-level ',', each bracket replaced by its
+ * first value. */
 static void slurm_first_host(const char *list, char *out, size_t cap)
 {
 	size_t n = 0;
 	const char *p = list;
-	while (*p && *p != ',' && *p != '[' && n + 1 < cap)
-		out[n++] = *p++;
-	if (*p == '[') {
+	while (*p && *p != ',') {
+		if (*p == '[') {
+			p++;
+			while (*p && *p != '-' && *p != ',' && *p != ']') {
+				if (n + 1 < cap)
+					out[n++] = *p;
+				p++;
+			}
+			while (*p && *p != ']')
+				p++;
+			if (*p == ']')
+				p++;
+			continue;
+		}
+		if (n + 1 < cap)
+			out[n++] = *p;
 		p++;
-		while (*p && *p != '-' && *p != ',' && *p != ']' && n + 1 < cap)
-			out[n++] = *p++;
 	}
 	out[n] = '\0';
 }
@@ -297,6 +323,10 @@ static int from_torchrun(wsrc *s, result *r)
 	int group;
 	if ((rc = read_int(s, "GROUP_RANK", &group)) < 0)
 		return rc;
+	if (rc == 1 && group >= w->world_size)
+		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		                     "GROUP_RANK=%d is not in 0..WORLD_SIZE-1 (WORLD_SIZE=%d) (%s)",
+		                     group, w->world_size, s->launcher);
 	if (rc == 1 && w->num_nodes == -1)
 		w->node_rank = group;
 	const char *id = getvar(s, "TORCHELASTIC_RUN_ID");

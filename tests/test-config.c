@@ -484,10 +484,10 @@ START_TEST(out_of_range)
 	c = accel_config_free(c);
 
 	c = mk(&e);
-	char *env[] = {"ACCEL_COMM_TIMEOUT_S=0", NULL};
+	char *env[] = {"ACCEL_COMM_TIMEOUT_S=0.0001", NULL}; /* would be 0 ms */
 	ck_assert_int_eq(run(c, NULL, env, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'comm.timeout_s' at env ACCEL_COMM_TIMEOUT_S: "
-	                        "expected a number in (0, 1000000000], got 0");
+	                        "expected a number in [0.001, 1000000000], got 0.0001");
 	c = accel_config_free(c);
 
 	/* a timeout beyond 1e9 s would overflow the backends' nanosecond deadlines */
@@ -495,7 +495,7 @@ START_TEST(out_of_range)
 	char *env_big[] = {"ACCEL_COMM_TIMEOUT_S=1e300", NULL};
 	ck_assert_int_eq(run(c, NULL, env_big, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'comm.timeout_s' at env ACCEL_COMM_TIMEOUT_S: "
-	                        "expected a number in (0, 1000000000], got 1e+300");
+	                        "expected a number in [0.001, 1000000000], got 1e+300");
 	c = accel_config_free(c);
 
 	c = mk(&e);

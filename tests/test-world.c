@@ -246,6 +246,52 @@ START_TEST(inconsistent_values)
 	expect_error((const char *[]){"ACCEL_RANK=0", "ACCEL_WORLD_SIZE=1",
 	                              "ACCEL_MASTER_PORT=70000", NULL},
 	             "ACCEL_MASTER_PORT='70000' is not a port number (1..65535)");
+	/* -1 means "not given" inside; given, it is an error like any negative */
+	expect_error((const char *[]){"ACCEL_RANK=0", "ACCEL_WORLD_SIZE=4",
+	                              "ACCEL_LOCAL_WORLD_SIZE=-1", NULL},
+	             "ACCEL_LOCAL_WORLD_SIZE=-1: must be >= 0 (read as the world of accel launch)");
+	expect_error((const char *[]){"ACCEL_RANK=0", "ACCEL_WORLD_SIZE=4", "ACCEL_NODE_RANK=-1",
+	                              NULL},
+	             "ACCEL_NODE_RANK=-1: must be >= 0 (read as the world of accel launch)");
+	/* strict integers: no spaces, no '+' */
+	expect_error((const char *[]){"ACCEL_RANK= 1", "ACCEL_WORLD_SIZE=2", NULL},
+	             "ACCEL_RANK=' 1' is not an integer (read as the world of accel launch)");
+	expect_error((const char *[]){"ACCEL_RANK=1", "ACCEL_WORLD_SIZE=+2", NULL},
+	             "ACCEL_WORLD_SIZE='+2' is not an integer (read as the world of accel launch)");
+	expect_error((const char *[]){"RANK=0", "WORLD_SIZE=2", "GROUP_RANK=99", NULL},
+	             "GROUP_RANK=99 is not in 0..WORLD_SIZE-1 (WORLD_SIZE=2) (torchrun)");
+	/* task counts: no junk after a group, no overflow */
+	expect_error((const char *[]){"SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2",
+	                              "SLURM_NODEID=0", "SLURM_STEP_TASKS_PER_NODE=2(x2)junk", NULL},
+	             "SLURM_STEP_TASKS_PER_NODE='2(x2)junk' does not list the tasks of node "
+	             "SLURM_NODEID=0 (srun)");
+	expect_error((const char *[]){"SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2",
+	                              "SLURM_NODEID=0", "SLURM_STEP_TASKS_PER_NODE=4294967298",
+	                              NULL},
+	             "SLURM_STEP_TASKS_PER_NODE='4294967298' does not list the tasks of node "
+	             "SLURM_NODEID=0 (srun)");
+}
+END_TEST
+
+/* The master address is the first host of the step's node list, with any
+ * text after a bracket range kept. */
+START_TEST(slurm_host_lists)
+{
+	static const struct {
+		const char *list, *first;
+	} cases[] = {
+		{"SLURM_STEP_NODELIST=gpu[07-09]-ib,cpu1", "gpu07-ib"},
+		{"SLURM_STEP_NODELIST=rack[1-2]-node[01-04]", "rack1-node01"},
+		{"SLURM_STEP_NODELIST=n[3,5-6]", "n3"},
+		{"SLURM_STEP_NODELIST=single", "single"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *env[] = {"SLURM_PROCID=0", "SLURM_STEP_NUM_TASKS=2", "SLURM_JOB_ID=1",
+		                     cases[i].list, NULL};
+		got g = detect(env);
+		ck_assert_int_eq(g.rc, ACCEL_OK);
+		ck_assert_str_eq(g.addr, cases[i].first);
+	}
 }
 END_TEST
 
@@ -288,6 +334,7 @@ static Suite *world_suite(void)
 	tcase_add_test(tc, batch_script_is_world_of_one);
 	tcase_add_test(tc, nothing_set);
 	tcase_add_test(tc, inconsistent_values);
+	tcase_add_test(tc, slurm_host_lists);
 	tcase_add_test(tc, process_environment);
 	suite_add_tcase(s, tc);
 	return s;
