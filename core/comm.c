@@ -6,6 +6,7 @@
  * because every rank issues the same collectives in the same order.  Every
  * call is checked here (dtypes, counts, root) so backends see only valid
  * requests and users get messages that name the argument. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ struct accel_req {
 	accel_comm_req *breq;   /* NULL: already complete */
 	const char *op;
 	uint64_t seq;
+	struct accel_req *prev, *next;   /* in accel_comm.live */
 };
 
 typedef struct comm_alloc {
@@ -46,7 +48,35 @@ struct accel_comm {
 	uint64_t seq;
 	comm_alloc *allocs;
 	size_t n_allocs, cap_allocs;
+	/* Requests issued and not yet waited: wait() and test() accept only
+	 * these (a request waited twice is an error, not a use after free), and
+	 * the ones never waited are released with the communicator. */
+	pthread_mutex_t live_mu;
+	accel_req *live;
 };
+
+/* Is q one of c's requests in flight?  (Compares pointers only.) */
+static int req_live(accel_comm *c, const accel_req *q)
+{
+	pthread_mutex_lock(&c->live_mu);
+	const accel_req *p = c->live;
+	while (p && p != q)
+		p = p->next;
+	pthread_mutex_unlock(&c->live_mu);
+	return p != NULL;
+}
+
+static void req_unlink(accel_comm *c, accel_req *q)
+{
+	pthread_mutex_lock(&c->live_mu);
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		c->live = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	pthread_mutex_unlock(&c->live_mu);
+}
 
 static int backend_up(accel_comm *c, comm_backend *be, const char *name, int device_index)
 {
@@ -113,6 +143,7 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 	if (!c)
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	c->ctx = ctx;
+	pthread_mutex_init(&c->live_mu, NULL);
 	if (!strcmp(want, "shm") || !strcmp(want, "mpi")) {
 		cpu_name = want;
 	} else if (!strcmp(want, "nccl")) {
@@ -167,6 +198,17 @@ accel_comm *accel_comm_free(accel_comm *c)
 		c->dev.vt->fini(c->dev.state);
 	if (c->cpu.up)
 		c->cpu.vt->fini(c->cpu.state);
+	/* The backends released their own requests in fini. */
+	size_t never = 0;
+	for (accel_req *q = c->live, *nx; q; q = nx) {
+		nx = q->next;
+		free(q);
+		never++;
+	}
+	if (never)
+		accel_log(ACCEL_LOG_DEBUG, "%zu collective request%s never waited for", never,
+		          never == 1 ? " was" : "s were");
+	pthread_mutex_destroy(&c->live_mu);
 	free(c);
 	return NULL;
 }
@@ -335,7 +377,13 @@ static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_
 			be->vt->wait(be->state, breq);
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	}
-	*q = (accel_req){be, breq, op, seq};
+	*q = (accel_req){be, breq, op, seq, NULL, NULL};
+	pthread_mutex_lock(&c->live_mu);
+	q->next = c->live;
+	if (c->live)
+		c->live->prev = q;
+	c->live = q;
+	pthread_mutex_unlock(&c->live_mu);
 	*ret_req = q;
 	return ACCEL_OK;
 }
@@ -410,6 +458,11 @@ int accel_comm_wait(accel_comm *c, accel_req *req)
 {
 	if (!req)
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
+	if (!req_live(c, req))
+		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "wait: %p is not a collective in flight on this context (waited "
+		                     "for already?)", (void *)req);
+	req_unlink(c, req);
 	int r = req->breq ? req->be->vt->wait(req->be->state, req->breq) : ACCEL_OK;
 	if (r && c->ctx->err.code == ACCEL_OK)
 		accel_err_set(&c->ctx->err, r, "%s #%llu failed in backend %s: %s", req->op,
@@ -422,6 +475,10 @@ int accel_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
 {
 	if (!req || !ret_done)
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "test: NULL argument");
+	if (!req_live(c, req))
+		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "test: %p is not a collective in flight on this context (waited "
+		                     "for already?)", (void *)req);
 	if (!req->breq) {
 		*ret_done = 1;
 		return ACCEL_OK;

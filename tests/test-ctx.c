@@ -138,6 +138,32 @@ START_TEST(cpu_backend_sections_under_nccl)
 }
 END_TEST
 
+/* A request is released by its wait: waiting (or testing) it again is an
+ * error that says so, not a use of freed memory; requests never waited for
+ * are released with the context (the sanitizer build checks for leaks). */
+START_TEST(request_waited_twice)
+{
+	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
+	float a[4] = {1, 2, 3, 4};
+	accel_view v = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, a, 4};
+	accel_req *req = NULL;
+	ck_assert_int_eq(accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req), ACCEL_OK);
+	int32_t done = 0;
+	ck_assert_int_eq(accel_comm_test(ctx->comm, req, &done), ACCEL_OK);
+	ck_assert_int_eq(accel_comm_wait(ctx->comm, req), ACCEL_OK);
+	ck_assert_int_eq(accel_comm_wait(ctx->comm, req), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "is not a collective in flight"), "%s",
+	              accel_errmsg(ctx));
+	accel_err_clear(&ctx->err);
+	ck_assert_int_eq(accel_comm_test(ctx->comm, req, &done), ACCEL_ERR_INVALID_ARG);
+	accel_err_clear(&ctx->err);
+	/* issued, never waited */
+	ck_assert_int_eq(accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req), ACCEL_OK);
+	ck_assert_int_eq(accel_comm_barrier(ctx->comm, &req), ACCEL_OK);
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(mem_accounting)
 {
 	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
@@ -218,6 +244,7 @@ static Suite *ctx_suite(void)
 	tcase_add_test(tc, failed_device_backend_is_not_retried);
 	tcase_add_test(tc, auto_backend_ignores_inherited_mpi_variables);
 	tcase_add_test(tc, cpu_backend_sections_under_nccl);
+	tcase_add_test(tc, request_waited_twice);
 	tcase_add_test(tc, mem_accounting);
 	tcase_add_test(tc, cpu_ops);
 	tcase_add_test(tc, extension_lookup);

@@ -321,6 +321,9 @@ typedef struct accel_host_v1 {
 	                 accel_req **ret_req);
 	int (*broadcast)(accel_host *h, const accel_view *buf, int32_t root, accel_req **ret_req);
 	int (*barrier)(accel_host *h, accel_req **ret_req);
+	/* wait() releases req: a second wait() or test() of it fails with
+	 * ACCEL_ERR_INVALID_ARG.  Requests never waited for are released with
+	 * the context. */
 	int (*wait)(accel_host *h, accel_req *req);                      /* releases req */
 	int (*test)(accel_host *h, accel_req *req, int32_t *ret_done);   /* never blocks */
 
