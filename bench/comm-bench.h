@@ -53,7 +53,7 @@ static inline int cb_op_parse(const char *s)
 static inline int cb_parse_bytes(const char *s, uint64_t *ret)
 {
 	char *end = NULL;
-	if (!s || !*s || *s == '-')
+	if (!s || *s < '0' || *s > '9')   /* no sign, no spaces */
 		return -1;
 	unsigned long long v = strtoull(s, &end, 10);
 	if (end == s)

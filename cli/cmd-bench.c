@@ -20,6 +20,9 @@
 #include "probe.h"
 
 #define MAX_SETS 64
+/* The largest message size (1 TiB): far beyond any machine's buffers, far below
+ * where the buffer size arithmetic could overflow. */
+#define BENCH_MAX_BYTES (1ull << 40)
 
 static const char *const bench_help =
 	"Usage: accel bench COMMAND [OPTIONS]\n"
@@ -44,7 +47,7 @@ static const char *const comm_help =
 	"                    allreduce)\n"
 	"  --dtype T         f32|f64|f16|bf16|i32|i64 (default f32; sum reduction)\n"
 	"  --min-bytes B     smallest size (default 8; K, M, G suffixes are powers of 1024)\n"
-	"  --max-bytes B     largest size (default 256M)\n"
+	"  --max-bytes B     largest size (default 256M; at most 1024G)\n"
 	"  --iters N         timed calls per size (default 20)\n"
 	"  --warmup N        untimed calls per size first (default 5)\n"
 	"  --buffers KIND    user: ordinary memory (default); backend: memory from the\n"
@@ -60,7 +63,9 @@ static const char *const comm_help =
 	"  --set KEY=VALUE   config override, repeatable (e.g. --set backend=shm)\n"
 	"  -h, --help        this help\n"
 	"\n"
-	"Exit status: 0 when every call succeeded and every checked result was right.\n";
+	"Exit status: 0 when every call succeeded and every checked result was right;\n"
+	"1 when a call failed or a result was wrong; 2 on bad usage, or when no size in\n"
+	"the range holds a whole element per rank.\n";
 
 typedef struct comm_opts {
 	int op;             /* CB_OP_* or CB_OP_COUNT for all */
@@ -192,6 +197,12 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 	if (o->cuda && o->buffers_given)
 		return accel_cli_usage_error(sub, "--buffers is for --device cpu; with --device cuda "
 		                             "the buffers come from the device backend's allocator");
+	if (o->max_bytes > BENCH_MAX_BYTES || o->min_bytes > BENCH_MAX_BYTES)
+		return accel_cli_usage_error(sub, "--%s-bytes (%llu) is above the largest size, 1024G",
+		                             o->max_bytes > BENCH_MAX_BYTES ? "max" : "min",
+		                             (unsigned long long)(o->max_bytes > BENCH_MAX_BYTES
+		                                                      ? o->max_bytes
+		                                                      : o->min_bytes));
 	if (o->max_bytes < o->min_bytes)
 		return accel_cli_usage_error(sub, "--max-bytes (%llu) is below --min-bytes (%llu)",
 		                             (unsigned long long)o->max_bytes,
@@ -432,7 +443,7 @@ static int bench_comm(int argc, char **argv)
 		cb_table_header(stdout, backend, buffers, world, host, o.inplace);
 
 	int first = o.op == CB_OP_COUNT ? 0 : o.op, last = o.op == CB_OP_COUNT ? CB_OP_COUNT - 1 : o.op;
-	int wrong = 0;
+	int wrong = 0, rows = 0;
 	for (int op = first; op <= last; op++) {
 		for (uint64_t b = o.min_bytes; b <= o.max_bytes; b = b > UINT64_MAX / 2 ? UINT64_MAX : b * 2) {
 			uint64_t count, bytes;
@@ -458,17 +469,19 @@ static int bench_comm(int argc, char **argv)
 			}
 			double mm[2] = {cb_median(times, o.iters), sum / o.iters};
 			int32_t checked = 0;
-			if (o.check && (!o.inplace || op == CB_OP_ALLREDUCE)) {
+			if (o.check) {
 				uint64_t bad = 0;
 				void *res = recv.p;
-				if (o.inplace) {
-					/* the timed calls reduced the last result again:
-					 * one more call from the input, checked */
-					if ((rc = put_input(ctx, &mem, op, o.dtype, send.p, count, rank,
-					                    world)) ||
+				if (o.inplace && op != CB_OP_BROADCAST) {
+					/* the timed calls worked on the last result again:
+					 * one more call from the input, checked (the result
+					 * is where the input was: send, or recv for the
+					 * all-gather, whose input is recv's first block) */
+					void *in = op == CB_OP_ALLGATHER ? recv.p : send.p;
+					if ((rc = put_input(ctx, &mem, op, o.dtype, in, count, rank, world)) ||
 					    (rc = run_op(ctx, &mem, op, o.dtype, send.p, recv.p, count, 1)))
 						goto fail;
-					res = send.p;
+					res = in;
 				}
 				if ((rc = get_output(ctx, &mem, op, o.dtype, res, count, world, &res)))
 					goto fail;
@@ -484,6 +497,7 @@ static int bench_comm(int argc, char **argv)
 				wrong = 1;
 			cb_row row = {cb_op_names[op], o.dtype_name, bytes, count, mm[0], mm[1], world,
 			              backend, buffers, host, o.iters, checked, o.inplace};
+			rows++;
 			if (rank == 0) {
 				if (o.json)
 					cb_json(stdout, &row, op);
@@ -493,6 +507,18 @@ static int bench_comm(int argc, char **argv)
 			if (b == UINT64_MAX)
 				break;
 		}
+	}
+	if (!rows) {
+		/* every size was below one element per rank (or not a whole number
+		 * of elements): nothing was measured */
+		if (rank == 0)
+			fprintf(stderr, "accel bench comm: no size from %llu to %llu bytes fits %s of "
+			        "%s on %d ranks (each rank needs at least one whole element); raise "
+			        "--max-bytes\n", (unsigned long long)o.min_bytes,
+			        (unsigned long long)o.max_bytes,
+			        o.op == CB_OP_COUNT ? "the ops" : cb_op_names[o.op], o.dtype_name, world);
+		status = 2;
+		goto out;
 	}
 	status = wrong ? 1 : 0;
 	goto out;

@@ -28,15 +28,16 @@ for buffers in user backend; do
 	echo "bench comm, $buffers buffers: $rows rows, all checked"
 done
 
-# in place: the all-reduce's checked call starts again from the input
+# in place: every op is checked; the checked call starts again from the
+# input (18 sizes for each of the four ops)
 for buffers in user backend; do
-	"$ACCEL_CLI" launch -n 2 --set backend=shm -- "$ACCEL_CLI" bench comm --op allreduce \
+	"$ACCEL_CLI" launch -n 2 --set backend=shm -- "$ACCEL_CLI" bench comm --op all \
 		--min-bytes 8 --max-bytes 1M --iters 3 --warmup 1 --json --inplace \
 		--buffers "$buffers" >"$OUT/ip-$buffers" 2>"$OUT/ip-$buffers.err" ||
 		{ cat "$OUT/ip-$buffers.err" >&2; fail "bench comm --inplace --buffers $buffers exited $?"; }
 	ok=$(grep -c '"check":"ok","inplace":true' "$OUT/ip-$buffers" || true)
-	[ "$ok" -eq 18 ] || fail "in place, $buffers: $ok of 18 rows checked ok and in place"
-	echo "bench comm --inplace, $buffers buffers: 18 rows, all checked"
+	[ "$ok" -eq 72 ] || fail "in place, $buffers: $ok of 72 rows checked ok and in place"
+	echo "bench comm --inplace, $buffers buffers: 72 rows, all checked"
 done
 
 # table output on one rank
@@ -55,13 +56,21 @@ set +e
 set -e
 [ "$rc" -eq 2 ] && grep -q -- "--max-bytes '12Q'" "$OUT/usage" || fail "bad size: rc $rc"
 for args in "stray:unexpected argument 'stray'" "--bogus:unknown option '--bogus'" \
-            "--op:--op needs a value" "--device=gpu:--device 'gpu' is not cpu or cuda"; do
+            "--op:--op needs a value" "--device=gpu:--device 'gpu' is not cpu or cuda" \
+            "--max-bytes=18446744073709551615:is above the largest size, 1024G" \
+            "--min-bytes= 8:--min-bytes ' 8' is not a size"; do
 	set +e
 	"$ACCEL_CLI" bench comm "${args%%:*}" >/dev/null 2>"$OUT/usage"; rc=$?
 	set -e
 	[ "$rc" -eq 2 ] && grep -q -- "${args#*:}" "$OUT/usage" ||
 		fail "'${args%%:*}': rc $rc, $(cat "$OUT/usage")"
 done
+# a range with no whole element per rank measures nothing: exit 2, saying so
+set +e
+"$ACCEL_CLI" bench comm --min-bytes 3 --max-bytes 3 >/dev/null 2>"$OUT/usage"; rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "no size from 3 to 3 bytes fits allreduce of f32 on 1 ranks" \
+	"$OUT/usage" || fail "--min-bytes 3 --max-bytes 3: rc $rc, $(cat "$OUT/usage")"
 set +e
 "$ACCEL_CLI" bench comm --device cuda --buffers user >/dev/null 2>"$OUT/usage"; rc=$?
 set -e
