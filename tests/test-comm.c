@@ -29,6 +29,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1091,6 +1092,53 @@ START_TEST(no_names_left_in_dev_shm)
 }
 END_TEST
 
+/* mem_alloc when the rank that created the allocation could not complete
+ * it (here: a file size limit makes its ftruncate fail, as a full /dev/shm
+ * would): it removes the name, and a rank that comes later must not create
+ * a fresh object nobody else will join; it fails at once naming the
+ * creator.  The communicator stays usable. */
+static void rank_alloc_creator_fails(rank_env *env, void *arg)
+{
+	(void)arg;
+	void *p = NULL;
+	if (g_rank == 1) {
+		struct rlimit rl = {64 << 10, 64 << 10};
+		signal(SIGXFSZ, SIG_IGN);
+		if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+			FAIL(env, "setrlimit: %s", strerror(errno));
+	} else {
+		usleep(300000); /* rank 1 gets there first */
+	}
+	double t0 = now_s();
+	int st = B->mem_alloc(env->st, ACCEL_DEVICE_CPU, 0, 1 << 20, &p);
+	report("allocfail", "%d %.3f %s", st, now_s() - t0, env->hh.err);
+	accel_comm_req *req = NULL;
+	if (B->barrier(env->st, &req) || B->wait(env->st, req))
+		FAIL(env, "barrier after the failed mem_alloc: %s", env->hh.err);
+}
+
+START_TEST(mem_alloc_creator_fails)
+{
+	world_result res;
+	run_world(2, rank_alloc_creator_fails, NULL, 60, &res);
+	assert_all_ok(&res);
+	char buf[4096];
+	int st;
+	double took;
+	ck_assert_int_eq(read_report("allocfail", 1, buf, sizeof(buf)), 0);
+	ck_assert_msg(sscanf(buf, "%d", &st) == 1 && st != ACCEL_OK &&
+	              strstr(buf, "cannot reserve"), "rank 1: %s", buf);
+	ck_assert_int_eq(read_report("allocfail", 0, buf, sizeof(buf)), 0);
+	ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+	ck_assert_msg(st == ACCEL_ERR_PEER && strstr(buf, "rank 1, which created it first, could "
+	              "not complete it"), "rank 0: %s", buf);
+	ck_assert_msg(took < 3.0, "mem_alloc failed after %.1f s", took);
+	char names[512];
+	ck_assert_msg(shm_leftovers(res.pid[0], names, sizeof(names)) == 0, "left in /dev/shm: %s",
+	              names);
+}
+END_TEST
+
 /* ---- part 2: through libaccel under `accel launch` ------------------------------------ */
 
 /* Run `accel launch -n N [extra] -- comm-ranks MODE OUTDIR [VICTIM]`, output
@@ -1317,6 +1365,7 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, test_poll_sees_dead_peer);
 	tcase_add_test(tc, test_poll_times_out);
 	tcase_add_test(tc, mem_alloc_creator_dies);
+	tcase_add_test(tc, mem_alloc_creator_fails);
 	tcase_add_test(tc, kill9_mid_collective);
 	suite_add_tcase(s, tc);
 

@@ -26,7 +26,7 @@
 #include "accel/comm.h"
 
 #define SHM_MAGIC 0x316d6873636361ull   /* "accshm1" */
-#define SHM_LAYOUT_VERSION 1u
+#define SHM_LAYOUT_VERSION 2u
 #define SHM_PAGE 4096u
 #define SHM_LINE 64u
 #define SHM_MSG_MAX 512
@@ -87,7 +87,9 @@ typedef struct shm_rank {
 	_Atomic uint32_t sleeping;            /* its waiter is in FUTEX_WAIT */
 	_Atomic int32_t cpu;                  /* CPU it last waited on (-1: unknown) */
 	uint64_t pidns;                       /* inode of its pid namespace (0: unknown) */
-	char pad[256 - 64 - 24];
+	_Atomic int32_t alloc_failed;         /* 1 + index of a mem_alloc it created and
+	                                         could not complete (0: none) */
+	char pad[256 - 64 - 28];
 } shm_rank;
 _Static_assert(sizeof(shm_rank) == 256, "shm_rank layout");
 

@@ -69,16 +69,33 @@ const shm_alloc *shm_mem_by_index(const shm_comm *c, int32_t index)
 	return NULL;
 }
 
-/* While waiting for the rank that creates an allocation: has a rank died
- * (or left), or failed?  Then the allocation will never be completed; `why`
- * says which.  The creator can be any rank (the first to get there), so
- * every peer is checked, at most every 10 ms. */
-static int alloc_doomed(shm_comm *c, uint64_t *next_check, char *why, size_t cap)
+/* A rank that created allocation `index` and could not complete it (no
+ * room in /dev/shm, a failed mmap); -1 when none did. */
+static int32_t alloc_failed_by(const shm_comm *c, int32_t index)
+{
+	for (int32_t q = 0; q < c->world; q++)
+		if (atomic_load_explicit(&c->ranks[q].alloc_failed, memory_order_acquire) == index + 1)
+			return q;
+	return -1;
+}
+
+/* While waiting for the rank that creates allocation `index`: has that rank
+ * failed to complete it, or has a rank died (or left), or failed?  Then the
+ * allocation will never be completed; `why` says which.  The creator can be
+ * any rank (the first to get there), so every peer is checked, at most
+ * every 10 ms. */
+static int alloc_doomed(shm_comm *c, int32_t index, uint64_t *next_check, char *why, size_t cap)
 {
 	uint64_t now = shm_now_ns();
 	if (now < *next_check)
 		return 0;
 	*next_check = now + 10000000ull;
+	int32_t f = alloc_failed_by(c, index);
+	if (f >= 0) {
+		shm_fmt(why, cap, "rank %d, which created it, could not complete it (its own error "
+		        "says why)", (int)f);
+		return 1;
+	}
 	if (atomic_load_explicit(&c->hdr->abort_code, memory_order_acquire)) {
 		shm_fmt(why, cap, "a rank failed: %s", c->hdr->abort_msg);
 		return 1;
@@ -96,8 +113,8 @@ static int alloc_doomed(shm_comm *c, uint64_t *next_check, char *why, size_t cap
 
 /* Wait until the creator has sized the object: 0, or -1 with the cause in
  * why (the deadline passed, or alloc_doomed). */
-static int wait_sized(shm_comm *c, int fd, uint64_t deadline, struct stat *sb, char *why,
-                      size_t cap)
+static int wait_sized(shm_comm *c, int32_t index, int fd, uint64_t deadline, struct stat *sb,
+                      char *why, size_t cap)
 {
 	unsigned us = 20;
 	uint64_t next_check = 0;
@@ -108,7 +125,7 @@ static int wait_sized(shm_comm *c, int fd, uint64_t deadline, struct stat *sb, c
 		}
 		if ((uint64_t)sb->st_size != 0)
 			return 0;
-		if (alloc_doomed(c, &next_check, why, cap))
+		if (alloc_doomed(c, index, &next_check, why, cap))
 			return -1;
 		if (shm_now_ns() >= deadline) {
 			shm_fmt(why, cap, "the rank that created it did not size it within %lld ms",
@@ -158,6 +175,16 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 		fd = shm_open(a->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
 		if (fd >= 0) {
 			created = 1;
+			/* The name is free again after a creator failed and removed
+			 * it: this is a fresh object the others will never join. */
+			int32_t f = alloc_failed_by(c, a->index);
+			if (f >= 0) {
+				st = host->error(c->h, ACCEL_ERR_PEER,
+				                 "mem_alloc #%d: rank %d, which created it first, could not "
+				                 "complete it (its own error says why)", (int)a->index, (int)f);
+				shm_unlink(a->name);
+				goto fail;
+			}
 			int fe = ftruncate(fd, (off_t)a->map_bytes) == 0 ? 0 : errno;
 			if (!fe) {
 				fe = posix_fallocate(fd, 0, (off_t)a->map_bytes);
@@ -170,8 +197,7 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 				                 "in /dev/shm: %s",
 				                 (int)a->index, (unsigned long long)a->map_bytes, (int)c->world,
 				                 (unsigned long long)bytes, strerror(fe));
-				shm_unlink(a->name);
-				goto fail;
+				goto fail_created;
 			}
 		} else if (errno == EEXIST) {
 			fd = shm_open(a->name, O_RDWR | O_CLOEXEC, 0600);
@@ -185,7 +211,7 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 			struct stat sb;
 			char why[SHM_MSG_MAX];
 			uint64_t deadline = shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
-			if (wait_sized(c, fd, deadline, &sb, why, sizeof(why)) != 0) {
+			if (wait_sized(c, a->index, fd, deadline, &sb, why, sizeof(why)) != 0) {
 				st = host->error(c->h, shm_now_ns() >= deadline ? ACCEL_ERR_TIMEOUT
 				                                                : ACCEL_ERR_PEER,
 				                 "mem_alloc #%d: %s will not be completed: %s", (int)a->index,
@@ -205,6 +231,8 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 		if (m == MAP_FAILED) {
 			st = host->error(c->h, ACCEL_ERR_NOMEM, "mem_alloc #%d: cannot map %llu bytes: %s",
 			                 (int)a->index, (unsigned long long)a->map_bytes, strerror(errno));
+			if (created)
+				goto fail_created;
 			goto fail;
 		}
 		a->map = m;
@@ -222,7 +250,7 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 			uint64_t next_check = 0;
 			char why[SHM_MSG_MAX];
 			while (!atomic_load_explicit(&h->ready, memory_order_acquire)) {
-				if (alloc_doomed(c, &next_check, why, sizeof(why))) {
+				if (alloc_doomed(c, a->index, &next_check, why, sizeof(why))) {
 					st = host->error(c->h, ACCEL_ERR_PEER,
 					                 "mem_alloc #%d: %s will not be initialized: %s",
 					                 (int)a->index, a->name, why);
@@ -258,6 +286,10 @@ int shm_mem_alloc(void *state, int32_t device, int32_t device_index, uint64_t by
 	*ret_ptr = a->base + (uint64_t)c->rank * a->stride;
 	return ACCEL_OK;
 
+fail_created:
+	/* The ranks waiting for this rank to complete the object it created
+	 * hear so at once (alloc_doomed), not at their timeout. */
+	atomic_store_explicit(&c->ranks[c->rank].alloc_failed, a->index + 1, memory_order_release);
 fail:
 	/* The ranks can no longer agree on this allocation: the name must not
 	 * outlive the job (the others fail alike, or already did). */

@@ -383,7 +383,11 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 			                 c->depth);
 			goto fail;
 		}
-		if (atomic_load(&c->ranks[c->rank].state) != SHM_RANK_NONE) {
+		/* Claim the rank's slot atomically: of two processes started with
+		 * the same rank, exactly one gets it. */
+		int32_t none = SHM_RANK_NONE;
+		if (!atomic_compare_exchange_strong(&c->ranks[c->rank].state, &none,
+		                                    SHM_RANK_ATTACHED)) {
 			st = host->error(c->h, ACCEL_ERR_CONFIG,
 			                 "two processes claim rank %d of the shared segment (pid %d and %d): "
 			                 "check ACCEL_RANK of each process",
@@ -391,8 +395,7 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 			goto fail;
 		}
 		c->ranks[c->rank].pidns = pid_namespace();
-		atomic_store(&c->ranks[c->rank].pid, (int32_t)getpid());
-		atomic_store_explicit(&c->ranks[c->rank].state, SHM_RANK_ATTACHED, memory_order_release);
+		atomic_store_explicit(&c->ranks[c->rank].pid, (int32_t)getpid(), memory_order_release);
 		int32_t n = atomic_fetch_add(&h->attached, 1) + 1;
 		if (n == c->world && shm_unlink(c->name) == 0)
 			atomic_store(&h->unlinked, 1);
