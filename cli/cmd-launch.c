@@ -172,12 +172,12 @@ static int parse(int argc, char **argv, opts *o)
 			if (m < 0)
 				return 2;
 			if (parse_int(v, 1, 65536, &o->nnodes) < 0)
-				return USAGE("--nnodes '%s': expected a whole number of nodes >= 1", v);
+				return USAGE("--nnodes '%s': expected a whole number of nodes, 1..65536", v);
 		} else if ((m = take_value(argc, argv, &i, "--node-rank", NULL, &v)) != 0) {
 			if (m < 0)
 				return 2;
 			if (parse_int(v, 0, 65535, &o->node_rank) < 0)
-				return USAGE("--node-rank '%s': expected a node index >= 0", v);
+				return USAGE("--node-rank '%s': expected a node index, 0..65535", v);
 			o->have_node_rank = 1;
 		} else if ((m = take_value(argc, argv, &i, "--master-addr", NULL, &v)) != 0) {
 			if (m < 0)

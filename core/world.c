@@ -414,6 +414,17 @@ static int master_from_env(wsrc *s, result *r)
 		if (parse_int(p, &v) < 0 || v < 1 || v > 65535)
 			return accel_err_set(s->err, ACCEL_ERR_CONFIG,
 			                     "%s='%s' is not a port number (1..65535)", pn, p);
+		/* torchrun's static rendezvous hosts its own store on MASTER_PORT
+		 * (TORCHELASTIC_USE_AGENT_STORE=True): accel's goes one above. */
+		const char *agent = getvar(s, "TORCHELASTIC_USE_AGENT_STORE");
+		if (!strcmp(pn, "MASTER_PORT") && !strcmp(s->launcher, "torchrun") && agent &&
+		    !strcmp(agent, "True")) {
+			if (v == 65535)
+				return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+				                     "MASTER_PORT=65535 is torchrun's store, and accel's would "
+				                     "be the port above it: set ACCEL_MASTER_PORT");
+			v++;
+		}
 		r->port = (int)v;
 	}
 	return ACCEL_OK;

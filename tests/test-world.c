@@ -146,6 +146,25 @@ START_TEST(torchrun_env)
 }
 END_TEST
 
+/* torchrun's static rendezvous hosts torch's store on MASTER_PORT: accel's
+ * store takes the port above it (ACCEL_MASTER_PORT still wins). */
+START_TEST(torchrun_agent_store_port)
+{
+	got g = detect((const char *[]){"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=n0",
+	                                "MASTER_PORT=29500", "TORCHELASTIC_USE_AGENT_STORE=True",
+	                                NULL});
+	ck_assert_int_eq(g.rc, ACCEL_OK);
+	ck_assert_int_eq(g.port, 29501);
+	g = detect((const char *[]){"RANK=1", "WORLD_SIZE=2", "MASTER_PORT=29500",
+	                            "TORCHELASTIC_USE_AGENT_STORE=False", NULL});
+	ck_assert_int_eq(g.port, 29500);
+	g = detect((const char *[]){"RANK=1", "WORLD_SIZE=2", "MASTER_PORT=29500",
+	                            "ACCEL_MASTER_PORT=4000", "TORCHELASTIC_USE_AGENT_STORE=True",
+	                            NULL});
+	ck_assert_int_eq(g.port, 4000);
+}
+END_TEST
+
 START_TEST(srun_env)
 {
 	const char *env[] = {"SLURM_PROCID=5", "SLURM_STEP_NUM_TASKS=6", "SLURM_NTASKS=12",
@@ -335,6 +354,7 @@ static Suite *world_suite(void)
 	tcase_add_test(tc, nothing_set);
 	tcase_add_test(tc, inconsistent_values);
 	tcase_add_test(tc, slurm_host_lists);
+	tcase_add_test(tc, torchrun_agent_store_port);
 	tcase_add_test(tc, process_environment);
 	suite_add_tcase(s, tc);
 	return s;
