@@ -527,6 +527,25 @@ int accel_cli_launch(int argc, char **argv)
 		printf("accel launch: dry run: %d process%s on node %d of %d, world size %d, job %s, "
 		       "master %s:%d%s\n", n, n == 1 ? "" : "es", o.node_rank, o.nnodes, world, job_id,
 		       addr, port, o.port ? "" : " (a free port now; another is picked at launch)");
+		/* accel's variables the ranks inherit as they are (ACCEL_CONFIG or
+		 * ACCEL_SET from an outer job, ACCEL_LOG_LEVEL, ...): they change
+		 * what the ranks do as much as the ones set below */
+		int shown = 0;
+		for (char **ev = environ; ev && *ev; ev++) {
+			const char *eq = strchr(*ev, '=');
+			if (!eq || strncmp(*ev, "ACCEL_", 6) != 0)
+				continue;
+			int set_here = 0;
+			for (int j = 0; j < adds[0].n && !set_here; j++)
+				set_here = !strncmp(adds[0].v[j], *ev, (size_t)(eq - *ev) + 1);
+			if (set_here)
+				continue;
+			if (!shown++)
+				printf("inherited by every rank:\n");
+			printf("  %.*s=", (int)(eq - *ev), *ev);
+			print_quoted(stdout, eq + 1);
+			putchar('\n');
+		}
 		for (int l = 0; l < n; l++) {
 			printf("rank %d:\n", o.node_rank * n + l);
 			for (int j = 0; j < adds[l].n; j++) {

@@ -396,8 +396,20 @@ START_TEST(dry_run_multi_node)
 	ck_assert_int_eq(strcspn(ja, "\n"), strcspn(jb, "\n"));
 	ck_assert_int_eq(strncmp(ja, jb, strcspn(ja, "\n")), 0);
 	HAS(b.out, "rank 0:\n  ACCEL_RANK=0\n");
+	HASNT(b.out, "inherited by every rank");
 	run_free(&a);
 	run_free(&b);
+	/* accel variables the ranks inherit unchanged are shown too; those the
+	 * launcher sets are not listed twice */
+	setenv("ACCEL_LOG_LEVEL", "debug", 1);
+	setenv("ACCEL_RANK", "7", 1);
+	launch(&a, (const char *[]){"--dry-run", "-n", "1", "--", prog, "env", NULL});
+	unsetenv("ACCEL_LOG_LEVEL");
+	unsetenv("ACCEL_RANK");
+	ck_assert_int_eq(a.status, 0);
+	HAS(a.out, "inherited by every rank:\n  ACCEL_LOG_LEVEL=debug\nrank 0:\n");
+	HASNT(a.out, "ACCEL_RANK=7");
+	run_free(&a);
 	rmdir(d);
 	free(d);
 }
