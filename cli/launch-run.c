@@ -357,8 +357,11 @@ static void default_signals(void)
 	sigemptyset(&dfl.sa_mask);
 	ign = dfl;
 	ign.sa_handler = SIG_IGN;
+	/* SIGCHLD always gets its default: ignoring it would make the kernel
+	 * reap the rank's children before its own waitpid() sees them. */
 	for (int k = 0; k < N_HANDLED; k++)
-		sigaction(handled_signals[k], inherited_ign[k] ? &ign : &dfl, NULL);
+		sigaction(handled_signals[k],
+		          inherited_ign[k] && handled_signals[k] != SIGCHLD ? &ign : &dfl, NULL);
 	sigaction(SIGPIPE, pipe_inherited_ign ? &ign : &dfl, NULL);
 }
 
@@ -785,9 +788,11 @@ static int run_loop(launcher *L)
 					    "it", L->p[i].rank, (long)L->p[i].pid, KILL_WAIT_MS / 1000);
 			break;
 		}
+		/* The stop deadlines matter only while ranks run: once all have
+		 * exited, only the linger (when it has started) does. */
 		int64_t next = INT64_MAX;
-		if (!running && L->linger_deadline)
-			next = L->linger_deadline;
+		if (!running)
+			next = L->linger_deadline ? L->linger_deadline : INT64_MAX;
 		else if (L->stopping && !L->killed)
 			next = L->kill_deadline;
 		else if (L->killed)
@@ -958,16 +963,21 @@ out:
 	free(L.reporters);
 	/* Our own output last: the thread writes out what is queued.  While its
 	 * reader does not read, a signal gives up on it, and after one has
-	 * stopped the job the wait is at most the grace period. */
+	 * stopped the job the wait is at most the grace period (200 ms at
+	 * least); stderr, with the launcher's own messages, still gets 200 ms
+	 * after stdout was given up. */
 	int flush_ms = L.got_signal ? (int)(spec->grace_s * 1000.0 + 0.5) : -1;
+	if (L.got_signal && flush_ms < 200)
+		flush_ms = 200;
+	int abandoned = 0;
 	for (int fd = 1; fd <= 2; fd++)
 		if (L.q[fd]) {
 			launch_out *q = L.q[fd];
 			L.q[fd] = NULL;
-			if (launch_out_finish(q, sig_pipe[0], flush_ms) < 0) {
+			if (launch_out_finish(q, sig_pipe[0], abandoned ? 200 : flush_ms) < 0) {
+				abandoned = 1;
 				if (rc == 0)
 					rc = 1;
-				break;
 			}
 		}
 	if (installed) {
@@ -975,7 +985,10 @@ out:
 			sigaction(handled_signals[k], &old[k], NULL);
 		sigaction(SIGPIPE, &oldpipe, NULL);
 	}
-	for (int k = 0; k < 2; k++)
+	/* An abandoned writer thread may still wake us through the signal
+	 * pipe: leave it open (the process exits next) rather than let that
+	 * byte land in a reused descriptor. */
+	for (int k = 0; k < 2 && !abandoned; k++)
 		if (sig_pipe[k] >= 0) {
 			close(sig_pipe[k]);
 			sig_pipe[k] = -1;

@@ -66,16 +66,24 @@ static int req_live(accel_comm *c, const accel_req *q)
 	return p != NULL;
 }
 
-static void req_unlink(accel_comm *c, accel_req *q)
+/* Take q out of the requests in flight, if it is one (found and unlinked
+ * under one lock, so that of two waits on it only one gets it). */
+static int req_take(accel_comm *c, accel_req *q)
 {
 	pthread_mutex_lock(&c->live_mu);
-	if (q->prev)
-		q->prev->next = q->next;
-	else
-		c->live = q->next;
-	if (q->next)
-		q->next->prev = q->prev;
+	accel_req *p = c->live;
+	while (p && p != q)
+		p = p->next;
+	if (p) {
+		if (q->prev)
+			q->prev->next = q->next;
+		else
+			c->live = q->next;
+		if (q->next)
+			q->next->prev = q->prev;
+	}
 	pthread_mutex_unlock(&c->live_mu);
+	return p != NULL;
 }
 
 static int backend_up(accel_comm *c, comm_backend *be, const char *name, int device_index)
@@ -458,11 +466,10 @@ int accel_comm_wait(accel_comm *c, accel_req *req)
 {
 	if (!req)
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
-	if (!req_live(c, req))
+	if (!req_take(c, req))
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "wait: %p is not a collective in flight on this context (waited "
 		                     "for already?)", (void *)req);
-	req_unlink(c, req);
 	int r = req->breq ? req->be->vt->wait(req->be->state, req->breq) : ACCEL_OK;
 	if (r && c->ctx->err.code == ACCEL_OK)
 		accel_err_set(&c->ctx->err, r, "%s #%llu failed in backend %s: %s", req->op,

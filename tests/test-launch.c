@@ -583,13 +583,36 @@ START_TEST(closed_stdout_pipe_ends_the_job)
 }
 END_TEST
 
+/* The launcher's CPU time so far (user + system), in seconds. */
+static double cpu_of(pid_t pid)
+{
+	char p[64], st[1024] = "";
+	snprintf(p, sizeof(p), "/proc/%ld/stat", (long)pid);
+	FILE *f = fopen(p, "r");
+	if (!f)
+		return 0.0;
+	if (!fgets(st, sizeof(st), f))
+		st[0] = '\0';
+	fclose(f);
+	const char *rp = strrchr(st, ')');
+	unsigned long ut = 0, stime = 0;
+	/* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt
+	 * majflt cmajflt utime stime */
+	if (!rp || sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+	                  &stime) != 2)
+		return 0.0;
+	return (double)(ut + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* The launcher's stdout is a pipe nobody reads (a pager left on its first
- * page): a failing rank is still reported and the others stopped at once,
- * not when the reader wakes up. */
+ * page): a rank that fails after the pipe filled is still reported and the
+ * others stopped at once, not when the reader wakes up; and the launcher
+ * waits for the reader without spinning. */
 START_TEST(stalled_stdout_does_not_stall_the_launcher)
 {
 	run r;
-	start(&r, (const char *[]){"-n", "2", "--", prog, "flood", "0", "1", "3", NULL});
+	start(&r, (const char *[]){"-n", "2", "--grace-s", "0.2", "--", prog, "flood", "0", "1",
+	                           "3", "1", NULL});
 	append(&r.err, &r.err_len, "", 0);
 	while (!strstr(r.err, "stopping the other 1 rank")) {
 		int left = (int)((r.t0 + 10.0 - now_s()) * 1000);
@@ -603,7 +626,13 @@ START_TEST(stalled_stdout_does_not_stall_the_launcher)
 		ck_assert_msg(n > 0, "stderr closed early:\n%s", r.err);
 		append(&r.err, &r.err_len, buf, (size_t)n);
 	}
-	ck_assert_msg(now_s() - r.t0 < 5.0, "reported after %.1f s", now_s() - r.t0);
+	ck_assert_msg(now_s() - r.t0 < 6.0, "reported after %.1f s", now_s() - r.t0);
+	/* every rank has gone; the launcher waits for its reader, idle */
+	usleep(300000);
+	double c0 = cpu_of(r.pid);
+	usleep(1000000);
+	double used = cpu_of(r.pid) - c0;
+	ck_assert_msg(used < 0.5, "the launcher used %.2f s of CPU in 1 s while waiting", used);
 	finish(&r, 30);
 	ck_assert_msg(r.status == 1, "exit %d:\n%s", r.status, r.err);
 	HAS(r.err, "accel launch: rank 1 failed: exit code 3\n");

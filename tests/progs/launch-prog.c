@@ -14,9 +14,10 @@
  *   launch-prog touch FILE          create FILE
  *   launch-prog orphan DIR          leave a child behind (holding stdout) and
  *                                   exit 0; the child's pid is DIR/pid-R
- *   launch-prog flood N [R C]       every rank but R writes N numbered lines
+ *   launch-prog flood N [R C [S]]   every rank but R writes N numbered lines
  *                                   (0: without end) into a 1 MiB stdout
- *                                   pipe and exits 0; rank R exits C at once
+ *                                   pipe and exits 0; rank R exits C after S
+ *                                   seconds (default 0)
  *   launch-prog shmleft             create /dev/shm/accel-shm-<pid>-lt-0 (the
  *                                   shm backend's naming) and exit 1
  * Every mode that sleeps writes its pid to DIR/pid-R when DIR is given, so
@@ -170,8 +171,11 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "flood") && argc > 2) {
 		long n = atol(argv[2]);
-		if (argc > 4 && rank == atoi(argv[3]))
+		if (argc > 4 && rank == atoi(argv[3])) {
+			if (argc > 5)
+				nap(atof(argv[5]));
 			return atoi(argv[4]);
+		}
 #ifdef F_SETPIPE_SZ
 		fcntl(1, F_SETPIPE_SZ, 1 << 20); /* more than the launcher may hold back */
 #endif
