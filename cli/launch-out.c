@@ -44,7 +44,7 @@ static void wake(launch_out *o)
 	(void)w; /* a full pipe already holds a wake-up */
 }
 
-static int write_fully(int fd, const char *p, size_t n)
+int launch_write_fully(int fd, const char *p, unsigned long n)
 {
 	while (n) {
 		ssize_t w = write(fd, p, n);
@@ -85,7 +85,7 @@ static void *writer(void *arg)
 		work_cap = tcap;
 		o->inflight = n;
 		pthread_mutex_unlock(&o->mu);
-		if (!atomic_load(&o->dead) && write_fully(o->fd, work, n) < 0)
+		if (!atomic_load(&o->dead) && launch_write_fully(o->fd, work, n) < 0)
 			atomic_store(&o->dead, 1);
 		pthread_mutex_lock(&o->mu);
 		o->inflight = 0;

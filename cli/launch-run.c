@@ -130,27 +130,6 @@ const char *accel_launch_signame(int sig, char *buf, unsigned long cap)
 	return buf;
 }
 
-/* Write everything to fd, waiting if it is non-blocking; -1 with errno on
- * an error. */
-static int write_fully(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w > 0) {
-			p += w;
-			n -= (size_t)w;
-		} else if (w < 0 && errno == EINTR) {
-			continue;
-		} else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			struct pollfd pf = {.fd = fd, .events = POLLOUT};
-			poll(&pf, 1, 1000);
-		} else {
-			return -1;
-		}
-	}
-	return 0;
-}
-
 /* Our stdout (1) or stderr (2): through its writer's queue once started
  * (never blocks), directly before that.  A failed write (EPIPE) silences
  * the stream. */
@@ -160,7 +139,7 @@ static void out_write(launcher *L, int fd, const char *p, size_t n)
 		launch_out_put(L->q[fd], p, n);
 		return;
 	}
-	if (!L->out_dead[fd] && write_fully(fd, p, n) < 0)
+	if (!L->out_dead[fd] && launch_write_fully(fd, p, n) < 0)
 		L->out_dead[fd] = 1;
 }
 
@@ -177,7 +156,7 @@ static void log_write(launcher *L, proc *p, const char *data, size_t n)
 {
 	if (p->logfd < 0 || p->log_errno)
 		return;
-	if (write_fully(p->logfd, data, n) < 0) {
+	if (launch_write_fully(p->logfd, data, n) < 0) {
 		p->log_errno = errno ? errno : EIO;
 		L->log_failed = 1;
 		say(L, "writing the log of rank %d ('%s/rank-%d.log') failed: %s; its further output "

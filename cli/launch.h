@@ -44,6 +44,10 @@ int launch_out_dead(launch_out *o);
  * -1 when abandoned. */
 int launch_out_finish(launch_out *o, int sig_fd, int timeout_ms);
 
+/* Write all n bytes to fd, waiting when it is non-blocking: 0, or -1 with
+ * errno set. */
+int launch_write_fully(int fd, const char *p, unsigned long n);
+
 /* "SIGKILL" for 9, or "signal 42" for one without a name (static or buf). */
 const char *accel_launch_signame(int sig, char *buf, unsigned long cap);
 
