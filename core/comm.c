@@ -55,26 +55,16 @@ struct accel_comm {
 	accel_req *live;
 };
 
-/* Is q one of c's requests in flight?  (Compares pointers only.) */
-static int req_live(accel_comm *c, const accel_req *q)
-{
-	pthread_mutex_lock(&c->live_mu);
-	const accel_req *p = c->live;
-	while (p && p != q)
-		p = p->next;
-	pthread_mutex_unlock(&c->live_mu);
-	return p != NULL;
-}
-
-/* Take q out of the requests in flight, if it is one (found and unlinked
- * under one lock, so that of two waits on it only one gets it). */
-static int req_take(accel_comm *c, accel_req *q)
+/* Is q one of c's requests in flight (compared as a pointer only)?  With
+ * `take`, also unlink it, under the same lock, so that of two waits on it
+ * only one gets it. */
+static int req_find(accel_comm *c, accel_req *q, int take)
 {
 	pthread_mutex_lock(&c->live_mu);
 	accel_req *p = c->live;
 	while (p && p != q)
 		p = p->next;
-	if (p) {
+	if (p && take) {
 		if (q->prev)
 			q->prev->next = q->next;
 		else
@@ -466,7 +456,7 @@ int accel_comm_wait(accel_comm *c, accel_req *req)
 {
 	if (!req)
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
-	if (!req_take(c, req))
+	if (!req_find(c, req, 1))
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "wait: %p is not a collective in flight on this context (waited "
 		                     "for already?)", (void *)req);
@@ -482,7 +472,7 @@ int accel_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
 {
 	if (!req || !ret_done)
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "test: NULL argument");
-	if (!req_live(c, req))
+	if (!req_find(c, req, 0))
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "test: %p is not a collective in flight on this context (waited "
 		                     "for already?)", (void *)req);
