@@ -191,19 +191,10 @@ static void emit_line(launcher *L, proc *p, stream *s, const char *line, size_t 
 			free(b);
 		}
 	}
-	if (p->logfd >= 0) {
-		/* Whole lines, so that stdout and stderr do not mix within one. */
-		char *b = malloc(len + 1);
-		if (b) {
-			memcpy(b, line, len);
-			b[len] = '\n';
-			log_write(L, p, b, len + 1);
-			free(b);
-		} else {
-			log_write(L, p, line, len);
-			log_write(L, p, "\n", 1);
-		}
-	}
+	/* The loop is the log's only writer, so the line and its newline stay
+	 * together without a copy. */
+	log_write(L, p, line, len);
+	log_write(L, p, "\n", 1);
 	char *copy = strndup(line, len < TAIL_LINE_MAX ? len : TAIL_LINE_MAX);
 	if (copy) {
 		free(p->tail[p->tail_next]);
