@@ -1046,7 +1046,9 @@ static void client_close(store_server *s, size_t i)
 	sb_free(&c->in);
 	sb_free(&c->out);
 	int rank = c->primary ? c->rank : -1;
+	int crashed = 0;
 	if (rank >= 0) {
+		crashed = !c->said_bye && s->rank_state[rank] == RANK_CONNECTED;
 		s->rank_state[rank] = c->said_bye ? RANK_LEFT : RANK_CRASHED;
 		if (!c->said_bye)
 			accel_log(ACCEL_LOG_DEBUG, "rendezvous store: rank %d disconnected without "
@@ -1061,6 +1063,18 @@ static void client_close(store_server *s, size_t i)
 		nb = b->next;
 		if (!b->arrived[rank])
 			barrier_fail_left(s, b);
+	}
+	/* A rank that is gone without leaving (no BYE: it crashed, was killed,
+	 * or exited without freeing its context) will set no key and reach no
+	 * collective again: the job cannot complete.  Gets and waits fail now,
+	 * and backends that wait outside the store (the shm attach) see it in
+	 * STORE_FAILED_KEY, with or without a launcher to tell them. */
+	if (crashed) {
+		char msg[300];
+		snprintf(msg, sizeof(msg), "rank %d lost its connection to the rendezvous store "
+		         "without leaving the job (it crashed, was killed, or exited without "
+		         "accel_ctx_free)", rank);
+		fail_job(s, msg);
 	}
 }
 

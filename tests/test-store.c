@@ -731,6 +731,51 @@ START_TEST(failed_rank_fails_waiters)
 }
 END_TEST
 
+/* A rank that is gone without saying goodbye (crashed, killed, exited
+ * without accel_ctx_free) fails the others' gets at once and records why
+ * under accel/job/failed, without a launcher reporting anything. */
+static int connects_then_vanishes(int rank, int world, int port, char *out)
+{
+	(void)out;
+	accel_err err = {0};
+	accel_store *st = NULL;
+	if (accel_store_new("127.0.0.1", port, rank, world, 20000, &st, &err))
+		return FAIL("new: %s", err.msg);
+	usleep(300000);
+	_exit(0); /* no accel_store_free: no BYE */
+}
+
+START_TEST(vanished_rank_fails_waiters)
+{
+	int port = free_port();
+	ranks rs = {0};
+	spawn(&rs, 1, 2, port, connects_then_vanishes);
+	accel_err err = {0};
+	accel_store *st0 = NULL;
+	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st0, &err), ACCEL_OK);
+	parked_get g = {.st = st0};
+	park_get(&g);
+	const char *why = "rank 1 lost its connection to the rendezvous store without leaving "
+	                  "the job (it crashed, was killed, or exited without accel_ctx_free)";
+	char want[512];
+	ck_assert_int_eq(g.rc, ACCEL_ERR_PEER);
+	snprintf(want, sizeof(want), "store get 'never-set' (rank 0) cannot complete: %s", why);
+	ck_assert_str_eq(g.msg, want);
+	ck_assert_msg(g.took < 5.0, "the parked get took %.1f s", g.took);
+	char buf[400];
+	uint64_t len = 0;
+	ck_assert_int_eq(accel_store_get(st0, "accel/job/failed", buf, sizeof(buf) - 1, &len, 1000,
+	                                 &err), ACCEL_OK);
+	buf[len] = 0;
+	ck_assert_str_eq(buf, why);
+	char out[64];
+	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
+	double t0 = now_s();
+	accel_store_free(st0);
+	ck_assert_msg(now_s() - t0 < 5.0, "rank 0's store took %.1f s to stop", now_s() - t0);
+}
+END_TEST
+
 /* Rank 0 hosts the store; when its own context fails, the ranks waiting in
  * the store hear why at once, and rank 0 stops the store without waiting
  * for them until the timeout. */
@@ -912,6 +957,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, huge_timeouts_mean_forever);
 	tcase_add_test(tc, exit_report_fails_waiters);
 	tcase_add_test(tc, failed_rank_fails_waiters);
+	tcase_add_test(tc, vanished_rank_fails_waiters);
 	tcase_add_test(tc, rank0_failure_reaches_waiters);
 	tcase_add_test(tc, unread_replies_are_not_queued);
 	tcase_add_test(tc, client_sending_while_parked_is_dropped);
