@@ -162,6 +162,27 @@ struct accel_st_writer {
 	json_t *meta;         /* object of strings */
 };
 
+/* The mode the file at `path` gets: the one it has when it exists, else
+ * 0666 less the umask.  The umask is read from /proc, not with umask(2),
+ * which would change it for every thread for a moment (a file another
+ * thread created then would be world-writable). */
+static mode_t new_file_mode(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+		return st.st_mode & 07777;
+	unsigned um = 022;
+	FILE *f = fopen("/proc/self/status", "re");
+	if (f) {
+		char line[256];
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "Umask: %o", &um) == 1)
+				break;
+		fclose(f);
+	}
+	return (mode_t)(0666 & ~um);
+}
+
 int accel_st_writer_new(const char *path, accel_st_writer **ret_writer, accel_err *err)
 {
 	accel_st_writer *w = NULL;
@@ -190,11 +211,9 @@ int accel_st_writer_new(const char *path, accel_st_writer **ret_writer, accel_er
 		accel_st_writer_free(w);
 		return ACCEL_ERR_IO;
 	}
-	/* mkostemp makes 0600; a weights file is as readable as any file the
-	 * user creates (umask applies). */
-	mode_t um = umask(0);
-	umask(um);
-	(void)fchmod(w->fd, 0666 & ~um);
+	/* mkostemp makes 0600: an overwritten file keeps its mode, a new one
+	 * is as readable as any file the user creates (umask applies). */
+	(void)fchmod(w->fd, new_file_mode(path));
 	*ret_writer = w;
 	return ACCEL_OK;
 nomem:
@@ -271,6 +290,13 @@ int accel_st_writer_add(accel_st_writer *w, const char *name, uint32_t dtype, ui
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: tensor \"%s\": %u dims (at most %d, shape required)", w->path,
 		                     name, ndim, ACCEL_ST_MAX_DIMS);
+	/* JSON integers are int64: a larger dimension (possible in a tensor
+	 * with a zero dimension, whose size is 0) would be written negative. */
+	for (uint32_t i = 0; i < ndim; i++)
+		if (shape[i] > (uint64_t)INT64_MAX)
+			return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+			                     "%s: tensor \"%s\": shape[%u] = %" PRIu64 " is larger than "
+			                     "2^63-1", w->path, name, i, shape[i]);
 	uint64_t numel, nbytes;
 	if (!shape_size(ndim, shape, accel_dtype_size(dtype), &numel, &nbytes))
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": shape overflows",
@@ -352,6 +378,12 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 	uint64_t off = 0;
 	for (uint32_t i = 0; i < w->n; i++) {
 		wtensor *t = &w->t[i];
+		if (t->nbytes > (uint64_t)INT64_MAX - off) {   /* JSON offsets are int64 */
+			rc = accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+			                   "%s: total data size overflows (at tensor \"%s\")", w->path,
+			                   t->name);
+			goto fail;
+		}
 		t->offset = off;
 		off += t->nbytes;
 		json_t *shape = json_array();
@@ -376,10 +408,6 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 		entry = NULL;
 		if (json_object_set_new(root, t->name, done))
 			goto nomem;
-	}
-	if (off > (uint64_t)INT64_MAX) {
-		rc = accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: total data size overflows", w->path);
-		goto fail;
 	}
 
 	text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -717,7 +745,9 @@ int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_er
 	r = calloc(1, sizeof(*r));
 	if (!r || !(r->path = strdup(path)))
 		goto nomem;
-	r->fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer (it is then
+	 * refused as not a regular file); regular files ignore the flag. */
+	r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (r->fd < 0) {
 		rc = accel_err_set(err, errno == ENOENT ? ACCEL_ERR_NOT_FOUND : ACCEL_ERR_IO,
 		                   "%s: cannot open: %s", path, strerror(errno));

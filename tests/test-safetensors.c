@@ -445,6 +445,48 @@ START_TEST(atomic_replace)
 }
 END_TEST
 
+/* An overwritten file keeps its mode; a new one gets 0666 less the umask
+ * (read without changing it: umask(2) would change it for every thread). */
+START_TEST(file_modes)
+{
+	accel_err err = {0};
+	const char *p = tmp_path("modes.safetensors");
+	ck_assert_int_eq(write_sample(p, &err), ACCEL_OK);
+	struct stat st;
+	ck_assert_int_eq(stat(p, &st), 0);
+	mode_t um = umask(022);
+	umask(um);
+	ck_assert_int_eq(st.st_mode & 0777, 0666 & ~um);
+	ck_assert_int_eq(chmod(p, 0600), 0);
+	ck_assert_int_eq(write_sample(p, &err), ACCEL_OK);
+	ck_assert_int_eq(stat(p, &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0600);
+	/* the umask is not left changed, and one of 077 is honoured */
+	um = umask(077);
+	ck_assert_int_eq(unlink(p), 0);
+	ck_assert_int_eq(write_sample(p, &err), ACCEL_OK);
+	ck_assert_int_eq(umask(um), 077);
+	ck_assert_int_eq(stat(p, &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0600);
+}
+END_TEST
+
+/* A dimension that JSON's int64 cannot hold, in a tensor of zero
+ * elements (so the size check alone passes it), is refused at add. */
+START_TEST(huge_dimension_refused)
+{
+	accel_err err = {0};
+	accel_st_writer *w = NULL;
+	uint64_t s[] = {0, (uint64_t)1 << 63};
+	ck_assert_int_eq(accel_st_writer_new(tmp_path("huge.safetensors"), &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_st_writer_add(w, "empty", ACCEL_DTYPE_F32, 2, s, NULL, &err),
+	                 ACCEL_ERR_INVALID_ARG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "tensor \"empty\": shape[1] = 9223372036854775808 is "
+	                                      "larger than 2^63-1"));
+	accel_st_writer_free(w);
+}
+END_TEST
+
 START_TEST(writer_misuse)
 {
 	accel_err err = {0};
@@ -639,6 +681,21 @@ START_TEST(reject_wrong_size)
 }
 END_TEST
 
+/* A FIFO is refused at once, not waited on for a writer. */
+START_TEST(reject_fifo)
+{
+	accel_err err = {0};
+	const char *p = tmp_path("fifo.safetensors");
+	ck_assert_int_eq(mkfifo(p, 0600), 0);
+	accel_st_reader *r = NULL;
+	alarm(10);   /* the old code blocked in open() */
+	ck_assert_int_eq(accel_st_reader_new(p, &r, &err), ACCEL_ERR_CHECKPOINT);
+	alarm(0);
+	ck_assert_ptr_null(r);
+	ck_assert_ptr_nonnull(strstr(err.msg, "fifo.safetensors: not a regular file"));
+}
+END_TEST
+
 START_TEST(reject_unknown_dtype)
 {
 	expect_bad("{" T1("w", "F17", "[2]", 0, 8) "}", -1, 8, ACCEL_ERR_CHECKPOINT,
@@ -685,6 +742,8 @@ static Suite *safetensors_suite(void)
 	tcase_add_test(tc, incomplete_stream);
 	tcase_add_test(tc, atomic_replace);
 	tcase_add_test(tc, writer_misuse);
+	tcase_add_test(tc, file_modes);
+	tcase_add_test(tc, huge_dimension_refused);
 	tcase_add_test(tc, dtype_names);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("corrupt");
@@ -696,6 +755,7 @@ static Suite *safetensors_suite(void)
 	tcase_add_test(tc, reject_out_of_range);
 	tcase_add_test(tc, reject_wrong_size);
 	tcase_add_test(tc, reject_unknown_dtype);
+	tcase_add_test(tc, reject_fifo);
 	suite_add_tcase(s, tc);
 	return s;
 }
