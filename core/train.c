@@ -137,6 +137,11 @@ accel_train *accel_train_free(accel_train *t)
 {
 	if (!t)
 		return NULL;
+	if (t->prepared && t->micro > 0)
+		accel_log(ACCEL_LOG_WARN, "the last %u micro-step%s of gradients since optimizer step "
+		          "%llu never reached an update (gradient_accumulation_steps = %u does not "
+		          "divide the micro-batches the program ran); they are dropped",
+		          t->micro, t->micro == 1 ? "" : "s", (unsigned long long)t->step, t->gas);
 	accel_train_metrics_free(t);
 	accel_train_optim_free(t);
 	for (uint32_t i = 0; i < t->n_params; i++) {
@@ -992,7 +997,10 @@ int accel_step(accel_ctx *ctx)
 	/* Gradients hold loss_scale * (sum over micro-steps of the rank mean);
 	 * the step applies their mean over micro-steps, unscaled. */
 	unscale = 1.0 / (loss_scale * (double)t->gas);
-	norm = !stats || nonfinite ? NAN : sqrt(sumsq) * unscale;
+	/* As torch computes it: +inf when some element is infinite (then
+	 * clipping's coef is 0, finite gradients become 0 and only the
+	 * infinite ones NaN), NaN when some element is NaN. */
+	norm = stats ? sqrt(sumsq) * unscale : NAN;
 	if (t->max_grad_norm > 0) {
 		/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1. */
 		coef = t->max_grad_norm / (norm + 1e-6);

@@ -351,6 +351,37 @@ START_TEST(grad_stats_when_used)
 }
 END_TEST
 
+/* Clipping with an infinite gradient element does what torch's
+ * clip_grad_norm_ does: the norm is inf, coef 0, the finite gradients
+ * apply as 0 and only the infinite element's parameter becomes NaN (it
+ * used to make every parameter NaN). */
+START_TEST(clip_with_infinite_gradient)
+{
+	accel_ctx *ctx = ctx_json("{\"max_grad_norm\": 1.0, " SGD(0.1) "}");
+	uint32_t a;
+	add(ctx, "u0", "a", 4, NULL, &a);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	float *g = accel_param_grad(ctx, a), *w = accel_param_data(ctx, a);
+	for (int i = 0; i < 4; i++)
+		w[i] = (float)(i + 1);
+	g[0] = 1;
+	g[1] = INFINITY;
+	g[2] = 2;
+	g[3] = 3;
+	ck_assert_int_eq(accel_step(ctx), ACCEL_OK);
+	ck_assert_float_eq(w[0], 1.0f);
+	ck_assert(isnan(w[1]));
+	ck_assert_float_eq(w[2], 3.0f);
+	ck_assert_float_eq(w[3], 4.0f);
+	accel_step_report rep = {.struct_size = sizeof(rep)};
+	ck_assert_int_eq(accel_last_step(ctx, &rep), ACCEL_OK);
+	ck_assert(isinf(rep.grad_norm) && rep.grad_norm > 0);
+	ck_assert_double_eq(rep.clip_coef, 0.0);
+	ck_assert_uint_eq(rep.nonfinite, 1);
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 /* Overwrite mode: accel_grad_accumulate() is 0 on each step's first
  * micro-step and 1 on the others; the step leaves the gradients as they are
  * (no zeroing pass); the update is the one of the default mode.  Without the
@@ -795,6 +826,7 @@ static Suite *train_suite(void)
 	tcase_add_test(tc, initial_values);
 	tcase_add_test(tc, sgd_accumulation);
 	tcase_add_test(tc, grad_stats_when_used);
+	tcase_add_test(tc, clip_with_infinite_gradient);
 	tcase_add_test(tc, grad_overwrite);
 	tcase_add_test(tc, clipping);
 	tcase_add_test(tc, adamw_step);

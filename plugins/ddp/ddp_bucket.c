@@ -53,7 +53,7 @@ typedef struct open_bucket {
 	int32_t device, device_index;
 	uint64_t bytes, limit;
 	uint32_t first_pos;          /* backward position of its first parameter */
-	uint32_t n;
+	uint32_t n, cap;
 	uint32_t *members;           /* parameter indices, in order added        */
 	int used;                    /* has ever closed a bucket (limit = cap)    */
 } open_bucket;
@@ -111,12 +111,20 @@ int ddp_plan_build(ddp_state *s)
 			ob = &open[k];
 		}
 		if (!ob->members) {
-			ob->members = malloc((m->n_params) * sizeof(uint32_t));
-			if (!ob->members)
-				goto fail_nomem;
 			ob->first_pos = pos;
 			ob->n = 0;
+			ob->cap = 0;
 			ob->bytes = 0;
+		}
+		if (ob->n == ob->cap) {
+			/* grown as it fills: all buckets together hold each parameter
+			 * once (an array of n_params per bucket was quadratic) */
+			uint32_t nc = ob->cap ? 2 * ob->cap : 8;
+			uint32_t *nm = realloc(ob->members, nc * sizeof(uint32_t));
+			if (!nm)
+				goto fail_nomem;
+			ob->members = nm;
+			ob->cap = nc;
 		}
 		ob->members[ob->n++] = i;
 		ob->bytes += p->numel * dtype_size(p->dtype);

@@ -235,7 +235,7 @@ ACCEL_API int accel_prepare(accel_ctx *ctx);
 /* Working-dtype values and gradient of a parameter (numel elements, row
  * major, on the parameter's device).  Borrowed: owned by the strategy.
  * Under DDP and ZeRO-1/2 valid from accel_prepare() until the context is
- * freed (the pointer may change only across accel_load_state()); under
+ * freed; under
  * ZeRO-3/FSDP valid only between the unit's pre- and post-hook.  NULL
  * outside that window (a debug log line says which hook is missing), for a
  * frozen parameter's gradient, or for an unknown index.
@@ -460,8 +460,10 @@ ACCEL_API int accel_sampler_next(accel_sampler *s, int64_t *ret_indices, uint32_
  * not needed between epochs, see accel_sampler_next). */
 ACCEL_API int accel_sampler_set_epoch(accel_sampler *s, uint64_t epoch);
 
-/* Where the sampler stands: all of it is the same on every rank.  Save it
- * with a checkpoint and hand it to accel_sampler_restore() to continue
+/* Where the sampler stands: the same on every rank after the same number of
+ * calls (except with even_batches and drop_last both off, where ranks get
+ * different numbers of batches per epoch: then each rank saves its own,
+ * docs/data.md).  Save it and hand it to accel_sampler_restore() to continue
  * exactly where it stopped: with the same world size and batch size the
  * remaining batches are the ones an uninterrupted run gets; with another
  * world size or batch size, the rest of the epoch is still the remaining
