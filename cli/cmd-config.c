@@ -177,32 +177,34 @@ static int register_modules(accel_config *cfg, accel_loader **ret_ld, accel_err 
 	return ACCEL_OK;
 }
 
-/* The selected plugins and backend must exist and load.  Requirements
- * (CUDA, NCCL, MPI) are not checked: the config may be meant for another
- * machine, and `accel plugins list` reports them for this one. */
+/* The selected plugins and backend must exist and load, and the plugins
+ * must have the roles they are selected for (the context's own rules).
+ * Requirements (CUDA, NCCL, MPI) are not checked: the config may be meant
+ * for another machine, and `accel plugins list` reports them for this one. */
 static int check_modules(const accel_config *cfg, accel_loader *ld, accel_err *err)
 {
 	accel_select sel;
-	const accel_module *m;
+	const accel_module *mods[ACCEL_SELECT_MAX], *m;
 	int r = accel_select_from_config(cfg, &sel, err);
-	if (r)
+	if (r || (r = accel_select_modules(&sel, ld, 1, mods, err)))
 		return r;
-	for (uint32_t i = 0; i <= sel.n; i++) {
-		int kind = i < sel.n ? ACCEL_MODULE_PLUGIN : ACCEL_MODULE_COMM;
-		const char *name = i < sel.n ? sel.names[i] : sel.backend;
-		if (i == sel.n && !strcmp(name, "auto"))
-			break;
-		accel_err e;
-		accel_err_clear(&e);
-		r = accel_loader_find(ld, kind, name, &m, &e);
-		if (r && r != ACCEL_ERR_UNSUPPORTED)
-			return accel_err_set(err, r, "%s", e.msg[0] ? e.msg : accel_status_str(r));
-	}
+	if (!strcmp(sel.backend, "auto"))
+		return ACCEL_OK;
+	accel_err e;
+	accel_err_clear(&e);
+	r = accel_loader_find(ld, ACCEL_MODULE_COMM, sel.backend, &m, &e);
+	if (r && r != ACCEL_ERR_UNSUPPORTED)
+		return accel_err_set(err, r, "backend '%s' (from %s): %s", sel.backend,
+		                     accel_config_source(cfg, "backend"),
+		                     e.msg[0] ? e.msg : accel_status_str(r));
 	return ACCEL_OK;
 }
 
-/* file, env and --set layers, schemas, resolve, module check. */
-static int build(const opts *o, const char *file, accel_config **ret_cfg, accel_err *err)
+/* file, env and --set layers, schemas, resolve; and with `check`, the
+ * module check (validate: `show` prints what a layer says even when this
+ * machine lacks the module it names). */
+static int build(const opts *o, const char *file, int check, accel_config **ret_cfg,
+                 accel_err *err)
 {
 	accel_config *cfg = NULL;
 	accel_loader *ld = NULL;
@@ -217,7 +219,7 @@ static int build(const opts *o, const char *file, accel_config **ret_cfg, accel_
 		if ((r = accel_config_set(cfg, o->sets[i], NULL, err)))
 			goto fail;
 	if ((r = register_modules(cfg, &ld, err)) || (r = accel_config_resolve(cfg, err)) ||
-	    (r = check_modules(cfg, ld, err)))
+	    (check && (r = check_modules(cfg, ld, err))))
 		goto fail;
 	accel_loader_free(ld);
 	*ret_cfg = cfg;
@@ -240,7 +242,7 @@ static int cmd_validate(int argc, char **argv)
 		accel_config *cfg = NULL;
 		accel_err err;
 		accel_err_clear(&err);
-		if (build(&o, o.files[i], &cfg, &err)) {
+		if (build(&o, o.files[i], 1, &cfg, &err)) {
 			fprintf(stderr, "%s: error: %s\n", o.files[i], err.msg);
 			status = 1;
 		} else {
@@ -267,7 +269,7 @@ static int cmd_show(int argc, char **argv)
 	accel_err err;
 	accel_err_clear(&err);
 	int status = 0;
-	if (build(&o, file, &cfg, &err)) {
+	if (build(&o, file, 0, &cfg, &err)) {
 		fprintf(stderr, "accel config show: %s\n", err.msg);
 		status = 1;
 	} else if (o.json) {

@@ -2,6 +2,7 @@
 /* cli/cmd-plugins.c: `accel plugins list` and `accel plugins info NAME`. */
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,9 +140,45 @@ static void req_col(const accel_module *m, char *buf, size_t cap)
 
 /* ---- JSON ----------------------------------------------------------------------- */
 
+/* A JSON string for text from a file name or a plugin, which need not be
+ * UTF-8 (json_string() refuses it): bytes that are not valid UTF-8 are
+ * written as the text \xNN, so nothing is dropped from the document. */
+static json_t *text_json(const char *s)
+{
+	json_t *j = json_string(s);
+	if (j)
+		return j;
+	size_t n = strlen(s);
+	char *buf = malloc(4 * n + 1), *o = buf;
+	if (!buf)
+		return NULL;
+	for (size_t i = 0; i < n;) {
+		char one[5] = {0};
+		size_t len = 1;
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0xc2 && c <= 0xf4)
+			len = c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+		memcpy(one, s + i, len <= n - i ? len : 1);
+		json_t *t = c < 0x80 ? NULL : json_string(one);
+		if (c < 0x80 || t) {
+			memcpy(o, s + i, c < 0x80 ? 1 : len);
+			o += c < 0x80 ? 1 : len;
+			i += c < 0x80 ? 1 : len;
+		} else {
+			o += sprintf(o, "\\x%02x", c);
+			i++;
+		}
+		json_decref(t);
+	}
+	*o = '\0';
+	j = json_string(buf);
+	free(buf);
+	return j;
+}
+
 static json_t *str_or_null(const char *s)
 {
-	return s ? json_string(s) : json_null();
+	return s ? text_json(s) : json_null();
 }
 
 /* ["CUDA", "MPI"] from bits; min_cuda_cc is reported separately. */
@@ -176,7 +213,7 @@ static json_t *module_json(const accel_module *m)
 {
 	json_t *o = json_object();
 	json_object_set_new(o, "name", str_or_null(m->name));
-	json_object_set_new(o, "path", json_string(m->path));
+	json_object_set_new(o, "path", text_json(m->path));
 	json_object_set_new(o, "origin", json_string(m->origin));
 	json_object_set_new(o, "status", json_string(accel_loader_status_name(m->status)));
 	json_object_set_new(o, "reason", str_or_null(m->cause));
@@ -214,7 +251,7 @@ static json_t *dirs_json(const accel_loader *ld)
 		int exists;
 		const char *d = accel_loader_dir(ld, i, &origin, &exists);
 		json_t *o = json_object();
-		json_object_set_new(o, "path", json_string(d));
+		json_object_set_new(o, "path", text_json(d));
 		json_object_set_new(o, "origin", json_string(origin));
 		json_object_set_new(o, "exists", json_boolean(exists));
 		json_array_append_new(a, o);
@@ -333,10 +370,29 @@ static void range_str(const accel_param_schema_v1 *p, char *buf, size_t cap)
 	}
 	if ((p->type != ACCEL_CFG_INT && p->type != ACCEL_CFG_DOUBLE) || p->min > p->max)
 		return;
-	if (p->type == ACCEL_CFG_INT)
-		snprintf(buf, cap, "%.0f .. %.0f", p->min, p->max);
+	char lo[64], hi[64];
+	int dp = p->type == ACCEL_CFG_INT ? 0 : 10;
+	snprintf(lo, sizeof(lo), dp ? "%.*g" : "%.*f", dp, p->min);
+	snprintf(hi, sizeof(hi), dp ? "%.*g" : "%.*f", dp, p->max);
+	if (isinf(p->min) && isinf(p->max))
+		snprintf(buf, cap, "any");
+	else if (isinf(p->max))
+		snprintf(buf, cap, ">= %s", lo);
+	else if (isinf(p->min))
+		snprintf(buf, cap, "<= %s", hi);
 	else
-		snprintf(buf, cap, "%.10g .. %.10g", p->min, p->max);
+		snprintf(buf, cap, "%s .. %s", lo, hi);
+}
+
+/* A bound in --json: null when infinite (no limit); an integer for an
+ * integer key (the loader refuses non-integral ones) while it fits. */
+static json_t *bound_json(const accel_param_schema_v1 *p, double v)
+{
+	if (isinf(v))
+		return json_null();
+	if (p->type == ACCEL_CFG_INT && fabs(v) < 9.0e18)
+		return json_integer((json_int_t)v);
+	return json_real(v);
 }
 
 /* Help text indented by `indent`, wrapped at word boundaries to stay
@@ -380,10 +436,8 @@ static json_t *param_json(const accel_module *m, const accel_param_schema_v1 *p)
 	json_t *def = p->default_json ? json_loads(p->default_json, JSON_DECODE_ANY, NULL) : NULL;
 	json_object_set_new(o, "default", def ? def : json_null());
 	if ((p->type == ACCEL_CFG_INT || p->type == ACCEL_CFG_DOUBLE) && p->min <= p->max) {
-		json_object_set_new(o, "min", p->type == ACCEL_CFG_INT ? json_integer((json_int_t)p->min)
-		                                                       : json_real(p->min));
-		json_object_set_new(o, "max", p->type == ACCEL_CFG_INT ? json_integer((json_int_t)p->max)
-		                                                       : json_real(p->max));
+		json_object_set_new(o, "min", bound_json(p, p->min));
+		json_object_set_new(o, "max", bound_json(p, p->max));
 	}
 	if (p->type == ACCEL_CFG_ENUM && p->choices) {
 		json_t *a = json_array();
@@ -393,7 +447,7 @@ static json_t *param_json(const accel_module *m, const accel_param_schema_v1 *p)
 		free(c);
 		json_object_set_new(o, "choices", a);
 	}
-	json_object_set_new(o, "help", json_string(p->help ? p->help : ""));
+	json_object_set_new(o, "help", text_json(p->help ? p->help : ""));
 	return o;
 }
 

@@ -147,10 +147,29 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 	} else if (!strcmp(want, "nccl")) {
 		c->dev_name = "nccl";
 	} else if (strcmp(want, "auto") != 0) {
-		r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
-		                  "backend '%s' (from %s) is not one of auto, shm, mpi, nccl", want,
-		                  accel_config_source(ctx->cfg, "backend"));
-		goto fail;
+		/* A third-party backend: it carries host buffers when it says it
+		 * serves them; one for device buffers only is brought up on the
+		 * first device collective, like nccl, and host buffers go where
+		 * auto sends them. */
+		accel_err e;
+		accel_err_clear(&e);
+		if ((r = accel_loader_find(ctx->loader, ACCEL_MODULE_COMM, want, &m, &e))) {
+			accel_err_set(&ctx->err, r, "backend '%s' (from %s): %s", want,
+			              accel_config_source(ctx->cfg, "backend"),
+			              e.msg[0] ? e.msg : accel_status_str(r));
+			goto fail;
+		}
+		uint32_t dev = m->comm->desc->devices;
+		if (dev & (1u << ACCEL_DEVICE_CPU)) {
+			cpu_name = m->name;
+		} else if (dev & (1u << ACCEL_DEVICE_CUDA)) {
+			c->dev_name = m->name;
+		} else {
+			r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
+			                  "backend '%s' (%s) serves neither host nor CUDA buffers "
+			                  "(devices 0x%x)", want, m->path, dev);
+			goto fail;
+		}
 	}
 	if (!cpu_name) {
 		/* auto: mpi when an MPI launcher started us, else shm.  The world
@@ -231,9 +250,10 @@ static int route(accel_comm *c, const accel_view *v, const char *op, comm_backen
 	if (!c->dev.up) {
 		if (!c->dev_name)
 			return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
-			                     "%s on a cuda:%d buffer needs the nccl backend, which is "
-			                     "not available (%s)", op, v->device_index,
-			                     "not built, or no GPU; see 'accel plugins list'");
+			                     "%s on a cuda:%d buffer needs a backend for device buffers "
+			                     "(nccl), and none is in use (backend '%s' serves host "
+			                     "buffers; nccl: not built, or no GPU; see 'accel plugins "
+			                     "list')", op, v->device_index, c->cpu.module->name);
 		/* Bringing the device backend up is collective (its bootstrap
 		 * counts communicators in the store); after a failure the ranks
 		 * no longer agree on that count, so a retry could join a dead

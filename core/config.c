@@ -99,6 +99,7 @@ typedef struct cfg_section {
 	char *name;
 	char *owner;
 	int selected;
+	int backend;           /* the owner is a comm backend */
 } cfg_section;
 
 struct accel_config {
@@ -138,11 +139,12 @@ static const core_param core_params[] = {
 	 "hook plugins to load besides the strategy (scaler, fp8, compress, ...)"},
 	{"plugin_dirs", ACCEL_CFG_STRLIST, "[]", NORANGE, 0, NULL, 0, NULL,
 	 "directories searched for plugins before ACCEL_PLUGIN_PATH and the install directory"},
-	{"backend", ACCEL_CFG_ENUM, "\"auto\"", NORANGE, 0, "auto|shm|mpi|nccl", 0, NULL,
-	 "communication backend; auto: nccl for GPU parameters, mpi under an MPI launcher, else shm"},
+	{"backend", ACCEL_CFG_STRING, "\"auto\"", NORANGE, 0, NULL, 0, NULL,
+	 "communication backend: auto, shm, mpi, nccl or an installed third-party one; auto: nccl "
+	 "for GPU buffers, mpi under an MPI launcher, else shm"},
 	{"mixed_precision", ACCEL_CFG_ENUM, "\"no\"", NORANGE, 0, "no|fp16|bf16|fp8", 0, NULL,
 	 "working precision of forward/backward (master weights stay fp32)"},
-	{"gradient_accumulation_steps", ACCEL_CFG_INT, "1", GE(1), 0, NULL, 0, NULL,
+	{"gradient_accumulation_steps", ACCEL_CFG_INT, "1", 1, 2147483647, 0, NULL, 0, NULL,
 	 "micro-batches per optimizer step; gradients are reduced on the last one"},
 	{"max_grad_norm", ACCEL_CFG_DOUBLE, NULL, GE(0), 0, NULL, 0, "gradient_clipping",
 	 "clip the global gradient L2 norm to this value; unset: no clipping"},
@@ -809,13 +811,19 @@ static int value_doc(int kind, const char *name, const char *prefix, const char 
 	if (!d->name || (prefix && !d->prefix) || !d->raw)
 		goto oom;
 	json_error_t je;
-	d->root = json_loads(raw, JSON_DECODE_ANY, &je);
+	d->root = json_loads(raw, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
 	if (d->root) {
 		d->raw_json = 1;
 		*ret = d;
 		return ACCEL_OK;
 	}
 	const char *first = raw + strspn(raw, " \t\r\n");
+	if (strstr(je.text, "duplicate object key")) {
+		int r = accel_err_set(err, ACCEL_ERR_CONFIG, "%s%s: column %d: %s",
+		                      kind == D_ENV ? "env " : "", name, je.column, je.text);
+		doc_free(d);
+		return r;
+	}
 	if (*first == '[' || *first == '{' || *first == '"') {
 		int r = accel_err_set(err, ACCEL_ERR_CONFIG,
 		                      "%s%s: the value looks like JSON but is not valid JSON (column "
@@ -826,6 +834,17 @@ static int value_doc(int kind, const char *name, const char *prefix, const char 
 		return r;
 	}
 	d->root = json_string(raw);
+	if (!d->root) {
+		json_t *raw_bytes = json_string_nocheck(raw);
+		if (raw_bytes) {   /* it was not the memory */
+			json_decref(raw_bytes);
+			int r = accel_err_set(err, ACCEL_ERR_CONFIG,
+			                      "%s%s: the value is not valid UTF-8 text (settings are "
+			                      "JSON strings)", kind == D_ENV ? "env " : "", name);
+			doc_free(d);
+			return r;
+		}
+	}
 	d->split = json_array();
 	if (!d->root || !d->split)
 		goto oom;
@@ -1425,7 +1444,7 @@ accel_config *accel_config_free(accel_config *cfg)
 
 int accel_config_add_schema(accel_config *cfg, const char *section, const char *owner,
                             const accel_param_schema_v1 *params, uint32_t n_params,
-                            int selected, accel_err *err)
+                            unsigned flags, accel_err *err)
 {
 	char what[256];
 	size_t added = 0, stride = sizeof(accel_param_schema_v1);
@@ -1472,7 +1491,8 @@ int accel_config_add_schema(accel_config *cfg, const char *section, const char *
 	cfg_section *sec = &cfg->secs[cfg->nsecs];
 	sec->name = xstrdup(section);
 	sec->owner = xstrdup(owner);
-	sec->selected = selected != 0;
+	sec->selected = (flags & ACCEL_SCHEMA_SELECTED) != 0;
+	sec->backend = (flags & ACCEL_SCHEMA_BACKEND) != 0;
 	if (!sec->name || !sec->owner) {
 		r = nomem(err);
 		goto fail;
@@ -1504,6 +1524,15 @@ int accel_config_add_schema(accel_config *cfg, const char *section, const char *
 			goto fail;
 		}
 		int has = (p->type == ACCEL_CFG_INT || p->type == ACCEL_CFG_DOUBLE) && p->min <= p->max;
+		if (has && p->type == ACCEL_CFG_INT &&
+		    ((isfinite(p->min) && p->min != floor(p->min)) ||
+		     (isfinite(p->max) && p->max != floor(p->max)))) {
+			r = accel_err_set(err, ACCEL_ERR_PLUGIN,
+			                  "%s: integer key '%s' has the range [%g, %g]; the bounds of an "
+			                  "integer key must be integers (or infinite)", what, p->key,
+			                  p->min, p->max);
+			goto fail;
+		}
 		r = keydef_init(&k, full, (int)p->type, p->default_json, has ? p->min : 1,
 		                has ? p->max : 0, 0, p->choices, 0, NULL, p->help,
 		                (int)cfg->nsecs, what, err);
@@ -1535,6 +1564,17 @@ static int load_text(accel_config *cfg, const char *text, size_t len, const char
                      accel_err *err)
 {
 	json_error_t je;
+	/* A byte-order mark is allowed to be ignored (RFC 8259, section 8.1);
+	 * a NUL byte would end the text for jansson, hiding what follows. */
+	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
+		text += 3;
+		len -= 3;
+	}
+	const char *nul = memchr(text, '\0', len);
+	if (nul)
+		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		                     "%s: contains a NUL byte (at byte %zu); a config file is JSON text",
+		                     name, (size_t)(nul - text));
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
 		return accel_err_set(err, ACCEL_ERR_CONFIG, "%s:%d:%d: invalid JSON: %s", name,
@@ -1663,6 +1703,7 @@ static int load_launch_sets(accel_config *cfg, const char *text, accel_err *err)
 	while (*p && !r) {
 		const char *nl = strchr(p, '\n');
 		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+		const char *next = p + n + (nl ? 1 : 0);   /* before n loses a '\r' */
 		char *a = strndup(p, n);
 		line++;
 		if (!a)
@@ -1685,7 +1726,7 @@ static int load_launch_sets(accel_config *cfg, const char *text, accel_err *err)
 			free(src);
 		}
 		free(a);
-		p = nl ? nl + 1 : p + n;
+		p = next;
 	}
 	return r;
 }
@@ -1911,13 +1952,9 @@ typedef struct walker {
 } walker;
 
 /* "strategy is 'ddp' (default) and plugins is [] (default)" */
-static void selection_text(const accel_config *cfg, const char *owner, char *buf, size_t cap)
+static void selection_text(const accel_config *cfg, int backend, char *buf, size_t cap)
 {
 	static const char *const sel_keys[] = {"strategy", "plugins", "backend"};
-	int backend = 0;
-	long bi = find_key(cfg, "backend", NULL);
-	if (bi >= 0 && cfg->keys[bi].choices && choice_ok(cfg->keys[bi].choices, owner))
-		backend = 1;
 	size_t used = 0;
 	buf[0] = '\0';
 	for (int i = backend ? 2 : 0; i < (backend ? 3 : 2); i++) {
@@ -1943,13 +1980,11 @@ static int err_unselected(walker *w, long si, const char *src)
 {
 	const cfg_section *s = &w->cfg->secs[si];
 	char sel[1024];
-	long bi = find_key(w->cfg, "backend", NULL);
-	int backend = bi >= 0 && choice_ok(w->cfg->keys[bi].choices, s->owner);
-	selection_text(w->cfg, s->owner, sel, sizeof(sel));
+	selection_text(w->cfg, s->backend, sel, sizeof(sel));
 	return accel_err_set(w->err, ACCEL_ERR_CONFIG,
 	                     "section '%s' (%s %s) is set at %s but %s; select %s or remove "
-	                     "the section", s->name, backend ? "backend" : "plugin", s->owner, src,
-	                     sel, s->owner);
+	                     "the section", s->name, s->backend ? "backend" : "plugin", s->owner,
+	                     src, sel, s->owner);
 }
 
 static int err_unknown(walker *w, const char *path, const char *src)
@@ -2047,7 +2082,19 @@ static int walk(walker *w, const char *path, const char *ppath, json_t *v)
 	json_object_foreach(v, k, m) {
 		char *cp = *path ? strfmt("%s.%s", path, k) : strdup(k);
 		char *cpp = *ppath ? strfmt("%s%c%s", ppath, PSEP, k) : strdup(k);
-		int r = (cp && cpp) ? walk(w, cp, cpp, m) : nomem(w->err);
+		int r = (cp && cpp) ? ACCEL_OK : nomem(w->err);
+		/* "" would name the group it is in ({"": {...}} the root), and
+		 * "a..b" or "a." no key at all */
+		size_t kl = strlen(k);
+		if (!r && (!kl || k[0] == '.' || k[kl - 1] == '.' || strstr(k, ".."))) {
+			doc_source(w->d, cpp, 0, src, sizeof(src));
+			r = accel_err_set(w->err, ACCEL_ERR_CONFIG,
+			                  kl ? "invalid key '%s' at %s: a dotted key has an empty part"
+			                     : "empty key%s at %s: every setting has a name",
+			                  k, src);
+		}
+		if (!r)
+			r = walk(w, cp, cpp, m);
 		free(cp);
 		free(cpp);
 		if (r)

@@ -66,14 +66,18 @@ int accel_config_set(accel_config *cfg, const char *assignment, const char *orig
                      accel_err *err);
 
 /* Declare the keys of one section (a plugin's or backend's config_section).
- * `owner` names the plugin for messages.  selected=0 declares the section
- * as known but not active: giving its keys is then an error that says the
- * plugin is not selected.  Errors (ACCEL_ERR_PLUGIN): a malformed schema
+ * `owner` names the plugin for messages.  `flags`: ACCEL_SCHEMA_SELECTED
+ * declares the section active; without it the section is known but not
+ * active, and giving its keys is an error that says the plugin is not
+ * selected.  ACCEL_SCHEMA_BACKEND: the owner is a comm backend (selected
+ * with `backend`, which the messages then name).  Errors (ACCEL_ERR_PLUGIN): a malformed schema
  * (bad key, type, default or range), a section or key already declared, two
  * keys whose environment names collide.  Must come before resolve(). */
 int accel_config_add_schema(accel_config *cfg, const char *section, const char *owner,
                             const accel_param_schema_v1 *params, uint32_t n_params,
-                            int selected, accel_err *err);
+                            unsigned flags, accel_err *err);
+#define ACCEL_SCHEMA_SELECTED 1u
+#define ACCEL_SCHEMA_BACKEND 2u
 /* Check everything and fill defaults.  After success the getters work.
  * May be called again after more layers or schemas were added. */
 int accel_config_resolve(accel_config *cfg, accel_err *err);

@@ -53,34 +53,34 @@ static int load_config(accel_ctx *ctx, const accel_opts *opts)
 	return ACCEL_OK;
 }
 
-static int activate_plugins(accel_ctx *ctx, const accel_select *sel)
+/* What a plugin's init or validate returned, made safe to pass on: a
+ * positive value (no ACCEL_* status is positive) is a plugin bug, and an
+ * error recorded through host->error by a call that then returned OK must
+ * not stand in for a later failure's message. */
+static int plugin_status(accel_ctx *ctx, const accel_module *m, const char *slot, int r)
+{
+	if (r > 0) {
+		accel_err_clear(&ctx->err);
+		return accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
+		                     "plugin '%s' (%s): %s returned %d, which is not an accel status "
+		                     "(ACCEL_OK or a negative ACCEL_ERR_*)", m->name, m->path, slot, r);
+	}
+	if (r == ACCEL_OK && ctx->err.code != ACCEL_OK) {
+		accel_log(ACCEL_LOG_WARN, "plugin '%s' (%s): %s reported an error but returned "
+		          "ACCEL_OK; going on: %s", m->name, m->path, slot, ctx->err.msg);
+		accel_err_clear(&ctx->err);
+	}
+	return r;
+}
+
+static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel_module **mods)
 {
 	int r;
 	ctx->active = calloc(sel->n, sizeof(*ctx->active));
 	if (!ctx->active)
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	for (uint32_t i = 0; i < sel->n; i++) {
-		const accel_module *m;
-		if ((r = accel_loader_find(ctx->loader, ACCEL_MODULE_PLUGIN, sel->names[i], &m,
-		                           &ctx->err)))
-			return r;
-		uint32_t role = m->plugin->desc->role;
-		if (i == 0 && role != ACCEL_ROLE_STRATEGY)
-			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
-			                     "strategy '%s' (%s) is not a sharding strategy; list hook "
-			                     "plugins under \"plugins\"", m->name, m->path);
-		if (i > 0 && role == ACCEL_ROLE_STRATEGY)
-			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
-			                     "plugin '%s' (%s) is a sharding strategy; select it with "
-			                     "\"strategy\" (only one strategy can be active; '%s' is)",
-			                     m->name, m->path, sel->names[0]);
-		for (uint32_t j = 1; j < i; j++)
-			if (role != ACCEL_ROLE_OTHER && ctx->active[j].vt->desc->role == role)
-				return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
-				                     "plugins '%s' and '%s' both have the %s role; "
-				                     "select one", ctx->active[j].module->name, m->name,
-				                     role == ACCEL_ROLE_PRECISION ? "precision"
-				                                                  : "reduce-hook");
+		const accel_module *m = mods[i];
 		accel_active *a = &ctx->active[ctx->n_active++];
 		a->module = m;
 		a->vt = m->plugin;
@@ -93,6 +93,7 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel)
 		accel_active *a = &ctx->active[i];
 		void *state = NULL;
 		r = a->vt->init(accel_host_table(), &a->host, &state);
+		r = plugin_status(ctx, a->module, "init", r);
 		if (r) {
 			if (ctx->err.code == ACCEL_OK)
 				accel_err_set(&ctx->err, r, "plugin '%s' (%s): init failed with %s and no "
@@ -128,10 +129,12 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel)
 	};
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
-		if (a->vt->validate && (r = a->vt->validate(a->state, &s)))
+		if (a->vt->validate &&
+		    (r = plugin_status(ctx, a->module, "validate", a->vt->validate(a->state, &s))))
 			return ctx->err.code ? ctx->err.code
-			                     : accel_err_set(&ctx->err, r, "plugin '%s' refused the "
-			                                     "selection", a->module->name);
+			                     : accel_err_set(&ctx->err, r, "plugin '%s' (%s) refused the "
+			                                     "selection (%s, no message)", a->module->name,
+			                                     a->module->path, accel_status_str(r));
 	}
 	return ACCEL_OK;
 }
@@ -173,6 +176,7 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 {
 	accel_ctx *ctx;
 	accel_select sel;
+	const accel_module *mods[ACCEL_SELECT_MAX];
 	int r;
 	const char *lv;
 
@@ -197,6 +201,10 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 	if ((r = accel_select_from_config(ctx->cfg, &sel, &ctx->err)) ||
 	    (r = accel_select_register_schemas(ctx->cfg, ctx->loader, &sel, &ctx->err)))
 		goto fail;
+	/* Before resolve: a selected plugin that cannot be used says why,
+	 * rather than its section being reported as an unknown key. */
+	if ((r = accel_select_modules(&sel, ctx->loader, 0, mods, &ctx->err)))
+		goto fail;
 	if ((r = accel_config_resolve(ctx->cfg, &ctx->err)))
 		goto fail;
 	/* The resolved value includes ACCEL_LOG_LEVEL (the env layer). */
@@ -206,7 +214,7 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 		goto fail;
 	if ((r = accel_comm_new(ctx, &ctx->comm)))
 		goto fail;
-	if ((r = activate_plugins(ctx, &sel)))
+	if ((r = activate_plugins(ctx, &sel, mods)))
 		goto fail;
 	if ((r = accel_train_new(ctx, &ctx->train)))
 		goto fail;

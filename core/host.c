@@ -68,6 +68,15 @@ static const char *cfg_path(accel_host *h, const char *key, char *buf, size_t ca
 	return buf;
 }
 
+/* A plugin's call with a NULL argument is its bug: say so, do not crash. */
+static int cfg_args(accel_host *h, const char *fn, const char *key, const void *ret_value)
+{
+	if (h && h->ctx && key && ret_value)
+		return ACCEL_OK;
+	return host_error(h && h->ctx ? h : NULL, ACCEL_ERR_INVALID_ARG, "host->%s: %s is NULL", fn,
+	                  !h || !h->ctx ? "the host handle" : !key ? "key" : "ret_value");
+}
+
 static int cfg_check(accel_host *h, const char *key, int r)
 {
 	if (r == ACCEL_ERR_CONFIG)
@@ -78,6 +87,9 @@ static int cfg_check(accel_host *h, const char *key, int r)
 static int host_cfg_bool(accel_host *h, const char *key, int32_t *ret_value)
 {
 	char buf[512];
+	int ar = cfg_args(h, "cfg_bool", key, ret_value);
+	if (ar)
+		return ar;
 	return cfg_check(h, key, accel_config_get_bool(h->ctx->cfg, cfg_path(h, key, buf, sizeof(buf)),
 	                                            ret_value));
 }
@@ -85,6 +97,9 @@ static int host_cfg_bool(accel_host *h, const char *key, int32_t *ret_value)
 static int host_cfg_int(accel_host *h, const char *key, int64_t *ret_value)
 {
 	char buf[512];
+	int ar = cfg_args(h, "cfg_int", key, ret_value);
+	if (ar)
+		return ar;
 	return cfg_check(h, key, accel_config_get_int(h->ctx->cfg, cfg_path(h, key, buf, sizeof(buf)),
 	                                           ret_value));
 }
@@ -92,6 +107,9 @@ static int host_cfg_int(accel_host *h, const char *key, int64_t *ret_value)
 static int host_cfg_double(accel_host *h, const char *key, double *ret_value)
 {
 	char buf[512];
+	int ar = cfg_args(h, "cfg_double", key, ret_value);
+	if (ar)
+		return ar;
 	return cfg_check(h, key, accel_config_get_double(h->ctx->cfg,
 	                                              cfg_path(h, key, buf, sizeof(buf)), ret_value));
 }
@@ -99,6 +117,9 @@ static int host_cfg_double(accel_host *h, const char *key, double *ret_value)
 static int host_cfg_string(accel_host *h, const char *key, const char **ret_value)
 {
 	char buf[512];
+	int ar = cfg_args(h, "cfg_string", key, ret_value);
+	if (ar)
+		return ar;
 	return cfg_check(h, key, accel_config_get_string(h->ctx->cfg,
 	                                              cfg_path(h, key, buf, sizeof(buf)), ret_value));
 }
@@ -106,6 +127,9 @@ static int host_cfg_string(accel_host *h, const char *key, const char **ret_valu
 static int host_cfg_strlist(accel_host *h, const char *key, uint32_t index, const char **ret_value)
 {
 	char buf[512];
+	int ar = cfg_args(h, "cfg_strlist", key, ret_value);
+	if (ar)
+		return ar;
 	return cfg_check(h, key, accel_config_get_strlist(h->ctx->cfg,
 	                                               cfg_path(h, key, buf, sizeof(buf)), index,
 	                                               ret_value));

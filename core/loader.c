@@ -608,6 +608,13 @@ static int schema_entry_check(const accel_param_schema_v1 *p, char *why, size_t 
 		snprintf(why, cap, "min or max is NaN");
 		return -1;
 	}
+	if (p->type == ACCEL_CFG_INT && p->min <= p->max &&
+	    ((isfinite(p->min) && p->min != floor(p->min)) ||
+	     (isfinite(p->max) && p->max != floor(p->max)))) {
+		snprintf(why, cap, "integer key with the range [%g, %g]; its bounds must be integers "
+		         "(or infinite)", p->min, p->max);
+		return -1;
+	}
 	if (p->type == ACCEL_CFG_ENUM) {
 		if (!p->choices || !*p->choices) {
 			snprintf(why, cap, "enum without choices");
@@ -991,14 +998,17 @@ static void reevaluate(accel_loader *ld)
 				eval_requirements(ld, ld->mods[i]);
 }
 
-/* The first loaded, non-broken module of that kind and name other than m. */
+/* The first module of that kind and name other than m, in search order.
+ * A broken one counts once it got far enough to say its name: it is the
+ * one the user put first (an override), so a later module of the same
+ * name must not silently stand in for it. */
 static module_rec *claimant(const accel_loader *ld, int kind, const char *name,
                             const module_rec *not_this)
 {
 	for (uint32_t i = 0; i < ld->n_mods; i++) {
 		module_rec *o = ld->mods[i];
 		if (o == not_this || o->pub.kind != kind || !o->pub.name ||
-		    o->pub.status == ACCEL_MODULE_BROKEN || strcmp(o->pub.name, name))
+		    o->pub.status == ACCEL_MODULE_SHADOWED || strcmp(o->pub.name, name))
 			continue;
 		return o;
 	}
@@ -1191,7 +1201,15 @@ static int is_candidate(const char *dir, const char *name)
 	if (snprintf(p, sizeof(p), "%s/%s", dir, name) >= (int)sizeof(p))
 		return 0;
 	struct stat st;
-	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+	if (stat(p, &st) != 0) {
+		/* a link whose target is gone, or a loop of links: skipped, but
+		 * not silently (the user may believe that module installed) */
+		accel_log(ACCEL_LOG_WARN, "plugin directory %s: %s is skipped: %s", dir, name,
+		          errno == ENOENT ? "a symbolic link whose target does not exist"
+		                          : strerror(errno));
+		return 0;
+	}
+	return S_ISREG(st.st_mode);
 }
 
 static int scan_dir(accel_loader *ld, dir_rec *d, accel_err *err)
@@ -1332,6 +1350,21 @@ static int find_kind(accel_loader *ld, int kind, const char *name,
 	module_rec *first = claimant(ld, kind, name, NULL);
 	if (!first)
 		return ACCEL_ERR_NOT_FOUND;
+	if (first->pub.status == ACCEL_MODULE_BROKEN) {
+		const char *later = NULL;
+		for (uint32_t i = 0; i < ld->n_mods && !later; i++) {
+			module_rec *o = ld->mods[i];
+			if (o != first && o->pub.kind == kind && o->pub.name && !strcmp(o->pub.name, name))
+				later = o->pub.path;
+		}
+		if (later)
+			return accel_err_set(err, ACCEL_ERR_PLUGIN,
+			                     "%s '%s' cannot be used: %s (it comes first in the search "
+			                     "order, so %s, a later file of that name, is not used in its "
+			                     "place)", kind_word(kind), name, first->pub.reason, later);
+		return accel_err_set(err, ACCEL_ERR_PLUGIN, "%s '%s' cannot be used: %s",
+		                     kind_word(kind), name, first->pub.reason);
+	}
 	for (uint32_t i = 0; i < ld->n_mods; i++) {
 		module_rec *o = ld->mods[i];
 		if (o != first && o->pub.status == ACCEL_MODULE_SHADOWED && o->pub.kind == kind &&
@@ -1403,7 +1436,7 @@ int accel_loader_find(accel_loader *ld, int kind, const char *name,
 	}
 	size_t nl = strlen(name);
 	size_t limit = nl <= 3 ? 1 : nl <= 8 ? 2 : 3;
-	int suggest = best && (best_d <= limit || !strncmp(best, name, nl) ||
+	int suggest = best && nl && (best_d <= limit || !strncmp(best, name, nl) ||
 	                       (strlen(best) >= 3 && strstr(name, best)));
 	if (!ld->n_dirs)
 		return accel_err_set(err, ACCEL_ERR_NOT_FOUND,

@@ -5,6 +5,7 @@
 
 #include "accel-build-config.h"
 #include "ctx-impl.h"
+#include "log.h"
 #include "select.h"
 
 static int add(accel_select *sel, const char *name, const char *why, accel_err *err)
@@ -36,9 +37,19 @@ int accel_select_from_config(const accel_config *cfg, accel_select *ret_sel, acc
 		s = "ddp";
 	if ((r = add(&sel, s, "strategy", err)))
 		return r;
-	for (uint32_t i = 0; accel_config_peek_strlist(cfg, "plugins", i, &s) == ACCEL_OK; i++)
+	for (uint32_t i = 0; accel_config_peek_strlist(cfg, "plugins", i, &s) == ACCEL_OK; i++) {
+		/* said twice, or the strategy again: a slip worth naming, not
+		 * something to fix up quietly */
+		if (accel_select_has(&sel, s))
+			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			                     strcmp(s, sel.names[0])
+			                         ? "'%s' is listed more than once in plugins (%s)"
+			                         : "'%s' is listed in plugins (%s) but is the strategy; "
+			                           "list only hook plugins there",
+			                     s, accel_config_source(cfg, "plugins"));
 		if ((r = add(&sel, s, "plugins", err)))
 			return r;
+	}
 	if (accel_config_peek_string(cfg, "mixed_precision", &s) == ACCEL_OK && s) {
 		/* Accelerate's mixed_precision implies the plugin doing the work. */
 		if (!strcmp(s, "fp16") && (r = add(&sel, "scaler", "mixed_precision=fp16", err)))
@@ -96,9 +107,17 @@ int accel_select_open_loader(const accel_config *cfg, accel_loader **ret_loader,
 	if (r)
 		return r;
 	for (uint32_t i = 0;
-	     cfg && accel_config_peek_strlist(cfg, "plugin_dirs", i, &dir) == ACCEL_OK; i++)
+	     cfg && accel_config_peek_strlist(cfg, "plugin_dirs", i, &dir) == ACCEL_OK; i++) {
+		if (!*dir) {
+			r = accel_err_set(err, ACCEL_ERR_CONFIG,
+			                  "plugin_dirs[%u] (from %s) is an empty string; name a "
+			                  "directory (\".\" for the current one)", i,
+			                  accel_config_source(cfg, "plugin_dirs"));
+			goto fail;
+		}
 		if ((r = accel_loader_add_dir(ld, dir, "plugin_dirs", err)))
 			goto fail;
+	}
 	if ((r = accel_loader_add_default_dirs(ld, err)))
 		goto fail;
 	accel_select_probe_cuda(&avail, &cc);
@@ -112,27 +131,130 @@ fail:
 	return r;
 }
 
+/* A loaded (usable or not) comm backend of that name, or NULL. */
+static const accel_module *comm_named(const accel_loader *ld, const char *name)
+{
+	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
+		const accel_module *m = accel_loader_get(ld, i);
+		if (m->kind == ACCEL_MODULE_COMM && m->name && !strcmp(m->name, name) &&
+		    (m->status == ACCEL_MODULE_OK || m->status == ACCEL_MODULE_UNAVAILABLE))
+			return m;
+	}
+	return NULL;
+}
+
+static int builtin_backend(const char *name)
+{
+	return !strcmp(name, "shm") || !strcmp(name, "mpi") || !strcmp(name, "nccl");
+}
+
+int accel_select_backend_active(const accel_loader *ld, const char *backend, const char *name)
+{
+	if (!strcmp(backend, name))
+		return 1;
+	/* auto picks among the built-in backends at run time (nccl for device
+	 * buffers, mpi or shm for host ones) */
+	if (!strcmp(backend, "auto"))
+		return builtin_backend(name);
+	/* a backend for device buffers only leaves host buffers to shm or mpi,
+	 * picked as under auto */
+	const accel_module *b = comm_named(ld, backend);
+	int device_only = !strcmp(backend, "nccl") ||
+	                  (b && !(b->comm->desc->devices & (1u << ACCEL_DEVICE_CPU)));
+	return device_only && (!strcmp(name, "shm") || !strcmp(name, "mpi"));
+}
+
+static int add_module_schema(accel_config *cfg, const accel_module *m, unsigned flags,
+                             accel_err *err)
+{
+	if (m->kind == ACCEL_MODULE_PLUGIN && m->plugin->desc->config_section)
+		return accel_config_add_schema(cfg, m->plugin->desc->config_section, m->name,
+		                               m->plugin->desc->params, m->plugin->desc->n_params,
+		                               flags, err);
+	if (m->kind == ACCEL_MODULE_COMM && m->comm->desc->config_section)
+		return accel_config_add_schema(cfg, m->comm->desc->config_section, m->name,
+		                               m->comm->desc->params, m->comm->desc->n_params,
+		                               flags | ACCEL_SCHEMA_BACKEND, err);
+	return ACCEL_OK;
+}
+
 int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
                                   const accel_select *sel, accel_err *err)
 {
-	/* Under "auto" any backend may be picked at run time; under "nccl" the
-	 * host buffers still go to shm or mpi, picked as under auto. */
-	int any_backend = !strcmp(sel->backend, "auto") || !strcmp(sel->backend, "nccl");
+	/* The selected modules first, so that a clash with a module that is
+	 * merely installed is that module's problem: it is skipped with a
+	 * warning (its settings then count as unknown keys), while a clash
+	 * between selected ones is an error naming the file. */
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
+			const accel_module *m = accel_loader_get(ld, i);
+			if (m->status == ACCEL_MODULE_BROKEN || m->status == ACCEL_MODULE_SHADOWED)
+				continue;
+			int selected = m->kind == ACCEL_MODULE_PLUGIN
+			                   ? accel_select_has(sel, m->name)
+			                   : accel_select_backend_active(ld, sel->backend, m->name);
+			if (selected != (pass == 0))
+				continue;
+			accel_err e;
+			accel_err_clear(&e);
+			int r = add_module_schema(cfg, m, selected ? ACCEL_SCHEMA_SELECTED : 0, &e);
+			if (!r)
+				continue;
+			if (r == ACCEL_ERR_NOMEM)
+				return accel_err_set(err, r, "%s", e.msg);
+			if (selected)
+				return accel_err_set(err, r, "%s (file %s)", e.msg, m->path);
+			accel_log(ACCEL_LOG_WARN, "%s (file %s); it is not selected, so its settings "
+			          "are ignored", e.msg, m->path);
+		}
+	return ACCEL_OK;
+}
+
+/* The module a selected plugin name stands for, also when this machine
+ * lacks its requirements (then *ret_unmet is set and r is UNSUPPORTED). */
+static int find_plugin(accel_loader *ld, const char *name, const accel_module **ret,
+                       accel_err *err)
+{
+	int r = accel_loader_find(ld, ACCEL_MODULE_PLUGIN, name, ret, err);
+	if (r != ACCEL_ERR_UNSUPPORTED)
+		return r;
 	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
 		const accel_module *m = accel_loader_get(ld, i);
-		int r = ACCEL_OK;
-		if (m->status == ACCEL_MODULE_BROKEN || m->status == ACCEL_MODULE_SHADOWED)
-			continue;
-		if (m->kind == ACCEL_MODULE_PLUGIN && m->plugin->desc->config_section)
-			r = accel_config_add_schema(cfg, m->plugin->desc->config_section, m->name,
-			                            m->plugin->desc->params, m->plugin->desc->n_params,
-			                            accel_select_has(sel, m->name), err);
-		else if (m->kind == ACCEL_MODULE_COMM && m->comm->desc->config_section)
-			r = accel_config_add_schema(cfg, m->comm->desc->config_section, m->name,
-			                            m->comm->desc->params, m->comm->desc->n_params,
-			                            any_backend || !strcmp(sel->backend, m->name), err);
-		if (r)
+		if (m->kind == ACCEL_MODULE_PLUGIN && m->name && !strcmp(m->name, name) &&
+		    m->status == ACCEL_MODULE_UNAVAILABLE)
+			*ret = m;
+	}
+	return r;
+}
+
+int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_unmet,
+                         const accel_module **ret_mods, accel_err *err)
+{
+	for (uint32_t i = 0; i < sel->n; i++) {
+		const accel_module *m = NULL;
+		int r = find_plugin(ld, sel->names[i], &m, err);
+		if (r && !(r == ACCEL_ERR_UNSUPPORTED && allow_unmet && m))
 			return r;
+		if (r)
+			accel_err_clear(err);
+		uint32_t role = m->plugin->desc->role;
+		if (i == 0 && role != ACCEL_ROLE_STRATEGY)
+			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			                     "strategy '%s' (%s) is not a sharding strategy; list hook "
+			                     "plugins under \"plugins\"", m->name, m->path);
+		if (i > 0 && role == ACCEL_ROLE_STRATEGY)
+			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			                     "plugin '%s' (%s) is a sharding strategy; select it with "
+			                     "\"strategy\" (only one strategy can be active; '%s' is)",
+			                     m->name, m->path, sel->names[0]);
+		for (uint32_t j = 1; j < i; j++)
+			if (role != ACCEL_ROLE_OTHER && ret_mods[j]->plugin->desc->role == role)
+				return accel_err_set(err, ACCEL_ERR_CONFIG,
+				                     "plugins '%s' and '%s' both have the %s role; "
+				                     "select one", ret_mods[j]->name, m->name,
+				                     role == ACCEL_ROLE_PRECISION ? "precision"
+				                                                  : "reduce-hook");
+		ret_mods[i] = m;
 	}
 	return ACCEL_OK;
 }

@@ -42,4 +42,16 @@ int accel_select_open_loader(const accel_config *cfg, accel_loader **ret_loader,
 int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
                                   const accel_select *sel, accel_err *err);
 
+/* Whether the section of comm backend `name` is in use when `backend`
+ * says what it says (under "auto": the built-in ones). */
+int accel_select_backend_active(const accel_loader *ld, const char *backend, const char *name);
+
+/* Find the selected plugins (ret_mods[i] for sel->names[i]) and check
+ * their roles: names[0] a strategy, no other strategy, at most one
+ * precision and one reduce hook.  allow_unmet: a plugin whose
+ * requirements this machine lacks still counts (`accel config validate`
+ * checks configs meant for other machines). */
+int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_unmet,
+                         const accel_module **ret_mods, accel_err *err);
+
 #endif

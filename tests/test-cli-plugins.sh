@@ -71,7 +71,8 @@ for spec in \
 	got=$(row "$file")
 	[ "$got" = "$want" ] || { cat "$tmp/out" >&2; fail "row of $file is '$got', expected '$want'"; }
 done
-has "$tmp/out" "^20 found: 7 ok, 1 unavailable, 11 broken, 1 shadowed\.$"
+has "$tmp/out" "^24 found: 10 ok, 1 unavailable, 12 broken, 1 shadowed\.$"
+
 has "$tmp/out" "^  $fx/not-elf.so: not an ELF shared object"
 has "$tmp/out" "^  $fx/abi-v9.so: built for plugin ABI v9; this accel supports v1$"
 has "$tmp/out" "^  $fx/needs-cuda.so: plugin 'needs-cuda' needs CUDA"
@@ -100,7 +101,7 @@ b = mods["small-struct.so"]
 assert b["status"] == "broken" and b["name"] == "small-struct" and b["reason"].startswith("struct_size too small"), b
 c = mods["comm-good.so"]
 assert c["kind"] == "comm" and c["devices"] == ["cpu"], c
-assert len(mods) == 20, sorted(mods)
+assert len(mods) == 24, sorted(mods)
 PYEOF
 
 echo "== plugins info"
@@ -171,7 +172,7 @@ ACCEL_LOG_LEVEL=warn NCCL_DEBUG=INFO run 0 env --plugin-dir "$fx"
 for want in "^## accel$" "^- accel: [0-9.]* (plugin ABI ${ABI#v})$" "^- compiler: " "^- jansson: " \
 	"^- build features: CUDA \(yes\|no\), NCCL \(yes\|no\)" "^- CUDA driver: " "^- CUDA runtime: " \
 	"^- GPUs: " "^- NCCL: " "^- MPI library: " "^- OS: .*; kernel " "^- CPU: .*cores online" \
-	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 20$" \
+	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 24$" \
 	"^| good | 1\.2\.3 | strategy | ok | \`$fx/good.so\` |$" \
 	"^| bad-schema | 1\.2\.3 | strategy | broken: schema entry 0 ('bad_schema\.steps', int)" \
 	"^ACCEL_LOG_LEVEL=warn$" "^NCCL_DEBUG=INFO$"; do
@@ -180,4 +181,15 @@ done
 # A broken config is reported, not fatal.
 ACCEL_CONFIG="$tmp/missing.json" run 0 env
 has "$tmp/out" "^- config problem (its plugin_dirs are not searched): cannot open config file"
+
+echo "== an unbounded range, as text and as JSON (null, not a wrapped integer)"
+run 0 plugins info section-clash --plugin-dir "$fx"
+has "$tmp/out" "good\.steps  *int  *default 1, >= 0$"
+run 0 plugins info section-clash --plugin-dir "$fx" --json
+/usr/bin/python3 - "$tmp/out" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+p = [q for q in m["parameters"] if q["key"] == "steps"][0]
+assert p["min"] == 0 and p["max"] is None, p
+PY
 echo PASS

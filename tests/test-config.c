@@ -323,6 +323,99 @@ START_TEST(launch_sets)
 }
 END_TEST
 
+/* A '\r' ending the last line: once a hang (the loop kept finding it). */
+START_TEST(launch_sets_last_line_cr)
+{
+	accel_err e;
+	accel_config *c = mk(&e);
+	char *env[] = {"ACCEL_SET=seed=3\r", NULL};
+	int64_t i;
+	ck_assert_int_eq(run(c, NULL, env, NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(i, 3);
+	c = accel_config_free(c);
+	c = mk(&e);
+	char *only_cr[] = {"ACCEL_SET=\r", NULL};
+	ck_assert_int_eq(run(c, NULL, only_cr, NULL, &e), ACCEL_OK);
+	c = accel_config_free(c);
+}
+END_TEST
+
+/* Member names that name no key: "" (it would stand for the group it is
+ * in: {"": {...}} the root) and dotted names with an empty part. */
+START_TEST(empty_key_names)
+{
+	static const char *const bad[][2] = {
+		{"{\"\": {\"seed\": 3}}", "empty key at cfg.json:1:6: every setting has a name"},
+		{"{\"optimizer\": {\"\": 1}}", "empty key at cfg.json:1:"},
+		{"{\"optimizer..type\": \"sgd\"}",
+		 "invalid key 'optimizer..type' at cfg.json:1:"},
+		{"{\".seed\": 1}", "invalid key '.seed' at cfg.json:1:"},
+		{"{\"seed.\": 1}", "invalid key 'seed.' at cfg.json:1:"},
+	};
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		accel_err e;
+		accel_config *c = mk(&e);
+		ck_assert_int_eq(run(c, bad[k][0], NULL, NULL, &e), ACCEL_ERR_CONFIG);
+		ASSERT_MSG_HAS(e, bad[k][1]);
+		c = accel_config_free(c);
+	}
+	accel_err e;
+	accel_config *c = mk(&e);
+	ck_assert_int_eq(run(c, NULL, NULL, "optimizer={\"\": 1}", &e), ACCEL_ERR_CONFIG);
+	ASSERT_MSG_HAS(e, "empty key at --set optimizer={\"\": 1}");
+	c = accel_config_free(c);
+}
+END_TEST
+
+/* Values from the command line and the environment: a JSON object with a
+ * key twice, and text that is not UTF-8, are errors (not "out of memory",
+ * not the last one silently winning). */
+START_TEST(set_values_duplicates_and_utf8)
+{
+	accel_err e;
+	accel_config *c = mk(&e);
+	ck_assert_int_eq(run(c, NULL, NULL, "optimizer={\"type\": \"sgd\", \"type\": \"adamw\"}",
+	                     &e), ACCEL_ERR_CONFIG);
+	ASSERT_MSG_HAS(e, "duplicate object key");
+	c = accel_config_free(c);
+	c = mk(&e);
+	ck_assert_int_eq(run(c, NULL, NULL, "metrics_file=/tmp/m\xe9.jsonl", &e), ACCEL_ERR_CONFIG);
+	ASSERT_MSG_HAS(e, "the value is not valid UTF-8 text");
+	c = accel_config_free(c);
+	c = mk(&e);
+	char *env[] = {"ACCEL_METRICS_FILE=/tmp/m\xff", NULL};
+	ck_assert_int_eq(run(c, NULL, env, NULL, &e), ACCEL_ERR_CONFIG);
+	ASSERT_MSG_HAS(e, "env ACCEL_METRICS_FILE: the value is not valid UTF-8 text");
+	c = accel_config_free(c);
+}
+END_TEST
+
+/* A NUL byte in a config file is an error (it used to end the text
+ * there); a UTF-8 byte-order mark is skipped. */
+START_TEST(file_nul_and_bom)
+{
+	accel_err e;
+	accel_config *c = mk(&e);
+	static const char nul[] = "{\"seed\": 1}\0{\"seed\": 2}";
+	char path[] = "/tmp/accel-test-nul-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, nul, sizeof(nul) - 1), (ssize_t)(sizeof(nul) - 1));
+	close(fd);
+	ck_assert_int_eq(accel_config_load_file(c, path, &e), ACCEL_ERR_CONFIG);
+	unlink(path);
+	ASSERT_MSG_HAS(e, ": contains a NUL byte (at byte 11)");
+	c = accel_config_free(c);
+	c = mk(&e);
+	int64_t i;
+	ck_assert_int_eq(run(c, "\xef\xbb\xbf{\"seed\": 9}", NULL, NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(i, 9);
+	c = accel_config_free(c);
+}
+END_TEST
+
 START_TEST(env_reserved)
 {
 	accel_err e;
@@ -480,7 +573,7 @@ START_TEST(out_of_range)
 	ck_assert_int_eq(run(c, "{\"gradient_accumulation_steps\": 0}", NULL, NULL, &e),
 	                 ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'gradient_accumulation_steps' at cfg.json:1:33: "
-	                        "expected an integer >= 1, got 0");
+	                        "expected an integer in [1, 2147483647], got 0");
 	c = accel_config_free(c);
 
 	c = mk(&e);
@@ -533,10 +626,10 @@ START_TEST(bad_enum)
 	c = accel_config_free(c);
 
 	c = mk(&e);
-	char *env[] = {"ACCEL_BACKEND=gloo", NULL};
+	char *env[] = {"ACCEL_LOG_LEVEL=verbose", NULL};
 	ck_assert_int_eq(run(c, NULL, env, NULL, &e), ACCEL_ERR_CONFIG);
-	ck_assert_str_eq(e.msg, "invalid value for 'backend' at env ACCEL_BACKEND: expected one of "
-	                        "auto|shm|mpi|nccl, got string \"gloo\"");
+	ck_assert_str_eq(e.msg, "invalid value for 'log_level' at env ACCEL_LOG_LEVEL: expected one "
+	                        "of error|warn|info|debug|trace, got string \"verbose\"");
 	c = accel_config_free(c);
 }
 END_TEST
@@ -650,7 +743,8 @@ START_TEST(unselected_section)
 		{S, ACCEL_CFG_BOOL, "cuda_aware", "false", 1, 0, NULL, "MPI can read device memory"},
 	};
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "mpi", "mpi", mpi_params, 1, 0, &e), ACCEL_OK);
+	ck_assert_int_eq(accel_config_add_schema(c, "mpi", "mpi", mpi_params, 1, ACCEL_SCHEMA_BACKEND,
+	                                         &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, NULL, NULL, "mpi.cuda_aware=true", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "section 'mpi' (backend mpi) is set at --set mpi.cuda_aware=true but "
 	                        "backend is 'auto' (default); select mpi or remove the section");
@@ -1218,6 +1312,25 @@ START_TEST(cli_show)
 	cli(&r, (const char *[]){"config", "show", "--set", "seed=-1", NULL});
 	ck_assert_int_eq(r.status, 1);
 	CLI_HAS(r, "invalid value for 'seed' at --set seed=-1");
+
+	/* show prints what the layers say, also a module this machine lacks;
+	 * validate checks the modules and the context's selection rules */
+	cli(&r, (const char *[]){"config", "show", "--set", "backend=elsewhere", NULL});
+	ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.out);
+	CLI_HAS(r, "backend = \"elsewhere\"");
+	char empty[] = "/tmp/accel-test-empty-XXXXXX";
+	int fd = mkstemp(empty);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "{}", 2), 2);
+	close(fd);
+	cli(&r, (const char *[]){"config", "validate", "--set", "backend=elsewhere", empty, NULL});
+	ck_assert_int_eq(r.status, 1);
+	CLI_HAS(r, "backend 'elsewhere' (from --set backend=elsewhere): no comm backend named "
+	           "'elsewhere'");
+	cli(&r, (const char *[]){"config", "validate", "--set", "plugins=ddp", empty, NULL});
+	unlink(empty);
+	ck_assert_int_eq(r.status, 1);
+	CLI_HAS(r, "'ddp' is listed in plugins (--set plugins=ddp) but is the strategy");
 }
 END_TEST
 
@@ -1264,6 +1377,10 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, precedence);
 	tcase_add_test(tc, set_values);
 	tcase_add_test(tc, launch_sets);
+	tcase_add_test(tc, launch_sets_last_line_cr);
+	tcase_add_test(tc, empty_key_names);
+	tcase_add_test(tc, set_values_duplicates_and_utf8);
+	tcase_add_test(tc, file_nul_and_bom);
 	tcase_add_test(tc, env_reserved);
 	tcase_add_test(tc, unknown_key_file);
 	tcase_add_test(tc, unknown_key_env);

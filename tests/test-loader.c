@@ -587,10 +587,13 @@ START_TEST(scan_fixture_dir)
 		{"comm-mpi.so", "ok"},       {"comm-null-wait.so", "broken"},
 		{"dup-a.so", "ok"},
 		{"dup-b.so", "shadowed"},    {"entry-null.so", "broken"},
+		{"fractional-range.so", "broken"},
 		{"good.so", "ok"},           {"init-fails.so", "ok"},
+		{"init-null-key.so", "ok"},  {"init-positive.so", "ok"},
 		{"needs-cuda.so", "unavailable"}, {"needs-mpi.so", "ok"},
 		{"no-entry.so", "broken"},
 		{"not-elf.so", "broken"},    {"null-slot.so", "broken"},
+		{"section-clash.so", "ok"},
 		{"short-hook.so", "ok"},     {"small-struct.so", "broken"},
 		{"truncated.so", "broken"},  {"undefined-sym.so", "broken"},
 	};
@@ -767,6 +770,115 @@ START_TEST(init_failure_names_path_and_text)
 }
 END_TEST
 
+/* accel_ctx_new on a JSON config (plugin_dirs and selection); the status,
+ * and the message in msg. */
+static int ctx_status(const char *json, char *msg, size_t cap)
+{
+	accel_opts opts;
+	memset(&opts, 0, sizeof(opts));
+	opts.struct_size = sizeof(opts);
+	opts.config_json = json;
+	opts.skip_env = 1;
+	accel_ctx *ctx = NULL;
+	int r = accel_ctx_new(&opts, &ctx);
+	snprintf(msg, cap, "%s", accel_errmsg(ctx));
+	accel_ctx_free(ctx);
+	return r;
+}
+
+#define ASSERT_HAS(msg, s) ck_assert_msg(strstr((msg), (s)) != NULL, "'%s' lacks '%s'", (msg), (s))
+
+/* A broken module that comes first in the search order is the one asked
+ * for (an override the user put there): its reason, not a silent fall
+ * back to a later file of the same name. */
+START_TEST(broken_override_is_not_replaced)
+{
+	const char *d = scenario("later", "good.so", (const char *)NULL);
+	char over[PATH_MAX], json[2 * PATH_MAX + 128], msg[ACCEL_ERRMSG_MAX];
+	snprintf(over, sizeof(over), "%s/override", fixdir);
+	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\", \"%s\"], \"strategy\": \"good\"}",
+	         over, d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_PLUGIN);
+	ASSERT_HAS(msg, "plugin 'good' cannot be used: ");
+	ASSERT_HAS(msg, "/override/good.so: ");
+	ASSERT_HAS(msg, "required slot step is NULL");
+	ASSERT_HAS(msg, "/later/good.so, a later file of that name, is not used in its place");
+}
+END_TEST
+
+/* A schema clash with a module that is only installed is a warning (that
+ * module's keys are unknown); with a selected one, an error naming it. */
+START_TEST(schema_clash_of_an_unselected_module)
+{
+	const char *d = scenario("clash", "good.so", "section-clash.so", (const char *)NULL);
+	char json[PATH_MAX + 256], msg[ACCEL_ERRMSG_MAX];
+	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\"}", d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_OK);
+	snprintf(json, sizeof(json),
+	         "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\", \"plugins\": [\"section-clash\"]}", d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_PLUGIN);
+	ASSERT_HAS(msg, "plugin 'section-clash' declares config section 'good', which overlaps "
+	                "section 'good' of plugin 'good' (file ");
+	ASSERT_HAS(msg, "/clash/section-clash.so)");
+}
+END_TEST
+
+/* What init returns and what it asks of the host, checked. */
+START_TEST(init_results_are_checked)
+{
+	const char *d = scenario("init", "good.so", "init-positive.so", "init-null-key.so",
+	                         (const char *)NULL);
+	char json[PATH_MAX + 256], msg[ACCEL_ERRMSG_MAX];
+	snprintf(json, sizeof(json),
+	         "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\", \"plugins\": [\"init-positive\"]}",
+	         d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_PLUGIN);
+	ASSERT_HAS(msg, "plugin 'init-positive' (");
+	ASSERT_HAS(msg, "init returned 1, which is not an accel status");
+	snprintf(json, sizeof(json),
+	         "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\", \"plugins\": [\"init-null-key\"]}",
+	         d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_INVALID_ARG);
+	ASSERT_HAS(msg, "init-null-key: host->cfg_int: key is NULL");
+	/* a hook named as the strategy, a strategy listed in plugins, a name twice */
+	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"init-positive\"}",
+	         d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_CONFIG);
+	ASSERT_HAS(msg, "strategy 'init-positive' (");
+	ASSERT_HAS(msg, "is not a sharding strategy");
+	snprintf(json, sizeof(json),
+	         "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\", \"plugins\": [\"good\"]}", d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_CONFIG);
+	ASSERT_HAS(msg, "'good' is listed in plugins (<config_json>:1:");
+	ASSERT_HAS(msg, "but is the strategy");
+	snprintf(json, sizeof(json),
+	         "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\", "
+	         "\"plugins\": [\"init-positive\", \"init-positive\"]}", d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_CONFIG);
+	ASSERT_HAS(msg, "'init-positive' is listed more than once in plugins");
+}
+END_TEST
+
+/* `backend` may name any installed comm backend (the fixture's init
+ * refuses to start, which shows it was the one brought up); a name no
+ * backend has gets the loader's suggestion. */
+START_TEST(third_party_backend_is_selectable)
+{
+	const char *d = scenario("be", "good.so", "comm-good.so", (const char *)NULL);
+	char json[PATH_MAX + 256], msg[ACCEL_ERRMSG_MAX];
+	snprintf(json, sizeof(json),
+	         "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\", \"backend\": \"fx_comm\"}", d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_UNSUPPORTED);
+	ASSERT_HAS(msg, "fixture backend cannot communicate");
+	snprintf(json, sizeof(json),
+	         "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\", \"backend\": \"fx_comn\"}", d);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_NOT_FOUND);
+	ASSERT_HAS(msg, "backend 'fx_comn' (from <config_json>:1:");
+	ASSERT_HAS(msg, "no comm backend named 'fx_comn'");
+	ASSERT_HAS(msg, "did you mean 'fx_comm'?");
+}
+END_TEST
+
 /* ACCEL_HOST_REQUIRE / ACCEL_HOST_HAS (accel/plugin.h): the check every
  * entry starts with, against host tables of other sizes and majors. */
 static char req_msg[512];
@@ -857,6 +969,10 @@ static Suite *loader_suite(void)
 	TCase *tcx = tcase_create("context");
 	tcase_add_checked_fixture(tcx, setup_keep_path, teardown);
 	tcase_add_test(tcx, init_failure_names_path_and_text);
+	tcase_add_test(tcx, broken_override_is_not_replaced);
+	tcase_add_test(tcx, schema_clash_of_an_unselected_module);
+	tcase_add_test(tcx, init_results_are_checked);
+	tcase_add_test(tcx, third_party_backend_is_selectable);
 	suite_add_tcase(s, tcx);
 	return s;
 }
