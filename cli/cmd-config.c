@@ -218,8 +218,20 @@ static int build(const opts *o, const char *file, int check, accel_config **ret_
 	for (int i = 0; i < o->nsets; i++)
 		if ((r = accel_config_set(cfg, o->sets[i], NULL, err)))
 			goto fail;
-	if ((r = register_modules(cfg, &ld, err)) || (r = accel_config_resolve(cfg, err)) ||
-	    (check && (r = check_modules(cfg, ld, err))))
+	if ((r = register_modules(cfg, &ld, err)))
+		goto fail;
+	if ((r = accel_config_resolve(cfg, err))) {
+		/* as the context does: a selected module that cannot be used is
+		 * the better story than the "unknown key" its section became */
+		accel_err e;
+		accel_err_clear(&e);
+		if (check && check_modules(cfg, ld, &e)) {
+			accel_err_clear(err);
+			r = accel_err_set(err, e.code, "%s", e.msg);
+		}
+		goto fail;
+	}
+	if (check && (r = check_modules(cfg, ld, err)))
 		goto fail;
 	accel_loader_free(ld);
 	*ret_cfg = cfg;

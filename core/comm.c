@@ -45,6 +45,7 @@ struct accel_comm {
 	comm_backend cpu;
 	comm_backend dev;
 	const char *dev_name;   /* device backend to bring up on first use, or NULL */
+	char dev_why[ACCEL_ERRMSG_MAX]; /* without one: why nccl cannot be used, or "" */
 	uint64_t seq;
 	comm_alloc *allocs;
 	size_t n_allocs, cap_allocs;
@@ -115,17 +116,24 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 	return ACCEL_OK;
 }
 
-static int usable(accel_ctx *ctx, const char *name, const accel_module **ret)
+/* Whether comm backend `name` can be used here.  When a file of that name
+ * exists but cannot be used (broken, or two of them), `why` says so; when
+ * none exists or this machine lacks its requirements, `why` is empty. */
+static int usable(accel_ctx *ctx, const char *name, const accel_module **ret, char *why,
+                  size_t cap)
 {
-	for (uint32_t i = 0; i < accel_loader_count(ctx->loader); i++) {
-		const accel_module *m = accel_loader_get(ctx->loader, i);
-		if (m->kind == ACCEL_MODULE_COMM && m->status == ACCEL_MODULE_OK && m->name &&
-		    !strcmp(m->name, name)) {
-			if (ret)
-				*ret = m;
-			return 1;
-		}
+	const accel_module *m = NULL;
+	accel_err e;
+	accel_err_clear(&e);
+	why[0] = '\0';
+	int r = accel_loader_find(ctx->loader, ACCEL_MODULE_COMM, name, &m, &e);
+	if (r == ACCEL_OK) {
+		if (ret)
+			*ret = m;
+		return 1;
 	}
+	if (r == ACCEL_ERR_PLUGIN)
+		snprintf(why, cap, "%s", e.msg);
 	return 0;
 }
 
@@ -134,6 +142,7 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 	const char *want = "auto";
 	const char *cpu_name = NULL;
 	const accel_module *m;
+	char why[ACCEL_ERRMSG_MAX];
 	int r;
 
 	accel_config_get_string(ctx->cfg, "backend", &want);
@@ -179,15 +188,27 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		cpu_name = "shm";
 		int mpi_launcher = ctx->launcher && (!strncmp(ctx->launcher, "mpi", 3) ||
 		                                     !strcmp(ctx->launcher, "srun"));
-		if (mpi_launcher && usable(ctx, "mpi", &m) && m->comm->probe) {
+		if (mpi_launcher && usable(ctx, "mpi", &m, why, sizeof(why)) && m->comm->probe) {
 			struct accel_host ph = {.ctx = ctx, .module = m, .name = m->name,
 			                        .section = m->comm->desc->config_section};
 			if (m->comm->probe(accel_host_table(), &ph))
 				cpu_name = "mpi";
+		} else if (mpi_launcher && why[0]) {
+			/* an mpi file that cannot be used is not silently replaced by shm */
+			r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN, "backend auto under %s: %s",
+			                  ctx->launcher, why);
+			goto fail;
 		}
 	}
-	if (!c->dev_name && !strcmp(want, "auto") && usable(ctx, "nccl", NULL))
-		c->dev_name = "nccl";
+	if (!c->dev_name && !strcmp(want, "auto")) {
+		if (usable(ctx, "nccl", NULL, why, sizeof(why)))
+			c->dev_name = "nccl";
+		else if (why[0]) {
+			/* said now, and again by the first collective on a CUDA buffer */
+			accel_log(ACCEL_LOG_WARN, "backend auto: no backend for CUDA buffers: %s", why);
+			snprintf(c->dev_why, sizeof(c->dev_why), "%s", why);
+		}
+	}
 	if (ctx->world.num_nodes > 1 && !strcmp(cpu_name, "shm")) {
 		r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
 		                  "backend shm works within one node, but this job has %d nodes; "
@@ -252,8 +273,11 @@ static int route(accel_comm *c, const accel_view *v, const char *op, comm_backen
 			return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
 			                     "%s on a cuda:%d buffer needs a backend for device buffers "
 			                     "(nccl), and none is in use (backend '%s' serves host "
-			                     "buffers; nccl: not built, or no GPU; see 'accel plugins "
-			                     "list')", op, v->device_index, c->cpu.module->name);
+			                     "buffers; nccl: %s)", op, v->device_index,
+			                     c->cpu.module->name,
+			                     c->dev_why[0] ? c->dev_why
+			                                   : "not built, or no GPU; see 'accel plugins "
+			                                     "list'");
 		/* Bringing the device backend up is collective (its bootstrap
 		 * counts communicators in the store); after a failure the ranks
 		 * no longer agree on that count, so a retry could join a dead

@@ -1527,6 +1527,7 @@ int accel_config_add_schema(accel_config *cfg, const char *section, const char *
 		if (has && p->type == ACCEL_CFG_INT &&
 		    ((isfinite(p->min) && p->min != floor(p->min)) ||
 		     (isfinite(p->max) && p->max != floor(p->max)))) {
+			free(full);
 			r = accel_err_set(err, ACCEL_ERR_PLUGIN,
 			                  "%s: integer key '%s' has the range [%g, %g]; the bounds of an "
 			                  "integer key must be integers (or infinite)", what, p->key,

@@ -201,16 +201,26 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 	if ((r = accel_select_from_config(ctx->cfg, &sel, &ctx->err)) ||
 	    (r = accel_select_register_schemas(ctx->cfg, ctx->loader, &sel, &ctx->err)))
 		goto fail;
-	/* Before resolve: a selected plugin that cannot be used says why,
-	 * rather than its section being reported as an unknown key. */
-	if ((r = accel_select_modules(&sel, ctx->loader, 0, mods, &ctx->err)))
+	if ((r = accel_config_resolve(ctx->cfg, &ctx->err))) {
+		/* A selected plugin that cannot be used is the better story
+		 * (its section is otherwise an "unknown key"). */
+		accel_err e;
+		accel_err_clear(&e);
+		if ((r = accel_select_modules(&sel, ctx->loader, 0, mods, &e)) == ACCEL_OK)
+			r = ctx->err.code;
+		else
+			ctx->err = e;
 		goto fail;
-	if ((r = accel_config_resolve(ctx->cfg, &ctx->err)))
-		goto fail;
+	}
 	/* The resolved value includes ACCEL_LOG_LEVEL (the env layer). */
 	if (accel_config_get_string(ctx->cfg, "log_level", &lv) == ACCEL_OK)
 		accel_log_set_level(accel_log_level_parse(lv));
 	if ((r = setup_processes(ctx)))
+		goto fail;
+	/* After the store is up: a plugin missing on this node only must be
+	 * reported to the other ranks (the fail path below), not leave them
+	 * waiting until comm.timeout_s. */
+	if ((r = accel_select_modules(&sel, ctx->loader, 0, mods, &ctx->err)))
 		goto fail;
 	if ((r = accel_comm_new(ctx, &ctx->comm)))
 		goto fail;

@@ -1397,8 +1397,20 @@ int accel_loader_find(accel_loader *ld, int kind, const char *name,
 	const char *word = kind == ACCEL_MODULE_COMM ? "comm backend"
 	                   : kind == ACCEL_MODULE_PLUGIN ? "plugin" : "plugin or comm backend";
 	int r = ACCEL_ERR_NOT_FOUND;
-	if (kind != ACCEL_MODULE_COMM)
-		r = find_kind(ld, ACCEL_MODULE_PLUGIN, name, ret_module, err);
+	if (kind != ACCEL_MODULE_COMM) {
+		/* either kind: a plugin that cannot be used does not hide a usable
+		 * comm backend of the same name (its error is kept otherwise) */
+		accel_err pe;
+		accel_err_clear(&pe);
+		r = find_kind(ld, ACCEL_MODULE_PLUGIN, name, ret_module, kind ? err : &pe);
+		if (!kind && r != ACCEL_OK && r != ACCEL_ERR_NOT_FOUND) {
+			accel_err ce;
+			accel_err_clear(&ce);
+			if (find_kind(ld, ACCEL_MODULE_COMM, name, ret_module, &ce) == ACCEL_OK)
+				return ACCEL_OK;
+			return accel_err_set(err, r, "%s", pe.msg);
+		}
+	}
 	if (r == ACCEL_ERR_NOT_FOUND && kind != ACCEL_MODULE_PLUGIN)
 		r = find_kind(ld, ACCEL_MODULE_COMM, name, ret_module, err);
 	if (r != ACCEL_ERR_NOT_FOUND)

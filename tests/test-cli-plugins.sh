@@ -71,7 +71,7 @@ for spec in \
 	got=$(row "$file")
 	[ "$got" = "$want" ] || { cat "$tmp/out" >&2; fail "row of $file is '$got', expected '$want'"; }
 done
-has "$tmp/out" "^24 found: 10 ok, 1 unavailable, 12 broken, 1 shadowed\.$"
+has "$tmp/out" "^26 found: 10 ok, 1 unavailable, 14 broken, 1 shadowed\.$"
 
 has "$tmp/out" "^  $fx/not-elf.so: not an ELF shared object"
 has "$tmp/out" "^  $fx/abi-v9.so: built for plugin ABI v9; this accel supports v1$"
@@ -101,7 +101,7 @@ b = mods["small-struct.so"]
 assert b["status"] == "broken" and b["name"] == "small-struct" and b["reason"].startswith("struct_size too small"), b
 c = mods["comm-good.so"]
 assert c["kind"] == "comm" and c["devices"] == ["cpu"], c
-assert len(mods) == 24, sorted(mods)
+assert len(mods) == 26, sorted(mods)
 PYEOF
 
 echo "== plugins info"
@@ -172,7 +172,7 @@ ACCEL_LOG_LEVEL=warn NCCL_DEBUG=INFO run 0 env --plugin-dir "$fx"
 for want in "^## accel$" "^- accel: [0-9.]* (plugin ABI ${ABI#v})$" "^- compiler: " "^- jansson: " \
 	"^- build features: CUDA \(yes\|no\), NCCL \(yes\|no\)" "^- CUDA driver: " "^- CUDA runtime: " \
 	"^- GPUs: " "^- NCCL: " "^- MPI library: " "^- OS: .*; kernel " "^- CPU: .*cores online" \
-	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 24$" \
+	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 26$" \
 	"^| good | 1\.2\.3 | strategy | ok | \`$fx/good.so\` |$" \
 	"^| bad-schema | 1\.2\.3 | strategy | broken: schema entry 0 ('bad_schema\.steps', int)" \
 	"^ACCEL_LOG_LEVEL=warn$" "^NCCL_DEBUG=INFO$"; do
@@ -192,4 +192,9 @@ m = json.load(open(sys.argv[1]))
 p = [q for q in m["parameters"] if q["key"] == "steps"][0]
 assert p["min"] == 0 and p["max"] is None, p
 PY
+echo "== config validate: a selected broken plugin says why (not 'unknown key' for its section)"
+printf '{"plugin_dirs": ["%s/override"], "strategy": "good", "good": {"ratio": 0.25}}\n' "$fx" \
+	>"$tmp/broken.json"
+run 1 config validate "$tmp/broken.json"
+has "$tmp/err" "plugin 'good' cannot be used: .*override/good\.so: .*required slot step is NULL"
 echo PASS

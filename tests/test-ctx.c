@@ -1,10 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-ctx.c: context creation, selection errors, the host table's
  * memory accounting and CPU ops, and world-1 collectives. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "comm.h"
@@ -46,6 +53,88 @@ START_TEST(unknown_strategy)
 	ck_assert_msg(strstr(accel_errmsg(ctx), "ddp") != NULL, "no suggestion: %s",
 	              accel_errmsg(ctx));
 	accel_ctx_free(ctx);
+}
+END_TEST
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t sl = sizeof(sa);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* One rank of a two-process job started by hand (no launcher): creates
+ * its context from `json` and writes "<status> <seconds> <message>". */
+static pid_t start_rank(int rank, int port, const char *json, int *ret_fd)
+{
+	int p[2];
+	ck_assert_int_eq(pipe(p), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(p[0]);
+		char v[32];
+		snprintf(v, sizeof(v), "%d", rank);
+		setenv("ACCEL_RANK", v, 1);
+		setenv("ACCEL_LOCAL_RANK", v, 1);
+		setenv("ACCEL_WORLD_SIZE", "2", 1);
+		setenv("ACCEL_LOCAL_WORLD_SIZE", "2", 1);
+		setenv("ACCEL_MASTER_ADDR", "127.0.0.1", 1);
+		snprintf(v, sizeof(v), "%d", port);
+		setenv("ACCEL_MASTER_PORT", v, 1);
+		struct timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		accel_opts o = {.struct_size = sizeof(o), .config_json = json, .skip_env = 1};
+		accel_ctx *ctx = NULL;
+		int r = accel_ctx_new(&o, &ctx);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		dprintf(p[1], "%d %.3f %s", r,
+		        (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9,
+		        accel_errmsg(ctx));
+		accel_ctx_free(ctx);
+		_exit(0);
+	}
+	close(p[1]);
+	*ret_fd = p[0];
+	return pid;
+}
+
+/* A plugin missing on one rank only (a node without it): the others hear
+ * why at once through the store, not after comm.timeout_s. */
+START_TEST(plugin_missing_on_one_rank)
+{
+	int port = free_port(), fd0, fd1;
+	pid_t p0 = start_rank(0, port, "{\"comm\": {\"timeout_s\": 30}}", &fd0);
+	pid_t p1 = start_rank(1, port, "{\"comm\": {\"timeout_s\": 30}, \"plugins\": [\"nosuch\"]}",
+	                      &fd1);
+	char out[2][4096];
+	int fds[2] = {fd0, fd1};
+	for (int k = 0; k < 2; k++) {
+		size_t len = 0;
+		ssize_t n;
+		while (len + 1 < sizeof(out[k]) &&
+		       (n = read(fds[k], out[k] + len, sizeof(out[k]) - 1 - len)) > 0)
+			len += (size_t)n;
+		out[k][len] = '\0';
+		close(fds[k]);
+	}
+	waitpid(p0, NULL, 0);
+	waitpid(p1, NULL, 0);
+	int st;
+	double took;
+	ck_assert_msg(sscanf(out[1], "%d %lf", &st, &took) == 2, "rank 1: %s", out[1]);
+	ck_assert_msg(st == ACCEL_ERR_NOT_FOUND && strstr(out[1], "no plugin named 'nosuch'"),
+	              "rank 1: %s", out[1]);
+	ck_assert_msg(sscanf(out[0], "%d %lf", &st, &took) == 2, "rank 0: %s", out[0]);
+	ck_assert_msg(st != ACCEL_OK && strstr(out[0], "rank 1 failed: no plugin named 'nosuch'"),
+	              "rank 0: %s", out[0]);
+	ck_assert_msg(took < 10.0, "rank 0 heard after %.1f s: %s", took, out[0]);
 }
 END_TEST
 
@@ -242,6 +331,7 @@ static Suite *ctx_suite(void)
 	tcase_add_test(tc, unknown_key);
 	tcase_add_test(tc, world1_collectives);
 	tcase_add_test(tc, failed_device_backend_is_not_retried);
+	tcase_add_test(tc, plugin_missing_on_one_rank);
 	tcase_add_test(tc, auto_backend_ignores_inherited_mpi_variables);
 	tcase_add_test(tc, cpu_backend_sections_under_nccl);
 	tcase_add_test(tc, request_waited_twice);

@@ -15,6 +15,7 @@
 
 #include "accel-build-config.h"
 #include "accel/accel.h"
+#include "comm.h"
 #include "ctx-impl.h"
 #include "loader.h"
 #include "log.h"
@@ -583,7 +584,8 @@ START_TEST(scan_fixture_dir)
 	/* Every *.so of the fixture directory, each once, by name. */
 	const char *expect[][2] = {
 		{"abi-v9.so", "broken"},     {"bad-name.so", "broken"},
-		{"bad-schema.so", "broken"}, {"comm-good.so", "ok"},
+		{"bad-schema.so", "broken"}, {"comm-broken-nccl.so", "broken"},
+		{"comm-good.so", "ok"},
 		{"comm-mpi.so", "ok"},       {"comm-null-wait.so", "broken"},
 		{"dup-a.so", "ok"},
 		{"dup-b.so", "shadowed"},    {"entry-null.so", "broken"},
@@ -593,6 +595,7 @@ START_TEST(scan_fixture_dir)
 		{"needs-cuda.so", "unavailable"}, {"needs-mpi.so", "ok"},
 		{"no-entry.so", "broken"},
 		{"not-elf.so", "broken"},    {"null-slot.so", "broken"},
+		{"plugin-named-fx-comm.so", "broken"},
 		{"section-clash.so", "ok"},
 		{"short-hook.so", "ok"},     {"small-struct.so", "broken"},
 		{"truncated.so", "broken"},  {"undefined-sym.so", "broken"},
@@ -879,6 +882,54 @@ START_TEST(third_party_backend_is_selectable)
 }
 END_TEST
 
+/* A lookup of either kind (accel plugins info NAME): a broken plugin does
+ * not hide a usable comm backend of the same name. */
+START_TEST(broken_plugin_does_not_hide_a_backend)
+{
+	const char *d = scenario("either", "plugin-named-fx-comm.so", "comm-good.so",
+	                         (const char *)NULL);
+	accel_loader *ld = new_loader();
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	const accel_module *m = NULL;
+	ck_assert_int_eq(accel_loader_find(ld, 0, "fx_comm", &m, &err), ACCEL_OK);
+	ck_assert_int_eq(m->kind, ACCEL_MODULE_COMM);
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "fx_comm", &m, &err),
+	                 ACCEL_ERR_PLUGIN);
+	ck_assert_msg(strstr(err.msg, "required slot step is NULL") != NULL, "%s", err.msg);
+	accel_loader_free(ld);
+}
+END_TEST
+
+/* backend auto with a broken nccl first in the search order: the context
+ * starts (host buffers do not need it) with a warning, and a collective on
+ * a CUDA buffer names the broken file rather than "not built". */
+START_TEST(auto_reports_a_broken_device_backend)
+{
+	const char *d = scenario("bnccl", "good.so", "comm-broken-nccl.so", (const char *)NULL);
+	char json[PATH_MAX + 256];
+	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\"}", d);
+	accel_opts opts;
+	memset(&opts, 0, sizeof(opts));
+	opts.struct_size = sizeof(opts);
+	opts.config_json = json;
+	opts.skip_env = 1;
+	accel_ctx *ctx = NULL;
+	ck_assert_int_eq(accel_ctx_new(&opts, &ctx), ACCEL_OK);
+	float x[4] = {0};
+	ck_assert_int_eq(accel_allreduce(ctx, x, x, 4, ACCEL_DTYPE_F32, ACCEL_RED_SUM), ACCEL_OK);
+	accel_view v = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, 4};
+	accel_req *req = NULL;
+	ck_assert_int_eq(accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req),
+	                 ACCEL_ERR_UNSUPPORTED);
+	const char *msg = accel_errmsg(ctx);
+	ck_assert_msg(strstr(msg, "nccl: comm backend 'nccl' cannot be used: ") &&
+	              strstr(msg, "comm-broken-nccl.so"), "%s", msg);
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 /* ACCEL_HOST_REQUIRE / ACCEL_HOST_HAS (accel/plugin.h): the check every
  * entry starts with, against host tables of other sizes and majors. */
 static char req_msg[512];
@@ -973,6 +1024,8 @@ static Suite *loader_suite(void)
 	tcase_add_test(tcx, schema_clash_of_an_unselected_module);
 	tcase_add_test(tcx, init_results_are_checked);
 	tcase_add_test(tcx, third_party_backend_is_selectable);
+	tcase_add_test(tcx, broken_plugin_does_not_hide_a_backend);
+	tcase_add_test(tcx, auto_reports_a_broken_device_backend);
 	suite_add_tcase(s, tcx);
 	return s;
 }

@@ -202,12 +202,15 @@ typedef struct accel_step_info_v1 {
 	uint64_t step;            /* optimizer steps applied before this one      */
 	double lr;                /* learning rate of group 0 for this step       */
 	double loss_scale;        /* the scale the loss was multiplied by (1 = none) */
-	double grad_norm;         /* global L2 norm of the unscaled gradients; NaN
-	                             if any is non-finite, and when nothing needed
-	                             it (no clipping, loss scaler, pre_step hook or
-	                             track_grad_norm: grad_stats was not called) */
+	double grad_norm;         /* global L2 norm of the unscaled gradients, as
+	                             torch computes it: +inf if some element is
+	                             infinite, NaN if some is NaN (test nonfinite,
+	                             or !isfinite(), to detect overflow); NaN also
+	                             when nothing needed it (no clipping, loss
+	                             scaler, pre_step hook or track_grad_norm:
+	                             grad_stats was not called) */
 	double grad_scale;        /* the factor step() must apply to gradients:
-	                             clip coefficient / loss_scale                 */
+	                             clip coefficient / (loss_scale * G)           */
 	uint64_t nonfinite;       /* non-finite gradient elements, all ranks      */
 	/* ABI minor 1 (read only when info->struct_size covers it): */
 	uint32_t flags;           /* ACCEL_STEP_* bits                            */
@@ -359,7 +362,8 @@ typedef struct accel_host_v1 {
 	 * when the store cannot be reached) and no error is recorded.  While
 	 * waiting outside the store (for peers to attach, say), probe
 	 * "accel/job/failed": the store sets it, to a message naming the rank,
-	 * when a rank exited before joining the job (docs/launch.md). */
+	 * when a rank exited before joining the job, reported failing, or lost
+	 * its connection without leaving (docs/launch.md). */
 	int (*store_set)(accel_host *h, const char *key, const void *value, uint64_t len);
 	int (*store_get)(accel_host *h, const char *key, void *buf, uint64_t cap,
 	                 uint64_t *ret_len, int64_t timeout_ms);

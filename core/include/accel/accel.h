@@ -306,8 +306,10 @@ typedef struct accel_step_report {
 	uint64_t step;            /* optimizer steps applied after it             */
 	double lr;                /* learning rate it used                        */
 	double grad_norm;         /* global L2 norm of the gradients before clipping
-	                             (unscaled, averaged); NaN if any is non-finite
-	                             or when it was not computed (has_grad_norm 0) */
+	                             (unscaled, averaged); +inf if some element is
+	                             infinite, NaN if some is NaN, as torch's
+	                             clip_grad_norm_; NaN when it was not computed
+	                             (has_grad_norm 0) */
 	double clip_coef;         /* factor clipping applied (1: not clipped)     */
 	double loss_scale;        /* loss scale of that step                      */
 	uint64_t nonfinite;       /* non-finite gradient elements (all ranks);
