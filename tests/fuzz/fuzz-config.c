@@ -3,7 +3,8 @@
  *
  * Input: sections separated by a line "%%".  Section 0 is a config file's
  * text (accel_config_load_string); each later line is a --set assignment
- * (accel_config_set).  A plugin section "fz" with one key of every type is
+ * (accel_config_set), or, when it starts with "env ", one environment entry
+ * (accel_config_load_env: ACCEL_* variables and the launcher's ACCEL_SET).  A plugin section "fz" with one key of every type is
  * declared, then everything is resolved, read back and dumped.  Any outcome
  * but a crash, a sanitizer report or a leak is fine: bad input must give an
  * error code with a message. */
@@ -62,7 +63,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		char *nl = strchr(line, '\n');
 		if (nl)
 			*nl = '\0';
-		if (strcmp(line, "%%") != 0) {
+		if (!strncmp(line, "env ", 4)) {
+			char *envp[] = {line + 4, NULL};
+			r = accel_config_load_env(cfg, envp, &e);
+			fail_check(&e, r);
+			accel_err_clear(&e);
+		} else if (strcmp(line, "%%") != 0) {
 			r = accel_config_set(cfg, line, NULL, &e);
 			fail_check(&e, r);
 			accel_err_clear(&e);
