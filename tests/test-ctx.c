@@ -1,14 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-ctx.c: context creation, selection errors, the host table's
  * memory accounting and CPU ops, and world-1 collectives. */
-#include <arpa/inet.h>
 #include <check.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,6 +13,7 @@
 #include "accel/accel.h"
 #include "comm.h"
 #include "ctx-impl.h"
+#include "free-port.h"
 #include "mem.h"
 #include "ops.h"
 
@@ -55,19 +53,6 @@ START_TEST(unknown_strategy)
 	accel_ctx_free(ctx);
 }
 END_TEST
-
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t sl = sizeof(sa);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-	close(fd);
-	return ntohs(sa.sin_port);
-}
 
 /* One rank of a two-process job started by hand (no launcher): creates
  * its context from `json` and writes "<status> <seconds> <message>". */

@@ -745,6 +745,33 @@ START_TEST(real_host_forwards_entry_errors)
 }
 END_TEST
 
+/* accel_ctx_new on a JSON config (plugin_dirs and selection), without the
+ * environment's configuration; the status, and the context in *ret_ctx. */
+static int ctx_json(const char *json, accel_ctx **ret_ctx)
+{
+	accel_opts opts;
+	memset(&opts, 0, sizeof(opts));
+	opts.struct_size = sizeof(opts);
+	opts.config_json = json;
+	opts.skip_env = 1;
+	*ret_ctx = NULL;
+	int r = accel_ctx_new(&opts, ret_ctx);
+	ck_assert_ptr_nonnull(*ret_ctx);
+	return r;
+}
+
+/* The same, freed: the status, and the message in msg. */
+static int ctx_status(const char *json, char *msg, size_t cap)
+{
+	accel_ctx *ctx;
+	int r = ctx_json(json, &ctx);
+	snprintf(msg, cap, "%s", accel_errmsg(ctx));
+	accel_ctx_free(ctx);
+	return r;
+}
+
+#define ASSERT_HAS(msg, s) ck_assert_msg(strstr((msg), (s)) != NULL, "'%s' lacks '%s'", (msg), (s))
+
 START_TEST(init_failure_names_path_and_text)
 {
 	const char *d = scenario("ctx", "good.so", "init-fails.so", (const char *)NULL);
@@ -752,44 +779,18 @@ START_TEST(init_failure_names_path_and_text)
 	snprintf(json, sizeof(json),
 	         "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\", \"plugins\": [\"init-fails\"]}",
 	         d);
-	accel_opts opts;
-	memset(&opts, 0, sizeof(opts));
-	opts.struct_size = sizeof(opts);
-	opts.config_json = json;
-	opts.skip_env = 1;
-	accel_ctx *ctx = NULL;
 	/* The comm backend comes from ACCEL_PLUGIN_PATH (the built modules). */
-	int r = accel_ctx_new(&opts, &ctx);
-	ck_assert_ptr_nonnull(ctx);
-	const char *msg = accel_errmsg(ctx);
+	char msg[ACCEL_ERRMSG_MAX];
+	int r = ctx_status(json, msg, sizeof(msg));
 	ck_assert_msg(r == ACCEL_ERR_CONFIG, "status %s, message: %s", accel_status_str(r), msg);
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/init-fails.so", d);
-	ck_assert_msg(strstr(msg, path) != NULL, "message lacks the path: %s", msg);
-	ck_assert_msg(strstr(msg, "the frobnicator is not configured (set init_fails.frob)") != NULL,
-	              "message lacks the plugin's text: %s", msg);
-	ck_assert_msg(strstr(msg, "init-fails") != NULL, "message lacks the name: %s", msg);
-	accel_ctx_free(ctx);
+	ASSERT_HAS(msg, path);
+	ASSERT_HAS(msg, "the frobnicator is not configured (set init_fails.frob)");
+	ASSERT_HAS(msg, "init-fails");
 }
 END_TEST
 
-/* accel_ctx_new on a JSON config (plugin_dirs and selection); the status,
- * and the message in msg. */
-static int ctx_status(const char *json, char *msg, size_t cap)
-{
-	accel_opts opts;
-	memset(&opts, 0, sizeof(opts));
-	opts.struct_size = sizeof(opts);
-	opts.config_json = json;
-	opts.skip_env = 1;
-	accel_ctx *ctx = NULL;
-	int r = accel_ctx_new(&opts, &ctx);
-	snprintf(msg, cap, "%s", accel_errmsg(ctx));
-	accel_ctx_free(ctx);
-	return r;
-}
-
-#define ASSERT_HAS(msg, s) ck_assert_msg(strstr((msg), (s)) != NULL, "'%s' lacks '%s'", (msg), (s))
 
 /* A broken module that comes first in the search order is the one asked
  * for (an override the user put there): its reason, not a silent fall
@@ -910,13 +911,8 @@ START_TEST(auto_reports_a_broken_device_backend)
 	const char *d = scenario("bnccl", "good.so", "comm-broken-nccl.so", (const char *)NULL);
 	char json[PATH_MAX + 256];
 	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\"], \"strategy\": \"good\"}", d);
-	accel_opts opts;
-	memset(&opts, 0, sizeof(opts));
-	opts.struct_size = sizeof(opts);
-	opts.config_json = json;
-	opts.skip_env = 1;
-	accel_ctx *ctx = NULL;
-	ck_assert_int_eq(accel_ctx_new(&opts, &ctx), ACCEL_OK);
+	accel_ctx *ctx;
+	ck_assert_int_eq(ctx_json(json, &ctx), ACCEL_OK);
 	float x[4] = {0};
 	ck_assert_int_eq(accel_allreduce(ctx, x, x, 4, ACCEL_DTYPE_F32, ACCEL_RED_SUM), ACCEL_OK);
 	accel_view v = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, 4};

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "free-port.h"
 #include "store.h"
 
 static double now_s(void)
@@ -23,19 +24,6 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t sl = sizeof(sa);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-	close(fd);
-	return ntohs(sa.sin_port);
 }
 
 /* A rank body: returns 0 on success; a failure message goes to stderr.  It
