@@ -19,6 +19,7 @@
 #ifndef ACCEL_BENCH_COMM_BENCH_H
 #define ACCEL_BENCH_COMM_BENCH_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +56,9 @@ static inline int cb_parse_bytes(const char *s, uint64_t *ret)
 	char *end = NULL;
 	if (!s || *s < '0' || *s > '9')   /* no sign, no spaces */
 		return -1;
+	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
-	if (end == s)
+	if (end == s || errno == ERANGE)
 		return -1;
 	uint64_t mul = 1;
 	switch (*end) {

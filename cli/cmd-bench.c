@@ -163,10 +163,10 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 				                             "(e.g. 64M, 1G)", v);
 		} else if (!strcmp(name, "--iters")) {
 			if (parse_int(v, 1, &o->iters))
-				return accel_cli_usage_error(sub, "--iters '%s' is not an integer >= 1", v);
+				return accel_cli_usage_error(sub, "--iters '%s' is not an integer from 1 to 100000000", v);
 		} else if (!strcmp(name, "--warmup")) {
 			if (parse_int(v, 0, &o->warmup))
-				return accel_cli_usage_error(sub, "--warmup '%s' is not an integer >= 0", v);
+				return accel_cli_usage_error(sub, "--warmup '%s' is not an integer from 0 to 100000000", v);
 		} else if (!strcmp(name, "--buffers")) {
 			if (!strcmp(v, "user"))
 				o->backend_buffers = 0;

@@ -54,6 +54,7 @@ static void usage_show(FILE *out)
 {
 	fprintf(out,
 		"Usage: accel config show [--resolved] [--config FILE] [--set KEY=VALUE]... [--json]\n"
+		"                         [--no-env]\n"
 		"\n"
 		"Print the configuration a training process would get, one 'key = value' per line\n"
 		"with its source (file:line:col, env VAR, --set ..., default).  Without --config the\n"
@@ -126,7 +127,9 @@ static int parse(const char *sub, int argc, char **argv, int is_show, opts *o)
 					return accel_cli_usage_error(where, "--set needs KEY=VALUE");
 				const char *eq = strchr(v, '=');
 				if (!eq || eq == v)
-					return accel_cli_usage_error(where, "--set '%s': expected KEY=VALUE", v);
+					return accel_cli_usage_error(where, "--set '%s': expected KEY=VALUE "
+					                             "(for example seed=3 or "
+					                             "optimizer.params.lr=1e-4)", v);
 				o->sets[o->nsets++] = v;
 			} else if (is_show && ((v = opt_value(argc, argv, &i, "--config", &bad)) || bad)) {
 				if (bad || !*v)

@@ -35,7 +35,8 @@ static void usage(FILE *out)
 		"Options:\n"
 		"  --plugin-dir DIR  also search DIR for plugins, first (repeatable)\n"
 		"  --config FILE     read plugin_dirs from FILE (default: $ACCEL_CONFIG,\n"
-		"                    ./accel.json, ~/.config/accel/default.json)\n"
+		"                    ./accel.json, $XDG_CONFIG_HOME/accel/default.json,\n"
+		"                    ~/.config/accel/default.json)\n"
 		"  -h, --help        show this help\n");
 }
 
@@ -237,6 +238,9 @@ int accel_cli_env(int argc, char **argv)
 		case ':':
 			return accel_cli_usage_error("env", "option '%s' needs a value", argv[optind - 1]);
 		default:
+			/* a short option inside a cluster (-xh) is optopt, not argv[optind - 1] */
+			if (optopt)
+				return accel_cli_usage_error("env", "unknown option '-%c'", optopt);
 			return accel_cli_usage_error("env", "unknown option '%s'", argv[optind - 1]);
 		}
 	}

@@ -205,7 +205,8 @@ static int parse(int argc, char **argv, opts *o)
 				return 2;
 			const char *eq = strchr(v, '=');
 			if (!eq || eq == v)
-				return USAGE("--set '%s': expected KEY=VALUE", v);
+				return USAGE("--set '%s': expected KEY=VALUE (for example seed=3 or "
+				             "optimizer.params.lr=1e-4)", v);
 			if (strchr(v, '\n'))
 				return USAGE("--set '%s': a value cannot contain a newline", v);
 			o->sets[o->nsets++] = (char *)v;

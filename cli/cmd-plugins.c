@@ -30,7 +30,8 @@ static void usage(FILE *out)
 		"Options:\n"
 		"  --plugin-dir DIR  search DIR first (repeatable)\n"
 		"  --config FILE     read plugin_dirs from FILE (default: $ACCEL_CONFIG,\n"
-		"                    ./accel.json, ~/.config/accel/default.json)\n"
+		"                    ./accel.json, $XDG_CONFIG_HOME/accel/default.json,\n"
+		"                    ~/.config/accel/default.json)\n"
 		"  --json            print JSON instead of text\n"
 		"  -h, --help        show this help\n"
 		"\n"
@@ -84,6 +85,9 @@ static int parse(int argc, char **argv, opts *o)
 			return accel_cli_usage_error("plugins", "option '%s' needs a value",
 			                             argv[optind - 1]);
 		default:
+			/* a short option inside a cluster (-xh) is optopt, not argv[optind - 1] */
+			if (optopt)
+				return accel_cli_usage_error("plugins", "unknown option '-%c'", optopt);
 			return accel_cli_usage_error("plugins", "unknown option '%s'",
 			                             argv[optind - 1]);
 		}

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* cli/main.c: `accel`, the command-line tool: dispatch to subcommands. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,7 +29,8 @@ static void usage(FILE *out)
 		"Usage: accel [--help] [--version] COMMAND [ARGS...]\n"
 		"\n"
 		"Run C/C++/CUDA training programs on 1 or N processes; the JSON config\n"
-		"chooses the strategy (DDP, ZeRO, FSDP), precision and communication.\n"
+		"chooses the strategy plugin (ddp in this release), precision and\n"
+		"communication.\n"
 		"\n"
 		"Commands:\n");
 	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
@@ -47,23 +49,57 @@ int accel_cli_usage_error(const char *sub, const char *fmt, ...)
 	return 2;
 }
 
+/* Output that could not be written (a full disk, a closed pipe with
+ * SIGPIPE ignored) is a failure, not a silent success. */
+static int finish(int status)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "accel: writing the output failed: %s\n", strerror(errno));
+		return status ? status : 1;
+	}
+	return status;
+}
+
+static const subcommand *find_sub(const char *name)
+{
+	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+		if (!strcmp(name, subcommands[i].name))
+			return &subcommands[i];
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
 		fputs("accel: no command given\n\n", stderr);
 		return usage(stderr), 2;
 	}
-	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-		usage(stdout);
-		return 0;
+	const char *a = argv[1];
+	int help = !strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help");
+	int version = !strcmp(a, "--version") || !strcmp(a, "-V");
+	if (help && argc == 3 && strcmp(a, "help") == 0) {
+		/* `accel help COMMAND` is `accel COMMAND --help` */
+		const subcommand *sc = find_sub(argv[2]);
+		if (!sc)
+			return accel_cli_usage_error(NULL, "unknown command '%s'", argv[2]);
+		char *args[] = {argv[2], "--help", NULL};
+		return finish(sc->run(2, args));
 	}
-	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+	if ((help || version) && argc > 2)
+		return accel_cli_usage_error(NULL, "%s takes no arguments (got '%s')", a, argv[2]);
+	if (help) {
+		usage(stdout);
+		return finish(0);
+	}
+	if (version) {
 		printf("accel %s (plugin ABI %d.%d)\n", accel_version(), ACCEL_ABI_MAJOR,
 		       ACCEL_ABI_MINOR);
-		return 0;
+		return finish(0);
 	}
-	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
-		if (!strcmp(argv[1], subcommands[i].name))
-			return subcommands[i].run(argc - 1, argv + 1);
-	return accel_cli_usage_error(NULL, "unknown command '%s'", argv[1]);
+	const subcommand *sc = find_sub(a);
+	if (sc)
+		return finish(sc->run(argc - 1, argv + 1));
+	if (a[0] == '-')
+		return accel_cli_usage_error(NULL, "unknown option '%s'", a);
+	return accel_cli_usage_error(NULL, "unknown command '%s'", a);
 }

@@ -212,7 +212,9 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 	if (ctx->world.num_nodes > 1 && !strcmp(cpu_name, "shm")) {
 		r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
 		                  "backend shm works within one node, but this job has %d nodes; "
-		                  "use backend mpi (under mpirun/srun) or nccl", ctx->world.num_nodes);
+		                  "across nodes use backend mpi with the processes started by mpirun "
+		                  "or srun (accel launch --nnodes has no host backend that spans "
+		                  "nodes yet; docs/launch.md)", ctx->world.num_nodes);
 		goto fail;
 	}
 	if ((r = backend_up(c, &c->cpu, cpu_name, -1)))

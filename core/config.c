@@ -16,6 +16,7 @@
  * value by path; sources of file values are "file:line:col" of the value,
  * unknown-key errors point at the key. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -1613,7 +1614,19 @@ int accel_config_load_file(accel_config *cfg, const char *path, accel_err *err)
 	int r;
 	if (!cfg || !path)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_config_load_file: NULL argument");
-	FILE *f = fopen(path, "rb");
+	/* O_NONBLOCK for the open only: a FIFO without a writer would block
+	 * open() forever; once open, reads block as usual and such a FIFO
+	 * reads as empty (/dev/stdin from a pipe still works). */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	FILE *f = NULL;
+	if (fd >= 0) {
+		int fl = fcntl(fd, F_GETFL);
+		if (fl >= 0)
+			(void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+		f = fdopen(fd, "rb");
+		if (!f)
+			close(fd);
+	}
 	if (!f)
 		return accel_err_set(err, ACCEL_ERR_IO, "cannot open config file '%s': %s", path,
 		                     strerror(errno));

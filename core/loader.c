@@ -1021,6 +1021,8 @@ static char *absolute_path(const char *path)
 {
 	if (path[0] == '/')
 		return strdup(path);
+	while (path[0] == '.' && path[1] == '/')   /* "./x.so" from --plugin-dir . */
+		path += 2;
 	char cwd[PATH_MAX];
 	if (!getcwd(cwd, sizeof(cwd)))
 		return strdup(path);

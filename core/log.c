@@ -40,7 +40,8 @@ static void log_read_env(void)
 		log_level = l;
 	else if (lv && *lv)
 		fprintf(stderr, "[accel] warn: ACCEL_LOG_LEVEL='%s' is not one of "
-		        "error|warn|info|debug|trace|0..4; using info\n", lv);
+		        "error|warn|info|debug|trace|0..4; messages before the configuration "
+		        "is read use info (a context refuses the value)\n", lv);
 	const char *all = getenv("ACCEL_LOG_ALL_RANKS");
 	log_all_ranks = all && *all && strcmp(all, "0") != 0;
 	const char *r = getenv("ACCEL_RANK");

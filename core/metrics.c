@@ -8,10 +8,13 @@
  * as the strings "NaN", "Infinity" and "-Infinity", which Python's
  * float() and pandas understand. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -45,10 +48,24 @@ static int open_sink(accel_train *t, const char *path)
 		t->metrics_owned = 0;
 		return ACCEL_OK;
 	}
-	f = fopen(path, "a");
-	if (!f)
+	/* O_NONBLOCK for the open only: a FIFO nobody reads would block
+	 * open() forever (ENXIO instead); writes block as usual after. */
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0666);
+	if (fd < 0)
 		return accel_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics file '%s': cannot open "
-		                     "for appending: %s", path, strerror(errno));
+		                     "for appending: %s", path,
+		                     errno == ENXIO ? "it is a FIFO that no process reads"
+		                                    : strerror(errno));
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		(void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	f = fdopen(fd, "a");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		return accel_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics file '%s': %s", path,
+		                     strerror(e));
+	}
 	copy = strdup(path);
 	if (!copy) {
 		fclose(f);

@@ -16,6 +16,7 @@ static int add(accel_select *sel, const char *name, const char *why, accel_err *
 		return accel_err_set(err, ACCEL_ERR_CONFIG,
 		                     "more than %d plugins selected (at '%s', from %s)",
 		                     ACCEL_SELECT_MAX, name, why);
+	sel->why[sel->n] = why;
 	sel->names[sel->n++] = name;
 	return ACCEL_OK;
 }
@@ -233,6 +234,13 @@ int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_un
 	for (uint32_t i = 0; i < sel->n; i++) {
 		const accel_module *m = NULL;
 		int r = find_plugin(ld, sel->names[i], &m, err);
+		if (r == ACCEL_ERR_NOT_FOUND && sel->why[i] && !strncmp(sel->why[i], "mixed_", 6)) {
+			/* a plugin the user never named: say what asked for it */
+			accel_err e = *err;
+			accel_err_clear(err);
+			return accel_err_set(err, r, "%s needs the '%s' plugin: %s", sel->why[i],
+			                     sel->names[i], e.msg);
+		}
 		if (r && !(r == ACCEL_ERR_UNSUPPORTED && allow_unmet && m))
 			return r;
 		if (r)

@@ -19,6 +19,7 @@
  * borrowed from the configuration. */
 typedef struct accel_select {
 	const char *names[ACCEL_SELECT_MAX];
+	const char *why[ACCEL_SELECT_MAX];   /* "strategy", "plugins", "mixed_precision=fp16" */
 	uint32_t n;
 	const char *backend;      /* `backend` ("auto" when unset) */
 } accel_select;

@@ -111,6 +111,12 @@ static int parse_double(const char *flag, const char *v, double *ret)
 	return 0;
 }
 
+static int is_path_option(const char *a)
+{
+	return !strcmp(a, "--save-init") || !strcmp(a, "--save-final") || !strcmp(a, "--metrics") ||
+	       !strcmp(a, "--config");
+}
+
 /* 0 ok, 1 exit successfully (help), -1 usage error. */
 static int parse_args(int argc, char **argv, options *o)
 {
@@ -163,15 +169,24 @@ static int parse_args(int argc, char **argv, options *o)
 		} else if (!strcmp(a, "--log-every")) {
 			r = parse_long(a, v, 1, 1L << 30, &x);
 			o->log_every = (int)x;
-		} else if (!strcmp(a, "--save-init") && v) {
+		} else if (is_path_option(a) && (!v || !strncmp(v, "--", 2))) {
+			/* "--save-final --json" would write a file named --json */
+			fprintf(stderr, "train_mlp: %s needs a path%s%s%s\n", a, v ? ", not the option '" : "",
+			        v ? v : "", v ? "'" : "");
+			return -1;
+		} else if (!strcmp(a, "--save-init")) {
 			o->save_init = v;
-		} else if (!strcmp(a, "--save-final") && v) {
+		} else if (!strcmp(a, "--save-final")) {
 			o->save_final = v;
-		} else if (!strcmp(a, "--metrics") && v) {
+		} else if (!strcmp(a, "--metrics")) {
 			o->metrics = v;
-		} else if (!strcmp(a, "--config") && v) {
+		} else if (!strcmp(a, "--config")) {
 			o->config = v;
-		} else if (!strcmp(a, "--set") && v && strchr(v, '=')) {
+		} else if (!strcmp(a, "--set") && (!v || !strchr(v, '='))) {
+			fprintf(stderr, "train_mlp: --set needs KEY=VALUE%s%s%s\n", v ? ", got '" : "",
+			        v ? v : "", v ? "'" : "");
+			return -1;
+		} else if (!strcmp(a, "--set")) {
 			if (o->n_sets >= 32) {
 				fprintf(stderr, "train_mlp: at most 32 --set options\n");
 				return -1;
@@ -193,6 +208,51 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* An output path that cannot work, said before any work: an existing
+ * path of the wrong kind, or a parent directory that is missing or not
+ * writable.  `dir`: the path is a directory to create or reuse;
+ * `made_dir`: a directory the program creates before it writes `path`. */
+static int bad_output(const char *path, const char *opt, int dir, const char *made_dir)
+{
+	if (!path)
+		return 0;
+	struct stat st;
+	int exists = stat(path, &st) == 0;
+	if (exists && (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
+		fprintf(stderr, "train_mlp: %s %s: it exists and is not a %s\n", opt, path,
+		        dir ? "directory" : "regular file");
+		return 1;
+	}
+	char parent[4096];
+	/* files go into an existing directory itself; a new one, or a
+	 * replaced file, into its parent */
+	snprintf(parent, sizeof(parent), "%s", exists && dir ? path : "");
+	if (parent[0]) {
+		if (access(parent, W_OK | X_OK) == 0)
+			return 0;
+		fprintf(stderr, "train_mlp: %s %s: cannot write in it: %s\n", opt, path,
+		        strerror(errno));
+		return 1;
+	}
+	snprintf(parent, sizeof(parent), "%s", path);
+	char *slash = strrchr(parent, '/');
+	if (!slash)
+		snprintf(parent, sizeof(parent), ".");
+	else if (slash == parent)
+		parent[1] = '\0';
+	else
+		*slash = '\0';
+	/* --save-final into the --save-init directory, which is made first */
+	if (made_dir && !strcmp(parent, made_dir))
+		return bad_output(made_dir, opt, 1, NULL);
+	if (access(parent, W_OK | X_OK) != 0) {
+		fprintf(stderr, "train_mlp: %s %s: cannot write in %s: %s\n", opt, path, parent,
+		        strerror(errno));
+		return 1;
+	}
+	return 0;
 }
 
 /* The program's state: the model as registered with accel, and buffers. */
@@ -525,6 +585,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "train_mlp: --batch-size %ld is not a multiple of the %d processes; "
 		        "each process must get the same number of samples for its mean loss to "
 		        "average to the global mean\n", o.batch, world);
+		ret = 2;
+		goto out;
+	}
+	/* Output paths are checked now, not after the training they would
+	 * have kept. */
+	if (accel_is_main(t.ctx) && (bad_output(o.save_final, "--save-final", 0, o.save_init) ||
+	                             bad_output(o.save_init, "--save-init", 1, NULL))) {
+		ret = 2;
 		goto out;
 	}
 	int64_t seed;
@@ -569,6 +637,16 @@ int main(int argc, char **argv)
 	snprintf(seedstr, sizeof(seedstr), "%" PRId64, seed);
 	const char *meta_init[] = {"format", "pt", "producer", "accel train_mlp", "dims", dims,
 	                           "seed", seedstr};
+	if (o.metrics && (rc = accel_metrics_open(t.ctx, o.metrics))) {
+		fail(&t, "opening the metrics file", rc);
+		goto out;
+	}
+	/* --metrics, or the configuration's metrics_file (accel_log_scalars
+	 * opens that one itself) */
+	const char *metrics_file = NULL;
+	int log_metrics = o.metrics != NULL ||
+	                  (accel_config_string(t.ctx, "metrics_file", &metrics_file) == ACCEL_OK &&
+	                   metrics_file);
 	if (o.save_init) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/init.safetensors", o.save_init);
@@ -592,6 +670,27 @@ int main(int argc, char **argv)
 		fail(&t, "creating the sampler", rc);
 		goto out;
 	}
+	/* Every process must get a batch on every step (the steps are
+	 * collective): even_batches pads the last one, drop_last drops it. */
+	accel_sampler_info si = {.struct_size = sizeof(si)};
+	if ((rc = accel_sampler_get_info(sampler, &si))) {
+		fail(&t, "reading the sampler", rc);
+		goto out;
+	}
+	if (world > 1 && !si.even_batches && !si.drop_last) {
+		fprintf(stderr, "train_mlp: dataloader.even_batches=false needs dataloader.drop_last=true "
+		        "here: otherwise a process can get no samples in an epoch's last step while "
+		        "the others train on theirs\n");
+		ret = 2;
+		goto out;
+	}
+	if (si.num_batches == 0) {
+		fprintf(stderr, "train_mlp: no batch to train on: %ld samples, global batch %ld and "
+		        "dataloader.drop_last=true leave none (lower --batch-size or raise "
+		        "--samples)\n", o.samples, o.batch);
+		ret = 2;
+		goto out;
+	}
 	t.xb = malloc((size_t)t.work.cap * (size_t)o.inputs * sizeof(float));
 	t.yb = malloc((size_t)t.work.cap * sizeof(int64_t));
 	t.idx = malloc((size_t)t.work.cap * sizeof(int64_t));
@@ -600,10 +699,6 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	if (o.metrics && (rc = accel_metrics_open(t.ctx, o.metrics))) {
-		fail(&t, "opening the metrics file", rc);
-		goto out;
-	}
 	accel_print(t.ctx, "train_mlp: %s, %d process%s, global batch %ld, %ld samples, "
 	            "BLAS %s, lr %g\n", dims, world, world > 1 ? "es" : "", o.batch, o.samples,
 	            blas_name(), accel_get_lr(t.ctx));
@@ -672,7 +767,7 @@ int main(int argc, char **argv)
 			double mean = window[0] / window[1];
 			accel_print(t.ctx, "step %5ld  loss %.4f  lr %.4g  %.0f samples/s\n", done, mean,
 			            accel_get_lr(t.ctx), sps);
-			if (o.metrics) {
+			if (log_metrics) {
 				const char *keys[] = {"loss", "lr", "samples_per_s"};
 				double vals[] = {mean, accel_get_lr(t.ctx), sps};
 				if ((rc = accel_log_scalars(t.ctx, (uint64_t)done, 3, keys, vals))) {
@@ -714,6 +809,10 @@ int main(int argc, char **argv)
 		if (save_params(&t, o.save_final, meta_final, 5))
 			goto out;
 		accel_print(t.ctx, "saved %s\n", o.save_final);
+	}
+	if (fflush(stdout) != 0 || ferror(stdout)) {   /* --json into a full disk, say */
+		fprintf(stderr, "train_mlp: writing the output failed: %s\n", strerror(errno));
+		goto out;
 	}
 	ret = EXIT_SUCCESS;
 out:

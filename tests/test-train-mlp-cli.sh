@@ -1,0 +1,77 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# examples/train_mlp and the accel tool on bad input: usage errors exit 2
+# before any work (output paths, batches, option values), FIFOs do not
+# hang, output that cannot be written is a failure, and the configuration's
+# metrics_file receives the progress.  Usage: test-train-mlp-cli.sh TRAIN_MLP
+set -eu
+
+T=${1:?usage: test-train-mlp-cli.sh TRAIN_MLP}
+: "${ACCEL_CLI:?not set (run through meson test)}"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-mlp-cli-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+unset ACCEL_CONFIG
+small="--hidden 16 --steps 3 --samples 64 --batch-size 16 --no-eval"
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# expect STATUS TEXT CMD...: exit status STATUS within 20 s, TEXT on stderr
+expect() {
+	want=$1 text=$2
+	shift 2
+	set +e
+	timeout 20 "$@" >"$tmp/out" 2>"$tmp/err"
+	got=$?
+	set -e
+	[ "$got" -eq "$want" ] || { cat "$tmp/err" >&2; fail "$* exited $got, expected $want"; }
+	[ -z "$text" ] || grep -q -- "$text" "$tmp/err" || { cat "$tmp/err" >&2; fail "$*: stderr lacks: $text"; }
+}
+
+echo "== output paths are checked before training"
+expect 2 "--save-final $tmp: it exists and is not a regular file" $T $small --save-final "$tmp"
+expect 2 "cannot write in $tmp/missing" $T $small --save-final "$tmp/missing/w.safetensors"
+touch "$tmp/file"
+expect 2 "--save-init $tmp/file: it exists and is not a directory" $T $small --save-init "$tmp/file"
+expect 2 "--save-final needs a path, not the option '--json'" $T $small --save-final --json
+[ ! -e "$tmp/--json" ] || fail "a file named --json was written"
+expect 2 "--set needs KEY=VALUE, got 'seed'" $T $small --set seed
+
+echo "== every process gets a batch on every step"
+expect 2 "no batch to train on: 40 samples, global batch 100" \
+	$T --hidden 16 --steps 3 --samples 40 --batch-size 100 --no-eval --set dataloader.drop_last=true
+# (under accel launch: the launcher exits 1 and names the rank's exit code 2)
+expect 1 "dataloader.even_batches=false needs dataloader.drop_last=true" \
+	"$ACCEL_CLI" launch -n 2 -- $T $small --set dataloader.even_batches=false
+grep -q "failed: exit code 2" "$tmp/err" || fail "even_batches: the rank did not exit 2"
+expect 1 "not a multiple of the 2 processes" "$ACCEL_CLI" launch -n 2 -- $T $small --batch-size 33
+grep -q "failed: exit code 2" "$tmp/err" || fail "batch size: the rank did not exit 2"
+
+echo "== FIFOs do not hang"
+mkfifo "$tmp/fifo"
+expect 1 "invalid JSON" $T $small --config "$tmp/fifo"
+expect 1 "it is a FIFO that no process reads" $T $small --metrics "$tmp/fifo"
+expect 0 "" "$ACCEL_CLI" env --config "$tmp/fifo"
+
+echo "== output that cannot be written is a failure"
+if [ -w /dev/full ]; then
+	timeout 20 $T $small --json >/dev/full 2>"$tmp/err" && fail "train_mlp --json >/dev/full exited 0"
+	grep -q "writing the output failed" "$tmp/err" || fail "train_mlp: no message for /dev/full"
+	timeout 20 "$ACCEL_CLI" env >/dev/full 2>"$tmp/err" && fail "accel env >/dev/full exited 0"
+	grep -q "writing the output failed" "$tmp/err" || fail "accel env: no message for /dev/full"
+fi
+
+echo "== the configuration's metrics_file gets the progress"
+expect 0 "" $T --hidden 16 --steps 6 --samples 64 --batch-size 16 --no-eval --log-every 2 \
+	--set metrics_file="$tmp/m.jsonl"
+[ "$(wc -l <"$tmp/m.jsonl")" -eq 3 ] || { cat "$tmp/m.jsonl" >&2; fail "metrics_file: expected 3 lines"; }
+grep -q '"loss":' "$tmp/m.jsonl" || fail "metrics_file: no loss"
+
+echo "== the accel tool's own arguments"
+expect 2 "--version takes no arguments" "$ACCEL_CLI" --version foo
+expect 2 "unknown option '--bogus'" "$ACCEL_CLI" --bogus
+expect 2 "unknown option '-x'" "$ACCEL_CLI" env -xh
+timeout 20 "$ACCEL_CLI" help env | grep -q "^Usage: accel env" || fail "accel help env"
+echo PASS
