@@ -53,8 +53,11 @@ int accel_cli_usage_error(const char *sub, const char *fmt, ...)
  * SIGPIPE ignored) is a failure, not a silent success. */
 static int finish(int status)
 {
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "accel: writing the output failed: %s\n", strerror(errno));
+	errno = 0;
+	int flushed = fflush(stdout) == 0;
+	if (!flushed || ferror(stdout)) {
+		fprintf(stderr, "accel: writing the output failed: %s\n",
+		        !flushed && errno ? strerror(errno) : "a write to stdout failed");
 		return status ? status : 1;
 	}
 	return status;
