@@ -239,7 +239,7 @@ int accel_cli_env(int argc, char **argv)
 			return accel_cli_usage_error("env", "option '%s' needs a value", argv[optind - 1]);
 		default:
 			/* a short option inside a cluster (-xh) is optopt, not argv[optind - 1] */
-			if (optopt)
+			if (optopt && strncmp(argv[optind - 1], "--", 2))
 				return accel_cli_usage_error("env", "unknown option '-%c'", optopt);
 			return accel_cli_usage_error("env", "unknown option '%s'", argv[optind - 1]);
 		}

@@ -86,7 +86,7 @@ static int parse(int argc, char **argv, opts *o)
 			                             argv[optind - 1]);
 		default:
 			/* a short option inside a cluster (-xh) is optopt, not argv[optind - 1] */
-			if (optopt)
+			if (optopt && strncmp(argv[optind - 1], "--", 2))
 				return accel_cli_usage_error("plugins", "unknown option '-%c'", optopt);
 			return accel_cli_usage_error("plugins", "unknown option '%s'",
 			                             argv[optind - 1]);

@@ -80,7 +80,10 @@ int main(int argc, char **argv)
 	const char *a = argv[1];
 	int help = !strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help");
 	int version = !strcmp(a, "--version") || !strcmp(a, "-V");
-	if (help && argc == 3 && strcmp(a, "help") == 0) {
+	if (!strcmp(a, "help") && argc > 3)
+		return accel_cli_usage_error(NULL, "help takes one COMMAND (got '%s' and '%s')",
+		                             argv[2], argv[3]);
+	if (!strcmp(a, "help") && argc == 3 && strcmp(argv[2], "help") != 0) {
 		/* `accel help COMMAND` is `accel COMMAND --help` */
 		const subcommand *sc = find_sub(argv[2]);
 		if (!sc)
@@ -88,7 +91,7 @@ int main(int argc, char **argv)
 		char *args[] = {argv[2], "--help", NULL};
 		return finish(sc->run(2, args));
 	}
-	if ((help || version) && argc > 2)
+	if ((help || version) && argc > 2 && strcmp(a, "help") != 0)
 		return accel_cli_usage_error(NULL, "%s takes no arguments (got '%s')", a, argv[2]);
 	if (help) {
 		usage(stdout);

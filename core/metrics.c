@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +39,12 @@ void accel_train_metrics_free(accel_train *t)
 	t->metrics_path = NULL;
 }
 
+static int is_fifo(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
 static int open_sink(accel_train *t, const char *path)
 {
 	FILE *f;
@@ -54,8 +61,9 @@ static int open_sink(accel_train *t, const char *path)
 	if (fd < 0)
 		return accel_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics file '%s': cannot open "
 		                     "for appending: %s", path,
-		                     errno == ENXIO ? "it is a FIFO that no process reads"
-		                                    : strerror(errno));
+		                     errno == ENXIO && is_fifo(path)
+		                         ? "it is a FIFO that no process reads"
+		                         : strerror(errno));
 	int fl = fcntl(fd, F_GETFL);
 	if (fl >= 0)
 		(void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);

@@ -7,6 +7,7 @@
 set -eu
 
 T=${1:?usage: test-train-mlp-cli.sh TRAIN_MLP}
+T=$(cd "$(dirname "$T")" && pwd)/$(basename "$T")   # the tests below change directory
 : "${ACCEL_CLI:?not set (run through meson test)}"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-mlp-cli-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
@@ -69,9 +70,26 @@ expect 0 "" $T --hidden 16 --steps 6 --samples 64 --batch-size 16 --no-eval --lo
 [ "$(wc -l <"$tmp/m.jsonl")" -eq 3 ] || { cat "$tmp/m.jsonl" >&2; fail "metrics_file: expected 3 lines"; }
 grep -q '"loss":' "$tmp/m.jsonl" || fail "metrics_file: no loss"
 
+echo "== --save-init's directory may hold the other outputs, however it is spelled"
+( cd "$tmp" && expect 0 "" $T $small --save-init ./run1/ --save-final run1//final.safetensors \
+	--metrics run1/m.jsonl )
+[ -f "$tmp/run1/final.safetensors" ] && [ -f "$tmp/run1/init.safetensors" ] &&
+	[ -f "$tmp/run1/m.jsonl" ] || fail "run1: outputs missing"
+
+echo "== a bad output path stops every process at once (rank 0 checks, all agree)"
+expect 1 "metrics_file $tmp/missing/m.jsonl: cannot write in $tmp/missing" \
+	"$ACCEL_CLI" launch -n 2 -- $T $small --set metrics_file="$tmp/missing/m.jsonl"
+grep -q "rank [01] failed: exit code 2" "$tmp/err" || fail "metrics_file: the ranks did not exit 2"
+if grep -q "rank 1.*ACCEL_ERR_PEER\|rank 0 never arrived" "$tmp/err"; then
+	cat "$tmp/err" >&2
+	fail "rank 1 waited for rank 0 in a collective"
+fi
+
 echo "== the accel tool's own arguments"
 expect 2 "--version takes no arguments" "$ACCEL_CLI" --version foo
 expect 2 "unknown option '--bogus'" "$ACCEL_CLI" --bogus
 expect 2 "unknown option '-x'" "$ACCEL_CLI" env -xh
 timeout 20 "$ACCEL_CLI" help env | grep -q "^Usage: accel env" || fail "accel help env"
+expect 2 "help takes one COMMAND" "$ACCEL_CLI" help env extra
+expect 2 "unknown option '--json=1'" "$ACCEL_CLI" plugins --json=1
 echo PASS

@@ -212,23 +212,43 @@ static double now(void)
 
 /* An output path that cannot work, said before any work: an existing
  * path of the wrong kind, or a parent directory that is missing or not
- * writable.  `dir`: the path is a directory to create or reuse;
+ * writable.  `dir`: 1 the path is a directory to create or reuse, 2 a
+ * stream that may also be a pipe or a device (else a regular file);
  * `made_dir`: a directory the program creates before it writes `path`. */
+/* "./a//b/" -> "a/b": the same directory spelled one way. */
+static void norm_path(char *p)
+{
+	char *o = p;
+	const char *i = p;
+	while (i[0] == '.' && i[1] == '/')
+		for (i += 2; *i == '/';)
+			i++;
+	for (; *i; i++)
+		if (!(*i == '/' && o > p && o[-1] == '/'))
+			*o++ = *i;
+	while (o > p + 1 && o[-1] == '/')
+		o--;
+	*o = '\0';
+}
+
 static int bad_output(const char *path, const char *opt, int dir, const char *made_dir)
 {
 	if (!path)
 		return 0;
 	struct stat st;
 	int exists = stat(path, &st) == 0;
-	if (exists && (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
+	/* dir 2: a stream (the metrics), which may also be a pipe or a device */
+	if (exists && dir == 2 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))
+		return 0;
+	if (exists && (dir == 1 ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
 		fprintf(stderr, "train_mlp: %s %s: it exists and is not a %s\n", opt, path,
-		        dir ? "directory" : "regular file");
+		        dir == 1 ? "directory" : "regular file");
 		return 1;
 	}
 	char parent[4096];
 	/* files go into an existing directory itself; a new one, or a
 	 * replaced file, into its parent */
-	snprintf(parent, sizeof(parent), "%s", exists && dir ? path : "");
+	snprintf(parent, sizeof(parent), "%s", exists && dir == 1 ? path : "");
 	if (parent[0]) {
 		if (access(parent, W_OK | X_OK) == 0)
 			return 0;
@@ -237,6 +257,7 @@ static int bad_output(const char *path, const char *opt, int dir, const char *ma
 		return 1;
 	}
 	snprintf(parent, sizeof(parent), "%s", path);
+	norm_path(parent);
 	char *slash = strrchr(parent, '/');
 	if (!slash)
 		snprintf(parent, sizeof(parent), ".");
@@ -244,9 +265,14 @@ static int bad_output(const char *path, const char *opt, int dir, const char *ma
 		parent[1] = '\0';
 	else
 		*slash = '\0';
-	/* --save-final into the --save-init directory, which is made first */
-	if (made_dir && !strcmp(parent, made_dir))
-		return bad_output(made_dir, opt, 1, NULL);
+	/* a file in the --save-init directory, which is made after the checks */
+	if (made_dir) {
+		char md[4096];
+		snprintf(md, sizeof(md), "%s", made_dir);
+		norm_path(md);
+		if (!strcmp(parent, md))
+			return bad_output(made_dir, "--save-init", 1, NULL);
+	}
 	if (access(parent, W_OK | X_OK) != 0) {
 		fprintf(stderr, "train_mlp: %s %s: cannot write in %s: %s\n", opt, path, parent,
 		        strerror(errno));
@@ -588,13 +614,70 @@ int main(int argc, char **argv)
 		ret = 2;
 		goto out;
 	}
-	/* Output paths are checked now, not after the training they would
-	 * have kept. */
-	if (accel_is_main(t.ctx) && (bad_output(o.save_final, "--save-final", 0, o.save_init) ||
-	                             bad_output(o.save_init, "--save-init", 1, NULL))) {
+	accel_sampler_opts so;
+	accel_sampler_opts_init(&so);
+	so.n_samples = (uint64_t)o.samples;
+	so.batch_size = (uint64_t)o.batch;
+	/* --batch-size is the global batch.  Shuffling, drop_last and
+	 * even_batches come from the configuration (dataloader.*). */
+	so.split_batches = 1;
+	if ((rc = accel_sampler_new(t.ctx, &so, &sampler))) {
+		fail(&t, "creating the sampler", rc);
+		goto out;
+	}
+	/* Every process must get a batch on every step (the steps are
+	 * collective): even_batches pads the last one, drop_last drops it. */
+	accel_sampler_info si = {.struct_size = sizeof(si)};
+	if ((rc = accel_sampler_get_info(sampler, &si))) {
+		fail(&t, "reading the sampler", rc);
+		goto out;
+	}
+	if (world > 1 && !si.even_batches && !si.drop_last) {
+		fprintf(stderr, "train_mlp: dataloader.even_batches=false needs dataloader.drop_last=true "
+		        "here: otherwise a process can get no samples in an epoch's last step while "
+		        "the others train on theirs\n");
 		ret = 2;
 		goto out;
 	}
+	if (si.num_batches == 0) {
+		fprintf(stderr, "train_mlp: no batch to train on: %ld samples, global batch %ld and "
+		        "dataloader.drop_last=true leave none (lower --batch-size or raise "
+		        "--samples)\n", o.samples, o.batch);
+		ret = 2;
+		goto out;
+	}
+	/* Outputs, before any work: rank 0 writes them, so rank 0 checks the
+	 * paths, makes the --save-init directory and opens the metrics file
+	 * (--metrics, else the configuration's metrics_file); every process
+	 * then learns the outcome, so all stop together (2: bad usage, 1: the
+	 * metrics file could not be opened) instead of waiting for rank 0 in a
+	 * collective until comm.timeout_s. */
+	const char *metrics_file = o.metrics;
+	if (!metrics_file && accel_config_string(t.ctx, "metrics_file", &metrics_file) != ACCEL_OK)
+		metrics_file = NULL;
+	int32_t verdict = 0;
+	if (accel_is_main(t.ctx)) {
+		if (bad_output(o.save_init, "--save-init", 1, NULL) ||
+		    bad_output(o.save_final, "--save-final", 0, o.save_init) ||
+		    (metrics_file && strcmp(metrics_file, "-") &&
+		     bad_output(metrics_file, o.metrics ? "--metrics" : "metrics_file", 2, o.save_init)))
+			verdict = 2;
+		else if (o.save_init && make_dir(o.save_init))
+			verdict = 1;
+		else if (metrics_file && (rc = accel_metrics_open(t.ctx, metrics_file))) {
+			fail(&t, "opening the metrics file", rc);
+			verdict = 1;
+		}
+	}
+	if ((rc = accel_allreduce(t.ctx, &verdict, &verdict, 1, ACCEL_DTYPE_I32, ACCEL_RED_MAX))) {
+		fail(&t, "agreeing on the output files", rc);
+		goto out;
+	}
+	if (verdict) {
+		ret = verdict == 2 ? 2 : EXIT_FAILURE;
+		goto out;
+	}
+	int log_metrics = metrics_file != NULL;
 	int64_t seed;
 	if ((rc = accel_config_int(t.ctx, "seed", &seed))) {
 		fail(&t, "reading the configuration key 'seed'", rc);
@@ -637,21 +720,9 @@ int main(int argc, char **argv)
 	snprintf(seedstr, sizeof(seedstr), "%" PRId64, seed);
 	const char *meta_init[] = {"format", "pt", "producer", "accel train_mlp", "dims", dims,
 	                           "seed", seedstr};
-	if (o.metrics && (rc = accel_metrics_open(t.ctx, o.metrics))) {
-		fail(&t, "opening the metrics file", rc);
-		goto out;
-	}
-	/* --metrics, or the configuration's metrics_file (accel_log_scalars
-	 * opens that one itself) */
-	const char *metrics_file = NULL;
-	int log_metrics = o.metrics != NULL ||
-	                  (accel_config_string(t.ctx, "metrics_file", &metrics_file) == ACCEL_OK &&
-	                   metrics_file);
 	if (o.save_init) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/init.safetensors", o.save_init);
-		if (accel_is_main(t.ctx) && make_dir(o.save_init))
-			goto out;
 		if (save_params(&t, path, meta_init, 4))
 			goto out;
 		if (accel_is_main(t.ctx) && save_data(o.save_init, &train, meta_init + 4, 2))
@@ -659,38 +730,6 @@ int main(int argc, char **argv)
 		accel_print(t.ctx, "saved %s and %s/data.safetensors\n", path, o.save_init);
 	}
 
-	accel_sampler_opts so;
-	accel_sampler_opts_init(&so);
-	so.n_samples = (uint64_t)o.samples;
-	so.batch_size = (uint64_t)o.batch;
-	/* --batch-size is the global batch.  Shuffling, drop_last and
-	 * even_batches come from the configuration (dataloader.*). */
-	so.split_batches = 1;
-	if ((rc = accel_sampler_new(t.ctx, &so, &sampler))) {
-		fail(&t, "creating the sampler", rc);
-		goto out;
-	}
-	/* Every process must get a batch on every step (the steps are
-	 * collective): even_batches pads the last one, drop_last drops it. */
-	accel_sampler_info si = {.struct_size = sizeof(si)};
-	if ((rc = accel_sampler_get_info(sampler, &si))) {
-		fail(&t, "reading the sampler", rc);
-		goto out;
-	}
-	if (world > 1 && !si.even_batches && !si.drop_last) {
-		fprintf(stderr, "train_mlp: dataloader.even_batches=false needs dataloader.drop_last=true "
-		        "here: otherwise a process can get no samples in an epoch's last step while "
-		        "the others train on theirs\n");
-		ret = 2;
-		goto out;
-	}
-	if (si.num_batches == 0) {
-		fprintf(stderr, "train_mlp: no batch to train on: %ld samples, global batch %ld and "
-		        "dataloader.drop_last=true leave none (lower --batch-size or raise "
-		        "--samples)\n", o.samples, o.batch);
-		ret = 2;
-		goto out;
-	}
 	t.xb = malloc((size_t)t.work.cap * (size_t)o.inputs * sizeof(float));
 	t.yb = malloc((size_t)t.work.cap * sizeof(int64_t));
 	t.idx = malloc((size_t)t.work.cap * sizeof(int64_t));
