@@ -58,12 +58,13 @@ static int open_sink(accel_train *t, const char *path)
 	/* O_NONBLOCK for the open only: a FIFO nobody reads would block
 	 * open() forever (ENXIO instead); writes block as usual after. */
 	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0666);
-	if (fd < 0)
+	if (fd < 0) {
+		int e = errno;   /* before is_fifo's stat */
 		return accel_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics file '%s': cannot open "
 		                     "for appending: %s", path,
-		                     errno == ENXIO && is_fifo(path)
-		                         ? "it is a FIFO that no process reads"
-		                         : strerror(errno));
+		                     e == ENXIO && is_fifo(path) ? "it is a FIFO that no process reads"
+		                                                 : strerror(e));
+	}
 	int fl = fcntl(fd, F_GETFL);
 	if (fl >= 0)
 		(void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);

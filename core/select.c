@@ -132,12 +132,13 @@ fail:
 	return r;
 }
 
-/* A loaded (usable or not) comm backend of that name, or NULL. */
-static const accel_module *comm_named(const accel_loader *ld, const char *name)
+/* A loaded module of that kind and name, usable here or not (its
+ * requirements unmet), or NULL. */
+static const accel_module *loaded_named(const accel_loader *ld, int kind, const char *name)
 {
 	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
 		const accel_module *m = accel_loader_get(ld, i);
-		if (m->kind == ACCEL_MODULE_COMM && m->name && !strcmp(m->name, name) &&
+		if (m->kind == kind && m->name && !strcmp(m->name, name) &&
 		    (m->status == ACCEL_MODULE_OK || m->status == ACCEL_MODULE_UNAVAILABLE))
 			return m;
 	}
@@ -159,7 +160,7 @@ int accel_select_backend_active(const accel_loader *ld, const char *backend, con
 		return builtin_backend(name);
 	/* a backend for device buffers only leaves host buffers to shm or mpi,
 	 * picked as under auto */
-	const accel_module *b = comm_named(ld, backend);
+	const accel_module *b = loaded_named(ld, ACCEL_MODULE_COMM, backend);
 	int device_only = !strcmp(backend, "nccl") ||
 	                  (b && !(b->comm->desc->devices & (1u << ACCEL_DEVICE_CPU)));
 	return device_only && (!strcmp(name, "shm") || !strcmp(name, "mpi"));
@@ -212,19 +213,13 @@ int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
 }
 
 /* The module a selected plugin name stands for, also when this machine
- * lacks its requirements (then *ret_unmet is set and r is UNSUPPORTED). */
+ * lacks its requirements (then r is UNSUPPORTED and *ret is still set). */
 static int find_plugin(accel_loader *ld, const char *name, const accel_module **ret,
                        accel_err *err)
 {
 	int r = accel_loader_find(ld, ACCEL_MODULE_PLUGIN, name, ret, err);
-	if (r != ACCEL_ERR_UNSUPPORTED)
-		return r;
-	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
-		const accel_module *m = accel_loader_get(ld, i);
-		if (m->kind == ACCEL_MODULE_PLUGIN && m->name && !strcmp(m->name, name) &&
-		    m->status == ACCEL_MODULE_UNAVAILABLE)
-			*ret = m;
-	}
+	if (r == ACCEL_ERR_UNSUPPORTED)
+		*ret = loaded_named(ld, ACCEL_MODULE_PLUGIN, name);
 	return r;
 }
 

@@ -210,11 +210,6 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* An output path that cannot work, said before any work: an existing
- * path of the wrong kind, or a parent directory that is missing or not
- * writable.  `dir`: 1 the path is a directory to create or reuse, 2 a
- * stream that may also be a pipe or a device (else a regular file);
- * `made_dir`: a directory the program creates before it writes `path`. */
 /* "./a//b/" -> "a/b": the same directory spelled one way. */
 static void norm_path(char *p)
 {
@@ -231,6 +226,11 @@ static void norm_path(char *p)
 	*o = '\0';
 }
 
+/* An output path that cannot work, said before any work: an existing
+ * path of the wrong kind, or a parent directory that is missing or not
+ * writable.  `dir`: 1 the path is a directory to create or reuse, 2 a
+ * stream that may also be a pipe or a device (else a regular file);
+ * `made_dir`: a directory the program creates before it writes `path`. */
 static int bad_output(const char *path, const char *opt, int dir, const char *made_dir)
 {
 	if (!path)
@@ -245,17 +245,16 @@ static int bad_output(const char *path, const char *opt, int dir, const char *ma
 		        dir == 1 ? "directory" : "regular file");
 		return 1;
 	}
-	char parent[4096];
 	/* files go into an existing directory itself; a new one, or a
 	 * replaced file, into its parent */
-	snprintf(parent, sizeof(parent), "%s", exists && dir == 1 ? path : "");
-	if (parent[0]) {
-		if (access(parent, W_OK | X_OK) == 0)
+	if (exists && dir == 1) {
+		if (access(path, W_OK | X_OK) == 0)
 			return 0;
 		fprintf(stderr, "train_mlp: %s %s: cannot write in it: %s\n", opt, path,
 		        strerror(errno));
 		return 1;
 	}
+	char parent[4096];
 	snprintf(parent, sizeof(parent), "%s", path);
 	norm_path(parent);
 	char *slash = strrchr(parent, '/');
