@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* core/comm.c: the core side of collectives.
  *
- * One backend serves host buffers (shm or mpi); a device backend (nccl)
+ * One backend serves host buffers (shm, tcp or mpi); a device backend (nccl)
  * serves CUDA buffers and is brought up on first use, which is collective
  * because every rank issues the same collectives in the same order.  Every
  * call is checked here (dtypes, counts, root) so backends see only valid
@@ -151,7 +151,7 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	c->ctx = ctx;
 	pthread_mutex_init(&c->live_mu, NULL);
-	if (!strcmp(want, "shm") || !strcmp(want, "mpi")) {
+	if (!strcmp(want, "shm") || !strcmp(want, "mpi") || !strcmp(want, "tcp")) {
 		cpu_name = want;
 	} else if (!strcmp(want, "nccl")) {
 		c->dev_name = "nccl";
@@ -181,11 +181,12 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		}
 	}
 	if (!cpu_name) {
-		/* auto: mpi when an MPI launcher started us, else shm.  The world
-		 * says who started us (the innermost launcher wins); MPI variables
-		 * inherited from outside (a shell inside `srun --pty`, then `accel
-		 * launch`) do not count. */
-		cpu_name = "shm";
+		/* auto: mpi when an MPI launcher started us, else shm on one node
+		 * and tcp across nodes.  The world says who started us (the
+		 * innermost launcher wins); MPI variables inherited from outside
+		 * (a shell inside `srun --pty`, then `accel launch`) do not
+		 * count. */
+		cpu_name = ctx->world.num_nodes > 1 ? "tcp" : "shm";
 		int mpi_launcher = ctx->launcher && (!strncmp(ctx->launcher, "mpi", 3) ||
 		                                     !strcmp(ctx->launcher, "srun"));
 		if (mpi_launcher && usable(ctx, "mpi", &m, why, sizeof(why)) && m->comm->probe) {
@@ -211,10 +212,10 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 	}
 	if (ctx->world.num_nodes > 1 && !strcmp(cpu_name, "shm")) {
 		r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
-		                  "backend shm works within one node, but this job has %d nodes; "
-		                  "across nodes use backend mpi with the processes started by mpirun "
-		                  "or srun (accel launch --nnodes has no host backend that spans "
-		                  "nodes yet; docs/launch.md)", ctx->world.num_nodes);
+		                  "backend shm (from %s) works within one node, but this job has %d "
+		                  "nodes; across nodes use backend tcp (what auto picks) or mpi under "
+		                  "mpirun/srun", accel_config_source(ctx->cfg, "backend"),
+		                  ctx->world.num_nodes);
 		goto fail;
 	}
 	if ((r = backend_up(c, &c->cpu, cpu_name, -1)))

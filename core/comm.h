@@ -13,8 +13,8 @@
 #include "accel/comm.h"
 #include "ctx-impl.h"
 
-/* Select and init the backend named by config `backend` (auto, shm, mpi,
- * nccl or an installed third-party backend; docs/comm.md) for ctx (needs ctx->cfg, ctx->loader, ctx->world, ctx->store). */
+/* Select and init the backend named by config `backend` (auto, shm, tcp,
+ * mpi, nccl or an installed third-party backend; docs/comm.md) for ctx (needs ctx->cfg, ctx->loader, ctx->world, ctx->store). */
 int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm);
 accel_comm *accel_comm_free(accel_comm *comm);
 /* The name of the CPU backend in use ("shm"). */

@@ -141,8 +141,9 @@ static const core_param core_params[] = {
 	{"plugin_dirs", ACCEL_CFG_STRLIST, "[]", NORANGE, 0, NULL, 0, NULL,
 	 "directories searched for plugins before ACCEL_PLUGIN_PATH and the install directory"},
 	{"backend", ACCEL_CFG_STRING, "\"auto\"", NORANGE, 0, NULL, 0, NULL,
-	 "communication backend: auto, shm, mpi, nccl or an installed third-party one; auto: nccl "
-	 "for GPU buffers, mpi under an MPI launcher, else shm"},
+	 "communication backend: auto, shm, tcp, mpi, nccl or an installed third-party one; auto: "
+	 "nccl for GPU buffers, mpi under an MPI launcher, else shm on one node and tcp across "
+	 "nodes"},
 	{"mixed_precision", ACCEL_CFG_ENUM, "\"no\"", NORANGE, 0, "no|fp16|bf16|fp8", 0, NULL,
 	 "working precision of forward/backward (master weights stay fp32)"},
 	{"gradient_accumulation_steps", ACCEL_CFG_INT, "1", 1, 2147483647, 0, NULL, 0, NULL,

@@ -147,7 +147,8 @@ static const accel_module *loaded_named(const accel_loader *ld, int kind, const 
 
 static int builtin_backend(const char *name)
 {
-	return !strcmp(name, "shm") || !strcmp(name, "mpi") || !strcmp(name, "nccl");
+	return !strcmp(name, "shm") || !strcmp(name, "mpi") || !strcmp(name, "nccl") ||
+	       !strcmp(name, "tcp");
 }
 
 int accel_select_backend_active(const accel_loader *ld, const char *backend, const char *name)
@@ -155,15 +156,15 @@ int accel_select_backend_active(const accel_loader *ld, const char *backend, con
 	if (!strcmp(backend, name))
 		return 1;
 	/* auto picks among the built-in backends at run time (nccl for device
-	 * buffers, mpi or shm for host ones) */
+	 * buffers, mpi, shm or tcp for host ones) */
 	if (!strcmp(backend, "auto"))
 		return builtin_backend(name);
-	/* a backend for device buffers only leaves host buffers to shm or mpi,
-	 * picked as under auto */
+	/* a backend for device buffers only leaves host buffers to shm, mpi or
+	 * tcp, picked as under auto */
 	const accel_module *b = loaded_named(ld, ACCEL_MODULE_COMM, backend);
 	int device_only = !strcmp(backend, "nccl") ||
 	                  (b && !(b->comm->desc->devices & (1u << ACCEL_DEVICE_CPU)));
-	return device_only && (!strcmp(name, "shm") || !strcmp(name, "mpi"));
+	return device_only && (!strcmp(name, "shm") || !strcmp(name, "mpi") || !strcmp(name, "tcp"));
 }
 
 static int add_module_schema(accel_config *cfg, const accel_module *m, unsigned flags,

@@ -39,6 +39,7 @@
 #include "accel/comm.h"
 #include "half.h"
 
+#include "launch-ranks.h"
 #include "progs/comm-check.h"
 
 /* ---- the harness: a minimal host ------------------------------------------------ */
@@ -188,17 +189,7 @@ static void report(const char *name, const char *fmt, ...)
 
 static int read_report(const char *name, int rank, char *buf, size_t cap)
 {
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s-%d", g_store, name, rank);
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		buf[0] = '\0';
-		return -1;
-	}
-	size_t n = fread(buf, 1, cap - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	return 0;
+	return lr_read_report(g_store, name, rank, buf, cap);
 }
 
 typedef struct world_result {
@@ -1158,46 +1149,14 @@ static int launch_ranks(int n, const char *mode, const char *outdir, int victim,
 	const char *maxn = n == 2 ? "1048589" : n <= 4 ? "300007" : "16385";
 	const char *argv[] = {cli,  "launch", "-n", np,     "--grace-s", "5", "--",
 	                      prog, mode,     outdir, vic,  maxn,        NULL};
-	fflush(NULL);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fd = open(log, O_CREAT | O_WRONLY | O_TRUNC, 0600);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execv(cli, (char *const *)argv);
-		_exit(99);
-	}
-	time_t deadline = time(NULL) + limit_s;
-	int status;
-	for (;;) {
-		pid_t p = waitpid(pid, &status, WNOHANG);
-		if (p == pid)
-			return status;
-		if (time(NULL) > deadline) {
-			kill(pid, SIGTERM);
-			sleep(6);
-			kill(pid, SIGKILL);
-			waitpid(pid, &status, 0);
-			return -1;
-		}
-		usleep(20000);
-	}
+	return lr_reap(lr_spawn(argv, log), limit_s);
 }
 
 static void print_log(const char *outdir)
 {
-	char path[600], buf[8192];
+	char path[600];
 	snprintf(path, sizeof(path), "%s/launch.log", outdir);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	fprintf(stderr, "--- accel launch output ---\n%s\n---\n", buf);
+	lr_print_log(path);
 }
 
 static void outdir_new(char *buf, size_t cap)

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "accel/comm.h"
+#include "backends/common/coll-reduce.h"
 
 #define SHM_MAGIC 0x316d6873636361ull   /* "accshm1" */
 #define SHM_LAYOUT_VERSION 2u
@@ -173,7 +174,7 @@ typedef struct shm_comm {
 	int *pid_visible;           /* kill(pid, 0) worked at init */
 
 	/* execution state (touched by whoever runs ops: inline caller or thread) */
-	const void **in_ptrs;       /* world entries, scratch for shm_reduce */
+	const void **in_ptrs;       /* world entries, scratch for coll_reduce */
 	void **out_ptrs;            /* world entries */
 	uint64_t *zc_soff, *zc_roff; /* world entries: peers' offsets (zero-copy) */
 	uint64_t phase;             /* last phase posted in sig */
@@ -267,12 +268,5 @@ int shm_coll_arrived(shm_comm *c, const shm_op *op);
  * by the comm thread (shorter spinning). */
 int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap);
 #define SHM_THREAD_SPIN_NS 20000
-
-/* ---- shm_reduce.c: reduction kernels ---- */
-/* out[j][i] = in[0][i] (op) in[1][i] (op) ... for i < count, in rank order,
- * f16/bf16 accumulated in f32; AVG divides by avg_div.  in[] and out[] may
- * alias each other exactly (same pointer), not partially. */
-void shm_reduce(uint32_t dtype, uint32_t redop, int n_in, const void *const *in, int n_out,
-                void *const *out, uint64_t count, int32_t avg_div);
 
 #endif

@@ -268,7 +268,7 @@ static int run_small(run_ctx *r)
 		for (int32_t q = 0; q < c->world; q++)
 			in[q] = slot(c, q, op->seq);
 		void *out = op->recv.data;
-		shm_reduce(op->dtype, op->redop, c->world, in, 1, &out, n, c->world);
+		coll_reduce(op->dtype, op->redop, c->world, in, 1, &out, n, c->world);
 		break;
 	}
 	case SHM_OP_REDUCE_SCATTER: {
@@ -277,7 +277,7 @@ static int run_small(run_ctx *r)
 		for (int32_t q = 0; q < c->world; q++)
 			in[q] = slot(c, q, op->seq) + (uint64_t)c->rank * n * es;
 		void *out = op->recv.data;
-		shm_reduce(op->dtype, op->redop, c->world, in, 1, &out, n, c->world);
+		coll_reduce(op->dtype, op->redop, c->world, in, 1, &out, n, c->world);
 		break;
 	}
 	case SHM_OP_ALLGATHER:
@@ -378,7 +378,7 @@ static int run_zero_copy(run_ctx *r, const shm_alloc *sa, const shm_alloc *ra, c
 				in[q] = peer_ptr(sa, q, soff[q]) + lo * es;
 				out[q] = peer_ptr(ra, q, roff[q]) + lo * es;
 			}
-			shm_reduce(op->dtype, op->redop, w, in, w, out, hi - lo, w);
+			coll_reduce(op->dtype, op->redop, w, in, w, out, hi - lo, w);
 		}
 		break;
 	}
@@ -386,7 +386,7 @@ static int run_zero_copy(run_ctx *r, const shm_alloc *sa, const shm_alloc *ra, c
 		for (int32_t q = 0; q < w; q++)
 			in[q] = peer_ptr(sa, q, soff[q]) + (uint64_t)me * n * es;
 		out[0] = op->recv.data;
-		shm_reduce(op->dtype, op->redop, w, in, 1, out, n, w);
+		coll_reduce(op->dtype, op->redop, w, in, 1, out, n, w);
 		break;
 	}
 	case SHM_OP_ALLGATHER:
@@ -489,7 +489,7 @@ static int staged_allreduce(run_ctx *r)
 				                : stage(c, q, b) + (uint64_t)me * c->chunk_bytes;
 			out[0] = recv + (base + lo) * es;
 			out[1] = mine + (uint64_t)me * c->chunk_bytes;
-			shm_reduce(op->dtype, op->redop, w, in, 2, out, hi - lo, w);
+			coll_reduce(op->dtype, op->redop, w, in, 2, out, hi - lo, w);
 		}
 		next_phase(r);
 		if (prev.valid && (st = allreduce_gather(r, &prev)))
@@ -519,7 +519,7 @@ static int reduce_staged_round(run_ctx *r, uint64_t b, void *dst, uint64_t len)
 	if ((st = wait_phase(r, c->phase, -1)))
 		return st;
 	c->out_ptrs[0] = dst;
-	shm_reduce(op->dtype, op->redop, c->world, c->in_ptrs, 1, c->out_ptrs, len, c->world);
+	coll_reduce(op->dtype, op->redop, c->world, c->in_ptrs, 1, c->out_ptrs, len, c->world);
 	next_phase(r);
 	c->reuse[b] = c->phase;
 	return ACCEL_OK;

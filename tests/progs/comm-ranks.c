@@ -15,6 +15,11 @@
  *   comm-ranks early OUTDIR VICTIM  VICTIM exits 0 before accel_ctx_new; the
  *                                   others report how their accel_ctx_new failed
  *                                   while the others wait in an allreduce
+ *   comm-ranks mismatch OUTDIR VICTIM  VICTIM issues an allgather where the
+ *                                   others issue an allreduce; all report
+ *   comm-ranks late OUTDIR VICTIM   VICTIM sleeps 3 s before the allreduce
+ *                                   the others wait in (run it with a short
+ *                                   comm.timeout_s); the others report
  *
  * Each rank writes OUTDIR/<mode>-<rank> ("<status> <seconds> <message>")
  * before it exits; exit status 0 when every check passed. */
@@ -203,11 +208,47 @@ static int mode_leave(accel_ctx **pctx, int victim)
 	return 0;
 }
 
+static int mode_mismatch(accel_ctx *ctx, int victim)
+{
+	float x[8] = {0}, y[16];
+	accel_view v = {.struct_size = sizeof(v), .dtype = ACCEL_DTYPE_F32, .device = ACCEL_DEVICE_CPU,
+	                .data = x, .numel = 8};
+	accel_view g = v;
+	g.data = y;
+	g.numel = 8 * (uint64_t)accel_world_size(ctx);
+	if (accel_wait_for_everyone(ctx))
+		return 1;
+	double t0 = now_s();
+	accel_req *req = NULL;
+	int st = g_rank == victim ? accel_comm_allgather(ctx->comm, &v, &g, &req)
+	                          : accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
+	if (!st)
+		st = accel_comm_wait(ctx->comm, req);
+	report("mismatch", st, now_s() - t0, accel_errmsg(ctx));
+	return 0;
+}
+
+static int mode_late(accel_ctx *ctx, int victim)
+{
+	float x[4] = {1, 2, 3, 4};
+	if (accel_wait_for_everyone(ctx))
+		return 1;
+	if (g_rank == victim) {
+		sleep(3);
+		report("late", 0, 0, "late");
+		return 0;
+	}
+	double t0 = now_s();
+	int st = accel_allreduce(ctx, x, x, 4, ACCEL_DTYPE_F32, ACCEL_RED_SUM);
+	report("late", st, now_s() - t0, accel_errmsg(ctx));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	accel_ctx *ctx = NULL;
 	if (argc < 3) {
-		fprintf(stderr, "usage: comm-ranks matrix|kill|leave|early OUTDIR [VICTIM]\n");
+		fprintf(stderr, "usage: comm-ranks matrix|kill|leave|early|mismatch|late OUTDIR [VICTIM]\n");
 		return 2;
 	}
 	g_out = argv[2];
@@ -237,6 +278,10 @@ int main(int argc, char **argv)
 		rc = mode_kill(ctx, victim);
 	else if (!strcmp(argv[1], "leave"))
 		rc = mode_leave(&ctx, victim);
+	else if (!strcmp(argv[1], "mismatch"))
+		rc = mode_mismatch(ctx, victim);
+	else if (!strcmp(argv[1], "late"))
+		rc = mode_late(ctx, victim);
 	else
 		rc = 2;
 	accel_ctx_free(ctx);

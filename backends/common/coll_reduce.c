@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* backends/shm/shm_reduce.c: element-wise reductions of n inputs.
+/* backends/common/coll_reduce.c: element-wise reductions of n inputs, for
+ * the host backends (shm, tcp); each module builds its own copy.
  *
  * Every reduction walks the data in blocks that fit in L1: the block is
  * combined into a scratch buffer input by input, in rank order (so every
@@ -13,7 +14,7 @@
 #include <string.h>
 
 #include "half.h"
-#include "shm-impl.h"
+#include "backends/common/coll-reduce.h"
 
 #define BLK_BYTES 16384
 
@@ -293,7 +294,7 @@ static int accumulator(int n_in, const void *const *in, int n_out, void *const *
 	return -1;
 }
 
-void shm_reduce(uint32_t dtype, uint32_t redop, int n_in, const void *const *in, int n_out,
+void coll_reduce(uint32_t dtype, uint32_t redop, int n_in, const void *const *in, int n_out,
                 void *const *out, uint64_t count, int32_t avg_div)
 {
 	_Alignas(64) unsigned char tmp[BLK_BYTES];

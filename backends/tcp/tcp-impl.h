@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/tcp/tcp-impl.h: pieces of the tcp comm backend shared between its
+ * files (private to the module; hidden visibility). */
+#ifndef ACCEL_TCP_IMPL_H
+#define ACCEL_TCP_IMPL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accel/comm.h"
+
+#define TCP_MSG_MAX 1024
+
+/* "ACTC": the first word of every hello and op header */
+#define TCP_MAGIC 0x43544341u
+#define TCP_PROTO 1u
+
+/* One connection per pair of ranks (a full mesh). */
+typedef struct tcp_peer {
+	int fd;                   /* -1 for this rank itself */
+	char where[128];          /* "pid 1234 on node7, 10.0.0.2:41234": for messages */
+} tcp_peer;
+
+#define REQ_QUEUED  0
+#define REQ_RUNNING 1
+#define REQ_DONE    2
+#define REQ_FAILED  3
+
+struct accel_comm_req {
+	accel_comm_req *next;     /* live requests, in issue order */
+	int kind;                 /* OP_* */
+	int state;                /* REQ_*, under st->lock */
+	uint64_t seq;
+	uint32_t dtype, red;
+	size_t esz;
+	const char *src;          /* the input (allreduce, reduce_scatter,
+	                             allgather: this rank's block) */
+	char *dst;                /* the output; broadcast: the buffer */
+	uint64_t count;           /* allreduce/broadcast: all elements;
+	                             reduce_scatter: elements of each result;
+	                             allgather: elements each rank sends */
+	int32_t root;
+	int status;
+	char msg[TCP_MSG_MAX];
+};
+
+typedef struct tcp_state {
+	const accel_host_v1 *host;
+	accel_host *h;
+	int32_t rank, world;
+	int64_t timeout_ms;       /* <= 0: no limit */
+	uint64_t chunk_bytes;     /* bytes per peer and pipeline round */
+	int64_t comm_no;          /* this communicator's number in the job */
+	tcp_peer *peers;          /* world entries */
+	int listen_fd;
+
+	char *stage;              /* (world - 1) x chunk: the peers' slices */
+	const void **in_ptrs;     /* world entries, for coll_reduce */
+
+	pthread_t thread;
+	int thread_started;
+	int sync_inited;          /* lock and conditions initialized */
+	pthread_mutex_t lock;
+	pthread_cond_t work;      /* the comm thread waits for requests */
+	pthread_cond_t done;      /* wait() waits for a request to finish */
+	int stop;                 /* fini: the thread ends (atomic) */
+
+	accel_comm_req *head, *tail;  /* live requests (issued, not released) */
+	accel_comm_req *cursor;       /* first request not finished */
+	uint64_t seq;
+
+	int failed;               /* first failure: every later op fails fast */
+	int fail_code;
+	char fail_msg[TCP_MSG_MAX];
+} tcp_state;
+
+/* tcp_boot.c: the listening socket, the address published in the store and
+ * the full mesh.  Records errors through the host; returns the status. */
+int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *addr);
+
+/* Send/receive all of buf on a blocking-mode socket, within the deadline
+ * (coll_now_ns() clock, 0: none).  Returns 0, or -1 with errno (ETIMEDOUT
+ * for the deadline, ECONNRESET for a closed connection). */
+int tcp_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns);
+int tcp_recv_all(int fd, void *buf, size_t len, int64_t deadline_ns);
+
+#endif

@@ -1,0 +1,488 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/tcp/tcp_boot.c: the tcp backend's full mesh, set up through the
+ * job's rendezvous store.
+ *
+ * Every rank listens on an ephemeral port of the address its peers reach it
+ * at, and publishes "<address> <port> <pid> <host>" under
+ * tcp/<n>/addr/<rank>, where n numbers the communicators of the job (a
+ * per-rank counter in the store, as for nccl: ranks that create
+ * communicators in the same order agree on n).  Rank r then connects to
+ * every lower rank and accepts one connection from every higher rank.  A
+ * connection opens with a hello naming the communicator, the job, the world
+ * size and both ranks; the accepting side checks it and answers with its
+ * own, so both ends know they reached the right process.
+ *
+ * Which address: `tcp.addr` when set; on one node 127.0.0.1; across nodes
+ * the local address of the route to the master (ACCEL_MASTER_ADDR), the
+ * interface the store traffic uses, which the other nodes can reach too. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "backends/common/coll-check.h"
+#include "tcp-impl.h"
+
+typedef struct hello {
+	uint32_t magic, proto;
+	int64_t comm_no;
+	uint64_t job;
+	int32_t world, from, to, reserved;
+} hello;
+
+/* FNV-1a of the job id: a connection from another job is refused. */
+static uint64_t job_hash(const char *s)
+{
+	uint64_t x = 0xcbf29ce484222325ull;
+	for (; s && *s; s++)
+		x = (x ^ (unsigned char)*s) * 0x100000001b3ull;
+	return x;
+}
+
+static int wait_fd(int fd, short events, int64_t deadline_ns)
+{
+	for (;;) {
+		int ms = 100;
+		if (deadline_ns) {
+			int64_t left = deadline_ns - coll_now_ns();
+			if (left <= 0) {
+				errno = ETIMEDOUT;
+				return -1;
+			}
+			if (left < 100000000)
+				ms = (int)(left / 1000000) + 1;
+		}
+		struct pollfd p = {.fd = fd, .events = events};
+		int n = poll(&p, 1, ms);
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+int tcp_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (wait_fd(fd, POLLOUT, deadline_ns))
+				return -1;
+			continue;
+		}
+		return -1;
+	}
+	return 0;
+}
+
+int tcp_recv_all(int fd, void *buf, size_t len, int64_t deadline_ns)
+{
+	char *p = buf;
+	while (len) {
+		ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n == 0) {
+			errno = ECONNRESET;
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			if (wait_fd(fd, POLLIN, deadline_ns))
+				return -1;
+			continue;
+		}
+		return -1;
+	}
+	return 0;
+}
+
+static void tune(int fd)
+{
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static int boot_error(tcp_state *st, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
+static int boot_error(tcp_state *st, int code, const char *fmt, ...)
+{
+	char msg[TCP_MSG_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return st->host->error(st->h, code, "tcp backend, rank %d of %d: %s", st->rank, st->world,
+	                       msg);
+}
+
+/* The address to listen on (numeric, into out). */
+static int pick_addr(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg, char *out,
+                     size_t cap)
+{
+	if (cfg && *cfg) {
+		snprintf(out, cap, "%s", cfg);
+		return ACCEL_OK;
+	}
+	if (args->num_nodes <= 1) {
+		snprintf(out, cap, "127.0.0.1");
+		return ACCEL_OK;
+	}
+	const char *master = getenv("ACCEL_MASTER_ADDR");
+	if (!master || !*master)
+		return boot_error(st, ACCEL_ERR_CONFIG,
+		                  "a job on %d nodes needs the address this rank is reached at: "
+		                  "ACCEL_MASTER_ADDR is not set, so set tcp.addr", args->num_nodes);
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
+	struct addrinfo *res = NULL;
+	int g = getaddrinfo(master, "9", &hints, &res);
+	if (g != 0)
+		return boot_error(st, ACCEL_ERR_CONFIG,
+		                  "cannot resolve the master address '%s' (ACCEL_MASTER_ADDR) to find "
+		                  "the interface to listen on: %s; set tcp.addr", master,
+		                  gai_strerror(g));
+	int rc = ACCEL_ERR_COMM;
+	char why[128] = "no usable address";
+	for (struct addrinfo *a = res; a; a = a->ai_next) {
+		int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		/* a UDP connect sends nothing: it only picks the route */
+		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+		    getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+		    getnameinfo((struct sockaddr *)&ss, sl, out, (socklen_t)cap, NULL, 0,
+		                NI_NUMERICHOST) == 0) {
+			rc = ACCEL_OK;
+			close(fd);
+			break;
+		}
+		snprintf(why, sizeof(why), "%s", strerror(errno));
+		close(fd);
+	}
+	freeaddrinfo(res);
+	if (rc != ACCEL_OK)
+		return boot_error(st, ACCEL_ERR_COMM,
+		                  "no route from this node to the master address '%s' "
+		                  "(ACCEL_MASTER_ADDR): %s; set tcp.addr", master, why);
+	return ACCEL_OK;
+}
+
+static int listen_on(tcp_state *st, const char *addr, char *port_out, size_t cap)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+	                         .ai_flags = AI_PASSIVE};
+	struct addrinfo *res = NULL;
+	int g = getaddrinfo(addr, "0", &hints, &res);
+	if (g != 0)
+		return boot_error(st, ACCEL_ERR_CONFIG, "cannot resolve tcp.addr '%s': %s", addr,
+		                  gai_strerror(g));
+	int err = 0;
+	for (struct addrinfo *a = res; a; a = a->ai_next) {
+		int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			err = errno;
+			continue;
+		}
+		if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, st->world) == 0) {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+			    getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, port_out, (socklen_t)cap,
+			                NI_NUMERICSERV) == 0) {
+				freeaddrinfo(res);
+				st->listen_fd = fd;
+				return ACCEL_OK;
+			}
+		}
+		err = errno;
+		close(fd);
+	}
+	freeaddrinfo(res);
+	return boot_error(st, ACCEL_ERR_COMM,
+	                  "cannot listen on %s: %s (is it an address of this machine? see "
+	                  "tcp.addr)", addr, strerror(err));
+}
+
+/* The store's verdict on the job, probed while waiting outside the store. */
+static int job_failed(tcp_state *st, char *why, size_t cap)
+{
+	uint64_t len = 0;
+	if (!st->host->store_get ||
+	    st->host->store_get(st->h, "accel/job/failed", why, cap - 1, &len, 0) != ACCEL_OK)
+		return 0;
+	why[len < cap ? len : cap - 1] = '\0';
+	return 1;
+}
+
+/* Parse "<addr> <port> <pid> <host>" into its parts. */
+static int parse_rec(char *rec, char **addr, char **port, char **pid, char **host)
+{
+	char *save = NULL;
+	*addr = strtok_r(rec, " ", &save);
+	*port = strtok_r(NULL, " ", &save);
+	*pid = strtok_r(NULL, " ", &save);
+	*host = strtok_r(NULL, " ", &save);
+	return *addr && *port && *pid && *host;
+}
+
+static int connect_to(tcp_state *st, int32_t q, const char *addr, const char *port,
+                      int64_t deadline)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	struct addrinfo *res = NULL;
+	int g = getaddrinfo(addr, port, &hints, &res);
+	if (g != 0)
+		return boot_error(st, ACCEL_ERR_COMM, "cannot resolve rank %d's address %s:%s: %s", q,
+		                  addr, port, gai_strerror(g));
+	int err = 0;
+	for (;;) {
+		for (struct addrinfo *a = res; a; a = a->ai_next) {
+			int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+			if (fd < 0) {
+				err = errno;
+				continue;
+			}
+			int c = connect(fd, a->ai_addr, a->ai_addrlen);
+			if (c < 0 && errno == EINPROGRESS) {
+				if (wait_fd(fd, POLLOUT, deadline) == 0) {
+					socklen_t el = sizeof(err);
+					if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)
+						c = 0;
+				} else {
+					err = errno;
+				}
+			} else if (c < 0) {
+				err = errno;
+			}
+			if (c == 0) {
+				freeaddrinfo(res);
+				return fd;
+			}
+			close(fd);
+		}
+		if (deadline && coll_now_ns() >= deadline)
+			break;
+		usleep(50000);
+	}
+	freeaddrinfo(res);
+	boot_error(st, err == ETIMEDOUT ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_COMM,
+	           "cannot connect to rank %d at %s:%s (%s) within %.1f s: %s", q, addr, port,
+	           st->peers[q].where, (double)st->timeout_ms / 1000.0, strerror(err));
+	return -1;
+}
+
+static void hello_fill(const tcp_state *st, uint64_t job, int32_t to, hello *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->magic = TCP_MAGIC;
+	m->proto = TCP_PROTO;
+	m->comm_no = st->comm_no;
+	m->job = job;
+	m->world = st->world;
+	m->from = st->rank;
+	m->to = to;
+}
+
+/* What is wrong with a hello that should come from `from` (-1: any higher
+ * rank), or NULL. */
+static const char *hello_bad(const tcp_state *st, uint64_t job, const hello *m, int32_t from)
+{
+	if (m->magic != TCP_MAGIC)
+		return "not an accel tcp backend";
+	if (m->proto != TCP_PROTO)
+		return "another version of the tcp backend";
+	if (m->job != job)
+		return "a process of another job";
+	if (m->comm_no != st->comm_no)
+		return "another communicator of this job (contexts created in a different order?)";
+	if (m->world != st->world)
+		return "a rank with another world size";
+	if (m->to != st->rank)
+		return "a connection meant for another rank";
+	if (from >= 0 ? m->from != from : (m->from <= st->rank || m->from >= st->world))
+		return "an unexpected rank";
+	return NULL;
+}
+
+static int publish(tcp_state *st, const char *addr, const char *port)
+{
+	char key[96], rec[512], host[256] = "?";
+	gethostname(host, sizeof(host) - 1);
+	host[sizeof(host) - 1] = '\0';
+	for (char *p = host; *p; p++)
+		if (*p == ' ')
+			*p = '_';
+	int n = snprintf(rec, sizeof(rec), "%s %s %ld %s", addr, port, (long)getpid(), host);
+	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, st->rank);
+	if (st->host->store_set(st->h, key, rec, (uint64_t)n) != ACCEL_OK)
+		return boot_error(st, ACCEL_ERR_COMM,
+		                  "cannot publish this rank's address in the rendezvous store "
+		                  "(key '%s')", key);
+	return ACCEL_OK;
+}
+
+/* Read rank q's record; fills peers[q].where and the address parts. */
+static int lookup(tcp_state *st, int32_t q, int64_t deadline, char *rec, size_t cap, char **addr,
+                  char **port)
+{
+	char key[96];
+	uint64_t len = 0;
+	int64_t left = deadline ? (deadline - coll_now_ns()) / 1000000 : st->timeout_ms;
+	if (left < 1)
+		left = 1;
+	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, q);
+	int rc = st->host->store_get(st->h, key, rec, cap - 1, &len, left);
+	if (rc != ACCEL_OK)
+		return rc;  /* the host recorded why */
+	rec[len] = '\0';
+	char *pid, *host;
+	if (!parse_rec(rec, addr, port, &pid, &host))
+		return boot_error(st, ACCEL_ERR_COMM,
+		                  "store key '%s' does not hold a tcp address record; are two jobs "
+		                  "sharing one store?", key);
+	snprintf(st->peers[q].where, sizeof(st->peers[q].where), "pid %s on %s, %s:%s", pid, host,
+	         *addr, *port);
+	return ACCEL_OK;
+}
+
+int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr)
+{
+	char addr[256], port[32], key[64];
+	int rc;
+	if (st->world == 1)
+		return ACCEL_OK;
+	if (!st->host->store_add || !st->host->store_get || !st->host->store_set)
+		return boot_error(st, ACCEL_ERR_UNSUPPORTED, "the host has no rendezvous store");
+	int64_t deadline = coll_deadline_ns(st->timeout_ms);
+	uint64_t job = job_hash(args->job_id);
+
+	snprintf(key, sizeof(key), "tcp/count/%d", st->rank);
+	if ((rc = st->host->store_add(st->h, key, 1, &st->comm_no)))
+		return rc;
+	if ((rc = pick_addr(st, args, cfg_addr, addr, sizeof(addr))) ||
+	    (rc = listen_on(st, addr, port, sizeof(port))) || (rc = publish(st, addr, port)))
+		return rc;
+
+	/* connect to the lower ranks */
+	for (int32_t q = 0; q < st->rank; q++) {
+		char rec[512], *qa, *qp;
+		if ((rc = lookup(st, q, deadline, rec, sizeof(rec), &qa, &qp)))
+			return rc;
+		int fd = connect_to(st, q, qa, qp, deadline);
+		if (fd < 0)
+			return ACCEL_ERR_COMM;
+		st->peers[q].fd = fd;
+		hello m, back;
+		hello_fill(st, job, q, &m);
+		if (tcp_send_all(fd, &m, sizeof(m), deadline) ||
+		    tcp_recv_all(fd, &back, sizeof(back), deadline))
+			return boot_error(st, errno == ETIMEDOUT ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_PEER,
+			                  "rank %d (%s) did not answer the connection's hello: %s", q,
+			                  st->peers[q].where, strerror(errno));
+		/* its answer comes from q, addressed to us */
+		const char *bad = hello_bad(st, job, &back, q);
+		if (bad)
+			return boot_error(st, ACCEL_ERR_COMM, "the process at %s is %s, not rank %d of "
+			                  "this communicator", st->peers[q].where, bad, q);
+		tune(fd);
+	}
+
+	/* accept the higher ranks */
+	int32_t missing = st->world - 1 - st->rank;
+	int64_t next_probe = 0;
+	while (missing > 0) {
+		if (deadline && coll_now_ns() >= deadline) {
+			char list[256];
+			size_t n = 0;
+			list[0] = '\0';
+			for (int32_t q = st->rank + 1; q < st->world && n < sizeof(list) - 16; q++)
+				if (st->peers[q].fd < 0)
+					n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", n ? ", " : "", q);
+			return boot_error(st, ACCEL_ERR_TIMEOUT,
+			                  "rank%s %s did not connect within %.1f s (listening on %s:%s)",
+			                  missing > 1 ? "s" : "", list, (double)st->timeout_ms / 1000.0,
+			                  addr, port);
+		}
+		if (coll_now_ns() >= next_probe) {
+			char why[512];
+			if (job_failed(st, why, sizeof(why)))
+				return boot_error(st, ACCEL_ERR_PEER,
+				                  "the job failed while this rank waited for %d rank%s to "
+				                  "connect: %s", missing, missing > 1 ? "s" : "", why);
+			next_probe = coll_now_ns() + 100000000;
+		}
+		struct pollfd p = {.fd = st->listen_fd, .events = POLLIN};
+		int n = poll(&p, 1, 100);
+		if (n <= 0)
+			continue;
+		int fd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue;
+		hello m;
+		/* a connection that says nothing is not allowed to stall the rest */
+		int64_t hd = coll_now_ns() + 5000000000ll;
+		if (deadline && hd > deadline)
+			hd = deadline;
+		if (tcp_recv_all(fd, &m, sizeof(m), hd)) {
+			st->host->log(st->h, ACCEL_LOG_WARN,
+			              "tcp backend, rank %d: dropped a connection that sent no hello (%s)",
+			              st->rank, strerror(errno));
+			close(fd);
+			continue;
+		}
+		const char *bad = hello_bad(st, job, &m, -1);
+		if (!bad && st->peers[m.from].fd >= 0)
+			bad = "a second connection from the same rank";
+		if (bad) {
+			st->host->log(st->h, ACCEL_LOG_WARN,
+			              "tcp backend, rank %d: dropped a connection from %s (rank %d)",
+			              st->rank, bad, (int)m.from);
+			close(fd);
+			continue;
+		}
+		char rec[512], *qa, *qp;
+		if ((rc = lookup(st, m.from, deadline, rec, sizeof(rec), &qa, &qp))) {
+			close(fd);
+			return rc;
+		}
+		hello back;
+		hello_fill(st, job, m.from, &back);
+		if (tcp_send_all(fd, &back, sizeof(back), deadline)) {
+			close(fd);
+			return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed its connection "
+			                  "during the hello: %s", m.from, st->peers[m.from].where,
+			                  strerror(errno));
+		}
+		st->peers[m.from].fd = fd;
+		tune(fd);
+		missing--;
+	}
+	close(st->listen_fd);
+	st->listen_fd = -1;
+	return ACCEL_OK;
+}

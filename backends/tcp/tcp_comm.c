@@ -1,0 +1,1017 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/tcp/tcp_comm.c: the "tcp" comm backend (abi/accel/comm.h):
+ * collectives on host memory over TCP, between processes on any number of
+ * nodes, bootstrapped through the rendezvous store (tcp_boot.c).  It is
+ * what backend "auto" uses for host buffers when `accel launch --nnodes`
+ * starts a job on several nodes without an MPI launcher.
+ *
+ * Transport: one connection per pair of ranks (a full mesh).  Every op runs
+ * on the communicator's comm thread, in issue order, as a series of
+ * exchanges: each rank posts what it sends to and receives from every peer,
+ * and one poll() loop moves all of it with nonblocking sockets, so no
+ * ordering of sends and receives can deadlock and the loop can watch the
+ * deadline and the peers' connections.
+ *
+ * Every op opens with a header exchange (kind, sequence number, dtype,
+ * count, reduction or root) with every peer: ranks that issued different
+ * collectives fail naming both, and a rank that never sends its header is
+ * named as never having arrived.  A rank that frees its context sends a
+ * farewell header, so the others can tell "left the job" from "died".
+ *
+ * Algorithms (W ranks, each block 1/W of the buffer):
+ *  - all-reduce: reduce-scatter + all-gather by direct exchange, in rounds
+ *    of `chunk_kb` per peer: each rank receives every peer's slice of its
+ *    block, reduces all W in rank order (coll_reduce, the kernels shm uses,
+ *    so both backends give the same bits) and sends the result slice to
+ *    every peer; the result exchange of round k travels with the input
+ *    exchange of round k+1.  Per rank (W-1)/W of the buffer goes out and
+ *    comes in twice, as in a ring, but in W-1 streams at once.
+ *  - reduce-scatter: the first half of that; all-gather: each rank sends
+ *    its block to every peer; barrier: the header exchange alone.
+ *  - broadcast: a pipelined chain root -> root+1 -> ..., in chunks, so no
+ *    link carries the buffer more than once. */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "backends/common/coll-check.h"
+#include "backends/common/coll-reduce.h"
+#include "tcp-impl.h"
+
+/* The header of an op, and the farewell of fini (kind OP_BYE). */
+#define OP_BYE 0x42594531
+
+typedef struct op_hdr {
+	uint32_t magic, kind;
+	uint64_t seq, count;
+	uint32_t dtype, arg;      /* reduction, or broadcast root */
+} op_hdr;
+
+/* One transfer of an exchange.  The transfers of one peer and direction
+ * run in array order. */
+typedef struct xfer {
+	int32_t peer;
+	int send;
+	char *p;
+	uint64_t len, done;
+} xfer;
+
+/* ---- describing ops ------------------------------------------------------------------ */
+
+static const char *red_name(uint32_t red)
+{
+	static const char *const n[] = {"sum", "avg", "max", "min"};
+	return red <= ACCEL_RED_MIN ? n[red] : "?";
+}
+
+static void hdr_describe(const op_hdr *m, char *buf, size_t cap)
+{
+	if (m->kind == OP_BARRIER)
+		snprintf(buf, cap, "barrier #%llu", (unsigned long long)m->seq);
+	else if (m->kind == OP_BROADCAST)
+		snprintf(buf, cap, "broadcast #%llu (%s, %llu elements, root %u)",
+		         (unsigned long long)m->seq, accel_abi_dtype_name(m->dtype),
+		         (unsigned long long)m->count, m->arg);
+	else if (m->kind == OP_ALLGATHER)
+		snprintf(buf, cap, "allgather #%llu (%s, %llu elements)", (unsigned long long)m->seq,
+		         accel_abi_dtype_name(m->dtype), (unsigned long long)m->count);
+	else
+		snprintf(buf, cap, "%s #%llu (%s, %llu elements, %s)", coll_op_name((int)m->kind),
+		         (unsigned long long)m->seq, accel_abi_dtype_name(m->dtype),
+		         (unsigned long long)m->count, red_name(m->arg));
+}
+
+static void req_hdr(const accel_comm_req *r, op_hdr *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->magic = TCP_MAGIC;
+	m->kind = (uint32_t)r->kind;
+	m->seq = r->seq;
+	m->count = r->kind == OP_BARRIER ? 0 : r->count;
+	m->dtype = r->kind == OP_BARRIER ? 0 : r->dtype;
+	m->arg = r->kind == OP_BROADCAST ? (uint32_t)r->root
+	       : r->kind == OP_ALLREDUCE || r->kind == OP_REDUCE_SCATTER ? r->red : 0;
+}
+
+static void req_describe(const accel_comm_req *r, char *buf, size_t cap)
+{
+	op_hdr m;
+	req_hdr(r, &m);
+	hdr_describe(&m, buf, cap);
+}
+
+static int req_fail(accel_comm_req *r, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
+static int req_fail(accel_comm_req *r, int code, const char *fmt, ...)
+{
+	char what[192], tail[TCP_MSG_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(tail, sizeof(tail), fmt, ap);
+	va_end(ap);
+	req_describe(r, what, sizeof(what));
+	snprintf(r->msg, sizeof(r->msg), "%s: %.*s", what, TCP_MSG_MAX - 200, tail);
+	r->status = code;
+	return code;
+}
+
+/* The rendezvous store's verdict on the job ("; the rendezvous store says:
+ * rank 1 lost its connection ..."), waited for up to grace_ms: the store
+ * learns of a rank that died at about the time its peers do, and it names
+ * the first one, which the connections cannot tell apart from a survivor
+ * that noticed first and exited.  Empty when it says nothing. */
+static void store_verdict(const tcp_state *st, int64_t grace_ms, char *buf, size_t cap)
+{
+	char why[512];
+	uint64_t len = 0;
+	buf[0] = '\0';
+	if (!st->host->store_get)
+		return;
+	int64_t until = coll_now_ns() + grace_ms * 1000000;
+	for (;;) {
+		int rc = st->host->store_get(st->h, "accel/job/failed", why, sizeof(why) - 1, &len, 0);
+		if (rc == ACCEL_OK) {
+			why[len] = '\0';
+			snprintf(buf, cap, "; the rendezvous store says: %s", why);
+			return;
+		}
+		if (rc != ACCEL_ERR_NOT_FOUND || coll_now_ns() >= until)
+			return;
+		usleep(20000);
+	}
+}
+
+/* When one peer's connection failed: the other peers whose connections are
+ * closed too ("; the connections of rank 2 (...) closed too"), so that the
+ * rank that died first is named even when a survivor that noticed it
+ * earlier has already exited.  Empty when there are none. */
+static void also_closed(const tcp_state *st, int32_t failed, char *buf, size_t cap)
+{
+	size_t k = 0;
+	int named = 0;
+	buf[0] = '\0';
+	for (int32_t q = 0; q < st->world && k + 200 < cap; q++) {
+		if (q == failed || st->peers[q].fd < 0)
+			continue;
+		struct pollfd p = {.fd = st->peers[q].fd, .events = POLLRDHUP};
+		if (poll(&p, 1, 0) != 1 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			continue;
+		k += (size_t)snprintf(buf + k, cap - k, "%srank %d (%s)",
+		                      named++ ? ", " : "; the connection of ", q, st->peers[q].where);
+	}
+	if (named)
+		snprintf(buf + k, cap - k, " closed too");
+}
+
+/* ---- the exchange loop ------------------------------------------------------------------ */
+
+/* Move every transfer of x[0..n) or fail r: a peer's connection closed
+ * (ACCEL_ERR_PEER), the deadline passed (ACCEL_ERR_TIMEOUT; `arriving`:
+ * the peers still owing data are named as never having arrived at the op,
+ * else as stalled in it), or fini asked the thread to stop. */
+static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t deadline,
+                    int arriving)
+{
+	const int32_t w = st->world;
+	int *cur_s = calloc((size_t)w * 2, sizeof(int));
+	struct pollfd *pf = calloc((size_t)w, sizeof(*pf));
+	int32_t *who = calloc((size_t)w, sizeof(*who));
+	int rc = ACCEL_OK;
+	if (!cur_s || !pf || !who) {
+		rc = req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	int *cur_r = cur_s + w;
+	char also[384], verdict[600];
+	for (;;) {
+		/* the first unfinished transfer of each peer and direction */
+		for (int32_t p = 0; p < w; p++)
+			cur_s[p] = cur_r[p] = -1;
+		int left = 0;
+		for (int i = n - 1; i >= 0; i--) {
+			if (x[i].done == x[i].len)
+				continue;
+			left = 1;
+			if (x[i].send)
+				cur_s[x[i].peer] = i;
+			else
+				cur_r[x[i].peer] = i;
+		}
+		if (!left)
+			break;
+		int np = 0;
+		for (int32_t p = 0; p < w; p++) {
+			short ev = (short)((cur_s[p] >= 0 ? POLLOUT : 0) | (cur_r[p] >= 0 ? POLLIN : 0));
+			if (!ev)
+				continue;
+			pf[np].fd = st->peers[p].fd;
+			pf[np].events = ev;
+			pf[np].revents = 0;
+			who[np++] = p;
+		}
+		int ms = 100;
+		if (deadline) {
+			int64_t rest = deadline - coll_now_ns();
+			if (rest <= 0) {
+				char list[512];
+				size_t k = 0;
+				int named = 0;
+				list[0] = '\0';
+				for (int32_t p = 0; p < w && k < sizeof(list) - 160; p++) {
+					if (cur_r[p] < 0)
+						continue;
+					k += (size_t)snprintf(list + k, sizeof(list) - k, "%srank %d (%s)",
+					                      named++ ? ", " : "", p, st->peers[p].where);
+				}
+				if (!named)
+					rc = req_fail(r, ACCEL_ERR_TIMEOUT,
+					              "did not complete within %.1f s on rank %d of %d: the "
+					              "peers stopped taking data (sends blocked)",
+					              (double)st->timeout_ms / 1000.0, st->rank, w);
+				else if (arriving)
+					rc = req_fail(r, ACCEL_ERR_TIMEOUT,
+					              "did not complete within %.1f s on rank %d of %d: %s never "
+					              "arrived (busy elsewhere, hung, or issued fewer collectives)",
+					              (double)st->timeout_ms / 1000.0, st->rank, w, list);
+				else
+					rc = req_fail(r, ACCEL_ERR_TIMEOUT,
+					              "did not complete within %.1f s on rank %d of %d: %s "
+					              "stopped sending in the middle of it",
+					              (double)st->timeout_ms / 1000.0, st->rank, w, list);
+				goto out;
+			}
+			if (rest < 100000000)
+				ms = (int)(rest / 1000000) + 1;
+		}
+		if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) {
+			rc = req_fail(r, ACCEL_ERR_STATE, "abandoned: the context was freed while it ran");
+			goto out;
+		}
+		int k = poll(pf, (nfds_t)np, ms);
+		if (k < 0 && errno != EINTR) {
+			rc = req_fail(r, ACCEL_ERR_SYSTEM, "poll failed: %s", strerror(errno));
+			goto out;
+		}
+		for (int j = 0; k > 0 && j < np; j++) {
+			int32_t p = who[j];
+			short re = pf[j].revents;
+			if (!re)
+				continue;
+			/* receive first: a peer that sent everything and then
+			 * closed (POLLHUP) still delivers its bytes */
+			while (cur_r[p] >= 0 && (re & (POLLIN | POLLHUP | POLLERR))) {
+				xfer *t = &x[cur_r[p]];
+				ssize_t got = recv(pf[j].fd, t->p + t->done, t->len - t->done, MSG_DONTWAIT);
+				if (got > 0) {
+					t->done += (uint64_t)got;
+					if (t->done == t->len) {
+						int nx = -1;
+						for (int i = cur_r[p] + 1; i < n; i++)
+							if (!x[i].send && x[i].peer == p && x[i].done < x[i].len) {
+								nx = i;
+								break;
+							}
+						cur_r[p] = nx;
+					}
+					continue;
+				}
+				if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+					break;
+				int e = got == 0 ? 0 : errno;
+				also_closed(st, p, also, sizeof(also));
+				store_verdict(st, 500, verdict, sizeof(verdict));
+				rc = req_fail(r, ACCEL_ERR_PEER,
+				              "rank %d (%s) is gone: its connection %s%s%s while rank %d "
+				              "waited for its data (it exited without freeing its context, "
+				              "crashed or was killed)%s%s", p, st->peers[p].where,
+				              e ? "failed (" : "closed", e ? strerror(e) : "", e ? ")" : "",
+				              st->rank, also, verdict);
+				goto out;
+			}
+			while (cur_s[p] >= 0 && (re & (POLLOUT | POLLERR | POLLHUP))) {
+				xfer *t = &x[cur_s[p]];
+				ssize_t put = send(pf[j].fd, t->p + t->done, t->len - t->done,
+				                   MSG_DONTWAIT | MSG_NOSIGNAL);
+				if (put > 0) {
+					t->done += (uint64_t)put;
+					if (t->done == t->len) {
+						int nx = -1;
+						for (int i = cur_s[p] + 1; i < n; i++)
+							if (x[i].send && x[i].peer == p && x[i].done < x[i].len) {
+								nx = i;
+								break;
+							}
+						cur_s[p] = nx;
+					}
+					continue;
+				}
+				if (put < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+					break;
+				int e = put == 0 ? 0 : errno;
+				also_closed(st, p, also, sizeof(also));
+				store_verdict(st, 500, verdict, sizeof(verdict));
+				rc = req_fail(r, ACCEL_ERR_PEER,
+				              "rank %d (%s) is gone: sending to it failed (%s); it exited "
+				              "without freeing its context, crashed or was killed%s%s", p,
+				              st->peers[p].where, e ? strerror(e) : "no progress", also,
+				              verdict);
+				goto out;
+			}
+		}
+	}
+out:
+	free(cur_s);
+	free(pf);
+	free(who);
+	return rc;
+}
+
+static void add_x(xfer *x, int *n, int32_t peer, int send, const void *p, uint64_t len)
+{
+	if (!len)
+		return;
+	x[*n] = (xfer){.peer = peer, .send = send, .p = (char *)p, .len = len, .done = 0};
+	(*n)++;
+}
+
+/* ---- the ops ------------------------------------------------------------------------------ */
+
+/* The header exchange: every rank tells every peer which op it runs.  Fails
+ * r on a mismatch or a peer that left. */
+static int run_header(tcp_state *st, accel_comm_req *r, int64_t deadline)
+{
+	const int32_t w = st->world;
+	op_hdr mine, *theirs = calloc((size_t)w, sizeof(op_hdr));
+	xfer *x = calloc((size_t)w * 2, sizeof(xfer));
+	int n = 0, rc;
+	if (!theirs || !x) {
+		free(theirs);
+		free(x);
+		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
+	}
+	req_hdr(r, &mine);
+	for (int32_t p = 0; p < w; p++) {
+		if (p == st->rank)
+			continue;
+		add_x(x, &n, p, 1, &mine, sizeof(mine));
+		add_x(x, &n, p, 0, &theirs[p], sizeof(op_hdr));
+	}
+	rc = exchange(st, r, x, n, deadline, 1);
+	for (int32_t p = 0; p < w && rc == ACCEL_OK; p++) {
+		if (p == st->rank)
+			continue;
+		const op_hdr *t = &theirs[p];
+		if (t->magic == TCP_MAGIC && t->kind == OP_BYE) {
+			rc = req_fail(r, ACCEL_ERR_PEER,
+			              "rank %d (%s) left the job (it freed its context after #%llu) "
+			              "while rank %d waits in this collective", p, st->peers[p].where,
+			              (unsigned long long)t->seq, st->rank);
+		} else if (t->magic != TCP_MAGIC) {
+			rc = req_fail(r, ACCEL_ERR_COMM,
+			              "rank %d (%s) sent data that is not a collective's header: the "
+			              "ranks' streams are out of step", p, st->peers[p].where);
+		} else if (memcmp(t, &mine, sizeof(mine)) != 0) {
+			char a[192], b[192];
+			hdr_describe(&mine, a, sizeof(a));
+			hdr_describe(t, b, sizeof(b));
+			snprintf(r->msg, sizeof(r->msg),
+			         "collective mismatch: rank %d issued %s but rank %d issued %s; every "
+			         "rank must issue the same collectives with the same sizes in the same "
+			         "order", st->rank, a, p, b);
+			rc = r->status = ACCEL_ERR_COMM;
+		}
+	}
+	free(theirs);
+	free(x);
+	return rc;
+}
+
+static uint64_t blk_off(uint64_t n, int32_t w, int32_t b)
+{
+	uint64_t base = n / (uint64_t)w, rem = n % (uint64_t)w;
+	return (uint64_t)b * base + ((uint64_t)b < rem ? (uint64_t)b : rem);
+}
+
+static uint64_t blk_len(uint64_t n, int32_t w, int32_t b)
+{
+	return n / (uint64_t)w + ((uint64_t)b < n % (uint64_t)w ? 1 : 0);
+}
+
+/* Elements [k*c, k*c + c) of a block of len elements, clipped (0 past the end). */
+static uint64_t slice(uint64_t len, uint64_t c, uint64_t k)
+{
+	uint64_t lo = k * c;
+	if (lo >= len)
+		return 0;
+	return len - lo < c ? len - lo : c;
+}
+
+/* Stage slot of peer p (every rank but this one has one). */
+static char *stage_of(tcp_state *st, int32_t p, uint64_t chunk_elems, size_t esz)
+{
+	int32_t i = p < st->rank ? p : p - 1;
+	return st->stage + (uint64_t)i * chunk_elems * esz;
+}
+
+/* The reduction half: receive every peer's slice k of this rank's block into
+ * the stage and send it slice k of theirs (block b starts at off(b), has
+ * len(b) elements).  `even`: blocks of r->count each (reduce_scatter),
+ * else the all-reduce's split of r->count. */
+static void add_inputs(tcp_state *st, accel_comm_req *r, xfer *x, int *n, uint64_t k, uint64_t c,
+                       int even)
+{
+	const int32_t w = st->world;
+	for (int32_t p = 0; p < w; p++) {
+		if (p == st->rank)
+			continue;
+		uint64_t off = even ? (uint64_t)p * r->count : blk_off(r->count, w, p);
+		uint64_t len = even ? r->count : blk_len(r->count, w, p);
+		uint64_t mlen = even ? r->count : blk_len(r->count, w, st->rank);
+		add_x(x, n, p, 1, r->src + (off + k * c) * r->esz, slice(len, c, k) * r->esz);
+		add_x(x, n, p, 0, stage_of(st, p, c, r->esz), slice(mlen, c, k) * r->esz);
+	}
+}
+
+/* Reduce slice k of this rank's block, in rank order, into out. */
+static void reduce_slice(tcp_state *st, accel_comm_req *r, uint64_t k, uint64_t c, const char *own,
+                         char *out, uint64_t mlen)
+{
+	uint64_t m = slice(mlen, c, k);
+	if (!m)
+		return;
+	for (int32_t q = 0; q < st->world; q++)
+		st->in_ptrs[q] = q == st->rank ? own + k * c * r->esz : stage_of(st, q, c, r->esz);
+	void *o = out + k * c * r->esz;
+	coll_reduce(r->dtype, r->red, st->world, st->in_ptrs, 1, &o, m, st->world);
+}
+
+static int run_allreduce(tcp_state *st, accel_comm_req *r, int64_t deadline)
+{
+	const int32_t w = st->world, me = st->rank;
+	uint64_t c = st->chunk_bytes / r->esz;
+	uint64_t moff = blk_off(r->count, w, me), mlen = blk_len(r->count, w, me);
+	uint64_t maxlen = blk_len(r->count, w, 0);
+	uint64_t rounds = (maxlen + c - 1) / c;
+	xfer *x = calloc((size_t)w * 4, sizeof(xfer));
+	int rc = ACCEL_OK, n = 0;
+	if (!x)
+		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
+	if (rounds) {
+		add_inputs(st, r, x, &n, 0, c, 0);
+		rc = exchange(st, r, x, n, deadline, 0);
+	}
+	for (uint64_t k = 0; k < rounds && rc == ACCEL_OK; k++) {
+		reduce_slice(st, r, k, c, r->src + moff * r->esz, r->dst + moff * r->esz, mlen);
+		/* the results of round k, then the inputs of round k + 1 (an
+		 * in-place buffer's slice k was sent in round k's inputs) */
+		n = 0;
+		for (int32_t p = 0; p < w; p++) {
+			if (p == me)
+				continue;
+			uint64_t po = blk_off(r->count, w, p), pl = blk_len(r->count, w, p);
+			add_x(x, &n, p, 1, r->dst + (moff + k * c) * r->esz, slice(mlen, c, k) * r->esz);
+			add_x(x, &n, p, 0, r->dst + (po + k * c) * r->esz, slice(pl, c, k) * r->esz);
+		}
+		if (k + 1 < rounds)
+			add_inputs(st, r, x, &n, k + 1, c, 0);
+		rc = exchange(st, r, x, n, deadline, 0);
+	}
+	free(x);
+	return rc;
+}
+
+static int run_reduce_scatter(tcp_state *st, accel_comm_req *r, int64_t deadline)
+{
+	const int32_t w = st->world;
+	uint64_t c = st->chunk_bytes / r->esz;
+	uint64_t rounds = (r->count + c - 1) / c;
+	const char *own = r->src + (uint64_t)st->rank * r->count * r->esz;
+	xfer *x = calloc((size_t)w * 2, sizeof(xfer));
+	int rc = ACCEL_OK;
+	if (!x)
+		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
+	for (uint64_t k = 0; k < rounds && rc == ACCEL_OK; k++) {
+		int n = 0;
+		add_inputs(st, r, x, &n, k, c, 1);
+		/* in place with the result at the buffer's start: slice k of
+		 * block 0 was sent above before it is overwritten here */
+		if ((rc = exchange(st, r, x, n, deadline, 0)) == ACCEL_OK)
+			reduce_slice(st, r, k, c, own, r->dst, r->count);
+	}
+	free(x);
+	return rc;
+}
+
+static int run_allgather(tcp_state *st, accel_comm_req *r, int64_t deadline)
+{
+	const int32_t w = st->world;
+	uint64_t bytes = r->count * r->esz;
+	char *slot = r->dst + (uint64_t)st->rank * bytes;
+	if (r->src != slot && bytes)
+		memcpy(slot, r->src, bytes);  /* disjoint: the core refuses other overlaps */
+	xfer *x = calloc((size_t)w * 2, sizeof(xfer));
+	int n = 0;
+	if (!x)
+		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
+	for (int32_t p = 0; p < w; p++) {
+		if (p == st->rank)
+			continue;
+		add_x(x, &n, p, 1, slot, bytes);
+		add_x(x, &n, p, 0, r->dst + (uint64_t)p * bytes, bytes);
+	}
+	int rc = exchange(st, r, x, n, deadline, 0);
+	free(x);
+	return rc;
+}
+
+static int run_broadcast(tcp_state *st, accel_comm_req *r, int64_t deadline)
+{
+	const int32_t w = st->world;
+	int32_t pos = (st->rank - r->root + w) % w;
+	int32_t prev = (st->rank - 1 + w) % w, next = (st->rank + 1) % w;
+	uint64_t bytes = r->count * r->esz, c = st->chunk_bytes;
+	uint64_t rounds = (bytes + c - 1) / c;
+	xfer x[2];
+	int n, rc = ACCEL_OK;
+	if (pos == 0 || pos == w - 1) {
+		/* the root only sends, the chain's end only receives */
+		n = 0;
+		add_x(x, &n, pos == 0 ? next : prev, pos == 0, r->dst, bytes);
+		return exchange(st, r, x, n, deadline, 0);
+	}
+	/* round k: receive chunk k, pass chunk k - 1 on */
+	for (uint64_t k = 0; k <= rounds && rc == ACCEL_OK; k++) {
+		n = 0;
+		if (k < rounds)
+			add_x(x, &n, prev, 0, r->dst + k * c, slice(bytes, c, k));
+		if (k > 0)
+			add_x(x, &n, next, 1, r->dst + (k - 1) * c, slice(bytes, c, k - 1));
+		rc = exchange(st, r, x, n, deadline, 0);
+	}
+	return rc;
+}
+
+static int run_req(tcp_state *st, accel_comm_req *r)
+{
+	int64_t deadline = coll_deadline_ns(st->timeout_ms);
+	if (st->world == 1) {
+		/* nothing to exchange: the reduction of one input, or a copy */
+		if (r->kind == OP_ALLREDUCE || r->kind == OP_REDUCE_SCATTER) {
+			const void *in = r->src;
+			void *out = r->dst;
+			if (r->count)
+				coll_reduce(r->dtype, r->red, 1, &in, 1, &out, r->count, 1);
+		} else if (r->kind == OP_ALLGATHER && r->src != r->dst && r->count) {
+			memcpy(r->dst, r->src, r->count * r->esz);
+		}
+		return ACCEL_OK;
+	}
+	int rc = run_header(st, r, deadline);
+	if (rc)
+		return rc;
+	switch (r->kind) {
+	case OP_ALLREDUCE: return run_allreduce(st, r, deadline);
+	case OP_REDUCE_SCATTER: return run_reduce_scatter(st, r, deadline);
+	case OP_ALLGATHER: return run_allgather(st, r, deadline);
+	case OP_BROADCAST: return run_broadcast(st, r, deadline);
+	default: return ACCEL_OK;  /* barrier: the headers were it */
+	}
+}
+
+/* ---- the comm thread ------------------------------------------------------------------------ */
+
+static void *worker_main(void *arg)
+{
+	tcp_state *st = arg;
+	pthread_mutex_lock(&st->lock);
+	for (;;) {
+		while (!st->stop && !st->cursor)
+			pthread_cond_wait(&st->work, &st->lock);
+		if (st->stop)
+			break;
+		accel_comm_req *r = st->cursor;
+		int failed = st->failed;
+		r->state = REQ_RUNNING;
+		pthread_mutex_unlock(&st->lock);
+		int rc;
+		if (failed) {
+			char what[192];
+			req_describe(r, what, sizeof(what));
+			snprintf(r->msg, sizeof(r->msg), "%s not run: an earlier collective failed (%.*s)",
+			         what, TCP_MSG_MAX / 2, st->fail_msg);
+			rc = r->status = st->fail_code;
+		} else {
+			rc = run_req(st, r);
+		}
+		pthread_mutex_lock(&st->lock);
+		if (rc != ACCEL_OK) {
+			r->status = rc;
+			if (!st->failed) {
+				st->failed = 1;
+				st->fail_code = rc;
+				snprintf(st->fail_msg, sizeof(st->fail_msg), "%s", r->msg);
+			}
+		}
+		__atomic_store_n(&r->state, rc == ACCEL_OK ? REQ_DONE : REQ_FAILED, __ATOMIC_RELEASE);
+		st->cursor = r->next;
+		pthread_cond_broadcast(&st->done);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return NULL;
+}
+
+/* ---- issuing -------------------------------------------------------------------------------- */
+
+static int check_view(tcp_state *st, const char *op, const char *which, const accel_view *v)
+{
+	int rc = coll_check_view(st->host, st->h, op, which, v);
+	if (rc == ACCEL_OK && v->device != ACCEL_DEVICE_CPU)
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
+		                       "%s: %s buffer is on device %d (cuda:%d); the tcp backend "
+		                       "serves host memory only (use backend \"nccl\" for GPU "
+		                       "buffers)", op, which, v->device, v->device_index);
+	return rc;
+}
+
+static int check_pair(tcp_state *st, int kind, const accel_view *send, const accel_view *recv,
+                      int *place)
+{
+	const char *op = coll_op_name(kind);
+	int rc;
+	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
+		return rc;
+	return coll_check_pair(st->host, st->h, kind, st->rank, send, recv, place);
+}
+
+static accel_comm_req *req_new(tcp_state *st, int kind, uint32_t dtype, uint32_t red)
+{
+	accel_comm_req *r = calloc(1, sizeof(*r));
+	if (!r) {
+		st->host->error(st->h, ACCEL_ERR_NOMEM, "%s: out of memory for a request",
+		                coll_op_name(kind));
+		return NULL;
+	}
+	r->kind = kind;
+	r->dtype = dtype;
+	r->red = red;
+	r->esz = accel_abi_dtype_size(dtype);
+	return r;
+}
+
+static int req_submit(tcp_state *st, accel_comm_req *r, accel_comm_req **ret_req)
+{
+	pthread_mutex_lock(&st->lock);
+	if (st->failed) {
+		int rc = st->host->error(st->h, st->fail_code,
+		                         "%s #%llu not run: an earlier collective failed (%.*s)",
+		                         coll_op_name(r->kind), (unsigned long long)st->seq + 1,
+		                         TCP_MSG_MAX / 2, st->fail_msg);
+		pthread_mutex_unlock(&st->lock);
+		free(r);
+		return rc;
+	}
+	r->seq = ++st->seq;
+	r->state = REQ_QUEUED;
+	if (st->tail)
+		st->tail->next = r;
+	else
+		st->head = r;
+	st->tail = r;
+	if (!st->cursor)
+		st->cursor = r;
+	pthread_cond_signal(&st->work);
+	pthread_mutex_unlock(&st->lock);
+	*ret_req = r;
+	return ACCEL_OK;
+}
+
+static int tcp_allreduce(void *state, const accel_view *send, const accel_view *recv,
+                         uint32_t red, accel_comm_req **ret_req)
+{
+	tcp_state *st = state;
+	int place, rc;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allreduce: ret_req is NULL");
+	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
+	    (rc = coll_check_reduction(st->host, st->h, "allreduce", send->dtype, red,
+	                               coll_dtype_reducible(send->dtype))))
+		return rc;
+	if (send->numel != recv->numel)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "allreduce: send has %llu elements but recv has %llu",
+		                       (unsigned long long)send->numel,
+		                       (unsigned long long)recv->numel);
+	accel_comm_req *r = req_new(st, OP_ALLREDUCE, send->dtype, red);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	r->src = send->data;
+	r->dst = recv->data;
+	r->count = recv->numel;
+	return req_submit(st, r, ret_req);
+}
+
+static int tcp_reduce_scatter(void *state, const accel_view *send, const accel_view *recv,
+                              uint32_t red, accel_comm_req **ret_req)
+{
+	tcp_state *st = state;
+	int place, rc;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "reduce_scatter: ret_req is NULL");
+	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
+	    (rc = coll_check_reduction(st->host, st->h, "reduce_scatter", send->dtype, red,
+	                               coll_dtype_reducible(send->dtype))) ||
+	    (rc = coll_check_blocks(st->host, st->h, st->world, "reduce_scatter", "send", send,
+	                             "recv", recv)))
+		return rc;
+	accel_comm_req *r = req_new(st, OP_REDUCE_SCATTER, send->dtype, red);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	/* in place (recv == send): the result goes to the buffer's start */
+	r->src = send->data;
+	r->dst = recv->data;
+	r->count = recv->numel;
+	return req_submit(st, r, ret_req);
+}
+
+static int tcp_allgather(void *state, const accel_view *send, const accel_view *recv,
+                         accel_comm_req **ret_req)
+{
+	tcp_state *st = state;
+	int place, rc;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allgather: ret_req is NULL");
+	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)) ||
+	    (rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
+	                             send)))
+		return rc;
+	accel_comm_req *r = req_new(st, OP_ALLGATHER, send->dtype, ACCEL_RED_SUM);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	/* in place with this rank's block at the buffer's start (send ==
+	 * recv): run_allgather copies it to block `rank` first, which does
+	 * not overlap it on rank > 0 */
+	r->src = send->data;
+	r->dst = recv->data;
+	r->count = send->numel;
+	return req_submit(st, r, ret_req);
+}
+
+static int tcp_broadcast(void *state, const accel_view *buf, int32_t root,
+                         accel_comm_req **ret_req)
+{
+	tcp_state *st = state;
+	int rc;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "broadcast: ret_req is NULL");
+	if ((rc = check_view(st, "broadcast", "buffer", buf)))
+		return rc;
+	if (root < 0 || root >= st->world)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "broadcast: root %d is not a rank (world size %d)", root,
+		                       st->world);
+	accel_comm_req *r = req_new(st, OP_BROADCAST, buf->dtype, ACCEL_RED_SUM);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	r->dst = buf->data;
+	r->src = buf->data;
+	r->count = buf->numel;
+	r->root = root;
+	return req_submit(st, r, ret_req);
+}
+
+static int tcp_barrier(void *state, accel_comm_req **ret_req)
+{
+	tcp_state *st = state;
+	if (!ret_req)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "barrier: ret_req is NULL");
+	accel_comm_req *r = req_new(st, OP_BARRIER, ACCEL_DTYPE_U8, ACCEL_RED_SUM);
+	if (!r)
+		return ACCEL_ERR_NOMEM;
+	return req_submit(st, r, ret_req);
+}
+
+/* ---- completion --------------------------------------------------------------------------- */
+
+static int req_known(const tcp_state *st, const accel_comm_req *r)
+{
+	for (const accel_comm_req *p = st->head; p; p = p->next)
+		if (p == r)
+			return 1;
+	return 0;
+}
+
+static void req_unlink(tcp_state *st, accel_comm_req *r)
+{
+	accel_comm_req *prev = NULL;
+	for (accel_comm_req *p = st->head; p; prev = p, p = p->next) {
+		if (p != r)
+			continue;
+		if (prev)
+			prev->next = r->next;
+		else
+			st->head = r->next;
+		if (st->tail == r)
+			st->tail = prev;
+		return;
+	}
+}
+
+static int tcp_wait(void *state, accel_comm_req *r)
+{
+	tcp_state *st = state;
+	pthread_mutex_lock(&st->lock);
+	if (!r || !req_known(st, r)) {
+		pthread_mutex_unlock(&st->lock);
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "wait: %s request (already released, or not from this "
+		                       "backend)", r ? "unknown" : "NULL");
+	}
+	/* the comm thread enforces the deadline, so this ends */
+	while (r->state < REQ_DONE)
+		pthread_cond_wait(&st->done, &st->lock);
+	req_unlink(st, r);
+	pthread_mutex_unlock(&st->lock);
+	int status = r->status;
+	if (status != ACCEL_OK)
+		st->host->error(st->h, status, "%s", r->msg);
+	free(r);
+	return status;
+}
+
+static int tcp_test(void *state, accel_comm_req *r, int32_t *ret_done)
+{
+	tcp_state *st = state;
+	if (!ret_done)
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
+	pthread_mutex_lock(&st->lock);
+	if (!r || !req_known(st, r)) {
+		pthread_mutex_unlock(&st->lock);
+		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
+		                       "test: %s request (already released, or not from this "
+		                       "backend)", r ? "unknown" : "NULL");
+	}
+	int s = r->state;
+	pthread_mutex_unlock(&st->lock);
+	if (s == REQ_FAILED) {  /* finished, with an error; wait() still releases it */
+		*ret_done = 1;
+		return st->host->error(st->h, r->status, "%s", r->msg);
+	}
+	*ret_done = s == REQ_DONE;
+	return ACCEL_OK;
+}
+
+/* ---- life cycle ---------------------------------------------------------------------------- */
+
+static void tcp_fini(void *state)
+{
+	tcp_state *st = state;
+	if (!st)
+		return;
+	int idle = 1;
+	if (st->thread_started) {
+		pthread_mutex_lock(&st->lock);
+		idle = !st->cursor;
+		__atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
+		pthread_cond_signal(&st->work);
+		pthread_mutex_unlock(&st->lock);
+		pthread_join(st->thread, NULL);
+	}
+	/* A farewell where the peers expect the next op's header, so that one
+	 * waiting there learns that this rank left rather than died.  Not
+	 * after a failure or with an op cut short: the streams are then out of
+	 * step, and the closed connection says enough. */
+	if (idle && !st->failed && st->peers) {
+		op_hdr bye = {.magic = TCP_MAGIC, .kind = OP_BYE, .seq = st->seq};
+		int64_t until = coll_now_ns() + 1000000000ll;
+		for (int32_t p = 0; p < st->world; p++)
+			if (st->peers[p].fd >= 0)
+				(void)tcp_send_all(st->peers[p].fd, &bye, sizeof(bye), until);
+	}
+	if (st->peers)
+		for (int32_t p = 0; p < st->world; p++)
+			if (st->peers[p].fd >= 0)
+				close(st->peers[p].fd);
+	if (st->listen_fd >= 0)
+		close(st->listen_fd);
+	for (accel_comm_req *r = st->head, *nx; r; r = nx) {
+		nx = r->next;
+		free(r);
+	}
+	if (st->thread_started || st->sync_inited) {
+		pthread_mutex_destroy(&st->lock);
+		pthread_cond_destroy(&st->work);
+		pthread_cond_destroy(&st->done);
+	}
+	free(st->peers);
+	free(st->stage);
+	free(st->in_ptrs);
+	free(st);
+}
+
+static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
+                    void **ret_state)
+{
+	if (!args || !ret_state || args->world_size < 1 || args->rank < 0 ||
+	    args->rank >= args->world_size)
+		return host->error(h, ACCEL_ERR_INVALID_ARG, "tcp backend: bad init arguments");
+	tcp_state *st = calloc(1, sizeof(*st));
+	if (!st)
+		return host->error(h, ACCEL_ERR_NOMEM, "tcp backend: out of memory");
+	st->host = host;
+	st->h = h;
+	st->rank = args->rank;
+	st->world = args->world_size;
+	st->timeout_ms = args->timeout_ms;
+	st->listen_fd = -1;
+	int64_t chunk_kb = 1024;
+	const char *addr = "";
+	if (host->cfg_int)
+		host->cfg_int(h, "chunk_kb", &chunk_kb);
+	if (host->cfg_string)
+		host->cfg_string(h, "addr", &addr);
+	if (!addr)
+		addr = "";
+	st->chunk_bytes = (uint64_t)chunk_kb * 1024;
+	/* the stage holds world - 1 slices: keep it within 256 MiB */
+	uint64_t cap = (UINT64_C(256) << 20) / (uint64_t)st->world;
+	if (st->chunk_bytes > cap)
+		st->chunk_bytes = cap < 4096 ? 4096 : cap & ~UINT64_C(4095);
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->work, NULL);
+	pthread_cond_init(&st->done, NULL);
+	st->sync_inited = 1;
+	st->peers = calloc((size_t)st->world, sizeof(tcp_peer));
+	st->in_ptrs = calloc((size_t)st->world, sizeof(void *));
+	st->stage = st->world > 1 ? malloc((size_t)(st->world - 1) * st->chunk_bytes) : NULL;
+	if (!st->peers || !st->in_ptrs || (st->world > 1 && !st->stage)) {
+		tcp_fini(st);
+		return host->error(h, ACCEL_ERR_NOMEM, "tcp backend: out of memory");
+	}
+	for (int32_t p = 0; p < st->world; p++)
+		st->peers[p].fd = -1;
+	int rc = tcp_boot(st, args, addr);
+	if (rc) {
+		st->failed = 1;  /* no farewell: nobody is in step with us */
+		tcp_fini(st);
+		return rc;
+	}
+	if (pthread_create(&st->thread, NULL, worker_main, st) != 0) {
+		st->failed = 1;
+		tcp_fini(st);
+		return host->error(h, ACCEL_ERR_SYSTEM, "tcp backend: cannot start the comm thread");
+	}
+	st->thread_started = 1;
+	*ret_state = st;
+	return ACCEL_OK;
+}
+
+static const accel_param_schema_v1 tcp_params[] = {
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "chunk_kb", "1024", 4, 65536, NULL,
+	 "KiB each rank exchanges with each peer per pipeline round of an all-reduce, "
+	 "reduce-scatter or broadcast (capped so the staging stays within 256 MiB)."},
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_STRING, "addr", "\"\"", 0, -1, NULL,
+	 "Address this rank listens on and the others connect to; empty: 127.0.0.1 on one node, "
+	 "else the local address of the route to the master address."},
+};
+
+static const accel_comm_desc_v1 tcp_desc = {
+	.struct_size = sizeof(accel_comm_desc_v1),
+	.devices = 1u << ACCEL_DEVICE_CPU,
+	.name = "tcp",
+	.version = "1.0.0",
+	.summary = "TCP collectives for host memory between processes on any nodes",
+	.requires = 0,
+	.config_section = "tcp",
+	.params = tcp_params,
+	.n_params = sizeof(tcp_params) / sizeof(tcp_params[0]),
+};
+
+static const accel_comm_v1 tcp_vtable = {
+	.struct_size = sizeof(accel_comm_v1),
+	.abi_minor = ACCEL_ABI_MINOR,
+	.desc = &tcp_desc,
+	.init = tcp_init,
+	.fini = tcp_fini,
+	.probe = NULL,
+	.mem_alloc = NULL,
+	.mem_free = NULL,
+	.allreduce = tcp_allreduce,
+	.reduce_scatter = tcp_reduce_scatter,
+	.allgather = tcp_allgather,
+	.broadcast = tcp_broadcast,
+	.barrier = tcp_barrier,
+	.wait = tcp_wait,
+	.test = tcp_test,
+};
+
+ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
+{
+	if (!ACCEL_HOST_REQUIRE(host, "tcp", error))
+		return NULL;
+	return &tcp_vtable;
+}
