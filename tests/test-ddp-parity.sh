@@ -7,7 +7,8 @@
 #           identical results, 4 micro-steps of B/4 == 1 step of B, clipping
 #           really clips, bf16 trains, missing/duplicate hooks are errors
 #           naming the unit.
-#   multi:  `accel launch -n 1/2/4` on the same global batches agree within
+#   multi:  `accel launch -n 1/2/4` (and -n 4 over the tcp backend) on the
+#           same global batches agree within
 #           1e-6 relative (SGD with momentum, AdamW, AdamW with clipping,
 #           with accumulation), every rank logs the same bucket plan, and a
 #           bucket's reduction is issued before the last unit's backward.
@@ -135,6 +136,11 @@ for c in sgd adamw clip; do
 	runn 4 "$tmp/$c.json" "$tmp/$c.4n" --hooks none ||
 		{ fail "$c: world 4 without hooks"; tail -20 "$tmp/$c.4n.log"; continue; }
 	same "$tmp/$c.1" "$tmp/$c.4n" 1e-6 "$c: world 1 vs world 4 without hooks"
+	# the same gradients over the tcp backend (the one jobs across nodes use)
+	"$ACCEL_CLI" launch -n 4 --config "$tmp/$c.json" --set backend=tcp -- "$prog" \
+		--out "$tmp/$c.4tcp" > "$tmp/$c.4tcp.log" 2>&1 ||
+		{ fail "$c: world 4 over tcp"; tail -20 "$tmp/$c.4tcp.log"; continue; }
+	same "$tmp/$c.1" "$tmp/$c.4tcp" 1e-6 "$c: world 1 vs world 4 over tcp"
 done
 
 # A reduce hook gets pre-divided buckets and sums them (the host divides for
