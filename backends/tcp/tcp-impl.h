@@ -11,6 +11,8 @@
 #include "accel/comm.h"
 
 #define TCP_MSG_MAX 1024
+/* how long an exchange polls without sleeping first */
+#define TCP_SPIN_NS 50000
 
 /* "ACTC": the first word of every hello and op header */
 #define TCP_MAGIC 0x43544341u
@@ -51,6 +53,8 @@ typedef struct tcp_state {
 	int32_t rank, world;
 	int64_t timeout_ms;       /* <= 0: no limit */
 	uint64_t chunk_bytes;     /* bytes per peer and pipeline round */
+	int64_t spin_ns;          /* polling without sleeping at the start of an
+	                             exchange (0 with more local ranks than CPUs) */
 	int64_t comm_no;          /* this communicator's number in the job */
 	tcp_peer *peers;          /* world entries */
 	int listen_fd;

@@ -187,6 +187,9 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 	}
 	int *cur_r = cur_s + w;
 	char also[384], verdict[600];
+	/* poll without sleeping for a moment first: a small op's peers are
+	 * usually microseconds away, and a sleep costs a wake-up each time */
+	int64_t spin_until = coll_now_ns() + st->spin_ns;
 	for (;;) {
 		/* the first unfinished transfer of each peer and direction */
 		for (int32_t p = 0; p < w; p++)
@@ -213,7 +216,7 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 			pf[np].revents = 0;
 			who[np++] = p;
 		}
-		int ms = 100;
+		int ms = coll_now_ns() < spin_until ? 0 : 100;
 		if (deadline) {
 			int64_t rest = deadline - coll_now_ns();
 			if (rest <= 0) {
@@ -244,7 +247,7 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 					              (double)st->timeout_ms / 1000.0, st->rank, w, list);
 				goto out;
 			}
-			if (rest < 100000000)
+			if (ms && rest < 100000000)
 				ms = (int)(rest / 1000000) + 1;
 		}
 		if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) {
@@ -584,41 +587,56 @@ static int run_req(tcp_state *st, accel_comm_req *r)
 
 /* ---- the comm thread ------------------------------------------------------------------------ */
 
+/* Run the request at the cursor, taken by this thread (worker or a caller
+ * in wait()) under st->lock; returns with the lock held again, r finished
+ * and the cursor moved on. */
+static void run_cursor(tcp_state *st, accel_comm_req *r)
+{
+	int failed = st->failed;
+	r->state = REQ_RUNNING;
+	pthread_mutex_unlock(&st->lock);
+	int rc;
+	if (failed) {
+		char what[192];
+		req_describe(r, what, sizeof(what));
+		snprintf(r->msg, sizeof(r->msg), "%s not run: an earlier collective failed (%.*s)",
+		         what, TCP_MSG_MAX / 2, st->fail_msg);
+		rc = r->status = st->fail_code;
+	} else {
+		rc = run_req(st, r);
+	}
+	pthread_mutex_lock(&st->lock);
+	if (rc != ACCEL_OK) {
+		r->status = rc;
+		if (!st->failed) {
+			st->failed = 1;
+			st->fail_code = rc;
+			snprintf(st->fail_msg, sizeof(st->fail_msg), "%s", r->msg);
+		}
+	}
+	__atomic_store_n(&r->state, rc == ACCEL_OK ? REQ_DONE : REQ_FAILED, __ATOMIC_RELEASE);
+	st->cursor = r->next;
+	pthread_cond_broadcast(&st->done);
+	if (st->cursor)
+		pthread_cond_signal(&st->work);
+}
+
+/* Whether the request at the cursor waits for a thread to run it. */
+static int cursor_ready(const tcp_state *st)
+{
+	return st->cursor && st->cursor->state == REQ_QUEUED;
+}
+
 static void *worker_main(void *arg)
 {
 	tcp_state *st = arg;
 	pthread_mutex_lock(&st->lock);
 	for (;;) {
-		while (!st->stop && !st->cursor)
+		while (!st->stop && !cursor_ready(st))
 			pthread_cond_wait(&st->work, &st->lock);
 		if (st->stop)
 			break;
-		accel_comm_req *r = st->cursor;
-		int failed = st->failed;
-		r->state = REQ_RUNNING;
-		pthread_mutex_unlock(&st->lock);
-		int rc;
-		if (failed) {
-			char what[192];
-			req_describe(r, what, sizeof(what));
-			snprintf(r->msg, sizeof(r->msg), "%s not run: an earlier collective failed (%.*s)",
-			         what, TCP_MSG_MAX / 2, st->fail_msg);
-			rc = r->status = st->fail_code;
-		} else {
-			rc = run_req(st, r);
-		}
-		pthread_mutex_lock(&st->lock);
-		if (rc != ACCEL_OK) {
-			r->status = rc;
-			if (!st->failed) {
-				st->failed = 1;
-				st->fail_code = rc;
-				snprintf(st->fail_msg, sizeof(st->fail_msg), "%s", r->msg);
-			}
-		}
-		__atomic_store_n(&r->state, rc == ACCEL_OK ? REQ_DONE : REQ_FAILED, __ATOMIC_RELEASE);
-		st->cursor = r->next;
-		pthread_cond_broadcast(&st->done);
+		run_cursor(st, st->cursor);
 	}
 	pthread_mutex_unlock(&st->lock);
 	return NULL;
@@ -831,9 +849,16 @@ static int tcp_wait(void *state, accel_comm_req *r)
 		                       "wait: %s request (already released, or not from this "
 		                       "backend)", r ? "unknown" : "NULL");
 	}
-	/* the comm thread enforces the deadline, so this ends */
-	while (r->state < REQ_DONE)
-		pthread_cond_wait(&st->done, &st->lock);
+	/* A blocking collective does not need the comm thread: while the next
+	 * op waits for a thread, the caller runs it (no hand-off to a thread and
+	 * back, which would dominate small ops).  Whoever runs an op enforces
+	 * its deadline, so this ends. */
+	while (r->state < REQ_DONE) {
+		if (cursor_ready(st))
+			run_cursor(st, st->cursor);
+		else
+			pthread_cond_wait(&st->done, &st->lock);
+	}
 	req_unlink(st, r);
 	pthread_mutex_unlock(&st->lock);
 	int status = r->status;
@@ -937,6 +962,9 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	if (!addr)
 		addr = "";
 	st->chunk_bytes = (uint64_t)chunk_kb * 1024;
+	/* spinning helps only while every local rank has a CPU of its own */
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	st->spin_ns = args->local_world_size <= cpus ? TCP_SPIN_NS : 0;
 	/* the stage holds world - 1 slices: keep it within 256 MiB */
 	uint64_t cap = (UINT64_C(256) << 20) / (uint64_t)st->world;
 	if (st->chunk_bytes > cap)
