@@ -18,6 +18,13 @@
 #define TCP_MAGIC 0x43544341u
 #define TCP_PROTO 1u
 
+/* The header of an op, and the farewell of fini (kind OP_BYE). */
+typedef struct op_hdr {
+	uint32_t magic, kind;
+	uint64_t seq, count;
+	uint32_t dtype, arg;      /* reduction, or broadcast root */
+} op_hdr;
+
 /* One connection per pair of ranks (a full mesh). */
 typedef struct tcp_peer {
 	int fd;                   /* -1 for this rank itself */
@@ -43,6 +50,7 @@ struct accel_comm_req {
 	                             reduce_scatter: elements of each result;
 	                             allgather: elements each rank sends */
 	int32_t root;
+	op_hdr hdr;               /* what this rank sends at the op's start */
 	int status;
 	char msg[TCP_MSG_MAX];
 };
@@ -61,6 +69,9 @@ typedef struct tcp_state {
 
 	char *stage;              /* (world - 1) x chunk: the peers' slices */
 	const void **in_ptrs;     /* world entries, for coll_reduce */
+	op_hdr *hdrs;             /* world entries: the peers' headers of an op */
+	uint64_t small_bytes;     /* all-reduces up to this go in one exchange */
+	char *small_buf;          /* header + payload of such an all-reduce */
 
 	pthread_t thread;
 	int thread_started;

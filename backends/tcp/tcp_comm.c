@@ -43,14 +43,8 @@
 #include "backends/common/coll-reduce.h"
 #include "tcp-impl.h"
 
-/* The header of an op, and the farewell of fini (kind OP_BYE). */
+/* The kind of the farewell header fini sends. */
 #define OP_BYE 0x42594531
-
-typedef struct op_hdr {
-	uint32_t magic, kind;
-	uint64_t seq, count;
-	uint32_t dtype, arg;      /* reduction, or broadcast root */
-} op_hdr;
 
 /* One transfer of an exchange.  The transfers of one peer and direction
  * run in array order. */
@@ -169,12 +163,14 @@ static void also_closed(const tcp_state *st, int32_t failed, char *buf, size_t c
 
 /* ---- the exchange loop ------------------------------------------------------------------ */
 
-/* Move every transfer of x[0..n) or fail r: a peer's connection closed
+/* Move every transfer of x[0..n) (recv_only: every receive; sends may be
+ * left unfinished, for a later call with the same x) or fail r: a peer's
+ * connection closed
  * (ACCEL_ERR_PEER), the deadline passed (ACCEL_ERR_TIMEOUT; `arriving`:
  * the peers still owing data are named as never having arrived at the op,
  * else as stalled in it), or fini asked the thread to stop. */
 static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t deadline,
-                    int arriving)
+                    int arriving, int recv_only)
 {
 	const int32_t w = st->world;
 	int *cur_s = calloc((size_t)w * 2, sizeof(int));
@@ -194,17 +190,19 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 		/* the first unfinished transfer of each peer and direction */
 		for (int32_t p = 0; p < w; p++)
 			cur_s[p] = cur_r[p] = -1;
-		int left = 0;
+		int left_s = 0, left_r = 0;
 		for (int i = n - 1; i >= 0; i--) {
 			if (x[i].done == x[i].len)
 				continue;
-			left = 1;
-			if (x[i].send)
+			if (x[i].send) {
+				left_s = 1;
 				cur_s[x[i].peer] = i;
-			else
+			} else {
+				left_r = 1;
 				cur_r[x[i].peer] = i;
+			}
 		}
-		if (!left)
+		if (!left_r && (!left_s || recv_only))
 			break;
 		int np = 0;
 		for (int32_t p = 0; p < w; p++) {
@@ -343,27 +341,25 @@ static void add_x(xfer *x, int *n, int32_t peer, int send, const void *p, uint64
 
 /* ---- the ops ------------------------------------------------------------------------------ */
 
-/* The header exchange: every rank tells every peer which op it runs.  Fails
- * r on a mismatch or a peer that left. */
-static int run_header(tcp_state *st, accel_comm_req *r, int64_t deadline)
+/* The header exchange: every rank sends `out` (r->hdr, filled by the caller,
+ * possibly followed by a payload in the same buffer: one send, one segment)
+ * to every peer and receives the peers' headers into st->hdrs (recv_only:
+ * the sends may still be unfinished in x[0..*n) on return).  Fails r on a
+ * mismatch, a peer that left, or a stream out of step. */
+static int run_header(tcp_state *st, accel_comm_req *r, int64_t deadline, const void *out,
+                      uint64_t out_len, xfer *x, int *n, int recv_only)
 {
 	const int32_t w = st->world;
-	op_hdr mine, *theirs = calloc((size_t)w, sizeof(op_hdr));
-	xfer *x = calloc((size_t)w * 2, sizeof(xfer));
-	int n = 0, rc;
-	if (!theirs || !x) {
-		free(theirs);
-		free(x);
-		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
-	}
-	req_hdr(r, &mine);
+	op_hdr *theirs = st->hdrs;
+	int rc;
+	*n = 0;
 	for (int32_t p = 0; p < w; p++) {
 		if (p == st->rank)
 			continue;
-		add_x(x, &n, p, 1, &mine, sizeof(mine));
-		add_x(x, &n, p, 0, &theirs[p], sizeof(op_hdr));
+		add_x(x, n, p, 1, out, out_len);
+		add_x(x, n, p, 0, &theirs[p], sizeof(op_hdr));
 	}
-	rc = exchange(st, r, x, n, deadline, 1);
+	rc = exchange(st, r, x, *n, deadline, 1, recv_only);
 	for (int32_t p = 0; p < w && rc == ACCEL_OK; p++) {
 		if (p == st->rank)
 			continue;
@@ -377,9 +373,9 @@ static int run_header(tcp_state *st, accel_comm_req *r, int64_t deadline)
 			rc = req_fail(r, ACCEL_ERR_COMM,
 			              "rank %d (%s) sent data that is not a collective's header: the "
 			              "ranks' streams are out of step", p, st->peers[p].where);
-		} else if (memcmp(t, &mine, sizeof(mine)) != 0) {
+		} else if (memcmp(t, &r->hdr, sizeof(op_hdr)) != 0) {
 			char a[192], b[192];
-			hdr_describe(&mine, a, sizeof(a));
+			hdr_describe(&r->hdr, a, sizeof(a));
 			hdr_describe(t, b, sizeof(b));
 			snprintf(r->msg, sizeof(r->msg),
 			         "collective mismatch: rank %d issued %s but rank %d issued %s; every "
@@ -388,8 +384,6 @@ static int run_header(tcp_state *st, accel_comm_req *r, int64_t deadline)
 			rc = r->status = ACCEL_ERR_COMM;
 		}
 	}
-	free(theirs);
-	free(x);
 	return rc;
 }
 
@@ -465,7 +459,7 @@ static int run_allreduce(tcp_state *st, accel_comm_req *r, int64_t deadline)
 		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
 	if (rounds) {
 		add_inputs(st, r, x, &n, 0, c, 0);
-		rc = exchange(st, r, x, n, deadline, 0);
+		rc = exchange(st, r, x, n, deadline, 0, 0);
 	}
 	for (uint64_t k = 0; k < rounds && rc == ACCEL_OK; k++) {
 		reduce_slice(st, r, k, c, r->src + moff * r->esz, r->dst + moff * r->esz, mlen);
@@ -481,7 +475,7 @@ static int run_allreduce(tcp_state *st, accel_comm_req *r, int64_t deadline)
 		}
 		if (k + 1 < rounds)
 			add_inputs(st, r, x, &n, k + 1, c, 0);
-		rc = exchange(st, r, x, n, deadline, 0);
+		rc = exchange(st, r, x, n, deadline, 0, 0);
 	}
 	free(x);
 	return rc;
@@ -502,7 +496,7 @@ static int run_reduce_scatter(tcp_state *st, accel_comm_req *r, int64_t deadline
 		add_inputs(st, r, x, &n, k, c, 1);
 		/* in place with the result at the buffer's start: slice k of
 		 * block 0 was sent above before it is overwritten here */
-		if ((rc = exchange(st, r, x, n, deadline, 0)) == ACCEL_OK)
+		if ((rc = exchange(st, r, x, n, deadline, 0, 0)) == ACCEL_OK)
 			reduce_slice(st, r, k, c, own, r->dst, r->count);
 	}
 	free(x);
@@ -526,7 +520,7 @@ static int run_allgather(tcp_state *st, accel_comm_req *r, int64_t deadline)
 		add_x(x, &n, p, 1, slot, bytes);
 		add_x(x, &n, p, 0, r->dst + (uint64_t)p * bytes, bytes);
 	}
-	int rc = exchange(st, r, x, n, deadline, 0);
+	int rc = exchange(st, r, x, n, deadline, 0, 0);
 	free(x);
 	return rc;
 }
@@ -544,7 +538,7 @@ static int run_broadcast(tcp_state *st, accel_comm_req *r, int64_t deadline)
 		/* the root only sends, the chain's end only receives */
 		n = 0;
 		add_x(x, &n, pos == 0 ? next : prev, pos == 0, r->dst, bytes);
-		return exchange(st, r, x, n, deadline, 0);
+		return exchange(st, r, x, n, deadline, 0, 0);
 	}
 	/* round k: receive chunk k, pass chunk k - 1 on */
 	for (uint64_t k = 0; k <= rounds && rc == ACCEL_OK; k++) {
@@ -553,7 +547,41 @@ static int run_broadcast(tcp_state *st, accel_comm_req *r, int64_t deadline)
 			add_x(x, &n, prev, 0, r->dst + k * c, slice(bytes, c, k));
 		if (k > 0)
 			add_x(x, &n, next, 1, r->dst + (k - 1) * c, slice(bytes, c, k - 1));
-		rc = exchange(st, r, x, n, deadline, 0);
+		rc = exchange(st, r, x, n, deadline, 0, 0);
+	}
+	return rc;
+}
+
+/* A small all-reduce in one exchange: every rank sends its header and its
+ * whole buffer (copied behind the header, so one send carries both) to
+ * every peer and reduces all W inputs in rank order itself (the same bits
+ * as the pipelined form, which reduces each element in the same order).
+ * The headers are checked before the payloads are read. */
+static int run_allreduce_small(tcp_state *st, accel_comm_req *r, int64_t deadline)
+{
+	const int32_t w = st->world;
+	uint64_t bytes = r->count * r->esz;
+	xfer *x = calloc((size_t)w * 4, sizeof(xfer));
+	int n, rc;
+	if (!x)
+		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
+	req_hdr(r, &r->hdr);
+	memcpy(st->small_buf, &r->hdr, sizeof(op_hdr));
+	if (bytes)
+		memcpy(st->small_buf + sizeof(op_hdr), r->src, bytes);
+	rc = run_header(st, r, deadline, st->small_buf, sizeof(op_hdr) + bytes, x, &n, 1);
+	if (rc == ACCEL_OK) {
+		for (int32_t p = 0; p < w; p++)
+			if (p != st->rank)
+				add_x(x, &n, p, 0, stage_of(st, p, st->chunk_bytes, 1), bytes);
+		rc = exchange(st, r, x, n, deadline, 0, 0);
+	}
+	free(x);
+	if (rc == ACCEL_OK && r->count) {
+		for (int32_t q = 0; q < w; q++)
+			st->in_ptrs[q] = q == st->rank ? r->src : stage_of(st, q, st->chunk_bytes, 1);
+		void *o = r->dst;
+		coll_reduce(r->dtype, r->red, w, st->in_ptrs, 1, &o, r->count, w);
 	}
 	return rc;
 }
@@ -573,7 +601,15 @@ static int run_req(tcp_state *st, accel_comm_req *r)
 		}
 		return ACCEL_OK;
 	}
-	int rc = run_header(st, r, deadline);
+	if (r->kind == OP_ALLREDUCE && r->count * r->esz <= st->small_bytes)
+		return run_allreduce_small(st, r, deadline);
+	xfer *x = calloc((size_t)st->world * 3, sizeof(xfer));
+	int n, rc;
+	if (!x)
+		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
+	req_hdr(r, &r->hdr);
+	rc = run_header(st, r, deadline, &r->hdr, sizeof(op_hdr), x, &n, 0);
+	free(x);
 	if (rc)
 		return rc;
 	switch (r->kind) {
@@ -935,6 +971,8 @@ static void tcp_fini(void *state)
 	free(st->peers);
 	free(st->stage);
 	free(st->in_ptrs);
+	free(st->hdrs);
+	free(st->small_buf);
 	free(st);
 }
 
@@ -955,13 +993,17 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	st->listen_fd = -1;
 	int64_t chunk_kb = 1024;
 	const char *addr = "";
-	if (host->cfg_int)
+	int64_t small_kb = 16;
+	if (host->cfg_int) {
 		host->cfg_int(h, "chunk_kb", &chunk_kb);
+		host->cfg_int(h, "small_kb", &small_kb);
+	}
 	if (host->cfg_string)
 		host->cfg_string(h, "addr", &addr);
 	if (!addr)
 		addr = "";
 	st->chunk_bytes = (uint64_t)chunk_kb * 1024;
+	st->small_bytes = (uint64_t)small_kb * 1024;
 	/* spinning helps only while every local rank has a CPU of its own */
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	st->spin_ns = args->local_world_size <= cpus ? TCP_SPIN_NS : 0;
@@ -969,14 +1011,20 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	uint64_t cap = (UINT64_C(256) << 20) / (uint64_t)st->world;
 	if (st->chunk_bytes > cap)
 		st->chunk_bytes = cap < 4096 ? 4096 : cap & ~UINT64_C(4095);
+	/* the one-shot all-reduce lands in the stage too */
+	if (st->small_bytes > st->chunk_bytes)
+		st->small_bytes = st->chunk_bytes;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_cond_init(&st->work, NULL);
 	pthread_cond_init(&st->done, NULL);
 	st->sync_inited = 1;
 	st->peers = calloc((size_t)st->world, sizeof(tcp_peer));
 	st->in_ptrs = calloc((size_t)st->world, sizeof(void *));
+	st->hdrs = calloc((size_t)st->world, sizeof(op_hdr));
+	st->small_buf = malloc(sizeof(op_hdr) + st->small_bytes);
 	st->stage = st->world > 1 ? malloc((size_t)(st->world - 1) * st->chunk_bytes) : NULL;
-	if (!st->peers || !st->in_ptrs || (st->world > 1 && !st->stage)) {
+	if (!st->peers || !st->in_ptrs || !st->hdrs || !st->small_buf ||
+	    (st->world > 1 && !st->stage)) {
 		tcp_fini(st);
 		return host->error(h, ACCEL_ERR_NOMEM, "tcp backend: out of memory");
 	}
@@ -1002,6 +1050,9 @@ static const accel_param_schema_v1 tcp_params[] = {
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "chunk_kb", "1024", 4, 65536, NULL,
 	 "KiB each rank exchanges with each peer per pipeline round of an all-reduce, "
 	 "reduce-scatter or broadcast (capped so the staging stays within 256 MiB)."},
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "small_kb", "16", 0, 65536, NULL,
+	 "Largest all-reduce in KiB sent whole to every peer in one exchange, each rank reducing "
+	 "all inputs itself (at most chunk_kb; 0: never)."},
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_STRING, "addr", "\"\"", 0, -1, NULL,
 	 "Address this rank listens on and the others connect to; empty: 127.0.0.1 on one node, "
 	 "else the local address of the route to the master address."},
