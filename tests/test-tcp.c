@@ -6,7 +6,8 @@
  * ranks check every op x dtype x reduction x placement x size against a
  * sequential reference through libaccel, or play one failure, and write
  * what they saw to OUTDIR/<mode>-<rank>:
- *  - the matrix on 1, 2, 3 and 4 ranks with backend tcp, and on 2 nodes x
+ *  - the matrix on 1, 2, 3 and 4 ranks with backend tcp (and on 3 with
+ *    4 KiB rounds and no one-shot all-reduce), and on 2 nodes x
  *    2 ranks with backend auto (which must pick tcp);
  *  - kill -9 of a rank in the middle of a 64 MiB all-reduce, a rank that
  *    frees its context and leaves, a rank that issues another collective,
@@ -107,11 +108,11 @@ static void show_logs(const char *out)
 
 static const char *const k_tcp[] = {"backend=tcp", NULL};
 
-static void matrix(int n, const char *maxn)
+static void matrix_with(int n, const char *const *sets, const char *maxn)
 {
 	char out[256], buf[512];
 	outdir_new(out, sizeof(out));
-	int status = launch(n, k_tcp, "matrix", out, 0, maxn, 280);
+	int status = launch(n, sets, "matrix", out, 0, maxn, 280);
 	if (status != 0)
 		show_logs(out);
 	ck_assert_msg(status == 0, "accel launch -n %d comm-ranks matrix: status %d", n, status);
@@ -123,6 +124,11 @@ static void matrix(int n, const char *maxn)
 	}
 }
 
+static void matrix(int n, const char *maxn)
+{
+	matrix_with(n, k_tcp, maxn);
+}
+
 START_TEST(matrix_1) { matrix(1, "100003"); }
 END_TEST
 START_TEST(matrix_2) { matrix(2, "1048589"); }
@@ -130,6 +136,14 @@ END_TEST
 START_TEST(matrix_3) { matrix(3, "300007"); }
 END_TEST
 START_TEST(matrix_4) { matrix(4, "100003"); }
+END_TEST
+/* 4 KiB rounds and no one-shot all-reduce: many rounds per op, every
+ * broadcast chunked along the chain */
+START_TEST(matrix_3_small_rounds)
+{
+	static const char *const sets[] = {"backend=tcp", "tcp.chunk_kb=4", "tcp.small_kb=0", NULL};
+	matrix_with(3, sets, "100003");
+}
 END_TEST
 
 /* Two launchers, --nnodes 2, two ranks each, on this machine: backend auto
@@ -284,6 +298,7 @@ static Suite *tcp_suite(void)
 	tcase_add_test(tc, matrix_2);
 	tcase_add_test(tc, matrix_3);
 	tcase_add_test(tc, matrix_4);
+	tcase_add_test(tc, matrix_3_small_rounds);
 	tcase_add_test(tc, two_nodes_auto);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("faults");
