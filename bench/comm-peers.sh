@@ -36,7 +36,11 @@
 #   times, alternating; each peer's fastest time per size goes into the
 #   tables, and each target is judged by the median over rounds of the
 #   ratio of the two times measured in that round, which evens out a noisy
-#   machine for all peers alike), BACKEND (shm),
+#   machine for all peers alike), BACKEND (shm; tcp compares accel's TCP
+#   backend, best next to Open MPI over TCP: MPI_PEER_ARGS="--mca btl
+#   tcp,self --mca btl_tcp_if_include lo", and SKIP="accel-backend
+#   accel-backend-inplace accel-mpi floor floor-inplace"; the targets
+#   printed are the shm ones),
 #   MPI_PEER_ARGS (extra mpirun arguments for the openmpi peer, e.g. to force
 #   a collective algorithm: "--mca coll_tuned_use_dynamic_rules 1 --mca
 #   coll_tuned_allreduce_algorithm 4"), PYTHON (/usr/bin/python3), SKIP (space-separated peers to leave out:
