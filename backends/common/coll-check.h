@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/common/coll-check.h: what the mpi and nccl backends share: the
+ * backends/common/coll-check.h: what the mpi, nccl and tcp backends share: the
  * collective kinds and their names, a monotonic clock, the dtypes that
  * reduce, and the argument
  * checks of the comm ABI's calls that do not depend on where the buffers

@@ -135,8 +135,7 @@ static int boot_error(tcp_state *st, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	return st->host->error(st->h, code, "tcp backend, rank %d of %d: %s", st->rank, st->world,
-	                       msg);
+	return st->host->error(st->h, code, "rank %d of %d: %s", st->rank, st->world, msg);
 }
 
 /* The address to listen on (numeric, into out). */
@@ -147,22 +146,31 @@ static int pick_addr(tcp_state *st, const accel_comm_init_v1 *args, const char *
 		snprintf(out, cap, "%s", cfg);
 		return ACCEL_OK;
 	}
-	if (args->num_nodes <= 1) {
+	/* loopback only when the job is known to be on one node (num_nodes is
+	 * -1 when the launcher does not tell) */
+	if (args->num_nodes == 1) {
 		snprintf(out, cap, "127.0.0.1");
 		return ACCEL_OK;
 	}
 	const char *master = getenv("ACCEL_MASTER_ADDR");
 	if (!master || !*master)
+		master = getenv("MASTER_ADDR");
+	if (!master || !*master) {
+		char nodes[32];
+		snprintf(nodes, sizeof(nodes), args->num_nodes > 1 ? "%d nodes" : "an unknown number of nodes",
+		         args->num_nodes);
 		return boot_error(st, ACCEL_ERR_CONFIG,
-		                  "a job on %d nodes needs the address this rank is reached at: "
-		                  "ACCEL_MASTER_ADDR is not set, so set tcp.addr", args->num_nodes);
+		                  "a job on %s needs the address this rank is reached at, found from "
+		                  "the route to the master address, but neither ACCEL_MASTER_ADDR nor "
+		                  "MASTER_ADDR is set: set one, or tcp.addr", nodes);
+	}
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
 	struct addrinfo *res = NULL;
 	int g = getaddrinfo(master, "9", &hints, &res);
 	if (g != 0)
 		return boot_error(st, ACCEL_ERR_CONFIG,
-		                  "cannot resolve the master address '%s' (ACCEL_MASTER_ADDR) to find "
-		                  "the interface to listen on: %s; set tcp.addr", master,
+		                  "cannot resolve the master address '%s' to find the interface to "
+		                  "listen on: %s; set tcp.addr", master,
 		                  gai_strerror(g));
 	int rc = ACCEL_ERR_COMM;
 	char why[128] = "no usable address";
@@ -187,8 +195,8 @@ static int pick_addr(tcp_state *st, const accel_comm_init_v1 *args, const char *
 	freeaddrinfo(res);
 	if (rc != ACCEL_OK)
 		return boot_error(st, ACCEL_ERR_COMM,
-		                  "no route from this node to the master address '%s' "
-		                  "(ACCEL_MASTER_ADDR): %s; set tcp.addr", master, why);
+		                  "no route from this node to the master address '%s': %s; set "
+		                  "tcp.addr", master, why);
 	return ACCEL_OK;
 }
 
@@ -239,6 +247,27 @@ static int job_failed(tcp_state *st, char *why, size_t cap)
 	return 1;
 }
 
+#define PROBE_NS 100000000ll   /* how often waits look at accel/job/failed */
+
+/* Wait until fd has `events`, watching the job: 0 ready, -1 with errno
+ * (ETIMEDOUT: the deadline), 1 the job failed (why says how). */
+static int boot_wait(tcp_state *st, int fd, short events, int64_t deadline, char *why, size_t cap)
+{
+	for (;;) {
+		if (job_failed(st, why, cap))
+			return 1;
+		int64_t until = coll_now_ns() + PROBE_NS;
+		if (deadline && until > deadline)
+			until = deadline;
+		if (wait_fd(fd, events, until) == 0)
+			return 0;
+		if (errno != ETIMEDOUT)
+			return -1;
+		if (deadline && coll_now_ns() >= deadline)
+			return -1;
+	}
+}
+
 /* Parse "<addr> <port> <pid> <host>" into its parts. */
 static int parse_rec(char *rec, char **addr, char **port, char **pid, char **host)
 {
@@ -250,16 +279,28 @@ static int parse_rec(char *rec, char **addr, char **port, char **pid, char **hos
 	return *addr && *port && *pid && *host;
 }
 
+static int job_failed_error(tcp_state *st, const char *waiting, const char *why)
+{
+	return boot_error(st, ACCEL_ERR_PEER, "the job failed while this rank waited %s: %s",
+	                  waiting, why);
+}
+
+/* Connect to rank q at addr:port, retrying refused connections (q may not
+ * listen yet) until the deadline; -1 after recording the error. */
 static int connect_to(tcp_state *st, int32_t q, const char *addr, const char *port,
                       int64_t deadline)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
 	struct addrinfo *res = NULL;
+	char why[512], waiting[64];
+	snprintf(waiting, sizeof(waiting), "to connect to rank %d", q);
 	int g = getaddrinfo(addr, port, &hints, &res);
-	if (g != 0)
-		return boot_error(st, ACCEL_ERR_COMM, "cannot resolve rank %d's address %s:%s: %s", q,
-		                  addr, port, gai_strerror(g));
-	int err = 0;
+	if (g != 0) {
+		boot_error(st, ACCEL_ERR_COMM, "cannot resolve rank %d's address %s:%s: %s", q, addr,
+		           port, gai_strerror(g));
+		return -1;
+	}
+	int err = 0;  /* the last failure of an attempt, not our own deadline */
 	for (;;) {
 		for (struct addrinfo *a = res; a; a = a->ai_next) {
 			int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -269,13 +310,22 @@ static int connect_to(tcp_state *st, int32_t q, const char *addr, const char *po
 			}
 			int c = connect(fd, a->ai_addr, a->ai_addrlen);
 			if (c < 0 && errno == EINPROGRESS) {
-				if (wait_fd(fd, POLLOUT, deadline) == 0) {
-					socklen_t el = sizeof(err);
-					if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)
-						c = 0;
-				} else {
-					err = errno;
+				int w = boot_wait(st, fd, POLLOUT, deadline, why, sizeof(why));
+				if (w == 1) {
+					close(fd);
+					freeaddrinfo(res);
+					job_failed_error(st, waiting, why);
+					return -1;
 				}
+				socklen_t el = sizeof(int);
+				int soerr = 0;
+				if (w == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &el) == 0 &&
+				    soerr == 0)
+					c = 0;
+				else if (w == 0)
+					err = soerr;
+				else if (errno != ETIMEDOUT)
+					err = errno;
 			} else if (c < 0) {
 				err = errno;
 			}
@@ -287,12 +337,17 @@ static int connect_to(tcp_state *st, int32_t q, const char *addr, const char *po
 		}
 		if (deadline && coll_now_ns() >= deadline)
 			break;
+		if (job_failed(st, why, sizeof(why))) {
+			freeaddrinfo(res);
+			job_failed_error(st, waiting, why);
+			return -1;
+		}
 		usleep(50000);
 	}
 	freeaddrinfo(res);
-	boot_error(st, err == ETIMEDOUT ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_COMM,
-	           "cannot connect to rank %d at %s:%s (%s) within %.1f s: %s", q, addr, port,
-	           st->peers[q].where, (double)st->timeout_ms / 1000.0, strerror(err));
+	boot_error(st, ACCEL_ERR_TIMEOUT, "cannot connect to rank %d at %s:%s (%s) within %.1f s%s%s",
+	           q, addr, port, st->peers[q].where, (double)st->timeout_ms / 1000.0,
+	           err ? ": " : " (no answer)", err ? strerror(err) : "");
 	return -1;
 }
 
@@ -337,7 +392,10 @@ static int publish(tcp_state *st, const char *addr, const char *port)
 	for (char *p = host; *p; p++)
 		if (*p == ' ')
 			*p = '_';
-	int n = snprintf(rec, sizeof(rec), "%s %s %ld %s", addr, port, (long)getpid(), host);
+	int n = snprintf(rec, sizeof(rec), "%s %s %ld %.200s", addr, port, (long)getpid(), host);
+	if (n < 0 || (size_t)n >= sizeof(rec))
+		return boot_error(st, ACCEL_ERR_CONFIG, "this rank's address record is too long "
+		                  "(address '%s')", addr);
 	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, st->rank);
 	if (st->host->store_set(st->h, key, rec, (uint64_t)n) != ACCEL_OK)
 		return boot_error(st, ACCEL_ERR_COMM,
@@ -346,33 +404,197 @@ static int publish(tcp_state *st, const char *addr, const char *port)
 	return ACCEL_OK;
 }
 
-/* Read rank q's record; fills peers[q].where and the address parts. */
+/* Read rank q's record, waiting for it until the deadline while watching
+ * the job; fills peers[q].where and the address parts. */
 static int lookup(tcp_state *st, int32_t q, int64_t deadline, char *rec, size_t cap, char **addr,
                   char **port)
 {
-	char key[96];
+	char key[96], why[512];
 	uint64_t len = 0;
-	int64_t left = deadline ? (deadline - coll_now_ns()) / 1000000 : st->timeout_ms;
-	if (left < 1)
-		left = 1;
 	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, q);
-	int rc = st->host->store_get(st->h, key, rec, cap - 1, &len, left);
-	if (rc != ACCEL_OK)
-		return rc;  /* the host recorded why */
-	rec[len] = '\0';
+	int64_t pause_us = 5000;
+	for (;;) {
+		int rc = st->host->store_get(st->h, key, rec, cap - 1, &len, 0);
+		if (rc == ACCEL_OK)
+			break;
+		if (rc != ACCEL_ERR_NOT_FOUND && job_failed(st, why, sizeof(why))) {
+			char waiting[64];
+			snprintf(waiting, sizeof(waiting), "for rank %d's address", q);
+			return job_failed_error(st, waiting, why);
+		}
+		if (rc != ACCEL_ERR_NOT_FOUND)
+			return boot_error(st, rc, "cannot read rank %d's address (store key '%s') from "
+			                  "the rendezvous store (status %d): is its host, rank 0, gone?", q,
+			                  key, rc);
+		if (job_failed(st, why, sizeof(why))) {
+			char waiting[64];
+			snprintf(waiting, sizeof(waiting), "for rank %d's address", q);
+			return job_failed_error(st, waiting, why);
+		}
+		if (deadline && coll_now_ns() >= deadline)
+			return boot_error(st, ACCEL_ERR_TIMEOUT,
+			                  "rank %d never arrived: it did not publish its tcp address "
+			                  "(store key '%s') within %.1f s (it has not reached "
+			                  "accel_ctx_new, or it uses another backend)", q, key,
+			                  (double)st->timeout_ms / 1000.0);
+		usleep((useconds_t)pause_us);
+		if (pause_us < 100000)
+			pause_us *= 2;
+	}
+	rec[len < cap ? len : cap - 1] = '\0';
 	char *pid, *host;
 	if (!parse_rec(rec, addr, port, &pid, &host))
 		return boot_error(st, ACCEL_ERR_COMM,
 		                  "store key '%s' does not hold a tcp address record; are two jobs "
 		                  "sharing one store?", key);
-	snprintf(st->peers[q].where, sizeof(st->peers[q].where), "pid %s on %s, %s:%s", pid, host,
-	         *addr, *port);
+	snprintf(st->peers[q].where, sizeof(st->peers[q].where), "pid %s on %.60s, %.40s:%s", pid,
+	         host, *addr, *port);
 	return ACCEL_OK;
+}
+
+/* A connection accepted, its hello not yet complete. */
+typedef struct pending {
+	int fd;
+	uint32_t got;
+	int64_t limit;    /* dropped when its hello is not complete by then */
+	hello m;
+} pending;
+
+#define MAX_PENDING 64
+#define HELLO_NS 5000000000ll
+
+/* A pending connection's complete hello: take it as rank m.from's
+ * connection (1), drop it (0), or fail the bootstrap (< 0). */
+static int take_hello(tcp_state *st, pending *pc, uint64_t job, int64_t deadline)
+{
+	const char *bad = hello_bad(st, job, &pc->m, -1);
+	if (!bad && st->peers[pc->m.from].fd >= 0)
+		bad = "a second connection from the same rank";
+	if (bad) {
+		st->host->log(st->h, ACCEL_LOG_WARN,
+		              "tcp: rank %d dropped a connection from %s (it said rank %d)", st->rank,
+		              bad, (int)pc->m.from);
+		return 0;
+	}
+	int32_t q = pc->m.from;
+	char rec[512], *qa, *qp;
+	int rc = lookup(st, q, deadline, rec, sizeof(rec), &qa, &qp);
+	if (rc)
+		return rc;
+	hello back;
+	hello_fill(st, job, q, &back);
+	int64_t sd = coll_now_ns() + HELLO_NS;
+	if (deadline && sd > deadline)
+		sd = deadline;
+	if (tcp_send_all(pc->fd, &back, sizeof(back), sd))
+		return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed its connection during "
+		                  "the hello: %s", q, st->peers[q].where, strerror(errno));
+	st->peers[q].fd = pc->fd;
+	tune(pc->fd);
+	return 1;
+}
+
+/* Accept one connection from every higher rank.  Hellos are read from all
+ * pending connections at once, so a connection that says nothing (a port
+ * scanner, a stuck process) delays no one and is dropped after 5 s. */
+static int accept_higher(tcp_state *st, uint64_t job, int64_t deadline, const char *addr,
+                         const char *port)
+{
+	pending pend[MAX_PENDING];
+	struct pollfd pf[MAX_PENDING + 1];
+	int np = 0, rc = ACCEL_OK;
+	int32_t missing = st->world - 1 - st->rank;
+	int64_t next_probe = 0;
+	char why[512];
+	while (missing > 0) {
+		int64_t now = coll_now_ns();
+		if (deadline && now >= deadline) {
+			char list[256];
+			size_t n = 0;
+			list[0] = '\0';
+			for (int32_t q = st->rank + 1; q < st->world && n < sizeof(list) - 16; q++)
+				if (st->peers[q].fd < 0)
+					n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", n ? ", " : "", q);
+			rc = boot_error(st, ACCEL_ERR_TIMEOUT,
+			                "rank%s %s never arrived: no connection within %.1f s (listening "
+			                "on %s:%s)", missing > 1 ? "s" : "", list,
+			                (double)st->timeout_ms / 1000.0, addr, port);
+			goto out;
+		}
+		if (now >= next_probe) {
+			if (job_failed(st, why, sizeof(why))) {
+				char waiting[64];
+				snprintf(waiting, sizeof(waiting), "for %d rank%s to connect", missing,
+				         missing > 1 ? "s" : "");
+				rc = job_failed_error(st, waiting, why);
+				goto out;
+			}
+			next_probe = now + PROBE_NS;
+		}
+		/* silent connections past their limit go */
+		for (int i = 0; i < np; i++) {
+			if (now < pend[i].limit)
+				continue;
+			st->host->log(st->h, ACCEL_LOG_WARN,
+			              "tcp: rank %d dropped a connection that sent no hello within 5 s",
+			              st->rank);
+			close(pend[i].fd);
+			pend[i--] = pend[--np];
+		}
+		int n = 0;
+		if (np < MAX_PENDING)
+			pf[n++] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
+		int base = n;
+		for (int i = 0; i < np; i++)
+			pf[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+		if (poll(pf, (nfds_t)n, 100) <= 0)
+			continue;
+		/* hellos first (the indices of pend[] match pf[base + i]) */
+		for (int i = np - 1; i >= 0; i--) {
+			if (!pf[base + i].revents)
+				continue;
+			pending *pc = &pend[i];
+			ssize_t got = recv(pc->fd, (char *)&pc->m + pc->got, sizeof(hello) - pc->got,
+			                   MSG_DONTWAIT);
+			if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+				continue;
+			int keep = 0;
+			if (got > 0) {
+				pc->got += (uint32_t)got;
+				if (pc->got < sizeof(hello))
+					continue;
+				int t = take_hello(st, pc, job, deadline);
+				if (t < 0) {
+					rc = t;
+					goto out;
+				}
+				keep = t;
+				if (keep)
+					missing--;
+			} else {
+				st->host->log(st->h, ACCEL_LOG_WARN,
+				              "tcp: rank %d dropped a connection that closed before its "
+				              "hello", st->rank);
+			}
+			if (!keep)
+				close(pc->fd);
+			pend[i] = pend[--np];
+		}
+		if (base && (pf[0].revents & POLLIN) && np < MAX_PENDING) {
+			int fd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+			if (fd >= 0)
+				pend[np++] = (pending){.fd = fd, .got = 0, .limit = coll_now_ns() + HELLO_NS};
+		}
+	}
+out:
+	for (int i = 0; i < np; i++)
+		close(pend[i].fd);
+	return rc;
 }
 
 int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr)
 {
-	char addr[256], port[32], key[64];
+	char addr[256], port[32], key[64], why[512];
 	int rc;
 	if (st->world == 1)
 		return ACCEL_OK;
@@ -399,11 +621,33 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 		st->peers[q].fd = fd;
 		hello m, back;
 		hello_fill(st, job, q, &m);
-		if (tcp_send_all(fd, &m, sizeof(m), deadline) ||
-		    tcp_recv_all(fd, &back, sizeof(back), deadline))
-			return boot_error(st, errno == ETIMEDOUT ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_PEER,
-			                  "rank %d (%s) did not answer the connection's hello: %s", q,
-			                  st->peers[q].where, strerror(errno));
+		if (tcp_send_all(fd, &m, sizeof(m), deadline))
+			return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed the connection before "
+			                  "the hello: %s", q, st->peers[q].where, strerror(errno));
+		/* its answer, watching the job (q may itself still be connecting) */
+		size_t got = 0;
+		while (got < sizeof(back)) {
+			ssize_t n = recv(fd, (char *)&back + got, sizeof(back) - got, MSG_DONTWAIT);
+			if (n > 0) {
+				got += (size_t)n;
+				continue;
+			}
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+				int w = boot_wait(st, fd, POLLIN, deadline, why, sizeof(why));
+				if (w == 1) {
+					char waiting[64];
+					snprintf(waiting, sizeof(waiting), "for rank %d's hello", q);
+					return job_failed_error(st, waiting, why);
+				}
+				if (w == 0)
+					continue;
+			}
+			int e = n == 0 ? ECONNRESET : errno;
+			return boot_error(st, e == ETIMEDOUT ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_PEER,
+			                  "rank %d (%s) did not answer the connection's hello%s: %s", q,
+			                  st->peers[q].where, e == ETIMEDOUT ? " in time" : "",
+			                  strerror(e));
+		}
 		/* its answer comes from q, addressed to us */
 		const char *bad = hello_bad(st, job, &back, q);
 		if (bad)
@@ -412,76 +656,8 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 		tune(fd);
 	}
 
-	/* accept the higher ranks */
-	int32_t missing = st->world - 1 - st->rank;
-	int64_t next_probe = 0;
-	while (missing > 0) {
-		if (deadline && coll_now_ns() >= deadline) {
-			char list[256];
-			size_t n = 0;
-			list[0] = '\0';
-			for (int32_t q = st->rank + 1; q < st->world && n < sizeof(list) - 16; q++)
-				if (st->peers[q].fd < 0)
-					n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", n ? ", " : "", q);
-			return boot_error(st, ACCEL_ERR_TIMEOUT,
-			                  "rank%s %s did not connect within %.1f s (listening on %s:%s)",
-			                  missing > 1 ? "s" : "", list, (double)st->timeout_ms / 1000.0,
-			                  addr, port);
-		}
-		if (coll_now_ns() >= next_probe) {
-			char why[512];
-			if (job_failed(st, why, sizeof(why)))
-				return boot_error(st, ACCEL_ERR_PEER,
-				                  "the job failed while this rank waited for %d rank%s to "
-				                  "connect: %s", missing, missing > 1 ? "s" : "", why);
-			next_probe = coll_now_ns() + 100000000;
-		}
-		struct pollfd p = {.fd = st->listen_fd, .events = POLLIN};
-		int n = poll(&p, 1, 100);
-		if (n <= 0)
-			continue;
-		int fd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		hello m;
-		/* a connection that says nothing is not allowed to stall the rest */
-		int64_t hd = coll_now_ns() + 5000000000ll;
-		if (deadline && hd > deadline)
-			hd = deadline;
-		if (tcp_recv_all(fd, &m, sizeof(m), hd)) {
-			st->host->log(st->h, ACCEL_LOG_WARN,
-			              "tcp backend, rank %d: dropped a connection that sent no hello (%s)",
-			              st->rank, strerror(errno));
-			close(fd);
-			continue;
-		}
-		const char *bad = hello_bad(st, job, &m, -1);
-		if (!bad && st->peers[m.from].fd >= 0)
-			bad = "a second connection from the same rank";
-		if (bad) {
-			st->host->log(st->h, ACCEL_LOG_WARN,
-			              "tcp backend, rank %d: dropped a connection from %s (rank %d)",
-			              st->rank, bad, (int)m.from);
-			close(fd);
-			continue;
-		}
-		char rec[512], *qa, *qp;
-		if ((rc = lookup(st, m.from, deadline, rec, sizeof(rec), &qa, &qp))) {
-			close(fd);
-			return rc;
-		}
-		hello back;
-		hello_fill(st, job, m.from, &back);
-		if (tcp_send_all(fd, &back, sizeof(back), deadline)) {
-			close(fd);
-			return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed its connection "
-			                  "during the hello: %s", m.from, st->peers[m.from].where,
-			                  strerror(errno));
-		}
-		st->peers[m.from].fd = fd;
-		tune(fd);
-		missing--;
-	}
+	if ((rc = accept_higher(st, job, deadline, addr, port)))
+		return rc;
 	close(st->listen_fd);
 	st->listen_fd = -1;
 	return ACCEL_OK;

@@ -129,7 +129,7 @@ static void store_verdict(const tcp_state *st, int64_t grace_ms, char *buf, size
 	for (;;) {
 		int rc = st->host->store_get(st->h, "accel/job/failed", why, sizeof(why) - 1, &len, 0);
 		if (rc == ACCEL_OK) {
-			why[len] = '\0';
+			why[len < sizeof(why) ? len : sizeof(why) - 1] = '\0';
 			snprintf(buf, cap, "; the rendezvous store says: %s", why);
 			return;
 		}
@@ -137,6 +137,22 @@ static void store_verdict(const tcp_state *st, int64_t grace_ms, char *buf, size
 			return;
 		usleep(20000);
 	}
+}
+
+/* What rank p recorded in the store before it closed its connections
+ * (fini out of step with the others: after a failure, or with an op
+ * running), into buf; 0 when it recorded nothing. */
+static int peer_gone_note(const tcp_state *st, int32_t p, char *buf, size_t cap)
+{
+	char key[96];
+	uint64_t len = 0;
+	if (!st->host->store_get)
+		return 0;
+	snprintf(key, sizeof(key), "tcp/%lld/gone/%d", (long long)st->comm_no, p);
+	if (st->host->store_get(st->h, key, buf, cap - 1, &len, 0) != ACCEL_OK)
+		return 0;
+	buf[len < cap ? len : cap - 1] = '\0';
+	return 1;
 }
 
 /* When one peer's connection failed: the other peers whose connections are
@@ -182,7 +198,7 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 		goto out;
 	}
 	int *cur_r = cur_s + w;
-	char also[384], verdict[600];
+	char also[384], verdict[600], note[600];
 	/* poll without sleeping for a moment first: a small op's peers are
 	 * usually microseconds away, and a sleep costs a wake-up each time */
 	int64_t spin_until = coll_now_ns() + st->spin_ns;
@@ -228,11 +244,16 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 					k += (size_t)snprintf(list + k, sizeof(list) - k, "%srank %d (%s)",
 					                      named++ ? ", " : "", p, st->peers[p].where);
 				}
-				if (!named)
+				if (!named) {
+					for (int32_t p = 0; p < w && k < sizeof(list) - 160; p++)
+						if (cur_s[p] >= 0)
+							k += (size_t)snprintf(list + k, sizeof(list) - k, "%srank %d (%s)",
+							                      named++ ? ", " : "", p, st->peers[p].where);
 					rc = req_fail(r, ACCEL_ERR_TIMEOUT,
-					              "did not complete within %.1f s on rank %d of %d: the "
-					              "peers stopped taking data (sends blocked)",
-					              (double)st->timeout_ms / 1000.0, st->rank, w);
+					              "did not complete within %.1f s on rank %d of %d: %s stopped "
+					              "taking data (hung, stopped, or busy elsewhere)",
+					              (double)st->timeout_ms / 1000.0, st->rank, w, list);
+				}
 				else if (arriving)
 					rc = req_fail(r, ACCEL_ERR_TIMEOUT,
 					              "did not complete within %.1f s on rank %d of %d: %s never "
@@ -283,6 +304,11 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 				if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 					break;
 				int e = got == 0 ? 0 : errno;
+				if (peer_gone_note(st, p, note, sizeof(note))) {
+					rc = req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) closed its connection: %s",
+					              p, st->peers[p].where, note);
+					goto out;
+				}
 				also_closed(st, p, also, sizeof(also));
 				store_verdict(st, 500, verdict, sizeof(verdict));
 				rc = req_fail(r, ACCEL_ERR_PEER,
@@ -313,6 +339,11 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 				if (put < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 					break;
 				int e = put == 0 ? 0 : errno;
+				if (peer_gone_note(st, p, note, sizeof(note))) {
+					rc = req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) closed its connection: %s",
+					              p, st->peers[p].where, note);
+					goto out;
+				}
 				also_closed(st, p, also, sizeof(also));
 				store_verdict(st, 500, verdict, sizeof(verdict));
 				rc = req_fail(r, ACCEL_ERR_PEER,
@@ -936,7 +967,8 @@ static void tcp_fini(void *state)
 	int idle = 1;
 	if (st->thread_started) {
 		pthread_mutex_lock(&st->lock);
-		idle = !st->cursor;
+		/* an op queued but not started leaves the streams in step */
+		idle = !st->cursor || st->cursor->state == REQ_QUEUED;
 		__atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
 		pthread_cond_signal(&st->work);
 		pthread_mutex_unlock(&st->lock);
@@ -946,6 +978,23 @@ static void tcp_fini(void *state)
 	 * waiting there learns that this rank left rather than died.  Not
 	 * after a failure or with an op cut short: the streams are then out of
 	 * step, and the closed connection says enough. */
+	if ((!idle || st->failed) && st->peers && st->world > 1 && st->host->store_set) {
+		/* Out of step: a peer that waits for this rank's data would only
+		 * see the connection close.  Say why in the store first, where it
+		 * looks (peer_gone_note). */
+		char key[96], note[TCP_MSG_MAX];
+		int n;
+		if (st->failed)
+			n = snprintf(note, sizeof(note), "it freed its context after a collective failed "
+			             "there: %.*s", TCP_MSG_MAX - 100, st->fail_msg);
+		else
+			n = snprintf(note, sizeof(note), "it freed its context while collective #%llu ran",
+			             (unsigned long long)(st->cursor ? st->cursor->seq : st->seq));
+		snprintf(key, sizeof(key), "tcp/%lld/gone/%d", (long long)st->comm_no, st->rank);
+		if (n > 0)
+			st->host->store_set(st->h, key, note,
+			                    (uint64_t)((size_t)n < sizeof(note) ? (size_t)n : sizeof(note) - 1));
+	}
 	if (idle && !st->failed && st->peers) {
 		op_hdr bye = {.magic = TCP_MAGIC, .kind = OP_BYE, .seq = st->seq};
 		int64_t until = coll_now_ns() + 1000000000ll;
