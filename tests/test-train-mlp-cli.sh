@@ -76,6 +76,16 @@ echo "== --save-init's directory may hold the other outputs, however it is spell
 [ -f "$tmp/run1/final.safetensors" ] && [ -f "$tmp/run1/init.safetensors" ] &&
 	[ -f "$tmp/run1/m.jsonl" ] || fail "run1: outputs missing"
 
+echo "== --save-final keeps the mode of a file it replaces; a new one follows the umask"
+: >"$tmp/kept.safetensors"
+chmod 640 "$tmp/kept.safetensors"
+expect 0 "" $T $small --save-final "$tmp/kept.safetensors"
+[ "$(stat -c %a "$tmp/kept.safetensors")" = 640 ] ||
+	fail "replaced file: mode $(stat -c %a "$tmp/kept.safetensors"), expected 640"
+( umask 027 && expect 0 "" $T $small --save-final "$tmp/new.safetensors" )
+[ "$(stat -c %a "$tmp/new.safetensors")" = 640 ] ||
+	fail "new file under umask 027: mode $(stat -c %a "$tmp/new.safetensors"), expected 640"
+
 echo "== a bad output path stops every process at once (rank 0 checks, all agree)"
 expect 1 "metrics_file $tmp/missing/m.jsonl: cannot write in $tmp/missing" \
 	"$ACCEL_CLI" launch -n 2 -- $T $small --set metrics_file="$tmp/missing/m.jsonl"

@@ -139,10 +139,19 @@ int st_write(const char *path, const st_tensor *t, int n, const char *const *met
 		goto out;
 	}
 	fd = -1;
-	/* mkstemp creates 0600; give the file the usual permissions. */
-	mode_t um = umask(0);
-	umask(um);
-	chmod(tmp, 0666 & ~um);
+	/* mkstemp creates 0600: a file it replaces keeps its mode, a new one
+	 * gets the usual permissions (umask(2) read and restored: this program
+	 * has one thread, so nobody creates a file in between). */
+	struct stat old;
+	mode_t mode;
+	if (stat(path, &old) == 0 && S_ISREG(old.st_mode)) {
+		mode = old.st_mode & 07777;
+	} else {
+		mode_t um = umask(0);
+		umask(um);
+		mode = 0666 & ~um;
+	}
+	chmod(tmp, mode);
 	if (rename(tmp, path)) {
 		snprintf(err, errlen, "%s: renaming %s over it: %s", path, tmp, strerror(errno));
 		goto out;
