@@ -7,7 +7,7 @@
  * sequential reference through libaccel, or play one failure, and write
  * what they saw to OUTDIR/<mode>-<rank>:
  *  - the matrix on 1, 2, 3 and 4 ranks with backend tcp (and on 3 with
- *    4 KiB rounds and no one-shot all-reduce), and on 2 nodes x
+ *    4 KiB rounds and no one-exchange small ops), and on 2 nodes x
  *    2 ranks with backend auto (which must pick tcp);
  *  - kill -9 of a rank in the middle of a 64 MiB all-reduce, a rank that
  *    frees its context and leaves, a rank that issues another collective,
@@ -137,7 +137,7 @@ START_TEST(matrix_3) { matrix(3, "300007"); }
 END_TEST
 START_TEST(matrix_4) { matrix(4, "100003"); }
 END_TEST
-/* 4 KiB rounds and no one-shot all-reduce: many rounds per op, every
+/* 4 KiB rounds and no one-exchange small ops: many rounds per op, every
  * broadcast chunked along the chain */
 START_TEST(matrix_3_small_rounds)
 {

@@ -28,6 +28,8 @@
  *    comes in twice, as in a ring, but in W-1 streams at once.
  *  - reduce-scatter: the first half of that; all-gather: each rank sends
  *    its block to every peer; barrier: the header exchange alone.
+ *  - small all-reduce, all-gather and broadcast (tcp.small_kb): the payload
+ *    travels with the header, in one exchange (run_small).
  *  - broadcast: a pipelined chain root -> root+1 -> ..., in chunks, so no
  *    link carries the buffer more than once. */
 #include <errno.h>
@@ -583,32 +585,54 @@ static int run_broadcast(tcp_state *st, accel_comm_req *r, int64_t deadline)
 	return rc;
 }
 
-/* A small all-reduce in one exchange: every rank sends its header and its
- * whole buffer (copied behind the header, so one send carries both) to
- * every peer and reduces all W inputs in rank order itself (the same bits
- * as the pipelined form, which reduces each element in the same order).
- * The headers are checked before the payloads are read. */
-static int run_allreduce_small(tcp_state *st, accel_comm_req *r, int64_t deadline)
+/* A small op in one exchange (an all-reduce, all-gather or broadcast of at
+ * most small_kb): every rank sends its header and its payload (copied
+ * behind the header, so one send carries both) to every peer, checks the
+ * peers' headers, then reads their payloads.  The all-reduce payload is the
+ * whole buffer, and each rank reduces all W inputs in rank order itself
+ * (the same bits as the pipelined form, which reduces each element in the
+ * same order); the all-gather's is this rank's block; the broadcast's the
+ * root's buffer (the others send their header only). */
+static int run_small(tcp_state *st, accel_comm_req *r, int64_t deadline)
 {
 	const int32_t w = st->world;
-	uint64_t bytes = r->count * r->esz;
-	xfer *x = calloc((size_t)w * 4, sizeof(xfer));
+	uint64_t bytes = r->count * r->esz, plen = bytes;
+	const char *payload = r->src;
+	if (r->kind == OP_ALLGATHER) {
+		/* own block into its slot first: in place with the block at the
+		 * buffer's start, peer 0's block lands there */
+		char *slot = r->dst + (uint64_t)st->rank * bytes;
+		if (r->src != slot && bytes)
+			memcpy(slot, r->src, bytes);
+		payload = slot;
+	} else if (r->kind == OP_BROADCAST) {
+		payload = r->dst;
+		plen = st->rank == r->root ? bytes : 0;
+	}
+	xfer *x = calloc((size_t)w * 3, sizeof(xfer));
 	int n, rc;
 	if (!x)
 		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
 	req_hdr(r, &r->hdr);
 	memcpy(st->small_buf, &r->hdr, sizeof(op_hdr));
-	if (bytes)
-		memcpy(st->small_buf + sizeof(op_hdr), r->src, bytes);
-	rc = run_header(st, r, deadline, st->small_buf, sizeof(op_hdr) + bytes, x, &n, 1);
+	if (plen)
+		memcpy(st->small_buf + sizeof(op_hdr), payload, plen);
+	rc = run_header(st, r, deadline, st->small_buf, sizeof(op_hdr) + plen, x, &n, 1);
 	if (rc == ACCEL_OK) {
-		for (int32_t p = 0; p < w; p++)
-			if (p != st->rank)
+		for (int32_t p = 0; p < w; p++) {
+			if (p == st->rank)
+				continue;
+			if (r->kind == OP_ALLREDUCE)
 				add_x(x, &n, p, 0, stage_of(st, p, st->chunk_bytes, 1), bytes);
+			else if (r->kind == OP_ALLGATHER)
+				add_x(x, &n, p, 0, r->dst + (uint64_t)p * bytes, bytes);
+			else if (p == r->root)
+				add_x(x, &n, p, 0, r->dst, bytes);
+		}
 		rc = exchange(st, r, x, n, deadline, 0, 0);
 	}
 	free(x);
-	if (rc == ACCEL_OK && r->count) {
+	if (rc == ACCEL_OK && r->kind == OP_ALLREDUCE && r->count) {
 		for (int32_t q = 0; q < w; q++)
 			st->in_ptrs[q] = q == st->rank ? r->src : stage_of(st, q, st->chunk_bytes, 1);
 		void *o = r->dst;
@@ -632,8 +656,9 @@ static int run_req(tcp_state *st, accel_comm_req *r)
 		}
 		return ACCEL_OK;
 	}
-	if (r->kind == OP_ALLREDUCE && r->count * r->esz <= st->small_bytes)
-		return run_allreduce_small(st, r, deadline);
+	if ((r->kind == OP_ALLREDUCE || r->kind == OP_ALLGATHER || r->kind == OP_BROADCAST) &&
+	    r->count * r->esz <= st->small_bytes)
+		return run_small(st, r, deadline);
 	xfer *x = calloc((size_t)st->world * 3, sizeof(xfer));
 	int n, rc;
 	if (!x)
@@ -1100,8 +1125,9 @@ static const accel_param_schema_v1 tcp_params[] = {
 	 "KiB each rank exchanges with each peer per pipeline round of an all-reduce, "
 	 "reduce-scatter or broadcast (capped so the staging stays within 256 MiB)."},
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "small_kb", "16", 0, 65536, NULL,
-	 "Largest all-reduce in KiB sent whole to every peer in one exchange, each rank reducing "
-	 "all inputs itself (at most chunk_kb; 0: never)."},
+	 "Largest all-reduce or broadcast buffer, or all-gather block, in KiB sent in one exchange "
+	 "with the op's header (an all-reduce whole to every peer, each rank reducing all inputs "
+	 "itself; at most chunk_kb; 0: never)."},
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_STRING, "addr", "\"\"", 0, -1, NULL,
 	 "Address this rank listens on and the others connect to; empty: 127.0.0.1 on one node, "
 	 "else the local address of the route to the master address."},
