@@ -181,6 +181,40 @@ static void also_closed(const tcp_state *st, int32_t failed, char *buf, size_t c
 
 /* ---- the exchange loop ------------------------------------------------------------------ */
 
+/* Fail r because peer p's connection failed (sending: while sending to
+ * it; e: the errno, 0 for an orderly close): what p recorded in the store
+ * before it closed, else who else is gone and the store's verdict. */
+static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending, int e)
+{
+	char also[384], verdict[600], note[600], how[160];
+	if (peer_gone_note(st, p, note, sizeof(note)))
+		return req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) closed its connection: %s", p,
+		                st->peers[p].where, note);
+	also_closed(st, p, also, sizeof(also));
+	store_verdict(st, 500, verdict, sizeof(verdict));
+	if (sending)
+		snprintf(how, sizeof(how), "sending to it failed (%s)",
+		         e ? strerror(e) : "no progress");
+	else if (e)
+		snprintf(how, sizeof(how), "its connection failed (%s) while rank %d waited for its "
+		         "data", strerror(e), st->rank);
+	else
+		snprintf(how, sizeof(how), "its connection closed while rank %d waited for its data",
+		         st->rank);
+	return req_fail(r, ACCEL_ERR_PEER,
+	                "rank %d (%s) is gone: %s; it exited without freeing its context, crashed "
+	                "or was killed%s%s", p, st->peers[p].where, how, also, verdict);
+}
+
+/* The first unfinished transfer of peer p in direction `send` after x[i]. */
+static int next_xfer(const xfer *x, int n, int i, int32_t p, int send)
+{
+	for (int k = i + 1; k < n; k++)
+		if (x[k].send == send && x[k].peer == p && x[k].done < x[k].len)
+			return k;
+	return -1;
+}
+
 /* Move every transfer of x[0..n) (recv_only: every receive; sends may be
  * left unfinished, for a later call with the same x) or fail r: a peer's
  * connection closed
@@ -200,7 +234,6 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 		goto out;
 	}
 	int *cur_r = cur_s + w;
-	char also[384], verdict[600], note[600];
 	/* poll without sleeping for a moment first: a small op's peers are
 	 * usually microseconds away, and a sleep costs a wake-up each time */
 	int64_t spin_until = coll_now_ns() + st->spin_ns;
@@ -292,33 +325,13 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 				ssize_t got = recv(pf[j].fd, t->p + t->done, t->len - t->done, MSG_DONTWAIT);
 				if (got > 0) {
 					t->done += (uint64_t)got;
-					if (t->done == t->len) {
-						int nx = -1;
-						for (int i = cur_r[p] + 1; i < n; i++)
-							if (!x[i].send && x[i].peer == p && x[i].done < x[i].len) {
-								nx = i;
-								break;
-							}
-						cur_r[p] = nx;
-					}
+					if (t->done == t->len)
+						cur_r[p] = next_xfer(x, n, cur_r[p], p, 0);
 					continue;
 				}
 				if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 					break;
-				int e = got == 0 ? 0 : errno;
-				if (peer_gone_note(st, p, note, sizeof(note))) {
-					rc = req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) closed its connection: %s",
-					              p, st->peers[p].where, note);
-					goto out;
-				}
-				also_closed(st, p, also, sizeof(also));
-				store_verdict(st, 500, verdict, sizeof(verdict));
-				rc = req_fail(r, ACCEL_ERR_PEER,
-				              "rank %d (%s) is gone: its connection %s%s%s while rank %d "
-				              "waited for its data (it exited without freeing its context, "
-				              "crashed or was killed)%s%s", p, st->peers[p].where,
-				              e ? "failed (" : "closed", e ? strerror(e) : "", e ? ")" : "",
-				              st->rank, also, verdict);
+				rc = peer_failed(st, r, p, 0, got == 0 ? 0 : errno);
 				goto out;
 			}
 			while (cur_s[p] >= 0 && (re & (POLLOUT | POLLERR | POLLHUP))) {
@@ -327,32 +340,13 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 				                   MSG_DONTWAIT | MSG_NOSIGNAL);
 				if (put > 0) {
 					t->done += (uint64_t)put;
-					if (t->done == t->len) {
-						int nx = -1;
-						for (int i = cur_s[p] + 1; i < n; i++)
-							if (x[i].send && x[i].peer == p && x[i].done < x[i].len) {
-								nx = i;
-								break;
-							}
-						cur_s[p] = nx;
-					}
+					if (t->done == t->len)
+						cur_s[p] = next_xfer(x, n, cur_s[p], p, 1);
 					continue;
 				}
 				if (put < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 					break;
-				int e = put == 0 ? 0 : errno;
-				if (peer_gone_note(st, p, note, sizeof(note))) {
-					rc = req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) closed its connection: %s",
-					              p, st->peers[p].where, note);
-					goto out;
-				}
-				also_closed(st, p, also, sizeof(also));
-				store_verdict(st, 500, verdict, sizeof(verdict));
-				rc = req_fail(r, ACCEL_ERR_PEER,
-				              "rank %d (%s) is gone: sending to it failed (%s); it exited "
-				              "without freeing its context, crashed or was killed%s%s", p,
-				              st->peers[p].where, e ? strerror(e) : "no progress", also,
-				              verdict);
+				rc = peer_failed(st, r, p, 1, put == 0 ? 0 : errno);
 				goto out;
 			}
 		}
