@@ -210,6 +210,16 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 			snprintf(c->dev_why, sizeof(c->dev_why), "%s", why);
 		}
 	}
+	if (!strcmp(cpu_name, "tcp") && strcmp(want, "tcp") != 0 &&
+	    !usable(ctx, "tcp", NULL, why, sizeof(why))) {
+		r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
+		                  "backend %s: this job spans %d nodes, where host buffers need the tcp "
+		                  "backend (or mpi, with the processes started by mpirun or srun), and "
+		                  "it cannot be used: %s", want, ctx->world.num_nodes,
+		                  why[0] ? why : "no comm backend named 'tcp' is installed (see "
+		                                 "'accel plugins list')");
+		goto fail;
+	}
 	if (ctx->world.num_nodes > 1 && !strcmp(cpu_name, "shm")) {
 		r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
 		                  "backend shm (from %s) works within one node, but this job has %d "

@@ -12,9 +12,11 @@
  *  - kill -9 of a rank in the middle of a 64 MiB all-reduce, a rank that
  *    frees its context and leaves, a rank that issues another collective,
  *    a rank that comes late past comm.timeout_s: the others fail naming
- *    that rank (pid and address), within seconds;
- *  - tcp.addr that is not an address of this machine, and backend shm on
- *    two nodes: accel_ctx_new fails saying so. */
+ *    that rank (pid and address), within seconds; a late rank 0 reads why
+ *    the others left (their notes in the store);
+ *  - ranks with different tcp.chunk_kb, tcp.addr that is not an address of
+ *    this machine, backend shm on two nodes, and auto on two nodes without
+ *    the tcp module: accel_ctx_new fails saying so. */
 #include <check.h>
 #include <errno.h>
 #include <ftw.h>
@@ -274,6 +276,78 @@ static void expect_start_failure(const char *const *sets, int two_nodes, const c
 	ck_assert_msg(strstr(buf, needle), "no '%s' in:\n%s", needle, buf);
 }
 
+/* The late rank is rank 0, which hosts the store: the others time out,
+ * record why in the store as they free their contexts, and rank 0, when it
+ * comes, reports that instead of a crash. */
+START_TEST(late_rank_reads_why)
+{
+	static const char *const sets[] = {"backend=tcp", "comm.timeout_s=1", "tcp.small_kb=0",
+	                                   NULL};
+	char out[256], buf[4096];
+	int st;
+	double took;
+	outdir_new(out, sizeof(out));
+	int status = launch(3, sets, "late", out, 0, "0", 120);
+	ck_assert_msg(status != -1, "accel launch did not finish");
+	if (lr_read_report(out, "late", 0, buf, sizeof(buf)) != 0) {
+		show_logs(out);
+		ck_abort_msg("rank 0 wrote no report");
+	}
+	ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
+	ck_assert_msg(st == ACCEL_ERR_PEER, "rank 0: %s", buf);
+	ck_assert_msg(strstr(buf, "closed its connection: it freed its context after a collective "
+	                          "failed there") && strstr(buf, "rank 0 (pid ") &&
+	              strstr(buf, "never arrived"), "rank 0: %s", buf);
+}
+END_TEST
+
+/* Rank 1 has other tcp settings than rank 0: the bootstrap fails on both,
+ * naming the values, instead of misreading the streams. */
+START_TEST(settings_differ)
+{
+	const char *cli = getenv("ACCEL_CLI");
+	char out[256], log[600], buf[16384];
+	outdir_new(out, sizeof(out));
+	snprintf(log, sizeof(log), "%s/launch.log", out);
+	const char *argv[] = {cli, "launch", "-n", "2", "--set", "backend=tcp", "--", "/bin/sh", "-c",
+	                      "[ \"$ACCEL_RANK\" = 1 ] && export ACCEL_TCP_CHUNK_KB=4; "
+	                      "exec \"$0\" matrix \"$1\" 0 0", NULL, NULL, NULL};
+	char prog[1024];
+	snprintf(prog, sizeof(prog), "%s/tests/comm-ranks", getenv("ACCEL_TEST_BUILDDIR"));
+	argv[10] = prog;
+	argv[11] = out;
+	int status = lr_reap(lr_spawn(argv, log), 60);
+	ck_assert_msg(status != -1 && status != 0, "status %d", status);
+	FILE *f = fopen(log, "r");
+	ck_assert_msg(f != NULL, "%s", log);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	ck_assert_msg(strstr(buf, "uses tcp.chunk_kb 4 and tcp.small_kb 4, this rank 1024 and 16") ||
+	              strstr(buf, "uses tcp.chunk_kb 1024 and tcp.small_kb 16, this rank 4 and 4"),
+	              "no settings message in:\n%s", buf);
+}
+END_TEST
+
+/* backend auto on two nodes without the tcp module: the error says why it
+ * wanted tcp. */
+START_TEST(auto_needs_tcp)
+{
+	const char *keep = getenv("ACCEL_PLUGIN_PATH");
+	char *saved = keep ? strdup(keep) : NULL, path[4096];
+	const char *bd = getenv("ACCEL_TEST_BUILDDIR");
+	snprintf(path, sizeof(path), "%s/backends/shm:%s/plugins/ddp", bd, bd);
+	setenv("ACCEL_PLUGIN_PATH", path, 1);
+	static const char *const sets[] = {NULL};
+	expect_start_failure(sets, 1, "this job spans 2 nodes, where host buffers need the tcp "
+	                              "backend");
+	if (saved) {
+		setenv("ACCEL_PLUGIN_PATH", saved, 1);
+		free(saved);
+	}
+}
+END_TEST
+
 START_TEST(addr_not_local)
 {
 	/* 192.0.2.1 is TEST-NET-1: never an address of this machine */
@@ -307,6 +381,9 @@ static Suite *tcp_suite(void)
 	tcase_add_test(tc, rank_leaves);
 	tcase_add_test(tc, mismatched_collectives);
 	tcase_add_test(tc, late_rank_times_out);
+	tcase_add_test(tc, late_rank_reads_why);
+	tcase_add_test(tc, settings_differ);
+	tcase_add_test(tc, auto_needs_tcp);
 	tcase_add_test(tc, addr_not_local);
 	tcase_add_test(tc, shm_across_nodes);
 	suite_add_tcase(s, tc);

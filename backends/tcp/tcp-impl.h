@@ -85,6 +85,7 @@ typedef struct tcp_state {
 	accel_comm_req *cursor;       /* first request not finished */
 	uint64_t seq;
 
+	int init_failed;          /* init failed after (part of) the mesh was up */
 	int failed;               /* first failure: every later op fails fast */
 	int fail_code;
 	char fail_msg[TCP_MSG_MAX];

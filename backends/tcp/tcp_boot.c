@@ -37,6 +37,7 @@ typedef struct hello {
 	int64_t comm_no;
 	uint64_t job;
 	int32_t world, from, to, reserved;
+	uint64_t chunk_bytes, small_bytes;  /* must agree: they shape the streams */
 } hello;
 
 /* FNV-1a of the job id: a connection from another job is refused. */
@@ -361,6 +362,23 @@ static void hello_fill(const tcp_state *st, uint64_t job, int32_t to, hello *m)
 	m->world = st->world;
 	m->from = st->rank;
 	m->to = to;
+	m->chunk_bytes = st->chunk_bytes;
+	m->small_bytes = st->small_bytes;
+}
+
+/* The settings that decide how every op is cut into messages must be the
+ * same on both ends, or the streams are misread: an error naming both. */
+static int settings_differ(tcp_state *st, const hello *m)
+{
+	if (m->chunk_bytes == st->chunk_bytes && m->small_bytes == st->small_bytes)
+		return ACCEL_OK;
+	return boot_error(st, ACCEL_ERR_CONFIG,
+	                  "rank %d uses tcp.chunk_kb %llu and tcp.small_kb %llu, this rank %llu and "
+	                  "%llu (after capping); every rank must use the same values", (int)m->from,
+	                  (unsigned long long)(m->chunk_bytes / 1024),
+	                  (unsigned long long)(m->small_bytes / 1024),
+	                  (unsigned long long)(st->chunk_bytes / 1024),
+	                  (unsigned long long)(st->small_bytes / 1024));
 }
 
 /* What is wrong with a hello that should come from `from` (-1: any higher
@@ -404,19 +422,41 @@ static int publish(tcp_state *st, const char *addr, const char *port)
 	return ACCEL_OK;
 }
 
+/* Rank q's record, if the store has it, parsed into its parts (recording
+ * no error): ACCEL_OK, ACCEL_ERR_NOT_FOUND, ACCEL_ERR_CHECKPOINT for a value
+ * that is not a record, else the store's status.  Fills peers[q].where. */
+static int try_record(tcp_state *st, int32_t q, char *rec, size_t cap, char **addr, char **port)
+{
+	char key[96], *pid, *host;
+	uint64_t len = 0;
+	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, q);
+	int rc = st->host->store_get(st->h, key, rec, cap - 1, &len, 0);
+	if (rc != ACCEL_OK)
+		return rc;
+	rec[len < cap ? len : cap - 1] = '\0';
+	if (!parse_rec(rec, addr, port, &pid, &host))
+		return ACCEL_ERR_CHECKPOINT;
+	snprintf(st->peers[q].where, sizeof(st->peers[q].where), "pid %s on %.60s, %.40s:%s", pid,
+	         host, *addr, *port);
+	return ACCEL_OK;
+}
+
 /* Read rank q's record, waiting for it until the deadline while watching
  * the job; fills peers[q].where and the address parts. */
 static int lookup(tcp_state *st, int32_t q, int64_t deadline, char *rec, size_t cap, char **addr,
                   char **port)
 {
 	char key[96], why[512];
-	uint64_t len = 0;
 	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, q);
 	int64_t pause_us = 5000;
 	for (;;) {
-		int rc = st->host->store_get(st->h, key, rec, cap - 1, &len, 0);
+		int rc = try_record(st, q, rec, cap, addr, port);
 		if (rc == ACCEL_OK)
-			break;
+			return ACCEL_OK;
+		if (rc == ACCEL_ERR_CHECKPOINT)
+			return boot_error(st, ACCEL_ERR_COMM,
+			                  "store key '%s' does not hold a tcp address record; are two "
+			                  "jobs sharing one store?", key);
 		if (rc != ACCEL_ERR_NOT_FOUND && job_failed(st, why, sizeof(why))) {
 			char waiting[64];
 			snprintf(waiting, sizeof(waiting), "for rank %d's address", q);
@@ -441,15 +481,6 @@ static int lookup(tcp_state *st, int32_t q, int64_t deadline, char *rec, size_t 
 		if (pause_us < 100000)
 			pause_us *= 2;
 	}
-	rec[len < cap ? len : cap - 1] = '\0';
-	char *pid, *host;
-	if (!parse_rec(rec, addr, port, &pid, &host))
-		return boot_error(st, ACCEL_ERR_COMM,
-		                  "store key '%s' does not hold a tcp address record; are two jobs "
-		                  "sharing one store?", key);
-	snprintf(st->peers[q].where, sizeof(st->peers[q].where), "pid %s on %.60s, %.40s:%s", pid,
-	         host, *addr, *port);
-	return ACCEL_OK;
 }
 
 /* A connection accepted, its hello not yet complete. */
@@ -470,17 +501,18 @@ static int take_hello(tcp_state *st, pending *pc, uint64_t job, int64_t deadline
 	const char *bad = hello_bad(st, job, &pc->m, -1);
 	if (!bad && st->peers[pc->m.from].fd >= 0)
 		bad = "a second connection from the same rank";
-	if (bad) {
-		st->host->log(st->h, ACCEL_LOG_WARN,
-		              "tcp: rank %d dropped a connection from %s (it said rank %d)", st->rank,
-		              bad, (int)pc->m.from);
-		return 0;
-	}
 	int32_t q = pc->m.from;
 	char rec[512], *qa, *qp;
-	int rc = lookup(st, q, deadline, rec, sizeof(rec), &qa, &qp);
-	if (rc)
-		return rc;
+	/* a rank publishes its record before it connects: one that has none
+	 * is not the rank it says it is */
+	if (!bad && try_record(st, q, rec, sizeof(rec), &qa, &qp) != ACCEL_OK)
+		bad = "a process without a published address";
+	if (bad) {
+		st->host->log(st->h, ACCEL_LOG_WARN,
+		              "rank %d dropped a connection from %s (it said rank %d)", st->rank, bad,
+		              (int)pc->m.from);
+		return 0;
+	}
 	hello back;
 	hello_fill(st, job, q, &back);
 	int64_t sd = coll_now_ns() + HELLO_NS;
@@ -489,6 +521,11 @@ static int take_hello(tcp_state *st, pending *pc, uint64_t job, int64_t deadline
 	if (tcp_send_all(pc->fd, &back, sizeof(back), sd))
 		return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed its connection during "
 		                  "the hello: %s", q, st->peers[q].where, strerror(errno));
+	/* after the answer, so that q sees the difference and says so too
+	 * (pc->fd stays with the caller, which closes it) */
+	int rc = settings_differ(st, &pc->m);
+	if (rc)
+		return rc;
 	st->peers[q].fd = pc->fd;
 	tune(pc->fd);
 	return 1;
@@ -536,7 +573,7 @@ static int accept_higher(tcp_state *st, uint64_t job, int64_t deadline, const ch
 			if (now < pend[i].limit)
 				continue;
 			st->host->log(st->h, ACCEL_LOG_WARN,
-			              "tcp: rank %d dropped a connection that sent no hello within 5 s",
+			              "rank %d dropped a connection that sent no hello within 5 s",
 			              st->rank);
 			close(pend[i].fd);
 			pend[i--] = pend[--np];
@@ -573,8 +610,8 @@ static int accept_higher(tcp_state *st, uint64_t job, int64_t deadline, const ch
 					missing--;
 			} else {
 				st->host->log(st->h, ACCEL_LOG_WARN,
-				              "tcp: rank %d dropped a connection that closed before its "
-				              "hello", st->rank);
+				              "rank %d dropped a connection that closed before its hello",
+				              st->rank);
 			}
 			if (!keep)
 				close(pc->fd);
@@ -653,6 +690,8 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 		if (bad)
 			return boot_error(st, ACCEL_ERR_COMM, "the process at %s is %s, not rank %d of "
 			                  "this communicator", st->peers[q].where, bad, q);
+		if ((rc = settings_differ(st, &back)))
+			return rc;
 		tune(fd);
 	}
 

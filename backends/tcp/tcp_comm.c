@@ -143,7 +143,8 @@ static void store_verdict(const tcp_state *st, int64_t grace_ms, char *buf, size
 
 /* What rank p recorded in the store before it closed its connections
  * (fini out of step with the others: after a failure, or with an op
- * running), into buf; 0 when it recorded nothing. */
+ * running), into buf: 1; 0 when it recorded nothing; -1 when the store
+ * cannot be asked. */
 static int peer_gone_note(const tcp_state *st, int32_t p, char *buf, size_t cap)
 {
 	char key[96];
@@ -151,8 +152,11 @@ static int peer_gone_note(const tcp_state *st, int32_t p, char *buf, size_t cap)
 	if (!st->host->store_get)
 		return 0;
 	snprintf(key, sizeof(key), "tcp/%lld/gone/%d", (long long)st->comm_no, p);
-	if (st->host->store_get(st->h, key, buf, cap - 1, &len, 0) != ACCEL_OK)
+	int rc = st->host->store_get(st->h, key, buf, cap - 1, &len, 0);
+	if (rc == ACCEL_ERR_NOT_FOUND)
 		return 0;
+	if (rc != ACCEL_OK)
+		return -1;  /* the store is gone too (its host, rank 0, exited) */
 	buf[len < cap ? len : cap - 1] = '\0';
 	return 1;
 }
@@ -187,11 +191,17 @@ static void also_closed(const tcp_state *st, int32_t failed, char *buf, size_t c
 static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending, int e)
 {
 	char also[384], verdict[600], note[600], how[160];
-	if (peer_gone_note(st, p, note, sizeof(note)))
+	int gone = peer_gone_note(st, p, note, sizeof(note));
+	if (gone > 0)
 		return req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) closed its connection: %s", p,
 		                st->peers[p].where, note);
 	also_closed(st, p, also, sizeof(also));
-	store_verdict(st, 500, verdict, sizeof(verdict));
+	if (gone < 0)
+		snprintf(verdict, sizeof(verdict), "; the rendezvous store cannot be reached either "
+		         "(rank 0, which hosts it, is gone), so whether rank %d crashed or freed its "
+		         "context after a failure of its own is unknown", p);
+	else
+		store_verdict(st, 500, verdict, sizeof(verdict));
 	if (sending)
 		snprintf(how, sizeof(how), "sending to it failed (%s)",
 		         e ? strerror(e) : "no progress");
@@ -201,9 +211,9 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 	else
 		snprintf(how, sizeof(how), "its connection closed while rank %d waited for its data",
 		         st->rank);
-	return req_fail(r, ACCEL_ERR_PEER,
-	                "rank %d (%s) is gone: %s; it exited without freeing its context, crashed "
-	                "or was killed%s%s", p, st->peers[p].where, how, also, verdict);
+	return req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) is gone: %s%s%s%s", p, st->peers[p].where,
+	                how, gone < 0 ? "" : "; it exited without freeing its context, crashed or "
+	                                     "was killed", also, verdict);
 }
 
 /* The first unfinished transfer of peer p in direction `send` after x[i]. */
@@ -997,13 +1007,17 @@ static void tcp_fini(void *state)
 	 * waiting there learns that this rank left rather than died.  Not
 	 * after a failure or with an op cut short: the streams are then out of
 	 * step, and the closed connection says enough. */
-	if ((!idle || st->failed) && st->peers && st->world > 1 && st->host->store_set) {
+	if ((!idle || st->failed || st->init_failed) && st->peers && st->world > 1 &&
+	    st->host->store_set && st->comm_no) {
 		/* Out of step: a peer that waits for this rank's data would only
 		 * see the connection close.  Say why in the store first, where it
 		 * looks (peer_gone_note). */
 		char key[96], note[TCP_MSG_MAX];
 		int n;
-		if (st->failed)
+		if (st->init_failed)
+			n = snprintf(note, sizeof(note), "its tcp backend failed to start (accel_ctx_new "
+			             "failed there; its own error says why)");
+		else if (st->failed)
 			n = snprintf(note, sizeof(note), "it freed its context after a collective failed "
 			             "there: %.*s", TCP_MSG_MAX - 100, st->fail_msg);
 		else
@@ -1014,8 +1028,10 @@ static void tcp_fini(void *state)
 			st->host->store_set(st->h, key, note,
 			                    (uint64_t)((size_t)n < sizeof(note) ? (size_t)n : sizeof(note) - 1));
 	}
-	if (idle && !st->failed && st->peers) {
-		op_hdr bye = {.magic = TCP_MAGIC, .kind = OP_BYE, .seq = st->seq};
+	if (idle && !st->failed && !st->init_failed && st->peers) {
+		/* the last op it started: a queued one never ran */
+		uint64_t last = st->cursor ? st->cursor->seq - 1 : st->seq;
+		op_hdr bye = {.magic = TCP_MAGIC, .kind = OP_BYE, .seq = last};
 		int64_t until = coll_now_ns() + 1000000000ll;
 		for (int32_t p = 0; p < st->world; p++)
 			if (st->peers[p].fd >= 0)
@@ -1087,6 +1103,8 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	pthread_cond_init(&st->done, NULL);
 	st->sync_inited = 1;
 	st->peers = calloc((size_t)st->world, sizeof(tcp_peer));
+	for (int32_t p = 0; st->peers && p < st->world; p++)
+		st->peers[p].fd = -1;  /* before any tcp_fini: 0 would be stdin */
 	st->in_ptrs = calloc((size_t)st->world, sizeof(void *));
 	st->hdrs = calloc((size_t)st->world, sizeof(op_hdr));
 	st->small_buf = malloc(sizeof(op_hdr) + st->small_bytes);
@@ -1096,16 +1114,14 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		tcp_fini(st);
 		return host->error(h, ACCEL_ERR_NOMEM, "tcp backend: out of memory");
 	}
-	for (int32_t p = 0; p < st->world; p++)
-		st->peers[p].fd = -1;
 	int rc = tcp_boot(st, args, addr);
 	if (rc) {
-		st->failed = 1;  /* no farewell: nobody is in step with us */
+		st->init_failed = 1;  /* no farewell: nobody is in step with us */
 		tcp_fini(st);
 		return rc;
 	}
 	if (pthread_create(&st->thread, NULL, worker_main, st) != 0) {
-		st->failed = 1;
+		st->init_failed = 1;
 		tcp_fini(st);
 		return host->error(h, ACCEL_ERR_SYSTEM, "tcp backend: cannot start the comm thread");
 	}
