@@ -16,7 +16,7 @@
 
 /* "ACTC": the first word of every hello and op header */
 #define TCP_MAGIC 0x43544341u
-#define TCP_PROTO 1u
+#define TCP_PROTO 2u
 
 /* The header of an op, and the farewell of fini (kind OP_BYE). */
 typedef struct op_hdr {
@@ -94,6 +94,9 @@ typedef struct tcp_state {
 /* tcp_boot.c: the listening socket, the address published in the store and
  * the full mesh.  Records errors through the host; returns the status. */
 int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *addr);
+/* Record under tcp/<n>/gone/<rank> why this rank closes its connections
+ * out of step with the others (peers report it instead of a crash). */
+void tcp_note_gone(tcp_state *st, const char *note);
 
 /* Send/receive all of buf on a blocking-mode socket, within the deadline
  * (coll_now_ns() clock, 0: none).  Returns 0, or -1 with errno (ETIMEDOUT

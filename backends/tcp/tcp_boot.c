@@ -136,7 +136,28 @@ static int boot_error(tcp_state *st, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* the first one, for the note a failed bootstrap leaves (tcp_note_gone) */
+	if (!st->fail_msg[0])
+		snprintf(st->fail_msg, sizeof(st->fail_msg), "%s", msg);
 	return st->host->error(st->h, code, "rank %d of %d: %s", st->rank, st->world, msg);
+}
+
+void tcp_note_gone(tcp_state *st, const char *note)
+{
+	char key[96];
+	if (!st->host->store_set || !st->comm_no || st->world < 2)
+		return;
+	snprintf(key, sizeof(key), "tcp/%lld/gone/%d", (long long)st->comm_no, st->rank);
+	st->host->store_set(st->h, key, note, strlen(note));
+}
+
+/* The note of a bootstrap that failed here, left before connections close. */
+static void note_boot_failed(tcp_state *st)
+{
+	char note[TCP_MSG_MAX];
+	snprintf(note, sizeof(note), "its tcp backend failed to start: %.*s", TCP_MSG_MAX - 64,
+	         st->fail_msg[0] ? st->fail_msg : "(see its own error)");
+	tcp_note_gone(st, note);
 }
 
 /* The address to listen on (numeric, into out). */
@@ -505,8 +526,18 @@ static int take_hello(tcp_state *st, pending *pc, uint64_t job, int64_t deadline
 	char rec[512], *qa, *qp;
 	/* a rank publishes its record before it connects: one that has none
 	 * is not the rank it says it is */
-	if (!bad && try_record(st, q, rec, sizeof(rec), &qa, &qp) != ACCEL_OK)
-		bad = "a process without a published address";
+	if (!bad) {
+		int tr = try_record(st, q, rec, sizeof(rec), &qa, &qp);
+		if (tr == ACCEL_ERR_NOT_FOUND)
+			bad = "a process without a published address";
+		else if (tr == ACCEL_ERR_CHECKPOINT)
+			return boot_error(st, ACCEL_ERR_COMM, "store key 'tcp/%lld/addr/%d' does not "
+			                  "hold a tcp address record; are two jobs sharing one store?",
+			                  (long long)st->comm_no, q);
+		else if (tr != ACCEL_OK)
+			return boot_error(st, tr, "cannot read rank %d's address from the rendezvous "
+			                  "store (status %d): is its host, rank 0, gone?", q, tr);
+	}
 	if (bad) {
 		st->host->log(st->h, ACCEL_LOG_WARN,
 		              "rank %d dropped a connection from %s (it said rank %d)", st->rank, bad,
@@ -598,6 +629,16 @@ static int accept_higher(tcp_state *st, uint64_t job, int64_t deadline, const ch
 			int keep = 0;
 			if (got > 0) {
 				pc->got += (uint32_t)got;
+				if (pc->got >= 8 && pc->m.magic == TCP_MAGIC && pc->m.proto != TCP_PROTO) {
+					/* another version: its hello may be of another size */
+					st->host->log(st->h, ACCEL_LOG_WARN,
+					              "rank %d dropped a connection from a tcp backend of "
+					              "protocol %u (this one speaks %u): every node must run the "
+					              "same accel version", st->rank, pc->m.proto, TCP_PROTO);
+					close(pc->fd);
+					pend[i] = pend[--np];
+					continue;
+				}
 				if (pc->got < sizeof(hello))
 					continue;
 				int t = take_hello(st, pc, job, deadline);
@@ -624,9 +665,33 @@ static int accept_higher(tcp_state *st, uint64_t job, int64_t deadline, const ch
 		}
 	}
 out:
+	/* say why before the pending connections close under their ranks */
+	if (rc != ACCEL_OK)
+		note_boot_failed(st);
 	for (int i = 0; i < np; i++)
 		close(pend[i].fd);
 	return rc;
+}
+
+/* Why rank q dropped the connection, when it said so in the store (its
+ * note, or the job's verdict), waited for up to 0.5 s: it may still be
+ * writing it. */
+static int peer_note(tcp_state *st, int32_t q, char *buf, size_t cap)
+{
+	char key[96];
+	uint64_t len = 0;
+	snprintf(key, sizeof(key), "tcp/%lld/gone/%d", (long long)st->comm_no, q);
+	int64_t until = coll_now_ns() + 500000000ll;
+	do {
+		if (st->host->store_get(st->h, key, buf, cap - 1, &len, 0) == ACCEL_OK) {
+			buf[len < cap ? len : cap - 1] = '\0';
+			return 1;
+		}
+		if (job_failed(st, buf, cap))
+			return 1;
+		usleep(20000);
+	} while (coll_now_ns() < until);
+	return 0;
 }
 
 int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr)
@@ -680,11 +745,19 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 					continue;
 			}
 			int e = n == 0 ? ECONNRESET : errno;
+			if (e != ETIMEDOUT && peer_note(st, q, why, sizeof(why)))
+				return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed the connection "
+				                  "during the hello: %s", q, st->peers[q].where, why);
 			return boot_error(st, e == ETIMEDOUT ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_PEER,
 			                  "rank %d (%s) did not answer the connection's hello%s: %s", q,
 			                  st->peers[q].where, e == ETIMEDOUT ? " in time" : "",
 			                  strerror(e));
 		}
+		/* another version: the rest of its hello means something else */
+		if (back.magic == TCP_MAGIC && back.proto != TCP_PROTO)
+			return boot_error(st, ACCEL_ERR_COMM, "rank %d (%s) runs tcp backend protocol %u, "
+			                  "this rank %u: every node must run the same accel version", q,
+			                  st->peers[q].where, back.proto, TCP_PROTO);
 		/* its answer comes from q, addressed to us */
 		const char *bad = hello_bad(st, job, &back, q);
 		if (bad)

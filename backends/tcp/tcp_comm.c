@@ -1007,26 +1007,21 @@ static void tcp_fini(void *state)
 	 * waiting there learns that this rank left rather than died.  Not
 	 * after a failure or with an op cut short: the streams are then out of
 	 * step, and the closed connection says enough. */
-	if ((!idle || st->failed || st->init_failed) && st->peers && st->world > 1 &&
-	    st->host->store_set && st->comm_no) {
+	if ((!idle || st->failed || st->init_failed) && st->peers) {
 		/* Out of step: a peer that waits for this rank's data would only
 		 * see the connection close.  Say why in the store first, where it
 		 * looks (peer_gone_note). */
-		char key[96], note[TCP_MSG_MAX];
-		int n;
+		char note[TCP_MSG_MAX];
 		if (st->init_failed)
-			n = snprintf(note, sizeof(note), "its tcp backend failed to start (accel_ctx_new "
-			             "failed there; its own error says why)");
+			snprintf(note, sizeof(note), "its tcp backend failed to start: %.*s",
+			         TCP_MSG_MAX - 64, st->fail_msg[0] ? st->fail_msg : "(see its own error)");
 		else if (st->failed)
-			n = snprintf(note, sizeof(note), "it freed its context after a collective failed "
-			             "there: %.*s", TCP_MSG_MAX - 100, st->fail_msg);
+			snprintf(note, sizeof(note), "it freed its context after a collective failed "
+			         "there: %.*s", TCP_MSG_MAX - 100, st->fail_msg);
 		else
-			n = snprintf(note, sizeof(note), "it freed its context while collective #%llu ran",
-			             (unsigned long long)(st->cursor ? st->cursor->seq : st->seq));
-		snprintf(key, sizeof(key), "tcp/%lld/gone/%d", (long long)st->comm_no, st->rank);
-		if (n > 0)
-			st->host->store_set(st->h, key, note,
-			                    (uint64_t)((size_t)n < sizeof(note) ? (size_t)n : sizeof(note) - 1));
+			snprintf(note, sizeof(note), "it freed its context while collective #%llu ran",
+			         (unsigned long long)(st->cursor ? st->cursor->seq : st->seq));
+		tcp_note_gone(st, note);
 	}
 	if (idle && !st->failed && !st->init_failed && st->peers) {
 		/* the last op it started: a queued one never ran */
@@ -1122,6 +1117,7 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	}
 	if (pthread_create(&st->thread, NULL, worker_main, st) != 0) {
 		st->init_failed = 1;
+		snprintf(st->fail_msg, sizeof(st->fail_msg), "cannot start the comm thread");
 		tcp_fini(st);
 		return host->error(h, ACCEL_ERR_SYSTEM, "tcp backend: cannot start the comm thread");
 	}
