@@ -12,7 +12,8 @@
  *  - kill -9 of a rank in the middle of a 64 MiB all-reduce, a rank that
  *    frees its context and leaves, a rank that issues another collective,
  *    a rank that comes late past comm.timeout_s: the others fail naming
- *    that rank (pid and address), within seconds; a late rank 0 reads why
+ *    that rank (pid and address), within seconds (kill -9 also across two
+ *    launchers); a late rank 0 reads why
  *    the others left (their notes in the store);
  *  - ranks with different tcp.chunk_kb, tcp.addr that is not an address of
  *    this machine, backend shm on two nodes, and auto on two nodes without
@@ -211,6 +212,28 @@ START_TEST(kill9_mid_collective)
 }
 END_TEST
 
+/* The same across two launchers (--nnodes 2): rank 3, on node 1, dies;
+ * the ranks of both nodes fail naming it, and node 1's launcher fails. */
+START_TEST(two_nodes_kill9)
+{
+	char out[256], log[2][600];
+	launch_args a[2];
+	pid_t pid[2];
+	int port = free_port();
+	outdir_new(out, sizeof(out));
+	for (int i = 0; i < 2; i++) {
+		build_argv(&a[i], 2, NULL, i, port, "kill", out, 3, "0");
+		snprintf(log[i], sizeof(log[i]), "%s/node%d.log", out, i);
+		pid[i] = lr_spawn(a[i].argv, log[i]);
+	}
+	int st0 = lr_reap(pid[0], 120), st1 = lr_reap(pid[1], 60);
+	ck_assert_msg(st0 != -1 && st1 != -1, "a launcher did not finish");
+	ck_assert_msg(WIFEXITED(st1) && WEXITSTATUS(st1) != 0, "node 1: status %d", st1);
+	const char *want[] = {"allreduce #", "rank 3 (pid ", NULL};
+	expect_others(out, "kill", 4, 3, ACCEL_ERR_PEER, 4.0, want);
+}
+END_TEST
+
 START_TEST(rank_leaves)
 {
 	char out[256];
@@ -395,6 +418,7 @@ static Suite *tcp_suite(void)
 	tc = tcase_create("faults");
 	tcase_set_timeout(tc, 150);
 	tcase_add_test(tc, kill9_mid_collective);
+	tcase_add_test(tc, two_nodes_kill9);
 	tcase_add_test(tc, rank_leaves);
 	tcase_add_test(tc, mismatched_collectives);
 	tcase_add_test(tc, late_rank_times_out);

@@ -534,6 +534,8 @@ static int take_hello(tcp_state *st, pending *pc, uint64_t job, int64_t deadline
 			return boot_error(st, ACCEL_ERR_COMM, "store key 'tcp/%lld/addr/%d' does not "
 			                  "hold a tcp address record; are two jobs sharing one store?",
 			                  (long long)st->comm_no, q);
+		else if (tr != ACCEL_OK && job_failed(st, rec, sizeof(rec)))
+			return job_failed_error(st, "for the ranks to connect", rec);
 		else if (tr != ACCEL_OK)
 			return boot_error(st, tr, "cannot read rank %d's address from the rendezvous "
 			                  "store (status %d): is its host, rank 0, gone?", q, tr);

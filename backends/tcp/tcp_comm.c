@@ -155,8 +155,15 @@ static int peer_gone_note(const tcp_state *st, int32_t p, char *buf, size_t cap)
 	int rc = st->host->store_get(st->h, key, buf, cap - 1, &len, 0);
 	if (rc == ACCEL_ERR_NOT_FOUND)
 		return 0;
-	if (rc != ACCEL_OK)
-		return -1;  /* the store is gone too (its host, rank 0, exited) */
+	if (rc != ACCEL_OK) {
+		/* After the job failed the store answers a missing key with that
+		 * failure; only when it does not answer at all is it gone (its
+		 * host, rank 0, exited). */
+		char probe[8];
+		uint64_t plen = 0;
+		return st->host->store_get(st->h, "accel/job/failed", probe, sizeof(probe), &plen,
+		                           0) == ACCEL_OK ? 0 : -1;
+	}
 	buf[len < cap ? len : cap - 1] = '\0';
 	return 1;
 }
