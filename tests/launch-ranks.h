@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/launch-ranks.h: starting `accel launch` from a Check test and
  * reading what its ranks reported (tests/progs/comm-ranks.c writes
- * OUTDIR/<mode>-<rank>).  Check-based tests only. */
+ * OUTDIR/<mode>-<rank>), and removing the test's temporary directory.
+ * Check-based tests only. */
 #ifndef ACCEL_TESTS_LAUNCH_RANKS_H
 #define ACCEL_TESTS_LAUNCH_RANKS_H
 
 #include <check.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,6 +80,19 @@ static int lr_read_report(const char *dir, const char *mode, int rank, char *buf
 	buf[n] = '\0';
 	fclose(f);
 	return 0;
+}
+
+static int lr_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)flag, (void)ftw;
+	remove(path);
+	return 0;
+}
+
+/* Remove a test's temporary directory and everything below it. */
+static void lr_rm_tree(const char *root)
+{
+	nftw(root, lr_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif

@@ -20,7 +20,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1342,13 +1341,6 @@ static Suite *comm_suite(void)
 	return s;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	remove(path);
-	return 0;
-}
-
 int main(void)
 {
 	snprintf(g_root, sizeof(g_root), "/tmp/accel-test-comm-XXXXXX");
@@ -1365,6 +1357,6 @@ int main(void)
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
-	nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	lr_rm_tree(g_root);
 	return failed ? 1 : 0;
 }

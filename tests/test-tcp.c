@@ -20,7 +20,6 @@
  *    the tcp module: accel_ctx_new fails saying so. */
 #include <check.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -431,13 +430,6 @@ static Suite *tcp_suite(void)
 	return s;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	remove(path);
-	return 0;
-}
-
 int main(void)
 {
 	snprintf(g_root, sizeof(g_root), "/tmp/accel-test-tcp-XXXXXX");
@@ -449,6 +441,6 @@ int main(void)
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
-	nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	lr_rm_tree(g_root);
 	return failed ? 1 : 0;
 }

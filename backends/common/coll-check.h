@@ -103,6 +103,21 @@ static inline int coll_check_view(const accel_host_v1 *host, accel_host *h, cons
 	return ACCEL_OK;
 }
 
+/* coll_check_view() for a backend that serves host memory only (`name`:
+ * "mpi", "tcp"): a view on another device is refused, pointing at nccl. */
+static inline int coll_check_host_view(const accel_host_v1 *host, accel_host *h,
+                                       const char *name, const char *op, const char *which,
+                                       const accel_view *v)
+{
+	int rc = coll_check_view(host, h, op, which, v);
+	if (rc == ACCEL_OK && v->device != ACCEL_DEVICE_CPU)
+		return host->error(h, ACCEL_ERR_UNSUPPORTED,
+		                   "%s: %s buffer is on device %d (cuda:%d); the %s backend serves "
+		                   "host memory only (use backend \"nccl\" for GPU buffers)", op,
+		                   which, v->device, v->device_index, name);
+	return rc;
+}
+
 /* Where the two buffers of an op lie (coll_check_pair). */
 #define COLL_APART      0  /* separate buffers */
 #define COLL_SAME       1  /* send->data == recv->data: the ABI's in place */

@@ -576,14 +576,7 @@ static void caller_progress(mpi_state *st, accel_comm_req *until)
 
 static int check_view(mpi_state *st, const char *op, const char *which, const accel_view *v)
 {
-	int rc = coll_check_view(st->host, st->h, op, which, v);
-	if (rc == ACCEL_OK && v->device != ACCEL_DEVICE_CPU)
-		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "%s: %s buffer is on device %d (cuda:%d); the mpi "
-		                       "backend serves host memory only (use backend \"nccl\" for "
-		                       "GPU buffers)",
-		                       op, which, v->device, v->device_index);
-	return rc;
+	return coll_check_host_view(st->host, st->h, "mpi", op, which, v);
 }
 
 /* Checks shared by the two-buffer ops; sets *place (COLL_*). */

@@ -4,6 +4,7 @@
 #ifndef ACCEL_TCP_IMPL_H
 #define ACCEL_TCP_IMPL_H
 
+#include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -55,6 +56,9 @@ struct accel_comm_req {
 	char msg[TCP_MSG_MAX];
 };
 
+/* One transfer of an exchange (tcp_comm.c). */
+typedef struct xfer xfer;
+
 typedef struct tcp_state {
 	const accel_host_v1 *host;
 	accel_host *h;
@@ -72,6 +76,12 @@ typedef struct tcp_state {
 	op_hdr *hdrs;             /* world entries: the peers' headers of an op */
 	uint64_t small_bytes;     /* all-reduces up to this go in one exchange */
 	char *small_buf;          /* header + payload of such an all-reduce */
+	/* scratch of the one op that runs at a time (the comm thread's, or a
+	 * caller's in wait(): run_cursor hands the cursor to one of them) */
+	xfer *xs;                 /* 4 x world transfers */
+	int *cur;                 /* 2 x world: each peer's current send, receive */
+	struct pollfd *pf;        /* world entries */
+	int32_t *who;             /* world entries: the peer of each pf entry */
 
 	pthread_t thread;
 	int thread_started;
@@ -94,14 +104,22 @@ typedef struct tcp_state {
 /* tcp_boot.c: the listening socket, the address published in the store and
  * the full mesh.  Records errors through the host; returns the status. */
 int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *addr);
+/* The key the store sets, to a message naming the rank, when the job
+ * failed (see accel/plugin.h, store_get). */
+#define TCP_JOB_FAILED_KEY "accel/job/failed"
+
+/* A store probe (no wait, no error recorded): key's value into buf, NUL
+ * terminated and cut to cap.  ACCEL_OK, ACCEL_ERR_NOT_FOUND, or the
+ * store's status (ACCEL_ERR_UNSUPPORTED without a store). */
+int tcp_store_probe(const tcp_state *st, const char *key, char *buf, size_t cap);
+/* tcp_store_probe() of rank's note (tcp_note_gone). */
+int tcp_gone_probe(const tcp_state *st, int32_t rank, char *buf, size_t cap);
 /* Record under tcp/<n>/gone/<rank> why this rank closes its connections
  * out of step with the others (peers report it instead of a crash). */
 void tcp_note_gone(tcp_state *st, const char *note);
 
-/* Send/receive all of buf on a blocking-mode socket, within the deadline
- * (coll_now_ns() clock, 0: none).  Returns 0, or -1 with errno (ETIMEDOUT
- * for the deadline, ECONNRESET for a closed connection). */
+/* Send all of buf on a socket within the deadline (coll_now_ns() clock,
+ * 0: none).  Returns 0, or -1 with errno (ETIMEDOUT for the deadline). */
 int tcp_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns);
-int tcp_recv_all(int fd, void *buf, size_t len, int64_t deadline_ns);
 
 #endif

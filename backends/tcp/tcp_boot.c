@@ -93,32 +93,6 @@ int tcp_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns)
 	return 0;
 }
 
-int tcp_recv_all(int fd, void *buf, size_t len, int64_t deadline_ns)
-{
-	char *p = buf;
-	while (len) {
-		ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n == 0) {
-			errno = ECONNRESET;
-			return -1;
-		}
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			if (wait_fd(fd, POLLIN, deadline_ns))
-				return -1;
-			continue;
-		}
-		return -1;
-	}
-	return 0;
-}
-
 static void tune(int fd)
 {
 	int one = 1;
@@ -142,12 +116,35 @@ static int boot_error(tcp_state *st, int code, const char *fmt, ...)
 	return st->host->error(st->h, code, "rank %d of %d: %s", st->rank, st->world, msg);
 }
 
+int tcp_store_probe(const tcp_state *st, const char *key, char *buf, size_t cap)
+{
+	uint64_t len = 0;
+	if (!st->host->store_get)
+		return ACCEL_ERR_UNSUPPORTED;
+	int rc = st->host->store_get(st->h, key, buf, cap - 1, &len, 0);
+	if (rc == ACCEL_OK)
+		buf[len < cap ? len : cap - 1] = '\0';
+	return rc;
+}
+
+static void gone_key(const tcp_state *st, int32_t rank, char *key, size_t cap)
+{
+	snprintf(key, cap, "tcp/%lld/gone/%d", (long long)st->comm_no, rank);
+}
+
+int tcp_gone_probe(const tcp_state *st, int32_t rank, char *buf, size_t cap)
+{
+	char key[96];
+	gone_key(st, rank, key, sizeof(key));
+	return tcp_store_probe(st, key, buf, cap);
+}
+
 void tcp_note_gone(tcp_state *st, const char *note)
 {
 	char key[96];
 	if (!st->host->store_set || !st->comm_no || st->world < 2)
 		return;
-	snprintf(key, sizeof(key), "tcp/%lld/gone/%d", (long long)st->comm_no, st->rank);
+	gone_key(st, st->rank, key, sizeof(key));
 	st->host->store_set(st->h, key, note, strlen(note));
 }
 
@@ -261,12 +258,7 @@ static int listen_on(tcp_state *st, const char *addr, char *port_out, size_t cap
 /* The store's verdict on the job, probed while waiting outside the store. */
 static int job_failed(tcp_state *st, char *why, size_t cap)
 {
-	uint64_t len = 0;
-	if (!st->host->store_get ||
-	    st->host->store_get(st->h, "accel/job/failed", why, cap - 1, &len, 0) != ACCEL_OK)
-		return 0;
-	why[len < cap ? len : cap - 1] = '\0';
-	return 1;
+	return tcp_store_probe(st, TCP_JOB_FAILED_KEY, why, cap) == ACCEL_OK;
 }
 
 #define PROBE_NS 100000000ll   /* how often waits look at accel/job/failed */
@@ -449,12 +441,10 @@ static int publish(tcp_state *st, const char *addr, const char *port)
 static int try_record(tcp_state *st, int32_t q, char *rec, size_t cap, char **addr, char **port)
 {
 	char key[96], *pid, *host;
-	uint64_t len = 0;
 	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, q);
-	int rc = st->host->store_get(st->h, key, rec, cap - 1, &len, 0);
+	int rc = tcp_store_probe(st, key, rec, cap);
 	if (rc != ACCEL_OK)
 		return rc;
-	rec[len < cap ? len : cap - 1] = '\0';
 	if (!parse_rec(rec, addr, port, &pid, &host))
 		return ACCEL_ERR_CHECKPOINT;
 	snprintf(st->peers[q].where, sizeof(st->peers[q].where), "pid %s on %.60s, %.40s:%s", pid,
@@ -680,15 +670,10 @@ out:
  * writing it. */
 static int peer_note(tcp_state *st, int32_t q, char *buf, size_t cap)
 {
-	char key[96];
-	uint64_t len = 0;
-	snprintf(key, sizeof(key), "tcp/%lld/gone/%d", (long long)st->comm_no, q);
 	int64_t until = coll_now_ns() + 500000000ll;
 	do {
-		if (st->host->store_get(st->h, key, buf, cap - 1, &len, 0) == ACCEL_OK) {
-			buf[len < cap ? len : cap - 1] = '\0';
+		if (tcp_gone_probe(st, q, buf, cap) == ACCEL_OK)
 			return 1;
-		}
 		if (job_failed(st, buf, cap))
 			return 1;
 		usleep(20000);

@@ -50,12 +50,12 @@
 
 /* One transfer of an exchange.  The transfers of one peer and direction
  * run in array order. */
-typedef struct xfer {
+struct xfer {
 	int32_t peer;
 	int send;
 	char *p;
 	uint64_t len, done;
-} xfer;
+};
 
 /* ---- describing ops ------------------------------------------------------------------ */
 
@@ -123,15 +123,11 @@ static int req_fail(accel_comm_req *r, int code, const char *fmt, ...)
 static void store_verdict(const tcp_state *st, int64_t grace_ms, char *buf, size_t cap)
 {
 	char why[512];
-	uint64_t len = 0;
 	buf[0] = '\0';
-	if (!st->host->store_get)
-		return;
 	int64_t until = coll_now_ns() + grace_ms * 1000000;
 	for (;;) {
-		int rc = st->host->store_get(st->h, "accel/job/failed", why, sizeof(why) - 1, &len, 0);
+		int rc = tcp_store_probe(st, TCP_JOB_FAILED_KEY, why, sizeof(why));
 		if (rc == ACCEL_OK) {
-			why[len < sizeof(why) ? len : sizeof(why) - 1] = '\0';
 			snprintf(buf, cap, "; the rendezvous store says: %s", why);
 			return;
 		}
@@ -147,12 +143,9 @@ static void store_verdict(const tcp_state *st, int64_t grace_ms, char *buf, size
  * cannot be asked. */
 static int peer_gone_note(const tcp_state *st, int32_t p, char *buf, size_t cap)
 {
-	char key[96];
-	uint64_t len = 0;
 	if (!st->host->store_get)
 		return 0;
-	snprintf(key, sizeof(key), "tcp/%lld/gone/%d", (long long)st->comm_no, p);
-	int rc = st->host->store_get(st->h, key, buf, cap - 1, &len, 0);
+	int rc = tcp_gone_probe(st, p, buf, cap);
 	if (rc == ACCEL_ERR_NOT_FOUND)
 		return 0;
 	if (rc != ACCEL_OK) {
@@ -160,11 +153,9 @@ static int peer_gone_note(const tcp_state *st, int32_t p, char *buf, size_t cap)
 		 * failure; only when it does not answer at all is it gone (its
 		 * host, rank 0, exited). */
 		char probe[8];
-		uint64_t plen = 0;
-		return st->host->store_get(st->h, "accel/job/failed", probe, sizeof(probe), &plen,
-		                           0) == ACCEL_OK ? 0 : -1;
+		return tcp_store_probe(st, TCP_JOB_FAILED_KEY, probe, sizeof(probe)) == ACCEL_OK ? 0
+		                                                                                : -1;
 	}
-	buf[len < cap ? len : cap - 1] = '\0';
 	return 1;
 }
 
@@ -242,15 +233,10 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
                     int arriving, int recv_only)
 {
 	const int32_t w = st->world;
-	int *cur_s = calloc((size_t)w * 2, sizeof(int));
-	struct pollfd *pf = calloc((size_t)w, sizeof(*pf));
-	int32_t *who = calloc((size_t)w, sizeof(*who));
+	int *cur_s = st->cur, *cur_r = st->cur + w;
+	struct pollfd *pf = st->pf;
+	int32_t *who = st->who;
 	int rc = ACCEL_OK;
-	if (!cur_s || !pf || !who) {
-		rc = req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
-		goto out;
-	}
-	int *cur_r = cur_s + w;
 	/* poll without sleeping for a moment first: a small op's peers are
 	 * usually microseconds away, and a sleep costs a wake-up each time */
 	int64_t spin_until = coll_now_ns() + st->spin_ns;
@@ -369,9 +355,6 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 		}
 	}
 out:
-	free(cur_s);
-	free(pf);
-	free(who);
 	return rc;
 }
 
@@ -497,10 +480,8 @@ static int run_allreduce(tcp_state *st, accel_comm_req *r, int64_t deadline)
 	uint64_t moff = blk_off(r->count, w, me), mlen = blk_len(r->count, w, me);
 	uint64_t maxlen = blk_len(r->count, w, 0);
 	uint64_t rounds = (maxlen + c - 1) / c;
-	xfer *x = calloc((size_t)w * 4, sizeof(xfer));
+	xfer *x = st->xs;
 	int rc = ACCEL_OK, n = 0;
-	if (!x)
-		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
 	if (rounds) {
 		add_inputs(st, r, x, &n, 0, c, 0);
 		rc = exchange(st, r, x, n, deadline, 0, 0);
@@ -521,20 +502,16 @@ static int run_allreduce(tcp_state *st, accel_comm_req *r, int64_t deadline)
 			add_inputs(st, r, x, &n, k + 1, c, 0);
 		rc = exchange(st, r, x, n, deadline, 0, 0);
 	}
-	free(x);
 	return rc;
 }
 
 static int run_reduce_scatter(tcp_state *st, accel_comm_req *r, int64_t deadline)
 {
-	const int32_t w = st->world;
 	uint64_t c = st->chunk_bytes / r->esz;
 	uint64_t rounds = (r->count + c - 1) / c;
 	const char *own = r->src + (uint64_t)st->rank * r->count * r->esz;
-	xfer *x = calloc((size_t)w * 2, sizeof(xfer));
+	xfer *x = st->xs;
 	int rc = ACCEL_OK;
-	if (!x)
-		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
 	for (uint64_t k = 0; k < rounds && rc == ACCEL_OK; k++) {
 		int n = 0;
 		add_inputs(st, r, x, &n, k, c, 1);
@@ -543,7 +520,6 @@ static int run_reduce_scatter(tcp_state *st, accel_comm_req *r, int64_t deadline
 		if ((rc = exchange(st, r, x, n, deadline, 0, 0)) == ACCEL_OK)
 			reduce_slice(st, r, k, c, own, r->dst, r->count);
 	}
-	free(x);
 	return rc;
 }
 
@@ -554,19 +530,15 @@ static int run_allgather(tcp_state *st, accel_comm_req *r, int64_t deadline)
 	char *slot = r->dst + (uint64_t)st->rank * bytes;
 	if (r->src != slot && bytes)
 		memcpy(slot, r->src, bytes);  /* disjoint: the core refuses other overlaps */
-	xfer *x = calloc((size_t)w * 2, sizeof(xfer));
+	xfer *x = st->xs;
 	int n = 0;
-	if (!x)
-		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
 	for (int32_t p = 0; p < w; p++) {
 		if (p == st->rank)
 			continue;
 		add_x(x, &n, p, 1, slot, bytes);
 		add_x(x, &n, p, 0, r->dst + (uint64_t)p * bytes, bytes);
 	}
-	int rc = exchange(st, r, x, n, deadline, 0, 0);
-	free(x);
-	return rc;
+	return exchange(st, r, x, n, deadline, 0, 0);
 }
 
 static int run_broadcast(tcp_state *st, accel_comm_req *r, int64_t deadline)
@@ -620,10 +592,8 @@ static int run_small(tcp_state *st, accel_comm_req *r, int64_t deadline)
 		payload = r->dst;
 		plen = st->rank == r->root ? bytes : 0;
 	}
-	xfer *x = calloc((size_t)w * 3, sizeof(xfer));
+	xfer *x = st->xs;
 	int n, rc;
-	if (!x)
-		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
 	req_hdr(r, &r->hdr);
 	memcpy(st->small_buf, &r->hdr, sizeof(op_hdr));
 	if (plen)
@@ -642,7 +612,6 @@ static int run_small(tcp_state *st, accel_comm_req *r, int64_t deadline)
 		}
 		rc = exchange(st, r, x, n, deadline, 0, 0);
 	}
-	free(x);
 	if (rc == ACCEL_OK && r->kind == OP_ALLREDUCE && r->count) {
 		for (int32_t q = 0; q < w; q++)
 			st->in_ptrs[q] = q == st->rank ? r->src : stage_of(st, q, st->chunk_bytes, 1);
@@ -670,14 +639,9 @@ static int run_req(tcp_state *st, accel_comm_req *r)
 	if ((r->kind == OP_ALLREDUCE || r->kind == OP_ALLGATHER || r->kind == OP_BROADCAST) &&
 	    r->count * r->esz <= st->small_bytes)
 		return run_small(st, r, deadline);
-	xfer *x = calloc((size_t)st->world * 3, sizeof(xfer));
 	int n, rc;
-	if (!x)
-		return req_fail(r, ACCEL_ERR_NOMEM, "out of memory");
 	req_hdr(r, &r->hdr);
-	rc = run_header(st, r, deadline, &r->hdr, sizeof(op_hdr), x, &n, 0);
-	free(x);
-	if (rc)
+	if ((rc = run_header(st, r, deadline, &r->hdr, sizeof(op_hdr), st->xs, &n, 0)))
 		return rc;
 	switch (r->kind) {
 	case OP_ALLREDUCE: return run_allreduce(st, r, deadline);
@@ -749,13 +713,7 @@ static void *worker_main(void *arg)
 
 static int check_view(tcp_state *st, const char *op, const char *which, const accel_view *v)
 {
-	int rc = coll_check_view(st->host, st->h, op, which, v);
-	if (rc == ACCEL_OK && v->device != ACCEL_DEVICE_CPU)
-		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
-		                       "%s: %s buffer is on device %d (cuda:%d); the tcp backend "
-		                       "serves host memory only (use backend \"nccl\" for GPU "
-		                       "buffers)", op, which, v->device, v->device_index);
-	return rc;
+	return coll_check_host_view(st->host, st->h, "tcp", op, which, v);
 }
 
 static int check_pair(tcp_state *st, int kind, const accel_view *send, const accel_view *recv,
@@ -1059,6 +1017,10 @@ static void tcp_fini(void *state)
 	free(st->in_ptrs);
 	free(st->hdrs);
 	free(st->small_buf);
+	free(st->xs);
+	free(st->cur);
+	free(st->pf);
+	free(st->who);
 	free(st);
 }
 
@@ -1109,9 +1071,16 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		st->peers[p].fd = -1;  /* before any tcp_fini: 0 would be stdin */
 	st->in_ptrs = calloc((size_t)st->world, sizeof(void *));
 	st->hdrs = calloc((size_t)st->world, sizeof(op_hdr));
+	/* the one running op's scratch: at most 4 transfers per peer (an
+	 * all-reduce round's results and the next round's inputs) */
+	st->xs = calloc((size_t)st->world * 4, sizeof(xfer));
+	st->cur = calloc((size_t)st->world * 2, sizeof(int));
+	st->pf = calloc((size_t)st->world, sizeof(struct pollfd));
+	st->who = calloc((size_t)st->world, sizeof(int32_t));
 	st->small_buf = malloc(sizeof(op_hdr) + st->small_bytes);
 	st->stage = st->world > 1 ? malloc((size_t)(st->world - 1) * st->chunk_bytes) : NULL;
-	if (!st->peers || !st->in_ptrs || !st->hdrs || !st->small_buf ||
+	if (!st->peers || !st->in_ptrs || !st->hdrs || !st->small_buf || !st->xs || !st->cur ||
+	    !st->pf || !st->who ||
 	    (st->world > 1 && !st->stage)) {
 		tcp_fini(st);
 		return host->error(h, ACCEL_ERR_NOMEM, "tcp backend: out of memory");
