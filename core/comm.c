@@ -97,6 +97,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 		.device_index = device_index,
 		.timeout_ms = (int64_t)(timeout_s * 1000.0),
 		.job_id = ctx->job_id[0] ? ctx->job_id : "single",
+		.master_addr = ctx->master_addr[0] ? ctx->master_addr : NULL,
 	};
 	be->module = m;
 	be->vt = m->comm;

@@ -8,7 +8,9 @@
  * what they saw to OUTDIR/<mode>-<rank>:
  *  - the matrix on 1, 2, 3 and 4 ranks with backend tcp (and on 3 with
  *    4 KiB rounds and no one-exchange small ops), and on 2 nodes x
- *    2 ranks with backend auto (which must pick tcp);
+ *    2 ranks with backend auto (which must pick tcp); on 2 ranks started
+ *    as srun starts them, without MASTER_ADDR (the master address from
+ *    the Slurm node list);
  *  - kill -9 of a rank in the middle of a 64 MiB all-reduce, a rank that
  *    frees its context and leaves, a rank that issues another collective,
  *    a rank that comes late past comm.timeout_s: the others fail naming
@@ -20,6 +22,7 @@
  *    the tcp module: accel_ctx_new fails saying so. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,6 +405,68 @@ START_TEST(shm_across_nodes)
 }
 END_TEST
 
+/* Two ranks started the way srun starts them (Slurm's variables, one rank
+ * per "node", no accel launch), with no MASTER_ADDR: the core takes the
+ * store's host from the step's node list and hands it to the backend
+ * (accel_comm_init_v1.master_addr), which finds its interface from it. */
+START_TEST(slurm_master_from_nodelist)
+{
+	const char *bd = getenv("ACCEL_TEST_BUILDDIR");
+	ck_assert_msg(bd != NULL, "ACCEL_TEST_BUILDDIR not set (run through meson test)");
+	char out[256], prog[1024], port[16], buf[512], log[2][600];
+	pid_t pid[2];
+	outdir_new(out, sizeof(out));
+	snprintf(prog, sizeof(prog), "%s/tests/comm-ranks", bd);
+	snprintf(port, sizeof(port), "%d", free_port());
+	for (int i = 0; i < 2; i++) {
+		snprintf(log[i], sizeof(log[i]), "%s/node%d.log", out, i);
+		fflush(NULL);
+		pid[i] = fork();
+		ck_assert_int_ge(pid[i], 0);
+		if (pid[i] == 0) {
+			static const char *const drop[] = {
+				"ACCEL_RANK", "ACCEL_LOCAL_RANK", "ACCEL_WORLD_SIZE", "ACCEL_LOCAL_WORLD_SIZE",
+				"ACCEL_NODE_RANK", "ACCEL_MASTER_ADDR", "ACCEL_MASTER_PORT", "ACCEL_CONFIG",
+				"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+				"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", NULL};
+			for (int k = 0; drop[k]; k++)
+				unsetenv(drop[k]);
+			char id[4];
+			snprintf(id, sizeof(id), "%d", i);
+			setenv("SLURM_PROCID", id, 1);
+			setenv("SLURM_NODEID", id, 1);
+			setenv("SLURM_LOCALID", "0", 1);
+			setenv("SLURM_STEP_NUM_TASKS", "2", 1);
+			setenv("SLURM_STEP_NUM_NODES", "2", 1);
+			setenv("SLURM_STEP_TASKS_PER_NODE", "1(x2)", 1);
+			setenv("SLURM_JOB_ID", "4242", 1);
+			setenv("SLURM_STEP_ID", "0", 1);
+			setenv("SLURM_STEP_NODELIST", "127.0.0.1", 1);
+			setenv("ACCEL_MASTER_PORT", port, 1);
+			setenv("ACCEL_SET", "backend=tcp", 1);
+			const char *argv[] = {prog, "matrix", out, "0", "1000", NULL};
+			int fd = open(log[i], O_CREAT | O_WRONLY | O_TRUNC, 0600);
+			if (fd >= 0) {
+				dup2(fd, 1);
+				dup2(fd, 2);
+			}
+			execv(prog, (char *const *)argv);
+			_exit(99);
+		}
+	}
+	int st0 = lr_reap(pid[0], 200), st1 = lr_reap(pid[1], 60);
+	if (st0 != 0 || st1 != 0)
+		show_logs(out);
+	ck_assert_msg(st0 == 0 && st1 == 0, "rank 0: status %d, rank 1: status %d", st0, st1);
+	for (int r = 0; r < 2; r++) {
+		ck_assert_msg(lr_read_report(out, "matrix", r, buf, sizeof(buf)) == 0,
+		              "rank %d wrote no report", r);
+		ck_assert_msg(!strncmp(buf, "0 ", 2) && strstr(buf, "backend tcp"), "rank %d: %s", r,
+		              buf);
+	}
+}
+END_TEST
+
 static Suite *tcp_suite(void)
 {
 	Suite *s = suite_create("tcp");
@@ -413,6 +478,7 @@ static Suite *tcp_suite(void)
 	tcase_add_test(tc, matrix_4);
 	tcase_add_test(tc, matrix_3_small_rounds);
 	tcase_add_test(tc, two_nodes_auto);
+	tcase_add_test(tc, slurm_master_from_nodelist);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("faults");
 	tcase_set_timeout(tc, 150);

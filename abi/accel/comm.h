@@ -80,7 +80,19 @@ typedef struct accel_comm_init_v1 {
 	int64_t timeout_ms;        /* per-collective limit (config comm.timeout_s) */
 	const char *job_id;        /* unique per launch (shared by all ranks); use it
 	                              to name OS objects such as shm segments       */
+	/* ABI minor 2 (read only when struct_size covers it): */
+	const char *master_addr;   /* host of the rendezvous store as the core found
+	                              it (ACCEL_MASTER_ADDR, MASTER_ADDR, the first
+	                              Slurm node, 127.0.0.1 on one node); NULL when
+	                              the job has none (one process, mpirun alone) */
 } accel_comm_init_v1;
+
+/* Nonzero when `args` (an accel_comm_init_v1 *) carries `member`: a core of
+ * an older minor passes a shorter struct.  Every member up to job_id is
+ * there from minor 0 on. */
+#define ACCEL_COMM_INIT_HAS(args, member)                                                 \
+	((args)->struct_size >= offsetof(accel_comm_init_v1, member) +                       \
+	                            sizeof(((const accel_comm_init_v1 *)0)->member))
 
 typedef struct accel_comm_v1 {
 	uint32_t struct_size;      /* sizeof(accel_comm_v1) the backend was built with */

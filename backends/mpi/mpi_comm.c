@@ -1056,7 +1056,7 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	int32_t progress_thread = 1;
 	int64_t chunk = 1073741824;
 
-	if (!args || args->struct_size < sizeof(accel_comm_init_v1))
+	if (!args || !ACCEL_COMM_INIT_HAS(args, job_id))
 		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is %s",
 		                   args ? "too small (older core?)" : "NULL");
 	st = calloc(1, sizeof(*st));

@@ -507,7 +507,7 @@ static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	shm_comm *c = NULL;
 	int st;
 
-	if (!args || args->struct_size < offsetof(accel_comm_init_v1, job_id) + sizeof(args->job_id))
+	if (!args || !ACCEL_COMM_INIT_HAS(args, job_id))
 		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is too old");
 	if (args->world_size < 1 || args->rank < 0 || args->rank >= args->world_size)
 		return host->error(h, ACCEL_ERR_INVALID_ARG, "init: rank %d is not in a world of %d",

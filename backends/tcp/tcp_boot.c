@@ -13,7 +13,8 @@
  * own, so both ends know they reached the right process.
  *
  * Which address: `tcp.addr` when set; on one node 127.0.0.1; across nodes
- * the local address of the route to the master (ACCEL_MASTER_ADDR), the
+ * the local address of the route to the master (the rendezvous store's host:
+ * ACCEL_MASTER_ADDR, MASTER_ADDR or the first Slurm node), the
  * interface the store traffic uses, which the other nodes can reach too. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -171,7 +172,11 @@ static int pick_addr(tcp_state *st, const accel_comm_init_v1 *args, const char *
 		snprintf(out, cap, "127.0.0.1");
 		return ACCEL_OK;
 	}
-	const char *master = getenv("ACCEL_MASTER_ADDR");
+	/* the core's master address (ABI minor 2: also the first Slurm node);
+	 * from an older core, the environment's */
+	const char *master = ACCEL_COMM_INIT_HAS(args, master_addr) ? args->master_addr : NULL;
+	if (!master || !*master)
+		master = getenv("ACCEL_MASTER_ADDR");
 	if (!master || !*master)
 		master = getenv("MASTER_ADDR");
 	if (!master || !*master) {
@@ -180,8 +185,9 @@ static int pick_addr(tcp_state *st, const accel_comm_init_v1 *args, const char *
 		         args->num_nodes);
 		return boot_error(st, ACCEL_ERR_CONFIG,
 		                  "a job on %s needs the address this rank is reached at, found from "
-		                  "the route to the master address, but neither ACCEL_MASTER_ADDR nor "
-		                  "MASTER_ADDR is set: set one, or tcp.addr", nodes);
+		                  "the route to the master address, but the job has none (neither "
+		                  "ACCEL_MASTER_ADDR nor MASTER_ADDR is set, and no Slurm node list): "
+		                  "set one, or tcp.addr", nodes);
 	}
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
 	struct addrinfo *res = NULL;

@@ -1027,8 +1027,10 @@ static void tcp_fini(void *state)
 static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
                     void **ret_state)
 {
-	if (!args || !ret_state || args->world_size < 1 || args->rank < 0 ||
-	    args->rank >= args->world_size)
+	if (!args || !ACCEL_COMM_INIT_HAS(args, job_id))
+		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is %s",
+		                   args ? "too small (older core?)" : "NULL");
+	if (!ret_state || args->world_size < 1 || args->rank < 0 || args->rank >= args->world_size)
 		return host->error(h, ACCEL_ERR_INVALID_ARG, "tcp backend: bad init arguments");
 	tcp_state *st = calloc(1, sizeof(*st));
 	if (!st)
