@@ -195,4 +195,34 @@ static inline int coll_check_reduction(const accel_host_v1 *host, accel_host *h,
 	return ACCEL_OK;
 }
 
+/* The request out-parameter of an issuing call. */
+static inline int coll_check_ret_req(const accel_host_v1 *host, accel_host *h, const char *op,
+                                     accel_comm_req *const *ret_req)
+{
+	if (ret_req)
+		return ACCEL_OK;
+	return host->error(h, ACCEL_ERR_INVALID_ARG, "%s: ret_req is NULL", op);
+}
+
+/* A broadcast's root is a rank of the world. */
+static inline int coll_check_root(const accel_host_v1 *host, accel_host *h, int32_t root,
+                                  int32_t world)
+{
+	if (root >= 0 && root < world)
+		return ACCEL_OK;
+	return host->error(h, ACCEL_ERR_INVALID_ARG,
+	                   "broadcast: root %d is not a rank (world size %d)", (int)root,
+	                   (int)world);
+}
+
+/* wait() or test() (`call`) was given a request that is not live: NULL,
+ * released already, or another backend's. */
+static inline int coll_unknown_req(const accel_host_v1 *host, accel_host *h, const char *call,
+                                   const accel_comm_req *r)
+{
+	return host->error(h, ACCEL_ERR_INVALID_ARG,
+	                   "%s: %s request (already released, or not from this backend)", call,
+	                   r ? "unknown" : "NULL");
+}
+
 #endif /* ACCEL_BACKENDS_COLL_CHECK_H */

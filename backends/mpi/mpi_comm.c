@@ -78,6 +78,8 @@ struct accel_comm_req {
 	char msg[MSG_MAX];
 };
 
+#include "backends/common/coll-reqs.h"  /* needs struct accel_comm_req */
+
 typedef struct abandoned {
 	MPI_Request mreq;
 	uint64_t seq;
@@ -112,7 +114,7 @@ typedef struct mpi_state {
 	int stop;
 	int sleeping;             /* the worker waits on `work` */
 
-	accel_comm_req *head, *tail;  /* live requests (issued, not yet released) */
+	coll_reqs live;               /* issued, not yet released */
 	accel_comm_req *cursor;       /* first request not finished           */
 	uint64_t seq;
 
@@ -647,11 +649,7 @@ static int req_submit(mpi_state *st, accel_comm_req *r, accel_comm_req **ret_req
 	}
 	r->seq = ++st->seq;
 	r->state = REQ_QUEUED;
-	if (st->tail)
-		st->tail->next = r;
-	else
-		st->head = r;
-	st->tail = r;
+	coll_reqs_append(&st->live, r);
 	if (!st->cursor)
 		__atomic_store_n(&st->cursor, r, __ATOMIC_RELEASE);
 	if (st->use_thread) {
@@ -670,8 +668,8 @@ static int mpi_allreduce(void *state, const accel_view *send, const accel_view *
 {
 	mpi_state *st = state;
 	int place, rc;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allreduce: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "allreduce", ret_req)))
+		return rc;
 	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
 	    (rc = check_reduction(st, "allreduce", send->dtype, red)))
 		return rc;
@@ -696,9 +694,8 @@ static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_v
 {
 	mpi_state *st = state;
 	int place, rc;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "reduce_scatter: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "reduce_scatter", ret_req)))
+		return rc;
 	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
 	    (rc = check_reduction(st, "reduce_scatter", send->dtype, red)) ||
 	    (rc = check_count(st, "reduce_scatter", recv->numel)))
@@ -726,8 +723,8 @@ static int mpi_allgather(void *state, const accel_view *send, const accel_view *
 {
 	mpi_state *st = state;
 	int place, rc;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allgather: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "allgather", ret_req)))
+		return rc;
 	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)) ||
 	    (rc = check_count(st, "allgather", send->numel)))
 		return rc;
@@ -749,14 +746,12 @@ static int mpi_broadcast(void *state, const accel_view *buf, int32_t root,
 {
 	mpi_state *st = state;
 	int rc;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "broadcast: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "broadcast", ret_req)))
+		return rc;
 	if ((rc = check_view(st, "broadcast", "buffer", buf)))
 		return rc;
-	if (root < 0 || root >= st->world)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "broadcast: root %d is not a rank (world size %d)", root,
-		                       st->world);
+	if ((rc = coll_check_root(st->host, st->h, root, st->world)))
+		return rc;
 	accel_comm_req *r = req_new(st, OP_BROADCAST, buf->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -769,8 +764,9 @@ static int mpi_broadcast(void *state, const accel_view *buf, int32_t root,
 static int mpi_barrier(void *state, accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "barrier: ret_req is NULL");
+	int rc;
+	if ((rc = coll_check_ret_req(st->host, st->h, "barrier", ret_req)))
+		return rc;
 	accel_comm_req *r = req_new(st, OP_BARRIER, ACCEL_DTYPE_U8, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -778,30 +774,6 @@ static int mpi_barrier(void *state, accel_comm_req **ret_req)
 }
 
 /* ---- completion ------------------------------------------------------------------------ */
-
-static void req_unlink(mpi_state *st, accel_comm_req *r)
-{
-	accel_comm_req *prev = NULL;
-	for (accel_comm_req *p = st->head; p; prev = p, p = p->next) {
-		if (p != r)
-			continue;
-		if (prev)
-			prev->next = r->next;
-		else
-			st->head = r->next;
-		if (st->tail == r)
-			st->tail = prev;
-		return;
-	}
-}
-
-static int req_known(const mpi_state *st, const accel_comm_req *r)
-{
-	for (const accel_comm_req *p = st->head; p; p = p->next)
-		if (p == r)
-			return 1;
-	return 0;
-}
 
 /* After a timeout, a failed request's message names the ranks that never
  * arrived at the collective that timed out, as the rendezvous store tells
@@ -848,12 +820,10 @@ static int mpi_wait(void *state, accel_comm_req *r)
 	int status;
 	if (st->use_thread)
 		pthread_mutex_lock(&st->lock);
-	if (!r || !req_known(st, r)) {
+	if (!r || !coll_reqs_has(&st->live, r)) {
 		if (st->use_thread)
 			pthread_mutex_unlock(&st->lock);
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "wait: %s request (already released, or not from this "
-		                       "backend)", r ? "unknown" : "NULL");
+		return coll_unknown_req(st->host, st->h, "wait", r);
 	}
 	if (st->use_thread) {
 		/* Small collectives finish within microseconds: watch the state
@@ -872,7 +842,7 @@ static int mpi_wait(void *state, accel_comm_req *r)
 	} else if (r->state < REQ_DONE) {
 		caller_progress(st, r);
 	}
-	req_unlink(st, r);
+	coll_reqs_unlink(&st->live, r);
 	if (st->use_thread)
 		pthread_mutex_unlock(&st->lock);
 	status = r->status;
@@ -892,12 +862,10 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
 	if (st->use_thread)
 		pthread_mutex_lock(&st->lock);
-	if (!r || !req_known(st, r)) {
+	if (!r || !coll_reqs_has(&st->live, r)) {
 		if (st->use_thread)
 			pthread_mutex_unlock(&st->lock);
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "test: %s request (already released, or not from this "
-		                       "backend)", r ? "unknown" : "NULL");
+		return coll_unknown_req(st->host, st->h, "test", r);
 	}
 	if (!st->use_thread && r->state < REQ_DONE)
 		caller_progress(st, NULL);
@@ -984,9 +952,9 @@ static void mpi_fini(void *state)
 		while (st->cursor)
 			caller_progress(st, st->cursor);
 	}
-	while (st->head) {
-		accel_comm_req *r = st->head;
-		st->head = r->next;
+	while (st->live.head) {
+		accel_comm_req *r = st->live.head;
+		st->live.head = r->next;
 		free(r);
 	}
 	/* after the exit handler stopped the thread: no more waiting */

@@ -472,8 +472,8 @@ static int nccl_allreduce(void *state, const accel_view *send, const accel_view 
 	nccl_state *st = state;
 	launch L = {.kind = OP_ALLREDUCE};
 	int rc, place;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allreduce: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "allreduce", ret_req)))
+		return rc;
 	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
 	    (rc = check_reduce(st, "allreduce", send->dtype, red, &L.type, &L.op)))
 		return rc;
@@ -495,9 +495,8 @@ static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_
 	nccl_state *st = state;
 	launch L = {.kind = OP_REDUCE_SCATTER};
 	int rc, place;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "reduce_scatter: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "reduce_scatter", ret_req)))
+		return rc;
 	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
 	    (rc = check_reduce(st, "reduce_scatter", send->dtype, red, &L.type, &L.op)))
 		return rc;
@@ -526,8 +525,8 @@ static int nccl_allgather(void *state, const accel_view *send, const accel_view 
 	nccl_state *st = state;
 	launch L = {.kind = OP_ALLGATHER};
 	int rc, place;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allgather: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "allgather", ret_req)))
+		return rc;
 	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)))
 		return rc;
 	if (!accel_nccl_dtype(send->dtype, 0, &L.type))
@@ -556,17 +555,15 @@ static int nccl_broadcast(void *state, const accel_view *buf, int32_t root,
 	nccl_state *st = state;
 	launch L = {.kind = OP_BROADCAST};
 	int rc;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "broadcast: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "broadcast", ret_req)))
+		return rc;
 	if ((rc = check_view(st, "broadcast", "buffer", buf)))
 		return rc;
 	if (!accel_nccl_dtype(buf->dtype, 0, &L.type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "broadcast: dtype %s",
 		                       accel_abi_dtype_name(buf->dtype));
-	if (root < 0 || root >= st->world)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "broadcast: root %d is not a rank (world size %d)", root,
-		                       st->world);
+	if ((rc = coll_check_root(st->host, st->h, root, st->world)))
+		return rc;
 	L.recv = buf->data;
 	L.count = buf->numel;
 	L.root = root;
@@ -578,8 +575,9 @@ static int nccl_barrier(void *state, accel_comm_req **ret_req)
 {
 	nccl_state *st = state;
 	launch L = {.kind = OP_BARRIER, .dtype = ACCEL_DTYPE_F32, .count = 1};
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "barrier: ret_req is NULL");
+	int rc;
+	if ((rc = coll_check_ret_req(st->host, st->h, "barrier", ret_req)))
+		return rc;
 	return issue(st, &L, ret_req);
 }
 
@@ -635,9 +633,7 @@ static int nccl_wait(void *state, accel_comm_req *r)
 	nccl_state *st = state;
 	int rc = ACCEL_OK, prev = -1;
 	if (!r || !req_known(st, r))
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "wait: %s request (already released, or not from this "
-		                       "backend)", r ? "unknown" : "NULL");
+		return coll_unknown_req(st->host, st->h, "wait", r);
 	if ((rc = enter_device(st, &prev)) == ACCEL_OK) {
 		uint32_t spins = 0;
 		int p;
@@ -660,9 +656,7 @@ static int nccl_test(void *state, accel_comm_req *r, int32_t *ret_done)
 	if (!ret_done)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
 	if (!r || !req_known(st, r))
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "test: %s request (already released, or not from this "
-		                       "backend)", r ? "unknown" : "NULL");
+		return coll_unknown_req(st->host, st->h, "test", r);
 	if ((p = enter_device(st, &prev)))
 		return p;
 	p = req_poll(st, r);

@@ -441,10 +441,8 @@ static int shm_broadcast(void *state, const accel_view *buf, int32_t root, accel
 	int st;
 	if ((st = check_view(c, "broadcast", "buf", buf, 0)))
 		return st;
-	if (root < 0 || root >= c->world)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
-		                      "broadcast: root %d is not a rank (world size %d)", (int)root,
-		                      (int)c->world);
+	if ((st = coll_check_root(c->host, c->h, root, c->world)))
+		return st;
 	shm_op op = {.kind = SHM_OP_BROADCAST, .dtype = buf->dtype, .root = root, .count = buf->numel,
 	             .send = *buf, .recv = *buf};
 	return issue(c, &op, ret_req);

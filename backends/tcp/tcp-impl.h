@@ -56,6 +56,8 @@ struct accel_comm_req {
 	char msg[TCP_MSG_MAX];
 };
 
+#include "backends/common/coll-reqs.h"  /* needs struct accel_comm_req */
+
 /* One transfer of an exchange (tcp_comm.c). */
 typedef struct xfer xfer;
 
@@ -91,7 +93,7 @@ typedef struct tcp_state {
 	pthread_cond_t done;      /* wait() waits for a request to finish */
 	int stop;                 /* fini: the thread ends (atomic) */
 
-	accel_comm_req *head, *tail;  /* live requests (issued, not released) */
+	coll_reqs live;               /* issued, not released */
 	accel_comm_req *cursor;       /* first request not finished */
 	uint64_t seq;
 

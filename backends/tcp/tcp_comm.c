@@ -755,11 +755,7 @@ static int req_submit(tcp_state *st, accel_comm_req *r, accel_comm_req **ret_req
 	}
 	r->seq = ++st->seq;
 	r->state = REQ_QUEUED;
-	if (st->tail)
-		st->tail->next = r;
-	else
-		st->head = r;
-	st->tail = r;
+	coll_reqs_append(&st->live, r);
 	if (!st->cursor)
 		st->cursor = r;
 	pthread_cond_signal(&st->work);
@@ -773,8 +769,8 @@ static int tcp_allreduce(void *state, const accel_view *send, const accel_view *
 {
 	tcp_state *st = state;
 	int place, rc;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allreduce: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "allreduce", ret_req)))
+		return rc;
 	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
 	    (rc = coll_check_reduction(st->host, st->h, "allreduce", send->dtype, red,
 	                               coll_dtype_reducible(send->dtype))))
@@ -798,9 +794,8 @@ static int tcp_reduce_scatter(void *state, const accel_view *send, const accel_v
 {
 	tcp_state *st = state;
 	int place, rc;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "reduce_scatter: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "reduce_scatter", ret_req)))
+		return rc;
 	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
 	    (rc = coll_check_reduction(st->host, st->h, "reduce_scatter", send->dtype, red,
 	                               coll_dtype_reducible(send->dtype))) ||
@@ -822,8 +817,8 @@ static int tcp_allgather(void *state, const accel_view *send, const accel_view *
 {
 	tcp_state *st = state;
 	int place, rc;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "allgather: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "allgather", ret_req)))
+		return rc;
 	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)) ||
 	    (rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
 	                             send)))
@@ -845,14 +840,12 @@ static int tcp_broadcast(void *state, const accel_view *buf, int32_t root,
 {
 	tcp_state *st = state;
 	int rc;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "broadcast: ret_req is NULL");
+	if ((rc = coll_check_ret_req(st->host, st->h, "broadcast", ret_req)))
+		return rc;
 	if ((rc = check_view(st, "broadcast", "buffer", buf)))
 		return rc;
-	if (root < 0 || root >= st->world)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "broadcast: root %d is not a rank (world size %d)", root,
-		                       st->world);
+	if ((rc = coll_check_root(st->host, st->h, root, st->world)))
+		return rc;
 	accel_comm_req *r = req_new(st, OP_BROADCAST, buf->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -866,8 +859,9 @@ static int tcp_broadcast(void *state, const accel_view *buf, int32_t root,
 static int tcp_barrier(void *state, accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	if (!ret_req)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "barrier: ret_req is NULL");
+	int rc;
+	if ((rc = coll_check_ret_req(st->host, st->h, "barrier", ret_req)))
+		return rc;
 	accel_comm_req *r = req_new(st, OP_BARRIER, ACCEL_DTYPE_U8, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -876,39 +870,13 @@ static int tcp_barrier(void *state, accel_comm_req **ret_req)
 
 /* ---- completion --------------------------------------------------------------------------- */
 
-static int req_known(const tcp_state *st, const accel_comm_req *r)
-{
-	for (const accel_comm_req *p = st->head; p; p = p->next)
-		if (p == r)
-			return 1;
-	return 0;
-}
-
-static void req_unlink(tcp_state *st, accel_comm_req *r)
-{
-	accel_comm_req *prev = NULL;
-	for (accel_comm_req *p = st->head; p; prev = p, p = p->next) {
-		if (p != r)
-			continue;
-		if (prev)
-			prev->next = r->next;
-		else
-			st->head = r->next;
-		if (st->tail == r)
-			st->tail = prev;
-		return;
-	}
-}
-
 static int tcp_wait(void *state, accel_comm_req *r)
 {
 	tcp_state *st = state;
 	pthread_mutex_lock(&st->lock);
-	if (!r || !req_known(st, r)) {
+	if (!r || !coll_reqs_has(&st->live, r)) {
 		pthread_mutex_unlock(&st->lock);
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "wait: %s request (already released, or not from this "
-		                       "backend)", r ? "unknown" : "NULL");
+		return coll_unknown_req(st->host, st->h, "wait", r);
 	}
 	/* A blocking collective does not need the comm thread: while the next
 	 * op waits for a thread, the caller runs it (no hand-off to a thread and
@@ -920,7 +888,7 @@ static int tcp_wait(void *state, accel_comm_req *r)
 		else
 			pthread_cond_wait(&st->done, &st->lock);
 	}
-	req_unlink(st, r);
+	coll_reqs_unlink(&st->live, r);
 	pthread_mutex_unlock(&st->lock);
 	int status = r->status;
 	if (status != ACCEL_OK)
@@ -935,11 +903,9 @@ static int tcp_test(void *state, accel_comm_req *r, int32_t *ret_done)
 	if (!ret_done)
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
 	pthread_mutex_lock(&st->lock);
-	if (!r || !req_known(st, r)) {
+	if (!r || !coll_reqs_has(&st->live, r)) {
 		pthread_mutex_unlock(&st->lock);
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "test: %s request (already released, or not from this "
-		                       "backend)", r ? "unknown" : "NULL");
+		return coll_unknown_req(st->host, st->h, "test", r);
 	}
 	int s = r->state;
 	pthread_mutex_unlock(&st->lock);
@@ -1003,7 +969,7 @@ static void tcp_fini(void *state)
 				close(st->peers[p].fd);
 	if (st->listen_fd >= 0)
 		close(st->listen_fd);
-	for (accel_comm_req *r = st->head, *nx; r; r = nx) {
+	for (accel_comm_req *r = st->live.head, *nx; r; r = nx) {
 		nx = r->next;
 		free(r);
 	}
