@@ -84,8 +84,9 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 	int r = accel_loader_find(ctx->loader, ACCEL_MODULE_COMM, name, &m, &ctx->err);
 	if (r)
 		return r;
-	double timeout_s = 300;
+	double timeout_s = 300, keepalive_s = 30;
 	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
+	accel_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
 	accel_comm_init_v1 args = {
 		.struct_size = sizeof(args),
 		.rank = ctx->world.rank,
@@ -98,6 +99,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 		.timeout_ms = (int64_t)(timeout_s * 1000.0),
 		.job_id = ctx->job_id[0] ? ctx->job_id : "single",
 		.master_addr = ctx->master_addr[0] ? ctx->master_addr : NULL,
+		.keepalive_ms = (int64_t)(keepalive_s * 1000.0),
 	};
 	be->module = m;
 	be->vt = m->comm;

@@ -162,6 +162,10 @@ static const core_param core_params[] = {
 	{"comm.timeout_s", ACCEL_CFG_DOUBLE, "300", 0.001, 1e9, 0, NULL, 0, NULL,
 	 "seconds a collective may wait for the other ranks before failing (0.001 to 1e9, "
 	 "about 31 years: in effect no limit)"},
+	{"comm.keepalive_s", ACCEL_CFG_DOUBLE, "30", 0, 86400, 0, NULL, 0, NULL,
+	 "seconds after which a connection to another node that answers nothing (no data, no "
+	 "TCP keepalive reply: the node is down or cut off) counts as dead, in the rendezvous "
+	 "store and the tcp backend; 0: off (then only comm.timeout_s ends the wait)"},
 	{"optimizer.type", ACCEL_CFG_ENUM, "\"adamw\"", NORANGE, 0, "adamw|sgd", 0, NULL,
 	 "optimizer (torch.optim.AdamW or SGD semantics)"},
 	{"optimizer.params.lr", ACCEL_CFG_DOUBLE, "1e-3", GE(0), 0, NULL, 0, NULL,

@@ -149,11 +149,14 @@ static int setup_processes(accel_ctx *ctx)
 	accel_log_set_rank(ctx->world.rank);
 	if (ctx->world.world_size > 1) {
 		if (ctx->master_addr[0] && ctx->master_port > 0) {
-			double timeout_s = 300;
+			double timeout_s = 300, keepalive_s = 30;
 			accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
-			return accel_store_new(ctx->master_addr, ctx->master_port, ctx->world.rank,
-			                       ctx->world.world_size, (int64_t)(timeout_s * 1000),
-			                       &ctx->store, &ctx->err);
+			accel_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
+			return accel_store_new_keepalive(ctx->master_addr, ctx->master_port,
+			                                 ctx->world.rank, ctx->world.world_size,
+			                                 (int64_t)(timeout_s * 1000),
+			                                 (int64_t)(keepalive_s * 1000), &ctx->store,
+			                                 &ctx->err);
 		}
 		if (!ctx->launcher || strncmp(ctx->launcher, "mpi", 3) != 0)
 			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,

@@ -14,6 +14,7 @@
  * op; replies start with an i32 status (ACCEL_OK or an ACCEL_ERR_* code)
  * followed by the op's result or, on failure, a length-prefixed message. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -317,6 +318,7 @@ typedef struct store_server {
 	int n_lfd;
 	int wake[2];           /* pipe: a byte asks the thread to stop */
 	_Atomic int64_t stop_linger_ms; /* < 0: linger_ms; else the stop's own */
+	int64_t keepalive_ms;  /* sock_keepalive() of every accepted connection */
 	char *abort_msg;       /* set before the stop: the job failed (fail_job) */
 	pthread_t thread;
 	int started;
@@ -1078,6 +1080,27 @@ static void client_close(store_server *s, size_t i)
 	}
 }
 
+/* A connection to another node counts as dead after ms without an answer
+ * from that node's kernel (0: never): TCP keepalive probes from half of it
+ * on while it is idle, TCP_USER_TIMEOUT while data waits for its ACK.  A
+ * live process answers both even when it is busy or stopped, so only a node
+ * that is down or cut off trips it (comm.keepalive_s). */
+static void sock_keepalive(int fd, int64_t ms)
+{
+	if (ms <= 0)
+		return;
+	int on = 1, cnt = 3;
+	int k = ms / 1000 > 1 ? (int)(ms / 1000) : 1;
+	int idle = k / 2 > 0 ? k / 2 : 1;
+	int intvl = (k - idle) / cnt > 0 ? (k - idle) / cnt : 1;
+	unsigned int user_ms = ms > UINT_MAX ? UINT_MAX : (unsigned int)ms;
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
+}
+
 static void server_accept(store_server *s, int lfd)
 {
 	for (;;) {
@@ -1098,6 +1121,7 @@ static void server_accept(store_server *s, int lfd)
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		sock_keepalive(fd, s->keepalive_ms);
 		if (s->ncl == s->capcl) {
 			size_t nc = s->capcl ? s->capcl * 2 : 16;
 			sclient **np = realloc(s->cl, nc * sizeof(*np));
@@ -1309,7 +1333,8 @@ static int listen_on(const struct addrinfo *ai, int *ret_fd, int *ret_errno)
 }
 
 static int server_start(const char *addr, int port, int world, int64_t linger_ms,
-                        const char *refuse, store_server **ret, accel_err *err)
+                        int64_t keepalive_ms, const char *refuse, store_server **ret,
+                        accel_err *err)
 {
 	store_server *s = calloc(1, sizeof(*s));
 	int rc;
@@ -1320,6 +1345,7 @@ static int server_start(const char *addr, int port, int world, int64_t linger_ms
 	s->world = world;
 	s->port = port;
 	s->linger_ms = linger_ms;
+	s->keepalive_ms = keepalive_ms;
 	atomic_store(&s->stop_linger_ms, -1);
 	s->nb = 64;
 	s->tab = calloc(s->nb, sizeof(*s->tab));
@@ -1436,6 +1462,7 @@ struct accel_store {
 	sconn *idle;
 	int rank, world;
 	int64_t timeout_ms;
+	int64_t keepalive_ms;  /* sock_keepalive() of its connections */
 	char addr[256];
 	int port;
 	char where[300];       /* "host:port" or "[v6]:port", for messages */
@@ -1661,6 +1688,7 @@ static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd
 				int fd, e = 0;
 				if (try_connect(ai, deadline, &fd, &e) == 0) {
 					freeaddrinfo(res);
+					sock_keepalive(fd, st->keepalive_ms);
 					*ret_fd = fd;
 					return ACCEL_OK;
 				}
@@ -1777,6 +1805,13 @@ static int rpc(accel_store *st, sbuf *req, int64_t wait_ms, sbuf *ret_body, acce
 int accel_store_new(const char *addr, int port, int rank, int world_size, int64_t timeout_ms,
                     accel_store **ret_store, accel_err *err)
 {
+	return accel_store_new_keepalive(addr, port, rank, world_size, timeout_ms, 0, ret_store, err);
+}
+
+int accel_store_new_keepalive(const char *addr, int port, int rank, int world_size,
+                              int64_t timeout_ms, int64_t keepalive_ms, accel_store **ret_store,
+                              accel_err *err)
+{
 	if (!addr || !*addr || !ret_store)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_store_new: no address given");
 	if (port < 1 || port > 65535)
@@ -1799,6 +1834,7 @@ int accel_store_new(const char *addr, int port, int rank, int world_size, int64_
 	st->rank = rank;
 	st->world = world_size;
 	st->timeout_ms = timeout_ms;
+	st->keepalive_ms = keepalive_ms;
 	snprintf(st->addr, sizeof(st->addr), "%s", addr);
 	st->port = port;
 	if (strchr(addr, ':'))
@@ -1806,7 +1842,8 @@ int accel_store_new(const char *addr, int port, int rank, int world_size, int64_
 	else
 		snprintf(st->where, sizeof(st->where), "%s:%d", addr, port);
 	if (rank == 0 &&
-	    (rc = server_start(addr, port, world_size, timeout_ms, NULL, &st->srv, err)) < 0)
+	    (rc = server_start(addr, port, world_size, timeout_ms, keepalive_ms, NULL, &st->srv,
+	                       err)) < 0)
 		goto fail;
 	if ((rc = conn_open(st, 0, timeout_ms, &st->idle, err)) < 0)
 		goto fail;
@@ -1872,7 +1909,7 @@ int accel_store_refusal_start(const char *addr, int port, int world_size, const 
 	accel_store_refusal *r = calloc(1, sizeof(*r));
 	if (!r)
 		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
-	int rc = server_start(addr, port, world_size, 0, why, &r->srv, err);
+	int rc = server_start(addr, port, world_size, 0, 0, why, &r->srv, err);
 	if (rc < 0) {
 		free(r);
 		return rc;

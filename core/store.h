@@ -40,6 +40,12 @@ typedef struct accel_store accel_store;
  * else on every interface (IPv6 dual-stack, or IPv4).  Owned. */
 int accel_store_new(const char *addr, int port, int rank, int world_size, int64_t timeout_ms,
                     accel_store **ret_store, accel_err *err);
+/* The same, with TCP keepalive on the store's connections (keepalive_ms
+ * without an answer from a peer's node and its connection is dead; 0: off,
+ * as in accel_store_new): config comm.keepalive_s. */
+int accel_store_new_keepalive(const char *addr, int port, int rank, int world_size,
+                              int64_t timeout_ms, int64_t keepalive_ms, accel_store **ret_store,
+                              accel_err *err);
 /* Close the connection; rank 0 stops the server after the other ranks have
  * disconnected, or at the latest after the store's timeout (with a warning
  * naming the ranks still connected), or 1 s after accel_store_fail.

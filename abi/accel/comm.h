@@ -82,9 +82,15 @@ typedef struct accel_comm_init_v1 {
 	                              to name OS objects such as shm segments       */
 	/* ABI minor 2 (read only when struct_size covers it): */
 	const char *master_addr;   /* host of the rendezvous store as the core found
-	                              it (ACCEL_MASTER_ADDR, MASTER_ADDR, the first
-	                              Slurm node, 127.0.0.1 on one node); NULL when
-	                              the job has none (one process, mpirun alone) */
+	                              it (ACCEL_MASTER_ADDR, else MASTER_ADDR, else
+	                              under srun the first node of the step, else
+	                              127.0.0.1 on a job known to be on one node);
+	                              NULL when it found none (mpirun across nodes
+	                              without ACCEL_MASTER_ADDR)                  */
+	int64_t keepalive_ms;      /* config comm.keepalive_s: a backend with its own
+	                              connections between nodes treats one whose
+	                              node answers nothing for this long as dead
+	                              (TCP keepalive); 0: off                     */
 } accel_comm_init_v1;
 
 /* Nonzero when `args` (an accel_comm_init_v1 *) carries `member`: a core of

@@ -77,6 +77,8 @@ typedef struct tcp_state {
 	const void **in_ptrs;     /* world entries, for coll_reduce */
 	op_hdr *hdrs;             /* world entries: the peers' headers of an op */
 	uint64_t small_bytes;     /* all-reduces up to this go in one exchange */
+	int64_t keepalive_ms;     /* comm.keepalive_s: a silent peer node is dead
+	                             after this (keepalive, TCP_USER_TIMEOUT); 0: off */
 	char *small_buf;          /* header + payload of such an all-reduce */
 	/* scratch of the one op that runs at a time (the comm thread's, or a
 	 * caller's in wait(): run_cursor hands the cursor to one of them) */

@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -94,10 +95,29 @@ int tcp_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns)
 	return 0;
 }
 
-static void tune(int fd)
+/* A mesh connection: no Nagle delay, non-blocking, and (comm.keepalive_s)
+ * dead after keepalive_ms without an answer from the peer's node: keepalive
+ * probes from half of it on, while the connection is idle, and
+ * TCP_USER_TIMEOUT for data left unacknowledged.  A live but busy peer
+ * still answers both (its kernel does), so this finds only nodes that are
+ * down or cut off, which otherwise only comm.timeout_s would.  The store's
+ * connections get the same (core/store.c). */
+static void tune(const tcp_state *st, int fd)
 {
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (st->keepalive_ms > 0) {
+		int k = st->keepalive_ms / 1000 > 1 ? (int)(st->keepalive_ms / 1000) : 1, cnt = 3;
+		int idle = k / 2 > 0 ? k / 2 : 1;
+		int intvl = (k - idle) / cnt > 0 ? (k - idle) / cnt : 1;
+		unsigned int user_ms = st->keepalive_ms > UINT_MAX ? UINT_MAX
+		                                                  : (unsigned int)st->keepalive_ms;
+		setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+		setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
+	}
 	int fl = fcntl(fd, F_GETFL);
 	if (fl >= 0)
 		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
@@ -556,7 +576,7 @@ static int take_hello(tcp_state *st, pending *pc, uint64_t job, int64_t deadline
 	if (rc)
 		return rc;
 	st->peers[q].fd = pc->fd;
-	tune(pc->fd);
+	tune(st, pc->fd);
 	return 1;
 }
 
@@ -758,7 +778,7 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 			                  "this communicator", st->peers[q].where, bad, q);
 		if ((rc = settings_differ(st, &back)))
 			return rc;
-		tune(fd);
+		tune(st, fd);
 	}
 
 	if ((rc = accept_higher(st, job, deadline, addr, port)))

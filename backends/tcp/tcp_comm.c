@@ -194,13 +194,21 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 		return req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) closed its connection: %s", p,
 		                st->peers[p].where, note);
 	also_closed(st, p, also, sizeof(also));
-	if (gone < 0)
+	if (gone < 0 && st->rank == 0)
+		snprintf(verdict, sizeof(verdict), "; this rank cannot reach the rendezvous store it "
+		         "hosts either: the network of this node is down");
+	else if (gone < 0)
 		snprintf(verdict, sizeof(verdict), "; the rendezvous store cannot be reached either "
 		         "(rank 0, which hosts it, is gone), so whether rank %d crashed or freed its "
 		         "context after a failure of its own is unknown", p);
 	else
 		store_verdict(st, 500, verdict, sizeof(verdict));
-	if (sending)
+	int silent = e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN;
+	if (silent)
+		snprintf(how, sizeof(how), "its node has not answered for comm.keepalive_s = %g s "
+		         "(%s): it is down or unreachable", (double)st->keepalive_ms / 1000.0,
+		         strerror(e));
+	else if (sending)
 		snprintf(how, sizeof(how), "sending to it failed (%s)",
 		         e ? strerror(e) : "no progress");
 	else if (e)
@@ -210,8 +218,9 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 		snprintf(how, sizeof(how), "its connection closed while rank %d waited for its data",
 		         st->rank);
 	return req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) is gone: %s%s%s%s", p, st->peers[p].where,
-	                how, gone < 0 ? "" : "; it exited without freeing its context, crashed or "
-	                                     "was killed", also, verdict);
+	                how, gone < 0 || silent ? "" : "; it exited without freeing its context, "
+	                                               "crashed or was killed",
+	                also, verdict);
 }
 
 /* The first unfinished transfer of peer p in direction `send` after x[i]. */
@@ -1010,6 +1019,8 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	int64_t chunk_kb = 1024;
 	const char *addr = "";
 	int64_t small_kb = 16;
+	/* comm.keepalive_s, from a core of ABI minor 2 on; before, 30 s */
+	st->keepalive_ms = ACCEL_COMM_INIT_HAS(args, keepalive_ms) ? args->keepalive_ms : 30000;
 	if (host->cfg_int) {
 		host->cfg_int(h, "chunk_kb", &chunk_kb);
 		host->cfg_int(h, "small_kb", &small_kb);

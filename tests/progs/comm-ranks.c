@@ -17,6 +17,11 @@
  *                                   while the others wait in an allreduce
  *   comm-ranks mismatch OUTDIR VICTIM  VICTIM issues an allgather where the
  *                                   others issue an allreduce; all report
+ *   comm-ranks vanish OUTDIR VICTIM VICTIM takes this network namespace's
+ *                                   loopback down (`ip link set lo down`;
+ *                                   run it inside `unshare -rn`) and sleeps:
+ *                                   its node has vanished for the others,
+ *                                   who report how their allreduce failed
  *   comm-ranks late OUTDIR VICTIM   VICTIM sleeps 3 s before the allreduce
  *                                   the others wait in (run it with a short
  *                                   comm.timeout_s); all report
@@ -242,11 +247,32 @@ static int mode_late(accel_ctx *ctx, int victim)
 	return 0;
 }
 
+static int mode_vanish(accel_ctx *ctx, int victim)
+{
+	float x[4] = {1, 2, 3, 4};
+	if (g_rank != victim)
+		signal(SIGTERM, SIG_IGN);  /* report before the launcher stops us */
+	if (accel_wait_for_everyone(ctx))
+		return 1;
+	if (g_rank == victim) {
+		if (system("ip link set lo down") != 0) {
+			report("vanish", ACCEL_ERR_INTERNAL, 0, "ip link set lo down failed");
+			return 1;
+		}
+		sleep(120);  /* alive, unreachable: the launcher stops it */
+		return 0;
+	}
+	double t0 = now_s();
+	int st = accel_allreduce(ctx, x, x, 4, ACCEL_DTYPE_F32, ACCEL_RED_SUM);
+	report("vanish", st, now_s() - t0, accel_errmsg(ctx));
+	return st ? 1 : 0;  /* so that the launcher stops the victim */
+}
+
 int main(int argc, char **argv)
 {
 	accel_ctx *ctx = NULL;
 	if (argc < 3) {
-		fprintf(stderr, "usage: comm-ranks matrix|kill|leave|early|mismatch|late OUTDIR [VICTIM]\n");
+		fprintf(stderr, "usage: comm-ranks matrix|kill|leave|early|mismatch|late|vanish OUTDIR [VICTIM]\n");
 		return 2;
 	}
 	g_out = argv[2];
@@ -280,6 +306,8 @@ int main(int argc, char **argv)
 		rc = mode_mismatch(ctx, victim);
 	else if (!strcmp(argv[1], "late"))
 		rc = mode_late(ctx, victim);
+	else if (!strcmp(argv[1], "vanish"))
+		rc = mode_vanish(ctx, victim);
 	else
 		rc = 2;
 	accel_ctx_free(ctx);
