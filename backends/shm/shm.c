@@ -524,6 +524,10 @@ static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	c->rank = args->rank;
 	c->world = args->world_size;
 	c->timeout_ms = args->timeout_ms > 0 ? args->timeout_ms : 300000;
+	/* deadlines are now + timeout in ns (uint64): 1e12 ms, about 31 years,
+	 * is in effect no limit and cannot wrap (the core caps it there too) */
+	if (c->timeout_ms > INT64_C(1000000000000))
+		c->timeout_ms = INT64_C(1000000000000);
 	c->spin_ns = cfg_int(host, h, "spin_us", 1000) * 1000;
 	c->yield_ns = 0;
 	c->small_bytes = (uint64_t)cfg_int(host, h, "small_kb", 64) * 1024;

@@ -135,6 +135,16 @@ static int store_key(char *buf, size_t cap, int64_t inst)
 	return shm_fmt(buf, cap, "accel/shm/%lld/segment", (long long)inst);
 }
 
+/* Rank 0, the segment's creator, verifiably died: its pid is in our pid
+ * namespace and no longer exists. */
+static uint64_t pid_namespace(void);
+static int rank0_gone(const shm_comm *c)
+{
+	int32_t pid0 = c->hdr->creator_pid;
+	uint64_t ns0 = c->ranks[0].pidns;
+	return pid0 > 0 && ns0 && ns0 == pid_namespace() && kill(pid0, 0) == -1 && errno == ESRCH;
+}
+
 static int wait_all_attached(shm_comm *c, char *err, size_t cap)
 {
 	uint64_t deadline = shm_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
@@ -158,9 +168,11 @@ static int wait_all_attached(shm_comm *c, char *err, size_t cap)
 			shm_fmt(err, cap, "a rank failed while joining: %s", c->hdr->abort_msg);
 			return ACCEL_ERR_COMM;
 		}
-		/* rank 0 is known to everybody; if it dies nobody can finish */
-		int32_t pid0 = c->hdr->creator_pid;
-		if (c->rank != 0 && pid0 > 0 && kill(pid0, 0) == -1 && errno == ESRCH) {
+		/* rank 0 is known to everybody; if it dies nobody can finish (its
+		 * pid means something only in our pid namespace; from another one
+		 * the timeout and the store's verdict tell) */
+		if (c->rank != 0 && rank0_gone(c)) {
+			int32_t pid0 = c->hdr->creator_pid;
 			shm_fmt(err, cap, "rank 0 (pid %d) died while the ranks attached", (int)pid0);
 			return ACCEL_ERR_PEER;
 		}
@@ -298,10 +310,15 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 		}
 		int fe = posix_fallocate(fd, 0, (off_t)l.total);
 		if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
+			uint64_t slots = l.off_stage - l.off_small, ring = l.total - l.off_stage;
 			st = host->error(c->h, fe == ENOSPC ? ACCEL_ERR_NOMEM : ACCEL_ERR_SYSTEM,
-			                 "cannot reserve %llu bytes of shared memory for %d ranks in /dev/shm: "
-			                 "%s (free space with `df /dev/shm`, or lower shm.chunk_kb)",
-			                 (unsigned long long)l.total, (int)c->world, strerror(fe));
+			                 "cannot reserve %llu bytes of shared memory for %d ranks in /dev/shm "
+			                 "(%llu B of one-shot slots: 2 x shm.small_kb per rank; %llu B of "
+			                 "staging: shm.depth x world x shm.chunk_kb per rank): %s (free space with "
+			                 "`df /dev/shm`, or lower %s)",
+			                 (unsigned long long)l.total, (int)c->world,
+			                 (unsigned long long)slots, (unsigned long long)ring, strerror(fe),
+			                 slots >= ring ? "shm.small_kb" : "shm.chunk_kb or shm.depth");
 			goto fail;
 		}
 	} else {
@@ -318,12 +335,23 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 		shm_fmt(c->name, sizeof(c->name), "%s", name);
 		fd = shm_open(c->name, O_RDWR | O_CLOEXEC, 0600);
 		if (fd < 0) {
-			st = host->error(c->h, errno == ENOENT ? ACCEL_ERR_PEER : ACCEL_ERR_SYSTEM,
-			                 "cannot open shared memory %s created by rank 0: %s%s", c->name,
-			                 strerror(errno),
-			                 errno == ENOENT ? " (rank 0 gave up or died, or it runs on another "
-			                                   "node: shm serves one node)"
-			                                 : "");
+			int e = errno;
+			/* gone already: the job's verdict, when a failed rank left one,
+			 * says why rank 0 removed it */
+			char why[400], note[480] = "";
+			uint64_t wl = 0;
+			if (e == ENOENT && host->store_get(c->h, "accel/job/failed", why, sizeof(why) - 1,
+			                                   &wl, 0) == ACCEL_OK) {
+				why[wl < sizeof(why) ? wl : sizeof(why) - 1] = '\0';
+				shm_fmt(note, sizeof(note), "; the job failed: %s", why);
+			}
+			st = host->error(c->h, e == ENOENT ? ACCEL_ERR_PEER : ACCEL_ERR_SYSTEM,
+			                 "cannot open shared memory %s created by rank 0: %s%s%s", c->name,
+			                 strerror(e),
+			                 e == ENOENT ? " (rank 0 gave up or died, or it runs on another "
+			                               "node: shm serves one node)"
+			                             : "",
+			                 note);
 			c->name[0] = '\0';
 			goto fail;
 		}
@@ -366,21 +394,22 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 		shm_hdr *h = c->hdr;
 		if (!atomic_load_explicit(&h->ready, memory_order_acquire) || h->magic != SHM_MAGIC ||
 		    h->version != SHM_LAYOUT_VERSION) {
-			st = host->error(c->h, ACCEL_ERR_ABI,
-			                 "shared segment %s is not an accel shm segment of layout %u", c->name,
-			                 SHM_LAYOUT_VERSION);
+			shm_fmt(err, sizeof(err), "rank %d: shared segment %s is not an accel shm segment "
+			        "of layout %u", (int)c->rank, c->name, SHM_LAYOUT_VERSION);
+			st = host->error(c->h, ACCEL_ERR_ABI, "%s", err);
 			goto fail;
 		}
 		if (h->world != c->world || h->small_bytes != c->small_bytes ||
 		    h->chunk_bytes != c->chunk_bytes || h->depth != c->depth) {
-			st = host->error(c->h, ACCEL_ERR_CONFIG,
-			                 "rank 0 set up shm for world %d (small %llu B, chunk %llu B, depth %u), "
-			                 "this rank for world %d (small %llu B, chunk %llu B, depth %u): give "
-			                 "every rank the same configuration",
-			                 (int)h->world, (unsigned long long)h->small_bytes,
-			                 (unsigned long long)h->chunk_bytes, h->depth, (int)c->world,
-			                 (unsigned long long)c->small_bytes, (unsigned long long)c->chunk_bytes,
-			                 c->depth);
+			shm_fmt(err, sizeof(err),
+			        "rank 0 set up shm for world %d (small %llu B, chunk %llu B, depth %u), "
+			        "rank %d for world %d (small %llu B, chunk %llu B, depth %u): give "
+			        "every rank the same configuration",
+			        (int)h->world, (unsigned long long)h->small_bytes,
+			        (unsigned long long)h->chunk_bytes, h->depth, (int)c->rank, (int)c->world,
+			        (unsigned long long)c->small_bytes, (unsigned long long)c->chunk_bytes,
+			        c->depth);
+			st = host->error(c->h, ACCEL_ERR_CONFIG, "%s", err);
 			goto fail;
 		}
 		/* Claim the rank's slot atomically: of two processes started with
@@ -388,10 +417,11 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 		int32_t none = SHM_RANK_NONE;
 		if (!atomic_compare_exchange_strong(&c->ranks[c->rank].state, &none,
 		                                    SHM_RANK_ATTACHED)) {
-			st = host->error(c->h, ACCEL_ERR_CONFIG,
-			                 "two processes claim rank %d of the shared segment (pid %d and %d): "
-			                 "check ACCEL_RANK of each process",
-			                 (int)c->rank, (int)atomic_load(&c->ranks[c->rank].pid), (int)getpid());
+			shm_fmt(err, sizeof(err),
+			        "two processes claim rank %d of the shared segment (pid %d and %d): "
+			        "check ACCEL_RANK of each process",
+			        (int)c->rank, (int)atomic_load(&c->ranks[c->rank].pid), (int)getpid());
+			st = host->error(c->h, ACCEL_ERR_CONFIG, "%s", err);
 			goto fail;
 		}
 		c->ranks[c->rank].pidns = pid_namespace();
@@ -425,7 +455,9 @@ fail_quiet:
 		close(fd);
 	if (c->map && c->hdr) {
 		/* Let ranks already attached fail fast instead of timing out. */
-		shm_abort(c, st ? st : ACCEL_ERR_COMM, err[0] ? err : "a rank failed to join the shared segment");
+		char why[64];
+		shm_fmt(why, sizeof(why), "rank %d failed to join the shared segment", (int)c->rank);
+		shm_abort(c, st ? st : ACCEL_ERR_COMM, err[0] ? err : why);
 	}
 	if (created && c->name[0])
 		shm_unlink(c->name);
@@ -445,12 +477,17 @@ void shm_seg_leave(shm_comm *c)
 void shm_seg_close(shm_comm *c)
 {
 	if (c->map) {
-		int unlinked = atomic_load(&c->hdr->unlinked);
+		/* Bootstrap never completed: do not leave the name behind.  Rank 0
+		 * created it and removes it; another rank only when rank 0 died
+		 * (removing it under a live rank 0 would tell ranks that have not
+		 * opened it yet that rank 0 gave up, instead of letting them read
+		 * why the bootstrap was aborted). */
+		int unlink_it = !atomic_load(&c->hdr->unlinked) && c->name[0] &&
+		                (c->rank == 0 || rank0_gone(c));
 		munmap(c->map, c->map_bytes);
 		c->map = NULL;
 		c->hdr = NULL;
-		/* Bootstrap never completed: do not leave the name behind. */
-		if (!unlinked && c->name[0])
+		if (unlink_it)
 			shm_unlink(c->name);
 	}
 	if (c->pidfds)
