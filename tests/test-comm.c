@@ -52,6 +52,11 @@ static int g_rank, g_world;
 static char g_root[128];          /* per test-program temp directory */
 static char g_store[320];         /* store directory of the current world */
 static int64_t g_cfg_small_kb = -1, g_cfg_chunk_kb = -1, g_cfg_spin_us = -1;
+/* rank g_odd_rank (>= 0) reads these small_kb/chunk_kb instead */
+static int g_odd_rank = -1;
+static int64_t g_odd_small_kb, g_odd_chunk_kb;
+/* rank g_late_rank (>= 0) sleeps g_late_ms before its init */
+static int g_late_rank = -1, g_late_ms;
 /* below run_world()'s limits, so a stuck collective reports itself */
 static int64_t g_timeout_ms = 30000;
 
@@ -102,9 +107,9 @@ static int h_cfg_int(accel_host *h, const char *key, int64_t *ret)
 	(void)h;
 	int64_t v = -1;
 	if (!strcmp(key, "small_kb"))
-		v = g_cfg_small_kb;
+		v = g_rank == g_odd_rank ? g_odd_small_kb : g_cfg_small_kb;
 	else if (!strcmp(key, "chunk_kb"))
-		v = g_cfg_chunk_kb;
+		v = g_rank == g_odd_rank ? g_odd_chunk_kb : g_cfg_chunk_kb;
 	else if (!strcmp(key, "spin_us"))
 		v = g_cfg_spin_us;
 	if (v < 0)
@@ -239,6 +244,8 @@ static void run_world(int n, rank_fn fn, void *arg, int limit_s, world_result *r
 				.timeout_ms = g_timeout_ms,
 				.job_id = job,
 			};
+			if (r == g_late_rank)
+				usleep((useconds_t)g_late_ms * 1000);
 			int st = B->init(&g_host_table, (accel_host *)&env.hh, &a, &env.st);
 			if (st) {
 				fprintf(stderr, "[rank %d] init failed: %d %s\n", r, st, env.hh.err);
@@ -593,6 +600,55 @@ START_TEST(timeout_names_missing_rank)
 	ck_assert_msg(sscanf(buf, "%d %lf", &st, &took) == 2, "%s", buf);
 	ck_assert_msg(st == ACCEL_ERR_TIMEOUT && took < 0.5, "%s", buf);
 	ck_assert_msg(strstr(buf, "rank 0 failed") || strstr(buf, "left the job"), "%s", buf);
+}
+END_TEST
+
+/* A rank whose settings differ from rank 0's although the segment sizes
+ * agree (small_kb 80 + chunk_kb 60 against 64 + 64 on two ranks: 1280 KiB
+ * either way) fails after mapping it; rank 0, waiting for it, must be told
+ * which rank and why, not just that "a rank failed to join". */
+static void rank_nothing(rank_env *env, void *arg)
+{
+	(void)env;
+	(void)arg;
+}
+
+START_TEST(join_mismatch_names_rank)
+{
+	world_result res;
+	g_odd_rank = 1;
+	g_odd_small_kb = 80;
+	g_odd_chunk_kb = 60;
+	g_late_rank = 1;  /* rank 0 waits in the bootstrap when rank 1 fails */
+	g_late_ms = 300;
+	run_world(2, rank_nothing, NULL, 30, &res);
+	g_odd_rank = g_late_rank = -1;
+	ck_assert_msg(!res.timed_out, "the ranks did not finish in time");
+	char buf[4096];
+	ck_assert_int_eq(read_report("init", 1, buf, sizeof(buf)), 0);
+	ck_assert_msg(strstr(buf, "rank 1 for world 2 (small 81920 B, chunk 61440 B"), "%s", buf);
+	ck_assert_int_eq(read_report("init", 0, buf, sizeof(buf)), 0);
+	ck_assert_msg(strstr(buf, "a rank failed while joining: rank 0 set up shm for world 2") &&
+	                  strstr(buf, "rank 1 for world 2 (small 81920 B"),
+	              "rank 0 was not told which rank failed and why: %s", buf);
+	char names[512];
+	ck_assert_msg(shm_leftovers(res.pid[0], names, sizeof(names)) == 0, "left behind: %s",
+	              names);
+}
+END_TEST
+
+/* A timeout near INT64_MAX ms means "no limit": the bootstrap waits for a
+ * rank 1 s late instead of timing out at once (now + timeout in ns wrapped). */
+START_TEST(huge_timeout_waits)
+{
+	world_result res;
+	g_timeout_ms = INT64_MAX;
+	g_late_rank = 1;
+	g_late_ms = 1000;
+	run_world(2, rank_nothing, NULL, 30, &res);
+	g_late_rank = -1;
+	g_timeout_ms = 30000;
+	assert_all_ok(&res);
 }
 END_TEST
 
@@ -1318,6 +1374,8 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, bad_arguments);
 	tcase_add_test(tc, mismatched_collectives);
 	tcase_add_test(tc, timeout_names_missing_rank);
+	tcase_add_test(tc, join_mismatch_names_rank);
+	tcase_add_test(tc, huge_timeout_waits);
 	tcase_add_test(tc, rank_leaves_early);
 	tcase_add_test(tc, rank_exits_without_fini);
 	tcase_add_test(tc, test_poll_sees_dead_peer);
