@@ -7,6 +7,7 @@
  * call is checked here (dtypes, counts, root) so backends see only valid
  * requests and users get messages that name the argument. */
 #include <pthread.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,7 +100,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 		.timeout_ms = (int64_t)(timeout_s * 1000.0),
 		.job_id = ctx->job_id[0] ? ctx->job_id : "single",
 		.master_addr = ctx->master_addr[0] ? ctx->master_addr : NULL,
-		.keepalive_ms = (int64_t)(keepalive_s * 1000.0),
+		.keepalive_ms = (int64_t)ceil(keepalive_s * 1000.0),
 	};
 	be->module = m;
 	be->vt = m->comm;

@@ -3,6 +3,7 @@
  * plugins; and the small public API around it (errors, ranks, printing,
  * config reads, blocking collectives). */
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,7 +156,7 @@ static int setup_processes(accel_ctx *ctx)
 			return accel_store_new_keepalive(ctx->master_addr, ctx->master_port,
 			                                 ctx->world.rank, ctx->world.world_size,
 			                                 (int64_t)(timeout_s * 1000),
-			                                 (int64_t)(keepalive_s * 1000), &ctx->store,
+			                                 (int64_t)ceil(keepalive_s * 1000), &ctx->store,
 			                                 &ctx->err);
 		}
 		if (!ctx->launcher || strncmp(ctx->launcher, "mpi", 3) != 0)

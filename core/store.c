@@ -1081,24 +1081,36 @@ static void client_close(store_server *s, size_t i)
 }
 
 /* A connection to another node counts as dead after ms without an answer
- * from that node's kernel (0: never): TCP keepalive probes from half of it
- * on while it is idle, TCP_USER_TIMEOUT while data waits for its ACK.  A
- * live process answers both even when it is busy or stopped, so only a node
- * that is down or cut off trips it (comm.keepalive_s). */
+ * from that node's kernel (0: never; comm.keepalive_s): TCP keepalive
+ * probes from half of it on while it is idle, and TCP_USER_TIMEOUT while
+ * data waits for its ACK.  A live process's kernel answers both even when
+ * the process is busy or stopped.  (TCP_USER_TIMEOUT would also end the
+ * connection of a live peer whose receive buffer stays full that long; the
+ * store's messages are far smaller than a socket buffer, and the tcp
+ * backend, which moves large data, watches TCP_INFO instead.) */
 static void sock_keepalive(int fd, int64_t ms)
 {
 	if (ms <= 0)
 		return;
+	/* Linux takes at most 32767 s for either interval */
 	int on = 1, cnt = 3;
-	int k = ms / 1000 > 1 ? (int)(ms / 1000) : 1;
-	int idle = k / 2 > 0 ? k / 2 : 1;
-	int intvl = (k - idle) / cnt > 0 ? (k - idle) / cnt : 1;
+	int64_t k = ms < 2000 ? 2 : ms / 1000;
+	int idle = (int)(k / 2 < 32767 ? k / 2 : 32767);
+	int intvl = (int)((k - idle) / cnt);
+	if (intvl < 1)
+		intvl = 1;
+	if (intvl > 32767)
+		intvl = 32767;
 	unsigned int user_ms = ms > UINT_MAX ? UINT_MAX : (unsigned int)ms;
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
+	if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms)) != 0) {
+		char et[128];
+		accel_log(ACCEL_LOG_WARN, "rendezvous store: cannot set TCP keepalive (%s): a node "
+		          "that vanishes is found by comm.timeout_s only", errtext(errno, et, sizeof(et)));
+	}
 }
 
 static void server_accept(store_server *s, int lfd)

@@ -478,12 +478,14 @@ void shm_seg_close(shm_comm *c)
 {
 	if (c->map) {
 		/* Bootstrap never completed: do not leave the name behind.  Rank 0
-		 * created it and removes it; another rank only when rank 0 died
-		 * (removing it under a live rank 0 would tell ranks that have not
-		 * opened it yet that rank 0 gave up, instead of letting them read
-		 * why the bootstrap was aborted). */
+		 * created it and removes it; another rank when the bootstrap was
+		 * aborted (by itself or another: rank 0 may be stopped by its
+		 * launcher before it sees the abort) or rank 0 died.  Not merely
+		 * because this rank is leaving: rank 0 and the ranks still to
+		 * come are then waiting for the others, and a late rank that finds
+		 * the name gone reads the job's verdict from the store. */
 		int unlink_it = !atomic_load(&c->hdr->unlinked) && c->name[0] &&
-		                (c->rank == 0 || rank0_gone(c));
+		                (c->rank == 0 || atomic_load(&c->hdr->abort_code) || rank0_gone(c));
 		munmap(c->map, c->map_bytes);
 		c->map = NULL;
 		c->hdr = NULL;

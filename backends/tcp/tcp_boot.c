@@ -96,27 +96,33 @@ int tcp_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns)
 }
 
 /* A mesh connection: no Nagle delay, non-blocking, and (comm.keepalive_s)
- * dead after keepalive_ms without an answer from the peer's node: keepalive
- * probes from half of it on, while the connection is idle, and
- * TCP_USER_TIMEOUT for data left unacknowledged.  A live but busy peer
- * still answers both (its kernel does), so this finds only nodes that are
- * down or cut off, which otherwise only comm.timeout_s would.  The store's
- * connections get the same (core/store.c). */
+ * TCP keepalive: an idle connection whose peer node answers nothing for
+ * keepalive_ms (probes from half of it on, three of them) fails with
+ * ETIMEDOUT.  A live peer's kernel answers the probes even when the process
+ * is busy or stopped.  Data in flight that its node never acknowledges is
+ * caught by exchange() (peer_silent, from TCP_INFO), not by
+ * TCP_USER_TIMEOUT, which would also kill the connection of a live peer
+ * that merely stopped reading (a full receive window). */
 static void tune(const tcp_state *st, int fd)
 {
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (st->keepalive_ms > 0) {
-		int k = st->keepalive_ms / 1000 > 1 ? (int)(st->keepalive_ms / 1000) : 1, cnt = 3;
-		int idle = k / 2 > 0 ? k / 2 : 1;
-		int intvl = (k - idle) / cnt > 0 ? (k - idle) / cnt : 1;
-		unsigned int user_ms = st->keepalive_ms > UINT_MAX ? UINT_MAX
-		                                                  : (unsigned int)st->keepalive_ms;
-		setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-		setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-		setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-		setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-		setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
+		/* Linux takes at most 32767 s for either */
+		int64_t k = st->keepalive_ms < 2000 ? 2 : st->keepalive_ms / 1000;
+		int cnt = 3, idle = (int)(k / 2 < 32767 ? k / 2 : 32767);
+		int intvl = (int)((k - idle) / cnt);
+		if (intvl < 1)
+			intvl = 1;
+		if (intvl > 32767)
+			intvl = 32767;
+		if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+		    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+		    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
+		    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0)
+			st->host->log(st->h, ACCEL_LOG_WARN,
+			              "tcp: cannot set TCP keepalive (%s): a node that vanishes is "
+			              "found by comm.timeout_s only", strerror(errno));
 	}
 	int fl = fcntl(fd, F_GETFL);
 	if (fl >= 0)

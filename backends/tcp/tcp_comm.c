@@ -33,8 +33,11 @@
  *  - broadcast: a pipelined chain root -> root+1 -> ..., in chunks, so no
  *    link carries the buffer more than once. */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,10 +207,13 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 	else
 		store_verdict(st, 500, verdict, sizeof(verdict));
 	int silent = e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN;
-	if (silent)
+	if (silent && st->keepalive_ms > 0)
 		snprintf(how, sizeof(how), "its node has not answered for comm.keepalive_s = %g s "
 		         "(%s): it is down or unreachable", (double)st->keepalive_ms / 1000.0,
 		         strerror(e));
+	else if (silent)
+		snprintf(how, sizeof(how), "its node stopped answering, and the kernel gave up "
+		         "retransmitting (%s): it is down or unreachable", strerror(e));
 	else if (sending)
 		snprintf(how, sizeof(how), "sending to it failed (%s)",
 		         e ? strerror(e) : "no progress");
@@ -221,6 +227,25 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 	                how, gone < 0 || silent ? "" : "; it exited without freeing its context, "
 	                                               "crashed or was killed",
 	                also, verdict);
+}
+
+/* Whether peer p's node has acknowledged nothing of what this rank sent it
+ * for comm.keepalive_s: data is in flight (unacknowledged) and the last
+ * ACK is that old.  A live peer that does not read (stopped, busy: its
+ * receive window is full) still acknowledges the kernel's window probes
+ * and has nothing in flight, so this catches only a node that is down or
+ * cut off.  (An idle connection is watched by TCP keepalive instead;
+ * TCP_USER_TIMEOUT would also kill the connection of a peer that stops
+ * reading.) */
+static int peer_silent(const tcp_state *st, int32_t p)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+	if (st->keepalive_ms <= 0 ||
+	    getsockopt(st->peers[p].fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+	    len < offsetof(struct tcp_info, tcpi_last_ack_recv) + sizeof(ti.tcpi_last_ack_recv))
+		return 0;
+	return ti.tcpi_unacked > 0 && (int64_t)ti.tcpi_last_ack_recv >= st->keepalive_ms;
 }
 
 /* The first unfinished transfer of peer p in direction `send` after x[i]. */
@@ -249,6 +274,7 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 	/* poll without sleeping for a moment first: a small op's peers are
 	 * usually microseconds away, and a sleep costs a wake-up each time */
 	int64_t spin_until = coll_now_ns() + st->spin_ns;
+	int64_t next_silence_check = 0;
 	for (;;) {
 		/* the first unfinished transfer of each peer and direction */
 		for (int32_t p = 0; p < w; p++)
@@ -324,6 +350,14 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 		if (k < 0 && errno != EINTR) {
 			rc = req_fail(r, ACCEL_ERR_SYSTEM, "poll failed: %s", strerror(errno));
 			goto out;
+		}
+		if (k == 0 && coll_now_ns() >= next_silence_check) {
+			next_silence_check = coll_now_ns() + 500000000;
+			for (int j = 0; j < np; j++)
+				if (peer_silent(st, who[j])) {
+					rc = peer_failed(st, r, who[j], 1, ETIMEDOUT);
+					goto out;
+				}
 		}
 		for (int j = 0; k > 0 && j < np; j++) {
 			int32_t p = who[j];

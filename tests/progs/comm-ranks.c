@@ -22,12 +22,17 @@
  *                                   run it inside `unshare -rn`) and sleeps:
  *                                   its node has vanished for the others,
  *                                   who report how their allreduce failed
+ *   comm-ranks stall OUTDIR VICTIM  VICTIM stops itself (SIGSTOP) 100 ms into
+ *                                   five 64 MiB broadcasts, after writing its
+ *                                   pid to OUTDIR/stalled; the test sends
+ *                                   SIGCONT later; all report
  *   comm-ranks late OUTDIR VICTIM   VICTIM sleeps 3 s before the allreduce
  *                                   the others wait in (run it with a short
  *                                   comm.timeout_s); all report
  *
  * Each rank writes OUTDIR/<mode>-<rank> ("<status> <seconds> <message>")
  * before it exits; exit status 0 when every check passed. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,6 +252,43 @@ static int mode_late(accel_ctx *ctx, int victim)
 	return 0;
 }
 
+static void *stop_later(void *arg)
+{
+	(void)arg;
+	usleep(100000);
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/stalled", g_out);
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%d\n", (int)getpid());
+		fclose(f);
+	}
+	raise(SIGSTOP);  /* the whole process, in the middle of a transfer */
+	return NULL;
+}
+
+static int mode_stall(accel_ctx *ctx, int victim)
+{
+	enum { N = 16 << 20 };
+	float *x = calloc(N, sizeof(float));
+	pthread_t t;
+	if (!x || accel_wait_for_everyone(ctx))
+		return 1;
+	if (g_rank == victim && pthread_create(&t, NULL, stop_later, NULL) != 0)
+		return 1;
+	double t0 = now_s();
+	int st = ACCEL_OK;
+	/* broadcasts from rank 0 stream into the stopped rank until its
+	 * receive window is full (an all-reduce round waits for its data) */
+	for (int i = 0; i < 5 && st == ACCEL_OK; i++)
+		st = accel_broadcast(ctx, x, N, ACCEL_DTYPE_F32, 0);
+	if (g_rank == victim)
+		pthread_join(t, NULL);
+	report("stall", st, now_s() - t0, st ? accel_errmsg(ctx) : "ok");
+	free(x);
+	return st ? 1 : 0;
+}
+
 static int mode_vanish(accel_ctx *ctx, int victim)
 {
 	float x[4] = {1, 2, 3, 4};
@@ -272,7 +314,7 @@ int main(int argc, char **argv)
 {
 	accel_ctx *ctx = NULL;
 	if (argc < 3) {
-		fprintf(stderr, "usage: comm-ranks matrix|kill|leave|early|mismatch|late|vanish OUTDIR [VICTIM]\n");
+		fprintf(stderr, "usage: comm-ranks matrix|kill|leave|early|mismatch|late|vanish|stall OUTDIR [VICTIM]\n");
 		return 2;
 	}
 	g_out = argv[2];
@@ -308,6 +350,8 @@ int main(int argc, char **argv)
 		rc = mode_late(ctx, victim);
 	else if (!strcmp(argv[1], "vanish"))
 		rc = mode_vanish(ctx, victim);
+	else if (!strcmp(argv[1], "stall"))
+		rc = mode_stall(ctx, victim);
 	else
 		rc = 2;
 	accel_ctx_free(ctx);
