@@ -86,6 +86,8 @@ typedef struct tcp_state {
 	int *cur;                 /* 2 x world: each peer's current send, receive */
 	struct pollfd *pf;        /* world entries */
 	int32_t *who;             /* world entries: the peer of each pf entry */
+	int64_t *unacked_since;   /* world entries: since when exchange() has seen
+	                             data in flight to the peer (0: not seen) */
 
 	pthread_t thread;
 	int thread_started;

@@ -230,22 +230,31 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 }
 
 /* Whether peer p's node has acknowledged nothing of what this rank sent it
- * for comm.keepalive_s: data is in flight (unacknowledged) and the last
- * ACK is that old.  A live peer that does not read (stopped, busy: its
- * receive window is full) still acknowledges the kernel's window probes
- * and has nothing in flight, so this catches only a node that is down or
- * cut off.  (An idle connection is watched by TCP keepalive instead;
+ * for comm.keepalive_s: this exchange has seen data in flight to it
+ * (unacknowledged) at every check for that long, and its last ACK is that
+ * old.  (The last ACK alone is old after an idle spell while the ACK of
+ * what was just sent is on its way; the kernel's "last data sent" moves
+ * with every retransmission.)  A live peer that does not read (stopped,
+ * busy: its receive window is full) still acknowledges the kernel's window
+ * probes and has nothing in flight, so this catches only a node that is
+ * down or cut off.  An idle connection is watched by TCP keepalive instead;
  * TCP_USER_TIMEOUT would also kill the connection of a peer that stops
- * reading.) */
-static int peer_silent(const tcp_state *st, int32_t p)
+ * reading. */
+static int peer_silent(tcp_state *st, int32_t p, int64_t now)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
-	if (st->keepalive_ms <= 0 ||
-	    getsockopt(st->peers[p].fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+	if (getsockopt(st->peers[p].fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
 	    len < offsetof(struct tcp_info, tcpi_last_ack_recv) + sizeof(ti.tcpi_last_ack_recv))
 		return 0;
-	return ti.tcpi_unacked > 0 && (int64_t)ti.tcpi_last_ack_recv >= st->keepalive_ms;
+	if (ti.tcpi_unacked == 0) {
+		st->unacked_since[p] = 0;
+		return 0;
+	}
+	if (!st->unacked_since[p])
+		st->unacked_since[p] = now;
+	return now - st->unacked_since[p] >= st->keepalive_ms * 1000000 &&
+	       (int64_t)ti.tcpi_last_ack_recv >= st->keepalive_ms;
 }
 
 /* The first unfinished transfer of peer p in direction `send` after x[i]. */
@@ -275,6 +284,8 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 	 * usually microseconds away, and a sleep costs a wake-up each time */
 	int64_t spin_until = coll_now_ns() + st->spin_ns;
 	int64_t next_silence_check = 0;
+	for (int32_t p = 0; p < w; p++)
+		st->unacked_since[p] = 0;
 	for (;;) {
 		/* the first unfinished transfer of each peer and direction */
 		for (int32_t p = 0; p < w; p++)
@@ -351,10 +362,11 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 			rc = req_fail(r, ACCEL_ERR_SYSTEM, "poll failed: %s", strerror(errno));
 			goto out;
 		}
-		if (k == 0 && coll_now_ns() >= next_silence_check) {
-			next_silence_check = coll_now_ns() + 500000000;
+		if (k == 0 && st->keepalive_ms > 0 && coll_now_ns() >= next_silence_check) {
+			int64_t now = coll_now_ns();
+			next_silence_check = now + 500000000;
 			for (int j = 0; j < np; j++)
-				if (peer_silent(st, who[j])) {
+				if (peer_silent(st, who[j], now)) {
 					rc = peer_failed(st, r, who[j], 1, ETIMEDOUT);
 					goto out;
 				}
@@ -1030,6 +1042,7 @@ static void tcp_fini(void *state)
 	free(st->cur);
 	free(st->pf);
 	free(st->who);
+	free(st->unacked_since);
 	free(st);
 }
 
@@ -1090,10 +1103,11 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	st->cur = calloc((size_t)st->world * 2, sizeof(int));
 	st->pf = calloc((size_t)st->world, sizeof(struct pollfd));
 	st->who = calloc((size_t)st->world, sizeof(int32_t));
+	st->unacked_since = calloc((size_t)st->world, sizeof(int64_t));
 	st->small_buf = malloc(sizeof(op_hdr) + st->small_bytes);
 	st->stage = st->world > 1 ? malloc((size_t)(st->world - 1) * st->chunk_bytes) : NULL;
 	if (!st->peers || !st->in_ptrs || !st->hdrs || !st->small_buf || !st->xs || !st->cur ||
-	    !st->pf || !st->who ||
+	    !st->pf || !st->who || !st->unacked_since ||
 	    (st->world > 1 && !st->stage)) {
 		tcp_fini(st);
 		return host->error(h, ACCEL_ERR_NOMEM, "tcp backend: out of memory");
