@@ -1,14 +1,18 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # tests/test-tcp-vanish.sh: a node that vanishes (alive, but its network
-# gone: nothing answers, no connection closes) is found by the tcp backend's
-# keepalive within seconds, not only at comm.timeout_s.  Inside a private
-# network namespace (`unshare -rn`, no privileges needed), `accel launch -n 2`
-# runs comm-ranks' vanish mode: after a barrier rank 1 takes the namespace's
-# loopback down and sleeps; rank 0, in an all-reduce with comm.timeout_s=60
-# and comm.keepalive_s=3, must fail naming rank 1 as unreachable well before
-# the timeout.  Skipped (77) where the system allows no user namespaces or
-# `ip` (iproute2) is missing.
+# gone: nothing answers, no connection closes) is found within seconds
+# (comm.keepalive_s), not only at comm.timeout_s.  Each case runs inside a
+# private network namespace (`unshare -rn`, no privileges needed), where
+# taking the loopback down cuts every rank off:
+#  1. comm-ranks' vanish mode: after a barrier rank 1 takes the loopback
+#     down and sleeps; rank 0, in an all-reduce with comm.timeout_s=60 and
+#     comm.keepalive_s=3, must fail naming rank 1 as unreachable;
+#  2. comm-ranks' stall mode: rank 1 stops itself (SIGSTOP) in 64 MiB
+#     broadcasts, so rank 0's connection waits for its window, then the
+#     loopback goes down; rank 0 must fail the same way.
+# Skipped (77) where the system allows no user namespaces or `ip`
+# (iproute2) is missing.
 set -eu
 : "${ACCEL_CLI:?set by meson}" "${ACCEL_TEST_BUILDDIR:?set by meson}"
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/test-tcp-vanish.XXXXXX")
@@ -24,6 +28,7 @@ if ! unshare -rn sh -c 'ip link set lo up' >"$OUT/unshare.log" 2>&1; then
 	exit 77
 fi
 
+# 1. rank 1's node vanishes while rank 0 waits in an all-reduce
 start=$(date +%s)
 status=0
 unshare -rn sh -c 'ip link set lo up && exec "$@"' sh \
@@ -48,3 +53,38 @@ secs=$(echo "$report" | cut -d' ' -f2)
 awk -v s="$secs" 'BEGIN { exit !(s < 20) }' || fail "rank 0 took $secs s to notice"
 [ "$took" -lt 40 ] || fail "accel launch took $took s"
 echo "ok: rank 0 found rank 1 unreachable after $secs s (comm.timeout_s 60)"
+
+# 2. The node vanishes while its rank had stopped reading (SIGSTOP in the
+# middle of 64 MiB broadcasts from rank 0): everything rank 0 sent is
+# acknowledged and the rest waits for a window that never opens, so there
+# is no unacknowledged data and keepalive does not run; the unanswered
+# window probes must count as silence.
+mkdir "$OUT/stall"
+start=$(date +%s)
+status=0
+OUTDIR=$OUT/stall unshare -rn sh -c '
+	ip link set lo up || exit 1
+	"$@" &
+	l=$!
+	i=0
+	while [ ! -s "$OUTDIR/stalled" ]; do
+		i=$((i + 1))
+		[ "$i" -lt 300 ] || { kill "$l"; exit 1; }
+		sleep 0.1
+	done
+	sleep 1
+	ip link set lo down
+	wait "$l"' sh \
+	"$ACCEL_CLI" launch -n 2 --grace-s 2 --set backend=tcp --set comm.keepalive_s=2 \
+	--set comm.timeout_s=60 -- "$ACCEL_TEST_BUILDDIR/tests/comm-ranks" stall "$OUT/stall" 1 \
+	>"$OUT/stall.log" 2>&1 || status=$?
+took=$(( $(date +%s) - start ))
+[ -f "$OUT/stall/stall-0" ] || { cat "$OUT/stall.log" >&2; fail "rank 0 wrote no report (stopped, then vanished)"; }
+report=$(cat "$OUT/stall/stall-0")
+echo "stopped, then vanished: launch exit $status after ${took} s; rank 0: $report"
+[ "$status" -ne 0 ] || fail "accel launch exited 0 (stopped, then vanished)"
+echo "$report" | grep -q "rank 1 (pid [0-9]* on .*) is gone: its node has not answered for comm.keepalive_s = 2 s" ||
+	fail "rank 0 does not name rank 1 as unreachable (stopped, then vanished): $report"
+secs=$(echo "$report" | cut -d' ' -f2)
+awk -v s="$secs" 'BEGIN { exit !(s < 20) }' || fail "rank 0 took $secs s to notice (stopped, then vanished)"
+echo "ok: rank 1 stopped, then its node vanished: rank 0 found it unreachable after $secs s"

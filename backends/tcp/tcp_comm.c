@@ -231,15 +231,15 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 
 /* Whether peer p's node has acknowledged nothing of what this rank sent it
  * for comm.keepalive_s: this exchange has seen data in flight to it
- * (unacknowledged) at every check for that long, and its last ACK is that
- * old.  (The last ACK alone is old after an idle spell while the ACK of
+ * (unacknowledged, or a zero-window probe unanswered) at every check for
+ * that long, and its last ACK is that old.  (The last ACK alone is old after an idle spell while the ACK of
  * what was just sent is on its way; the kernel's "last data sent" moves
  * with every retransmission.)  A live peer that does not read (stopped,
  * busy: its receive window is full) still acknowledges the kernel's window
- * probes and has nothing in flight, so this catches only a node that is
- * down or cut off.  An idle connection is watched by TCP keepalive instead;
- * TCP_USER_TIMEOUT would also kill the connection of a peer that stops
- * reading. */
+ * probes (which resets the kernel's count of unanswered ones) and has
+ * nothing in flight, so this catches only a node that is down or cut off.
+ * An idle connection is watched by TCP keepalive instead; TCP_USER_TIMEOUT
+ * would also kill the connection of a peer that stops reading. */
 static int peer_silent(tcp_state *st, int32_t p, int64_t now)
 {
 	struct tcp_info ti;
@@ -247,7 +247,10 @@ static int peer_silent(tcp_state *st, int32_t p, int64_t now)
 	if (getsockopt(st->peers[p].fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
 	    len < offsetof(struct tcp_info, tcpi_last_ack_recv) + sizeof(ti.tcpi_last_ack_recv))
 		return 0;
-	if (ti.tcpi_unacked == 0) {
+	/* in flight: unacknowledged data, or unanswered zero-window probes (a
+	 * peer that had stopped reading, so that everything sent was
+	 * acknowledged and the rest waits for its window, then vanished) */
+	if (ti.tcpi_unacked == 0 && ti.tcpi_probes == 0) {
 		st->unacked_since[p] = 0;
 		return 0;
 	}
