@@ -23,7 +23,9 @@
  *                                   its node has vanished for the others,
  *                                   who report how their allreduce failed
  *   comm-ranks stall OUTDIR VICTIM  VICTIM stops itself (SIGSTOP) 100 ms into
- *                                   five 64 MiB broadcasts, after writing its
+ *                                   twenty 64 MiB broadcasts (so it stops
+ *                                   mid-transfer on a fast machine too),
+ *                                   after writing its
  *                                   pid to OUTDIR/stalled; the test sends
  *                                   SIGCONT later; all report
  *   comm-ranks late OUTDIR VICTIM   VICTIM sleeps 3 s before the allreduce
@@ -280,7 +282,7 @@ static int mode_stall(accel_ctx *ctx, int victim)
 	int st = ACCEL_OK;
 	/* broadcasts from rank 0 stream into the stopped rank until its
 	 * receive window is full (an all-reduce round waits for its data) */
-	for (int i = 0; i < 5 && st == ACCEL_OK; i++)
+	for (int i = 0; i < 20 && st == ACCEL_OK; i++)
 		st = accel_broadcast(ctx, x, N, ACCEL_DTYPE_F32, 0);
 	if (g_rank == victim)
 		pthread_join(t, NULL);
