@@ -158,21 +158,32 @@ START_TEST(matrix_3_small_rounds)
 }
 END_TEST
 
+/* Two launchers (--nnodes 2, two ranks each) on this machine running mode;
+ * their wait statuses (-1: ran past limit0_s for node 0, 60 s for node 1). */
+static void two_launchers(const char *out, const char *mode, int victim, const char *maxn,
+                          int limit0_s, int *st0, int *st1)
+{
+	char log[2][600];
+	launch_args a[2];
+	pid_t pid[2];
+	int port = free_port();
+	for (int i = 0; i < 2; i++) {
+		build_argv(&a[i], 2, NULL, i, port, mode, out, victim, maxn);
+		snprintf(log[i], sizeof(log[i]), "%s/node%d.log", out, i);
+		pid[i] = lr_spawn(a[i].argv, log[i]);
+	}
+	*st0 = lr_reap(pid[0], limit0_s);
+	*st1 = lr_reap(pid[1], 60);
+}
+
 /* Two launchers, --nnodes 2, two ranks each, on this machine: backend auto
  * must take tcp (shm cannot span nodes), and every rank checks the matrix. */
 START_TEST(two_nodes_auto)
 {
-	char out[256], log[2][600];
-	launch_args a[2];
-	pid_t pid[2];
-	int port = free_port();
+	char out[256];
+	int st0, st1;
 	outdir_new(out, sizeof(out));
-	for (int i = 0; i < 2; i++) {
-		build_argv(&a[i], 2, NULL, i, port, "matrix", out, 0, "100003");
-		snprintf(log[i], sizeof(log[i]), "%s/node%d.log", out, i);
-		pid[i] = lr_spawn(a[i].argv, log[i]);
-	}
-	int st0 = lr_reap(pid[0], 280), st1 = lr_reap(pid[1], 60);
+	two_launchers(out, "matrix", 0, "100003", 280, &st0, &st1);
 	if (st0 != 0 || st1 != 0)
 		show_logs(out);
 	ck_assert_msg(st0 == 0 && st1 == 0, "node 0: status %d, node 1: status %d", st0, st1);
@@ -220,17 +231,10 @@ END_TEST
  * the ranks of both nodes fail naming it, and node 1's launcher fails. */
 START_TEST(two_nodes_kill9)
 {
-	char out[256], log[2][600];
-	launch_args a[2];
-	pid_t pid[2];
-	int port = free_port();
+	char out[256];
+	int st0, st1;
 	outdir_new(out, sizeof(out));
-	for (int i = 0; i < 2; i++) {
-		build_argv(&a[i], 2, NULL, i, port, "kill", out, 3, "0");
-		snprintf(log[i], sizeof(log[i]), "%s/node%d.log", out, i);
-		pid[i] = lr_spawn(a[i].argv, log[i]);
-	}
-	int st0 = lr_reap(pid[0], 120), st1 = lr_reap(pid[1], 60);
+	two_launchers(out, "kill", 3, "0", 120, &st0, &st1);
 	ck_assert_msg(st0 != -1 && st1 != -1, "a launcher did not finish");
 	ck_assert_msg(WIFEXITED(st1) && WEXITSTATUS(st1) != 0, "node 1: status %d", st1);
 	const char *want[] = {"allreduce #", "rank 3 (pid ", NULL};

@@ -379,36 +379,28 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 			short re = pf[j].revents;
 			if (!re)
 				continue;
-			/* receive first: a peer that sent everything and then
-			 * closed (POLLHUP) still delivers its bytes */
-			while (cur_r[p] >= 0 && (re & (POLLIN | POLLHUP | POLLERR))) {
-				xfer *t = &x[cur_r[p]];
-				ssize_t got = recv(pf[j].fd, t->p + t->done, t->len - t->done, MSG_DONTWAIT);
-				if (got > 0) {
-					t->done += (uint64_t)got;
-					if (t->done == t->len)
-						cur_r[p] = next_xfer(x, n, cur_r[p], p, 0);
-					continue;
+			/* receive first (snd 0), then send (snd 1): a peer that sent
+			 * everything and then closed (POLLHUP) still delivers its bytes */
+			for (int snd = 0; snd < 2; snd++) {
+				int *cur = snd ? cur_s : cur_r;
+				short ready = (short)((snd ? POLLOUT : POLLIN) | POLLHUP | POLLERR);
+				while (cur[p] >= 0 && (re & ready)) {
+					xfer *t = &x[cur[p]];
+					ssize_t moved = snd ? send(pf[j].fd, t->p + t->done, t->len - t->done,
+					                           MSG_DONTWAIT | MSG_NOSIGNAL)
+					                    : recv(pf[j].fd, t->p + t->done, t->len - t->done,
+					                           MSG_DONTWAIT);
+					if (moved > 0) {
+						t->done += (uint64_t)moved;
+						if (t->done == t->len)
+							cur[p] = next_xfer(x, n, cur[p], p, snd);
+						continue;
+					}
+					if (moved < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+						break;
+					rc = peer_failed(st, r, p, snd, moved == 0 ? 0 : errno);
+					goto out;
 				}
-				if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-					break;
-				rc = peer_failed(st, r, p, 0, got == 0 ? 0 : errno);
-				goto out;
-			}
-			while (cur_s[p] >= 0 && (re & (POLLOUT | POLLERR | POLLHUP))) {
-				xfer *t = &x[cur_s[p]];
-				ssize_t put = send(pf[j].fd, t->p + t->done, t->len - t->done,
-				                   MSG_DONTWAIT | MSG_NOSIGNAL);
-				if (put > 0) {
-					t->done += (uint64_t)put;
-					if (t->done == t->len)
-						cur_s[p] = next_xfer(x, n, cur_s[p], p, 1);
-					continue;
-				}
-				if (put < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-					break;
-				rc = peer_failed(st, r, p, 1, put == 0 ? 0 : errno);
-				goto out;
 			}
 		}
 	}
