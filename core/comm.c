@@ -275,6 +275,11 @@ const char *accel_comm_backend_name(const accel_comm *c)
 
 /* ---- routing and checks ---------------------------------------------------------- */
 
+uint64_t accel_comm_seq(const accel_comm *c)
+{
+	return c->seq;
+}
+
 static int route(accel_comm *c, const accel_view *v, const char *op, comm_backend **ret_be)
 {
 	accel_ctx *ctx = c->ctx;

@@ -19,6 +19,8 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm);
 accel_comm *accel_comm_free(accel_comm *comm);
 /* The name of the CPU backend in use ("shm"). */
 const char *accel_comm_backend_name(const accel_comm *comm);
+/* The sequence number of the last collective issued (0 before the first). */
+uint64_t accel_comm_seq(const accel_comm *comm);
 
 /* The collectives; semantics as in accel_host_v1 (plugin.h).  Errors go to
  * ctx->err. */

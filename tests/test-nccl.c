@@ -43,6 +43,14 @@ typedef struct fake_store {
 	int uid_result;        /* ncclResult_t the fake ncclGetUniqueId returns */
 	int uid_calls;
 	int64_t last_timeout;
+	/* a job without a store: the id goes by broadcast over a fake wire */
+	int no_store;
+	int bcast_rank;        /* the rank making the next fake_bcast call */
+	int bcast_calls;
+	int bcast_fail;        /* fake_bcast returns this status when nonzero */
+	int garble;            /* the wire delivers something else */
+	unsigned char wire[256];
+	uint64_t wire_len;
 } fake_store;
 
 static int fake_find(fake_store *fs, const char *key)
@@ -111,7 +119,35 @@ static int fake_add(void *ctx, const char *key, int64_t delta, int64_t *ret_valu
 	return ACCEL_OK;
 }
 
-static const nccl_boot_ops fake_ops = {fake_uid, fake_set, fake_get, fake_add};
+static int fake_has_store(void *ctx)
+{
+	fake_store *fs = ctx;
+	return fs->no_store ? ACCEL_ERR_UNSUPPORTED : ACCEL_OK;
+}
+
+/* Rank 0's call puts its bytes on the wire, every other rank's takes them. */
+static int fake_bcast(void *ctx, void *buf, uint64_t len)
+{
+	fake_store *fs = ctx;
+	fs->bcast_calls++;
+	if (fs->bcast_fail)
+		return fs->bcast_fail;
+	ck_assert_uint_le(len, sizeof(fs->wire));
+	if (fs->bcast_rank == 0) {
+		memcpy(fs->wire, buf, len);
+		fs->wire_len = len;
+	} else {
+		ck_assert_uint_eq(len, fs->wire_len);
+		if (fs->garble)
+			memset(buf, 'x', len);
+		else
+			memcpy(buf, fs->wire, len);
+	}
+	return ACCEL_OK;
+}
+
+static const nccl_boot_ops fake_ops = {fake_uid, fake_set, fake_get, fake_add, fake_has_store,
+                                       fake_bcast};
 
 START_TEST(test_bootstrap_two_ranks)
 {
@@ -119,19 +155,19 @@ START_TEST(test_bootstrap_two_ranks)
 	ncclUniqueId a, b, c, d;
 	char msg[1024] = "";
 	/* rank 0 publishes, rank 1 reads the same bytes */
-	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 0, 2, 5000, &a, msg, sizeof(msg)),
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 0, 2, 5000, &a, NULL, msg, sizeof(msg)),
 	                 ACCEL_OK);
 	ck_assert_int_ge(fake_find(&fs, "nccl/uid/1"), 0);
-	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 5000, &b, msg, sizeof(msg)),
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 5000, &b, NULL, msg, sizeof(msg)),
 	                 ACCEL_OK);
 	ck_assert_int_eq(memcmp(&a, &b, sizeof(a)), 0);
 	ck_assert_int_eq(fs.uid_calls, 1);
 	ck_assert_int_eq(fs.last_timeout, 5000);
 	/* a second communicator gets its own key and id */
-	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 0, 2, 5000, &c, msg, sizeof(msg)),
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 0, 2, 5000, &c, NULL, msg, sizeof(msg)),
 	                 ACCEL_OK);
 	ck_assert_int_ge(fake_find(&fs, "nccl/uid/2"), 0);
-	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 5000, &d, msg, sizeof(msg)),
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 5000, &d, NULL, msg, sizeof(msg)),
 	                 ACCEL_OK);
 	ck_assert_int_eq(memcmp(&c, &d, sizeof(c)), 0);
 	ck_assert_int_ne(memcmp(&a, &c, sizeof(a)), 0);
@@ -143,7 +179,7 @@ START_TEST(test_bootstrap_world_one_needs_no_store)
 	fake_store fs = {0};
 	ncclUniqueId id;
 	char msg[256] = "";
-	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 0, 1, 1000, &id, msg, sizeof(msg)),
+	ck_assert_int_eq(accel_nccl_bootstrap(&fake_ops, &fs, 0, 1, 1000, &id, NULL, msg, sizeof(msg)),
 	                 ACCEL_OK);
 	ck_assert_int_eq(fs.calls, 0);
 	ck_assert_int_eq(fs.uid_calls, 1);
@@ -155,7 +191,7 @@ START_TEST(test_bootstrap_rank0_missing)
 	fake_store fs = {0};
 	ncclUniqueId id;
 	char msg[1024] = "";
-	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 2500, &id, msg, sizeof(msg));
+	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 2500, &id, NULL, msg, sizeof(msg));
 	ck_assert_int_eq(rc, ACCEL_ERR_TIMEOUT);
 	ck_assert_msg(strstr(msg, "rank 1") && strstr(msg, "rank 0 did not publish") &&
 	              strstr(msg, "'nccl/uid/1'") && strstr(msg, "2.5 s") &&
@@ -174,7 +210,7 @@ START_TEST(test_bootstrap_wrong_length)
 	fake_add(&fs, "nccl/count/0", 1, &v);  /* as if rank 0 had run */
 	(void)one;
 	fake_set(&fs, "nccl/uid/1", "hello", 5);
-	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 1000, &id, msg, sizeof(msg));
+	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 1, 2, 1000, &id, NULL, msg, sizeof(msg));
 	ck_assert_int_eq(rc, ACCEL_ERR_COMM);
 	ck_assert_msg(strstr(msg, "holds 5 bytes") && strstr(msg, "not an NCCL id (128 bytes)"),
 	              "message: %s", msg);
@@ -187,7 +223,7 @@ START_TEST(test_bootstrap_uid_failure)
 	fs.uid_result = ncclSystemError;
 	ncclUniqueId id;
 	char msg[1024] = "";
-	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 0, 2, 1000, &id, msg, sizeof(msg));
+	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 0, 2, 1000, &id, NULL, msg, sizeof(msg));
 	ck_assert_int_eq(rc, ACCEL_ERR_NCCL);
 	ck_assert_msg(strstr(msg, "ncclGetUniqueId failed") && strstr(msg, "ncclSystemError") &&
 	              strstr(msg, "NCCL_SOCKET_IFNAME"),
@@ -202,11 +238,91 @@ START_TEST(test_bootstrap_store_down)
 	fs.fail_add = ACCEL_ERR_SYSTEM;
 	ncclUniqueId id;
 	char msg[1024] = "";
-	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 1, 4, 1000, &id, msg, sizeof(msg));
+	int rc = accel_nccl_bootstrap(&fake_ops, &fs, 1, 4, 1000, &id, NULL, msg, sizeof(msg));
 	ck_assert_int_eq(rc, ACCEL_ERR_SYSTEM);
 	ck_assert_msg(strstr(msg, "rendezvous store") && strstr(msg, "rank 1"), "message: %s", msg);
-	rc = accel_nccl_bootstrap(&fake_ops, &fs, 4, 4, 1000, &id, msg, sizeof(msg));
+	rc = accel_nccl_bootstrap(&fake_ops, &fs, 4, 4, 1000, &id, NULL, msg, sizeof(msg));
 	ck_assert_int_eq(rc, ACCEL_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* ---- without a store: the id is broadcast over the host backend ---------------- */
+
+static int boot_rank(fake_store *fs, int rank, int world, ncclUniqueId *id, int *via_store,
+                     char *msg, size_t cap)
+{
+	fs->bcast_rank = rank;
+	return accel_nccl_bootstrap(&fake_ops, fs, rank, world, 1000, id, via_store, msg, cap);
+}
+
+START_TEST(test_bootstrap_without_store_broadcasts)
+{
+	fake_store fs = {.no_store = 1};
+	ncclUniqueId id[3];
+	char msg[1024] = "";
+	int via = -1;
+	for (int r = 0; r < 3; r++) {
+		ck_assert_int_eq(boot_rank(&fs, r, 3, &id[r], &via, msg, sizeof(msg)), ACCEL_OK);
+		ck_assert_int_eq(via, 0);
+	}
+	ck_assert_int_eq(memcmp(&id[0], &id[1], sizeof(id[0])), 0);
+	ck_assert_int_eq(memcmp(&id[0], &id[2], sizeof(id[0])), 0);
+	ck_assert_int_eq(fs.uid_calls, 1);     /* rank 0 only */
+	ck_assert_int_eq(fs.bcast_calls, 3);   /* one broadcast, every rank in it */
+	ck_assert_int_eq(fs.calls, 0);         /* no store call */
+	/* with a store the same ranks never broadcast */
+	fake_store st = {0};
+	ck_assert_int_eq(boot_rank(&st, 0, 2, &id[0], &via, msg, sizeof(msg)), ACCEL_OK);
+	ck_assert_int_eq(via, 1);
+	ck_assert_int_eq(boot_rank(&st, 1, 2, &id[1], &via, msg, sizeof(msg)), ACCEL_OK);
+	ck_assert_int_eq(memcmp(&id[0], &id[1], sizeof(id[0])), 0);
+	ck_assert_int_eq(st.bcast_calls, 0);
+}
+END_TEST
+
+START_TEST(test_bootstrap_without_store_rank0_uid_fails)
+{
+	fake_store fs = {.no_store = 1, .uid_result = ncclSystemError};
+	ncclUniqueId id;
+	char msg[1024] = "";
+	/* rank 0 still broadcasts (its failure), so the others do not wait */
+	ck_assert_int_eq(boot_rank(&fs, 0, 2, &id, NULL, msg, sizeof(msg)), ACCEL_ERR_NCCL);
+	ck_assert_msg(strstr(msg, "ncclGetUniqueId failed") && strstr(msg, "ncclSystemError"),
+	              "message: %s", msg);
+	ck_assert_int_eq(boot_rank(&fs, 1, 2, &id, NULL, msg, sizeof(msg)), ACCEL_ERR_NCCL);
+	ck_assert_msg(strstr(msg, "rank 1") && strstr(msg, "rank 0 could not create") &&
+	              strstr(msg, "ncclSystemError"), "message: %s", msg);
+	ck_assert_int_eq(fs.bcast_calls, 2);
+}
+END_TEST
+
+START_TEST(test_bootstrap_without_store_failures)
+{
+	ncclUniqueId id;
+	char msg[1024] = "";
+	/* the host broadcast fails: its status comes back, with what it was for */
+	fake_store a = {.no_store = 1, .bcast_fail = ACCEL_ERR_TIMEOUT};
+	ck_assert_int_eq(boot_rank(&a, 1, 2, &id, NULL, msg, sizeof(msg)), ACCEL_ERR_TIMEOUT);
+	ck_assert_msg(strstr(msg, "rank 1") && strstr(msg, "broadcast of NCCL's unique id") &&
+	              strstr(msg, "no rendezvous store"), "message: %s", msg);
+	/* the broadcast carried something else: collectives out of step */
+	fake_store b = {.no_store = 1, .garble = 1};
+	ck_assert_int_eq(boot_rank(&b, 0, 2, &id, NULL, msg, sizeof(msg)), ACCEL_OK);
+	ck_assert_int_eq(boot_rank(&b, 1, 2, &id, NULL, msg, sizeof(msg)), ACCEL_ERR_COMM);
+	ck_assert_msg(strstr(msg, "carried something else") && strstr(msg, "different order"),
+	              "message: %s", msg);
+	/* no store and no broadcast channel */
+	fake_store c = {.no_store = 1};
+	nccl_boot_ops ops = fake_ops;
+	ops.bcast = NULL;
+	ck_assert_int_eq(accel_nccl_bootstrap(&ops, &c, 1, 2, 1000, &id, NULL, msg, sizeof(msg)),
+	                 ACCEL_ERR_CONFIG);
+	ck_assert_msg(strstr(msg, "no rendezvous store") && strstr(msg, "ACCEL_MASTER_ADDR"),
+	              "message: %s", msg);
+	/* one process needs neither */
+	fake_store d = {.no_store = 1};
+	ck_assert_int_eq(boot_rank(&d, 0, 1, &id, NULL, msg, sizeof(msg)), ACCEL_OK);
+	ck_assert_int_eq(d.bcast_calls, 0);
 }
 END_TEST
 
@@ -224,14 +340,15 @@ START_TEST(test_bootstrap_real_unique_id)
 	ops.unique_id = real_uid;
 	ncclUniqueId a, b;
 	char msg[1024] = "";
-	int rc = accel_nccl_bootstrap(&ops, &fs, 0, 2, 1000, &a, msg, sizeof(msg));
+	int rc = accel_nccl_bootstrap(&ops, &fs, 0, 2, 1000, &a, NULL, msg, sizeof(msg));
 	if (rc != ACCEL_OK) {
 		/* e.g. no usable network interface: still a clear message */
 		ck_assert_int_eq(rc, ACCEL_ERR_NCCL);
 		ck_assert_msg(strstr(msg, "ncclGetUniqueId failed"), "message: %s", msg);
 		return;
 	}
-	ck_assert_int_eq(accel_nccl_bootstrap(&ops, &fs, 1, 2, 1000, &b, msg, sizeof(msg)), ACCEL_OK);
+	ck_assert_int_eq(accel_nccl_bootstrap(&ops, &fs, 1, 2, 1000, &b, NULL, msg, sizeof(msg)),
+	                 ACCEL_OK);
 	ck_assert_int_eq(memcmp(&a, &b, sizeof(a)), 0);
 	ncclUniqueId zero;
 	memset(&zero, 0, sizeof(zero));
@@ -550,6 +667,9 @@ static Suite *nccl_suite(void)
 	tcase_add_test(tc, test_bootstrap_uid_failure);
 	tcase_add_test(tc, test_bootstrap_store_down);
 	tcase_add_test(tc, test_bootstrap_real_unique_id);
+	tcase_add_test(tc, test_bootstrap_without_store_broadcasts);
+	tcase_add_test(tc, test_bootstrap_without_store_rank0_uid_fails);
+	tcase_add_test(tc, test_bootstrap_without_store_failures);
 	tcase_add_test(tc, test_error_nccl);
 	tcase_add_test(tc, test_error_cuda);
 	tcase_add_test(tc, test_dtype_map);

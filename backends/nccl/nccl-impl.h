@@ -15,13 +15,15 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
-#include "accel/types.h"
+#include "accel/plugin.h"
 
 /* ---- bootstrap --------------------------------------------------------------
  * Rank 0 creates the NCCL unique id and publishes it in the job's key-value
- * store; the other ranks read it.  The store operations are callbacks so the
- * logic can be tested without a GPU or a running job.  Each callback returns
- * an ACCEL_* status. */
+ * store; the other ranks read it.  A job without a store (mpirun without
+ * ACCEL_MASTER_ADDR) broadcasts it over the job's host comm backend instead
+ * (mpi there).  The store and broadcast operations are callbacks so the
+ * logic can be tested without a GPU or a running job.  Each callback
+ * returns an ACCEL_* status. */
 typedef struct nccl_boot_ops {
 	/* ncclGetUniqueId (rank 0 only); returns an ncclResult_t. */
 	int (*unique_id)(void *ctx, ncclUniqueId *ret_id);
@@ -31,15 +33,36 @@ typedef struct nccl_boot_ops {
 	           int64_t timeout_ms);
 	/* Atomic add; returns the new value. */
 	int (*add)(void *ctx, const char *key, int64_t delta, int64_t *ret_value);
+	/* ACCEL_OK when the job has a rendezvous store, ACCEL_ERR_UNSUPPORTED
+	 * when it has none.  NULL: it has one. */
+	int (*has_store)(void *ctx);
+	/* Broadcast `len` bytes from rank 0 to every rank over the job's host
+	 * comm backend; blocking and collective (every rank calls it once per
+	 * communicator, in the same order as its other host collectives).  The
+	 * callee records its own error.  NULL: no such channel. */
+	int (*bcast)(void *ctx, void *buf, uint64_t len);
 } nccl_boot_ops;
 
 /* Agree on the unique id of a new communicator.  Every rank counts the
  * communicators it has created in the store ("nccl/count/<rank>"), so the
  * k-th communicator of a job uses key "nccl/uid/<k>" on every rank without
- * process-wide state.  world_size 1 needs no store.  On failure returns the
- * status and writes a message (what, which key, what to do) into msg. */
+ * process-wide state.  Without a store rank 0 broadcasts the id (or the
+ * status of its failed ncclGetUniqueId, so the others fail at once too)
+ * through ops->bcast; *ret_via_store says which way it went.  world_size 1
+ * needs neither.  On failure returns the status and writes a message (what,
+ * which key, what to do) into msg. */
 int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int world_size,
-                         int64_t timeout_ms, ncclUniqueId *ret_id, char *msg, size_t cap);
+                         int64_t timeout_ms, ncclUniqueId *ret_id, int *ret_via_store,
+                         char *msg, size_t cap);
+
+/* The operations of a backend running inside accel: ncclGetUniqueId, the
+ * host's store, and host->broadcast() of a host buffer (which the core
+ * routes to the job's host backend).  ctx: an nccl_host_boot. */
+typedef struct nccl_host_boot {
+	const accel_host_v1 *host;
+	accel_host *h;
+} nccl_host_boot;
+extern const nccl_boot_ops accel_nccl_host_boot_ops;
 
 /* ---- errors -------------------------------------------------------------------
  * Format "CALL failed: TEXT (NAME): DETAIL. HINT" into buf and return

@@ -56,6 +56,7 @@ typedef struct nccl_state {
 	int failed, fail_code, aborted;
 	char fail_msg[MSG_MAX];
 	char ns[48];              /* this communicator's store namespace (from its id) */
+	int no_store;             /* bootstrapped over the host backend: no store to ask */
 } nccl_state;
 
 /* Record a failure that breaks the communicator: later ops fail fast. */
@@ -153,9 +154,14 @@ static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
 	                         "is stuck (run with NCCL_DEBUG=INFO; check the network between "
 	                         "the nodes) or the ranks came too far apart (raise "
 	                         "comm.timeout_s)"
-	                       : "the other ranks did not arrive at it, and the store could not "
-	                         "tell which are missing; look for the rank whose log stops "
-	                         "before it, or that died");
+	                       : st->no_store
+	                             ? "the other ranks did not arrive at it, and this job has no "
+	                               "rendezvous store to ask which are missing (start it with "
+	                               "ACCEL_MASTER_ADDR and ACCEL_MASTER_PORT for that); look for "
+	                               "the rank whose log stops before it, or that died"
+	                             : "the other ranks did not arrive at it, and the store could "
+	                               "not tell which are missing; look for the rank whose log "
+	                               "stops before it, or that died");
 }
 
 /* Poll ncclCommGetAsyncError until the last call finished.  On timeout
@@ -198,37 +204,6 @@ static void leave_device(nccl_state *st, int prev)
 {
 	if (prev >= 0 && prev != st->device)
 		cudaSetDevice(prev);
-}
-
-/* ---- bootstrap through the host's store ------------------------------------------- */
-
-typedef struct boot_ctx {
-	nccl_state *st;
-} boot_ctx;
-
-static int boot_uid(void *ctx, ncclUniqueId *ret_id)
-{
-	(void)ctx;
-	return (int)ncclGetUniqueId(ret_id);
-}
-
-static int boot_set(void *ctx, const char *key, const void *value, uint64_t len)
-{
-	nccl_state *st = ((boot_ctx *)ctx)->st;
-	return st->host->store_set(st->h, key, value, len);
-}
-
-static int boot_get(void *ctx, const char *key, void *buf, uint64_t cap, uint64_t *ret_len,
-                    int64_t timeout_ms)
-{
-	nccl_state *st = ((boot_ctx *)ctx)->st;
-	return st->host->store_get(st->h, key, buf, cap, ret_len, timeout_ms);
-}
-
-static int boot_add(void *ctx, const char *key, int64_t delta, int64_t *ret_value)
-{
-	nccl_state *st = ((boot_ctx *)ctx)->st;
-	return st->host->store_add(st->h, key, delta, ret_value);
 }
 
 /* ---- requests ------------------------------------------------------------------------ */
@@ -865,18 +840,23 @@ static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_
 	}
 	CUDA_TRY(st, cudaSetDevice(st->device), fail);
 
-	boot_ctx bc = {st};
-	nccl_boot_ops ops = {boot_uid, boot_set, boot_get, boot_add};
-	rc = accel_nccl_bootstrap(&ops, &bc, st->rank, st->world, st->timeout_ms, &id, msg,
-	                          sizeof(msg));
+	nccl_host_boot hb = {host, h};
+	int via_store = 0;
+	rc = accel_nccl_bootstrap(&accel_nccl_host_boot_ops, &hb, st->rank, st->world,
+	                          st->timeout_ms, &id, &via_store, msg, sizeof(msg));
 	if (rc != ACCEL_OK) {
+		/* a failed broadcast recorded its own error first; this adds why */
+		if (st->world > 1 && !via_store)
+			host->log(h, ACCEL_LOG_ERROR, "%s", msg);
 		host->error(h, rc, "%s", msg);
 		goto fail;
 	}
 
 	/* The store namespace for naming missing ranks: from the id, which is
-	 * the same on every rank and new for every communicator. */
-	if (st->world > 1) {
+	 * the same on every rank and new for every communicator.  Without a
+	 * store a timeout cannot name them. */
+	st->no_store = st->world > 1 && !via_store;
+	if (st->world > 1 && via_store) {
 		uint64_t hsh = 1469598103934665603ull;  /* FNV-1a */
 		for (size_t i = 0; i < sizeof(id.internal); i++)
 			hsh = (hsh ^ (unsigned char)id.internal[i]) * 1099511628211ull;
