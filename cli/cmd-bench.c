@@ -3,8 +3,9 @@
  *
  * `accel bench comm` measures the selected comm backend the way nccl-tests
  * measures NCCL (method and formulas in bench/comm-bench.h), on user memory
- * or on memory from the backend's allocator, and prints one JSON line per
- * size (--json) or a table, on rank 0.  Run it on several ranks with
+ * or on memory from the backend's allocator, and prints on rank 0 a table
+ * (a row per size as it is measured) followed by one JSON line per row;
+ * --json or --table print only one of the two.  Run it on several ranks with
  * `accel launch -n N -- accel bench comm ...` (or under mpirun with backend
  * mpi).  bench/comm-peers.sh runs it next to OpenMPI and PyTorch gloo. */
 #include <stdio.h>
@@ -58,7 +59,10 @@ static const char *const comm_help =
 	"                    allocator (cudaMalloc in nccl); with --set backend=nccl\n"
 	"  --inplace         send and receive in one buffer (default: two buffers)\n"
 	"  --no-check        do not verify the results after timing\n"
-	"  --json            one JSON line per size instead of a table\n"
+	"  --json            only the JSON lines, one per size (for scripts)\n"
+	"  --table           only the table\n"
+	"                    (default: the table, a row per size as it is measured,\n"
+	"                    then the same rows as JSON lines)\n"
 	"  --config F        accel config file (default: as for any accel program)\n"
 	"  --set KEY=VALUE   config override, repeatable (e.g. --set backend=shm)\n"
 	"  -h, --help        this help\n"
@@ -75,7 +79,7 @@ typedef struct comm_opts {
 	int iters, warmup;
 	int backend_buffers, buffers_given;
 	int cuda;           /* --device cuda */
-	int inplace, check, json;
+	int inplace, check, json, table;
 	const char *config;
 	const char *sets[MAX_SETS + 1];
 	int n_sets;
@@ -111,6 +115,10 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 		}
 		if (!strcmp(a, "--json")) {
 			o->json = 1;
+			continue;
+		}
+		if (!strcmp(a, "--table")) {
+			o->table = 1;
 			continue;
 		}
 		if (!strcmp(a, "--inplace")) {
@@ -194,6 +202,9 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 			return accel_cli_usage_error(sub, "unknown option '%s'", name);
 		}
 	}
+	if (o->json && o->table)
+		return accel_cli_usage_error(sub, "--json and --table exclude each other (without "
+		                             "either, both are printed)");
 	if (o->cuda && o->buffers_given)
 		return accel_cli_usage_error(sub, "--buffers is for --device cpu; with --device cuda "
 		                             "the buffers come from the device backend's allocator");
@@ -371,6 +382,9 @@ static int bench_comm(int argc, char **argv)
 	bench_buf send = {0}, recv = {0};
 	bench_mem mem = {.device = ACCEL_DEVICE_CPU};
 	double *times = NULL;
+	FILE *jlines = NULL;   /* rank 0, default output: the JSON lines, printed last */
+	char *jtext = NULL;
+	size_t jlen = 0;
 	char host[256] = "";
 	int rc = parse_comm(argc, argv, &o), status = 1;
 	if (rc)
@@ -441,6 +455,10 @@ static int bench_comm(int argc, char **argv)
 	}
 	if (rank == 0 && !o.json)
 		cb_table_header(stdout, backend, buffers, world, host, o.inplace);
+	if (rank == 0 && !o.json && !o.table && !(jlines = open_memstream(&jtext, &jlen))) {
+		rc = accel_set_error(ctx, ACCEL_ERR_NOMEM, "out of memory for the JSON lines");
+		goto fail;
+	}
 
 	int first = o.op == CB_OP_COUNT ? 0 : o.op, last = o.op == CB_OP_COUNT ? CB_OP_COUNT - 1 : o.op;
 	int wrong = 0, rows = 0;
@@ -503,6 +521,8 @@ static int bench_comm(int argc, char **argv)
 					cb_json(stdout, &row, op);
 				else
 					cb_table_row(stdout, &row, op);
+				if (jlines)
+					cb_json(jlines, &row, op);
 			}
 			if (b == UINT64_MAX)
 				break;
@@ -527,6 +547,16 @@ fail:
 	        *accel_errmsg(ctx) ? accel_errmsg(ctx) : accel_status_str(rc));
 	status = 1;
 out:
+	if (jlines) {
+		/* the rows measured, also after a failure */
+		fclose(jlines);
+		if (jlen) {
+			fputs("\n", stdout);
+			fputs(jtext, stdout);
+			fflush(stdout);
+		}
+	}
+	free(jtext);
 	free(times);
 	free(mem.stage);
 	if (ctx) {

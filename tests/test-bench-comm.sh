@@ -40,10 +40,23 @@ for buffers in user backend; do
 	echo "bench comm --inplace, $buffers buffers: 72 rows, all checked"
 done
 
-# table output on one rank
-"$ACCEL_CLI" bench comm --max-bytes 1K --iters 2 >"$OUT/table" || fail "table run"
-grep -q '^# comm benchmark: backend shm' "$OUT/table" || fail "no table header"
-[ "$(grep -c '^  allreduce' "$OUT/table")" -eq 8 ] || fail "table: expected 8 allreduce rows"
+# default output on one rank: the table, then the same rows as JSON lines
+"$ACCEL_CLI" bench comm --max-bytes 1K --iters 2 >"$OUT/both" || fail "default run"
+grep -q '^# comm benchmark: backend shm' "$OUT/both" || fail "no table header"
+[ "$(grep -c '^  allreduce' "$OUT/both")" -eq 8 ] || fail "default: expected 8 table rows"
+[ "$(grep -c '^{"bench":"comm","op":"allreduce"' "$OUT/both")" -eq 8 ] ||
+	fail "default: expected 8 JSON lines after the table"
+last_row=$(grep -n '^  allreduce' "$OUT/both" | tail -n 1 | cut -d: -f1)
+first_json=$(grep -n '^{"bench"' "$OUT/both" | head -n 1 | cut -d: -f1)
+[ "$first_json" -gt "$last_row" ] || fail "default: JSON lines are not after the table"
+grep -q '"bytes":1024,.*"check":"ok"' "$OUT/both" || fail "default: no checked 1 KiB JSON row"
+# --table: only the table; --json: only JSON lines
+"$ACCEL_CLI" bench comm --max-bytes 1K --iters 2 --table >"$OUT/table" || fail "table run"
+[ "$(grep -c '^  allreduce' "$OUT/table")" -eq 8 ] || fail "--table: expected 8 rows"
+! grep -q '^{' "$OUT/table" || fail "--table printed JSON"
+"$ACCEL_CLI" bench comm --max-bytes 1K --iters 2 --json >"$OUT/json" || fail "json run"
+[ "$(grep -c '^{"bench":"comm"' "$OUT/json")" -eq "$(wc -l <"$OUT/json")" ] ||
+	fail "--json printed more than JSON lines"
 
 # bad usage: exit 2 and a message naming the option
 set +e
@@ -65,6 +78,11 @@ for args in "stray:unexpected argument 'stray'" "--bogus:unknown option '--bogus
 	[ "$rc" -eq 2 ] && grep -q -- "${args#*:}" "$OUT/usage" ||
 		fail "'${args%%:*}': rc $rc, $(cat "$OUT/usage")"
 done
+set +e
+"$ACCEL_CLI" bench comm --json --table >/dev/null 2>"$OUT/usage"; rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q -- "--json and --table exclude each other" "$OUT/usage" ||
+	fail "--json --table: rc $rc, $(cat "$OUT/usage")"
 # a range with no whole element per rank measures nothing: exit 2, saying so
 set +e
 "$ACCEL_CLI" bench comm --min-bytes 3 --max-bytes 3 >/dev/null 2>"$OUT/usage"; rc=$?
