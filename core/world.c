@@ -459,6 +459,16 @@ int accel_world_from_vars(accel_world_getvar_fn get, void *ud, accel_world_v1 *r
 	} else if (getvar(&s, "SLURM_PROCID") && getvar(&s, "SLURM_STEP_NUM_TASKS")) {
 		s.launcher = "srun";
 		rc = from_slurm(&s, &r);
+	} else if (getvar(&s, "SLURM_PROCID") && strcmp(getvar(&s, "SLURM_PROCID"), "0") != 0) {
+		/* A batch script is task 0 of its allocation (a world of one);
+		 * any other task id comes from a step whose variables are gone,
+		 * and running it as rank 0 of 1 would train alone in silence. */
+		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		                     "SLURM_PROCID=%s says this process is a task of a Slurm step, "
+		                     "but SLURM_STEP_NUM_TASKS is not set, so its world is unknown: "
+		                     "start it with srun (which sets both), or unset SLURM_PROCID to "
+		                     "run it as a single process",
+		                     getvar(&s, "SLURM_PROCID"));
 	} else {
 		s.launcher = "none";
 		r.w.rank = 0;

@@ -254,6 +254,13 @@ START_TEST(inconsistent_values)
 	             "(OMPI_COMM_WORLD_LOCAL_SIZE=4) (mpirun (OpenMPI))");
 	expect_error((const char *[]){"PMI_RANK=0", "PMI_SIZE=0", NULL},
 	             "PMI_SIZE=0: the world size must be >= 1 (mpiexec (MPICH/Hydra))");
+	/* a task id other than a batch script's 0 without the step's size */
+	expect_error((const char *[]){"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_LOCALID=1",
+	                              "SLURM_JOB_ID=5", NULL},
+	             "SLURM_PROCID=1 says this process is a task of a Slurm step, but "
+	             "SLURM_STEP_NUM_TASKS is not set, so its world is unknown: start it with "
+	             "srun (which sets both), or unset SLURM_PROCID to run it as a single "
+	             "process");
 	expect_error((const char *[]){"SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2",
 	                              "SLURM_NODEID=3", "SLURM_STEP_NUM_NODES=2", NULL},
 	             "SLURM_NODEID=3 is not in 0..SLURM_STEP_NUM_NODES-1 "
