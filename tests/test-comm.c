@@ -579,6 +579,63 @@ static void rank_late(rank_env *env, void *arg)
 	report("late", "%d %.3f %s", st, now_s() - t0, env->hh.err);
 }
 
+/* Ranks waiting for a late one must sleep, not spin: 4 ranks on this
+ * 2-CPU machine, rank 3 1.5 s late for a small all-reduce (one-shot) and
+ * again for a 4 MiB one (staged, pipelined); every waiting rank reports the
+ * CPU time its process (training and comm threads) used during each wait. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+static void rank_sleepy_wait(rank_env *env, void *arg)
+{
+	(void)arg;
+	const uint64_t big = 1u << 20;   /* 4 MiB of f32 */
+	float *x = calloc(big, sizeof(float));
+	double cpu[2], wall[2];
+	int st = x ? ACCEL_OK : ACCEL_ERR_NOMEM;
+	for (int k = 0; k < 2 && !st; k++) {
+		uint64_t n = k == 0 ? 2 : big;
+		if (g_rank == 3)
+			usleep(1500000);
+		double c0 = cpu_s(), t0 = now_s();
+		st = small_allreduce(env, x, n);
+		cpu[k] = cpu_s() - c0;
+		wall[k] = now_s() - t0;
+	}
+	report("sleepy", "%d %.3f %.3f %.3f %.3f %s", st, cpu[0], wall[0], cpu[1], wall[1],
+	       env->hh.err);
+	free(x);
+}
+
+START_TEST(waiting_ranks_sleep)
+{
+	world_result res;
+	g_timeout_ms = 30000;
+	run_world(4, rank_sleepy_wait, NULL, 60, &res);
+	assert_all_ok(&res);
+	for (int r = 0; r < 3; r++) {
+		char buf[4096];
+		int st;
+		double cpu[2], wall[2];
+		ck_assert_int_eq(read_report("sleepy", r, buf, sizeof(buf)), 0);
+		ck_assert_msg(sscanf(buf, "%d %lf %lf %lf %lf", &st, &cpu[0], &wall[0], &cpu[1],
+		                     &wall[1]) == 5 && st == ACCEL_OK, "rank %d: %s", r, buf);
+		for (int k = 0; k < 2; k++) {
+			ck_assert_msg(wall[k] > 1.0, "rank %d did not wait (%.2f s): %s", r, wall[k], buf);
+			/* spinning through the wait would cost about its length */
+			ck_assert_msg(cpu[k] < 0.25 * wall[k],
+			              "rank %d used %.2f s of CPU while waiting %.2f s for %s: %s", r,
+			              cpu[k], wall[k], k ? "the 4 MiB all-reduce" : "the small one", buf);
+		}
+	}
+}
+END_TEST
+
 START_TEST(timeout_names_missing_rank)
 {
 	world_result res;
@@ -1245,15 +1302,65 @@ END_TEST
 START_TEST(launch_matrix_8) { launch_matrix(8); }
 END_TEST
 
+/* Segments in /dev/shm of this backend whose creator (the pid in the name)
+ * is gone and that were not in `before`: what a job left behind.  Jobs of
+ * tests running next to this one have live creators. */
+static int orphan_segments(const char *before, char *names, size_t cap)
+{
+	int n = 0;
+	size_t len = 0;
+	names[0] = '\0';
+	DIR *d = opendir("/dev/shm");
+	if (!d)
+		return 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		long pid = 0;
+		if (sscanf(e->d_name, "accel-shm-%ld-", &pid) != 1 || pid <= 0)
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;   /* its creator lives */
+		char key[300];
+		snprintf(key, sizeof(key), " %s ", e->d_name);
+		if (before && strstr(before, key))
+			continue;
+		n++;
+		if (len < cap)
+			len += (size_t)snprintf(names + len, cap - len, "%s ", e->d_name);
+	}
+	closedir(d);
+	return n;
+}
+
 START_TEST(launch_kill9)
 {
-	char out[256];
+	char out[256], before[8192] = " ", left[1024], log[600], text[16384] = "";
 	const int n = 4, victim = 2;
 	outdir_new(out, sizeof(out));
+	/* orphans from before this test are not its doing */
+	orphan_segments(NULL, before + 1, sizeof(before) - 2);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int status = launch_ranks(n, "kill", out, victim, 120);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
 	ck_assert_msg(status != -1, "accel launch did not finish");
-	/* the launcher reports the killed rank and fails */
+	/* the launcher reports the killed rank and fails, within seconds of
+	 * the kill (comm-ranks' victim kills itself about 0.3 s in) */
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "status %d", status);
+	double lt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	ck_assert_msg(lt < 10.0, "accel launch took %.1f s", lt);
+	snprintf(log, sizeof(log), "%s/launch.log", out);
+	FILE *f = fopen(log, "r");
+	ck_assert_msg(f != NULL, "no launch log");
+	size_t got = fread(text, 1, sizeof(text) - 1, f);
+	text[got] = '\0';
+	fclose(f);
+	char who[64];
+	snprintf(who, sizeof(who), "rank %d", victim);
+	ck_assert_msg(strstr(text, who) && strstr(text, "killed by signal SIGKILL (9)"),
+	              "the launcher does not name rank %d and its signal:\n%s", victim, text);
+	ck_assert_msg(orphan_segments(before, left, sizeof(left)) == 0, "left in /dev/shm: %s",
+	              left);
 	for (int r = 0; r < n; r++) {
 		char buf[4096], want[64];
 		int st;
@@ -1376,6 +1483,7 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, timeout_names_missing_rank);
 	tcase_add_test(tc, join_mismatch_names_rank);
 	tcase_add_test(tc, huge_timeout_waits);
+	tcase_add_test(tc, waiting_ranks_sleep);
 	tcase_add_test(tc, rank_leaves_early);
 	tcase_add_test(tc, rank_exits_without_fini);
 	tcase_add_test(tc, test_poll_sees_dead_peer);
