@@ -5,6 +5,7 @@
  * bad usage, and the store reached from launched ranks. */
 #include <check.h>
 #include <errno.h>
+#include <glob.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -487,6 +488,24 @@ START_TEST(log_dir_and_tee)
 	HAS(log, "line 0 of rank 1\n");
 	free(log);
 	run_free(&r);
+	/* --tee alone writes under ./accel-logs/<job id>/ */
+	char cwd[4200];
+	ck_assert_ptr_nonnull(getcwd(cwd, sizeof(cwd)));
+	ck_assert_int_eq(chdir(d), 0);
+	launch(&r, (const char *[]){"-n", "2", "--tee", "--", prog, "lines", "1", NULL});
+	ck_assert_int_eq(chdir(cwd), 0);
+	ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
+	HAS(r.out, "[rank 0] line 0 of rank 0\n");
+	HAS(r.err, "accel launch: writing rank output to accel-logs/");
+	char pat[4300];
+	snprintf(pat, sizeof(pat), "%s/accel-logs/*/rank-0.log", d);
+	glob_t gl;
+	ck_assert_msg(glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc == 1, "no %s", pat);
+	log = read_file(gl.gl_pathv[0]);
+	HAS(log, "line 0 of rank 0\n");
+	free(log);
+	globfree(&gl);
+	run_free(&r);
 	/* an unwritable log directory is refused before anything starts */
 	launch(&r, (const char *[]){"--log-dir", "/proc/forbidden/x", "--", prog, "env", NULL});
 	ck_assert_int_eq(r.status, 1);
@@ -924,6 +943,24 @@ START_TEST(sigint_is_forwarded)
 }
 END_TEST
 
+START_TEST(sighup_is_forwarded)
+{
+	/* a closed terminal: the ranks get SIGHUP and die of it, the launcher
+	 * exits as a process killed by it would */
+	char *d = tmpdir();
+	run r;
+	start(&r, (const char *[]){"-n", "2", "--", prog, "trap", d, NULL});
+	wait_for_files(d, "ready", 2, 10);
+	ck_assert_int_eq(kill(r.pid, SIGHUP), 0);
+	finish(&r, 30);
+	ck_assert_msg(r.status == 128 + SIGHUP, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: received SIGHUP: forwarding it to 2 ranks");
+	HASNT(r.err, "failed");
+	run_free(&r);
+	tmpdir_free(d);
+}
+END_TEST
+
 /* ---- the store, reached from launched ranks --------------------------------- */
 
 START_TEST(store_through_launcher)
@@ -1028,6 +1065,7 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, ignored_sighup_stays_ignored);
 	tcase_add_test(tc, sigterm_is_forwarded);
 	tcase_add_test(tc, sigint_is_forwarded);
+	tcase_add_test(tc, sighup_is_forwarded);
 	tcase_add_test(tc, store_through_launcher);
 	tcase_add_test(tc, two_nodes_meet_in_the_store);
 	tcase_add_test(tc, failure_on_one_node_stops_the_other);
