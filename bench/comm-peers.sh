@@ -31,7 +31,7 @@
 # also as {"bench":"comm-target",...} lines.
 #
 # Usage: bench/comm-peers.sh [BUILD_DIR]        (default: build)
-# Environment: NP (ranks, 2), OPS (all), MIN_BYTES (8), MAX_BYTES (64M),
+# Environment: NP (ranks, 2), OPS (all), MIN_BYTES (8), MAX_BYTES (256M),
 #   ITERS (20), WARMUP (5), ROUNDS (1: with more, every peer runs ROUNDS
 #   times, alternating; each peer's fastest time per size goes into the
 #   tables, and each target is judged by the median over rounds of the
@@ -52,7 +52,7 @@ BUILD=${1:-build}
 NP=${NP:-2}
 OPS=${OPS:-all}
 MIN_BYTES=${MIN_BYTES:-8}
-MAX_BYTES=${MAX_BYTES:-64M}
+MAX_BYTES=${MAX_BYTES:-256M}
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 ROUNDS=${ROUNDS:-1}
