@@ -295,20 +295,21 @@ static void assert_all_ok(const world_result *res)
 		                                        : WTERMSIG(res->status[r]));
 }
 
-/* Entries of /dev/shm created by the job whose rank 0 had pid `pid0`. */
-static int shm_leftovers(long pid0, char *names, size_t cap)
+/* Names in /dev/shm of this backend's segments (accel-shm-<creator pid>-...)
+ * that `keep` accepts, space-separated into names; returns how many. */
+static int scan_segments(int (*keep)(const char *name, long pid, const void *arg),
+                         const void *arg, char *names, size_t cap)
 {
-	char prefix[64];
 	int n = 0;
 	size_t len = 0;
-	snprintf(prefix, sizeof(prefix), "accel-shm-%ld-", pid0);
 	names[0] = '\0';
 	DIR *d = opendir("/dev/shm");
 	if (!d)
 		return 0;
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+		long pid = 0;
+		if (sscanf(e->d_name, "accel-shm-%ld-", &pid) != 1 || !keep(e->d_name, pid, arg))
 			continue;
 		n++;
 		if (len < cap)
@@ -316,6 +317,18 @@ static int shm_leftovers(long pid0, char *names, size_t cap)
 	}
 	closedir(d);
 	return n;
+}
+
+static int created_by(const char *name, long pid, const void *arg)
+{
+	(void)name;
+	return pid == *(const long *)arg;
+}
+
+/* Entries of /dev/shm created by the job whose rank 0 had pid `pid0`. */
+static int shm_leftovers(long pid0, char *names, size_t cap)
+{
+	return scan_segments(created_by, &pid0, names, cap);
 }
 
 /* ---- values and the reference ------------------------------------------------------- */
@@ -1302,34 +1315,21 @@ END_TEST
 START_TEST(launch_matrix_8) { launch_matrix(8); }
 END_TEST
 
-/* Segments in /dev/shm of this backend whose creator (the pid in the name)
- * is gone and that were not in `before`: what a job left behind.  Jobs of
- * tests running next to this one have live creators. */
+/* Segments whose creator is gone and that are not listed in `before` (" a
+ * b "): what a job left behind.  Jobs of tests running next to this one
+ * have live creators. */
+static int orphaned(const char *name, long pid, const void *before)
+{
+	char key[300];
+	if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		return 0;
+	snprintf(key, sizeof(key), " %s ", name);
+	return !before || !strstr(before, key);
+}
+
 static int orphan_segments(const char *before, char *names, size_t cap)
 {
-	int n = 0;
-	size_t len = 0;
-	names[0] = '\0';
-	DIR *d = opendir("/dev/shm");
-	if (!d)
-		return 0;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		long pid = 0;
-		if (sscanf(e->d_name, "accel-shm-%ld-", &pid) != 1 || pid <= 0)
-			continue;
-		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-			continue;   /* its creator lives */
-		char key[300];
-		snprintf(key, sizeof(key), " %s ", e->d_name);
-		if (before && strstr(before, key))
-			continue;
-		n++;
-		if (len < cap)
-			len += (size_t)snprintf(names + len, cap - len, "%s ", e->d_name);
-	}
-	closedir(d);
-	return n;
+	return scan_segments(orphaned, before, names, cap);
 }
 
 START_TEST(launch_kill9)

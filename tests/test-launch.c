@@ -925,39 +925,34 @@ START_TEST(sigterm_is_forwarded)
 }
 END_TEST
 
-START_TEST(sigint_is_forwarded)
+/* The ranks' handler catches only SIGTERM: they die of the forwarded
+ * signal, and the launcher exits as a process killed by it would. */
+static void signal_kills_ranks(int sig, const char *name)
 {
-	/* the ranks' SIGTERM handler does not see SIGINT: they die of it */
-	char *d = tmpdir();
+	char *d = tmpdir(), want[96];
 	run r;
 	start(&r, (const char *[]){"-n", "2", "--", prog, "trap", d, NULL});
 	wait_for_files(d, "ready", 2, 10);
-	ck_assert_int_eq(kill(r.pid, SIGINT), 0);
+	ck_assert_int_eq(kill(r.pid, sig), 0);
 	finish(&r, 30);
-	ck_assert_msg(r.status == 128 + SIGINT, "exit %d:\n%s", r.status, r.err);
-	HAS(r.err, "accel launch: received SIGINT: forwarding it to 2 ranks");
+	ck_assert_msg(r.status == 128 + sig, "exit %d:\n%s", r.status, r.err);
+	snprintf(want, sizeof(want), "accel launch: received %s: forwarding it to 2 ranks", name);
+	HAS(r.err, want);
 	ck_assert(!file_exists(d, "term-0"));
 	HASNT(r.err, "failed");
 	run_free(&r);
 	tmpdir_free(d);
 }
+
+START_TEST(sigint_is_forwarded)
+{
+	signal_kills_ranks(SIGINT, "SIGINT");
+}
 END_TEST
 
 START_TEST(sighup_is_forwarded)
 {
-	/* a closed terminal: the ranks get SIGHUP and die of it, the launcher
-	 * exits as a process killed by it would */
-	char *d = tmpdir();
-	run r;
-	start(&r, (const char *[]){"-n", "2", "--", prog, "trap", d, NULL});
-	wait_for_files(d, "ready", 2, 10);
-	ck_assert_int_eq(kill(r.pid, SIGHUP), 0);
-	finish(&r, 30);
-	ck_assert_msg(r.status == 128 + SIGHUP, "exit %d:\n%s", r.status, r.err);
-	HAS(r.err, "accel launch: received SIGHUP: forwarding it to 2 ranks");
-	HASNT(r.err, "failed");
-	run_free(&r);
-	tmpdir_free(d);
+	signal_kills_ranks(SIGHUP, "SIGHUP");   /* a closed terminal */
 }
 END_TEST
 

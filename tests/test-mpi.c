@@ -42,15 +42,8 @@
 
 static int g_rank, g_world, g_failures;
 
-#define CHECK(cond, ...)                                                                \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                                   \
-			fputc('\n', stderr);                                            \
-			g_failures++;                                                   \
-		}                                                                       \
-	} while (0)
+#include "rank-check.h"
+
 
 /* ---- a minimal host ------------------------------------------------------------ */
 

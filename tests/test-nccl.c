@@ -684,19 +684,12 @@ static Suite *nccl_suite(void)
 
 /* ---- --gpu: collectives on real devices ----------------------------------------------- */
 
-static int g_fail;
+static int g_failures;
 
-#define GCHECK(cond, ...)                                                               \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                                   \
-			fputc('\n', stderr);                                            \
-			g_fail++;                                                       \
-		}                                                                       \
-	} while (0)
 
 static int g_rank, g_world;
+
+#include "rank-check.h"
 
 static size_t dsz(uint32_t dt)
 {
@@ -751,7 +744,7 @@ static void *dev_alloc(gpu_inst *in, uint64_t bytes)
 {
 	void *p = NULL;
 	int rc = GB->mem_alloc(in->st, ACCEL_DEVICE_CUDA, g_rank, bytes, &p);
-	GCHECK(rc == ACCEL_OK && p, "mem_alloc %llu: %s", (unsigned long long)bytes, in->h.err);
+	CHECK(rc == ACCEL_OK && p, "mem_alloc %llu: %s", (unsigned long long)bytes, in->h.err);
 	return p;
 }
 
@@ -799,13 +792,13 @@ static void gpu_check_op(gpu_inst *in, int kind, uint32_t dt, uint32_t red, uint
 	                   : GB->broadcast(in->st, &vi, 0, &req);
 	if (rc == ACCEL_OK)
 		rc = GB->wait(in->st, req);
-	GCHECK(rc == ACCEL_OK, "op %d %s n=%llu: %s", kind, accel_abi_dtype_name(dt),
+	CHECK(rc == ACCEL_OK, "op %d %s n=%llu: %s", kind, accel_abi_dtype_name(dt),
 	       (unsigned long long)n, in->h.err);
 	if (rc == ACCEL_OK) {
 		cudaMemcpy(hout, kind == 4 ? din : dout, nout * es, cudaMemcpyDeviceToHost);
 		for (uint64_t i = 0; i < nout; i++)
 			if (memcmp(hout + i * es, hexp + i * es, es)) {
-				GCHECK(0, "op %d %s red %u n=%llu %s: element %llu differs", kind,
+				CHECK(0, "op %d %s red %u n=%llu %s: element %llu differs", kind,
 				       accel_abi_dtype_name(dt), red, (unsigned long long)n,
 				       ip == 2 ? "in place (rank block)" : ip ? "in place" : "out of place",
 				       (unsigned long long)i);
@@ -836,7 +829,7 @@ static int timeout_open(gpu_timeout *t, accel_comm_init_v1 *a, const char *dir, 
 	t->in.h.store_dir = dir;
 	a->timeout_ms = g_rank == 0 ? ms0 : ms_rest;
 	int rc = GB->init(&g_host, &t->in.h, a, &t->in.st);
-	GCHECK(rc == ACCEL_OK, "init for a timeout test: %s", t->in.h.err);
+	CHECK(rc == ACCEL_OK, "init for a timeout test: %s", t->in.h.err);
 	if (rc != ACCEL_OK)
 		return 0;
 	t->x = dev_alloc(&t->in, 4096);
@@ -862,7 +855,7 @@ static int gpu_rank_main(const char *dir)
 	                        .local_rank = g_rank, .local_world_size = g_world, .num_nodes = 1,
 	                        .device_index = g_rank, .timeout_ms = 60000, .job_id = "t"};
 	int rc = GB->init(&g_host, &in.h, &a, &in.st);
-	GCHECK(rc == ACCEL_OK, "init: %s", in.h.err);
+	CHECK(rc == ACCEL_OK, "init: %s", in.h.err);
 	if (rc)
 		return 1;
 	static const uint32_t rdt[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F64, ACCEL_DTYPE_F16,
@@ -896,24 +889,24 @@ static int gpu_rank_main(const char *dir)
 	in.h.err_code = 0;
 	for (int k = 0; k < 4; k++) {
 		accel_view v = dview(ACCEL_DTYPE_F32, d[k], N);
-		GCHECK(GB->allreduce(in.st, &v, &v, ACCEL_RED_SUM, &req[k]) == ACCEL_OK, "async: %s",
+		CHECK(GB->allreduce(in.st, &v, &v, ACCEL_RED_SUM, &req[k]) == ACCEL_OK, "async: %s",
 		       in.h.err);
 	}
-	GCHECK(GB->barrier(in.st, &req[4]) == ACCEL_OK, "barrier: %s", in.h.err);
+	CHECK(GB->barrier(in.st, &req[4]) == ACCEL_OK, "barrier: %s", in.h.err);
 	int32_t done = 0;
 	for (int spin = 0; spin < 100000 && !done; spin++) {
-		GCHECK(GB->test(in.st, req[4], &done) == ACCEL_OK, "test: %s", in.h.err);
+		CHECK(GB->test(in.st, req[4], &done) == ACCEL_OK, "test: %s", in.h.err);
 		if (!done)
 			usleep(100);
 	}
-	GCHECK(done, "barrier never finished");
+	CHECK(done, "barrier never finished");
 	for (int k = 4; k >= 0; k--)
-		GCHECK(GB->wait(in.st, req[k]) == ACCEL_OK, "wait %d: %s", k, in.h.err);
+		CHECK(GB->wait(in.st, req[k]) == ACCEL_OK, "wait %d: %s", k, in.h.err);
 	for (int k = 0; k < 4; k++) {
 		cudaMemcpy(h, d[k], N * sizeof(float), cudaMemcpyDeviceToHost);
 		for (int i = 0; i < N; i++)
 			if (h[i] != (float)ref_reduce((uint64_t)i, ACCEL_DTYPE_F32, ACCEL_RED_SUM)) {
-				GCHECK(0, "async allreduce %d: element %d is %g", k, i, h[i]);
+				CHECK(0, "async allreduce %d: element %d is %g", k, i, h[i]);
 				break;
 			}
 		GB->mem_free(in.st, d[k]);
@@ -924,14 +917,14 @@ static int gpu_rank_main(const char *dir)
 	accel_comm_req *r0 = NULL;
 	in.h.err_code = 0;
 	rc = GB->allreduce(in.st, &host, &host, ACCEL_RED_SUM, &r0);
-	GCHECK(rc == ACCEL_ERR_UNSUPPORTED && strstr(in.h.err, "this rank's GPU"), "cpu view: %d %s",
+	CHECK(rc == ACCEL_ERR_UNSUPPORTED && strstr(in.h.err, "this rank's GPU"), "cpu view: %d %s",
 	       rc, in.h.err);
 	/* a host pointer labelled cuda would fault NCCL's kernel: refused */
 	float hbuf[4] = {0};
 	accel_view lie = dview(ACCEL_DTYPE_F32, hbuf, 4);
 	in.h.err_code = 0;
 	rc = GB->allreduce(in.st, &lie, &lie, ACCEL_RED_SUM, &r0);
-	GCHECK(rc == ACCEL_ERR_INVALID_ARG && strstr(in.h.err, "ordinary host memory"),
+	CHECK(rc == ACCEL_ERR_INVALID_ARG && strstr(in.h.err, "ordinary host memory"),
 	       "host pointer labelled cuda: %d %s", rc, in.h.err);
 	/* the communicator still works after a refused call */
 	float *one = dev_alloc(&in, sizeof(float));
@@ -940,7 +933,7 @@ static int gpu_rank_main(const char *dir)
 	rc = GB->allreduce(in.st, &v1, &v1, ACCEL_RED_SUM, &r0);
 	if (rc == ACCEL_OK)
 		rc = GB->wait(in.st, r0);
-	GCHECK(rc == ACCEL_OK, "allreduce after a refused call: %s", in.h.err);
+	CHECK(rc == ACCEL_OK, "allreduce after a refused call: %s", in.h.err);
 	GB->mem_free(in.st, one);
 	GB->fini(in.st);
 
@@ -953,16 +946,16 @@ static int gpu_rank_main(const char *dir)
 		if (rc == ACCEL_OK)
 			rc = GB->wait(t.in.st, r0);
 		if (g_rank == 0) {
-			GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "allreduce #1") &&
+			CHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "allreduce #1") &&
 			       strstr(t.in.h.err, "rank 1 did not report reaching it") &&
 			       strstr(t.in.h.err, "aborted"),
 			       "timeout: %d %s", rc, t.in.h.err);
 			t.in.h.err_code = 0;
 			rc = GB->allreduce(t.in.st, &t.v, &t.v, ACCEL_RED_SUM, &r0);
-			GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "earlier NCCL call failed"),
+			CHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "earlier NCCL call failed"),
 			       "fail fast: %d %s", rc, t.in.h.err);
 		} else {
-			GCHECK(rc != ACCEL_OK, "late rank: the collective of an aborted peer "
+			CHECK(rc != ACCEL_OK, "late rank: the collective of an aborted peer "
 			       "cannot succeed");
 		}
 		timeout_close(&t);
@@ -974,7 +967,7 @@ static int gpu_rank_main(const char *dir)
 		rc = GB->allreduce(t.in.st, &t.v, &t.v, ACCEL_RED_SUM, &r0);
 		if (rc == ACCEL_OK)
 			rc = GB->wait(t.in.st, r0);
-		GCHECK(rc == ACCEL_OK, "warm-up allreduce: %s", t.in.h.err);
+		CHECK(rc == ACCEL_OK, "warm-up allreduce: %s", t.in.h.err);
 		if (g_rank != 0)
 			sleep(4);
 		t.in.h.err_code = 0;
@@ -985,13 +978,13 @@ static int gpu_rank_main(const char *dir)
 			if ((rc = GB->test(t.in.st, r0, &fin)) == ACCEL_OK && !fin)
 				usleep(1000);
 		if (g_rank == 0)
-			GCHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "allreduce #2") &&
+			CHECK(rc == ACCEL_ERR_TIMEOUT && strstr(t.in.h.err, "allreduce #2") &&
 			       strstr(t.in.h.err, "rank 1 did not report reaching it"),
 			       "timeout by test(): %d %s", rc, t.in.h.err);
 		GB->wait(t.in.st, r0);
 		timeout_close(&t);
 	}
-	return g_fail ? 1 : 0;
+	return g_failures ? 1 : 0;
 }
 
 static int gpu_main(void)

@@ -28,17 +28,10 @@
 #include "comm.h"
 #include "ctx-impl.h"
 
-static int g_rank, g_fail;
+static int g_rank, g_failures;
 
-#define CHECK(cond, ...)                                                                  \
-	do {                                                                              \
-		if (!(cond)) {                                                            \
-			fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__);   \
-			fprintf(stderr, __VA_ARGS__);                                     \
-			fputc('\n', stderr);                                              \
-			g_fail++;                                                         \
-		}                                                                         \
-	} while (0)
+#include "rank-check.h"
+
 
 static int free_port(void)
 {
@@ -131,7 +124,7 @@ int main(int argc, char **argv)
 	}
 	accel_ctx_free(ctx);
 	int total = 0;
-	MPI_Allreduce(&g_fail, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	MPI_Allreduce(&g_failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 	if (g_rank == 0)
 		printf("%s: nccl bootstrap (%s), %d failed check(s) over %d ranks\n",
 		       total ? "FAIL" : "PASS", mode, total, world);
