@@ -24,6 +24,7 @@ typedef struct comm_backend {
 	struct accel_host host;
 	int up;
 	int failed;             /* init failed: not retried (see route()) */
+	int starting;           /* inside init(): a device call from it is refused */
 	int fail_code;
 	char fail_msg[ACCEL_ERRMSG_MAX];
 } comm_backend;
@@ -114,6 +115,13 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 			accel_err_set(&ctx->err, r, "comm backend '%s' (%s) failed to start: %s", name,
 			              m->path, accel_status_str(r));
 		return r;
+	}
+	if (ctx->err.code != ACCEL_OK) {
+		/* an error recorded on the way (a host call that failed) must
+		 * not stand in for a later failure's message */
+		accel_log(ACCEL_LOG_WARN, "comm backend '%s' (%s) started, but reported on the way: "
+		          "%s", name, m->path, ctx->err.msg);
+		accel_err_clear(&ctx->err);
 	}
 	be->up = 1;
 	accel_log(ACCEL_LOG_DEBUG, "comm backend %s up (%s)", name, m->path);
@@ -309,7 +317,17 @@ static int route(accel_comm *c, const accel_view *v, const char *op, comm_backen
 			                     "%s on a cuda:%d buffer: the %s backend failed to start "
 			                     "earlier and is not retried: %s", op, v->device_index,
 			                     c->dev_name, c->dev.fail_msg);
+		/* init() may use host collectives (nccl bootstraps over them
+		 * without a store); one on a device buffer would start init()
+		 * again, without end. */
+		if (c->dev.starting)
+			return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
+			                     "%s on a cuda:%d buffer from inside the %s backend's init(): "
+			                     "a device backend can use host buffers only while it starts",
+			                     op, v->device_index, c->dev_name);
+		c->dev.starting = 1;
 		int r = backend_up(c, &c->dev, c->dev_name, v->device_index);
+		c->dev.starting = 0;
 		if (r) {
 			c->dev.failed = 1;
 			c->dev.fail_code = r;

@@ -78,8 +78,12 @@ static void start(run *r, const char *const *args)
 		/* only 0-2 go to the launcher, so the ranks' OPEN_FDS shows its leaks */
 		for (int fd = 3; fd < 1024; fd++)
 			close(fd);
-		if (start_ignoring)
-			signal(start_ignoring, SIG_IGN);
+		/* the launcher keeps a signal it inherits ignored (nohup): start
+		 * it with the ones the tests send at their default, whatever the
+		 * test runner was started with */
+		int sigs[] = {SIGHUP, SIGINT, SIGTERM};
+		for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]); k++)
+			signal(sigs[k], sigs[k] == start_ignoring ? SIG_IGN : SIG_DFL);
 		execv(argv[0], (char *const *)argv);
 		_exit(99);
 	}

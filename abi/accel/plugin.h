@@ -315,10 +315,11 @@ typedef struct accel_host_v1 {
 	 * the same order on every rank.  A timeout or dead peer is an error that
 	 * names the collective, its sequence number and the missing ranks.
 	 * A comm backend for device buffers may call them on host buffers from
-	 * its init(), which the core runs inside the first device collective:
-	 * they go to the job's host backend (nccl broadcasts its unique id so
-	 * in a job without a store).  A host backend must not: they would come
-	 * back to itself. */
+	 * its init(), which the core runs inside the first collective or
+	 * backend allocation on a device buffer: they go to the job's host
+	 * backend (nccl broadcasts its unique id so in a job without a store).
+	 * On device buffers they fail there with ACCEL_ERR_STATE, as they do
+	 * in a host backend's init() (no comm is up yet). */
 	int (*allreduce)(accel_host *h, const accel_view *send, const accel_view *recv,
 	                 uint32_t op, accel_req **ret_req);
 	/* send->numel == world_size * recv->numel; rank r receives block r. */

@@ -61,6 +61,7 @@ int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int worl
 typedef struct nccl_host_boot {
 	const accel_host_v1 *host;
 	accel_host *h;
+	int bcast_failed;   /* set when host->broadcast failed (it recorded why) */
 } nccl_host_boot;
 extern const nccl_boot_ops accel_nccl_host_boot_ops;
 

@@ -50,14 +50,16 @@ static int bootstrap_bcast(const nccl_boot_ops *ops, void *ctx, int rank,
 	if (rc != ACCEL_OK) {
 		snprintf(msg, cap, "bootstrap on rank %d: the broadcast of NCCL's unique id over "
 		         "the host comm backend failed (this job has no rendezvous store); every "
-		         "rank must bring up nccl at the same collective", rank);
+		         "rank must bring up nccl at the same point: its first collective or "
+		         "backend allocation on a CUDA buffer", rank);
 		return rc;
 	}
 	if (memcmp(m.tag, BOOT_TAG, sizeof(m.tag)) != 0) {
 		snprintf(msg, cap, "bootstrap on rank %d: the host broadcast that should carry "
 		         "NCCL's unique id from rank 0 carried something else: the ranks issued "
 		         "their host collectives in a different order (every rank must make its "
-		         "first collective on a CUDA buffer at the same point)", rank);
+		         "first collective or backend allocation on a CUDA buffer at the same "
+		         "point)", rank);
 		return ACCEL_ERR_COMM;
 	}
 	if (m.result != ncclSuccess) {
@@ -194,7 +196,10 @@ static int host_bcast(void *ctx, void *buf, uint64_t len)
 	nccl_host_boot *b = ctx;
 	accel_view v = {.struct_size = sizeof(v), .dtype = ACCEL_DTYPE_U8,
 	                .device = ACCEL_DEVICE_CPU, .data = buf, .numel = len};
-	return b->host->broadcast(b->h, &v, 0, NULL);
+	int r = b->host->broadcast(b->h, &v, 0, NULL);
+	if (r != ACCEL_OK)
+		b->bcast_failed = 1;
+	return r;
 }
 
 const nccl_boot_ops accel_nccl_host_boot_ops = {host_uid, host_set, host_get, host_add,

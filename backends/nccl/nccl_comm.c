@@ -840,13 +840,14 @@ static int nccl_init(const accel_host_v1 *host, accel_host *h, const accel_comm_
 	}
 	CUDA_TRY(st, cudaSetDevice(st->device), fail);
 
-	nccl_host_boot hb = {host, h};
+	nccl_host_boot hb = {host, h, 0};
 	int via_store = 0;
 	rc = accel_nccl_bootstrap(&accel_nccl_host_boot_ops, &hb, st->rank, st->world,
 	                          st->timeout_ms, &id, &via_store, msg, sizeof(msg));
 	if (rc != ACCEL_OK) {
-		/* a failed broadcast recorded its own error first; this adds why */
-		if (st->world > 1 && !via_store)
+		/* a failed host broadcast recorded its own error first (which
+		 * then wins); this says what it was for */
+		if (hb.bcast_failed)
 			host->log(h, ACCEL_LOG_ERROR, "%s", msg);
 		host->error(h, rc, "%s", msg);
 		goto fail;

@@ -9,6 +9,9 @@
  *                     backend (mpi)
  *   nccl-boot store   ACCEL_MASTER_ADDR/PORT set: the id goes through the
  *                     store, and no host collective is spent on it
+ *   nccl-boot nest    as mpi, and fxdev's init() first makes a broadcast on
+ *                     a CUDA buffer, which must be refused (ACCEL_ERR_STATE)
+ *                     instead of starting init() again without end
  *
  * The first collective on a CUDA-labelled buffer brings the device backend
  * up between two host all-reduces; every rank must then hold rank 0's id,
@@ -60,8 +63,8 @@ int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 	int world = 0, level = 0;
-	if (strcmp(mode, "mpi") != 0 && strcmp(mode, "store") != 0) {
-		fprintf(stderr, "usage: mpirun -n 2 nccl-boot mpi|store\n");
+	if (strcmp(mode, "mpi") != 0 && strcmp(mode, "store") != 0 && strcmp(mode, "nest") != 0) {
+		fprintf(stderr, "usage: mpirun -n 2 nccl-boot mpi|store|nest\n");
 		return 2;
 	}
 	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
@@ -71,6 +74,10 @@ int main(int argc, char **argv)
 	unsetenv("ACCEL_MASTER_ADDR");
 	unsetenv("ACCEL_MASTER_PORT");
 	unsetenv("MASTER_ADDR");
+	if (!strcmp(mode, "nest"))
+		setenv("FXDEV_NEST", "1", 1);
+	else
+		unsetenv("FXDEV_NEST");
 	if (!strcmp(mode, "store")) {
 		int port = g_rank == 0 ? free_port() : 0;
 		MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
