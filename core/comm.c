@@ -109,6 +109,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 	be->host.module = m;
 	be->host.name = m->name;
 	be->host.section = m->comm->desc->config_section;
+	int had_err = ctx->err.code != ACCEL_OK;   /* the caller's, kept */
 	r = be->vt->init(accel_host_table(), &be->host, &args, &be->state);
 	if (r) {
 		if (ctx->err.code == ACCEL_OK)
@@ -116,7 +117,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 			              m->path, accel_status_str(r));
 		return r;
 	}
-	if (ctx->err.code != ACCEL_OK) {
+	if (!had_err && ctx->err.code != ACCEL_OK) {
 		/* an error recorded on the way (a host call that failed) must
 		 * not stand in for a later failure's message */
 		accel_log(ACCEL_LOG_WARN, "comm backend '%s' (%s) started, but reported on the way: "
