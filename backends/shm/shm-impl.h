@@ -193,6 +193,10 @@ typedef struct shm_comm {
 	/* backend-allocated buffers */
 	shm_alloc *allocs;
 	int32_t n_allocs;
+	/* Names of allocations freed here before every rank mapped them: kept
+	 * for the late ranks, removed by fini (shm_mem_close_all). */
+	char (*stale)[128];
+	size_t n_stale, cap_stale;
 
 	/* the comm thread */
 	pthread_t thread;

@@ -306,15 +306,34 @@ fail:
 	return st;
 }
 
-static void release(shm_comm *c, shm_alloc *a)
+/* Unmap a; `closing`: fini, the last chance to remove the name. */
+static void release(shm_comm *c, shm_alloc *a, int closing)
 {
 	if (!a->unlinked && a->name[0]) {
-		/* Some rank never mapped it (it failed or has not got there yet).
-		 * Leaving the name would leak it past the job; a rank that still
-		 * wants it fails with a clear error instead. */
+		/* Some rank has not mapped it yet.  mem_free is not collective:
+		 * a rank may free its copy before a slower peer has even
+		 * allocated it, so the name stays for that peer (the last to map
+		 * it removes it) until this rank's fini, which removes it so that
+		 * it cannot outlive the job. */
 		alloc_hdr *h = a->map;
-		if (atomic_load(&h->attached) < c->world)
-			shm_unlink(a->name);
+		if (atomic_load(&h->attached) < c->world) {
+			if (closing) {
+				shm_unlink(a->name);
+			} else {
+				if (c->n_stale == c->cap_stale) {
+					size_t cap = c->cap_stale ? 2 * c->cap_stale : 8;
+					void *p = realloc(c->stale, cap * sizeof(*c->stale));
+					if (p) {
+						c->stale = p;
+						c->cap_stale = cap;
+					}
+				}
+				if (c->n_stale < c->cap_stale)
+					memcpy(c->stale[c->n_stale++], a->name, sizeof(a->name));
+				else
+					shm_unlink(a->name);  /* out of memory: as at fini */
+			}
+		}
 	}
 	munmap(a->map, a->map_bytes);
 	free(a);
@@ -332,7 +351,7 @@ void shm_mem_free(void *state, void *ptr)
 		shm_alloc *a = *pp;
 		if (a->base + (uint64_t)c->rank * a->stride == (char *)ptr) {
 			*pp = a->next;
-			release(c, a);
+			release(c, a, 0);
 			return;
 		}
 	}
@@ -344,6 +363,12 @@ void shm_mem_close_all(shm_comm *c)
 	while (c->allocs) {
 		shm_alloc *a = c->allocs;
 		c->allocs = a->next;
-		release(c, a);
+		release(c, a, 1);
 	}
+	/* gone already when the late ranks mapped them: ENOENT, harmless */
+	for (size_t i = 0; i < c->n_stale; i++)
+		shm_unlink(c->stale[i]);
+	free(c->stale);
+	c->stale = NULL;
+	c->n_stale = c->cap_stale = 0;
 }
