@@ -50,14 +50,19 @@
 static const char *g_out;
 static int g_rank;
 
+/* Written aside and renamed into place: the launcher may stop this rank
+ * at any moment once another failed, and a report must be whole or
+ * absent (an empty one, cut off after fopen, failed the test's parse). */
 static void report(const char *mode, int st, double secs, const char *msg)
 {
-	char path[1024];
+	char path[1024], tmp[1040];
 	snprintf(path, sizeof(path), "%s/%s-%d", g_out, mode, g_rank);
-	FILE *f = fopen(path, "w");
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
 	if (f) {
 		fprintf(f, "%d %.3f %s", st, secs, msg);
-		fclose(f);
+		if (fclose(f) == 0)
+			rename(tmp, path);
 	}
 }
 
