@@ -54,23 +54,10 @@ static int lr_reap(pid_t pid, int limit_s)
 	}
 }
 
-static void lr_print_log(const char *path)
+/* The start of file `path` (up to cap - 1 bytes) into buf, NUL-ended; -1
+ * (and an empty buf) when it cannot be opened. */
+static int lr_read_file(const char *path, char *buf, size_t cap)
 {
-	char buf[8192];
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	fprintf(stderr, "--- %s ---\n%s\n---\n", path, buf);
-}
-
-/* OUTDIR/<mode>-<rank> into buf; -1 when there is none. */
-static int lr_read_report(const char *dir, const char *mode, int rank, char *buf, size_t cap)
-{
-	char path[1024];
-	snprintf(path, sizeof(path), "%s/%s-%d", dir, mode, rank);
 	FILE *f = fopen(path, "r");
 	if (!f) {
 		buf[0] = '\0';
@@ -80,6 +67,21 @@ static int lr_read_report(const char *dir, const char *mode, int rank, char *buf
 	buf[n] = '\0';
 	fclose(f);
 	return 0;
+}
+
+static void lr_print_log(const char *path)
+{
+	char buf[8192];
+	if (lr_read_file(path, buf, sizeof(buf)) == 0)
+		fprintf(stderr, "--- %s ---\n%s\n---\n", path, buf);
+}
+
+/* OUTDIR/<mode>-<rank> into buf; -1 when there is none. */
+static int lr_read_report(const char *dir, const char *mode, int rank, char *buf, size_t cap)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/%s-%d", dir, mode, rank);
+	return lr_read_file(path, buf, cap);
 }
 
 static int lr_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)

@@ -17,12 +17,9 @@
  * up between two host all-reduces; every rank must then hold rank 0's id,
  * and the host collectives around it must still match.  Exit 0 only if
  * every check passed on every rank. */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -33,21 +30,9 @@
 
 static int g_rank, g_failures;
 
+#include "free-port.h"
 #include "rank-check.h"
 
-
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t sl = sizeof(sa);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    getsockname(fd, (struct sockaddr *)&sa, &sl))
-		return -1;
-	close(fd);
-	return ntohs(sa.sin_port);
-}
 
 /* A host all-reduce of the ranks' numbers: the sequence must still match. */
 static void host_sum(accel_ctx *ctx, int world, const char *when)
@@ -79,7 +64,7 @@ int main(int argc, char **argv)
 	else
 		unsetenv("FXDEV_NEST");
 	if (!strcmp(mode, "store")) {
-		int port = g_rank == 0 ? free_port() : 0;
+		int port = g_rank == 0 ? free_port_try() : 0;
 		MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
 		char p[16];
 		snprintf(p, sizeof(p), "%d", port);
