@@ -166,6 +166,10 @@ static const core_param core_params[] = {
 	 "seconds after which a connection to another node that answers nothing (no data, no "
 	 "TCP keepalive reply: the node is down or cut off) counts as dead, in the rendezvous "
 	 "store and the tcp backend; 0: off (then only comm.timeout_s ends the wait)"},
+	{"comm.mpi_store", ACCEL_CFG_BOOL, "true", NORANGE, 0, NULL, 0, NULL,
+	 "started by an MPI launcher without ACCEL_MASTER_ADDR/PORT: rank 0 hosts the rendezvous "
+	 "store on a free port and sends its address over MPI, so that timeouts name the missing "
+	 "ranks; false: run without a store"},
 	{"optimizer.type", ACCEL_CFG_ENUM, "\"adamw\"", NORANGE, 0, "adamw|sgd", 0, NULL,
 	 "optimizer (torch.optim.AdamW or SGD semantics)"},
 	{"optimizer.params.lr", ACCEL_CFG_DOUBLE, "1e-3", GE(0), 0, NULL, 0, NULL,

@@ -176,6 +176,177 @@ static int setup_processes(accel_ctx *ctx)
 	return ACCEL_OK;
 }
 
+/* ---- a rendezvous store for jobs started by an MPI launcher ------------------------ */
+
+/* What rank 0 broadcasts: where its store listens, or why it has none. */
+typedef struct {
+	char magic[8];          /* "accelMSt" */
+	int32_t port;           /* 0: no store (why says so) */
+	uint32_t pad;
+	uint64_t token;         /* also in the store: a rank that reached another
+	                           job's store on the same port finds it wrong */
+	char host[256];         /* gethostname() */
+	char boot[40];          /* /proc/sys/kernel/random/boot_id: same host */
+	char why[256];
+} mpi_store_msg;
+
+#define MPI_STORE_MAGIC "accelMSt"
+#define MPI_STORE_TOKEN_KEY "accel/mpi_store/token"
+/* The others' connect is bounded by this, and by half of comm.timeout_s
+ * (rank 0 meanwhile waits in the host all-gather that follows, under that
+ * timeout): rank 0's server listens before it sends its address, so only an
+ * unreachable host takes that long. */
+#define MPI_STORE_CONNECT_MS 15000
+
+static void read_boot_id(char *buf, size_t cap)
+{
+	buf[0] = '\0';
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (!f)
+		return;
+	if (!fgets(buf, (int)cap, f))
+		buf[0] = '\0';
+	fclose(f);
+	buf[strcspn(buf, "\n")] = '\0';
+}
+
+static void this_host(mpi_store_msg *m)
+{
+	if (gethostname(m->host, sizeof(m->host) - 1) != 0)
+		m->host[0] = '\0';
+	m->host[sizeof(m->host) - 1] = '\0';
+	read_boot_id(m->boot, sizeof(m->boot));
+}
+
+/* Under an MPI launcher without ACCEL_MASTER_ADDR/PORT the job has no store,
+ * and the mpi and nccl backends then cannot name the ranks that never
+ * reached a timed-out collective.  So rank 0 starts one on a free port and
+ * sends its address over the host backend (comm.mpi_store).  Ranks on rank
+ * 0's host connect over loopback, the others to its host name.  If any rank
+ * cannot connect, every rank drops the store and warns (the job runs as
+ * without one); a failed host collective fails the context. */
+static int mpi_store(accel_ctx *ctx)
+{
+	int32_t on = 1;
+	if (ctx->store || ctx->world.world_size < 2 || !ctx->launcher ||
+	    strncmp(ctx->launcher, "mpi", 3) != 0)
+		return ACCEL_OK;
+	accel_config_get_bool(ctx->cfg, "comm.mpi_store", &on);
+	if (!on)
+		return ACCEL_OK;
+	double timeout_s = 300, keepalive_s = 30;
+	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
+	accel_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
+	int64_t timeout_ms = (int64_t)(timeout_s * 1000), keepalive_ms = (int64_t)ceil(keepalive_s * 1000);
+	int32_t rank = ctx->world.rank, world = ctx->world.world_size;
+	accel_store *st = NULL;
+	accel_err e;
+	accel_err_clear(&e);
+	mpi_store_msg m;
+	memset(&m, 0, sizeof(m));
+	int r;
+	if (rank == 0) {
+		memcpy(m.magic, MPI_STORE_MAGIC, sizeof(m.magic));
+		this_host(&m);
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		m.token = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^
+		          ((uint64_t)getpid() << 32);
+		char tok[24];
+		int n = snprintf(tok, sizeof(tok), "%016llx", (unsigned long long)m.token);
+		if (accel_store_new_host(world, timeout_ms, keepalive_ms, &st, &e) == ACCEL_OK &&
+		    accel_store_set(st, MPI_STORE_TOKEN_KEY, tok, (uint64_t)n, &e) == ACCEL_OK)
+			m.port = accel_store_port(st);
+		else
+			snprintf(m.why, sizeof(m.why), "%.255s", e.msg);
+	}
+	accel_view v = {.struct_size = sizeof(v), .dtype = ACCEL_DTYPE_U8,
+	                .device = ACCEL_DEVICE_CPU, .data = &m, .numel = sizeof(m)};
+	if ((r = accel_comm_broadcast(ctx->comm, &v, 0, NULL)))
+		goto fail;
+	m.why[sizeof(m.why) - 1] = '\0';
+	m.host[sizeof(m.host) - 1] = '\0';
+	m.boot[sizeof(m.boot) - 1] = '\0';
+	char why[ACCEL_ERRMSG_MAX] = "";
+	if (memcmp(m.magic, MPI_STORE_MAGIC, sizeof(m.magic)) != 0) {
+		snprintf(why, sizeof(why), "rank 0 sent something else than the store's address "
+		         "(ranks out of step at start-up?)");
+	} else if (rank != 0 && m.port > 0) {
+		mpi_store_msg me;
+		memset(&me, 0, sizeof(me));
+		this_host(&me);
+		int local = m.host[0] && !strcmp(me.host, m.host) && !strcmp(me.boot, m.boot);
+		const char *addr = local ? "127.0.0.1" : m.host;
+		int64_t cto = timeout_ms / 2 < MPI_STORE_CONNECT_MS ? timeout_ms / 2
+		                                                    : MPI_STORE_CONNECT_MS;
+		if (cto < 1)
+			cto = 1;
+		char tok[24] = "", want[24];
+		uint64_t len = 0;
+		snprintf(want, sizeof(want), "%016llx", (unsigned long long)m.token);
+		if (!m.host[0])
+			snprintf(why, sizeof(why), "rank 0 has no host name to connect to");
+		else if (accel_store_new_keepalive(addr, m.port, rank, world, cto, keepalive_ms, &st,
+		                                   &e) != ACCEL_OK)
+			snprintf(why, sizeof(why), "%s", e.msg);
+		else if (accel_store_get(st, MPI_STORE_TOKEN_KEY, tok, sizeof(tok) - 1, &len, 0, &e) !=
+		             ACCEL_OK || len != strlen(want) || memcmp(tok, want, len) != 0)
+			snprintf(why, sizeof(why), "the store at %s:%d is not this job's (another job's "
+			         "store on the same port?)", addr, (int)m.port);
+		accel_store_set_timeout(st, timeout_ms);
+		if (!why[0])
+			accel_log(ACCEL_LOG_DEBUG, "connected to rank 0's rendezvous store at %s:%d "
+			          "(%s)", addr, (int)m.port, local ? "same host" : "rank 0's host name");
+	} else if (m.port <= 0) {
+		snprintf(why, sizeof(why), "rank 0 could not start it: %s", m.why);
+	}
+	/* Every rank learns which ranks are connected: all use the store, or none. */
+	int32_t ok = why[0] == '\0', *oks = calloc((size_t)world, sizeof(*oks));
+	if (!oks) {
+		r = accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	accel_view sv = {.struct_size = sizeof(sv), .dtype = ACCEL_DTYPE_I32,
+	                 .device = ACCEL_DEVICE_CPU, .data = &ok, .numel = 1};
+	accel_view rv = {.struct_size = sizeof(rv), .dtype = ACCEL_DTYPE_I32,
+	                 .device = ACCEL_DEVICE_CPU, .data = oks, .numel = (uint64_t)world};
+	if ((r = accel_comm_allgather(ctx->comm, &sv, &rv, NULL))) {
+		free(oks);
+		goto fail;
+	}
+	char bad[256] = "";
+	size_t used = 0;
+	int nbad = 0;
+	for (int32_t q = 0; q < world; q++)
+		if (!oks[q]) {
+			if (used < sizeof(bad))
+				used += (size_t)snprintf(bad + used, sizeof(bad) - used, "%s%d",
+				                         nbad ? ", " : "", (int)q);
+			nbad++;
+		}
+	free(oks);
+	if (nbad == 0) {
+		ctx->store = st;
+		accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: rank 0 "
+		          "hosts the rendezvous store on %s:%d", ctx->launcher, m.host, (int)m.port);
+		return ACCEL_OK;
+	}
+	accel_store_abandon(st);
+	if (why[0])
+		accel_log(ACCEL_LOG_WARN, "no rendezvous store in this job: %s", why);
+	if (rank == 0)
+		accel_log(ACCEL_LOG_WARN, "the job runs without a rendezvous store: %s %s could not "
+		          "reach rank 0's store on %s:%d (comm.mpi_store); timeouts of mpi and nccl "
+		          "collectives will not name the missing ranks. Set ACCEL_MASTER_ADDR and "
+		          "ACCEL_MASTER_PORT (mpirun -x) to an address of rank 0's node that the "
+		          "others reach, or comm.mpi_store=false to skip the attempt",
+		          nbad > 1 ? "ranks" : "rank", bad, m.host, (int)m.port);
+	return ACCEL_OK;
+fail:
+	accel_store_abandon(st);
+	return ctx->err.code ? ctx->err.code : r;
+}
+
 int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 {
 	accel_ctx *ctx;
@@ -226,7 +397,7 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 	 * waiting until comm.timeout_s. */
 	if ((r = accel_select_modules(&sel, ctx->loader, 0, mods, &ctx->err)))
 		goto fail;
-	if ((r = accel_comm_new(ctx, &ctx->comm)))
+	if ((r = accel_comm_new(ctx, &ctx->comm)) || (r = mpi_store(ctx)))
 		goto fail;
 	if ((r = activate_plugins(ctx, &sel, mods)))
 		goto fail;

@@ -320,6 +320,8 @@ typedef struct store_server {
 	_Atomic int64_t stop_linger_ms; /* < 0: linger_ms; else the stop's own */
 	int64_t keepalive_ms;  /* sock_keepalive() of every accepted connection */
 	char *abort_msg;       /* set before the stop: the job failed (fail_job) */
+	int abandoned;         /* set before the stop: the job gave up on this store,
+	                          so ranks that never came are no news */
 	pthread_t thread;
 	int started;
 	int world;
@@ -1248,7 +1250,7 @@ static void *server_main(void *arg)
 			if (s->cl[i]->dead)
 				client_close(s, i);
 	}
-	if (stopping && !all_done(s) && !s->refuse && !s->failed) {
+	if (stopping && !all_done(s) && !s->refuse && !s->failed && !s->abandoned) {
 		uint8_t *still = calloc((size_t)s->world, 1);
 		if (still) {
 			for (int r = 1; r < s->world; r++)
@@ -1344,6 +1346,45 @@ static int listen_on(const struct addrinfo *ai, int *ret_fd, int *ret_errno)
 	return 0;
 }
 
+/* The port a listening socket is bound to (for port 0: the one the kernel
+ * chose), or -1. */
+static int bound_port(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return -1;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)&ss)->sin_port);
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port);
+	return -1;
+}
+
+static void ai_set_port(struct addrinfo *ai, int port)
+{
+	if (ai->ai_family == AF_INET)
+		((struct sockaddr_in *)ai->ai_addr)->sin_port = htons((uint16_t)port);
+	else if (ai->ai_family == AF_INET6)
+		((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = htons((uint16_t)port);
+}
+
+/* Record a new listener; with port 0 the first one fixes the port the
+ * kernel chose, and the others (IPv4 next to IPv6) bind the same one. */
+static int add_listener(store_server *s, int fd)
+{
+	if (s->port == 0) {
+		int p = bound_port(fd);
+		if (p <= 0) {
+			close(fd);
+			return -1;
+		}
+		s->port = p;
+	}
+	s->lfd[s->n_lfd++] = fd;
+	return 0;
+}
+
 static int server_start(const char *addr, int port, int world, int64_t linger_ms,
                         int64_t keepalive_ms, const char *refuse, store_server **ret,
                         accel_err *err)
@@ -1374,7 +1415,9 @@ static int server_start(const char *addr, int port, int world, int64_t linger_ms
 	}
 	char ps[16];
 	snprintf(ps, sizeof(ps), "%d", port);
-	int loop = addr_is_loopback(addr);
+	int loop = addr && addr_is_loopback(addr);   /* NULL: every interface */
+	if (!addr)
+		addr = "*";
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
 	struct addrinfo *res = NULL;
 	int gai;
@@ -1387,7 +1430,8 @@ static int server_start(const char *addr, int port, int world, int64_t linger_ms
 		if (gai == 0) {
 			int e = 0, fd;
 			if (listen_on(res, &fd, &e) == 0) {
-				s->lfd[s->n_lfd++] = fd;
+				if (add_listener(s, fd) < 0)
+					e = errno;
 			} else if (e == EADDRINUSE) {
 				freeaddrinfo(res);
 				rc = accel_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous store "
@@ -1412,8 +1456,10 @@ static int server_start(const char *addr, int port, int world, int64_t linger_ms
 	int last_errno = 0;
 	for (struct addrinfo *ai = res; ai && s->n_lfd < 2; ai = ai->ai_next) {
 		int fd;
-		if (listen_on(ai, &fd, &last_errno) == 0)
-			s->lfd[s->n_lfd++] = fd;
+		if (s->port)
+			ai_set_port(ai, s->port);
+		if (listen_on(ai, &fd, &last_errno) == 0 && add_listener(s, fd) < 0)
+			last_errno = errno;
 	}
 	if (res)
 		freeaddrinfo(res);
@@ -1481,6 +1527,7 @@ struct accel_store {
 	int broken;            /* after an I/O failure: later calls fail at once */
 	char broken_msg[512];
 	int failed_self;       /* accel_store_fail was called: rank 0 stops at once */
+	int abandoned;         /* accel_store_abandon: and without a warning */
 	store_server *srv;
 };
 
@@ -1820,15 +1867,36 @@ int accel_store_new(const char *addr, int port, int rank, int world_size, int64_
 	return accel_store_new_keepalive(addr, port, rank, world_size, timeout_ms, 0, ret_store, err);
 }
 
+/* listen_addr: where rank 0's server listens (NULL: every interface); addr:
+ * where every rank connects. */
+static int store_open(const char *listen_addr, const char *addr, int port, int rank,
+                      int world_size, int64_t timeout_ms, int64_t keepalive_ms,
+                      accel_store **ret_store, accel_err *err);
+
 int accel_store_new_keepalive(const char *addr, int port, int rank, int world_size,
                               int64_t timeout_ms, int64_t keepalive_ms, accel_store **ret_store,
                               accel_err *err)
 {
+	return store_open(addr, addr, port, rank, world_size, timeout_ms, keepalive_ms, ret_store,
+	                  err);
+}
+
+int accel_store_new_host(int world_size, int64_t timeout_ms, int64_t keepalive_ms,
+                         accel_store **ret_store, accel_err *err)
+{
+	return store_open(NULL, "127.0.0.1", 0, 0, world_size, timeout_ms, keepalive_ms, ret_store,
+	                  err);
+}
+
+static int store_open(const char *listen_addr, const char *addr, int port, int rank,
+                      int world_size, int64_t timeout_ms, int64_t keepalive_ms,
+                      accel_store **ret_store, accel_err *err)
+{
 	if (!addr || !*addr || !ret_store)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_store_new: no address given");
-	if (port < 1 || port > 65535)
+	if (port < (rank == 0 ? 0 : 1) || port > 65535)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: port %d is not in "
-		                     "1..65535", port);
+		                     "%d..65535", port, rank == 0 ? 0 : 1);
 	if (world_size < 1 || rank < 0 || rank >= world_size)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: rank %d is not in "
 		                     "0..%d", rank, world_size - 1);
@@ -1848,15 +1916,15 @@ int accel_store_new_keepalive(const char *addr, int port, int rank, int world_si
 	st->timeout_ms = timeout_ms;
 	st->keepalive_ms = keepalive_ms;
 	snprintf(st->addr, sizeof(st->addr), "%s", addr);
-	st->port = port;
-	if (strchr(addr, ':'))
-		snprintf(st->where, sizeof(st->where), "[%s]:%d", addr, port);
-	else
-		snprintf(st->where, sizeof(st->where), "%s:%d", addr, port);
 	if (rank == 0 &&
-	    (rc = server_start(addr, port, world_size, timeout_ms, keepalive_ms, NULL, &st->srv,
-	                       err)) < 0)
+	    (rc = server_start(listen_addr, port, world_size, timeout_ms, keepalive_ms, NULL,
+	                       &st->srv, err)) < 0)
 		goto fail;
+	st->port = st->srv ? st->srv->port : port;   /* port 0: the one the kernel chose */
+	if (strchr(addr, ':'))
+		snprintf(st->where, sizeof(st->where), "[%s]:%d", addr, st->port);
+	else
+		snprintf(st->where, sizeof(st->where), "%s:%d", addr, st->port);
 	if ((rc = conn_open(st, 0, timeout_ms, &st->idle, err)) < 0)
 		goto fail;
 	*ret_store = st;
@@ -1901,12 +1969,31 @@ accel_store *accel_store_free(accel_store *st)
 	}
 	sb_free(&req);
 	if (st->srv) {
+		st->srv->abandoned = st->abandoned;   /* read by the thread after the wake */
 		server_stop(st->srv, st->failed_self ? STORE_ABORT_LINGER_MS : -1, NULL);
 		st->srv = server_free(st->srv);
 	}
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 	return NULL;
+}
+
+int accel_store_port(const accel_store *st)
+{
+	return st ? st->port : 0;
+}
+
+void accel_store_set_timeout(accel_store *st, int64_t timeout_ms)
+{
+	if (st && timeout_ms > 0)
+		st->timeout_ms = timeout_ms;
+}
+
+accel_store *accel_store_abandon(accel_store *st)
+{
+	if (st)
+		st->failed_self = st->abandoned = 1;
+	return accel_store_free(st);
 }
 
 struct accel_store_refusal {

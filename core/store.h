@@ -37,7 +37,10 @@ typedef struct accel_store accel_store;
  * IPv4/IPv6 literal; `timeout_ms` (> 0) bounds the connect (retried with
  * backoff while refused) and is the default for later calls.  Rank 0's
  * server listens on the loopback address when `addr` is a loopback name,
- * else on every interface (IPv6 dual-stack, or IPv4).  Owned. */
+ * else on every interface (IPv6 dual-stack, or IPv4).  Rank 0 may pass port
+ * 0: the server then listens on a free port the kernel picks, which
+ * accel_store_port() tells (to be sent to the other ranks by other means).
+ * Owned. */
 int accel_store_new(const char *addr, int port, int rank, int world_size, int64_t timeout_ms,
                     accel_store **ret_store, accel_err *err);
 /* The same, with TCP keepalive on the store's connections (keepalive_ms
@@ -46,6 +49,22 @@ int accel_store_new(const char *addr, int port, int rank, int world_size, int64_
 int accel_store_new_keepalive(const char *addr, int port, int rank, int world_size,
                               int64_t timeout_ms, int64_t keepalive_ms, accel_store **ret_store,
                               accel_err *err);
+/* Rank 0 of a job whose ranks learn the store's address by other means
+ * (MPI): the server listens on every interface on a free port the kernel
+ * picks (accel_store_port() tells it), and rank 0 connects over loopback
+ * (127.0.0.1).  The other ranks use accel_store_new_keepalive with the
+ * address and port rank 0 sent them. */
+int accel_store_new_host(int world_size, int64_t timeout_ms, int64_t keepalive_ms,
+                         accel_store **ret_store, accel_err *err);
+/* The port of the store (on rank 0 the one its server listens on). */
+int accel_store_port(const accel_store *st);
+/* Change the default timeout of later calls (> 0; the connect is done). */
+void accel_store_set_timeout(accel_store *st, int64_t timeout_ms);
+/* Free a store the job decided not to use (not every rank could connect):
+ * like accel_store_free, but rank 0's server stops within a second instead
+ * of waiting for ranks that never connected.  NULL-safe, returns NULL. */
+accel_store *accel_store_abandon(accel_store *st);
+
 /* Close the connection; rank 0 stops the server after the other ranks have
  * disconnected, or at the latest after the store's timeout (with a warning
  * naming the ranks still connected), or 1 s after accel_store_fail.

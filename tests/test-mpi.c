@@ -20,6 +20,16 @@
  *                   must fall back to progress inside test/wait
  *   --init-timeout  rank 1 creates its context late: rank 0's init fails
  *                   within its timeout instead of blocking
+ *   --core-timeout  through libaccel without ACCEL_MASTER_ADDR: rank 1 comes
+ *                   late to an all-reduce; rank 0's timeout names it (rank 0
+ *                   hosts a store, comm.mpi_store), and says MPI cannot tell
+ *                   with comm.mpi_store=false
+ *   --store-remote  as the first half of --core-timeout, with rank 0 under
+ *                   another host name (tests/test-mpi-host.sh): rank 1 must
+ *                   reach the store by that name (a loopback address here)
+ *   --store-unreachable  rank 0's host name is an address nobody reaches:
+ *                   rank 1 cannot connect, every rank drops the store with a
+ *                   warning, and the job runs as without one
  * Exit status 0 only if every check passed on every rank. */
 #include <dlfcn.h>
 #include <math.h>
@@ -845,6 +855,119 @@ static void suite_core(void)
 	accel_ctx_free(ctx);
 }
 
+/* Through the core, started by mpirun with no ACCEL_MASTER_ADDR/PORT: rank
+ * 1 comes 3 s late to an all-reduce with comm.timeout_s 1.  With
+ * comm.mpi_store (the default) rank 0 hosts a rendezvous store it announced
+ * over MPI, so its timeout names rank 1; without it the message says MPI
+ * cannot tell.  Rank 1's late all-reduce still completes: rank 0's timed-out
+ * request stays posted in MPI. */
+enum { CT_NO_STORE, CT_STORE, CT_STORE_REMOTE, CT_STORE_UNREACHABLE };
+
+/* Capture this process's stderr (accel's log) into a file while on. */
+static int g_cap_fd = -1, g_saved_fd = -1;
+static char g_cap_path[64];
+
+static void capture_start(void)
+{
+	strcpy(g_cap_path, "/tmp/accel-test-mpi-log-XXXXXX");
+	fflush(stderr);
+	g_cap_fd = mkstemp(g_cap_path);
+	g_saved_fd = g_cap_fd >= 0 ? dup(2) : -1;
+	if (g_saved_fd >= 0)
+		dup2(g_cap_fd, 2);
+}
+
+/* Stop capturing; returns what was logged (malloc'ed) and echoes it. */
+static char *capture_stop(void)
+{
+	char *log = calloc(1, 65536);
+	fflush(stderr);
+	if (g_saved_fd >= 0) {
+		dup2(g_saved_fd, 2);
+		close(g_saved_fd);
+	}
+	if (g_cap_fd >= 0) {
+		ssize_t n = pread(g_cap_fd, log, 65535, 0);
+		if (n < 0)
+			n = 0;
+		log[n] = '\0';
+		close(g_cap_fd);
+		unlink(g_cap_path);
+		fputs(log, stderr);
+	}
+	g_cap_fd = g_saved_fd = -1;
+	return log;
+}
+
+static void check_core_timeout(int kind)
+{
+	int use_store = kind == CT_STORE || kind == CT_STORE_REMOTE;
+	setenv("ACCEL_LOG_ALL_RANKS", "1", 1);   /* read at the first context */
+	unsetenv("ACCEL_MASTER_ADDR");
+	unsetenv("ACCEL_MASTER_PORT");
+	unsetenv("MASTER_ADDR");
+	unsetenv("MASTER_PORT");
+	const char *sets[] = {"backend=mpi", "comm.timeout_s=1", "log_level=debug",
+	                      kind == CT_NO_STORE ? "comm.mpi_store=false" : NULL, NULL};
+	accel_opts o = {.struct_size = sizeof(o), .sets = sets};
+	accel_ctx *ctx = NULL;
+	capture_start();
+	int rc = accel_ctx_new(&o, &ctx);
+	char *log = capture_stop();
+	CHECK(rc == ACCEL_OK, "core timeout (kind %d): accel_ctx_new: %s", kind,
+	      ctx ? accel_errmsg(ctx) : accel_status_str(rc));
+	if (kind == CT_STORE_REMOTE && g_rank == 1)
+		CHECK(strstr(log, "connected to rank 0's rendezvous store at 127.0.0.2:") &&
+		      strstr(log, "(rank 0's host name)"),
+		      "rank 1 did not reach the store by rank 0's host name 127.0.0.2; log: %s", log);
+	if (kind == CT_STORE_UNREACHABLE) {
+		if (g_rank == 1)
+			CHECK(strstr(log, "warn: no rendezvous store in this job: cannot reach the "
+			                  "rendezvous store at 192.0.2.1:"),
+			      "rank 1 did not say why it has no store; log: %s", log);
+		else
+			CHECK(strstr(log, "warn: the job runs without a rendezvous store: rank 1 could "
+			                  "not reach rank 0's store on 192.0.2.1:") &&
+			      strstr(log, "comm.mpi_store=false"),
+			      "rank 0 did not warn naming rank 1; log: %s", log);
+		CHECK(!strstr(log, "have not finished with it"),
+		      "dropping the store warned about ranks that never came; log: %s", log);
+	}
+	if (kind != CT_NO_STORE && kind != CT_STORE_UNREACHABLE)
+		CHECK(!strstr(log, "warn:"), "warnings while making the store; log: %s", log);
+	free(log);
+	if (rc == ACCEL_OK) {
+		float x = 1.0f;
+		if (g_rank == 1)
+			sleep(3);
+		time_t t0 = time(NULL);
+		rc = accel_allreduce(ctx, &x, &x, 1, ACCEL_DTYPE_F32, ACCEL_RED_SUM);
+		const char *msg = accel_errmsg(ctx);
+		if (g_rank == 0) {
+			CHECK(rc == ACCEL_ERR_TIMEOUT && time(NULL) - t0 < 10,
+			      "core timeout (store %d): rank 0 got %s after %lds: %s", use_store,
+			      accel_status_str(rc), (long)(time(NULL) - t0), msg);
+			if (use_store)
+				CHECK(strstr(msg, "rank 1 did not report reaching it") &&
+				      strstr(msg, "asked through the rendezvous store"),
+				      "core timeout with the store of comm.mpi_store: the message does "
+				      "not name rank 1: %s", msg);
+			else
+				CHECK(strstr(msg, "MPI cannot tell which ranks are missing") &&
+				      !strstr(msg, "rank 1 did not report"),
+				      "core timeout with comm.mpi_store=false: %s", msg);
+		} else {
+			CHECK(rc == ACCEL_OK && x == 2.0f, "core timeout: the late rank's all-reduce: "
+			      "%s, %g", rc ? msg : "ok", (double)x);
+		}
+	}
+	accel_ctx_free(ctx);
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (g_rank == 0)
+		printf("core timeout (kind %d: with%s a store) checked\n", kind,
+		       use_store ? "" : "out");
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 static int finish(void)
@@ -913,6 +1036,13 @@ int main(int argc, char **argv)
 
 	if (!strcmp(mode, "--init-timeout")) {
 		check_init_timeout();
+	} else if (!strcmp(mode, "--core-timeout")) {
+		check_core_timeout(CT_STORE);
+		check_core_timeout(CT_NO_STORE);
+	} else if (!strcmp(mode, "--store-remote")) {
+		check_core_timeout(CT_STORE_REMOTE);
+	} else if (!strcmp(mode, "--store-unreachable")) {
+		check_core_timeout(CT_STORE_UNREACHABLE);
 	} else if (!strcmp(mode, "--init-single")) {
 		MPI_Query_thread(&level);
 		inst in;

@@ -4,6 +4,8 @@
  * never comes, one that dies, an address nobody listens on. */
 #include <check.h>
 #include <errno.h>
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -258,9 +260,14 @@ START_TEST(bad_arguments)
 {
 	accel_err err = {0};
 	accel_store *st = (accel_store *)0x1;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", 0, 0, 1, 1000, &st, &err),
+	ck_assert_int_eq(accel_store_new("127.0.0.1", 0, 1, 2, 1000, &st, &err),
 	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_str_eq(err.msg, "rendezvous store: port 0 is not in 1..65535");
+	accel_err_clear(&err);
+	/* rank 0 may ask for a free port (0), nothing below */
+	ck_assert_int_eq(accel_store_new("127.0.0.1", -1, 0, 1, 1000, &st, &err),
+	                 ACCEL_ERR_INVALID_ARG);
+	ck_assert_str_eq(err.msg, "rendezvous store: port -1 is not in 0..65535");
 	accel_err_clear(&err);
 	ck_assert_int_eq(accel_store_new("127.0.0.1", 1234, 4, 4, 1000, &st, &err),
 	                 ACCEL_ERR_INVALID_ARG);
@@ -589,6 +596,102 @@ START_TEST(ipv6_loopback)
 	char out[256];
 	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
 	ck_assert_int_eq(join(&rs, 1, out, sizeof(out)), 0);
+}
+END_TEST
+
+/* ---- a port the kernel picks (the store of a job started by mpirun) -------- */
+
+static int eph_rank(int rank, int world, int port, char *out)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	char buf[16] = {0};
+	uint64_t len = 0;
+	if (accel_store_new("127.0.0.1", port, rank, world, 5000, &st, &err))
+		return FAIL("rank %d: new: %s", rank, err.msg);
+	if (accel_store_get(st, "from0", buf, sizeof(buf) - 1, &len, 5000, &err) ||
+	    strcmp(buf, "hello"))
+		return FAIL("rank %d: get: '%s' %s", rank, buf, err.msg);
+	if (accel_store_barrier(st, "b", 5000, &err))
+		return FAIL("rank %d: barrier: %s", rank, err.msg);
+	accel_store_free(st);
+	return 0;
+}
+
+static int connects(int family, const char *ip, int port)
+{
+	struct sockaddr_storage ss = {0};
+	socklen_t sl;
+	if (family == AF_INET) {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t)port);
+		inet_pton(AF_INET, ip, &a->sin_addr);
+		sl = sizeof(*a);
+	} else {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons((uint16_t)port);
+		inet_pton(AF_INET6, ip, &a->sin6_addr);
+		sl = sizeof(*a);
+	}
+	int fd = socket(family, SOCK_STREAM, 0);
+	if (fd < 0)
+		return -1;
+	int ok = connect(fd, (struct sockaddr *)&ss, sl) == 0;
+	close(fd);
+	return ok;
+}
+
+START_TEST(free_port_chosen_by_the_kernel)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	/* every interface, a free port, rank 0 connected over loopback */
+	ck_assert_int_eq(accel_store_new_host(2, 5000, 0, &st, &err), ACCEL_OK);
+	int port = accel_store_port(st);
+	ck_assert_int_gt(port, 0);
+	ranks rs = {0};
+	spawn(&rs, 1, 2, port, eph_rank);
+	ck_assert_int_eq(accel_store_set(st, "from0", "hello", 5, &err), ACCEL_OK);
+	ck_assert_msg(accel_store_barrier(st, "b", 5000, &err) == ACCEL_OK, "%s", err.msg);
+	char out[64];
+	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
+	st = accel_store_free(st);
+
+	/* port 0 on a loopback name that has an IPv6 and an IPv4 address: both
+	 * listeners take the same port */
+	ck_assert_int_eq(accel_store_new("localhost", 0, 0, 1, 5000, &st, &err), ACCEL_OK);
+	port = accel_store_port(st);
+	ck_assert_int_gt(port, 0);
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+	ck_assert_int_eq(getaddrinfo("localhost", NULL, &hints, &res), 0);
+	int v4 = 0, v6 = 0;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		v4 |= ai->ai_family == AF_INET;
+		v6 |= ai->ai_family == AF_INET6;
+	}
+	freeaddrinfo(res);
+	if (v4)
+		ck_assert_msg(connects(AF_INET, "127.0.0.1", port) == 1, "127.0.0.1:%d refused", port);
+	if (v6)
+		ck_assert_msg(connects(AF_INET6, "::1", port) == 1, "[::1]:%d refused", port);
+	st = accel_store_free(st);
+}
+END_TEST
+
+/* A store the job gives up on (a rank could not connect) stops at once,
+ * not after its timeout waiting for the rank that never came. */
+START_TEST(abandon_does_not_wait_for_missing_ranks)
+{
+	accel_err err = {0};
+	accel_store *st = NULL;
+	ck_assert_int_eq(accel_store_new_host(3, 30000, 0, &st, &err), ACCEL_OK);
+	double t0 = now_s();
+	ck_assert_ptr_null(accel_store_abandon(st));
+	double dt = now_s() - t0;
+	ck_assert_msg(dt < 3.0, "abandon took %.2f s", dt);
+	ck_assert_ptr_null(accel_store_abandon(NULL));
 }
 END_TEST
 
@@ -942,6 +1045,8 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, thread_safe_client);
 	tcase_add_test(tc, blocked_get_leaves_other_threads_free);
 	tcase_add_test(tc, ipv6_loopback);
+	tcase_add_test(tc, free_port_chosen_by_the_kernel);
+	tcase_add_test(tc, abandon_does_not_wait_for_missing_ranks);
 	tcase_add_test(tc, huge_timeouts_mean_forever);
 	tcase_add_test(tc, exit_report_fails_waiters);
 	tcase_add_test(tc, failed_rank_fails_waiters);

@@ -4,11 +4,14 @@
  * fxdev fixture (tests/fixtures/fxdev), which runs the nccl backend's own
  * bootstrap code and host callbacks with a made-up id.
  *
- *   nccl-boot mpi     no ACCEL_MASTER_ADDR: the job has no rendezvous store,
- *                     so the id must come by broadcast over the host
- *                     backend (mpi)
+ *   nccl-boot mpi     no ACCEL_MASTER_ADDR and comm.mpi_store=false: the job
+ *                     has no rendezvous store, so the id must come by
+ *                     broadcast over the host backend (mpi)
  *   nccl-boot store   ACCEL_MASTER_ADDR/PORT set: the id goes through the
  *                     store, and no host collective is spent on it
+ *   nccl-boot auto    no ACCEL_MASTER_ADDR, comm.mpi_store at its default:
+ *                     rank 0 hosts a store it announced over mpi, and the id
+ *                     goes through it as in mode store
  *   nccl-boot nest    as mpi, and fxdev's init() first makes a broadcast on
  *                     a CUDA buffer, which must be refused (ACCEL_ERR_STATE)
  *                     instead of starting init() again without end
@@ -48,8 +51,9 @@ int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 	int world = 0, level = 0;
-	if (strcmp(mode, "mpi") != 0 && strcmp(mode, "store") != 0 && strcmp(mode, "nest") != 0) {
-		fprintf(stderr, "usage: mpirun -n 2 nccl-boot mpi|store|nest\n");
+	if (strcmp(mode, "mpi") != 0 && strcmp(mode, "store") != 0 && strcmp(mode, "nest") != 0 &&
+	    strcmp(mode, "auto") != 0) {
+		fprintf(stderr, "usage: mpirun -n 2 nccl-boot mpi|store|auto|nest\n");
 		return 2;
 	}
 	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
@@ -71,15 +75,18 @@ int main(int argc, char **argv)
 		setenv("ACCEL_MASTER_ADDR", "127.0.0.1", 1);
 		setenv("ACCEL_MASTER_PORT", p, 1);
 	}
+	/* modes mpi and nest: no store at all */
+	static const char *const sets_nostore[] = {"backend=fxdev", "comm.mpi_store=false", NULL};
 	static const char *const sets[] = {"backend=fxdev", NULL};
-	accel_opts o = {.struct_size = sizeof(o), .sets = sets};
+	int want_store = !strcmp(mode, "store") || !strcmp(mode, "auto");
+	accel_opts o = {.struct_size = sizeof(o), .sets = want_store ? sets : sets_nostore};
 	accel_ctx *ctx = NULL;
 	int rc = accel_ctx_new(&o, &ctx);
 	CHECK(rc == ACCEL_OK, "accel_ctx_new: %s", ctx ? accel_errmsg(ctx) : accel_status_str(rc));
 	if (rc == ACCEL_OK) {
 		CHECK(!strcmp(accel_comm_backend_name(ctx->comm), "mpi"),
 		      "host backend %s, expected mpi", accel_comm_backend_name(ctx->comm));
-		CHECK((ctx->store != NULL) == !strcmp(mode, "store"), "store %s in mode %s",
+		CHECK((ctx->store != NULL) == want_store, "store %s in mode %s",
 		      ctx->store ? "present" : "absent", mode);
 		host_sum(ctx, world, "before");
 		uint64_t seq0 = accel_comm_seq(ctx->comm);
@@ -93,14 +100,14 @@ int main(int argc, char **argv)
 		CHECK(rc == ACCEL_OK, "device broadcast (brings fxdev up): %s", accel_errmsg(ctx));
 		/* the store path spends no host collective; the broadcast path one */
 		uint64_t host_ops = accel_comm_seq(ctx->comm) - seq0 - 1;
-		CHECK(host_ops == (uint64_t)(strcmp(mode, "store") ? 1 : 0),
+		CHECK(host_ops == (uint64_t)(want_store ? 0 : 1),
 		      "%llu host collectives spent on the bootstrap in mode %s",
 		      (unsigned long long)host_ops, mode);
 		host_sum(ctx, world, "after");
 
 		int32_t via = -1;
 		memcpy(&via, got, sizeof(via));
-		CHECK(via == !strcmp(mode, "store"), "id came %s in mode %s",
+		CHECK(via == want_store, "id came %s in mode %s",
 		      via ? "through the store" : "by broadcast", mode);
 		unsigned char *all = malloc(sizeof(got) * (size_t)world);
 		MPI_Allgather(got, (int)sizeof(got), MPI_BYTE, all, (int)sizeof(got), MPI_BYTE,
