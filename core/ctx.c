@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/random.h>
 
 #include "accel/accel.h"
 #include "comm.h"
@@ -165,10 +166,11 @@ static int setup_processes(accel_ctx *ctx)
 			                     "with 'accel launch', or set ACCEL_MASTER_ADDR and "
 			                     "ACCEL_MASTER_PORT", ctx->world.rank,
 			                     ctx->world.world_size);
-		/* The mpi backend bootstraps through MPI itself; a backend that needs
-		 * the store says so when it asks for it (host.c). */
-		accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: "
-		          "no rendezvous store", ctx->launcher);
+		/* The mpi backend bootstraps through MPI itself, and then
+		 * mpi_store() may give the job a store over it; a backend that
+		 * needs the store while it starts says so when it asks (host.c). */
+		accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: no "
+		          "rendezvous store while the comm backend starts", ctx->launcher);
 	}
 	/* No rendezvous server: the store calls go to an in-process map. */
 	if (accel_kv_new(&ctx->local_store))
@@ -183,20 +185,25 @@ typedef struct {
 	char magic[8];          /* "accelMSt" */
 	int32_t port;           /* 0: no store (why says so) */
 	uint32_t pad;
-	uint64_t token;         /* also in the store: a rank that reached another
-	                           job's store on the same port finds it wrong */
+	uint64_t token;         /* the job token the store wants in every HELLO */
 	char host[256];         /* gethostname() */
 	char boot[40];          /* /proc/sys/kernel/random/boot_id: same host */
 	char why[256];
 } mpi_store_msg;
 
 #define MPI_STORE_MAGIC "accelMSt"
-#define MPI_STORE_TOKEN_KEY "accel/mpi_store/token"
-/* The others' connect is bounded by this, and by half of comm.timeout_s
- * (rank 0 meanwhile waits in the host all-gather that follows, under that
- * timeout): rank 0's server listens before it sends its address, so only an
- * unreachable host takes that long. */
-#define MPI_STORE_CONNECT_MS 15000
+/* The others must be connected (or have given up) within this, and within
+ * half of comm.timeout_s: rank 0 meanwhile waits in the host all-gather
+ * that follows, under that timeout.  Rank 0's server listens before it
+ * sends its address, so only an unreachable host takes that long. */
+#define MPI_STORE_JOIN_MS 15000
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void read_boot_id(char *buf, size_t cap)
 {
@@ -218,13 +225,64 @@ static void this_host(mpi_store_msg *m)
 	read_boot_id(m->boot, sizeof(m->boot));
 }
 
+static uint64_t job_token(void)
+{
+	uint64_t t = 0;
+	if (getrandom(&t, sizeof(t), GRND_NONBLOCK) != (ssize_t)sizeof(t)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		t = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^
+		    ((uint64_t)getpid() << 32);
+	}
+	return t ? t : 1;
+}
+
+/* Join rank 0's store: on rank 0's host (same host name and boot id) over
+ * loopback first, then (another network namespace) by its host name;
+ * elsewhere by its host name.  Returns the address that worked, or NULL
+ * with the last error in `why`. */
+static const char *mpi_store_join(accel_ctx *ctx, const mpi_store_msg *m, int64_t within_ms,
+                                  int64_t timeout_ms, int64_t keepalive_ms, accel_store **st,
+                                  char *why, size_t cap)
+{
+	mpi_store_msg me;
+	memset(&me, 0, sizeof(me));
+	this_host(&me);
+	int local = m->host[0] && m->boot[0] && !strcmp(me.host, m->host) &&
+	            !strcmp(me.boot, m->boot);
+	const char *addrs[2];
+	int n = 0;
+	if (local)
+		addrs[n++] = "127.0.0.1";
+	if (m->host[0])
+		addrs[n++] = m->host;
+	if (n == 0) {
+		snprintf(why, cap, "rank 0 has no host name to connect to");
+		return NULL;
+	}
+	int64_t start = mono_ms();
+	for (int i = 0; i < n; i++) {
+		int64_t left = start + within_ms - mono_ms();
+		int64_t share = i + 1 < n ? left / 2 : left;
+		accel_err e;
+		accel_err_clear(&e);
+		if (share < 1)
+			share = 1;
+		if (accel_store_join(addrs[i], m->port, ctx->world.rank, ctx->world.world_size, share,
+		                     timeout_ms, keepalive_ms, m->token, st, &e) == ACCEL_OK)
+			return addrs[i];
+		snprintf(why, cap, "%s", e.msg);
+	}
+	return NULL;
+}
+
 /* Under an MPI launcher without ACCEL_MASTER_ADDR/PORT the job has no store,
  * and the mpi and nccl backends then cannot name the ranks that never
  * reached a timed-out collective.  So rank 0 starts one on a free port and
- * sends its address over the host backend (comm.mpi_store).  Ranks on rank
- * 0's host connect over loopback, the others to its host name.  If any rank
- * cannot connect, every rank drops the store and warns (the job runs as
- * without one); a failed host collective fails the context. */
+ * sends its address over the host backend (comm.mpi_store).  If any rank
+ * cannot connect, every rank drops the store and the job runs as without
+ * one, with warnings; a failed host collective fails the context.  Every
+ * rank takes part in both collectives whatever happened before them. */
 static int mpi_store(accel_ctx *ctx)
 {
 	int32_t on = 1;
@@ -237,25 +295,25 @@ static int mpi_store(accel_ctx *ctx)
 	double timeout_s = 300, keepalive_s = 30;
 	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
 	accel_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
-	int64_t timeout_ms = (int64_t)(timeout_s * 1000), keepalive_ms = (int64_t)ceil(keepalive_s * 1000);
+	int64_t timeout_ms = (int64_t)(timeout_s * 1000);
+	int64_t keepalive_ms = (int64_t)ceil(keepalive_s * 1000);
 	int32_t rank = ctx->world.rank, world = ctx->world.world_size;
 	accel_store *st = NULL;
-	accel_err e;
-	accel_err_clear(&e);
 	mpi_store_msg m;
 	memset(&m, 0, sizeof(m));
+	char why[ACCEL_ERRMSG_MAX] = "";
 	int r;
+	int32_t *oks = calloc((size_t)world, sizeof(*oks));
+	if (!oks)   /* before the first collective: the others then fail in it, not hang */
+		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	if (rank == 0) {
+		accel_err e;
+		accel_err_clear(&e);
 		memcpy(m.magic, MPI_STORE_MAGIC, sizeof(m.magic));
 		this_host(&m);
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		m.token = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^
-		          ((uint64_t)getpid() << 32);
-		char tok[24];
-		int n = snprintf(tok, sizeof(tok), "%016llx", (unsigned long long)m.token);
-		if (accel_store_new_host(world, timeout_ms, keepalive_ms, &st, &e) == ACCEL_OK &&
-		    accel_store_set(st, MPI_STORE_TOKEN_KEY, tok, (uint64_t)n, &e) == ACCEL_OK)
+		m.token = job_token();
+		if (accel_store_new_host(world, timeout_ms, keepalive_ms, m.token, &st, &e) ==
+		    ACCEL_OK)
 			m.port = accel_store_port(st);
 		else
 			snprintf(m.why, sizeof(m.why), "%.255s", e.msg);
@@ -267,71 +325,63 @@ static int mpi_store(accel_ctx *ctx)
 	m.why[sizeof(m.why) - 1] = '\0';
 	m.host[sizeof(m.host) - 1] = '\0';
 	m.boot[sizeof(m.boot) - 1] = '\0';
-	char why[ACCEL_ERRMSG_MAX] = "";
+	int no_store = 0;   /* rank 0 has none: nothing to reach */
+	const char *via = NULL;
 	if (memcmp(m.magic, MPI_STORE_MAGIC, sizeof(m.magic)) != 0) {
-		snprintf(why, sizeof(why), "rank 0 sent something else than the store's address "
+		snprintf(why, sizeof(why), "rank 0 sent something else than its store's address "
 		         "(ranks out of step at start-up?)");
-	} else if (rank != 0 && m.port > 0) {
-		mpi_store_msg me;
-		memset(&me, 0, sizeof(me));
-		this_host(&me);
-		int local = m.host[0] && !strcmp(me.host, m.host) && !strcmp(me.boot, m.boot);
-		const char *addr = local ? "127.0.0.1" : m.host;
-		int64_t cto = timeout_ms / 2 < MPI_STORE_CONNECT_MS ? timeout_ms / 2
-		                                                    : MPI_STORE_CONNECT_MS;
-		if (cto < 1)
-			cto = 1;
-		char tok[24] = "", want[24];
-		uint64_t len = 0;
-		snprintf(want, sizeof(want), "%016llx", (unsigned long long)m.token);
-		if (!m.host[0])
-			snprintf(why, sizeof(why), "rank 0 has no host name to connect to");
-		else if (accel_store_new_keepalive(addr, m.port, rank, world, cto, keepalive_ms, &st,
-		                                   &e) != ACCEL_OK)
-			snprintf(why, sizeof(why), "%s", e.msg);
-		else if (accel_store_get(st, MPI_STORE_TOKEN_KEY, tok, sizeof(tok) - 1, &len, 0, &e) !=
-		             ACCEL_OK || len != strlen(want) || memcmp(tok, want, len) != 0)
-			snprintf(why, sizeof(why), "the store at %s:%d is not this job's (another job's "
-			         "store on the same port?)", addr, (int)m.port);
-		accel_store_set_timeout(st, timeout_ms);
-		if (!why[0])
-			accel_log(ACCEL_LOG_DEBUG, "connected to rank 0's rendezvous store at %s:%d "
-			          "(%s)", addr, (int)m.port, local ? "same host" : "rank 0's host name");
 	} else if (m.port <= 0) {
-		snprintf(why, sizeof(why), "rank 0 could not start it: %s", m.why);
+		no_store = 1;
+		if (rank == 0)
+			accel_log(ACCEL_LOG_WARN, "the job runs without a rendezvous store: rank 0 "
+			          "could not start one (comm.mpi_store): %s; timeouts of mpi and nccl "
+			          "collectives will not name the missing ranks", m.why);
+	} else if (rank != 0) {
+		int64_t within = timeout_ms / 2 < MPI_STORE_JOIN_MS ? timeout_ms / 2 : MPI_STORE_JOIN_MS;
+		via = mpi_store_join(ctx, &m, within > 0 ? within : 1, timeout_ms, keepalive_ms, &st,
+		                     why, sizeof(why));
 	}
 	/* Every rank learns which ranks are connected: all use the store, or none. */
-	int32_t ok = why[0] == '\0', *oks = calloc((size_t)world, sizeof(*oks));
-	if (!oks) {
-		r = accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
-		goto fail;
-	}
+	int32_t ok = why[0] == '\0' && !no_store;
 	accel_view sv = {.struct_size = sizeof(sv), .dtype = ACCEL_DTYPE_I32,
 	                 .device = ACCEL_DEVICE_CPU, .data = &ok, .numel = 1};
 	accel_view rv = {.struct_size = sizeof(rv), .dtype = ACCEL_DTYPE_I32,
 	                 .device = ACCEL_DEVICE_CPU, .data = oks, .numel = (uint64_t)world};
-	if ((r = accel_comm_allgather(ctx->comm, &sv, &rv, NULL))) {
-		free(oks);
+	if ((r = accel_comm_allgather(ctx->comm, &sv, &rv, NULL)))
 		goto fail;
-	}
-	char bad[256] = "";
+	char bad[160] = "";
 	size_t used = 0;
-	int nbad = 0;
-	for (int32_t q = 0; q < world; q++)
-		if (!oks[q]) {
-			if (used < sizeof(bad))
-				used += (size_t)snprintf(bad + used, sizeof(bad) - used, "%s%d",
-				                         nbad ? ", " : "", (int)q);
-			nbad++;
+	int nbad = 0, listed = 0;
+	for (int32_t q = 0; q < world; q++) {
+		if (oks[q])
+			continue;
+		nbad++;
+		int k = snprintf(bad + used, sizeof(bad) - used, "%s%d", listed ? ", " : "", (int)q);
+		if (k > 0 && (size_t)k < sizeof(bad) - used - 24) {   /* room for the tail */
+			used += (size_t)k;
+			listed++;
+		} else {
+			bad[used] = '\0';
 		}
+	}
+	if (listed < nbad)
+		snprintf(bad + used, sizeof(bad) - used, " and %d more", nbad - listed);
 	free(oks);
 	if (nbad == 0) {
 		ctx->store = st;
-		accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: rank 0 "
-		          "hosts the rendezvous store on %s:%d", ctx->launcher, m.host, (int)m.port);
+		if (rank == 0)
+			accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: rank 0 "
+			          "hosts the rendezvous store on %s:%d", ctx->launcher, m.host,
+			          (int)m.port);
+		else
+			accel_log(ACCEL_LOG_DEBUG, "connected to rank 0's rendezvous store at %s:%d (%s)",
+			          via, (int)m.port, strcmp(via, "127.0.0.1") ? "rank 0's host name"
+			                                                     : "same host");
 		return ACCEL_OK;
 	}
 	accel_store_abandon(st);
+	if (no_store)
+		return ACCEL_OK;   /* rank 0 said why */
 	if (why[0])
 		accel_log(ACCEL_LOG_WARN, "no rendezvous store in this job: %s", why);
 	if (rank == 0)
@@ -343,6 +393,19 @@ static int mpi_store(accel_ctx *ctx)
 		          nbad > 1 ? "ranks" : "rank", bad, m.host, (int)m.port);
 	return ACCEL_OK;
 fail:
+	free(oks);
+	if (ctx->err.code) {
+		/* say which step of the start-up the collective was */
+		char was[ACCEL_ERRMSG_MAX];
+		int code = ctx->err.code;
+		snprintf(was, sizeof(was), "%s", ctx->err.msg);
+		accel_err_clear(&ctx->err);
+		accel_err_set(&ctx->err, code, "while rank 0 announced its rendezvous store over MPI "
+		              "(comm.mpi_store; false skips this step): %s", was);
+		/* ranks that got through tell why when they use the store */
+		if (st)
+			accel_store_fail(st, ctx->err.msg);
+	}
 	accel_store_abandon(st);
 	return ctx->err.code ? ctx->err.code : r;
 }

@@ -339,19 +339,24 @@ static int host_ckpt_read(accel_host *h, accel_ckpt_reader *r, const char *name,
 }
 
 /* A job of several processes without a rendezvous store (started by
- * mpirun without ACCEL_MASTER_ADDR/PORT): the in-process map would make
- * every rank wait for keys only it can see. */
+ * mpirun without ACCEL_MASTER_ADDR/PORT, before or without the store
+ * comm.mpi_store makes over MPI): the in-process map would make every rank
+ * wait for keys only it can see. */
 static int no_store(accel_host *h)
 {
 	accel_ctx *ctx = h->ctx;
 	if (ctx->store || ctx->world.world_size == 1)
 		return ACCEL_OK;
+	int on_mpi = ctx->comm && !strcmp(accel_comm_backend_name(ctx->comm), "mpi");
 	return host_error(h, ACCEL_ERR_CONFIG,
 	                  "needs the rendezvous store, but %s started this job of %d processes "
 	                  "without one: set ACCEL_MASTER_ADDR and ACCEL_MASTER_PORT (e.g. mpirun "
-	                  "-x ACCEL_MASTER_ADDR=host -x ACCEL_MASTER_PORT=29500), or use backend "
-	                  "mpi", ctx->launcher ? ctx->launcher : "the launcher",
-	                  ctx->world.world_size);
+	                  "-x ACCEL_MASTER_ADDR=host -x ACCEL_MASTER_PORT=29500)%s",
+	                  ctx->launcher ? ctx->launcher : "the launcher", ctx->world.world_size,
+	                  on_mpi ? ", or leave comm.mpi_store at true (the job then gets one over "
+	                           "MPI once the mpi backend is up)"
+	                         : ", or use backend mpi (which starts without a store and then "
+	                           "makes one over MPI)");
 }
 
 static int host_store_set(accel_host *h, const char *key, const void *value, uint64_t len)

@@ -47,6 +47,7 @@
 /* HELLO flags */
 #define HELLO_SECONDARY 1u
 #define HELLO_OBSERVER 2u   /* not a rank: a launcher reporting rank exits */
+#define HELLO_TOKEN 4u      /* a u64 job token follows: the store must have it */
 
 enum {
 	OP_HELLO = 1,
@@ -322,6 +323,7 @@ typedef struct store_server {
 	char *abort_msg;       /* set before the stop: the job failed (fail_job) */
 	int abandoned;         /* set before the stop: the job gave up on this store,
 	                          so ranks that never came are no news */
+	uint64_t token;        /* 0, or the job token every HELLO must carry */
 	pthread_t thread;
 	int started;
 	int world;
@@ -643,6 +645,7 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 	uint32_t magic = cu_u32(cu), ver = cu_u32(cu);
 	int32_t rank = (int32_t)cu_u32(cu), world = (int32_t)cu_u32(cu);
 	uint32_t flags = cu_u32(cu);
+	uint64_t token = (flags & HELLO_TOKEN) ? (uint64_t)cu_i64(cu) : 0;
 	if (cu->bad || magic != STORE_MAGIC) {
 		c->dead = 1; /* not one of ours: drop it silently */
 		return;
@@ -659,6 +662,13 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 	if (ver != STORE_VERSION) {
 		reply_err(c, ACCEL_ERR_ABI, "the rendezvous store speaks protocol %u, this rank %u "
 		          "(mixed accel versions in one job?)", STORE_VERSION, ver);
+		return;
+	}
+	if (token != s->token) {
+		/* before anything is recorded: a rank of another job that
+		 * reached this port must not take a rank's place here */
+		reply_err(c, ACCEL_ERR_CONFIG, "the rendezvous store at this port belongs to another "
+		          "job (its job token differs)");
 		return;
 	}
 	if (world != s->world) {
@@ -1376,7 +1386,9 @@ static int add_listener(store_server *s, int fd)
 	if (s->port == 0) {
 		int p = bound_port(fd);
 		if (p <= 0) {
+			int e = errno;
 			close(fd);
+			errno = e;
 			return -1;
 		}
 		s->port = p;
@@ -1386,8 +1398,8 @@ static int add_listener(store_server *s, int fd)
 }
 
 static int server_start(const char *addr, int port, int world, int64_t linger_ms,
-                        int64_t keepalive_ms, const char *refuse, store_server **ret,
-                        accel_err *err)
+                        int64_t keepalive_ms, const char *refuse, uint64_t token,
+                        store_server **ret, accel_err *err)
 {
 	store_server *s = calloc(1, sizeof(*s));
 	int rc;
@@ -1399,6 +1411,7 @@ static int server_start(const char *addr, int port, int world, int64_t linger_ms
 	s->port = port;
 	s->linger_ms = linger_ms;
 	s->keepalive_ms = keepalive_ms;
+	s->token = token;
 	atomic_store(&s->stop_linger_ms, -1);
 	s->nb = 64;
 	s->tab = calloc(s->nb, sizeof(*s->tab));
@@ -1434,10 +1447,13 @@ static int server_start(const char *addr, int port, int world, int64_t linger_ms
 					e = errno;
 			} else if (e == EADDRINUSE) {
 				freeaddrinfo(res);
-				rc = accel_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous store "
-				                   "on port %d (rank 0): address already in use; another job "
-				                   "or a leftover process holds it: pick another master port",
-				                   port);
+				rc = port ? accel_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous "
+				                          "store on port %d (rank 0): address already in use; "
+				                          "another job or a leftover process holds it: pick "
+				                          "another master port", port)
+				          : accel_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous "
+				                          "store on a free port (rank 0): the system has none "
+				                          "left");
 				goto fail;
 			}
 			freeaddrinfo(res);
@@ -1453,19 +1469,38 @@ static int server_start(const char *addr, int port, int world, int64_t linger_ms
 		                   "%s:%d (rank 0): %s", addr, port, gai_strerror(gai));
 		goto fail;
 	}
-	int last_errno = 0;
-	for (struct addrinfo *ai = res; ai && s->n_lfd < 2; ai = ai->ai_next) {
-		int fd;
-		if (s->port)
-			ai_set_port(ai, s->port);
-		if (listen_on(ai, &fd, &last_errno) == 0 && add_listener(s, fd) < 0)
-			last_errno = errno;
+	int last_errno = 0, want = 0;
+	for (struct addrinfo *ai = res; ai && want < 2; ai = ai->ai_next)
+		want++;
+	for (int attempt = 0;; attempt++) {
+		for (struct addrinfo *ai = res; ai && s->n_lfd < 2; ai = ai->ai_next) {
+			int fd;
+			if (s->port)
+				ai_set_port(ai, s->port);
+			if (listen_on(ai, &fd, &last_errno) == 0 && add_listener(s, fd) < 0)
+				last_errno = errno;
+		}
+		/* Port 0: the port the kernel gave the first family may be taken
+		 * in the other (IPv4 next to IPv6); start over with a new one
+		 * rather than serve one family only. */
+		if (port == 0 && s->n_lfd > 0 && s->n_lfd < want && last_errno == EADDRINUSE &&
+		    attempt < 8) {
+			while (s->n_lfd > 0)
+				close(s->lfd[--s->n_lfd]);
+			s->port = 0;
+			for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+				ai_set_port(ai, 0);
+			continue;
+		}
+		break;
 	}
 	if (res)
 		freeaddrinfo(res);
 	if (!s->n_lfd) {
 		rc = accel_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous store at %s:%d "
 		                   "(rank 0): %s%s", addr, port, errtext(last_errno, et, sizeof(et)),
+		                   last_errno == EADDRINUSE && port == 0 ? "; the system has no free "
+		                   "port left" :
 		                   last_errno == EADDRINUSE ? "; another job or a leftover process "
 		                   "holds the port: pick another master port" :
 		                   last_errno == EADDRNOTAVAIL ? "; the master address is not an "
@@ -1528,6 +1563,7 @@ struct accel_store {
 	char broken_msg[512];
 	int failed_self;       /* accel_store_fail was called: rank 0 stops at once */
 	int abandoned;         /* accel_store_abandon: and without a warning */
+	uint64_t token;        /* 0, or the job token sent in HELLO */
 	store_server *srv;
 };
 
@@ -1627,15 +1663,17 @@ static int recv_all(int fd, uint8_t *p, size_t n, int64_t deadline, int *ret_err
  * call).  On ACCEL_OK *ret_body holds the reply after the status word (owned;
  * free it).  A server-side failure comes back as its status with the
  * server's message in err. */
-static int rpc_on(accel_store *st, sconn *c, sbuf *req, int64_t wait_ms, sbuf *ret_body,
-                  accel_err *err)
+/* The reply may take wait_ms (what the server may wait for, e.g. a key) and
+ * slack_ms more (the trip and a busy server). */
+static int rpc_on(accel_store *st, sconn *c, sbuf *req, int64_t wait_ms, int64_t slack_ms,
+                  sbuf *ret_body, accel_err *err)
 {
 	char et[128], ts[32];
 	int e = 0;
 	if (req->oom)
 		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
 	int64_t start = now_ms();
-	int64_t deadline = deadline_after(deadline_after(start, wait_ms), STORE_REPLY_SLACK_MS);
+	int64_t deadline = deadline_after(deadline_after(start, wait_ms), slack_ms);
 	if (send_all(c->fd, req->p, req->len, deadline, &e) < 0)
 		return set_broken(st, c, err, ACCEL_ERR_COMM, "lost the connection to the rendezvous "
 		                  "store at %s (rank %d): %s; rank 0 hosts the store: did it exit?",
@@ -1784,9 +1822,13 @@ static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd
 
 /* Open a connection and introduce ourselves; secondary connections belong
  * to a rank that is already connected. */
-static int conn_open(accel_store *st, uint32_t flags, int64_t timeout_ms, sconn **ret,
-                     accel_err *err)
+/* Connect and say HELLO: the connect may take timeout_ms, the reply
+ * timeout_ms and the usual slack more; with `within` set, both together
+ * take at most timeout_ms. */
+static int conn_open_within(accel_store *st, uint32_t flags, int64_t timeout_ms, int within,
+                            sconn **ret, accel_err *err)
 {
+	int64_t start = now_ms();
 	sconn *c = calloc(1, sizeof(*c));
 	if (!c)
 		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
@@ -1803,9 +1845,16 @@ static int conn_open(accel_store *st, uint32_t flags, int64_t timeout_ms, sconn 
 	sb_u32(&req, STORE_VERSION);
 	sb_u32(&req, (uint32_t)st->rank);
 	sb_u32(&req, (uint32_t)st->world);
-	sb_u32(&req, flags);
+	sb_u32(&req, flags | (st->token ? HELLO_TOKEN : 0));
+	if (st->token)
+		sb_i64(&req, (int64_t)st->token);
 	sb_end(&req, at);
-	rc = rpc_on(st, c, &req, timeout_ms, &rep, err);
+	if (within) {
+		int64_t left = deadline_after(start, timeout_ms) - now_ms();
+		rc = rpc_on(st, c, &req, left > 0 ? left : 0, 0, &rep, err);
+	} else {
+		rc = rpc_on(st, c, &req, timeout_ms, STORE_REPLY_SLACK_MS, &rep, err);
+	}
 	sb_free(&req);
 	sb_free(&rep);
 	if (rc < 0) {
@@ -1816,6 +1865,12 @@ static int conn_open(accel_store *st, uint32_t flags, int64_t timeout_ms, sconn 
 	}
 	*ret = c;
 	return ACCEL_OK;
+}
+
+static int conn_open(accel_store *st, uint32_t flags, int64_t timeout_ms, sconn **ret,
+                     accel_err *err)
+{
+	return conn_open_within(st, flags, timeout_ms, 0, ret, err);
 }
 
 static int conn_get(accel_store *st, sconn **ret, accel_err *err)
@@ -1856,7 +1911,7 @@ static int rpc(accel_store *st, sbuf *req, int64_t wait_ms, sbuf *ret_body, acce
 	int rc = conn_get(st, &c, err);
 	if (rc < 0)
 		return rc;
-	rc = rpc_on(st, c, req, wait_ms, ret_body, err);
+	rc = rpc_on(st, c, req, wait_ms, STORE_REPLY_SLACK_MS, ret_body, err);
 	conn_put(st, c);
 	return rc;
 }
@@ -1867,31 +1922,49 @@ int accel_store_new(const char *addr, int port, int rank, int world_size, int64_
 	return accel_store_new_keepalive(addr, port, rank, world_size, timeout_ms, 0, ret_store, err);
 }
 
-/* listen_addr: where rank 0's server listens (NULL: every interface); addr:
- * where every rank connects. */
-static int store_open(const char *listen_addr, const char *addr, int port, int rank,
-                      int world_size, int64_t timeout_ms, int64_t keepalive_ms,
-                      accel_store **ret_store, accel_err *err);
+typedef struct {
+	const char *listen_addr;  /* rank 0's server listens here (NULL: every interface) */
+	const char *addr;         /* every rank connects here */
+	int port, rank, world_size;
+	int64_t timeout_ms, keepalive_ms;
+	int64_t within_ms;        /* > 0: connect and HELLO within this, no slack */
+	uint64_t token;           /* 0, or the job token (rank 0's server wants it) */
+} open_args;
+
+static int store_open(const open_args *a, accel_store **ret_store, accel_err *err);
 
 int accel_store_new_keepalive(const char *addr, int port, int rank, int world_size,
                               int64_t timeout_ms, int64_t keepalive_ms, accel_store **ret_store,
                               accel_err *err)
 {
-	return store_open(addr, addr, port, rank, world_size, timeout_ms, keepalive_ms, ret_store,
-	                  err);
+	open_args a = {addr, addr, port, rank, world_size, timeout_ms, keepalive_ms, 0, 0};
+	return store_open(&a, ret_store, err);
 }
 
 int accel_store_new_host(int world_size, int64_t timeout_ms, int64_t keepalive_ms,
-                         accel_store **ret_store, accel_err *err)
+                         uint64_t token, accel_store **ret_store, accel_err *err)
 {
-	return store_open(NULL, "127.0.0.1", 0, 0, world_size, timeout_ms, keepalive_ms, ret_store,
-	                  err);
+	open_args a = {NULL, "127.0.0.1", 0, 0, world_size, timeout_ms, keepalive_ms, 0, token};
+	return store_open(&a, ret_store, err);
 }
 
-static int store_open(const char *listen_addr, const char *addr, int port, int rank,
-                      int world_size, int64_t timeout_ms, int64_t keepalive_ms,
-                      accel_store **ret_store, accel_err *err)
+int accel_store_join(const char *addr, int port, int rank, int world_size, int64_t within_ms,
+                     int64_t timeout_ms, int64_t keepalive_ms, uint64_t token,
+                     accel_store **ret_store, accel_err *err)
 {
+	if (within_ms <= 0)
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: join time %" PRId64
+		                     " ms must be > 0", within_ms);
+	open_args a = {addr, addr, port, rank, world_size, timeout_ms, keepalive_ms, within_ms,
+	               token};
+	return store_open(&a, ret_store, err);
+}
+
+static int store_open(const open_args *a, accel_store **ret_store, accel_err *err)
+{
+	const char *addr = a->addr;
+	int port = a->port, rank = a->rank, world_size = a->world_size;
+	int64_t timeout_ms = a->timeout_ms, keepalive_ms = a->keepalive_ms;
 	if (!addr || !*addr || !ret_store)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_store_new: no address given");
 	if (port < (rank == 0 ? 0 : 1) || port > 65535)
@@ -1915,17 +1988,19 @@ static int store_open(const char *listen_addr, const char *addr, int port, int r
 	st->world = world_size;
 	st->timeout_ms = timeout_ms;
 	st->keepalive_ms = keepalive_ms;
+	st->token = a->token;
 	snprintf(st->addr, sizeof(st->addr), "%s", addr);
 	if (rank == 0 &&
-	    (rc = server_start(listen_addr, port, world_size, timeout_ms, keepalive_ms, NULL,
-	                       &st->srv, err)) < 0)
+	    (rc = server_start(a->listen_addr, port, world_size, timeout_ms, keepalive_ms, NULL,
+	                       a->token, &st->srv, err)) < 0)
 		goto fail;
 	st->port = st->srv ? st->srv->port : port;   /* port 0: the one the kernel chose */
 	if (strchr(addr, ':'))
 		snprintf(st->where, sizeof(st->where), "[%s]:%d", addr, st->port);
 	else
 		snprintf(st->where, sizeof(st->where), "%s:%d", addr, st->port);
-	if ((rc = conn_open(st, 0, timeout_ms, &st->idle, err)) < 0)
+	if ((rc = a->within_ms > 0 ? conn_open_within(st, 0, a->within_ms, 1, &st->idle, err)
+	                           : conn_open(st, 0, timeout_ms, &st->idle, err)) < 0)
 		goto fail;
 	*ret_store = st;
 	return ACCEL_OK;
@@ -1983,12 +2058,6 @@ int accel_store_port(const accel_store *st)
 	return st ? st->port : 0;
 }
 
-void accel_store_set_timeout(accel_store *st, int64_t timeout_ms)
-{
-	if (st && timeout_ms > 0)
-		st->timeout_ms = timeout_ms;
-}
-
 accel_store *accel_store_abandon(accel_store *st)
 {
 	if (st)
@@ -2008,7 +2077,7 @@ int accel_store_refusal_start(const char *addr, int port, int world_size, const 
 	accel_store_refusal *r = calloc(1, sizeof(*r));
 	if (!r)
 		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
-	int rc = server_start(addr, port, world_size, 0, 0, why, &r->srv, err);
+	int rc = server_start(addr, port, world_size, 0, 0, why, 0, &r->srv, err);
 	if (rc < 0) {
 		free(r);
 		return rc;
@@ -2065,7 +2134,7 @@ int accel_store_report_exit(const char *addr, int port, int world_size, int rank
 		sb_u32(&req, (uint32_t)rank);
 		sb_str(&req, how, strlen(how));
 		sb_end(&req, at);
-		rc = rpc_on(&st, c, &req, timeout_ms, &rep, err);
+		rc = rpc_on(&st, c, &req, timeout_ms, STORE_REPLY_SLACK_MS, &rep, err);
 		sb_free(&req);
 		sb_free(&rep);
 		if (c->fd >= 0)

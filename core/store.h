@@ -52,14 +52,21 @@ int accel_store_new_keepalive(const char *addr, int port, int rank, int world_si
 /* Rank 0 of a job whose ranks learn the store's address by other means
  * (MPI): the server listens on every interface on a free port the kernel
  * picks (accel_store_port() tells it), and rank 0 connects over loopback
- * (127.0.0.1).  The other ranks use accel_store_new_keepalive with the
- * address and port rank 0 sent them. */
+ * (127.0.0.1).  A nonzero `token` is the job's: a connection that does not
+ * present it is refused before it counts as a rank ("belongs to another
+ * job"), so a rank of another job that reaches this port takes no rank's
+ * place.  The other ranks use accel_store_join. */
 int accel_store_new_host(int world_size, int64_t timeout_ms, int64_t keepalive_ms,
-                         accel_store **ret_store, accel_err *err);
+                         uint64_t token, accel_store **ret_store, accel_err *err);
+/* Rank 1.. of such a job: connect to addr:port and present `token`, all
+ * within `within_ms` (> 0; no extra time for a slow reply); timeout_ms is
+ * the default of later calls.  A host name that resolves slowly is not
+ * bounded (getaddrinfo). */
+int accel_store_join(const char *addr, int port, int rank, int world_size, int64_t within_ms,
+                     int64_t timeout_ms, int64_t keepalive_ms, uint64_t token,
+                     accel_store **ret_store, accel_err *err);
 /* The port of the store (on rank 0 the one its server listens on). */
 int accel_store_port(const accel_store *st);
-/* Change the default timeout of later calls (> 0; the connect is done). */
-void accel_store_set_timeout(accel_store *st, int64_t timeout_ms);
 /* Free a store the job decided not to use (not every rank could connect):
  * like accel_store_free, but rank 0's server stops within a second instead
  * of waiting for ranks that never connected.  NULL-safe, returns NULL. */

@@ -9,7 +9,12 @@ if [ "${1:-}" = --rank ]; then
 	shift
 	host=$1
 	shift
-	if [ "${OMPI_COMM_WORLD_RANK:-}" = 0 ]; then
+	rank=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-}}}
+	if [ -z "$rank" ]; then
+		echo "$0: no rank in the environment (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK)" >&2
+		exit 1
+	fi
+	if [ "$rank" = 0 ]; then
 		exec unshare -u sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
 	fi
 	exec "$@"

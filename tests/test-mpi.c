@@ -23,7 +23,8 @@
  *   --core-timeout  through libaccel without ACCEL_MASTER_ADDR: rank 1 comes
  *                   late to an all-reduce; rank 0's timeout names it (rank 0
  *                   hosts a store, comm.mpi_store), and says MPI cannot tell
- *                   with comm.mpi_store=false
+ *                   with comm.mpi_store=false; backend shm, which needs the
+ *                   store while it starts, fails at once saying how to get one
  *   --store-remote  as the first half of --core-timeout, with rank 0 under
  *                   another host name (tests/test-mpi-host.sh): rank 1 must
  *                   reach the store by that name (a loopback address here)
@@ -771,8 +772,9 @@ static void suite_backend(int progress_thread, int64_t chunk)
 
 static void suite_core(void)
 {
-	/* Under mpirun the core needs no rendezvous store when the backend is
-	 * mpi: no ACCEL_MASTER_ADDR/PORT are given here on purpose. */
+	/* Under mpirun the core needs no master address when the backend is
+	 * mpi (it then makes a store over MPI, comm.mpi_store): no
+	 * ACCEL_MASTER_ADDR/PORT are given here on purpose. */
 	unsetenv("ACCEL_MASTER_ADDR");
 	unsetenv("ACCEL_MASTER_PORT");
 	static const char *const sets[] = {"backend=mpi", NULL};
@@ -936,8 +938,10 @@ static void check_core_timeout(int kind)
 	if (kind != CT_NO_STORE && kind != CT_STORE_UNREACHABLE)
 		CHECK(!strstr(log, "warn:"), "warnings while making the store; log: %s", log);
 	free(log);
+	/* MPI may still write the timed-out all-reduce's buffer until the
+	 * context is freed (comm ABI): it lives until after accel_ctx_free */
+	float x = 1.0f;
 	if (rc == ACCEL_OK) {
-		float x = 1.0f;
 		if (g_rank == 1)
 			sleep(3);
 		time_t t0 = time(NULL);
@@ -966,6 +970,26 @@ static void check_core_timeout(int kind)
 	if (g_rank == 0)
 		printf("core timeout (kind %d: with%s a store) checked\n", kind,
 		       use_store ? "" : "out");
+}
+
+/* shm needs the store while it starts, before the one comm.mpi_store makes
+ * over MPI could exist: without ACCEL_MASTER_ADDR it must fail at once,
+ * saying how to give it one. */
+static void check_shm_needs_store(void)
+{
+	static const char *const sets[] = {"backend=shm", "comm.timeout_s=5", NULL};
+	accel_opts o = {.struct_size = sizeof(o), .sets = sets};
+	accel_ctx *ctx = NULL;
+	time_t t0 = time(NULL);
+	int rc = accel_ctx_new(&o, &ctx);
+	const char *msg = ctx ? accel_errmsg(ctx) : "";
+	CHECK(rc == ACCEL_ERR_CONFIG && strstr(msg, "needs the rendezvous store") &&
+	      strstr(msg, "ACCEL_MASTER_ADDR") && strstr(msg, "or use backend mpi") &&
+	      time(NULL) - t0 < 4,
+	      "backend shm under mpirun without a master address: %s, '%s'", accel_status_str(rc),
+	      msg);
+	accel_ctx_free(ctx);
+	MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* ---- main ------------------------------------------------------------------------------ */
@@ -1039,6 +1063,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "--core-timeout")) {
 		check_core_timeout(CT_STORE);
 		check_core_timeout(CT_NO_STORE);
+		check_shm_needs_store();
 	} else if (!strcmp(mode, "--store-remote")) {
 		check_core_timeout(CT_STORE_REMOTE);
 	} else if (!strcmp(mode, "--store-unreachable")) {

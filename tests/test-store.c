@@ -601,14 +601,27 @@ END_TEST
 
 /* ---- a port the kernel picks (the store of a job started by mpirun) -------- */
 
+#define JOB_TOKEN UINT64_C(0x5eed0fa11ce0b0e5)
+
 static int eph_rank(int rank, int world, int port, char *out)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
 	char buf[16] = {0};
 	uint64_t len = 0;
-	if (accel_store_new("127.0.0.1", port, rank, world, 5000, &st, &err))
-		return FAIL("rank %d: new: %s", rank, err.msg);
+	/* without the job's token: refused before it counts as rank 1 */
+	if (accel_store_new("127.0.0.1", port, rank, world, 5000, &st, &err) != ACCEL_ERR_CONFIG ||
+	    !strstr(err.msg, "belongs to another job"))
+		return FAIL("rank %d without the token: '%s'", rank, err.msg);
+	accel_err_clear(&err);
+	/* with a wrong one too */
+	if (accel_store_join("127.0.0.1", port, rank, world, 5000, 5000, 0, JOB_TOKEN + 1, &st,
+	                     &err) != ACCEL_ERR_CONFIG)
+		return FAIL("rank %d with a wrong token: '%s'", rank, err.msg);
+	accel_err_clear(&err);
+	/* any loopback address: the server listens on every interface */
+	if (accel_store_join("127.0.0.2", port, rank, world, 5000, 5000, 0, JOB_TOKEN, &st, &err))
+		return FAIL("rank %d: join: %s", rank, err.msg);
 	if (accel_store_get(st, "from0", buf, sizeof(buf) - 1, &len, 5000, &err) ||
 	    strcmp(buf, "hello"))
 		return FAIL("rank %d: get: '%s' %s", rank, buf, err.msg);
@@ -648,7 +661,7 @@ START_TEST(free_port_chosen_by_the_kernel)
 	accel_err err = {0};
 	accel_store *st = NULL;
 	/* every interface, a free port, rank 0 connected over loopback */
-	ck_assert_int_eq(accel_store_new_host(2, 5000, 0, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_store_new_host(2, 5000, 0, JOB_TOKEN, &st, &err), ACCEL_OK);
 	int port = accel_store_port(st);
 	ck_assert_int_gt(port, 0);
 	ranks rs = {0};
@@ -686,12 +699,41 @@ START_TEST(abandon_does_not_wait_for_missing_ranks)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
-	ck_assert_int_eq(accel_store_new_host(3, 30000, 0, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accel_store_new_host(3, 30000, 0, 7, &st, &err), ACCEL_OK);
 	double t0 = now_s();
 	ck_assert_ptr_null(accel_store_abandon(st));
 	double dt = now_s() - t0;
 	ck_assert_msg(dt < 3.0, "abandon took %.2f s", dt);
 	ck_assert_ptr_null(accel_store_abandon(NULL));
+}
+END_TEST
+
+/* accel_store_join bounds the connect and the reply together, with no
+ * slack: a port where something accepts and never answers costs the join
+ * time, not the usual 5 s more. */
+START_TEST(join_is_bounded)
+{
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lfd, 4), 0);
+	socklen_t sl = sizeof(sa);
+	getsockname(lfd, (struct sockaddr *)&sa, &sl);
+	int port = ntohs(sa.sin_port);
+	accel_err err = {0};
+	accel_store *st = NULL;
+	double t0 = now_s();
+	int rc = accel_store_join("127.0.0.1", port, 1, 2, 500, 60000, 0, 9, &st, &err);
+	double dt = now_s() - t0;
+	ck_assert_int_eq(rc, ACCEL_ERR_TIMEOUT);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(dt >= 0.4 && dt < 2.0, "join within 0.5 s took %.2f s: %s", dt, err.msg);
+	ck_assert_msg(strstr(err.msg, "no reply from the rendezvous store"), "%s", err.msg);
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_store_join("127.0.0.1", port, 1, 2, 0, 1000, 0, 9, &st, &err),
+	                 ACCEL_ERR_INVALID_ARG);
+	close(lfd);
 }
 END_TEST
 
@@ -1047,6 +1089,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, ipv6_loopback);
 	tcase_add_test(tc, free_port_chosen_by_the_kernel);
 	tcase_add_test(tc, abandon_does_not_wait_for_missing_ranks);
+	tcase_add_test(tc, join_is_bounded);
 	tcase_add_test(tc, huge_timeouts_mean_forever);
 	tcase_add_test(tc, exit_report_fails_waiters);
 	tcase_add_test(tc, failed_rank_fails_waiters);

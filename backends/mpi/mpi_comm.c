@@ -781,7 +781,8 @@ static int mpi_barrier(void *state, accel_comm_req **ret_req)
  * rewritten, the ones that failed fast because of it get the list added.
  * On the training thread, after the request finished (the driver no longer
  * touches it); the store is asked once, which may take up to 2 s.  Without
- * a store (mpirun without ACCEL_MASTER_ADDR) messages stay as they are. */
+ * a store (comm.mpi_store=false or not reachable by every rank, and no
+ * ACCEL_MASTER_ADDR) messages stay as they are. */
 static void name_missing(mpi_state *st, accel_comm_req *r)
 {
 	char what[160];

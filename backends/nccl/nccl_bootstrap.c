@@ -10,7 +10,9 @@
  * them, so no process-wide state is needed and ranks that create them in
  * the same order use the same keys.
  *
- * A job started by mpirun without ACCEL_MASTER_ADDR has no store; its host
+ * A job started by mpirun without ACCEL_MASTER_ADDR and with
+ * comm.mpi_store=false (or where a rank could not reach the store rank 0
+ * announced over MPI) has no store; its host
  * buffers go through the mpi backend, and the id travels as a broadcast
  * from rank 0 there (as MPI programs bootstrap NCCL with MPI_Bcast).  The
  * broadcast carries a tag, so a rank whose host collectives are out of
@@ -39,7 +41,8 @@ static int bootstrap_bcast(const nccl_boot_ops *ops, void *ctx, int rank,
 	if (!ops->bcast) {
 		snprintf(msg, cap, "bootstrap on rank %d: this job has no rendezvous store to "
 		         "exchange NCCL's unique id through; set ACCEL_MASTER_ADDR and "
-		         "ACCEL_MASTER_PORT", rank);
+		         "ACCEL_MASTER_PORT, or use backend mpi for host buffers with "
+		         "comm.mpi_store at true", rank);
 		return ACCEL_ERR_CONFIG;
 	}
 	if (rank == 0) {

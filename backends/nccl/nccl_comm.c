@@ -156,8 +156,9 @@ static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
 	                         "comm.timeout_s)"
 	                       : st->no_store
 	                             ? "the other ranks did not arrive at it, and this job has no "
-	                               "rendezvous store to ask which are missing (start it with "
-	                               "ACCEL_MASTER_ADDR and ACCEL_MASTER_PORT for that); look for "
+	                               "rendezvous store to ask which are missing (leave "
+	                               "comm.mpi_store at true, or start it with ACCEL_MASTER_ADDR "
+	                               "and ACCEL_MASTER_PORT, for that); look for "
 	                               "the rank whose log stops before it, or that died"
 	                             : "the other ranks did not arrive at it, and the store could "
 	                               "not tell which are missing; look for the rank whose log "
