@@ -4,6 +4,7 @@
  * config reads, blocking collectives). */
 #include <stdarg.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,27 @@ typedef struct {
 	char why[256];
 } mpi_store_msg;
 
+/* The buffers of the two collectives.  MPI may still write them after a
+ * collective timed out, even after the context is gone (comm ABI), so
+ * after a failure they are never freed: kept on a list (not a leak). */
+typedef struct mpi_store_bufs {
+	struct mpi_store_bufs *next;
+	mpi_store_msg m;
+	int32_t ok;
+	int32_t oks[];
+} mpi_store_bufs;
+
+static pthread_mutex_t g_lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static mpi_store_bufs *g_lost;
+
+static void keep_lost(mpi_store_bufs *b)
+{
+	pthread_mutex_lock(&g_lost_mu);
+	b->next = g_lost;
+	g_lost = b;
+	pthread_mutex_unlock(&g_lost_mu);
+}
+
 #define MPI_STORE_MAGIC "accelMSt"
 /* The others must be connected (or have given up) within this, and within
  * half of comm.timeout_s: rank 0 meanwhile waits in the host all-gather
@@ -238,9 +260,11 @@ static uint64_t job_token(void)
 }
 
 /* Join rank 0's store: on rank 0's host (same host name and boot id) over
- * loopback first, then (another network namespace) by its host name;
- * elsewhere by its host name.  Returns the address that worked, or NULL
- * with the last error in `why`. */
+ * loopback first, then by its host name if loopback was refused or led
+ * elsewhere (a network namespace of its own); elsewhere by its host name.
+ * A join whose handshake went unanswered is not retried at another address
+ * (the server may have counted it).  Returns the address that worked, or
+ * NULL with the error in `why`. */
 static const char *mpi_store_join(accel_ctx *ctx, const mpi_store_msg *m, int64_t within_ms,
                                   int64_t timeout_ms, int64_t keepalive_ms, accel_store **st,
                                   char *why, size_t cap)
@@ -262,16 +286,20 @@ static const char *mpi_store_join(accel_ctx *ctx, const mpi_store_msg *m, int64_
 	}
 	int64_t start = mono_ms();
 	for (int i = 0; i < n; i++) {
+		/* a refused loopback fails at once (the server listened before
+		 * it sent its address), so the whole time is each one's */
 		int64_t left = start + within_ms - mono_ms();
-		int64_t share = i + 1 < n ? left / 2 : left;
 		accel_err e;
 		accel_err_clear(&e);
-		if (share < 1)
-			share = 1;
-		if (accel_store_join(addrs[i], m->port, ctx->world.rank, ctx->world.world_size, share,
-		                     timeout_ms, keepalive_ms, m->token, st, &e) == ACCEL_OK)
+		int rc = accel_store_join(addrs[i], m->port, ctx->world.rank, ctx->world.world_size,
+		                          left > 0 ? left : 1, timeout_ms, keepalive_ms, m->token, st,
+		                          &e);
+		if (rc == ACCEL_OK)
 			return addrs[i];
-		snprintf(why, cap, "%s", e.msg);
+		*st = NULL;
+		snprintf(why, cap, "%s", e.msg[0] ? e.msg : accel_status_str(rc));
+		if (rc == ACCEL_ERR_TIMEOUT)
+			break;
 	}
 	return NULL;
 }
@@ -299,61 +327,61 @@ static int mpi_store(accel_ctx *ctx)
 	int64_t keepalive_ms = (int64_t)ceil(keepalive_s * 1000);
 	int32_t rank = ctx->world.rank, world = ctx->world.world_size;
 	accel_store *st = NULL;
-	mpi_store_msg m;
-	memset(&m, 0, sizeof(m));
 	char why[ACCEL_ERRMSG_MAX] = "";
 	int r;
-	int32_t *oks = calloc((size_t)world, sizeof(*oks));
-	if (!oks)   /* before the first collective: the others then fail in it, not hang */
+	mpi_store_bufs *bufs = calloc(1, sizeof(*bufs) + (size_t)world * sizeof(int32_t));
+	if (!bufs)   /* before the first collective: the others then fail in it, not hang */
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	mpi_store_msg *m = &bufs->m;
 	if (rank == 0) {
 		accel_err e;
 		accel_err_clear(&e);
-		memcpy(m.magic, MPI_STORE_MAGIC, sizeof(m.magic));
-		this_host(&m);
-		m.token = job_token();
-		if (accel_store_new_host(world, timeout_ms, keepalive_ms, m.token, &st, &e) ==
+		memcpy(m->magic, MPI_STORE_MAGIC, sizeof(m->magic));
+		this_host(m);
+		m->token = job_token();
+		if (accel_store_new_host(world, timeout_ms, keepalive_ms, m->token, &st, &e) ==
 		    ACCEL_OK)
-			m.port = accel_store_port(st);
+			m->port = accel_store_port(st);
 		else
-			snprintf(m.why, sizeof(m.why), "%.255s", e.msg);
+			snprintf(m->why, sizeof(m->why), "%.255s",
+			         e.msg[0] ? e.msg : "the store did not start (no message)");
 	}
 	accel_view v = {.struct_size = sizeof(v), .dtype = ACCEL_DTYPE_U8,
-	                .device = ACCEL_DEVICE_CPU, .data = &m, .numel = sizeof(m)};
+	                .device = ACCEL_DEVICE_CPU, .data = m, .numel = sizeof(*m)};
 	if ((r = accel_comm_broadcast(ctx->comm, &v, 0, NULL)))
 		goto fail;
-	m.why[sizeof(m.why) - 1] = '\0';
-	m.host[sizeof(m.host) - 1] = '\0';
-	m.boot[sizeof(m.boot) - 1] = '\0';
+	m->why[sizeof(m->why) - 1] = '\0';
+	m->host[sizeof(m->host) - 1] = '\0';
+	m->boot[sizeof(m->boot) - 1] = '\0';
 	int no_store = 0;   /* rank 0 has none: nothing to reach */
 	const char *via = NULL;
-	if (memcmp(m.magic, MPI_STORE_MAGIC, sizeof(m.magic)) != 0) {
+	if (memcmp(m->magic, MPI_STORE_MAGIC, sizeof(m->magic)) != 0) {
 		snprintf(why, sizeof(why), "rank 0 sent something else than its store's address "
 		         "(ranks out of step at start-up?)");
-	} else if (m.port <= 0) {
+	} else if (m->port <= 0) {
 		no_store = 1;
 		if (rank == 0)
 			accel_log(ACCEL_LOG_WARN, "the job runs without a rendezvous store: rank 0 "
 			          "could not start one (comm.mpi_store): %s; timeouts of mpi and nccl "
-			          "collectives will not name the missing ranks", m.why);
+			          "collectives will not name the missing ranks", m->why);
 	} else if (rank != 0) {
 		int64_t within = timeout_ms / 2 < MPI_STORE_JOIN_MS ? timeout_ms / 2 : MPI_STORE_JOIN_MS;
-		via = mpi_store_join(ctx, &m, within > 0 ? within : 1, timeout_ms, keepalive_ms, &st,
+		via = mpi_store_join(ctx, m, within > 0 ? within : 1, timeout_ms, keepalive_ms, &st,
 		                     why, sizeof(why));
 	}
 	/* Every rank learns which ranks are connected: all use the store, or none. */
-	int32_t ok = why[0] == '\0' && !no_store;
+	bufs->ok = !no_store && why[0] == '\0' && (rank == 0 ? st != NULL : via != NULL);
 	accel_view sv = {.struct_size = sizeof(sv), .dtype = ACCEL_DTYPE_I32,
-	                 .device = ACCEL_DEVICE_CPU, .data = &ok, .numel = 1};
+	                 .device = ACCEL_DEVICE_CPU, .data = &bufs->ok, .numel = 1};
 	accel_view rv = {.struct_size = sizeof(rv), .dtype = ACCEL_DTYPE_I32,
-	                 .device = ACCEL_DEVICE_CPU, .data = oks, .numel = (uint64_t)world};
+	                 .device = ACCEL_DEVICE_CPU, .data = bufs->oks, .numel = (uint64_t)world};
 	if ((r = accel_comm_allgather(ctx->comm, &sv, &rv, NULL)))
 		goto fail;
 	char bad[160] = "";
 	size_t used = 0;
 	int nbad = 0, listed = 0;
 	for (int32_t q = 0; q < world; q++) {
-		if (oks[q])
+		if (bufs->oks[q])
 			continue;
 		nbad++;
 		int k = snprintf(bad + used, sizeof(bad) - used, "%s%d", listed ? ", " : "", (int)q);
@@ -366,17 +394,19 @@ static int mpi_store(accel_ctx *ctx)
 	}
 	if (listed < nbad)
 		snprintf(bad + used, sizeof(bad) - used, " and %d more", nbad - listed);
-	free(oks);
+	char host[sizeof(m->host)];
+	int port = m->port;
+	snprintf(host, sizeof(host), "%s", m->host);
+	free(bufs);   /* both collectives completed */
 	if (nbad == 0) {
 		ctx->store = st;
 		if (rank == 0)
 			accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: rank 0 "
-			          "hosts the rendezvous store on %s:%d", ctx->launcher, m.host,
-			          (int)m.port);
+			          "hosts the rendezvous store on %s:%d", ctx->launcher, host, port);
 		else
 			accel_log(ACCEL_LOG_DEBUG, "connected to rank 0's rendezvous store at %s:%d (%s)",
-			          via, (int)m.port, strcmp(via, "127.0.0.1") ? "rank 0's host name"
-			                                                     : "same host");
+			          via, port, strcmp(via, "127.0.0.1") ? "rank 0's host name"
+			                                              : "same host");
 		return ACCEL_OK;
 	}
 	accel_store_abandon(st);
@@ -390,10 +420,10 @@ static int mpi_store(accel_ctx *ctx)
 		          "collectives will not name the missing ranks. Set ACCEL_MASTER_ADDR and "
 		          "ACCEL_MASTER_PORT (mpirun -x) to an address of rank 0's node that the "
 		          "others reach, or comm.mpi_store=false to skip the attempt",
-		          nbad > 1 ? "ranks" : "rank", bad, m.host, (int)m.port);
+		          nbad > 1 ? "ranks" : "rank", bad, host, port);
 	return ACCEL_OK;
 fail:
-	free(oks);
+	keep_lost(bufs);   /* MPI may still write them */
 	if (ctx->err.code) {
 		/* say which step of the start-up the collective was */
 		char was[ACCEL_ERRMSG_MAX];

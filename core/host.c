@@ -348,15 +348,19 @@ static int no_store(accel_host *h)
 	if (ctx->store || ctx->world.world_size == 1)
 		return ACCEL_OK;
 	int on_mpi = ctx->comm && !strcmp(accel_comm_backend_name(ctx->comm), "mpi");
+	int32_t mpi_store = 1;
+	accel_config_get_bool(ctx->cfg, "comm.mpi_store", &mpi_store);
 	return host_error(h, ACCEL_ERR_CONFIG,
 	                  "needs the rendezvous store, but %s started this job of %d processes "
 	                  "without one: set ACCEL_MASTER_ADDR and ACCEL_MASTER_PORT (e.g. mpirun "
 	                  "-x ACCEL_MASTER_ADDR=host -x ACCEL_MASTER_PORT=29500)%s",
 	                  ctx->launcher ? ctx->launcher : "the launcher", ctx->world.world_size,
-	                  on_mpi ? ", or leave comm.mpi_store at true (the job then gets one over "
-	                           "MPI once the mpi backend is up)"
-	                         : ", or use backend mpi (which starts without a store and then "
-	                           "makes one over MPI)");
+	                  !on_mpi ? ", or use backend mpi (which starts without a store and then "
+	                            "makes one over MPI)"
+	                  : mpi_store ? "; the one comm.mpi_store makes over MPI could not be set "
+	                                "up (see the warnings at start-up)"
+	                              : ", or set comm.mpi_store=true (the job then gets one over "
+	                                "MPI)");
 }
 
 static int host_store_set(accel_host *h, const char *key, const void *value, uint64_t len)

@@ -654,6 +654,14 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 		reply_err(c, ACCEL_ERR_PEER, "%s", s->refuse);
 		return;
 	}
+	if (token != s->token) {
+		/* before anything is recorded (an observer may report rank
+		 * exits): a process of another job that reached this port must
+		 * not take a rank's place or end one */
+		reply_err(c, ACCEL_ERR_CONFIG, "the rendezvous store at this port belongs to another "
+		          "job (its job token differs)");
+		return;
+	}
 	if (ver == STORE_VERSION && world == s->world && (flags & HELLO_OBSERVER)) {
 		c->observer = 1;
 		reply_ok(c, NULL, 0);
@@ -662,13 +670,6 @@ static void do_hello(store_server *s, sclient *c, cursor *cu)
 	if (ver != STORE_VERSION) {
 		reply_err(c, ACCEL_ERR_ABI, "the rendezvous store speaks protocol %u, this rank %u "
 		          "(mixed accel versions in one job?)", STORE_VERSION, ver);
-		return;
-	}
-	if (token != s->token) {
-		/* before anything is recorded: a rank of another job that
-		 * reached this port must not take a rank's place here */
-		reply_err(c, ACCEL_ERR_CONFIG, "the rendezvous store at this port belongs to another "
-		          "job (its job token differs)");
 		return;
 	}
 	if (world != s->world) {
@@ -1170,7 +1171,8 @@ static void server_accept(store_server *s, int lfd)
 static int all_done(const store_server *s)
 {
 	for (int r = 1; r < s->world; r++)
-		if (s->rank_state[r] == RANK_NEVER || s->rank_state[r] == RANK_CONNECTED)
+		if ((s->rank_state[r] == RANK_NEVER && !s->abandoned) ||
+		    s->rank_state[r] == RANK_CONNECTED)
 			return 0;
 	return 1;
 }
@@ -1564,6 +1566,8 @@ struct accel_store {
 	int failed_self;       /* accel_store_fail was called: rank 0 stops at once */
 	int abandoned;         /* accel_store_abandon: and without a warning */
 	uint64_t token;        /* 0, or the job token sent in HELLO */
+	int refused_is_final;  /* accel_store_join: the server listened before the
+	                          address was sent, so "refused" will not change */
 	store_server *srv;
 };
 
@@ -1805,7 +1809,7 @@ static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd
 			                     gai_strerror(gai));
 		}
 		int64_t left = deadline - now_ms();
-		if (left <= 0)
+		if (left <= 0 || (st->refused_is_final && last == ECONNREFUSED && !last_text))
 			break;
 		int64_t nap = backoff < left ? backoff : left;
 		struct timespec tsl = {(time_t)(nap / 1000), (long)(nap % 1000) * 1000000};
@@ -1813,7 +1817,7 @@ static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd
 			;
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
-	fmt_secs(timeout_ms, ts, sizeof(ts));
+	fmt_secs(now_ms() - start < timeout_ms ? now_ms() - start : timeout_ms, ts, sizeof(ts));
 	return accel_err_set(err, ACCEL_ERR_COMM, "cannot reach the rendezvous store at %s "
 	                     "(rank %d): %s after %s", st->where, st->rank,
 	                     last_text ? last_text : errtext(last ? last : ETIMEDOUT, et, sizeof(et)),
@@ -1989,6 +1993,7 @@ static int store_open(const open_args *a, accel_store **ret_store, accel_err *er
 	st->timeout_ms = timeout_ms;
 	st->keepalive_ms = keepalive_ms;
 	st->token = a->token;
+	st->refused_is_final = a->within_ms > 0;
 	snprintf(st->addr, sizeof(st->addr), "%s", addr);
 	if (rank == 0 &&
 	    (rc = server_start(a->listen_addr, port, world_size, timeout_ms, keepalive_ms, NULL,

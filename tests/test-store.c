@@ -664,6 +664,13 @@ START_TEST(free_port_chosen_by_the_kernel)
 	ck_assert_int_eq(accel_store_new_host(2, 5000, 0, JOB_TOKEN, &st, &err), ACCEL_OK);
 	int port = accel_store_port(st);
 	ck_assert_int_gt(port, 0);
+	/* a launcher's exit report (an observer) without the token is refused
+	 * too: it must not mark rank 1 as gone before it joins */
+	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 2, 1, "exited with status 0",
+	                                         2000, &err),
+	                 ACCEL_ERR_CONFIG);
+	ck_assert_msg(strstr(err.msg, "belongs to another job"), "%s", err.msg);
+	accel_err_clear(&err);
 	ranks rs = {0};
 	spawn(&rs, 1, 2, port, eph_rank);
 	ck_assert_int_eq(accel_store_set(st, "from0", "hello", 5, &err), ACCEL_OK);
@@ -685,6 +692,14 @@ START_TEST(free_port_chosen_by_the_kernel)
 		v6 |= ai->ai_family == AF_INET6;
 	}
 	freeaddrinfo(res);
+	/* ::1 only where IPv6 loopback works: /etc/hosts may name it when
+	 * IPv6 is off, and the server then rightly serves IPv4 alone */
+	int pf = v6 ? socket(AF_INET6, SOCK_STREAM, 0) : -1;
+	struct sockaddr_in6 s6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	if (pf < 0 || bind(pf, (struct sockaddr *)&s6, sizeof(s6)) < 0)
+		v6 = 0;
+	if (pf >= 0)
+		close(pf);
 	if (v4)
 		ck_assert_msg(connects(AF_INET, "127.0.0.1", port) == 1, "127.0.0.1:%d refused", port);
 	if (v6)
@@ -734,6 +749,15 @@ START_TEST(join_is_bounded)
 	ck_assert_int_eq(accel_store_join("127.0.0.1", port, 1, 2, 0, 1000, 0, 9, &st, &err),
 	                 ACCEL_ERR_INVALID_ARG);
 	close(lfd);
+	/* nobody listening: refused is final for a join (the server listens
+	 * before it sends its address), no retrying until the time is up */
+	accel_err_clear(&err);
+	t0 = now_s();
+	rc = accel_store_join("127.0.0.1", port, 1, 2, 3000, 60000, 0, 9, &st, &err);
+	dt = now_s() - t0;
+	ck_assert_int_eq(rc, ACCEL_ERR_COMM);
+	ck_assert_msg(dt < 1.0 && strstr(err.msg, "connection refused"),
+	              "a refused join took %.2f s: %s", dt, err.msg);
 }
 END_TEST
 

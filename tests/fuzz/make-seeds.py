@@ -124,4 +124,12 @@ put("store", "observer-exited", hello(0, flags=2) + op(EXITED, struct.pack(">I",
 put("store", "observer-bad", hello(0, flags=2) + op(EXITED, struct.pack(">I", 7), s("x")) +
     op(SET, s("k"), s("v")))
 put("store", "observer-then-hello", hello(0, flags=2) + hello(0))
+# flag 4: a u64 job token follows (a store made over MPI wants it; the fuzzed
+# store has none, so both are refused before anything is recorded)
+put("store", "hello-token", frame(struct.pack(">BIIIIIQ", HELLO, MAGIC, VERSION, 0, 2, 4,
+                                              0x5EED)) + op(SET, s("k"), s("v")))
+put("store", "hello-token-short", frame(struct.pack(">BIIIII", HELLO, MAGIC, VERSION, 0, 2, 5)) +
+    op(SET, s("k"), s("v")))
+put("store", "observer-token", frame(struct.pack(">BIIIIIQ", HELLO, MAGIC, VERSION, 0, 2, 6, 7)) +
+    op(EXITED, struct.pack(">I", 1), s("x")))
 sys.exit(0)
