@@ -395,9 +395,10 @@ static int mpi_store(accel_ctx *ctx)
 	if (listed < nbad)
 		snprintf(bad + used, sizeof(bad) - used, " and %d more", nbad - listed);
 	char host[sizeof(m->host)];
-	int port = m->port;
+	int port = m->port, via_loopback = via && !strcmp(via, "127.0.0.1");
 	snprintf(host, sizeof(host), "%s", m->host);
-	free(bufs);   /* both collectives completed */
+	free(bufs);   /* both collectives completed (via may point into it) */
+	via = NULL;
 	if (nbad == 0) {
 		ctx->store = st;
 		if (rank == 0)
@@ -405,8 +406,8 @@ static int mpi_store(accel_ctx *ctx)
 			          "hosts the rendezvous store on %s:%d", ctx->launcher, host, port);
 		else
 			accel_log(ACCEL_LOG_DEBUG, "connected to rank 0's rendezvous store at %s:%d (%s)",
-			          via, port, strcmp(via, "127.0.0.1") ? "rank 0's host name"
-			                                              : "same host");
+			          via_loopback ? "127.0.0.1" : host, port,
+			          via_loopback ? "same host" : "rank 0's host name");
 		return ACCEL_OK;
 	}
 	accel_store_abandon(st);
