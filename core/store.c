@@ -1666,9 +1666,8 @@ static int recv_all(int fd, uint8_t *p, size_t n, int64_t deadline, int *ret_err
 /* One request/reply round trip on connection c (owned by the caller for the
  * call).  On ACCEL_OK *ret_body holds the reply after the status word (owned;
  * free it).  A server-side failure comes back as its status with the
- * server's message in err. */
-/* The reply may take wait_ms (what the server may wait for, e.g. a key) and
- * slack_ms more (the trip and a busy server). */
+ * server's message in err.  The reply may take wait_ms (what the server may
+ * wait for, e.g. a key) and slack_ms more (the trip and a busy server). */
 static int rpc_on(accel_store *st, sconn *c, sbuf *req, int64_t wait_ms, int64_t slack_ms,
                   sbuf *ret_body, accel_err *err)
 {
@@ -1809,7 +1808,12 @@ static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd
 			                     gai_strerror(gai));
 		}
 		int64_t left = deadline - now_ms();
-		if (left <= 0 || (st->refused_is_final && last == ECONNREFUSED && !last_text))
+		if (st->refused_is_final && last == ECONNREFUSED && !last_text)
+			return accel_err_set(err, ACCEL_ERR_COMM, "cannot reach the rendezvous store at "
+			                     "%s (rank %d): connection refused (the store was up before "
+			                     "its address was sent, so nothing listens there for this "
+			                     "rank)", st->where, st->rank);
+		if (left <= 0)
 			break;
 		int64_t nap = backoff < left ? backoff : left;
 		struct timespec tsl = {(time_t)(nap / 1000), (long)(nap % 1000) * 1000000};
@@ -1817,7 +1821,7 @@ static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd
 			;
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
-	fmt_secs(now_ms() - start < timeout_ms ? now_ms() - start : timeout_ms, ts, sizeof(ts));
+	fmt_secs(timeout_ms, ts, sizeof(ts));
 	return accel_err_set(err, ACCEL_ERR_COMM, "cannot reach the rendezvous store at %s "
 	                     "(rank %d): %s after %s", st->where, st->rank,
 	                     last_text ? last_text : errtext(last ? last : ETIMEDOUT, et, sizeof(et)),
