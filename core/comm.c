@@ -86,9 +86,8 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 	int r = accel_loader_find(ctx->loader, ACCEL_MODULE_COMM, name, &m, &ctx->err);
 	if (r)
 		return r;
-	double timeout_s = 300, keepalive_s = 30;
-	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
-	accel_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
+	int64_t timeout_ms, keepalive_ms;
+	accel_comm_times(ctx, &timeout_ms, &keepalive_ms);
 	accel_comm_init_v1 args = {
 		.struct_size = sizeof(args),
 		.rank = ctx->world.rank,
@@ -98,10 +97,10 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 		.node_rank = ctx->world.node_rank,
 		.num_nodes = ctx->world.num_nodes,
 		.device_index = device_index,
-		.timeout_ms = (int64_t)(timeout_s * 1000.0),
+		.timeout_ms = timeout_ms,
 		.job_id = ctx->job_id[0] ? ctx->job_id : "single",
 		.master_addr = ctx->master_addr[0] ? ctx->master_addr : NULL,
-		.keepalive_ms = (int64_t)ceil(keepalive_s * 1000.0),
+		.keepalive_ms = keepalive_ms,
 	};
 	be->module = m;
 	be->vt = m->comm;
@@ -275,6 +274,15 @@ accel_comm *accel_comm_free(accel_comm *c)
 	pthread_mutex_destroy(&c->live_mu);
 	free(c);
 	return NULL;
+}
+
+void accel_comm_times(const accel_ctx *ctx, int64_t *ret_timeout_ms, int64_t *ret_keepalive_ms)
+{
+	double timeout_s = 300, keepalive_s = 30;
+	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
+	accel_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
+	*ret_timeout_ms = (int64_t)(timeout_s * 1000.0);
+	*ret_keepalive_ms = (int64_t)ceil(keepalive_s * 1000.0);
 }
 
 const char *accel_comm_backend_name(const accel_comm *c)

@@ -17,6 +17,10 @@
  * mpi, nccl or an installed third-party backend; docs/comm.md) for ctx (needs ctx->cfg, ctx->loader, ctx->world, ctx->store). */
 int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm);
 accel_comm *accel_comm_free(accel_comm *comm);
+/* comm.timeout_s and comm.keepalive_s of ctx's config in milliseconds (the
+ * defaults, 300 s and 30 s, when unset): what the backends and the
+ * rendezvous store get. */
+void accel_comm_times(const accel_ctx *ctx, int64_t *ret_timeout_ms, int64_t *ret_keepalive_ms);
 /* The name of the CPU backend in use ("shm"). */
 const char *accel_comm_backend_name(const accel_comm *comm);
 /* The sequence number of the last collective issued (0 before the first). */

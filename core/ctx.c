@@ -3,7 +3,6 @@
  * plugins; and the small public API around it (errors, ranks, printing,
  * config reads, blocking collectives). */
 #include <stdarg.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,14 +151,11 @@ static int setup_processes(accel_ctx *ctx)
 	accel_log_set_rank(ctx->world.rank);
 	if (ctx->world.world_size > 1) {
 		if (ctx->master_addr[0] && ctx->master_port > 0) {
-			double timeout_s = 300, keepalive_s = 30;
-			accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
-			accel_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
+			int64_t timeout_ms, keepalive_ms;
+			accel_comm_times(ctx, &timeout_ms, &keepalive_ms);
 			return accel_store_new_keepalive(ctx->master_addr, ctx->master_port,
 			                                 ctx->world.rank, ctx->world.world_size,
-			                                 (int64_t)(timeout_s * 1000),
-			                                 (int64_t)ceil(keepalive_s * 1000), &ctx->store,
-			                                 &ctx->err);
+			                                 timeout_ms, keepalive_ms, &ctx->store, &ctx->err);
 		}
 		if (!ctx->launcher || strncmp(ctx->launcher, "mpi", 3) != 0)
 			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
@@ -320,11 +316,8 @@ static int mpi_store(accel_ctx *ctx)
 	accel_config_get_bool(ctx->cfg, "comm.mpi_store", &on);
 	if (!on)
 		return ACCEL_OK;
-	double timeout_s = 300, keepalive_s = 30;
-	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
-	accel_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
-	int64_t timeout_ms = (int64_t)(timeout_s * 1000);
-	int64_t keepalive_ms = (int64_t)ceil(keepalive_s * 1000);
+	int64_t timeout_ms, keepalive_ms;
+	accel_comm_times(ctx, &timeout_ms, &keepalive_ms);
 	int32_t rank = ctx->world.rank, world = ctx->world.world_size;
 	accel_store *st = NULL;
 	char why[ACCEL_ERRMSG_MAX] = "";
