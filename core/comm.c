@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm.h"
 #include "config.h"
@@ -34,6 +35,7 @@ struct accel_req {
 	accel_comm_req *breq;   /* NULL: already complete */
 	const char *op;
 	uint64_t seq;
+	int64_t t_issue_ns;     /* CLOCK_MONOTONIC when the backend took it */
 	struct accel_req *prev, *next;   /* in accel_comm.live */
 };
 
@@ -56,7 +58,26 @@ struct accel_comm {
 	 * the ones never waited are released with the communicator. */
 	pthread_mutex_t live_mu;
 	accel_req *live;
+	/* ACCEL_TEST_COMM_TRACE=PREFIX: PREFIX.<rank> gets one line per
+	 * collective, "SEQ OP ISSUE_NS DONE_NS" (CLOCK_MONOTONIC when the
+	 * backend took it and when its wait returned), so tests can check
+	 * what overlapped with what (docs/testing.md). */
+	FILE *trace;
 };
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void trace_done(accel_comm *c, uint64_t seq, const char *op, int64_t t_issue)
+{
+	if (c->trace)
+		fprintf(c->trace, "%llu %s %lld %lld\n", (unsigned long long)seq, op,
+		        (long long)t_issue, (long long)now_ns());
+}
 
 /* Is q one of c's requests in flight (compared as a pointer only)?  With
  * `take`, also unlink it, under the same lock, so that of two waits on it
@@ -163,6 +184,13 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	c->ctx = ctx;
 	pthread_mutex_init(&c->live_mu, NULL);
+	const char *tp = getenv("ACCEL_TEST_COMM_TRACE");
+	if (tp && *tp) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s.%d", tp, ctx->world.rank);
+		if (!(c->trace = fopen(path, "w")))
+			accel_log(ACCEL_LOG_WARN, "ACCEL_TEST_COMM_TRACE: cannot open %s", path);
+	}
 	if (!strcmp(want, "shm") || !strcmp(want, "mpi") || !strcmp(want, "tcp")) {
 		cpu_name = want;
 	} else if (!strcmp(want, "nccl")) {
@@ -272,6 +300,8 @@ accel_comm *accel_comm_free(accel_comm *c)
 		accel_log(ACCEL_LOG_DEBUG, "%zu collective request%s never waited for", never,
 		          never == 1 ? " was" : "s were");
 	pthread_mutex_destroy(&c->live_mu);
+	if (c->trace)
+		fclose(c->trace);
 	free(c);
 	return NULL;
 }
@@ -455,8 +485,10 @@ static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_
 		return r;
 	}
 	uint64_t seq = ++c->seq;
+	int64_t t_issue = c->trace ? now_ns() : 0;
 	if (!ret_req) {
 		r = breq ? be->vt->wait(be->state, breq) : ACCEL_OK;
+		trace_done(c, seq, op, t_issue);
 		if (r && ctx->err.code == ACCEL_OK)
 			accel_err_set(&ctx->err, r, "%s #%llu failed in backend %s: %s", op,
 			              (unsigned long long)seq, be->module->name, accel_status_str(r));
@@ -468,7 +500,7 @@ static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_
 			be->vt->wait(be->state, breq);
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	}
-	*q = (accel_req){be, breq, op, seq, NULL, NULL};
+	*q = (accel_req){be, breq, op, seq, t_issue, NULL, NULL};
 	pthread_mutex_lock(&c->live_mu);
 	q->next = c->live;
 	if (c->live)
@@ -554,6 +586,7 @@ int accel_comm_wait(accel_comm *c, accel_req *req)
 		                     "wait: %p is not a collective in flight on this context (waited "
 		                     "for already?)", (void *)req);
 	int r = req->breq ? req->be->vt->wait(req->be->state, req->breq) : ACCEL_OK;
+	trace_done(c, req->seq, req->op, req->t_issue_ns);
 	if (r && c->ctx->err.code == ACCEL_OK)
 		accel_err_set(&c->ctx->err, r, "%s #%llu failed in backend %s: %s", req->op,
 		              (unsigned long long)req->seq, req->be->module->name, accel_status_str(r));

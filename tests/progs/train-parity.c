@@ -6,10 +6,17 @@
  *
  *   train-parity [--steps S] [--batch B] [--hooks all|none|partial|twice]
  *                [--out FILE] [--out-ranks PREFIX] [--metrics FILE] [--dtype f32|bf16]
+ *                [--trace PREFIX]
  *   train-parity --compare A B [--rtol R] [--atol A]
  *
  * --out is written by the main process; --out-ranks makes every rank write
- * its own parameters to PREFIX.RANK (for strategies whose ranks may differ).
+ * its own parameters to PREFIX.RANK (for strategies whose ranks may differ
+ * and for checks that every rank holds the same values).  --trace makes
+ * every rank write PREFIX.RANK with a line "backward MICRO T_BEGIN T_LAST
+ * T_END" per micro-step: CLOCK_MONOTONIC nanoseconds when the backward of
+ * the first unit began, when the backward of the last unit (fc1) began and
+ * after its accel_unit_post_backward() returned, to be matched with the
+ * comm layer's ACCEL_TEST_COMM_TRACE records.
  *
  * --compare passes when, for every parameter tensor, the largest absolute
  * difference is at most rtol times the tensor's largest absolute value
@@ -30,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "accel/accel.h"
 
@@ -100,6 +108,16 @@ static void gadd(const model *m, void *g, long i, double v)
 	h[i] = (uint16_t)(u >> 16);
 }
 
+static FILE *g_trace;      /* --trace: this rank's backward windows */
+static long g_micro;       /* micro-steps run so far */
+
+static long long now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static int fail(accel_ctx *ctx, const char *what)
 {
 	fprintf(stderr, "train-parity: %s: %s\n", what, ctx ? accel_errmsg(ctx) : "no context");
@@ -147,7 +165,10 @@ static int micro_step(model *m, long first, long n, const char *hooks, double *r
 			d[s][o] = e / (double)n * scale;
 		}
 	}
+	long long t_begin = now_ns(), t_last = 0;
 	for (int l = NL - 1; l >= 0; l--) {
+		if (l == 0)
+			t_last = now_ns();
 		if (use && accel_unit_pre_backward(m->ctx, (uint32_t)l))
 			return fail(m->ctx, "pre_backward");
 		const void *W = accel_param_data(m->ctx, m->w[l]);
@@ -186,6 +207,9 @@ static int micro_step(model *m, long first, long n, const char *hooks, double *r
 				return fail(m->ctx, "post_backward");
 		}
 	}
+	if (g_trace)
+		fprintf(g_trace, "backward %ld %lld %lld %lld\n", g_micro, t_begin, t_last, now_ns());
+	g_micro++;
 	*ret_loss = loss;
 	return 0;
 }
@@ -281,7 +305,7 @@ int main(int argc, char **argv)
 {
 	long steps = 6, batch = 32;
 	const char *hooks = "all", *out = NULL, *metrics = NULL, *dtype = "f32";
-	const char *out_ranks = NULL;
+	const char *out_ranks = NULL, *trace = NULL;
 	model m = {0};
 	int r;
 
@@ -309,10 +333,12 @@ int main(int argc, char **argv)
 			metrics = argv[++i];
 		} else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
 			dtype = argv[++i];
+		} else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+			trace = argv[++i];
 		} else {
 			fprintf(stderr, "usage: train-parity [--steps S] [--batch B] [--hooks "
 			        "all|none|partial|twice] [--out FILE] [--out-ranks PREFIX] [--metrics FILE]\n"
-			        "                    [--dtype f32|bf16]\n"
+			        "                    [--dtype f32|bf16] [--trace PREFIX]\n"
 			        "       train-parity --compare A B [--rtol R] [--atol A]\n");
 			return 2;
 		}
@@ -334,6 +360,15 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	long micro = batch / (world * gas);
+	if (trace) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s.%ld", trace, rank);
+		if (!(g_trace = fopen(path, "w"))) {
+			perror(path);
+			accel_ctx_free(m.ctx);
+			return 1;
+		}
+	}
 
 	float fc2_bias[16];
 	for (int i = 0; i < 16; i++)
@@ -399,5 +434,7 @@ int main(int argc, char **argv)
 		r = fail(m.ctx, "accel_wait_for_everyone");
 done:
 	accel_ctx_free(m.ctx);
+	if (g_trace && fclose(g_trace) && !r)
+		r = (perror("--trace"), 1);
 	return r;
 }
