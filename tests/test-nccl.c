@@ -326,7 +326,9 @@ START_TEST(test_bootstrap_without_store_failures)
 }
 END_TEST
 
-/* The real ncclGetUniqueId needs a network interface but no GPU. */
+/* The real ncclGetUniqueId needs a network interface but no GPU; NCCL
+ * falls back to loopback when there is no other, so it must succeed on
+ * any machine that runs this suite. */
 static int real_uid(void *ctx, ncclUniqueId *ret_id)
 {
 	(void)ctx;
@@ -341,12 +343,8 @@ START_TEST(test_bootstrap_real_unique_id)
 	ncclUniqueId a, b;
 	char msg[1024] = "";
 	int rc = accel_nccl_bootstrap(&ops, &fs, 0, 2, 1000, &a, NULL, msg, sizeof(msg));
-	if (rc != ACCEL_OK) {
-		/* e.g. no usable network interface: still a clear message */
-		ck_assert_int_eq(rc, ACCEL_ERR_NCCL);
-		ck_assert_msg(strstr(msg, "ncclGetUniqueId failed"), "message: %s", msg);
-		return;
-	}
+	ck_assert_msg(rc == ACCEL_OK, "rank 0 with the real ncclGetUniqueId: status %d (%s)", rc,
+	              msg);
 	ck_assert_int_eq(accel_nccl_bootstrap(&ops, &fs, 1, 2, 1000, &b, NULL, msg, sizeof(msg)),
 	                 ACCEL_OK);
 	ck_assert_int_eq(memcmp(&a, &b, sizeof(a)), 0);
