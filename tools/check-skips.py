@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Fail when a test skipped that this machine can run.
+
+Usage: check-skips.py [--assume FACT=0|1 ...] BUILD_DIR_OR_TESTLOG...
+
+Reads meson's test log (BUILD_DIR/meson-logs/testlog.json, one JSON object
+per test) and checks every test whose result is SKIP against the table
+below: a test may skip only for the outside prerequisites listed for it,
+and only when this machine lacks one of them (probed here, the way the test
+probes it).  Any other skip -- a test not in the table, or one whose
+prerequisites are all present -- is reported with the test's own
+"skipped: ..." line, and the exit status is 1.  A missing or empty log is
+an error too (exit 1): nothing ran.
+
+--assume FACT=0|1 replaces a probe (for tests of this script; facts:
+%(facts)s).
+
+CI runs it after `make test` and after `make test-asan` (.ci/run);
+docs/testing.md explains the policy.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else "python3"
+
+
+def run_ok(cmd, shell=False):
+    try:
+        r = subprocess.run(cmd, shell=shell, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, timeout=60, text=True)
+    except (OSError, subprocess.TimeoutExpired):
+        return False, ""
+    return r.returncode == 0, r.stdout
+
+
+def probe_gpu():
+    if not shutil.which("nvidia-smi"):
+        return False
+    ok, out = run_ok(["nvidia-smi", "-L"])
+    return ok and any(line.startswith("GPU ") for line in out.splitlines())
+
+
+def probe_import(module):
+    return run_ok([PYTHON, "-c", f"import {module}"])[0]
+
+
+def probe_avx2_fma():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = line.split(":", 1)[1].split()
+                    return "avx2" in flags and "fma" in flags
+    except OSError:
+        pass
+    return False
+
+
+def probe_ipv6():
+    return run_ok([PYTHON, "-c", "import socket; s = socket.socket(socket.AF_INET6); "
+                   "s.bind(('::1', 0))"])[0]
+
+
+# The probes mirror the tests' own (tests/test-shm-ns.sh, test-tcp-vanish.sh,
+# test-mpi-host.sh, test-store.c --ipv6, test-nccl.c --gpu, the Python
+# checks' imports, optim_torch_check.py's CPU check).
+FACTS = {
+    "gpu": ("a GPU [probe: nvidia-smi -L]", probe_gpu),
+    "torch": (f"PyTorch [probe: {PYTHON} -c 'import torch'; Debian python3-torch]",
+              lambda: probe_import("torch")),
+    "numpy": (f"numpy [probe: {PYTHON} -c 'import numpy'; Debian python3-numpy]",
+              lambda: probe_import("numpy")),
+    "avx2_fma": ("a CPU with AVX2 and FMA [probe: /proc/cpuinfo flags]", probe_avx2_fma),
+    "pid_mount_ns": ("unprivileged pid and mount namespaces [probe: unshare -Urpf, unshare -rm]",
+                     lambda: run_ok(["unshare", "-Urpf", "--mount-proc", "true"])[0] and
+                     run_ok(["unshare", "-rm", "sh", "-c",
+                             "mount -t tmpfs -o size=1m tmpfs /dev/shm"])[0]),
+    "net_ns": ("a private network namespace with ip [probe: unshare -rn; iproute2]",
+               lambda: bool(shutil.which("ip")) and
+               run_ok(["unshare", "-rn", "sh", "-c", "ip link set lo up"])[0]),
+    "uts_ns": ("a host name of one's own [probe: unshare -u hostname]",
+               lambda: run_ok(["unshare", "-u", "sh", "-c", "hostname accel-probe"])[0]),
+    "ipv6": ("IPv6 loopback [probe: bind to ::1]", probe_ipv6),
+}
+
+# test name -> the outside prerequisites whose absence lets it skip.
+MAY_SKIP = {
+    "nccl-gpu": ["gpu"],
+    "optim-torch": ["torch", "avx2_fma"],
+    "safetensors-python": ["torch"],
+    "train-mlp-parity": ["torch"],
+    "localsgd-numpy": ["numpy"],
+    "shm-ns": ["pid_mount_ns"],
+    "tcp-vanish": ["net_ns"],
+    "mpi-store-remote": ["uts_ns"],
+    "mpi-store-unreachable": ["uts_ns"],
+    "store-ipv6": ["ipv6"],
+}
+
+__doc__ = __doc__ % {"facts": ", ".join(FACTS)}
+
+
+class Machine:
+    def __init__(self, assumed):
+        self.known = dict(assumed)
+
+    def has(self, fact):
+        if fact not in self.known:
+            self.known[fact] = bool(FACTS[fact][1]())
+        return self.known[fact]
+
+
+def skip_reason(stdout):
+    for line in (stdout or "").splitlines():
+        if "skipped" in line.lower():
+            return line.strip()
+    return "(no 'skipped:' line in its output)"
+
+
+def check(log_path, machine):
+    """Returns the number of problems found in one test log."""
+    try:
+        with open(log_path) as f:
+            entries = [json.loads(line) for line in f if line.strip()]
+    except OSError as e:
+        print(f"check-skips: FAIL: cannot read {log_path}: {e.strerror}")
+        return 1
+    except json.JSONDecodeError as e:
+        print(f"check-skips: FAIL: {log_path} is not meson's test log: {e}")
+        return 1
+    if not entries:
+        print(f"check-skips: FAIL: {log_path} lists no test")
+        return 1
+    bad = expected = 0
+    for e in entries:
+        if e.get("result") != "SKIP":
+            continue
+        name = e.get("name", "?").split(" / ")[-1]
+        reason = skip_reason(e.get("stdout"))
+        facts = MAY_SKIP.get(name)
+        if facts is None:
+            print(f"check-skips: UNEXPECTED SKIP: {name}: it has no outside prerequisite that "
+                  f"may be missing, so a skip means it did not run: {reason}")
+            bad += 1
+            continue
+        missing = [f for f in facts if not machine.has(f)]
+        if missing:
+            print(f"check-skips: expected skip: {name}: this machine lacks "
+                  f"{'; '.join(FACTS[f][0] for f in missing)}")
+            expected += 1
+        else:
+            print(f"check-skips: UNEXPECTED SKIP: {name}: this machine has "
+                  f"{'; '.join(FACTS[f][0] for f in facts)}, so it must run: {reason}")
+            bad += 1
+    print(f"check-skips: {log_path}: {len(entries)} tests, {expected} expected skip(s), "
+          f"{bad} unexpected")
+    return bad
+
+
+def main(argv):
+    assumed = {}
+    paths = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--assume" and i + 1 < len(argv):
+            k, _, v = argv[i + 1].partition("=")
+            if k not in FACTS or v not in ("0", "1"):
+                print(f"check-skips: --assume {argv[i + 1]}: expected FACT=0|1 with FACT one of "
+                      f"{', '.join(FACTS)}", file=sys.stderr)
+                return 2
+            assumed[k] = v == "1"
+            i += 2
+        elif a.startswith("-"):
+            print(__doc__, file=sys.stderr)
+            return 2
+        else:
+            paths.append(a)
+            i += 1
+    if not paths:
+        print(__doc__, file=sys.stderr)
+        return 2
+    machine = Machine(assumed)
+    problems = 0
+    for p in paths:
+        if os.path.isdir(p):
+            p = os.path.join(p, "meson-logs", "testlog.json")
+        problems += check(p, machine)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
