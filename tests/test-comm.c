@@ -13,8 +13,8 @@
  *
  * Part 2 runs the same checks through libaccel (accel_ctx_new, accel_comm_*
  * and the public accel_allreduce...) in N processes started by
- * `accel launch -n N` (tests/progs/comm-check.c); those tests skip while
- * the launcher or the context cannot start ranks. */
+ * `accel launch -n N` (tests/progs/comm-check.c); a launcher or context
+ * that cannot start ranks fails them. */
 #include <check.h>
 #include <dirent.h>
 #include <dlfcn.h>
