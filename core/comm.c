@@ -500,7 +500,7 @@ static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_
 			be->vt->wait(be->state, breq);
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	}
-	*q = (accel_req){be, breq, op, seq, t_issue, NULL, NULL};
+	*q = (accel_req){.be = be, .breq = breq, .op = op, .seq = seq, .t_issue_ns = t_issue};
 	pthread_mutex_lock(&c->live_mu);
 	q->next = c->live;
 	if (c->live)
