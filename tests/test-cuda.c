@@ -541,6 +541,11 @@ START_TEST(argument_errors)
 	float *d = dmalloc(64), h[16] = {0};
 	accel_view dv = {sizeof(dv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, d, 16};
 	accel_view hv = {sizeof(hv), ACCEL_DTYPE_BF16, ACCEL_DEVICE_CPU, 0, h, 16};
+	accel_view hostmem = dv;
+	hostmem.data = h;
+	ck_assert_int_eq(accel_ops_scale(&hostmem, 2.0, &e), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(e.msg, "ordinary host memory"), "%s", e.msg);
+	accel_err_clear(&e);
 	accel_view bad = dv;
 	bad.device_index = 999;
 	ck_assert_int_eq(accel_ops_fill(&bad, 1.0, &e), ACCEL_ERR_INVALID_ARG);
