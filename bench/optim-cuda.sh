@@ -5,7 +5,7 @@
 # T tensors:
 #
 #   accel  bench-optim-cuda: accel_optim_step_ranges on ACCEL_DEVICE_CUDA
-#          (backends/cuda, one fused kernel pass per launch of <= 36 tensors)
+#          (backends/cuda, one fused kernel pass per launch of <= 160 tensors)
 #   copy   the same process: cudaMemcpy device to device, read + write bytes
 #   torch  bench/torch_adamw_cuda.py: torch.optim.AdamW(fused=True), and
 #          torch's own copy_ bandwidth in its process

@@ -354,10 +354,14 @@ static uint64_t ulps(float a, float b)
 
 static uint64_t worst_ulps;
 
-/* 40 ranges (more than one launch takes) of assorted sizes, every other one
- * starting at an odd element offset. */
-#define NR 40
-static const uint64_t rsizes[] = {1, 3, 4096, 5000, 17, 40000, 4, 1023, 65537, 8};
+/* 170 ranges (more than one launch takes) of assorted sizes, every other one
+ * starting at an odd element offset; range 5 spans 17 blocks. */
+#define NR 170
+static uint64_t rsize(int r)
+{
+	static const uint64_t sizes[] = {1, 3, 4096, 5000, 17, 333, 4, 1023, 8, 4097};
+	return r == 5 ? 65537 : sizes[r % 10];
+}
 
 static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scale,
                        const char *what)
@@ -371,7 +375,7 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 	for (int r = 0; r < NR; r++) {
 		total += r & 1;
 		start[r] = total;
-		total += rsizes[r % 10] + 4;
+		total += rsize(r) + 4;
 	}
 	size_t gs = accel_dtype_size(gdt);
 	float *hp = malloc(total * 4), *hs[2] = {calloc(total, 4), calloc(total, 4)};
@@ -386,10 +390,10 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 		uint64_t a = start[r];
 		hr[r] = (accel_optim_range){hp + a, (char *)hg + a * gs,
 		                            {ns ? hs[0] + a : NULL, ns > 1 ? hs[1] + a : NULL},
-		                            rsizes[r % 10]};
+		                            rsize(r)};
 		dr[r] = (accel_optim_range){dp + a, (char *)dg + a * gs,
 		                            {ns ? ds[0] + a : NULL, ns > 1 ? ds[1] + a : NULL},
-		                            rsizes[r % 10]};
+		                            rsize(r)};
 	}
 	const accel_optim_group *grp = accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY);
 	for (uint64_t t = 1; t <= 25; t++) {
@@ -412,7 +416,7 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 			const float *h = k ? hs[k - 1] : hp;
 			xfer(back, k ? ds[k - 1] : dp, total * 4, ACCEL_DEVICE_D2H);
 			for (int r = 0; r < NR; r++)
-				for (uint64_t i = start[r]; i < start[r] + rsizes[r % 10]; i++) {
+				for (uint64_t i = start[r]; i < start[r] + rsize(r); i++) {
 					uint64_t u = ulps(h[i], back[i]);
 					if (u > worst_ulps)
 						worst_ulps = u;
