@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "device.h"
 #include "log.h"
 #include "mem.h"
 
@@ -13,6 +14,7 @@ typedef struct mem_rec {
 	uint32_t category;
 	int32_t device;
 	int32_t from_comm;
+	int32_t from_module;   /* 1 + ACCEL_DEVICE_MEM_* when the device module owns it */
 } mem_rec;
 
 struct accel_mem {
@@ -35,6 +37,14 @@ static void release_rec(accel_ctx *ctx, const mem_rec *r)
 		if (!ctx->comm || !accel_comm_mem_free(ctx->comm, r->ptr))
 			accel_log(ACCEL_LOG_ERROR, "internal: backend buffer %p outlived its backend",
 			          r->ptr);
+	} else if (r->from_module) {
+		const accel_device_v1 *dev;
+		char buf[512] = "";
+		accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
+		/* the module was loaded when this was allocated, so get cannot fail */
+		if (accel_device_get(ACCEL_DEVICE_CUDA, &dev, NULL) ||
+		    dev->mem_free((uint32_t)(r->from_module - 1), r->ptr, &de))
+			accel_log(ACCEL_LOG_ERROR, "mem_free: %p: %s", r->ptr, buf);
 	} else {
 		free(r->ptr);
 	}
@@ -58,15 +68,11 @@ int accel_mem_alloc(accel_ctx *ctx, uint32_t category, int32_t device, int32_t d
 {
 	accel_mem *m = ctx->mem;
 	void *p = NULL;
-	int from_comm = 0;
+	int from_comm = 0, from_module = 0;
 
 	if (category >= ACCEL_MEM_CATEGORY_COUNT)
 		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "mem_alloc: unknown memory category %u", category);
-	if (device != ACCEL_DEVICE_CPU && !(flags & ACCEL_MEMF_COMM))
-		return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
-		                     "mem_alloc: device memory (device %d:%d) needs the cuda device "
-		                     "module, which this build does not have", device, device_index);
 	if (m->n == m->cap) {
 		size_t cap = m->cap ? m->cap * 2 : 64;
 		mem_rec *nr = realloc(m->recs, cap * sizeof(*nr));
@@ -84,6 +90,26 @@ int accel_mem_alloc(accel_ctx *ctx, uint32_t category, int32_t device, int32_t d
 			accel_log(ACCEL_LOG_DEBUG, "comm backend has no allocator; %llu bytes of "
 			          "ordinary memory instead", (unsigned long long)bytes);
 	}
+	/* Device memory (unless the comm backend gave it) and pinned host
+	 * memory come from the device module. */
+	if (!p && (device != ACCEL_DEVICE_CPU || (flags & ACCEL_MEMF_PINNED))) {
+		const accel_device_v1 *dev;
+		char buf[1024] = "";
+		accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
+		int on_host = device == ACCEL_DEVICE_CPU;
+		int r = accel_device_for(on_host ? "mem_alloc (pinned host memory)" : "mem_alloc",
+		                         on_host ? ACCEL_DEVICE_CUDA : device,
+		                         on_host ? 0 : device_index, &dev, &ctx->err);
+		if (r)
+			return r;
+		from_module = 1 + (on_host ? ACCEL_DEVICE_MEM_PINNED : ACCEL_DEVICE_MEM_DEVICE);
+		r = dev->mem_alloc((uint32_t)(from_module - 1), device_index, bytes ? bytes : 1,
+		                   (flags & ACCEL_MEMF_ZERO) ? 1 : 0, &p, &de);
+		if (r)
+			return accel_err_set(&ctx->err, r, "mem_alloc: %llu bytes (category %u) on device "
+			                     "%d:%d: %s", (unsigned long long)bytes, category, device,
+			                     device_index, buf);
+	}
 	if (!p) {
 		if (device != ACCEL_DEVICE_CPU)
 			return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
@@ -96,9 +122,9 @@ int accel_mem_alloc(accel_ctx *ctx, uint32_t category, int32_t device, int32_t d
 			                     "out of memory allocating %llu bytes (category %u)",
 			                     (unsigned long long)bytes, category);
 	}
-	if ((flags & ACCEL_MEMF_ZERO) && device == ACCEL_DEVICE_CPU && bytes)
+	if ((flags & ACCEL_MEMF_ZERO) && device == ACCEL_DEVICE_CPU && !from_module && bytes)
 		memset(p, 0, bytes);
-	m->recs[m->n++] = (mem_rec){p, bytes, category, device, from_comm};
+	m->recs[m->n++] = (mem_rec){p, bytes, category, device, from_comm, from_module};
 	int d = device == ACCEL_DEVICE_CPU ? 0 : 1;
 	ctx->mem_bytes[category][d] += bytes;
 	if (ctx->mem_bytes[category][d] > ctx->mem_peak[category][d])

@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* core/ops.h: device ops on views (private).  The CPU versions live in
- * core/ops_cpu.c; views on CUDA devices go to the cuda device module when it
- * is loaded (a later module) and are ACCEL_ERR_UNSUPPORTED until then. */
+ * core/ops_cpu.c; a call with a view on a CUDA device goes to
+ * core/ops_device.c, which hands it to the cuda device module (loaded on
+ * first need, core/device.c).  Copies between the host and a device keep
+ * the dtype; every other op wants its views on one device.  Device ops are
+ * enqueued in call order; sumsq, nonfinite and copies to the host wait for
+ * the device.  Without a CUDA build, module or GPU these calls fail with
+ * ACCEL_ERR_UNSUPPORTED and a message that says which is missing. */
 #ifndef ACCEL_CORE_OPS_H
 #define ACCEL_CORE_OPS_H
 
@@ -18,5 +23,14 @@ int accel_ops_scale(const accel_view *x, double alpha, accel_err *err);
 int accel_ops_axpy(const accel_view *y, double alpha, const accel_view *x, accel_err *err);
 int accel_ops_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err);
 int accel_ops_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err);
+
+/* The same for views of which at least one is on a device (ops_device.c). */
+int accel_ops_device_copy(const accel_view *dst, const accel_view *src, accel_err *err);
+int accel_ops_device_fill(const accel_view *dst, double value, accel_err *err);
+int accel_ops_device_scale(const accel_view *x, double alpha, accel_err *err);
+int accel_ops_device_axpy(const accel_view *y, double alpha, const accel_view *x,
+                          accel_err *err);
+int accel_ops_device_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err);
+int accel_ops_device_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err);
 
 #endif

@@ -19,11 +19,9 @@ static int check_view(const accel_view *v, const char *what, int float_only, acc
 {
 	if (!v)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: view is NULL", what);
-	if (v->device != ACCEL_DEVICE_CPU)
-		return accel_err_set(err, ACCEL_ERR_UNSUPPORTED,
-		                     "%s: view on device %d:%d, but no device module is loaded "
-		                     "for it (only CPU ops are available in this build)",
-		                     what, v->device, v->device_index);
+	if (v->device != ACCEL_DEVICE_CPU)   /* callers route device views first */
+		return accel_err_set(err, ACCEL_ERR_INTERNAL, "%s: view on device %d:%d reached "
+		                     "the CPU op", what, v->device, v->device_index);
 	if (accel_dtype_size(v->dtype) == 0)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: invalid dtype %u", what,
 		                     v->dtype);
@@ -36,6 +34,12 @@ static int check_view(const accel_view *v, const char *what, int float_only, acc
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: NULL data with %llu elements",
 		                     what, (unsigned long long)v->numel);
 	return ACCEL_OK;
+}
+
+/* A view on a device (not NULL, not the CPU): the op goes to ops_device.c. */
+static int on_device(const accel_view *v)
+{
+	return v && v->device != ACCEL_DEVICE_CPU;
 }
 
 static inline double load(const void *p, uint32_t dt, uint64_t i)
@@ -61,6 +65,8 @@ static inline void store(void *p, uint32_t dt, uint64_t i, double v)
 int accel_ops_copy(const accel_view *dst, const accel_view *src, accel_err *err)
 {
 	int r;
+	if (on_device(dst) || on_device(src))
+		return accel_ops_device_copy(dst, src, err);
 	if ((r = check_view(dst, "copy dst", 0, err)) || (r = check_view(src, "copy src", 0, err)))
 		return r;
 	if (dst->numel != src->numel)
@@ -94,6 +100,8 @@ int accel_ops_copy(const accel_view *dst, const accel_view *src, accel_err *err)
 
 int accel_ops_fill(const accel_view *dst, double value, accel_err *err)
 {
+	if (on_device(dst))
+		return accel_ops_device_fill(dst, value, err);
 	int r = check_view(dst, "fill", 1, err);
 	if (r)
 		return r;
@@ -117,6 +125,8 @@ int accel_ops_fill(const accel_view *dst, double value, accel_err *err)
 
 int accel_ops_scale(const accel_view *x, double alpha, accel_err *err)
 {
+	if (on_device(x))
+		return accel_ops_device_scale(x, alpha, err);
 	int r = check_view(x, "scale", 1, err);
 	if (r)
 		return r;
@@ -138,6 +148,8 @@ int accel_ops_scale(const accel_view *x, double alpha, accel_err *err)
 int accel_ops_axpy(const accel_view *y, double alpha, const accel_view *x, accel_err *err)
 {
 	int r;
+	if (on_device(y) || on_device(x))
+		return accel_ops_device_axpy(y, alpha, x, err);
 	if ((r = check_view(y, "axpy y", 1, err)) || (r = check_view(x, "axpy x", 1, err)))
 		return r;
 	if (y->numel != x->numel)
@@ -160,6 +172,8 @@ int accel_ops_axpy(const accel_view *y, double alpha, const accel_view *x, accel
 
 int accel_ops_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err)
 {
+	if (on_device(x))
+		return accel_ops_device_sumsq(x, ret_sumsq, err);
 	int r = check_view(x, "sumsq", 1, err);
 	if (r)
 		return r;
@@ -191,6 +205,8 @@ int accel_ops_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err)
 
 int accel_ops_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err)
 {
+	if (on_device(x))
+		return accel_ops_device_nonfinite(x, ret_count, err);
 	int r = check_view(x, "nonfinite", 1, err);
 	if (r)
 		return r;

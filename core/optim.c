@@ -42,7 +42,9 @@
 extern float sqrtf(float) __attribute__((const, nothrow));
 
 #include "accel/accel.h"
+#include "device.h"
 #include "optim.h"
+#include "optim_consts.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_AVX2_FMA 1
@@ -335,21 +337,9 @@ int accel_optim_set_kernel(accel_optim *optim, const char *name, accel_err *err)
 
 /* ---- kernels ------------------------------------------------------------------ */
 
-/* The f32 constants of one update, rounded where torch rounds them. */
-typedef struct adamw_k {
-	float decay;     /* 1 - lr * wd                       */
-	float b1, omb1;  /* beta1, 1 - beta1                  */
-	float b2, omb2;  /* beta2, 1 - beta2                  */
-	float bc2s;      /* sqrt(1 - beta2^t)                 */
-	float eps;
-	float nstep;     /* -lr / (1 - beta1^t)               */
-	float gs;        /* grad_scale                        */
-} adamw_k;
-
-typedef struct sgd_k {
-	float wd, mom, omdamp, nlr, gs;   /* omdamp = 1 - dampening, nlr = -lr */
-	int has_wd, nesterov, first;
-} sgd_k;
+/* The f32 constants of one update: core/optim_consts.h. */
+typedef accel_optim_adamw_k adamw_k;
+typedef accel_optim_sgd_k sgd_k;
 
 static ALWAYS_INLINE float from_bits(uint32_t u)
 {
@@ -549,21 +539,8 @@ int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *gr
 
 	if (optim->o.type == ACCEL_OPTIM_ADAMW) {
 		const accel_optim_opts *o = &optim->o;
-		/* As _single_tensor_adamw: Python floats, then f32 at the tensor. */
-		double bc1 = 1 - pow(o->beta1, (double)t);
-		double bc2 = 1 - pow(o->beta2, (double)t);
-		double step_size = lr / bc1;
-		adamw_k k = {
-			.decay = (float)(1 - lr * wd),
-			.b1 = (float)o->beta1,
-			.omb1 = (float)(1 - o->beta1),
-			.b2 = (float)o->beta2,
-			.omb2 = (float)(1 - o->beta2),
-			.bc2s = (float)sqrt(bc2),
-			.eps = (float)o->eps,
-			.nstep = (float)-step_size,
-			.gs = (float)grad_scale,
-		};
+		adamw_k k = accel_optim_adamw_consts(lr, o->beta1, o->beta2, o->eps, wd, t,
+		                                      grad_scale);
 #ifdef HAVE_AVX2_FMA
 		if (optim->kernel == K_AVX2_FMA) {
 			adamw_avx2(&k, p, g, gdtype, state[0], state[1], n);
@@ -574,16 +551,8 @@ int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *gr
 		return ACCEL_OK;
 	}
 
-	sgd_k k = {
-		.wd = (float)wd,
-		.mom = (float)optim->o.momentum,
-		.omdamp = (float)(1 - optim->o.dampening),
-		.nlr = (float)-lr,
-		.gs = (float)grad_scale,
-		.has_wd = wd != 0,
-		.nesterov = optim->o.nesterov,
-		.first = t == 1,
-	};
+	sgd_k k = accel_optim_sgd_consts(lr, optim->o.momentum, optim->o.dampening,
+	                                  optim->o.nesterov, wd, t, grad_scale);
 	float *buf = ns ? state[0] : NULL;
 #ifdef HAVE_AVX2_FMA
 	if (optim->kernel == K_AVX2_FMA) {
@@ -592,5 +561,77 @@ int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *gr
 	}
 #endif
 	sgd_generic(&k, p, g, gdtype, buf, n);
+	return ACCEL_OK;
+}
+
+int accel_optim_step_ranges(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
+                            double lr, int32_t device, int32_t device_index,
+                            const accel_optim_range *ranges, uint32_t n, uint32_t gdtype,
+                            double grad_scale, accel_err *err)
+{
+	const accel_device_v1 *dev;
+	int r;
+	if (!optim || (n && !ranges))
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: %s is NULL",
+		                     !optim ? "optim" : "ranges");
+	if (device == ACCEL_DEVICE_CPU) {
+		for (uint32_t i = 0; i < n; i++) {
+			const accel_optim_range *q = &ranges[i];
+			if ((r = accel_optim_step_range(optim, grp, t, lr, q->param, q->grad, gdtype,
+			                                q->state, q->numel, grad_scale, err)))
+				return r;
+		}
+		return ACCEL_OK;
+	}
+	/* The checks of step_range that do not read memory, then the module. */
+	if ((r = accel_optim_step_range(optim, grp, t, lr, NULL, NULL, gdtype, NULL, 0, grad_scale,
+	                                err)))
+		return r;
+	if ((r = accel_device_for("optimizer step", device, device_index, &dev, err)))
+		return r;
+	if (!grp)
+		grp = &optim->groups[ACCEL_OPTIM_GROUP_DECAY];
+	uint32_t ns = accel_optim_state_count(optim);
+	for (uint32_t i = 0; i < n; i++) {
+		const accel_optim_range *q = &ranges[i];
+		if (q->numel && (!q->param || !q->grad || (ns >= 1 && !q->state[0]) ||
+		                 (ns >= 2 && !q->state[1])))
+			return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: range %u has a "
+			                     "NULL parameter, gradient or state array (%s keeps %u) for "
+			                     "%llu elements", i, type_names[optim->o.type], ns,
+			                     (unsigned long long)q->numel);
+	}
+	accel_device_optim_v1 o = {
+		.struct_size = sizeof(o),
+		.type = optim->o.type == ACCEL_OPTIM_ADAMW ? ACCEL_DEVICE_OPTIM_ADAMW
+		                                           : ACCEL_DEVICE_OPTIM_SGD,
+		.grad_dtype = gdtype,
+		.nesterov = optim->o.nesterov,
+		.step = t,
+		.lr = lr,
+		.beta1 = optim->o.beta1,
+		.beta2 = optim->o.beta2,
+		.eps = optim->o.eps,
+		.weight_decay = grp->weight_decay,
+		.momentum = optim->o.momentum,
+		.dampening = optim->o.dampening,
+		.grad_scale = grad_scale,
+		.range_size = sizeof(accel_device_range_v1),
+	};
+	/* accel_optim_range and accel_device_range_v1 have the same members;
+	 * convert in batches rather than depend on that. */
+	enum { BATCH = 256 };
+	accel_device_range_v1 dr[BATCH];
+	char buf[1024] = "";
+	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
+	for (uint32_t i = 0; i < n;) {
+		uint32_t k = 0;
+		for (; i < n && k < BATCH; i++, k++)
+			dr[k] = (accel_device_range_v1){ranges[i].param, ranges[i].grad,
+			                                {ranges[i].state[0], ranges[i].state[1]},
+			                                ranges[i].numel};
+		if ((r = dev->optim_step(device_index, &o, dr, k, &de)))
+			return accel_device_fail(err, r, "optimizer step", buf);
+	}
 	return ACCEL_OK;
 }

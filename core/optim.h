@@ -123,6 +123,27 @@ int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *gr
                            float *const state[], uint64_t n, double grad_scale,
                            accel_err *err);
 
+/* One range of step_ranges(): numel f32 parameters, gradients (of the
+ * call's gdtype) and accel_optim_state_count() state arrays (the others
+ * NULL), all on the call's device. */
+typedef struct accel_optim_range {
+	float *param;
+	const void *grad;
+	float *state[ACCEL_OPTIM_MAX_STATE];
+	uint64_t numel;
+} accel_optim_range;
+
+/* One update of n ranges of one group at one step count, with the rules
+ * and arguments of step_range.  device ACCEL_DEVICE_CPU: step_range on each
+ * range in turn; ACCEL_DEVICE_CUDA: the cuda device module's fused
+ * multi-tensor kernel (enqueued; it gives the CPU's bits, see
+ * docs/optim.md), which is loaded on first use; ACCEL_ERR_UNSUPPORTED with
+ * the reason when this build, machine or install has no usable module. */
+int accel_optim_step_ranges(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
+                            double lr, int32_t device, int32_t device_index,
+                            const accel_optim_range *ranges, uint32_t n, uint32_t gdtype,
+                            double grad_scale, accel_err *err);
+
 /* The kernel variant step_range uses: "avx2-fma" (x86-64 with AVX2 and
  * FMA), "generic" (portable C; fmaf() from the C library where the target
  * has no FMA instruction).  Both give the same bits. */

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * accel/device.h: the device module ABI, version 1.
+ *
+ * A device module gives libaccel memory and element-wise ops on one kind of
+ * accelerator (the cuda module: ACCEL_DEVICE_CUDA).  libaccel never links an
+ * accelerator runtime: it dlopen()s the module the first time a view, an
+ * allocation or an optimizer step names the device, calls the one exported
+ * symbol
+ *
+ *     ACCEL_EXPORT const accel_device_v1 *
+ *     accel_device_entry_v1(const accel_device_host_v1 *host);
+ *
+ * and then init().  Device modules are not plugins: they live in their own
+ * directories (ACCEL_DEVICE_PATH, then <libdir>/accel/devices) and are named
+ * device-<name>.so; see docs/abi.md, "Device modules".
+ *
+ * Rules as for the other ABI headers: structs start with `uint32_t
+ * struct_size` and are append-only, fixed-width integers only, no runtime
+ * (CUDA) types.  Every pointer an op receives in a view with device ==
+ * desc->device is a device pointer of the view's device_index.
+ *
+ * Ordering: ops are enqueued, in call order, on one stream per device that
+ * the module owns (the cuda module: the legacy default stream), and may
+ * return before the device ran them.  memcpy to the host, sumsq, nonfinite
+ * and sync() wait for everything enqueued before them; an error of an
+ * enqueued op may therefore be reported by a later call.  Asynchronous
+ * variants on caller streams are a later minor (appended members).
+ *
+ * Errors: every fallible member returns ACCEL_OK or a negative ACCEL_ERR_*
+ * (runtime failures ACCEL_ERR_CUDA) and writes a one-line message naming
+ * the failed call into err (see accel_device_err_v1).
+ *
+ * Thread contract: init()/fini() once, from one thread; every other member
+ * may be called from any thread (the module serialises what it must).
+ */
+#ifndef ACCEL_DEVICE_H
+#define ACCEL_DEVICE_H
+
+#include "accel/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACCEL_DEVICE_ENTRY_V1 "accel_device_entry_v1"
+/* Minor of this header's device ABI (independent of ACCEL_ABI_MINOR). */
+#define ACCEL_DEVICE_ABI_MINOR 0
+
+/* What the core gives the module (borrowed, valid for the process). */
+typedef struct accel_device_host_v1 {
+	uint32_t struct_size;   /* sizeof(accel_device_host_v1)                    */
+	uint32_t abi_major;     /* 1                                                */
+	uint32_t abi_minor;     /* ACCEL_DEVICE_ABI_MINOR of the core               */
+	uint32_t reserved;      /* 0                                                */
+	/* Log one line at ACCEL_LOG_* level through the core's logger
+	 * (any thread). */
+	void (*log)(int32_t level, const char *msg);
+} accel_device_host_v1;
+
+/* Where a failing call writes its message: at most cap - 1 bytes and a
+ * NUL into msg (owned by the caller).  Untouched on success. */
+typedef struct accel_device_err_v1 {
+	uint32_t struct_size;   /* sizeof(accel_device_err_v1)                     */
+	uint32_t cap;           /* bytes at msg, >= 1                               */
+	char *msg;              /* caller's buffer                                  */
+} accel_device_err_v1;
+
+typedef struct accel_device_desc_v1 {
+	uint32_t struct_size;   /* sizeof(accel_device_desc_v1)                    */
+	uint32_t abi_major;     /* 1                                                */
+	uint32_t abi_minor;     /* ACCEL_DEVICE_ABI_MINOR the module was built with */
+	int32_t device;         /* ACCEL_DEVICE_* the module serves                 */
+	const char *name;       /* "cuda"; static                                   */
+	const char *version;    /* module version; static                           */
+	const char *summary;    /* one line; static                                 */
+} accel_device_desc_v1;
+
+/* accel_device_v1.mem_alloc kinds. */
+#define ACCEL_DEVICE_MEM_DEVICE 0   /* device memory of device_index            */
+#define ACCEL_DEVICE_MEM_PINNED 1   /* page-locked host memory (any device)     */
+
+/* accel_device_v1.memcpy directions. */
+#define ACCEL_DEVICE_H2D 0
+#define ACCEL_DEVICE_D2H 1
+#define ACCEL_DEVICE_D2D 2
+
+/* accel_device_optim_v1.type (the same numbers as the core's optimizer). */
+#define ACCEL_DEVICE_OPTIM_SGD   0
+#define ACCEL_DEVICE_OPTIM_ADAMW 1
+
+/*
+ * One fused optimizer step over many ranges (a parameter group at one step
+ * count).  The update rules, the order of float operations and the f32
+ * rounding of the hyper-parameters are the core's (docs/optim.md): a
+ * module must give the bits the CPU optimizer gives.
+ */
+typedef struct accel_device_optim_v1 {
+	uint32_t struct_size;   /* sizeof(accel_device_optim_v1)                   */
+	uint32_t type;          /* ACCEL_DEVICE_OPTIM_*                             */
+	uint32_t grad_dtype;    /* ACCEL_DTYPE_F32, _F16 or _BF16                   */
+	int32_t nesterov;       /* SGD: 0/1 (needs momentum > 0, dampening 0)       */
+	uint64_t step;          /* this update's step count t, >= 1                 */
+	double lr;              /* this update's learning rate, finite, >= 0        */
+	double beta1, beta2;    /* AdamW                                            */
+	double eps;             /* AdamW                                            */
+	double weight_decay;    /* AdamW decoupled, SGD L2; >= 0                    */
+	double momentum;        /* SGD; 0: no momentum buffer                       */
+	double dampening;       /* SGD                                              */
+	double grad_scale;      /* gradients are multiplied by (float)grad_scale    */
+	uint32_t range_size;    /* sizeof(accel_device_range_v1): the array stride  */
+	uint32_t reserved;      /* 0                                                */
+} accel_device_optim_v1;
+
+/* One range: numel f32 parameters, gradients of grad_dtype and the state
+ * arrays (AdamW: exp_avg, exp_avg_sq; SGD with momentum: the buffer; unused
+ * ones NULL), all device pointers of the step's device, not overlapping. */
+typedef struct accel_device_range_v1 {
+	float *param;
+	const void *grad;
+	float *state[2];
+	uint64_t numel;
+} accel_device_range_v1;
+
+typedef struct accel_device_v1 {
+	uint32_t struct_size;                /* sizeof(accel_device_v1)              */
+	uint32_t reserved;                   /* 0                                    */
+	const accel_device_desc_v1 *desc;    /* static                               */
+
+	/* Bring the runtime up.  ACCEL_ERR_UNSUPPORTED (message says why) when
+	 * the machine has no usable device; then no other member is called.
+	 * ret_count: number of devices. */
+	int (*init)(uint32_t *ret_count, accel_device_err_v1 *err);
+	/* Release what init() made (memory still allocated stays valid until
+	 * the process exits). */
+	void (*fini)(void);
+
+	/* bytes (> 0) of memory of `kind` (ACCEL_DEVICE_MEM_*), 256-byte
+	 * aligned; zero-filled when `zero`.  Owned by the caller, released with
+	 * mem_free(kind, ...). */
+	int (*mem_alloc)(uint32_t kind, int32_t device_index, uint64_t bytes, uint32_t zero,
+	                 void **ret_ptr, accel_device_err_v1 *err);
+	/* NULL is a no-op. */
+	int (*mem_free)(uint32_t kind, void *ptr, accel_device_err_v1 *err);
+	/* Copy bytes in direction dir (ACCEL_DEVICE_H2D/D2H/D2D); device_index
+	 * names the device side.  Returns after the copy is complete. */
+	int (*memcpy)(void *dst, const void *src, uint64_t bytes, uint32_t dir,
+	              int32_t device_index, accel_device_err_v1 *err);
+	/* Wait for everything enqueued on device_index. */
+	int (*sync)(int32_t device_index, accel_device_err_v1 *err);
+
+	/* The ops of core/ops.h on views of this device (both views of a binary
+	 * op on the same device_index; the core checked dtypes, sizes and
+	 * NULLs).  copy converts among f32/f64/f16/bf16 (round to nearest
+	 * even, as the CPU op) and copies other dtypes to the same dtype;
+	 * sumsq accumulates in f64 and reduces on the device. */
+	int (*copy)(const accel_view *dst, const accel_view *src, accel_device_err_v1 *err);
+	int (*fill)(const accel_view *dst, double value, accel_device_err_v1 *err);
+	int (*scale)(const accel_view *x, double alpha, accel_device_err_v1 *err);
+	int (*axpy)(const accel_view *y, double alpha, const accel_view *x,
+	            accel_device_err_v1 *err);
+	int (*sumsq)(const accel_view *x, double *ret_sumsq, accel_device_err_v1 *err);
+	int (*nonfinite)(const accel_view *x, uint64_t *ret_count, accel_device_err_v1 *err);
+
+	/* One fused optimizer step over n_ranges ranges of device_index
+	 * (ranges is n_ranges elements, opt->range_size bytes apart). */
+	int (*optim_step)(int32_t device_index, const accel_device_optim_v1 *opt,
+	                  const accel_device_range_v1 *ranges, uint32_t n_ranges,
+	                  accel_device_err_v1 *err);
+	/* Appended members go here (async memcpy and ops on caller streams). */
+} accel_device_v1;
+
+ACCEL_EXPORT const accel_device_v1 *accel_device_entry_v1(const accel_device_host_v1 *host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACCEL_DEVICE_H */

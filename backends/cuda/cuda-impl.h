@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/* backends/cuda/cuda-impl.h: between the module's C side (cuda_device.c)
+ * and its kernels (cuda_kernels.cu).  Launchers enqueue on the current
+ * device's legacy default stream and return a cudaError_t as int. */
+#ifndef ACCEL_CUDA_IMPL_H
+#define ACCEL_CUDA_IMPL_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define ACCEL_CUDA_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define ACCEL_CUDA_HIDDEN
+#endif
+
+/* Partial sums of a reduction: one 8-byte slot per block plus the result. */
+#define ACCEL_CUDA_SCRATCH_SLOTS 1024
+
+/* The f32 constants of one update (fields as core/optim_consts.h). */
+typedef struct accel_cuda_adamw_k {
+	float decay, b1, omb1, b2, omb2, bc2s, eps, nstep, gs;
+} accel_cuda_adamw_k;
+
+typedef struct accel_cuda_sgd_k {
+	float wd, mom, omdamp, nlr, gs;
+	int32_t has_wd, nesterov, first;
+} accel_cuda_sgd_k;
+
+typedef struct accel_cuda_range {
+	float *p;
+	const void *g;
+	float *s0, *s1;   /* NULL where the optimizer keeps no such state */
+	uint64_t n;
+} accel_cuda_range;
+
+typedef struct accel_cuda_opt {
+	int32_t adamw;          /* 1: AdamW with adamw_k, 0: SGD with sgd_k */
+	uint32_t grad_dtype;    /* ACCEL_DTYPE_F32/_F16/_BF16 */
+	accel_cuda_adamw_k adamw_k;
+	accel_cuda_sgd_k sgd_k;
+	const accel_cuda_range *ranges;
+	uint32_t n;
+} accel_cuda_opt;
+
+ACCEL_CUDA_HIDDEN int accel_cuda_launch_convert(uint32_t ddt, void *dst, uint32_t sdt,
+                                                const void *src, uint64_t n);
+/* bits: the element's bit pattern, elsize 2, 4 or 8 bytes. */
+ACCEL_CUDA_HIDDEN int accel_cuda_launch_fill(void *dst, uint32_t elsize, uint64_t bits,
+                                             uint64_t n);
+ACCEL_CUDA_HIDDEN int accel_cuda_launch_scale(uint32_t dt, void *x, double alpha, uint64_t n);
+ACCEL_CUDA_HIDDEN int accel_cuda_launch_axpy(uint32_t ydt, void *y, double alpha, uint32_t xdt,
+                                             const void *x, uint64_t n);
+ACCEL_CUDA_HIDDEN int accel_cuda_launch_sumsq(uint32_t dt, const void *x, uint64_t n,
+                                              void *scratch, unsigned *ret_slot);
+ACCEL_CUDA_HIDDEN int accel_cuda_launch_nonfinite(uint32_t dt, const void *x, uint64_t n,
+                                                  void *scratch, unsigned *ret_slot);
+ACCEL_CUDA_HIDDEN int accel_cuda_launch_optim(const accel_cuda_opt *o);
+/* Blocks of the grid-stride kernels (from the multiprocessor count). */
+ACCEL_CUDA_HIDDEN void accel_cuda_set_grid_cap(int blocks);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

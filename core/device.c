@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/* core/device.c: finding, loading and initialising device modules.
+ *
+ * Device modules are not scanned with the plugins: they live in their own
+ * directories, so `accel plugins list` and the loader's broken-file
+ * reports never see them, and only the module a device needs is mapped
+ * (loading CUDA costs a few hundred milliseconds and hundreds of MB of
+ * address space; a CPU-only run never pays it). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel-build-config.h"
+#include "device.h"
+#include "log.h"
+
+#ifndef ACCEL_DEVICEDIR
+#define ACCEL_DEVICEDIR ""
+#endif
+
+typedef struct dev_slot {
+	int tried;
+	int code;                       /* ACCEL_OK once loaded                  */
+	char msg[ACCEL_ERRMSG_MAX];     /* why not, when code != ACCEL_OK        */
+	char path[1024];
+	const accel_device_v1 *vt;
+	uint32_t count;
+} dev_slot;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static dev_slot cuda_slot;
+
+static void host_log(int32_t level, const char *msg)
+{
+	accel_log(level, "%s", msg);
+}
+
+static const accel_device_host_v1 host = {
+	.struct_size = sizeof(accel_device_host_v1),
+	.abi_major = 1,
+	.abi_minor = ACCEL_DEVICE_ABI_MINOR,
+	.log = host_log,
+};
+
+typedef const accel_device_v1 *(*entry_fn)(const accel_device_host_v1 *);
+
+/* Fills s: path of the first device-<name>.so found, or why none. */
+static int find_file(dev_slot *s, const char *name)
+{
+	char dirs[4096];
+	const char *env = getenv("ACCEL_DEVICE_PATH");
+	snprintf(dirs, sizeof(dirs), "%s%s%s", env && *env ? env : "", env && *env ? ":" : "",
+	         ACCEL_DEVICEDIR);
+	for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		snprintf(s->path, sizeof(s->path), "%s/device-%s.so", d, name);
+		if (access(s->path, R_OK) == 0)
+			return ACCEL_OK;
+	}
+	s->path[0] = '\0';
+	snprintf(s->msg, sizeof(s->msg), "the %s device module (device-%s.so) is not in "
+	         "ACCEL_DEVICE_PATH (%s) or the install directory %s; install accel's %s module "
+	         "or point ACCEL_DEVICE_PATH at the directory holding it", name, name,
+	         env && *env ? env : "unset", ACCEL_DEVICEDIR, name);
+	return ACCEL_ERR_UNSUPPORTED;
+}
+
+static int load(dev_slot *s, const char *name)
+{
+	int r;
+	if (!ACCEL_HAVE_CUDA) {
+		snprintf(s->msg, sizeof(s->msg), "this build of accel has no CUDA support "
+		         "(configure with -Dcuda=enabled and the CUDA toolkit)");
+		return ACCEL_ERR_UNSUPPORTED;
+	}
+	if ((r = find_file(s, name)))
+		return r;
+	dlerror();
+	void *h = dlopen(s->path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *e = dlerror();
+		snprintf(s->msg, sizeof(s->msg), "%s: cannot load: %s", s->path, e ? e : "?");
+		return ACCEL_ERR_PLUGIN;
+	}
+	void *sym = dlsym(h, ACCEL_DEVICE_ENTRY_V1);
+	entry_fn entry;
+	memcpy(&entry, &sym, sizeof(entry));   /* POSIX: dlsym results convert */
+	const accel_device_v1 *vt = sym ? entry(&host) : NULL;
+	if (!vt || vt->struct_size < sizeof(accel_device_v1) || !vt->desc ||
+	    vt->desc->abi_major != 1 || vt->desc->device != ACCEL_DEVICE_CUDA || !vt->init ||
+	    !vt->mem_alloc || !vt->mem_free || !vt->memcpy || !vt->sync || !vt->copy ||
+	    !vt->fill || !vt->scale || !vt->axpy || !vt->sumsq || !vt->nonfinite ||
+	    !vt->optim_step) {
+		snprintf(s->msg, sizeof(s->msg), "%s: not a device module for ABI v1 (%s)", s->path,
+		         !sym ? "no " ACCEL_DEVICE_ENTRY_V1 " symbol"
+		         : !vt ? "its entry returned NULL"
+		               : "its vtable or descriptor is incomplete or for another device");
+		return ACCEL_ERR_PLUGIN;
+	}
+	char buf[1024] = "";
+	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
+	if ((r = vt->init(&s->count, &de))) {
+		snprintf(s->msg, sizeof(s->msg), "%s", buf[0] ? buf : "device module init failed");
+		return r;
+	}
+	accel_log(ACCEL_LOG_DEBUG, "device module %s loaded from %s: %u device(s)",
+	          vt->desc->name, s->path, s->count);
+	s->vt = vt;
+	return ACCEL_OK;
+}
+
+int accel_device_get(int32_t device, const accel_device_v1 **ret_dev, accel_err *err)
+{
+	if (device != ACCEL_DEVICE_CUDA)
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "device kind %d has no device "
+		                     "module (ACCEL_DEVICE_CPU is %d, ACCEL_DEVICE_CUDA %d)", device,
+		                     ACCEL_DEVICE_CPU, ACCEL_DEVICE_CUDA);
+	dev_slot *s = &cuda_slot;
+	pthread_mutex_lock(&lock);
+	if (!s->tried) {
+		s->code = load(s, "cuda");
+		s->tried = 1;
+	}
+	int code = s->code;
+	pthread_mutex_unlock(&lock);
+	if (code)
+		return accel_err_set(err, code, "%s", s->msg);
+	*ret_dev = s->vt;
+	return ACCEL_OK;
+}
+
+int accel_device_for(const char *what, int32_t device, int32_t device_index,
+                     const accel_device_v1 **ret_dev, accel_err *err)
+{
+	const accel_device_v1 *vt;
+	accel_err e = {0};
+	int r = accel_device_get(device, &vt, &e);
+	if (r)
+		return accel_err_set(err, r, "%s: CUDA device %d needs the cuda device module, but %s",
+		                     what, device_index, e.msg);
+	if (device_index < 0 || (uint32_t)device_index >= cuda_slot.count)
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: CUDA device %d does not exist "
+		                     "(this machine has %u)", what, device_index, cuda_slot.count);
+	*ret_dev = vt;
+	return ACCEL_OK;
+}
+
+int accel_device_fail(accel_err *err, int code, const char *what, const char *msg)
+{
+	return accel_err_set(err, code, "%s: %s", what, msg && *msg ? msg : "device op failed");
+}
+
+const char *accel_device_module_path(int32_t device, uint32_t *ret_count)
+{
+	const char *p = NULL;
+	uint32_t n = 0;
+	pthread_mutex_lock(&lock);
+	if (device == ACCEL_DEVICE_CUDA && cuda_slot.vt) {
+		p = cuda_slot.path;
+		n = cuda_slot.count;
+	}
+	pthread_mutex_unlock(&lock);
+	if (ret_count)
+		*ret_count = n;
+	return p;
+}

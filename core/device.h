@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/* core/device.h: the device modules (private).  A device module
+ * (abi/accel/device.h) is loaded once per process, the first time a view,
+ * an allocation or an optimizer step names its device: the file
+ * device-<name>.so from the ACCEL_DEVICE_PATH directories (':'-separated),
+ * then the install directory ACCEL_DEVICEDIR.  A failure (no such build, no
+ * module file, no GPU) is remembered and reported the same way on every
+ * later call.  Thread-safe; modules are never unloaded. */
+#ifndef ACCEL_CORE_DEVICE_H
+#define ACCEL_CORE_DEVICE_H
+
+#include <stdint.h>
+
+#include "accel/device.h"
+#include "error.h"
+
+/* The module serving `device` (ACCEL_DEVICE_CUDA), initialised; borrowed
+ * for the process.  Errors: ACCEL_ERR_UNSUPPORTED (no CUDA in this build,
+ * no module file, no usable device: the message says which and what to
+ * do), ACCEL_ERR_PLUGIN (a module file that is not one), ACCEL_ERR_INVALID_ARG
+ * (a device kind without modules). */
+int accel_device_get(int32_t device, const accel_device_v1 **ret_dev, accel_err *err);
+
+/* The same, also checking that device_index names a device the module
+ * found; `what` names the caller for the message. */
+int accel_device_for(const char *what, int32_t device, int32_t device_index,
+                     const accel_device_v1 **ret_dev, accel_err *err);
+
+/* Turns a module's status and message into err; returns code. */
+int accel_device_fail(accel_err *err, int code, const char *what, const char *msg);
+
+/* For `accel env`: the path of the loaded module (NULL if none was
+ * loaded) and the device count (0 when not loaded). */
+const char *accel_device_module_path(int32_t device, uint32_t *ret_count);
+
+#endif

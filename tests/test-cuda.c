@@ -1,0 +1,703 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-cuda.c: the cuda device module (backends/cuda) against the CPU.
+ *
+ * - every op (copy/convert among f32/f64/f16/bf16, fill, scale, axpy,
+ *   sumsq, nonfinite) on random data with NaN, infinities, subnormals and
+ *   values that overflow f16, at odd lengths and at odd element offsets,
+ *   against the CPU op on the same data: the same bits (NaN: any NaN where
+ *   the conversion may drop the payload), sumsq to 1e-12 relative;
+ * - the fused multi-tensor SGD and AdamW step against the CPU optimizer
+ *   (accel_optim_step_ranges on the host) for every option combination of
+ *   tests/test-optim.c, 25 steps, at most 2 ulp apart per value (observed:
+ *   0), with ranges at odd offsets and more ranges than one launch takes;
+ * - device and pinned memory through accel_mem_alloc, accounted;
+ * - argument errors.
+ *
+ * Without a CUDA GPU (driver probe of core/select.c) the program prints
+ * "skipped: no GPU" and exits 77.  With --no-gpu (unit suite) it checks
+ * instead what a machine without a GPU reports: CUDA views, allocations and
+ * optimizer steps fail with ACCEL_ERR_UNSUPPORTED and say why, also when
+ * the module file is missing. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "ctx-impl.h"
+#include "device.h"
+#include "half.h"
+#include "mem.h"
+#include "ops.h"
+#include "optim.h"
+#include "select.h"
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+static double unif(uint64_t *s)
+{
+	return (double)(splitmix(s) >> 11) * 0x1p-53;
+}
+
+/* A value worth testing: mostly ordinary, some special. */
+static double value(uint64_t *s, int specials)
+{
+	double u = unif(s), x = (unif(s) - 0.5) * 8;
+	if (!specials || u < 0.85)
+		return x;
+	switch ((int)((u - 0.85) / 0.15 * 8)) {
+	case 0: return NAN;
+	case 1: return INFINITY;
+	case 2: return -INFINITY;
+	case 3: return x * 1e-41;      /* f32 subnormal */
+	case 4: return x * 1e-6;       /* f16 subnormal */
+	case 5: return x * 3e4;        /* beyond f16 */
+	case 6: return -0.0;
+	default: return x * 1e300;     /* beyond f32 */
+	}
+}
+
+static const accel_device_v1 *dev(void)
+{
+	const accel_device_v1 *d = NULL;
+	accel_err e = {0};
+	ck_assert_msg(accel_device_get(ACCEL_DEVICE_CUDA, &d, &e) == ACCEL_OK, "%s", e.msg);
+	return d;
+}
+
+static void *dmalloc(uint64_t bytes)
+{
+	char buf[512] = "";
+	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
+	void *p = NULL;
+	ck_assert_msg(dev()->mem_alloc(ACCEL_DEVICE_MEM_DEVICE, 0, bytes, 1, &p, &de) == ACCEL_OK,
+	              "%s", buf);
+	return p;
+}
+
+static void dfree(void *p)
+{
+	char buf[512] = "";
+	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
+	ck_assert_msg(dev()->mem_free(ACCEL_DEVICE_MEM_DEVICE, p, &de) == ACCEL_OK, "%s", buf);
+}
+
+static void xfer(void *dst, const void *src, uint64_t bytes, uint32_t dir)
+{
+	char buf[512] = "";
+	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
+	ck_assert_msg(dev()->memcpy(dst, src, bytes, dir, 0, &de) == ACCEL_OK, "%s", buf);
+}
+
+static accel_view view(int32_t device, uint32_t dt, void *base, uint64_t off, uint64_t n)
+{
+	accel_view v = {sizeof(v), dt, device, 0,
+	                (char *)base + off * accel_dtype_size(dt), n};
+	return v;
+}
+
+static void fill_random(void *p, uint32_t dt, uint64_t n, uint64_t *seed, int specials)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		double v = value(seed, specials);
+		switch (dt) {
+		case ACCEL_DTYPE_F32: ((float *)p)[i] = (float)v; break;
+		case ACCEL_DTYPE_F64: ((double *)p)[i] = v; break;
+		case ACCEL_DTYPE_F16: ((uint16_t *)p)[i] = accel_f32_to_f16((float)v); break;
+		default: ((uint16_t *)p)[i] = accel_f32_to_bf16((float)v); break;
+		}
+	}
+}
+
+static int is_nan(const void *p, uint32_t dt, uint64_t i)
+{
+	switch (dt) {
+	case ACCEL_DTYPE_F32: return isnan(((const float *)p)[i]);
+	case ACCEL_DTYPE_F64: return isnan(((const double *)p)[i]);
+	case ACCEL_DTYPE_F16: return (((const uint16_t *)p)[i] & 0x7fffu) > 0x7c00u;
+	default: return (((const uint16_t *)p)[i] & 0x7fffu) > 0x7f80u;
+	}
+}
+
+/* Same bits, or (nan_any) both NaN. */
+static void same(const char *what, const void *cpu, const void *gpu, uint32_t dt, uint64_t n,
+                 int nan_any)
+{
+	size_t es = accel_dtype_size(dt);
+	for (uint64_t i = 0; i < n; i++) {
+		const char *a = (const char *)cpu + i * es, *b = (const char *)gpu + i * es;
+		if (!memcmp(a, b, es) || (nan_any && is_nan(cpu, dt, i) && is_nan(gpu, dt, i)))
+			continue;
+		uint64_t ua = 0, ub = 0;
+		memcpy(&ua, a, es);
+		memcpy(&ub, b, es);
+		ck_abort_msg("%s: element %llu differs: cpu bits 0x%llx, gpu 0x%llx", what,
+		             (unsigned long long)i, (unsigned long long)ua, (unsigned long long)ub);
+	}
+}
+
+static const uint32_t fdts[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F64, ACCEL_DTYPE_F16,
+                                ACCEL_DTYPE_BF16};
+static const uint64_t lengths[] = {1, 2, 3, 5, 31, 1000, 4097, 300001};
+static const uint64_t offsets[] = {0, 1, 3};
+#define NLEN (sizeof(lengths) / sizeof(lengths[0]))
+#define NOFF (sizeof(offsets) / sizeof(offsets[0]))
+
+/* A case's buffers: host a/b (source, CPU result), device da/db, and the
+ * device result brought back in r.  Each holds n + 3 elements of 8 bytes. */
+typedef struct bufs {
+	void *a, *b, *r, *da, *db;
+	uint64_t cap;
+} bufs;
+
+static bufs bufs_new(uint64_t n)
+{
+	bufs b = {malloc((n + 3) * 8), malloc((n + 3) * 8), malloc((n + 3) * 8),
+	          dmalloc((n + 3) * 8), dmalloc((n + 3) * 8), (n + 3) * 8};
+	return b;
+}
+
+static void bufs_free(bufs *b)
+{
+	free(b->a);
+	free(b->b);
+	free(b->r);
+	dfree(b->da);
+	dfree(b->db);
+}
+
+/* ---- ops ------------------------------------------------------------------------ */
+
+START_TEST(copy_matches_cpu)
+{
+	uint64_t seed = 1;
+	accel_err e = {0};
+	for (size_t li = 0; li < NLEN; li++) {
+		uint64_t n = lengths[li];
+		bufs B = bufs_new(n);
+		for (size_t oi = 0; oi < NOFF; oi++)
+			for (size_t s = 0; s < 4; s++)
+				for (size_t d = 0; d < 4; d++) {
+					uint64_t off = offsets[oi], doff = offsets[(oi + 1) % NOFF];
+					uint32_t sdt = fdts[s], ddt = fdts[d];
+					size_t ss = accel_dtype_size(sdt), ds = accel_dtype_size(ddt);
+					char what[128];
+					snprintf(what, sizeof(what), "copy %s -> %s, %llu at +%llu/+%llu",
+					         accel_dtype_name(sdt), accel_dtype_name(ddt),
+					         (unsigned long long)n, (unsigned long long)off,
+					         (unsigned long long)doff);
+					fill_random((char *)B.a + off * ss, sdt, n, &seed, 1);
+					accel_view hs = view(ACCEL_DEVICE_CPU, sdt, B.a, off, n);
+					accel_view hd = view(ACCEL_DEVICE_CPU, ddt, B.b, doff, n);
+					accel_view ds_ = view(ACCEL_DEVICE_CUDA, sdt, B.da, off, n);
+					accel_view dd = view(ACCEL_DEVICE_CUDA, ddt, B.db, doff, n);
+					accel_view hr = view(ACCEL_DEVICE_CPU, ddt, B.r, doff, n);
+					ck_assert_int_eq(accel_ops_copy(&hd, &hs, &e), ACCEL_OK);
+					/* up, convert on the device, down: through the routed ops */
+					ck_assert_msg(accel_ops_copy(&ds_, &hs, &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_msg(accel_ops_copy(&dd, &ds_, &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_msg(accel_ops_copy(&hr, &dd, &e) == ACCEL_OK, "%s", e.msg);
+					/* NaN through f64 may keep or drop its payload (x86 keeps
+					 * it, the GPU makes it canonical) */
+					same(what, (char *)B.b + doff * ds, (char *)B.r + doff * ds, ddt, n,
+					     sdt == ACCEL_DTYPE_F64 || ddt == ACCEL_DTYPE_F64);
+				}
+		bufs_free(&B);
+	}
+}
+END_TEST
+
+START_TEST(fill_scale_axpy_match_cpu)
+{
+	static const double fills[] = {0.0, -0.0, 1.5, 1e-41, 7e4, -3e39, NAN, INFINITY};
+	static const double alphas[] = {0.37, -3.0, 1e30, 0.0};
+	uint64_t seed = 2;
+	accel_err e = {0};
+	for (size_t li = 0; li < NLEN; li++) {
+		uint64_t n = lengths[li];
+		bufs B = bufs_new(n);
+		for (size_t oi = 0; oi < NOFF; oi++)
+			for (size_t d = 0; d < 4; d++) {
+				uint64_t off = offsets[oi];
+				uint32_t dt = fdts[d];
+				size_t es = accel_dtype_size(dt);
+				char what[128];
+				accel_view h = view(ACCEL_DEVICE_CPU, dt, B.b, off, n);
+				accel_view dv = view(ACCEL_DEVICE_CUDA, dt, B.db, off, n);
+				accel_view hr = view(ACCEL_DEVICE_CPU, dt, B.r, off, n);
+				for (size_t f = 0; f < sizeof(fills) / sizeof(fills[0]); f++) {
+					snprintf(what, sizeof(what), "fill %s %g, %llu at +%llu",
+					         accel_dtype_name(dt), fills[f], (unsigned long long)n,
+					         (unsigned long long)off);
+					ck_assert_int_eq(accel_ops_fill(&h, fills[f], &e), ACCEL_OK);
+					ck_assert_msg(accel_ops_fill(&dv, fills[f], &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_int_eq(accel_ops_copy(&hr, &dv, &e), ACCEL_OK);
+					same(what, (char *)B.b + off * es, (char *)B.r + off * es, dt, n, 0);
+				}
+				for (size_t a = 0; a < sizeof(alphas) / sizeof(alphas[0]); a++) {
+					snprintf(what, sizeof(what), "scale %s by %g, %llu at +%llu",
+					         accel_dtype_name(dt), alphas[a], (unsigned long long)n,
+					         (unsigned long long)off);
+					fill_random((char *)B.b + off * es, dt, n, &seed, 1);
+					ck_assert_int_eq(accel_ops_copy(&dv, &h, &e), ACCEL_OK);
+					ck_assert_int_eq(accel_ops_scale(&h, alphas[a], &e), ACCEL_OK);
+					ck_assert_msg(accel_ops_scale(&dv, alphas[a], &e) == ACCEL_OK, "%s",
+					              e.msg);
+					ck_assert_int_eq(accel_ops_copy(&hr, &dv, &e), ACCEL_OK);
+					/* NaN * a: x86 keeps the payload, the GPU makes it canonical */
+					same(what, (char *)B.b + off * es, (char *)B.r + off * es, dt, n, 1);
+				}
+				for (size_t x = 0; x < 4; x++) {
+					uint32_t xdt = fdts[x];
+					uint64_t xoff = offsets[(oi + 2) % NOFF];
+					size_t xs = accel_dtype_size(xdt);
+					snprintf(what, sizeof(what), "axpy y %s += 0.37 x %s, %llu at +%llu/+%llu",
+					         accel_dtype_name(dt), accel_dtype_name(xdt),
+					         (unsigned long long)n, (unsigned long long)off,
+					         (unsigned long long)xoff);
+					fill_random((char *)B.b + off * es, dt, n, &seed, 1);
+					fill_random((char *)B.a + xoff * xs, xdt, n, &seed, 1);
+					accel_view hx = view(ACCEL_DEVICE_CPU, xdt, B.a, xoff, n);
+					accel_view dx = view(ACCEL_DEVICE_CUDA, xdt, B.da, xoff, n);
+					ck_assert_int_eq(accel_ops_copy(&dv, &h, &e), ACCEL_OK);
+					ck_assert_int_eq(accel_ops_copy(&dx, &hx, &e), ACCEL_OK);
+					ck_assert_int_eq(accel_ops_axpy(&h, 0.37, &hx, &e), ACCEL_OK);
+					ck_assert_msg(accel_ops_axpy(&dv, 0.37, &dx, &e) == ACCEL_OK, "%s",
+					              e.msg);
+					ck_assert_int_eq(accel_ops_copy(&hr, &dv, &e), ACCEL_OK);
+					/* NaN + NaN: which payload survives is the hardware's choice */
+					same(what, (char *)B.b + off * es, (char *)B.r + off * es, dt, n, 1);
+				}
+			}
+		bufs_free(&B);
+	}
+}
+END_TEST
+
+START_TEST(reductions_match_cpu)
+{
+	uint64_t seed = 3;
+	accel_err e = {0};
+	double worst = 0;
+	for (size_t li = 0; li < NLEN; li++) {
+		uint64_t n = lengths[li];
+		bufs B = bufs_new(n);
+		for (size_t oi = 0; oi < NOFF; oi++)
+			for (size_t d = 0; d < 4; d++)
+				for (int specials = 0; specials < 2; specials++) {
+					uint64_t off = offsets[oi];
+					uint32_t dt = fdts[d];
+					accel_view h = view(ACCEL_DEVICE_CPU, dt, B.b, off, n);
+					accel_view dv = view(ACCEL_DEVICE_CUDA, dt, B.db, off, n);
+					fill_random((char *)B.b + off * accel_dtype_size(dt), dt, n, &seed,
+					            specials);
+					ck_assert_int_eq(accel_ops_copy(&dv, &h, &e), ACCEL_OK);
+					double sc = 0, sg = -1;
+					uint64_t nc = 0, ng = 1u << 31;
+					ck_assert_int_eq(accel_ops_sumsq(&h, &sc, &e), ACCEL_OK);
+					ck_assert_msg(accel_ops_sumsq(&dv, &sg, &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_int_eq(accel_ops_nonfinite(&h, &nc, &e), ACCEL_OK);
+					ck_assert_msg(accel_ops_nonfinite(&dv, &ng, &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_msg(nc == ng, "nonfinite %s n %llu +%llu: cpu %llu, gpu %llu",
+					              accel_dtype_name(dt), (unsigned long long)n,
+					              (unsigned long long)off, (unsigned long long)nc,
+					              (unsigned long long)ng);
+					if (!isfinite(sc)) {
+						ck_assert_msg(isnan(sc) ? isnan(sg) : sg == sc, "sumsq %s: cpu %g, "
+						              "gpu %g", accel_dtype_name(dt), sc, sg);
+						continue;
+					}
+					/* f64 sums of n positive terms in another order: within
+					 * n * 2^-53 relative; 1e-12 is ~100x the largest seen */
+					double rel = fabs(sg - sc) / (sc > 0 ? sc : 1);
+					if (rel > worst)
+						worst = rel;
+					ck_assert_msg(rel <= 1e-12, "sumsq %s n %llu +%llu: cpu %.17g, gpu %.17g",
+					              accel_dtype_name(dt), (unsigned long long)n,
+					              (unsigned long long)off, sc, sg);
+				}
+		bufs_free(&B);
+	}
+	fprintf(stderr, "sumsq: largest relative difference %.3g\n", worst);
+}
+END_TEST
+
+/* ---- the fused optimizer step ----------------------------------------------------------- */
+
+static int64_t ordered(float f)
+{
+	int32_t i;
+	memcpy(&i, &f, 4);
+	return i < 0 ? (int64_t)INT32_MIN - i : i;
+}
+
+static uint64_t ulps(float a, float b)
+{
+	if (isnan(a) && isnan(b))
+		return 0;
+	if (isnan(a) || isnan(b))
+		return UINT64_MAX;
+	int64_t d = ordered(a) - ordered(b);
+	return (uint64_t)(d < 0 ? -d : d);
+}
+
+static uint64_t worst_ulps;
+
+/* 170 ranges (more than one launch takes) of assorted sizes, every other one
+ * starting at an odd element offset; range 5 spans 17 blocks. */
+#define NR 170
+static uint64_t rsize(int r)
+{
+	static const uint64_t sizes[] = {1, 3, 4096, 5000, 17, 333, 4, 1023, 8, 4097};
+	return r == 5 ? 65537 : sizes[r % 10];
+}
+
+static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scale,
+                       const char *what)
+{
+	accel_optim *opt = NULL;
+	accel_err e = {0};
+	ck_assert_msg(accel_optim_new(o, &opt, &e) == ACCEL_OK, "%s", e.msg);
+	uint32_t ns = accel_optim_state_count(opt);
+	uint64_t start[NR], total = 0, seed = 7;
+	accel_optim_range hr[NR], dr[NR];
+	for (int r = 0; r < NR; r++) {
+		total += r & 1;
+		start[r] = total;
+		total += rsize(r) + 4;
+	}
+	size_t gs = accel_dtype_size(gdt);
+	float *hp = malloc(total * 4), *hs[2] = {calloc(total, 4), calloc(total, 4)};
+	float *back = malloc(total * 4);
+	void *hg = malloc(total * gs);
+	float *dp = dmalloc(total * 4), *ds[2] = {dmalloc(total * 4), dmalloc(total * 4)};
+	void *dg = dmalloc(total * gs);
+	for (uint64_t i = 0; i < total; i++)
+		hp[i] = (float)value(&seed, 0);
+	xfer(dp, hp, total * 4, ACCEL_DEVICE_H2D);
+	for (int r = 0; r < NR; r++) {
+		uint64_t a = start[r];
+		hr[r] = (accel_optim_range){hp + a, (char *)hg + a * gs,
+		                            {ns ? hs[0] + a : NULL, ns > 1 ? hs[1] + a : NULL},
+		                            rsize(r)};
+		dr[r] = (accel_optim_range){dp + a, (char *)dg + a * gs,
+		                            {ns ? ds[0] + a : NULL, ns > 1 ? ds[1] + a : NULL},
+		                            rsize(r)};
+	}
+	const accel_optim_group *grp = accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY);
+	for (uint64_t t = 1; t <= 25; t++) {
+		double lr = o->lr * (1.0 - 0.02 * (double)t);   /* a schedule */
+		for (uint64_t i = 0; i < total; i++) {
+			float g = (float)value(&seed, 0);
+			if (gdt == ACCEL_DTYPE_F32)
+				((float *)hg)[i] = g;
+			else if (gdt == ACCEL_DTYPE_F16)
+				((uint16_t *)hg)[i] = accel_f32_to_f16(g);
+			else
+				((uint16_t *)hg)[i] = accel_f32_to_bf16(g);
+		}
+		xfer(dg, hg, total * gs, ACCEL_DEVICE_H2D);
+		ck_assert_msg(accel_optim_step_ranges(opt, grp, t, lr, ACCEL_DEVICE_CPU, 0, hr, NR, gdt,
+		                                      grad_scale, &e) == ACCEL_OK, "%s", e.msg);
+		ck_assert_msg(accel_optim_step_ranges(opt, grp, t, lr, ACCEL_DEVICE_CUDA, 0, dr, NR,
+		                                      gdt, grad_scale, &e) == ACCEL_OK, "%s", e.msg);
+		for (uint32_t k = 0; k <= ns; k++) {
+			const float *h = k ? hs[k - 1] : hp;
+			xfer(back, k ? ds[k - 1] : dp, total * 4, ACCEL_DEVICE_D2H);
+			for (int r = 0; r < NR; r++)
+				for (uint64_t i = start[r]; i < start[r] + rsize(r); i++) {
+					uint64_t u = ulps(h[i], back[i]);
+					if (u > worst_ulps)
+						worst_ulps = u;
+					ck_assert_msg(u <= 2, "%s: step %llu, %s of range %d element %llu: "
+					              "cpu %.9g, gpu %.9g (%llu ulp)", what,
+					              (unsigned long long)t, k == 0 ? "param" : k == 1 ? "state0"
+					              : "state1", r, (unsigned long long)(i - start[r]),
+					              (double)h[i], (double)back[i], (unsigned long long)u);
+				}
+		}
+	}
+	free(hp);
+	free(hs[0]);
+	free(hs[1]);
+	free(back);
+	free(hg);
+	dfree(dp);
+	dfree(ds[0]);
+	dfree(ds[1]);
+	dfree(dg);
+	accel_optim_free(opt);
+}
+
+static const uint32_t gdtypes[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F16, ACCEL_DTYPE_BF16};
+static const double scales[] = {1.0, 0.37};
+
+START_TEST(sgd_matches_cpu)
+{
+	static const double moms[] = {0, 0.9}, damps[] = {0, 0.5}, wds[] = {0, 1e-2};
+	int cases = 0;
+	worst_ulps = 0;
+	for (size_t a = 0; a < 2; a++)
+		for (size_t b = 0; b < 2; b++)
+			for (int nest = 0; nest < 2; nest++)
+				for (size_t w = 0; w < 2; w++)
+					for (size_t d = 0; d < 3; d++)
+						for (size_t s = 0; s < 2; s++) {
+							if ((damps[b] != 0 && moms[a] == 0) ||
+							    (nest && (moms[a] == 0 || damps[b] != 0)))
+								continue;
+							accel_optim_opts o;
+							accel_optim_opts_init(&o, ACCEL_OPTIM_SGD);
+							o.lr = 0.05;
+							o.momentum = moms[a];
+							o.dampening = damps[b];
+							o.nesterov = nest;
+							o.weight_decay = wds[w];
+							char what[160];
+							snprintf(what, sizeof(what), "sgd momentum %g dampening %g "
+							         "nesterov %d wd %g grad %s scale %g", moms[a], damps[b],
+							         nest, wds[w], accel_dtype_name(gdtypes[d]), scales[s]);
+							optim_case(&o, gdtypes[d], scales[s], what);
+							cases++;
+						}
+	ck_assert_int_eq(cases, 48);
+	fprintf(stderr, "sgd: %d option sets x 25 steps, largest difference %llu ulp\n", cases,
+	        (unsigned long long)worst_ulps);
+}
+END_TEST
+
+START_TEST(adamw_matches_cpu)
+{
+	static const double betas[][2] = {{0.9, 0.999}, {0.8, 0.95}};
+	static const double epss[] = {1e-8, 1e-3}, wds[] = {0, 1e-2, 0.1};
+	int cases = 0;
+	worst_ulps = 0;
+	for (size_t b = 0; b < 2; b++)
+		for (size_t e = 0; e < 2; e++)
+			for (size_t w = 0; w < 3; w++)
+				for (size_t d = 0; d < 3; d++)
+					for (size_t s = 0; s < 2; s++) {
+						accel_optim_opts o;
+						accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+						o.lr = 1e-2;
+						o.beta1 = betas[b][0];
+						o.beta2 = betas[b][1];
+						o.eps = epss[e];
+						o.weight_decay = wds[w];
+						char what[160];
+						snprintf(what, sizeof(what), "adamw betas (%g, %g) eps %g wd %g "
+						         "grad %s scale %g", o.beta1, o.beta2, o.eps, o.weight_decay,
+						         accel_dtype_name(gdtypes[d]), scales[s]);
+						optim_case(&o, gdtypes[d], scales[s], what);
+						cases++;
+					}
+	ck_assert_int_eq(cases, 72);
+	fprintf(stderr, "adamw: %d option sets x 25 steps, largest difference %llu ulp\n", cases,
+	        (unsigned long long)worst_ulps);
+}
+END_TEST
+
+/* ---- memory and errors -------------------------------------------------------------- */
+
+START_TEST(device_memory_accounted)
+{
+	accel_opts o = {.struct_size = sizeof(o), .config_json = "{}", .skip_env = 1};
+	accel_ctx *ctx = NULL;
+	void *p = NULL, *h = NULL;
+	ck_assert_int_eq(accel_ctx_new(&o, &ctx), ACCEL_OK);
+	ck_assert_msg(accel_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA, 0, 1000,
+	                              ACCEL_MEMF_ZERO, &p) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 1000);
+	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 0);
+	ck_assert_msg(accel_mem_alloc(ctx, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, 4000,
+	                              ACCEL_MEMF_PINNED | ACCEL_MEMF_ZERO, &h) == ACCEL_OK, "%s",
+	              accel_errmsg(ctx));
+	ck_assert_uint_eq(((unsigned char *)h)[3999], 0);
+	/* zero-filled on the device: sumsq 0; then fill and read back */
+	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, p, 250};
+	accel_view hv = {sizeof(hv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, h, 250};
+	double s = -1;
+	ck_assert_int_eq(accel_ops_sumsq(&v, &s, &ctx->err), ACCEL_OK);
+	ck_assert_double_eq(s, 0.0);
+	ck_assert_int_eq(accel_ops_fill(&v, 2.0, &ctx->err), ACCEL_OK);
+	ck_assert_int_eq(accel_ops_sumsq(&v, &s, &ctx->err), ACCEL_OK);
+	ck_assert_double_eq(s, 1000.0);
+	ck_assert_int_eq(accel_ops_copy(&hv, &v, &ctx->err), ACCEL_OK);
+	ck_assert_float_eq(((float *)h)[249], 2.0f);
+	accel_mem_release(ctx, p);
+	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 0);
+	ck_assert_uint_eq(accel_mem_peak(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 1000);
+	accel_ctx_free(ctx);   /* frees h */
+}
+END_TEST
+
+START_TEST(argument_errors)
+{
+	accel_err e = {0};
+	float *d = dmalloc(64), h[16] = {0};
+	accel_view dv = {sizeof(dv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, d, 16};
+	accel_view hv = {sizeof(hv), ACCEL_DTYPE_BF16, ACCEL_DEVICE_CPU, 0, h, 16};
+	accel_view hostmem = dv;
+	hostmem.data = h;
+	ck_assert_int_eq(accel_ops_scale(&hostmem, 2.0, &e), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(e.msg, "ordinary host memory"), "%s", e.msg);
+	accel_err_clear(&e);
+	accel_view bad = dv;
+	bad.device_index = 999;
+	ck_assert_int_eq(accel_ops_fill(&bad, 1.0, &e), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(e.msg, "CUDA device 999 does not exist"), "%s", e.msg);
+	accel_err_clear(&e);
+	ck_assert_int_eq(accel_ops_copy(&dv, &hv, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "keeps the dtype"), "%s", e.msg);
+	accel_err_clear(&e);
+	hv.dtype = ACCEL_DTYPE_F32;
+	ck_assert_int_eq(accel_ops_axpy(&dv, 1.0, &hv, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "both must be on one device"), "%s", e.msg);
+	accel_err_clear(&e);
+	accel_optim_opts o;
+	accel_optim *opt = NULL;
+	accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+	ck_assert_int_eq(accel_optim_new(&o, &opt, &e), ACCEL_OK);
+	accel_optim_range r = {d, d + 4, {d + 8, NULL}, 4};
+	ck_assert_int_eq(accel_optim_step_ranges(opt, NULL, 1, 1e-3, ACCEL_DEVICE_CUDA, 0, &r, 1,
+	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(e.msg, "range 0 has a NULL"), "%s", e.msg);
+	accel_err_clear(&e);
+	ck_assert_int_eq(accel_optim_step_ranges(opt, NULL, 0, 1e-3, ACCEL_DEVICE_CUDA, 0, &r, 1,
+	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(e.msg, "step count t is 0"), "%s", e.msg);
+	accel_optim_free(opt);
+	dfree(d);
+}
+END_TEST
+
+/* ---- without a GPU (unit suite, --no-gpu) ------------------------------------------------ */
+
+START_TEST(no_gpu_is_reported)
+{
+	accel_err e = {0};
+	float x[4] = {0};
+	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, 4};
+	ck_assert_int_eq(accel_ops_fill(&v, 1.0, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "fill: CUDA device 0 needs the cuda device module") &&
+	              strstr(e.msg, "no usable CUDA device"), "%s", e.msg);
+	/* remembered: the same answer, without loading again */
+	accel_err_clear(&e);
+	uint64_t nf;
+	ck_assert_int_eq(accel_ops_nonfinite(&v, &nf, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "nonfinite: CUDA device 0") &&
+	              strstr(e.msg, "no usable CUDA device"), "%s", e.msg);
+	/* allocations and optimizer steps say the same */
+	accel_opts o = {.struct_size = sizeof(o), .config_json = "{}", .skip_env = 1};
+	accel_ctx *ctx = NULL;
+	void *p = NULL;
+	ck_assert_int_eq(accel_ctx_new(&o, &ctx), ACCEL_OK);
+	ck_assert_int_eq(accel_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA, 0, 64, 0, &p),
+	                 ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "mem_alloc: CUDA device 0"), "%s",
+	              accel_errmsg(ctx));
+	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 0);
+	accel_ctx_free(ctx);
+	accel_optim_opts oo;
+	accel_optim *opt = NULL;
+	accel_optim_opts_init(&oo, ACCEL_OPTIM_SGD);
+	ck_assert_int_eq(accel_optim_new(&oo, &opt, &e), ACCEL_OK);
+	accel_optim_range r = {x, x + 2, {NULL, NULL}, 2};
+	accel_err_clear(&e);
+	ck_assert_int_eq(accel_optim_step_ranges(opt, NULL, 1, 0.1, ACCEL_DEVICE_CUDA, 0, &r, 1,
+	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "optimizer step: CUDA device 0"), "%s", e.msg);
+	accel_optim_free(opt);
+}
+END_TEST
+
+START_TEST(missing_module_is_reported)
+{
+	accel_err e = {0};
+	float x[4] = {0};
+	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, 4};
+	ck_assert_int_eq(setenv("ACCEL_DEVICE_PATH", "/nonexistent-a:/nonexistent-b", 1), 0);
+	ck_assert_int_eq(accel_ops_scale(&v, 2.0, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "device-cuda.so) is not in ACCEL_DEVICE_PATH "
+	                            "(/nonexistent-a:/nonexistent-b)"), "%s", e.msg);
+}
+END_TEST
+
+static Suite *no_gpu_suite(void)
+{
+	Suite *s = suite_create("cuda-no-gpu");
+	TCase *tc = tcase_create("errors");
+	tcase_add_test(tc, no_gpu_is_reported);
+	tcase_add_test(tc, missing_module_is_reported);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+static Suite *cuda_suite(void)
+{
+	Suite *s = suite_create("cuda");
+	TCase *tc = tcase_create("ops");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, copy_matches_cpu);
+	tcase_add_test(tc, fill_scale_axpy_match_cpu);
+	tcase_add_test(tc, reductions_match_cpu);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("optim");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, sgd_matches_cpu);
+	tcase_add_test(tc, adamw_matches_cpu);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("api");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, device_memory_accounted);
+	tcase_add_test(tc, argument_errors);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* The driver probe runs in a child: CUDA initialised before Check forks
+ * its test processes would not work in them. */
+static int have_gpu(void)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		uint32_t req = 0;
+		int32_t cc = 0;
+		accel_select_probe_cuda(&req, &cc);
+		_exit((req & ACCEL_REQ_CUDA) ? 0 : 1);
+	}
+	int st = 0;
+	return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* No arguments: the GPU tests (exit 77 without a GPU).  --no-gpu: what a
+ * machine without one reports (exit 77 where there is one). */
+int main(int argc, char **argv)
+{
+	int no_gpu = argc > 1 && !strcmp(argv[1], "--no-gpu");
+	int gpu = have_gpu();
+	if (!no_gpu && !gpu) {
+		printf("skipped: no GPU\n");
+		return 77;
+	}
+	if (no_gpu && gpu) {
+		printf("skipped: this machine has a GPU (the gpu suite tests it)\n");
+		return 77;
+	}
+	SRunner *sr = srunner_create(no_gpu ? no_gpu_suite() : cuda_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
