@@ -221,6 +221,7 @@ static json_t *module_json(const accel_module *m)
 	json_object_set_new(o, "origin", json_string(m->origin));
 	json_object_set_new(o, "status", json_string(accel_loader_status_name(m->status)));
 	json_object_set_new(o, "reason", str_or_null(m->cause));
+	json_object_set_new(o, "shadowed_by", str_or_null(m->shadowed_by));
 	json_object_set_new(o, "kind", m->kind ? json_string(accel_loader_kind_name(m->kind))
 	                                       : json_null());
 	json_object_set_new(o, "abi_major", m->abi_major ? json_integer(m->abi_major) : json_null());
@@ -350,12 +351,20 @@ static int cmd_list(const accel_loader *ld, const opts *o, const char *cfg_file)
 		printf("\n%u found: %u ok, %u unavailable, %u broken, %u shadowed.\n", n,
 		       counts[ACCEL_MODULE_OK], counts[ACCEL_MODULE_UNAVAILABLE],
 		       counts[ACCEL_MODULE_BROKEN], counts[ACCEL_MODULE_SHADOWED]);
-	if (n > counts[ACCEL_MODULE_OK]) {
-		printf("\nNot usable:\n");
+	/* A file shadowed from a later directory is not a problem (it is how an
+	 * override works), so it gets its own heading. */
+	for (int shadowed = 0; shadowed < 2; shadowed++) {
+		int said = 0;
 		for (uint32_t i = 0; i < n; i++) {
 			const accel_module *m = accel_loader_get(ld, i);
-			if (m->status != ACCEL_MODULE_OK)
-				printf("  %s\n", m->reason);
+			if (m->status == ACCEL_MODULE_OK ||
+			    shadowed != (m->status == ACCEL_MODULE_SHADOWED && !m->same_dir))
+				continue;
+			if (!said++)
+				printf(shadowed ? "\nShadowed (the file of that name earlier in the search "
+				                  "order is used):\n"
+				                : "\nNot usable:\n");
+			printf("  %s\n", m->reason);
 		}
 	}
 	printf("\nConfig file: %s\n", cfg_file ? cfg_file : "none");

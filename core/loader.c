@@ -494,6 +494,37 @@ static entry_fn find_entry(void *handle, const char *prefix, int major)
 	return p ? f : NULL;
 }
 
+/* Whether two paths name files in one directory (as found, not resolved:
+ * two directories of the search path that are links to one place hold
+ * the same files, which load once). */
+static int same_dir(const char *a, const char *b)
+{
+	const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+	size_t la = sa ? (size_t)(sa - a) : 0, lb = sb ? (size_t)(sb - b) : 0;
+	return la == lb && !strncmp(a, b, la);
+}
+
+/* m has the name of `first`, which came before it.  Like PATH: from a
+ * later directory it is shadowed, with a one-line notice, so a file in
+ * plugin_dirs overrides an installed one; in the same directory neither
+ * can be said to come first, and looking the name up is an error. */
+static int shadow(module_rec *m, const module_rec *first)
+{
+	const char *kind = accelp_loader_kind_word(m->pub.kind);
+	m->pub.shadowed_by = first->pub.path;
+	m->pub.same_dir = same_dir(m->pub.path, first->pub.path);
+	if (m->pub.same_dir)
+		return accelp_loader_rec_set(m, ACCEL_MODULE_SHADOWED, "%s '%s' is also provided by "
+		                             "%s in the same directory; remove or rename one", kind,
+		                             m->pub.name, first->pub.path);
+	int r = accelp_loader_rec_set(m, ACCEL_MODULE_SHADOWED, "%s '%s' is shadowed by %s, "
+	                              "which comes earlier in the search order", kind,
+	                              m->pub.name, first->pub.path);
+	if (r == ACCEL_OK)
+		accel_log(ACCEL_LOG_INFO, "%s", m->pub.reason);
+	return r;
+}
+
 /* Fills m from the file; failures go to m's status and reason.  Returns an
  * error status only for out-of-memory. */
 static int load_into(accel_loader *ld, module_rec *m)
@@ -562,10 +593,7 @@ static int load_into(accel_loader *ld, module_rec *m)
 
 	module_rec *first = accelp_loader_claimant(ld, m->pub.kind, m->pub.name, m);
 	if (first)
-		return accelp_loader_rec_set(m, ACCEL_MODULE_SHADOWED, "%s '%s' is also provided "
-		                             "by %s, which comes first in the search order; remove "
-		                             "or rename one", accelp_loader_kind_word(m->pub.kind),
-		                             m->pub.name, first->pub.path);
+		return shadow(m, first);
 	return eval_requirements(ld, m);
 }
 

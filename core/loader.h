@@ -20,8 +20,11 @@
  * backend named "nccl" / "mpi" is loaded (or set_available says so);
  * unmet ones make the module UNAVAILABLE.  Plugins and comm
  * backends have separate name spaces; within one, a second module with a
- * name already taken is SHADOWED, and looking that name up is an error
- * naming both files.
+ * name already taken is SHADOWED.  Like PATH: when it comes from a later
+ * directory of the search order, the earlier one is used and a one-line
+ * notice (info) names both files, so a file in plugin_dirs overrides an
+ * installed one; when both are in one directory, looking the name up is an
+ * error naming both files.
  *
  * Handles are never dlclose()d, not even by accel_loader_free(): a plugin
  * (or a library it pulled in, such as NCCL or the CUDA runtime) may have
@@ -78,6 +81,12 @@ typedef struct accel_module {
 	const char *origin;               /* origin of the directory it came from
 	                                     ("plugin_dirs", "ACCEL_PLUGIN_PATH",
 	                                     "install", ...) or "file"               */
+	const char *shadowed_by;          /* SHADOWED: path of the module of the same
+	                                     name that comes first; else NULL         */
+	int same_dir;                     /* SHADOWED: 1 when that module is in the
+	                                     same directory (looking the name up is
+	                                     then an error), 0 when it is earlier in
+	                                     the search order (it is used)           */
 	/* From the descriptor; name is NULL when the descriptor could not be
 	 * read, the other strings are then NULL too.  Strings are borrowed from
 	 * the module (which is never unloaded); summary is "" when the plugin
@@ -149,7 +158,8 @@ const char *accel_loader_dir(const accel_loader *ld, uint32_t i, const char **re
  *   (available: a, b); did you mean 'y'?",
  * ACCEL_ERR_PLUGIN when the file providing x is broken (its reason),
  * ACCEL_ERR_UNSUPPORTED when its requirements are unmet (its reason),
- * ACCEL_ERR_PLUGIN for duplicates, naming both files. */
+ * ACCEL_ERR_PLUGIN for two modules of that name in one directory, naming
+ *   both files (one in a later directory is shadowed, not an error). */
 int accel_loader_find(accel_loader *ld, int kind, const char *name,
                       const accel_module **ret_module, accel_err *err);
 

@@ -86,11 +86,10 @@ static int find_kind(accel_loader *ld, int kind, const char *name,
 	}
 	for (uint32_t i = 0; i < ld->n_mods; i++) {
 		module_rec *o = ld->mods[i];
-		if (o != first && o->pub.status == ACCEL_MODULE_SHADOWED && o->pub.kind == kind &&
-		    !strcmp(o->pub.name, name))
+		if (o != first && o->pub.status == ACCEL_MODULE_SHADOWED && o->pub.same_dir &&
+		    o->pub.kind == kind && !strcmp(o->pub.name, name))
 			return accel_err_set(err, ACCEL_ERR_PLUGIN, "two %ss are named '%s': %s "
-			                     "and %s; remove or rename one (or drop one directory "
-			                     "from plugin_dirs / ACCEL_PLUGIN_PATH)",
+			                     "and %s, in one directory; remove or rename one",
 			                     accelp_loader_kind_word(kind), name, first->pub.path,
 			                     o->pub.path);
 	}

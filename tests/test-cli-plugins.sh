@@ -104,6 +104,41 @@ assert c["kind"] == "comm" and c["devices"] == ["cpu"], c
 assert len(mods) == 26, sorted(mods)
 PYEOF
 
+echo "== the same name in two directories: the earlier wins, the later is shadowed"
+mkdir "$tmp/over"
+cp "$fx/good.so" "$tmp/over/good.so"
+run 0 plugins list --plugin-dir "$tmp/over" --plugin-dir "$fx"
+[ "$(awk -v p="$tmp/over/good.so" '$NF == p { print $1, $5 }' "$tmp/out")" = "good ok" ] ||
+	{ cat "$tmp/out" >&2; fail "the copy in the first directory is not the one used"; }
+[ "$(row good.so)" = "good 1.2.3 $ABI strategy shadowed" ] ||
+	{ cat "$tmp/out" >&2; fail "row of good.so is '$(row good.so)'"; }
+has "$tmp/out" "^Shadowed (the file of that name earlier in the search order is used):$"
+has "$tmp/out" "^  $fx/good.so: plugin 'good' is shadowed by $tmp/over/good.so, which comes earlier in the search order$"
+has "$tmp/out" "^27 found: 10 ok, 1 unavailable, 14 broken, 2 shadowed\.$"
+# the one-line notice, on stderr
+[ "$(grep -c "is shadowed by" "$tmp/err")" = 1 ] || { cat "$tmp/err" >&2; fail "expected one notice"; }
+has "$tmp/err" "^\[accel\] info: $fx/good.so: plugin 'good' is shadowed by $tmp/over/good.so, which comes earlier in the search order$"
+run 0 plugins info good --plugin-dir "$tmp/over" --plugin-dir "$fx"
+has "$tmp/out" "file: *$tmp/over/good.so  (--plugin-dir)$"
+run 0 plugins list --plugin-dir "$tmp/over" --plugin-dir "$fx" --json
+"$PY" - "$tmp/out" "$fx" "$tmp/over" <<'PYEOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+fx, over = sys.argv[2], sys.argv[3]
+mods = {m["path"]: m for m in doc["modules"]}
+w, s = mods[over + "/good.so"], mods[fx + "/good.so"]
+assert (w["status"], w["shadowed_by"]) == ("ok", None), w
+assert (s["status"], s["shadowed_by"]) == ("shadowed", over + "/good.so"), s
+d = mods[fx + "/dup-b.so"]
+assert (d["status"], d["shadowed_by"]) == ("shadowed", fx + "/dup-a.so"), d
+PYEOF
+# The same name twice in one directory stays an error.
+mkdir "$tmp/twice"
+cp "$fx/good.so" "$tmp/twice/a.so"
+cp "$fx/good.so" "$tmp/twice/b.so"
+run 1 plugins info good --plugin-dir "$tmp/twice"
+has "$tmp/err" "two plugins are named 'good': $tmp/twice/a.so and $tmp/twice/b.so, in one directory; remove or rename one"
+
 echo "== plugins info"
 run 0 plugins info good --plugin-dir "$fx"
 has "$tmp/out" "^good 1.2.3: test fixture good$"

@@ -5,6 +5,7 @@
  * requirements, duplicates, search order and lookups with suggestions. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -160,6 +161,39 @@ static long file_size(const char *path)
 	struct stat st;
 	ck_assert_int_eq(stat(path, &st), 0);
 	return (long)st.st_size;
+}
+
+/* stderr (where the logger writes) into tmpdir/stderr.txt between
+ * capture_begin() and capture_end(), which returns the text. */
+static int saved_stderr = -1;
+static char captured[8192];
+
+static void capture_begin(void)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/stderr.txt", tmpdir);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	fflush(stderr);
+	saved_stderr = dup(STDERR_FILENO);
+	ck_assert_int_ge(saved_stderr, 0);
+	ck_assert_int_eq(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+	close(fd);
+}
+
+static const char *capture_end(void)
+{
+	char p[PATH_MAX];
+	fflush(stderr);
+	ck_assert_int_eq(dup2(saved_stderr, STDERR_FILENO), STDERR_FILENO);
+	close(saved_stderr);
+	snprintf(p, sizeof(p), "%s/stderr.txt", tmpdir);
+	FILE *fp = fopen(p, "r");
+	ck_assert_ptr_nonnull(fp);
+	size_t n = fread(captured, 1, sizeof(captured) - 1, fp);
+	captured[n] = '\0';
+	fclose(fp);
+	return captured;
 }
 
 /* ---- good modules ------------------------------------------------------------ */
@@ -501,7 +535,11 @@ START_TEST(duplicate_names)
 	accel_err err;
 	accel_err_clear(&err);
 	ck_assert_int_eq(accel_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	accel_log_set_level(ACCEL_LOG_INFO);
+	capture_begin();
 	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
+	/* no notice: neither file comes first, the lookup is the error */
+	ck_assert_str_eq(capture_end(), "");
 	ck_assert_uint_eq(accel_loader_count(ld), 3);
 	/* By name within a directory. */
 	const accel_module *a = accel_loader_get(ld, 0), *b = accel_loader_get(ld, 1);
@@ -512,8 +550,14 @@ START_TEST(duplicate_names)
 	ck_assert_str_eq(b->path, pb);
 	ck_assert_str_eq(a->origin, "plugin_dirs");
 	ck_assert_int_eq(a->status, ACCEL_MODULE_OK);
-	assert_reason(b, ACCEL_MODULE_SHADOWED, "plugin 'dup' is also provided by ");
-	ck_assert_ptr_nonnull(strstr(b->cause, pa));
+	char cause[2 * PATH_MAX];
+	snprintf(cause, sizeof(cause), "plugin 'dup' is also provided by %s in the same directory; "
+	         "remove or rename one", pa);
+	assert_reason(b, ACCEL_MODULE_SHADOWED, cause);
+	ck_assert_str_eq(b->cause, cause);
+	ck_assert_str_eq(b->shadowed_by, pa);
+	ck_assert_int_eq(b->same_dir, 1);
+	ck_assert_ptr_null(a->shadowed_by);
 
 	const accel_module *f = NULL;
 	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "dup", &f, &err),
@@ -521,7 +565,10 @@ START_TEST(duplicate_names)
 	ck_assert_ptr_null(f);
 	ck_assert_ptr_nonnull(strstr(err.msg, pa));
 	ck_assert_ptr_nonnull(strstr(err.msg, pb));
-	ck_assert_ptr_nonnull(strstr(err.msg, "two plugins are named 'dup'"));
+	char want[3 * PATH_MAX];
+	snprintf(want, sizeof(want), "two plugins are named 'dup': %s and %s, in one directory; "
+	         "remove or rename one", pa, pb);
+	ck_assert_str_eq(err.msg, want);
 	/* Other names are unaffected. */
 	accel_err_clear(&err);
 	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "good", &f, &err), ACCEL_OK);
@@ -530,6 +577,8 @@ START_TEST(duplicate_names)
 }
 END_TEST
 
+/* Like PATH: the same name in a later directory is shadowed with a
+ * one-line notice, and the earlier file is the one used. */
 START_TEST(search_order_decides_the_winner)
 {
 	const char *d1 = scenario("first", "dup-b.so", (const char *)NULL);
@@ -539,14 +588,42 @@ START_TEST(search_order_decides_the_winner)
 	accel_err_clear(&err);
 	ck_assert_int_eq(accel_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
 	ck_assert_int_eq(accel_loader_add_dir(ld, d2, "ACCEL_PLUGIN_PATH", &err), ACCEL_OK);
+	accel_log_set_level(ACCEL_LOG_INFO);
+	capture_begin();
 	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
+	const char *log = capture_end();
 	ck_assert_uint_eq(accel_loader_count(ld), 2);
 	const accel_module *first = accel_loader_get(ld, 0), *second = accel_loader_get(ld, 1);
 	ck_assert_ptr_nonnull(strstr(first->path, "/first/dup-b.so"));
 	ck_assert_int_eq(first->status, ACCEL_MODULE_OK);
-	ck_assert_int_eq(second->status, ACCEL_MODULE_SHADOWED);
+	ck_assert_ptr_null(first->shadowed_by);
+	char cause[2 * PATH_MAX];
+	snprintf(cause, sizeof(cause), "plugin 'dup' is shadowed by %s, which comes earlier in "
+	         "the search order", first->path);
+	assert_reason(second, ACCEL_MODULE_SHADOWED, cause);
+	ck_assert_str_eq(second->cause, cause);
 	ck_assert_str_eq(second->origin, "ACCEL_PLUGIN_PATH");
-	ck_assert_ptr_nonnull(strstr(second->cause, first->path));
+	ck_assert_str_eq(second->shadowed_by, first->path);
+	ck_assert_int_eq(second->same_dir, 0);
+	/* The notice: one line, at info, with both paths. */
+	char notice[3 * PATH_MAX];
+	snprintf(notice, sizeof(notice), "[accel] info: %s\n", second->reason);
+	ck_assert_str_eq(log, notice);
+	/* The name is found, and it is the earlier file. */
+	const accel_module *f = NULL;
+	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "dup", &f, &err), ACCEL_OK);
+	ck_assert_ptr_eq(f, first);
+	ck_assert_int_eq(err.code, ACCEL_OK);
+	/* Below the info level, no notice. */
+	accel_loader_free(ld);
+	ld = new_loader();
+	ck_assert_int_eq(accel_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accel_loader_add_dir(ld, d2, "ACCEL_PLUGIN_PATH", &err), ACCEL_OK);
+	accel_log_set_level(ACCEL_LOG_WARN);
+	capture_begin();
+	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_str_eq(capture_end(), "");
+	ck_assert_int_eq(accel_loader_get(ld, 1)->status, ACCEL_MODULE_SHADOWED);
 	accel_loader_free(ld);
 }
 END_TEST
@@ -903,6 +980,76 @@ START_TEST(broken_plugin_does_not_hide_a_backend)
 }
 END_TEST
 
+/* The built ddp.so, found on ACCEL_PLUGIN_PATH, into ret_path. */
+static void builtin_module(const char *file, char *ret_path, size_t cap)
+{
+	const char *env = getenv("ACCEL_PLUGIN_PATH");
+	ck_assert_msg(env != NULL, "ACCEL_PLUGIN_PATH is not set (run through meson test)");
+	char *copy = strdup(env), *save = NULL;
+	ck_assert_ptr_nonnull(copy);
+	ret_path[0] = '\0';
+	for (char *d = strtok_r(copy, ":", &save); d && !ret_path[0]; d = strtok_r(NULL, ":", &save)) {
+		char p[PATH_MAX];
+		snprintf(p, sizeof(p), "%s/%s", d, file);
+		if (access(p, R_OK) == 0)
+			snprintf(ret_path, cap, "%s", p);
+	}
+	free(copy);
+	ck_assert_msg(ret_path[0], "no %s in ACCEL_PLUGIN_PATH=%s", file, env);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+	ck_assert_ptr_nonnull(in);
+	ck_assert_ptr_nonnull(out);
+	char buf[65536];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	ck_assert_int_eq(fclose(out), 0);
+}
+
+/* A newer ddp.so dropped into plugin_dirs overrides the built-in one: the
+ * context runs the copy, the built one is listed as shadowed by it, and a
+ * notice says so. */
+START_TEST(plugin_dirs_override_a_builtin_strategy)
+{
+	char builtin[PATH_MAX], newer[PATH_MAX], json[PATH_MAX + 64];
+	builtin_module("ddp.so", builtin, sizeof(builtin));
+	snprintf(newer, sizeof(newer), "%s/newer", tmpdir);
+	ck_assert_int_eq(mkdir(newer, 0755), 0);
+	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\"]}", newer);
+	strncat(newer, "/ddp.so", sizeof(newer) - strlen(newer) - 1);
+	copy_file(builtin, newer);
+
+	unsetenv("ACCEL_LOG_LEVEL");
+	accel_log_set_level(ACCEL_LOG_INFO);
+	accel_ctx *ctx;
+	capture_begin();
+	int r = ctx_json(json, &ctx);
+	const char *log = capture_end();
+	ck_assert_msg(r == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert_str_eq(ctx->active[0].module->name, "ddp");
+	ck_assert_str_eq(ctx->active[0].module->path, newer);
+	ck_assert_str_eq(ctx->active[0].module->origin, "plugin_dirs");
+	const accel_module *shadowed = NULL;
+	for (uint32_t i = 0; i < accel_loader_count(ctx->loader); i++)
+		if (!strcmp(accel_loader_get(ctx->loader, i)->path, builtin))
+			shadowed = accel_loader_get(ctx->loader, i);
+	ck_assert_ptr_nonnull(shadowed);
+	ck_assert_int_eq(shadowed->status, ACCEL_MODULE_SHADOWED);
+	ck_assert_str_eq(shadowed->shadowed_by, newer);
+	ck_assert_int_eq(shadowed->same_dir, 0);
+	char notice[3 * PATH_MAX];
+	snprintf(notice, sizeof(notice), "info: %s: plugin 'ddp' is shadowed by %s, which comes "
+	         "earlier in the search order\n", builtin, newer);
+	ck_assert_msg(strstr(log, notice) != NULL, "log '%s' lacks '%s'", log, notice);
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 /* backend auto with a broken nccl first in the search order: the context
  * starts (host buffers do not need it) with a warning, and a collective on
  * a CUDA buffer names the broken file rather than "not built". */
@@ -1022,6 +1169,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tcx, third_party_backend_is_selectable);
 	tcase_add_test(tcx, broken_plugin_does_not_hide_a_backend);
 	tcase_add_test(tcx, auto_reports_a_broken_device_backend);
+	tcase_add_test(tcx, plugin_dirs_override_a_builtin_strategy);
 	suite_add_tcase(s, tcx);
 	return s;
 }
