@@ -10,7 +10,7 @@
 #include "accel/accel.h"
 #include "cli.h"
 #include "loader.h"
-#include "probe.h"
+#include "setup.h"
 
 #define MAX_DIRS 64
 
@@ -40,7 +40,7 @@ static void usage(FILE *out)
 }
 
 typedef struct opts {
-	const char *dirs[MAX_DIRS];
+	const char *dirs[MAX_DIRS];   /* --plugin-dir */
 	uint32_t n_dirs;
 	const char *config;
 	int json;
@@ -567,27 +567,31 @@ int accel_cli_plugins(int argc, char **argv)
 		return 0; /* --help */
 	if (r)
 		return r;
-	accel_cli_cuda cuda;
-	accel_cli_probe_cuda(&cuda);
-	accel_cli_dirs dirs = {.extra = o.dirs, .n_extra = o.n_dirs, .config_path = o.config};
-	accel_loader *ld = NULL;
-	char cfg_err[ACCEL_ERRMSG_MAX];
-	const char *cfg_file = NULL;
+	/* The loader a context would set up, plus the --plugin-dir ones. */
+	accelp_setup_opts so = {
+		.config_path = o.config,
+		.config_path_from = "--config",
+		.extra_dirs = o.dirs,
+		.n_extra_dirs = o.n_dirs,
+		.config_optional = 1,
+	};
+	accelp_setup s;
 	accel_err err;
 	accel_err_clear(&err);
-	if (accel_cli_open_loader(&dirs, &cuda, &ld, cfg_err, &cfg_file, &err)) {
+	if (accelp_setup_run(&so, &s, &err)) {
 		fprintf(stderr, "accel plugins: %s\n", err.msg);
+		accelp_setup_fini(&s);
 		return 1;
 	}
-	if (cfg_err[0]) {
+	if (s.config_err.code) {
 		/* The directories it names would be missing from the answer. */
-		fprintf(stderr, "accel plugins: config%s%s: %s\n", cfg_file ? " " : "",
-		        cfg_file ? cfg_file : "", cfg_err);
-		accel_loader_free(ld);
+		fprintf(stderr, "accel plugins: config%s%s: %s\n", s.config_file ? " " : "",
+		        s.config_file ? s.config_file : "", s.config_err.msg);
+		accelp_setup_fini(&s);
 		return 1;
 	}
-	r = !strcmp(o.sub, "info") ? cmd_info(ld, &o) : cmd_list(ld, &o, cfg_file);
-	accel_loader_free(ld);
+	r = !strcmp(o.sub, "info") ? cmd_info(s.loader, &o) : cmd_list(s.loader, &o, s.config_file);
+	accelp_setup_fini(&s);
 	fflush(stdout);
 	return r;
 }

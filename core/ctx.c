@@ -20,40 +20,12 @@
 #include "log.h"
 #include "mem.h"
 #include "select.h"
+#include "setup.h"
 #include "store.h"
 #include "train.h"
 #include "world.h"
 
 /* ---- creation ------------------------------------------------------------------ */
-
-static int load_config(accel_ctx *ctx, const accel_opts *opts)
-{
-	int r = accel_config_new(&ctx->cfg, &ctx->err);
-	if (r)
-		return r;
-	if (opts && opts->config_json) {
-		r = accel_config_load_string(ctx->cfg, opts->config_json, "<config_json>", &ctx->err);
-	} else {
-		const char *path = opts ? opts->config_path : NULL;
-		const char *from = NULL;
-		if (!path)
-			path = accel_config_find_file(&from);
-		if (path) {
-			accel_log(ACCEL_LOG_DEBUG, "config file %s%s%s", path, from ? " from " : "",
-			          from ? from : "");
-			r = accel_config_load_file(ctx->cfg, path, &ctx->err);
-		}
-	}
-	if (r)
-		return r;
-	if (!(opts && opts->skip_env) && (r = accel_config_load_env(ctx->cfg, NULL, &ctx->err)))
-		return r;
-	if (opts && opts->sets)
-		for (const char *const *s = opts->sets; *s; s++)
-			if ((r = accel_config_set(ctx->cfg, *s, "accel_opts.sets", &ctx->err)))
-				return r;
-	return ACCEL_OK;
-}
 
 /* What a plugin's init or validate returned, made safe to pass on: a
  * positive value (no ACCEL_* status is positive) is a plugin bug, and an
@@ -434,6 +406,32 @@ fail:
 	return ctx->err.code ? ctx->err.code : r;
 }
 
+/* Configuration, loader, schemas and selection (core/setup.c), the same
+ * set-up `accel config` and `accel plugins` run; the context keeps the
+ * configuration and the loader. */
+static int setup(accel_ctx *ctx, const accel_opts *opts, accel_select *ret_sel)
+{
+	accelp_setup_opts so = {
+		.config_json = opts ? opts->config_json : NULL,
+		.config_path = opts ? opts->config_path : NULL,
+		.config_path_from = "accel_opts.config_path",
+		.skip_env = opts && opts->skip_env,
+		.sets = opts ? opts->sets : NULL,
+		.sets_origin = "accel_opts.sets",
+		.resolve = 1,
+		.module_errors_first = 1,
+	};
+	accelp_setup s;
+	int r = accelp_setup_run(&so, &s, &ctx->err);
+	ctx->cfg = s.cfg;
+	ctx->loader = s.loader;
+	s.cfg = NULL;
+	s.loader = NULL;
+	*ret_sel = s.sel;
+	accelp_setup_fini(&s);
+	return r;
+}
+
 int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 {
 	accel_ctx *ctx;
@@ -456,24 +454,8 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 	                              .local_world_size = 1, .num_nodes = 1};
 	if ((r = accel_mem_new(&ctx->mem)))
 		return accel_err_set(&ctx->err, r, "out of memory");
-	if ((r = load_config(ctx, opts)))
+	if ((r = setup(ctx, opts, &sel)))
 		goto fail;
-	if ((r = accel_select_open_loader(ctx->cfg, &ctx->loader, &ctx->err)))
-		goto fail;
-	if ((r = accel_select_from_config(ctx->cfg, &sel, &ctx->err)) ||
-	    (r = accel_select_register_schemas(ctx->cfg, ctx->loader, &sel, &ctx->err)))
-		goto fail;
-	if ((r = accel_config_resolve(ctx->cfg, &ctx->err))) {
-		/* A selected plugin that cannot be used is the better story
-		 * (its section is otherwise an "unknown key"). */
-		accel_err e;
-		accel_err_clear(&e);
-		if ((r = accel_select_modules(&sel, ctx->loader, 0, mods, &e)) == ACCEL_OK)
-			r = ctx->err.code;
-		else
-			ctx->err = e;
-		goto fail;
-	}
 	/* The resolved value includes ACCEL_LOG_LEVEL (the env layer). */
 	if (accel_config_get_string(ctx->cfg, "log_level", &lv) == ACCEL_OK)
 		accel_log_set_level(accel_log_level_parse(lv));

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* core/select.c: the selection rules and the loader set-up. */
-#include <dlfcn.h>
+/* core/select.c: the selection rules (the set-up that uses them is
+ * core/setup.c). */
 #include <string.h>
 
 #include "accel-build-config.h"
@@ -62,74 +62,6 @@ int accel_select_from_config(const accel_config *cfg, accel_select *ret_sel, acc
 		sel.backend = "auto";
 	*ret_sel = sel;
 	return ACCEL_OK;
-}
-
-typedef int (*cu_init_fn)(unsigned int);
-typedef int (*cu_count_fn)(int *);
-typedef int (*cu_get_fn)(int *, int);
-typedef int (*cu_attr_fn)(int *, int, int);
-
-void accel_select_probe_cuda(uint32_t *ret_req_bits, int32_t *ret_best_cc)
-{
-	*ret_req_bits = 0;
-	*ret_best_cc = 0;
-	if (!ACCEL_HAVE_CUDA)
-		return;
-	/* The driver is probed at run time so libaccel never links CUDA; it
-	 * stays loaded (unloading CUDA's driver is not supported). */
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!h)
-		return;
-	cu_init_fn cu_init = (cu_init_fn)(uintptr_t)dlsym(h, "cuInit");
-	cu_count_fn cu_count = (cu_count_fn)(uintptr_t)dlsym(h, "cuDeviceGetCount");
-	cu_get_fn cu_get = (cu_get_fn)(uintptr_t)dlsym(h, "cuDeviceGet");
-	cu_attr_fn cu_attr = (cu_attr_fn)(uintptr_t)dlsym(h, "cuDeviceGetAttribute");
-	int n = 0;
-	if (!cu_init || !cu_count || !cu_get || !cu_attr || cu_init(0) != 0 || cu_count(&n) != 0 ||
-	    n <= 0)
-		return;
-	*ret_req_bits |= ACCEL_REQ_CUDA;
-	for (int i = 0; i < n; i++) {
-		int dev, major = 0, minor = 0;
-		/* 75/76: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR */
-		if (cu_get(&dev, i) == 0 && cu_attr(&major, 75, dev) == 0 &&
-		    cu_attr(&minor, 76, dev) == 0 && major * 10 + minor > *ret_best_cc)
-			*ret_best_cc = major * 10 + minor;
-	}
-}
-
-int accel_select_open_loader(const accel_config *cfg, accel_loader **ret_loader, accel_err *err)
-{
-	accel_loader *ld = NULL;
-	const char *dir;
-	uint32_t avail;
-	int32_t cc;
-	int r = accel_loader_new(accel_host_table(), &ld, err);
-	if (r)
-		return r;
-	for (uint32_t i = 0;
-	     cfg && accel_config_peek_strlist(cfg, "plugin_dirs", i, &dir) == ACCEL_OK; i++) {
-		if (!*dir) {
-			r = accel_err_set(err, ACCEL_ERR_CONFIG,
-			                  "plugin_dirs[%u] (from %s) is an empty string; name a "
-			                  "directory (\".\" for the current one)", i,
-			                  accel_config_source(cfg, "plugin_dirs"));
-			goto fail;
-		}
-		if ((r = accel_loader_add_dir(ld, dir, "plugin_dirs", err)))
-			goto fail;
-	}
-	if ((r = accel_loader_add_default_dirs(ld, err)))
-		goto fail;
-	accel_select_probe_cuda(&avail, &cc);
-	accel_loader_set_available(ld, avail, cc);
-	if ((r = accel_loader_scan(ld, err)))
-		goto fail;
-	*ret_loader = ld;
-	return ACCEL_OK;
-fail:
-	accel_loader_free(ld);
-	return r;
 }
 
 /* A loaded module of that kind and name, usable here or not (its

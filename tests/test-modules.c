@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "ctx-impl.h"
+#include "cuda_probe.h"
 #include "loader.h"
-#include "select.h"
 
 START_TEST(every_built_module_loads)
 {
@@ -20,7 +20,9 @@ START_TEST(every_built_module_loads)
 	char *dirs = strdup(path);
 	uint32_t avail;
 	int32_t cc;
-	accel_select_probe_cuda(&avail, &cc);
+	accelp_cuda_info cuda;
+	accelp_cuda_probe(&cuda);
+	accelp_cuda_offered(&cuda, &avail, &cc);
 	int n = 0;
 	for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
 		DIR *dh = opendir(d);
