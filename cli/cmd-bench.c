@@ -140,48 +140,48 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 		for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]) && !known; k++)
 			known = strlen(valued[k]) == nlen && !strncmp(valued[k], a, nlen);
 		if (!known)
-			return accel_cli_usage_error(sub, a[0] == '-' ? "unknown option '%.*s'"
-			                                             : "unexpected argument '%.*s'",
-			                             (int)nlen, a);
+			return accelp_cli_usage_error(sub, a[0] == '-' ? "unknown option '%.*s'"
+			                                              : "unexpected argument '%.*s'",
+			                              (int)nlen, a);
 		snprintf(name, sizeof(name), "%.*s", (int)nlen, a);
 		if (eq) {
 			v = eq + 1;
 		} else {
 			if (i + 1 >= argc)
-				return accel_cli_usage_error(sub, "%s needs a value", a);
+				return accelp_cli_usage_error(sub, "%s needs a value", a);
 			v = argv[++i];
 		}
 		if (!strcmp(name, "--op")) {
 			if ((o->op = cb_op_parse(v)) < 0)
-				return accel_cli_usage_error(sub, "unknown --op '%s' (allreduce, "
-				                             "reduce_scatter, allgather, broadcast, all)", v);
+				return accelp_cli_usage_error(sub, "unknown --op '%s' (allreduce, "
+				                              "reduce_scatter, allgather, broadcast, all)", v);
 		} else if (!strcmp(name, "--dtype")) {
 			o->dtype = cb_dtype_parse(v);
 			o->dtype_name = v;
 			if (o->dtype == ACCEL_DTYPE_INVALID)
-				return accel_cli_usage_error(sub, "unknown --dtype '%s' (f32, f64, f16, "
-				                             "bf16, i32, i64)", v);
+				return accelp_cli_usage_error(sub, "unknown --dtype '%s' (f32, f64, f16, "
+				                              "bf16, i32, i64)", v);
 		} else if (!strcmp(name, "--min-bytes")) {
 			if (cb_parse_bytes(v, &o->min_bytes) || o->min_bytes == 0)
-				return accel_cli_usage_error(sub, "--min-bytes '%s' is not a size >= 1 "
-				                             "(e.g. 8, 64K, 1M)", v);
+				return accelp_cli_usage_error(sub, "--min-bytes '%s' is not a size >= 1 "
+				                              "(e.g. 8, 64K, 1M)", v);
 		} else if (!strcmp(name, "--max-bytes")) {
 			if (cb_parse_bytes(v, &o->max_bytes) || o->max_bytes == 0)
-				return accel_cli_usage_error(sub, "--max-bytes '%s' is not a size >= 1 "
-				                             "(e.g. 64M, 1G)", v);
+				return accelp_cli_usage_error(sub, "--max-bytes '%s' is not a size >= 1 "
+				                              "(e.g. 64M, 1G)", v);
 		} else if (!strcmp(name, "--iters")) {
 			if (parse_int(v, 1, &o->iters))
-				return accel_cli_usage_error(sub, "--iters '%s' is not an integer from 1 to 100000000", v);
+				return accelp_cli_usage_error(sub, "--iters '%s' is not an integer from 1 to 100000000", v);
 		} else if (!strcmp(name, "--warmup")) {
 			if (parse_int(v, 0, &o->warmup))
-				return accel_cli_usage_error(sub, "--warmup '%s' is not an integer from 0 to 100000000", v);
+				return accelp_cli_usage_error(sub, "--warmup '%s' is not an integer from 0 to 100000000", v);
 		} else if (!strcmp(name, "--buffers")) {
 			if (!strcmp(v, "user"))
 				o->backend_buffers = 0;
 			else if (!strcmp(v, "backend"))
 				o->backend_buffers = 1;
 			else
-				return accel_cli_usage_error(sub, "--buffers '%s' is not user or backend", v);
+				return accelp_cli_usage_error(sub, "--buffers '%s' is not user or backend", v);
 			o->buffers_given = 1;
 		} else if (!strcmp(name, "--device")) {
 			if (!strcmp(v, "cpu"))
@@ -189,35 +189,35 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 			else if (!strcmp(v, "cuda"))
 				o->cuda = 1;
 			else
-				return accel_cli_usage_error(sub, "--device '%s' is not cpu or cuda", v);
+				return accelp_cli_usage_error(sub, "--device '%s' is not cpu or cuda", v);
 		} else if (!strcmp(name, "--config")) {
 			o->config = v;
 		} else if (!strcmp(name, "--set")) {
 			if (!strchr(v, '=') || v[0] == '=')
-				return accel_cli_usage_error(sub, "--set '%s' is not KEY=VALUE", v);
+				return accelp_cli_usage_error(sub, "--set '%s' is not KEY=VALUE", v);
 			if (o->n_sets == MAX_SETS)
-				return accel_cli_usage_error(sub, "more than %d --set options", MAX_SETS);
+				return accelp_cli_usage_error(sub, "more than %d --set options", MAX_SETS);
 			o->sets[o->n_sets++] = v;
 		} else {
-			return accel_cli_usage_error(sub, "unknown option '%s'", name);
+			return accelp_cli_usage_error(sub, "unknown option '%s'", name);
 		}
 	}
 	if (o->json && o->table)
-		return accel_cli_usage_error(sub, "--json and --table exclude each other (without "
-		                             "either, both are printed)");
+		return accelp_cli_usage_error(sub, "--json and --table exclude each other (without "
+		                              "either, both are printed)");
 	if (o->cuda && o->buffers_given)
-		return accel_cli_usage_error(sub, "--buffers is for --device cpu; with --device cuda "
-		                             "the buffers come from the device backend's allocator");
+		return accelp_cli_usage_error(sub, "--buffers is for --device cpu; with --device cuda "
+		                              "the buffers come from the device backend's allocator");
 	if (o->max_bytes > BENCH_MAX_BYTES || o->min_bytes > BENCH_MAX_BYTES)
-		return accel_cli_usage_error(sub, "--%s-bytes (%llu) is above the largest size, 1024G",
-		                             o->max_bytes > BENCH_MAX_BYTES ? "max" : "min",
-		                             (unsigned long long)(o->max_bytes > BENCH_MAX_BYTES
-		                                                      ? o->max_bytes
-		                                                      : o->min_bytes));
+		return accelp_cli_usage_error(sub, "--%s-bytes (%llu) is above the largest size, 1024G",
+		                              o->max_bytes > BENCH_MAX_BYTES ? "max" : "min",
+		                              (unsigned long long)(o->max_bytes > BENCH_MAX_BYTES
+		                                                       ? o->max_bytes
+		                                                       : o->min_bytes));
 	if (o->max_bytes < o->min_bytes)
-		return accel_cli_usage_error(sub, "--max-bytes (%llu) is below --min-bytes (%llu)",
-		                             (unsigned long long)o->max_bytes,
-		                             (unsigned long long)o->min_bytes);
+		return accelp_cli_usage_error(sub, "--max-bytes (%llu) is below --min-bytes (%llu)",
+		                              (unsigned long long)o->max_bytes,
+		                              (unsigned long long)o->min_bytes);
 	return 0;
 }
 
@@ -411,7 +411,7 @@ static int bench_comm(int argc, char **argv)
 		o.backend_buffers = 1;
 		buffers = "device";
 		accel_cli_cudart rt;
-		if (accel_cli_cudart_open(&rt, why, sizeof(why))) {
+		if (accelp_cli_cudart_open(&rt, why, sizeof(why))) {
 			rc = accel_set_error(ctx, ACCEL_ERR_UNSUPPORTED, "--device cuda needs the CUDA "
 			                     "runtime library (libcudart): %s", why);
 			goto fail;
@@ -567,15 +567,15 @@ out:
 	return status;
 }
 
-int accel_cli_bench(int argc, char **argv)
+int accelp_cli_bench(int argc, char **argv)
 {
 	if (argc < 2)
-		return accel_cli_usage_error("bench", "which benchmark? (comm)");
+		return accelp_cli_usage_error("bench", "which benchmark? (comm)");
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		fputs(bench_help, stdout);
 		return 0;
 	}
 	if (!strcmp(argv[1], "comm"))
 		return bench_comm(argc - 1, argv + 1);
-	return accel_cli_usage_error("bench", "unknown benchmark '%s' (comm)", argv[1]);
+	return accelp_cli_usage_error("bench", "unknown benchmark '%s' (comm)", argv[1]);
 }

@@ -125,16 +125,16 @@ static int parse(const char *sub, int argc, char **argv, int is_show, opts *o)
 				return -1;
 			} else if ((v = opt_value(argc, argv, &i, "--set", &bad)) || bad) {
 				if (bad)
-					return accel_cli_usage_error(where, "--set needs KEY=VALUE");
+					return accelp_cli_usage_error(where, "--set needs KEY=VALUE");
 				const char *eq = strchr(v, '=');
 				if (!eq || eq == v)
-					return accel_cli_usage_error(where, "--set '%s': expected KEY=VALUE "
-					                             "(for example seed=3 or "
-					                             "optimizer.params.lr=1e-4)", v);
+					return accelp_cli_usage_error(where, "--set '%s': expected KEY=VALUE "
+					                              "(for example seed=3 or "
+					                              "optimizer.params.lr=1e-4)", v);
 				o->sets[o->nsets++] = v;
 			} else if (is_show && ((v = opt_value(argc, argv, &i, "--config", &bad)) || bad)) {
 				if (bad || !*v)
-					return accel_cli_usage_error(where, "--config needs a FILE");
+					return accelp_cli_usage_error(where, "--config needs a FILE");
 				o->config = v;
 			} else if (is_show && !strcmp(a, "--resolved")) {
 				o->resolved = 1;
@@ -143,17 +143,17 @@ static int parse(const char *sub, int argc, char **argv, int is_show, opts *o)
 			} else if (!strcmp(a, "--no-env")) {
 				o->no_env = 1;
 			} else {
-				return accel_cli_usage_error(where, "unknown option '%s'", a);
+				return accelp_cli_usage_error(where, "unknown option '%s'", a);
 			}
 		} else if (is_show) {
-			return accel_cli_usage_error(where, "unexpected argument '%s' (use --config FILE)",
-			                             a);
+			return accelp_cli_usage_error(where, "unexpected argument '%s' (use --config FILE)",
+			                              a);
 		} else {
 			o->files[o->nfiles++] = a;
 		}
 	}
 	if (!is_show && !o->nfiles)
-		return accel_cli_usage_error(where, "missing FILE to validate");
+		return accelp_cli_usage_error(where, "missing FILE to validate");
 	return 0;
 }
 
@@ -187,7 +187,7 @@ static int check_backend(const accelp_setup *s, accel_err *err)
 		return ACCEL_OK;
 	accel_err e;
 	accel_err_clear(&e);
-	int r = accel_loader_find(s->loader, ACCEL_MODULE_COMM, s->sel.backend, &m, &e);
+	int r = accelp_loader_find(s->loader, ACCEL_MODULE_COMM, s->sel.backend, &m, &e);
 	if (r && r != ACCEL_ERR_UNSUPPORTED)
 		return accel_err_set(err, r, "backend '%s' (from %s): %s", s->sel.backend,
 		                     accel_config_source(s->cfg, "backend"),
@@ -279,10 +279,10 @@ static int cmd_show(int argc, char **argv)
 	return status;
 }
 
-int accel_cli_config(int argc, char **argv)
+int accelp_cli_config(int argc, char **argv)
 {
 	if (argc < 2)
-		return accel_cli_usage_error("config", "missing command (validate or show)");
+		return accelp_cli_usage_error("config", "missing command (validate or show)");
 	const char *sub = argv[1];
 	if (!strcmp(sub, "-h") || !strcmp(sub, "--help") || !strcmp(sub, "help")) {
 		usage_main(stdout);
@@ -292,5 +292,5 @@ int accel_cli_config(int argc, char **argv)
 		return cmd_validate(argc - 1, argv + 1);
 	if (!strcmp(sub, "show"))
 		return cmd_show(argc - 1, argv + 1);
-	return accel_cli_usage_error("config", "unknown subcommand '%s' (validate or show)", sub);
+	return accelp_cli_usage_error("config", "unknown subcommand '%s' (validate or show)", sub);
 }

@@ -179,28 +179,28 @@ static void cell(const char *s)
 static void print_modules(const accel_loader *ld)
 {
 	printf("- search directories:\n");
-	for (uint32_t i = 0; i < accel_loader_dir_count(ld); i++) {
+	for (uint32_t i = 0; i < accelp_loader_dir_count(ld); i++) {
 		const char *origin;
 		int exists;
-		const char *d = accel_loader_dir(ld, i, &origin, &exists);
+		const char *d = accelp_loader_dir(ld, i, &origin, &exists);
 		printf("  %u. `%s` (%s%s)\n", i + 1, d, origin, exists ? "" : ", missing");
 	}
-	uint32_t n = accel_loader_count(ld);
+	uint32_t n = accelp_loader_count(ld);
 	printf("- modules found: %u\n", n);
 	if (!n)
 		return;
 	printf("\n| name | version | kind | status | path |\n|---|---|---|---|---|\n");
 	for (uint32_t i = 0; i < n; i++) {
-		const accel_module *m = accel_loader_get(ld, i);
+		const accel_module *m = accelp_loader_get(ld, i);
 		const char *kind = m->kind == ACCEL_MODULE_COMM ? "comm"
 		                   : m->kind == ACCEL_MODULE_PLUGIN && m->name
-		                           ? accel_loader_role_name(m->role)
+		                           ? accelp_loader_role_name(m->role)
 		                           : "-";
 		printf("| ");
 		cell(m->name ? m->name : "-");
 		printf(" | ");
 		cell(m->version ? m->version : "-");
-		printf(" | %s | %s%s", kind, accel_loader_status_name(m->status), m->cause ? ": " : "");
+		printf(" | %s | %s%s", kind, accelp_loader_status_name(m->status), m->cause ? ": " : "");
 		cell(m->cause);
 		printf(" | `");
 		cell(m->path);
@@ -214,7 +214,7 @@ static void print_cuda(const accelp_cuda_info *cuda)
 {
 	char buf[64], buf2[64];
 	accel_cli_libs libs;
-	accel_cli_probe_libs(&libs);
+	accelp_cli_probe_libs(&libs);
 	printf("\n## CUDA and NCCL (found at run time)\n\n");
 	if (cuda->driver_lib[0]) {
 		version3(cuda->driver_version, 1000, buf2, sizeof(buf2));
@@ -278,7 +278,7 @@ static void print_system(void)
 		printf("- memory: %s\n", gib((uint64_t)pages * (uint64_t)psize, buf, sizeof(buf)));
 }
 
-int accel_cli_env(int argc, char **argv)
+int accelp_cli_env(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"plugin-dir", required_argument, NULL, 'd'},
@@ -296,8 +296,8 @@ int accel_cli_env(int argc, char **argv)
 		switch (c) {
 		case 'd':
 			if (n_dirs == MAX_DIRS || !*optarg)
-				return accel_cli_usage_error("env", "--plugin-dir: %s",
-				                             *optarg ? "too many" : "empty directory");
+				return accelp_cli_usage_error("env", "--plugin-dir: %s",
+				                              *optarg ? "too many" : "empty directory");
 			dirs[n_dirs++] = optarg;
 			break;
 		case 'c':
@@ -307,16 +307,16 @@ int accel_cli_env(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		case ':':
-			return accel_cli_usage_error("env", "option '%s' needs a value", argv[optind - 1]);
+			return accelp_cli_usage_error("env", "option '%s' needs a value", argv[optind - 1]);
 		default:
 			/* a short option inside a cluster (-xh) is optopt, not argv[optind - 1] */
 			if (optopt && strncmp(argv[optind - 1], "--", 2))
-				return accel_cli_usage_error("env", "unknown option '-%c'", optopt);
-			return accel_cli_usage_error("env", "unknown option '%s'", argv[optind - 1]);
+				return accelp_cli_usage_error("env", "unknown option '-%c'", optopt);
+			return accelp_cli_usage_error("env", "unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
-		return accel_cli_usage_error("env", "unexpected argument '%s'", argv[optind]);
+		return accelp_cli_usage_error("env", "unexpected argument '%s'", argv[optind]);
 
 	char buf[512];
 	printf("## accel\n\n");
@@ -350,7 +350,7 @@ int accel_cli_env(int argc, char **argv)
 	print_cuda(&s.cuda);
 
 	printf("\n## MPI\n\n");
-	if (accel_cli_probe_mpi(buf, sizeof(buf)) == 0)
+	if (accelp_cli_probe_mpi(buf, sizeof(buf)) == 0)
 		printf("- MPI library: %s\n", buf);
 	else
 		printf("- MPI library: not found (%s)\n", buf);

@@ -75,7 +75,7 @@ typedef struct opts {
 	int have_nproc, have_node_rank;
 } opts;
 
-#define USAGE(...) accel_cli_usage_error("launch", __VA_ARGS__)
+#define USAGE(...) accelp_cli_usage_error("launch", __VA_ARGS__)
 
 /* Strict integer in [lo, hi]. */
 static int parse_int(const char *s, long lo, long hi, int *ret)
@@ -427,7 +427,7 @@ static char **env_merge(char *const *adds, int nadds)
 	return out;
 }
 
-int accel_cli_launch(int argc, char **argv)
+int accelp_cli_launch(int argc, char **argv)
 {
 	opts o;
 	int rc = parse(argc, argv, &o);
@@ -450,8 +450,8 @@ int accel_cli_launch(int argc, char **argv)
 		if (!e && S_ISREG(stt.st_mode) && access(config_abs, R_OK) < 0)
 			e = errno;
 		if (e || !S_ISREG(stt.st_mode)) {
-			rc = accel_cli_usage_error("launch", "--config '%s': %s", o.config,
-			                           e ? strerror(e) : "not a regular file");
+			rc = accelp_cli_usage_error("launch", "--config '%s': %s", o.config,
+			                            e ? strerror(e) : "not a regular file");
 			goto out;
 		}
 	}

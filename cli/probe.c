@@ -60,7 +60,7 @@ static void *open_cudart(char *lib, size_t cap, char *why, size_t why_cap)
 	return open_first(names, lib, cap, why, why_cap);
 }
 
-int accel_cli_cudart_open(accel_cli_cudart *rt, char *why, size_t cap)
+int accelp_cli_cudart_open(accel_cli_cudart *rt, char *why, size_t cap)
 {
 	char lib[64];
 	if (cap)
@@ -100,14 +100,14 @@ static void probe_nccl(accel_cli_libs *out)
 	}
 }
 
-void accel_cli_probe_libs(accel_cli_libs *out)
+void accelp_cli_probe_libs(accel_cli_libs *out)
 {
 	memset(out, 0, sizeof(*out));
 	probe_runtime(out);
 	probe_nccl(out);
 }
 
-int accel_cli_probe_mpi(char *buf, size_t cap)
+int accelp_cli_probe_mpi(char *buf, size_t cap)
 {
 	const char *names[] = {"libmpi.so.40", "libmpi.so.12", "libmpi.so", NULL};
 	char lib[64], why[256] = "";

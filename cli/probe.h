@@ -19,7 +19,7 @@ typedef struct accel_cli_libs {
 } accel_cli_libs;
 
 /* Fill `out`; never fails (what is missing is recorded as such). */
-void accel_cli_probe_libs(accel_cli_libs *out);
+void accelp_cli_probe_libs(accel_cli_libs *out);
 
 /* The two CUDA runtime calls `accel bench comm --device cuda` needs:
  * cudaSetDevice, and cudaMemcpy (kind 4: cudaMemcpyDefault, which infers
@@ -35,11 +35,11 @@ typedef struct accel_cli_cudart {
 	accel_cli_error_name_fn error_name;   /* cudaGetErrorName */
 } accel_cli_cudart;
 /* Fill rt from the CUDA runtime library; 0, or -1 with the reason in why. */
-int accel_cli_cudart_open(accel_cli_cudart *rt, char *why, size_t cap);
+int accelp_cli_cudart_open(accel_cli_cudart *rt, char *why, size_t cap);
 
 /* MPI library version through MPI_Get_library_version (callable before
  * MPI_Init).  Writes the first line into buf and returns 0, or -1 with a
  * reason in buf. */
-int accel_cli_probe_mpi(char *buf, size_t cap);
+int accelp_cli_probe_mpi(char *buf, size_t cap);
 
 #endif

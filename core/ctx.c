@@ -241,7 +241,7 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 	ctx->store = accel_store_free(ctx->store);
 	ctx->local_store = accel_kv_free(ctx->local_store);
 	/* Plugins stay mapped: see docs/abi.md ("no unloading"). */
-	ctx->loader = accel_loader_free(ctx->loader);
+	ctx->loader = accelp_loader_free(ctx->loader);
 	ctx->cfg = accel_config_free(ctx->cfg);
 	free(ctx);
 	return NULL;

@@ -26,7 +26,7 @@
 
 /* ---- names ------------------------------------------------------------------ */
 
-const char *accel_loader_status_name(int status)
+const char *accelp_loader_status_name(int status)
 {
 	switch (status) {
 	case ACCEL_MODULE_OK: return "ok";
@@ -37,7 +37,7 @@ const char *accel_loader_status_name(int status)
 	}
 }
 
-const char *accel_loader_kind_name(int kind)
+const char *accelp_loader_kind_name(int kind)
 {
 	switch (kind) {
 	case ACCEL_MODULE_PLUGIN: return "plugin";
@@ -46,7 +46,7 @@ const char *accel_loader_kind_name(int kind)
 	}
 }
 
-const char *accel_loader_role_name(uint32_t role)
+const char *accelp_loader_role_name(uint32_t role)
 {
 	switch (role) {
 	case ACCEL_ROLE_STRATEGY: return "strategy";
@@ -57,7 +57,7 @@ const char *accel_loader_role_name(uint32_t role)
 	}
 }
 
-const char *accel_loader_cfg_type_name(uint32_t type)
+const char *accelp_loader_cfg_type_name(uint32_t type)
 {
 	switch (type) {
 	case ACCEL_CFG_BOOL: return "bool";
@@ -81,8 +81,8 @@ void accelp_loader_appendf(char *buf, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
-const char *accel_loader_requires_str(uint32_t requires, int32_t min_cuda_cc, char *buf,
-                                      size_t cap)
+const char *accelp_loader_requires_str(uint32_t requires, int32_t min_cuda_cc, char *buf,
+                                       size_t cap)
 {
 	if (!buf || cap == 0)
 		return "";
@@ -107,7 +107,7 @@ const char *accel_loader_requires_str(uint32_t requires, int32_t min_cuda_cc, ch
 	return buf;
 }
 
-const char *accel_loader_caps_str(uint32_t caps, char *buf, size_t cap)
+const char *accelp_loader_caps_str(uint32_t caps, char *buf, size_t cap)
 {
 	static const char *const names[] = {"cpu", "cuda", "shard_optim", "shard_grads",
 	                                    "shard_params", "offload", "checkpoint"};
@@ -142,7 +142,7 @@ void accelp_loader_one_line(char *s)
 			*s = ' ';
 }
 
-void accel_loader_entry_error(const char *msg)
+void accelp_loader_entry_error(const char *msg)
 {
 	if (!msg)
 		msg = "";
@@ -158,10 +158,10 @@ void accel_loader_entry_error(const char *msg)
 
 /* ---- loader object ------------------------------------------------------------ */
 
-int accel_loader_new(const accel_host_v1 *host, accel_loader **ret_loader, accel_err *err)
+int accelp_loader_new(const accel_host_v1 *host, accel_loader **ret_loader, accel_err *err)
 {
 	if (!host || !ret_loader)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_loader_new: %s is NULL",
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_new: %s is NULL",
 		                     host ? "ret_loader" : "host");
 	accel_loader *ld = calloc(1, sizeof(*ld));
 	if (!ld)
@@ -184,7 +184,7 @@ static module_rec *rec_free(module_rec *m)
 	return NULL;
 }
 
-accel_loader *accel_loader_free(accel_loader *ld)
+accel_loader *accelp_loader_free(accel_loader *ld)
 {
 	if (!ld)
 		return NULL;
@@ -207,11 +207,11 @@ static int is_dir(const char *path)
 	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-int accel_loader_add_dir(accel_loader *ld, const char *dir, const char *origin, accel_err *err)
+int accelp_loader_add_dir(accel_loader *ld, const char *dir, const char *origin, accel_err *err)
 {
 	if (!ld || !dir || !*dir)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
-		                     "accel_loader_add_dir: empty directory name%s%s",
+		                     "accelp_loader_add_dir: empty directory name%s%s",
 		                     origin ? " from " : "", origin ? origin : "");
 	if (ld->n_dirs == ld->cap_dirs) {
 		uint32_t cap = ld->cap_dirs ? 2 * ld->cap_dirs : 8;
@@ -239,10 +239,10 @@ int accel_loader_add_dir(accel_loader *ld, const char *dir, const char *origin, 
 	return ACCEL_OK;
 }
 
-int accel_loader_add_default_dirs(accel_loader *ld, accel_err *err)
+int accelp_loader_add_default_dirs(accel_loader *ld, accel_err *err)
 {
 	if (!ld)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_loader_add_default_dirs: "
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_add_default_dirs: "
 		                     "NULL");
 	const char *env = getenv("ACCEL_PLUGIN_PATH");
 	if (env && *env) {
@@ -251,7 +251,7 @@ int accel_loader_add_default_dirs(accel_loader *ld, accel_err *err)
 			return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 		char *save = NULL;
 		for (char *tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
-			int r = accel_loader_add_dir(ld, tok, "ACCEL_PLUGIN_PATH", err);
+			int r = accelp_loader_add_dir(ld, tok, "ACCEL_PLUGIN_PATH", err);
 			if (r) {
 				free(copy);
 				return r;
@@ -259,26 +259,26 @@ int accel_loader_add_default_dirs(accel_loader *ld, accel_err *err)
 		}
 		free(copy);
 	}
-	return accel_loader_add_dir(ld, ACCEL_PLUGINDIR, "install", err);
+	return accelp_loader_add_dir(ld, ACCEL_PLUGINDIR, "install", err);
 }
 
-uint32_t accel_loader_count(const accel_loader *ld)
+uint32_t accelp_loader_count(const accel_loader *ld)
 {
 	return ld ? ld->n_mods : 0;
 }
 
-const accel_module *accel_loader_get(const accel_loader *ld, uint32_t i)
+const accel_module *accelp_loader_get(const accel_loader *ld, uint32_t i)
 {
 	return ld && i < ld->n_mods ? &ld->mods[i]->pub : NULL;
 }
 
-uint32_t accel_loader_dir_count(const accel_loader *ld)
+uint32_t accelp_loader_dir_count(const accel_loader *ld)
 {
 	return ld ? ld->n_dirs : 0;
 }
 
-const char *accel_loader_dir(const accel_loader *ld, uint32_t i, const char **ret_origin,
-                             int *ret_exists)
+const char *accelp_loader_dir(const accel_loader *ld, uint32_t i, const char **ret_origin,
+                              int *ret_exists)
 {
 	if (!ld || i >= ld->n_dirs)
 		return NULL;
@@ -635,18 +635,18 @@ static int load_path(accel_loader *ld, const char *path, const char *origin,
 		          accelp_loader_kind_word(m->pub.kind), m->pub.name, m->pub.version,
 		          m->pub.path);
 	else
-		accel_log(ACCEL_LOG_DEBUG, "%s: %s", accel_loader_status_name(m->pub.status),
+		accel_log(ACCEL_LOG_DEBUG, "%s: %s", accelp_loader_status_name(m->pub.status),
 		          m->pub.reason);
 	if (ret_module)
 		*ret_module = &m->pub;
 	return ACCEL_OK;
 }
 
-int accel_loader_load_file(accel_loader *ld, const char *path, const accel_module **ret_module,
-                           accel_err *err)
+int accelp_loader_load_file(accel_loader *ld, const char *path, const accel_module **ret_module,
+                            accel_err *err)
 {
 	if (!ld || !path || !*path)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_loader_load_file: %s",
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_load_file: %s",
 		                     ld ? "empty path" : "loader is NULL");
 	return load_path(ld, path, "file", ret_module, err);
 }
@@ -728,10 +728,10 @@ done:
 	return r;
 }
 
-int accel_loader_scan(accel_loader *ld, accel_err *err)
+int accelp_loader_scan(accel_loader *ld, accel_err *err)
 {
 	if (!ld)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_loader_scan: NULL loader");
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_scan: NULL loader");
 	ld->scanned = 1;
 	for (uint32_t i = 0; i < ld->n_dirs; i++) {
 		if (ld->dirs[i].scanned)
@@ -744,7 +744,7 @@ int accel_loader_scan(accel_loader *ld, accel_err *err)
 	return ACCEL_OK;
 }
 
-void accel_loader_set_available(accel_loader *ld, uint32_t req_bits, int32_t cuda_cc)
+void accelp_loader_set_available(accel_loader *ld, uint32_t req_bits, int32_t cuda_cc)
 {
 	if (!ld)
 		return;

@@ -99,17 +99,17 @@ static int find_kind(accel_loader *ld, int kind, const char *name,
 	return ACCEL_OK;
 }
 
-int accel_loader_find(accel_loader *ld, int kind, const char *name,
-                      const accel_module **ret_module, accel_err *err)
+int accelp_loader_find(accel_loader *ld, int kind, const char *name,
+                       const accel_module **ret_module, accel_err *err)
 {
 	if (!ld || !name || !ret_module)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_loader_find: %s is NULL",
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_find: %s is NULL",
 		                     !ld ? "loader" : !name ? "name" : "ret_module");
 	if (kind != 0 && kind != ACCEL_MODULE_PLUGIN && kind != ACCEL_MODULE_COMM)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_loader_find: kind %d",
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_find: kind %d",
 		                     kind);
 	if (!ld->scanned) {
-		int r = accel_loader_scan(ld, err);
+		int r = accelp_loader_scan(ld, err);
 		if (r)
 			return r;
 	}

@@ -217,7 +217,7 @@ int accelp_loader_schema_load(module_rec *m, const char *section, const accel_pa
 		if (schema_entry_check(p, why, sizeof(why)))
 			return accelp_loader_broken(m, "schema entry %u ('%s.%s', %s): %s", i,
 			                            section, p->key,
-			                            accel_loader_cfg_type_name(p->type), why);
+			                            accelp_loader_cfg_type_name(p->type), why);
 	}
 	m->pub.params = m->params;
 	m->pub.n_params = n_params;

@@ -68,8 +68,8 @@ int accel_select_from_config(const accel_config *cfg, accel_select *ret_sel, acc
  * requirements unmet), or NULL. */
 static const accel_module *loaded_named(const accel_loader *ld, int kind, const char *name)
 {
-	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
-		const accel_module *m = accel_loader_get(ld, i);
+	for (uint32_t i = 0; i < accelp_loader_count(ld); i++) {
+		const accel_module *m = accelp_loader_get(ld, i);
 		if (m->kind == kind && m->name && !strcmp(m->name, name) &&
 		    (m->status == ACCEL_MODULE_OK || m->status == ACCEL_MODULE_UNAVAILABLE))
 			return m;
@@ -121,8 +121,8 @@ int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
 	 * warning (its settings then count as unknown keys), while a clash
 	 * between selected ones is an error naming the file. */
 	for (int pass = 0; pass < 2; pass++)
-		for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
-			const accel_module *m = accel_loader_get(ld, i);
+		for (uint32_t i = 0; i < accelp_loader_count(ld); i++) {
+			const accel_module *m = accelp_loader_get(ld, i);
 			if (m->status == ACCEL_MODULE_BROKEN || m->status == ACCEL_MODULE_SHADOWED)
 				continue;
 			int selected = m->kind == ACCEL_MODULE_PLUGIN
@@ -150,7 +150,7 @@ int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
 static int find_plugin(accel_loader *ld, const char *name, const accel_module **ret,
                        accel_err *err)
 {
-	int r = accel_loader_find(ld, ACCEL_MODULE_PLUGIN, name, ret, err);
+	int r = accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, name, ret, err);
 	if (r == ACCEL_ERR_UNSUPPORTED)
 		*ret = loaded_named(ld, ACCEL_MODULE_PLUGIN, name);
 	return r;

@@ -61,7 +61,7 @@ static int add_config_dirs(const accel_config *cfg, accel_loader *ld, accel_err 
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		accel_config_peek_strlist(cfg, "plugin_dirs", i, &dir);
-		if ((r = accel_loader_add_dir(ld, dir, "plugin_dirs", err)))
+		if ((r = accelp_loader_add_dir(ld, dir, "plugin_dirs", err)))
 			return r;
 	}
 	return ACCEL_OK;
@@ -82,17 +82,17 @@ static void probe(const accelp_setup_opts *o, accelp_setup *s)
 		         "not probed: accel was built without CUDA");
 	}
 	accelp_cuda_offered(&s->cuda, &avail, &cc);
-	accel_loader_set_available(s->loader, avail, cc);
+	accelp_loader_set_available(s->loader, avail, cc);
 }
 
 static int open_loader(const accelp_setup_opts *o, accelp_setup *s, int with_config,
                        accel_err *err)
 {
-	int r = accel_loader_new(accel_host_table(), &s->loader, err);
+	int r = accelp_loader_new(accel_host_table(), &s->loader, err);
 	for (uint32_t i = 0; !r && i < o->n_extra_dirs; i++)
-		r = accel_loader_add_dir(s->loader, o->extra_dirs[i],
-		                         o->extra_dirs_origin ? o->extra_dirs_origin : "--plugin-dir",
-		                         err);
+		r = accelp_loader_add_dir(s->loader, o->extra_dirs[i],
+		                          o->extra_dirs_origin ? o->extra_dirs_origin : "--plugin-dir",
+		                          err);
 	if (r)
 		return r;
 	if (with_config) {
@@ -104,10 +104,10 @@ static int open_loader(const accelp_setup_opts *o, accelp_setup *s, int with_con
 		if (r)
 			s->config_err = cerr;
 	}
-	if ((r = accel_loader_add_default_dirs(s->loader, err)))
+	if ((r = accelp_loader_add_default_dirs(s->loader, err)))
 		return r;
 	probe(o, s);
-	return accel_loader_scan(s->loader, err);
+	return accelp_loader_scan(s->loader, err);
 }
 
 /* A selected plugin that cannot be used is the better story than the
@@ -175,7 +175,7 @@ void accelp_setup_fini(accelp_setup *s)
 {
 	if (!s)
 		return;
-	s->loader = accel_loader_free(s->loader);
+	s->loader = accelp_loader_free(s->loader);
 	s->cfg = accel_config_free(s->cfg);
 	free(s->config_file);
 	s->config_file = NULL;
