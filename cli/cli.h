@@ -6,13 +6,13 @@
 #ifndef ACCEL_CLI_H
 #define ACCEL_CLI_H
 
-int accel_cli_launch(int argc, char **argv);
-int accel_cli_config(int argc, char **argv);
-int accel_cli_env(int argc, char **argv);
-int accel_cli_plugins(int argc, char **argv);
-int accel_cli_bench(int argc, char **argv);
+int accelp_cli_launch(int argc, char **argv);
+int accelp_cli_config(int argc, char **argv);
+int accelp_cli_env(int argc, char **argv);
+int accelp_cli_plugins(int argc, char **argv);
+int accelp_cli_bench(int argc, char **argv);
 
 /* Print "accel SUB: message\nTry 'accel SUB --help'." and return 2. */
-int accel_cli_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int accelp_cli_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

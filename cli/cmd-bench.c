@@ -140,48 +140,48 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 		for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]) && !known; k++)
 			known = strlen(valued[k]) == nlen && !strncmp(valued[k], a, nlen);
 		if (!known)
-			return accel_cli_usage_error(sub, a[0] == '-' ? "unknown option '%.*s'"
-			                                             : "unexpected argument '%.*s'",
-			                             (int)nlen, a);
+			return accelp_cli_usage_error(sub, a[0] == '-' ? "unknown option '%.*s'"
+			                                              : "unexpected argument '%.*s'",
+			                              (int)nlen, a);
 		snprintf(name, sizeof(name), "%.*s", (int)nlen, a);
 		if (eq) {
 			v = eq + 1;
 		} else {
 			if (i + 1 >= argc)
-				return accel_cli_usage_error(sub, "%s needs a value", a);
+				return accelp_cli_usage_error(sub, "%s needs a value", a);
 			v = argv[++i];
 		}
 		if (!strcmp(name, "--op")) {
 			if ((o->op = cb_op_parse(v)) < 0)
-				return accel_cli_usage_error(sub, "unknown --op '%s' (allreduce, "
-				                             "reduce_scatter, allgather, broadcast, all)", v);
+				return accelp_cli_usage_error(sub, "unknown --op '%s' (allreduce, "
+				                              "reduce_scatter, allgather, broadcast, all)", v);
 		} else if (!strcmp(name, "--dtype")) {
 			o->dtype = cb_dtype_parse(v);
 			o->dtype_name = v;
 			if (o->dtype == ACCEL_DTYPE_INVALID)
-				return accel_cli_usage_error(sub, "unknown --dtype '%s' (f32, f64, f16, "
-				                             "bf16, i32, i64)", v);
+				return accelp_cli_usage_error(sub, "unknown --dtype '%s' (f32, f64, f16, "
+				                              "bf16, i32, i64)", v);
 		} else if (!strcmp(name, "--min-bytes")) {
 			if (cb_parse_bytes(v, &o->min_bytes) || o->min_bytes == 0)
-				return accel_cli_usage_error(sub, "--min-bytes '%s' is not a size >= 1 "
-				                             "(e.g. 8, 64K, 1M)", v);
+				return accelp_cli_usage_error(sub, "--min-bytes '%s' is not a size >= 1 "
+				                              "(e.g. 8, 64K, 1M)", v);
 		} else if (!strcmp(name, "--max-bytes")) {
 			if (cb_parse_bytes(v, &o->max_bytes) || o->max_bytes == 0)
-				return accel_cli_usage_error(sub, "--max-bytes '%s' is not a size >= 1 "
-				                             "(e.g. 64M, 1G)", v);
+				return accelp_cli_usage_error(sub, "--max-bytes '%s' is not a size >= 1 "
+				                              "(e.g. 64M, 1G)", v);
 		} else if (!strcmp(name, "--iters")) {
 			if (parse_int(v, 1, &o->iters))
-				return accel_cli_usage_error(sub, "--iters '%s' is not an integer from 1 to 100000000", v);
+				return accelp_cli_usage_error(sub, "--iters '%s' is not an integer from 1 to 100000000", v);
 		} else if (!strcmp(name, "--warmup")) {
 			if (parse_int(v, 0, &o->warmup))
-				return accel_cli_usage_error(sub, "--warmup '%s' is not an integer from 0 to 100000000", v);
+				return accelp_cli_usage_error(sub, "--warmup '%s' is not an integer from 0 to 100000000", v);
 		} else if (!strcmp(name, "--buffers")) {
 			if (!strcmp(v, "user"))
 				o->backend_buffers = 0;
 			else if (!strcmp(v, "backend"))
 				o->backend_buffers = 1;
 			else
-				return accel_cli_usage_error(sub, "--buffers '%s' is not user or backend", v);
+				return accelp_cli_usage_error(sub, "--buffers '%s' is not user or backend", v);
 			o->buffers_given = 1;
 		} else if (!strcmp(name, "--device")) {
 			if (!strcmp(v, "cpu"))
@@ -189,35 +189,35 @@ static int parse_comm(int argc, char **argv, comm_opts *o)
 			else if (!strcmp(v, "cuda"))
 				o->cuda = 1;
 			else
-				return accel_cli_usage_error(sub, "--device '%s' is not cpu or cuda", v);
+				return accelp_cli_usage_error(sub, "--device '%s' is not cpu or cuda", v);
 		} else if (!strcmp(name, "--config")) {
 			o->config = v;
 		} else if (!strcmp(name, "--set")) {
 			if (!strchr(v, '=') || v[0] == '=')
-				return accel_cli_usage_error(sub, "--set '%s' is not KEY=VALUE", v);
+				return accelp_cli_usage_error(sub, "--set '%s' is not KEY=VALUE", v);
 			if (o->n_sets == MAX_SETS)
-				return accel_cli_usage_error(sub, "more than %d --set options", MAX_SETS);
+				return accelp_cli_usage_error(sub, "more than %d --set options", MAX_SETS);
 			o->sets[o->n_sets++] = v;
 		} else {
-			return accel_cli_usage_error(sub, "unknown option '%s'", name);
+			return accelp_cli_usage_error(sub, "unknown option '%s'", name);
 		}
 	}
 	if (o->json && o->table)
-		return accel_cli_usage_error(sub, "--json and --table exclude each other (without "
-		                             "either, both are printed)");
+		return accelp_cli_usage_error(sub, "--json and --table exclude each other (without "
+		                              "either, both are printed)");
 	if (o->cuda && o->buffers_given)
-		return accel_cli_usage_error(sub, "--buffers is for --device cpu; with --device cuda "
-		                             "the buffers come from the device backend's allocator");
+		return accelp_cli_usage_error(sub, "--buffers is for --device cpu; with --device cuda "
+		                              "the buffers come from the device backend's allocator");
 	if (o->max_bytes > BENCH_MAX_BYTES || o->min_bytes > BENCH_MAX_BYTES)
-		return accel_cli_usage_error(sub, "--%s-bytes (%llu) is above the largest size, 1024G",
-		                             o->max_bytes > BENCH_MAX_BYTES ? "max" : "min",
-		                             (unsigned long long)(o->max_bytes > BENCH_MAX_BYTES
-		                                                      ? o->max_bytes
-		                                                      : o->min_bytes));
+		return accelp_cli_usage_error(sub, "--%s-bytes (%llu) is above the largest size, 1024G",
+		                              o->max_bytes > BENCH_MAX_BYTES ? "max" : "min",
+		                              (unsigned long long)(o->max_bytes > BENCH_MAX_BYTES
+		                                                       ? o->max_bytes
+		                                                       : o->min_bytes));
 	if (o->max_bytes < o->min_bytes)
-		return accel_cli_usage_error(sub, "--max-bytes (%llu) is below --min-bytes (%llu)",
-		                             (unsigned long long)o->max_bytes,
-		                             (unsigned long long)o->min_bytes);
+		return accelp_cli_usage_error(sub, "--max-bytes (%llu) is below --min-bytes (%llu)",
+		                              (unsigned long long)o->max_bytes,
+		                              (unsigned long long)o->min_bytes);
 	return 0;
 }
 
@@ -375,6 +375,85 @@ static int agree(accel_ctx *ctx, double *med_mean, int32_t *checked)
 	return rc;
 }
 
+/* --device cuda: the runtime's copies, this rank's GPU, and a host stage of
+ * cap bytes for the device buffers' contents. */
+static int cuda_setup(accel_ctx *ctx, bench_mem *mem, uint64_t cap)
+{
+	char why[256];
+	mem->device = ACCEL_DEVICE_CUDA;
+	accel_cli_cudart rt;
+	if (accelp_cli_cudart_open(&rt, why, sizeof(why)))
+		return accel_set_error(ctx, ACCEL_ERR_UNSUPPORTED, "--device cuda needs the CUDA "
+		                       "runtime library (libcudart): %s", why);
+	mem->copy = rt.memcpy;
+	mem->error_name = rt.error_name;
+	/* this rank's GPU for the copies too (else every rank would make a
+	 * context on GPU 0) */
+	int e = rt.set_device(mem->device_index);
+	if (e) {
+		const char *name = rt.error_name(e);
+		return accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaSetDevice(%d) failed (%s): is there "
+		                       "a GPU for local rank %d? (nvidia-smi)", mem->device_index,
+		                       name ? name : "?", mem->device_index);
+	}
+	if (!(mem->stage = calloc(1, cap)))
+		return accel_set_error(ctx, ACCEL_ERR_NOMEM, "cannot allocate %llu bytes",
+		                       (unsigned long long)cap);
+	return ACCEL_OK;
+}
+
+/* One op at one size: warm-up, o->iters timed calls, the check; the
+ * slowest rank's median and mean (us) into mm, the worst rank's check
+ * result into *checked. */
+static int measure(accel_ctx *ctx, bench_mem *mem, const comm_opts *o, int op, uint64_t count,
+                   uint64_t bytes, bench_buf *send, bench_buf *recv, double *times, double mm[2],
+                   int32_t *checked)
+{
+	int rank = accel_rank(ctx), world = accel_world_size(ctx), rc;
+	if ((rc = put_input(ctx, mem, op, o->dtype, send->p, count, rank, world)))
+		return rc;
+	if ((op == CB_OP_BROADCAST || (op == CB_OP_ALLGATHER && o->inplace)) &&
+	    (rc = put_input(ctx, mem, CB_OP_ALLREDUCE, o->dtype, recv->p, count, rank, world)))
+		return rc;
+	for (int k = 0; k < o->warmup; k++)
+		if ((rc = run_op(ctx, mem, op, o->dtype, send->p, recv->p, count, o->inplace)))
+			return rc;
+	double sum = 0.0;
+	for (int k = 0; k < o->iters; k++) {
+		double t0 = cb_now_s();
+		if ((rc = run_op(ctx, mem, op, o->dtype, send->p, recv->p, count, o->inplace)))
+			return rc;
+		times[k] = (cb_now_s() - t0) * 1e6;
+		sum += times[k];
+	}
+	mm[0] = cb_median(times, o->iters);
+	mm[1] = sum / o->iters;
+	*checked = 0;
+	if (o->check) {
+		uint64_t bad = 0;
+		void *res = recv->p;
+		if (o->inplace && op != CB_OP_BROADCAST) {
+			/* the timed calls worked on the last result again: one more
+			 * call from the input, checked (the result is where the input
+			 * was: send, or recv for the all-gather, whose input is
+			 * recv's first block) */
+			void *in = op == CB_OP_ALLGATHER ? recv->p : send->p;
+			if ((rc = put_input(ctx, mem, op, o->dtype, in, count, rank, world)) ||
+			    (rc = run_op(ctx, mem, op, o->dtype, send->p, recv->p, count, 1)))
+				return rc;
+			res = in;
+		}
+		if ((rc = get_output(ctx, mem, op, o->dtype, res, count, world, &res)))
+			return rc;
+		*checked = cb_check(op, o->dtype, res, count, rank, world, &bad);
+		if (*checked < 0)
+			fprintf(stderr, "accel bench comm: rank %d: %s of %llu bytes: element %llu is "
+			        "wrong\n", rank, cb_op_names[op], (unsigned long long)bytes,
+			        (unsigned long long)bad);
+	}
+	return agree(ctx, mm, checked);
+}
+
 static int bench_comm(int argc, char **argv)
 {
 	comm_opts o;
@@ -405,34 +484,11 @@ static int bench_comm(int argc, char **argv)
 	size_t es = cb_dtype_size(o.dtype);
 	uint64_t cap = o.max_bytes + (uint64_t)world * es;
 	if (o.cuda) {
-		char why[256];
-		mem.device = ACCEL_DEVICE_CUDA;
 		mem.device_index = ctx->world.local_rank;
 		o.backend_buffers = 1;
 		buffers = "device";
-		accel_cli_cudart rt;
-		if (accel_cli_cudart_open(&rt, why, sizeof(why))) {
-			rc = accel_set_error(ctx, ACCEL_ERR_UNSUPPORTED, "--device cuda needs the CUDA "
-			                     "runtime library (libcudart): %s", why);
+		if ((rc = cuda_setup(ctx, &mem, cap)))
 			goto fail;
-		}
-		mem.copy = rt.memcpy;
-		mem.error_name = rt.error_name;
-		/* this rank's GPU for the copies too (else every rank would make
-		 * a context on GPU 0) */
-		int e = rt.set_device(mem.device_index);
-		if (e) {
-			const char *name = rt.error_name(e);
-			rc = accel_set_error(ctx, ACCEL_ERR_CUDA, "cudaSetDevice(%d) failed (%s): is "
-			                     "there a GPU for local rank %d? (nvidia-smi)",
-			                     mem.device_index, name ? name : "?", mem.device_index);
-			goto fail;
-		}
-		if (!(mem.stage = calloc(1, cap))) {
-			rc = accel_set_error(ctx, ACCEL_ERR_NOMEM, "cannot allocate %llu bytes",
-			                     (unsigned long long)cap);
-			goto fail;
-		}
 	}
 	if ((rc = buf_alloc(ctx, &mem, o.backend_buffers, cap, &send)) ||
 	    (rc = buf_alloc(ctx, &mem, o.backend_buffers, cap, &recv)))
@@ -467,49 +523,10 @@ static int bench_comm(int argc, char **argv)
 			uint64_t count, bytes;
 			if (!cb_counts(op, b, es, world, &count, &bytes))
 				continue;
-			if ((rc = put_input(ctx, &mem, op, o.dtype, send.p, count, rank, world)))
-				goto fail;
-			if ((op == CB_OP_BROADCAST || (op == CB_OP_ALLGATHER && o.inplace)) &&
-			    (rc = put_input(ctx, &mem, CB_OP_ALLREDUCE, o.dtype, recv.p, count, rank,
-			                    world)))
-				goto fail;
-			for (int k = 0; k < o.warmup; k++)
-				if ((rc = run_op(ctx, &mem, op, o.dtype, send.p, recv.p, count, o.inplace)))
-					goto fail;
-			double sum = 0.0;
-			for (int k = 0; k < o.iters; k++) {
-				double t0 = cb_now_s();
-				if ((rc = run_op(ctx, &mem, op, o.dtype, send.p, recv.p, count,
-				                 o.inplace)))
-					goto fail;
-				times[k] = (cb_now_s() - t0) * 1e6;
-				sum += times[k];
-			}
-			double mm[2] = {cb_median(times, o.iters), sum / o.iters};
+			double mm[2];
 			int32_t checked = 0;
-			if (o.check) {
-				uint64_t bad = 0;
-				void *res = recv.p;
-				if (o.inplace && op != CB_OP_BROADCAST) {
-					/* the timed calls worked on the last result again:
-					 * one more call from the input, checked (the result
-					 * is where the input was: send, or recv for the
-					 * all-gather, whose input is recv's first block) */
-					void *in = op == CB_OP_ALLGATHER ? recv.p : send.p;
-					if ((rc = put_input(ctx, &mem, op, o.dtype, in, count, rank, world)) ||
-					    (rc = run_op(ctx, &mem, op, o.dtype, send.p, recv.p, count, 1)))
-						goto fail;
-					res = in;
-				}
-				if ((rc = get_output(ctx, &mem, op, o.dtype, res, count, world, &res)))
-					goto fail;
-				checked = cb_check(op, o.dtype, res, count, rank, world, &bad);
-				if (checked < 0)
-					fprintf(stderr, "accel bench comm: rank %d: %s of %llu bytes: element "
-					        "%llu is wrong\n", rank, cb_op_names[op],
-					        (unsigned long long)bytes, (unsigned long long)bad);
-			}
-			if ((rc = agree(ctx, mm, &checked)))
+			if ((rc = measure(ctx, &mem, &o, op, count, bytes, &send, &recv, times, mm,
+			                  &checked)))
 				goto fail;
 			if (checked < 0)
 				wrong = 1;
@@ -567,15 +584,15 @@ out:
 	return status;
 }
 
-int accel_cli_bench(int argc, char **argv)
+int accelp_cli_bench(int argc, char **argv)
 {
 	if (argc < 2)
-		return accel_cli_usage_error("bench", "which benchmark? (comm)");
+		return accelp_cli_usage_error("bench", "which benchmark? (comm)");
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		fputs(bench_help, stdout);
 		return 0;
 	}
 	if (!strcmp(argv[1], "comm"))
 		return bench_comm(argc - 1, argv + 1);
-	return accel_cli_usage_error("bench", "unknown benchmark '%s' (comm)", argv[1]);
+	return accelp_cli_usage_error("bench", "unknown benchmark '%s' (comm)", argv[1]);
 }

@@ -12,9 +12,8 @@
 #include "accel/accel.h"
 #include "cli.h"
 #include "config.h"
-#include "ctx-impl.h"
 #include "loader.h"
-#include "select.h"
+#include "setup.h"
 
 static void usage_main(FILE *out)
 {
@@ -40,7 +39,9 @@ static void usage_validate(FILE *out)
 		"the schemas of all plugins and backends found (plugin_dirs, ACCEL_PLUGIN_PATH,\n"
 		"the install directory) and resolve; the selected strategy, plugins and backend\n"
 		"must exist (whether this machine meets their needs is `accel plugins list`'s\n"
-		"business).  Prints 'FILE: ok' or the first error.\n"
+		"business).  Prints 'FILE: ok', or one 'FILE: error: ...' line per problem\n"
+		"found: the first bad key or value, a selected plugin or backend that cannot\n"
+		"be used.\n"
 		"\n"
 		"Options:\n"
 		"  --set KEY=VALUE   override a key (repeatable; VALUE is JSON or a plain string)\n"
@@ -124,16 +125,16 @@ static int parse(const char *sub, int argc, char **argv, int is_show, opts *o)
 				return -1;
 			} else if ((v = opt_value(argc, argv, &i, "--set", &bad)) || bad) {
 				if (bad)
-					return accel_cli_usage_error(where, "--set needs KEY=VALUE");
+					return accelp_cli_usage_error(where, "--set needs KEY=VALUE");
 				const char *eq = strchr(v, '=');
 				if (!eq || eq == v)
-					return accel_cli_usage_error(where, "--set '%s': expected KEY=VALUE "
-					                             "(for example seed=3 or "
-					                             "optimizer.params.lr=1e-4)", v);
+					return accelp_cli_usage_error(where, "--set '%s': expected KEY=VALUE "
+					                              "(for example seed=3 or "
+					                              "optimizer.params.lr=1e-4)", v);
 				o->sets[o->nsets++] = v;
 			} else if (is_show && ((v = opt_value(argc, argv, &i, "--config", &bad)) || bad)) {
 				if (bad || !*v)
-					return accel_cli_usage_error(where, "--config needs a FILE");
+					return accelp_cli_usage_error(where, "--config needs a FILE");
 				o->config = v;
 			} else if (is_show && !strcmp(a, "--resolved")) {
 				o->resolved = 1;
@@ -142,17 +143,17 @@ static int parse(const char *sub, int argc, char **argv, int is_show, opts *o)
 			} else if (!strcmp(a, "--no-env")) {
 				o->no_env = 1;
 			} else {
-				return accel_cli_usage_error(where, "unknown option '%s'", a);
+				return accelp_cli_usage_error(where, "unknown option '%s'", a);
 			}
 		} else if (is_show) {
-			return accel_cli_usage_error(where, "unexpected argument '%s' (use --config FILE)",
-			                             a);
+			return accelp_cli_usage_error(where, "unexpected argument '%s' (use --config FILE)",
+			                              a);
 		} else {
 			o->files[o->nfiles++] = a;
 		}
 	}
 	if (!is_show && !o->nfiles)
-		return accel_cli_usage_error(where, "missing FILE to validate");
+		return accelp_cli_usage_error(where, "missing FILE to validate");
 	return 0;
 }
 
@@ -162,87 +163,69 @@ static void opts_free(opts *o)
 	free(o->files);
 }
 
-/* Load every module and declare the config sections of all of them, with
- * the context's selection rules. */
-static int register_modules(accel_config *cfg, accel_loader **ret_ld, accel_err *err)
+/* The set-up a context runs (core/setup.c), on FILE (NULL: the usual
+ * lookup) and the command's --set and --no-env. */
+static int setup(const opts *o, const char *file, accelp_setup *s, accel_err *err)
 {
-	accel_loader *ld = NULL;
-	accel_select sel;
-	int r = accel_select_open_loader(cfg, &ld, err);
-	if (r)
-		return r;
-	if ((r = accel_select_from_config(cfg, &sel, err)) ||
-	    (r = accel_select_register_schemas(cfg, ld, &sel, err))) {
-		accel_loader_free(ld);
-		return r;
-	}
-	*ret_ld = ld;
-	return ACCEL_OK;
+	accelp_setup_opts so = {
+		.config_path = file,
+		.config_path_from = "--config",
+		.skip_env = o->no_env,
+		.sets = o->sets,
+		.resolve = 1,
+	};
+	return accelp_setup_run(&so, s, err);
 }
 
-/* The selected plugins and backend must exist and load, and the plugins
- * must have the roles they are selected for (the context's own rules).
- * Requirements (CUDA, NCCL, MPI) are not checked: the config may be meant
- * for another machine, and `accel plugins list` reports them for this one. */
-static int check_modules(const accel_config *cfg, accel_loader *ld, accel_err *err)
+/* The selected backend must exist and load.  Requirements (CUDA, NCCL,
+ * MPI) are not checked: the config may be meant for another machine, and
+ * `accel plugins list` reports them for this one. */
+static int check_backend(const accelp_setup *s, accel_err *err)
 {
-	accel_select sel;
-	const accel_module *mods[ACCEL_SELECT_MAX], *m;
-	int r = accel_select_from_config(cfg, &sel, err);
-	if (r || (r = accel_select_modules(&sel, ld, 1, mods, err)))
-		return r;
-	if (!strcmp(sel.backend, "auto"))
+	const accel_module *m;
+	if (!strcmp(s->sel.backend, "auto"))
 		return ACCEL_OK;
 	accel_err e;
 	accel_err_clear(&e);
-	r = accel_loader_find(ld, ACCEL_MODULE_COMM, sel.backend, &m, &e);
+	int r = accelp_loader_find(s->loader, ACCEL_MODULE_COMM, s->sel.backend, &m, &e);
 	if (r && r != ACCEL_ERR_UNSUPPORTED)
-		return accel_err_set(err, r, "backend '%s' (from %s): %s", sel.backend,
-		                     accel_config_source(cfg, "backend"),
+		return accel_err_set(err, r, "backend '%s' (from %s): %s", s->sel.backend,
+		                     accel_config_source(s->cfg, "backend"),
 		                     e.msg[0] ? e.msg : accel_status_str(r));
 	return ACCEL_OK;
 }
 
-/* file, env and --set layers, schemas, resolve; and with `check`, the
- * module check (validate: `show` prints what a layer says even when this
- * machine lacks the module it names). */
-static int build(const opts *o, const char *file, int check, accel_config **ret_cfg,
-                 accel_err *err)
+/* One file: every problem found, one line each: the configuration's (the
+ * first bad key or value) and the selected plugins' and backend's, so a
+ * typo is not hidden behind a plugin this machine lacks.  0 when valid. */
+static int validate_file(const opts *o, const char *file)
 {
-	accel_config *cfg = NULL;
-	accel_loader *ld = NULL;
-	int r = accel_config_new(&cfg, err);
-	if (r)
-		return r;
-	if (file && (r = accel_config_load_file(cfg, file, err)))
-		goto fail;
-	if (!o->no_env && (r = accel_config_load_env(cfg, NULL, err)))
-		goto fail;
-	for (int i = 0; i < o->nsets; i++)
-		if ((r = accel_config_set(cfg, o->sets[i], NULL, err)))
-			goto fail;
-	if ((r = register_modules(cfg, &ld, err)))
-		goto fail;
-	if ((r = accel_config_resolve(cfg, err))) {
-		/* as the context does: a selected module that cannot be used is
-		 * the better story than the "unknown key" its section became */
-		accel_err e;
-		accel_err_clear(&e);
-		if (check && check_modules(cfg, ld, &e)) {
-			accel_err_clear(err);
-			r = accel_err_set(err, e.code, "%s", e.msg);
-		}
-		goto fail;
+	accelp_setup s;
+	accel_err err, e;
+	accel_err_clear(&err);
+	int r = setup(o, file, &s, &err), bad = 0;
+	if (r) {
+		fprintf(stderr, "%s: error: %s\n", file, err.msg);
+		bad = 1;
 	}
-	if (check && (r = check_modules(cfg, ld, err)))
-		goto fail;
-	accel_loader_free(ld);
-	*ret_cfg = cfg;
-	return ACCEL_OK;
-fail:
-	accel_loader_free(ld);
-	accel_config_free(cfg);
-	return r;
+	if (!r || s.failed_at == ACCELP_SETUP_RESOLVE) {
+		/* the selected plugins must exist and load, with the roles they
+		 * are selected for (the context's own rules) */
+		accel_err_clear(&e);
+		if (accelp_setup_modules(&s, 1, &e)) {
+			fprintf(stderr, "%s: error: %s\n", file, e.msg);
+			bad = 1;
+		}
+		accel_err_clear(&e);
+		if (check_backend(&s, &e)) {
+			fprintf(stderr, "%s: error: %s\n", file, e.msg);
+			bad = 1;
+		}
+	}
+	if (!bad)
+		printf("%s: ok\n", file);
+	accelp_setup_fini(&s);
+	return bad;
 }
 
 static int cmd_validate(int argc, char **argv)
@@ -253,18 +236,9 @@ static int cmd_validate(int argc, char **argv)
 		opts_free(&o);
 		return r < 0 ? 0 : r;
 	}
-	for (int i = 0; i < o.nfiles; i++) {
-		accel_config *cfg = NULL;
-		accel_err err;
-		accel_err_clear(&err);
-		if (build(&o, o.files[i], 1, &cfg, &err)) {
-			fprintf(stderr, "%s: error: %s\n", o.files[i], err.msg);
+	for (int i = 0; i < o.nfiles; i++)
+		if (validate_file(&o, o.files[i]))
 			status = 1;
-		} else {
-			printf("%s: ok\n", o.files[i]);
-		}
-		accel_config_free(cfg);
-	}
 	opts_free(&o);
 	return status;
 }
@@ -277,29 +251,26 @@ static int cmd_show(int argc, char **argv)
 		opts_free(&o);
 		return r < 0 ? 0 : r;
 	}
-	const char *file = o.config, *from = "--config";
-	if (!file)
-		file = accel_config_find_file(&from);
-	accel_config *cfg = NULL;
+	accelp_setup s;
 	accel_err err;
 	accel_err_clear(&err);
 	int status = 0;
-	if (build(&o, file, 0, &cfg, &err)) {
+	if (setup(&o, o.config, &s, &err)) {
 		fprintf(stderr, "accel config show: %s\n", err.msg);
 		status = 1;
 	} else if (o.json) {
-		if (accel_config_dump_json(cfg, stdout, o.resolved, 1) != ACCEL_OK) {
+		if (accel_config_dump_json(s.cfg, stdout, o.resolved, 1) != ACCEL_OK) {
 			fprintf(stderr, "accel config show: cannot print the configuration\n");
 			status = 1;
 		}
 	} else {
-		if (file)
-			printf("# config file: %s (%s)\n", file, from);
+		if (s.config_file)
+			printf("# config file: %s (%s)\n", s.config_file, s.config_from);
 		else
 			printf("# config file: none (defaults, environment and --set only)\n");
-		accel_config_dump(cfg, stdout, o.resolved, 1);
+		accel_config_dump(s.cfg, stdout, o.resolved, 1);
 	}
-	accel_config_free(cfg);
+	accelp_setup_fini(&s);
 	opts_free(&o);
 	if (fflush(stdout) != 0 && !status) {
 		perror("accel config show: stdout");
@@ -308,10 +279,10 @@ static int cmd_show(int argc, char **argv)
 	return status;
 }
 
-int accel_cli_config(int argc, char **argv)
+int accelp_cli_config(int argc, char **argv)
 {
 	if (argc < 2)
-		return accel_cli_usage_error("config", "missing command (validate or show)");
+		return accelp_cli_usage_error("config", "missing command (validate or show)");
 	const char *sub = argv[1];
 	if (!strcmp(sub, "-h") || !strcmp(sub, "--help") || !strcmp(sub, "help")) {
 		usage_main(stdout);
@@ -321,5 +292,5 @@ int accel_cli_config(int argc, char **argv)
 		return cmd_validate(argc - 1, argv + 1);
 	if (!strcmp(sub, "show"))
 		return cmd_show(argc - 1, argv + 1);
-	return accel_cli_usage_error("config", "unknown subcommand '%s' (validate or show)", sub);
+	return accelp_cli_usage_error("config", "unknown subcommand '%s' (validate or show)", sub);
 }

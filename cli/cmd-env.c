@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "loader.h"
 #include "probe.h"
+#include "setup.h"
 
 extern char **environ;
 
@@ -178,28 +179,28 @@ static void cell(const char *s)
 static void print_modules(const accel_loader *ld)
 {
 	printf("- search directories:\n");
-	for (uint32_t i = 0; i < accel_loader_dir_count(ld); i++) {
+	for (uint32_t i = 0; i < accelp_loader_dir_count(ld); i++) {
 		const char *origin;
 		int exists;
-		const char *d = accel_loader_dir(ld, i, &origin, &exists);
+		const char *d = accelp_loader_dir(ld, i, &origin, &exists);
 		printf("  %u. `%s` (%s%s)\n", i + 1, d, origin, exists ? "" : ", missing");
 	}
-	uint32_t n = accel_loader_count(ld);
+	uint32_t n = accelp_loader_count(ld);
 	printf("- modules found: %u\n", n);
 	if (!n)
 		return;
 	printf("\n| name | version | kind | status | path |\n|---|---|---|---|---|\n");
 	for (uint32_t i = 0; i < n; i++) {
-		const accel_module *m = accel_loader_get(ld, i);
+		const accel_module *m = accelp_loader_get(ld, i);
 		const char *kind = m->kind == ACCEL_MODULE_COMM ? "comm"
 		                   : m->kind == ACCEL_MODULE_PLUGIN && m->name
-		                           ? accel_loader_role_name(m->role)
+		                           ? accelp_loader_role_name(m->role)
 		                           : "-";
 		printf("| ");
 		cell(m->name ? m->name : "-");
 		printf(" | ");
 		cell(m->version ? m->version : "-");
-		printf(" | %s | %s%s", kind, accel_loader_status_name(m->status), m->cause ? ": " : "");
+		printf(" | %s | %s%s", kind, accelp_loader_status_name(m->status), m->cause ? ": " : "");
 		cell(m->cause);
 		printf(" | `");
 		cell(m->path);
@@ -207,7 +208,80 @@ static void print_modules(const accel_loader *ld)
 	}
 }
 
-int accel_cli_env(int argc, char **argv)
+/* The driver as core probed it (what plugins are offered follows from
+ * it), the runtime and NCCL libraries as the CLI finds them. */
+static void print_cuda(const accelp_cuda_info *cuda)
+{
+	char buf[64], buf2[64];
+	accel_cli_libs libs;
+	accelp_cli_probe_libs(&libs);
+	printf("\n## CUDA and NCCL (found at run time)\n\n");
+	if (cuda->driver_lib[0]) {
+		version3(cuda->driver_version, 1000, buf2, sizeof(buf2));
+		printf("- CUDA driver: %s (%s)%s%s\n", buf2, cuda->driver_lib,
+		       cuda->driver_error[0] ? "; " : "", cuda->driver_error);
+	} else {
+		printf("- CUDA driver: not found (%s)\n", cuda->driver_error[0] ? cuda->driver_error
+		                                                             : "libcuda.so.1");
+	}
+	if (libs.runtime_lib[0]) {
+		version3(libs.runtime_version, 1000, buf2, sizeof(buf2));
+		printf("- CUDA runtime: %s (%s)\n", buf2, libs.runtime_lib);
+	} else {
+		printf("- CUDA runtime: not found\n");
+	}
+	if (cuda->n_gpus < 0) {
+		printf("- GPUs: unknown (no working CUDA driver)\n");
+	} else {
+		printf("- GPUs: %d\n", cuda->n_gpus);
+		for (int i = 0; i < cuda->n_gpus; i++)
+			printf("  - %d: %s, compute capability %d.%d, %s\n", i,
+			       cuda->gpus[i].name[0] ? cuda->gpus[i].name : "?", cuda->gpus[i].cc / 10,
+			       cuda->gpus[i].cc % 10, gib(cuda->gpus[i].mem_bytes, buf, sizeof(buf)));
+	}
+	/* What the loader offers plugins that require CUDA (tests read this). */
+	uint32_t avail;
+	int32_t cc;
+	accelp_cuda_offered(cuda, &avail, &cc);
+	if (avail & ACCEL_REQ_CUDA)
+		printf("- plugins that need CUDA: usable here (best compute capability %d.%d)\n",
+		       cc / 10, cc % 10);
+	else
+		printf("- plugins that need CUDA: unavailable here (%s)\n",
+		       ACCEL_HAVE_CUDA ? "no GPU answered" : "accel was built without CUDA");
+	printf("- NCCL at build time: header %s, library %s\n",
+	       ACCEL_NCCL_INCLUDE[0] ? ACCEL_NCCL_INCLUDE : "not found",
+	       ACCEL_NCCL_LIBRARY[0] ? ACCEL_NCCL_LIBRARY : "not found");
+	if (libs.nccl_lib[0]) {
+		nccl_version(libs.nccl_version, buf2, sizeof(buf2));
+		printf("- NCCL: %s (%s)\n", buf2, libs.nccl_lib);
+	} else {
+		printf("- NCCL: not found\n");
+	}
+}
+
+static void print_system(void)
+{
+	char buf[512];
+	printf("\n## System\n\n");
+	struct utsname u;
+	char os[256];
+	os_name(os, sizeof(os));
+	if (uname(&u) == 0)
+		printf("- OS: %s; kernel %s %s %s\n", os, u.sysname, u.release, u.machine);
+	else
+		printf("- OS: %s\n", os);
+	cpu_model(buf, sizeof(buf));
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+	int usable = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : -1;
+	printf("- CPU: %s; %ld cores online, %d usable by this process\n", buf, online, usable);
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	if (pages > 0 && psize > 0)
+		printf("- memory: %s\n", gib((uint64_t)pages * (uint64_t)psize, buf, sizeof(buf)));
+}
+
+int accelp_cli_env(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"plugin-dir", required_argument, NULL, 'd'},
@@ -225,8 +299,8 @@ int accel_cli_env(int argc, char **argv)
 		switch (c) {
 		case 'd':
 			if (n_dirs == MAX_DIRS || !*optarg)
-				return accel_cli_usage_error("env", "--plugin-dir: %s",
-				                             *optarg ? "too many" : "empty directory");
+				return accelp_cli_usage_error("env", "--plugin-dir: %s",
+				                              *optarg ? "too many" : "empty directory");
 			dirs[n_dirs++] = optarg;
 			break;
 		case 'c':
@@ -236,18 +310,18 @@ int accel_cli_env(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		case ':':
-			return accel_cli_usage_error("env", "option '%s' needs a value", argv[optind - 1]);
+			return accelp_cli_usage_error("env", "option '%s' needs a value", argv[optind - 1]);
 		default:
 			/* a short option inside a cluster (-xh) is optopt, not argv[optind - 1] */
 			if (optopt && strncmp(argv[optind - 1], "--", 2))
-				return accel_cli_usage_error("env", "unknown option '-%c'", optopt);
-			return accel_cli_usage_error("env", "unknown option '%s'", argv[optind - 1]);
+				return accelp_cli_usage_error("env", "unknown option '-%c'", optopt);
+			return accelp_cli_usage_error("env", "unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
-		return accel_cli_usage_error("env", "unexpected argument '%s'", argv[optind]);
+		return accelp_cli_usage_error("env", "unexpected argument '%s'", argv[optind]);
 
-	char buf[512], buf2[64];
+	char buf[512];
 	printf("## accel\n\n");
 	printf("- accel: %s (plugin ABI %d.%d)\n", accel_version(), ACCEL_ABI_MAJOR,
 	       ACCEL_ABI_MINOR);
@@ -262,81 +336,41 @@ int accel_cli_env(int argc, char **argv)
 	       ACCEL_HAVE_CUBLASLT ? "yes" : "no", ACCEL_HAVE_MPI ? "yes" : "no");
 	printf("- install plugin directory: `%s`\n", ACCEL_PLUGINDIR);
 
-	accel_cli_cuda cuda;
-	accel_cli_probe_cuda(&cuda);
-	printf("\n## CUDA and NCCL (found at run time)\n\n");
-	if (cuda.driver_lib[0]) {
-		version3(cuda.driver_version, 1000, buf2, sizeof(buf2));
-		printf("- CUDA driver: %s (%s)%s%s\n", buf2, cuda.driver_lib,
-		       cuda.driver_error[0] ? "; " : "", cuda.driver_error);
-	} else {
-		printf("- CUDA driver: not found (%s)\n", cuda.driver_error[0] ? cuda.driver_error
-		                                                            : "libcuda.so.1");
-	}
-	if (cuda.runtime_lib[0]) {
-		version3(cuda.runtime_version, 1000, buf2, sizeof(buf2));
-		printf("- CUDA runtime: %s (%s)\n", buf2, cuda.runtime_lib);
-	} else {
-		printf("- CUDA runtime: not found\n");
-	}
-	if (cuda.n_gpus < 0) {
-		printf("- GPUs: unknown (no working CUDA driver)\n");
-	} else {
-		printf("- GPUs: %d\n", cuda.n_gpus);
-		for (int i = 0; i < cuda.n_gpus; i++)
-			printf("  - %d: %s, compute capability %d.%d, %s\n", i,
-			       cuda.gpus[i].name[0] ? cuda.gpus[i].name : "?", cuda.gpus[i].cc / 10,
-			       cuda.gpus[i].cc % 10, gib(cuda.gpus[i].mem_bytes, buf, sizeof(buf)));
-	}
-	printf("- NCCL at build time: header %s, library %s\n",
-	       ACCEL_NCCL_INCLUDE[0] ? ACCEL_NCCL_INCLUDE : "not found",
-	       ACCEL_NCCL_LIBRARY[0] ? ACCEL_NCCL_LIBRARY : "not found");
-	if (cuda.nccl_lib[0]) {
-		nccl_version(cuda.nccl_version, buf2, sizeof(buf2));
-		printf("- NCCL: %s (%s)\n", buf2, cuda.nccl_lib);
-	} else {
-		printf("- NCCL: not found\n");
-	}
+	/* The loader and the CUDA probe as a context sets them up; a config
+	 * that cannot be read is reported, not fatal. */
+	accelp_setup_opts so = {
+		.config_path = config,
+		.config_path_from = "--config",
+		.extra_dirs = dirs,
+		.n_extra_dirs = n_dirs,
+		.config_optional = 1,
+		.report_cuda = 1,
+	};
+	accelp_setup s;
+	accel_err err;
+	accel_err_clear(&err);
+	int setup_failed = accelp_setup_run(&so, &s, &err) != ACCEL_OK;
+	print_cuda(&s.cuda);
 
 	printf("\n## MPI\n\n");
-	if (accel_cli_probe_mpi(buf, sizeof(buf)) == 0)
+	if (accelp_cli_probe_mpi(buf, sizeof(buf)) == 0)
 		printf("- MPI library: %s\n", buf);
 	else
 		printf("- MPI library: not found (%s)\n", buf);
 
-	printf("\n## System\n\n");
-	struct utsname u;
-	char os[256];
-	os_name(os, sizeof(os));
-	if (uname(&u) == 0)
-		printf("- OS: %s; kernel %s %s %s\n", os, u.sysname, u.release, u.machine);
-	else
-		printf("- OS: %s\n", os);
-	cpu_model(buf, sizeof(buf));
-	long online = sysconf(_SC_NPROCESSORS_ONLN);
-	cpu_set_t set;
-	int usable = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : -1;
-	printf("- CPU: %s; %ld cores online, %d usable by this process\n", buf, online, usable);
-	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-	if (pages > 0 && psize > 0)
-		printf("- memory: %s\n", gib((uint64_t)pages * (uint64_t)psize, buf, sizeof(buf)));
+	print_system();
 
 	printf("\n## Plugins\n\n");
-	accel_cli_dirs d = {.extra = dirs, .n_extra = n_dirs, .config_path = config};
-	accel_loader *ld = NULL;
-	char cfg_err[ACCEL_ERRMSG_MAX];
-	const char *cfg_file = NULL;
-	accel_err err;
-	accel_err_clear(&err);
-	if (accel_cli_open_loader(&d, &cuda, &ld, cfg_err, &cfg_file, &err)) {
+	if (setup_failed) {
 		printf("- could not scan: %s\n", err.msg);
 	} else {
-		printf("- config file: %s\n", cfg_file ? cfg_file : "none");
-		if (cfg_err[0])
-			printf("- config problem (its plugin_dirs are not searched): %s\n", cfg_err);
-		print_modules(ld);
-		accel_loader_free(ld);
+		printf("- config file: %s\n", s.config_file ? s.config_file : "none");
+		if (s.config_err.code)
+			printf("- config problem (its plugin_dirs are not searched): %s\n",
+			       s.config_err.msg);
+		print_modules(s.loader);
 	}
+	accelp_setup_fini(&s);
 
 	printf("\n");
 	print_environment();

@@ -75,7 +75,7 @@ typedef struct opts {
 	int have_nproc, have_node_rank;
 } opts;
 
-#define USAGE(...) accel_cli_usage_error("launch", __VA_ARGS__)
+#define USAGE(...) accelp_cli_usage_error("launch", __VA_ARGS__)
 
 /* Strict integer in [lo, hi]. */
 static int parse_int(const char *s, long lo, long hi, int *ret)
@@ -427,155 +427,189 @@ static char **env_merge(char *const *adds, int nadds)
 	return out;
 }
 
-int accel_cli_launch(int argc, char **argv)
+/* What every rank of this launcher shares. */
+typedef struct job {
+	const char *addr;
+	int port;
+	char id[64];
+	int world;
+	int omp;                  /* OMP_NUM_THREADS to set, 0: none */
+	char *config_abs;         /* --config made absolute (owned)  */
+	char *sets;               /* --set lines joined by '\n' (owned) */
+	const char *log_dir;
+} job;
+
+/* --config as an absolute path to a readable regular file; 0, or the usage
+ * error's status. */
+static int config_abs(const opts *o, char **ret)
+{
+	/* errno is read only right after the call that failed: realpath()
+	 * may succeed and leave a stale errno behind */
+	char *abs = realpath(o->config, NULL);
+	int e = abs ? 0 : errno;
+	struct stat stt;
+	if (!e && stat(abs, &stt) < 0)
+		e = errno;
+	if (!e && S_ISREG(stt.st_mode) && access(abs, R_OK) < 0)
+		e = errno;
+	if (e || !S_ISREG(stt.st_mode)) {
+		free(abs);
+		return accelp_cli_usage_error("launch", "--config '%s': %s", o->config,
+		                              e ? strerror(e) : "not a regular file");
+	}
+	*ret = abs;
+	return 0;
+}
+
+/* The --set assignments as ACCEL_SET's value, one per line; NULL when out
+ * of memory. */
+static char *joined_sets(const opts *o)
+{
+	size_t len = 0;
+	for (int i = 0; i < o->nsets; i++)
+		len += strlen(o->sets[i]) + 1;
+	char *s = malloc(len + 1);
+	if (!s)
+		return NULL;
+	s[0] = '\0';
+	for (int i = 0; i < o->nsets; i++) {
+		if (i)
+			strcat(s, "\n");
+		strcat(s, o->sets[i]);
+	}
+	return s;
+}
+
+/* The variables of local rank l; nonzero when out of memory. */
+static int rank_env(envlist *e, const opts *o, const job *j, int l)
+{
+	int n = o->nproc, r = o->node_rank * n + l, bad = 0;
+	bad |= env_add(e, "ACCEL_RANK", "%d", r);
+	bad |= env_add(e, "ACCEL_LOCAL_RANK", "%d", l);
+	bad |= env_add(e, "ACCEL_WORLD_SIZE", "%d", j->world);
+	bad |= env_add(e, "ACCEL_LOCAL_WORLD_SIZE", "%d", n);
+	bad |= env_add(e, "ACCEL_NODE_RANK", "%d", o->node_rank);
+	bad |= env_add(e, "ACCEL_NUM_NODES", "%d", o->nnodes);
+	bad |= env_add(e, "ACCEL_MASTER_ADDR", "%s", j->addr);
+	bad |= env_add(e, "ACCEL_MASTER_PORT", "%d", j->port);
+	bad |= env_add(e, "ACCEL_JOB_ID", "%s", j->id);
+	if (j->config_abs)
+		bad |= env_add(e, "ACCEL_CONFIG", "%s", j->config_abs);
+	if (j->sets)
+		bad |= env_add(e, "ACCEL_SET", "%s", j->sets);
+	bad |= env_add(e, "RANK", "%d", r);
+	bad |= env_add(e, "WORLD_SIZE", "%d", j->world);
+	bad |= env_add(e, "LOCAL_RANK", "%d", l);
+	bad |= env_add(e, "LOCAL_WORLD_SIZE", "%d", n);
+	bad |= env_add(e, "MASTER_ADDR", "%s", j->addr);
+	bad |= env_add(e, "MASTER_PORT", "%d", j->port);
+	if (j->omp)
+		bad |= env_add(e, "OMP_NUM_THREADS", "%d", j->omp);
+	return bad;
+}
+
+/* --dry-run: what would be started, with every variable; the status. */
+static int dry_run(const opts *o, const job *j, const envlist *adds)
+{
+	int n = o->nproc;
+	printf("accel launch: dry run: %d process%s on node %d of %d, world size %d, job %s, "
+	       "master %s:%d%s\n", n, n == 1 ? "" : "es", o->node_rank, o->nnodes, j->world, j->id,
+	       j->addr, j->port, o->port ? "" : " (a free port now; another is picked at launch)");
+	/* accel's variables the ranks inherit as they are (ACCEL_CONFIG or
+	 * ACCEL_SET from an outer job, ACCEL_LOG_LEVEL, ...): they change
+	 * what the ranks do as much as the ones set below */
+	int shown = 0;
+	for (char **ev = environ; ev && *ev; ev++) {
+		const char *eq = strchr(*ev, '=');
+		if (!eq || strncmp(*ev, "ACCEL_", 6) != 0)
+			continue;
+		int set_here = 0;
+		for (int k = 0; k < adds[0].n && !set_here; k++)
+			set_here = !strncmp(adds[0].v[k], *ev, (size_t)(eq - *ev) + 1);
+		if (set_here)
+			continue;
+		if (!shown++)
+			printf("inherited by every rank:\n");
+		printf("  %.*s=", (int)(eq - *ev), *ev);
+		print_quoted(stdout, eq + 1);
+		putchar('\n');
+	}
+	for (int l = 0; l < n; l++) {
+		printf("rank %d:\n", o->node_rank * n + l);
+		for (int k = 0; k < adds[l].n; k++) {
+			const char *kv = adds[l].v[k], *eq = strchr(kv, '=');
+			printf("  %.*s=", (int)(eq - kv), kv);
+			print_quoted(stdout, eq + 1);
+			putchar('\n');
+		}
+		printf("  command:");
+		for (char **a = o->prog; *a; a++) {
+			putchar(' ');
+			print_quoted(stdout, *a);
+		}
+		putchar('\n');
+	}
+	if (j->log_dir)
+		printf("logs: %s/rank-R.log\n", j->log_dir);
+	return fflush(stdout) == 0 ? 0 : 1;
+}
+
+int accelp_cli_launch(int argc, char **argv)
 {
 	opts o;
 	int rc = parse(argc, argv, &o);
 	int n = o.nproc;
 	envlist *adds = NULL;
 	char ***envp = NULL;
-	char *config_abs = NULL, *set_joined = NULL, *tee_dir = NULL;
+	char *tee_dir = NULL;
+	job j = {.addr = o.addr ? o.addr : "127.0.0.1", .port = o.port, .world = n * o.nnodes};
 	if (rc != 0) {
 		rc = rc < 0 ? 0 : rc;
 		goto out;
 	}
-	if (o.config) {
-		/* errno is read only right after the call that failed: realpath()
-		 * may succeed and leave a stale errno behind */
-		config_abs = realpath(o.config, NULL);
-		int e = config_abs ? 0 : errno;
-		struct stat stt;
-		if (!e && stat(config_abs, &stt) < 0)
-			e = errno;
-		if (!e && S_ISREG(stt.st_mode) && access(config_abs, R_OK) < 0)
-			e = errno;
-		if (e || !S_ISREG(stt.st_mode)) {
-			rc = accel_cli_usage_error("launch", "--config '%s': %s", o.config,
-			                           e ? strerror(e) : "not a regular file");
-			goto out;
-		}
-	}
-	if (o.nsets) {
-		size_t len = 0;
-		for (int i = 0; i < o.nsets; i++)
-			len += strlen(o.sets[i]) + 1;
-		set_joined = malloc(len + 1);
-		if (!set_joined)
-			goto oom;
-		set_joined[0] = '\0';
-		for (int i = 0; i < o.nsets; i++) {
-			if (i)
-				strcat(set_joined, "\n");
-			strcat(set_joined, o.sets[i]);
-		}
-	}
-	const char *addr = o.addr ? o.addr : "127.0.0.1";
-	int port = o.port;
-	if (!port && (port = free_port()) < 0) {
+	if (o.config && (rc = config_abs(&o, &j.config_abs)))
+		goto out;
+	if (o.nsets && !(j.sets = joined_sets(&o)))
+		goto oom;
+	if (!j.port && (j.port = free_port()) < 0) {
 		fprintf(stderr, "accel launch: cannot find a free TCP port for the rendezvous store: "
 		        "%s; give one with --master-port\n", strerror(errno));
 		rc = 1;
 		goto out;
 	}
-	char job_id[64];
-	make_job_id(&o, job_id, sizeof(job_id));
-	const char *log_dir = o.log_dir;
-	if (o.tee && !log_dir) {
-		if (asprintf(&tee_dir, "accel-logs/%s", job_id) < 0)
+	make_job_id(&o, j.id, sizeof(j.id));
+	j.log_dir = o.log_dir;
+	if (o.tee && !j.log_dir) {
+		if (asprintf(&tee_dir, "accel-logs/%s", j.id) < 0)
 			goto oom;
-		log_dir = tee_dir;
+		j.log_dir = tee_dir;
 	}
-	int world = n * o.nnodes;
 	/* Many ranks each starting one OpenMP thread per core would oversubscribe
 	 * the machine; give each its share unless the user chose. */
-	int omp = 0;
 	if (n > 1 && !getenv("OMP_NUM_THREADS")) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		omp = cpus > n ? (int)(cpus / n) : 1;
+		j.omp = cpus > n ? (int)(cpus / n) : 1;
 	}
 	adds = calloc((size_t)n, sizeof(*adds));
 	envp = calloc((size_t)n, sizeof(*envp));
 	if (!adds || !envp)
 		goto oom;
-	for (int l = 0; l < n; l++) {
-		envlist *e = &adds[l];
-		int r = o.node_rank * n + l, bad = 0;
-		bad |= env_add(e, "ACCEL_RANK", "%d", r);
-		bad |= env_add(e, "ACCEL_LOCAL_RANK", "%d", l);
-		bad |= env_add(e, "ACCEL_WORLD_SIZE", "%d", world);
-		bad |= env_add(e, "ACCEL_LOCAL_WORLD_SIZE", "%d", n);
-		bad |= env_add(e, "ACCEL_NODE_RANK", "%d", o.node_rank);
-		bad |= env_add(e, "ACCEL_NUM_NODES", "%d", o.nnodes);
-		bad |= env_add(e, "ACCEL_MASTER_ADDR", "%s", addr);
-		bad |= env_add(e, "ACCEL_MASTER_PORT", "%d", port);
-		bad |= env_add(e, "ACCEL_JOB_ID", "%s", job_id);
-		if (config_abs)
-			bad |= env_add(e, "ACCEL_CONFIG", "%s", config_abs);
-		if (set_joined)
-			bad |= env_add(e, "ACCEL_SET", "%s", set_joined);
-		bad |= env_add(e, "RANK", "%d", r);
-		bad |= env_add(e, "WORLD_SIZE", "%d", world);
-		bad |= env_add(e, "LOCAL_RANK", "%d", l);
-		bad |= env_add(e, "LOCAL_WORLD_SIZE", "%d", n);
-		bad |= env_add(e, "MASTER_ADDR", "%s", addr);
-		bad |= env_add(e, "MASTER_PORT", "%d", port);
-		if (omp)
-			bad |= env_add(e, "OMP_NUM_THREADS", "%d", omp);
-		if (bad || !(envp[l] = env_merge(e->v, e->n)))
+	for (int l = 0; l < n; l++)
+		if (rank_env(&adds[l], &o, &j, l) || !(envp[l] = env_merge(adds[l].v, adds[l].n)))
 			goto oom;
-	}
 	if (o.dry_run) {
-		printf("accel launch: dry run: %d process%s on node %d of %d, world size %d, job %s, "
-		       "master %s:%d%s\n", n, n == 1 ? "" : "es", o.node_rank, o.nnodes, world, job_id,
-		       addr, port, o.port ? "" : " (a free port now; another is picked at launch)");
-		/* accel's variables the ranks inherit as they are (ACCEL_CONFIG or
-		 * ACCEL_SET from an outer job, ACCEL_LOG_LEVEL, ...): they change
-		 * what the ranks do as much as the ones set below */
-		int shown = 0;
-		for (char **ev = environ; ev && *ev; ev++) {
-			const char *eq = strchr(*ev, '=');
-			if (!eq || strncmp(*ev, "ACCEL_", 6) != 0)
-				continue;
-			int set_here = 0;
-			for (int j = 0; j < adds[0].n && !set_here; j++)
-				set_here = !strncmp(adds[0].v[j], *ev, (size_t)(eq - *ev) + 1);
-			if (set_here)
-				continue;
-			if (!shown++)
-				printf("inherited by every rank:\n");
-			printf("  %.*s=", (int)(eq - *ev), *ev);
-			print_quoted(stdout, eq + 1);
-			putchar('\n');
-		}
-		for (int l = 0; l < n; l++) {
-			printf("rank %d:\n", o.node_rank * n + l);
-			for (int j = 0; j < adds[l].n; j++) {
-				const char *kv = adds[l].v[j], *eq = strchr(kv, '=');
-				printf("  %.*s=", (int)(eq - kv), kv);
-				print_quoted(stdout, eq + 1);
-				putchar('\n');
-			}
-			printf("  command:");
-			for (char **a = o.prog; *a; a++) {
-				putchar(' ');
-				print_quoted(stdout, *a);
-			}
-			putchar('\n');
-		}
-		if (log_dir)
-			printf("logs: %s/rank-R.log\n", log_dir);
-		rc = fflush(stdout) == 0 ? 0 : 1;
+		rc = dry_run(&o, &j, adds);
 		goto out;
 	}
-	if (log_dir) {
-		if (make_dirs(log_dir) < 0) {
+	if (j.log_dir) {
+		if (make_dirs(j.log_dir) < 0) {
 			fprintf(stderr, "accel launch: cannot create the log directory '%s': %s\n",
-			        log_dir, strerror(errno));
+			        j.log_dir, strerror(errno));
 			rc = 1;
 			goto out;
 		}
-		fprintf(stderr, "accel launch: writing rank output to %s/rank-{%d..%d}.log\n", log_dir,
-		        o.node_rank * n, o.node_rank * n + n - 1);
+		fprintf(stderr, "accel launch: writing rank output to %s/rank-{%d..%d}.log\n",
+		        j.log_dir, o.node_rank * n, o.node_rank * n + n - 1);
 	}
 	fflush(stdout);
 	fflush(stderr);
@@ -585,11 +619,11 @@ int accel_cli_launch(int argc, char **argv)
 		.argv = o.prog,
 		.envp = envp,
 		.prefix = !o.log_dir || o.tee,
-		.log_dir = log_dir,
+		.log_dir = j.log_dir,
 		.grace_s = o.grace_s,
-		.master_addr = addr,
-		.master_port = port,
-		.world_size = world,
+		.master_addr = j.addr,
+		.master_port = j.port,
+		.world_size = j.world,
 	};
 	rc = accel_launch_run(&spec);
 	goto out;
@@ -604,8 +638,8 @@ out:
 	free(adds);
 	free(envp);
 	free(o.sets);
-	free(config_abs);
-	free(set_joined);
+	free(j.config_abs);
+	free(j.sets);
 	free(tee_dir);
 	return rc;
 }

@@ -10,7 +10,7 @@
 #include "accel/accel.h"
 #include "cli.h"
 #include "loader.h"
-#include "probe.h"
+#include "setup.h"
 
 #define MAX_DIRS 64
 
@@ -40,7 +40,7 @@ static void usage(FILE *out)
 }
 
 typedef struct opts {
-	const char *dirs[MAX_DIRS];
+	const char *dirs[MAX_DIRS];   /* --plugin-dir */
 	uint32_t n_dirs;
 	const char *config;
 	int json;
@@ -66,10 +66,10 @@ static int parse(int argc, char **argv, opts *o)
 		switch (c) {
 		case 'd':
 			if (o->n_dirs == MAX_DIRS)
-				return accel_cli_usage_error("plugins", "at most %d --plugin-dir options",
-				                             MAX_DIRS);
+				return accelp_cli_usage_error("plugins", "at most %d --plugin-dir options",
+				                              MAX_DIRS);
 			if (!*optarg)
-				return accel_cli_usage_error("plugins", "--plugin-dir needs a directory");
+				return accelp_cli_usage_error("plugins", "--plugin-dir needs a directory");
 			o->dirs[o->n_dirs++] = optarg;
 			break;
 		case 'c':
@@ -82,35 +82,35 @@ static int parse(int argc, char **argv, opts *o)
 			usage(stdout);
 			return -1;
 		case ':':
-			return accel_cli_usage_error("plugins", "option '%s' needs a value",
-			                             argv[optind - 1]);
+			return accelp_cli_usage_error("plugins", "option '%s' needs a value",
+			                              argv[optind - 1]);
 		default:
 			/* a short option inside a cluster (-xh) is optopt, not argv[optind - 1] */
 			if (optopt && strncmp(argv[optind - 1], "--", 2))
-				return accel_cli_usage_error("plugins", "unknown option '-%c'", optopt);
-			return accel_cli_usage_error("plugins", "unknown option '%s'",
-			                             argv[optind - 1]);
+				return accelp_cli_usage_error("plugins", "unknown option '-%c'", optopt);
+			return accelp_cli_usage_error("plugins", "unknown option '%s'",
+			                              argv[optind - 1]);
 		}
 	}
 	int n = argc - optind;
 	o->sub = n > 0 ? argv[optind] : "list";
 	if (!strcmp(o->sub, "list")) {
 		if (n > 1)
-			return accel_cli_usage_error("plugins", "'list' takes no argument (got '%s')",
-			                             argv[optind + 1]);
+			return accelp_cli_usage_error("plugins", "'list' takes no argument (got '%s')",
+			                              argv[optind + 1]);
 	} else if (!strcmp(o->sub, "info")) {
 		if (n < 2)
-			return accel_cli_usage_error("plugins", "'info' needs a plugin name");
+			return accelp_cli_usage_error("plugins", "'info' needs a plugin name");
 		if (n > 2)
-			return accel_cli_usage_error("plugins", "'info' takes one name (got '%s' too)",
-			                             argv[optind + 2]);
+			return accelp_cli_usage_error("plugins", "'info' takes one name (got '%s' too)",
+			                              argv[optind + 2]);
 		o->name = argv[optind + 1];
 	} else if (!strcmp(o->sub, "help")) {
 		usage(stdout);
 		return -1;
 	} else {
-		return accel_cli_usage_error("plugins", "unknown subcommand '%s' (list, info)",
-		                             o->sub);
+		return accelp_cli_usage_error("plugins", "unknown subcommand '%s' (list, info)",
+		                              o->sub);
 	}
 	return 0;
 }
@@ -120,7 +120,7 @@ static const char *kind_col(const accel_module *m)
 	if (m->kind == ACCEL_MODULE_COMM)
 		return "comm";
 	if (m->kind == ACCEL_MODULE_PLUGIN && m->name)
-		return accel_loader_role_name(m->role);
+		return accelp_loader_role_name(m->role);
 	return "-";
 }
 
@@ -139,7 +139,7 @@ static void req_col(const accel_module *m, char *buf, size_t cap)
 	if (!m->name || m->status == ACCEL_MODULE_BROKEN)
 		snprintf(buf, cap, "-");
 	else
-		accel_loader_requires_str(m->requires, m->min_cuda_cc, buf, cap);
+		accelp_loader_requires_str(m->requires, m->min_cuda_cc, buf, cap);
 }
 
 /* ---- JSON ----------------------------------------------------------------------- */
@@ -206,7 +206,7 @@ static json_t *caps_array(uint32_t caps)
 	json_t *a = json_array();
 	if (!caps)
 		return a;
-	accel_loader_caps_str(caps, buf, sizeof(buf));
+	accelp_loader_caps_str(caps, buf, sizeof(buf));
 	char *save = NULL;
 	for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
 		json_array_append_new(a, json_string(t));
@@ -219,9 +219,10 @@ static json_t *module_json(const accel_module *m)
 	json_object_set_new(o, "name", str_or_null(m->name));
 	json_object_set_new(o, "path", text_json(m->path));
 	json_object_set_new(o, "origin", json_string(m->origin));
-	json_object_set_new(o, "status", json_string(accel_loader_status_name(m->status)));
+	json_object_set_new(o, "status", json_string(accelp_loader_status_name(m->status)));
 	json_object_set_new(o, "reason", str_or_null(m->cause));
-	json_object_set_new(o, "kind", m->kind ? json_string(accel_loader_kind_name(m->kind))
+	json_object_set_new(o, "shadowed_by", str_or_null(m->shadowed_by));
+	json_object_set_new(o, "kind", m->kind ? json_string(accelp_loader_kind_name(m->kind))
 	                                       : json_null());
 	json_object_set_new(o, "abi_major", m->abi_major ? json_integer(m->abi_major) : json_null());
 	if (!m->name || !(m->plugin || m->comm))
@@ -230,7 +231,7 @@ static json_t *module_json(const accel_module *m)
 	json_object_set_new(o, "version", str_or_null(m->version));
 	json_object_set_new(o, "summary", str_or_null(m->summary));
 	if (m->kind == ACCEL_MODULE_PLUGIN) {
-		json_object_set_new(o, "role", json_string(accel_loader_role_name(m->role)));
+		json_object_set_new(o, "role", json_string(accelp_loader_role_name(m->role)));
 		json_object_set_new(o, "caps", caps_array(m->caps));
 		json_object_set_new(o, "state_version", json_integer(m->state_version));
 	} else {
@@ -250,10 +251,10 @@ static json_t *module_json(const accel_module *m)
 static json_t *dirs_json(const accel_loader *ld)
 {
 	json_t *a = json_array();
-	for (uint32_t i = 0; i < accel_loader_dir_count(ld); i++) {
+	for (uint32_t i = 0; i < accelp_loader_dir_count(ld); i++) {
 		const char *origin;
 		int exists;
-		const char *d = accel_loader_dir(ld, i, &origin, &exists);
+		const char *d = accelp_loader_dir(ld, i, &origin, &exists);
 		json_t *o = json_object();
 		json_object_set_new(o, "path", text_json(d));
 		json_object_set_new(o, "origin", json_string(origin));
@@ -281,19 +282,19 @@ static int print_json(json_t *root)
 static void print_dirs(const accel_loader *ld)
 {
 	printf("Search directories, in order:\n");
-	if (!accel_loader_dir_count(ld))
+	if (!accelp_loader_dir_count(ld))
 		printf("  (none)\n");
-	for (uint32_t i = 0; i < accel_loader_dir_count(ld); i++) {
+	for (uint32_t i = 0; i < accelp_loader_dir_count(ld); i++) {
 		const char *origin;
 		int exists;
-		const char *d = accel_loader_dir(ld, i, &origin, &exists);
+		const char *d = accelp_loader_dir(ld, i, &origin, &exists);
 		printf("  %u. %s  (%s%s)\n", i + 1, d, origin, exists ? "" : ", missing");
 	}
 }
 
 static int cmd_list(const accel_loader *ld, const opts *o, const char *cfg_file)
 {
-	uint32_t n = accel_loader_count(ld);
+	uint32_t n = accelp_loader_count(ld);
 	if (o->json) {
 		json_t *root = json_object();
 		json_object_set_new(root, "accel_version", json_string(accel_version()));
@@ -303,7 +304,7 @@ static int cmd_list(const accel_loader *ld, const opts *o, const char *cfg_file)
 		json_object_set_new(root, "directories", dirs_json(ld));
 		json_t *mods = json_array();
 		for (uint32_t i = 0; i < n; i++)
-			json_array_append_new(mods, module_json(accel_loader_get(ld, i)));
+			json_array_append_new(mods, module_json(accelp_loader_get(ld, i)));
 		json_object_set_new(root, "modules", mods);
 		return print_json(root);
 	}
@@ -323,12 +324,12 @@ static int cmd_list(const accel_loader *ld, const opts *o, const char *cfg_file)
 				       head[c]);
 		}
 		for (uint32_t i = 0; i < n; i++) {
-			const accel_module *m = accel_loader_get(ld, i);
+			const accel_module *m = accelp_loader_get(ld, i);
 			snprintf(cell[0], sizeof(cell[0]), "%s", m->name ? m->name : "-");
 			snprintf(cell[1], sizeof(cell[1]), "%s", m->version ? m->version : "-");
 			abi_col(m, cell[2], sizeof(cell[2]));
 			snprintf(cell[3], sizeof(cell[3]), "%s", kind_col(m));
-			snprintf(cell[4], sizeof(cell[4]), "%s", accel_loader_status_name(m->status));
+			snprintf(cell[4], sizeof(cell[4]), "%s", accelp_loader_status_name(m->status));
 			req_col(m, cell[5], sizeof(cell[5]));
 			snprintf(cell[6], sizeof(cell[6]), "%s", m->path);
 			for (int c = 0; c < NCOL; c++) {
@@ -350,12 +351,20 @@ static int cmd_list(const accel_loader *ld, const opts *o, const char *cfg_file)
 		printf("\n%u found: %u ok, %u unavailable, %u broken, %u shadowed.\n", n,
 		       counts[ACCEL_MODULE_OK], counts[ACCEL_MODULE_UNAVAILABLE],
 		       counts[ACCEL_MODULE_BROKEN], counts[ACCEL_MODULE_SHADOWED]);
-	if (n > counts[ACCEL_MODULE_OK]) {
-		printf("\nNot usable:\n");
+	/* A file shadowed from a later directory is not a problem (it is how an
+	 * override works), so it gets its own heading. */
+	for (int shadowed = 0; shadowed < 2; shadowed++) {
+		int said = 0;
 		for (uint32_t i = 0; i < n; i++) {
-			const accel_module *m = accel_loader_get(ld, i);
-			if (m->status != ACCEL_MODULE_OK)
-				printf("  %s\n", m->reason);
+			const accel_module *m = accelp_loader_get(ld, i);
+			if (m->status == ACCEL_MODULE_OK ||
+			    shadowed != (m->status == ACCEL_MODULE_SHADOWED && !m->same_dir))
+				continue;
+			if (!said++)
+				printf(shadowed ? "\nShadowed (the file of that name earlier in the search "
+				                  "order is used):\n"
+				                : "\nNot usable:\n");
+			printf("  %s\n", m->reason);
 		}
 	}
 	printf("\nConfig file: %s\n", cfg_file ? cfg_file : "none");
@@ -436,7 +445,7 @@ static json_t *param_json(const accel_module *m, const accel_param_schema_v1 *p)
 	json_t *o = json_object();
 	json_object_set_new(o, "key", json_string(p->key));
 	json_object_set_new(o, "path", json_string(key));
-	json_object_set_new(o, "type", json_string(accel_loader_cfg_type_name(p->type)));
+	json_object_set_new(o, "type", json_string(accelp_loader_cfg_type_name(p->type)));
 	json_t *def = p->default_json ? json_loads(p->default_json, JSON_DECODE_ANY, NULL) : NULL;
 	json_object_set_new(o, "default", def ? def : json_null());
 	if ((p->type == ACCEL_CFG_INT || p->type == ACCEL_CFG_DOUBLE) && p->min <= p->max) {
@@ -480,11 +489,11 @@ static int cmd_info(accel_loader *ld, const opts *o)
 	accel_err err;
 	accel_err_clear(&err);
 	const accel_module *m = NULL;
-	int r = accel_loader_find(ld, 0, o->name, &m, &err);
+	int r = accelp_loader_find(ld, 0, o->name, &m, &err);
 	if (r == ACCEL_ERR_UNSUPPORTED) {
 		/* Unmet requirements: still worth describing. */
-		for (uint32_t i = 0; i < accel_loader_count(ld) && !m; i++) {
-			const accel_module *x = accel_loader_get(ld, i);
+		for (uint32_t i = 0; i < accelp_loader_count(ld) && !m; i++) {
+			const accel_module *x = accelp_loader_get(ld, i);
 			if (x->status == ACCEL_MODULE_UNAVAILABLE && !strcmp(x->name, o->name))
 				m = x;
 		}
@@ -508,20 +517,20 @@ static int cmd_info(accel_loader *ld, const opts *o)
 	if (m->kind == ACCEL_MODULE_COMM)
 		printf("  kind:            comm backend\n");
 	else
-		printf("  kind:            plugin, role %s\n", accel_loader_role_name(m->role));
+		printf("  kind:            plugin, role %s\n", accelp_loader_role_name(m->role));
 	printf("  file:            %s  (%s)\n", m->path, m->origin);
 	printf("  ABI:             v%d.%u\n", m->abi_major, m->abi_minor);
-	printf("  status:          %s%s%s\n", accel_loader_status_name(m->status),
+	printf("  status:          %s%s%s\n", accelp_loader_status_name(m->status),
 	       m->cause ? ": " : "", m->cause ? m->cause : "");
 	if (m->kind == ACCEL_MODULE_PLUGIN) {
-		printf("  capabilities:    %s\n", accel_loader_caps_str(m->caps, buf, sizeof(buf)));
+		printf("  capabilities:    %s\n", accelp_loader_caps_str(m->caps, buf, sizeof(buf)));
 		printf("  state version:   %u\n", m->state_version);
 	} else {
 		printf("  devices:         %s%s%s\n", m->devices & 1u ? "cpu" : "",
 		       (m->devices & 3u) == 3u ? ", " : "", m->devices & 2u ? "cuda" : "");
 	}
 	printf("  requires:        %s\n",
-	       accel_loader_requires_str(m->requires, m->min_cuda_cc, buf, sizeof(buf)));
+	       accelp_loader_requires_str(m->requires, m->min_cuda_cc, buf, sizeof(buf)));
 	printf("  select with:     %s\n", hint);
 	if (!m->n_params) {
 		printf("\nNo configuration keys.\n");
@@ -544,13 +553,13 @@ static int cmd_info(accel_loader *ld, const opts *o)
 		range_str(p, range, sizeof(range));
 		snprintf(def, sizeof(def), "%s", p->default_json ? p->default_json : "(none)");
 		printf("  %-*s  %-7s  default %s%s%s\n", (int)kw, key,
-		       accel_loader_cfg_type_name(p->type), def, range[0] ? ", " : "", range);
+		       accelp_loader_cfg_type_name(p->type), def, range[0] ? ", " : "", range);
 		print_wrapped(kw + 6, p->help && *p->help ? p->help : "(no help)");
 	}
 	return 0;
 }
 
-int accel_cli_plugins(int argc, char **argv)
+int accelp_cli_plugins(int argc, char **argv)
 {
 	opts o;
 	int r = parse(argc, argv, &o);
@@ -558,27 +567,31 @@ int accel_cli_plugins(int argc, char **argv)
 		return 0; /* --help */
 	if (r)
 		return r;
-	accel_cli_cuda cuda;
-	accel_cli_probe_cuda(&cuda);
-	accel_cli_dirs dirs = {.extra = o.dirs, .n_extra = o.n_dirs, .config_path = o.config};
-	accel_loader *ld = NULL;
-	char cfg_err[ACCEL_ERRMSG_MAX];
-	const char *cfg_file = NULL;
+	/* The loader a context would set up, plus the --plugin-dir ones. */
+	accelp_setup_opts so = {
+		.config_path = o.config,
+		.config_path_from = "--config",
+		.extra_dirs = o.dirs,
+		.n_extra_dirs = o.n_dirs,
+		.config_optional = 1,
+	};
+	accelp_setup s;
 	accel_err err;
 	accel_err_clear(&err);
-	if (accel_cli_open_loader(&dirs, &cuda, &ld, cfg_err, &cfg_file, &err)) {
+	if (accelp_setup_run(&so, &s, &err)) {
 		fprintf(stderr, "accel plugins: %s\n", err.msg);
+		accelp_setup_fini(&s);
 		return 1;
 	}
-	if (cfg_err[0]) {
+	if (s.config_err.code) {
 		/* The directories it names would be missing from the answer. */
-		fprintf(stderr, "accel plugins: config%s%s: %s\n", cfg_file ? " " : "",
-		        cfg_file ? cfg_file : "", cfg_err);
-		accel_loader_free(ld);
+		fprintf(stderr, "accel plugins: config%s%s: %s\n", s.config_file ? " " : "",
+		        s.config_file ? s.config_file : "", s.config_err.msg);
+		accelp_setup_fini(&s);
 		return 1;
 	}
-	r = !strcmp(o.sub, "info") ? cmd_info(ld, &o) : cmd_list(ld, &o, cfg_file);
-	accel_loader_free(ld);
+	r = !strcmp(o.sub, "info") ? cmd_info(s.loader, &o) : cmd_list(s.loader, &o, s.config_file);
+	accelp_setup_fini(&s);
 	fflush(stdout);
 	return r;
 }

@@ -16,11 +16,11 @@ typedef struct subcommand {
 } subcommand;
 
 static const subcommand subcommands[] = {
-	{"launch", accel_cli_launch, "start N processes of a training program"},
-	{"config", accel_cli_config, "validate and show configurations (show, validate)"},
-	{"env", accel_cli_env, "print versions, devices and settings for a bug report"},
-	{"plugins", accel_cli_plugins, "list plugins and backends, show a plugin's settings"},
-	{"bench", accel_cli_bench, "benchmarks (comm)"},
+	{"launch", accelp_cli_launch, "start N processes of a training program"},
+	{"config", accelp_cli_config, "validate and show configurations (show, validate)"},
+	{"env", accelp_cli_env, "print versions, devices and settings for a bug report"},
+	{"plugins", accelp_cli_plugins, "list plugins and backends, show a plugin's settings"},
+	{"bench", accelp_cli_bench, "benchmarks (comm)"},
 };
 
 static void usage(FILE *out)
@@ -38,7 +38,7 @@ static void usage(FILE *out)
 	fprintf(out, "\n'accel COMMAND --help' describes a command.\n");
 }
 
-int accel_cli_usage_error(const char *sub, const char *fmt, ...)
+int accelp_cli_usage_error(const char *sub, const char *fmt, ...)
 {
 	va_list ap;
 	fprintf(stderr, "accel%s%s: ", sub ? " " : "", sub ? sub : "");
@@ -81,18 +81,18 @@ int main(int argc, char **argv)
 	int help = !strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help");
 	int version = !strcmp(a, "--version") || !strcmp(a, "-V");
 	if (!strcmp(a, "help") && argc > 3)
-		return accel_cli_usage_error(NULL, "help takes one COMMAND (got '%s' and '%s')",
-		                             argv[2], argv[3]);
+		return accelp_cli_usage_error(NULL, "help takes one COMMAND (got '%s' and '%s')",
+		                              argv[2], argv[3]);
 	if (!strcmp(a, "help") && argc == 3 && strcmp(argv[2], "help") != 0) {
 		/* `accel help COMMAND` is `accel COMMAND --help` */
 		const subcommand *sc = find_sub(argv[2]);
 		if (!sc)
-			return accel_cli_usage_error(NULL, "unknown command '%s'", argv[2]);
+			return accelp_cli_usage_error(NULL, "unknown command '%s'", argv[2]);
 		char *args[] = {argv[2], "--help", NULL};
 		return finish(sc->run(2, args));
 	}
 	if ((help || version) && argc > 2 && strcmp(a, "help") != 0)
-		return accel_cli_usage_error(NULL, "%s takes no arguments (got '%s')", a, argv[2]);
+		return accelp_cli_usage_error(NULL, "%s takes no arguments (got '%s')", a, argv[2]);
 	if (help) {
 		usage(stdout);
 		return finish(0);
@@ -106,6 +106,6 @@ int main(int argc, char **argv)
 	if (sc)
 		return finish(sc->run(argc - 1, argv + 1));
 	if (a[0] == '-')
-		return accel_cli_usage_error(NULL, "unknown option '%s'", a);
-	return accel_cli_usage_error(NULL, "unknown command '%s'", a);
+		return accelp_cli_usage_error(NULL, "unknown option '%s'", a);
+	return accelp_cli_usage_error(NULL, "unknown command '%s'", a);
 }

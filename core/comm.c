@@ -104,7 +104,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 {
 	accel_ctx *ctx = c->ctx;
 	const accel_module *m;
-	int r = accel_loader_find(ctx->loader, ACCEL_MODULE_COMM, name, &m, &ctx->err);
+	int r = accelp_loader_find(ctx->loader, ACCEL_MODULE_COMM, name, &m, &ctx->err);
 	if (r)
 		return r;
 	int64_t timeout_ms, keepalive_ms;
@@ -159,7 +159,7 @@ static int usable(accel_ctx *ctx, const char *name, const accel_module **ret, ch
 	accel_err e;
 	accel_err_clear(&e);
 	why[0] = '\0';
-	int r = accel_loader_find(ctx->loader, ACCEL_MODULE_COMM, name, &m, &e);
+	int r = accelp_loader_find(ctx->loader, ACCEL_MODULE_COMM, name, &m, &e);
 	if (r == ACCEL_OK) {
 		if (ret)
 			*ret = m;
@@ -202,7 +202,7 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		 * auto sends them. */
 		accel_err e;
 		accel_err_clear(&e);
-		if ((r = accel_loader_find(ctx->loader, ACCEL_MODULE_COMM, want, &m, &e))) {
+		if ((r = accelp_loader_find(ctx->loader, ACCEL_MODULE_COMM, want, &m, &e))) {
 			accel_err_set(&ctx->err, r, "backend '%s' (from %s): %s", want,
 			              accel_config_source(ctx->cfg, "backend"),
 			              e.msg[0] ? e.msg : accel_status_str(r));

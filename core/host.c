@@ -41,7 +41,7 @@ static int host_error(accel_host *h, int32_t code, const char *fmt, ...)
 		code = ACCEL_ERR_INTERNAL;
 	if (!h || !h->ctx) {
 		/* Inside an entry function: the loader reports it with the path. */
-		accel_loader_entry_error(msg);
+		accelp_loader_entry_error(msg);
 		return code;
 	}
 	if (h->name)

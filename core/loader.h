@@ -16,14 +16,17 @@
  * as BROKEN with a one-line reason that starts with its path, and never
  * crashes the process.  Requirements (ACCEL_REQ_*, min_cuda_cc) are
  * compared with what this process offers: CUDA and the compute capability
- * as accel_loader_set_available() says, NCCL and MPI when a usable comm
+ * as accelp_loader_set_available() says, NCCL and MPI when a usable comm
  * backend named "nccl" / "mpi" is loaded (or set_available says so);
  * unmet ones make the module UNAVAILABLE.  Plugins and comm
  * backends have separate name spaces; within one, a second module with a
- * name already taken is SHADOWED, and looking that name up is an error
- * naming both files.
+ * name already taken is SHADOWED.  Like PATH: when it comes from a later
+ * directory of the search order, the earlier one is used and a one-line
+ * notice (info) names both files, so a file in plugin_dirs overrides an
+ * installed one; when both are in one directory, looking the name up is an
+ * error naming both files.
  *
- * Handles are never dlclose()d, not even by accel_loader_free(): a plugin
+ * Handles are never dlclose()d, not even by accelp_loader_free(): a plugin
  * (or a library it pulled in, such as NCCL or the CUDA runtime) may have
  * started threads, registered atexit() handlers or thread-local
  * destructors, and descriptor strings may still be referenced; unmapping
@@ -78,6 +81,12 @@ typedef struct accel_module {
 	const char *origin;               /* origin of the directory it came from
 	                                     ("plugin_dirs", "ACCEL_PLUGIN_PATH",
 	                                     "install", ...) or "file"               */
+	const char *shadowed_by;          /* SHADOWED: path of the module of the same
+	                                     name that comes first; else NULL         */
+	int same_dir;                     /* SHADOWED: 1 when that module is in the
+	                                     same directory (looking the name up is
+	                                     then an error), 0 when it is earlier in
+	                                     the search order (it is used)           */
 	/* From the descriptor; name is NULL when the descriptor could not be
 	 * read, the other strings are then NULL too.  Strings are borrowed from
 	 * the module (which is never unloaded); summary is "" when the plugin
@@ -111,70 +120,71 @@ typedef struct accel_module {
 
 /* `host` (required) is given to entry functions and must outlive the
  * loader.  Owned. */
-int accel_loader_new(const accel_host_v1 *host, accel_loader **ret_loader, accel_err *err);
+int accelp_loader_new(const accel_host_v1 *host, accel_loader **ret_loader, accel_err *err);
 /* Frees the records; never dlclose()s (see above).  NULL-safe, returns NULL. */
-accel_loader *accel_loader_free(accel_loader *ld);
+accel_loader *accelp_loader_free(accel_loader *ld);
 
 /* Append a search directory (in order).  `origin` says where it came from
  * (copied).  Missing directories are remembered and reported by `accel
  * plugins list`, not errors. */
-int accel_loader_add_dir(accel_loader *ld, const char *dir, const char *origin, accel_err *err);
+int accelp_loader_add_dir(accel_loader *ld, const char *dir, const char *origin, accel_err *err);
 /* Add the standard directories after the config's: ACCEL_PLUGIN_PATH then the
  * install plugindir (ACCEL_PLUGINDIR at build time). */
-int accel_loader_add_default_dirs(accel_loader *ld, accel_err *err);
+int accelp_loader_add_default_dirs(accel_loader *ld, accel_err *err);
 /* Load a single file (used by tests and by scan).  Broken files are
  * recorded, not errors: returns ACCEL_OK unless out of memory.  A file
  * already loaded (same real path) is not loaded twice.  ret_module
  * (optional) receives the file's record. */
-int accel_loader_load_file(accel_loader *ld, const char *path, const accel_module **ret_module,
-                           accel_err *err);
+int accelp_loader_load_file(accel_loader *ld, const char *path, const accel_module **ret_module,
+                            accel_err *err);
 /* Scan all directories not scanned yet and load every candidate. */
-int accel_loader_scan(accel_loader *ld, accel_err *err);
+int accelp_loader_scan(accel_loader *ld, accel_err *err);
 
 /* Modules in load order (borrowed until the loader is freed; the pointers
  * stay valid when more modules are loaded). */
-uint32_t accel_loader_count(const accel_loader *ld);
-const accel_module *accel_loader_get(const accel_loader *ld, uint32_t i);
+uint32_t accelp_loader_count(const accel_loader *ld);
+const accel_module *accelp_loader_get(const accel_loader *ld, uint32_t i);
 /* Directories in search order with their origin ("plugin_dirs",
  * "ACCEL_PLUGIN_PATH", "install", or what add_dir was given); exists=0 if
  * missing or not a directory.  NULL past the end. */
-uint32_t accel_loader_dir_count(const accel_loader *ld);
-const char *accel_loader_dir(const accel_loader *ld, uint32_t i, const char **ret_origin,
-                             int *ret_exists);
+uint32_t accelp_loader_dir_count(const accel_loader *ld);
+const char *accelp_loader_dir(const accel_loader *ld, uint32_t i, const char **ret_origin,
+                              int *ret_exists);
 
 /* Find a usable module by name and kind (0: either kind, plugins first).
- * Scans first if accel_loader_scan() was not called.  Errors (recorded in
+ * Scans first if accelp_loader_scan() was not called.  Errors (recorded in
  * err):
  * ACCEL_ERR_NOT_FOUND "no plugin named 'x' in <dir> (<origin>), ...
  *   (available: a, b); did you mean 'y'?",
  * ACCEL_ERR_PLUGIN when the file providing x is broken (its reason),
  * ACCEL_ERR_UNSUPPORTED when its requirements are unmet (its reason),
- * ACCEL_ERR_PLUGIN for duplicates, naming both files. */
-int accel_loader_find(accel_loader *ld, int kind, const char *name,
-                      const accel_module **ret_module, accel_err *err);
+ * ACCEL_ERR_PLUGIN for two modules of that name in one directory, naming
+ *   both files (one in a later directory is shadowed, not an error). */
+int accelp_loader_find(accel_loader *ld, int kind, const char *name,
+                       const accel_module **ret_module, accel_err *err);
 
 /* What this process offers, for requirement checks: ACCEL_REQ_* bits and the
  * best CUDA compute capability (0 if none).  Until it is called, nothing is
  * offered (ACCEL_REQ_NCCL/MPI are also offered by the loaded nccl/mpi comm
  * backends, see above).  May be called before or after scan: modules
  * already loaded are re-evaluated (OK <-> UNAVAILABLE). */
-void accel_loader_set_available(accel_loader *ld, uint32_t req_bits, int32_t cuda_cc);
+void accelp_loader_set_available(accel_loader *ld, uint32_t req_bits, int32_t cuda_cc);
 
 /* Hook for the host table's error() when called with h == NULL, i.e. from
  * inside an entry function: the loader keeps the text (the first one, made
  * one line) and reports it with the file's path if the entry returns NULL.
  * Outside an entry call the text is logged as a warning.  Thread-local. */
-void accel_loader_entry_error(const char *msg);
+void accelp_loader_entry_error(const char *msg);
 
 /* Names for messages and listings (static strings). */
-const char *accel_loader_status_name(int status);   /* "ok", "unavailable", ... */
-const char *accel_loader_kind_name(int kind);       /* "plugin", "comm", "?"    */
-const char *accel_loader_role_name(uint32_t role);  /* "strategy", ..., "?"     */
-const char *accel_loader_cfg_type_name(uint32_t type); /* "int", "enum", ...    */
+const char *accelp_loader_status_name(int status);   /* "ok", "unavailable", ... */
+const char *accelp_loader_kind_name(int kind);       /* "plugin", "comm", "?"    */
+const char *accelp_loader_role_name(uint32_t role);  /* "strategy", ..., "?"     */
+const char *accelp_loader_cfg_type_name(uint32_t type); /* "int", "enum", ...    */
 /* Requirements as text ("CUDA (cc >= 8.9), MPI"; "none"), into buf. */
-const char *accel_loader_requires_str(uint32_t requires, int32_t min_cuda_cc, char *buf,
-                                      size_t cap);
+const char *accelp_loader_requires_str(uint32_t requires, int32_t min_cuda_cc, char *buf,
+                                       size_t cap);
 /* Capability bits as text ("cpu, cuda, shard_optim"; "none"), into buf. */
-const char *accel_loader_caps_str(uint32_t caps, char *buf, size_t cap);
+const char *accelp_loader_caps_str(uint32_t caps, char *buf, size_t cap);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* core/select.c: the selection rules and the loader set-up. */
-#include <dlfcn.h>
+/* core/select.c: the selection rules (the set-up that uses them is
+ * core/setup.c). */
 #include <string.h>
 
 #include "accel-build-config.h"
@@ -64,80 +64,12 @@ int accel_select_from_config(const accel_config *cfg, accel_select *ret_sel, acc
 	return ACCEL_OK;
 }
 
-typedef int (*cu_init_fn)(unsigned int);
-typedef int (*cu_count_fn)(int *);
-typedef int (*cu_get_fn)(int *, int);
-typedef int (*cu_attr_fn)(int *, int, int);
-
-void accel_select_probe_cuda(uint32_t *ret_req_bits, int32_t *ret_best_cc)
-{
-	*ret_req_bits = 0;
-	*ret_best_cc = 0;
-	if (!ACCEL_HAVE_CUDA)
-		return;
-	/* The driver is probed at run time so libaccel never links CUDA; it
-	 * stays loaded (unloading CUDA's driver is not supported). */
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!h)
-		return;
-	cu_init_fn cu_init = (cu_init_fn)(uintptr_t)dlsym(h, "cuInit");
-	cu_count_fn cu_count = (cu_count_fn)(uintptr_t)dlsym(h, "cuDeviceGetCount");
-	cu_get_fn cu_get = (cu_get_fn)(uintptr_t)dlsym(h, "cuDeviceGet");
-	cu_attr_fn cu_attr = (cu_attr_fn)(uintptr_t)dlsym(h, "cuDeviceGetAttribute");
-	int n = 0;
-	if (!cu_init || !cu_count || !cu_get || !cu_attr || cu_init(0) != 0 || cu_count(&n) != 0 ||
-	    n <= 0)
-		return;
-	*ret_req_bits |= ACCEL_REQ_CUDA;
-	for (int i = 0; i < n; i++) {
-		int dev, major = 0, minor = 0;
-		/* 75/76: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR */
-		if (cu_get(&dev, i) == 0 && cu_attr(&major, 75, dev) == 0 &&
-		    cu_attr(&minor, 76, dev) == 0 && major * 10 + minor > *ret_best_cc)
-			*ret_best_cc = major * 10 + minor;
-	}
-}
-
-int accel_select_open_loader(const accel_config *cfg, accel_loader **ret_loader, accel_err *err)
-{
-	accel_loader *ld = NULL;
-	const char *dir;
-	uint32_t avail;
-	int32_t cc;
-	int r = accel_loader_new(accel_host_table(), &ld, err);
-	if (r)
-		return r;
-	for (uint32_t i = 0;
-	     cfg && accel_config_peek_strlist(cfg, "plugin_dirs", i, &dir) == ACCEL_OK; i++) {
-		if (!*dir) {
-			r = accel_err_set(err, ACCEL_ERR_CONFIG,
-			                  "plugin_dirs[%u] (from %s) is an empty string; name a "
-			                  "directory (\".\" for the current one)", i,
-			                  accel_config_source(cfg, "plugin_dirs"));
-			goto fail;
-		}
-		if ((r = accel_loader_add_dir(ld, dir, "plugin_dirs", err)))
-			goto fail;
-	}
-	if ((r = accel_loader_add_default_dirs(ld, err)))
-		goto fail;
-	accel_select_probe_cuda(&avail, &cc);
-	accel_loader_set_available(ld, avail, cc);
-	if ((r = accel_loader_scan(ld, err)))
-		goto fail;
-	*ret_loader = ld;
-	return ACCEL_OK;
-fail:
-	accel_loader_free(ld);
-	return r;
-}
-
 /* A loaded module of that kind and name, usable here or not (its
  * requirements unmet), or NULL. */
 static const accel_module *loaded_named(const accel_loader *ld, int kind, const char *name)
 {
-	for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
-		const accel_module *m = accel_loader_get(ld, i);
+	for (uint32_t i = 0; i < accelp_loader_count(ld); i++) {
+		const accel_module *m = accelp_loader_get(ld, i);
 		if (m->kind == kind && m->name && !strcmp(m->name, name) &&
 		    (m->status == ACCEL_MODULE_OK || m->status == ACCEL_MODULE_UNAVAILABLE))
 			return m;
@@ -189,8 +121,8 @@ int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
 	 * warning (its settings then count as unknown keys), while a clash
 	 * between selected ones is an error naming the file. */
 	for (int pass = 0; pass < 2; pass++)
-		for (uint32_t i = 0; i < accel_loader_count(ld); i++) {
-			const accel_module *m = accel_loader_get(ld, i);
+		for (uint32_t i = 0; i < accelp_loader_count(ld); i++) {
+			const accel_module *m = accelp_loader_get(ld, i);
 			if (m->status == ACCEL_MODULE_BROKEN || m->status == ACCEL_MODULE_SHADOWED)
 				continue;
 			int selected = m->kind == ACCEL_MODULE_PLUGIN
@@ -218,7 +150,7 @@ int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
 static int find_plugin(accel_loader *ld, const char *name, const accel_module **ret,
                        accel_err *err)
 {
-	int r = accel_loader_find(ld, ACCEL_MODULE_PLUGIN, name, ret, err);
+	int r = accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, name, ret, err);
 	if (r == ACCEL_ERR_UNSUPPORTED)
 		*ret = loaded_named(ld, ACCEL_MODULE_PLUGIN, name);
 	return r;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* core/select.h: which modules a configuration selects, and a loader set up
- * the way a context sets it up (private; shared by the context and by the
- * CLI's `accel config`, so both apply the same rules). */
+/* core/select.h: which modules a configuration selects (private; used by
+ * core/setup.c, which a context and the CLI share, so both apply the same
+ * rules). */
 #ifndef ACCEL_CORE_SELECT_H
 #define ACCEL_CORE_SELECT_H
 
@@ -27,15 +27,6 @@ typedef struct accel_select {
 /* Works before resolve() (reads the raw layers). */
 int accel_select_from_config(const accel_config *cfg, accel_select *ret_sel, accel_err *err);
 int accel_select_has(const accel_select *sel, const char *name);
-
-/* ACCEL_REQ_CUDA when this build has CUDA and the driver reports a GPU, and
- * the best compute capability (x10); probed with dlopen, no link to CUDA. */
-void accel_select_probe_cuda(uint32_t *ret_req_bits, int32_t *ret_best_cc);
-
-/* A scanned loader: the config's plugin_dirs (cfg may be NULL), then
- * ACCEL_PLUGIN_PATH and the install directory; requirements checked against
- * this machine.  Owned. */
-int accel_select_open_loader(const accel_config *cfg, accel_loader **ret_loader, accel_err *err);
 
 /* Declare every loaded module's config section: selected plugins, and the
  * backend in use (every backend under "auto"), as active; the others as

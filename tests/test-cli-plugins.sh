@@ -46,6 +46,31 @@ has() {
 # The ABI version the fixtures and plugins are built with (abi/accel/types.h).
 . "$ACCEL_TEST_SRCDIR/tests/abi-version.sh"
 
+# Whether this machine offers CUDA to plugins, as accel itself decides it
+# (the same probe a context uses): the needs-cuda fixture (min_cuda_cc 80)
+# is ok where a GPU of compute capability >= 8.0 answers, else unavailable.
+run 0 env
+cuda_line=$(grep '^- plugins that need CUDA: ' "$tmp/out") || { cat "$tmp/out" >&2; fail "accel env does not say whether plugins that need CUDA are usable"; }
+case "$cuda_line" in
+"- plugins that need CUDA: usable here (best compute capability "*")")
+	cc=${cuda_line##*capability }
+	cc=${cc%)}
+	cc_x10=$(echo "$cc" | awk -F. '{ print $1 * 10 + $2 }')
+	if [ "$cc_x10" -ge 80 ]; then
+		needs_cuda=ok
+		needs_cuda_why=
+	else
+		needs_cuda=unavailable
+		needs_cuda_why="plugin 'needs-cuda' needs a GPU of compute capability >= 8.0 (best here: $cc)"
+	fi ;;
+"- plugins that need CUDA: unavailable here ("*")")
+	needs_cuda=unavailable
+	needs_cuda_why="plugin 'needs-cuda' needs CUDA (no CUDA device module or no GPU)" ;;
+*) fail "unexpected line: $cuda_line" ;;
+esac
+echo "needs-cuda is expected to be $needs_cuda here ($cuda_line)"
+if [ "$needs_cuda" = ok ]; then n_ok=11 n_unavail=0; else n_ok=10 n_unavail=1; fi
+
 echo "== plugins list"
 run 0 plugins list --plugin-dir "$fx"
 # NAME VERSION ABI KIND STATUS REQUIRES PATH, one row per file.
@@ -57,7 +82,7 @@ for spec in \
 	"comm-good.so|fx_comm 0.0.1 $ABI comm ok" \
 	"dup-a.so|dup 1.2.3 $ABI strategy ok" \
 	"dup-b.so|dup 1.2.3 $ABI strategy shadowed" \
-	"needs-cuda.so|needs-cuda 1.2.3 $ABI other unavailable" \
+	"needs-cuda.so|needs-cuda 1.2.3 $ABI other $needs_cuda" \
 	"short-hook.so|short-hook 1.2.3 $ABI other ok" \
 	"needs-mpi.so|needs-mpi 1.2.3 $ABI other ok" \
 	"comm-mpi.so|mpi 0.0.1 $ABI comm ok" \
@@ -71,11 +96,15 @@ for spec in \
 	got=$(row "$file")
 	[ "$got" = "$want" ] || { cat "$tmp/out" >&2; fail "row of $file is '$got', expected '$want'"; }
 done
-has "$tmp/out" "^26 found: 10 ok, 1 unavailable, 14 broken, 1 shadowed\.$"
+has "$tmp/out" "^26 found: $n_ok ok, $n_unavail unavailable, 14 broken, 1 shadowed\.$"
 
 has "$tmp/out" "^  $fx/not-elf.so: not an ELF shared object"
 has "$tmp/out" "^  $fx/abi-v9.so: built for plugin ABI v9; this accel supports v1$"
-has "$tmp/out" "^  $fx/needs-cuda.so: plugin 'needs-cuda' needs CUDA"
+if [ "$needs_cuda" = ok ]; then
+	! grep -q "needs-cuda.so:" "$tmp/out" || fail "needs-cuda is listed as not usable"
+else
+	has "$tmp/out" "^  $fx/needs-cuda.so: $needs_cuda_why$"
+fi
 has "$tmp/out" "^  $fx/dup-b.so: plugin 'dup' is also provided by $fx/dup-a.so"
 has "$tmp/out" "^  1\. $fx  (--plugin-dir)$"
 has "$tmp/out" "(install"
@@ -84,10 +113,10 @@ echo "== plugins list --json"
 run 0 plugins list --plugin-dir "$fx" --json
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
-"$PY" - "$tmp/out" "$fx" <<'PYEOF'
+"$PY" - "$tmp/out" "$fx" "$needs_cuda" "$needs_cuda_why" <<'PYEOF'
 import json, sys
 doc = json.load(open(sys.argv[1]))
-fx = sys.argv[2]
+fx, needs_cuda, needs_cuda_why = sys.argv[2], sys.argv[3], sys.argv[4] or None
 mods = {m["path"].rsplit("/", 1)[1]: m for m in doc["modules"]}
 assert doc["abi_major"] == 1, doc["abi_major"]
 assert doc["directories"][0] == {"path": fx, "origin": "--plugin-dir", "exists": True}, doc["directories"][0]
@@ -95,14 +124,49 @@ g = mods["good.so"]
 assert (g["name"], g["status"], g["kind"], g["role"], g["version"]) == ("good", "ok", "plugin", "strategy", "1.2.3"), g
 assert g["reason"] is None and g["caps"] == ["cpu"] and g["requires"] == [], g
 n = mods["needs-cuda.so"]
-assert n["status"] == "unavailable" and n["requires"] == ["cuda"] and n["min_cuda_cc"] == 80, n
-assert n["reason"] == "plugin 'needs-cuda' needs CUDA (no CUDA device module or no GPU)", n["reason"]
+assert n["status"] == needs_cuda and n["requires"] == ["cuda"] and n["min_cuda_cc"] == 80, n
+assert n["reason"] == needs_cuda_why, n["reason"]
 b = mods["small-struct.so"]
 assert b["status"] == "broken" and b["name"] == "small-struct" and b["reason"].startswith("struct_size too small"), b
 c = mods["comm-good.so"]
 assert c["kind"] == "comm" and c["devices"] == ["cpu"], c
 assert len(mods) == 26, sorted(mods)
 PYEOF
+
+echo "== the same name in two directories: the earlier wins, the later is shadowed"
+mkdir "$tmp/over"
+cp "$fx/good.so" "$tmp/over/good.so"
+run 0 plugins list --plugin-dir "$tmp/over" --plugin-dir "$fx"
+[ "$(awk -v p="$tmp/over/good.so" '$NF == p { print $1, $5 }' "$tmp/out")" = "good ok" ] ||
+	{ cat "$tmp/out" >&2; fail "the copy in the first directory is not the one used"; }
+[ "$(row good.so)" = "good 1.2.3 $ABI strategy shadowed" ] ||
+	{ cat "$tmp/out" >&2; fail "row of good.so is '$(row good.so)'"; }
+has "$tmp/out" "^Shadowed (the file of that name earlier in the search order is used):$"
+has "$tmp/out" "^  $fx/good.so: plugin 'good' is shadowed by $tmp/over/good.so, which comes earlier in the search order$"
+has "$tmp/out" "^27 found: $n_ok ok, $n_unavail unavailable, 14 broken, 2 shadowed\.$"
+# the one-line notice, on stderr
+[ "$(grep -c "is shadowed by" "$tmp/err")" = 1 ] || { cat "$tmp/err" >&2; fail "expected one notice"; }
+has "$tmp/err" "^\[accel\] info: $fx/good.so: plugin 'good' is shadowed by $tmp/over/good.so, which comes earlier in the search order$"
+run 0 plugins info good --plugin-dir "$tmp/over" --plugin-dir "$fx"
+has "$tmp/out" "file: *$tmp/over/good.so  (--plugin-dir)$"
+run 0 plugins list --plugin-dir "$tmp/over" --plugin-dir "$fx" --json
+"$PY" - "$tmp/out" "$fx" "$tmp/over" <<'PYEOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+fx, over = sys.argv[2], sys.argv[3]
+mods = {m["path"]: m for m in doc["modules"]}
+w, s = mods[over + "/good.so"], mods[fx + "/good.so"]
+assert (w["status"], w["shadowed_by"]) == ("ok", None), w
+assert (s["status"], s["shadowed_by"]) == ("shadowed", over + "/good.so"), s
+d = mods[fx + "/dup-b.so"]
+assert (d["status"], d["shadowed_by"]) == ("shadowed", fx + "/dup-a.so"), d
+PYEOF
+# The same name twice in one directory stays an error.
+mkdir "$tmp/twice"
+cp "$fx/good.so" "$tmp/twice/a.so"
+cp "$fx/good.so" "$tmp/twice/b.so"
+run 1 plugins info good --plugin-dir "$tmp/twice"
+has "$tmp/err" "two plugins are named 'good': $tmp/twice/a.so and $tmp/twice/b.so, in one directory; remove or rename one"
 
 echo "== plugins info"
 run 0 plugins info good --plugin-dir "$fx"
@@ -126,7 +190,11 @@ assert p["names"]["default"] == ["a", "b"] and p["no_default"]["default"] is Non
 PYEOF
 # Unavailable modules are still described.
 run 0 plugins info needs-cuda --plugin-dir "$fx"
-has "$tmp/out" "status: *unavailable: plugin 'needs-cuda' needs CUDA"
+if [ "$needs_cuda" = ok ]; then
+	has "$tmp/out" "status: *ok$"
+else
+	has "$tmp/out" "status: *unavailable: $needs_cuda_why$"
+fi
 has "$tmp/out" "requires: *CUDA (cc >= 8.0)"
 
 echo "== exit status 1: not found, duplicate, broken, bad config"
@@ -197,4 +265,20 @@ printf '{"plugin_dirs": ["%s/override"], "strategy": "good", "good": {"ratio": 0
 	>"$tmp/broken.json"
 run 1 config validate "$tmp/broken.json"
 has "$tmp/err" "plugin 'good' cannot be used: .*override/good\.so: .*required slot step is NULL"
+echo "== config validate: a bad key is reported also when a selected plugin is missing"
+printf '{"plugin_dirs": ["%s"], "strategy": "ddp", "seeed": 1}\n' "$fx" >"$tmp/two.json"
+run 1 config validate "$tmp/two.json"
+has "$tmp/err" "^$tmp/two.json: error: unknown key 'seeed' at $tmp/two.json:1:[0-9]*; did you mean 'seed'?$"
+has "$tmp/err" "^$tmp/two.json: error: no plugin named 'ddp' in $fx (plugin_dirs), .*(available: .*good.*)"
+[ "$(grep -c ': error: ' "$tmp/err")" = 2 ] || { cat "$tmp/err" >&2; fail "expected two errors"; }
+[ ! -s "$tmp/out" ] || { cat "$tmp/out" >&2; fail "an invalid file printed 'ok'"; }
+# each problem alone, and a valid file
+printf '{"plugin_dirs": ["%s"], "strategy": "good", "seeed": 1}\n' "$fx" >"$tmp/key.json"
+printf '{"plugin_dirs": ["%s"], "strategy": "ddp"}\n' "$fx" >"$tmp/plugin.json"
+printf '{"plugin_dirs": ["%s"], "strategy": "good", "seed": 1}\n' "$fx" >"$tmp/fine.json"
+run 1 config validate "$tmp/key.json" "$tmp/plugin.json" "$tmp/fine.json"
+[ "$(grep -c ': error: ' "$tmp/err")" = 2 ] || { cat "$tmp/err" >&2; fail "expected two errors"; }
+has "$tmp/err" "^$tmp/key.json: error: unknown key 'seeed'"
+has "$tmp/err" "^$tmp/plugin.json: error: no plugin named 'ddp'"
+[ "$(cat "$tmp/out")" = "$tmp/fine.json: ok" ] || { cat "$tmp/out" >&2; fail "fine.json is not ok"; }
 echo PASS

@@ -33,6 +33,7 @@
 #include "mem.h"
 #include "ops.h"
 #include "optim.h"
+#include "cuda_probe.h"
 #include "select.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -672,9 +673,11 @@ static int have_gpu(void)
 {
 	pid_t pid = fork();
 	if (pid == 0) {
+		accelp_cuda_info info;
 		uint32_t req = 0;
 		int32_t cc = 0;
-		accel_select_probe_cuda(&req, &cc);
+		accelp_cuda_probe(&info);
+		accelp_cuda_offered(&info, &req, &cc);
 		_exit((req & ACCEL_REQ_CUDA) ? 0 : 1);
 	}
 	int st = 0;

@@ -4,7 +4,10 @@
 # localsgd strategy) out of tree with only the installed accel.pc and
 # headers, install it into the plugin directory pkg-config names, and check
 # that the installed `accel` lists it and describes its schema.
-# tests/test-localsgd.sh trains with it.
+# tests/test-localsgd.sh trains with it.  Then the build tree with the
+# installed modules later in its search path (as after `meson install` to
+# the prefix it was configured for): its own modules are used, the
+# installed ones are shadowed, and its tests still find one ddp.
 set -eu
 
 : "${ACCEL_TEST_BUILDDIR:?not set (run through meson test)}"
@@ -30,7 +33,9 @@ fail_with() {
 	fail "$msg"
 }
 
-# Only what the install provides: no uninstalled modules, no user config.
+# Only what the install provides: no uninstalled modules, no user config
+# (the build tree's module path is kept for the check after the install).
+uninstalled_path=${ACCEL_PLUGIN_PATH:-}
 unset ACCEL_PLUGIN_PATH ACCEL_CONFIG
 export HOME="$tmp/home"
 mkdir -p "$HOME"
@@ -98,4 +103,41 @@ if "$accel" plugins info localsgd >"$tmp/nf.out" 2>&1; then
 fi
 grep -q "no plugin or comm backend named 'localsgd'" "$tmp/nf.out" ||
 	fail_with "unexpected not-found message" "$tmp/nf.out"
+
+echo "== the build tree after an install: its modules first, the installed ones shadowed"
+[ -n "$uninstalled_path" ] || fail "ACCEL_PLUGIN_PATH was not set (run through meson test)"
+: "${ACCEL_CLI:?not set (run through meson test)}"
+after_install="$uninstalled_path:$plugindir"
+ACCEL_PLUGIN_PATH=$after_install "$ACCEL_CLI" plugins list >"$tmp/both.out" 2>"$tmp/both.err" ||
+	fail_with "accel plugins list failed with the installed modules on the path" "$tmp/both.out" \
+		"$tmp/both.err"
+[ -f "$plugindir/ddp.so" ] || fail "ddp.so was not installed in $plugindir"
+used=$(awk '$1 == "ddp" && $5 == "ok" { print $NF }' "$tmp/both.out")
+[ "$(printf '%s\n' "$used" | awk 'NF' | wc -l)" -eq 1 ] ||
+	fail_with "expected exactly one usable ddp, got '$used'" "$tmp/both.out"
+case "$used" in
+"$dest"/*) fail "the installed ddp ($used) is used, not the build tree's" ;;
+esac
+[ "$(awk -v p="$plugindir/ddp.so" '$NF == p { print $1, $5 }' "$tmp/both.out")" = "ddp shadowed" ] ||
+	fail_with "the installed ddp.so is not listed as shadowed" "$tmp/both.out"
+reason="$plugindir/ddp.so: plugin 'ddp' is shadowed by $used, which comes earlier in the search order"
+grep -qxF "  $reason" "$tmp/both.out" || fail_with "no shadowed line for ddp" "$tmp/both.out"
+grep -qxF "[accel] info: $reason" "$tmp/both.err" || fail_with "no notice for ddp" "$tmp/both.err"
+# Every installed module is shadowed by the build tree's (localsgd, only
+# installed, is the one exception), and nothing is broken.
+awk -v d="$plugindir/" 'index($NF, d) == 1 && $1 != "localsgd" && $5 != "shadowed"' \
+	"$tmp/both.out" | grep . && fail_with "an installed module is used" "$tmp/both.out"
+awk '$5 == "broken"' "$tmp/both.out" | grep . && fail_with "a module is broken" "$tmp/both.out"
+
+# A context of the build tree: a config that selects ddp validates, and the
+# build tree's context tests pass (they failed with "two plugins are named
+# 'ddp'" before shadowing worked like PATH).
+printf '{"strategy": "ddp"}\n' >"$tmp/ddp.json"
+ACCEL_PLUGIN_PATH=$after_install "$ACCEL_CLI" config validate "$tmp/ddp.json" \
+	>"$tmp/validate.out" 2>"$tmp/validate.err" ||
+	fail_with "accel config validate failed" "$tmp/validate.out" "$tmp/validate.err"
+grep -qxF "$tmp/ddp.json: ok" "$tmp/validate.out" || fail_with "not ok" "$tmp/validate.out"
+ACCEL_PLUGIN_PATH=$after_install ACCEL_LOG_LEVEL=warn "$ACCEL_TEST_BUILDDIR/tests/test-ctx" \
+	>"$tmp/ctx.out" 2>&1 || fail_with "the build tree's test-ctx failed" "$tmp/ctx.out"
+grep -q "^100%: Checks: [1-9]" "$tmp/ctx.out" || fail_with "test-ctx ran no checks" "$tmp/ctx.out"
 echo "PASS"

@@ -5,6 +5,7 @@
  * requirements, duplicates, search order and lookups with suggestions. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,7 +42,7 @@ static int t_error(accel_host *h, int32_t code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	if (!h)
-		accel_loader_entry_error(msg);
+		accelp_loader_entry_error(msg);
 	return code;
 }
 
@@ -123,7 +124,7 @@ static accel_loader *new_loader(void)
 	accel_loader *ld = NULL;
 	accel_err err;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_new(&t_host, &ld, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_new(&t_host, &ld, &err), ACCEL_OK);
 	ck_assert_ptr_nonnull(ld);
 	return ld;
 }
@@ -133,7 +134,7 @@ static const accel_module *load1(accel_loader *ld, const char *file)
 	const accel_module *m = NULL;
 	accel_err err;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_load_file(ld, fx(file), &m, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_load_file(ld, fx(file), &m, &err), ACCEL_OK);
 	ck_assert_int_eq(err.code, ACCEL_OK);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_str_eq(m->path, fx(file));
@@ -144,7 +145,7 @@ static const accel_module *load1(accel_loader *ld, const char *file)
 static void assert_reason(const accel_module *m, int status, const char *cause)
 {
 	ck_assert_msg(m->status == status, "%s: status %s, expected %s (reason: %s)", m->path,
-	              accel_loader_status_name(m->status), accel_loader_status_name(status),
+	              accelp_loader_status_name(m->status), accelp_loader_status_name(status),
 	              m->reason ? m->reason : "none");
 	ck_assert_ptr_nonnull(m->reason);
 	ck_assert_ptr_null(strchr(m->reason, '\n'));
@@ -160,6 +161,39 @@ static long file_size(const char *path)
 	struct stat st;
 	ck_assert_int_eq(stat(path, &st), 0);
 	return (long)st.st_size;
+}
+
+/* stderr (where the logger writes) into tmpdir/stderr.txt between
+ * capture_begin() and capture_end(), which returns the text. */
+static int saved_stderr = -1;
+static char captured[8192];
+
+static void capture_begin(void)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/stderr.txt", tmpdir);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	fflush(stderr);
+	saved_stderr = dup(STDERR_FILENO);
+	ck_assert_int_ge(saved_stderr, 0);
+	ck_assert_int_eq(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+	close(fd);
+}
+
+static const char *capture_end(void)
+{
+	char p[PATH_MAX];
+	fflush(stderr);
+	ck_assert_int_eq(dup2(saved_stderr, STDERR_FILENO), STDERR_FILENO);
+	close(saved_stderr);
+	snprintf(p, sizeof(p), "%s/stderr.txt", tmpdir);
+	FILE *fp = fopen(p, "r");
+	ck_assert_ptr_nonnull(fp);
+	size_t n = fread(captured, 1, sizeof(captured) - 1, fp);
+	captured[n] = '\0';
+	fclose(fp);
+	return captured;
 }
 
 /* ---- good modules ------------------------------------------------------------ */
@@ -215,16 +249,16 @@ START_TEST(good_plugin_loads_with_schema)
 
 	/* The same file again is the same record, not a duplicate. */
 	const accel_module *again = NULL;
-	ck_assert_int_eq(accel_loader_load_file(ld, fx("good.so"), &again, NULL), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_load_file(ld, fx("good.so"), &again, NULL), ACCEL_OK);
 	ck_assert_ptr_eq(again, m);
-	ck_assert_uint_eq(accel_loader_count(ld), 1);
+	ck_assert_uint_eq(accelp_loader_count(ld), 1);
 
 	/* A plugin the loader found can be initialized through its vtable. */
 	void *state = NULL;
 	ck_assert_int_eq(m->plugin->init(&t_host, NULL, &state), ACCEL_OK);
 	ck_assert_ptr_nonnull(state);
 	m->plugin->fini(state);
-	ck_assert_ptr_null(accel_loader_free(ld));
+	ck_assert_ptr_null(accelp_loader_free(ld));
 }
 END_TEST
 
@@ -248,14 +282,14 @@ START_TEST(good_comm_backend_loads)
 	accel_err err;
 	accel_err_clear(&err);
 	const accel_module *f = NULL;
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_COMM, "fx_comm", &f, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_COMM, "fx_comm", &f, &err), ACCEL_OK);
 	ck_assert_ptr_eq(f, m);
-	ck_assert_int_eq(accel_loader_find(ld, 0, "fx_comm", &f, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_find(ld, 0, "fx_comm", &f, &err), ACCEL_OK);
 	ck_assert_ptr_eq(f, m);
 	/* Plugins and comm backends are separate name spaces. */
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "fx_comm", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "fx_comm", &f, &err),
 	                 ACCEL_ERR_NOT_FOUND);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -269,7 +303,7 @@ START_TEST(not_an_elf)
 	ck_assert_int_eq(m->kind, 0);
 	ck_assert_ptr_null(m->name);
 	ck_assert_ptr_null(m->handle);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -283,7 +317,7 @@ START_TEST(truncated)
 	snprintf(want, sizeof(want), "truncated: file is %ld bytes, its ", half);
 	assert_reason(m, ACCEL_MODULE_BROKEN, want);
 	ck_assert_ptr_null(m->handle);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -296,7 +330,7 @@ START_TEST(missing_entry)
 	              "accel_comm_entry_v1");
 	ck_assert_int_eq(m->abi_major, 0);
 	ck_assert_ptr_null(m->name);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -307,7 +341,7 @@ START_TEST(wrong_abi_major)
 	assert_reason(m, ACCEL_MODULE_BROKEN, "built for plugin ABI v9; this accel supports v1");
 	ck_assert_int_eq(m->abi_major, 9);
 	ck_assert_ptr_null(m->plugin);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -322,7 +356,7 @@ START_TEST(struct_size_too_small)
 	         offsetof(accel_plugin_v1, step) + sizeof(void *));
 	assert_reason(m, ACCEL_MODULE_BROKEN, want);
 	ck_assert_ptr_null(m->plugin);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -343,7 +377,7 @@ START_TEST(short_hook_is_normalized)
 	ck_assert_ptr_null(vt->extension);
 	ck_assert_str_eq(vt->desc->name, "short-hook");
 	ck_assert_uint_eq(vt->desc->struct_size, sizeof(accel_plugin_desc_v1));
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -355,7 +389,7 @@ START_TEST(null_required_slot)
 	ck_assert_str_eq(m->name, "null-slot");
 	const accel_module *c = load1(ld, "comm-null-wait.so");
 	assert_reason(c, ACCEL_MODULE_BROKEN, "comm backend 'fx_comm': required slot wait is NULL");
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -369,9 +403,9 @@ START_TEST(entry_returns_null_with_text)
 	         ACCEL_ABI_MINOR);
 	assert_reason(m, ACCEL_MODULE_BROKEN, want);
 	/* The capture ends with the entry call: later errors do not stick. */
-	accel_loader_entry_error("outside any entry");
+	accelp_loader_entry_error("outside any entry");
 	ck_assert_ptr_null(strstr(m->reason, "outside"));
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -385,7 +419,7 @@ START_TEST(bad_schema_and_name)
 	assert_reason(n, ACCEL_MODULE_BROKEN,
 	              "plugin name \"Bad Name\" is not 1-63 characters of [a-z0-9_-]");
 	ck_assert_ptr_null(n->name);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -398,7 +432,7 @@ START_TEST(unresolved_symbol)
 	ck_assert_ptr_nonnull(strstr(m->cause, "undefined symbol: fx_not_defined_anywhere"));
 	ck_assert_ptr_null(strstr(m->cause, "undefined-sym.so"));
 	ck_assert_ptr_null(m->handle);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -408,9 +442,9 @@ START_TEST(missing_file)
 	const accel_module *m = NULL;
 	char p[PATH_MAX];
 	snprintf(p, sizeof(p), "%s/nothing-here.so", tmpdir);
-	ck_assert_int_eq(accel_loader_load_file(ld, p, &m, NULL), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_load_file(ld, p, &m, NULL), ACCEL_OK);
 	assert_reason(m, ACCEL_MODULE_BROKEN, "cannot open: No such file or directory");
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -419,7 +453,7 @@ END_TEST
 START_TEST(needs_cuda_unavailable)
 {
 	accel_loader *ld = new_loader();
-	accel_loader_set_available(ld, 0, 0);
+	accelp_loader_set_available(ld, 0, 0);
 	const accel_module *m = load1(ld, "needs-cuda.so");
 	assert_reason(m, ACCEL_MODULE_UNAVAILABLE,
 	              "plugin 'needs-cuda' needs CUDA (no CUDA device module or no GPU)");
@@ -430,32 +464,32 @@ START_TEST(needs_cuda_unavailable)
 	accel_err err;
 	accel_err_clear(&err);
 	const accel_module *f = NULL;
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-cuda", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-cuda", &f, &err),
 	                 ACCEL_ERR_UNSUPPORTED);
 	ck_assert_ptr_null(f);
 	ck_assert_ptr_nonnull(strstr(err.msg, fx("needs-cuda.so")));
 	ck_assert_ptr_nonnull(strstr(err.msg, "needs CUDA (no CUDA device module or no GPU)"));
 
 	/* A GPU that is too old. */
-	accel_loader_set_available(ld, ACCEL_REQ_CUDA, 75);
+	accelp_loader_set_available(ld, ACCEL_REQ_CUDA, 75);
 	assert_reason(m, ACCEL_MODULE_UNAVAILABLE,
 	              "needs a GPU of compute capability >= 8.0 (best here: 7.5)");
 	/* Good enough: usable, reason gone. */
-	accel_loader_set_available(ld, ACCEL_REQ_CUDA, 90);
+	accelp_loader_set_available(ld, ACCEL_REQ_CUDA, 90);
 	ck_assert_int_eq(m->status, ACCEL_MODULE_OK);
 	ck_assert_ptr_null(m->reason);
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-cuda", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-cuda", &f, &err),
 	                 ACCEL_OK);
 	ck_assert_ptr_eq(f, m);
 
 	char buf[64];
-	ck_assert_str_eq(accel_loader_requires_str(m->requires, m->min_cuda_cc, buf, sizeof(buf)),
+	ck_assert_str_eq(accelp_loader_requires_str(m->requires, m->min_cuda_cc, buf, sizeof(buf)),
 	                 "CUDA (cc >= 8.0)");
-	ck_assert_str_eq(accel_loader_requires_str(0, 0, buf, sizeof(buf)), "none");
-	ck_assert_str_eq(accel_loader_requires_str(ACCEL_REQ_MPI | ACCEL_REQ_NCCL, 0, buf,
-	                                           sizeof(buf)), "NCCL, MPI");
-	accel_loader_free(ld);
+	ck_assert_str_eq(accelp_loader_requires_str(0, 0, buf, sizeof(buf)), "none");
+	ck_assert_str_eq(accelp_loader_requires_str(ACCEL_REQ_MPI | ACCEL_REQ_NCCL, 0, buf,
+	                                            sizeof(buf)), "NCCL, MPI");
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -464,7 +498,7 @@ END_TEST
 START_TEST(needs_mpi_follows_backend)
 {
 	accel_loader *ld = new_loader();
-	accel_loader_set_available(ld, 0, 0);
+	accelp_loader_set_available(ld, 0, 0);
 	const accel_module *m = load1(ld, "needs-mpi.so");
 	assert_reason(m, ACCEL_MODULE_UNAVAILABLE,
 	              "plugin 'needs-mpi' needs MPI (no usable mpi comm backend)");
@@ -473,7 +507,7 @@ START_TEST(needs_mpi_follows_backend)
 	ck_assert_str_eq(c->name, "mpi");
 	ck_assert_msg(m->status == ACCEL_MODULE_OK, "%s", m->reason);
 	ck_assert_ptr_null(m->reason);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 
 	/* Backend first, then the plugin, through a scan of two directories. */
 	const char *d1 = scenario("backend", "comm-mpi.so", (const char *)NULL);
@@ -481,14 +515,14 @@ START_TEST(needs_mpi_follows_backend)
 	ld = new_loader();
 	accel_err err;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_add_dir(ld, d2, "plugin_dirs", &err), ACCEL_OK);
-	ck_assert_int_eq(accel_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
-	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_loader_get(ld, 0)->status, ACCEL_MODULE_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d2, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_get(ld, 0)->status, ACCEL_MODULE_OK);
 	const accel_module *f = NULL;
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-mpi", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-mpi", &f, &err),
 	                 ACCEL_OK);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -500,11 +534,15 @@ START_TEST(duplicate_names)
 	accel_loader *ld = new_loader();
 	accel_err err;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
-	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
-	ck_assert_uint_eq(accel_loader_count(ld), 3);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	accel_log_set_level(ACCEL_LOG_INFO);
+	capture_begin();
+	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
+	/* no notice: neither file comes first, the lookup is the error */
+	ck_assert_str_eq(capture_end(), "");
+	ck_assert_uint_eq(accelp_loader_count(ld), 3);
 	/* By name within a directory. */
-	const accel_module *a = accel_loader_get(ld, 0), *b = accel_loader_get(ld, 1);
+	const accel_module *a = accelp_loader_get(ld, 0), *b = accelp_loader_get(ld, 1);
 	char pa[PATH_MAX], pb[PATH_MAX];
 	snprintf(pa, sizeof(pa), "%s/dup-a.so", d);
 	snprintf(pb, sizeof(pb), "%s/dup-b.so", d);
@@ -512,24 +550,35 @@ START_TEST(duplicate_names)
 	ck_assert_str_eq(b->path, pb);
 	ck_assert_str_eq(a->origin, "plugin_dirs");
 	ck_assert_int_eq(a->status, ACCEL_MODULE_OK);
-	assert_reason(b, ACCEL_MODULE_SHADOWED, "plugin 'dup' is also provided by ");
-	ck_assert_ptr_nonnull(strstr(b->cause, pa));
+	char cause[2 * PATH_MAX];
+	snprintf(cause, sizeof(cause), "plugin 'dup' is also provided by %s in the same directory; "
+	         "remove or rename one", pa);
+	assert_reason(b, ACCEL_MODULE_SHADOWED, cause);
+	ck_assert_str_eq(b->cause, cause);
+	ck_assert_str_eq(b->shadowed_by, pa);
+	ck_assert_int_eq(b->same_dir, 1);
+	ck_assert_ptr_null(a->shadowed_by);
 
 	const accel_module *f = NULL;
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "dup", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "dup", &f, &err),
 	                 ACCEL_ERR_PLUGIN);
 	ck_assert_ptr_null(f);
 	ck_assert_ptr_nonnull(strstr(err.msg, pa));
 	ck_assert_ptr_nonnull(strstr(err.msg, pb));
-	ck_assert_ptr_nonnull(strstr(err.msg, "two plugins are named 'dup'"));
+	char want[3 * PATH_MAX];
+	snprintf(want, sizeof(want), "two plugins are named 'dup': %s and %s, in one directory; "
+	         "remove or rename one", pa, pb);
+	ck_assert_str_eq(err.msg, want);
 	/* Other names are unaffected. */
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "good", &f, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "good", &f, &err), ACCEL_OK);
 	ck_assert_str_eq(f->name, "good");
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
+/* Like PATH: the same name in a later directory is shadowed with a
+ * one-line notice, and the earlier file is the one used. */
 START_TEST(search_order_decides_the_winner)
 {
 	const char *d1 = scenario("first", "dup-b.so", (const char *)NULL);
@@ -537,17 +586,45 @@ START_TEST(search_order_decides_the_winner)
 	accel_loader *ld = new_loader();
 	accel_err err;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
-	ck_assert_int_eq(accel_loader_add_dir(ld, d2, "ACCEL_PLUGIN_PATH", &err), ACCEL_OK);
-	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
-	ck_assert_uint_eq(accel_loader_count(ld), 2);
-	const accel_module *first = accel_loader_get(ld, 0), *second = accel_loader_get(ld, 1);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d2, "ACCEL_PLUGIN_PATH", &err), ACCEL_OK);
+	accel_log_set_level(ACCEL_LOG_INFO);
+	capture_begin();
+	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
+	const char *log = capture_end();
+	ck_assert_uint_eq(accelp_loader_count(ld), 2);
+	const accel_module *first = accelp_loader_get(ld, 0), *second = accelp_loader_get(ld, 1);
 	ck_assert_ptr_nonnull(strstr(first->path, "/first/dup-b.so"));
 	ck_assert_int_eq(first->status, ACCEL_MODULE_OK);
-	ck_assert_int_eq(second->status, ACCEL_MODULE_SHADOWED);
+	ck_assert_ptr_null(first->shadowed_by);
+	char cause[2 * PATH_MAX];
+	snprintf(cause, sizeof(cause), "plugin 'dup' is shadowed by %s, which comes earlier in "
+	         "the search order", first->path);
+	assert_reason(second, ACCEL_MODULE_SHADOWED, cause);
+	ck_assert_str_eq(second->cause, cause);
 	ck_assert_str_eq(second->origin, "ACCEL_PLUGIN_PATH");
-	ck_assert_ptr_nonnull(strstr(second->cause, first->path));
-	accel_loader_free(ld);
+	ck_assert_str_eq(second->shadowed_by, first->path);
+	ck_assert_int_eq(second->same_dir, 0);
+	/* The notice: one line, at info, with both paths. */
+	char notice[3 * PATH_MAX];
+	snprintf(notice, sizeof(notice), "[accel] info: %s\n", second->reason);
+	ck_assert_str_eq(log, notice);
+	/* The name is found, and it is the earlier file. */
+	const accel_module *f = NULL;
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "dup", &f, &err), ACCEL_OK);
+	ck_assert_ptr_eq(f, first);
+	ck_assert_int_eq(err.code, ACCEL_OK);
+	/* Below the info level, no notice. */
+	accelp_loader_free(ld);
+	ld = new_loader();
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d2, "ACCEL_PLUGIN_PATH", &err), ACCEL_OK);
+	accel_log_set_level(ACCEL_LOG_WARN);
+	capture_begin();
+	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_str_eq(capture_end(), "");
+	ck_assert_int_eq(accelp_loader_get(ld, 1)->status, ACCEL_MODULE_SHADOWED);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -560,26 +637,26 @@ START_TEST(scan_fixture_dir)
 	accel_err_clear(&err);
 	char missing[PATH_MAX];
 	snprintf(missing, sizeof(missing), "%s/does-not-exist", tmpdir);
-	ck_assert_int_eq(accel_loader_add_dir(ld, missing, "plugin_dirs", &err), ACCEL_OK);
-	ck_assert_int_eq(accel_loader_add_dir(ld, fixdir, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, missing, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, fixdir, "plugin_dirs", &err), ACCEL_OK);
 	/* The same directory twice (with a trailing slash): files load once. */
 	char again[PATH_MAX + 1];
 	snprintf(again, sizeof(again), "%s/", fixdir);
-	ck_assert_int_eq(accel_loader_add_dir(ld, again, "--plugin-dir", &err), ACCEL_OK);
-	accel_loader_set_available(ld, 0, 0);
-	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, again, "--plugin-dir", &err), ACCEL_OK);
+	accelp_loader_set_available(ld, 0, 0);
+	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
 	ck_assert_int_eq(err.code, ACCEL_OK);
 
-	ck_assert_uint_eq(accel_loader_dir_count(ld), 3);
+	ck_assert_uint_eq(accelp_loader_dir_count(ld), 3);
 	const char *origin = NULL;
 	int exists = -1;
-	ck_assert_str_eq(accel_loader_dir(ld, 0, &origin, &exists), missing);
+	ck_assert_str_eq(accelp_loader_dir(ld, 0, &origin, &exists), missing);
 	ck_assert_str_eq(origin, "plugin_dirs");
 	ck_assert_int_eq(exists, 0);
-	ck_assert_str_eq(accel_loader_dir(ld, 2, &origin, &exists), fixdir);
+	ck_assert_str_eq(accelp_loader_dir(ld, 2, &origin, &exists), fixdir);
 	ck_assert_str_eq(origin, "--plugin-dir");
 	ck_assert_int_eq(exists, 1);
-	ck_assert_ptr_null(accel_loader_dir(ld, 3, NULL, NULL));
+	ck_assert_ptr_null(accelp_loader_dir(ld, 3, NULL, NULL));
 
 	/* Every *.so of the fixture directory, each once, by name. */
 	const char *expect[][2] = {
@@ -601,20 +678,20 @@ START_TEST(scan_fixture_dir)
 		{"truncated.so", "broken"},  {"undefined-sym.so", "broken"},
 	};
 	size_t n = sizeof(expect) / sizeof(expect[0]);
-	ck_assert_uint_eq(accel_loader_count(ld), n);
+	ck_assert_uint_eq(accelp_loader_count(ld), n);
 	for (uint32_t i = 0; i < n; i++) {
-		const accel_module *m = accel_loader_get(ld, i);
+		const accel_module *m = accelp_loader_get(ld, i);
 		ck_assert_str_eq(m->path, fx(expect[i][0]));
-		ck_assert_msg(!strcmp(accel_loader_status_name(m->status), expect[i][1]),
-		              "%s: %s, expected %s (%s)", m->path, accel_loader_status_name(m->status),
+		ck_assert_msg(!strcmp(accelp_loader_status_name(m->status), expect[i][1]),
+		              "%s: %s, expected %s (%s)", m->path, accelp_loader_status_name(m->status),
 		              expect[i][1], m->reason ? m->reason : "");
 		ck_assert_int_eq(m->reason == NULL, m->status == ACCEL_MODULE_OK);
 	}
-	ck_assert_ptr_null(accel_loader_get(ld, (uint32_t)n));
+	ck_assert_ptr_null(accelp_loader_get(ld, (uint32_t)n));
 	/* Scanning again loads nothing new. */
-	ck_assert_int_eq(accel_loader_scan(ld, &err), ACCEL_OK);
-	ck_assert_uint_eq(accel_loader_count(ld), n);
-	accel_loader_free(ld);
+	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
+	ck_assert_uint_eq(accelp_loader_count(ld), n);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -624,22 +701,22 @@ START_TEST(default_dirs)
 	accel_loader *ld = new_loader();
 	accel_err err;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_add_dir(ld, "/nonexistent/c", "plugin_dirs", &err), ACCEL_OK);
-	ck_assert_int_eq(accel_loader_add_default_dirs(ld, &err), ACCEL_OK);
-	ck_assert_uint_eq(accel_loader_dir_count(ld), 4);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, "/nonexistent/c", "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_default_dirs(ld, &err), ACCEL_OK);
+	ck_assert_uint_eq(accelp_loader_dir_count(ld), 4);
 	const char *origin;
 	int exists;
-	ck_assert_str_eq(accel_loader_dir(ld, 0, &origin, &exists), "/nonexistent/c");
-	ck_assert_str_eq(accel_loader_dir(ld, 1, &origin, &exists), "/nonexistent/a");
+	ck_assert_str_eq(accelp_loader_dir(ld, 0, &origin, &exists), "/nonexistent/c");
+	ck_assert_str_eq(accelp_loader_dir(ld, 1, &origin, &exists), "/nonexistent/a");
 	ck_assert_str_eq(origin, "ACCEL_PLUGIN_PATH");
 	ck_assert_int_eq(exists, 0);
-	ck_assert_str_eq(accel_loader_dir(ld, 2, &origin, &exists), "/nonexistent/b");
-	ck_assert_str_eq(accel_loader_dir(ld, 3, &origin, &exists), ACCEL_PLUGINDIR);
+	ck_assert_str_eq(accelp_loader_dir(ld, 2, &origin, &exists), "/nonexistent/b");
+	ck_assert_str_eq(accelp_loader_dir(ld, 3, &origin, &exists), ACCEL_PLUGINDIR);
 	ck_assert_str_eq(origin, "install");
 	/* Empty names are refused, naming the origin. */
-	ck_assert_int_eq(accel_loader_add_dir(ld, "", "plugin_dirs", &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, "", "plugin_dirs", &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "plugin_dirs"));
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -651,11 +728,11 @@ START_TEST(find_missing_suggests)
 	accel_loader *ld = new_loader();
 	accel_err err;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
-	ck_assert_int_eq(accel_loader_add_dir(ld, "/nonexistent/x", "install", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, "/nonexistent/x", "install", &err), ACCEL_OK);
 	/* find() scans by itself. */
 	const accel_module *f = (const accel_module *)&err;
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "goood", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "goood", &f, &err),
 	                 ACCEL_ERR_NOT_FOUND);
 	ck_assert_ptr_eq(f, (const accel_module *)&err); /* untouched on failure */
 	char want[PATH_MAX * 2];
@@ -666,25 +743,25 @@ START_TEST(find_missing_suggests)
 
 	/* Nothing close: no suggestion. */
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "zero", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "zero", &f, &err),
 	                 ACCEL_ERR_NOT_FOUND);
 	ck_assert_ptr_null(strstr(err.msg, "did you mean"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "(available: good)"));
 
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_COMM, "fx_com", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_COMM, "fx_com", &f, &err),
 	                 ACCEL_ERR_NOT_FOUND);
 	ck_assert_ptr_nonnull(strstr(err.msg, "no comm backend named 'fx_com'"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "did you mean 'fx_comm'?"));
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 
 	/* No directories at all. */
 	ld = new_loader();
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "ddp", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "ddp", &f, &err),
 	                 ACCEL_ERR_NOT_FOUND);
 	ck_assert_ptr_nonnull(strstr(err.msg, "no plugin directories are configured"));
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -695,20 +772,20 @@ START_TEST(find_broken_says_why)
 	accel_loader *ld = new_loader();
 	accel_err err;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
 	const accel_module *f = NULL;
 	/* Named in its descriptor. */
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "null-slot", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "null-slot", &f, &err),
 	                 ACCEL_ERR_PLUGIN);
 	ck_assert_ptr_nonnull(strstr(err.msg, "required slot step is NULL"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "/broken/null-slot.so"));
 	/* Known only by its file name. */
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "abi-v9", &f, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "abi-v9", &f, &err),
 	                 ACCEL_ERR_PLUGIN);
 	ck_assert_ptr_nonnull(strstr(err.msg, "built for plugin ABI v9"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "/broken/abi-v9.so"));
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -717,17 +794,17 @@ START_TEST(bad_arguments)
 	accel_err err;
 	accel_err_clear(&err);
 	accel_loader *ld = NULL;
-	ck_assert_int_eq(accel_loader_new(NULL, &ld, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_loader_new(NULL, &ld, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_null(ld);
-	ck_assert_ptr_null(accel_loader_free(NULL));
+	ck_assert_ptr_null(accelp_loader_free(NULL));
 	ld = new_loader();
 	const accel_module *f;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_find(ld, 7, "x", &f, &err), ACCEL_ERR_INVALID_ARG);
-	ck_assert_int_eq(accel_loader_load_file(ld, "", NULL, NULL), ACCEL_ERR_INVALID_ARG);
-	ck_assert_uint_eq(accel_loader_count(NULL), 0);
-	ck_assert_ptr_null(accel_loader_get(ld, 0));
-	accel_loader_free(ld);
+	ck_assert_int_eq(accelp_loader_find(ld, 7, "x", &f, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_loader_load_file(ld, "", NULL, NULL), ACCEL_ERR_INVALID_ARG);
+	ck_assert_uint_eq(accelp_loader_count(NULL), 0);
+	ck_assert_ptr_null(accelp_loader_get(ld, 0));
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -736,12 +813,12 @@ END_TEST
 START_TEST(real_host_forwards_entry_errors)
 {
 	accel_loader *ld = NULL;
-	ck_assert_int_eq(accel_loader_new(accel_host_table(), &ld, NULL), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_new(accel_host_table(), &ld, NULL), ACCEL_OK);
 	const accel_module *m = NULL;
-	ck_assert_int_eq(accel_loader_load_file(ld, fx("entry-null.so"), &m, NULL), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_load_file(ld, fx("entry-null.so"), &m, NULL), ACCEL_OK);
 	assert_reason(m, ACCEL_MODULE_BROKEN,
 	              "accel_plugin_entry_v1 returned NULL: needs host ABI minor 7");
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
 }
 END_TEST
 
@@ -892,14 +969,84 @@ START_TEST(broken_plugin_does_not_hide_a_backend)
 	accel_loader *ld = new_loader();
 	accel_err err;
 	accel_err_clear(&err);
-	ck_assert_int_eq(accel_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
 	const accel_module *m = NULL;
-	ck_assert_int_eq(accel_loader_find(ld, 0, "fx_comm", &m, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_find(ld, 0, "fx_comm", &m, &err), ACCEL_OK);
 	ck_assert_int_eq(m->kind, ACCEL_MODULE_COMM);
-	ck_assert_int_eq(accel_loader_find(ld, ACCEL_MODULE_PLUGIN, "fx_comm", &m, &err),
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "fx_comm", &m, &err),
 	                 ACCEL_ERR_PLUGIN);
 	ck_assert_msg(strstr(err.msg, "required slot step is NULL") != NULL, "%s", err.msg);
-	accel_loader_free(ld);
+	accelp_loader_free(ld);
+}
+END_TEST
+
+/* The built ddp.so, found on ACCEL_PLUGIN_PATH, into ret_path. */
+static void builtin_module(const char *file, char *ret_path, size_t cap)
+{
+	const char *env = getenv("ACCEL_PLUGIN_PATH");
+	ck_assert_msg(env != NULL, "ACCEL_PLUGIN_PATH is not set (run through meson test)");
+	char *copy = strdup(env), *save = NULL;
+	ck_assert_ptr_nonnull(copy);
+	ret_path[0] = '\0';
+	for (char *d = strtok_r(copy, ":", &save); d && !ret_path[0]; d = strtok_r(NULL, ":", &save)) {
+		char p[PATH_MAX];
+		snprintf(p, sizeof(p), "%s/%s", d, file);
+		if (access(p, R_OK) == 0)
+			snprintf(ret_path, cap, "%s", p);
+	}
+	free(copy);
+	ck_assert_msg(ret_path[0], "no %s in ACCEL_PLUGIN_PATH=%s", file, env);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+	ck_assert_ptr_nonnull(in);
+	ck_assert_ptr_nonnull(out);
+	char buf[65536];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	ck_assert_int_eq(fclose(out), 0);
+}
+
+/* A newer ddp.so dropped into plugin_dirs overrides the built-in one: the
+ * context runs the copy, the built one is listed as shadowed by it, and a
+ * notice says so. */
+START_TEST(plugin_dirs_override_a_builtin_strategy)
+{
+	char builtin[PATH_MAX], newer[PATH_MAX], json[PATH_MAX + 64];
+	builtin_module("ddp.so", builtin, sizeof(builtin));
+	snprintf(newer, sizeof(newer), "%s/newer", tmpdir);
+	ck_assert_int_eq(mkdir(newer, 0755), 0);
+	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\"]}", newer);
+	strncat(newer, "/ddp.so", sizeof(newer) - strlen(newer) - 1);
+	copy_file(builtin, newer);
+
+	unsetenv("ACCEL_LOG_LEVEL");
+	accel_log_set_level(ACCEL_LOG_INFO);
+	accel_ctx *ctx;
+	capture_begin();
+	int r = ctx_json(json, &ctx);
+	const char *log = capture_end();
+	ck_assert_msg(r == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert_str_eq(ctx->active[0].module->name, "ddp");
+	ck_assert_str_eq(ctx->active[0].module->path, newer);
+	ck_assert_str_eq(ctx->active[0].module->origin, "plugin_dirs");
+	const accel_module *shadowed = NULL;
+	for (uint32_t i = 0; i < accelp_loader_count(ctx->loader); i++)
+		if (!strcmp(accelp_loader_get(ctx->loader, i)->path, builtin))
+			shadowed = accelp_loader_get(ctx->loader, i);
+	ck_assert_ptr_nonnull(shadowed);
+	ck_assert_int_eq(shadowed->status, ACCEL_MODULE_SHADOWED);
+	ck_assert_str_eq(shadowed->shadowed_by, newer);
+	ck_assert_int_eq(shadowed->same_dir, 0);
+	char notice[3 * PATH_MAX];
+	snprintf(notice, sizeof(notice), "info: %s: plugin 'ddp' is shadowed by %s, which comes "
+	         "earlier in the search order\n", builtin, newer);
+	ck_assert_msg(strstr(log, notice) != NULL, "log '%s' lacks '%s'", log, notice);
+	accel_ctx_free(ctx);
 }
 END_TEST
 
@@ -1022,6 +1169,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tcx, third_party_backend_is_selectable);
 	tcase_add_test(tcx, broken_plugin_does_not_hide_a_backend);
 	tcase_add_test(tcx, auto_reports_a_broken_device_backend);
+	tcase_add_test(tcx, plugin_dirs_override_a_builtin_strategy);
 	suite_add_tcase(s, tcx);
 	return s;
 }

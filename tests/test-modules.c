@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "ctx-impl.h"
+#include "cuda_probe.h"
 #include "loader.h"
-#include "select.h"
 
 START_TEST(every_built_module_loads)
 {
@@ -20,7 +20,9 @@ START_TEST(every_built_module_loads)
 	char *dirs = strdup(path);
 	uint32_t avail;
 	int32_t cc;
-	accel_select_probe_cuda(&avail, &cc);
+	accelp_cuda_info cuda;
+	accelp_cuda_probe(&cuda);
+	accelp_cuda_offered(&cuda, &avail, &cc);
 	int n = 0;
 	for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
 		DIR *dh = opendir(d);
@@ -34,9 +36,9 @@ START_TEST(every_built_module_loads)
 			accel_loader *ld = NULL;
 			accel_err err = {0};
 			const accel_module *m = NULL;
-			ck_assert_int_eq(accel_loader_new(accel_host_table(), &ld, &err), ACCEL_OK);
-			accel_loader_set_available(ld, avail, cc);
-			ck_assert_int_eq(accel_loader_load_file(ld, file, &m, &err), ACCEL_OK);
+			ck_assert_int_eq(accelp_loader_new(accel_host_table(), &ld, &err), ACCEL_OK);
+			accelp_loader_set_available(ld, avail, cc);
+			ck_assert_int_eq(accelp_loader_load_file(ld, file, &m, &err), ACCEL_OK);
 			ck_assert_ptr_nonnull(m);
 			int comm = strncmp(e->d_name, "comm-", 5) == 0;
 			ck_assert_msg(m->status == ACCEL_MODULE_OK ||
@@ -54,7 +56,7 @@ START_TEST(every_built_module_loads)
 				ck_assert_ptr_nonnull(m->comm->allreduce);
 			else
 				ck_assert_ptr_nonnull(m->plugin->init);
-			accel_loader_free(ld);
+			accelp_loader_free(ld);
 			n++;
 		}
 		closedir(dh);

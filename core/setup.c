@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/* core/setup.c: configuration layers, loader, CUDA probe, schemas and
+ * selection, done once for a context and for the CLI (setup.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel-build-config.h"
+#include "ctx-impl.h"
+#include "log.h"
+#include "setup.h"
+
+static int load_layers(const accelp_setup_opts *o, accelp_setup *s, accel_err *err)
+{
+	int r = accel_config_new(&s->cfg, err);
+	if (r)
+		return r;
+	if (o->config_json) {
+		r = accel_config_load_string(s->cfg, o->config_json, "<config_json>", err);
+	} else {
+		const char *path = o->config_path;
+		const char *from = o->config_path_from ? o->config_path_from : "given";
+		if (!path)
+			path = accel_config_find_file(&from);
+		if (path) {
+			/* find_file's answer lives only until the next call */
+			if (!(s->config_file = strdup(path)))
+				return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+			s->config_from = from;
+			accel_log(ACCEL_LOG_DEBUG, "config file %s from %s", path, from);
+			r = accel_config_load_file(s->cfg, path, err);
+		}
+	}
+	if (!r && !o->skip_env)
+		r = accel_config_load_env(s->cfg, NULL, err);
+	for (const char *const *p = o->sets; !r && p && *p; p++)
+		r = accel_config_set(s->cfg, *p, o->sets_origin, err);
+	return r;
+}
+
+/* The config's plugin_dirs, all checked before any is added, so a bad
+ * entry leaves the loader without them rather than with some. */
+static int add_config_dirs(const accel_config *cfg, accel_loader *ld, accel_err *err)
+{
+	const char *dir;
+	uint32_t n = 0;
+	int r;
+	while ((r = accel_config_peek_strlist(cfg, "plugin_dirs", n, &dir)) == ACCEL_OK) {
+		if (!*dir)
+			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			                     "plugin_dirs[%u] (from %s) is an empty string; name a "
+			                     "directory (\".\" for the current one)", n,
+			                     accel_config_source(cfg, "plugin_dirs"));
+		n++;
+	}
+	if (r != ACCEL_ERR_NOT_FOUND) {
+		const char *src = accel_config_source(cfg, "plugin_dirs");
+		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		                     "plugin_dirs%s%s%s must be a list of directory names",
+		                     src ? " (" : "", src ? src : "", src ? ")" : "");
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		accel_config_peek_strlist(cfg, "plugin_dirs", i, &dir);
+		if ((r = accelp_loader_add_dir(ld, dir, "plugin_dirs", err)))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+/* The CUDA driver decides what the loader offers plugins; a build without
+ * CUDA offers nothing and asks only when told to report. */
+static void probe(const accelp_setup_opts *o, accelp_setup *s)
+{
+	uint32_t avail;
+	int32_t cc;
+	if (ACCEL_HAVE_CUDA || o->report_cuda) {
+		accelp_cuda_probe(&s->cuda);
+	} else {
+		memset(&s->cuda, 0, sizeof(s->cuda));
+		s->cuda.n_gpus = -1;
+		snprintf(s->cuda.driver_error, sizeof(s->cuda.driver_error),
+		         "not probed: accel was built without CUDA");
+	}
+	accelp_cuda_offered(&s->cuda, &avail, &cc);
+	accelp_loader_set_available(s->loader, avail, cc);
+}
+
+static int open_loader(const accelp_setup_opts *o, accelp_setup *s, int with_config,
+                       accel_err *err)
+{
+	int r = accelp_loader_new(accel_host_table(), &s->loader, err);
+	for (uint32_t i = 0; !r && i < o->n_extra_dirs; i++)
+		r = accelp_loader_add_dir(s->loader, o->extra_dirs[i],
+		                          o->extra_dirs_origin ? o->extra_dirs_origin : "--plugin-dir",
+		                          err);
+	if (r)
+		return r;
+	if (with_config) {
+		accel_err cerr;
+		accel_err_clear(&cerr);
+		r = add_config_dirs(s->cfg, s->loader, o->config_optional ? &cerr : err);
+		if (r == ACCEL_ERR_NOMEM || (r && !o->config_optional))
+			return r == ACCEL_ERR_NOMEM ? accel_err_set(err, r, "out of memory") : r;
+		if (r)
+			s->config_err = cerr;
+	}
+	if ((r = accelp_loader_add_default_dirs(s->loader, err)))
+		return r;
+	probe(o, s);
+	return accelp_loader_scan(s->loader, err);
+}
+
+/* A selected plugin that cannot be used is the better story than the
+ * "unknown key" its section became. */
+static void prefer_module_error(accelp_setup *s, accel_err *err)
+{
+	accel_err e;
+	accel_err_clear(&e);
+	if (accelp_setup_modules(s, 0, &e) == ACCEL_OK)
+		return;
+	accel_err_clear(err);
+	accel_err_set(err, e.code, "%s", e.msg);
+}
+
+int accelp_setup_run(const accelp_setup_opts *o, accelp_setup *s, accel_err *err)
+{
+	memset(s, 0, sizeof(*s));
+	s->cuda.n_gpus = -1;
+	if (!o)
+		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_setup_run: opts is NULL");
+	accel_err_clear(&s->config_err);
+
+	s->failed_at = ACCELP_SETUP_CONFIG;
+	accel_err cerr;
+	accel_err_clear(&cerr);
+	int r = load_layers(o, s, o->config_optional ? &cerr : err);
+	if (r == ACCEL_ERR_NOMEM && o->config_optional)
+		return accel_err_set(err, r, "%s", cerr.msg);
+	if (r && !o->config_optional)
+		return r;
+	if (r)
+		s->config_err = cerr;
+
+	s->failed_at = ACCELP_SETUP_LOADER;
+	if ((r = open_loader(o, s, !s->config_err.code, err)))
+		return r;
+	if (!o->resolve || s->config_err.code) {
+		s->failed_at = ACCELP_SETUP_OK;
+		return ACCEL_OK;
+	}
+
+	s->failed_at = ACCELP_SETUP_SELECT;
+	if ((r = accel_select_from_config(s->cfg, &s->sel, err)) ||
+	    (r = accel_select_register_schemas(s->cfg, s->loader, &s->sel, err)))
+		return r;
+	s->failed_at = ACCELP_SETUP_RESOLVE;
+	if ((r = accel_config_resolve(s->cfg, err))) {
+		if (o->module_errors_first)
+			prefer_module_error(s, err);
+		return err->code ? err->code : r;
+	}
+	s->failed_at = ACCELP_SETUP_OK;
+	return ACCEL_OK;
+}
+
+int accelp_setup_modules(accelp_setup *s, int allow_unmet, accel_err *err)
+{
+	if (!s || !s->loader || !s->sel.n)
+		return accel_err_set(err, ACCEL_ERR_STATE,
+		                     "accelp_setup_modules: no selection (run with resolve first)");
+	return accel_select_modules(&s->sel, s->loader, allow_unmet, s->mods, err);
+}
+
+void accelp_setup_fini(accelp_setup *s)
+{
+	if (!s)
+		return;
+	s->loader = accelp_loader_free(s->loader);
+	s->cfg = accel_config_free(s->cfg);
+	free(s->config_file);
+	s->config_file = NULL;
+}
