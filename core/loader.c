@@ -87,9 +87,10 @@ const char *accel_loader_role_name(uint32_t role)
 {
 	switch (role) {
 	case ACCEL_ROLE_STRATEGY: return "strategy";
-	case ACCEL_ROLE_PRECISION: return "precision";
+	case ACCEL_ROLE_LOSS_SCALER: return "loss_scaler";
 	case ACCEL_ROLE_REDUCE_HOOK: return "reduce_hook";
 	case ACCEL_ROLE_OTHER: return "other";
+	case ACCEL_ROLE_FP8_RECIPE: return "fp8_recipe";
 	default: return "?";
 	}
 }
@@ -148,7 +149,8 @@ const char *accel_loader_requires_str(uint32_t requires, int32_t min_cuda_cc, ch
 const char *accel_loader_caps_str(uint32_t caps, char *buf, size_t cap)
 {
 	static const char *const names[] = {"cpu", "cuda", "shard_optim", "shard_grads",
-	                                    "shard_params", "offload", "checkpoint"};
+	                                    "shard_params", "offload", "checkpoint",
+	                                    "reduce_scatter", "micro_reduce"};
 	if (!buf || cap == 0)
 		return "";
 	buf[0] = '\0';
@@ -819,7 +821,8 @@ static const char *role_word(uint32_t role)
 	switch (role) {
 	case ACCEL_ROLE_STRATEGY: return "strategy";
 	case ACCEL_ROLE_REDUCE_HOOK: return "reduce hook";
-	case ACCEL_ROLE_PRECISION: return "precision hook";
+	case ACCEL_ROLE_LOSS_SCALER: return "loss scaler";
+	case ACCEL_ROLE_FP8_RECIPE: return "fp8 recipe";
 	default: return "hook";
 	}
 }
@@ -848,7 +851,7 @@ static int plugin_check(module_rec *m, const accel_plugin_v1 *raw)
 	m->pub.requires = d->requires;
 	m->pub.min_cuda_cc = d->min_cuda_cc;
 	m->pub.state_version = d->state_version;
-	if (d->role < ACCEL_ROLE_STRATEGY || d->role > ACCEL_ROLE_OTHER)
+	if (d->role < ACCEL_ROLE_STRATEGY || d->role > ACCEL_ROLE_FP8_RECIPE)
 		return broken(m, "plugin '%s': unknown role %u", d->name, d->role);
 	if (d->min_cuda_cc < 0)
 		return broken(m, "plugin '%s': min_cuda_cc is %d", d->name, (int)d->min_cuda_cc);
@@ -877,8 +880,11 @@ static int plugin_check(module_rec *m, const accel_plugin_v1 *raw)
 		REQUIRE_SLOT(m, vt, grad_stats, "strategy");
 		REQUIRE_SLOT(m, vt, step, "strategy");
 	}
-	if (d->role == ACCEL_ROLE_REDUCE_HOOK)
-		REQUIRE_SLOT(m, vt, reduce_bucket, "reduce hook");
+	/* A hook of minor 3 may have only the bucket-description slots. */
+	if (d->role == ACCEL_ROLE_REDUCE_HOOK && !vt->reduce_bucket && !vt->reduce_bucket_v2 &&
+	    !vt->reduce_scatter_bucket)
+		return broken(m, "reduce hook '%s': required slot reduce_bucket (or, since ABI 1.3, "
+		              "reduce_bucket_v2 or reduce_scatter_bucket) is NULL", m->pub.name);
 	if ((r = schema_load(m, d->config_section, d->params, d->n_params)))
 		return r;
 	d->params = m->params;

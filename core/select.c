@@ -69,10 +69,12 @@ typedef int (*cu_count_fn)(int *);
 typedef int (*cu_get_fn)(int *, int);
 typedef int (*cu_attr_fn)(int *, int, int);
 
-void accel_select_probe_cuda(uint32_t *ret_req_bits, int32_t *ret_best_cc)
+/* Device count and the compute capability of device `index` (-1: the
+ * best one), 0/0 without CUDA. */
+void accel_select_probe_cuda_device(int32_t index, int32_t *ret_count, int32_t *ret_cc)
 {
-	*ret_req_bits = 0;
-	*ret_best_cc = 0;
+	*ret_count = 0;
+	*ret_cc = 0;
 	if (!ACCEL_HAVE_CUDA)
 		return;
 	/* The driver is probed at run time so libaccel never links CUDA; it
@@ -88,14 +90,23 @@ void accel_select_probe_cuda(uint32_t *ret_req_bits, int32_t *ret_best_cc)
 	if (!cu_init || !cu_count || !cu_get || !cu_attr || cu_init(0) != 0 || cu_count(&n) != 0 ||
 	    n <= 0)
 		return;
-	*ret_req_bits |= ACCEL_REQ_CUDA;
+	*ret_count = n;
 	for (int i = 0; i < n; i++) {
 		int dev, major = 0, minor = 0;
+		if (index >= 0 && i != index)
+			continue;
 		/* 75/76: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR */
 		if (cu_get(&dev, i) == 0 && cu_attr(&major, 75, dev) == 0 &&
-		    cu_attr(&minor, 76, dev) == 0 && major * 10 + minor > *ret_best_cc)
-			*ret_best_cc = major * 10 + minor;
+		    cu_attr(&minor, 76, dev) == 0 && major * 10 + minor > *ret_cc)
+			*ret_cc = major * 10 + minor;
 	}
+}
+
+void accel_select_probe_cuda(uint32_t *ret_req_bits, int32_t *ret_best_cc)
+{
+	int32_t n = 0;
+	accel_select_probe_cuda_device(-1, &n, ret_best_cc);
+	*ret_req_bits = n > 0 ? ACCEL_REQ_CUDA : 0;
 }
 
 int accel_select_open_loader(const accel_config *cfg, accel_loader **ret_loader, accel_err *err)
@@ -256,9 +267,19 @@ int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_un
 				return accel_err_set(err, ACCEL_ERR_CONFIG,
 				                     "plugins '%s' and '%s' both have the %s role; "
 				                     "select one", ret_mods[j]->name, m->name,
-				                     role == ACCEL_ROLE_PRECISION ? "precision"
-				                                                  : "reduce-hook");
+				                     accel_loader_role_name(role));
 		ret_mods[i] = m;
+		/* A reduce hook must serve the way the strategy reduces. */
+		const accel_plugin_v1 *vt = m->plugin;
+		int scatter = (ret_mods[0]->plugin->desc->caps & ACCEL_CAP_REDUCE_SCATTER) != 0;
+		if (role == ACCEL_ROLE_REDUCE_HOOK &&
+		    (scatter ? !vt->reduce_scatter_bucket : !vt->reduce_bucket && !vt->reduce_bucket_v2))
+			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			                     "reduce hook '%s' (%s) has no %s, and strategy '%s' reduces "
+			                     "gradients with %s: select a hook that supports it or none",
+			                     m->name, m->path,
+			                     scatter ? "reduce_scatter_bucket" : "all-reduce slot",
+			                     ret_mods[0]->name, scatter ? "reduce-scatter" : "all-reduce");
 	}
 	return ACCEL_OK;
 }

@@ -31,6 +31,10 @@ int accel_select_has(const accel_select *sel, const char *name);
 /* ACCEL_REQ_CUDA when this build has CUDA and the driver reports a GPU, and
  * the best compute capability (x10); probed with dlopen, no link to CUDA. */
 void accel_select_probe_cuda(uint32_t *ret_req_bits, int32_t *ret_best_cc);
+/* The same probe for host->device_info: the number of CUDA devices and the
+ * compute capability (x10) of device `index` (-1: the best); 0 and 0
+ * without CUDA. */
+void accel_select_probe_cuda_device(int32_t index, int32_t *ret_count, int32_t *ret_cc);
 
 /* A scanned loader: the config's plugin_dirs (cfg may be NULL), then
  * ACCEL_PLUGIN_PATH and the install directory; requirements checked against
@@ -49,7 +53,8 @@ int accel_select_backend_active(const accel_loader *ld, const char *backend, con
 
 /* Find the selected plugins (ret_mods[i] for sel->names[i]) and check
  * their roles: names[0] a strategy, no other strategy, at most one
- * precision and one reduce hook.  allow_unmet: a plugin whose
+ * loss scaler, one fp8 recipe and one reduce hook, and a reduce hook
+ * with the slot for how the strategy reduces (ACCEL_CAP_REDUCE_SCATTER).  allow_unmet: a plugin whose
  * requirements this machine lacks still counts (`accel config validate`
  * checks configs meant for other machines). */
 int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_unmet,

@@ -21,7 +21,7 @@ typedef struct ddp_param {
 } ddp_param;
 
 typedef struct ddp_bucket {
-	uint32_t dtype;
+	uint32_t dtype;              /* the parameters' gradient dtype              */
 	int32_t device, device_index;
 	uint64_t numel;              /* with alignment padding                      */
 	uint64_t bytes;              /* gradient bytes of its parameters            */
@@ -31,6 +31,7 @@ typedef struct ddp_bucket {
 	uint32_t pending;            /* of those, not done with backward this step   */
 	accel_req *req;              /* outstanding reduction                        */
 	int launched;
+	accel_bucket_v1 desc;        /* what reduce_bucket_v2 gets (entries below)    */
 } ddp_bucket;
 
 typedef struct ddp_state {
@@ -46,6 +47,7 @@ typedef struct ddp_state {
 	ddp_bucket *buckets;
 	uint32_t n_buckets;
 	uint32_t *order;             /* parameter indices grouped by bucket           */
+	accel_bucket_entry_v1 *entries; /* parallel to order: where each gradient lies */
 	/* Units -> buckets holding their gradients (CSR: unit u's buckets are
 	 * unit_buckets[unit_first[u] .. unit_first[u + 1])). */
 	uint32_t *unit_first, *unit_buckets;
@@ -61,6 +63,15 @@ typedef struct ddp_state {
 	uint32_t *dbg_dtype;
 	int64_t *launch_pos;
 } ddp_state;
+
+/* The dtype a parameter's gradient is accumulated and reduced in: its
+ * grad_dtype (ABI minor 3), else its working dtype. */
+static inline uint32_t ddp_grad_dtype(const accel_param_info_v1 *p)
+{
+	return ACCEL_STRUCT_HAS(p, accel_param_info_v1, grad_dtype) && p->grad_dtype
+	               ? p->grad_dtype
+	               : p->dtype;
+}
 
 /* ddp_bucket.c */
 int ddp_plan_build(ddp_state *s);
