@@ -14,6 +14,7 @@
 #include "accel/accel.h"
 #include "config.h"
 #include "ctx-impl.h"
+#include "loader.h"
 #include "log.h"
 #include "lrsched.h"
 #include "optim.h"
@@ -625,6 +626,21 @@ int accel_prepare(accel_ctx *ctx)
 	s = strategy(t);
 	if (!s || !s->inited)
 		return terr(t, ACCEL_ERR_STATE, "accel_prepare: no strategy plugin is active");
+	/* A strategy built before minor 3 knows one dtype per parameter: it
+	 * would hand out a gradient buffer of the working dtype. */
+	for (uint32_t i = 0; s->module && s->module->abi_minor < 3 && i < t->n_params; i++) {
+		const param_rec *p = &t->params[i];
+		if (p->grad_dtype != p->dtype || p->reduce_dtype != p->dtype)
+			return terr(t, ACCEL_ERR_UNSUPPORTED, "accel_prepare: parameter '%s' has %s %s "
+			            "apart from its working dtype %s, but strategy '%s' (%s) was built "
+			            "against accel ABI 1.%u, which has one dtype per parameter: rebuild "
+			            "it against ABI 1.3 or register the parameter without it", p->name,
+			            p->grad_dtype != p->dtype ? "grad_dtype" : "reduce_dtype",
+			            accel_dtype_name(p->grad_dtype != p->dtype ? p->grad_dtype
+			                                                       : p->reduce_dtype),
+			            accel_dtype_name(p->dtype), s->host.name, s->module->path,
+			            s->module->abi_minor);
+	}
 	if ((r = build_model(t)))
 		return r;
 	t->preparing = 1;
