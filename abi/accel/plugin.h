@@ -210,7 +210,7 @@ typedef struct accel_model_v1 {
 	                             core serves a plugin built before minor 3 an
 	                             array at that minor's stride, so index
 	                             params only through ACCEL_MODEL_PARAM()     */
-	uint32_t reserved;
+	uint32_t reserved;        /* 0 */
 } accel_model_v1;
 
 /* Parameter i of a model, at the stride the running core laid the array

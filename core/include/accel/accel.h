@@ -318,7 +318,7 @@ ACCEL_API int accel_grad_enabled(const accel_ctx *ctx);
  * count and the learning-rate schedule.  A precision plugin may skip the
  * update (fp16 overflow); gradients are zeroed then too. */
 ACCEL_API int accel_step(accel_ctx *ctx);
-/* The factor to multiply the loss by before backward (the precision
+/* The factor to multiply the loss by before backward (the loss-scaler
  * plugin's current loss scale; 1 without one). */
 ACCEL_API double accel_loss_scale(accel_ctx *ctx);
 /* Learning rate the next optimizer step will use (group 0). */
