@@ -333,6 +333,17 @@ START_TEST(reduce_hook_v2_callback)
 	ck_assert_uint_eq(h->scatter_calls, 0);
 	accel_ctx_free(ctx);
 
+	/* A strategy that polls with test(): the callback runs there, once. */
+	ctx = ctx_cfg("\"strategy\": \"fx-strat\", \"plugins\": [\"fx-reduce\"]", 1);
+	add_model(ctx, ACCEL_DTYPE_F32, 0);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	train(ctx, 2, got);
+	h = record(ctx, "fx-reduce");
+	ck_assert_uint_eq(h->v2_calls, 3 * 2);
+	ck_assert_uint_eq(h->v2_entries, 3 * 2);
+	ck_assert_uint_eq(h->callbacks_run, 3 * 2);
+	accel_ctx_free(ctx);
+
 	/* The reduce-scatter hook point, with a strategy that reduces so. */
 	float ref[NTOT];
 	ddp_reference(", \"gradient_accumulation_steps\": 2", 4, ref);
