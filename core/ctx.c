@@ -100,11 +100,14 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 			                  a->vt->available(accel_host_table(), &a->host));
 			if (r) {
 				char msg[ACCEL_ERRMSG_MAX];
-				snprintf(msg, sizeof(msg), "%s", ctx->err.code ? ctx->err.msg : "no reason given");
+				snprintf(msg, sizeof(msg), "%s",
+				         ctx->err.code ? ctx->err.msg : "no reason given");
 				accel_err_clear(&ctx->err);
-				return accel_err_set(&ctx->err, r == ACCEL_ERR_UNSUPPORTED ? r : ACCEL_ERR_PLUGIN,
-				                     "plugin '%s' (%s) is not available in this process (%s): %s",
-				                     a->module->name, a->module->path, accel_status_str(r), msg);
+				return accel_err_set(&ctx->err,
+				                     r == ACCEL_ERR_UNSUPPORTED ? r : ACCEL_ERR_PLUGIN,
+				                     "plugin '%s' (%s) is not available in this process "
+				                     "(%s): %s", a->module->name, a->module->path,
+				                     accel_status_str(r), msg);
 			}
 		}
 		r = a->vt->init(accel_host_table(), &a->host, &state);
