@@ -16,7 +16,7 @@
  *  - accel_set_grad_enabled: forward hooks see grad_enabled() == 0,
  *    backward hooks and accel_step are refused, the count does not move;
  *  - param_view and grad_dtype: bf16 weights with f32 gradients equal an
- *    f32 reference; ddp refuses a reduce_dtype it cannot honour;
+ *    f32 reference; f32 gradients reduced as bf16 (reduce_dtype);
  *  - available(): runs before init, sees device_info, can refuse;
  *  - roles: a loss scaler and an fp8 recipe together, two scalers not;
  *    validate() gets every plugin's caps. */
@@ -473,20 +473,10 @@ START_TEST(f32_grads_of_bf16_weights)
 	ck_assert_int_gt(differ, 0);
 	accel_ctx_free(ctx);
 
-	/* ddp reduces in place in the gradient's dtype. */
-	ctx = ctx_cfg("\"strategy\": \"ddp\"", 1);
-	accel_param_desc pd = {.struct_size = sizeof(pd), .dtype = ACCEL_DTYPE_BF16, .unit = "u",
-	                       .name = "w", .ndim = 1, .shape = &numels[0],
-	                       .grad_dtype = ACCEL_DTYPE_F32, .reduce_dtype = ACCEL_DTYPE_BF16};
-	ck_assert_int_eq(accel_model_add(ctx, &pd, NULL), ACCEL_OK);
-	ck_assert_int_eq(accel_prepare(ctx), ACCEL_ERR_UNSUPPORTED);
-	ck_assert_msg(strstr(accel_errmsg(ctx), "reduce_dtype bf16 differs from its gradient "
-	                                        "dtype f32"), "%s", accel_errmsg(ctx));
-	accel_ctx_free(ctx);
-
 	/* bad dtypes are refused at registration */
 	ctx = ctx_cfg("\"strategy\": \"ddp\"", 1);
-	pd.reduce_dtype = 0;
+	accel_param_desc pd = {.struct_size = sizeof(pd), .dtype = ACCEL_DTYPE_BF16, .unit = "u",
+	                       .name = "w", .ndim = 1, .shape = &numels[0]};
 	pd.grad_dtype = ACCEL_DTYPE_I32;
 	ck_assert_int_eq(accel_model_add(ctx, &pd, NULL), ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(accel_errmsg(ctx), "grad_dtype i32"), "%s", accel_errmsg(ctx));
@@ -494,6 +484,48 @@ START_TEST(f32_grads_of_bf16_weights)
 	pd.grad_dtype = 0;
 	pd.compute_dtype = ACCEL_DTYPE_F8E4M3;
 	ck_assert_int_eq(accel_model_add(ctx, &pd, NULL), ACCEL_OK);
+	accel_ctx_free(ctx);
+}
+END_TEST
+
+/* f32 gradients reduced in bf16 (reduce_dtype): ddp sends a bf16 copy of
+ * the bucket and casts the result back when the reduction completes, so
+ * the optimizer sees the bf16-rounded mean. */
+START_TEST(reduce_dtype_bf16)
+{
+	accel_ctx *ctx = ctx_cfg("\"strategy\": \"ddp\"", 1);
+	for (int i = 0; i < NP; i++) {
+		accel_init init = accel_init_uniform(-1, 1);
+		accel_param_desc d = {.struct_size = sizeof(d), .dtype = ACCEL_DTYPE_F32,
+		                      .unit = units[i], .name = names[i], .ndim = 1,
+		                      .shape = &numels[i], .init = &init,
+		                      /* the last parameter keeps f32: a bucket of its own */
+		                      .reduce_dtype = i < 2 ? ACCEL_DTYPE_BF16 : 0};
+		ck_assert_int_eq(accel_model_add(ctx, &d, NULL), ACCEL_OK);
+	}
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	ck_assert_uint_eq(accel_param_grad_dtype(ctx, 0), ACCEL_DTYPE_F32);
+	const accel_active *d = active_named(ctx, "ddp");
+	const accel_ddp_debug_v1 *dbg = d->vt->extension(d->state, ACCEL_DDP_DEBUG, 1);
+	ck_assert_uint_eq(dbg->n_buckets, 2);
+	float before[NTOT], got[NTOT];
+	int at = 0;
+	for (uint32_t p = 0; p < NP; p++)
+		for (int64_t i = 0; i < numels[p]; i++)
+			before[at++] = ((const float *)accel_param_data(ctx, p))[i];
+	train(ctx, 1, got);
+	at = 0;
+	for (uint32_t p = 0; p < NP; p++)
+		for (int64_t i = 0; i < numels[p]; i++, at++) {
+			float g = grad_value((int)p, (uint64_t)i, 0);
+			float gr = p < 2 ? accel_bf16_to_f32(accel_f32_to_bf16(g)) : g;
+			double want = (double)before[at] - 0.1 * gr;
+			ck_assert_msg(fabs(got[at] - want) < 1e-7, "element %d: %.9g, want %.9g", at,
+			              (double)got[at], want);
+			if (p < 2)
+				ck_assert_msg(fabs(got[at] - ((double)before[at] - 0.1 * g)) > 1e-6,
+				              "element %d was not reduced in bf16", at);
+		}
 	accel_ctx_free(ctx);
 }
 END_TEST
@@ -571,6 +603,7 @@ static Suite *abi_suite(void)
 	tcase_add_test(tc, old_hook_and_selection);
 	tcase_add_test(tc, grad_disabled_forward_only);
 	tcase_add_test(tc, f32_grads_of_bf16_weights);
+	tcase_add_test(tc, reduce_dtype_bf16);
 	tcase_add_test(tc, available_slot);
 	tcase_add_test(tc, scaler_and_fp8_roles);
 	suite_add_tcase(s, tc);

@@ -124,6 +124,7 @@ static void ddp_fini(void *state)
 			if (s->buckets[b].req)
 				s->host->wait(s->h, s->buckets[b].req);
 			s->host->mem_free(s->h, s->buckets[b].data);
+			s->host->mem_free(s->h, s->buckets[b].comm);
 		}
 	free(s->params);
 	free(s->buckets);
@@ -202,16 +203,15 @@ static int ddp_wrap(void *state)
 	for (uint32_t i = 0; i < s->model->n_params; i++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, i);
 		s->params[i].bucket = DDP_NO_BUCKET;
-		/* Buckets are reduced in place, in the gradients' own dtype. */
-		if (p->requires_grad && ACCEL_STRUCT_HAS(p, accel_param_info_v1, reduce_dtype) &&
-		    p->reduce_dtype && p->reduce_dtype != ddp_grad_dtype(p))
+		/* Only a host of minor 3 registers a reduce_dtype, and it has both
+		 * members; checked all the same, since ddp relies on them. */
+		if (p->requires_grad && ddp_reduce_dtype(p) != ddp_grad_dtype(p) &&
+		    (!ACCEL_HOST_HAS(H, reduce_bucket_v2) || !ACCEL_HOST_HAS(H, req_on_done)))
 			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "parameter '%s': reduce_dtype %s "
-			                "differs from its gradient dtype %s; ddp reduces gradients "
-			                "in place in their own dtype: register grad_dtype %s, or "
-			                "select a reduce hook that compresses (e.g. to bf16)", p->name,
-			                accel_abi_dtype_name(p->reduce_dtype),
-			                accel_abi_dtype_name(ddp_grad_dtype(p)),
-			                accel_abi_dtype_name(p->reduce_dtype));
+			                "differs from its gradient dtype %s, which needs host members "
+			                "reduce_bucket_v2 and req_on_done (ABI 1.3); this host is ABI "
+			                "1.%u", p->name, accel_abi_dtype_name(ddp_reduce_dtype(p)),
+			                accel_abi_dtype_name(ddp_grad_dtype(p)), H->abi_minor);
 	}
 
 	for (uint32_t i = 0; i < s->model->n_params; i++) {
@@ -235,6 +235,14 @@ static int ddp_wrap(void *state)
 		uint64_t bytes = bk->numel * accel_abi_dtype_size(bk->dtype);
 		if ((r = H->mem_alloc(s->h, ACCEL_MEM_GRADS, bk->device, bk->device_index, bytes,
 		                      ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &bk->data)))
+			return r;
+		/* Gradients that cross ranks in another dtype get a copy in it,
+		 * reduced in place; the user's pointers stay in the gradient
+		 * bucket, which gets the result cast back. */
+		if (bk->reduce_dtype != bk->dtype &&
+		    (r = H->mem_alloc(s->h, ACCEL_MEM_BUFFERS, bk->device, bk->device_index,
+		                      bk->numel * accel_abi_dtype_size(bk->reduce_dtype),
+		                      ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &bk->comm)))
 			return r;
 	}
 	/* Alignment padding must read as zero; MEMF_ZERO covers the backend's

@@ -49,7 +49,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 /* A bucket being filled, per (dtype, device). */
 typedef struct open_bucket {
-	uint32_t dtype;
+	uint32_t dtype, reduce_dtype;
 	int32_t device, device_index;
 	uint64_t bytes, limit;
 	uint32_t first_pos;          /* backward position of its first parameter */
@@ -59,7 +59,7 @@ typedef struct open_bucket {
 } open_bucket;
 
 typedef struct closed_bucket {
-	uint32_t dtype;
+	uint32_t dtype, reduce_dtype;
 	int32_t device, device_index;
 	uint64_t bytes;
 	uint32_t first_pos;
@@ -95,16 +95,18 @@ int ddp_plan_build(ddp_state *s)
 	for (uint32_t i = m->n_params; i-- > 0;) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
 		open_bucket *ob = NULL;
-		uint32_t gd = ddp_grad_dtype(p);
+		uint32_t gd = ddp_grad_dtype(p), rd = ddp_reduce_dtype(p);
 		if (!p->requires_grad)
 			continue;
 		for (k = 0; k < n_open; k++)
-			if (open[k].dtype == gd && open[k].device == p->device &&
+			if (open[k].dtype == gd && open[k].reduce_dtype == rd &&
+			    open[k].device == p->device &&
 			    open[k].device_index == p->device_index)
 				break;
 		if (k == n_open) {
 			ob = &open[n_open++];
 			ob->dtype = gd;
+			ob->reduce_dtype = rd;
 			ob->device = p->device;
 			ob->device_index = p->device_index;
 			ob->limit = s->first_bytes;
@@ -133,6 +135,7 @@ int ddp_plan_build(ddp_state *s)
 		if (ob->bytes >= ob->limit) {
 			closed_bucket *cb = &closed[n_closed++];
 			cb->dtype = ob->dtype;
+			cb->reduce_dtype = ob->reduce_dtype;
 			cb->device = ob->device;
 			cb->device_index = ob->device_index;
 			cb->bytes = ob->bytes;
@@ -148,6 +151,7 @@ int ddp_plan_build(ddp_state *s)
 			continue;
 		closed_bucket *cb = &closed[n_closed++];
 		cb->dtype = open[k].dtype;
+		cb->reduce_dtype = open[k].reduce_dtype;
 		cb->device = open[k].device;
 		cb->device_index = open[k].device_index;
 		cb->bytes = open[k].bytes;
@@ -181,6 +185,8 @@ int ddp_plan_build(ddp_state *s)
 		size_t es = dtype_size(closed[b].dtype);
 		uint64_t align = ALIGN_BYTES / es, off = 0;
 		bk->dtype = closed[b].dtype;
+		bk->reduce_dtype = closed[b].reduce_dtype;
+		bk->owner = s;
 		bk->device = closed[b].device;
 		bk->device_index = closed[b].device_index;
 		bk->bytes = closed[b].bytes;
@@ -200,6 +206,7 @@ int ddp_plan_build(ddp_state *s)
 			hash = fnv(hash, &pp->numel, sizeof(pp->numel));
 			hash = fnv(hash, &pp->dtype, sizeof(pp->dtype));
 			hash = fnv(hash, &bk->dtype, sizeof(bk->dtype));
+			hash = fnv(hash, &bk->reduce_dtype, sizeof(bk->reduce_dtype));
 			hash = fnv(hash, &b, sizeof(b));
 		}
 		bk->numel = off;
@@ -342,6 +349,18 @@ static accel_view bucket_view(const ddp_bucket *bk)
 	                    bk->numel};
 }
 
+/* A bucket reduced in another dtype than its gradients': the reduced
+ * values go back into the gradient bucket when the reduction completes
+ * (inside the wait() in ddp_reduce, or at once after a blocking one). */
+static int cast_back(void *arg)
+{
+	ddp_bucket *bk = arg;
+	accel_view v = bucket_view(bk), rv = v;
+	rv.dtype = bk->reduce_dtype;
+	rv.data = bk->comm;
+	return bk->owner->host->op_copy(bk->owner->h, &v, &rv);
+}
+
 static int launch(ddp_state *s, uint32_t b, int64_t pos)
 {
 	ddp_bucket *bk = &s->buckets[b];
@@ -354,12 +373,29 @@ static int launch(ddp_state *s, uint32_t b, int64_t pos)
 	 * the bucket pre-divided and sums it. */
 	if (ACCEL_HOST_HAS(s->host, reduce_bucket_v2)) {
 		/* The bucket with its description, so a reduce hook knows which
-		 * gradients lie where; it stays in bk until the reduction is done. */
+		 * gradients lie where; it stays in bk until the reduction is done.
+		 * A bucket with its own reduce_dtype crosses ranks as a copy in
+		 * that dtype, cast back when the reduction completes. */
+		accel_view rv = v;
+		if (bk->comm) {
+			rv.dtype = bk->reduce_dtype;
+			rv.data = bk->comm;
+			if ((r = s->host->op_copy(s->h, &rv, &v)))
+				return r;
+		}
 		bk->desc = (accel_bucket_v1){.struct_size = sizeof(accel_bucket_v1), .bucket_id = b,
-		                             .view = v, .n_entries = bk->n,
+		                             .view = rv, .n_entries = bk->n,
 		                             .entries = s->entries + bk->first};
 		if ((r = s->host->reduce_bucket_v2(s->h, &bk->desc, 0, &bk->req)))
 			return r;
+		if (bk->comm && !bk->req && (r = cast_back(bk)))
+			return r;
+		if (bk->comm && bk->req &&
+		    (r = s->host->req_on_done(s->h, bk->req, cast_back, bk))) {
+			s->host->wait(s->h, bk->req);
+			bk->req = NULL;
+			return r;
+		}
 	} else if (ACCEL_HOST_HAS(s->host, reduce_bucket_mean)) {
 		if ((r = s->host->reduce_bucket_mean(s->h, &v, b, &bk->req)))
 			return r;
