@@ -556,7 +556,9 @@ typedef struct accel_host_v1 {
 	 * returns, in registration order.  A hook uses it to cast back or
 	 * decompress a bucket without blocking; fn may call host members,
 	 * including collectives and wait().  A failure of fn is the status of
-	 * that wait()/test().  `req` is a request this host returned and that
+	 * that wait()/test(); fn runs also when the collective failed (so it can
+	 * release what it holds), and that failure then wins.  `req` is a
+	 * request this host returned and that
 	 * was not released yet.  Callbacks of requests never waited for are
 	 * dropped (not run) when the context is freed. */
 	int (*req_on_done)(accel_host *h, accel_req *req, int (*fn)(void *arg), void *arg);
