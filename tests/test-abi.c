@@ -591,6 +591,47 @@ START_TEST(scaler_and_fp8_roles)
 }
 END_TEST
 
+/* The loader: role 5 loads, an unknown role and a reduce hook without any
+ * reduce slot are broken with a reason; a hook with only the 1.3 slots is
+ * fine. */
+START_TEST(loader_roles_and_slots)
+{
+	accel_loader *ld = NULL;
+	accel_err err;
+	accel_err_clear(&err);
+	ck_assert_int_eq(accel_loader_new(accel_host_table(), &ld, &err), ACCEL_OK);
+	static const struct {
+		const char *file;
+		int status;
+		const char *cause;
+	} rows[] = {
+		{"fx-fp8.so", ACCEL_MODULE_OK, NULL},
+		{"fx-reduce.so", ACCEL_MODULE_OK, NULL},
+		{"fx-role-bad.so", ACCEL_MODULE_BROKEN, "plugin 'fx-role-bad': unknown role 6"},
+		{"fx-reduce-noslot.so", ACCEL_MODULE_BROKEN,
+		 "reduce hook 'fx-reduce-noslot': required slot reduce_bucket (or, since ABI 1.3, "
+		 "reduce_bucket_v2 or reduce_scatter_bucket) is NULL"},
+	};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		char path[4096];
+		const accel_module *m = NULL;
+		snprintf(path, sizeof(path), "%s/tests/fixtures/abi13/%s",
+		         getenv("ACCEL_TEST_BUILDDIR"), rows[i].file);
+		ck_assert_int_eq(accel_loader_load_file(ld, path, &m, &err), ACCEL_OK);
+		ck_assert_msg(m->status == rows[i].status, "%s: %s (%s)", rows[i].file,
+		              accel_loader_status_name(m->status), m->reason ? m->reason : "");
+		if (rows[i].cause)
+			ck_assert_msg(m->cause && strstr(m->cause, rows[i].cause), "%s: '%s'",
+			              rows[i].file, m->cause ? m->cause : "");
+	}
+	const accel_module *m = accel_loader_get(ld, 0);
+	ck_assert_uint_eq(m->role, ACCEL_ROLE_FP8_RECIPE);
+	ck_assert_str_eq(accel_loader_role_name(m->role), "fp8_recipe");
+	ck_assert_uint_eq(m->abi_minor, ACCEL_ABI_MINOR);
+	accel_loader_free(ld);
+}
+END_TEST
+
 static Suite *abi_suite(void)
 {
 	Suite *s = suite_create("abi");
@@ -606,6 +647,7 @@ static Suite *abi_suite(void)
 	tcase_add_test(tc, reduce_dtype_bf16);
 	tcase_add_test(tc, available_slot);
 	tcase_add_test(tc, scaler_and_fp8_roles);
+	tcase_add_test(tc, loader_roles_and_slots);
 	suite_add_tcase(s, tc);
 	return s;
 }
