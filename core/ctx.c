@@ -63,6 +63,22 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
 		void *state = NULL;
+		/* The run-time availability check (ABI minor 3) comes first. */
+		if (a->vt->available) {
+			r = plugin_status(ctx, a->module, "available",
+			                  a->vt->available(accel_host_table(), &a->host));
+			if (r) {
+				char msg[ACCEL_ERRMSG_MAX];
+				snprintf(msg, sizeof(msg), "%s",
+				         ctx->err.code ? ctx->err.msg : "no reason given");
+				accel_err_clear(&ctx->err);
+				return accel_err_set(&ctx->err,
+				                     r == ACCEL_ERR_UNSUPPORTED ? r : ACCEL_ERR_PLUGIN,
+				                     "plugin '%s' (%s) is not available in this process "
+				                     "(%s): %s", a->module->name, a->module->path,
+				                     accel_status_str(r), msg);
+			}
+		}
 		r = a->vt->init(accel_host_table(), &a->host, &state);
 		r = plugin_status(ctx, a->module, "init", r);
 		if (r) {
@@ -85,10 +101,11 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 		a->inited = 1;
 	}
 	const char *names[ACCEL_SELECT_MAX];
-	uint32_t roles[ACCEL_SELECT_MAX];
+	uint32_t roles[ACCEL_SELECT_MAX], caps[ACCEL_SELECT_MAX];
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		names[i] = ctx->active[i].module->name;
 		roles[i] = ctx->active[i].vt->desc->role;
+		caps[i] = ctx->active[i].vt->desc->caps;
 	}
 	accel_selection_v1 s = {
 		.struct_size = sizeof(s),
@@ -97,6 +114,7 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 		.roles = roles,
 		.backend = ctx->comm ? accel_comm_backend_name(ctx->comm) : "none",
 		.world_size = ctx->world.world_size,
+		.caps = caps,
 	};
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
@@ -229,7 +247,10 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 {
 	if (!ctx)
 		return NULL;
-	/* Plugins may read the model until fini (plugin.h), so they go first. */
+	/* Plugins may read the model until fini (plugin.h), so they go first;
+	 * a request a strategy waits for in its fini must not call back into
+	 * a hook finalized before it. */
+	accel_train_drop_callbacks(ctx->train);
 	for (uint32_t i = ctx->n_active; i-- > 0;)
 		if (ctx->active[i].inited)
 			ctx->active[i].vt->fini(ctx->active[i].state);

@@ -12,11 +12,13 @@
 #include "comm.h"
 #include "config.h"
 #include "ctx-impl.h"
+#include "cuda_probe.h"
 #include "kv.h"
 #include "loader.h"
 #include "log.h"
 #include "mem.h"
 #include "ops.h"
+#include "select.h"
 #include "store.h"
 #include "train.h"
 
@@ -142,9 +144,13 @@ static int need_train(accel_host *h, const char *what)
 	return ACCEL_OK;
 }
 
+/* A plugin built before minor 3 gets params[] at its minor's stride. */
 static const accel_model_v1 *host_model(accel_host *h)
 {
-	return h->ctx->train ? accel_train_model(h->ctx->train) : NULL;
+	if (!h->ctx->train)
+		return NULL;
+	return accel_train_model_for(h->ctx->train, h->module ? h->module->abi_minor
+	                                                      : ACCEL_ABI_MINOR);
 }
 
 static int host_param_bind(accel_host *h, uint32_t param, void *data, void *grad)
@@ -253,16 +259,31 @@ static int host_barrier(accel_host *h, accel_req **ret_req)
 	return r ? r : accel_comm_barrier(h->ctx->comm, ret_req);
 }
 
+/* A completed request runs its req_on_done callbacks before wait() or
+ * test() returns; they run after a failed wait too (the request is
+ * released either way, so they would never run otherwise), and the wait's
+ * own failure wins. */
 static int host_wait(accel_host *h, accel_req *req)
 {
 	int r = need_comm(h, "wait");
-	return r ? r : accel_comm_wait(h->ctx->comm, req);
+	if (r)
+		return r;
+	r = accel_comm_wait(h->ctx->comm, req);
+	int c = accel_train_req_done(h->ctx->train, req);
+	return r ? r : c;
 }
 
 static int host_test(accel_host *h, accel_req *req, int32_t *ret_done)
 {
+	int32_t done = 0;
 	int r = need_comm(h, "test");
-	return r ? r : accel_comm_test(h->ctx->comm, req, ret_done);
+	if (r || (r = accel_comm_test(h->ctx->comm, req, &done)))
+		return r;
+	if (done && (r = accel_train_req_done(h->ctx->train, req)))
+		return r;
+	if (ret_done)
+		*ret_done = done;
+	return ACCEL_OK;
 }
 
 static const accel_active *reduce_hook(const accel_ctx *ctx)
@@ -275,14 +296,34 @@ static const accel_active *reduce_hook(const accel_ctx *ctx)
 	return NULL;
 }
 
+/* A hook of minor 3 that has only reduce_bucket_v2 gets a bucket without
+ * entries (the old calls carry none). */
+static int hook_all_reduce(accel_host *h, const accel_active *hook, const accel_view *bucket,
+                           uint32_t bucket_id, uint32_t flags, accel_req **ret_req)
+{
+	if (hook->vt->reduce_bucket_v2) {
+		accel_bucket_v1 b = {.struct_size = sizeof(b), .bucket_id = bucket_id,
+		                     .view = *bucket, .flags = flags};
+		return hook->vt->reduce_bucket_v2(hook->state, &b, ret_req);
+	}
+	if (!hook->vt->reduce_bucket)
+		return host_error(h, ACCEL_ERR_UNSUPPORTED, "reduce hook '%s' has no all-reduce "
+		                  "(only reduce_scatter_bucket); this strategy all-reduces its "
+		                  "gradient buckets", hook->host.name);
+	return hook->vt->reduce_bucket(hook->state, bucket, bucket_id, ret_req);
+}
+
 static int host_reduce_bucket(accel_host *h, const accel_view *bucket, uint32_t bucket_id,
                               accel_req **ret_req)
 {
 	accel_ctx *ctx = h->ctx;
 	const accel_active *hook = reduce_hook(ctx);
+	int r = accel_train_check_reduce(ctx->train, h->name, "reduce_bucket");
+	if (r)
+		return r;
 	if (hook)
-		return hook->vt->reduce_bucket(hook->state, bucket, bucket_id, ret_req);
-	int r = need_comm(h, "reduce_bucket");
+		return hook_all_reduce(h, hook, bucket, bucket_id, ACCEL_REDUCE_PREDIVIDED, ret_req);
+	r = need_comm(h, "reduce_bucket");
 	return r ? r : accel_comm_allreduce(ctx->comm, bucket, bucket, ACCEL_RED_SUM, ret_req);
 }
 
@@ -294,15 +335,181 @@ static int host_reduce_bucket_mean(accel_host *h, const accel_view *bucket, uint
 {
 	accel_ctx *ctx = h->ctx;
 	const accel_active *hook = reduce_hook(ctx);
-	int r;
+	int r = accel_train_check_reduce(ctx->train, h->name, "reduce_bucket_mean");
+	if (r)
+		return r;
+	if (hook && hook->vt->reduce_bucket_v2)
+		return hook_all_reduce(h, hook, bucket, bucket_id, 0, ret_req);
 	if (hook) {
 		if (ctx->world.world_size > 1 &&
 		    (r = accel_ops_scale(bucket, 1.0 / ctx->world.world_size, &ctx->err)))
 			return r;
-		return hook->vt->reduce_bucket(hook->state, bucket, bucket_id, ret_req);
+		return hook_all_reduce(h, hook, bucket, bucket_id, ACCEL_REDUCE_PREDIVIDED, ret_req);
 	}
 	r = need_comm(h, "reduce_bucket_mean");
 	return r ? r : accel_comm_allreduce(ctx->comm, bucket, bucket, ACCEL_RED_AVG, ret_req);
+}
+
+/* A bucket description is checked once, here, where it enters the core:
+ * hooks may then trust it. */
+static int check_bucket(accel_host *h, const char *fn, const accel_bucket_v1 *b,
+                        uint32_t flags)
+{
+	accel_train *t = h->ctx->train;
+	if (!b || b->struct_size < ACCEL_ABI_END(accel_bucket_v1, group))
+		return host_error(h, ACCEL_ERR_INVALID_ARG, "%s: %s", fn,
+		                  b ? "bucket struct_size is too small (set it to "
+		                      "sizeof(accel_bucket_v1))"
+		                    : "bucket is NULL");
+	if (b->view.struct_size < sizeof(accel_view) || (!b->view.data && b->view.numel))
+		return host_error(h, ACCEL_ERR_INVALID_ARG, "%s: bucket %u has a bad view (struct_size "
+		                  "%u, data %s, %llu elements)", fn, b->bucket_id,
+		                  b->view.struct_size, b->view.data ? "set" : "NULL",
+		                  (unsigned long long)b->view.numel);
+	if (flags & ~ACCEL_REDUCE_PREDIVIDED)
+		return host_error(h, ACCEL_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn,
+		                  flags & ~ACCEL_REDUCE_PREDIVIDED);
+	if (b->n_entries && !b->entries)
+		return host_error(h, ACCEL_ERR_INVALID_ARG, "%s: bucket %u has %u entries and a NULL "
+		                  "entries pointer", fn, b->bucket_id, b->n_entries);
+	const accel_model_v1 *m = t ? accel_train_model(t) : NULL;
+	uint64_t end = 0;
+	for (uint32_t i = 0; i < b->n_entries; i++) {
+		const accel_bucket_entry_v1 *e = &b->entries[i];
+		const accel_param_info_v1 *p = m && e->param < m->n_params ? &m->params[e->param]
+		                                                             : NULL;
+		if (!p || e->bucket_offset < end || e->numel > b->view.numel ||
+		    e->bucket_offset > b->view.numel - e->numel || e->param_offset > p->numel ||
+		    e->numel > p->numel - e->param_offset)
+			return host_error(h, ACCEL_ERR_INVALID_ARG, "%s: bucket %u entry %u (param %u, "
+			                  "elements [%llu, +%llu) of it at bucket offset %llu) is out of "
+			                  "range or overlaps the one before: entries must be sorted and "
+			                  "lie inside both the %llu-element bucket and the parameter",
+			                  fn, b->bucket_id, i, e->param,
+			                  (unsigned long long)e->param_offset,
+			                  (unsigned long long)e->numel,
+			                  (unsigned long long)e->bucket_offset,
+			                  (unsigned long long)b->view.numel);
+		end = e->bucket_offset + e->numel;
+	}
+	return ACCEL_OK;
+}
+
+static int host_reduce_bucket_v2(accel_host *h, const accel_bucket_v1 *b, uint32_t flags,
+                                 accel_req **ret_req)
+{
+	accel_ctx *ctx = h->ctx;
+	const accel_active *hook = reduce_hook(ctx);
+	int r;
+	if ((r = check_bucket(h, "reduce_bucket_v2", b, flags)) ||
+	    (r = accel_train_check_reduce(ctx->train, h->name, "reduce_bucket_v2")))
+		return r;
+	if (b->group && (!hook || !hook->vt->reduce_bucket_v2))
+		return host_error(h, ACCEL_ERR_UNSUPPORTED, "reduce_bucket_v2: bucket %u names a "
+		                  "group, which %s", b->bucket_id,
+		                  hook ? "this reduce hook (built before ABI 1.3) cannot reduce over"
+		                       : "needs the group collectives of the comm layer");
+	if (hook && hook->vt->reduce_bucket_v2) {
+		accel_bucket_v1 hb = *b;
+		hb.struct_size = sizeof(hb);
+		hb.flags = flags;
+		return hook->vt->reduce_bucket_v2(hook->state, &hb, ret_req);
+	}
+	if (hook) {
+		/* A hook of minor < 3 sums a pre-divided bucket of the world. */
+		if (!(flags & ACCEL_REDUCE_PREDIVIDED) && ctx->world.world_size > 1 &&
+		    (r = accel_ops_scale(&b->view, 1.0 / ctx->world.world_size, &ctx->err)))
+			return r;
+		return hook_all_reduce(h, hook, &b->view, b->bucket_id, ACCEL_REDUCE_PREDIVIDED,
+		                       ret_req);
+	}
+	if ((r = need_comm(h, "reduce_bucket_v2")))
+		return r;
+	return accel_comm_allreduce(ctx->comm, &b->view, &b->view,
+	                            flags & ACCEL_REDUCE_PREDIVIDED ? ACCEL_RED_SUM : ACCEL_RED_AVG,
+	                            ret_req);
+}
+
+static int host_reduce_scatter_bucket(accel_host *h, const accel_bucket_v1 *b,
+                                      const accel_view *shard, uint32_t flags,
+                                      accel_req **ret_req)
+{
+	accel_ctx *ctx = h->ctx;
+	const accel_active *hook = reduce_hook(ctx);
+	int r;
+	if ((r = check_bucket(h, "reduce_scatter_bucket", b, flags)) ||
+	    (r = accel_train_check_reduce(ctx->train, h->name, "reduce_scatter_bucket")))
+		return r;
+	if (!shard || shard->struct_size < sizeof(accel_view) || (!shard->data && shard->numel))
+		return host_error(h, ACCEL_ERR_INVALID_ARG, "reduce_scatter_bucket: bucket %u: bad "
+		                  "shard view", b->bucket_id);
+	if (hook) {
+		if (!hook->vt->reduce_scatter_bucket)
+			return host_error(h, ACCEL_ERR_UNSUPPORTED, "reduce hook '%s' has no "
+			                  "reduce_scatter_bucket; strategy '%s' reduces gradients "
+			                  "with reduce-scatter: select a hook that supports it or "
+			                  "none", hook->host.name, h->name ? h->name : "?");
+		accel_bucket_v1 hb = *b;
+		hb.struct_size = sizeof(hb);
+		hb.flags = flags;
+		return hook->vt->reduce_scatter_bucket(hook->state, &hb, shard, ret_req);
+	}
+	if (b->group)
+		return host_error(h, ACCEL_ERR_UNSUPPORTED, "reduce_scatter_bucket: bucket %u names a "
+		                  "group, which needs the group collectives of the comm layer",
+		                  b->bucket_id);
+	if ((r = need_comm(h, "reduce_scatter_bucket")))
+		return r;
+	return accel_comm_reduce_scatter(ctx->comm, &b->view, shard,
+	                                 flags & ACCEL_REDUCE_PREDIVIDED ? ACCEL_RED_SUM
+	                                                                 : ACCEL_RED_AVG,
+	                                 ret_req);
+}
+
+static int host_req_on_done(accel_host *h, accel_req *req, int (*fn)(void *arg), void *arg)
+{
+	int r = need_train(h, "req_on_done");
+	return r ? r : accel_train_req_on_done(h->ctx->train, req, fn, arg);
+}
+
+static int32_t host_grad_enabled(accel_host *h)
+{
+	return accel_train_grad_enabled(h->ctx->train);
+}
+
+static int host_param_view(accel_host *h, uint32_t param, accel_view *ret_data,
+                           accel_view *ret_grad)
+{
+	int r = need_train(h, "param_view");
+	return r ? r : accel_train_param_view(h->ctx->train, param, ret_data, ret_grad);
+}
+
+static int host_device_info(accel_host *h, int32_t device_index, accel_device_info_v1 *ret)
+{
+	if (!ret || ret->struct_size < ACCEL_ABI_END(accel_device_info_v1, compute_capability))
+		return host_error(h, ACCEL_ERR_INVALID_ARG, "device_info: %s", ret ?
+		                  "set ret->struct_size = sizeof(accel_device_info_v1)" : "ret is NULL");
+	/* the probe the loader's requirement checks use, so both agree */
+	accelp_cuda_info probe;
+	uint32_t offered = 0;
+	int32_t count = 0, cc = 0;
+	accelp_cuda_probe(&probe);
+	accelp_cuda_offered(&probe, &offered, &cc);
+	if (offered & ACCEL_REQ_CUDA) {
+		count = probe.n_gpus;
+		if (device_index >= 0)
+			cc = device_index < count && device_index < ACCELP_CUDA_MAX_GPUS
+			             ? probe.gpus[device_index].cc
+			             : 0;
+	}
+	if (device_index >= count && count > 0)
+		return host_error(h, ACCEL_ERR_INVALID_ARG, "device_info: CUDA device %d does not "
+		                  "exist (this process sees %d)", device_index, count);
+	uint32_t size = ret->struct_size;
+	accel_device_info_v1 info = {.struct_size = size, .cuda_present = count > 0,
+	                             .device_count = count, .compute_capability = cc};
+	memcpy(ret, &info, size < sizeof(info) ? size : sizeof(info));
+	return ACCEL_OK;
 }
 
 static int32_t host_sync_step(accel_host *h)
@@ -451,6 +658,12 @@ static const accel_host_v1 host_table = {
 	.store_get = host_store_get,
 	.store_add = host_store_add,
 	.reduce_bucket_mean = host_reduce_bucket_mean,
+	.grad_enabled = host_grad_enabled,
+	.param_view = host_param_view,
+	.device_info = host_device_info,
+	.reduce_bucket_v2 = host_reduce_bucket_v2,
+	.reduce_scatter_bucket = host_reduce_scatter_bucket,
+	.req_on_done = host_req_on_done,
 };
 
 const accel_host_v1 *accel_host_table(void)

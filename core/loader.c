@@ -50,9 +50,10 @@ const char *accelp_loader_role_name(uint32_t role)
 {
 	switch (role) {
 	case ACCEL_ROLE_STRATEGY: return "strategy";
-	case ACCEL_ROLE_PRECISION: return "precision";
+	case ACCEL_ROLE_LOSS_SCALER: return "loss_scaler";
 	case ACCEL_ROLE_REDUCE_HOOK: return "reduce_hook";
 	case ACCEL_ROLE_OTHER: return "other";
+	case ACCEL_ROLE_FP8_RECIPE: return "fp8_recipe";
 	default: return "?";
 	}
 }
@@ -110,7 +111,8 @@ const char *accelp_loader_requires_str(uint32_t requires, int32_t min_cuda_cc, c
 const char *accelp_loader_caps_str(uint32_t caps, char *buf, size_t cap)
 {
 	static const char *const names[] = {"cpu", "cuda", "shard_optim", "shard_grads",
-	                                    "shard_params", "offload", "checkpoint"};
+	                                    "shard_params", "offload", "checkpoint",
+	                                    "reduce_scatter", "micro_reduce"};
 	if (!buf || cap == 0)
 		return "";
 	buf[0] = '\0';

@@ -64,7 +64,8 @@ static const char *role_word(uint32_t role)
 	switch (role) {
 	case ACCEL_ROLE_STRATEGY: return "strategy";
 	case ACCEL_ROLE_REDUCE_HOOK: return "reduce hook";
-	case ACCEL_ROLE_PRECISION: return "precision hook";
+	case ACCEL_ROLE_LOSS_SCALER: return "loss scaler";
+	case ACCEL_ROLE_FP8_RECIPE: return "fp8 recipe";
 	default: return "hook";
 	}
 }
@@ -94,7 +95,7 @@ int accelp_loader_desc_check_plugin(module_rec *m, const accel_plugin_v1 *raw)
 	m->pub.requires = d->requires;
 	m->pub.min_cuda_cc = d->min_cuda_cc;
 	m->pub.state_version = d->state_version;
-	if (d->role < ACCEL_ROLE_STRATEGY || d->role > ACCEL_ROLE_OTHER)
+	if (d->role < ACCEL_ROLE_STRATEGY || d->role > ACCEL_ROLE_FP8_RECIPE)
 		return accelp_loader_broken(m, "plugin '%s': unknown role %u", d->name, d->role);
 	if (d->min_cuda_cc < 0)
 		return accelp_loader_broken(m, "plugin '%s': min_cuda_cc is %d", d->name,
@@ -124,8 +125,11 @@ int accelp_loader_desc_check_plugin(module_rec *m, const accel_plugin_v1 *raw)
 		REQUIRE_SLOT(m, vt, grad_stats, "strategy");
 		REQUIRE_SLOT(m, vt, step, "strategy");
 	}
-	if (d->role == ACCEL_ROLE_REDUCE_HOOK)
-		REQUIRE_SLOT(m, vt, reduce_bucket, "reduce hook");
+	/* A hook of minor 3 may have only the bucket-description slots. */
+	if (d->role == ACCEL_ROLE_REDUCE_HOOK && !vt->reduce_bucket && !vt->reduce_bucket_v2 &&
+	    !vt->reduce_scatter_bucket)
+		return accelp_loader_broken(m, "reduce hook '%s': required slot reduce_bucket (or, since ABI 1.3, "
+		              "reduce_bucket_v2 or reduce_scatter_bucket) is NULL", m->pub.name);
 	if ((r = accelp_loader_schema_load(m, d->config_section, d->params, d->n_params)))
 		return r;
 	d->params = m->params;

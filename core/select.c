@@ -188,9 +188,19 @@ int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_un
 				return accel_err_set(err, ACCEL_ERR_CONFIG,
 				                     "plugins '%s' and '%s' both have the %s role; "
 				                     "select one", ret_mods[j]->name, m->name,
-				                     role == ACCEL_ROLE_PRECISION ? "precision"
-				                                                  : "reduce-hook");
+				                     accelp_loader_role_name(role));
 		ret_mods[i] = m;
+		/* A reduce hook must serve the way the strategy reduces. */
+		const accel_plugin_v1 *vt = m->plugin;
+		int scatter = (ret_mods[0]->plugin->desc->caps & ACCEL_CAP_REDUCE_SCATTER) != 0;
+		if (role == ACCEL_ROLE_REDUCE_HOOK &&
+		    (scatter ? !vt->reduce_scatter_bucket : !vt->reduce_bucket && !vt->reduce_bucket_v2))
+			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			                     "reduce hook '%s' (%s) has no %s, and strategy '%s' reduces "
+			                     "gradients with %s: select a hook that supports it or none",
+			                     m->name, m->path,
+			                     scatter ? "reduce_scatter_bucket" : "all-reduce slot",
+			                     ret_mods[0]->name, scatter ? "reduce-scatter" : "all-reduce");
 	}
 	return ACCEL_OK;
 }

@@ -40,7 +40,8 @@ int accel_select_backend_active(const accel_loader *ld, const char *backend, con
 
 /* Find the selected plugins (ret_mods[i] for sel->names[i]) and check
  * their roles: names[0] a strategy, no other strategy, at most one
- * precision and one reduce hook.  allow_unmet: a plugin whose
+ * loss scaler, one fp8 recipe and one reduce hook, and a reduce hook
+ * with the slot for how the strategy reduces (ACCEL_CAP_REDUCE_SCATTER).  allow_unmet: a plugin whose
  * requirements this machine lacks still counts (`accel config validate`
  * checks configs meant for other machines). */
 int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_unmet,

@@ -15,6 +15,7 @@
 typedef struct param_rec {
 	char *name;                 /* owned */
 	uint32_t dtype;
+	uint32_t grad_dtype, reduce_dtype, compute_dtype;  /* resolved, never 0 */
 	uint32_t unit;
 	uint32_t group;             /* 0: weight decay, 1: optimizer.no_decay */
 	uint32_t ndim;
@@ -43,6 +44,10 @@ struct accel_train {
 	accel_param_info_v1 *pinfo;
 	accel_unit_info_v1 *uinfo;
 	accel_model_v1 model;
+	/* The same model for plugins built before ABI minor 3: params[] at
+	 * that minor's stride (ACCEL_PARAM_INFO_V1_SIZE_MINOR2). */
+	char *pinfo_minor2;
+	accel_model_v1 model_minor2;
 	int preparing, prepared, prepare_failed;
 
 	/* Accumulation and step state. */
@@ -52,6 +57,14 @@ struct accel_train {
 	double max_grad_norm;       /* 0: no clipping */
 	int32_t track_grad_norm;    /* compute the norm even when nothing needs it */
 	int32_t grad_overwrite;     /* accel_set_grad_overwrite(): never zero grads */
+	int32_t grad_disabled;      /* accel_set_grad_enabled(ctx, 0): forward only */
+	/* host->req_on_done() callbacks, in registration order. */
+	struct req_cb {
+		accel_req *req;
+		int (*fn)(void *arg);
+		void *arg;
+	} *req_cbs;
+	uint32_t n_req_cbs, cap_req_cbs;
 	uint64_t seed;
 	double lr;                  /* learning rate of the next step (group 0) */
 	int in_step;

@@ -14,6 +14,7 @@
 #include "accel/accel.h"
 #include "config.h"
 #include "ctx-impl.h"
+#include "loader.h"
 #include "log.h"
 #include "lrsched.h"
 #include "optim.h"
@@ -153,7 +154,9 @@ accel_train *accel_train_free(accel_train *t)
 	free(t->params);
 	free(t->units);
 	free(t->pinfo);
+	free(t->pinfo_minor2);
 	free(t->uinfo);
+	free(t->req_cbs);
 	free(t);
 	return NULL;
 }
@@ -254,6 +257,21 @@ static int check_init(accel_train *t, const char *name, const accel_init *in, ui
 	}
 }
 
+/* The optional dtypes of accel_param_desc (0: the default). */
+static int check_dtype(accel_train *t, const char *name, const char *what, uint32_t dtype,
+                       int fp8_ok)
+{
+	if (dtype == ACCEL_DTYPE_INVALID || dtype == ACCEL_DTYPE_F32 ||
+	    dtype == ACCEL_DTYPE_F16 || dtype == ACCEL_DTYPE_BF16)
+		return ACCEL_OK;
+	if (fp8_ok && (dtype == ACCEL_DTYPE_F8E4M3 || dtype == ACCEL_DTYPE_F8E5M2))
+		return ACCEL_OK;
+	return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): %s %s is not one of f32, "
+	            "f16, bf16%s (or 0 for the default)", name ? name : "(null)", what,
+	            accel_dtype_name(dtype) ? accel_dtype_name(dtype) : "(invalid)",
+	            fp8_ok ? ", f8e4m3, f8e5m2" : "");
+}
+
 int accel_model_add(accel_ctx *ctx, const accel_param_desc *d, uint32_t *ret_param)
 {
 	accel_train *t = NULL;
@@ -287,6 +305,18 @@ int accel_model_add(accel_ctx *ctx, const accel_param_desc *d, uint32_t *ret_par
 		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): dtype %s is not a "
 		            "training dtype (use f32, f16 or bf16)", d->name,
 		            accel_dtype_name(d->dtype) ? accel_dtype_name(d->dtype) : "(invalid)");
+	uint32_t grad_dtype = d->dtype, reduce_dtype = 0, compute_dtype = d->dtype;
+	if (ACCEL_STRUCT_HAS(d, accel_param_desc, compute_dtype)) {
+		if ((r = check_dtype(t, d->name, "grad_dtype", d->grad_dtype, 0)) ||
+		    (r = check_dtype(t, d->name, "reduce_dtype", d->reduce_dtype, 0)) ||
+		    (r = check_dtype(t, d->name, "compute_dtype", d->compute_dtype, 1)))
+			return r;
+		grad_dtype = d->grad_dtype ? d->grad_dtype : d->dtype;
+		reduce_dtype = d->reduce_dtype;
+		compute_dtype = d->compute_dtype ? d->compute_dtype : d->dtype;
+	}
+	if (!reduce_dtype)
+		reduce_dtype = grad_dtype;
 	if (d->ndim > MAX_NDIM)
 		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): ndim %u > %d",
 		            d->name, d->ndim, MAX_NDIM);
@@ -368,6 +398,9 @@ int accel_model_add(accel_ctx *ctx, const accel_param_desc *d, uint32_t *ret_par
 	t->units[u].n_params++;
 	t->units[u].numel += numel;
 	p->dtype = d->dtype;
+	p->grad_dtype = grad_dtype;
+	p->reduce_dtype = reduce_dtype;
+	p->compute_dtype = compute_dtype;
 	p->unit = (uint32_t)u;
 	p->group = param_group(t, d->name);
 	p->ndim = d->ndim;
@@ -492,7 +525,8 @@ static int build_model(accel_train *t)
 		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
 	t->model = (accel_model_v1){.struct_size = sizeof(accel_model_v1),
 	                            .n_params = t->n_params, .n_units = t->n_units,
-	                            .params = t->pinfo, .units = t->uinfo};
+	                            .params = t->pinfo, .units = t->uinfo,
+	                            .param_info_size = sizeof(accel_param_info_v1)};
 	for (uint32_t i = 0; i < t->n_params; i++) {
 		param_rec *p = &t->params[i];
 		t->pinfo[i] = (accel_param_info_v1){
@@ -508,6 +542,9 @@ static int build_model(accel_train *t)
 			.device = p->device,
 			.device_index = p->device_index,
 			.requires_grad = !p->frozen,
+			.grad_dtype = p->grad_dtype,
+			.reduce_dtype = p->reduce_dtype,
+			.compute_dtype = p->compute_dtype,
 		};
 		if (p->group + 1 > n_groups)
 			n_groups = p->group + 1;
@@ -524,12 +561,34 @@ static int build_model(accel_train *t)
 		};
 	}
 	t->model.n_groups = n_groups;
+	/* A plugin built before minor 3 indexes params[] at that minor's
+	 * stride: it gets a copy laid out so, each entry's struct_size saying
+	 * what it holds. */
+	size_t old = ACCEL_PARAM_INFO_V1_SIZE_MINOR2;
+	t->pinfo_minor2 = calloc(t->n_params ? t->n_params : 1, old);
+	if (!t->pinfo_minor2)
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	for (uint32_t i = 0; i < t->n_params; i++) {
+		accel_param_info_v1 *e = (accel_param_info_v1 *)(void *)(t->pinfo_minor2 + i * old);
+		memcpy(e, &t->pinfo[i], old);
+		e->struct_size = (uint32_t)old;
+	}
+	t->model_minor2 = t->model;
+	t->model_minor2.struct_size = (uint32_t)offsetof(accel_model_v1, param_info_size);
+	t->model_minor2.param_info_size = 0;
+	t->model_minor2.params = (const accel_param_info_v1 *)(const void *)t->pinfo_minor2;
 	return ACCEL_OK;
 }
 
 const accel_model_v1 *accel_train_model(accel_train *t)
 {
 	return (t && (t->preparing || t->prepared)) ? &t->model : NULL;
+}
+
+const accel_model_v1 *accel_train_model_for(accel_train *t, uint32_t abi_minor)
+{
+	const accel_model_v1 *m = accel_train_model(t);
+	return m && abi_minor < 3 ? &t->model_minor2 : m;
 }
 
 int accel_train_prepared(const accel_train *t)
@@ -567,6 +626,21 @@ int accel_prepare(accel_ctx *ctx)
 	s = strategy(t);
 	if (!s || !s->inited)
 		return terr(t, ACCEL_ERR_STATE, "accel_prepare: no strategy plugin is active");
+	/* A strategy built before minor 3 knows one dtype per parameter: it
+	 * would hand out a gradient buffer of the working dtype. */
+	for (uint32_t i = 0; s->module && s->module->abi_minor < 3 && i < t->n_params; i++) {
+		const param_rec *p = &t->params[i];
+		if (p->grad_dtype != p->dtype || p->reduce_dtype != p->dtype)
+			return terr(t, ACCEL_ERR_UNSUPPORTED, "accel_prepare: parameter '%s' has %s %s "
+			            "apart from its working dtype %s, but strategy '%s' (%s) was built "
+			            "against accel ABI 1.%u, which has one dtype per parameter: rebuild "
+			            "it against ABI 1.3 or register the parameter without it", p->name,
+			            p->grad_dtype != p->dtype ? "grad_dtype" : "reduce_dtype",
+			            accel_dtype_name(p->grad_dtype != p->dtype ? p->grad_dtype
+			                                                       : p->reduce_dtype),
+			            accel_dtype_name(p->dtype), s->host.name, s->module->path,
+			            s->module->abi_minor);
+	}
 	if ((r = build_model(t)))
 		return r;
 	t->preparing = 1;
@@ -651,6 +725,32 @@ void *accel_param_data(accel_ctx *ctx, uint32_t param)
 void *accel_param_grad(accel_ctx *ctx, uint32_t param)
 {
 	return param_ptr(ctx, param, 1);
+}
+
+uint32_t accel_param_grad_dtype(const accel_ctx *ctx, uint32_t param)
+{
+	accel_train *t = get_train(ctx);
+	return (t && param < t->n_params) ? t->params[param].grad_dtype : ACCEL_DTYPE_INVALID;
+}
+
+int accel_train_param_view(accel_train *t, uint32_t param, accel_view *ret_data,
+                           accel_view *ret_grad)
+{
+	if (!t)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!t->preparing && !t->prepared)
+		return terr(t, ACCEL_ERR_STATE, "param_view(%u) called before accel_prepare()", param);
+	if (param >= t->n_params)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "param_view: parameter index %u out of range "
+		            "(model has %u)", param, t->n_params);
+	const param_rec *p = &t->params[param];
+	if (ret_data)
+		*ret_data = (accel_view){sizeof(accel_view), p->dtype, p->device, p->device_index,
+		                         p->data, p->data ? p->numel : 0};
+	if (ret_grad)
+		*ret_grad = (accel_view){sizeof(accel_view), p->grad_dtype, p->device,
+		                         p->device_index, p->grad, p->grad ? p->numel : 0};
+	return ACCEL_OK;
 }
 
 /* ---- initial values ------------------------------------------------------------- */
@@ -791,6 +891,11 @@ static int run_hook(accel_ctx *ctx, uint32_t unit, enum hook which)
 	if (unit >= t->n_units)
 		return terr(t, ACCEL_ERR_INVALID_ARG, "%s: unit index %u out of range (model has "
 		            "%u units)", hook_names[which], unit, t->n_units);
+	if (t->grad_disabled && (which == PRE_BACKWARD || which == POST_BACKWARD))
+		return terr(t, ACCEL_ERR_STATE, "%s(unit '%s'): gradients are disabled "
+		            "(accel_set_grad_enabled(ctx, 0)): a forward-only pass has no "
+		            "backward; enable them before a training pass", hook_names[which],
+		            t->units[unit].name);
 	/* Nested like layers: the strategy materializes parameters first in the
 	 * pre hooks and releases them last in the post hooks, so hook plugins
 	 * always see them; post hooks run in reverse activation order. */
@@ -861,6 +966,91 @@ int accel_set_grad_overwrite(accel_ctx *ctx, int on)
 		            "not zeroed)");
 	t->grad_overwrite = on ? 1 : 0;
 	return ACCEL_OK;
+}
+
+int accel_set_grad_enabled(accel_ctx *ctx, int on)
+{
+	accel_train *t = NULL;
+	int r;
+	if ((r = need_train(ctx, "accel_set_grad_enabled", &t)))
+		return r;
+	t->grad_disabled = on ? 0 : 1;
+	return ACCEL_OK;
+}
+
+int accel_grad_enabled(const accel_ctx *ctx)
+{
+	return accel_train_grad_enabled(get_train(ctx)) ? 1 : 0;
+}
+
+int32_t accel_train_grad_enabled(const accel_train *t)
+{
+	return !t || !t->grad_disabled;
+}
+
+int accel_train_check_reduce(accel_train *t, const char *who, const char *call)
+{
+	if (!t || accel_train_sync_step(t))
+		return ACCEL_OK;
+	accel_active *s = t->ctx->n_active ? &t->ctx->active[0] : NULL;
+	if (s && (s->vt->desc->caps & ACCEL_CAP_MICRO_REDUCE))
+		return ACCEL_OK;
+	return terr(t, ACCEL_ERR_STATE, "%s: %s on micro-step %u of %u, which is not a sync step, "
+	            "under strategy '%s' without ACCEL_CAP_MICRO_REDUCE: a strategy reduces "
+	            "gradients only when host->sync_step() is nonzero unless its descriptor "
+	            "declares that it reduces on every micro-step", who ? who : "?", call,
+	            t->micro + 1, t->gas, s ? s->host.name : "?");
+}
+
+int accel_train_req_on_done(accel_train *t, accel_req *req, int (*fn)(void *arg), void *arg)
+{
+	if (!t)
+		return ACCEL_ERR_STATE;
+	if (!req || !fn)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "req_on_done: %s is NULL", req ? "fn" : "req");
+	if (t->n_req_cbs == t->cap_req_cbs) {
+		uint32_t cap = t->cap_req_cbs ? 2 * t->cap_req_cbs : 16;
+		struct req_cb *n = realloc(t->req_cbs, cap * sizeof(*n));
+		if (!n)
+			return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+		t->req_cbs = n;
+		t->cap_req_cbs = cap;
+	}
+	t->req_cbs[t->n_req_cbs++] = (struct req_cb){req, fn, arg};
+	return ACCEL_OK;
+}
+
+int accel_train_req_done(accel_train *t, accel_req *req)
+{
+	int r = ACCEL_OK;
+	if (!t || !req)
+		return ACCEL_OK;
+	/* Take each one out before running it: fn may wait on other requests
+	 * (and so re-enter here) or register new callbacks. */
+	for (uint32_t i = 0; i < t->n_req_cbs;) {
+		if (t->req_cbs[i].req != req) {
+			i++;
+			continue;
+		}
+		struct req_cb cb = t->req_cbs[i];
+		memmove(&t->req_cbs[i], &t->req_cbs[i + 1],
+		        (t->n_req_cbs - i - 1) * sizeof(t->req_cbs[0]));
+		t->n_req_cbs--;
+		int rc = cb.fn(cb.arg);
+		if (rc && !r) {
+			r = rc > 0 ? ACCEL_ERR_PLUGIN : rc;
+			if (!t->ctx->err.code)
+				terr(t, r, "a req_on_done callback failed with %s and no message",
+				     accel_status_str(r));
+		}
+	}
+	return r;
+}
+
+void accel_train_drop_callbacks(accel_train *t)
+{
+	if (t)
+		t->n_req_cbs = 0;
 }
 
 int accel_grad_accumulate(const accel_ctx *ctx)
@@ -980,7 +1170,21 @@ int accel_step(accel_ctx *ctx)
 		return r;
 	if (!t->prepared)
 		return terr(t, ACCEL_ERR_STATE, "accel_step: call accel_prepare() first");
-	if (!accel_train_sync_step(t)) {
+	if (t->grad_disabled)
+		return terr(t, ACCEL_ERR_STATE, "accel_step: gradients are disabled "
+		            "(accel_set_grad_enabled(ctx, 0)); a forward-only pass is not a "
+		            "micro-step: enable gradients before training again");
+	/* micro_step_end: the strategy first, then the hooks; on a sync step
+	 * before the reduction (a ZeRO-2/3 strategy folds the micro-step's
+	 * reduce-scatters into its shard there). */
+	uint32_t sync = accel_train_sync_step(t) ? 1 : 0;
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		if (a->inited && a->vt->micro_step_end &&
+		    (r = a->vt->micro_step_end(a->state, sync)))
+			return plugin_fail(t, a, "micro_step_end", r);
+	}
+	if (!sync) {
 		t->micro++;
 		return ACCEL_OK;
 	}

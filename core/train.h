@@ -50,6 +50,29 @@ int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *args);
 /* Nonzero when the current micro-step ends an accumulation cycle. */
 int32_t accel_train_sync_step(accel_train *t);
 
+/* ---- ABI minor 3 host members ---------------------------------------------- */
+
+/* The model as a plugin built with `abi_minor` lays it out (params[] at the
+ * stride of that minor).  Borrowed; NULL like accel_train_model(). */
+const accel_model_v1 *accel_train_model_for(accel_train *t, uint32_t abi_minor);
+/* 0 while accel_set_grad_enabled(ctx, 0) is in force (NULL t: 1). */
+int32_t accel_train_grad_enabled(const accel_train *t);
+/* host->param_view(): views of the bound data and gradient. */
+int accel_train_param_view(accel_train *t, uint32_t param, accel_view *ret_data,
+                           accel_view *ret_grad);
+/* The accumulation contract: ACCEL_OK when `who` may reduce gradients now
+ * (a sync micro-step, or a strategy with ACCEL_CAP_MICRO_REDUCE), else
+ * ACCEL_ERR_STATE with a message naming the plugin and the micro-step. */
+int accel_train_check_reduce(accel_train *t, const char *who, const char *call);
+/* host->req_on_done(): remember fn(arg) for `req`. */
+int accel_train_req_on_done(accel_train *t, accel_req *req, int (*fn)(void *arg), void *arg);
+/* `req` completed (wait returned or test said done): run and forget its
+ * callbacks in order; the first failure is returned.  NULL t: ACCEL_OK. */
+int accel_train_req_done(accel_train *t, accel_req *req);
+/* Forget every callback without running it (the context is going away and
+ * the plugins that registered them are finalized first). */
+void accel_train_drop_callbacks(accel_train *t);
+
 /* ---- for the checkpoint module ------------------------------------------- */
 
 /* Optimizer steps applied so far, micro-steps since the last sync. */

@@ -48,12 +48,16 @@ extern "C" {
 /* ---- roles ----------------------------------------------------------------
  * Exactly one STRATEGY is active (ddp if the config names none).  Any number
  * of hook plugins may be active, at most one per exclusive role:
- * PRECISION (loss scaling, fp8 scaling) and REDUCE_HOOK (replaces the
- * gradient all-reduce of a bucket, e.g. compression). */
+ * LOSS_SCALER (the loss scale, e.g. fp16 dynamic scaling), FP8_RECIPE (fp8
+ * scaling factors and GEMMs) and REDUCE_HOOK (replaces the gradient
+ * reduction of a bucket, e.g. compression).  A scaler and an fp8 recipe
+ * can be selected together.  OTHER is not exclusive. */
 #define ACCEL_ROLE_STRATEGY    1
-#define ACCEL_ROLE_PRECISION   2
+#define ACCEL_ROLE_PRECISION   2  /* loss scaling; before minor 3 also fp8 */
+#define ACCEL_ROLE_LOSS_SCALER ACCEL_ROLE_PRECISION
 #define ACCEL_ROLE_REDUCE_HOOK 3
 #define ACCEL_ROLE_OTHER       4
+#define ACCEL_ROLE_FP8_RECIPE  5  /* ABI minor 3: fp8 recipe (delayed scaling, ...) */
 
 /* ---- capabilities (desc.caps, bit set) ----------------------------------- */
 #define ACCEL_CAP_CPU            (1u << 0) /* works with parameters in host memory  */
@@ -64,6 +68,15 @@ extern "C" {
                                               pointers valid only inside unit hooks */
 #define ACCEL_CAP_OFFLOAD        (1u << 5) /* can offload to host memory or NVMe    */
 #define ACCEL_CAP_CHECKPOINT     (1u << 6) /* implements save_state/load_state      */
+/* ABI minor 3: how a strategy reduces gradients, so hooks can validate a
+ * selection from accel_selection_v1.caps alone. */
+#define ACCEL_CAP_REDUCE_SCATTER (1u << 7) /* reduces gradient buckets with
+                                              reduce_scatter_bucket() (ZeRO-2/3,
+                                              FSDP); without it: all-reduce with
+                                              reduce_bucket*()                     */
+#define ACCEL_CAP_MICRO_REDUCE   (1u << 8) /* reduces gradients on every micro-step,
+                                              not only on sync steps (DeepSpeed
+                                              ZeRO-2/3); see sync_step()          */
 
 /* ---- requirements (desc.requires, bit set) -------------------------------- */
 /* The loader refuses to select a plugin whose requirements this process cannot
@@ -155,7 +168,23 @@ typedef struct accel_param_info_v1 {
 	int32_t device_index;
 	uint32_t requires_grad;   /* 0: frozen, never reduced or stepped         */
 	uint32_t reserved;
+	/* ABI minor 3 (read only when ACCEL_STRUCT_HAS(p, accel_param_info_v1,
+	 * member); under an older core use `dtype` for all three): */
+	uint32_t grad_dtype;      /* dtype of the gradient the user accumulates into
+	                             (accel_param_grad()); default: dtype.  f32 with
+	                             bf16 weights is f32 gradient accumulation   */
+	uint32_t reduce_dtype;    /* dtype gradients are reduced in across ranks;
+	                             default: grad_dtype (FSDP MixedPrecision's
+	                             reduce_dtype)                              */
+	uint32_t compute_dtype;   /* dtype the user's kernels compute in; default:
+	                             dtype; f8e4m3/f8e5m2 when an fp8 recipe
+	                             plugin runs the unit's GEMMs               */
+	uint32_t reserved2;
 } accel_param_info_v1;
+
+/* Size of an accel_param_info_v1 before minor 3 (its stride in
+ * accel_model_v1.params for a core or plugin older than minor 3). */
+#define ACCEL_PARAM_INFO_V1_SIZE_MINOR2 offsetof(accel_param_info_v1, grad_dtype)
 
 /* A unit is a contiguous run of parameters that forward/backward together:
  * the granularity of ZeRO-3/FSDP gathers and of DDP readiness. */
@@ -176,7 +205,26 @@ typedef struct accel_model_v1 {
 	const accel_param_info_v1 *params;  /* n_params, in registration order */
 	const accel_unit_info_v1 *units;    /* n_units, in forward order       */
 	uint64_t total_numel;
+	/* ABI minor 3: */
+	uint32_t param_info_size; /* bytes from one params[] entry to the next; a
+	                             core serves a plugin built before minor 3 an
+	                             array at that minor's stride, so index
+	                             params only through ACCEL_MODEL_PARAM()     */
+	uint32_t reserved;        /* 0 */
 } accel_model_v1;
+
+/* Parameter i of a model, at the stride the running core laid the array
+ * out with (ACCEL_PARAM_INFO_V1_SIZE_MINOR2 under a core older than minor
+ * 3, whose model has no param_info_size).  `params[i]` is right only for a
+ * plugin built before minor 3. */
+static inline const accel_param_info_v1 *accel_model_param(const accel_model_v1 *m, uint32_t i)
+{
+	size_t stride = ACCEL_STRUCT_HAS(m, accel_model_v1, param_info_size) && m->param_info_size
+	                        ? m->param_info_size
+	                        : ACCEL_PARAM_INFO_V1_SIZE_MINOR2;
+	return (const accel_param_info_v1 *)(const void *)((const char *)m->params + stride * i);
+}
+#define ACCEL_MODEL_PARAM(model, i) accel_model_param((model), (i))
 
 /* One call of the core's optimizer on a flat range of one parameter.  The
  * core knows the optimizer, its hyper-parameters, the parameter's group, the
@@ -232,7 +280,65 @@ typedef struct accel_selection_v1 {
 	const char *backend;        /* comm backend name that will be used */
 	int32_t world_size;
 	int32_t reserved;
+	/* ABI minor 3 (check ACCEL_STRUCT_HAS(sel, accel_selection_v1, caps)): */
+	const uint32_t *caps;       /* n_plugins ACCEL_CAP_* sets, parallel to names:
+	                               caps[0] says how the strategy reduces     */
 } accel_selection_v1;
+
+/* What the core knows about CUDA devices (host->device_info, minor 3),
+ * from the same driver probe that decides ACCEL_REQ_CUDA at load time. */
+typedef struct accel_device_info_v1 {
+	uint32_t struct_size;       /* in: sizeof the caller's struct; the core
+	                               writes only the members it covers        */
+	uint32_t cuda_present;      /* 1: this build has CUDA and the driver
+	                               reports at least one device              */
+	int32_t device_count;       /* CUDA devices visible to this process     */
+	int32_t compute_capability; /* of the device asked for, major*10+minor
+	                               (89 = sm_89); 0 when there is none       */
+	uint32_t reserved[4];       /* 0 */
+} accel_device_info_v1;
+
+/* A sub-communicator (a set of ranks), created through the host's group
+ * members; NULL always means the whole world.  Owned by the host. */
+typedef struct accel_group accel_group;
+
+/* One run of one parameter's gradient inside a bucket.  FIXED layout: this
+ * struct is never appended to (it is an array element without a
+ * struct_size); a new layout would be a new type. */
+typedef struct accel_bucket_entry_v1 {
+	uint32_t param;           /* parameter index (accel_model_v1)            */
+	uint32_t reserved;        /* 0 */
+	uint64_t param_offset;    /* first element of the parameter in the run   */
+	uint64_t bucket_offset;   /* where the run starts in the bucket (elements) */
+	uint64_t numel;           /* length of the run                           */
+} accel_bucket_entry_v1;
+
+/* A gradient bucket handed to a reduction (host->reduce_bucket_v2,
+ * host->reduce_scatter_bucket) and by the core to a reduce hook. */
+typedef struct accel_bucket_v1 {
+	uint32_t struct_size;     /* sizeof(accel_bucket_v1)                       */
+	uint32_t bucket_id;       /* stable across steps (hooks keep error
+	                             feedback or low-rank state by it)            */
+	accel_view view;          /* the bucket, reduced in place; its dtype is
+	                             the reduce dtype                             */
+	uint32_t n_entries;       /* runs in `entries`; 0 when the strategy gave no
+	                             description (a strategy older than minor 3) */
+	uint32_t flags;           /* to a hook: the ACCEL_REDUCE_* flags the
+	                             strategy passed; ignored from a strategy     */
+	const accel_bucket_entry_v1 *entries; /* sorted by bucket_offset, not
+	                             overlapping; elements outside every run are
+	                             padding and hold zeros.  Borrowed for the
+	                             call and until the reduction completes      */
+	accel_group *group;       /* ranks to reduce over; NULL: the world        */
+} accel_bucket_v1;
+
+/* Flags of host->reduce_bucket_v2 / reduce_scatter_bucket. */
+/* The strategy divided the bucket by the number of ranks already; the
+ * reduction sums (reduce_bucket()'s contract).  Without it the bucket
+ * holds the strategy's own gradients and the result is their mean
+ * (reduce_bucket_mean()'s contract; the backend divides in its
+ * reduction pass).  Either way the result is the mean gradient. */
+#define ACCEL_REDUCE_PREDIVIDED (1u << 0)
 
 typedef struct accel_host_v1 {
 	uint32_t struct_size;     /* sizeof(accel_host_v1) of the running core   */
@@ -346,9 +452,22 @@ typedef struct accel_host_v1 {
 	                     accel_req **ret_req);
 
 	/* -- step state ---------------------------------------------------------------- */
-	/* Nonzero when the current micro-step ends an accumulation cycle, i.e.
-	 * gradients are to be reduced now.  On other micro-steps a strategy must
-	 * not communicate in unit hooks. */
+	/* Nonzero when the current micro-step ends an accumulation cycle
+	 * (gradient_accumulation_steps micro-steps), i.e. the step's gradients
+	 * must be fully reduced by the end of reduce().  The accumulation
+	 * contract on the other micro-steps:
+	 *  - a strategy may communicate parameters there (ZeRO-3 and FSDP
+	 *    all-gather in the unit hooks on every micro-step);
+	 *  - it may reduce gradients there only if its descriptor has
+	 *    ACCEL_CAP_MICRO_REDUCE (ZeRO-2/3 reduce-scatter every micro-step
+	 *    and accumulate into their shard, as DeepSpeed does).  The core
+	 *    enforces this: reduce_bucket(), reduce_bucket_mean(),
+	 *    reduce_bucket_v2() and reduce_scatter_bucket() fail with
+	 *    ACCEL_ERR_STATE on a non-sync micro-step under a strategy without
+	 *    the capability.  (Plain allreduce()/reduce_scatter() are not
+	 *    checked: the core cannot tell gradients from other data.)
+	 * Forward-only passes (grad_enabled() == 0) are not micro-steps and do
+	 * not change the value. */
 	int32_t (*sync_step)(accel_host *h);
 
 	/* -- checkpoint streams (only inside save_state/load_state) --------------------
@@ -386,6 +505,63 @@ typedef struct accel_host_v1 {
 	 * the hook's reduce_bucket() with the contract above. */
 	int (*reduce_bucket_mean)(accel_host *h, const accel_view *bucket, uint32_t bucket_id,
 	                          accel_req **ret_req);
+
+	/* -- ABI minor 3 ---------------------------------------------------------------- */
+
+	/* Zero while the program runs a forward-only pass
+	 * (accel_set_grad_enabled(ctx, 0), e.g. evaluation): a sharded strategy
+	 * then gathers parameters in pre_forward and frees them in post_forward
+	 * without keeping anything for backward (no prefetch for backward, no
+	 * saved copies); the core refuses the backward hooks and accel_step()
+	 * until gradients are enabled again, so post_backward never runs in
+	 * such a pass and the micro-step count does not move.  Nonzero
+	 * otherwise (the default). */
+	int32_t (*grad_enabled)(accel_host *h);
+	/* The current working view of parameter `param` (working dtype, its
+	 * device, the pointer param_bind() gave) and of its gradient (grad_dtype).
+	 * A view that is not materialized now (sharded strategies outside the
+	 * unit's hook window, a frozen parameter's gradient) has data NULL and
+	 * numel 0.  Either ret may be NULL.  For hook plugins (fp8 casts, a
+	 * scaler's checks) that must not know the strategy's layout.  Valid
+	 * until the strategy binds the parameter again. */
+	int (*param_view)(accel_host *h, uint32_t param, accel_view *ret_data,
+	                  accel_view *ret_grad);
+	/* CUDA devices as this process sees them: `device_index` is the CUDA
+	 * ordinal whose compute capability to report, or -1 for the most
+	 * capable device.  Works from available() and init() on; needs no
+	 * device module (the driver is probed with dlopen).  `ret` needs
+	 * struct_size set by the caller. */
+	int (*device_info)(accel_host *h, int32_t device_index, accel_device_info_v1 *ret);
+	/* The all-reduce hook point with a bucket description: replaces
+	 * reduce_bucket() and reduce_bucket_mean().  Without a REDUCE_HOOK plugin
+	 * an in-place all-reduce of b->view over b->group (AVG, or SUM with
+	 * ACCEL_REDUCE_PREDIVIDED); with one, the hook's reduce_bucket_v2() (or,
+	 * for a hook older than minor 3, its reduce_bucket() on a pre-divided
+	 * bucket of the world).  On return (ret_req NULL) or after wait(),
+	 * b->view holds the mean gradient.  `b` and its entries must stay
+	 * valid until then.  Subject to the accumulation contract (sync_step). */
+	int (*reduce_bucket_v2)(accel_host *h, const accel_bucket_v1 *b, uint32_t flags,
+	                        accel_req **ret_req);
+	/* The reduce-scatter hook point: rank r of b->group (NULL: the world)
+	 * receives into `shard` the mean (or, with ACCEL_REDUCE_PREDIVIDED, the
+	 * sum) of block r of b->view over the group's ranks; b->view.numel ==
+	 * group size * shard->numel, shard has b->view's dtype and device.
+	 * Without a REDUCE_HOOK plugin a reduce_scatter() (AVG or SUM); with
+	 * one, its reduce_scatter_bucket() (ACCEL_ERR_UNSUPPORTED, naming the
+	 * hook, when it has none).  Subject to the accumulation contract. */
+	int (*reduce_scatter_bucket)(accel_host *h, const accel_bucket_v1 *b,
+	                             const accel_view *shard, uint32_t flags, accel_req **ret_req);
+	/* Run fn(arg) on the training thread once `req` completes: inside the
+	 * wait() or the test() that finds it complete, before that call
+	 * returns, in registration order.  A hook uses it to cast back or
+	 * decompress a bucket without blocking; fn may call host members,
+	 * including collectives and wait().  A failure of fn is the status of
+	 * that wait()/test(); fn runs also when the collective failed (so it can
+	 * release what it holds), and that failure then wins.  `req` is a
+	 * request this host returned and that
+	 * was not released yet.  Callbacks of requests never waited for are
+	 * dropped (not run) when the context is freed. */
+	int (*req_on_done)(accel_host *h, accel_req *req, int (*fn)(void *arg), void *arg);
 } accel_host_v1;
 
 /* ---- the plugin vtable ---------------------------------------------------------
@@ -437,21 +613,27 @@ typedef struct accel_plugin_v1 {
 	 * the user's forward and backward of unit `unit`.  ZeRO-3/FSDP gather
 	 * parameters in pre_* and release them in post_*; post_backward is where
 	 * a strategy marks the unit's gradients ready and may launch their
-	 * reduction (only when host->sync_step()).  Default: no-op. */
+	 * reduction (when host->sync_step(), or on every micro-step with
+	 * ACCEL_CAP_MICRO_REDUCE).  In a forward-only pass
+	 * (host->grad_enabled() == 0) only the forward hooks run.  Default:
+	 * no-op. */
 	int (*pre_forward)(void *state, uint32_t unit);
 	int (*post_forward)(void *state, uint32_t unit);
 	int (*pre_backward)(void *state, uint32_t unit);
 	int (*post_backward)(void *state, uint32_t unit);
 
-	/* (REDUCE_HOOK role) Replace the all-reduce of one gradient bucket: on
-	 * completion the bucket holds the mean over ranks (of whatever the hook
-	 * approximates).  May block and set *ret_req = NULL, or return the
-	 * request of its last collective. */
+	/* (REDUCE_HOOK role; since minor 3 one of reduce_bucket,
+	 * reduce_bucket_v2 and reduce_scatter_bucket is required) Replace the
+	 * all-reduce of one gradient bucket of the world, pre-divided by the
+	 * world size: on completion the bucket holds the mean over ranks (of
+	 * whatever the hook approximates).  May block and set *ret_req = NULL,
+	 * or return the request of its last collective.  The core prefers
+	 * reduce_bucket_v2 when a hook has both. */
 	int (*reduce_bucket)(void *state, const accel_view *bucket, uint32_t bucket_id,
 	                     accel_req **ret_req);
 
-	/* (PRECISION role, optional) The factor the user multiplies the loss
-	 * by.  Default 1. */
+	/* (LOSS_SCALER role, optional) The factor the user multiplies the loss
+	 * by; read from the LOSS_SCALER plugin only.  Default 1. */
 	int (*loss_scale)(void *state, double *ret_scale);
 	/* (hooks, optional) Before the strategy's step, after gradient stats are
 	 * in `info`: may set info->skip (overflow) or adjust grad_scale. */
@@ -464,6 +646,41 @@ typedef struct accel_plugin_v1 {
 	 * the user API reaches through accel_plugin_extension().  Returns a
 	 * static table or NULL when unknown. */
 	const void *(*extension)(void *state, const char *name, uint32_t version);
+
+	/* -- ABI minor 3 ------------------------------------------------------------ */
+
+	/* (optional) Whether this plugin can run in this process, decided at run
+	 * time: called by the core for a selected plugin before its init(),
+	 * with the host members that need no model (log, error, world, cfg_*,
+	 * device_info).  Returns ACCEL_OK (and may log, at info level, which
+	 * path it will take: "cuBLASLt" or "emulation"), or
+	 * ACCEL_ERR_UNSUPPORTED after host->error() saying why; context
+	 * creation then fails with that message.  A plugin with this slot
+	 * leaves desc.requires / min_cuda_cc at 0, so the loader never refuses
+	 * it for this machine.  Default: available. */
+	int (*available)(const accel_host_v1 *host, accel_host *h);
+	/* (optional) Called by accel_step() at the end of every micro-step,
+	 * first thing in it: on a sync step (sync != 0) before the strategy's
+	 * reduce(), on the others before accel_step() returns.  The strategy
+	 * first, then the hooks in selection order.  A ZeRO-2/3 strategy with
+	 * ACCEL_CAP_MICRO_REDUCE finishes the micro-step's reduce-scatters and
+	 * accumulates them into its shard here.  Not called for forward-only
+	 * passes.  Default: nothing. */
+	int (*micro_step_end)(void *state, uint32_t sync);
+	/* (REDUCE_HOOK role, optional) host->reduce_bucket_v2()'s work: reduce
+	 * b->view in place over b->group so that it holds the mean (b->flags
+	 * has ACCEL_REDUCE_PREDIVIDED: the bucket was pre-divided, sum it).
+	 * May block (*ret_req = NULL) or return a request; work that must follow
+	 * the collective (cast back, decompress) goes into host->req_on_done()
+	 * on that request. */
+	int (*reduce_bucket_v2)(void *state, const accel_bucket_v1 *b, accel_req **ret_req);
+	/* (REDUCE_HOOK role, optional) host->reduce_scatter_bucket()'s work:
+	 * `shard` receives this rank's block of the mean (or, with
+	 * ACCEL_REDUCE_PREDIVIDED in b->flags, the sum) over b->group.  A hook
+	 * without it cannot be selected with a strategy that has
+	 * ACCEL_CAP_REDUCE_SCATTER. */
+	int (*reduce_scatter_bucket)(void *state, const accel_bucket_v1 *b,
+	                             const accel_view *shard, accel_req **ret_req);
 } accel_plugin_v1;
 
 /* ---- checking the host table ---------------------------------------------

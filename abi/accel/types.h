@@ -22,7 +22,7 @@ extern "C" {
  * The minor grows when members are appended to a struct; readers check
  * struct_size before touching a member that a newer minor appended. */
 #define ACCEL_ABI_MAJOR 1
-#define ACCEL_ABI_MINOR 2
+#define ACCEL_ABI_MINOR 3
 
 /* Export marker for the one entry symbol of a plugin or backend.  Build
  * plugins with -fvisibility=hidden; this re-exports only the entry. */
@@ -62,6 +62,12 @@ extern "C" {
 #define ACCEL_ERR_CHECKPOINT    (-16)  /* checkpoint missing/corrupt/incompatible */
 #define ACCEL_ERR_USAGE         (-17)  /* bad command-line usage             */
 #define ACCEL_ERR_INTERNAL      (-18)  /* a bug in accel: please report      */
+
+/* Whether the struct that `ptr` points at (of type `type`, a caller's or
+ * a callee's of another minor) covers `member`: read a member appended in
+ * a later minor only when this holds. */
+#define ACCEL_STRUCT_HAS(ptr, type, member) \
+	((ptr)->struct_size >= offsetof(type, member) + sizeof(((const type *)0)->member))
 
 /* ---- data types ---------------------------------------------------------- */
 #define ACCEL_DTYPE_INVALID 0

@@ -27,6 +27,13 @@
 
 #include <accel/plugin.h>
 
+/* Parameter i of the model at the stride the core laid it out with (ABI
+ * 1.3 appended members to accel_param_info_v1).  Headers older than 1.3
+ * lack the macro; there params[i] is right. */
+#ifndef ACCEL_MODEL_PARAM
+#define ACCEL_MODEL_PARAM(m, i) (&(m)->params[i])
+#endif
+
 #define LSGD_MAX_STATE 4   /* optimizer state arrays we can hold per element */
 #define LSGD_ALIGN 16      /* every parameter starts at a multiple of 16 elements */
 
@@ -230,7 +237,7 @@ static int plan(lsgd *s)
 {
 	const accel_model_v1 *m = s->model;
 	for (uint32_t i = 0; i < m->n_params; i++) {
-		const accel_param_info_v1 *p = &m->params[i];
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
 		uint32_t g;
 		if (p->dtype != ACCEL_DTYPE_F32 && p->dtype != ACCEL_DTYPE_BF16 &&
 		    p->dtype != ACCEL_DTYPE_F16)
@@ -331,7 +338,7 @@ static int lsgd_wrap(void *state)
 	/* Point every parameter into its group; fill the masters with the
 	 * user's initial values. */
 	for (uint32_t i = 0; i < s->n_params; i++) {
-		const accel_param_info_v1 *p = &s->model->params[i];
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, i);
 		lsgd_param *lp = &s->params[i];
 		lsgd_group *g = &s->groups[lp->group];
 		uint64_t at = p->requires_grad ? lp->offset : g->n_train + lp->offset;
@@ -527,7 +534,7 @@ static int lsgd_step(void *state, const accel_step_info_v1 *info)
 
 	if (!info->skip) {
 		for (uint32_t i = 0; i < m->n_params; i++) {
-			const accel_param_info_v1 *p = &m->params[i];
+			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
 			lsgd_param *lp = &s->params[i];
 			lsgd_group *g = &s->groups[lp->group];
 			if (!p->requires_grad)
@@ -612,7 +619,7 @@ static int save_or_load(lsgd *s, void *ckpt, int save)
 	if (!ACCEL_HOST_HAS(H, ckpt_read))
 		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "this accel has no checkpoint streams");
 	for (uint32_t i = 0; i < s->n_params; i++) {
-		const accel_param_info_v1 *p = &s->model->params[i];
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, i);
 		lsgd_param *lp = &s->params[i];
 		const lsgd_group *g = &s->groups[lp->group];
 		if ((r = blob_name(s, name, sizeof(name), "master", p->name)) ||

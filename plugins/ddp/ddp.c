@@ -47,7 +47,10 @@ static const accel_plugin_desc_v1 ddp_desc = {
 	.name = "ddp",
 	.version = "1.0.0",
 	.summary = "Data parallel: replicated model, bucketed all-reduce overlapped with backward",
-	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_CHECKPOINT,
+	/* Only what works today: parameters on CUDA devices need the device
+	 * module and checkpoints need the core's checkpoint streams, neither
+	 * of which ddp has been run against yet. */
+	.caps = ACCEL_CAP_CPU,
 	.requires = 0,
 	.min_cuda_cc = 0,
 	.state_version = 1,
@@ -121,10 +124,12 @@ static void ddp_fini(void *state)
 			if (s->buckets[b].req)
 				s->host->wait(s->h, s->buckets[b].req);
 			s->host->mem_free(s->h, s->buckets[b].data);
+			s->host->mem_free(s->h, s->buckets[b].comm);
 		}
 	free(s->params);
 	free(s->buckets);
 	free(s->order);
+	free(s->entries);
 	free(s->unit_first);
 	free(s->unit_buckets);
 	free(s->unit_done);
@@ -143,7 +148,7 @@ static accel_view view_of(const accel_param_info_v1 *p, uint32_t dtype, void *da
 
 static int alloc_param(ddp_state *s, uint32_t i)
 {
-	const accel_param_info_v1 *p = &s->model->params[i];
+	const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, i);
 	ddp_param *dp = &s->params[i];
 	const accel_host_v1 *H = s->host;
 	int f32 = p->dtype == ACCEL_DTYPE_F32;
@@ -167,7 +172,7 @@ static int alloc_param(ddp_state *s, uint32_t i)
 /* Working copies follow the masters (after init, step, load). */
 static int refresh_work(ddp_state *s, uint32_t i)
 {
-	const accel_param_info_v1 *p = &s->model->params[i];
+	const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, i);
 	ddp_param *dp = &s->params[i];
 	if (dp->work == dp->master)
 		return ACCEL_OK;
@@ -195,11 +200,22 @@ static int ddp_wrap(void *state)
 	if (!s->params)
 		return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
 	s->n_params = s->model->n_params;
-	for (uint32_t i = 0; i < s->model->n_params; i++)
+	for (uint32_t i = 0; i < s->model->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, i);
 		s->params[i].bucket = DDP_NO_BUCKET;
+		/* Only a host of minor 3 registers a reduce_dtype, and it has both
+		 * members; checked all the same, since ddp relies on them. */
+		if (p->requires_grad && ddp_reduce_dtype(p) != ddp_grad_dtype(p) &&
+		    (!ACCEL_HOST_HAS(H, reduce_bucket_v2) || !ACCEL_HOST_HAS(H, req_on_done)))
+			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "parameter '%s': reduce_dtype %s "
+			                "differs from its gradient dtype %s, which needs host members "
+			                "reduce_bucket_v2 and req_on_done (ABI 1.3); this host is ABI "
+			                "1.%u", p->name, accel_abi_dtype_name(ddp_reduce_dtype(p)),
+			                accel_abi_dtype_name(ddp_grad_dtype(p)), H->abi_minor);
+	}
 
 	for (uint32_t i = 0; i < s->model->n_params; i++) {
-		const accel_param_info_v1 *p = &s->model->params[i];
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, i);
 		if ((r = alloc_param(s, i)))
 			return r;
 		accel_view m = view_of(p, ACCEL_DTYPE_F32, s->params[i].master, p->numel);
@@ -216,9 +232,17 @@ static int ddp_wrap(void *state)
 		return r;
 	for (uint32_t b = 0; b < s->n_buckets; b++) {
 		ddp_bucket *bk = &s->buckets[b];
-		uint64_t bytes = bk->numel * (bk->dtype == ACCEL_DTYPE_F32 ? 4 : 2);
+		uint64_t bytes = bk->numel * accel_abi_dtype_size(bk->dtype);
 		if ((r = H->mem_alloc(s->h, ACCEL_MEM_GRADS, bk->device, bk->device_index, bytes,
 		                      ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &bk->data)))
+			return r;
+		/* Gradients that cross ranks in another dtype get a copy in it,
+		 * reduced in place; the user's pointers stay in the gradient
+		 * bucket, which gets the result cast back. */
+		if (bk->reduce_dtype != bk->dtype &&
+		    (r = H->mem_alloc(s->h, ACCEL_MEM_BUFFERS, bk->device, bk->device_index,
+		                      bk->numel * accel_abi_dtype_size(bk->reduce_dtype),
+		                      ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &bk->comm)))
 			return r;
 	}
 	/* Alignment padding must read as zero; MEMF_ZERO covers the backend's
@@ -226,12 +250,11 @@ static int ddp_wrap(void *state)
 	if ((r = ddp_zero_grads(s)))
 		return r;
 	for (uint32_t i = 0; i < s->model->n_params; i++) {
-		const accel_param_info_v1 *p = &s->model->params[i];
 		ddp_param *dp = &s->params[i];
 		void *grad = NULL;
 		if (dp->bucket != DDP_NO_BUCKET) {
 			const ddp_bucket *bk = &s->buckets[dp->bucket];
-			grad = (char *)bk->data + dp->offset * (p->dtype == ACCEL_DTYPE_F32 ? 4 : 2);
+			grad = (char *)bk->data + dp->offset * accel_abi_dtype_size(bk->dtype);
 		}
 		if ((r = H->param_bind(s->h, i, dp->work, grad)))
 			return r;
@@ -277,7 +300,7 @@ static int ddp_step(void *state, const accel_step_info_v1 *info)
 
 	if (!info->skip) {
 		for (uint32_t i = 0; i < m->n_params; i++) {
-			const accel_param_info_v1 *p = &m->params[i];
+			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
 			ddp_param *dp = &s->params[i];
 			if (dp->bucket == DDP_NO_BUCKET)
 				continue;
@@ -289,7 +312,7 @@ static int ddp_step(void *state, const accel_step_info_v1 *info)
 				.master = view_of(p, ACCEL_DTYPE_F32, dp->master, p->numel),
 				.grad = view_of(p, bk->dtype,
 				                (char *)bk->data + dp->offset *
-				                        (bk->dtype == ACCEL_DTYPE_F32 ? 4 : 2),
+				                        accel_abi_dtype_size(bk->dtype),
 				                p->numel),
 				.grad_scale = info->grad_scale,
 			};
@@ -353,7 +376,7 @@ static int save_or_load(ddp_state *s, void *ckpt, int save)
 		return s->host->error(s->h, ACCEL_ERR_STATE, "%s before accel_prepare()",
 		                      save ? "save_state" : "load_state");
 	for (uint32_t i = 0; i < m->n_params; i++) {
-		const accel_param_info_v1 *p = &m->params[i];
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
 		ddp_param *dp = &s->params[i];
 		if (!blob_name(name, sizeof(name), "master", p->name))
 			return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name too long");

@@ -20,8 +20,14 @@ typedef struct ddp_param {
 	float *state[DDP_MAX_STATE]; /* optimizer state arrays                     */
 } ddp_param;
 
+typedef struct ddp_state ddp_state;
+
 typedef struct ddp_bucket {
-	uint32_t dtype;
+	uint32_t dtype;              /* the parameters' gradient dtype              */
+	uint32_t reduce_dtype;       /* the dtype it crosses ranks in               */
+	void *comm;                  /* reduce_dtype copy when it differs from dtype
+	                                (mem_alloc(BUFFERS, COMM)); else NULL       */
+	ddp_state *owner;            /* for the completion callback                 */
 	int32_t device, device_index;
 	uint64_t numel;              /* with alignment padding                      */
 	uint64_t bytes;              /* gradient bytes of its parameters            */
@@ -31,9 +37,10 @@ typedef struct ddp_bucket {
 	uint32_t pending;            /* of those, not done with backward this step   */
 	accel_req *req;              /* outstanding reduction                        */
 	int launched;
+	accel_bucket_v1 desc;        /* what reduce_bucket_v2 gets (entries below)    */
 } ddp_bucket;
 
-typedef struct ddp_state {
+struct ddp_state {
 	const accel_host_v1 *host;
 	accel_host *h;
 	accel_world_v1 world;
@@ -46,6 +53,7 @@ typedef struct ddp_state {
 	ddp_bucket *buckets;
 	uint32_t n_buckets;
 	uint32_t *order;             /* parameter indices grouped by bucket           */
+	accel_bucket_entry_v1 *entries; /* parallel to order: where each gradient lies */
 	/* Units -> buckets holding their gradients (CSR: unit u's buckets are
 	 * unit_buckets[unit_first[u] .. unit_first[u + 1])). */
 	uint32_t *unit_first, *unit_buckets;
@@ -60,7 +68,25 @@ typedef struct ddp_state {
 	uint64_t *dbg_numel, *dbg_bytes;
 	uint32_t *dbg_dtype;
 	int64_t *launch_pos;
-} ddp_state;
+};
+
+/* The dtype a parameter's gradient is accumulated and reduced in: its
+ * grad_dtype (ABI minor 3), else its working dtype. */
+static inline uint32_t ddp_grad_dtype(const accel_param_info_v1 *p)
+{
+	return ACCEL_STRUCT_HAS(p, accel_param_info_v1, grad_dtype) && p->grad_dtype
+	               ? p->grad_dtype
+	               : p->dtype;
+}
+
+/* The dtype a parameter's gradients cross ranks in: its reduce_dtype
+ * (ABI minor 3), else its gradient dtype. */
+static inline uint32_t ddp_reduce_dtype(const accel_param_info_v1 *p)
+{
+	return ACCEL_STRUCT_HAS(p, accel_param_info_v1, reduce_dtype) && p->reduce_dtype
+	               ? p->reduce_dtype
+	               : ddp_grad_dtype(p);
+}
 
 /* ddp_bucket.c */
 int ddp_plan_build(ddp_state *s);

@@ -49,7 +49,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 /* A bucket being filled, per (dtype, device). */
 typedef struct open_bucket {
-	uint32_t dtype;
+	uint32_t dtype, reduce_dtype;
 	int32_t device, device_index;
 	uint64_t bytes, limit;
 	uint32_t first_pos;          /* backward position of its first parameter */
@@ -59,7 +59,7 @@ typedef struct open_bucket {
 } open_bucket;
 
 typedef struct closed_bucket {
-	uint32_t dtype;
+	uint32_t dtype, reduce_dtype;
 	int32_t device, device_index;
 	uint64_t bytes;
 	uint32_t first_pos;
@@ -93,17 +93,20 @@ int ddp_plan_build(ddp_state *s)
 		goto fail_nomem;
 
 	for (uint32_t i = m->n_params; i-- > 0;) {
-		const accel_param_info_v1 *p = &m->params[i];
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
 		open_bucket *ob = NULL;
+		uint32_t gd = ddp_grad_dtype(p), rd = ddp_reduce_dtype(p);
 		if (!p->requires_grad)
 			continue;
 		for (k = 0; k < n_open; k++)
-			if (open[k].dtype == p->dtype && open[k].device == p->device &&
+			if (open[k].dtype == gd && open[k].reduce_dtype == rd &&
+			    open[k].device == p->device &&
 			    open[k].device_index == p->device_index)
 				break;
 		if (k == n_open) {
 			ob = &open[n_open++];
-			ob->dtype = p->dtype;
+			ob->dtype = gd;
+			ob->reduce_dtype = rd;
 			ob->device = p->device;
 			ob->device_index = p->device_index;
 			ob->limit = s->first_bytes;
@@ -127,11 +130,12 @@ int ddp_plan_build(ddp_state *s)
 			ob->cap = nc;
 		}
 		ob->members[ob->n++] = i;
-		ob->bytes += p->numel * dtype_size(p->dtype);
+		ob->bytes += p->numel * dtype_size(gd);
 		pos++;
 		if (ob->bytes >= ob->limit) {
 			closed_bucket *cb = &closed[n_closed++];
 			cb->dtype = ob->dtype;
+			cb->reduce_dtype = ob->reduce_dtype;
 			cb->device = ob->device;
 			cb->device_index = ob->device_index;
 			cb->bytes = ob->bytes;
@@ -147,6 +151,7 @@ int ddp_plan_build(ddp_state *s)
 			continue;
 		closed_bucket *cb = &closed[n_closed++];
 		cb->dtype = open[k].dtype;
+		cb->reduce_dtype = open[k].reduce_dtype;
 		cb->device = open[k].device;
 		cb->device_index = open[k].device_index;
 		cb->bytes = open[k].bytes;
@@ -162,6 +167,7 @@ int ddp_plan_build(ddp_state *s)
 	s->n_buckets = n_closed;
 	s->buckets = calloc(n_closed ? n_closed : 1, sizeof(*s->buckets));
 	s->order = calloc(pos ? pos : 1, sizeof(*s->order));
+	s->entries = calloc(pos ? pos : 1, sizeof(*s->entries));
 	s->unit_first = calloc(m->n_units + 1, sizeof(*s->unit_first));
 	s->unit_done = calloc(m->n_units ? m->n_units : 1, 1);
 	s->dbg_first = calloc(n_closed + 1, sizeof(*s->dbg_first));
@@ -169,7 +175,7 @@ int ddp_plan_build(ddp_state *s)
 	s->dbg_bytes = calloc(n_closed ? n_closed : 1, sizeof(*s->dbg_bytes));
 	s->dbg_dtype = calloc(n_closed ? n_closed : 1, sizeof(*s->dbg_dtype));
 	s->launch_pos = calloc(n_closed ? n_closed : 1, sizeof(*s->launch_pos));
-	if (!s->buckets || !s->order || !s->unit_first || !s->unit_done || !s->dbg_first ||
+	if (!s->buckets || !s->order || !s->entries || !s->unit_first || !s->unit_done || !s->dbg_first ||
 	    !s->dbg_numel || !s->dbg_bytes || !s->dbg_dtype || !s->launch_pos)
 		goto fail_nomem;
 	uint64_t hash = UINT64_C(0xcbf29ce484222325);
@@ -179,6 +185,8 @@ int ddp_plan_build(ddp_state *s)
 		size_t es = dtype_size(closed[b].dtype);
 		uint64_t align = ALIGN_BYTES / es, off = 0;
 		bk->dtype = closed[b].dtype;
+		bk->reduce_dtype = closed[b].reduce_dtype;
+		bk->owner = s;
 		bk->device = closed[b].device;
 		bk->device_index = closed[b].device_index;
 		bk->bytes = closed[b].bytes;
@@ -186,13 +194,19 @@ int ddp_plan_build(ddp_state *s)
 		bk->n = closed[b].n;
 		for (uint32_t j = 0; j < closed[b].n; j++) {
 			uint32_t pi = closed[b].members[j];
+			const accel_param_info_v1 *pp = ACCEL_MODEL_PARAM(m, pi);
+			s->entries[at] = (accel_bucket_entry_v1){.param = pi, .param_offset = 0,
+			                                         .bucket_offset = off,
+			                                         .numel = pp->numel};
 			s->order[at++] = pi;
 			s->params[pi].bucket = b;
 			s->params[pi].offset = off;
-			off += (m->params[pi].numel + align - 1) / align * align;
-			hash = fnv(hash, m->params[pi].name, strlen(m->params[pi].name) + 1);
-			hash = fnv(hash, &m->params[pi].numel, sizeof(m->params[pi].numel));
-			hash = fnv(hash, &m->params[pi].dtype, sizeof(m->params[pi].dtype));
+			off += (pp->numel + align - 1) / align * align;
+			hash = fnv(hash, pp->name, strlen(pp->name) + 1);
+			hash = fnv(hash, &pp->numel, sizeof(pp->numel));
+			hash = fnv(hash, &pp->dtype, sizeof(pp->dtype));
+			hash = fnv(hash, &bk->dtype, sizeof(bk->dtype));
+			hash = fnv(hash, &bk->reduce_dtype, sizeof(bk->reduce_dtype));
 			hash = fnv(hash, &b, sizeof(b));
 		}
 		bk->numel = off;
@@ -287,7 +301,7 @@ void ddp_plan_log(ddp_state *s)
 		line[0] = '\0';
 		for (uint32_t j = 0; j < bk->n && len < sizeof(line) - 1; j++) {
 			int w = snprintf(line + len, sizeof(line) - len, "%s%s", j ? " " : "",
-			                 m->params[s->order[bk->first + j]].name);
+			                 ACCEL_MODEL_PARAM(m, s->order[bk->first + j])->name);
 			if (w < 0)
 				break;
 			len += (size_t)w;
@@ -335,6 +349,18 @@ static accel_view bucket_view(const ddp_bucket *bk)
 	                    bk->numel};
 }
 
+/* A bucket reduced in another dtype than its gradients': the reduced
+ * values go back into the gradient bucket when the reduction completes
+ * (inside the wait() in ddp_reduce, or at once after a blocking one). */
+static int cast_back(void *arg)
+{
+	ddp_bucket *bk = arg;
+	accel_view v = bucket_view(bk), rv = v;
+	rv.dtype = bk->reduce_dtype;
+	rv.data = bk->comm;
+	return bk->owner->host->op_copy(bk->owner->h, &v, &rv);
+}
+
 static int launch(ddp_state *s, uint32_t b, int64_t pos)
 {
 	ddp_bucket *bk = &s->buckets[b];
@@ -345,7 +371,32 @@ static int launch(ddp_state *s, uint32_t b, int64_t pos)
 	 * accumulated in f32 and divided before they are rounded, so they stay
 	 * in range as PyTorch's pre-division keeps them); an older host wants
 	 * the bucket pre-divided and sums it. */
-	if (ACCEL_HOST_HAS(s->host, reduce_bucket_mean)) {
+	if (ACCEL_HOST_HAS(s->host, reduce_bucket_v2)) {
+		/* The bucket with its description, so a reduce hook knows which
+		 * gradients lie where; it stays in bk until the reduction is done.
+		 * A bucket with its own reduce_dtype crosses ranks as a copy in
+		 * that dtype, cast back when the reduction completes. */
+		accel_view rv = v;
+		if (bk->comm) {
+			rv.dtype = bk->reduce_dtype;
+			rv.data = bk->comm;
+			if ((r = s->host->op_copy(s->h, &rv, &v)))
+				return r;
+		}
+		bk->desc = (accel_bucket_v1){.struct_size = sizeof(accel_bucket_v1), .bucket_id = b,
+		                             .view = rv, .n_entries = bk->n,
+		                             .entries = s->entries + bk->first};
+		if ((r = s->host->reduce_bucket_v2(s->h, &bk->desc, 0, &bk->req)))
+			return r;
+		if (bk->comm && !bk->req && (r = cast_back(bk)))
+			return r;
+		if (bk->comm && bk->req &&
+		    (r = s->host->req_on_done(s->h, bk->req, cast_back, bk))) {
+			s->host->wait(s->h, bk->req);
+			bk->req = NULL;
+			return r;
+		}
+	} else if (ACCEL_HOST_HAS(s->host, reduce_bucket_mean)) {
 		if ((r = s->host->reduce_bucket_mean(s->h, &v, b, &bk->req)))
 			return r;
 	} else {

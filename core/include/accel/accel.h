@@ -201,6 +201,20 @@ typedef struct accel_param_desc {
 	int32_t device;           /* ACCEL_DEVICE_CPU (0) or ACCEL_DEVICE_CUDA    */
 	int32_t device_index;     /* CUDA ordinal                                 */
 	const accel_init *init;   /* NULL: zeros                                  */
+	/* Since accel 1.3 (ABI minor 3); 0 (ACCEL_DTYPE_INVALID) = the default.
+	 * Set struct_size = sizeof(accel_param_desc) to use them. */
+	uint32_t grad_dtype;      /* gradient dtype (f32, f16, bf16): what
+	                             accel_param_grad() points at and what
+	                             micro-steps accumulate into; default dtype.
+	                             f32 with bf16 weights: f32 accumulation    */
+	uint32_t reduce_dtype;    /* dtype gradients cross ranks in (f32, f16,
+	                             bf16); default grad_dtype.  Strategies that
+	                             cannot reduce in another dtype than the
+	                             gradient's refuse the model at prepare     */
+	uint32_t compute_dtype;   /* dtype your kernels compute in (f32, f16, bf16,
+	                             f8e4m3, f8e5m2); default dtype.  Read by
+	                             precision plugins (fp8)                     */
+	uint32_t reserved;        /* 0 */
 } accel_param_desc;
 
 /* Register a parameter; *ret_param is its index (optional, may be NULL).
@@ -243,6 +257,9 @@ ACCEL_API int accel_prepare(accel_ctx *ctx);
  * zeroed by accel_step(). */
 ACCEL_API void *accel_param_data(accel_ctx *ctx, uint32_t param);
 ACCEL_API void *accel_param_grad(accel_ctx *ctx, uint32_t param);
+/* Dtype of accel_param_grad()'s elements (the registered grad_dtype, or the
+ * working dtype); ACCEL_DTYPE_INVALID for an unknown index. */
+ACCEL_API uint32_t accel_param_grad_dtype(const accel_ctx *ctx, uint32_t param);
 
 /* ---- unit hooks ------------------------------------------------------------
  * Call around your forward and backward of each unit (forward in unit order,
@@ -284,6 +301,16 @@ ACCEL_API int accel_sync_gradients(const accel_ctx *ctx);
  * values: every trainable parameter must get one. */
 ACCEL_API int accel_set_grad_overwrite(accel_ctx *ctx, int on);
 ACCEL_API int accel_grad_accumulate(const accel_ctx *ctx);
+/* Forward-only passes (evaluation; torch.no_grad()).  With `on` 0 the next
+ * passes compute no gradients: call the forward unit hooks as usual (a
+ * sharded strategy gathers each unit and frees it in post_forward, keeping
+ * nothing for a backward), but no backward hook and no accel_step(): those
+ * fail with ACCEL_ERR_STATE until gradients are enabled again.  Such
+ * passes are not micro-steps: accel_sync_gradients() and the accumulation
+ * count do not move.  Switch between passes, not inside one.  Default: 1.
+ * accel_grad_enabled() returns the setting (1 for a NULL or failed ctx). */
+ACCEL_API int accel_set_grad_enabled(accel_ctx *ctx, int on);
+ACCEL_API int accel_grad_enabled(const accel_ctx *ctx);
 /* End a micro-step.  On non-sync micro-steps only counts it.  On sync ones:
  * finish gradient reduction, compute the global gradient norm, apply loss
  * (un)scaling, clip to `max_grad_norm` (when > 0, like torch's
@@ -291,7 +318,7 @@ ACCEL_API int accel_grad_accumulate(const accel_ctx *ctx);
  * count and the learning-rate schedule.  A precision plugin may skip the
  * update (fp16 overflow); gradients are zeroed then too. */
 ACCEL_API int accel_step(accel_ctx *ctx);
-/* The factor to multiply the loss by before backward (the precision
+/* The factor to multiply the loss by before backward (the loss-scaler
  * plugin's current loss scale; 1 without one). */
 ACCEL_API double accel_loss_scale(accel_ctx *ctx);
 /* Learning rate the next optimizer step will use (group 0). */
