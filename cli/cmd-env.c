@@ -288,6 +288,9 @@ int accel_cli_env(int argc, char **argv)
 			       cuda.gpus[i].name[0] ? cuda.gpus[i].name : "?", cuda.gpus[i].cc / 10,
 			       cuda.gpus[i].cc % 10, gib(cuda.gpus[i].mem_bytes, buf, sizeof(buf)));
 	}
+	printf("- NCCL at build time: header %s, library %s\n",
+	       ACCEL_NCCL_INCLUDE[0] ? ACCEL_NCCL_INCLUDE : "not found",
+	       ACCEL_NCCL_LIBRARY[0] ? ACCEL_NCCL_LIBRARY : "not found");
 	if (cuda.nccl_lib[0]) {
 		nccl_version(cuda.nccl_version, buf2, sizeof(buf2));
 		printf("- NCCL: %s (%s)\n", buf2, cuda.nccl_lib);

@@ -211,7 +211,7 @@ static const char *const reserved_env[] = {
 	"ACCEL_RANK", "ACCEL_LOCAL_RANK", "ACCEL_WORLD_SIZE", "ACCEL_LOCAL_WORLD_SIZE",
 	"ACCEL_NODE_RANK", "ACCEL_NUM_NODES", "ACCEL_MASTER_ADDR", "ACCEL_MASTER_PORT",
 	"ACCEL_CONFIG", "ACCEL_PLUGIN_PATH", "ACCEL_LOG_ALL_RANKS", "ACCEL_JOB_ID",
-	"ACCEL_SET", "ACCEL_CLI",
+	"ACCEL_SET", "ACCEL_CLI", "ACCEL_DEVICE_PATH",
 };
 
 int accel_config_env_reserved(const char *name)

@@ -620,7 +620,7 @@ int accel_optim_step_ranges(const accel_optim *optim, const accel_optim_group *g
 	};
 	/* accel_optim_range and accel_device_range_v1 have the same members;
 	 * convert in batches rather than depend on that. */
-	enum { BATCH = 128 };
+	enum { BATCH = 256 };
 	accel_device_range_v1 dr[BATCH];
 	char buf[1024] = "";
 	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};

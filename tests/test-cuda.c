@@ -14,7 +14,10 @@
  * - argument errors.
  *
  * Without a CUDA GPU (driver probe of core/select.c) the program prints
- * "skipped: no GPU" and exits 77. */
+ * "skipped: no GPU" and exits 77.  With --no-gpu (unit suite) it checks
+ * instead what a machine without a GPU reports: CUDA views, allocations and
+ * optimizer steps fail with ACCEL_ERR_UNSUPPORTED and say why, also when
+ * the module file is missing. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -351,10 +354,14 @@ static uint64_t ulps(float a, float b)
 
 static uint64_t worst_ulps;
 
-/* 40 ranges (more than one launch takes) of assorted sizes, every other one
- * starting at an odd element offset. */
-#define NR 40
-static const uint64_t rsizes[] = {1, 3, 4096, 5000, 17, 40000, 4, 1023, 65537, 8};
+/* 170 ranges (more than one launch takes) of assorted sizes, every other one
+ * starting at an odd element offset; range 5 spans 17 blocks. */
+#define NR 170
+static uint64_t rsize(int r)
+{
+	static const uint64_t sizes[] = {1, 3, 4096, 5000, 17, 333, 4, 1023, 8, 4097};
+	return r == 5 ? 65537 : sizes[r % 10];
+}
 
 static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scale,
                        const char *what)
@@ -368,7 +375,7 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 	for (int r = 0; r < NR; r++) {
 		total += r & 1;
 		start[r] = total;
-		total += rsizes[r % 10] + 4;
+		total += rsize(r) + 4;
 	}
 	size_t gs = accel_dtype_size(gdt);
 	float *hp = malloc(total * 4), *hs[2] = {calloc(total, 4), calloc(total, 4)};
@@ -383,10 +390,10 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 		uint64_t a = start[r];
 		hr[r] = (accel_optim_range){hp + a, (char *)hg + a * gs,
 		                            {ns ? hs[0] + a : NULL, ns > 1 ? hs[1] + a : NULL},
-		                            rsizes[r % 10]};
+		                            rsize(r)};
 		dr[r] = (accel_optim_range){dp + a, (char *)dg + a * gs,
 		                            {ns ? ds[0] + a : NULL, ns > 1 ? ds[1] + a : NULL},
-		                            rsizes[r % 10]};
+		                            rsize(r)};
 	}
 	const accel_optim_group *grp = accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY);
 	for (uint64_t t = 1; t <= 25; t++) {
@@ -409,7 +416,7 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 			const float *h = k ? hs[k - 1] : hp;
 			xfer(back, k ? ds[k - 1] : dp, total * 4, ACCEL_DEVICE_D2H);
 			for (int r = 0; r < NR; r++)
-				for (uint64_t i = start[r]; i < start[r] + rsizes[r % 10]; i++) {
+				for (uint64_t i = start[r]; i < start[r] + rsize(r); i++) {
 					uint64_t u = ulps(h[i], back[i]);
 					if (u > worst_ulps)
 						worst_ulps = u;
@@ -541,6 +548,11 @@ START_TEST(argument_errors)
 	float *d = dmalloc(64), h[16] = {0};
 	accel_view dv = {sizeof(dv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, d, 16};
 	accel_view hv = {sizeof(hv), ACCEL_DTYPE_BF16, ACCEL_DEVICE_CPU, 0, h, 16};
+	accel_view hostmem = dv;
+	hostmem.data = h;
+	ck_assert_int_eq(accel_ops_scale(&hostmem, 2.0, &e), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(e.msg, "ordinary host memory"), "%s", e.msg);
+	accel_err_clear(&e);
 	accel_view bad = dv;
 	bad.device_index = 999;
 	ck_assert_int_eq(accel_ops_fill(&bad, 1.0, &e), ACCEL_ERR_INVALID_ARG);
@@ -569,6 +581,68 @@ START_TEST(argument_errors)
 	dfree(d);
 }
 END_TEST
+
+/* ---- without a GPU (unit suite, --no-gpu) ------------------------------------------------ */
+
+START_TEST(no_gpu_is_reported)
+{
+	accel_err e = {0};
+	float x[4] = {0};
+	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, 4};
+	ck_assert_int_eq(accel_ops_fill(&v, 1.0, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "fill: CUDA device 0 needs the cuda device module") &&
+	              strstr(e.msg, "no usable CUDA device"), "%s", e.msg);
+	/* remembered: the same answer, without loading again */
+	accel_err_clear(&e);
+	uint64_t nf;
+	ck_assert_int_eq(accel_ops_nonfinite(&v, &nf, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "nonfinite: CUDA device 0") &&
+	              strstr(e.msg, "no usable CUDA device"), "%s", e.msg);
+	/* allocations and optimizer steps say the same */
+	accel_opts o = {.struct_size = sizeof(o), .config_json = "{}", .skip_env = 1};
+	accel_ctx *ctx = NULL;
+	void *p = NULL;
+	ck_assert_int_eq(accel_ctx_new(&o, &ctx), ACCEL_OK);
+	ck_assert_int_eq(accel_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA, 0, 64, 0, &p),
+	                 ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "mem_alloc: CUDA device 0"), "%s",
+	              accel_errmsg(ctx));
+	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 0);
+	accel_ctx_free(ctx);
+	accel_optim_opts oo;
+	accel_optim *opt = NULL;
+	accel_optim_opts_init(&oo, ACCEL_OPTIM_SGD);
+	ck_assert_int_eq(accel_optim_new(&oo, &opt, &e), ACCEL_OK);
+	accel_optim_range r = {x, x + 2, {NULL, NULL}, 2};
+	accel_err_clear(&e);
+	ck_assert_int_eq(accel_optim_step_ranges(opt, NULL, 1, 0.1, ACCEL_DEVICE_CUDA, 0, &r, 1,
+	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "optimizer step: CUDA device 0"), "%s", e.msg);
+	accel_optim_free(opt);
+}
+END_TEST
+
+START_TEST(missing_module_is_reported)
+{
+	accel_err e = {0};
+	float x[4] = {0};
+	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, 4};
+	ck_assert_int_eq(setenv("ACCEL_DEVICE_PATH", "/nonexistent-a:/nonexistent-b", 1), 0);
+	ck_assert_int_eq(accel_ops_scale(&v, 2.0, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(e.msg, "device-cuda.so) is not in ACCEL_DEVICE_PATH "
+	                            "(/nonexistent-a:/nonexistent-b)"), "%s", e.msg);
+}
+END_TEST
+
+static Suite *no_gpu_suite(void)
+{
+	Suite *s = suite_create("cuda-no-gpu");
+	TCase *tc = tcase_create("errors");
+	tcase_add_test(tc, no_gpu_is_reported);
+	tcase_add_test(tc, missing_module_is_reported);
+	suite_add_tcase(s, tc);
+	return s;
+}
 
 static Suite *cuda_suite(void)
 {
@@ -607,13 +681,21 @@ static int have_gpu(void)
 	return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-int main(void)
+/* No arguments: the GPU tests (exit 77 without a GPU).  --no-gpu: what a
+ * machine without one reports (exit 77 where there is one). */
+int main(int argc, char **argv)
 {
-	if (!have_gpu()) {
+	int no_gpu = argc > 1 && !strcmp(argv[1], "--no-gpu");
+	int gpu = have_gpu();
+	if (!no_gpu && !gpu) {
 		printf("skipped: no GPU\n");
 		return 77;
 	}
-	SRunner *sr = srunner_create(cuda_suite());
+	if (no_gpu && gpu) {
+		printf("skipped: this machine has a GPU (the gpu suite tests it)\n");
+		return 77;
+	}
+	SRunner *sr = srunner_create(no_gpu ? no_gpu_suite() : cuda_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -180,6 +180,30 @@ static int cu_sync(int32_t device_index, accel_device_err_v1 *err)
 
 /* ---- ops ------------------------------------------------------------------------------------ */
 
+/* A view's memory must be device memory of its device (or managed or
+ * pinned host memory, which kernels reach too): a host pointer in a CUDA
+ * view would otherwise fault inside a kernel and poison the context.  The
+ * lookup costs about a microsecond, so the per-range optimizer step skips
+ * it. */
+static int check_mem(const accel_view *v, const char *what, accel_device_err_v1 *err)
+{
+	struct cudaPointerAttributes a;
+	cudaError_t e = cudaPointerGetAttributes(&a, v->data);
+	if (e != cudaSuccess) {
+		cudaGetLastError();   /* not sticky; clear it */
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: %s: %p is not CUDA memory (%s)", what,
+		            v->data, cudaGetErrorName(e));
+	}
+	if (a.type == cudaMemoryTypeUnregistered)
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: %s: %p in a view on CUDA device %d is "
+		            "ordinary host memory; allocate it with mem_alloc(ACCEL_DEVICE_CUDA) or "
+		            "use a CPU view", what, v->data, v->device_index);
+	if (a.type == cudaMemoryTypeDevice && a.device != v->device_index)
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: %s: %p is memory of CUDA device %d, but "
+		            "the view says device %d", what, v->data, a.device, v->device_index);
+	return ACCEL_OK;
+}
+
 static int is_float(uint32_t dt)
 {
 	return dt == ACCEL_DTYPE_F32 || dt == ACCEL_DTYPE_F64 || dt == ACCEL_DTYPE_F16 ||
@@ -191,7 +215,8 @@ static int cu_copy(const accel_view *dst, const accel_view *src, accel_device_er
 	int r;
 	if (!dst->numel)
 		return ACCEL_OK;
-	if ((r = set_device(dst->device_index, err)))
+	if ((r = set_device(dst->device_index, err)) || (r = check_mem(dst, "copy dst", err)) ||
+	    (r = check_mem(src, "copy src", err)))
 		return r;
 	if (dst->dtype == src->dtype) {
 		if (dst->data != src->data)
@@ -215,7 +240,7 @@ static int cu_fill(const accel_view *dst, double value, accel_device_err_v1 *err
 	uint32_t sz = (uint32_t)accel_abi_dtype_size(dst->dtype);
 	if (!dst->numel)
 		return ACCEL_OK;
-	if ((r = set_device(dst->device_index, err)))
+	if ((r = set_device(dst->device_index, err)) || (r = check_mem(dst, "fill", err)))
 		return r;
 	/* The element's bits as the CPU op stores them (core/ops_cpu.c). */
 	switch (dst->dtype) {
@@ -236,7 +261,7 @@ static int cu_scale(const accel_view *x, double alpha, accel_device_err_v1 *err)
 	int r;
 	if (!x->numel)
 		return ACCEL_OK;
-	if ((r = set_device(x->device_index, err)))
+	if ((r = set_device(x->device_index, err)) || (r = check_mem(x, "scale", err)))
 		return r;
 	CU_TRY(accel_cuda_launch_scale(x->dtype, x->data, alpha, x->numel));
 	return ACCEL_OK;
@@ -248,7 +273,8 @@ static int cu_axpy(const accel_view *y, double alpha, const accel_view *x,
 	int r;
 	if (!y->numel)
 		return ACCEL_OK;
-	if ((r = set_device(y->device_index, err)))
+	if ((r = set_device(y->device_index, err)) || (r = check_mem(y, "axpy y", err)) ||
+	    (r = check_mem(x, "axpy x", err)))
 		return r;
 	CU_TRY(accel_cuda_launch_axpy(y->dtype, y->data, alpha, x->dtype, x->data, y->numel));
 	return ACCEL_OK;
@@ -264,7 +290,8 @@ static int reduce(int sumsq, const accel_view *x, void *ret8, accel_device_err_v
 		memset(ret8, 0, 8);
 		return ACCEL_OK;
 	}
-	if ((r = set_device(x->device_index, err)))
+	if ((r = set_device(x->device_index, err)) ||
+	    (r = check_mem(x, sumsq ? "sumsq" : "nonfinite", err)))
 		return r;
 	pthread_mutex_lock(&g_lock);
 	void **s = &g_scratch[x->device_index];
