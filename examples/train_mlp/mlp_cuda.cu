@@ -34,6 +34,7 @@ extern "C" {
 typedef struct plan {
 	int used;
 	int ta, tb, m, n, k, lda, ldb, ldc, epi;   /* the key (row-major terms) */
+	int align;                                 /* of every pointer, bytes    */
 	int fused;                                 /* epilogue runs in cuBLASLt */
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t la, lb, lc;
@@ -288,8 +289,19 @@ static int plan_try(mlp_cuda *g, plan *p, cublasLtEpilogue_t epi)
 	cublasLtMatmulPreference_t pref;
 	LT(g, cublasLtMatmulPreferenceCreate(&pref));
 	uint64_t ws = WORKSPACE_BYTES;
+	uint32_t al = (uint32_t)p->align;
 	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
 	                                     sizeof(ws));
+	/* gradients sit in accel's buckets at 64-byte offsets: the algorithm
+	 * must not assume cudaMalloc's 256 */
+	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al,
+	                                     sizeof(al));
+	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al,
+	                                     sizeof(al));
+	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
+	                                     sizeof(al));
+	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
+	                                     sizeof(al));
 	cublasLtMatmulHeuristicResult_t res;
 	int found = 0;
 	cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc,
@@ -304,9 +316,10 @@ static int plan_try(mlp_cuda *g, plan *p, cublasLtEpilogue_t epi)
 }
 
 static void plan_key(plan *p, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc,
-                     int epi)
+                     int epi, int align)
 {
 	memset(p, 0, sizeof(*p));
+	p->align = align;
 	p->ta = ta;
 	p->tb = tb;
 	p->m = m;
@@ -324,10 +337,15 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
                 const void *B, int ldb, float beta, void *C, int ldc, int epi, const void *bias)
 {
 	plan *p = NULL;
+	/* the largest power of two up to 256 dividing every address */
+	uintptr_t bits = (uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (epi ? (uintptr_t)bias : 0) |
+	                 256u;
+	int align = (int)(bits & (~bits + 1));
 	for (int i = 0; i < MAX_PLANS && !p; i++) {
 		plan *q = &g->plans[i];
 		if (q->used && q->ta == ta && q->tb == tb && q->m == m && q->n == n && q->k == k &&
-		    q->lda == lda && q->ldb == ldb && q->ldc == ldc && q->epi == epi)
+		    q->lda == lda && q->ldb == ldb && q->ldc == ldc && q->epi == epi &&
+		    q->align == align)
 			p = q;
 	}
 	if (!p) {
@@ -336,7 +354,7 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
 				p = &g->plans[i];
 		if (!p)
 			return fail(g, "more than %d GEMM shapes", MAX_PLANS);
-		plan_key(p, ta, tb, m, n, k, lda, ldb, ldc, epi);
+		plan_key(p, ta, tb, m, n, k, lda, ldb, ldc, epi, align);
 		int made = 0;
 		if (epi) {
 			made = plan_try(g, p, epi == 2 ? CUBLASLT_EPILOGUE_RELU_BIAS
@@ -344,7 +362,7 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
 			p->fused = made == 1;
 		}
 		if (made == 0) {
-			plan_key(p, ta, tb, m, n, k, lda, ldb, ldc, epi);
+			plan_key(p, ta, tb, m, n, k, lda, ldb, ldc, epi, align);
 			made = plan_try(g, p, CUBLASLT_EPILOGUE_DEFAULT);
 		}
 		if (made < 0)

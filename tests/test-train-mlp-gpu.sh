@@ -1,0 +1,147 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# tests/test-train-mlp-gpu.sh TRAIN_MLP TRAIN_PARITY: examples/train_mlp
+# --device cuda against its CPU run (suite gpu).
+#
+# 20 steps of a 784-128-128-10 model, the same flags and seed on the CPU and
+# on the GPU; the final parameters (--save-final) compared per tensor by
+# `train-parity --compare` (largest difference over largest |value|):
+#   - f32, SGD with momentum, AdamW, AdamW with clipping (the gradient norm
+#     on the device): GPU 1 rank (nccl) == CPU within RTOL;
+#   - the same on 2 ranks sharing the GPU through the shm backend (device
+#     buckets staged through pinned host memory) == CPU and == 1 rank;
+#   - 1 rank through shm (staged at world 1) == 1 rank through nccl;
+#   - bf16 (mixed_precision=bf16, cuBLASLt bf16 with f32 accumulation)
+#     trains: its loss falls and it stays within BF16_RTOL of the f32 run,
+#     on 1 and 2 ranks.
+# RTOL is 1e-5, the figure the design asked for, until a GPU run has shown
+# the real differences (the lines "ok: ... max relative" print them).
+# Exits 77 ("skipped: no GPU") when no CUDA device is visible.
+set -u
+prog=${1:?usage: test-train-mlp-gpu.sh TRAIN_MLP TRAIN_PARITY}
+parity=${2:?usage: test-train-mlp-gpu.sh TRAIN_MLP TRAIN_PARITY}
+RTOL=${RTOL:-1e-5}
+BF16_RTOL=${BF16_RTOL:-0.05}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-mlp-gpu.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+export ACCEL_LOG_LEVEL=warn
+unset ACCEL_CONFIG ACCEL_SET
+fails=0
+
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+
+ARGS="--steps 20 --hidden 128 --layers 2 --batch-size 128 --samples 2048 --test-samples 0
+      --seed 3 --log-every 10 --no-eval"
+
+# The probe: a machine without a GPU (or a build without CUDA) says so.
+if ! "$prog" --device cuda --steps 1 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 \
+	--no-eval > "$tmp/probe.log" 2>&1; then
+	if grep -q "no CUDA device is visible" "$tmp/probe.log"; then
+		echo "skipped: no GPU"
+		exit 77
+	fi
+	echo "FAIL: the probe run failed:"
+	cat "$tmp/probe.log"
+	exit 1
+fi
+[ -n "${ACCEL_CLI:-}" ] || { echo "FAIL: ACCEL_CLI is not set"; exit 1; }
+
+cat > "$tmp/sgd.json" <<EOF
+{"optimizer": {"type": "sgd", "params": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.001}},
+ "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
+EOF
+cat > "$tmp/adamw.json" <<EOF
+{"optimizer": {"type": "adamw", "params": {"lr": 0.001, "weight_decay": 0.01},
+               "no_decay": ["bias"]},
+ "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
+EOF
+cat > "$tmp/clip.json" <<EOF
+{"optimizer": {"type": "adamw", "params": {"lr": 0.001}}, "max_grad_norm": 0.5,
+ "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
+EOF
+
+# run NAME CONFIG [ARGS...]: one process; final parameters in $tmp/NAME.st
+run() {
+	name=$1 cfg=$2
+	shift 2
+	# shellcheck disable=SC2086
+	if ! ACCEL_CONFIG=$cfg "$prog" $ARGS --save-final "$tmp/$name.st" "$@" \
+		> "$tmp/$name.log" 2>&1; then
+		fail "$name: the run failed"
+		cat "$tmp/$name.log"
+		return 1
+	fi
+}
+
+# run2 NAME CONFIG [ARGS...]: 2 ranks on the GPU through the shm backend
+run2() {
+	name=$1 cfg=$2
+	shift 2
+	# shellcheck disable=SC2086
+	if ! "$ACCEL_CLI" launch -n 2 --config "$cfg" -- "$prog" $ARGS --device cuda \
+		--set backend=shm --save-final "$tmp/$name.st" "$@" > "$tmp/$name.log" 2>&1; then
+		fail "$name: the 2-rank run failed"
+		cat "$tmp/$name.log"
+		return 1
+	fi
+}
+
+# same A B RTOL WHAT
+same() {
+	if [ ! -f "$tmp/$1.st" ] || [ ! -f "$tmp/$2.st" ]; then
+		fail "$4: no result to compare"
+		return
+	fi
+	if ! "$parity" --compare "$tmp/$1.st" "$tmp/$2.st" --rtol "$3" > "$tmp/cmp.log" 2>&1; then
+		fail "$4"
+		cat "$tmp/cmp.log"
+	else
+		echo "ok: $4: $(tail -1 "$tmp/cmp.log")"
+	fi
+}
+
+for c in sgd adamw clip; do
+	run "$c.cpu" "$tmp/$c.json"
+	run "$c.gpu1" "$tmp/$c.json" --device cuda
+	run2 "$c.gpu2" "$tmp/$c.json"
+	same "$c.cpu" "$c.gpu1" "$RTOL" "$c: GPU 1 rank vs CPU"
+	same "$c.cpu" "$c.gpu2" "$RTOL" "$c: GPU 2 ranks (shm) vs CPU"
+	same "$c.gpu1" "$c.gpu2" "$RTOL" "$c: GPU 1 rank vs 2 ranks"
+done
+grep -q "cuBLASLt f32" "$tmp/adamw.gpu1.log" ||
+	fail "the GPU run does not say it computes with cuBLASLt f32: $(head -1 "$tmp/adamw.gpu1.log")"
+
+# World 1 through shm stages the buckets through host memory: same bits
+# as nccl's (an average over one rank is the bucket itself).
+run adamw.shm1 "$tmp/adamw.json" --device cuda --set backend=shm
+same adamw.gpu1 adamw.shm1 0 "adamw: GPU 1 rank through shm vs nccl (bitwise)"
+
+# bf16: trains, and stays near the f32 run.
+run adamw.bf16 "$tmp/adamw.json" --device cuda --set mixed_precision=bf16
+run2 adamw.bf16x2 "$tmp/adamw.json" --set mixed_precision=bf16
+same adamw.gpu1 adamw.bf16 "$BF16_RTOL" "adamw: bf16 vs f32 on the GPU"
+same adamw.gpu1 adamw.bf16x2 "$BF16_RTOL" "adamw: bf16 2 ranks vs f32"
+grep -q "cuBLASLt bf16" "$tmp/adamw.bf16.log" ||
+	fail "the bf16 run does not say it computes in bf16: $(head -1 "$tmp/adamw.bf16.log")"
+first=$(sed -n 's/.*step *10 *loss \([0-9.]*\).*/\1/p' "$tmp/adamw.bf16.log")
+last=$(sed -n 's/.*step *20 *loss \([0-9.]*\).*/\1/p' "$tmp/adamw.bf16.log")
+if [ -z "$first" ] || [ -z "$last" ] ||
+	! awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a && b < 2.2) }'; then
+	fail "bf16: the loss did not fall (step 10: '$first', step 20: '$last')"
+else
+	echo "ok: bf16 loss $first -> $last"
+fi
+
+# A usage error names the choices.
+if "$prog" --device tpu > "$tmp/bad.log" 2>&1; then
+	fail "--device tpu was accepted"
+elif ! grep -q "cpu, cuda or cuda:N" "$tmp/bad.log"; then
+	fail "--device tpu: $(cat "$tmp/bad.log")"
+fi
+
+[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "all GPU training checks passed"
+exit 0
