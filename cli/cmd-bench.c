@@ -453,6 +453,16 @@ static int bench_comm(int argc, char **argv)
 		rc = accel_set_error(ctx, ACCEL_ERR_NOMEM, "out of memory for the timing samples");
 		goto fail;
 	}
+	char dev_backend[96];
+	if (o.cuda) {
+		/* the backend the device buffers go through: nccl, or the host
+		 * backend they are staged through */
+		int staged;
+		const char *name = accel_comm_device_backend_name(ctx->comm, &staged);
+		snprintf(dev_backend, sizeof(dev_backend), "%s%s", name,
+		         staged ? " (staged through pinned host memory)" : "");
+		backend = dev_backend;
+	}
 	if (rank == 0 && !o.json)
 		cb_table_header(stdout, backend, buffers, world, host, o.inplace);
 	if (rank == 0 && !o.json && !o.table && !(jlines = open_memstream(&jtext, &jlen))) {

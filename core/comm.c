@@ -299,6 +299,18 @@ const char *accel_comm_backend_name(const accel_comm *c)
 	return c && c->cpu.up ? c->cpu.module->name : "none";
 }
 
+const char *accel_comm_device_backend_name(const accel_comm *c, int *ret_staged)
+{
+	*ret_staged = 0;
+	if (!c)
+		return "none";
+	if (c->stage_device && !c->dev_name) {
+		*ret_staged = 1;
+		return accel_comm_backend_name(c);
+	}
+	return c->dev.up ? c->dev.module->name : c->dev_name ? c->dev_name : "none";
+}
+
 /* ---- routing and checks ---------------------------------------------------------- */
 
 uint64_t accel_comm_seq(const accel_comm *c)

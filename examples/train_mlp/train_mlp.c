@@ -660,8 +660,8 @@ static int cmp_double(const void *a, const void *b)
 /* One line of JSON on stdout, from every process (rank 0's is the one to
  * quote: the ranks run in lock-step); the field names match
  * bench/torch_ddp_mlp.py. */
-static void timing_json(timing *tm, const options *o, int rank, int world, const char *dims,
-                        double elapsed, double cpu)
+static void timing_json(const trainer *t, timing *tm, const options *o, int rank, int world,
+                        const char *dims, double elapsed, double cpu)
 {
 	char host[256] = "unknown";
 	long n = tm->n > 0 ? tm->n : 1;
@@ -684,7 +684,12 @@ static void timing_json(timing *tm, const options *o, int rank, int world, const
 	/* CLOCK_MONOTONIC bounds of the timed steps, to cut a profile recorded
 	 * with the same clock (bench/overhead.sh: perf record -k monotonic). */
 	printf(",\"t_start\":%.6f,\"t_end\":%.6f", tm->t0, tm->last);
-	printf(",\"blas\":\"%s\",\"host\":\"%s\"}\n", blas_name(), host);
+	if (t->gpu)   /* the GPU's step times are wall times between device syncs */
+		printf(",\"device\":\"cuda:%d\",\"dtype\":\"%s\",\"gemm\":\"%s\"", (int)t->dev_index,
+		       t->dtype == ACCEL_DTYPE_BF16 ? "bf16" : "f32", mlp_cuda_name(t->gpu));
+	else
+		printf(",\"device\":\"cpu\",\"blas\":\"%s\"", blas_name());
+	printf(",\"host\":\"%s\"}\n", host);
 	fflush(stdout);
 }
 
@@ -986,7 +991,7 @@ int main(int argc, char **argv)
 	            tm.n, tm.micro, elapsed, (double)tm.micro * (double)o.batch / elapsed,
 	            o.warmup ? " after the warm-up steps" : "");
 	if (o.json)
-		timing_json(&tm, &o, accel_rank(t.ctx), world, dims, elapsed, cpu);
+		timing_json(&t, &tm, &o, accel_rank(t.ctx), world, dims, elapsed, cpu);
 	if (!o.no_eval) {
 		double train_loss, train_acc, test_loss = 0, test_acc = 0;
 		if (evaluate(&t, &train, 0, &train_loss, &train_acc) ||
