@@ -1,13 +1,14 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# tests/test-train-mlp-gpu.sh TRAIN_MLP PYTHON: examples/train_mlp
+# tests/test-train-mlp-gpu.sh TRAIN_MLP PYTHON [nccl|shm]: examples/train_mlp
 # --device cuda against its CPU run (suite gpu).
 #
 # 20 steps of a 784-128-128-10 model, the same flags and seed on the CPU and
 # on the GPU; the final parameters (--save-final) compared per tensor by
 # tests/st_compare.py (largest difference over largest |value|):
 #   - f32, SGD with momentum, AdamW, AdamW with clipping (the gradient norm
-#     on the device): GPU 1 rank (nccl) == CPU within RTOL;
+#     on the device): GPU 1 rank (nccl; shm staged when the build has no
+#     nccl, third argument) == CPU within RTOL;
 #   - the same on 2 ranks sharing the GPU through the shm backend (device
 #     buckets staged through pinned host memory) == CPU and == 1 rank;
 #   - 1 rank through shm (staged at world 1) == 1 rank through nccl;
@@ -27,6 +28,7 @@ set -u
 prog=${1:?usage: test-train-mlp-gpu.sh TRAIN_MLP PYTHON}
 python=${2:?usage: test-train-mlp-gpu.sh TRAIN_MLP PYTHON}
 compare=$(dirname "$0")/st_compare.py
+one=${3:-nccl}   # the backend of the 1-rank GPU runs
 RTOL=${RTOL:-1e-5}
 BF16_LOSS=${BF16_LOSS:-0.05}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-mlp-gpu.XXXXXX") || exit 1
@@ -45,7 +47,7 @@ ARGS="--steps 20 --hidden 128 --layers 2 --batch-size 128 --samples 2048 --test-
 
 # The probe: a machine without a GPU (or a build without CUDA) says so.
 if ! "$prog" --device cuda --steps 1 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 \
-	--no-eval > "$tmp/probe.log" 2>&1; then
+	--no-eval --set "backend=$one" > "$tmp/probe.log" 2>&1; then
 	if grep -q "no CUDA device is visible" "$tmp/probe.log"; then
 		echo "skipped: no GPU"
 		exit 77
@@ -112,7 +114,7 @@ same() {
 
 for c in sgd adamw clip; do
 	run "$c.cpu" "$tmp/$c.json"
-	run "$c.gpu1" "$tmp/$c.json" --device cuda
+	run "$c.gpu1" "$tmp/$c.json" --device cuda --set "backend=$one"
 	run2 "$c.gpu2" "$tmp/$c.json"
 	same "$c.cpu" "$c.gpu1" "$RTOL" "$c: GPU 1 rank vs CPU"
 	same "$c.cpu" "$c.gpu2" "$RTOL" "$c: GPU 2 ranks (shm) vs CPU"
@@ -123,11 +125,13 @@ grep -q "cuBLASLt f32" "$tmp/adamw.gpu1.log" ||
 
 # World 1 through shm stages the buckets through host memory: same bits
 # as nccl's (an average over one rank is the bucket itself).
-run adamw.shm1 "$tmp/adamw.json" --device cuda --set backend=shm
-same adamw.gpu1 adamw.shm1 0 "adamw: GPU 1 rank through shm vs nccl (bitwise)"
+if [ "$one" = nccl ]; then
+	run adamw.shm1 "$tmp/adamw.json" --device cuda --set backend=shm
+	same adamw.gpu1 adamw.shm1 0 "adamw: GPU 1 rank through shm vs nccl (bitwise)"
+fi
 
 # bf16: trains, and its loss stays near the f32 run's.
-run adamw.bf16 "$tmp/adamw.json" --device cuda --set mixed_precision=bf16
+run adamw.bf16 "$tmp/adamw.json" --device cuda --set "backend=$one" --set mixed_precision=bf16
 run2 adamw.bf16x2 "$tmp/adamw.json" --set mixed_precision=bf16
 grep -q "cuBLASLt bf16" "$tmp/adamw.bf16.log" ||
 	fail "the bf16 run does not say it computes in bf16: $(head -1 "$tmp/adamw.bf16.log")"
