@@ -827,11 +827,20 @@ int main(int argc, char **argv)
 
 	if (on_gpu) {
 		char err[600];
+		int32_t bad = 0;
 		if (mlp_cuda_new(&t.shape, t.work.cap, t.dev_index, t.dtype == ACCEL_DTYPE_BF16, &train,
 		                 &test, &t.gpu, err, sizeof(err))) {
 			fprintf(stderr, "train_mlp: --device %s: %s\n", o.device, err);
+			bad = 1;
+		}
+		/* all stop together when one process has no GPU work space (out
+		 * of memory, say), instead of waiting for it in accel_prepare */
+		if ((rc = accel_allreduce(t.ctx, &bad, &bad, 1, ACCEL_DTYPE_I32, ACCEL_RED_MAX))) {
+			fail(&t, "agreeing on the GPU set-up", rc);
 			goto out;
 		}
+		if (bad)
+			goto out;
 	}
 	if (register_model(&t))
 		goto out;
