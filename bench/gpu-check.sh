@@ -10,6 +10,8 @@ set -u
 BUILD=${1:-build}
 L=${GPU_LOG_DIR:-/tmp/accel-gpu}
 mkdir -p "$L"
+# the gpu suite's full log (the cuda test prints its largest differences)
+[ -f "$BUILD/meson-logs/testlog.txt" ] && cp "$BUILD/meson-logs/testlog.txt" "$L/gpu-testlog.txt"
 echo "== accel env (CUDA, NCCL)"
 "$BUILD/cli/accel" env 2>&1 | sed -n '/build features/p;/## CUDA and NCCL/,/## MPI/p' |
 	tee "$L/accel-env.log"
