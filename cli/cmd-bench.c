@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "comm.h"
 #include "ctx-impl.h"
+#include "mem.h"
 #include "probe.h"
 
 #define MAX_SETS 64
@@ -242,6 +243,15 @@ static int buf_alloc(accel_ctx *ctx, const bench_mem *m, int backend, uint64_t b
 {
 	b->p = NULL;
 	b->from_backend = 0;
+	if (m->device != ACCEL_DEVICE_CPU) {
+		/* the device backend's memory (nccl), or, for device buffers
+		 * staged through a host backend, the device module's */
+		int rc = accel_mem_alloc(ctx, ACCEL_MEM_BUFFERS, m->device, m->device_index, bytes,
+		                         ACCEL_MEMF_COMM, &b->p);
+		if (rc == ACCEL_OK)
+			b->from_backend = 2;
+		return rc;
+	}
 	if (backend) {
 		int rc = accel_comm_mem_alloc(ctx->comm, m->device, m->device_index, bytes, &b->p);
 		if (rc != ACCEL_OK)
@@ -263,7 +273,9 @@ static int buf_alloc(accel_ctx *ctx, const bench_mem *m, int backend, uint64_t b
 
 static void buf_free(accel_ctx *ctx, bench_buf *b)
 {
-	if (b->p && b->from_backend)
+	if (b->p && b->from_backend == 2)
+		accel_mem_release(ctx, b->p);
+	else if (b->p && b->from_backend)
 		accel_comm_mem_free(ctx->comm, b->p);
 	else
 		free(b->p);
@@ -508,6 +520,16 @@ static int bench_comm(int argc, char **argv)
 	if (!times) {
 		rc = accel_set_error(ctx, ACCEL_ERR_NOMEM, "out of memory for the timing samples");
 		goto fail;
+	}
+	char dev_backend[96];
+	if (o.cuda) {
+		/* the backend the device buffers go through: nccl, or the host
+		 * backend they are staged through */
+		int staged;
+		const char *name = accel_comm_device_backend_name(ctx->comm, &staged);
+		snprintf(dev_backend, sizeof(dev_backend), "%s%s", name,
+		         staged ? " (staged through pinned host memory)" : "");
+		backend = dev_backend;
 	}
 	if (rank == 0 && !o.json)
 		cb_table_header(stdout, backend, buffers, world, host, o.inplace);

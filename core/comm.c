@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "comm.h"
+#include "comm_stage.h"
 #include "config.h"
 #include "loader.h"
 #include "log.h"
@@ -37,6 +38,7 @@ struct accel_req {
 	uint64_t seq;
 	int64_t t_issue_ns;     /* CLOCK_MONOTONIC when the backend took it */
 	struct accel_req *prev, *next;   /* in accel_comm.live */
+	comm_staged stage;      /* a device buffer staged through host memory */
 };
 
 typedef struct comm_alloc {
@@ -49,6 +51,10 @@ struct accel_comm {
 	comm_backend cpu;
 	comm_backend dev;
 	const char *dev_name;   /* device backend to bring up on first use, or NULL */
+	/* A host backend named in the config and no device backend: CUDA
+	 * buffers are staged through pinned host memory (comm_stage.h). */
+	int stage_device;
+	comm_stage_pool *stage;
 	char dev_why[ACCEL_ERRMSG_MAX]; /* without one: why nccl cannot be used, or "" */
 	uint64_t seq;
 	comm_alloc *allocs;
@@ -193,6 +199,7 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 	}
 	if (!strcmp(want, "shm") || !strcmp(want, "mpi") || !strcmp(want, "tcp")) {
 		cpu_name = want;
+		c->stage_device = 1;
 	} else if (!strcmp(want, "nccl")) {
 		c->dev_name = "nccl";
 	} else if (strcmp(want, "auto") != 0) {
@@ -211,6 +218,7 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		uint32_t dev = m->comm->desc->devices;
 		if (dev & (1u << ACCEL_DEVICE_CPU)) {
 			cpu_name = m->name;
+			c->stage_device = 1;
 		} else if (dev & (1u << ACCEL_DEVICE_CUDA)) {
 			c->dev_name = m->name;
 		} else {
@@ -285,6 +293,7 @@ accel_comm *accel_comm_free(accel_comm *c)
 		if (c->allocs[i].be->vt->mem_free)
 			c->allocs[i].be->vt->mem_free(c->allocs[i].be->state, c->allocs[i].ptr);
 	free(c->allocs);
+	c->stage = comm_stage_pool_free(c->stage);
 	if (c->dev.up)
 		c->dev.vt->fini(c->dev.state);
 	if (c->cpu.up)
@@ -320,6 +329,18 @@ const char *accel_comm_backend_name(const accel_comm *c)
 	return c && c->cpu.up ? c->cpu.module->name : "none";
 }
 
+const char *accel_comm_device_backend_name(const accel_comm *c, int *ret_staged)
+{
+	*ret_staged = 0;
+	if (!c)
+		return "none";
+	if (c->stage_device && !c->dev_name) {
+		*ret_staged = 1;
+		return accel_comm_backend_name(c);
+	}
+	return c->dev.up ? c->dev.module->name : c->dev_name ? c->dev_name : "none";
+}
+
 /* ---- routing and checks ---------------------------------------------------------- */
 
 uint64_t accel_comm_seq(const accel_comm *c)
@@ -337,12 +358,21 @@ static int route(accel_comm *c, const accel_view *v, const char *op, comm_backen
 	if (v->device != ACCEL_DEVICE_CUDA)
 		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: unknown device %d", op,
 		                     v->device);
+	if (c->stage_device && !c->dev_name) {
+		/* staged through the host backend by the caller (comm_stage.h) */
+		if (!c->stage && comm_stage_pool_new(&c->stage, &ctx->err))
+			return ACCEL_ERR_NOMEM;
+		*ret_be = &c->cpu;
+		return ACCEL_OK;
+	}
 	if (!c->dev.up) {
 		if (!c->dev_name)
 			return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
 			                     "%s on a cuda:%d buffer needs a backend for device buffers "
 			                     "(nccl), and none is in use (backend '%s' serves host "
-			                     "buffers; nccl: %s)", op, v->device_index,
+			                     "buffers; name it in the config, backend: \"%s\", to stage "
+			                     "device buffers through host memory; nccl: %s)", op,
+			                     v->device_index, c->cpu.module->name,
 			                     c->cpu.module->name,
 			                     c->dev_why[0] ? c->dev_why
 			                                   : "not built, or no GPU; see 'accel plugins "
@@ -475,13 +505,14 @@ static int check_op(accel_comm *c, uint32_t op, const char *what)
 
 /* Issue through the backend; wait at once when the caller wants a blocking call. */
 static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_comm_req *breq,
-                  accel_req **ret_req)
+                  accel_req **ret_req, comm_staged *st)
 {
 	accel_ctx *ctx = c->ctx;
 	if (r) {
 		if (ctx->err.code == ACCEL_OK)
 			accel_err_set(&ctx->err, r, "%s (after #%llu) failed in backend %s: %s", op,
 			              (unsigned long long)c->seq, be->module->name, accel_status_str(r));
+		comm_stage_out(st, 0, &ctx->err);
 		return r;
 	}
 	uint64_t seq = ++c->seq;
@@ -492,15 +523,18 @@ static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_
 		if (r && ctx->err.code == ACCEL_OK)
 			accel_err_set(&ctx->err, r, "%s #%llu failed in backend %s: %s", op,
 			              (unsigned long long)seq, be->module->name, accel_status_str(r));
-		return r;
+		int s = comm_stage_out(st, r == ACCEL_OK, &ctx->err);
+		return r ? r : s;
 	}
 	accel_req *q = malloc(sizeof(*q));
 	if (!q) {
 		if (breq)
 			be->vt->wait(be->state, breq);
+		comm_stage_out(st, 0, &ctx->err);
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	}
-	*q = (accel_req){.be = be, .breq = breq, .op = op, .seq = seq, .t_issue_ns = t_issue};
+	*q = (accel_req){.be = be, .breq = breq, .op = op, .seq = seq, .t_issue_ns = t_issue,
+	                 .stage = *st};
 	pthread_mutex_lock(&c->live_mu);
 	q->next = c->live;
 	if (c->live)
@@ -521,8 +555,16 @@ int accel_comm_allreduce(accel_comm *c, const accel_view *send, const accel_view
 	                         send ? send->numel : 0)) ||
 	    (r = route(c, send, "allreduce", &be)))
 		return r;
+	comm_staged st = {0};
+	accel_view hs, hr;
+	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
+		if ((r = comm_stage_in(c->stage, send, recv, send->numel, 0, 0, &hs, &hr, &st,
+		                       &c->ctx->err)))
+			return r;
+		send = recv = &hs;
+	}
 	r = be->vt->allreduce(be->state, send, recv, op, &breq);
-	return finish(c, be, "allreduce", r, breq, ret_req);
+	return finish(c, be, "allreduce", r, breq, ret_req, &st);
 }
 
 int accel_comm_reduce_scatter(accel_comm *c, const accel_view *send, const accel_view *recv,
@@ -536,8 +578,18 @@ int accel_comm_reduce_scatter(accel_comm *c, const accel_view *send, const accel
 	                         n * (uint64_t)c->ctx->world.world_size, n)) ||
 	    (r = route(c, send, "reduce_scatter", &be)))
 		return r;
+	comm_staged st = {0};
+	accel_view hs, hr;
+	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
+		/* the in-place form: this rank's block of the staged send */
+		if ((r = comm_stage_in(c->stage, send, recv, send->numel, 0,
+		                       n * (uint64_t)c->ctx->world.rank, &hs, &hr, &st, &c->ctx->err)))
+			return r;
+		send = &hs;
+		recv = &hr;
+	}
 	r = be->vt->reduce_scatter(be->state, send, recv, op, &breq);
-	return finish(c, be, "reduce_scatter", r, breq, ret_req);
+	return finish(c, be, "reduce_scatter", r, breq, ret_req, &st);
 }
 
 int accel_comm_allgather(accel_comm *c, const accel_view *send, const accel_view *recv,
@@ -549,8 +601,18 @@ int accel_comm_allgather(accel_comm *c, const accel_view *send, const accel_view
 	int r = check_pair(c, send, recv, "allgather", 0, n, n * (uint64_t)c->ctx->world.world_size);
 	if (r || (r = route(c, send, "allgather", &be)))
 		return r;
+	comm_staged st = {0};
+	accel_view hs, hr;
+	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
+		/* the in-place form: send at this rank's block of the staged recv */
+		if ((r = comm_stage_in(c->stage, send, recv, recv->numel,
+		                       n * (uint64_t)c->ctx->world.rank, 0, &hs, &hr, &st, &c->ctx->err)))
+			return r;
+		send = &hs;
+		recv = &hr;
+	}
 	r = be->vt->allgather(be->state, send, recv, &breq);
-	return finish(c, be, "allgather", r, breq, ret_req);
+	return finish(c, be, "allgather", r, breq, ret_req, &st);
 }
 
 int accel_comm_broadcast(accel_comm *c, const accel_view *buf, int32_t root, accel_req **ret_req)
@@ -566,15 +628,24 @@ int accel_comm_broadcast(accel_comm *c, const accel_view *buf, int32_t root, acc
 		                     c->ctx->world.world_size);
 	if ((r = route(c, buf, "broadcast", &be)))
 		return r;
+	comm_staged st = {0};
+	accel_view hs, hr;
+	if (buf->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
+		if ((r = comm_stage_in(c->stage, buf, buf, buf->numel, 0, 0, &hs, &hr, &st,
+		                       &c->ctx->err)))
+			return r;
+		buf = &hs;
+	}
 	r = be->vt->broadcast(be->state, buf, root, &breq);
-	return finish(c, be, "broadcast", r, breq, ret_req);
+	return finish(c, be, "broadcast", r, breq, ret_req, &st);
 }
 
 int accel_comm_barrier(accel_comm *c, accel_req **ret_req)
 {
 	accel_comm_req *breq = NULL;
+	comm_staged st = {0};
 	int r = c->cpu.vt->barrier(c->cpu.state, &breq);
-	return finish(c, &c->cpu, "barrier", r, breq, ret_req);
+	return finish(c, &c->cpu, "barrier", r, breq, ret_req, &st);
 }
 
 int accel_comm_wait(accel_comm *c, accel_req *req)
@@ -590,8 +661,9 @@ int accel_comm_wait(accel_comm *c, accel_req *req)
 	if (r && c->ctx->err.code == ACCEL_OK)
 		accel_err_set(&c->ctx->err, r, "%s #%llu failed in backend %s: %s", req->op,
 		              (unsigned long long)req->seq, req->be->module->name, accel_status_str(r));
+	int s = comm_stage_out(&req->stage, r == ACCEL_OK, &c->ctx->err);
 	free(req);
-	return r;
+	return r ? r : s;
 }
 
 int accel_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
@@ -619,7 +691,8 @@ int accel_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, ui
 	int r = route(c, &probe, "mem_alloc", &be);
 	if (r)
 		return r;
-	if (!be->vt->mem_alloc) {
+	/* staged device buffers are ordinary device memory */
+	if (!be->vt->mem_alloc || (device != ACCEL_DEVICE_CPU && be == &c->cpu)) {
 		*ret_ptr = NULL;
 		return ACCEL_OK;
 	}

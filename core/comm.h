@@ -23,6 +23,10 @@ accel_comm *accel_comm_free(accel_comm *comm);
 void accel_comm_times(const accel_ctx *ctx, int64_t *ret_timeout_ms, int64_t *ret_keepalive_ms);
 /* The name of the CPU backend in use ("shm"). */
 const char *accel_comm_backend_name(const accel_comm *comm);
+/* The backend that carries CUDA buffers: the device backend (nccl), or,
+ * with *ret_staged 1, the host backend they are staged through (a host
+ * backend named in the config); "none" when there is neither.  Static. */
+const char *accel_comm_device_backend_name(const accel_comm *comm, int *ret_staged);
 /* The sequence number of the last collective issued (0 before the first). */
 uint64_t accel_comm_seq(const accel_comm *comm);
 

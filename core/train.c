@@ -1347,10 +1347,20 @@ int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 		            accel_dtype_name(a->master.dtype) ? accel_dtype_name(a->master.dtype)
 		                                              : "?",
 		            (unsigned long long)a->grad.numel, (unsigned long long)p->numel);
-	if (a->master.device != ACCEL_DEVICE_CPU || a->grad.device != ACCEL_DEVICE_CPU)
-		return terr(t, ACCEL_ERR_UNSUPPORTED, "optim_step('%s'): the optimizer runs on CPU "
-		            "ranges only in this build", p->name);
 	ns = accel_optim_state_count(o->optim);
+	if (a->master.device != a->grad.device || a->master.device_index != a->grad.device_index)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): master and gradient are on "
+		            "different devices", p->name);
+	/* Device ranges: the device module's fused kernel, enqueued (no wait). */
+	if (a->master.device != ACCEL_DEVICE_CPU) {
+		accel_optim_range q = {a->master.data, a->grad.data, {NULL, NULL}, a->master.numel};
+		for (uint32_t k = 0; k < ns && k < ACCEL_OPTIM_MAX_STATE; k++)
+			q.state[k] = a->state[k];
+		return accel_optim_step_ranges(o->optim, accel_optim_get_group(o->optim, p->group),
+		                               t->step + 1, t->lr, a->master.device,
+		                               a->master.device_index, &q, 1, a->grad.dtype,
+		                               a->grad_scale, &t->ctx->err);
+	}
 	return accel_optim_step_range(o->optim, accel_optim_get_group(o->optim, p->group),
 	                              t->step + 1, t->lr, a->master.data, a->grad.data,
 	                              a->grad.dtype, ns ? (float *const *)a->state : NULL,

@@ -90,6 +90,9 @@ FACTS = {
 # test name -> the outside prerequisites whose absence lets it skip.
 MAY_SKIP = {
     "nccl-gpu": ["gpu"],
+    "cuda": ["gpu"],
+    "mlp-cuda": ["gpu"],
+    "train-mlp-gpu": ["gpu"],
     "optim-torch": ["torch", "avx2_fma"],
     "safetensors-python": ["torch"],
     "train-mlp-parity": ["torch"],

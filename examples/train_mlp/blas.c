@@ -39,6 +39,49 @@ const char *blas_name(void)
 	return "dnnl";
 }
 
+#elif defined(TRAIN_MLP_BLAS_BUILTIN)
+
+/* Portable loops, for machines without a BLAS (a CUDA machine that runs
+ * --device cuda needs the CPU path only for small reference runs).  Rows
+ * of C are accumulated in k order with the inner loop over contiguous
+ * columns, which compilers vectorise. */
+void blas_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+	for (int i = 0; i < m; i++) {
+		float *ci = c + (size_t)i * (size_t)ldc;
+		if (trans_b && !trans_a) {   /* rows of A against rows of B */
+			const float *ai = a + (size_t)i * (size_t)lda;
+			for (int j = 0; j < n; j++) {
+				const float *bj = b + (size_t)j * (size_t)ldb;
+				float s = 0.0f;
+				for (int p = 0; p < k; p++)
+					s += ai[p] * bj[p];
+				ci[j] = alpha * s + (beta == 0.0f ? 0.0f : beta * ci[j]);
+			}
+			continue;
+		}
+		for (int j = 0; j < n; j++)
+			ci[j] = beta == 0.0f ? 0.0f : beta * ci[j];
+		for (int p = 0; p < k; p++) {
+			float aip = alpha * (trans_a ? a[(size_t)p * (size_t)lda + (size_t)i]
+			                             : a[(size_t)i * (size_t)lda + (size_t)p]);
+			for (int j = 0; j < n; j++)
+				ci[j] += aip * (trans_b ? b[(size_t)j * (size_t)ldb + (size_t)p]
+				                        : b[(size_t)p * (size_t)ldb + (size_t)j]);
+		}
+	}
+}
+
+void blas_single_thread(void)
+{
+}
+
+const char *blas_name(void)
+{
+	return "builtin";
+}
+
 #else /* CBLAS */
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
@@ -75,7 +118,7 @@ const char *blas_name(void)
 	return "blis";
 }
 #else
-#error "define TRAIN_MLP_BLAS_OPENBLAS, TRAIN_MLP_BLAS_BLIS or TRAIN_MLP_BLAS_DNNL"
+#error "define TRAIN_MLP_BLAS_OPENBLAS, _BLIS, _DNNL or _BUILTIN"
 #endif
 
 #endif

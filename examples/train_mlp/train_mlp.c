@@ -11,8 +11,11 @@
  *   - initial values come from accel's seeded per-parameter generator,
  *     which does not depend on the world size.
  *
- * The model math (forward/backward of one layer, loss) is in mlp.c; this
- * file is the training loop and the command line.  See examples/README.md.
+ * The model math (forward/backward of one layer, loss) is in mlp.c, and in
+ * mlp_cuda.cu for --device cuda (parameters, gradients, activations and
+ * the data on the GPU; accel's ddp keeps its buckets, reduction and
+ * optimizer there too); this file is the training loop and the command
+ * line.  See examples/README.md.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -28,6 +31,7 @@
 
 #include "blas.h"
 #include "mlp.h"
+#include "mlp_cuda.h"
 #include "st_write.h"
 
 typedef struct options {
@@ -48,6 +52,7 @@ typedef struct options {
 	const char *save_final;
 	const char *config;
 	const char *metrics;
+	const char *device;     /* NULL / "cpu", "cuda" or "cuda:N" */
 	const char *sets[36];
 	int n_sets;
 } options;
@@ -71,6 +76,8 @@ static void usage(FILE *out)
 	        "  --test-samples N   held-out samples for the final accuracy (default 2048)\n"
 	        "  --inputs D         input dimension (default 784)\n"
 	        "  --classes C        classes (default 10)\n"
+	        "  --device D         cpu (default), cuda (GPU local rank %% count) or cuda:N; on\n"
+	        "                     a GPU mixed_precision=bf16 computes in bf16\n"
 	        "  --no-shuffle       global batch k of an epoch is samples k*B .. (k+1)*B-1 (sets\n"
 	        "                     dataloader.shuffle=false)\n"
 	        "  --log-every N      progress line every N steps (default 25)\n"
@@ -166,6 +173,15 @@ static int parse_args(int argc, char **argv, options *o)
 		} else if (!strcmp(a, "--classes")) {
 			r = parse_long(a, v, 2, 1 << 16, &x);
 			o->classes = (int)x;
+		} else if (!strcmp(a, "--device")) {
+			if (!v || (strcmp(v, "cpu") && strcmp(v, "cuda") && strncmp(v, "cuda:", 5))) {
+				fprintf(stderr, "train_mlp: --device needs cpu, cuda or cuda:N, got '%s'\n",
+				        v ? v : "(nothing)");
+				return -1;
+			}
+			if (!strncmp(v, "cuda:", 5) && parse_long(a, v + 5, 0, 1023, &x))
+				return -1;
+			o->device = v;
 		} else if (!strcmp(a, "--log-every")) {
 			r = parse_long(a, v, 1, 1L << 30, &x);
 			o->log_every = (int)x;
@@ -291,7 +307,59 @@ typedef struct trainer {
 	float *xb;                         /* this rank's batch inputs    */
 	int64_t *yb;
 	int64_t *idx;
+	mlp_cuda *gpu;                     /* --device cuda, else NULL    */
+	int32_t dev_index;                 /* its CUDA ordinal            */
+	uint32_t dtype;                    /* working dtype on the GPU    */
 } trainer;
+
+/* Report a failure of the GPU math; returns -1. */
+static int gpu_fail(const trainer *t, const char *what)
+{
+	fprintf(stderr, "train_mlp: %s on the GPU: %s\n", what, mlp_cuda_error(t->gpu));
+	return -1;
+}
+
+/* --device cuda[:N]: the GPU of this process (cuda: local rank modulo the
+ * GPUs, so `accel launch -n N` spreads the ranks, and several ranks may
+ * share one) and the working dtype (mixed_precision: no -> f32, bf16). */
+static int gpu_choose(trainer *t, const options *o)
+{
+	const char *mp = "no";
+	int n = mlp_cuda_device_count();
+	if (n < 0) {
+		fprintf(stderr, "train_mlp: --device %s: this train_mlp was built without CUDA "
+		        "(meson found no CUDA toolkit with cuBLASLt; configure with -Dcuda=enabled "
+		        "-Dcublaslt=enabled)\n", o->device);
+		return -1;
+	}
+	if (n == 0) {
+		fprintf(stderr, "train_mlp: --device %s: no CUDA device is visible (see nvidia-smi "
+		        "and CUDA_VISIBLE_DEVICES)\n", o->device);
+		return -1;
+	}
+	if (!strncmp(o->device, "cuda:", 5)) {
+		t->dev_index = (int32_t)atoi(o->device + 5);
+		if (t->dev_index >= n) {
+			fprintf(stderr, "train_mlp: --device %s: there are %d CUDA devices (0 .. %d)\n",
+			        o->device, n, n - 1);
+			return -1;
+		}
+	} else {
+		t->dev_index = (int32_t)(accel_local_rank(t->ctx) % n);
+	}
+	if (accel_config_string(t->ctx, "mixed_precision", &mp) != ACCEL_OK)
+		mp = "no";
+	if (!strcmp(mp, "no")) {
+		t->dtype = ACCEL_DTYPE_F32;
+	} else if (!strcmp(mp, "bf16")) {
+		t->dtype = ACCEL_DTYPE_BF16;
+	} else {
+		fprintf(stderr, "train_mlp: --device %s computes in f32 (mixed_precision=no) or bf16 "
+		        "(mixed_precision=bf16), not mixed_precision=%s\n", o->device, mp);
+		return -1;
+	}
+	return 0;
+}
 
 /* Report an accel failure with what we were doing; returns -1. */
 static int fail(const trainer *t, const char *what, int rc)
@@ -314,13 +382,28 @@ static int register_model(trainer *t)
 		accel_init init = accel_init_uniform(-k, k);
 		snprintf(name, sizeof(name), "fc%d", l);
 		snprintf(pname, sizeof(pname), "fc%d.weight", l);
-		if ((rc = accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 2, wshape, &init,
-		                                &t->weight[l])))
-			return fail(t, "registering the model", rc);
-		snprintf(pname, sizeof(pname), "fc%d.bias", l);
-		if ((rc = accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 1, bshape, &init,
-		                                &t->bias[l])))
-			return fail(t, "registering the model", rc);
+		if (t->gpu) {
+			/* on the GPU, in the working dtype (accel keeps f32 masters) */
+			accel_param_desc d = {.struct_size = sizeof(d), .dtype = t->dtype, .unit = name,
+			                      .name = pname, .ndim = 2, .shape = wshape,
+			                      .device = ACCEL_DEVICE_CUDA, .device_index = t->dev_index,
+			                      .init = &init};
+			if ((rc = accel_model_add(t->ctx, &d, &t->weight[l])))
+				return fail(t, "registering the model", rc);
+			snprintf(pname, sizeof(pname), "fc%d.bias", l);
+			d.ndim = 1;
+			d.shape = bshape;
+			if ((rc = accel_model_add(t->ctx, &d, &t->bias[l])))
+				return fail(t, "registering the model", rc);
+		} else {
+			if ((rc = accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 2, wshape,
+			                                &init, &t->weight[l])))
+				return fail(t, "registering the model", rc);
+			snprintf(pname, sizeof(pname), "fc%d.bias", l);
+			if ((rc = accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 1, bshape,
+			                                &init, &t->bias[l])))
+				return fail(t, "registering the model", rc);
+		}
 		if ((rc = accel_model_find_unit(t->ctx, name, &t->unit[l])))
 			return fail(t, "looking up a unit", rc);
 	}
@@ -338,8 +421,12 @@ static int forward(trainer *t, int n)
 		const float *b = accel_param_data(t->ctx, t->bias[l]);
 		if (!W || !b)
 			return fail(t, "parameters not available in forward", ACCEL_ERR_STATE);
-		if (n > 0)
+		if (n > 0 && t->gpu) {
+			if (mlp_cuda_forward_layer(t->gpu, l, W, b, n))
+				return gpu_fail(t, "forward");
+		} else if (n > 0) {
 			mlp_forward_layer(&t->shape, &t->work, l, W, b, n);
+		}
 		if ((rc = accel_unit_post_forward(t->ctx, t->unit[l])))
 			return fail(t, "post-forward hook", rc);
 	}
@@ -360,26 +447,34 @@ static int backward(trainer *t, int n)
 		float *db = accel_param_grad(t->ctx, t->bias[l]);
 		if (!W || !dW || !db)
 			return fail(t, "gradients not available in backward", ACCEL_ERR_STATE);
-		mlp_backward_layer(&t->shape, &t->work, l, W, dW, db, n, acc);
+		if (t->gpu) {
+			if (mlp_cuda_backward_layer(t->gpu, l, W, dW, db, n, acc))
+				return gpu_fail(t, "backward");
+		} else {
+			mlp_backward_layer(&t->shape, &t->work, l, W, dW, db, n, acc);
+		}
 		if ((rc = accel_unit_post_backward(t->ctx, t->unit[l])))
 			return fail(t, "post-backward hook", rc);
 	}
 	return 0;
 }
 
-static void load_batch(trainer *t, const mlp_data *d, const int64_t *idx, int n)
+static int load_batch(trainer *t, const mlp_data *d, const int64_t *idx, int n)
 {
+	if (t->gpu)
+		return mlp_cuda_load_batch(t->gpu, idx, n) ? gpu_fail(t, "loading the batch") : 0;
 	for (int i = 0; i < n; i++) {
 		memcpy(t->xb + (size_t)i * d->dim, d->x + (size_t)idx[i] * d->dim,
 		       (size_t)d->dim * sizeof(float));
 		t->yb[i] = d->y[idx[i]];
 	}
 	t->work.act[0] = t->xb;
+	return 0;
 }
 
 /* Loss and accuracy over a data set, split evenly over the ranks in
  * contiguous slices; sums are reduced so every rank gets the totals. */
-static int evaluate(trainer *t, const mlp_data *d, double *ret_loss, double *ret_acc)
+static int evaluate(trainer *t, const mlp_data *d, int set, double *ret_loss, double *ret_acc)
 {
 	int rank = accel_rank(t->ctx), world = accel_world_size(t->ctx);
 	int64_t lo = d->n * rank / world, hi = d->n * (rank + 1) / world;
@@ -387,6 +482,16 @@ static int evaluate(trainer *t, const mlp_data *d, double *ret_loss, double *ret
 	int rc;
 	for (int64_t i = lo; i < hi; i += t->work.cap) {
 		int n = (int)(hi - i < t->work.cap ? hi - i : t->work.cap);
+		if (t->gpu) {
+			/* sums stay on the device until the slice is done */
+			if (mlp_cuda_load_slice(t->gpu, set, i, n))
+				return gpu_fail(t, "loading an evaluation batch");
+			if (forward(t, n))
+				return -1;
+			if (mlp_cuda_eval(t->gpu, n))
+				return gpu_fail(t, "evaluating");
+			continue;
+		}
 		t->work.act[0] = d->x + (size_t)i * d->dim;
 		if (forward(t, n))
 			return -1;
@@ -403,6 +508,8 @@ static int evaluate(trainer *t, const mlp_data *d, double *ret_loss, double *ret
 	for (int64_t k = mine; k < max_batches; k++)
 		if (forward(t, 0))
 			return -1;
+	if (t->gpu && mlp_cuda_take_eval(t->gpu, &sums[0], &sums[1]))
+		return gpu_fail(t, "reading the evaluation sums");
 	if ((rc = accel_allreduce(t->ctx, sums, sums, 2, ACCEL_DTYPE_F64, ACCEL_RED_SUM)))
 		return fail(t, "reducing evaluation results", rc);
 	*ret_loss = sums[0] / (double)d->n;
@@ -440,7 +547,13 @@ static int save_params(trainer *t, const char *path, const char *const *meta, in
 				accel_unit_post_forward(t->ctx, t->unit[l]);
 				goto out;
 			}
-			memcpy(copies[k], src, numel * sizeof(float));
+			if (t->gpu && mlp_cuda_to_host(t->gpu, copies[k], src, numel)) {
+				gpu_fail(t, "copying the parameters to the host");
+				accel_unit_post_forward(t->ctx, t->unit[l]);
+				goto out;
+			} else if (!t->gpu) {
+				memcpy(copies[k], src, numel * sizeof(float));
+			}
 			snprintf(names[k], sizeof(names[k]), "%s", accel_param_name(t->ctx, p));
 			ts[k] = (st_tensor){.name = names[k], .dtype = "F32", .data = copies[k],
 			                    .nbytes = numel * sizeof(float)};
@@ -520,11 +633,15 @@ static double cpu_now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void timing_start(timing *tm)
+/* Timing starts when the device has finished the work before it. */
+static int timing_start(trainer *t, timing *tm)
 {
+	if (t->gpu && mlp_cuda_sync(t->gpu))
+		return gpu_fail(t, "waiting for the warm-up steps");
 	tm->on = 1;
 	tm->t0 = tm->last = now();
 	tm->cpu0 = cpu_now();
+	return 0;
 }
 
 static void timing_step(timing *tm)
@@ -543,8 +660,8 @@ static int cmp_double(const void *a, const void *b)
 /* One line of JSON on stdout, from every process (rank 0's is the one to
  * quote: the ranks run in lock-step); the field names match
  * bench/torch_ddp_mlp.py. */
-static void timing_json(timing *tm, const options *o, int rank, int world, const char *dims,
-                        double elapsed, double cpu)
+static void timing_json(const trainer *t, timing *tm, const options *o, int rank, int world,
+                        const char *dims, double elapsed, double cpu)
 {
 	char host[256] = "unknown";
 	long n = tm->n > 0 ? tm->n : 1;
@@ -567,7 +684,12 @@ static void timing_json(timing *tm, const options *o, int rank, int world, const
 	/* CLOCK_MONOTONIC bounds of the timed steps, to cut a profile recorded
 	 * with the same clock (bench/overhead.sh: perf record -k monotonic). */
 	printf(",\"t_start\":%.6f,\"t_end\":%.6f", tm->t0, tm->last);
-	printf(",\"blas\":\"%s\",\"host\":\"%s\"}\n", blas_name(), host);
+	if (t->gpu)   /* the GPU's step times are wall times between device syncs */
+		printf(",\"device\":\"cuda:%d\",\"dtype\":\"%s\",\"gemm\":\"%s\"", (int)t->dev_index,
+		       t->dtype == ACCEL_DTYPE_BF16 ? "bf16" : "f32", mlp_cuda_name(t->gpu));
+	else
+		printf(",\"device\":\"cpu\",\"blas\":\"%s\"", blas_name());
+	printf(",\"host\":\"%s\"}\n", host);
 	fflush(stdout);
 }
 
@@ -682,11 +804,16 @@ int main(int argc, char **argv)
 		fail(&t, "reading the configuration key 'seed'", rc);
 		goto out;
 	}
+	int on_gpu = o.device && strcmp(o.device, "cpu") != 0;
+	if (on_gpu && gpu_choose(&t, &o))
+		goto out;
 	if (mlp_shape_init(&t.shape, o.inputs, o.hidden, o.layers, o.classes) ||
-	    mlp_work_init(&t.work, &t.shape, (int)(o.batch / world))) {
+	    (!on_gpu && mlp_work_init(&t.work, &t.shape, (int)(o.batch / world)))) {
 		fprintf(stderr, "train_mlp: out of memory for the model's activations\n");
 		goto out;
 	}
+	if (on_gpu)   /* activations live on the GPU (mlp_cuda) */
+		t.work.cap = (int)(o.batch / world);
 
 	/* The data: every process makes the same set from the seed. */
 	if (mlp_data_make(&train, 0, o.samples, o.inputs, o.classes, o.modes, o.sep, o.noise,
@@ -698,6 +825,23 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
+	if (on_gpu) {
+		char err[600];
+		int32_t bad = 0;
+		if (mlp_cuda_new(&t.shape, t.work.cap, t.dev_index, t.dtype == ACCEL_DTYPE_BF16, &train,
+		                 &test, &t.gpu, err, sizeof(err))) {
+			fprintf(stderr, "train_mlp: --device %s: %s\n", o.device, err);
+			bad = 1;
+		}
+		/* all stop together when one process has no GPU work space (out
+		 * of memory, say), instead of waiting for it in accel_prepare */
+		if ((rc = accel_allreduce(t.ctx, &bad, &bad, 1, ACCEL_DTYPE_I32, ACCEL_RED_MAX))) {
+			fail(&t, "agreeing on the GPU set-up", rc);
+			goto out;
+		}
+		if (bad)
+			goto out;
+	}
 	if (register_model(&t))
 		goto out;
 	/* backward() writes every gradient on a step's first micro-step (GEMM
@@ -737,9 +881,14 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	accel_print(t.ctx, "train_mlp: %s, %d process%s, global batch %ld, %ld samples, "
-	            "BLAS %s, lr %g\n", dims, world, world > 1 ? "es" : "", o.batch, o.samples,
-	            blas_name(), accel_get_lr(t.ctx));
+	if (t.gpu)
+		accel_print(t.ctx, "train_mlp: %s, %d process%s, global batch %ld, %ld samples, "
+		            "%s, lr %g\n", dims, world, world > 1 ? "es" : "", o.batch, o.samples,
+		            mlp_cuda_name(t.gpu), accel_get_lr(t.ctx));
+	else
+		accel_print(t.ctx, "train_mlp: %s, %d process%s, global batch %ld, %ld samples, "
+		            "BLAS %s, lr %g\n", dims, world, world > 1 ? "es" : "", o.batch,
+		            o.samples, blas_name(), accel_get_lr(t.ctx));
 
 	/* --warmup steps first, then the --steps timed ones. */
 	long total = o.warmup + o.steps;
@@ -749,8 +898,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "train_mlp: out of memory\n");
 		goto out;
 	}
-	if (o.warmup == 0)
-		timing_start(&tm);
+	if (o.warmup == 0 && timing_start(&t, &tm))
+		goto out;
 	while (done < total) {
 		uint32_t count;
 		double c0 = now(), c1, c2, c3, c4;
@@ -760,7 +909,8 @@ int main(int argc, char **argv)
 		}
 		if (count == 0)    /* end of epoch: the sampler moved to the next */
 			continue;
-		load_batch(&t, &train, t.idx, (int)count);
+		if (load_batch(&t, &train, t.idx, (int)count))
+			goto out;
 		c1 = now();
 		if (forward(&t, (int)count))
 			goto out;
@@ -768,8 +918,15 @@ int main(int argc, char **argv)
 		/* Mean over this rank's slice, times the loss scale of a precision
 		 * plugin (1 without one): dlogits = scale * (p - onehot) / count. */
 		double scale = accel_loss_scale(t.ctx);
-		double loss = mlp_loss(&t.shape, &t.work, t.yb, (int)count, (double)count / scale,
-		                       NULL) / (double)count;
+		double loss = 0;
+		if (t.gpu && mlp_cuda_loss(t.gpu, (int)count, (double)count / scale,
+		                           1.0 / (double)count)) {
+			gpu_fail(&t, "the loss");
+			goto out;
+		} else if (!t.gpu) {
+			loss = mlp_loss(&t.shape, &t.work, t.yb, (int)count, (double)count / scale, NULL) /
+			       (double)count;
+		}
 		c3 = now();
 		if (backward(&t, (int)count))
 			goto out;
@@ -792,6 +949,11 @@ int main(int argc, char **argv)
 			continue;
 		done++;
 		if (done % o.log_every == 0 || done == total) {
+			/* The GPU sums the losses of the micro-steps on the device. */
+			if (t.gpu && mlp_cuda_take_train_loss(t.gpu, &window[0])) {
+				gpu_fail(&t, "reading the loss");
+				goto out;
+			}
 			/* The mean of the ranks' means is the global batch mean (equal
 			 * slices). */
 			if ((rc = accel_allreduce(t.ctx, window, window, 2, ACCEL_DTYPE_F64,
@@ -819,8 +981,18 @@ int main(int argc, char **argv)
 		}
 		if (tm.on)
 			timing_step(&tm);
-		else if (done == o.warmup)
-			timing_start(&tm);
+		else if (done == o.warmup && timing_start(&t, &tm))
+			goto out;
+	}
+	/* The GPU may still be running the last steps. */
+	if (t.gpu && mlp_cuda_sync(t.gpu)) {
+		gpu_fail(&t, "finishing the steps");
+		goto out;
+	}
+	if (tm.on && tm.n > 0) {
+		double tn = now();
+		tm.step_s[tm.n - 1] += tn - tm.last;
+		tm.last = tn;
 	}
 	double elapsed = now() - tm.t0, cpu = cpu_now() - tm.cpu0;
 
@@ -828,11 +1000,11 @@ int main(int argc, char **argv)
 	            tm.n, tm.micro, elapsed, (double)tm.micro * (double)o.batch / elapsed,
 	            o.warmup ? " after the warm-up steps" : "");
 	if (o.json)
-		timing_json(&tm, &o, accel_rank(t.ctx), world, dims, elapsed, cpu);
+		timing_json(&t, &tm, &o, accel_rank(t.ctx), world, dims, elapsed, cpu);
 	if (!o.no_eval) {
 		double train_loss, train_acc, test_loss = 0, test_acc = 0;
-		if (evaluate(&t, &train, &train_loss, &train_acc) ||
-		    (test.n && evaluate(&t, &test, &test_loss, &test_acc)))
+		if (evaluate(&t, &train, 0, &train_loss, &train_acc) ||
+		    (test.n && evaluate(&t, &test, 1, &test_loss, &test_acc)))
 			goto out;
 		accel_print(t.ctx, "train loss %.4f accuracy %.4f\n", train_loss, train_acc);
 		if (test.n)
@@ -855,6 +1027,9 @@ int main(int argc, char **argv)
 	ret = EXIT_SUCCESS;
 out:
 	sampler = accel_sampler_free(sampler);
+	/* the model's device memory goes with the context; then the work space */
+	t.ctx = accel_ctx_free(t.ctx);
+	mlp_cuda_free(t.gpu);
 	free(t.xb);
 	free(t.yb);
 	free(t.idx);

@@ -1,0 +1,135 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# bench/train-cuda.sh: `train_mlp --device cuda` next to PyTorch with
+# Hugging Face Accelerate, in one run on one GPU, same model and batch:
+#
+#   accel               examples/train_mlp --device cuda (strategy ddp, the
+#                       nccl backend at world 1, AdamW on the device, cuBLASLt
+#                       GEMMs), one process
+#   pytorch-accelerate  bench/torch_accel_mlp.py: torch.nn.Linear MLP,
+#                       Accelerator(mixed_precision=...), AdamW(fused=True)
+#
+# 784-HIDDEN-...-10 with LAYERS hidden layers, batch BATCH, AdamW lr 1e-3
+# (weight decay 0.01), in f32 (no TF32 on either side) and in bf16 (accel:
+# mixed_precision=bf16, bf16 parameters and GEMMs with f32 accumulation and
+# f32 masters; torch: autocast).  Each run takes WARMUP untimed steps, then
+# times STEPS steps between device syncs.  The two programs take turns for
+# ROUNDS rounds; each result is the fastest round.  Prints every JSON line,
+# then per dtype one ratio line
+#   {"bench":"train-cuda-ratio","dtype":...,"accel_ms":...,"peer":...,
+#    "peer_ms":...,"ratio":peer_ms/accel_ms}
+# (ratio > 1: accel is faster).
+#
+# Usage: sh bench/train-cuda.sh [BUILD_DIR]          (default: build)
+# Environment: HIDDEN (4096), LAYERS (2), BATCH (4096), STEPS (50),
+#   WARMUP (10), ROUNDS (3), DTYPES ("f32 bf16"), PYTHON (python3),
+#   MLP_ARGS (more train_mlp options).  Exit 77 without a GPU.
+set -eu
+
+BUILD=${1:-build}
+HIDDEN=${HIDDEN:-4096}
+LAYERS=${LAYERS:-2}
+BATCH=${BATCH:-4096}
+STEPS=${STEPS:-50}
+WARMUP=${WARMUP:-10}
+ROUNDS=${ROUNDS:-3}
+DTYPES=${DTYPES:-f32 bf16}
+PYTHON=${PYTHON:-python3}
+MLP_ARGS=${MLP_ARGS:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TRAIN=$BUILD/examples/train_mlp
+
+if [ ! -x "$TRAIN" ]; then
+	echo "train-cuda: $TRAIN not found; build with -Dcuda=enabled -Dcublaslt=enabled" >&2
+	exit 2
+fi
+# uninstalled: the modules of the same build
+ACCEL_PLUGIN_PATH=${ACCEL_PLUGIN_PATH:-$BUILD/backends/shm:$BUILD/backends/nccl:$BUILD/plugins/ddp}
+ACCEL_DEVICE_PATH=${ACCEL_DEVICE_PATH:-$BUILD/backends/cuda}
+export ACCEL_PLUGIN_PATH ACCEL_DEVICE_PATH
+unset ACCEL_CONFIG ACCEL_SET
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/train-cuda.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT INT TERM
+# 4 batches per epoch: the sampler's epoch turn is in the timing too
+SAMPLES=$((4 * BATCH))
+
+echo "# train-cuda: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname)" \
+	"gpu '$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)'"
+echo "# HIDDEN=$HIDDEN LAYERS=$LAYERS BATCH=$BATCH STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS"
+have_torch=1
+round=1
+while [ "$round" -le "$ROUNDS" ]; do
+	for dt in $DTYPES; do
+		mp=no
+		[ "$dt" = bf16 ] && mp=bf16
+		rc=0
+		# shellcheck disable=SC2086
+		"$TRAIN" --device cuda --hidden "$HIDDEN" --layers "$LAYERS" --batch-size "$BATCH" \
+			--samples "$SAMPLES" --test-samples 0 --no-eval --steps "$STEPS" \
+			--warmup "$WARMUP" --log-every 1000000000 --json \
+			--set "mixed_precision=$mp" --set optimizer.type=adamw \
+			--set optimizer.params.lr=0.001 --set optimizer.params.weight_decay=0.01 \
+			$MLP_ARGS >"$OUT/accel.$dt.$round" 2>"$OUT/accel.$dt.$round.err" || rc=$?
+		if [ "$rc" != 0 ]; then
+			cat "$OUT/accel.$dt.$round" "$OUT/accel.$dt.$round.err" >&2
+			if grep -q "no CUDA device is visible" "$OUT/accel.$dt.$round.err"; then
+				echo "skipped: no GPU"
+				exit 77
+			fi
+			echo "train-cuda: train_mlp failed" >&2
+			exit 1
+		fi
+		grep '^{' "$OUT/accel.$dt.$round" | sed "s/}\$/,\"round\":$round}/"
+		if [ "$have_torch" = 1 ]; then
+			rc=0
+			"$PYTHON" "$HERE/torch_accel_mlp.py" --hidden "$HIDDEN" --layers "$LAYERS" \
+				--batch-size "$BATCH" --samples "$SAMPLES" --steps "$STEPS" \
+				--warmup "$WARMUP" --rounds 1 --dtype "$dt" >"$OUT/torch.$dt.$round" \
+				2>"$OUT/torch.$dt.$round.err" || rc=$?
+			if [ "$rc" = 77 ]; then
+				echo "train-cuda: torch peer skipped: $(cat "$OUT/torch.$dt.$round")" >&2
+				rm -f "$OUT/torch.$dt.$round"
+				have_torch=0
+			elif [ "$rc" != 0 ]; then
+				tail -5 "$OUT/torch.$dt.$round.err" >&2
+				echo "train-cuda: torch_accel_mlp.py failed" >&2
+				exit 1
+			else
+				grep '^{' "$OUT/torch.$dt.$round" | sed "s/}\$/,\"round\":$round}/"
+			fi
+		fi
+	done
+	round=$((round + 1))
+done
+
+"$PYTHON" - "$OUT" <<'PY'
+import glob, json, os, sys
+
+best = {}
+for path in glob.glob(os.path.join(sys.argv[1], "*.[0-9]*")):
+    if path.endswith(".err"):
+        continue
+    dt = os.path.basename(path).split(".")[1]
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            k = (r["impl"], dt)
+            if k not in best or r["ms_per_step"] < best[k]["ms_per_step"]:
+                best[k] = r
+print()
+for dt in sorted({k[1] for k in best}, key=lambda d: d != "f32"):
+    a = best.get(("accel", dt))
+    t = best.get(("pytorch-accelerate", dt))
+    if not a:
+        continue
+    out = {"bench": "train-cuda-ratio", "dtype": dt, "dims": a["dims"],
+           "batch": a["batch_per_rank"], "accel_ms": a["ms_per_step"],
+           "accel_ms_median": a.get("ms_per_step_median"), "gemm": a.get("gemm"),
+           "peer": ("pytorch %s accelerate %s" % (t["torch"], t["accelerate"])) if t else None,
+           "peer_ms": t["ms_per_step"] if t else None,
+           "ratio": round(t["ms_per_step"] / a["ms_per_step"], 3) if t else None,
+           "gpu": t["gpu"] if t else None}
+    print(json.dumps(out, separators=(",", ":")))
+PY

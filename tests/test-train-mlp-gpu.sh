@@ -1,0 +1,166 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# tests/test-train-mlp-gpu.sh TRAIN_MLP PYTHON [nccl|shm]: examples/train_mlp
+# --device cuda against its CPU run (suite gpu).
+#
+# 20 steps of a 784-128-128-10 model, the same flags and seed on the CPU and
+# on the GPU; the final parameters (--save-final) compared per tensor by
+# tests/st_compare.py (largest difference over largest |value|):
+#   - f32, SGD with momentum, AdamW, AdamW with clipping (the gradient norm
+#     on the device): GPU 1 rank (nccl; shm staged when the build has no
+#     nccl, third argument) == CPU within RTOL;
+#   - the same on 2 ranks sharing the GPU through the shm backend (device
+#     buckets staged through pinned host memory) == CPU and == 1 rank;
+#   - 1 rank through shm (staged at world 1) == 1 rank through nccl;
+#   - bf16 (mixed_precision=bf16, cuBLASLt bf16 with f32 accumulation)
+#     trains: its loss falls, and its loss at the last step is within
+#     BF16_LOSS of the f32 run's, on 1 and 2 ranks (its weights' distance
+#     from the f32 run is printed, not checked).
+# RTOL is 1e-5, the figure the design asked for, until a GPU run has shown
+# the real differences (the lines "ok: ... max relative" print them).
+# AdamW runs with eps 1e-5: with torch's 1e-8 an update is about lr * sign(g)
+# for a gradient near zero, so the last-bit differences of any two GEMM
+# orders flip such updates; two CPU BLAS libraries (oneDNN and the
+# example's own loops) end 6.8e-5 apart after these 20 steps with eps 1e-8,
+# 1.2e-6 apart with 1e-5 (SGD: 3.2e-7).
+# Exits 77 ("skipped: no GPU") when no CUDA device is visible.
+set -u
+prog=${1:?usage: test-train-mlp-gpu.sh TRAIN_MLP PYTHON}
+python=${2:?usage: test-train-mlp-gpu.sh TRAIN_MLP PYTHON}
+compare=$(dirname "$0")/st_compare.py
+one=${3:-nccl}   # the backend of the 1-rank GPU runs
+RTOL=${RTOL:-1e-5}
+BF16_LOSS=${BF16_LOSS:-0.05}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-mlp-gpu.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+export ACCEL_LOG_LEVEL=warn
+unset ACCEL_CONFIG ACCEL_SET
+fails=0
+
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+
+ARGS="--steps 20 --hidden 128 --layers 2 --batch-size 128 --samples 2048 --test-samples 0
+      --seed 3 --log-every 10 --no-eval"
+
+# The probe: a machine without a GPU (or a build without CUDA) says so.
+if ! "$prog" --device cuda --steps 1 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 \
+	--no-eval --set "backend=$one" > "$tmp/probe.log" 2>&1; then
+	if grep -q "no CUDA device is visible" "$tmp/probe.log"; then
+		echo "skipped: no GPU"
+		exit 77
+	fi
+	echo "FAIL: the probe run failed:"
+	cat "$tmp/probe.log"
+	exit 1
+fi
+[ -n "${ACCEL_CLI:-}" ] || { echo "FAIL: ACCEL_CLI is not set"; exit 1; }
+
+cat > "$tmp/sgd.json" <<EOF
+{"optimizer": {"type": "sgd", "params": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.001}},
+ "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
+EOF
+cat > "$tmp/adamw.json" <<EOF
+{"optimizer": {"type": "adamw", "params": {"lr": 0.001, "weight_decay": 0.01, "eps": 1e-5},
+               "no_decay": ["bias"]},
+ "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
+EOF
+cat > "$tmp/clip.json" <<EOF
+{"optimizer": {"type": "adamw", "params": {"lr": 0.001, "eps": 1e-5}}, "max_grad_norm": 0.5,
+ "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
+EOF
+
+# run NAME CONFIG [ARGS...]: one process; final parameters in $tmp/NAME.st
+run() {
+	name=$1 cfg=$2
+	shift 2
+	# shellcheck disable=SC2086
+	if ! ACCEL_CONFIG=$cfg "$prog" $ARGS --save-final "$tmp/$name.st" "$@" \
+		> "$tmp/$name.log" 2>&1; then
+		fail "$name: the run failed"
+		cat "$tmp/$name.log"
+		return 1
+	fi
+}
+
+# run2 NAME CONFIG [ARGS...]: 2 ranks on the GPU through the shm backend
+run2() {
+	name=$1 cfg=$2
+	shift 2
+	# shellcheck disable=SC2086
+	if ! "$ACCEL_CLI" launch -n 2 --config "$cfg" -- "$prog" $ARGS --device cuda \
+		--set backend=shm --save-final "$tmp/$name.st" "$@" > "$tmp/$name.log" 2>&1; then
+		fail "$name: the 2-rank run failed"
+		cat "$tmp/$name.log"
+		return 1
+	fi
+}
+
+# same A B RTOL WHAT
+same() {
+	if [ ! -f "$tmp/$1.st" ] || [ ! -f "$tmp/$2.st" ]; then
+		fail "$4: no result to compare"
+		return
+	fi
+	if ! "$python" "$compare" "$tmp/$1.st" "$tmp/$2.st" "$3" > "$tmp/cmp.log" 2>&1; then
+		fail "$4"
+		cat "$tmp/cmp.log"
+	else
+		echo "ok: $4: $(tail -1 "$tmp/cmp.log")"
+	fi
+}
+
+for c in sgd adamw clip; do
+	run "$c.cpu" "$tmp/$c.json"
+	run "$c.gpu1" "$tmp/$c.json" --device cuda --set "backend=$one"
+	run2 "$c.gpu2" "$tmp/$c.json"
+	same "$c.cpu" "$c.gpu1" "$RTOL" "$c: GPU 1 rank vs CPU"
+	same "$c.cpu" "$c.gpu2" "$RTOL" "$c: GPU 2 ranks (shm) vs CPU"
+	same "$c.gpu1" "$c.gpu2" "$RTOL" "$c: GPU 1 rank vs 2 ranks"
+done
+grep -q "cuBLASLt f32" "$tmp/adamw.gpu1.log" ||
+	fail "the GPU run does not say it computes with cuBLASLt f32: $(head -1 "$tmp/adamw.gpu1.log")"
+
+# World 1 through shm stages the buckets through host memory: same bits
+# as nccl's (an average over one rank is the bucket itself).
+if [ "$one" = nccl ]; then
+	run adamw.shm1 "$tmp/adamw.json" --device cuda --set backend=shm
+	same adamw.gpu1 adamw.shm1 0 "adamw: GPU 1 rank through shm vs nccl (bitwise)"
+fi
+
+# bf16: trains, and its loss stays near the f32 run's.
+run adamw.bf16 "$tmp/adamw.json" --device cuda --set "backend=$one" --set mixed_precision=bf16
+run2 adamw.bf16x2 "$tmp/adamw.json" --set mixed_precision=bf16
+grep -q "cuBLASLt bf16" "$tmp/adamw.bf16.log" ||
+	fail "the bf16 run does not say it computes in bf16: $(head -1 "$tmp/adamw.bf16.log")"
+# loss_at LOG STEP: the progress line's loss (rank 0's line under the launcher)
+loss_at() {
+	sed -n "s/.*step *$2 *loss \([0-9.]*\).*/\1/p" "$tmp/$1.log" | head -1
+}
+f32=$(loss_at adamw.gpu1 20)
+for r in adamw.bf16 adamw.bf16x2; do
+	first=$(loss_at $r 10)
+	last=$(loss_at $r 20)
+	if [ -z "$first" ] || [ -z "$last" ] || [ -z "$f32" ] ||
+		! awk -v a="$first" -v b="$last" -v f="$f32" -v tol="$BF16_LOSS" \
+			'BEGIN { d = b - f; if (d < 0) d = -d; exit !(b < a && d <= tol) }'; then
+		fail "$r: loss at step 10 '$first', at step 20 '$last' (f32: '$f32', tolerance $BF16_LOSS)"
+	else
+		echo "ok: $r: loss $first -> $last (f32 $f32)"
+	fi
+	[ -f "$tmp/$r.st" ] && [ -f "$tmp/adamw.gpu1.st" ] &&
+		echo "info: $r vs f32 weights: $("$python" "$compare" "$tmp/adamw.gpu1.st" "$tmp/$r.st" 1 | tail -1)"
+done
+
+# A usage error names the choices.
+if "$prog" --device tpu > "$tmp/bad.log" 2>&1; then
+	fail "--device tpu was accepted"
+elif ! grep -q "cpu, cuda or cuda:N" "$tmp/bad.log"; then
+	fail "--device tpu: $(cat "$tmp/bad.log")"
+fi
+
+[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "all GPU training checks passed"
+exit 0
