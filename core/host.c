@@ -451,6 +451,16 @@ static const accel_host_v1 host_table = {
 	.store_get = host_store_get,
 	.store_add = host_store_add,
 	.reduce_bucket_mean = host_reduce_bucket_mean,
+	/* ABI minor 3: groups (core/host_comm.c) */
+	.group_split = accel_host_group_split,
+	.group_info = accel_host_group_info,
+	.group_world_rank = accel_host_group_world_rank,
+	.group_free = accel_host_group_free,
+	.group_allreduce = accel_host_group_allreduce,
+	.group_reduce_scatter = accel_host_group_reduce_scatter,
+	.group_allgather = accel_host_group_allgather,
+	.group_broadcast = accel_host_group_broadcast,
+	.group_barrier = accel_host_group_barrier,
 };
 
 const accel_host_v1 *accel_host_table(void)

@@ -218,7 +218,7 @@ int shm_peer_dead(shm_comm *c, int32_t q, char *why, size_t cap)
 	int dead = 0;
 
 	if (atomic_load_explicit(&c->ranks[q].state, memory_order_acquire) == SHM_RANK_LEFT) {
-		shm_fmt(why, cap, "rank %d (pid %d) left the job (freed its communicator)", (int)q,
+		shm_fmt(why, cap, "rank %d (pid %d) left the job (freed its communicator)", shm_wr(c, q),
 		         (int)pid);
 		return 1;
 	}
@@ -229,7 +229,8 @@ int shm_peer_dead(shm_comm *c, int32_t q, char *why, size_t cap)
 		dead = (kill(pid, 0) == -1 && errno == ESRCH) || proc_is_zombie(pid);
 	}
 	if (dead)
-		shm_fmt(why, cap, "rank %d (pid %d) is dead (exited or was killed)", (int)q, (int)pid);
+		shm_fmt(why, cap, "rank %d (pid %d) is dead (exited or was killed)", shm_wr(c, q),
+		        (int)pid);
 	return dead;
 }
 
@@ -245,7 +246,7 @@ static int list_missing(const shm_comm *c, int use_sig, uint64_t target, int32_t
 			continue;
 		n++;
 		if (n <= 16 && len < cap) {
-			int w = shm_fmt(buf + len, cap - len, "%s%d", n > 1 ? ", " : "", (int)q);
+			int w = shm_fmt(buf + len, cap - len, "%s%d", n > 1 ? ", " : "", shm_wr(c, q));
 			len += w > 0 ? (size_t)w : 0;
 		}
 	}
@@ -273,7 +274,7 @@ int shm_check_abort(shm_comm *c, const shm_op *op, char *msg, size_t cap)
 		shm_fmt(msg, cap, "%s: the communicator failed earlier: %s", what, c->hdr->abort_msg);
 	else
 		shm_fmt(msg, cap, "%s: aborted because rank %d failed: %s", what,
-		         (int)c->hdr->abort_rank, c->hdr->abort_msg);
+		         shm_wr(c, c->hdr->abort_rank), c->hdr->abort_msg);
 	return code;
 }
 

@@ -1147,6 +1147,8 @@ static const accel_comm_desc_v1 tcp_desc = {
 	.config_section = "tcp",
 	.params = tcp_params,
 	.n_params = sizeof(tcp_params) / sizeof(tcp_params[0]),
+	.scope = ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES,
+	.preference = ACCEL_COMM_PREF_FALLBACK,
 };
 
 static const accel_comm_v1 tcp_vtable = {
