@@ -240,8 +240,9 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		}
 	}
 	if (!cpu_name) {
+		int broken = 0;
 		if (accel_select_comm_auto(ctx->loader, ACCEL_DEVICE_CPU, ctx->world.num_nodes,
-		                           probe_cb, ctx, &m, why, sizeof(why), NULL)) {
+		                           probe_cb, ctx, &m, why, sizeof(why), &broken)) {
 			r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
 			                  "backend %s: no comm backend can carry host buffers of this job "
 			                  "(%d ranks on %d node%s): %s (see 'accel plugins list')", want,
@@ -251,6 +252,11 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 			goto fail;
 		}
 		cpu_name = m->name;
+		/* a file that might have been the better choice is not passed
+		 * over in silence */
+		if (broken)
+			accel_log(ACCEL_LOG_WARN, "backend auto: using '%s' for host buffers; passed "
+			          "over: %s", cpu_name, why);
 	}
 	if (!c->dev_name && !strcmp(want, "auto")) {
 		int broken = 0;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* core/select.c: the selection rules and the loader set-up. */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "accel-build-config.h"
@@ -148,7 +149,7 @@ static const accel_module *loaded_named(const accel_loader *ld, int kind, const 
 /* Does comm module m serve buffers on `device`? */
 static int serves(const accel_module *m, int device)
 {
-	return (m->comm->desc->devices & (1u << (unsigned)device)) != 0;
+	return (m->devices & (1u << (unsigned)device)) != 0;
 }
 
 int accel_select_backend_active(const accel_loader *ld, const char *backend, const char *name)
@@ -197,13 +198,19 @@ int accel_select_comm_auto(const accel_loader *ld, int device, int32_t num_nodes
 		const accel_module *m = accel_loader_get(ld, i);
 		if (m->kind != ACCEL_MODULE_COMM || !m->name || m->status == ACCEL_MODULE_SHADOWED)
 			continue;
-		if (!serves(m, device))
-			continue;   /* not a candidate at all: not worth a word */
 		if (m->status == ACCEL_MODULE_BROKEN) {
+			/* a broken file's descriptor is not to be trusted (nor may it
+			 * have one): it is named for every device, so that a backend
+			 * that should have served is never replaced in silence */
+			char what[ACCEL_ERRMSG_MAX];
+			snprintf(what, sizeof(what), "comm backend '%s' cannot be used: %s", m->name,
+			         m->reason ? m->reason : "it cannot be loaded");
 			broken++;
-			note(why, cap, &used, m->name, m->cause ? m->cause : "cannot be loaded");
+			note(why, cap, &used, m->name, what);
 			continue;
 		}
+		if (!serves(m, device))
+			continue;   /* not a candidate at all: not worth a word */
 		if (m->status == ACCEL_MODULE_UNAVAILABLE) {
 			note(why, cap, &used, m->name, m->cause ? m->cause : "requirements unmet here");
 			continue;

@@ -195,6 +195,12 @@ void shm_op_describe(const shm_comm *c, const shm_op *op, char *buf, size_t cap)
 		shm_fmt(buf, cap, "collective #%llu", seq);
 		break;
 	}
+	if (c->gname[0]) {
+		/* "-g1c1" -> " on group 1c1": the sequence number is the group's */
+		size_t len = strlen(buf);
+		if (len + 1 < cap)
+			shm_fmt(buf + len, cap - len, " on group %s", c->gname + 2);
+	}
 }
 
 static int proc_is_zombie(int32_t pid)
