@@ -30,9 +30,9 @@ fi
 run -- "$PROG" values
 [ "$rc" -eq 0 ] && [ "$(oks values)" -eq 4 ] || fail "values: rc $rc"
 
-# world rank 3 comes 3 s late to a group all-reduce (timeout 1 s): rank 1,
+# world rank 3 comes 4 s late to a group all-reduce (timeout 2 s): rank 1,
 # its partner in the odd group, names it by world rank
-run --set comm.timeout_s=1 -- "$PROG" late 3
+run --set comm.timeout_s=2 -- "$PROG" late 3
 grep "\[rank 1\] saw:" "$OUT/run.log" | grep -q "rank 3" || fail "late: rank 3 not named"
 [ "$rc" -eq 0 ] && [ "$(oks late)" -eq 4 ] || fail "late: rc $rc"
 

@@ -1192,8 +1192,8 @@ static int mpi_split(void *state, const accel_comm_split_v1 *args, void **ret_st
 	int rc, mrc;
 	if (!args || args->struct_size < offsetof(accel_comm_split_v1, local_size) + sizeof(int32_t))
 		return p->host->error(p->h, ACCEL_ERR_ABI, "split: accel_comm_split_v1 is too old");
-	if ((rc = fail_fast_now(p, "split")))
-		return rc;
+	if (p->failed)
+		return fail_fast_now(p, "split");
 	if (p->use_thread) {
 		pthread_mutex_lock(&p->lock);
 		while (p->cursor)
@@ -1203,8 +1203,8 @@ static int mpi_split(void *state, const accel_comm_split_v1 *args, void **ret_st
 		while (p->cursor)
 			caller_progress(p, p->cursor);
 	}
-	if ((rc = fail_fast_now(p, "split")))
-		return rc;
+	if (p->failed)
+		return fail_fast_now(p, "split");
 	int member = args->color != ACCEL_COMM_SPLIT_NONE;
 	MPI_Comm sub = MPI_COMM_NULL;
 	mrc = MPI_Comm_split(p->comm, member ? args->color : MPI_UNDEFINED,

@@ -12,8 +12,8 @@
  *                             request, small and large, checked against
  *                             values computed from the members' world ranks
  *   comm-groups late VICTIM   in the rank % 2 groups, VICTIM comes to a group
- *                             all-reduce 3 s late (run with comm.timeout_s
- *                             1): its partner's error names the all-reduce,
+ *                             all-reduce 4 s late (run with comm.timeout_s
+ *                             2): its partner's error names the all-reduce,
  *                             the group's sequence number and VICTIM by its
  *                             world rank; the other group is unaffected
  *   comm-groups dead VICTIM   as late, but VICTIM dies (SIGKILL) instead:
@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -67,6 +68,13 @@ static int done(int st, accel_req **reqp, int async)
 		st = H->test(&g_h, req, &d);
 	int w = H->wait(&g_h, req);
 	return st ? st : w;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static const char *err(void)
@@ -259,10 +267,11 @@ static int mode_late(int victim, int die)
 	/* one collective that works, so the failing one is #2 of the group */
 	CHECK(H->group_barrier(&g_h, par, NULL) == ACCEL_OK, "barrier: %s", err());
 	int partner = victim ^ 2;   /* the other member of victim's group */
+	double t0 = now_s();
 	if (g_rank == victim) {
 		if (die)
 			raise(SIGKILL);
-		sleep(3);
+		sleep(4);
 	}
 	int st = H->group_allreduce(&g_h, par, &vx, &vx, ACCEL_RED_SUM, NULL);
 	char want[32];
@@ -279,6 +288,17 @@ static int mode_late(int victim, int die)
 		fprintf(stderr, "[rank %d] saw: %s\n", g_rank, m);
 	} else if (g_rank != victim) {
 		CHECK(st == ACCEL_OK && x[0] == 2.0f, "unaffected group: %s", err());
+	}
+	accel_clear_error(g_ctx);
+	/* the world still works, and nobody leaves (rank 0 hosts the store the
+	 * partner asked) before everyone is done */
+	if (!die) {
+		/* within comm.timeout_s (2 s) of each other: the partner spent its
+		 * timeout and up to 2 s asking the store, the victim 4 s asleep */
+		double left = t0 + 6.0 - now_s();
+		if (left > 0)
+			usleep((useconds_t)(left * 1e6));
+		CHECK(accel_wait_for_everyone(g_ctx) == ACCEL_OK, "world barrier: %s", err());
 	}
 	return g_fail ? 1 : 0;
 }
