@@ -144,15 +144,21 @@ static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
 	                                               st->world, st->wranks, seq,
 	                                               st->timeout_ms, missing, sizeof(missing))
 	                      : -1;
+	char self[96];
+	if (st->wranks)
+		snprintf(self, sizeof(self), "world rank %d (%d of %d in its group)",
+		         (int)st->wranks[st->rank], st->rank, st->world);
+	else
+		snprintf(self, sizeof(self), "rank %d of %d", st->rank, st->world);
 	if (named > 0)
 		return fail(st, ACCEL_ERR_TIMEOUT,
-		            "%s did not complete within %.1f s on rank %d of %d: %s (asked through "
+		            "%s did not complete within %.1f s on %s: %s (asked through "
 		            "the rendezvous store). The communicator was aborted",
-		            what, (double)st->timeout_ms / 1000.0, st->rank, st->world, missing);
+		            what, (double)st->timeout_ms / 1000.0, self, missing);
 	return fail(st, ACCEL_ERR_TIMEOUT,
-	            "%s did not complete within %.1f s on rank %d of %d: %s. The communicator "
+	            "%s did not complete within %.1f s on %s: %s. The communicator "
 	            "was aborted",
-	            what, (double)st->timeout_ms / 1000.0, st->rank, st->world,
+	            what, (double)st->timeout_ms / 1000.0, self,
 	            named == 0 ? "every rank reached it and timed out there too, so NCCL itself "
 	                         "is stuck (run with NCCL_DEBUG=INFO; check the network between "
 	                         "the nodes) or the ranks came too far apart (raise "
