@@ -146,10 +146,10 @@ typedef struct accel_comm_split_v1 {
 	                              (borrowed for the call: copy what you keep);
 	                              NULL with NONE                                 */
 	const int32_t *parent_ranks; /* the same members as ranks of the parent     */
-	const char *tag;           /* the same on every member and unique in the job
-	                              among all groups ever split: "<parent tag>.<n>c<colour>"
-	                              ("1c0", "1c0.2c1"); [0-9a-z.] only, so it can
-	                              name OS objects and store keys with job_id    */
+	const char *tag;           /* the same on every member and unique among the
+	                              groups of one context: "<parent tag>.<n>c<colour>"
+	                              ("1c0", "1c0.2c1"); [0-9c.] only, so it can
+	                              name OS objects and store keys               */
 	const char *job_id;        /* accel_comm_init_v1.job_id                      */
 	int64_t timeout_ms;        /* accel_comm_init_v1.timeout_ms                  */
 	int32_t num_nodes;         /* nodes the members span                         */
@@ -238,9 +238,11 @@ typedef struct accel_comm_v1 {
 	 * new state for args->ranks, usable with this vtable's collectives,
 	 * wait and test (args->rank, args->size as its rank and world) and
 	 * freed with fini(); a rank with colour NONE returns ACCEL_OK with
-	 * *ret_state NULL.  May use host->store_* (keys under "accel/group/"
-	 * + args->tag are this group's).  NULL: groups are refused with
-	 * ACCEL_ERR_UNSUPPORTED naming the backend. */
+	 * *ret_state NULL.  May use host->store_*: args->tag is unique among
+	 * one context's groups, so keys unique in the job come from the
+	 * parent communicator's own keys plus the tag (a program may create
+	 * a second context that splits the same way).  NULL: groups are
+	 * refused with ACCEL_ERR_UNSUPPORTED naming the backend. */
 	int (*split)(void *state, const accel_comm_split_v1 *args, void **ret_state);
 	/* (optional) Remove what a job of this backend may have left in the
 	 * system when its ranks died without fini() (shared-memory names,

@@ -1236,7 +1236,14 @@ static int mpi_split(void *state, const accel_comm_split_v1 *args, void **ret_st
 		goto fail;
 	}
 	memcpy(st->wranks, args->ranks, sizeof(int32_t) * (size_t)args->size);
-	snprintf(st->ns, sizeof(st->ns), "accel/group/%s/mpi", args->tag);
+	/* under the parent's (unique per communicator): unique in the job */
+	int nl = snprintf(st->ns, sizeof(st->ns), "%s/g%s", p->ns, args->tag);
+	if (nl < 0 || (size_t)nl >= sizeof(st->ns)) {
+		rc = p->host->error(p->h, ACCEL_ERR_INVALID_ARG,
+		                    "split: group %s is nested too deeply for mpi's store keys",
+		                    args->tag);
+		goto fail;
+	}
 	snprintf(st->who, sizeof(st->who), "world rank %d (%d of %d in group %s)",
 	         (int)args->ranks[args->rank], st->rank, st->world, args->tag);
 	int mrank = -1;

@@ -937,8 +937,10 @@ static int nccl_split(void *state, const accel_comm_split_v1 *args, void **ret_s
 			return p->host->error(p->h, ACCEL_ERR_NOMEM, "out of memory");
 		}
 		memcpy(st->wranks, args->ranks, sizeof(int32_t) * (size_t)args->size);
-		if (p->ns[0])
-			snprintf(st->ns, sizeof(st->ns), "accel/group/%s/nccl", args->tag);
+		/* under the parent's keys, which its unique id made unique */
+		int nl = p->ns[0] ? snprintf(st->ns, sizeof(st->ns), "%s/g%s", p->ns, args->tag) : 0;
+		if (nl < 0 || (size_t)nl >= sizeof(st->ns))
+			st->ns[0] = '\0';   /* too deep to name missing ranks: said as "cannot tell" */
 	}
 	if ((rc = enter_device(p, &prev)))
 		goto fail;

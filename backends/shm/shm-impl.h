@@ -147,11 +147,12 @@ typedef struct shm_comm {
 	int64_t timeout_ms;
 	/* groups (split): the members' world ranks by rank here, for messages
 	 * (NULL: the world itself); the store namespace of the bootstrap
-	 * ("accel/shm", or "accel/group/<tag>/shm") and what the segment's name
+	 * ("accel/shm", or "<parent's ns>/<parent's inst>/g<tag>") and what the segment's name
 	 * carries for the group ("" or "-g<tag>") */
 	int32_t *wranks;
-	char ns[128];
+	char ns[160];
 	char gname[104];
+	int64_t inst;               /* this communicator's number under ns */
 
 	/* tunables (config section "shm") */
 	int64_t spin_ns;            /* busy-poll, then */

@@ -504,8 +504,8 @@ static void shm_fini(void *state);
 /* A communicator of `world` ranks (the job's, or a group's): tunables from
  * the config, the control segment joined through the store under c->ns. */
 static int comm_open(const accel_host_v1 *host, accel_host *h, int32_t rank, int32_t world,
-                     int64_t timeout_ms, const char *job_id, const char *group_tag,
-                     const int32_t *wranks, shm_comm **ret)
+                     int64_t timeout_ms, const char *job_id, const shm_comm *parent,
+                     const char *group_tag, const int32_t *wranks, shm_comm **ret)
 {
 	shm_comm *c = NULL;
 	int st;
@@ -517,7 +517,10 @@ static int comm_open(const accel_host_v1 *host, accel_host *h, int32_t rank, int
 	c->rank = rank;
 	c->world = world;
 	if (group_tag) {
-		shm_fmt(c->ns, sizeof(c->ns), "accel/group/%s/shm", group_tag);
+		/* under the parent communicator's keys, which its instance number
+		 * made unique in the job (a later context may split the same way) */
+		shm_fmt(c->ns, sizeof(c->ns), "%s/%lld/g%s", parent->ns, (long long)parent->inst,
+		        group_tag);
 		shm_fmt(c->gname, sizeof(c->gname), "-g%s", group_tag);
 		c->wranks = malloc(sizeof(int32_t) * (size_t)world);
 		if (!c->wranks) {
@@ -600,7 +603,7 @@ static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		                   (int)args->world_size);
 	shm_comm *c = NULL;
 	int st = comm_open(host, h, args->rank, args->world_size, args->timeout_ms, args->job_id,
-	                   NULL, NULL, &c);
+	                   NULL, NULL, NULL, &c);
 	if (st)
 		return st;
 	*ret_state = c;
@@ -626,7 +629,7 @@ static int shm_split(void *state, const accel_comm_split_v1 *args, void **ret_st
 		                      (int)args->size);
 	shm_comm *c = NULL;
 	int st = comm_open(p->host, p->h, args->rank, args->size, args->timeout_ms, args->job_id,
-	                   args->tag, args->ranks, &c);
+	                   p, args->tag, args->ranks, &c);
 	if (st)
 		return st;
 	*ret_state = c;

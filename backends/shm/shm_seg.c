@@ -282,7 +282,7 @@ int shm_seg_open(shm_comm *c, const char *job_id)
 		                   "the host offers no rendezvous store; shm needs it to join %d ranks",
 		                   (int)c->world);
 	int64_t ticket = 0;
-	char ikey[160];
+	char ikey[200];
 	shm_fmt(ikey, sizeof(ikey), "%s/instances", c->ns);
 	st = host->store_add(c->h, ikey, 1, &ticket);
 	if (st)
@@ -290,7 +290,8 @@ int shm_seg_open(shm_comm *c, const char *job_id)
 		                   "cannot reach the rendezvous store to join the other ranks (launch "
 		                   "with `accel launch`, or set ACCEL_MASTER_ADDR/ACCEL_MASTER_PORT)");
 	int64_t inst = (ticket - 1) / c->world;
-	char key[200], tag[48];
+	c->inst = inst;
+	char key[240], tag[48];
 	store_key(c, key, sizeof(key), inst);
 	job_tag(job_id, tag, sizeof(tag));
 

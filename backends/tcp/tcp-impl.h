@@ -73,7 +73,7 @@ typedef struct tcp_state {
 	                             exchange (0 with more local ranks than CPUs) */
 	int64_t comm_no;          /* this communicator's number in the job */
 	char ns[128];             /* its store keys: "tcp/<comm_no>", or a group's
-	                             "accel/group/<tag>/tcp" */
+	                             "<parent's>/g<tag>" */
 	int32_t *wranks;          /* a group's members by world rank; NULL: the world */
 	char self[96];            /* "rank 1 of 4" / "world rank 3 (1 of 2 in group 1c1)" */
 	char group[104];          /* " on group 1c1", or "" */

@@ -1162,8 +1162,9 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 }
 
 /* A group: a mesh of its own between the members, bootstrapped like the
- * world's (addresses in the store, hellos) under "accel/group/<tag>/tcp";
- * the parent's connections are not touched. */
+ * world's (addresses in the store, hellos) under "<parent's keys>/g<tag>"
+ * (unique in the job even when a later context splits the same way); the
+ * parent's connections are not touched. */
 static int tcp_split(void *state, const accel_comm_split_v1 *args, void **ret_state)
 {
 	tcp_state *p = state;
@@ -1184,13 +1185,17 @@ static int tcp_split(void *state, const accel_comm_split_v1 *args, void **ret_st
 		.num_nodes = args->num_nodes, .device_index = -1, .timeout_ms = args->timeout_ms,
 		.job_id = args->job_id, .master_addr = p->master_addr[0] ? p->master_addr : NULL,
 		.keepalive_ms = p->keepalive_ms};
-	/* the hello's communicator number: from the tag (the same on every
+	/* the hello's communicator number: from the keys (the same on every
 	 * member), kept apart from the world's counter values */
-	uint64_t hsh = 1469598103934665603ull;  /* FNV-1a */
-	for (const char *c = args->tag; *c; c++)
-		hsh = (hsh ^ (unsigned char)*c) * 1099511628211ull;
 	char ns[128];
-	snprintf(ns, sizeof(ns), "accel/group/%s/tcp", args->tag);
+	int nl = snprintf(ns, sizeof(ns), "%s/g%s", p->ns, args->tag);
+	if (nl < 0 || (size_t)nl >= sizeof(ns))
+		return p->host->error(p->h, ACCEL_ERR_INVALID_ARG,
+		                      "split: group %s is nested too deeply for tcp's store keys",
+		                      args->tag);
+	uint64_t hsh = 1469598103934665603ull;  /* FNV-1a */
+	for (const char *c = ns; *c; c++)
+		hsh = (hsh ^ (unsigned char)*c) * 1099511628211ull;
 	tcp_group g = {ns, (int64_t)((hsh >> 3) | (UINT64_C(1) << 60)), args->ranks, args->tag};
 	return tcp_open(p->host, p->h, &a, &g, ret_state);
 }
