@@ -420,7 +420,11 @@ static void comm_cleanup(launcher *L)
 	accel_loader *ld = NULL;
 	accel_err err;
 	accel_err_clear(&err);
-	if (ranks && pids && accel_select_open_loader(NULL, &ld, &err) == ACCEL_OK) {
+	if (!ranks || !pids)
+		say(L, "cannot ask the comm backends to clean up after the job: out of memory");
+	else if (accel_select_open_loader(NULL, &ld, &err) != ACCEL_OK)
+		say(L, "cannot ask the comm backends to clean up after the job: %s", err.msg);
+	else {
 		int32_t n = 0;
 		for (int i = 0; i < L->n; i++)
 			if (L->p[i].pid > 0 && !L->p[i].running) {
