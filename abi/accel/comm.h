@@ -16,10 +16,12 @@
  * separate instance in which only these members are filled:
  *     log, error, world, cfg_bool/int/double/string/strlist,
  *     store_set/get/add,
- *     allgather, broadcast, barrier: blocking only (ret_req must be NULL),
- *       on host buffers, and only from a device backend's init() (nccl
- *       broadcasts its unique id so in a job without a store); elsewhere
- *       they fail with ACCEL_ERR_STATE.
+ *     allgather, broadcast, barrier: blocking only (ret_req must be NULL,
+ *       else ACCEL_ERR_INVALID_ARG), on host buffers, for a device backend's
+ *       init() (nccl broadcasts its unique id so in a job without a store).
+ *       They run on the job's host backend: from a host backend's init()
+ *       (no communicator yet) they fail with ACCEL_ERR_STATE, and a host
+ *       backend must not call them from its own ops.
  * Every other member (model, param_*, mem_*, op_*, optim_*, allreduce,
  * reduce_scatter, wait, test, reduce_bucket*, sync_step, ckpt_*, the groups
  * of minor 3, and whatever later minors append) is NULL there: those are
