@@ -31,7 +31,10 @@
 #include <sys/prctl.h>
 #endif
 
+#include "comm.h"
 #include "launch.h"
+#include "select.h"
+#include "setup.h"
 #include "store.h"
 
 #define TAIL_LINES 10
@@ -392,40 +395,56 @@ static void refuse_for_rank0(launcher *L)
 	                          &L->refusal, &e);
 }
 
-/* The shm backend names its shared memory /dev/shm/accel-shm-<pid of the
- * creating rank>-...; the names live only until every rank has mapped the
- * memory, so a job killed while the ranks set it up (a rank that died
- * first, the others stopped by us) can leave one behind.  Once every rank
- * has exited, remove those created by one of our ranks during this run. */
-static void sweep_shm(launcher *L)
+static void cleanup_note(void *arg, const char *text)
 {
-	DIR *d = opendir("/dev/shm");
-	if (!d)
+	say((launcher *)arg, "%s", text);
+}
+
+/* After a job in which a rank failed, the comm backends remove what its
+ * ranks may have left in the system (the shm backend: shared-memory names
+ * that live only until every rank has mapped them, so a job killed while
+ * the ranks set up can leave one behind); comm.h, the cleanup slot.  Once
+ * every rank has exited. */
+static void comm_cleanup(launcher *L)
+{
+	int failed = 0;
+	for (int i = 0; i < L->n; i++)
+		failed |= L->p[i].pid > 0 && !(WIFEXITED(L->p[i].status) && !WEXITSTATUS(L->p[i].status));
+	if (!failed)
 		return;
-	const char *prefix = "accel-shm-";
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
-			continue;
-		char *end;
-		long pid = strtol(e->d_name + strlen(prefix), &end, 10);
-		if (pid <= 0 || *end != '-')
-			continue;
-		int ours = -1;
-		for (int i = 0; i < L->n && ours < 0; i++)
-			if (L->p[i].pid == (pid_t)pid && !L->p[i].running)
-				ours = i;
-		char path[320];
-		struct stat sb;
-		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-		if (ours < 0 || stat(path, &sb) != 0 || sb.st_uid != geteuid() ||
-		    sb.st_ctime < L->started)
-			continue;
-		if (shm_unlink(path + strlen("/dev/shm")) == 0)
-			say(L, "removed %s, shared memory that rank %d created and the job left behind",
-			    path, L->p[ours].rank);
+	int32_t *ranks = calloc((size_t)L->n, sizeof(*ranks));
+	int64_t *pids = calloc((size_t)L->n, sizeof(*pids));
+	const char *job_id = NULL;
+	for (char **e = L->spec->envp[0]; e && *e && !job_id; e++)
+		if (!strncmp(*e, "ACCEL_JOB_ID=", 13))
+			job_id = *e + 13;
+	/* the loader a rank's context sets up (the config's plugin_dirs when
+	 * it can be read) */
+	accelp_setup_opts so = {.config_optional = 1};
+	accelp_setup s;
+	accel_err err;
+	accel_err_clear(&err);
+	if (!ranks || !pids)
+		say(L, "cannot ask the comm backends to clean up after the job: out of memory");
+	else if (accelp_setup_run(&so, &s, &err) != ACCEL_OK)
+		say(L, "cannot ask the comm backends to clean up after the job: %s", err.msg);
+	else {
+		int32_t n = 0;
+		for (int i = 0; i < L->n; i++)
+			if (L->p[i].pid > 0 && !L->p[i].running) {
+				ranks[n] = L->p[i].rank;
+				pids[n++] = L->p[i].pid;
+			}
+		accel_comm_cleanup_v1 args = {
+			.struct_size = sizeof(args), .n_ranks = n, .job_id = job_id ? job_id : "",
+			.ranks = ranks, .pids = pids, .started_unix = (int64_t)L->started,
+			.note = cleanup_note, .note_arg = L};
+		accel_comm_cleanup_job(s.loader, &args);
 	}
-	closedir(d);
+	if (ranks && pids)
+		accelp_setup_fini(&s);
+	free(ranks);
+	free(pids);
 }
 
 static void reap(launcher *L);
@@ -881,7 +900,7 @@ int accel_launch_run(const launch_spec *spec)
 	}
 	run_loop(&L);
 	reap(&L);
-	sweep_shm(&L);
+	comm_cleanup(&L);
 
 	if (L.first_failed >= 0) {
 		print_tail(&L, &L.p[L.first_failed]);

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* core/comm.c: the core side of collectives.
  *
- * One backend serves host buffers (shm, tcp or mpi); a device backend (nccl)
- * serves CUDA buffers and is brought up on first use, which is collective
- * because every rank issues the same collectives in the same order.  Every
- * call is checked here (dtypes, counts, root) so backends see only valid
- * requests and users get messages that name the argument. */
+ * One backend serves host buffers; a device backend serves CUDA buffers
+ * and is brought up on first use, which is collective because every rank
+ * issues the same collectives in the same order.  Which backends: the one
+ * config `backend` names, or under "auto" the one core/select.c picks from
+ * the descriptors (no backend is known here by name).  Every call is
+ * checked here (dtypes, counts, root) so backends see only valid requests
+ * and users get messages that name the argument.  Groups
+ * (sub-communicators, accel_comm_group_*) are states the backends' split()
+ * made; the world is the group every context has. */
 #include <pthread.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,11 +22,14 @@
 #include "config.h"
 #include "loader.h"
 #include "log.h"
+#include "select.h"
+
+#define GROUP_TAG_MAX 96
 
 typedef struct comm_backend {
 	const accel_module *module;
 	const accel_comm_v1 *vt;
-	void *state;
+	void *state;            /* the world's */
 	struct accel_host host;
 	int up;
 	int failed;             /* init failed: not retried (see route()) */
@@ -31,8 +38,24 @@ typedef struct comm_backend {
 	char fail_msg[ACCEL_ERRMSG_MAX];
 } comm_backend;
 
+struct accel_group {
+	accel_comm *comm;
+	char tag[GROUP_TAG_MAX];    /* "" for the world; see accel_comm_split_v1.tag */
+	char what[200];             /* "group 1c0 (world ranks 1, 3)"; "" for the world */
+	int32_t rank, size;
+	int32_t *wranks;            /* size world ranks; NULL for the world (identity) */
+	int32_t *nodes;             /* size node ranks; NULL for the world */
+	void *cpu_state;            /* this group's state of comm->cpu */
+	void *dev_state;            /* of comm->dev; NULL when it was not up at the split */
+	uint64_t seq;               /* collectives issued on the group */
+	uint32_t n_splits;          /* splits of this group so far (names children) */
+	struct accel_group *next;   /* accel_comm.groups */
+};
+
 struct accel_req {
 	comm_backend *be;
+	void *state;            /* the backend state it was issued on */
+	accel_group *g;
 	accel_comm_req *breq;   /* NULL: already complete */
 	const char *op;
 	uint64_t seq;
@@ -55,8 +78,9 @@ struct accel_comm {
 	 * buffers are staged through pinned host memory (comm_stage.h). */
 	int stage_device;
 	comm_stage_pool *stage;
-	char dev_why[ACCEL_ERRMSG_MAX]; /* without one: why nccl cannot be used, or "" */
-	uint64_t seq;
+	char dev_why[ACCEL_ERRMSG_MAX]; /* without one: why none can be used, or "" */
+	accel_group world;
+	accel_group *groups;    /* every group split and not freed */
 	comm_alloc *allocs;
 	size_t n_allocs, cap_allocs;
 	/* Requests issued and not yet waited: wait() and test() accept only
@@ -78,11 +102,24 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void trace_done(accel_comm *c, uint64_t seq, const char *op, int64_t t_issue)
+static void trace_done(accel_comm *c, const accel_group *g, uint64_t seq, const char *op,
+                       int64_t t_issue)
 {
-	if (c->trace)
+	/* the world's collectives only: the overlap checks read its sequence */
+	if (c->trace && g == &c->world)
 		fprintf(c->trace, "%llu %s %lld %lld\n", (unsigned long long)seq, op,
 		        (long long)t_issue, (long long)now_ns());
+}
+
+static void live_unlink_locked(accel_comm *c, accel_req *q)
+{
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		c->live = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	q->prev = q->next = NULL;
 }
 
 /* Is q one of c's requests in flight (compared as a pointer only)?  With
@@ -94,14 +131,8 @@ static int req_find(accel_comm *c, accel_req *q, int take)
 	accel_req *p = c->live;
 	while (p && p != q)
 		p = p->next;
-	if (p && take) {
-		if (q->prev)
-			q->prev->next = q->next;
-		else
-			c->live = q->next;
-		if (q->next)
-			q->next->prev = q->prev;
-	}
+	if (p && take)
+		live_unlink_locked(c, q);
 	pthread_mutex_unlock(&c->live_mu);
 	return p != NULL;
 }
@@ -125,7 +156,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 		.num_nodes = ctx->world.num_nodes,
 		.device_index = device_index,
 		.timeout_ms = timeout_ms,
-		.job_id = ctx->job_id[0] ? ctx->job_id : "single",
+		.job_id = accel_comm_job_id(ctx),
 		.master_addr = ctx->master_addr[0] ? ctx->master_addr : NULL,
 		.keepalive_ms = keepalive_ms,
 	};
@@ -136,7 +167,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 	be->host.name = m->name;
 	be->host.section = m->comm->desc->config_section;
 	int had_err = ctx->err.code != ACCEL_OK;   /* the caller's, kept */
-	r = be->vt->init(accel_host_table(), &be->host, &args, &be->state);
+	r = be->vt->init(accel_comm_host_table(), &be->host, &args, &be->state);
 	if (r) {
 		if (ctx->err.code == ACCEL_OK)
 			accel_err_set(&ctx->err, r, "comm backend '%s' (%s) failed to start: %s", name,
@@ -155,25 +186,31 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 	return ACCEL_OK;
 }
 
-/* Whether comm backend `name` can be used here.  When a file of that name
- * exists but cannot be used (broken, or two of them), `why` says so; when
- * none exists or this machine lacks its requirements, `why` is empty. */
-static int usable(accel_ctx *ctx, const char *name, const accel_module **ret, char *why,
-                  size_t cap)
+const char *accel_comm_job_id(const accel_ctx *ctx)
 {
-	const accel_module *m = NULL;
-	accel_err e;
-	accel_err_clear(&e);
-	why[0] = '\0';
-	int r = accelp_loader_find(ctx->loader, ACCEL_MODULE_COMM, name, &m, &e);
-	if (r == ACCEL_OK) {
-		if (ret)
-			*ret = m;
-		return 1;
+	return ctx->job_id[0] ? ctx->job_id : "single";
+}
+
+/* The probe of backend "auto" (core/select.c): the module's own probe(),
+ * with a host handle of this context. */
+static int probe_cb(void *arg, const accel_module *m)
+{
+	accel_ctx *ctx = arg;
+	struct accel_host ph = {.ctx = ctx, .module = m, .name = m->name,
+	                        .section = m->comm->desc->config_section};
+	return m->comm->probe(accel_comm_host_table(), &ph) != 0;
+}
+
+/* The loaded module named `name` (usable here or not), or NULL. */
+static const accel_module *comm_named(accel_ctx *ctx, const char *name)
+{
+	for (uint32_t i = 0; i < accelp_loader_count(ctx->loader); i++) {
+		const accel_module *m = accelp_loader_get(ctx->loader, i);
+		if (m->kind == ACCEL_MODULE_COMM && m->name && !strcmp(m->name, name) &&
+		    (m->status == ACCEL_MODULE_OK || m->status == ACCEL_MODULE_UNAVAILABLE))
+			return m;
 	}
-	if (r == ACCEL_ERR_PLUGIN)
-		snprintf(why, cap, "%s", e.msg);
-	return 0;
+	return NULL;
 }
 
 int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
@@ -197,87 +234,88 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		if (!(c->trace = fopen(path, "w")))
 			accel_log(ACCEL_LOG_WARN, "ACCEL_TEST_COMM_TRACE: cannot open %s", path);
 	}
-	if (!strcmp(want, "shm") || !strcmp(want, "mpi") || !strcmp(want, "tcp")) {
-		cpu_name = want;
-		c->stage_device = 1;
-	} else if (!strcmp(want, "nccl")) {
-		c->dev_name = "nccl";
-	} else if (strcmp(want, "auto") != 0) {
-		/* A third-party backend: it carries host buffers when it says it
-		 * serves them; one for device buffers only is brought up on the
-		 * first device collective, like nccl, and host buffers go where
-		 * auto sends them. */
+	if (strcmp(want, "auto") != 0) {
+		/* A named backend carries host buffers when it says it serves
+		 * them; one for device buffers only is brought up on the first
+		 * device collective, and host buffers go where auto sends them. */
 		accel_err e;
 		accel_err_clear(&e);
-		if ((r = accelp_loader_find(ctx->loader, ACCEL_MODULE_COMM, want, &m, &e))) {
+		r = accelp_loader_find(ctx->loader, ACCEL_MODULE_COMM, want, &m, &e);
+		if (r == ACCEL_ERR_UNSUPPORTED && (m = comm_named(ctx, want)) &&
+		    !(m->devices & (1u << ACCEL_DEVICE_CPU))) {
+			/* a device backend this machine cannot run (no GPU): said by
+			 * the first device collective, like before it is needed */
+			r = ACCEL_OK;
+		}
+		if (r) {
 			accel_err_set(&ctx->err, r, "backend '%s' (from %s): %s", want,
 			              accel_config_source(ctx->cfg, "backend"),
 			              e.msg[0] ? e.msg : accel_status_str(r));
 			goto fail;
 		}
-		uint32_t dev = m->comm->desc->devices;
-		if (dev & (1u << ACCEL_DEVICE_CPU)) {
+		uint32_t dev = m->devices;
+		if (dev & (1u << ACCEL_DEVICE_CPU))
 			cpu_name = m->name;
-			c->stage_device = 1;
-		} else if (dev & (1u << ACCEL_DEVICE_CUDA)) {
+		if (dev & (1u << ACCEL_DEVICE_CUDA))
 			c->dev_name = m->name;
-		} else {
+		/* a host backend named alone carries device buffers too, staged */
+		c->stage_device = cpu_name && !c->dev_name;
+		if (!cpu_name && !c->dev_name) {
 			r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
 			                  "backend '%s' (%s) serves neither host nor CUDA buffers "
 			                  "(devices 0x%x)", want, m->path, dev);
 			goto fail;
 		}
-	}
-	if (!cpu_name) {
-		/* auto: mpi when an MPI launcher started us, else shm on one node
-		 * and tcp across nodes.  The world says who started us (the
-		 * innermost launcher wins); MPI variables inherited from outside
-		 * (a shell inside `srun --pty`, then `accel launch`) do not
-		 * count. */
-		cpu_name = ctx->world.num_nodes > 1 ? "tcp" : "shm";
-		int mpi_launcher = ctx->launcher && (!strncmp(ctx->launcher, "mpi", 3) ||
-		                                     !strcmp(ctx->launcher, "srun"));
-		if (mpi_launcher && usable(ctx, "mpi", &m, why, sizeof(why)) && m->comm->probe) {
-			struct accel_host ph = {.ctx = ctx, .module = m, .name = m->name,
-			                        .section = m->comm->desc->config_section};
-			if (m->comm->probe(accel_host_table(), &ph))
-				cpu_name = "mpi";
-		} else if (mpi_launcher && why[0]) {
-			/* an mpi file that cannot be used is not silently replaced by shm */
-			r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN, "backend auto under %s: %s",
-			                  ctx->launcher, why);
+		if (cpu_name && ctx->world.num_nodes > 1 &&
+		    !(accel_select_comm_scope(m) & ACCEL_COMM_SCOPE_NODES)) {
+			r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+			                  "backend %s (from %s) works within one node, but this job has "
+			                  "%d nodes; use backend auto, which picks one that spans nodes "
+			                  "(see 'accel plugins list')",
+			                  want, accel_config_source(ctx->cfg, "backend"),
+			                  ctx->world.num_nodes);
 			goto fail;
 		}
 	}
+	if (!cpu_name) {
+		int broken = 0;
+		if (accel_select_comm_auto(ctx->loader, ACCEL_DEVICE_CPU, ctx->world.num_nodes,
+		                           probe_cb, ctx, &m, why, sizeof(why), &broken)) {
+			r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
+			                  "backend %s: no comm backend can carry host buffers of this job "
+			                  "(%d ranks on %d node%s): %s (see 'accel plugins list')", want,
+			                  ctx->world.world_size, ctx->world.num_nodes,
+			                  ctx->world.num_nodes == 1 ? "" : "s",
+			                  why[0] ? why : "none is installed");
+			goto fail;
+		}
+		cpu_name = m->name;
+		/* a file that might have been the better choice is not passed
+		 * over in silence */
+		if (broken)
+			accel_log(ACCEL_LOG_WARN, "backend auto: using '%s' for host buffers; passed "
+			          "over: %s", cpu_name, why);
+	}
 	if (!c->dev_name && !strcmp(want, "auto")) {
-		if (usable(ctx, "nccl", NULL, why, sizeof(why)))
-			c->dev_name = "nccl";
-		else if (why[0]) {
-			/* said now, and again by the first collective on a CUDA buffer */
-			accel_log(ACCEL_LOG_WARN, "backend auto: no backend for CUDA buffers: %s", why);
+		int broken = 0;
+		if (!accel_select_comm_auto(ctx->loader, ACCEL_DEVICE_CUDA, ctx->world.num_nodes,
+		                            probe_cb, ctx, &m, why, sizeof(why), &broken)) {
+			c->dev_name = m->name;
+		} else if (why[0]) {
+			/* kept for the first collective on a CUDA buffer; said now as
+			 * well when a file is broken (not merely: no GPU here) */
+			if (broken)
+				accel_log(ACCEL_LOG_WARN, "backend auto: no backend for CUDA buffers: %s",
+				          why);
 			snprintf(c->dev_why, sizeof(c->dev_why), "%s", why);
 		}
 	}
-	if (!strcmp(cpu_name, "tcp") && strcmp(want, "tcp") != 0 &&
-	    !usable(ctx, "tcp", NULL, why, sizeof(why))) {
-		r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
-		                  "backend %s: this job spans %d nodes, where host buffers need the tcp "
-		                  "backend (or mpi, with the processes started by mpirun or srun), and "
-		                  "it cannot be used: %s", want, ctx->world.num_nodes,
-		                  why[0] ? why : "no comm backend named 'tcp' is installed (see "
-		                                 "'accel plugins list')");
-		goto fail;
-	}
-	if (ctx->world.num_nodes > 1 && !strcmp(cpu_name, "shm")) {
-		r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
-		                  "backend shm (from %s) works within one node, but this job has %d "
-		                  "nodes; across nodes use backend tcp (what auto picks) or mpi under "
-		                  "mpirun/srun", accel_config_source(ctx->cfg, "backend"),
-		                  ctx->world.num_nodes);
-		goto fail;
-	}
 	if ((r = backend_up(c, &c->cpu, cpu_name, -1)))
 		goto fail;
+	c->world.comm = c;
+	c->world.rank = ctx->world.rank;
+	c->world.size = ctx->world.world_size;
+	c->world.cpu_state = c->cpu.state;
 	*ret_comm = c;
 	return ACCEL_OK;
 fail:
@@ -289,6 +327,8 @@ accel_comm *accel_comm_free(accel_comm *c)
 {
 	if (!c)
 		return NULL;
+	while (c->groups)
+		accel_comm_group_free(c, c->groups);
 	for (size_t i = 0; i < c->n_allocs; i++)
 		if (c->allocs[i].be->vt->mem_free)
 			c->allocs[i].be->vt->mem_free(c->allocs[i].be->state, c->allocs[i].ptr);
@@ -345,14 +385,22 @@ const char *accel_comm_device_backend_name(const accel_comm *c, int *ret_staged)
 
 uint64_t accel_comm_seq(const accel_comm *c)
 {
-	return c->seq;
+	return c->world.seq;
 }
 
-static int route(accel_comm *c, const accel_view *v, const char *op, comm_backend **ret_be)
+/* " on group 1c0 (world ranks 1, 3)" or "" for the world. */
+static const char *on_group(const accel_group *g)
+{
+	return g->what;
+}
+
+static int route(accel_comm *c, accel_group *g, const accel_view *v, const char *op,
+                 comm_backend **ret_be, void **ret_state)
 {
 	accel_ctx *ctx = c->ctx;
 	if (v->device == ACCEL_DEVICE_CPU) {
 		*ret_be = &c->cpu;
+		*ret_state = g->cpu_state;
 		return ACCEL_OK;
 	}
 	if (v->device != ACCEL_DEVICE_CUDA)
@@ -363,19 +411,20 @@ static int route(accel_comm *c, const accel_view *v, const char *op, comm_backen
 		if (!c->stage && comm_stage_pool_new(&c->stage, &ctx->err))
 			return ACCEL_ERR_NOMEM;
 		*ret_be = &c->cpu;
+		*ret_state = g->cpu_state;
 		return ACCEL_OK;
 	}
 	if (!c->dev.up) {
 		if (!c->dev_name)
 			return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
-			                     "%s on a cuda:%d buffer needs a backend for device buffers "
-			                     "(nccl), and none is in use (backend '%s' serves host "
-			                     "buffers; name it in the config, backend: \"%s\", to stage "
-			                     "device buffers through host memory; nccl: %s)", op,
-			                     v->device_index, c->cpu.module->name,
-			                     c->cpu.module->name,
+			                     "%s on a cuda:%d buffer needs a backend for device buffers, "
+			                     "and none is in use (backend '%s' serves host buffers; name "
+			                     "it in the config, backend: \"%s\", to stage device buffers "
+			                     "through host memory; %s)",
+			                     op, v->device_index, c->cpu.module->name, c->cpu.module->name,
 			                     c->dev_why[0] ? c->dev_why
-			                                   : "not built, or no GPU; see 'accel plugins "
+			                                   : "none is installed that serves CUDA "
+			                                     "buffers, or no GPU; see 'accel plugins "
 			                                     "list'");
 		/* Bringing the device backend up is collective (its bootstrap
 		 * counts communicators in the store); after a failure the ranks
@@ -386,14 +435,21 @@ static int route(accel_comm *c, const accel_view *v, const char *op, comm_backen
 			                     "%s on a cuda:%d buffer: the %s backend failed to start "
 			                     "earlier and is not retried: %s", op, v->device_index,
 			                     c->dev_name, c->dev.fail_msg);
-		/* init() may use host collectives (nccl bootstraps over them
-		 * without a store); one on a device buffer would start init()
-		 * again, without end. */
+		/* init() may use host collectives (a device backend bootstraps over
+		 * them without a store); one on a device buffer would start
+		 * init() again, without end. */
 		if (c->dev.starting)
 			return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
 			                     "%s on a cuda:%d buffer from inside the %s backend's init(): "
 			                     "a device backend can use host buffers only while it starts",
 			                     op, v->device_index, c->dev_name);
+		if (g != &c->world)
+			return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
+			                     "%s on a cuda:%d buffer%s: the device backend (%s) starts "
+			                     "with the first collective on a device buffer on the world, "
+			                     "and none came before this group was split; issue one (a "
+			                     "barrier-like broadcast will do) before group_split",
+			                     op, v->device_index, on_group(g), c->dev_name);
 		c->dev.starting = 1;
 		int r = backend_up(c, &c->dev, c->dev_name, v->device_index);
 		c->dev.starting = 0;
@@ -404,13 +460,21 @@ static int route(accel_comm *c, const accel_view *v, const char *op, comm_backen
 			         ctx->err.code != ACCEL_OK ? ctx->err.msg : accel_status_str(r));
 			return r;
 		}
+		c->world.dev_state = c->dev.state;
 	}
+	if (!g->dev_state)
+		return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
+		                     "%s on a cuda:%d buffer%s: the group was split before the device "
+		                     "backend (%s) started, so it has no device communicator; issue a "
+		                     "collective on a device buffer on the world before group_split",
+		                     op, v->device_index, on_group(g), c->dev.module->name);
 	*ret_be = &c->dev;
+	*ret_state = g->dev_state;
 	return ACCEL_OK;
 }
 
-static int check_view(accel_comm *c, const accel_view *v, const char *op, const char *which,
-                      int reduce)
+static int check_view(accel_comm *c, accel_group *g, const accel_view *v, const char *op,
+                      const char *which, int reduce)
 {
 	accel_ctx *ctx = c->ctx;
 	if (!v)
@@ -433,7 +497,7 @@ static int check_view(accel_comm *c, const accel_view *v, const char *op, const 
 		                     "%s: %s has %llu elements but a NULL data pointer", op, which,
 		                     (unsigned long long)v->numel);
 	/* numel * world * 8 must fit comfortably in 64 bits (and in memory) */
-	if (v->numel > (UINT64_C(1) << 56) / 8 / (uint64_t)ctx->world.world_size)
+	if (v->numel > (UINT64_C(1) << 56) / 8 / (uint64_t)g->size)
 		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s has %llu elements, too many",
 		                     op, which, (unsigned long long)v->numel);
 	return ACCEL_OK;
@@ -449,17 +513,18 @@ static int overlap(const accel_view *a, const accel_view *b)
 /* In place means exactly the same buffer (allreduce), or for reduce_scatter
  * recv at send's start or at this rank's block, and for allgather send at
  * recv's start or at this rank's block; any other overlap is a mistake. */
-static int check_overlap(accel_comm *c, const accel_view *s, const accel_view *d, const char *op)
+static int check_overlap(accel_comm *c, accel_group *g, const accel_view *s, const accel_view *d,
+                         const char *op)
 {
 	accel_ctx *ctx = c->ctx;
 	size_t es = accel_dtype_size(s->dtype);
 	if (!overlap(s, d) || s->data == d->data)
 		return ACCEL_OK;
 	if (!strcmp(op, "reduce_scatter") &&
-	    (const char *)d->data == (const char *)s->data + (uint64_t)ctx->world.rank * d->numel * es)
+	    (const char *)d->data == (const char *)s->data + (uint64_t)g->rank * d->numel * es)
 		return ACCEL_OK;
 	if (!strcmp(op, "allgather") &&
-	    (const char *)s->data == (const char *)d->data + (uint64_t)ctx->world.rank * s->numel * es)
+	    (const char *)s->data == (const char *)d->data + (uint64_t)g->rank * s->numel * es)
 		return ACCEL_OK;
 	return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 	                     "%s: send [%p, +%llu) and recv [%p, +%llu) overlap; in place means %s",
@@ -471,12 +536,13 @@ static int check_overlap(accel_comm *c, const accel_view *s, const accel_view *d
 	                         : "send == recv or send == recv + rank * send count");
 }
 
-static int check_pair(accel_comm *c, const accel_view *s, const accel_view *d, const char *op,
-                      int reduce, uint64_t want_send, uint64_t want_recv)
+static int check_pair(accel_comm *c, accel_group *g, const accel_view *s, const accel_view *d,
+                      const char *op, int reduce, uint64_t want_send, uint64_t want_recv)
 {
 	accel_ctx *ctx = c->ctx;
 	int r;
-	if ((r = check_view(c, s, op, "send", reduce)) || (r = check_view(c, d, op, "recv", reduce)))
+	if ((r = check_view(c, g, s, op, "send", reduce)) ||
+	    (r = check_view(c, g, d, op, "recv", reduce)))
 		return r;
 	if (s->dtype != d->dtype)
 		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
@@ -487,11 +553,11 @@ static int check_pair(accel_comm *c, const accel_view *s, const accel_view *d, c
 		                     "%s: send and recv are on different devices", op);
 	if (s->numel != want_send || d->numel != want_recv)
 		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
-		                     "%s: with %d ranks, send has %llu elements and recv %llu; "
-		                     "expected %llu and %llu", op, ctx->world.world_size,
+		                     "%s%s: with %d ranks, send has %llu elements and recv %llu; "
+		                     "expected %llu and %llu", op, on_group(g), g->size,
 		                     (unsigned long long)s->numel, (unsigned long long)d->numel,
 		                     (unsigned long long)want_send, (unsigned long long)want_recv);
-	return check_overlap(c, s, d, op);
+	return check_overlap(c, g, s, d, op);
 }
 
 static int check_op(accel_comm *c, uint32_t op, const char *what)
@@ -504,37 +570,39 @@ static int check_op(accel_comm *c, uint32_t op, const char *what)
 }
 
 /* Issue through the backend; wait at once when the caller wants a blocking call. */
-static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_comm_req *breq,
-                  accel_req **ret_req, comm_staged *st)
+static int finish(accel_comm *c, accel_group *g, comm_backend *be, void *state, const char *op,
+                  int r, accel_comm_req *breq, accel_req **ret_req, comm_staged *st)
 {
 	accel_ctx *ctx = c->ctx;
 	if (r) {
 		if (ctx->err.code == ACCEL_OK)
-			accel_err_set(&ctx->err, r, "%s (after #%llu) failed in backend %s: %s", op,
-			              (unsigned long long)c->seq, be->module->name, accel_status_str(r));
+			accel_err_set(&ctx->err, r, "%s%s (after #%llu) failed in backend %s: %s", op,
+			              on_group(g), (unsigned long long)g->seq, be->module->name,
+			              accel_status_str(r));
 		comm_stage_out(st, 0, &ctx->err);
 		return r;
 	}
-	uint64_t seq = ++c->seq;
+	uint64_t seq = ++g->seq;
 	int64_t t_issue = c->trace ? now_ns() : 0;
 	if (!ret_req) {
-		r = breq ? be->vt->wait(be->state, breq) : ACCEL_OK;
-		trace_done(c, seq, op, t_issue);
+		r = breq ? be->vt->wait(state, breq) : ACCEL_OK;
+		trace_done(c, g, seq, op, t_issue);
 		if (r && ctx->err.code == ACCEL_OK)
-			accel_err_set(&ctx->err, r, "%s #%llu failed in backend %s: %s", op,
-			              (unsigned long long)seq, be->module->name, accel_status_str(r));
+			accel_err_set(&ctx->err, r, "%s #%llu%s failed in backend %s: %s", op,
+			              (unsigned long long)seq, on_group(g), be->module->name,
+			              accel_status_str(r));
 		int s = comm_stage_out(st, r == ACCEL_OK, &ctx->err);
 		return r ? r : s;
 	}
 	accel_req *q = malloc(sizeof(*q));
 	if (!q) {
 		if (breq)
-			be->vt->wait(be->state, breq);
+			be->vt->wait(state, breq);
 		comm_stage_out(st, 0, &ctx->err);
 		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	}
-	*q = (accel_req){.be = be, .breq = breq, .op = op, .seq = seq, .t_issue_ns = t_issue,
-	                 .stage = *st};
+	*q = (accel_req){.be = be, .state = state, .g = g, .breq = breq, .op = op, .seq = seq,
+	                 .t_issue_ns = t_issue, .stage = *st};
 	pthread_mutex_lock(&c->live_mu);
 	q->next = c->live;
 	if (c->live)
@@ -545,15 +613,36 @@ static int finish(accel_comm *c, comm_backend *be, const char *op, int r, accel_
 	return ACCEL_OK;
 }
 
-int accel_comm_allreduce(accel_comm *c, const accel_view *send, const accel_view *recv,
-                         uint32_t op, accel_req **ret_req)
+/* The group a caller means: NULL is the world; anything else must be one
+ * of this communicator's groups. */
+static int group_of(accel_comm *c, accel_group *g, const char *op, accel_group **ret)
+{
+	if (!g || g == &c->world) {
+		*ret = &c->world;
+		return ACCEL_OK;
+	}
+	for (accel_group *p = c->groups; p; p = p->next)
+		if (p == g) {
+			*ret = g;
+			return ACCEL_OK;
+		}
+	return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+	                     "%s: %p is not a group of this context (freed already?)", op,
+	                     (void *)g);
+}
+
+int accel_comm_group_allreduce(accel_comm *c, accel_group *grp, const accel_view *send,
+                               const accel_view *recv, uint32_t op, accel_req **ret_req)
 {
 	comm_backend *be = NULL;
+	void *state = NULL;
 	accel_comm_req *breq = NULL;
-	int r = check_op(c, op, "allreduce");
-	if (r || (r = check_pair(c, send, recv, "allreduce", 1, send ? send->numel : 0,
-	                         send ? send->numel : 0)) ||
-	    (r = route(c, send, "allreduce", &be)))
+	accel_group *g = NULL;
+	int r = group_of(c, grp, "allreduce", &g);
+	if (r || (r = check_op(c, op, "allreduce")) ||
+	    (r = check_pair(c, g, send, recv, "allreduce", 1, send ? send->numel : 0,
+	                    send ? send->numel : 0)) ||
+	    (r = route(c, g, send, "allreduce", &be, &state)))
 		return r;
 	comm_staged st = {0};
 	accel_view hs, hr;
@@ -563,70 +652,78 @@ int accel_comm_allreduce(accel_comm *c, const accel_view *send, const accel_view
 			return r;
 		send = recv = &hs;
 	}
-	r = be->vt->allreduce(be->state, send, recv, op, &breq);
-	return finish(c, be, "allreduce", r, breq, ret_req, &st);
+	r = be->vt->allreduce(state, send, recv, op, &breq);
+	return finish(c, g, be, state, "allreduce", r, breq, ret_req, &st);
 }
 
-int accel_comm_reduce_scatter(accel_comm *c, const accel_view *send, const accel_view *recv,
-                              uint32_t op, accel_req **ret_req)
+int accel_comm_group_reduce_scatter(accel_comm *c, accel_group *grp, const accel_view *send,
+                                    const accel_view *recv, uint32_t op, accel_req **ret_req)
 {
 	comm_backend *be = NULL;
+	void *state = NULL;
 	accel_comm_req *breq = NULL;
+	accel_group *g = NULL;
 	uint64_t n = recv ? recv->numel : 0;
-	int r = check_op(c, op, "reduce_scatter");
-	if (r || (r = check_pair(c, send, recv, "reduce_scatter", 1,
-	                         n * (uint64_t)c->ctx->world.world_size, n)) ||
-	    (r = route(c, send, "reduce_scatter", &be)))
+	int r = group_of(c, grp, "reduce_scatter", &g);
+	if (r || (r = check_op(c, op, "reduce_scatter")) ||
+	    (r = check_pair(c, g, send, recv, "reduce_scatter", 1, n * (uint64_t)g->size, n)) ||
+	    (r = route(c, g, send, "reduce_scatter", &be, &state)))
 		return r;
 	comm_staged st = {0};
 	accel_view hs, hr;
 	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
 		/* the in-place form: this rank's block of the staged send */
-		if ((r = comm_stage_in(c->stage, send, recv, send->numel, 0,
-		                       n * (uint64_t)c->ctx->world.rank, &hs, &hr, &st, &c->ctx->err)))
+		if ((r = comm_stage_in(c->stage, send, recv, send->numel, 0, n * (uint64_t)g->rank,
+		                       &hs, &hr, &st, &c->ctx->err)))
 			return r;
 		send = &hs;
 		recv = &hr;
 	}
-	r = be->vt->reduce_scatter(be->state, send, recv, op, &breq);
-	return finish(c, be, "reduce_scatter", r, breq, ret_req, &st);
+	r = be->vt->reduce_scatter(state, send, recv, op, &breq);
+	return finish(c, g, be, state, "reduce_scatter", r, breq, ret_req, &st);
 }
 
-int accel_comm_allgather(accel_comm *c, const accel_view *send, const accel_view *recv,
-                         accel_req **ret_req)
+int accel_comm_group_allgather(accel_comm *c, accel_group *grp, const accel_view *send,
+                               const accel_view *recv, accel_req **ret_req)
 {
 	comm_backend *be = NULL;
+	void *state = NULL;
 	accel_comm_req *breq = NULL;
+	accel_group *g = NULL;
 	uint64_t n = send ? send->numel : 0;
-	int r = check_pair(c, send, recv, "allgather", 0, n, n * (uint64_t)c->ctx->world.world_size);
-	if (r || (r = route(c, send, "allgather", &be)))
+	int r = group_of(c, grp, "allgather", &g);
+	if (r || (r = check_pair(c, g, send, recv, "allgather", 0, n, n * (uint64_t)g->size)) ||
+	    (r = route(c, g, send, "allgather", &be, &state)))
 		return r;
 	comm_staged st = {0};
 	accel_view hs, hr;
 	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
 		/* the in-place form: send at this rank's block of the staged recv */
-		if ((r = comm_stage_in(c->stage, send, recv, recv->numel,
-		                       n * (uint64_t)c->ctx->world.rank, 0, &hs, &hr, &st, &c->ctx->err)))
+		if ((r = comm_stage_in(c->stage, send, recv, recv->numel, n * (uint64_t)g->rank, 0,
+		                       &hs, &hr, &st, &c->ctx->err)))
 			return r;
 		send = &hs;
 		recv = &hr;
 	}
-	r = be->vt->allgather(be->state, send, recv, &breq);
-	return finish(c, be, "allgather", r, breq, ret_req, &st);
+	r = be->vt->allgather(state, send, recv, &breq);
+	return finish(c, g, be, state, "allgather", r, breq, ret_req, &st);
 }
 
-int accel_comm_broadcast(accel_comm *c, const accel_view *buf, int32_t root, accel_req **ret_req)
+int accel_comm_group_broadcast(accel_comm *c, accel_group *grp, const accel_view *buf,
+                               int32_t root, accel_req **ret_req)
 {
 	comm_backend *be = NULL;
+	void *state = NULL;
 	accel_comm_req *breq = NULL;
-	int r = check_view(c, buf, "broadcast", "buffer", 0);
-	if (r)
+	accel_group *g = NULL;
+	int r = group_of(c, grp, "broadcast", &g);
+	if (r || (r = check_view(c, g, buf, "broadcast", "buffer", 0)))
 		return r;
-	if (root < 0 || root >= c->ctx->world.world_size)
+	if (root < 0 || root >= g->size)
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
-		                     "broadcast: root %d is not a rank (world size %d)", root,
-		                     c->ctx->world.world_size);
-	if ((r = route(c, buf, "broadcast", &be)))
+		                     "broadcast%s: root %d is not a rank (%s size %d)", on_group(g),
+		                     root, g == &c->world ? "world" : "group", g->size);
+	if ((r = route(c, g, buf, "broadcast", &be, &state)))
 		return r;
 	comm_staged st = {0};
 	accel_view hs, hr;
@@ -636,16 +733,48 @@ int accel_comm_broadcast(accel_comm *c, const accel_view *buf, int32_t root, acc
 			return r;
 		buf = &hs;
 	}
-	r = be->vt->broadcast(be->state, buf, root, &breq);
-	return finish(c, be, "broadcast", r, breq, ret_req, &st);
+	r = be->vt->broadcast(state, buf, root, &breq);
+	return finish(c, g, be, state, "broadcast", r, breq, ret_req, &st);
+}
+
+int accel_comm_group_barrier(accel_comm *c, accel_group *grp, accel_req **ret_req)
+{
+	accel_comm_req *breq = NULL;
+	accel_group *g = NULL;
+	int r = group_of(c, grp, "barrier", &g);
+	if (r)
+		return r;
+	comm_staged st = {0};
+	r = c->cpu.vt->barrier(g->cpu_state, &breq);
+	return finish(c, g, &c->cpu, g->cpu_state, "barrier", r, breq, ret_req, &st);
+}
+
+int accel_comm_allreduce(accel_comm *c, const accel_view *send, const accel_view *recv,
+                         uint32_t op, accel_req **ret_req)
+{
+	return accel_comm_group_allreduce(c, NULL, send, recv, op, ret_req);
+}
+
+int accel_comm_reduce_scatter(accel_comm *c, const accel_view *send, const accel_view *recv,
+                              uint32_t op, accel_req **ret_req)
+{
+	return accel_comm_group_reduce_scatter(c, NULL, send, recv, op, ret_req);
+}
+
+int accel_comm_allgather(accel_comm *c, const accel_view *send, const accel_view *recv,
+                         accel_req **ret_req)
+{
+	return accel_comm_group_allgather(c, NULL, send, recv, ret_req);
+}
+
+int accel_comm_broadcast(accel_comm *c, const accel_view *buf, int32_t root, accel_req **ret_req)
+{
+	return accel_comm_group_broadcast(c, NULL, buf, root, ret_req);
 }
 
 int accel_comm_barrier(accel_comm *c, accel_req **ret_req)
 {
-	accel_comm_req *breq = NULL;
-	comm_staged st = {0};
-	int r = c->cpu.vt->barrier(c->cpu.state, &breq);
-	return finish(c, &c->cpu, "barrier", r, breq, ret_req, &st);
+	return accel_comm_group_barrier(c, NULL, ret_req);
 }
 
 int accel_comm_wait(accel_comm *c, accel_req *req)
@@ -656,11 +785,12 @@ int accel_comm_wait(accel_comm *c, accel_req *req)
 		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "wait: %p is not a collective in flight on this context (waited "
 		                     "for already?)", (void *)req);
-	int r = req->breq ? req->be->vt->wait(req->be->state, req->breq) : ACCEL_OK;
-	trace_done(c, req->seq, req->op, req->t_issue_ns);
+	int r = req->breq ? req->be->vt->wait(req->state, req->breq) : ACCEL_OK;
+	trace_done(c, req->g, req->seq, req->op, req->t_issue_ns);
 	if (r && c->ctx->err.code == ACCEL_OK)
-		accel_err_set(&c->ctx->err, r, "%s #%llu failed in backend %s: %s", req->op,
-		              (unsigned long long)req->seq, req->be->module->name, accel_status_str(r));
+		accel_err_set(&c->ctx->err, r, "%s #%llu%s failed in backend %s: %s", req->op,
+		              (unsigned long long)req->seq, on_group(req->g), req->be->module->name,
+		              accel_status_str(r));
 	int s = comm_stage_out(&req->stage, r == ACCEL_OK, &c->ctx->err);
 	free(req);
 	return r ? r : s;
@@ -678,7 +808,7 @@ int accel_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
 		*ret_done = 1;
 		return ACCEL_OK;
 	}
-	return req->be->vt->test(req->be->state, req->breq, ret_done);
+	return req->be->vt->test(req->state, req->breq, ret_done);
 }
 
 int accel_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, uint64_t bytes,
@@ -687,8 +817,9 @@ int accel_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, ui
 	accel_view probe = {.struct_size = sizeof(probe), .dtype = ACCEL_DTYPE_U8, .device = device,
 	                    .device_index = device_index};
 	comm_backend *be = NULL;
+	void *state = NULL;
 	void *p = NULL;
-	int r = route(c, &probe, "mem_alloc", &be);
+	int r = route(c, &c->world, &probe, "mem_alloc", &be, &state);
 	if (r)
 		return r;
 	/* staged device buffers are ordinary device memory */
@@ -704,7 +835,7 @@ int accel_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, ui
 		c->allocs = na;
 		c->cap_allocs = cap;
 	}
-	if ((r = be->vt->mem_alloc(be->state, device, device_index, bytes, &p)))
+	if ((r = be->vt->mem_alloc(state, device, device_index, bytes, &p)))
 		return r;
 	c->allocs[c->n_allocs++] = (comm_alloc){p, be};
 	*ret_ptr = p;
@@ -725,4 +856,256 @@ int accel_comm_mem_free(accel_comm *c, void *ptr)
 		return 1;
 	}
 	return 0;
+}
+
+/* ---- groups ------------------------------------------------------------------------ */
+
+typedef struct member {
+	int32_t key, parent_rank;
+} member;
+
+static int member_cmp(const void *a, const void *b)
+{
+	const member *x = a, *y = b;
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	return x->parent_rank < y->parent_rank ? -1 : x->parent_rank > y->parent_rank;
+}
+
+static void describe_group(accel_group *g)
+{
+	size_t used = (size_t)snprintf(g->what, sizeof(g->what), " on group %s (world rank%s ",
+	                               g->tag, g->size == 1 ? "" : "s");
+	for (int32_t i = 0; i < g->size && used + 16 < sizeof(g->what); i++)
+		used += (size_t)snprintf(g->what + used, sizeof(g->what) - used, "%s%d",
+		                         i ? ", " : "", g->wranks[i]);
+	if (used + 16 >= sizeof(g->what))
+		snprintf(g->what + sizeof(g->what) - 16, 16, ", ...)");
+	else
+		snprintf(g->what + used, sizeof(g->what) - used, ")");
+}
+
+static accel_group *group_destroy(accel_comm *c, accel_group *g)
+{
+	if (!g)
+		return NULL;
+	if (g->dev_state)
+		c->dev.vt->fini(g->dev_state);
+	if (g->cpu_state)
+		c->cpu.vt->fini(g->cpu_state);
+	free(g->wranks);
+	free(g->nodes);
+	free(g);
+	return NULL;
+}
+
+int accel_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, int32_t key,
+                           accel_group **ret_group)
+{
+	accel_ctx *ctx = c->ctx;
+	accel_group *p = NULL, *g = NULL;
+	int32_t *all = NULL;
+	member *mem = NULL;
+	int32_t *pranks = NULL;
+	int r = group_of(c, parent, "group_split", &p);
+	if (r)
+		return r;
+	if (!ret_group)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "group_split: ret_group is NULL");
+	if (color < ACCEL_COMM_SPLIT_NONE)
+		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "group_split%s: colour %d is negative; colours are >= 0, or "
+		                     "ACCEL_COMM_SPLIT_NONE (-1) for a rank that joins no group",
+		                     on_group(p), color);
+	/* the same answer on every rank (the same backends), so nobody is
+	 * left waiting in the all-gather below */
+	if (!c->cpu.vt->split)
+		return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
+		                     "group_split: comm backend '%s' (%s, built against accel ABI "
+		                     "1.%u) cannot make sub-communicators (it has no split slot); "
+		                     "choose a backend that has one (docs/comm.md, \"Groups\")",
+		                     c->cpu.module->name, c->cpu.module->path,
+		                     c->cpu.module->abi_minor);
+	if (p->dev_state && !c->dev.vt->split)
+		return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
+		                     "group_split: device comm backend '%s' (%s) cannot make "
+		                     "sub-communicators (it has no split slot)", c->dev.module->name,
+		                     c->dev.module->path);
+	uint32_t n = ++p->n_splits;   /* on every rank, NONE included: names stay in step */
+
+	/* Everyone's (colour, key, node) over the parent. */
+	int32_t mine[3] = {color, key, ctx->world.node_rank};
+	all = malloc(sizeof(int32_t) * 3 * (size_t)p->size);
+	if (!all)
+		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	accel_view sv = {sizeof(accel_view), ACCEL_DTYPE_I32, ACCEL_DEVICE_CPU, 0, mine, 3};
+	accel_view rv = {sizeof(accel_view), ACCEL_DTYPE_I32, ACCEL_DEVICE_CPU, 0, all,
+	                 3 * (uint64_t)p->size};
+	if ((r = accel_comm_group_allgather(c, p, &sv, &rv, NULL)))
+		goto fail;
+
+	accel_comm_split_v1 args = {.struct_size = sizeof(args), .color = color, .key = key,
+	                            .rank = -1, .size = 0};
+	char tag[GROUP_TAG_MAX];
+	int tl = snprintf(tag, sizeof(tag), "%s%s%uc%d", p->tag, p->tag[0] ? "." : "", n,
+	                  color < 0 ? 0 : color);
+	if (tl < 0 || (size_t)tl >= sizeof(tag)) {
+		r = accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		                  "group_split%s: groups nested too deeply (the name of the new "
+		                  "group would pass %d characters)", on_group(p), GROUP_TAG_MAX - 1);
+		goto fail;
+	}
+	int64_t keepalive_ms;
+	accel_comm_times(ctx, &args.timeout_ms, &keepalive_ms);
+	args.job_id = accel_comm_job_id(ctx);
+	args.tag = tag;
+	if (color != ACCEL_COMM_SPLIT_NONE) {
+		g = calloc(1, sizeof(*g));
+		mem = malloc(sizeof(*mem) * (size_t)p->size);
+		if (!g || !mem) {
+			r = accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+			goto fail;
+		}
+		int32_t k = 0;
+		for (int32_t q = 0; q < p->size; q++)
+			if (all[3 * q] == color)
+				mem[k++] = (member){all[3 * q + 1], q};
+		qsort(mem, (size_t)k, sizeof(*mem), member_cmp);
+		g->comm = c;
+		g->size = k;
+		g->wranks = malloc(sizeof(int32_t) * (size_t)k);
+		g->nodes = malloc(sizeof(int32_t) * (size_t)k);
+		pranks = malloc(sizeof(int32_t) * (size_t)k);
+		if (!g->wranks || !g->nodes || !pranks) {
+			r = accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+			goto fail;
+		}
+		int32_t nodes = 0, local = 0;
+		for (int32_t i = 0; i < k; i++) {
+			int32_t q = mem[i].parent_rank;
+			pranks[i] = q;
+			g->wranks[i] = p->wranks ? p->wranks[q] : q;
+			g->nodes[i] = all[3 * q + 2];
+			if (q == p->rank)
+				g->rank = i;
+			local += g->nodes[i] == ctx->world.node_rank;
+			int seen = 0;
+			for (int32_t j = 0; j < i && !seen; j++)
+				seen = g->nodes[j] == g->nodes[i];
+			nodes += !seen;
+		}
+		snprintf(g->tag, sizeof(g->tag), "%s", tag);
+		describe_group(g);
+		args.rank = g->rank;
+		args.size = k;
+		args.ranks = g->wranks;
+		args.parent_ranks = pranks;
+		args.num_nodes = nodes;
+		args.local_size = local;
+	}
+	void *cs = NULL, *ds = NULL;
+	if ((r = c->cpu.vt->split(p->cpu_state, &args, &cs))) {
+		if (ctx->err.code == ACCEL_OK)
+			accel_err_set(&ctx->err, r, "group_split%s: backend %s failed: %s", on_group(p),
+			              c->cpu.module->name, accel_status_str(r));
+		goto fail;
+	}
+	if (p->dev_state && (r = c->dev.vt->split(p->dev_state, &args, &ds))) {
+		if (cs)
+			c->cpu.vt->fini(cs);
+		if (ctx->err.code == ACCEL_OK)
+			accel_err_set(&ctx->err, r, "group_split%s: device backend %s failed: %s",
+			              on_group(p), c->dev.module->name, accel_status_str(r));
+		goto fail;
+	}
+	if (g && !cs) {
+		if (ds)
+			c->dev.vt->fini(ds);
+		r = accel_err_set(&ctx->err, ACCEL_ERR_INTERNAL,
+		                  "group_split: backend %s returned no state for a member",
+		                  c->cpu.module->name);
+		goto fail;
+	}
+	free(all);
+	free(mem);
+	free(pranks);
+	if (g) {
+		g->cpu_state = cs;
+		g->dev_state = ds;
+		g->next = c->groups;
+		c->groups = g;
+		accel_log(ACCEL_LOG_DEBUG, "group %s: rank %d of %d%s", g->tag, g->rank, g->size,
+		          g->what);
+	} else {
+		if (cs)
+			c->cpu.vt->fini(cs);
+		if (ds)
+			c->dev.vt->fini(ds);
+	}
+	*ret_group = g;
+	return ACCEL_OK;
+fail:
+	free(all);
+	free(mem);
+	free(pranks);
+	group_destroy(c, g);
+	return r;
+}
+
+int accel_comm_group_info(accel_comm *c, accel_group *grp, int32_t *ret_rank, int32_t *ret_size)
+{
+	accel_group *g = NULL;
+	int r = group_of(c, grp, "group_info", &g);
+	if (r)
+		return r;
+	if (ret_rank)
+		*ret_rank = g->rank;
+	if (ret_size)
+		*ret_size = g->size;
+	return ACCEL_OK;
+}
+
+int accel_comm_group_world_rank(accel_comm *c, accel_group *grp, int32_t rank,
+                                int32_t *ret_world_rank)
+{
+	accel_group *g = NULL;
+	int r = group_of(c, grp, "group_world_rank", &g);
+	if (r)
+		return r;
+	if (!ret_world_rank || rank < 0 || rank >= g->size)
+		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		                     "group_world_rank%s: %s", on_group(g),
+		                     !ret_world_rank ? "ret_world_rank is NULL"
+		                                     : "rank is outside the group");
+	*ret_world_rank = g->wranks ? g->wranks[rank] : rank;
+	return ACCEL_OK;
+}
+
+accel_group *accel_comm_group_free(accel_comm *c, accel_group *g)
+{
+	if (!c || !g || g == &c->world)
+		return NULL;
+	accel_group **pp = &c->groups;
+	while (*pp && *pp != g)
+		pp = &(*pp)->next;
+	if (!*pp) {
+		accel_log(ACCEL_LOG_WARN, "group_free: %p is not a group of this context (freed "
+		          "already?); ignored", (void *)g);
+		return NULL;
+	}
+	*pp = g->next;
+	/* Requests of the group not yet waited for: released now, while the
+	 * backend state they belong to still exists. */
+	pthread_mutex_lock(&c->live_mu);
+	for (accel_req *q = c->live, *nx; q; q = nx) {
+		nx = q->next;
+		if (q->g != g)
+			continue;
+		live_unlink_locked(c, q);
+		if (q->breq)
+			q->be->vt->wait(q->state, q->breq);
+		free(q);
+	}
+	pthread_mutex_unlock(&c->live_mu);
+	return group_destroy(c, g);
 }

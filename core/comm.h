@@ -13,8 +13,9 @@
 #include "accel/comm.h"
 #include "ctx-impl.h"
 
-/* Select and init the backend named by config `backend` (auto, shm, tcp,
- * mpi, nccl or an installed third-party backend; docs/comm.md) for ctx (needs ctx->cfg, ctx->loader, ctx->world, ctx->store). */
+/* Select and init the backend named by config `backend` (a backend's name,
+ * or "auto": chosen from the descriptors, docs/comm.md) for ctx (needs
+ * ctx->cfg, ctx->loader, ctx->world, ctx->store). */
 int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm);
 accel_comm *accel_comm_free(accel_comm *comm);
 /* comm.timeout_s and comm.keepalive_s of ctx's config in milliseconds (the
@@ -49,5 +50,55 @@ int accel_comm_mem_alloc(accel_comm *comm, int32_t device, int32_t device_index,
                          void **ret_ptr);
 /* Returns 1 if ptr came from accel_comm_mem_alloc (and frees it), else 0. */
 int accel_comm_mem_free(accel_comm *comm, void *ptr);
+
+/* ctx's job id as the backends get it (accel_comm_init_v1.job_id). */
+const char *accel_comm_job_id(const accel_ctx *ctx);
+
+/* ---- groups (sub-communicators); semantics as in accel_host_v1 -------------- */
+int accel_comm_group_split(accel_comm *comm, accel_group *parent, int32_t color, int32_t key,
+                           accel_group **ret_group);
+int accel_comm_group_info(accel_comm *comm, accel_group *g, int32_t *ret_rank,
+                          int32_t *ret_size);
+int accel_comm_group_world_rank(accel_comm *comm, accel_group *g, int32_t rank,
+                                int32_t *ret_world_rank);
+/* Waits for (releases) the group's requests still in flight first. */
+accel_group *accel_comm_group_free(accel_comm *comm, accel_group *g);
+int accel_comm_group_allreduce(accel_comm *comm, accel_group *g, const accel_view *send,
+                               const accel_view *recv, uint32_t op, accel_req **ret_req);
+int accel_comm_group_reduce_scatter(accel_comm *comm, accel_group *g, const accel_view *send,
+                                    const accel_view *recv, uint32_t op, accel_req **ret_req);
+int accel_comm_group_allgather(accel_comm *comm, accel_group *g, const accel_view *send,
+                               const accel_view *recv, accel_req **ret_req);
+int accel_comm_group_broadcast(accel_comm *comm, accel_group *g, const accel_view *buf,
+                               int32_t root, accel_req **ret_req);
+int accel_comm_group_barrier(accel_comm *comm, accel_group *g, accel_req **ret_req);
+
+/* ---- core/host_comm.c ------------------------------------------------------------ */
+/* The host table comm backends get (accel_comm_host_v1, comm.h): the
+ * plugin table's layout with only log, error, world, cfg_*, store_* and
+ * blocking host allgather/broadcast/barrier filled.  Static. */
+const accel_host_v1 *accel_comm_host_table(void);
+/* The group members of the plugin host table (host.c fills them in). */
+int accel_host_group_split(accel_host *h, accel_group *parent, int32_t color, int32_t key,
+                           accel_group **ret_group);
+int accel_host_group_info(accel_host *h, accel_group *g, int32_t *ret_rank, int32_t *ret_size);
+int accel_host_group_world_rank(accel_host *h, accel_group *g, int32_t rank,
+                                int32_t *ret_world_rank);
+accel_group *accel_host_group_free(accel_host *h, accel_group *g);
+int accel_host_group_allreduce(accel_host *h, accel_group *g, const accel_view *send,
+                               const accel_view *recv, uint32_t op, accel_req **ret_req);
+int accel_host_group_reduce_scatter(accel_host *h, accel_group *g, const accel_view *send,
+                                    const accel_view *recv, uint32_t op, accel_req **ret_req);
+int accel_host_group_allgather(accel_host *h, accel_group *g, const accel_view *send,
+                               const accel_view *recv, accel_req **ret_req);
+int accel_host_group_broadcast(accel_host *h, accel_group *g, const accel_view *buf,
+                               int32_t root, accel_req **ret_req);
+int accel_host_group_barrier(accel_host *h, accel_group *g, accel_req **ret_req);
+
+/* Run every loaded comm backend's cleanup() for a job whose ranks on this
+ * node have all exited (accel launch, after a failed job); loader: the
+ * modules to ask.  Errors are logged, not returned: cleaning up is best
+ * effort. */
+void accel_comm_cleanup_job(accel_loader *loader, const accel_comm_cleanup_v1 *args);
 
 #endif

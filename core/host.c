@@ -664,6 +664,16 @@ static const accel_host_v1 host_table = {
 	.reduce_bucket_v2 = host_reduce_bucket_v2,
 	.reduce_scatter_bucket = host_reduce_scatter_bucket,
 	.req_on_done = host_req_on_done,
+	/* ABI minor 3: groups (core/host_comm.c) */
+	.group_split = accel_host_group_split,
+	.group_info = accel_host_group_info,
+	.group_world_rank = accel_host_group_world_rank,
+	.group_free = accel_host_group_free,
+	.group_allreduce = accel_host_group_allreduce,
+	.group_reduce_scatter = accel_host_group_reduce_scatter,
+	.group_allgather = accel_host_group_allgather,
+	.group_broadcast = accel_host_group_broadcast,
+	.group_barrier = accel_host_group_barrier,
 };
 
 const accel_host_v1 *accel_host_table(void)

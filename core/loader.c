@@ -19,6 +19,7 @@
 
 #include "accel-build-config.h"
 #include "loader-impl.h"
+#include "comm.h"
 #include "log.h"
 
 /* Majors above ours that we recognise only to say "built for v9". */
@@ -575,7 +576,9 @@ static int load_into(accel_loader *ld, module_rec *m)
 	cap.msg[0] = '\0';
 	entry_capture *saved = entry_cap;
 	entry_cap = &cap;
-	const void *vt = (pe ? pe : ce)(ld->host);
+	/* comm backends see the narrower table (comm.h) of the core's host */
+	const void *vt = pe ? pe(ld->host)
+	                    : ce(ld->host == accel_host_table() ? accel_comm_host_table() : ld->host);
 	entry_cap = saved;
 	if (!vt) {
 		if (cap.msg[0])

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* core/select.c: the selection rules (the set-up that uses them is
  * core/setup.c). */
+#include <stdio.h>
 #include <string.h>
 
 #include "accel-build-config.h"
@@ -77,26 +78,94 @@ static const accel_module *loaded_named(const accel_loader *ld, int kind, const 
 	return NULL;
 }
 
-static int builtin_backend(const char *name)
+/* Does comm module m serve buffers on `device`? */
+static int serves(const accel_module *m, int device)
 {
-	return !strcmp(name, "shm") || !strcmp(name, "mpi") || !strcmp(name, "nccl") ||
-	       !strcmp(name, "tcp");
+	return (m->devices & (1u << (unsigned)device)) != 0;
 }
 
 int accel_select_backend_active(const accel_loader *ld, const char *backend, const char *name)
 {
 	if (!strcmp(backend, name))
 		return 1;
-	/* auto picks among the built-in backends at run time (nccl for device
-	 * buffers, mpi, shm or tcp for host ones) */
+	const accel_module *m = loaded_named(ld, ACCEL_MODULE_COMM, name);
+	if (!m)
+		return 0;
+	/* auto may pick any loaded backend at run time (docs/comm.md) */
 	if (!strcmp(backend, "auto"))
-		return builtin_backend(name);
-	/* a backend for device buffers only leaves host buffers to shm, mpi or
-	 * tcp, picked as under auto */
+		return 1;
+	/* a backend for device buffers only leaves host buffers to the one
+	 * auto picks */
 	const accel_module *b = loaded_named(ld, ACCEL_MODULE_COMM, backend);
-	int device_only = !strcmp(backend, "nccl") ||
-	                  (b && !(b->comm->desc->devices & (1u << ACCEL_DEVICE_CPU)));
-	return device_only && (!strcmp(name, "shm") || !strcmp(name, "mpi") || !strcmp(name, "tcp"));
+	return b && !serves(b, ACCEL_DEVICE_CPU) && serves(m, ACCEL_DEVICE_CPU);
+}
+
+uint32_t accel_select_comm_scope(const accel_module *m)
+{
+	uint32_t s = m->comm->desc->scope & (ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES);
+	return s ? s : ACCEL_COMM_SCOPE_DEFAULT;
+}
+
+static void note(char *why, size_t cap, size_t *used, const char *name, const char *what)
+{
+	if (*used >= cap)
+		return;
+	int n = snprintf(why + *used, cap - *used, "%s%s: %s", *used ? "; " : "", name, what);
+	if (n > 0)
+		*used += (size_t)n;
+}
+
+int accel_select_comm_auto(const accel_loader *ld, int device, int32_t num_nodes,
+                           accel_select_probe_fn probe, void *probe_arg,
+                           const accel_module **ret_module, char *why, size_t cap,
+                           int *ret_broken)
+{
+	const accel_module *best = NULL;
+	size_t used = 0;
+	int broken = 0;
+	uint32_t need = num_nodes > 1 ? ACCEL_COMM_SCOPE_NODES : ACCEL_COMM_SCOPE_NODE;
+	if (cap)
+		why[0] = '\0';
+	for (uint32_t i = 0; i < accelp_loader_count(ld); i++) {
+		const accel_module *m = accelp_loader_get(ld, i);
+		if (m->kind != ACCEL_MODULE_COMM || !m->name || m->status == ACCEL_MODULE_SHADOWED)
+			continue;
+		if (m->status == ACCEL_MODULE_BROKEN) {
+			/* a broken file's descriptor is not to be trusted (nor may it
+			 * have one): it is named for every device, so that a backend
+			 * that should have served is never replaced in silence */
+			char what[ACCEL_ERRMSG_MAX];
+			snprintf(what, sizeof(what), "comm backend '%s' cannot be used: %s", m->name,
+			         m->reason ? m->reason : "it cannot be loaded");
+			broken++;
+			note(why, cap, &used, m->name, what);
+			continue;
+		}
+		if (!serves(m, device))
+			continue;   /* not a candidate at all: not worth a word */
+		if (m->status == ACCEL_MODULE_UNAVAILABLE) {
+			note(why, cap, &used, m->name, m->cause ? m->cause : "requirements unmet here");
+			continue;
+		}
+		if (!(accel_select_comm_scope(m) & need)) {
+			note(why, cap, &used, m->name,
+			     num_nodes > 1 ? "serves one node only" : "serves jobs across nodes only");
+			continue;
+		}
+		if (m->comm->probe && probe && !probe(probe_arg, m)) {
+			note(why, cap, &used, m->name, "its probe says it cannot serve this job");
+			continue;
+		}
+		int32_t p = m->comm->desc->preference, bp = best ? best->comm->desc->preference : 0;
+		if (!best || p > bp || (p == bp && strcmp(m->name, best->name) < 0))
+			best = m;
+	}
+	if (ret_broken)
+		*ret_broken = broken;
+	if (!best)
+		return ACCEL_ERR_NOT_FOUND;
+	*ret_module = best;
+	return ACCEL_OK;
 }
 
 static int add_module_schema(accel_config *cfg, const accel_module *m, unsigned flags,

@@ -35,8 +35,30 @@ int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
                                   const accel_select *sel, accel_err *err);
 
 /* Whether the section of comm backend `name` is in use when `backend`
- * says what it says (under "auto": the built-in ones). */
+ * says what it says (under "auto": every loaded backend, since auto may
+ * pick any of them). */
 int accel_select_backend_active(const accel_loader *ld, const char *backend, const char *name);
+
+/* The scope a comm module covers (ACCEL_COMM_SCOPE_*; the documented
+ * default when its descriptor states none). */
+uint32_t accel_select_comm_scope(const accel_module *m);
+
+/* Nonzero when comm module m's probe() accepts the job (called only for
+ * modules that have a probe). */
+typedef int (*accel_select_probe_fn)(void *arg, const accel_module *m);
+
+/* Backend "auto" for buffers on `device` (ACCEL_DEVICE_*) in a job of
+ * num_nodes nodes, from the descriptors alone: among the loaded comm
+ * backends that are usable here, serve `device`, whose scope covers the
+ * job and whose probe accepts it, the highest preference wins; ties go to
+ * the smaller name.  ACCEL_ERR_NOT_FOUND when none qualifies; `why` then
+ * says, for each backend that serves `device`, why it was passed over
+ * (empty when none serves it), and *ret_broken (may be NULL) how many of
+ * them are files that cannot be loaded.  No backend name is known here. */
+int accel_select_comm_auto(const accel_loader *ld, int device, int32_t num_nodes,
+                           accel_select_probe_fn probe, void *probe_arg,
+                           const accel_module **ret_module, char *why, size_t cap,
+                           int *ret_broken);
 
 /* Find the selected plugins (ret_mods[i] for sel->names[i]) and check
  * their roles: names[0] a strategy, no other strategy, at most one

@@ -266,6 +266,11 @@ printf '{"plugin_dirs": ["%s/override"], "strategy": "good", "good": {"ratio": 0
 run 1 config validate "$tmp/broken.json"
 has "$tmp/err" "plugin 'good' cannot be used: .*override/good\.so: .*required slot step is NULL"
 echo "== config validate: a bad key is reported also when a selected plugin is missing"
+# a directory with the good fixture alone: the comm fixtures beside it
+# declare sections of their own, active under backend auto
+mkdir -p "$tmp/only-good"
+ln -s "$fx/good.so" "$tmp/only-good/good.so"
+fx=$tmp/only-good
 printf '{"plugin_dirs": ["%s"], "strategy": "ddp", "seeed": 1}\n' "$fx" >"$tmp/two.json"
 run 1 config validate "$tmp/two.json"
 has "$tmp/err" "^$tmp/two.json: error: unknown key 'seeed' at $tmp/two.json:1:[0-9]*; did you mean 'seed'?$"

@@ -622,7 +622,10 @@ START_TEST(test_module_descriptor)
 	ck_assert_uint_eq(B->desc->requires & ACCEL_REQ_CUDA, ACCEL_REQ_CUDA);
 	ck_assert(B->init && B->fini && B->allreduce && B->reduce_scatter && B->allgather &&
 	          B->broadcast && B->barrier && B->wait && B->test && B->probe && B->mem_alloc &&
-	          B->mem_free);
+	          B->mem_free && B->split);
+	/* ABI 1.3: what backend auto reads */
+	ck_assert_uint_eq(B->desc->scope, ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES);
+	ck_assert_int_eq(B->desc->preference, ACCEL_COMM_PREF_LAUNCHER);
 	/* a host of another ABI major is refused with a message */
 	accel_host_v1 old = g_host;
 	old.abi_major = 2;
@@ -933,6 +936,58 @@ static int gpu_rank_main(const char *dir)
 		rc = GB->wait(in.st, r0);
 	CHECK(rc == ACCEL_OK, "allreduce after a refused call: %s", in.h.err);
 	GB->mem_free(in.st, one);
+
+	/* groups (ncclCommSplit): every rank alone (colour rank), then the
+	 * whole world in one group, then colour NONE everywhere */
+	{
+		enum { GN = 1000 };
+		int32_t me[1] = {g_rank}, all[2] = {0, 1};
+		float *gd = dev_alloc(&in, GN * sizeof(float)), *gh = malloc(GN * sizeof(float));
+		accel_view gv = dview(ACCEL_DTYPE_F32, gd, GN);
+		for (int pass = 0; pass < 3; pass++) {
+			char tag[16];
+			snprintf(tag, sizeof(tag), "%dc%d", pass + 1, pass == 0 ? g_rank : 0);
+			accel_comm_split_v1 sa = {
+				.struct_size = sizeof(sa), .color = pass == 2 ? ACCEL_COMM_SPLIT_NONE
+				                                             : pass == 0 ? g_rank : 0,
+				.rank = pass == 0 ? 0 : pass == 1 ? g_rank : -1,
+				.size = pass == 0 ? 1 : pass == 1 ? g_world : 0,
+				.ranks = pass == 0 ? me : pass == 1 ? all : NULL,
+				.parent_ranks = pass == 0 ? me : pass == 1 ? all : NULL, .tag = tag,
+				.job_id = "t", .timeout_ms = 60000, .num_nodes = 1,
+				.local_size = pass == 0 ? 1 : g_world};
+			void *gs = (void *)&sa;
+			in.h.err_code = 0;
+			rc = GB->split(in.st, &sa, &gs);
+			CHECK(rc == ACCEL_OK, "split %s: %s", tag, in.h.err);
+			if (rc)
+				break;
+			if (pass == 2) {
+				CHECK(gs == NULL, "colour NONE got a communicator");
+				break;
+			}
+			for (int i = 0; i < GN; i++)
+				gh[i] = (float)val(g_rank, (uint64_t)i, ACCEL_DTYPE_F32);
+			cudaMemcpy(gd, gh, GN * sizeof(float), cudaMemcpyHostToDevice);
+			rc = GB->allreduce(gs, &gv, &gv, ACCEL_RED_SUM, &r0);
+			if (rc == ACCEL_OK)
+				rc = GB->wait(gs, r0);
+			CHECK(rc == ACCEL_OK, "group %s allreduce: %s", tag, in.h.err);
+			cudaMemcpy(gh, gd, GN * sizeof(float), cudaMemcpyDeviceToHost);
+			for (int i = 0; i < GN; i++) {
+				float want = pass == 0 ? (float)val(g_rank, (uint64_t)i, ACCEL_DTYPE_F32)
+				                       : (float)ref_reduce((uint64_t)i, ACCEL_DTYPE_F32,
+				                                           ACCEL_RED_SUM);
+				if (gh[i] != want) {
+					CHECK(0, "group %s: element %d is %g, want %g", tag, i, gh[i], want);
+					break;
+				}
+			}
+			GB->fini(gs);
+		}
+		free(gh);
+		GB->mem_free(in.st, gd);
+	}
 	GB->fini(in.st);
 
 	/* timeout: rank 0 gives up after 0.5 s; rank 1 comes 2 s late */

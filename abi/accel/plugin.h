@@ -139,6 +139,10 @@ typedef struct accel_host accel_host;
 /* An outstanding collective.  Owned by the host; released by wait(). */
 typedef struct accel_req accel_req;
 
+/* A sub-communicator (ABI minor 3, host->group_split()).  Owned by the core;
+ * freed with host->group_free() or with the context. */
+typedef struct accel_group accel_group;
+
 /* Checkpoint streams, owned by the core, valid during save_state/load_state. */
 typedef struct accel_ckpt_writer accel_ckpt_writer;
 typedef struct accel_ckpt_reader accel_ckpt_reader;
@@ -562,6 +566,50 @@ typedef struct accel_host_v1 {
 	 * was not released yet.  Callbacks of requests never waited for are
 	 * dropped (not run) when the context is freed. */
 	int (*req_on_done)(accel_host *h, accel_req *req, int (*fn)(void *arg), void *arg);
+
+	/* -- ABI minor 3: groups ----------------------------------------------------------
+	 * Sub-communicators, as MPI_Comm_split / ncclCommSplit / torch's
+	 * new_subgroups: HYBRID_SHARD shards within a node and replicates across
+	 * nodes with two splits of the world (docs/comm.md, "Groups"):
+	 *     within the node: color = world.node_rank,  key = world.local_rank
+	 *     across nodes:    color = world.local_rank, key = world.node_rank
+	 * `g` NULL means the world everywhere below.  Check with
+	 * ACCEL_HOST_HAS(host, group_split) first. */
+
+	/* Collective over `parent` (every rank of it calls it, in the same order
+	 * as its other collectives there): the ranks that pass the same `color`
+	 * form a group, ordered by (key, rank in parent).  color
+	 * ACCEL_COMM_SPLIT_NONE (-1, accel/comm.h) joins no group: *ret_group
+	 * is set to NULL and the call still returns ACCEL_OK.  Other negative
+	 * colours are ACCEL_ERR_INVALID_ARG.  Host and (when it is up) device
+	 * backend are split together; a backend without a split slot fails
+	 * with ACCEL_ERR_UNSUPPORTED naming it.  Owned by the caller: free
+	 * with group_free(). */
+	int (*group_split)(accel_host *h, accel_group *parent, int32_t color, int32_t key,
+	                   accel_group **ret_group);
+	/* This rank's rank in `g` and g's size (either pointer may be NULL). */
+	int (*group_info)(accel_host *h, accel_group *g, int32_t *ret_rank, int32_t *ret_size);
+	/* The world rank of `g`'s rank `rank`. */
+	int (*group_world_rank)(accel_host *h, accel_group *g, int32_t rank,
+	                        int32_t *ret_world_rank);
+	/* Not collective.  Frees the group's communicators; requests of it not
+	 * yet waited for must be waited for first.  NULL and the world are
+	 * no-ops.  Returns NULL. */
+	accel_group *(*group_free)(accel_host *h, accel_group *g);
+	/* The world collectives' semantics on `g`: counts, blocks and `root`
+	 * are in g's ranks and size; requests go to the same wait()/test().
+	 * Every member of g calls them in the same order; a timeout or dead
+	 * member names the collective, g's sequence number and the missing
+	 * ranks by WORLD rank. */
+	int (*group_allreduce)(accel_host *h, accel_group *g, const accel_view *send,
+	                       const accel_view *recv, uint32_t op, accel_req **ret_req);
+	int (*group_reduce_scatter)(accel_host *h, accel_group *g, const accel_view *send,
+	                            const accel_view *recv, uint32_t op, accel_req **ret_req);
+	int (*group_allgather)(accel_host *h, accel_group *g, const accel_view *send,
+	                       const accel_view *recv, accel_req **ret_req);
+	int (*group_broadcast)(accel_host *h, accel_group *g, const accel_view *buf, int32_t root,
+	                       accel_req **ret_req);
+	int (*group_barrier)(accel_host *h, accel_group *g, accel_req **ret_req);
 } accel_host_v1;
 
 /* ---- the plugin vtable ---------------------------------------------------------

@@ -38,9 +38,25 @@
  * #5" into buf and returns how many ranks it names;
  * 0 when every rank reached the op (the hang is elsewhere: NCCL, the
  * network); -1 when the store cannot tell (buf is then empty). */
+static inline int coll_missing_ranks_map(const accel_host_v1 *host, accel_host *h,
+                                         const char *ns, int32_t rank, int32_t world,
+                                         const int32_t *wranks, uint64_t seq,
+                                         int64_t timeout_ms, char *buf, size_t cap);
+
 static inline int coll_missing_ranks(const accel_host_v1 *host, accel_host *h, const char *ns,
                                      int32_t rank, int32_t world, uint64_t seq,
                                      int64_t timeout_ms, char *buf, size_t cap)
+{
+	return coll_missing_ranks_map(host, h, ns, rank, world, NULL, seq, timeout_ms, buf, cap);
+}
+
+/* The same for a group (a sub-communicator): ranks are the group's in the
+ * store records, and the text names them by world rank, wranks[r] (NULL:
+ * the identity). */
+static inline int coll_missing_ranks_map(const accel_host_v1 *host, accel_host *h,
+                                         const char *ns, int32_t rank, int32_t world,
+                                         const int32_t *wranks, uint64_t seq,
+                                         int64_t timeout_ms, char *buf, size_t cap)
 {
 	char key[160], val[32];
 	uint64_t len = 0;
@@ -101,7 +117,8 @@ static inline int coll_missing_ranks(const accel_host_v1 *host, accel_host *h, c
 		if (at[r] != 0)
 			continue;
 		used += (size_t)snprintf(buf + used, cap - used, "%s%d",
-		                         named ? ", " : absent > 1 ? "ranks " : "rank ", r);
+		                         named ? ", " : absent > 1 ? "ranks " : "rank ",
+		                         wranks ? wranks[r] : r);
 		named++;
 	}
 	if (named && used < cap)
@@ -112,7 +129,8 @@ static inline int coll_missing_ranks(const accel_host_v1 *host, accel_host *h, c
 		if (at[r] == 0 || at[r] > seq)
 			continue;
 		used += (size_t)snprintf(buf + used, cap - used, "%srank %d is still at #%llu",
-		                         named ? "; " : "", r, (unsigned long long)(at[r] - 1));
+		                         named ? "; " : "", wranks ? wranks[r] : r,
+		                         (unsigned long long)(at[r] - 1));
 		named++;
 	}
 	free(at);

@@ -91,11 +91,13 @@ typedef struct mpi_state {
 	accel_host *h;
 	MPI_Comm comm;
 	int rank, world;
+	int32_t *wranks;          /* a group's members by world rank; NULL: the world */
+	char who[96];             /* "rank 1 of 4" / "world rank 3 (1 of 2 in group 1c1)" */
 	int64_t timeout_ms;       /* <= 0: no limit */
 	uint64_t chunk;           /* max elements per MPI call (allreduce, broadcast) */
 	int thread_level;
 	mpi_ops ops;
-	char ns[32];              /* store namespace for naming missing ranks */
+	char ns[128];             /* store namespace for naming missing ranks */
 	uint64_t timeout_seq;     /* the first request that timed out (set by
 	                             the driver in req_finished, under lock) */
 	int named;                /* the store was asked (training thread) */
@@ -433,13 +435,12 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 		r->status = ACCEL_ERR_TIMEOUT;
 		r->timed_out = 1;
 		snprintf(r->msg, sizeof(r->msg),
-		         "%s did not complete within %.1f s on rank %d of %d: the other ranks "
+		         "%s did not complete within %.1f s on %s: the other ranks "
 		         "did not arrive at it. MPI cannot tell which ranks are missing; look for "
 		         "the rank whose log stops before collective #%llu, or that died or "
 		         "issued collectives in a different order (raise comm.timeout_s if a "
 		         "rank is just slow)",
-		         what, (double)st->timeout_ms / 1000.0, st->rank, st->world,
-		         (unsigned long long)r->seq);
+		         what, (double)st->timeout_ms / 1000.0, st->who, (unsigned long long)r->seq);
 		lost_add(st, r);
 		return 1;
 	}
@@ -791,8 +792,9 @@ static void name_missing(mpi_state *st, accel_comm_req *r)
 		return;
 	if (!st->named) {
 		st->named = 1;
-		int n = coll_missing_ranks(st->host, st->h, st->ns, st->rank, st->world, seq,
-		                           st->timeout_ms, st->missing, sizeof(st->missing));
+		int n = coll_missing_ranks_map(st->host, st->h, st->ns, st->rank, st->world,
+		                               st->wranks, seq, st->timeout_ms, st->missing,
+		                               sizeof(st->missing));
 		if (n == 0)
 			snprintf(st->missing, sizeof(st->missing),
 			         "every rank reached it and timed out there too: MPI itself is "
@@ -805,9 +807,9 @@ static void name_missing(mpi_state *st, accel_comm_req *r)
 	req_describe(r, what, sizeof(what));
 	if (r->timed_out) {
 		snprintf(r->msg, sizeof(r->msg),
-		         "%s did not complete within %.1f s on rank %d of %d: %s (asked through "
+		         "%s did not complete within %.1f s on %s: %s (asked through "
 		         "the rendezvous store)",
-		         what, (double)st->timeout_ms / 1000.0, st->rank, st->world, st->missing);
+		         what, (double)st->timeout_ms / 1000.0, st->who, st->missing);
 	} else {
 		size_t n = strlen(r->msg);
 		snprintf(r->msg + n, sizeof(r->msg) - n, " [at #%llu: %s]", (unsigned long long)seq,
@@ -978,6 +980,7 @@ static void mpi_fini(void *state)
 		pthread_mutex_destroy(&st->lock);
 	}
 	free(st->lost);
+	free(st->wranks);
 	if (clean || fin)
 		free(st->stage);
 	/* else a timed-out f16/bf16 reduction may still write into it: left */
@@ -1015,6 +1018,53 @@ static int mpi_ensure_init(mpi_state *st, int *ret_level)
 		return init_mpi_error(st, ini ? "MPI_Query_thread" : "MPI_Init_thread", rc);
 	*ret_level = level;
 	return ACCEL_OK;
+}
+
+/* The rest of a state once st->comm is its communicator: operators, the
+ * progress thread, the list of live instances. */
+static int state_setup(mpi_state *st, int level, int32_t progress_thread)
+{
+	const accel_host_v1 *host = st->host;
+	accel_host *h = st->h;
+	int rc, mrc;
+	MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
+	if ((mrc = accel_mpi_ops_create(&st->ops)) != MPI_SUCCESS) {
+		rc = init_mpi_error(st, "MPI_Op_create (max/min that keep NaN)", mrc);
+		goto fail;
+	}
+
+	if (pthread_mutex_init(&st->lock, NULL) || pthread_cond_init(&st->work, NULL) ||
+	    pthread_cond_init(&st->done, NULL)) {
+		rc = host->error(h, ACCEL_ERR_SYSTEM, "cannot create a mutex/condition variable");
+		goto fail;
+	}
+	st->sync_inited = 1;
+	st->use_thread = progress_thread && level == MPI_THREAD_MULTIPLE;
+	if (progress_thread && !st->use_thread)
+		host->log(h, ACCEL_LOG_INFO,
+		          "MPI runs at %s (the program initialized it), not "
+		          "MPI_THREAD_MULTIPLE; collectives progress inside test/wait on the "
+		          "calling thread", thread_level_name(level));
+	if (st->use_thread) {
+		int e = pthread_create(&st->thread, NULL, worker_main, st);
+		if (e) {
+			rc = host->error(h, ACCEL_ERR_SYSTEM, "cannot start the progress thread: %s",
+			                 strerror(e));
+			goto fail;
+		}
+		st->thread_started = 1;
+	}
+	pthread_mutex_lock(&g_mpi_lock);
+	st->next_live = g_live;
+	g_live = st;
+	pthread_mutex_unlock(&g_mpi_lock);
+	host->log(h, ACCEL_LOG_DEBUG, "rank %d of %d, %s, %s, timeout %lld ms", st->rank,
+	          st->world, thread_level_name(level),
+	          st->use_thread ? "progress thread" : "progress in test/wait",
+	          (long long)st->timeout_ms);
+	return ACCEL_OK;
+fail:
+	return rc;
 }
 
 static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
@@ -1122,40 +1172,91 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		                 mrank, msize, args->rank, args->world_size);
 		goto fail;
 	}
-	if ((mrc = accel_mpi_ops_create(&st->ops)) != MPI_SUCCESS) {
-		rc = init_mpi_error(st, "MPI_Op_create (max/min that keep NaN)", mrc);
+	snprintf(st->who, sizeof(st->who), "rank %d of %d", st->rank, st->world);
+	if ((rc = state_setup(st, level, progress_thread)))
 		goto fail;
-	}
+	*ret_state = st;
+	return ACCEL_OK;
+fail:
+	mpi_fini(st);
+	return rc;
+}
 
-	if (pthread_mutex_init(&st->lock, NULL) || pthread_cond_init(&st->work, NULL) ||
-	    pthread_cond_init(&st->done, NULL)) {
-		rc = host->error(h, ACCEL_ERR_SYSTEM, "cannot create a mutex/condition variable");
+/* A group: MPI_Comm_split of the parent's communicator (collective over it;
+ * the colour NONE gets MPI_UNDEFINED), ordered by the rank the core gave.
+ * Every op issued on the parent before is finished first, so each rank
+ * calls MPI on the parent in the same order even with a progress thread. */
+static int mpi_split(void *state, const accel_comm_split_v1 *args, void **ret_state)
+{
+	mpi_state *p = state, *st = NULL;
+	int rc, mrc;
+	if (!args || args->struct_size < offsetof(accel_comm_split_v1, local_size) + sizeof(int32_t))
+		return p->host->error(p->h, ACCEL_ERR_ABI, "split: accel_comm_split_v1 is too old");
+	if (p->failed)
+		return fail_fast_now(p, "split");
+	if (p->use_thread) {
+		pthread_mutex_lock(&p->lock);
+		while (p->cursor)
+			pthread_cond_wait(&p->done, &p->lock);
+		pthread_mutex_unlock(&p->lock);
+	} else {
+		while (p->cursor)
+			caller_progress(p, p->cursor);
+	}
+	if (p->failed)
+		return fail_fast_now(p, "split");
+	int member = args->color != ACCEL_COMM_SPLIT_NONE;
+	MPI_Comm sub = MPI_COMM_NULL;
+	mrc = MPI_Comm_split(p->comm, member ? args->color : MPI_UNDEFINED,
+	                     member ? args->rank : 0, &sub);
+	if (mrc != MPI_SUCCESS)
+		return init_mpi_error(p, "MPI_Comm_split", mrc);
+	if (!member) {
+		*ret_state = NULL;
+		return ACCEL_OK;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		MPI_Comm_free(&sub);
+		return p->host->error(p->h, ACCEL_ERR_NOMEM, "out of memory for the backend state");
+	}
+	st->host = p->host;
+	st->h = p->h;
+	st->comm = sub;
+	st->rank = args->rank;
+	st->world = args->size;
+	st->timeout_ms = args->timeout_ms;
+	st->chunk = p->chunk;
+	for (int t = 0; t < 2; t++)
+		for (int r = 0; r < 2; r++)
+			st->ops.op[t][r] = MPI_OP_NULL;
+	st->wranks = malloc(sizeof(int32_t) * (size_t)args->size);
+	if (!st->wranks) {
+		rc = p->host->error(p->h, ACCEL_ERR_NOMEM, "out of memory");
 		goto fail;
 	}
-	st->sync_inited = 1;
-	st->use_thread = progress_thread && level == MPI_THREAD_MULTIPLE;
-	if (progress_thread && !st->use_thread)
-		host->log(h, ACCEL_LOG_INFO,
-		          "MPI runs at %s (the program initialized it), not "
-		          "MPI_THREAD_MULTIPLE; collectives progress inside test/wait on the "
-		          "calling thread", thread_level_name(level));
-	if (st->use_thread) {
-		int e = pthread_create(&st->thread, NULL, worker_main, st);
-		if (e) {
-			rc = host->error(h, ACCEL_ERR_SYSTEM, "cannot start the progress thread: %s",
-			                 strerror(e));
-			goto fail;
-		}
-		st->thread_started = 1;
+	memcpy(st->wranks, args->ranks, sizeof(int32_t) * (size_t)args->size);
+	/* under the parent's (unique per communicator): unique in the job */
+	int nl = snprintf(st->ns, sizeof(st->ns), "%s/g%s", p->ns, args->tag);
+	if (nl < 0 || (size_t)nl >= sizeof(st->ns)) {
+		rc = p->host->error(p->h, ACCEL_ERR_INVALID_ARG,
+		                    "split: group %s is nested too deeply for mpi's store keys",
+		                    args->tag);
+		goto fail;
 	}
-	pthread_mutex_lock(&g_mpi_lock);
-	st->next_live = g_live;
-	g_live = st;
-	pthread_mutex_unlock(&g_mpi_lock);
-	host->log(h, ACCEL_LOG_DEBUG, "rank %d of %d, %s, %s, timeout %lld ms", st->rank,
-	          st->world, thread_level_name(level),
-	          st->use_thread ? "progress thread" : "progress in test/wait",
-	          (long long)st->timeout_ms);
+	snprintf(st->who, sizeof(st->who), "world rank %d (%d of %d in group %s)",
+	         (int)args->ranks[args->rank], st->rank, st->world, args->tag);
+	int mrank = -1;
+	MPI_Comm_rank(sub, &mrank);
+	if (mrank != args->rank) {
+		rc = p->host->error(p->h, ACCEL_ERR_INTERNAL,
+		                    "split: MPI made this rank %d of group %s, the core %d", mrank,
+		                    args->tag, (int)args->rank);
+		goto fail;
+	}
+	if ((rc = state_setup(st, p->thread_level, p->use_thread)))
+		goto fail;
+	st->thread_level = p->thread_level;
 	*ret_state = st;
 	return ACCEL_OK;
 fail:
@@ -1173,6 +1274,11 @@ static int32_t mpi_probe(const accel_host_v1 *host, accel_host *h)
 	};
 	(void)host;
 	(void)h;
+	/* `accel launch` inside an allocation that mpirun or srun started
+	 * passes their variables on; its own ACCEL_RANK says it is the
+	 * innermost launcher (core/world.c reads the world the same way) */
+	if (getenv("ACCEL_RANK"))
+		return 0;
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
 		if (getenv(vars[i]))
 			return 1;
@@ -1199,6 +1305,8 @@ static const accel_comm_desc_v1 mpi_desc = {
 	.config_section = "mpi",
 	.params = mpi_params,
 	.n_params = sizeof(mpi_params) / sizeof(mpi_params[0]),
+	.scope = ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES,
+	.preference = ACCEL_COMM_PREF_LAUNCHER,
 };
 
 static const accel_comm_v1 mpi_vtable = {
@@ -1217,6 +1325,7 @@ static const accel_comm_v1 mpi_vtable = {
 	.barrier = mpi_barrier,
 	.wait = mpi_wait,
 	.test = mpi_test,
+	.split = mpi_split,
 };
 
 ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)

@@ -55,7 +55,9 @@ typedef struct nccl_state {
 	accel_comm_req *live, *spare;
 	int failed, fail_code, aborted;
 	char fail_msg[MSG_MAX];
-	char ns[48];              /* this communicator's store namespace (from its id) */
+	char ns[128];             /* this communicator's store namespace (from its id,
+	                             or a group's tag) */
+	int32_t *wranks;          /* a group's members by world rank; NULL: the world */
 	int no_store;             /* bootstrapped over the host backend: no store to ask */
 } nccl_state;
 
@@ -138,18 +140,25 @@ static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
 {
 	char missing[256];
 	abort_comm(st);
-	int named = st->ns[0] ? coll_missing_ranks(st->host, st->h, st->ns, st->rank, st->world,
-	                                           seq, st->timeout_ms, missing, sizeof(missing))
+	int named = st->ns[0] ? coll_missing_ranks_map(st->host, st->h, st->ns, st->rank,
+	                                               st->world, st->wranks, seq,
+	                                               st->timeout_ms, missing, sizeof(missing))
 	                      : -1;
+	char self[96];
+	if (st->wranks)
+		snprintf(self, sizeof(self), "world rank %d (%d of %d in its group)",
+		         (int)st->wranks[st->rank], st->rank, st->world);
+	else
+		snprintf(self, sizeof(self), "rank %d of %d", st->rank, st->world);
 	if (named > 0)
 		return fail(st, ACCEL_ERR_TIMEOUT,
-		            "%s did not complete within %.1f s on rank %d of %d: %s (asked through "
+		            "%s did not complete within %.1f s on %s: %s (asked through "
 		            "the rendezvous store). The communicator was aborted",
-		            what, (double)st->timeout_ms / 1000.0, st->rank, st->world, missing);
+		            what, (double)st->timeout_ms / 1000.0, self, missing);
 	return fail(st, ACCEL_ERR_TIMEOUT,
-	            "%s did not complete within %.1f s on rank %d of %d: %s. The communicator "
+	            "%s did not complete within %.1f s on %s: %s. The communicator "
 	            "was aborted",
-	            what, (double)st->timeout_ms / 1000.0, st->rank, st->world,
+	            what, (double)st->timeout_ms / 1000.0, self,
 	            named == 0 ? "every rank reached it and timed out there too, so NCCL itself "
 	                         "is stuck (run with NCCL_DEBUG=INFO; check the network between "
 	                         "the nodes) or the ranks came too far apart (raise "
@@ -806,6 +815,7 @@ static void nccl_fini(void *state)
 	(void)cudaGetLastError();
 	if (prev >= 0)
 		cudaSetDevice(prev);
+	free(st->wranks);
 	free(st);
 }
 
@@ -898,6 +908,73 @@ fail:
 	return rc;
 }
 
+/* A group: ncclCommSplit of the parent (collective over it; colour NONE is
+ * NCCL_SPLIT_NOCOLOR), with the rank the core gave as the key, on the
+ * parent's device; a stream and scratch of its own like init(). */
+static int nccl_split(void *state, const accel_comm_split_v1 *args, void **ret_state)
+{
+	nccl_state *p = state, *st = NULL;
+	int rc = ACCEL_OK, prev = -1;
+	if (!args || args->struct_size < offsetof(accel_comm_split_v1, local_size) + sizeof(int32_t))
+		return p->host->error(p->h, ACCEL_ERR_ABI, "split: accel_comm_split_v1 is too old");
+	if (p->failed)
+		return p->host->error(p->h, p->fail_code, "split: %s", p->fail_msg);
+	int member = args->color != ACCEL_COMM_SPLIT_NONE;
+	if (member) {
+		st = calloc(1, sizeof(*st));
+		if (!st)
+			return p->host->error(p->h, ACCEL_ERR_NOMEM, "out of memory for the backend state");
+		st->host = p->host;
+		st->h = p->h;
+		st->rank = args->rank;
+		st->world = args->size;
+		st->timeout_ms = args->timeout_ms;
+		st->device = p->device;
+		st->no_store = p->no_store;
+		st->wranks = malloc(sizeof(int32_t) * (size_t)args->size);
+		if (!st->wranks) {
+			free(st);
+			return p->host->error(p->h, ACCEL_ERR_NOMEM, "out of memory");
+		}
+		memcpy(st->wranks, args->ranks, sizeof(int32_t) * (size_t)args->size);
+		/* under the parent's keys, which its unique id made unique */
+		int nl = p->ns[0] ? snprintf(st->ns, sizeof(st->ns), "%s/g%s", p->ns, args->tag) : 0;
+		if (nl < 0 || (size_t)nl >= sizeof(st->ns))
+			st->ns[0] = '\0';   /* too deep to name missing ranks: said as "cannot tell" */
+	}
+	if ((rc = enter_device(p, &prev)))
+		goto fail;
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	cfg.blocking = 0;
+	ncclComm_t sub = NULL;
+	NCCL_TRY(p, "ncclCommSplit", 0,
+	         ncclCommSplit(p->comm, member ? args->color : NCCL_SPLIT_NOCOLOR,
+	                       member ? args->rank : 0, &sub, &cfg),
+	         fail);
+	if (!member) {
+		leave_device(p, prev);
+		*ret_state = NULL;
+		return ACCEL_OK;
+	}
+	st->comm = sub;
+	NCCL_TRY(st, "ncclCommSplit (the new group's communicator)", 0, ncclInProgress, fail);
+	CUDA_TRY(st, cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), fail);
+	CUDA_TRY(st, cudaEventCreateWithFlags(&st->dep_ev, cudaEventDisableTiming), fail);
+	CUDA_TRY(st, cudaMalloc(&st->scratch, 64), fail);
+	CUDA_TRY(st, cudaMemset(st->scratch, 0, 64), fail);
+	leave_device(p, prev);
+	p->host->log(p->h, ACCEL_LOG_DEBUG, "group %s: rank %d of %d on cuda:%d", args->tag,
+	             st->rank, st->world, st->device);
+	*ret_state = st;
+	return ACCEL_OK;
+fail:
+	nccl_fini(st);
+	if (prev >= 0)
+		leave_device(p, prev);
+	(void)cudaGetLastError();
+	return rc;
+}
+
 static int32_t nccl_probe(const accel_host_v1 *host, accel_host *h)
 {
 	int n = 0;
@@ -920,6 +997,8 @@ static const accel_comm_desc_v1 nccl_desc = {
 	.config_section = NULL,
 	.params = NULL,
 	.n_params = 0,
+	.scope = ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES,
+	.preference = ACCEL_COMM_PREF_LAUNCHER,
 };
 
 static const accel_comm_v1 nccl_vtable = {
@@ -938,6 +1017,7 @@ static const accel_comm_v1 nccl_vtable = {
 	.barrier = nccl_barrier,
 	.wait = nccl_wait,
 	.test = nccl_test,
+	.split = nccl_split,
 };
 
 ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)

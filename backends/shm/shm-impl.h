@@ -145,6 +145,14 @@ typedef struct shm_comm {
 	accel_host *h;
 	int32_t rank, world;
 	int64_t timeout_ms;
+	/* groups (split): the members' world ranks by rank here, for messages
+	 * (NULL: the world itself); the store namespace of the bootstrap
+	 * ("accel/shm", or "<parent's ns>/<parent's inst>/g<tag>") and what the segment's name
+	 * carries for the group ("" or "-g<tag>") */
+	int32_t *wranks;
+	char ns[160];
+	char gname[104];
+	int64_t inst;               /* this communicator's number under ns */
 
 	/* tunables (config section "shm") */
 	int64_t spin_ns;            /* busy-poll, then */
@@ -218,8 +226,16 @@ typedef struct shm_comm {
 	int n_free_reqs;
 } shm_comm;
 
+/* The world rank of rank q of this communicator (messages name those). */
+static inline int shm_wr(const shm_comm *c, int32_t q)
+{
+	return c->wranks && q >= 0 && q < c->world ? (int)c->wranks[q] : (int)q;
+}
+
 /* ---- shm_seg.c: control segment ---- */
-int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args);
+int shm_seg_open(shm_comm *c, const char *job_id);
+/* The launcher's clean-up after a failed job (comm.h, cleanup slot). */
+int shm_seg_cleanup(const accel_host_v1 *host, accel_host *h, const accel_comm_cleanup_v1 *args);
 void shm_seg_close(shm_comm *c);
 /* Mark this rank as gone and wake everyone (fini). */
 void shm_seg_leave(shm_comm *c);

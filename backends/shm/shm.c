@@ -59,6 +59,8 @@ static const accel_comm_desc_v1 shm_desc = {
 	.config_section = "shm",
 	.params = shm_params,
 	.n_params = sizeof(shm_params) / sizeof(shm_params[0]),
+	.scope = ACCEL_COMM_SCOPE_NODE,
+	.preference = ACCEL_COMM_PREF_NODE,
 };
 
 /* ---- requests ---- */
@@ -499,31 +501,37 @@ static int online_cpus(void)
 
 static void shm_fini(void *state);
 
-static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
-                    void **ret_state)
+/* A communicator of `world` ranks (the job's, or a group's): tunables from
+ * the config, the control segment joined through the store under c->ns. */
+static int comm_open(const accel_host_v1 *host, accel_host *h, int32_t rank, int32_t world,
+                     int64_t timeout_ms, const char *job_id, const shm_comm *parent,
+                     const char *group_tag, const int32_t *wranks, shm_comm **ret)
 {
 	shm_comm *c = NULL;
 	int st;
-
-	if (!args || !ACCEL_COMM_INIT_HAS(args, job_id))
-		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is too old");
-	if (args->world_size < 1 || args->rank < 0 || args->rank >= args->world_size)
-		return host->error(h, ACCEL_ERR_INVALID_ARG, "init: rank %d is not in a world of %d",
-		                   (int)args->rank, (int)args->world_size);
-	if (args->num_nodes > 1 || (args->local_world_size > 0 && args->local_world_size != args->world_size))
-		return host->error(h, ACCEL_ERR_UNSUPPORTED,
-		                   "shm connects the processes of one node, but this job has %d nodes "
-		                   "(%d of %d ranks here); use backend \"mpi\"",
-		                   (int)args->num_nodes, (int)args->local_world_size,
-		                   (int)args->world_size);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return host->error(h, ACCEL_ERR_NOMEM, "out of memory");
 	c->host = host;
 	c->h = h;
-	c->rank = args->rank;
-	c->world = args->world_size;
-	c->timeout_ms = args->timeout_ms > 0 ? args->timeout_ms : 300000;
+	c->rank = rank;
+	c->world = world;
+	if (group_tag) {
+		/* under the parent communicator's keys, which its instance number
+		 * made unique in the job (a later context may split the same way) */
+		shm_fmt(c->ns, sizeof(c->ns), "%s/%lld/g%s", parent->ns, (long long)parent->inst,
+		        group_tag);
+		shm_fmt(c->gname, sizeof(c->gname), "-g%s", group_tag);
+		c->wranks = malloc(sizeof(int32_t) * (size_t)world);
+		if (!c->wranks) {
+			free(c);
+			return host->error(h, ACCEL_ERR_NOMEM, "out of memory");
+		}
+		memcpy(c->wranks, wranks, sizeof(int32_t) * (size_t)world);
+	} else {
+		shm_fmt(c->ns, sizeof(c->ns), "accel/shm");
+	}
+	c->timeout_ms = timeout_ms > 0 ? timeout_ms : 300000;
 	/* deadlines are now + timeout in ns (uint64): 1e12 ms, about 31 years,
 	 * is in effect no limit and cannot wrap (the core caps it there too) */
 	if (c->timeout_ms > INT64_C(1000000000000))
@@ -564,19 +572,68 @@ static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		st = host->error(h, ACCEL_ERR_NOMEM, "out of memory");
 		goto fail;
 	}
-	if ((st = shm_seg_open(c, args)))
+	if ((st = shm_seg_open(c, job_id)))
 		goto fail;
 	if ((st = pthread_create(&c->thread, NULL, comm_thread, c)) != 0) {
 		st = host->error(h, ACCEL_ERR_SYSTEM, "cannot start the comm thread: %s", strerror(st));
 		goto fail;
 	}
 	c->thread_started = 1;
-	*ret_state = c;
+	*ret = c;
 	return ACCEL_OK;
 
 fail:
 	shm_fini(c);
 	return st;
+}
+
+static int shm_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
+                    void **ret_state)
+{
+	if (!args || !ACCEL_COMM_INIT_HAS(args, job_id))
+		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is too old");
+	if (args->world_size < 1 || args->rank < 0 || args->rank >= args->world_size)
+		return host->error(h, ACCEL_ERR_INVALID_ARG, "init: rank %d is not in a world of %d",
+		                   (int)args->rank, (int)args->world_size);
+	if (args->num_nodes > 1 || (args->local_world_size > 0 && args->local_world_size != args->world_size))
+		return host->error(h, ACCEL_ERR_UNSUPPORTED,
+		                   "shm connects the processes of one node, but this job has %d nodes "
+		                   "(%d of %d ranks here); use backend \"mpi\"",
+		                   (int)args->num_nodes, (int)args->local_world_size,
+		                   (int)args->world_size);
+	shm_comm *c = NULL;
+	int st = comm_open(host, h, args->rank, args->world_size, args->timeout_ms, args->job_id,
+	                   NULL, NULL, NULL, &c);
+	if (st)
+		return st;
+	*ret_state = c;
+	return ACCEL_OK;
+}
+
+/* A group: a communicator of its own (control segment, comm thread) for the
+ * members, bootstrapped through the store under the group's tag; the
+ * parent's segment is not touched, so no op of the parent is disturbed. */
+static int shm_split(void *state, const accel_comm_split_v1 *args, void **ret_state)
+{
+	shm_comm *p = state;
+	if (!args || args->struct_size < offsetof(accel_comm_split_v1, local_size) + sizeof(int32_t))
+		return p->host->error(p->h, ACCEL_ERR_ABI, "split: accel_comm_split_v1 is too old");
+	if (args->color == ACCEL_COMM_SPLIT_NONE) {
+		*ret_state = NULL;
+		return ACCEL_OK;
+	}
+	if (args->size < 1 || args->rank < 0 || args->rank >= args->size || !args->ranks ||
+	    !args->tag)
+		return p->host->error(p->h, ACCEL_ERR_INVALID_ARG,
+		                      "split: rank %d is not in a group of %d", (int)args->rank,
+		                      (int)args->size);
+	shm_comm *c = NULL;
+	int st = comm_open(p->host, p->h, args->rank, args->size, args->timeout_ms, args->job_id,
+	                   p, args->tag, args->ranks, &c);
+	if (st)
+		return st;
+	*ret_state = c;
+	return ACCEL_OK;
 }
 
 static void shm_fini(void *state)
@@ -629,6 +686,7 @@ static void shm_fini(void *state)
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv_work);
 	pthread_cond_destroy(&c->cv_done);
+	free(c->wranks);
 	free(c);
 }
 
@@ -658,6 +716,8 @@ static const accel_comm_v1 shm_vtable = {
 	.barrier = shm_barrier,
 	.wait = shm_req_wait,
 	.test = shm_req_test,
+	.split = shm_split,
+	.cleanup = shm_seg_cleanup,
 };
 
 ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)

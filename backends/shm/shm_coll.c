@@ -197,7 +197,7 @@ static int validate(shm_comm *c, const shm_op *op, char *msg, size_t cap)
 		shm_fmt(msg, cap,
 		         "collective mismatch: rank %d issued %s but rank %d issued %s; every rank "
 		         "must issue the same collectives with the same sizes in the same order",
-		         (int)c->rank, mine, (int)q, theirs);
+		         shm_wr(c, c->rank), mine, shm_wr(c, q), theirs);
 		return ACCEL_ERR_COMM;
 	}
 	return ACCEL_OK;

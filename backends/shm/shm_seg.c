@@ -130,9 +130,9 @@ static void stale_sweep(shm_comm *c)
 	closedir(d);
 }
 
-static int store_key(char *buf, size_t cap, int64_t inst)
+static int store_key(const shm_comm *c, char *buf, size_t cap, int64_t inst)
 {
-	return shm_fmt(buf, cap, "accel/shm/%lld/segment", (long long)inst);
+	return shm_fmt(buf, cap, "%s/%lld/segment", c->ns, (long long)inst);
 }
 
 /* Rank 0, the segment's creator, verifiably died: its pid is in our pid
@@ -173,7 +173,8 @@ static int wait_all_attached(shm_comm *c, char *err, size_t cap)
 		 * the timeout and the store's verdict tell) */
 		if (c->rank != 0 && rank0_gone(c)) {
 			int32_t pid0 = c->hdr->creator_pid;
-			shm_fmt(err, cap, "rank 0 (pid %d) died while the ranks attached", (int)pid0);
+			shm_fmt(err, cap, "rank %d (pid %d) died while the ranks attached", shm_wr(c, 0),
+			        (int)pid0);
 			return ACCEL_ERR_PEER;
 		}
 		if (shm_now_ns() >= deadline) {
@@ -187,7 +188,7 @@ static int wait_all_attached(shm_comm *c, char *err, size_t cap)
 				n++;
 				if (len < sizeof(list)) {
 					int w = shm_fmt(list + len, sizeof(list) - len, "%s%d", n > 1 ? ", " : "",
-					                 (int)q);
+					                 shm_wr(c, q));
 					len += w > 0 ? (size_t)w : 0;
 				}
 			}
@@ -238,7 +239,7 @@ static void open_pidfds(shm_comm *c)
 	}
 }
 
-int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
+int shm_seg_open(shm_comm *c, const char *job_id)
 {
 	const accel_host_v1 *host = c->host;
 	layout l;
@@ -281,20 +282,23 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 		                   "the host offers no rendezvous store; shm needs it to join %d ranks",
 		                   (int)c->world);
 	int64_t ticket = 0;
-	st = host->store_add(c->h, "accel/shm/instances", 1, &ticket);
+	char ikey[200];
+	shm_fmt(ikey, sizeof(ikey), "%s/instances", c->ns);
+	st = host->store_add(c->h, ikey, 1, &ticket);
 	if (st)
 		return host->error(c->h, st,
 		                   "cannot reach the rendezvous store to join the other ranks (launch "
 		                   "with `accel launch`, or set ACCEL_MASTER_ADDR/ACCEL_MASTER_PORT)");
 	int64_t inst = (ticket - 1) / c->world;
-	char key[96], tag[48];
-	store_key(key, sizeof(key), inst);
-	job_tag(args->job_id, tag, sizeof(tag));
+	c->inst = inst;
+	char key[240], tag[48];
+	store_key(c, key, sizeof(key), inst);
+	job_tag(job_id, tag, sizeof(tag));
 
 	if (c->rank == 0) {
 		stale_sweep(c);
-		shm_fmt(c->name, sizeof(c->name), "/accel-shm-%d-%s-%lld", (int)getpid(), tag,
-		         (long long)inst);
+		shm_fmt(c->name, sizeof(c->name), "/accel-shm-%d-%s%s-%lld", (int)getpid(), tag,
+		         c->gname, (long long)inst);
 		fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
 		if (fd < 0) {
 			st = host->error(c->h, ACCEL_ERR_SYSTEM, "cannot create shared memory %s: %s",
@@ -502,4 +506,47 @@ void shm_seg_close(shm_comm *c)
 	c->pids = NULL;
 	c->pidfds = NULL;
 	c->pid_visible = NULL;
+}
+
+/* After a failed job: the names its ranks created and nobody removed (the
+ * bootstrap never finished).  A name is this job's when its creator pid is
+ * one of the job's ranks and it is no older than the job; only our own. */
+int shm_seg_cleanup(const accel_host_v1 *host, accel_host *h, const accel_comm_cleanup_v1 *args)
+{
+	(void)host;
+	(void)h;
+	if (!args || args->struct_size < offsetof(accel_comm_cleanup_v1, note_arg) + sizeof(void *))
+		return ACCEL_OK;
+	DIR *d = opendir("/dev/shm");
+	if (!d)
+		return ACCEL_OK;
+	const char *prefix = "accel-shm-";
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		char *end;
+		long pid = strtol(e->d_name + strlen(prefix), &end, 10);
+		if (pid <= 0 || *end != '-')
+			continue;
+		int ours = -1;
+		for (int32_t i = 0; i < args->n_ranks && ours < 0; i++)
+			if (args->pids && args->pids[i] == (int64_t)pid)
+				ours = i;
+		char path[320];
+		struct stat sb;
+		shm_fmt(path, sizeof(path), "/dev/shm/%s", e->d_name);
+		if (ours < 0 || stat(path, &sb) != 0 || sb.st_uid != geteuid() ||
+		    (int64_t)sb.st_ctime < args->started_unix)
+			continue;
+		if (shm_unlink(path + strlen("/dev/shm")) == 0 && args->note) {
+			char msg[480];
+			shm_fmt(msg, sizeof(msg),
+			        "removed %s, shared memory that rank %d created and the job left behind",
+			        path, args->ranks ? (int)args->ranks[ours] : ours);
+			args->note(args->note_arg, msg);
+		}
+	}
+	closedir(d);
+	return ACCEL_OK;
 }

@@ -195,6 +195,12 @@ void shm_op_describe(const shm_comm *c, const shm_op *op, char *buf, size_t cap)
 		shm_fmt(buf, cap, "collective #%llu", seq);
 		break;
 	}
+	if (c->gname[0]) {
+		/* "-g1c1" -> " on group 1c1": the sequence number is the group's */
+		size_t len = strlen(buf);
+		if (len + 1 < cap)
+			shm_fmt(buf + len, cap - len, " on group %s", c->gname + 2);
+	}
 }
 
 static int proc_is_zombie(int32_t pid)
@@ -218,7 +224,7 @@ int shm_peer_dead(shm_comm *c, int32_t q, char *why, size_t cap)
 	int dead = 0;
 
 	if (atomic_load_explicit(&c->ranks[q].state, memory_order_acquire) == SHM_RANK_LEFT) {
-		shm_fmt(why, cap, "rank %d (pid %d) left the job (freed its communicator)", (int)q,
+		shm_fmt(why, cap, "rank %d (pid %d) left the job (freed its communicator)", shm_wr(c, q),
 		         (int)pid);
 		return 1;
 	}
@@ -229,7 +235,8 @@ int shm_peer_dead(shm_comm *c, int32_t q, char *why, size_t cap)
 		dead = (kill(pid, 0) == -1 && errno == ESRCH) || proc_is_zombie(pid);
 	}
 	if (dead)
-		shm_fmt(why, cap, "rank %d (pid %d) is dead (exited or was killed)", (int)q, (int)pid);
+		shm_fmt(why, cap, "rank %d (pid %d) is dead (exited or was killed)", shm_wr(c, q),
+		        (int)pid);
 	return dead;
 }
 
@@ -245,7 +252,7 @@ static int list_missing(const shm_comm *c, int use_sig, uint64_t target, int32_t
 			continue;
 		n++;
 		if (n <= 16 && len < cap) {
-			int w = shm_fmt(buf + len, cap - len, "%s%d", n > 1 ? ", " : "", (int)q);
+			int w = shm_fmt(buf + len, cap - len, "%s%d", n > 1 ? ", " : "", shm_wr(c, q));
 			len += w > 0 ? (size_t)w : 0;
 		}
 	}
@@ -273,7 +280,7 @@ int shm_check_abort(shm_comm *c, const shm_op *op, char *msg, size_t cap)
 		shm_fmt(msg, cap, "%s: the communicator failed earlier: %s", what, c->hdr->abort_msg);
 	else
 		shm_fmt(msg, cap, "%s: aborted because rank %d failed: %s", what,
-		         (int)c->hdr->abort_rank, c->hdr->abort_msg);
+		         shm_wr(c, c->hdr->abort_rank), c->hdr->abort_msg);
 	return code;
 }
 

@@ -52,6 +52,8 @@ struct accel_comm_req {
 	                             allgather: elements each rank sends */
 	int32_t root;
 	op_hdr hdr;               /* what this rank sends at the op's start */
+	const char *group;        /* " on group <tag>" for messages, "" for the world
+	                             (the state's, which outlives the request) */
 	int status;
 	char msg[TCP_MSG_MAX];
 };
@@ -70,6 +72,13 @@ typedef struct tcp_state {
 	int64_t spin_ns;          /* polling without sleeping at the start of an
 	                             exchange (0 with more local ranks than CPUs) */
 	int64_t comm_no;          /* this communicator's number in the job */
+	char ns[128];             /* its store keys: "tcp/<comm_no>", or a group's
+	                             "<parent's>/g<tag>" */
+	int32_t *wranks;          /* a group's members by world rank; NULL: the world */
+	char self[96];            /* "rank 1 of 4" / "world rank 3 (1 of 2 in group 1c1)" */
+	char group[104];          /* " on group 1c1", or "" */
+	char master_addr[256];    /* from init, for a group's bootstrap ("": none) */
+	int32_t num_nodes;        /* from init (-1: unknown) */
 	tcp_peer *peers;          /* world entries */
 	int listen_fd;
 
@@ -106,6 +115,12 @@ typedef struct tcp_state {
 	int fail_code;
 	char fail_msg[TCP_MSG_MAX];
 } tcp_state;
+
+/* The world rank of rank q of this communicator (messages name those). */
+static inline int tcp_wr(const tcp_state *st, int32_t q)
+{
+	return st->wranks && q >= 0 && q < st->world ? (int)st->wranks[q] : (int)q;
+}
 
 /* tcp_boot.c: the listening socket, the address published in the store and
  * the full mesh.  Records errors through the host; returns the status. */

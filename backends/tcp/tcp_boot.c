@@ -156,19 +156,19 @@ int tcp_store_probe(const tcp_state *st, const char *key, char *buf, size_t cap)
 
 static void gone_key(const tcp_state *st, int32_t rank, char *key, size_t cap)
 {
-	snprintf(key, cap, "tcp/%lld/gone/%d", (long long)st->comm_no, rank);
+	snprintf(key, cap, "%s/gone/%d", st->ns, rank);
 }
 
 int tcp_gone_probe(const tcp_state *st, int32_t rank, char *buf, size_t cap)
 {
-	char key[96];
+	char key[192];
 	gone_key(st, rank, key, sizeof(key));
 	return tcp_store_probe(st, key, buf, cap);
 }
 
 void tcp_note_gone(tcp_state *st, const char *note)
 {
-	char key[96];
+	char key[192];
 	if (!st->host->store_set || !st->comm_no || st->world < 2)
 		return;
 	gone_key(st, st->rank, key, sizeof(key));
@@ -392,7 +392,7 @@ static int connect_to(tcp_state *st, int32_t q, const char *addr, const char *po
 	}
 	freeaddrinfo(res);
 	boot_error(st, ACCEL_ERR_TIMEOUT, "cannot connect to rank %d at %s:%s (%s) within %.1f s%s%s",
-	           q, addr, port, st->peers[q].where, (double)st->timeout_ms / 1000.0,
+	           tcp_wr(st, q), addr, port, st->peers[q].where, (double)st->timeout_ms / 1000.0,
 	           err ? ": " : " (no answer)", err ? strerror(err) : "");
 	return -1;
 }
@@ -449,7 +449,7 @@ static const char *hello_bad(const tcp_state *st, uint64_t job, const hello *m, 
 
 static int publish(tcp_state *st, const char *addr, const char *port)
 {
-	char key[96], rec[512], host[256] = "?";
+	char key[192], rec[512], host[256] = "?";
 	gethostname(host, sizeof(host) - 1);
 	host[sizeof(host) - 1] = '\0';
 	for (char *p = host; *p; p++)
@@ -459,7 +459,7 @@ static int publish(tcp_state *st, const char *addr, const char *port)
 	if (n < 0 || (size_t)n >= sizeof(rec))
 		return boot_error(st, ACCEL_ERR_CONFIG, "this rank's address record is too long "
 		                  "(address '%s')", addr);
-	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, st->rank);
+	snprintf(key, sizeof(key), "%s/addr/%d", st->ns, st->rank);
 	if (st->host->store_set(st->h, key, rec, (uint64_t)n) != ACCEL_OK)
 		return boot_error(st, ACCEL_ERR_COMM,
 		                  "cannot publish this rank's address in the rendezvous store "
@@ -472,8 +472,8 @@ static int publish(tcp_state *st, const char *addr, const char *port)
  * that is not a record, else the store's status.  Fills peers[q].where. */
 static int try_record(tcp_state *st, int32_t q, char *rec, size_t cap, char **addr, char **port)
 {
-	char key[96], *pid, *host;
-	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, q);
+	char key[192], *pid, *host;
+	snprintf(key, sizeof(key), "%s/addr/%d", st->ns, q);
 	int rc = tcp_store_probe(st, key, rec, cap);
 	if (rc != ACCEL_OK)
 		return rc;
@@ -489,8 +489,8 @@ static int try_record(tcp_state *st, int32_t q, char *rec, size_t cap, char **ad
 static int lookup(tcp_state *st, int32_t q, int64_t deadline, char *rec, size_t cap, char **addr,
                   char **port)
 {
-	char key[96], why[512];
-	snprintf(key, sizeof(key), "tcp/%lld/addr/%d", (long long)st->comm_no, q);
+	char key[192], why[512];
+	snprintf(key, sizeof(key), "%s/addr/%d", st->ns, q);
 	int64_t pause_us = 5000;
 	for (;;) {
 		int rc = try_record(st, q, rec, cap, addr, port);
@@ -553,9 +553,9 @@ static int take_hello(tcp_state *st, pending *pc, uint64_t job, int64_t deadline
 		if (tr == ACCEL_ERR_NOT_FOUND)
 			bad = "a process without a published address";
 		else if (tr == ACCEL_ERR_CHECKPOINT)
-			return boot_error(st, ACCEL_ERR_COMM, "store key 'tcp/%lld/addr/%d' does not "
+			return boot_error(st, ACCEL_ERR_COMM, "store key '%s/addr/%d' does not "
 			                  "hold a tcp address record; are two jobs sharing one store?",
-			                  (long long)st->comm_no, q);
+			                  st->ns, q);
 		else if (tr != ACCEL_OK && job_failed(st, rec, sizeof(rec)))
 			return job_failed_error(st, "for the ranks to connect", rec);
 		else if (tr != ACCEL_OK)
@@ -575,7 +575,7 @@ static int take_hello(tcp_state *st, pending *pc, uint64_t job, int64_t deadline
 		sd = deadline;
 	if (tcp_send_all(pc->fd, &back, sizeof(back), sd))
 		return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed its connection during "
-		                  "the hello: %s", q, st->peers[q].where, strerror(errno));
+		                  "the hello: %s", tcp_wr(st, q), st->peers[q].where, strerror(errno));
 	/* after the answer, so that q sees the difference and says so too
 	 * (pc->fd stays with the caller, which closes it) */
 	int rc = settings_differ(st, &pc->m);
@@ -724,9 +724,13 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 	int64_t deadline = coll_deadline_ns(st->timeout_ms);
 	uint64_t job = job_hash(args->job_id);
 
-	snprintf(key, sizeof(key), "tcp/count/%d", st->rank);
-	if ((rc = st->host->store_add(st->h, key, 1, &st->comm_no)))
-		return rc;
+	if (!st->ns[0]) {
+		/* the world: the k-th communicator of every rank */
+		snprintf(key, sizeof(key), "tcp/count/%d", st->rank);
+		if ((rc = st->host->store_add(st->h, key, 1, &st->comm_no)))
+			return rc;
+		snprintf(st->ns, sizeof(st->ns), "tcp/%lld", (long long)st->comm_no);
+	}   /* a group: named by its tag (tcp_split) */
 	if ((rc = pick_addr(st, args, cfg_addr, addr, sizeof(addr))) ||
 	    (rc = listen_on(st, addr, port, sizeof(port))) || (rc = publish(st, addr, port)))
 		return rc;
@@ -744,7 +748,7 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 		hello_fill(st, job, q, &m);
 		if (tcp_send_all(fd, &m, sizeof(m), deadline))
 			return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed the connection before "
-			                  "the hello: %s", q, st->peers[q].where, strerror(errno));
+			                  "the hello: %s", tcp_wr(st, q), st->peers[q].where, strerror(errno));
 		/* its answer, watching the job (q may itself still be connecting) */
 		size_t got = 0;
 		while (got < sizeof(back)) {
@@ -766,22 +770,22 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 			int e = n == 0 ? ECONNRESET : errno;
 			if (e != ETIMEDOUT && peer_note(st, q, why, sizeof(why)))
 				return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed the connection "
-				                  "during the hello: %s", q, st->peers[q].where, why);
+				                  "during the hello: %s", tcp_wr(st, q), st->peers[q].where, why);
 			return boot_error(st, e == ETIMEDOUT ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_PEER,
-			                  "rank %d (%s) did not answer the connection's hello%s: %s", q,
-			                  st->peers[q].where, e == ETIMEDOUT ? " in time" : "",
+			                  "rank %d (%s) did not answer the connection's hello%s: %s",
+			                  tcp_wr(st, q), st->peers[q].where, e == ETIMEDOUT ? " in time" : "",
 			                  strerror(e));
 		}
 		/* another version: the rest of its hello means something else */
 		if (back.magic == TCP_MAGIC && back.proto != TCP_PROTO)
 			return boot_error(st, ACCEL_ERR_COMM, "rank %d (%s) runs tcp backend protocol %u, "
-			                  "this rank %u: every node must run the same accel version", q,
-			                  st->peers[q].where, back.proto, TCP_PROTO);
+			                  "this rank %u: every node must run the same accel version",
+			                  tcp_wr(st, q), st->peers[q].where, back.proto, TCP_PROTO);
 		/* its answer comes from q, addressed to us */
 		const char *bad = hello_bad(st, job, &back, q);
 		if (bad)
 			return boot_error(st, ACCEL_ERR_COMM, "the process at %s is %s, not rank %d of "
-			                  "this communicator", st->peers[q].where, bad, q);
+			                  "this communicator", st->peers[q].where, bad, tcp_wr(st, q));
 		if ((rc = settings_differ(st, &back)))
 			return rc;
 		tune(st, fd);

@@ -113,7 +113,8 @@ static int req_fail(accel_comm_req *r, int code, const char *fmt, ...)
 	vsnprintf(tail, sizeof(tail), fmt, ap);
 	va_end(ap);
 	req_describe(r, what, sizeof(what));
-	snprintf(r->msg, sizeof(r->msg), "%s: %.*s", what, TCP_MSG_MAX - 200, tail);
+	snprintf(r->msg, sizeof(r->msg), "%s%s: %.*s", what, r->group ? r->group : "",
+	         TCP_MSG_MAX - 200, tail);
 	r->status = code;
 	return code;
 }
@@ -178,7 +179,7 @@ static void also_closed(const tcp_state *st, int32_t failed, char *buf, size_t c
 		if (poll(&p, 1, 0) != 1 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 			continue;
 		k += (size_t)snprintf(buf + k, cap - k, "%srank %d (%s)",
-		                      named++ ? ", " : "; the connection of ", q, st->peers[q].where);
+		                      named++ ? ", " : "; the connection of ", tcp_wr(st, q), st->peers[q].where);
 	}
 	if (named)
 		snprintf(buf + k, cap - k, " closed too");
@@ -194,8 +195,8 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 	char also[384], verdict[600], note[600], how[160];
 	int gone = peer_gone_note(st, p, note, sizeof(note));
 	if (gone > 0)
-		return req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) closed its connection: %s", p,
-		                st->peers[p].where, note);
+		return req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) closed its connection: %s",
+		                tcp_wr(st, p), st->peers[p].where, note);
 	also_closed(st, p, also, sizeof(also));
 	if (gone < 0 && st->rank == 0)
 		snprintf(verdict, sizeof(verdict), "; this rank cannot reach the rendezvous store it "
@@ -203,7 +204,7 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 	else if (gone < 0)
 		snprintf(verdict, sizeof(verdict), "; the rendezvous store cannot be reached either "
 		         "(rank 0, which hosts it, is gone), so whether rank %d crashed or freed its "
-		         "context after a failure of its own is unknown", p);
+		         "context after a failure of its own is unknown", tcp_wr(st, p));
 	else
 		store_verdict(st, 500, verdict, sizeof(verdict));
 	int silent = e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN;
@@ -219,11 +220,11 @@ static int peer_failed(tcp_state *st, accel_comm_req *r, int32_t p, int sending,
 		         e ? strerror(e) : "no progress");
 	else if (e)
 		snprintf(how, sizeof(how), "its connection failed (%s) while rank %d waited for its "
-		         "data", strerror(e), st->rank);
+		         "data", strerror(e), tcp_wr(st, st->rank));
 	else
 		snprintf(how, sizeof(how), "its connection closed while rank %d waited for its data",
-		         st->rank);
-	return req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) is gone: %s%s%s%s", p, st->peers[p].where,
+		         tcp_wr(st, st->rank));
+	return req_fail(r, ACCEL_ERR_PEER, "rank %d (%s) is gone: %s%s%s%s", tcp_wr(st, p), st->peers[p].where,
 	                how, gone < 0 || silent ? "" : "; it exited without freeing its context, "
 	                                               "crashed or was killed",
 	                also, verdict);
@@ -329,28 +330,28 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 					if (cur_r[p] < 0)
 						continue;
 					k += (size_t)snprintf(list + k, sizeof(list) - k, "%srank %d (%s)",
-					                      named++ ? ", " : "", p, st->peers[p].where);
+					                      named++ ? ", " : "", tcp_wr(st, p), st->peers[p].where);
 				}
 				if (!named) {
 					for (int32_t p = 0; p < w && k < sizeof(list) - 160; p++)
 						if (cur_s[p] >= 0)
 							k += (size_t)snprintf(list + k, sizeof(list) - k, "%srank %d (%s)",
-							                      named++ ? ", " : "", p, st->peers[p].where);
+							                      named++ ? ", " : "", tcp_wr(st, p), st->peers[p].where);
 					rc = req_fail(r, ACCEL_ERR_TIMEOUT,
-					              "did not complete within %.1f s on rank %d of %d: %s stopped "
+					              "did not complete within %.1f s on %s: %s stopped "
 					              "taking data (hung, stopped, or busy elsewhere)",
-					              (double)st->timeout_ms / 1000.0, st->rank, w, list);
+					              (double)st->timeout_ms / 1000.0, st->self, list);
 				}
 				else if (arriving)
 					rc = req_fail(r, ACCEL_ERR_TIMEOUT,
-					              "did not complete within %.1f s on rank %d of %d: %s never "
+					              "did not complete within %.1f s on %s: %s never "
 					              "arrived (busy elsewhere, hung, or issued fewer collectives)",
-					              (double)st->timeout_ms / 1000.0, st->rank, w, list);
+					              (double)st->timeout_ms / 1000.0, st->self, list);
 				else
 					rc = req_fail(r, ACCEL_ERR_TIMEOUT,
-					              "did not complete within %.1f s on rank %d of %d: %s "
+					              "did not complete within %.1f s on %s: %s "
 					              "stopped sending in the middle of it",
-					              (double)st->timeout_ms / 1000.0, st->rank, w, list);
+					              (double)st->timeout_ms / 1000.0, st->self, list);
 				goto out;
 			}
 			if (ms && rest < 100000000)
@@ -444,12 +445,12 @@ static int run_header(tcp_state *st, accel_comm_req *r, int64_t deadline, const 
 		if (t->magic == TCP_MAGIC && t->kind == OP_BYE) {
 			rc = req_fail(r, ACCEL_ERR_PEER,
 			              "rank %d (%s) left the job (it freed its context after #%llu) "
-			              "while rank %d waits in this collective", p, st->peers[p].where,
-			              (unsigned long long)t->seq, st->rank);
+			              "while rank %d waits in this collective", tcp_wr(st, p), st->peers[p].where,
+			              (unsigned long long)t->seq, tcp_wr(st, st->rank));
 		} else if (t->magic != TCP_MAGIC) {
 			rc = req_fail(r, ACCEL_ERR_COMM,
 			              "rank %d (%s) sent data that is not a collective's header: the "
-			              "ranks' streams are out of step", p, st->peers[p].where);
+			              "ranks' streams are out of step", tcp_wr(st, p), st->peers[p].where);
 		} else if (memcmp(t, &r->hdr, sizeof(op_hdr)) != 0) {
 			char a[192], b[192];
 			hdr_describe(&r->hdr, a, sizeof(a));
@@ -457,7 +458,7 @@ static int run_header(tcp_state *st, accel_comm_req *r, int64_t deadline, const 
 			snprintf(r->msg, sizeof(r->msg),
 			         "collective mismatch: rank %d issued %s but rank %d issued %s; every "
 			         "rank must issue the same collectives with the same sizes in the same "
-			         "order", st->rank, a, p, b);
+			         "order", tcp_wr(st, st->rank), a, tcp_wr(st, p), b);
 			rc = r->status = ACCEL_ERR_COMM;
 		}
 	}
@@ -785,6 +786,7 @@ static accel_comm_req *req_new(tcp_state *st, int kind, uint32_t dtype, uint32_t
 		return NULL;
 	}
 	r->kind = kind;
+	r->group = st->group;
 	r->dtype = dtype;
 	r->red = red;
 	r->esz = accel_abi_dtype_size(dtype);
@@ -1038,17 +1040,23 @@ static void tcp_fini(void *state)
 	free(st->pf);
 	free(st->who);
 	free(st->unacked_since);
+	free(st->wranks);
 	free(st);
 }
 
-static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
-                    void **ret_state)
+/* A group's names (tcp_split); NULL for the world. */
+typedef struct tcp_group {
+	const char *ns;
+	int64_t comm_no;
+	const int32_t *wranks;
+	const char *tag;
+} tcp_group;
+
+/* A communicator: the world's (g NULL) or a group's, whose mesh is
+ * bootstrapped under the group's store keys. */
+static int tcp_open(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
+                    const tcp_group *g, void **ret_state)
 {
-	if (!args || !ACCEL_COMM_INIT_HAS(args, job_id))
-		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is %s",
-		                   args ? "too small (older core?)" : "NULL");
-	if (!ret_state || args->world_size < 1 || args->rank < 0 || args->rank >= args->world_size)
-		return host->error(h, ACCEL_ERR_INVALID_ARG, "tcp backend: bad init arguments");
 	tcp_state *st = calloc(1, sizeof(*st));
 	if (!st)
 		return host->error(h, ACCEL_ERR_NOMEM, "tcp backend: out of memory");
@@ -1058,6 +1066,24 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	st->world = args->world_size;
 	st->timeout_ms = args->timeout_ms;
 	st->listen_fd = -1;
+	st->num_nodes = args->num_nodes;
+	if (ACCEL_COMM_INIT_HAS(args, master_addr) && args->master_addr)
+		snprintf(st->master_addr, sizeof(st->master_addr), "%s", args->master_addr);
+	if (g) {
+		snprintf(st->ns, sizeof(st->ns), "%s", g->ns);
+		st->comm_no = g->comm_no;
+		st->wranks = malloc(sizeof(int32_t) * (size_t)st->world);
+		if (!st->wranks) {
+			free(st);
+			return host->error(h, ACCEL_ERR_NOMEM, "tcp backend: out of memory");
+		}
+		memcpy(st->wranks, g->wranks, sizeof(int32_t) * (size_t)st->world);
+		snprintf(st->self, sizeof(st->self), "world rank %d (%d of %d in group %s)",
+		         (int)g->wranks[st->rank], (int)st->rank, (int)st->world, g->tag);
+		snprintf(st->group, sizeof(st->group), " on group %s", g->tag);
+	} else {
+		snprintf(st->self, sizeof(st->self), "rank %d of %d", (int)st->rank, (int)st->world);
+	}
 	int64_t chunk_kb = 1024;
 	const char *addr = "";
 	int64_t small_kb = 16;
@@ -1124,6 +1150,56 @@ static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 	return ACCEL_OK;
 }
 
+static int tcp_init(const accel_host_v1 *host, accel_host *h, const accel_comm_init_v1 *args,
+                    void **ret_state)
+{
+	if (!args || !ACCEL_COMM_INIT_HAS(args, job_id))
+		return host->error(h, ACCEL_ERR_ABI, "init: accel_comm_init_v1 is %s",
+		                   args ? "too small (older core?)" : "NULL");
+	if (!ret_state || args->world_size < 1 || args->rank < 0 || args->rank >= args->world_size)
+		return host->error(h, ACCEL_ERR_INVALID_ARG, "tcp backend: bad init arguments");
+	return tcp_open(host, h, args, NULL, ret_state);
+}
+
+/* A group: a mesh of its own between the members, bootstrapped like the
+ * world's (addresses in the store, hellos) under "<parent's keys>/g<tag>"
+ * (unique in the job even when a later context splits the same way); the
+ * parent's connections are not touched. */
+static int tcp_split(void *state, const accel_comm_split_v1 *args, void **ret_state)
+{
+	tcp_state *p = state;
+	if (!args || args->struct_size < offsetof(accel_comm_split_v1, local_size) + sizeof(int32_t))
+		return p->host->error(p->h, ACCEL_ERR_ABI, "split: accel_comm_split_v1 is too old");
+	if (args->color == ACCEL_COMM_SPLIT_NONE) {
+		*ret_state = NULL;
+		return ACCEL_OK;
+	}
+	if (args->size < 1 || args->rank < 0 || args->rank >= args->size || !args->ranks ||
+	    !args->tag)
+		return p->host->error(p->h, ACCEL_ERR_INVALID_ARG,
+		                      "split: rank %d is not in a group of %d", (int)args->rank,
+		                      (int)args->size);
+	accel_comm_init_v1 a = {
+		.struct_size = sizeof(a), .rank = args->rank, .world_size = args->size,
+		.local_rank = 0, .local_world_size = args->local_size, .node_rank = 0,
+		.num_nodes = args->num_nodes, .device_index = -1, .timeout_ms = args->timeout_ms,
+		.job_id = args->job_id, .master_addr = p->master_addr[0] ? p->master_addr : NULL,
+		.keepalive_ms = p->keepalive_ms};
+	/* the hello's communicator number: from the keys (the same on every
+	 * member), kept apart from the world's counter values */
+	char ns[128];
+	int nl = snprintf(ns, sizeof(ns), "%s/g%s", p->ns, args->tag);
+	if (nl < 0 || (size_t)nl >= sizeof(ns))
+		return p->host->error(p->h, ACCEL_ERR_INVALID_ARG,
+		                      "split: group %s is nested too deeply for tcp's store keys",
+		                      args->tag);
+	uint64_t hsh = 1469598103934665603ull;  /* FNV-1a */
+	for (const char *c = ns; *c; c++)
+		hsh = (hsh ^ (unsigned char)*c) * 1099511628211ull;
+	tcp_group g = {ns, (int64_t)((hsh >> 3) | (UINT64_C(1) << 60)), args->ranks, args->tag};
+	return tcp_open(p->host, p->h, &a, &g, ret_state);
+}
+
 static const accel_param_schema_v1 tcp_params[] = {
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "chunk_kb", "1024", 4, 65536, NULL,
 	 "KiB each rank exchanges with each peer per pipeline round of an all-reduce, "
@@ -1147,6 +1223,8 @@ static const accel_comm_desc_v1 tcp_desc = {
 	.config_section = "tcp",
 	.params = tcp_params,
 	.n_params = sizeof(tcp_params) / sizeof(tcp_params[0]),
+	.scope = ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES,
+	.preference = ACCEL_COMM_PREF_FALLBACK,
 };
 
 static const accel_comm_v1 tcp_vtable = {
@@ -1165,6 +1243,7 @@ static const accel_comm_v1 tcp_vtable = {
 	.barrier = tcp_barrier,
 	.wait = tcp_wait,
 	.test = tcp_test,
+	.split = tcp_split,
 };
 
 ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)
