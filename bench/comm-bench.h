@@ -27,7 +27,7 @@
 #include <time.h>
 
 #include "accel/types.h"
-#include "core/half.h"
+#include "backends/common/half.h"
 
 #define CB_OP_ALLREDUCE      0
 #define CB_OP_REDUCE_SCATTER 1

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/common/launch-env.h"
 #include "cli.h"
 #include "launch.h"
 
@@ -500,25 +501,25 @@ int accel_cli_launch(int argc, char **argv)
 	for (int l = 0; l < n; l++) {
 		envlist *e = &adds[l];
 		int r = o.node_rank * n + l, bad = 0;
-		bad |= env_add(e, "ACCEL_RANK", "%d", r);
-		bad |= env_add(e, "ACCEL_LOCAL_RANK", "%d", l);
-		bad |= env_add(e, "ACCEL_WORLD_SIZE", "%d", world);
-		bad |= env_add(e, "ACCEL_LOCAL_WORLD_SIZE", "%d", n);
-		bad |= env_add(e, "ACCEL_NODE_RANK", "%d", o.node_rank);
-		bad |= env_add(e, "ACCEL_NUM_NODES", "%d", o.nnodes);
-		bad |= env_add(e, "ACCEL_MASTER_ADDR", "%s", addr);
-		bad |= env_add(e, "ACCEL_MASTER_PORT", "%d", port);
-		bad |= env_add(e, "ACCEL_JOB_ID", "%s", job_id);
+		bad |= env_add(e, ACCEL_ENV_RANK, "%d", r);
+		bad |= env_add(e, ACCEL_ENV_LOCAL_RANK, "%d", l);
+		bad |= env_add(e, ACCEL_ENV_WORLD_SIZE, "%d", world);
+		bad |= env_add(e, ACCEL_ENV_LOCAL_WORLD_SIZE, "%d", n);
+		bad |= env_add(e, ACCEL_ENV_NODE_RANK, "%d", o.node_rank);
+		bad |= env_add(e, ACCEL_ENV_NUM_NODES, "%d", o.nnodes);
+		bad |= env_add(e, ACCEL_ENV_MASTER_ADDR, "%s", addr);
+		bad |= env_add(e, ACCEL_ENV_MASTER_PORT, "%d", port);
+		bad |= env_add(e, ACCEL_ENV_JOB_ID, "%s", job_id);
 		if (config_abs)
-			bad |= env_add(e, "ACCEL_CONFIG", "%s", config_abs);
+			bad |= env_add(e, ACCEL_ENV_CONFIG, "%s", config_abs);
 		if (set_joined)
-			bad |= env_add(e, "ACCEL_SET", "%s", set_joined);
-		bad |= env_add(e, "RANK", "%d", r);
-		bad |= env_add(e, "WORLD_SIZE", "%d", world);
-		bad |= env_add(e, "LOCAL_RANK", "%d", l);
-		bad |= env_add(e, "LOCAL_WORLD_SIZE", "%d", n);
-		bad |= env_add(e, "MASTER_ADDR", "%s", addr);
-		bad |= env_add(e, "MASTER_PORT", "%d", port);
+			bad |= env_add(e, ACCEL_ENV_SET, "%s", set_joined);
+		bad |= env_add(e, ACCEL_ENV_TORCH_RANK, "%d", r);
+		bad |= env_add(e, ACCEL_ENV_TORCH_WORLD_SIZE, "%d", world);
+		bad |= env_add(e, ACCEL_ENV_TORCH_LOCAL_RANK, "%d", l);
+		bad |= env_add(e, ACCEL_ENV_TORCH_LOCAL_WORLD_SIZE, "%d", n);
+		bad |= env_add(e, ACCEL_ENV_TORCH_MASTER_ADDR, "%s", addr);
+		bad |= env_add(e, ACCEL_ENV_TORCH_MASTER_PORT, "%d", port);
 		if (omp)
 			bad |= env_add(e, "OMP_NUM_THREADS", "%d", omp);
 		if (bad || !(envp[l] = env_merge(e->v, e->n)))

@@ -33,6 +33,7 @@
 
 #include "launch.h"
 #include "store.h"
+#include "backends/common/mono.h"
 
 #define TAIL_LINES 10
 #define TAIL_LINE_MAX 1024
@@ -91,13 +92,6 @@ static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
 /* Signals the launcher was started with ignored (nohup, a background job
  * of a script): they stay ignored, in the launcher and in the ranks. */
 static int inherited_ign[N_HANDLED], pipe_inherited_ign;
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void on_signal(int sig)
 {
@@ -311,7 +305,7 @@ static void begin_stop(launcher *L, int sig)
 	if (L->stopping)
 		return;
 	L->stopping = 1;
-	L->kill_deadline = now_ms() + (int64_t)(L->spec->grace_s * 1000.0 + 0.5);
+	L->kill_deadline = mono_ms() + (int64_t)(L->spec->grace_s * 1000.0 + 0.5);
 	signal_all(L, sig);
 }
 
@@ -510,7 +504,7 @@ static void on_launcher_signal(launcher *L, int sig)
 		say(L, "received %s again: killing all ranks", accel_launch_signame(sig, b, sizeof(b)));
 		signal_all(L, SIGKILL);
 		L->killed = 1;
-		L->final_deadline = now_ms() + KILL_WAIT_MS;
+		L->final_deadline = mono_ms() + KILL_WAIT_MS;
 	}
 }
 
@@ -698,7 +692,7 @@ static int run_loop(launcher *L)
 				pf[nfd++] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
 			}
 		}
-		int64_t now = now_ms();
+		int64_t now = mono_ms();
 		if (!running && !open_streams)
 			break;
 		/* Once the ranks have exited and what they wrote has been read
@@ -777,7 +771,7 @@ static int run_loop(launcher *L)
 			say(L, "poll: %s; killing all ranks", strerror(errno));
 			signal_all(L, SIGKILL);
 			L->killed = 1;
-			L->final_deadline = now_ms() + KILL_WAIT_MS;
+			L->final_deadline = mono_ms() + KILL_WAIT_MS;
 			continue;
 		}
 		if (pf[0].revents & POLLIN) {

@@ -29,6 +29,7 @@
 
 #include <jansson.h>
 
+#include "backends/common/launch-env.h"
 #include "config.h"
 #include "log.h"
 
@@ -208,10 +209,10 @@ static const core_param core_params[] = {
 
 /* ACCEL_* variables that are not configuration. */
 static const char *const reserved_env[] = {
-	"ACCEL_RANK", "ACCEL_LOCAL_RANK", "ACCEL_WORLD_SIZE", "ACCEL_LOCAL_WORLD_SIZE",
-	"ACCEL_NODE_RANK", "ACCEL_NUM_NODES", "ACCEL_MASTER_ADDR", "ACCEL_MASTER_PORT",
-	"ACCEL_CONFIG", "ACCEL_PLUGIN_PATH", "ACCEL_LOG_ALL_RANKS", "ACCEL_JOB_ID",
-	"ACCEL_SET", "ACCEL_CLI",
+	ACCEL_ENV_RANK, ACCEL_ENV_LOCAL_RANK, ACCEL_ENV_WORLD_SIZE, ACCEL_ENV_LOCAL_WORLD_SIZE,
+	ACCEL_ENV_NODE_RANK, ACCEL_ENV_NUM_NODES, ACCEL_ENV_MASTER_ADDR, ACCEL_ENV_MASTER_PORT,
+	ACCEL_ENV_CONFIG, ACCEL_ENV_PLUGIN_PATH, ACCEL_ENV_LOG_ALL_RANKS, ACCEL_ENV_JOB_ID,
+	ACCEL_ENV_SET, ACCEL_ENV_CLI,
 };
 
 int accel_config_env_reserved(const char *name)
@@ -1774,7 +1775,7 @@ int accel_config_load_env(accel_config *cfg, char *const *envp, accel_err *err)
 		memcpy(name, s, n);
 		name[n] = '\0';
 		int r;
-		if (!strcmp(name, "ACCEL_SET")) {
+		if (!strcmp(name, ACCEL_ENV_SET)) {
 			if ((r = load_launch_sets(cfg, eq + 1, err)))
 				return r;
 			continue;
@@ -1796,9 +1797,9 @@ const char *accel_config_find_file(const char **ret_from)
 {
 	static _Thread_local char buf[PATH_MAX];
 	const char *from = NULL, *path = NULL;
-	const char *e = getenv("ACCEL_CONFIG");
+	const char *e = getenv(ACCEL_ENV_CONFIG);
 	if (e && *e) {
-		from = "ACCEL_CONFIG";
+		from = ACCEL_ENV_CONFIG;
 		path = e;
 	} else if (access("accel.json", F_OK) == 0) {
 		from = "./accel.json";

@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "accel/comm.h"
-#include "half.h"
+#include "backends/common/half.h"
 
 #include "launch-ranks.h"
 #include "progs/comm-check.h"
@@ -1001,7 +1001,7 @@ END_TEST
 /* 16-bit floats at the edges: subnormals, the largest finite values (whose
  * sums overflow to infinity), infinities of both signs (whose sum is NaN),
  * NaN, signed zeros; one-shot, pipelined and zero-copy paths; sum and max.
- * Expected: the f32 sum or max in rank order rounded once (core/half.h),
+ * Expected: the f32 sum or max in rank order rounded once (backends/common/half.h),
  * any NaN where an input is NaN or infinities cancel. */
 static const uint16_t k_f16_special[] = {0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00,
                                          0x7e00, 0x8000, 0x0000, 0x3c00, 0x3555, 0x0200, 0x7bfe,

@@ -49,7 +49,7 @@
 
 #include "accel/accel.h"
 #include "accel/comm.h"
-#include "core/half.h"
+#include "backends/common/half.h"
 
 static int g_rank, g_world, g_failures;
 

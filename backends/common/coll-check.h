@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "accel/comm.h"
+#include "backends/common/mono.h"
 
 #define OP_ALLREDUCE      1
 #define OP_REDUCE_SCATTER 2
@@ -46,25 +47,6 @@ static inline void coll_describe(char *buf, size_t cap, int kind, uint64_t seq, 
 		snprintf(buf, cap, "%s #%llu (%s, %llu elements)", coll_op_name(kind),
 		         (unsigned long long)seq, accel_abi_dtype_name(dtype),
 		         (unsigned long long)count);
-}
-
-static inline int64_t coll_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* The deadline timeout_ms from now on the coll_now_ns() clock; 0 (none)
- * when timeout_ms <= 0.  Saturates instead of overflowing. */
-static inline int64_t coll_deadline_ns(int64_t timeout_ms)
-{
-	if (timeout_ms <= 0)
-		return 0;
-	int64_t now = coll_now_ns();
-	if (timeout_ms > (INT64_MAX - now) / 1000000)
-		return INT64_MAX;
-	return now + timeout_ms * 1000000;
 }
 
 /* The dtypes the comm ABI reduces: f32, f64, f16, bf16, i32, i64. */

@@ -427,7 +427,7 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 		r->status = ACCEL_OK;
 		return 1;
 	}
-	if (timed && r->deadline_ns > 0 && coll_now_ns() > r->deadline_ns) {
+	if (timed && r->deadline_ns > 0 && mono_ns() > r->deadline_ns) {
 		char what[160];
 		req_describe(r, what, sizeof(what));
 		r->status = ACCEL_ERR_TIMEOUT;
@@ -449,7 +449,7 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 static void set_deadline(mpi_state *st, accel_comm_req *r)
 {
 	if (st->timeout_ms > 0 && r->deadline_ns == 0)
-		r->deadline_ns = coll_deadline_ns(st->timeout_ms);
+		r->deadline_ns = mono_deadline_ns(st->timeout_ms);
 }
 
 /* Spin on MPI_Test first (lowest latency), then yield the CPU between
@@ -494,10 +494,10 @@ static void *worker_main(void *arg)
 			/* Collectives often come in bursts: watch for the next one
 			 * for a moment before sleeping (a wake-up costs microseconds). */
 			pthread_mutex_unlock(&st->lock);
-			int64_t until = coll_now_ns() + WAIT_SPIN_NS;
+			int64_t until = mono_ns() + WAIT_SPIN_NS;
 			while (!__atomic_load_n(&st->cursor, __ATOMIC_ACQUIRE) &&
 			       !__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) &&
-			       coll_now_ns() < until)
+			       mono_ns() < until)
 				sched_yield();
 			pthread_mutex_lock(&st->lock);
 		}
@@ -832,9 +832,9 @@ static int mpi_wait(void *state, accel_comm_req *r)
 		 * worker enforces the deadline, so this wait ends. */
 		if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE) {
 			pthread_mutex_unlock(&st->lock);
-			int64_t until = coll_now_ns() + WAIT_SPIN_NS;
+			int64_t until = mono_ns() + WAIT_SPIN_NS;
 			while (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE &&
-			       coll_now_ns() < until)
+			       mono_ns() < until)
 				sched_yield();
 			pthread_mutex_lock(&st->lock);
 		}
@@ -887,7 +887,7 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 /* Give timed-out MPI requests a last chance to complete (a late peer). */
 static int drain_lost(mpi_state *st)
 {
-	int64_t deadline = coll_deadline_ns(DRAIN_MAX_MS);
+	int64_t deadline = mono_deadline_ns(DRAIN_MAX_MS);
 	uint32_t spins = 0;
 	if (st->lost_untracked) {
 		st->host->log(st->h, ACCEL_LOG_WARN,
@@ -898,7 +898,7 @@ static int drain_lost(mpi_state *st)
 	for (uint32_t i = 0; i < st->n_lost; i++) {
 		int flag = 0;
 		while (MPI_Test(&st->lost[i].mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag &&
-		       coll_now_ns() < deadline)
+		       mono_ns() < deadline)
 			backoff(&spins);
 		if (!flag) {
 			st->host->log(st->h, ACCEL_LOG_WARN,
@@ -1077,11 +1077,11 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		goto fail;
 	}
 	{
-		int64_t deadline = coll_deadline_ns(st->timeout_ms);
+		int64_t deadline = mono_deadline_ns(st->timeout_ms);
 		uint32_t spins = 0;
 		int flag = 0;
 		while ((mrc = MPI_Test(&dreq, &flag, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !flag &&
-		       !(deadline && coll_now_ns() > deadline))
+		       !(deadline && mono_ns() > deadline))
 			backoff(&spins);
 		if (flag) {
 			st->comm = *dup;

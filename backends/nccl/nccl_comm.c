@@ -171,7 +171,7 @@ static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
  * abort the communicator; *rc gets the status recorded. */
 static ncclResult_t settle(nccl_state *st, const char *name, uint64_t seq, int *rc)
 {
-	int64_t deadline = coll_deadline_ns(st->timeout_ms);
+	int64_t deadline = mono_deadline_ns(st->timeout_ms);
 	ncclResult_t ar = ncclInProgress;
 	uint32_t spins = 0;
 	*rc = ACCEL_OK;
@@ -181,7 +181,7 @@ static ncclResult_t settle(nccl_state *st, const char *name, uint64_t seq, int *
 			return q;
 		if (ar != ncclInProgress)
 			return ar;
-		if (deadline && coll_now_ns() > deadline) {
+		if (deadline && mono_ns() > deadline) {
 			*rc = timeout_fail(st, name, seq);
 			return ncclInProgress;
 		}
@@ -370,7 +370,7 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 	char *base = L->recv;
 	char what[96], name[128];
 	uint64_t seq = st->seq + 1;
-	int64_t deadline = coll_deadline_ns(st->timeout_ms);  /* counted from issue */
+	int64_t deadline = mono_deadline_ns(st->timeout_ms);  /* counted from issue */
 	if (st->failed)
 		return fail_fast(st, L->kind);
 	if ((rc = enter_device(st, &prev)))
@@ -597,7 +597,7 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 		abort_comm(st);
 		goto out;
 	}
-	if (r->deadline_ns && coll_now_ns() > r->deadline_ns) {
+	if (r->deadline_ns && mono_ns() > r->deadline_ns) {
 		accel_comm_req *old = oldest_running(st, r);
 		coll_describe(what, sizeof(what), old->kind, old->seq, old->dtype, old->count);
 		rc = timeout_fail(st, what, old->seq);
@@ -708,7 +708,7 @@ static void nccl_mem_free(void *state, void *ptr)
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
-/* Let the work queued on our stream finish by `deadline` (coll_now_ns
+/* Let the work queued on our stream finish by `deadline` (mono_ns
  * clock, 0: none); a failed communicator, a stuck stream, a stream error or
  * an NCCL error meanwhile abort the communicator instead (after which the
  * stream drains: aborting ends NCCL's kernels).  Called before anything
@@ -724,12 +724,12 @@ static void drain_or_abort(nccl_state *st, int64_t deadline, const char *when)
 	}
 	if (!st->stream)
 		return;
-	int64_t start = coll_now_ns();
+	int64_t start = mono_ns();
 	uint32_t spins = 0;
 	cudaError_t e;
 	ncclResult_t ar = ncclSuccess, q = ncclSuccess;
 	while ((e = cudaStreamQuery(st->stream)) == cudaErrorNotReady &&
-	       (!deadline || coll_now_ns() < deadline)) {
+	       (!deadline || mono_ns() < deadline)) {
 		if ((q = ncclCommGetAsyncError(st->comm, &ar)) != ncclSuccess ||
 		    (ar != ncclSuccess && ar != ncclInProgress))
 			break;
@@ -753,7 +753,7 @@ static void drain_or_abort(nccl_state *st, int64_t deadline, const char *when)
 		code = ACCEL_ERR_TIMEOUT;
 		st->host->log(st->h, ACCEL_LOG_WARN, "rank %d: collectives still running after %.1f s "
 		              "%s; aborting the communicator", st->rank,
-		              (double)(coll_now_ns() - start) / 1e9, when);
+		              (double)(mono_ns() - start) / 1e9, when);
 	}
 	abort_comm(st);
 	if (!st->failed) {
@@ -772,13 +772,13 @@ static void nccl_fini(void *state)
 	if (cudaGetDevice(&prev) != cudaSuccess)
 		prev = -1;
 	cudaSetDevice(st->device);
-	drain_or_abort(st, coll_deadline_ns(DRAIN_MAX_MS), "at shutdown");
+	drain_or_abort(st, mono_deadline_ns(DRAIN_MAX_MS), "at shutdown");
 	if (st->comm && !st->aborted) {
 		/* finalize (flushes NCCL's own work), bounded too */
-		int64_t deadline = coll_deadline_ns(DRAIN_MAX_MS);
+		int64_t deadline = mono_deadline_ns(DRAIN_MAX_MS);
 		uint32_t spins = 0;
 		ncclResult_t ar = ncclCommFinalize(st->comm);
-		while (ar == ncclInProgress && coll_now_ns() < deadline &&
+		while (ar == ncclInProgress && mono_ns() < deadline &&
 		       ncclCommGetAsyncError(st->comm, &ar) == ncclSuccess)
 			backoff(&spins);
 		if (ar == ncclSuccess)

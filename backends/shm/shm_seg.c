@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/common/store-keys.h"
 #include "shm-impl.h"
 
 #define STALE_MIN_AGE_S 60
@@ -132,7 +133,7 @@ static void stale_sweep(shm_comm *c)
 
 static int store_key(char *buf, size_t cap, int64_t inst)
 {
-	return shm_fmt(buf, cap, "accel/shm/%lld/segment", (long long)inst);
+	return shm_fmt(buf, cap, ACCEL_STORE_FMT_SHM_SEGMENT, (long long)inst);
 }
 
 /* Rank 0, the segment's creator, verifiably died: its pid is in our pid
@@ -157,7 +158,7 @@ static int wait_all_attached(shm_comm *c, char *err, size_t cap)
 			char why[400];
 			uint64_t len = 0;
 			next_probe = shm_now_ns() + 100000000ull;
-			if (c->host->store_get(c->h, "accel/job/failed", why, sizeof(why) - 1, &len, 0) ==
+			if (c->host->store_get(c->h, ACCEL_STORE_KEY_JOB_FAILED, why, sizeof(why) - 1, &len, 0) ==
 			    ACCEL_OK) {
 				why[len < sizeof(why) ? len : sizeof(why) - 1] = '\0';
 				shm_fmt(err, cap, "the ranks cannot all attach to the shared segment: %s", why);
@@ -281,7 +282,7 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 		                   "the host offers no rendezvous store; shm needs it to join %d ranks",
 		                   (int)c->world);
 	int64_t ticket = 0;
-	st = host->store_add(c->h, "accel/shm/instances", 1, &ticket);
+	st = host->store_add(c->h, ACCEL_STORE_KEY_SHM_INSTANCES, 1, &ticket);
 	if (st)
 		return host->error(c->h, st,
 		                   "cannot reach the rendezvous store to join the other ranks (launch "
@@ -340,7 +341,7 @@ int shm_seg_open(shm_comm *c, const accel_comm_init_v1 *args)
 			 * says why rank 0 removed it */
 			char why[400], note[480] = "";
 			uint64_t wl = 0;
-			if (e == ENOENT && host->store_get(c->h, "accel/job/failed", why, sizeof(why) - 1,
+			if (e == ENOENT && host->store_get(c->h, ACCEL_STORE_KEY_JOB_FAILED, why, sizeof(why) - 1,
 			                                   &wl, 0) == ACCEL_OK) {
 				why[wl < sizeof(why) ? wl : sizeof(why) - 1] = '\0';
 				shm_fmt(note, sizeof(note), "; the job failed: %s", why);

@@ -46,6 +46,7 @@
 
 #include "backends/common/coll-check.h"
 #include "backends/common/coll-reduce.h"
+#include "backends/common/sock.h"
 #include "tcp-impl.h"
 
 /* The kind of the farewell header fini sends. */
@@ -127,14 +128,14 @@ static void store_verdict(const tcp_state *st, int64_t grace_ms, char *buf, size
 {
 	char why[512];
 	buf[0] = '\0';
-	int64_t until = coll_now_ns() + grace_ms * 1000000;
+	int64_t until = mono_ns() + grace_ms * 1000000;
 	for (;;) {
-		int rc = tcp_store_probe(st, TCP_JOB_FAILED_KEY, why, sizeof(why));
+		int rc = tcp_store_probe(st, ACCEL_STORE_KEY_JOB_FAILED, why, sizeof(why));
 		if (rc == ACCEL_OK) {
 			snprintf(buf, cap, "; the rendezvous store says: %s", why);
 			return;
 		}
-		if (rc != ACCEL_ERR_NOT_FOUND || coll_now_ns() >= until)
+		if (rc != ACCEL_ERR_NOT_FOUND || mono_ns() >= until)
 			return;
 		usleep(20000);
 	}
@@ -156,7 +157,7 @@ static int peer_gone_note(const tcp_state *st, int32_t p, char *buf, size_t cap)
 		 * failure; only when it does not answer at all is it gone (its
 		 * host, rank 0, exited). */
 		char probe[8];
-		return tcp_store_probe(st, TCP_JOB_FAILED_KEY, probe, sizeof(probe)) == ACCEL_OK ? 0
+		return tcp_store_probe(st, ACCEL_STORE_KEY_JOB_FAILED, probe, sizeof(probe)) == ACCEL_OK ? 0
 		                                                                                : -1;
 	}
 	return 1;
@@ -285,7 +286,7 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 	int rc = ACCEL_OK;
 	/* poll without sleeping for a moment first: a small op's peers are
 	 * usually microseconds away, and a sleep costs a wake-up each time */
-	int64_t spin_until = coll_now_ns() + st->spin_ns;
+	int64_t spin_until = mono_ns() + st->spin_ns;
 	int64_t next_silence_check = 0;
 	for (int32_t p = 0; p < w; p++)
 		st->unacked_since[p] = 0;
@@ -317,9 +318,9 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 			pf[np].revents = 0;
 			who[np++] = p;
 		}
-		int ms = coll_now_ns() < spin_until ? 0 : 100;
+		int ms = mono_ns() < spin_until ? 0 : 100;
 		if (deadline) {
-			int64_t rest = deadline - coll_now_ns();
+			int64_t rest = deadline - mono_ns();
 			if (rest <= 0) {
 				char list[512];
 				size_t k = 0;
@@ -365,8 +366,8 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 			rc = req_fail(r, ACCEL_ERR_SYSTEM, "poll failed: %s", strerror(errno));
 			goto out;
 		}
-		if (k == 0 && st->keepalive_ms > 0 && coll_now_ns() >= next_silence_check) {
-			int64_t now = coll_now_ns();
+		if (k == 0 && st->keepalive_ms > 0 && mono_ns() >= next_silence_check) {
+			int64_t now = mono_ns();
 			next_silence_check = now + 500000000;
 			for (int j = 0; j < np; j++)
 				if (peer_silent(st, who[j], now)) {
@@ -673,7 +674,7 @@ static int run_small(tcp_state *st, accel_comm_req *r, int64_t deadline)
 
 static int run_req(tcp_state *st, accel_comm_req *r)
 {
-	int64_t deadline = coll_deadline_ns(st->timeout_ms);
+	int64_t deadline = mono_deadline_ns(st->timeout_ms);
 	if (st->world == 1) {
 		/* nothing to exchange: the reduction of one input, or a copy */
 		if (r->kind == OP_ALLREDUCE || r->kind == OP_REDUCE_SCATTER) {
@@ -1008,10 +1009,10 @@ static void tcp_fini(void *state)
 		/* the last op it started: a queued one never ran */
 		uint64_t last = st->cursor ? st->cursor->seq - 1 : st->seq;
 		op_hdr bye = {.magic = TCP_MAGIC, .kind = OP_BYE, .seq = last};
-		int64_t until = coll_now_ns() + 1000000000ll;
+		int64_t until = mono_ns() + 1000000000ll;
 		for (int32_t p = 0; p < st->world; p++)
 			if (st->peers[p].fd >= 0)
-				(void)tcp_send_all(st->peers[p].fd, &bye, sizeof(bye), until);
+				(void)sock_send_all(st->peers[p].fd, &bye, sizeof(bye), until);
 	}
 	if (st->peers)
 		for (int32_t p = 0; p < st->world; p++)
