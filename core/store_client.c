@@ -18,7 +18,6 @@
 
 #include "backends/common/mono.h"
 #include "backends/common/sock.h"
-#include "log.h"
 #include "store-impl.h"
 
 /* One TCP connection.  A call takes an idle one for its whole round trip, so

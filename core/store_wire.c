@@ -25,7 +25,6 @@ const char *store_errtext(int e, char *buf, size_t cap)
 	return buf;
 }
 
-
 void sb_free(sbuf *b)
 {
 	free(b->p);
