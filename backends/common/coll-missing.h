@@ -13,7 +13,7 @@
  * one that issued the op and then computed for longer than the grace
  * period is listed too; the text says "did not report reaching it".  The
  * others' records are read with probes (timeout 0), which record no error
- * in the host.  Header-only, like coll-check.h: each backend is a module
+ * in the host.  Header-only, like coll.h: each backend is a module
  * of its own.
  */
 #ifndef ACCEL_BACKENDS_COLL_MISSING_H
@@ -26,7 +26,8 @@
 
 #include "accel/comm.h"
 #include "backends/common/store-keys.h"
-#include "backends/common/coll-check.h"
+#include "backends/common/coll.h"
+#include "backends/common/mono.h"
 
 /* How long to wait for the other ranks' records: at most this, and at most
  * the op's own timeout. */

@@ -20,6 +20,7 @@
  * also cannot cancel a collective: after a timeout the request is kept and
  * drained in fini(); if it never completes MPI_Finalize is skipped, since it
  * would hang. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -29,7 +30,8 @@
 #include <time.h>
 
 #include "accel/comm.h"
-#include "backends/common/coll-check.h"
+#include "backends/common/coll.h"
+#include "backends/common/mono.h"
 #include "backends/common/coll-missing.h"
 #include "mpi-impl.h"
 
@@ -576,27 +578,6 @@ static void caller_progress(mpi_state *st, accel_comm_req *until)
 
 /* ---- issuing ---------------------------------------------------------------------- */
 
-static int check_view(mpi_state *st, const char *op, const char *which, const accel_view *v)
-{
-	return coll_check_host_view(st->host, st->h, "mpi", op, which, v);
-}
-
-/* Checks shared by the two-buffer ops; sets *place (COLL_*). */
-static int check_pair(mpi_state *st, int kind, const accel_view *send, const accel_view *recv,
-                      int *place)
-{
-	const char *op = coll_op_name(kind);
-	int rc;
-	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
-		return rc;
-	return coll_check_pair(st->host, st->h, kind, st->rank, send, recv, place);
-}
-
-static int check_reduction(mpi_state *st, const char *op, uint32_t dtype, uint32_t red)
-{
-	return coll_check_reduction(st->host, st->h, op, dtype, red, coll_dtype_reducible(dtype));
-}
-
 static int check_count(mpi_state *st, const char *op, uint64_t count)
 {
 	if (count > (uint64_t)INT32_MAX)
@@ -667,17 +648,10 @@ static int mpi_allreduce(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allreduce", ret_req)))
-		return rc;
-	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
-	    (rc = check_reduction(st, "allreduce", send->dtype, red)))
-		return rc;
-	if (send->numel != recv->numel)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "allreduce: send has %llu elements but recv has %llu",
-		                       (unsigned long long)send->numel,
-		                       (unsigned long long)recv->numel);
+	assert(ret_req);
+	coll_assert_pair(OP_ALLREDUCE, st->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, red);
+	int place = coll_place(OP_ALLREDUCE, st->rank, send, recv);
 	accel_comm_req *r = req_new(st, OP_ALLREDUCE, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -693,16 +667,13 @@ static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_v
                               uint32_t red, accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "reduce_scatter", ret_req)))
+	int rc;
+	assert(ret_req);
+	coll_assert_pair(OP_REDUCE_SCATTER, st->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, red);
+	if ((rc = check_count(st, "reduce_scatter", recv->numel)))
 		return rc;
-	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
-	    (rc = check_reduction(st, "reduce_scatter", send->dtype, red)) ||
-	    (rc = check_count(st, "reduce_scatter", recv->numel)))
-		return rc;
-	if ((rc = coll_check_blocks(st->host, st->h, st->world, "reduce_scatter", "send", send,
-	                             "recv", recv)))
-		return rc;
+	int place = coll_place(OP_REDUCE_SCATTER, st->rank, send, recv);
 	accel_comm_req *r = req_new(st, OP_REDUCE_SCATTER, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -722,15 +693,12 @@ static int mpi_allgather(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allgather", ret_req)))
+	int rc;
+	assert(ret_req);
+	coll_assert_pair(OP_ALLGATHER, st->world, send, recv, ACCEL_DEVICE_CPU);
+	if ((rc = check_count(st, "allgather", send->numel)))
 		return rc;
-	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)) ||
-	    (rc = check_count(st, "allgather", send->numel)))
-		return rc;
-	if ((rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
-	                             send)))
-		return rc;
+	int place = coll_place(OP_ALLGATHER, st->rank, send, recv);
 	accel_comm_req *r = req_new(st, OP_ALLGATHER, send->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -745,13 +713,9 @@ static int mpi_broadcast(void *state, const accel_view *buf, int32_t root,
                          accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "broadcast", ret_req)))
-		return rc;
-	if ((rc = check_view(st, "broadcast", "buffer", buf)))
-		return rc;
-	if ((rc = coll_check_root(st->host, st->h, root, st->world)))
-		return rc;
+	assert(ret_req);
+	coll_assert_view(buf, ACCEL_DEVICE_CPU);
+	assert(root >= 0 && root < st->world);
 	accel_comm_req *r = req_new(st, OP_BROADCAST, buf->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -764,9 +728,7 @@ static int mpi_broadcast(void *state, const accel_view *buf, int32_t root,
 static int mpi_barrier(void *state, accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "barrier", ret_req)))
-		return rc;
+	assert(ret_req);
 	accel_comm_req *r = req_new(st, OP_BARRIER, ACCEL_DTYPE_U8, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -821,11 +783,7 @@ static int mpi_wait(void *state, accel_comm_req *r)
 	int status;
 	if (st->use_thread)
 		pthread_mutex_lock(&st->lock);
-	if (!r || !coll_reqs_has(&st->live, r)) {
-		if (st->use_thread)
-			pthread_mutex_unlock(&st->lock);
-		return coll_unknown_req(st->host, st->h, "wait", r);
-	}
+	assert(r && coll_reqs_has(&st->live, r));   /* the core waits its own, once */
 	if (st->use_thread) {
 		/* Small collectives finish within microseconds: watch the state
 		 * for a moment before sleeping, saving a futex wake-up.  The
@@ -859,15 +817,10 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 {
 	mpi_state *st = state;
 	int s;
-	if (!ret_done)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
+	assert(ret_done);
 	if (st->use_thread)
 		pthread_mutex_lock(&st->lock);
-	if (!r || !coll_reqs_has(&st->live, r)) {
-		if (st->use_thread)
-			pthread_mutex_unlock(&st->lock);
-		return coll_unknown_req(st->host, st->h, "test", r);
-	}
+	assert(r && coll_reqs_has(&st->live, r));
 	if (!st->use_thread && r->state < REQ_DONE)
 		caller_progress(st, NULL);
 	s = r->state;

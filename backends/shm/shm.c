@@ -11,6 +11,7 @@
  * they are late it returns with the op posted but unfinished ("lazy"), and
  * wait(), test() or the next op finishes it.  The thread and waiting callers
  * take queued ops under one lock (exec_busy), so one executes at a time. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -20,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/coll-check.h"
+#include "backends/common/coll.h"
 #include "shm-impl.h"
 
 #define MAX_FREE_REQS 64
@@ -264,43 +265,10 @@ void shm_drain(shm_comm *c)
 
 /* ---- issuing ---- */
 
-static int check_view(shm_comm *c, const char *what, const char *name, const accel_view *v,
-                      int reduce)
-{
-	char d[200];
-	int code = ACCEL_ERR_INVALID_ARG;
-
-	if (!v) {
-		shm_fmt(d, sizeof(d), "%s is NULL", name);
-	} else if (v->struct_size < sizeof(accel_view)) {
-		shm_fmt(d, sizeof(d), "%s.struct_size is %u (expected >= %zu)", name, v->struct_size,
-		         sizeof(accel_view));
-	} else if (v->device != ACCEL_DEVICE_CPU) {
-		shm_fmt(d, sizeof(d), "%s is on device %d; shm serves host memory only", name,
-		         (int)v->device);
-		code = ACCEL_ERR_UNSUPPORTED;
-	} else if (reduce ? !coll_dtype_reducible(v->dtype) : accel_abi_dtype_size(v->dtype) == 0) {
-		shm_fmt(d, sizeof(d), "%s has dtype %s, which %s", name,
-		         accel_abi_dtype_name(v->dtype),
-		         reduce ? "cannot be reduced (f32, f64, f16, bf16, i32, i64 can)"
-		                : "is not a valid dtype");
-		code = reduce ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_INVALID_ARG;
-	} else if (v->numel && !v->data) {
-		shm_fmt(d, sizeof(d), "%s.data is NULL with %llu elements", name,
-		         (unsigned long long)v->numel);
-	} else if (v->numel > (UINT64_C(1) << 56) / 8 / (uint64_t)c->world) {
-		shm_fmt(d, sizeof(d), "%s has %llu elements, too many", name, (unsigned long long)v->numel);
-	} else {
-		return ACCEL_OK;
-	}
-	return c->host->error(c->h, code, "%s: %s", what, d);
-}
-
 static int issue(shm_comm *c, shm_op *op, accel_comm_req **ret_req)
 {
 	char what[160];
-	if (!ret_req)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "ret_req is NULL");
+	assert(ret_req);
 	int failed = atomic_load_explicit(&c->failed, memory_order_acquire);
 	if (failed) {
 		op->seq = c->next_seq + 1;
@@ -374,18 +342,8 @@ static int shm_allreduce(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	shm_comm *c = state;
-	int st;
-	if ((st = check_view(c, "allreduce", "send", send, 1)) ||
-	    (st = check_view(c, "allreduce", "recv", recv, 1)))
-		return st;
-	if (send->dtype != recv->dtype || send->numel != recv->numel || redop > ACCEL_RED_MIN)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
-		                      "allreduce: send (%s, %llu elements) and recv (%s, %llu elements) "
-		                      "must match, op %u must be sum/avg/max/min",
-		                      accel_abi_dtype_name(send->dtype),
-		                      (unsigned long long)send->numel,
-		                      accel_abi_dtype_name(recv->dtype),
-		                      (unsigned long long)recv->numel, redop);
+	coll_assert_pair(OP_ALLREDUCE, c->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, redop);
 	shm_op op = {.kind = SHM_OP_ALLREDUCE, .dtype = send->dtype, .redop = redop,
 	             .count = send->numel, .send = *send, .recv = *recv};
 	return issue(c, &op, ret_req);
@@ -395,20 +353,8 @@ static int shm_reduce_scatter(void *state, const accel_view *send, const accel_v
                               uint32_t redop, accel_comm_req **ret_req)
 {
 	shm_comm *c = state;
-	int st;
-	if ((st = check_view(c, "reduce_scatter", "send", send, 1)) ||
-	    (st = check_view(c, "reduce_scatter", "recv", recv, 1)))
-		return st;
-	if (send->dtype != recv->dtype || send->numel != recv->numel * (uint64_t)c->world ||
-	    redop > ACCEL_RED_MIN)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
-		                      "reduce_scatter: send must hold world_size (%d) x recv elements "
-		                      "of recv's dtype (send: %s, %llu; recv: %s, %llu), op %u must be "
-		                      "sum/avg/max/min",
-		                      (int)c->world, accel_abi_dtype_name(send->dtype),
-		                      (unsigned long long)send->numel,
-		                      accel_abi_dtype_name(recv->dtype),
-		                      (unsigned long long)recv->numel, redop);
+	coll_assert_pair(OP_REDUCE_SCATTER, c->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, redop);
 	shm_op op = {.kind = SHM_OP_REDUCE_SCATTER, .dtype = send->dtype, .redop = redop,
 	             .count = recv->numel, .send = *send, .recv = *recv};
 	return issue(c, &op, ret_req);
@@ -418,18 +364,7 @@ static int shm_allgather(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	shm_comm *c = state;
-	int st;
-	if ((st = check_view(c, "allgather", "send", send, 0)) ||
-	    (st = check_view(c, "allgather", "recv", recv, 0)))
-		return st;
-	if (send->dtype != recv->dtype || recv->numel != send->numel * (uint64_t)c->world)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
-		                      "allgather: recv must hold world_size (%d) x send elements of "
-		                      "send's dtype (send: %s, %llu; recv: %s, %llu)",
-		                      (int)c->world, accel_abi_dtype_name(send->dtype),
-		                      (unsigned long long)send->numel,
-		                      accel_abi_dtype_name(recv->dtype),
-		                      (unsigned long long)recv->numel);
+	coll_assert_pair(OP_ALLGATHER, c->world, send, recv, ACCEL_DEVICE_CPU);
 	shm_op op = {.kind = SHM_OP_ALLGATHER, .dtype = send->dtype, .count = send->numel,
 	             .send = *send, .recv = *recv};
 	return issue(c, &op, ret_req);
@@ -438,11 +373,8 @@ static int shm_allgather(void *state, const accel_view *send, const accel_view *
 static int shm_broadcast(void *state, const accel_view *buf, int32_t root, accel_comm_req **ret_req)
 {
 	shm_comm *c = state;
-	int st;
-	if ((st = check_view(c, "broadcast", "buf", buf, 0)))
-		return st;
-	if ((st = coll_check_root(c->host, c->h, root, c->world)))
-		return st;
+	coll_assert_view(buf, ACCEL_DEVICE_CPU);
+	assert(root >= 0 && root < c->world);
 	shm_op op = {.kind = SHM_OP_BROADCAST, .dtype = buf->dtype, .root = root, .count = buf->numel,
 	             .send = *buf, .recv = *buf};
 	return issue(c, &op, ret_req);
@@ -457,8 +389,7 @@ static int shm_barrier(void *state, accel_comm_req **ret_req)
 static int shm_req_wait(void *state, accel_comm_req *r)
 {
 	shm_comm *c = state;
-	if (!r)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
+	assert(r);   /* the core waits its own, once */
 	if (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_QUEUED)
 		wait_for(c, r);
 	int st = r->status;
@@ -471,8 +402,7 @@ static int shm_req_wait(void *state, accel_comm_req *r)
 static int shm_req_test(void *state, accel_comm_req *r, int32_t *ret_done)
 {
 	shm_comm *c = state;
-	if (!r || !ret_done)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "test: request or ret_done is NULL");
+	assert(r && ret_done);
 	if (r == c->lazy)
 		lazy_finish(c, 0);
 	*ret_done = atomic_load_explicit(&r->state, memory_order_acquire) != REQ_QUEUED;

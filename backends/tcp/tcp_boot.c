@@ -31,7 +31,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "backends/common/coll-check.h"
 #include "backends/common/mono.h"
 #include "backends/common/sock.h"
 #include "backends/common/launch-env.h"

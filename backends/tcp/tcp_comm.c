@@ -32,6 +32,7 @@
  *    travels with the header, in one exchange (run_small).
  *  - broadcast: a pipelined chain root -> root+1 -> ..., in chunks, so no
  *    link carries the buffer more than once. */
+#include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -44,7 +45,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "backends/common/coll-check.h"
+#include "backends/common/coll.h"
+#include "backends/common/mono.h"
 #include "backends/common/coll-reduce.h"
 #include "backends/common/sock.h"
 #include "tcp-impl.h"
@@ -762,21 +764,6 @@ static void *worker_main(void *arg)
 
 /* ---- issuing -------------------------------------------------------------------------------- */
 
-static int check_view(tcp_state *st, const char *op, const char *which, const accel_view *v)
-{
-	return coll_check_host_view(st->host, st->h, "tcp", op, which, v);
-}
-
-static int check_pair(tcp_state *st, int kind, const accel_view *send, const accel_view *recv,
-                      int *place)
-{
-	const char *op = coll_op_name(kind);
-	int rc;
-	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
-		return rc;
-	return coll_check_pair(st->host, st->h, kind, st->rank, send, recv, place);
-}
-
 static accel_comm_req *req_new(tcp_state *st, int kind, uint32_t dtype, uint32_t red)
 {
 	accel_comm_req *r = calloc(1, sizeof(*r));
@@ -819,18 +806,9 @@ static int tcp_allreduce(void *state, const accel_view *send, const accel_view *
                          uint32_t red, accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allreduce", ret_req)))
-		return rc;
-	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
-	    (rc = coll_check_reduction(st->host, st->h, "allreduce", send->dtype, red,
-	                               coll_dtype_reducible(send->dtype))))
-		return rc;
-	if (send->numel != recv->numel)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "allreduce: send has %llu elements but recv has %llu",
-		                       (unsigned long long)send->numel,
-		                       (unsigned long long)recv->numel);
+	assert(ret_req);
+	coll_assert_pair(OP_ALLREDUCE, st->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, red);
 	accel_comm_req *r = req_new(st, OP_ALLREDUCE, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -844,15 +822,9 @@ static int tcp_reduce_scatter(void *state, const accel_view *send, const accel_v
                               uint32_t red, accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "reduce_scatter", ret_req)))
-		return rc;
-	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
-	    (rc = coll_check_reduction(st->host, st->h, "reduce_scatter", send->dtype, red,
-	                               coll_dtype_reducible(send->dtype))) ||
-	    (rc = coll_check_blocks(st->host, st->h, st->world, "reduce_scatter", "send", send,
-	                             "recv", recv)))
-		return rc;
+	assert(ret_req);
+	coll_assert_pair(OP_REDUCE_SCATTER, st->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, red);
 	accel_comm_req *r = req_new(st, OP_REDUCE_SCATTER, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -867,13 +839,8 @@ static int tcp_allgather(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allgather", ret_req)))
-		return rc;
-	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)) ||
-	    (rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
-	                             send)))
-		return rc;
+	assert(ret_req);
+	coll_assert_pair(OP_ALLGATHER, st->world, send, recv, ACCEL_DEVICE_CPU);
 	accel_comm_req *r = req_new(st, OP_ALLGATHER, send->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -890,13 +857,9 @@ static int tcp_broadcast(void *state, const accel_view *buf, int32_t root,
                          accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "broadcast", ret_req)))
-		return rc;
-	if ((rc = check_view(st, "broadcast", "buffer", buf)))
-		return rc;
-	if ((rc = coll_check_root(st->host, st->h, root, st->world)))
-		return rc;
+	assert(ret_req);
+	coll_assert_view(buf, ACCEL_DEVICE_CPU);
+	assert(root >= 0 && root < st->world);
 	accel_comm_req *r = req_new(st, OP_BROADCAST, buf->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -910,9 +873,7 @@ static int tcp_broadcast(void *state, const accel_view *buf, int32_t root,
 static int tcp_barrier(void *state, accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "barrier", ret_req)))
-		return rc;
+	assert(ret_req);
 	accel_comm_req *r = req_new(st, OP_BARRIER, ACCEL_DTYPE_U8, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -925,10 +886,7 @@ static int tcp_wait(void *state, accel_comm_req *r)
 {
 	tcp_state *st = state;
 	pthread_mutex_lock(&st->lock);
-	if (!r || !coll_reqs_has(&st->live, r)) {
-		pthread_mutex_unlock(&st->lock);
-		return coll_unknown_req(st->host, st->h, "wait", r);
-	}
+	assert(r && coll_reqs_has(&st->live, r));   /* the core waits its own, once */
 	/* A blocking collective does not need the comm thread: while the next
 	 * op waits for a thread, the caller runs it (no hand-off to a thread and
 	 * back, which would dominate small ops).  Whoever runs an op enforces
@@ -951,13 +909,9 @@ static int tcp_wait(void *state, accel_comm_req *r)
 static int tcp_test(void *state, accel_comm_req *r, int32_t *ret_done)
 {
 	tcp_state *st = state;
-	if (!ret_done)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
+	assert(ret_done);
 	pthread_mutex_lock(&st->lock);
-	if (!r || !coll_reqs_has(&st->live, r)) {
-		pthread_mutex_unlock(&st->lock);
-		return coll_unknown_req(st->host, st->h, "test", r);
-	}
+	assert(r && coll_reqs_has(&st->live, r));
 	int s = r->state;
 	pthread_mutex_unlock(&st->lock);
 	if (s == REQ_FAILED) {  /* finished, with an error; wait() still releases it */
