@@ -31,9 +31,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "backends/common/launch-env.h"
 #include "backends/common/mono.h"
 #include "backends/common/sock.h"
-#include "backends/common/launch-env.h"
 #include "tcp-impl.h"
 
 typedef struct hello {
