@@ -792,6 +792,93 @@ static int run_loop(launcher *L)
 	return 0;
 }
 
+/* Our handlers for the signals the launcher forwards (old: what they were),
+ * and SIGPIPE ignored (oldpipe). */
+static void install_signals(struct sigaction *old, struct sigaction *oldpipe)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sigemptyset(&sa.sa_mask);
+	for (int k = 0; k < N_HANDLED; k++) {
+		sigaction(handled_signals[k], NULL, &old[k]);
+		/* nohup and the background jobs of scripts start us with SIGHUP
+		 * or SIGINT ignored: keep them ignored (and so in the ranks).
+		 * SIGCHLD we need, whatever it was. */
+		inherited_ign[k] = old[k].sa_handler == SIG_IGN;
+		if (!inherited_ign[k] || handled_signals[k] == SIGCHLD)
+			sigaction(handled_signals[k], &sa, NULL);
+	}
+	struct sigaction ign;
+	memset(&ign, 0, sizeof(ign));
+	ign.sa_handler = SIG_IGN;
+	sigemptyset(&ign.sa_mask);
+	sigaction(SIGPIPE, &ign, oldpipe);
+	pipe_inherited_ign = oldpipe->sa_handler == SIG_IGN;
+}
+
+/* The launcher's exit status once the ranks have ended. */
+static int exit_code(const launcher *L)
+{
+	int rc;
+	if (L->first_failed >= 0) {
+		int st = L->p[L->first_failed].status;
+		/* The tool-wide convention: 1 when something failed; a death by
+		 * signal keeps the shell's 128+N so that it stays visible. */
+		rc = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+	} else if (L->start_errno) {
+		rc = 1;
+	} else if (L->exec_errno) {
+		rc = L->exec_errno == ENOENT ? 127 : 126;
+	} else if (L->got_signal) {
+		rc = 128 + L->got_signal;
+	} else {
+		rc = 0;
+		for (int i = 0; i < L->n; i++)
+			if (L->p[i].running)
+				rc = 1; /* gave up waiting for it */
+	}
+	if (rc == 0 && (count_running(L) || L->log_failed))
+		rc = 1;
+	return rc;
+}
+
+/* Nothing may outlive us unreaped: kill and collect any stragglers (ranks
+ * and exit reporters), close the ranks' streams and logs.  Returns rc, or
+ * 1 when a log could not be written. */
+static int reap_stragglers(launcher *L, int rc)
+{
+	for (int i = 0; L->p && i < L->n; i++) {
+		proc *p = &L->p[i];
+		if (p->running) {
+			kill(-p->pid, SIGKILL);
+			kill(p->pid, SIGKILL);
+			int st;
+			if (waitpid(p->pid, &st, WNOHANG) == p->pid)
+				p->running = 0;
+		}
+		stream_close(L, p, &p->out);
+		stream_close(L, p, &p->err);
+		if (p->logfd >= 0 && close(p->logfd) < 0 && rc == 0) {
+			say(L, "writing the log of rank %d failed: %s", p->rank, strerror(errno));
+			rc = 1;
+		}
+		for (int k = 0; k < TAIL_LINES; k++)
+			free(p->tail[k]);
+	}
+	L->refusal = accel_store_refusal_stop(L->refusal);
+	for (int i = 0; L->reporters && i < L->n; i++)
+		if (L->reporters[i] > 0) {
+			kill(L->reporters[i], SIGKILL);
+			while (waitpid(L->reporters[i], NULL, 0) < 0 && errno == EINTR)
+				;
+		}
+	free(L->reporters);
+	L->reporters = NULL;
+	return rc;
+}
+
 int accel_launch_run(const launch_spec *spec)
 {
 	launcher L;
@@ -838,26 +925,7 @@ int accel_launch_run(const launch_spec *spec)
 			goto out;
 		}
 	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-	sigemptyset(&sa.sa_mask);
-	for (int k = 0; k < N_HANDLED; k++) {
-		sigaction(handled_signals[k], NULL, &old[k]);
-		/* nohup and the background jobs of scripts start us with SIGHUP
-		 * or SIGINT ignored: keep them ignored (and so in the ranks).
-		 * SIGCHLD we need, whatever it was. */
-		inherited_ign[k] = old[k].sa_handler == SIG_IGN;
-		if (!inherited_ign[k] || handled_signals[k] == SIGCHLD)
-			sigaction(handled_signals[k], &sa, NULL);
-	}
-	struct sigaction ign;
-	memset(&ign, 0, sizeof(ign));
-	ign.sa_handler = SIG_IGN;
-	sigemptyset(&ign.sa_mask);
-	sigaction(SIGPIPE, &ign, &oldpipe);
-	pipe_inherited_ign = oldpipe.sa_handler == SIG_IGN;
+	install_signals(old, &oldpipe);
 	installed = 1;
 
 	L.started = time(NULL);
@@ -877,54 +945,11 @@ int accel_launch_run(const launch_spec *spec)
 	reap(&L);
 	sweep_shm(&L);
 
-	if (L.first_failed >= 0) {
+	if (L.first_failed >= 0)
 		print_tail(&L, &L.p[L.first_failed]);
-		int st = L.p[L.first_failed].status;
-		/* The tool-wide convention: 1 when something failed; a death by
-		 * signal keeps the shell's 128+N so that it stays visible. */
-		rc = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-	} else if (L.start_errno) {
-		rc = 1;
-	} else if (L.exec_errno) {
-		rc = L.exec_errno == ENOENT ? 127 : 126;
-	} else if (L.got_signal) {
-		rc = 128 + L.got_signal;
-	} else {
-		rc = 0;
-		for (int i = 0; i < L.n; i++)
-			if (L.p[i].running)
-				rc = 1; /* gave up waiting for it */
-	}
-	if (rc == 0 && (count_running(&L) || L.log_failed))
-		rc = 1;
+	rc = exit_code(&L);
 out:
-	/* Nothing may outlive us unreaped: kill and collect any stragglers. */
-	for (int i = 0; L.p && i < L.n; i++) {
-		proc *p = &L.p[i];
-		if (p->running) {
-			kill(-p->pid, SIGKILL);
-			kill(p->pid, SIGKILL);
-			int st;
-			if (waitpid(p->pid, &st, WNOHANG) == p->pid)
-				p->running = 0;
-		}
-		stream_close(&L, p, &p->out);
-		stream_close(&L, p, &p->err);
-		if (p->logfd >= 0 && close(p->logfd) < 0 && rc == 0) {
-			say(&L, "writing the log of rank %d failed: %s", p->rank, strerror(errno));
-			rc = 1;
-		}
-		for (int k = 0; k < TAIL_LINES; k++)
-			free(p->tail[k]);
-	}
-	L.refusal = accel_store_refusal_stop(L.refusal);
-	for (int i = 0; L.reporters && i < L.n; i++)
-		if (L.reporters[i] > 0) {
-			kill(L.reporters[i], SIGKILL);
-			while (waitpid(L.reporters[i], NULL, 0) < 0 && errno == EINTR)
-				;
-		}
-	free(L.reporters);
+	rc = reap_stragglers(&L, rc);
 	/* Our own output last: the thread writes out what is queued.  While its
 	 * reader does not read, a signal gives up on it, and after one has
 	 * stopped the job the wait is at most the grace period (200 ms at
