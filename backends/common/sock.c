@@ -12,22 +12,20 @@
 #include "backends/common/mono.h"
 #include "backends/common/sock.h"
 
-/* Polls in slices, so that a deadline far away (or none) costs nothing
- * and a near one is kept to the millisecond. */
-#define SLICE_MS 100
+/* The longest single poll: a far deadline is checked again after it. */
+#define SLICE_MS 60000
 
 int sock_wait(int fd, short events, int64_t deadline_ns)
 {
 	for (;;) {
-		int ms = SLICE_MS;
+		int ms = -1;
 		if (deadline_ns) {
 			int64_t left = deadline_ns - mono_ns();
 			if (left <= 0) {
 				errno = ETIMEDOUT;
 				return -1;
 			}
-			if (left < SLICE_MS * 1000000ll)
-				ms = (int)(left / 1000000) + 1;
+			ms = left < SLICE_MS * 1000000ll ? (int)(left / 1000000) + 1 : SLICE_MS;
 		}
 		struct pollfd p = {.fd = fd, .events = events};
 		int n = poll(&p, 1, ms);
