@@ -141,6 +141,8 @@ struct accel_comm_req {
 #define REQ_DONE 1
 #define REQ_FAILED 2
 
+#include "backends/common/coll-reqs.h"  /* needs struct accel_comm_req */
+
 typedef struct shm_comm {
 	const accel_host_v1 *host;
 	accel_host *h;
@@ -205,7 +207,7 @@ typedef struct shm_comm {
 	pthread_mutex_t mu;
 	pthread_cond_t cv_work;
 	pthread_cond_t cv_done;
-	struct accel_comm_req *q_head, *q_tail;
+	coll_reqs q;                      /* issued, not yet run (FIFO) */
 	_Atomic int queued;         /* in the queue or running from it, not finished */
 	int exec_busy;              /* an op from the queue is running (thread or a
 	                               waiting caller that took it); under mu */

@@ -142,10 +142,7 @@ static int run_one(shm_comm *c, struct accel_comm_req *r, int on_thread)
  * lock, record the outcome.  Returns with mu held. */
 static void run_head_locked(shm_comm *c, int by_thread)
 {
-	struct accel_comm_req *r = c->q_head;
-	c->q_head = r->next;
-	if (!c->q_head)
-		c->q_tail = NULL;
+	struct accel_comm_req *r = coll_reqs_pop(&c->q);
 	c->exec_busy = 1;
 	if (by_thread)
 		c->n_by_thread++;
@@ -175,9 +172,9 @@ static void *comm_thread(void *arg)
 	pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
-		while ((!c->q_head || c->exec_busy) && !c->stop)
+		while ((!c->q.head || c->exec_busy) && !c->stop)
 			pthread_cond_wait(&c->cv_work, &c->mu);
-		if (c->q_head && !c->exec_busy)
+		if (c->q.head && !c->exec_busy)
 			run_head_locked(c, 1);
 		else if (c->stop)
 			break;
@@ -190,12 +187,7 @@ static void enqueue(shm_comm *c, struct accel_comm_req *r)
 {
 	pthread_mutex_lock(&c->mu);
 	atomic_fetch_add_explicit(&c->queued, 1, memory_order_relaxed);
-	r->next = NULL;
-	if (c->q_tail)
-		c->q_tail->next = r;
-	else
-		c->q_head = r;
-	c->q_tail = r;
+	coll_reqs_append(&c->q, r);
 	pthread_cond_signal(&c->cv_work);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -249,7 +241,7 @@ static void wait_for(shm_comm *c, struct accel_comm_req *r)
 		             : atomic_load(&c->queued) == 0;
 		if (done)
 			break;
-		if (c->q_head && !c->exec_busy)
+		if (c->q.head && !c->exec_busy)
 			run_head_locked(c, 0);
 		else
 			pthread_cond_wait(&c->cv_done, &c->mu);
