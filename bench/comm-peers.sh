@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # bench/comm-peers.sh: accel's collectives next to their peers, in one run on
-# one machine, with the same sizes and the same method (bench/comm-bench.h):
+# one machine, with the same sizes and the same method (cli/comm-bench.h):
 #
 #   accel   `accel launch -n NP -- accel bench comm` with backend shm, on user
 #           buffers and on the backend's own (shared-memory) buffers

@@ -4,7 +4,7 @@
 
 Starts WORLD processes (torch.multiprocessing), joins them in a gloo process
 group over TCP on 127.0.0.1, and times torch.distributed collectives the way
-`accel bench comm` times accel's (see bench/comm-bench.h): sizes doubling
+`accel bench comm` times accel's (see cli/comm-bench.h): sizes doubling
 from --min-bytes to --max-bytes, `warmup` untimed calls, then `iters` timed
 calls; time = median call of the slowest rank; algbw = bytes / time;
 busbw = algbw x (2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter and

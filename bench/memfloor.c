@@ -15,7 +15,7 @@
  *
  * No real collective between processes can move less memory than this, so
  * the time is a lower bound for accel's shm backend and for Open MPI and
- * gloo alike.  Sizes, timing and the JSON lines are bench/comm-bench.h's,
+ * gloo alike.  Sizes, timing and the JSON lines are cli/comm-bench.h's,
  * as for every peer, with "backend":"floor", "buffers":"direct" and
  * "inplace"; bench/comm-peers.sh adds it to its table.
  *
@@ -31,7 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench/comm-bench.h"
+#include "cli/comm-bench.h"
 
 enum { OP_ALLREDUCE = 1, OP_ALLGATHER = 2 };
 

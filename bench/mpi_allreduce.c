@@ -15,7 +15,7 @@
 
 #include <mpi.h>
 
-#include "bench/comm-bench.h"
+#include "cli/comm-bench.h"
 
 static const char *const usage_text =
 	"Usage: mpirun -n N mpi_allreduce [--op allreduce|reduce_scatter|allgather|broadcast|all]\n"

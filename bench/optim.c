@@ -28,7 +28,7 @@
 
 #include "accel/accel.h"
 #include "error.h"
-#include "half.h"
+#include "backends/common/half.h"
 #include "optim.h"
 
 static double now(void)

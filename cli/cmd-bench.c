@@ -2,7 +2,7 @@
 /* cli/cmd-bench.c: `accel bench`: benchmarks that run on the library itself.
  *
  * `accel bench comm` measures the selected comm backend the way nccl-tests
- * measures NCCL (method and formulas in bench/comm-bench.h), on user memory
+ * measures NCCL (method and formulas in cli/comm-bench.h), on user memory
  * or on memory from the backend's allocator, and prints on rank 0 a table
  * (a row per size as it is measured) followed by one JSON line per row;
  * --json or --table print only one of the two.  Run it on several ranks with
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
-#include "bench/comm-bench.h"
+#include "comm-bench.h"
 #include "cli.h"
 #include "comm.h"
 #include "ctx-impl.h"

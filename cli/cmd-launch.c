@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/common/launch-env.h"
 #include "cli.h"
 #include "launch.h"
 
@@ -484,25 +485,25 @@ static char *joined_sets(const opts *o)
 static int rank_env(envlist *e, const opts *o, const job *j, int l)
 {
 	int n = o->nproc, r = o->node_rank * n + l, bad = 0;
-	bad |= env_add(e, "ACCEL_RANK", "%d", r);
-	bad |= env_add(e, "ACCEL_LOCAL_RANK", "%d", l);
-	bad |= env_add(e, "ACCEL_WORLD_SIZE", "%d", j->world);
-	bad |= env_add(e, "ACCEL_LOCAL_WORLD_SIZE", "%d", n);
-	bad |= env_add(e, "ACCEL_NODE_RANK", "%d", o->node_rank);
-	bad |= env_add(e, "ACCEL_NUM_NODES", "%d", o->nnodes);
-	bad |= env_add(e, "ACCEL_MASTER_ADDR", "%s", j->addr);
-	bad |= env_add(e, "ACCEL_MASTER_PORT", "%d", j->port);
-	bad |= env_add(e, "ACCEL_JOB_ID", "%s", j->id);
+	bad |= env_add(e, ACCEL_ENV_RANK, "%d", r);
+	bad |= env_add(e, ACCEL_ENV_LOCAL_RANK, "%d", l);
+	bad |= env_add(e, ACCEL_ENV_WORLD_SIZE, "%d", j->world);
+	bad |= env_add(e, ACCEL_ENV_LOCAL_WORLD_SIZE, "%d", n);
+	bad |= env_add(e, ACCEL_ENV_NODE_RANK, "%d", o->node_rank);
+	bad |= env_add(e, ACCEL_ENV_NUM_NODES, "%d", o->nnodes);
+	bad |= env_add(e, ACCEL_ENV_MASTER_ADDR, "%s", j->addr);
+	bad |= env_add(e, ACCEL_ENV_MASTER_PORT, "%d", j->port);
+	bad |= env_add(e, ACCEL_ENV_JOB_ID, "%s", j->id);
 	if (j->config_abs)
-		bad |= env_add(e, "ACCEL_CONFIG", "%s", j->config_abs);
+		bad |= env_add(e, ACCEL_ENV_CONFIG, "%s", j->config_abs);
 	if (j->sets)
-		bad |= env_add(e, "ACCEL_SET", "%s", j->sets);
-	bad |= env_add(e, "RANK", "%d", r);
-	bad |= env_add(e, "WORLD_SIZE", "%d", j->world);
-	bad |= env_add(e, "LOCAL_RANK", "%d", l);
-	bad |= env_add(e, "LOCAL_WORLD_SIZE", "%d", n);
-	bad |= env_add(e, "MASTER_ADDR", "%s", j->addr);
-	bad |= env_add(e, "MASTER_PORT", "%d", j->port);
+		bad |= env_add(e, ACCEL_ENV_SET, "%s", j->sets);
+	bad |= env_add(e, ACCEL_ENV_TORCH_RANK, "%d", r);
+	bad |= env_add(e, ACCEL_ENV_TORCH_WORLD_SIZE, "%d", j->world);
+	bad |= env_add(e, ACCEL_ENV_TORCH_LOCAL_RANK, "%d", l);
+	bad |= env_add(e, ACCEL_ENV_TORCH_LOCAL_WORLD_SIZE, "%d", n);
+	bad |= env_add(e, ACCEL_ENV_TORCH_MASTER_ADDR, "%s", j->addr);
+	bad |= env_add(e, ACCEL_ENV_TORCH_MASTER_PORT, "%d", j->port);
 	if (j->omp)
 		bad |= env_add(e, "OMP_NUM_THREADS", "%d", j->omp);
 	return bad;

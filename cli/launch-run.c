@@ -36,6 +36,7 @@
 #include "select.h"
 #include "setup.h"
 #include "store.h"
+#include "backends/common/mono.h"
 
 #define TAIL_LINES 10
 #define TAIL_LINE_MAX 1024
@@ -94,13 +95,6 @@ static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
 /* Signals the launcher was started with ignored (nohup, a background job
  * of a script): they stay ignored, in the launcher and in the ranks. */
 static int inherited_ign[N_HANDLED], pipe_inherited_ign;
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void on_signal(int sig)
 {
@@ -314,7 +308,7 @@ static void begin_stop(launcher *L, int sig)
 	if (L->stopping)
 		return;
 	L->stopping = 1;
-	L->kill_deadline = now_ms() + (int64_t)(L->spec->grace_s * 1000.0 + 0.5);
+	L->kill_deadline = mono_ms() + (int64_t)(L->spec->grace_s * 1000.0 + 0.5);
 	signal_all(L, sig);
 }
 
@@ -529,7 +523,7 @@ static void on_launcher_signal(launcher *L, int sig)
 		say(L, "received %s again: killing all ranks", accel_launch_signame(sig, b, sizeof(b)));
 		signal_all(L, SIGKILL);
 		L->killed = 1;
-		L->final_deadline = now_ms() + KILL_WAIT_MS;
+		L->final_deadline = mono_ms() + KILL_WAIT_MS;
 	}
 }
 
@@ -717,7 +711,7 @@ static int run_loop(launcher *L)
 				pf[nfd++] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
 			}
 		}
-		int64_t now = now_ms();
+		int64_t now = mono_ms();
 		if (!running && !open_streams)
 			break;
 		/* Once the ranks have exited and what they wrote has been read
@@ -796,7 +790,7 @@ static int run_loop(launcher *L)
 			say(L, "poll: %s; killing all ranks", strerror(errno));
 			signal_all(L, SIGKILL);
 			L->killed = 1;
-			L->final_deadline = now_ms() + KILL_WAIT_MS;
+			L->final_deadline = mono_ms() + KILL_WAIT_MS;
 			continue;
 		}
 		if (pf[0].revents & POLLIN) {
@@ -815,6 +809,93 @@ static int run_loop(launcher *L)
 	free(who);
 	free(ws);
 	return 0;
+}
+
+/* Our handlers for the signals the launcher forwards (old: what they were),
+ * and SIGPIPE ignored (oldpipe). */
+static void install_signals(struct sigaction *old, struct sigaction *oldpipe)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sigemptyset(&sa.sa_mask);
+	for (int k = 0; k < N_HANDLED; k++) {
+		sigaction(handled_signals[k], NULL, &old[k]);
+		/* nohup and the background jobs of scripts start us with SIGHUP
+		 * or SIGINT ignored: keep them ignored (and so in the ranks).
+		 * SIGCHLD we need, whatever it was. */
+		inherited_ign[k] = old[k].sa_handler == SIG_IGN;
+		if (!inherited_ign[k] || handled_signals[k] == SIGCHLD)
+			sigaction(handled_signals[k], &sa, NULL);
+	}
+	struct sigaction ign;
+	memset(&ign, 0, sizeof(ign));
+	ign.sa_handler = SIG_IGN;
+	sigemptyset(&ign.sa_mask);
+	sigaction(SIGPIPE, &ign, oldpipe);
+	pipe_inherited_ign = oldpipe->sa_handler == SIG_IGN;
+}
+
+/* The launcher's exit status once the ranks have ended. */
+static int exit_code(const launcher *L)
+{
+	int rc;
+	if (L->first_failed >= 0) {
+		int st = L->p[L->first_failed].status;
+		/* The tool-wide convention: 1 when something failed; a death by
+		 * signal keeps the shell's 128+N so that it stays visible. */
+		rc = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+	} else if (L->start_errno) {
+		rc = 1;
+	} else if (L->exec_errno) {
+		rc = L->exec_errno == ENOENT ? 127 : 126;
+	} else if (L->got_signal) {
+		rc = 128 + L->got_signal;
+	} else {
+		rc = 0;
+		for (int i = 0; i < L->n; i++)
+			if (L->p[i].running)
+				rc = 1; /* gave up waiting for it */
+	}
+	if (rc == 0 && (count_running(L) || L->log_failed))
+		rc = 1;
+	return rc;
+}
+
+/* Nothing may outlive us unreaped: kill and collect any stragglers (ranks
+ * and exit reporters), close the ranks' streams and logs.  Returns rc, or
+ * 1 when a log could not be written. */
+static int reap_stragglers(launcher *L, int rc)
+{
+	for (int i = 0; L->p && i < L->n; i++) {
+		proc *p = &L->p[i];
+		if (p->running) {
+			kill(-p->pid, SIGKILL);
+			kill(p->pid, SIGKILL);
+			int st;
+			if (waitpid(p->pid, &st, WNOHANG) == p->pid)
+				p->running = 0;
+		}
+		stream_close(L, p, &p->out);
+		stream_close(L, p, &p->err);
+		if (p->logfd >= 0 && close(p->logfd) < 0 && rc == 0) {
+			say(L, "writing the log of rank %d failed: %s", p->rank, strerror(errno));
+			rc = 1;
+		}
+		for (int k = 0; k < TAIL_LINES; k++)
+			free(p->tail[k]);
+	}
+	L->refusal = accel_store_refusal_stop(L->refusal);
+	for (int i = 0; L->reporters && i < L->n; i++)
+		if (L->reporters[i] > 0) {
+			kill(L->reporters[i], SIGKILL);
+			while (waitpid(L->reporters[i], NULL, 0) < 0 && errno == EINTR)
+				;
+		}
+	free(L->reporters);
+	L->reporters = NULL;
+	return rc;
 }
 
 int accel_launch_run(const launch_spec *spec)
@@ -863,26 +944,7 @@ int accel_launch_run(const launch_spec *spec)
 			goto out;
 		}
 	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-	sigemptyset(&sa.sa_mask);
-	for (int k = 0; k < N_HANDLED; k++) {
-		sigaction(handled_signals[k], NULL, &old[k]);
-		/* nohup and the background jobs of scripts start us with SIGHUP
-		 * or SIGINT ignored: keep them ignored (and so in the ranks).
-		 * SIGCHLD we need, whatever it was. */
-		inherited_ign[k] = old[k].sa_handler == SIG_IGN;
-		if (!inherited_ign[k] || handled_signals[k] == SIGCHLD)
-			sigaction(handled_signals[k], &sa, NULL);
-	}
-	struct sigaction ign;
-	memset(&ign, 0, sizeof(ign));
-	ign.sa_handler = SIG_IGN;
-	sigemptyset(&ign.sa_mask);
-	sigaction(SIGPIPE, &ign, &oldpipe);
-	pipe_inherited_ign = oldpipe.sa_handler == SIG_IGN;
+	install_signals(old, &oldpipe);
 	installed = 1;
 
 	L.started = time(NULL);
@@ -902,54 +964,11 @@ int accel_launch_run(const launch_spec *spec)
 	reap(&L);
 	comm_cleanup(&L);
 
-	if (L.first_failed >= 0) {
+	if (L.first_failed >= 0)
 		print_tail(&L, &L.p[L.first_failed]);
-		int st = L.p[L.first_failed].status;
-		/* The tool-wide convention: 1 when something failed; a death by
-		 * signal keeps the shell's 128+N so that it stays visible. */
-		rc = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-	} else if (L.start_errno) {
-		rc = 1;
-	} else if (L.exec_errno) {
-		rc = L.exec_errno == ENOENT ? 127 : 126;
-	} else if (L.got_signal) {
-		rc = 128 + L.got_signal;
-	} else {
-		rc = 0;
-		for (int i = 0; i < L.n; i++)
-			if (L.p[i].running)
-				rc = 1; /* gave up waiting for it */
-	}
-	if (rc == 0 && (count_running(&L) || L.log_failed))
-		rc = 1;
+	rc = exit_code(&L);
 out:
-	/* Nothing may outlive us unreaped: kill and collect any stragglers. */
-	for (int i = 0; L.p && i < L.n; i++) {
-		proc *p = &L.p[i];
-		if (p->running) {
-			kill(-p->pid, SIGKILL);
-			kill(p->pid, SIGKILL);
-			int st;
-			if (waitpid(p->pid, &st, WNOHANG) == p->pid)
-				p->running = 0;
-		}
-		stream_close(&L, p, &p->out);
-		stream_close(&L, p, &p->err);
-		if (p->logfd >= 0 && close(p->logfd) < 0 && rc == 0) {
-			say(&L, "writing the log of rank %d failed: %s", p->rank, strerror(errno));
-			rc = 1;
-		}
-		for (int k = 0; k < TAIL_LINES; k++)
-			free(p->tail[k]);
-	}
-	L.refusal = accel_store_refusal_stop(L.refusal);
-	for (int i = 0; L.reporters && i < L.n; i++)
-		if (L.reporters[i] > 0) {
-			kill(L.reporters[i], SIGKILL);
-			while (waitpid(L.reporters[i], NULL, 0) < 0 && errno == EINTR)
-				;
-		}
-	free(L.reporters);
+	rc = reap_stragglers(&L, rc);
 	/* Our own output last: the thread writes out what is queued.  While its
 	 * reader does not read, a signal gives up on it, and after one has
 	 * stopped the job the wait is at most the grace period (200 ms at

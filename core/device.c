@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/common/launch-env.h"
 #include "accel-build-config.h"
 #include "device.h"
 #include "log.h"
@@ -51,7 +52,7 @@ typedef const accel_device_v1 *(*entry_fn)(const accel_device_host_v1 *);
 static int find_file(dev_slot *s, const char *name)
 {
 	char dirs[4096];
-	const char *env = getenv("ACCEL_DEVICE_PATH");
+	const char *env = getenv(ACCEL_ENV_DEVICE_PATH);
 	snprintf(dirs, sizeof(dirs), "%s%s%s", env && *env ? env : "", env && *env ? ":" : "",
 	         ACCEL_DEVICEDIR);
 	for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backends/common/launch-env.h"
 #include "accel-build-config.h"
 #include "loader-impl.h"
 #include "comm.h"
@@ -247,14 +248,14 @@ int accelp_loader_add_default_dirs(accel_loader *ld, accel_err *err)
 	if (!ld)
 		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_add_default_dirs: "
 		                     "NULL");
-	const char *env = getenv("ACCEL_PLUGIN_PATH");
+	const char *env = getenv(ACCEL_ENV_PLUGIN_PATH);
 	if (env && *env) {
 		char *copy = strdup(env);
 		if (!copy)
 			return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 		char *save = NULL;
 		for (char *tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
-			int r = accelp_loader_add_dir(ld, tok, "ACCEL_PLUGIN_PATH", err);
+			int r = accelp_loader_add_dir(ld, tok, ACCEL_ENV_PLUGIN_PATH, err);
 			if (r) {
 				free(copy);
 				return r;

@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "backends/common/launch-env.h"
 #include "log.h"
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -34,7 +35,7 @@ int accel_log_level_parse(const char *s)
 
 static void log_read_env(void)
 {
-	const char *lv = getenv("ACCEL_LOG_LEVEL");
+	const char *lv = getenv(ACCEL_ENV_LOG_LEVEL);
 	int l = accel_log_level_parse(lv);
 	if (l >= 0)
 		log_level = l;
@@ -42,9 +43,9 @@ static void log_read_env(void)
 		fprintf(stderr, "[accel] warn: ACCEL_LOG_LEVEL='%s' is not one of "
 		        "error|warn|info|debug|trace|0..4; messages before the configuration "
 		        "is read use info (a context refuses the value)\n", lv);
-	const char *all = getenv("ACCEL_LOG_ALL_RANKS");
+	const char *all = getenv(ACCEL_ENV_LOG_ALL_RANKS);
 	log_all_ranks = all && *all && strcmp(all, "0") != 0;
-	const char *r = getenv("ACCEL_RANK");
+	const char *r = getenv(ACCEL_ENV_RANK);
 	if (r && *r)
 		log_rank = atoi(r);
 }

@@ -12,7 +12,7 @@
 #endif
 
 #include "accel/accel.h"
-#include "half.h"
+#include "backends/common/half.h"
 #include "ops.h"
 
 static int check_view(const accel_view *v, const char *what, int float_only, accel_err *err)

@@ -44,7 +44,7 @@ extern float sqrtf(float) __attribute__((const, nothrow));
 #include "accel/accel.h"
 #include "device.h"
 #include "optim.h"
-#include "optim_consts.h"
+#include "backends/common/optim-consts.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_AVX2_FMA 1
@@ -337,7 +337,7 @@ int accel_optim_set_kernel(accel_optim *optim, const char *name, accel_err *err)
 
 /* ---- kernels ------------------------------------------------------------------ */
 
-/* The f32 constants of one update: core/optim_consts.h. */
+/* The f32 constants of one update: backends/common/optim-consts.h. */
 typedef accel_optim_adamw_k adamw_k;
 typedef accel_optim_sgd_k sgd_k;
 

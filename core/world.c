@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/common/launch-env.h"
 #include "world.h"
 
 typedef struct wsrc {
@@ -228,8 +229,9 @@ typedef struct result {
 
 static int from_accel(wsrc *s, result *r)
 {
-	static const names nm = {"ACCEL_RANK", "ACCEL_WORLD_SIZE", "ACCEL_LOCAL_RANK",
-	                         "ACCEL_LOCAL_WORLD_SIZE", "ACCEL_NODE_RANK", "ACCEL_NUM_NODES"};
+	static const names nm = {ACCEL_ENV_RANK, ACCEL_ENV_WORLD_SIZE, ACCEL_ENV_LOCAL_RANK,
+	                         ACCEL_ENV_LOCAL_WORLD_SIZE, ACCEL_ENV_NODE_RANK,
+	                         ACCEL_ENV_NUM_NODES};
 	accel_world_v1 *w = &r->w;
 	int rc;
 	/* the variable that made us look: named when its partner is missing */
@@ -248,7 +250,7 @@ static int from_accel(wsrc *s, result *r)
 		return rc;
 	if ((rc = check_world(s, &nm, w)) < 0)
 		return rc;
-	const char *jid = getvar(s, "ACCEL_JOB_ID");
+	const char *jid = getvar(s, ACCEL_ENV_JOB_ID);
 	if (jid)
 		sanitize_id(jid, r->job_id, sizeof(r->job_id));
 	return ACCEL_OK;
@@ -314,14 +316,15 @@ static int from_pmi(wsrc *s, result *r)
 
 static int from_torchrun(wsrc *s, result *r)
 {
-	static const names nm = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL,
+	static const names nm = {ACCEL_ENV_TORCH_RANK, ACCEL_ENV_TORCH_WORLD_SIZE,
+	                         ACCEL_ENV_TORCH_LOCAL_RANK, ACCEL_ENV_TORCH_LOCAL_WORLD_SIZE, NULL,
 	                         NULL};
 	accel_world_v1 *w = &r->w;
 	int rc;
 	if ((rc = read_mpi_style(s, &nm, w)) < 0)
 		return rc;
 	int group;
-	if ((rc = read_int(s, "GROUP_RANK", &group)) < 0)
+	if ((rc = read_int(s, ACCEL_ENV_TORCH_GROUP_RANK, &group)) < 0)
 		return rc;
 	if (rc == 1 && group >= w->world_size)
 		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
@@ -389,11 +392,11 @@ static int from_slurm(wsrc *s, result *r)
 
 static int master_from_env(wsrc *s, result *r)
 {
-	const char *a = getvar(s, "ACCEL_MASTER_ADDR");
-	const char *an = "ACCEL_MASTER_ADDR";
+	const char *an = ACCEL_ENV_MASTER_ADDR;
+	const char *a = getvar(s, an);
 	if (!a) {
-		a = getvar(s, "MASTER_ADDR");
-		an = "MASTER_ADDR";
+		an = ACCEL_ENV_TORCH_MASTER_ADDR;
+		a = getvar(s, an);
 	}
 	if (a) {
 		if (strlen(a) >= sizeof(r->addr))
@@ -403,10 +406,10 @@ static int master_from_env(wsrc *s, result *r)
 	} else if (!r->addr[0] && r->w.num_nodes == 1) {
 		snprintf(r->addr, sizeof(r->addr), "127.0.0.1");
 	}
-	const char *pn = "ACCEL_MASTER_PORT";
+	const char *pn = ACCEL_ENV_MASTER_PORT;
 	const char *p = getvar(s, pn);
 	if (!p) {
-		pn = "MASTER_PORT";
+		pn = ACCEL_ENV_TORCH_MASTER_PORT;
 		p = getvar(s, pn);
 	}
 	if (p) {
@@ -417,7 +420,7 @@ static int master_from_env(wsrc *s, result *r)
 		/* torchrun's static rendezvous hosts its own store on MASTER_PORT
 		 * (TORCHELASTIC_USE_AGENT_STORE=True): accel's goes one above. */
 		const char *agent = getvar(s, "TORCHELASTIC_USE_AGENT_STORE");
-		if (!strcmp(pn, "MASTER_PORT") && !strcmp(s->launcher, "torchrun") && agent &&
+		if (!strcmp(pn, ACCEL_ENV_TORCH_MASTER_PORT) && !strcmp(s->launcher, "torchrun") && agent &&
 		    !strcmp(agent, "True")) {
 			if (v == 65535)
 				return accel_err_set(s->err, ACCEL_ERR_CONFIG,
@@ -443,7 +446,7 @@ int accel_world_from_vars(accel_world_getvar_fn get, void *ud, accel_world_v1 *r
 	r.w.struct_size = sizeof(r.w);
 	wsrc s = {get, ud, NULL, err};
 	int rc;
-	if (getvar(&s, "ACCEL_RANK") || getvar(&s, "ACCEL_WORLD_SIZE")) {
+	if (getvar(&s, ACCEL_ENV_RANK) || getvar(&s, ACCEL_ENV_WORLD_SIZE)) {
 		s.launcher = "accel launch";
 		rc = from_accel(&s, &r);
 	} else if (getvar(&s, "OMPI_COMM_WORLD_RANK") || getvar(&s, "OMPI_COMM_WORLD_SIZE")) {
@@ -452,7 +455,7 @@ int accel_world_from_vars(accel_world_getvar_fn get, void *ud, accel_world_v1 *r
 	} else if (getvar(&s, "PMI_RANK") || getvar(&s, "PMI_SIZE")) {
 		s.launcher = "mpiexec (MPICH/Hydra)";
 		rc = from_pmi(&s, &r);
-	} else if (getvar(&s, "RANK") && getvar(&s, "WORLD_SIZE")) {
+	} else if (getvar(&s, ACCEL_ENV_TORCH_RANK) && getvar(&s, ACCEL_ENV_TORCH_WORLD_SIZE)) {
 		/* RANK alone is too common a name to mean a launcher. */
 		s.launcher = "torchrun";
 		rc = from_torchrun(&s, &r);

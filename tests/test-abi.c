@@ -31,7 +31,7 @@
 #include "ctx-impl.h"
 #include "cuda_probe.h"
 #include "fixtures/abi13/fx-record.h"
-#include "half.h"
+#include "backends/common/half.h"
 #include "loader.h"
 #include "select.h"
 #include "train-impl.h"

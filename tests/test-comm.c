@@ -35,8 +35,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "accel/accel.h"
 #include "accel/comm.h"
-#include "half.h"
+#include "backends/common/half.h"
+#include "comm.h"
+#include "ctx-impl.h"
 
 #include "launch-ranks.h"
 #include "progs/comm-check.h"
@@ -866,41 +869,62 @@ static void expect_error(rank_env *env, int st, int want, const char *needle)
 	clear_err(env);
 }
 
+/* Arguments the core refuses (core_refuses_bad_arguments) never reach a
+ * backend; it asserts them instead of checking them again.  Each such call
+ * made straight to the backend must stop the process on the assertion
+ * (run in a child of the rank; builds with NDEBUG compile the assertions
+ * out, and skip this). */
+enum { N_BAD_CALLS = 12 };
+
+static int bad_call(rank_env *env, int i)
+{
+	float x[8] = {0};
+	accel_comm_req *req = NULL;
+	accel_view v = fview(x, 8), w = fview(x, 3), u8 = v, bogus = v, dev = v, old = v;
+	accel_view nul = fview(NULL, 5);
+	u8.dtype = ACCEL_DTYPE_U8;
+	bogus.dtype = 77;
+	dev.device = ACCEL_DEVICE_CUDA;
+	old.struct_size = 8;
+	switch (i) {
+	case 0: return B->allreduce(env->st, NULL, &v, ACCEL_RED_SUM, &req);
+	case 1: return B->allreduce(env->st, &v, &w, ACCEL_RED_SUM, &req);
+	case 2: return B->allreduce(env->st, &v, &v, 7, &req);
+	case 3: return B->allreduce(env->st, &u8, &u8, ACCEL_RED_SUM, &req);
+	case 4: return B->allgather(env->st, &bogus, &bogus, &req);
+	case 5: return B->allreduce(env->st, &dev, &dev, ACCEL_RED_SUM, &req);
+	case 6: return B->broadcast(env->st, &nul, 0, &req);
+	case 7: return B->broadcast(env->st, &v, g_world, &req);
+	case 8: return B->reduce_scatter(env->st, &v, &w, ACCEL_RED_SUM, &req);
+	case 9: return B->allgather(env->st, &w, &w, &req);
+	case 10: return B->allreduce(env->st, &old, &old, ACCEL_RED_SUM, &req);
+	default: return B->wait(env->st, NULL);
+	}
+}
+
 static void rank_bad_args(rank_env *env, void *arg)
 {
 	(void)arg;
-	float x[8] = {0};
-	accel_comm_req *req = NULL;
-	accel_view v = fview(x, 8), w = fview(x, 3);
-	expect_error(env, B->allreduce(env->st, NULL, &v, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
-	             "send is NULL");
-	expect_error(env, B->allreduce(env->st, &v, &w, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
-	             "must match");
-	expect_error(env, B->allreduce(env->st, &v, &v, 7, &req), ACCEL_ERR_INVALID_ARG, "op 7");
-	accel_view u8 = v;
-	u8.dtype = ACCEL_DTYPE_U8;
-	expect_error(env, B->allreduce(env->st, &u8, &u8, ACCEL_RED_SUM, &req), ACCEL_ERR_UNSUPPORTED,
-	             "dtype u8");
-	accel_view bogus = v;
-	bogus.dtype = 77;
-	expect_error(env, B->allgather(env->st, &bogus, &bogus, &req), ACCEL_ERR_INVALID_ARG,
-	             "not a valid dtype");
-	accel_view dev = v;
-	dev.device = ACCEL_DEVICE_CUDA;
-	expect_error(env, B->allreduce(env->st, &dev, &dev, ACCEL_RED_SUM, &req), ACCEL_ERR_UNSUPPORTED,
-	             "host memory only");
-	accel_view nul = fview(NULL, 5);
-	expect_error(env, B->broadcast(env->st, &nul, 0, &req), ACCEL_ERR_INVALID_ARG, "data is NULL");
-	expect_error(env, B->broadcast(env->st, &v, g_world, &req), ACCEL_ERR_INVALID_ARG, "root 2");
-	expect_error(env, B->reduce_scatter(env->st, &v, &w, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
-	             "world_size (2) x recv");
-	expect_error(env, B->allgather(env->st, &w, &w, &req), ACCEL_ERR_INVALID_ARG,
-	             "world_size (2) x send");
-	accel_view old = v;
-	old.struct_size = 8;
-	expect_error(env, B->allreduce(env->st, &old, &old, ACCEL_RED_SUM, &req), ACCEL_ERR_INVALID_ARG,
-	             "struct_size");
-	expect_error(env, B->wait(env->st, NULL), ACCEL_ERR_INVALID_ARG, "NULL");
+#ifndef NDEBUG
+	for (int i = 0; i < N_BAD_CALLS; i++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			int null = open("/dev/null", O_WRONLY);   /* the assertion's own text */
+			if (null >= 0)
+				dup2(null, 2);
+			bad_call(env, i);
+			_exit(0);
+		}
+		int st = 0;
+		if (pid < 0 || waitpid(pid, &st, 0) != pid)
+			FAIL(env, "bad call %d: fork/waitpid: %s", i, strerror(errno));
+		else if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+			FAIL(env, "bad call %d reached the backend and went on (status 0x%x); it must "
+			     "stop on the backend's assertion", i, st);
+	}
+#endif
+	/* not a collective's argument: the core routes device buffers to the
+	 * device backend, but shm still says what it serves */
 	void *p = NULL;
 	expect_error(env, B->mem_alloc(env->st, ACCEL_DEVICE_CUDA, 0, 64, &p), ACCEL_ERR_UNSUPPORTED,
 	             "host memory only");
@@ -915,6 +939,83 @@ START_TEST(bad_arguments)
 	world_result res;
 	run_world(2, rank_bad_args, NULL, 30, &res);
 	assert_all_ok(&res);
+}
+END_TEST
+
+/* Bad arguments through the core (a context of one rank on shm): each is
+ * refused with a message naming the call and the argument, before any
+ * backend sees it, and the communicator works after them. */
+typedef struct bad_case {
+	int op;                  /* 0 allreduce, 1 reduce_scatter, 2 allgather, 3 broadcast,
+	                            4 wait(NULL) */
+	int send, recv;          /* 0 NULL, else the index of a view below */
+	uint32_t red;
+	int32_t root;
+	int code;
+	const char *needle;
+} bad_case;
+
+START_TEST(core_refuses_bad_arguments)
+{
+	accel_opts o = {.struct_size = sizeof(o), .config_json = "{\"backend\": \"shm\"}",
+	                .skip_env = 1};
+	accel_ctx *ctx = NULL;
+	ck_assert_int_eq(accel_ctx_new(&o, &ctx), ACCEL_OK);
+	float x[9] = {0};
+	/* 1: 8 floats, 2: 3 floats, 3: u8, 4: dtype 77, 5: on cuda:0, 6: NULL
+	 * data, 7: struct_size 8, 8: x + 1 (overlaps 1) */
+	accel_view vs[9];
+	vs[1] = fview(x, 8);
+	vs[2] = fview(x, 3);
+	vs[3] = vs[1];
+	vs[3].dtype = ACCEL_DTYPE_U8;
+	vs[4] = vs[1];
+	vs[4].dtype = 77;
+	vs[5] = vs[1];
+	vs[5].device = ACCEL_DEVICE_CUDA;
+	vs[6] = fview(NULL, 5);
+	vs[7] = vs[1];
+	vs[7].struct_size = 8;
+	vs[8] = fview(x + 1, 8);
+	static const bad_case cases[] = {
+		{0, 0, 1, ACCEL_RED_SUM, 0, ACCEL_ERR_INVALID_ARG, "allreduce: send is NULL"},
+		{0, 1, 2, ACCEL_RED_SUM, 0, ACCEL_ERR_INVALID_ARG, "recv 3; expected 8 and 8"},
+		{0, 1, 1, 7, 0, ACCEL_ERR_INVALID_ARG, "unknown reduction 7"},
+		{0, 3, 3, ACCEL_RED_SUM, 0, ACCEL_ERR_UNSUPPORTED, "reductions over u8"},
+		{2, 4, 4, 0, 0, ACCEL_ERR_INVALID_ARG, "invalid dtype 77"},
+		/* a named host backend stages device buffers, which needs a GPU */
+		{0, 5, 5, ACCEL_RED_SUM, 0, ACCEL_ERR_UNSUPPORTED, "a collective on device buffers: "},
+		{3, 6, 0, 0, 0, ACCEL_ERR_INVALID_ARG, "NULL data pointer"},
+		{3, 1, 0, 0, 1, ACCEL_ERR_INVALID_ARG, "root 1 is not a rank (world size 1)"},
+		{1, 1, 2, ACCEL_RED_SUM, 0, ACCEL_ERR_INVALID_ARG, "expected 3 and 3"},
+		{2, 2, 1, 0, 0, ACCEL_ERR_INVALID_ARG, "expected 3 and 3"},
+		{0, 7, 7, ACCEL_RED_SUM, 0, ACCEL_ERR_INVALID_ARG, "struct_size is 8"},
+		{0, 1, 8, ACCEL_RED_SUM, 0, ACCEL_ERR_INVALID_ARG, "overlap"},
+		{4, 0, 0, 0, 0, ACCEL_ERR_INVALID_ARG, "wait: request is NULL"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const bad_case *k = &cases[i];
+		const accel_view *s = k->send ? &vs[k->send] : NULL, *r = k->recv ? &vs[k->recv] : NULL;
+		accel_req *req = NULL;
+		int rc;
+		accel_clear_error(ctx);
+		switch (k->op) {
+		case 0: rc = accel_comm_allreduce(ctx->comm, s, r, k->red, &req); break;
+		case 1: rc = accel_comm_reduce_scatter(ctx->comm, s, r, k->red, &req); break;
+		case 2: rc = accel_comm_allgather(ctx->comm, s, r, &req); break;
+		case 3: rc = accel_comm_broadcast(ctx->comm, s, k->root, &req); break;
+		default: rc = accel_comm_wait(ctx->comm, NULL); break;
+		}
+		ck_assert_msg(rc == k->code && strstr(accel_errmsg(ctx), k->needle),
+		              "case %zu: status %d (want %d), message '%s' (want '%s')", i, rc,
+		              k->code, accel_errmsg(ctx), k->needle);
+		ck_assert_ptr_null(req);
+	}
+	accel_clear_error(ctx);
+	float y[2] = {1, 2};
+	ck_assert_int_eq(accel_allreduce(ctx, y, y, 2, ACCEL_DTYPE_F32, ACCEL_RED_SUM), ACCEL_OK);
+	ck_assert(y[0] == 1.0f && y[1] == 2.0f);
+	accel_ctx_free(ctx);
 }
 END_TEST
 
@@ -1001,7 +1102,7 @@ END_TEST
 /* 16-bit floats at the edges: subnormals, the largest finite values (whose
  * sums overflow to infinity), infinities of both signs (whose sum is NaN),
  * NaN, signed zeros; one-shot, pipelined and zero-copy paths; sum and max.
- * Expected: the f32 sum or max in rank order rounded once (core/half.h),
+ * Expected: the f32 sum or max in rank order rounded once (backends/common/half.h),
  * any NaN where an input is NaN or infinities cancel. */
 static const uint16_t k_f16_special[] = {0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00,
                                          0x7e00, 0x8000, 0x0000, 0x3c00, 0x3555, 0x0200, 0x7bfe,
@@ -1452,6 +1553,7 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, no_names_left_in_dev_shm);
 	tcase_add_test(tc, broadcast_after_a_peer_freed_its_copy);
 	tcase_add_test(tc, bad_arguments);
+	tcase_add_test(tc, core_refuses_bad_arguments);
 	tcase_add_test(tc, mismatched_collectives);
 	tcase_add_test(tc, timeout_names_missing_rank);
 	tcase_add_test(tc, join_mismatch_names_rank);

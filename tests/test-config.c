@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-config.c: the layered configuration (core/config.c) and the
+/* tests/test-config.c: the layered configuration (core/config_*.c) and the
  * `accel config` command.  Every error test checks the status and that the
  * message names the key and where it came from. */
 #include <check.h>

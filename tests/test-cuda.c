@@ -29,7 +29,7 @@
 #include "accel/accel.h"
 #include "ctx-impl.h"
 #include "device.h"
-#include "half.h"
+#include "backends/common/half.h"
 #include "mem.h"
 #include "ops.h"
 #include "optim.h"

@@ -27,7 +27,7 @@
 #include "accel/comm.h"
 #include "backends/common/coll-missing.h"
 #include "backends/nccl/nccl-impl.h"
-#include "core/half.h"
+#include "backends/common/half.h"
 
 /* ---- a fake store for the bootstrap ------------------------------------------- */
 

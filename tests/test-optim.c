@@ -21,7 +21,7 @@
 
 #include "accel/accel.h"
 #include "config.h"
-#include "half.h"
+#include "backends/common/half.h"
 #include "optim.h"
 
 #define U32 0x1p-24   /* unit roundoff of f32 */

@@ -21,7 +21,7 @@
 
 #include "accel/accel.h"
 #include "error.h"
-#include "half.h"
+#include "backends/common/half.h"
 #include "safetensors.h"
 
 static char tmpdir[256];

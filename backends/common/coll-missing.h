@@ -13,7 +13,7 @@
  * one that issued the op and then computed for longer than the grace
  * period is listed too; the text says "did not report reaching it".  The
  * others' records are read with probes (timeout 0), which record no error
- * in the host.  Header-only, like coll-check.h: each backend is a module
+ * in the host.  Header-only, like coll.h: each backend is a module
  * of its own.
  */
 #ifndef ACCEL_BACKENDS_COLL_MISSING_H
@@ -25,7 +25,9 @@
 #include <time.h>
 
 #include "accel/comm.h"
-#include "backends/common/coll-check.h"
+#include "backends/common/store-keys.h"
+#include "backends/common/coll.h"
+#include "backends/common/mono.h"
 
 /* How long to wait for the other ranks' records: at most this, and at most
  * the op's own timeout. */
@@ -63,7 +65,7 @@ static inline int coll_missing_ranks_map(const accel_host_v1 *host, accel_host *
 	buf[0] = '\0';
 	if (!host->store_set || !host->store_get || world < 2 || cap < 2)
 		return -1;
-	snprintf(key, sizeof(key), "%s/reached/%d", ns, rank);
+	snprintf(key, sizeof(key), ACCEL_STORE_FMT_REACHED, ns, rank);
 	/* A probe first: it records no error, so without a store (or with
 	 * its host gone) the caller's own message is what the user sees. */
 	int pr = host->store_get(h, key, val, sizeof(val) - 1, &len, 0);
@@ -79,14 +81,14 @@ static inline int coll_missing_ranks_map(const accel_host_v1 *host, accel_host *
 		return -1;
 	int64_t grace = timeout_ms > 0 && timeout_ms < COLL_MISSING_GRACE_MS ? timeout_ms
 	                                                                     : COLL_MISSING_GRACE_MS;
-	int64_t deadline = coll_deadline_ns(grace);
+	int64_t deadline = mono_deadline_ns(grace);
 	int unknown = world - 1;
 	at[rank] = seq + 1;
 	for (;;) {
 		for (int32_t r = 0; r < world; r++) {
 			if (at[r] > seq)
 				continue;  /* reached it */
-			snprintf(key, sizeof(key), "%s/reached/%d", ns, r);
+			snprintf(key, sizeof(key), ACCEL_STORE_FMT_REACHED, ns, r);
 			int st = host->store_get(h, key, val, sizeof(val) - 1, &len, 0);
 			if (st == ACCEL_ERR_NOT_FOUND)
 				continue;
@@ -103,7 +105,7 @@ static inline int coll_missing_ranks_map(const accel_host_v1 *host, accel_host *
 		int behind = 0;
 		for (int32_t r = 0; r < world; r++)
 			behind += at[r] != 0 && at[r] <= seq;
-		if ((unknown == 0 && behind == 0) || coll_now_ns() >= deadline)
+		if ((unknown == 0 && behind == 0) || mono_ns() >= deadline)
 			break;
 		struct timespec ts = {0, COLL_MISSING_POLL_MS * 1000000L};
 		nanosleep(&ts, NULL);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/common/coll-reqs.h: the list of live requests (issued, not yet
- * released by wait()) of the backends that queue them in issue order for a
- * comm thread (mpi, tcp): appended at issue, found and unlinked at wait().
+ * backends/common/coll-reqs.h: a list of requests in issue order: the live
+ * requests (issued, not yet released by wait()) of mpi and tcp, appended at
+ * issue, found and unlinked at wait(); shm's queue for its comm thread,
+ * appended at issue and popped in order.
  * A linear search is fine: a training step has a handful in flight.
  *
  * Include it after the backend's definition of struct accel_comm_req, which
@@ -26,6 +27,16 @@ static inline void coll_reqs_append(coll_reqs *l, accel_comm_req *r)
 	else
 		l->head = r;
 	l->tail = r;
+}
+
+/* Take the oldest off the list (the list is not empty). */
+static inline accel_comm_req *coll_reqs_pop(coll_reqs *l)
+{
+	accel_comm_req *r = l->head;
+	l->head = r->next;
+	if (!l->head)
+		l->tail = NULL;
+	return r;
 }
 
 /* Whether r is on the list (wait() and test() refuse any other pointer). */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* backends/common/coll_reduce.c: element-wise reductions of n inputs, for
- * the host backends (shm, tcp); each module builds its own copy.
+ * the host backends (shm, tcp), in the common library (each module links
+ * its own hidden copy).
  *
  * Every reduction walks the data in blocks that fit in L1: the block is
  * combined into a scratch buffer input by input, in rank order (so every
@@ -13,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "half.h"
+#include "backends/common/half.h"
 #include "backends/common/coll-reduce.h"
 
 #define BLK_BYTES 16384
@@ -58,7 +59,7 @@ static inline double min_f64(double a, double b)
 	return b != b ? b : m;
 }
 
-/* f16 <-> f32 without branches, so the loops vectorize (core/half.h's
+/* f16 <-> f32 without branches, so the loops vectorize (backends/common/half.h's
  * versions loop over subnormals and run ~10x slower).  Bit-identical to
  * half.h for every input: checked exhaustively (all 2^16 halves, all 2^32
  * floats) when written. */

@@ -20,7 +20,7 @@ extern "C" {
 /* Partial sums of a reduction: one 8-byte slot per block plus the result. */
 #define ACCEL_CUDA_SCRATCH_SLOTS 1024
 
-/* The f32 constants of one update (fields as core/optim_consts.h). */
+/* The f32 constants of one update (fields as backends/common/optim-consts.h). */
 typedef struct accel_cuda_adamw_k {
 	float decay, b1, omb1, b2, omb2, bc2s, eps, nstep, gs;
 } accel_cuda_adamw_k;

@@ -15,8 +15,8 @@
 
 #include "accel/device.h"
 #include "cuda-impl.h"
-#include "half.h"
-#include "optim_consts.h"
+#include "backends/common/half.h"
+#include "backends/common/optim-consts.h"
 
 #define MAX_DEVICES 64
 

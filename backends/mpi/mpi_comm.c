@@ -20,6 +20,7 @@
  * also cannot cancel a collective: after a timeout the request is kept and
  * drained in fini(); if it never completes MPI_Finalize is skipped, since it
  * would hang. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -29,7 +30,8 @@
 #include <time.h>
 
 #include "accel/comm.h"
-#include "backends/common/coll-check.h"
+#include "backends/common/coll.h"
+#include "backends/common/mono.h"
 #include "backends/common/coll-missing.h"
 #include "mpi-impl.h"
 
@@ -429,7 +431,7 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 		r->status = ACCEL_OK;
 		return 1;
 	}
-	if (timed && r->deadline_ns > 0 && coll_now_ns() > r->deadline_ns) {
+	if (timed && r->deadline_ns > 0 && mono_ns() > r->deadline_ns) {
 		char what[160];
 		req_describe(r, what, sizeof(what));
 		r->status = ACCEL_ERR_TIMEOUT;
@@ -450,7 +452,7 @@ static int req_step(mpi_state *st, accel_comm_req *r, int timed)
 static void set_deadline(mpi_state *st, accel_comm_req *r)
 {
 	if (st->timeout_ms > 0 && r->deadline_ns == 0)
-		r->deadline_ns = coll_deadline_ns(st->timeout_ms);
+		r->deadline_ns = mono_deadline_ns(st->timeout_ms);
 }
 
 /* Spin on MPI_Test first (lowest latency), then yield the CPU between
@@ -495,10 +497,10 @@ static void *worker_main(void *arg)
 			/* Collectives often come in bursts: watch for the next one
 			 * for a moment before sleeping (a wake-up costs microseconds). */
 			pthread_mutex_unlock(&st->lock);
-			int64_t until = coll_now_ns() + WAIT_SPIN_NS;
+			int64_t until = mono_ns() + WAIT_SPIN_NS;
 			while (!__atomic_load_n(&st->cursor, __ATOMIC_ACQUIRE) &&
 			       !__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) &&
-			       coll_now_ns() < until)
+			       mono_ns() < until)
 				sched_yield();
 			pthread_mutex_lock(&st->lock);
 		}
@@ -577,27 +579,6 @@ static void caller_progress(mpi_state *st, accel_comm_req *until)
 
 /* ---- issuing ---------------------------------------------------------------------- */
 
-static int check_view(mpi_state *st, const char *op, const char *which, const accel_view *v)
-{
-	return coll_check_host_view(st->host, st->h, "mpi", op, which, v);
-}
-
-/* Checks shared by the two-buffer ops; sets *place (COLL_*). */
-static int check_pair(mpi_state *st, int kind, const accel_view *send, const accel_view *recv,
-                      int *place)
-{
-	const char *op = coll_op_name(kind);
-	int rc;
-	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
-		return rc;
-	return coll_check_pair(st->host, st->h, kind, st->rank, send, recv, place);
-}
-
-static int check_reduction(mpi_state *st, const char *op, uint32_t dtype, uint32_t red)
-{
-	return coll_check_reduction(st->host, st->h, op, dtype, red, coll_dtype_reducible(dtype));
-}
-
 static int check_count(mpi_state *st, const char *op, uint64_t count)
 {
 	if (count > (uint64_t)INT32_MAX)
@@ -668,17 +649,10 @@ static int mpi_allreduce(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allreduce", ret_req)))
-		return rc;
-	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
-	    (rc = check_reduction(st, "allreduce", send->dtype, red)))
-		return rc;
-	if (send->numel != recv->numel)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "allreduce: send has %llu elements but recv has %llu",
-		                       (unsigned long long)send->numel,
-		                       (unsigned long long)recv->numel);
+	assert(ret_req);
+	coll_assert_pair(OP_ALLREDUCE, st->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, red);
+	int place = coll_place(OP_ALLREDUCE, st->rank, send, recv);
 	accel_comm_req *r = req_new(st, OP_ALLREDUCE, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -694,16 +668,13 @@ static int mpi_reduce_scatter(void *state, const accel_view *send, const accel_v
                               uint32_t red, accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "reduce_scatter", ret_req)))
+	int rc;
+	assert(ret_req);
+	coll_assert_pair(OP_REDUCE_SCATTER, st->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, red);
+	if ((rc = check_count(st, "reduce_scatter", recv->numel)))
 		return rc;
-	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
-	    (rc = check_reduction(st, "reduce_scatter", send->dtype, red)) ||
-	    (rc = check_count(st, "reduce_scatter", recv->numel)))
-		return rc;
-	if ((rc = coll_check_blocks(st->host, st->h, st->world, "reduce_scatter", "send", send,
-	                             "recv", recv)))
-		return rc;
+	int place = coll_place(OP_REDUCE_SCATTER, st->rank, send, recv);
 	accel_comm_req *r = req_new(st, OP_REDUCE_SCATTER, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -723,15 +694,12 @@ static int mpi_allgather(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allgather", ret_req)))
+	int rc;
+	assert(ret_req);
+	coll_assert_pair(OP_ALLGATHER, st->world, send, recv, ACCEL_DEVICE_CPU);
+	if ((rc = check_count(st, "allgather", send->numel)))
 		return rc;
-	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)) ||
-	    (rc = check_count(st, "allgather", send->numel)))
-		return rc;
-	if ((rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
-	                             send)))
-		return rc;
+	int place = coll_place(OP_ALLGATHER, st->rank, send, recv);
 	accel_comm_req *r = req_new(st, OP_ALLGATHER, send->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -746,13 +714,9 @@ static int mpi_broadcast(void *state, const accel_view *buf, int32_t root,
                          accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "broadcast", ret_req)))
-		return rc;
-	if ((rc = check_view(st, "broadcast", "buffer", buf)))
-		return rc;
-	if ((rc = coll_check_root(st->host, st->h, root, st->world)))
-		return rc;
+	assert(ret_req);
+	coll_assert_view(buf, ACCEL_DEVICE_CPU);
+	assert(root >= 0 && root < st->world);
 	accel_comm_req *r = req_new(st, OP_BROADCAST, buf->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -765,9 +729,7 @@ static int mpi_broadcast(void *state, const accel_view *buf, int32_t root,
 static int mpi_barrier(void *state, accel_comm_req **ret_req)
 {
 	mpi_state *st = state;
-	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "barrier", ret_req)))
-		return rc;
+	assert(ret_req);
 	accel_comm_req *r = req_new(st, OP_BARRIER, ACCEL_DTYPE_U8, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -823,20 +785,16 @@ static int mpi_wait(void *state, accel_comm_req *r)
 	int status;
 	if (st->use_thread)
 		pthread_mutex_lock(&st->lock);
-	if (!r || !coll_reqs_has(&st->live, r)) {
-		if (st->use_thread)
-			pthread_mutex_unlock(&st->lock);
-		return coll_unknown_req(st->host, st->h, "wait", r);
-	}
+	assert(r && coll_reqs_has(&st->live, r));   /* the core waits its own, once */
 	if (st->use_thread) {
 		/* Small collectives finish within microseconds: watch the state
 		 * for a moment before sleeping, saving a futex wake-up.  The
 		 * worker enforces the deadline, so this wait ends. */
 		if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE) {
 			pthread_mutex_unlock(&st->lock);
-			int64_t until = coll_now_ns() + WAIT_SPIN_NS;
+			int64_t until = mono_ns() + WAIT_SPIN_NS;
 			while (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) < REQ_DONE &&
-			       coll_now_ns() < until)
+			       mono_ns() < until)
 				sched_yield();
 			pthread_mutex_lock(&st->lock);
 		}
@@ -861,15 +819,10 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 {
 	mpi_state *st = state;
 	int s;
-	if (!ret_done)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
+	assert(ret_done);
 	if (st->use_thread)
 		pthread_mutex_lock(&st->lock);
-	if (!r || !coll_reqs_has(&st->live, r)) {
-		if (st->use_thread)
-			pthread_mutex_unlock(&st->lock);
-		return coll_unknown_req(st->host, st->h, "test", r);
-	}
+	assert(r && coll_reqs_has(&st->live, r));
 	if (!st->use_thread && r->state < REQ_DONE)
 		caller_progress(st, NULL);
 	s = r->state;
@@ -889,7 +842,7 @@ static int mpi_test(void *state, accel_comm_req *r, int32_t *ret_done)
 /* Give timed-out MPI requests a last chance to complete (a late peer). */
 static int drain_lost(mpi_state *st)
 {
-	int64_t deadline = coll_deadline_ns(DRAIN_MAX_MS);
+	int64_t deadline = mono_deadline_ns(DRAIN_MAX_MS);
 	uint32_t spins = 0;
 	if (st->lost_untracked) {
 		st->host->log(st->h, ACCEL_LOG_WARN,
@@ -900,7 +853,7 @@ static int drain_lost(mpi_state *st)
 	for (uint32_t i = 0; i < st->n_lost; i++) {
 		int flag = 0;
 		while (MPI_Test(&st->lost[i].mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag &&
-		       coll_now_ns() < deadline)
+		       mono_ns() < deadline)
 			backoff(&spins);
 		if (!flag) {
 			st->host->log(st->h, ACCEL_LOG_WARN,
@@ -1127,11 +1080,11 @@ static int mpi_init(const accel_host_v1 *host, accel_host *h, const accel_comm_i
 		goto fail;
 	}
 	{
-		int64_t deadline = coll_deadline_ns(st->timeout_ms);
+		int64_t deadline = mono_deadline_ns(st->timeout_ms);
 		uint32_t spins = 0;
 		int flag = 0;
 		while ((mrc = MPI_Test(&dreq, &flag, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !flag &&
-		       !(deadline && coll_now_ns() > deadline))
+		       !(deadline && mono_ns() > deadline))
 			backoff(&spins);
 		if (flag) {
 			st->comm = *dup;

@@ -12,7 +12,7 @@
  * zero as the ABI requires. */
 #include <string.h>
 
-#include "core/half.h"
+#include "backends/common/half.h"
 #include "mpi-impl.h"
 
 MPI_Datatype accel_mpi_datatype(uint32_t dtype)

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/common/store-keys.h"
 #include "nccl-impl.h"
 
 #define BOOT_TAG "accelNid"
@@ -111,7 +112,7 @@ int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int worl
 	if (ret_via_store)
 		*ret_via_store = 1;
 
-	snprintf(key, sizeof(key), "nccl/count/%d", rank);
+	snprintf(key, sizeof(key), ACCEL_STORE_FMT_NCCL_COUNT, rank);
 	rc = ops->add(ctx, key, 1, &count);
 	if (rc != ACCEL_OK) {
 		snprintf(msg, cap, "bootstrap on rank %d: cannot reach the rendezvous store "
@@ -119,7 +120,7 @@ int accel_nccl_bootstrap(const nccl_boot_ops *ops, void *ctx, int rank, int worl
 		         key);
 		return rc;
 	}
-	snprintf(key, sizeof(key), "nccl/uid/%lld", (long long)count);
+	snprintf(key, sizeof(key), ACCEL_STORE_FMT_NCCL_UID, (long long)count);
 
 	if (rank == 0) {
 		ncclResult_t r = (ncclResult_t)ops->unique_id(ctx, &id);
@@ -188,7 +189,7 @@ static int host_has_store(void *ctx)
 	nccl_host_boot *b = ctx;
 	char v[8];
 	uint64_t len = 0;
-	int r = b->host->store_get(b->h, "accel/job/failed", v, sizeof(v), &len, 0);
+	int r = b->host->store_get(b->h, ACCEL_STORE_KEY_JOB_FAILED, v, sizeof(v), &len, 0);
 	return r == ACCEL_ERR_UNSUPPORTED ? ACCEL_ERR_UNSUPPORTED : ACCEL_OK;
 }
 

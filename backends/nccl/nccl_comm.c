@@ -15,6 +15,7 @@
  * stream), so gradients produced there are complete; work on other streams
  * must be synchronized by the caller first.  NCCL's own AVG (ncclAvg) and
  * half types (ncclFloat16, ncclBfloat16) are used directly. */
+#include <assert.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,7 +25,8 @@
 #include <unistd.h>
 
 #include "accel/comm.h"
-#include "backends/common/coll-check.h"
+#include "backends/common/coll.h"
+#include "backends/common/mono.h"
 #include "backends/common/coll-missing.h"
 #include "nccl-impl.h"
 
@@ -180,7 +182,7 @@ static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
  * abort the communicator; *rc gets the status recorded. */
 static ncclResult_t settle(nccl_state *st, const char *name, uint64_t seq, int *rc)
 {
-	int64_t deadline = coll_deadline_ns(st->timeout_ms);
+	int64_t deadline = mono_deadline_ns(st->timeout_ms);
 	ncclResult_t ar = ncclInProgress;
 	uint32_t spins = 0;
 	*rc = ACCEL_OK;
@@ -190,7 +192,7 @@ static ncclResult_t settle(nccl_state *st, const char *name, uint64_t seq, int *
 			return q;
 		if (ar != ncclInProgress)
 			return ar;
-		if (deadline && coll_now_ns() > deadline) {
+		if (deadline && mono_ns() > deadline) {
 			*rc = timeout_fail(st, name, seq);
 			return ncclInProgress;
 		}
@@ -263,7 +265,7 @@ static int req_unlink(nccl_state *st, accel_comm_req *r)
 	return 0;
 }
 
-static int req_known(const nccl_state *st, const accel_comm_req *r)
+static inline int req_known(const nccl_state *st, const accel_comm_req *r)
 {
 	for (const accel_comm_req *p = st->live; p; p = p->next)
 		if (p == r)
@@ -284,11 +286,11 @@ static const char *memory_type_name(enum cudaMemoryType t)
 	}
 }
 
+/* What the core does not check: the view is on this rank's GPU, and its
+ * pointer is device memory there (the rest of it the core checked). */
 static int check_view(nccl_state *st, const char *op, const char *which, const accel_view *v)
 {
-	int rc = coll_check_view(st->host, st->h, op, which, v);
-	if (rc != ACCEL_OK)
-		return rc;
+	coll_assert_view(v, -1);
 	if (v->device != ACCEL_DEVICE_CUDA || v->device_index != st->device)
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
 		                       "%s: %s buffer is on %s:%d but this rank's NCCL "
@@ -325,26 +327,33 @@ static int check_view(nccl_state *st, const char *op, const char *which, const a
 	return ACCEL_OK;
 }
 
-/* Checks shared by the two-buffer ops; sets *place (COLL_*). */
+/* The two views of an op on this rank's GPU; sets *place (COLL_*). */
 static int check_pair(nccl_state *st, int kind, const accel_view *send, const accel_view *recv,
                       int *place)
 {
 	const char *op = coll_op_name(kind);
 	int rc;
+	coll_assert_pair(kind, st->world, send, recv, -1);
 	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
 		return rc;
-	return coll_check_pair(st->host, st->h, kind, st->rank, send, recv, place);
+	*place = coll_place(kind, st->rank, send, recv);
+	return ACCEL_OK;
 }
 
 static int check_reduce(nccl_state *st, const char *op, uint32_t dtype, uint32_t red,
                         ncclDataType_t *ret_type, ncclRedOp_t *ret_op)
 {
-	int reducible = accel_nccl_dtype(dtype, 1, ret_type);
-	int rc = coll_check_reduction(st->host, st->h, op, dtype, red, reducible);
-	if (rc == ACCEL_OK && !accel_nccl_redop(red, ret_op))
+	coll_assert_reduction(dtype, red);
+	/* what this NCCL reduces (bf16 needs NCCL 2.10) */
+	if (!accel_nccl_dtype(dtype, 1, ret_type))
+		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED,
+		                       "%s: cannot reduce %s; reductions take f32, f64, f16, bf16, "
+		                       "i32 or i64",
+		                       op, accel_abi_dtype_name(dtype));
+	if (!accel_nccl_redop(red, ret_op))
 		return st->host->error(st->h, ACCEL_ERR_INTERNAL,
 		                       "%s: no NCCL operation for reduction %u", op, red);
-	return rc;
+	return ACCEL_OK;
 }
 
 static int fail_fast(nccl_state *st, int kind)
@@ -379,7 +388,7 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 	char *base = L->recv;
 	char what[96], name[128];
 	uint64_t seq = st->seq + 1;
-	int64_t deadline = coll_deadline_ns(st->timeout_ms);  /* counted from issue */
+	int64_t deadline = mono_deadline_ns(st->timeout_ms);  /* counted from issue */
 	if (st->failed)
 		return fail_fast(st, L->kind);
 	if ((rc = enter_device(st, &prev)))
@@ -459,16 +468,10 @@ static int nccl_allreduce(void *state, const accel_view *send, const accel_view 
 	nccl_state *st = state;
 	launch L = {.kind = OP_ALLREDUCE};
 	int rc, place;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allreduce", ret_req)))
-		return rc;
+	assert(ret_req);
 	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
 	    (rc = check_reduce(st, "allreduce", send->dtype, red, &L.type, &L.op)))
 		return rc;
-	if (send->numel != recv->numel)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "allreduce: send has %llu elements but recv has %llu",
-		                       (unsigned long long)send->numel,
-		                       (unsigned long long)recv->numel);
 	L.send = send->data;
 	L.recv = recv->data;
 	L.count = recv->numel;
@@ -482,13 +485,9 @@ static int nccl_reduce_scatter(void *state, const accel_view *send, const accel_
 	nccl_state *st = state;
 	launch L = {.kind = OP_REDUCE_SCATTER};
 	int rc, place;
-	if ((rc = coll_check_ret_req(st->host, st->h, "reduce_scatter", ret_req)))
-		return rc;
+	assert(ret_req);
 	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
 	    (rc = check_reduce(st, "reduce_scatter", send->dtype, red, &L.type, &L.op)))
-		return rc;
-	if ((rc = coll_check_blocks(st->host, st->h, st->world, "reduce_scatter", "send", send,
-	                             "recv", recv)))
 		return rc;
 	L.send = send->data;
 	L.recv = recv->data;
@@ -512,16 +511,12 @@ static int nccl_allgather(void *state, const accel_view *send, const accel_view 
 	nccl_state *st = state;
 	launch L = {.kind = OP_ALLGATHER};
 	int rc, place;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allgather", ret_req)))
-		return rc;
+	assert(ret_req);
 	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)))
 		return rc;
 	if (!accel_nccl_dtype(send->dtype, 0, &L.type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "allgather: dtype %s",
 		                       accel_abi_dtype_name(send->dtype));
-	if ((rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
-	                             send)))
-		return rc;
 	L.send = send->data;
 	L.recv = recv->data;
 	L.count = send->numel;
@@ -542,15 +537,13 @@ static int nccl_broadcast(void *state, const accel_view *buf, int32_t root,
 	nccl_state *st = state;
 	launch L = {.kind = OP_BROADCAST};
 	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "broadcast", ret_req)))
-		return rc;
+	assert(ret_req);
+	assert(root >= 0 && root < st->world);
 	if ((rc = check_view(st, "broadcast", "buffer", buf)))
 		return rc;
 	if (!accel_nccl_dtype(buf->dtype, 0, &L.type))
 		return st->host->error(st->h, ACCEL_ERR_UNSUPPORTED, "broadcast: dtype %s",
 		                       accel_abi_dtype_name(buf->dtype));
-	if ((rc = coll_check_root(st->host, st->h, root, st->world)))
-		return rc;
 	L.recv = buf->data;
 	L.count = buf->numel;
 	L.root = root;
@@ -562,9 +555,7 @@ static int nccl_barrier(void *state, accel_comm_req **ret_req)
 {
 	nccl_state *st = state;
 	launch L = {.kind = OP_BARRIER, .dtype = ACCEL_DTYPE_F32, .count = 1};
-	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "barrier", ret_req)))
-		return rc;
+	assert(ret_req);
 	return issue(st, &L, ret_req);
 }
 
@@ -606,7 +597,7 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 		abort_comm(st);
 		goto out;
 	}
-	if (r->deadline_ns && coll_now_ns() > r->deadline_ns) {
+	if (r->deadline_ns && mono_ns() > r->deadline_ns) {
 		accel_comm_req *old = oldest_running(st, r);
 		coll_describe(what, sizeof(what), old->kind, old->seq, old->dtype, old->count);
 		rc = timeout_fail(st, what, old->seq);
@@ -619,8 +610,7 @@ static int nccl_wait(void *state, accel_comm_req *r)
 {
 	nccl_state *st = state;
 	int rc = ACCEL_OK, prev = -1;
-	if (!r || !req_known(st, r))
-		return coll_unknown_req(st->host, st->h, "wait", r);
+	assert(r && req_known(st, r));   /* the core waits its own, once */
 	if ((rc = enter_device(st, &prev)) == ACCEL_OK) {
 		uint32_t spins = 0;
 		int p;
@@ -640,10 +630,8 @@ static int nccl_test(void *state, accel_comm_req *r, int32_t *ret_done)
 {
 	nccl_state *st = state;
 	int prev = -1, p;
-	if (!ret_done)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
-	if (!r || !req_known(st, r))
-		return coll_unknown_req(st->host, st->h, "test", r);
+	assert(ret_done);
+	assert(r && req_known(st, r));
 	if ((p = enter_device(st, &prev)))
 		return p;
 	p = req_poll(st, r);
@@ -717,7 +705,7 @@ static void nccl_mem_free(void *state, void *ptr)
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
-/* Let the work queued on our stream finish by `deadline` (coll_now_ns
+/* Let the work queued on our stream finish by `deadline` (mono_ns
  * clock, 0: none); a failed communicator, a stuck stream, a stream error or
  * an NCCL error meanwhile abort the communicator instead (after which the
  * stream drains: aborting ends NCCL's kernels).  Called before anything
@@ -733,12 +721,12 @@ static void drain_or_abort(nccl_state *st, int64_t deadline, const char *when)
 	}
 	if (!st->stream)
 		return;
-	int64_t start = coll_now_ns();
+	int64_t start = mono_ns();
 	uint32_t spins = 0;
 	cudaError_t e;
 	ncclResult_t ar = ncclSuccess, q = ncclSuccess;
 	while ((e = cudaStreamQuery(st->stream)) == cudaErrorNotReady &&
-	       (!deadline || coll_now_ns() < deadline)) {
+	       (!deadline || mono_ns() < deadline)) {
 		if ((q = ncclCommGetAsyncError(st->comm, &ar)) != ncclSuccess ||
 		    (ar != ncclSuccess && ar != ncclInProgress))
 			break;
@@ -762,7 +750,7 @@ static void drain_or_abort(nccl_state *st, int64_t deadline, const char *when)
 		code = ACCEL_ERR_TIMEOUT;
 		st->host->log(st->h, ACCEL_LOG_WARN, "rank %d: collectives still running after %.1f s "
 		              "%s; aborting the communicator", st->rank,
-		              (double)(coll_now_ns() - start) / 1e9, when);
+		              (double)(mono_ns() - start) / 1e9, when);
 	}
 	abort_comm(st);
 	if (!st->failed) {
@@ -781,13 +769,13 @@ static void nccl_fini(void *state)
 	if (cudaGetDevice(&prev) != cudaSuccess)
 		prev = -1;
 	cudaSetDevice(st->device);
-	drain_or_abort(st, coll_deadline_ns(DRAIN_MAX_MS), "at shutdown");
+	drain_or_abort(st, mono_deadline_ns(DRAIN_MAX_MS), "at shutdown");
 	if (st->comm && !st->aborted) {
 		/* finalize (flushes NCCL's own work), bounded too */
-		int64_t deadline = coll_deadline_ns(DRAIN_MAX_MS);
+		int64_t deadline = mono_deadline_ns(DRAIN_MAX_MS);
 		uint32_t spins = 0;
 		ncclResult_t ar = ncclCommFinalize(st->comm);
-		while (ar == ncclInProgress && coll_now_ns() < deadline &&
+		while (ar == ncclInProgress && mono_ns() < deadline &&
 		       ncclCommGetAsyncError(st->comm, &ar) == ncclSuccess)
 			backoff(&spins);
 		if (ar == ncclSuccess)

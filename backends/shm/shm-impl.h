@@ -25,6 +25,7 @@
 
 #include "accel/comm.h"
 #include "backends/common/coll-reduce.h"
+#include "backends/common/mono.h"
 
 #define SHM_MAGIC 0x316d6873636361ull   /* "accshm1" */
 #define SHM_LAYOUT_VERSION 2u
@@ -140,6 +141,8 @@ struct accel_comm_req {
 #define REQ_DONE 1
 #define REQ_FAILED 2
 
+#include "backends/common/coll-reqs.h"  /* needs struct accel_comm_req */
+
 typedef struct shm_comm {
 	const accel_host_v1 *host;
 	accel_host *h;
@@ -212,7 +215,7 @@ typedef struct shm_comm {
 	pthread_mutex_t mu;
 	pthread_cond_t cv_work;
 	pthread_cond_t cv_done;
-	struct accel_comm_req *q_head, *q_tail;
+	coll_reqs q;                      /* issued, not yet run (FIFO) */
 	_Atomic int queued;         /* in the queue or running from it, not finished */
 	int exec_busy;              /* an op from the queue is running (thread or a
 	                               waiting caller that took it); under mu */
@@ -257,7 +260,11 @@ const shm_alloc *shm_mem_by_index(const shm_comm *c, int32_t index);
 /* ---- shm_wait.c: waiting, liveness, failures ---- */
 /* snprintf for messages: truncation is accepted (and not warned about). */
 int shm_fmt(char *buf, size_t cap, const char *fmt, ...) ACCEL_PRINTF(3, 4);
-uint64_t shm_now_ns(void);
+/* The monotonic clock (backends/common/mono.h) in unsigned nanoseconds. */
+static inline uint64_t shm_now_ns(void)
+{
+	return (uint64_t)mono_ns();
+}
 /* Publish a new value of this rank's seq or sig and wake sleepers. */
 void shm_post_seq(shm_comm *c, uint64_t seq);
 void shm_post_sig(shm_comm *c, uint64_t sig);

@@ -11,6 +11,7 @@
  * they are late it returns with the op posted but unfinished ("lazy"), and
  * wait(), test() or the next op finishes it.  The thread and waiting callers
  * take queued ops under one lock (exec_busy), so one executes at a time. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -20,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/coll-check.h"
+#include "backends/common/coll.h"
+#include "backends/common/store-keys.h"
 #include "shm-impl.h"
 
 #define MAX_FREE_REQS 64
@@ -143,10 +145,7 @@ static int run_one(shm_comm *c, struct accel_comm_req *r, int on_thread)
  * lock, record the outcome.  Returns with mu held. */
 static void run_head_locked(shm_comm *c, int by_thread)
 {
-	struct accel_comm_req *r = c->q_head;
-	c->q_head = r->next;
-	if (!c->q_head)
-		c->q_tail = NULL;
+	struct accel_comm_req *r = coll_reqs_pop(&c->q);
 	c->exec_busy = 1;
 	if (by_thread)
 		c->n_by_thread++;
@@ -176,9 +175,9 @@ static void *comm_thread(void *arg)
 	pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
-		while ((!c->q_head || c->exec_busy) && !c->stop)
+		while ((!c->q.head || c->exec_busy) && !c->stop)
 			pthread_cond_wait(&c->cv_work, &c->mu);
-		if (c->q_head && !c->exec_busy)
+		if (c->q.head && !c->exec_busy)
 			run_head_locked(c, 1);
 		else if (c->stop)
 			break;
@@ -191,12 +190,7 @@ static void enqueue(shm_comm *c, struct accel_comm_req *r)
 {
 	pthread_mutex_lock(&c->mu);
 	atomic_fetch_add_explicit(&c->queued, 1, memory_order_relaxed);
-	r->next = NULL;
-	if (c->q_tail)
-		c->q_tail->next = r;
-	else
-		c->q_head = r;
-	c->q_tail = r;
+	coll_reqs_append(&c->q, r);
 	pthread_cond_signal(&c->cv_work);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -250,7 +244,7 @@ static void wait_for(shm_comm *c, struct accel_comm_req *r)
 		             : atomic_load(&c->queued) == 0;
 		if (done)
 			break;
-		if (c->q_head && !c->exec_busy)
+		if (c->q.head && !c->exec_busy)
 			run_head_locked(c, 0);
 		else
 			pthread_cond_wait(&c->cv_done, &c->mu);
@@ -266,43 +260,10 @@ void shm_drain(shm_comm *c)
 
 /* ---- issuing ---- */
 
-static int check_view(shm_comm *c, const char *what, const char *name, const accel_view *v,
-                      int reduce)
-{
-	char d[200];
-	int code = ACCEL_ERR_INVALID_ARG;
-
-	if (!v) {
-		shm_fmt(d, sizeof(d), "%s is NULL", name);
-	} else if (v->struct_size < sizeof(accel_view)) {
-		shm_fmt(d, sizeof(d), "%s.struct_size is %u (expected >= %zu)", name, v->struct_size,
-		         sizeof(accel_view));
-	} else if (v->device != ACCEL_DEVICE_CPU) {
-		shm_fmt(d, sizeof(d), "%s is on device %d; shm serves host memory only", name,
-		         (int)v->device);
-		code = ACCEL_ERR_UNSUPPORTED;
-	} else if (reduce ? !coll_dtype_reducible(v->dtype) : accel_abi_dtype_size(v->dtype) == 0) {
-		shm_fmt(d, sizeof(d), "%s has dtype %s, which %s", name,
-		         accel_abi_dtype_name(v->dtype),
-		         reduce ? "cannot be reduced (f32, f64, f16, bf16, i32, i64 can)"
-		                : "is not a valid dtype");
-		code = reduce ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_INVALID_ARG;
-	} else if (v->numel && !v->data) {
-		shm_fmt(d, sizeof(d), "%s.data is NULL with %llu elements", name,
-		         (unsigned long long)v->numel);
-	} else if (v->numel > (UINT64_C(1) << 56) / 8 / (uint64_t)c->world) {
-		shm_fmt(d, sizeof(d), "%s has %llu elements, too many", name, (unsigned long long)v->numel);
-	} else {
-		return ACCEL_OK;
-	}
-	return c->host->error(c->h, code, "%s: %s", what, d);
-}
-
 static int issue(shm_comm *c, shm_op *op, accel_comm_req **ret_req)
 {
 	char what[160];
-	if (!ret_req)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "ret_req is NULL");
+	assert(ret_req);
 	int failed = atomic_load_explicit(&c->failed, memory_order_acquire);
 	if (failed) {
 		op->seq = c->next_seq + 1;
@@ -376,18 +337,8 @@ static int shm_allreduce(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	shm_comm *c = state;
-	int st;
-	if ((st = check_view(c, "allreduce", "send", send, 1)) ||
-	    (st = check_view(c, "allreduce", "recv", recv, 1)))
-		return st;
-	if (send->dtype != recv->dtype || send->numel != recv->numel || redop > ACCEL_RED_MIN)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
-		                      "allreduce: send (%s, %llu elements) and recv (%s, %llu elements) "
-		                      "must match, op %u must be sum/avg/max/min",
-		                      accel_abi_dtype_name(send->dtype),
-		                      (unsigned long long)send->numel,
-		                      accel_abi_dtype_name(recv->dtype),
-		                      (unsigned long long)recv->numel, redop);
+	coll_assert_pair(OP_ALLREDUCE, c->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, redop);
 	shm_op op = {.kind = SHM_OP_ALLREDUCE, .dtype = send->dtype, .redop = redop,
 	             .count = send->numel, .send = *send, .recv = *recv};
 	return issue(c, &op, ret_req);
@@ -397,20 +348,8 @@ static int shm_reduce_scatter(void *state, const accel_view *send, const accel_v
                               uint32_t redop, accel_comm_req **ret_req)
 {
 	shm_comm *c = state;
-	int st;
-	if ((st = check_view(c, "reduce_scatter", "send", send, 1)) ||
-	    (st = check_view(c, "reduce_scatter", "recv", recv, 1)))
-		return st;
-	if (send->dtype != recv->dtype || send->numel != recv->numel * (uint64_t)c->world ||
-	    redop > ACCEL_RED_MIN)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
-		                      "reduce_scatter: send must hold world_size (%d) x recv elements "
-		                      "of recv's dtype (send: %s, %llu; recv: %s, %llu), op %u must be "
-		                      "sum/avg/max/min",
-		                      (int)c->world, accel_abi_dtype_name(send->dtype),
-		                      (unsigned long long)send->numel,
-		                      accel_abi_dtype_name(recv->dtype),
-		                      (unsigned long long)recv->numel, redop);
+	coll_assert_pair(OP_REDUCE_SCATTER, c->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, redop);
 	shm_op op = {.kind = SHM_OP_REDUCE_SCATTER, .dtype = send->dtype, .redop = redop,
 	             .count = recv->numel, .send = *send, .recv = *recv};
 	return issue(c, &op, ret_req);
@@ -420,18 +359,7 @@ static int shm_allgather(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	shm_comm *c = state;
-	int st;
-	if ((st = check_view(c, "allgather", "send", send, 0)) ||
-	    (st = check_view(c, "allgather", "recv", recv, 0)))
-		return st;
-	if (send->dtype != recv->dtype || recv->numel != send->numel * (uint64_t)c->world)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG,
-		                      "allgather: recv must hold world_size (%d) x send elements of "
-		                      "send's dtype (send: %s, %llu; recv: %s, %llu)",
-		                      (int)c->world, accel_abi_dtype_name(send->dtype),
-		                      (unsigned long long)send->numel,
-		                      accel_abi_dtype_name(recv->dtype),
-		                      (unsigned long long)recv->numel);
+	coll_assert_pair(OP_ALLGATHER, c->world, send, recv, ACCEL_DEVICE_CPU);
 	shm_op op = {.kind = SHM_OP_ALLGATHER, .dtype = send->dtype, .count = send->numel,
 	             .send = *send, .recv = *recv};
 	return issue(c, &op, ret_req);
@@ -440,11 +368,8 @@ static int shm_allgather(void *state, const accel_view *send, const accel_view *
 static int shm_broadcast(void *state, const accel_view *buf, int32_t root, accel_comm_req **ret_req)
 {
 	shm_comm *c = state;
-	int st;
-	if ((st = check_view(c, "broadcast", "buf", buf, 0)))
-		return st;
-	if ((st = coll_check_root(c->host, c->h, root, c->world)))
-		return st;
+	coll_assert_view(buf, ACCEL_DEVICE_CPU);
+	assert(root >= 0 && root < c->world);
 	shm_op op = {.kind = SHM_OP_BROADCAST, .dtype = buf->dtype, .root = root, .count = buf->numel,
 	             .send = *buf, .recv = *buf};
 	return issue(c, &op, ret_req);
@@ -459,8 +384,7 @@ static int shm_barrier(void *state, accel_comm_req **ret_req)
 static int shm_req_wait(void *state, accel_comm_req *r)
 {
 	shm_comm *c = state;
-	if (!r)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
+	assert(r);   /* the core waits its own, once */
 	if (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_QUEUED)
 		wait_for(c, r);
 	int st = r->status;
@@ -473,8 +397,7 @@ static int shm_req_wait(void *state, accel_comm_req *r)
 static int shm_req_test(void *state, accel_comm_req *r, int32_t *ret_done)
 {
 	shm_comm *c = state;
-	if (!r || !ret_done)
-		return c->host->error(c->h, ACCEL_ERR_INVALID_ARG, "test: request or ret_done is NULL");
+	assert(r && ret_done);
 	if (r == c->lazy)
 		lazy_finish(c, 0);
 	*ret_done = atomic_load_explicit(&r->state, memory_order_acquire) != REQ_QUEUED;
@@ -529,7 +452,7 @@ static int comm_open(const accel_host_v1 *host, accel_host *h, int32_t rank, int
 		}
 		memcpy(c->wranks, wranks, sizeof(int32_t) * (size_t)world);
 	} else {
-		shm_fmt(c->ns, sizeof(c->ns), "accel/shm");
+		shm_fmt(c->ns, sizeof(c->ns), "%s", ACCEL_STORE_NS_SHM);
 	}
 	c->timeout_ms = timeout_ms > 0 ? timeout_ms : 300000;
 	/* deadlines are now + timeout in ns (uint64): 1e12 ms, about 31 years,

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/common/store-keys.h"
 #include "shm-impl.h"
 
 #define STALE_MIN_AGE_S 60
@@ -132,7 +133,7 @@ static void stale_sweep(shm_comm *c)
 
 static int store_key(const shm_comm *c, char *buf, size_t cap, int64_t inst)
 {
-	return shm_fmt(buf, cap, "%s/%lld/segment", c->ns, (long long)inst);
+	return shm_fmt(buf, cap, ACCEL_STORE_FMT_SHM_SEGMENT, c->ns, (long long)inst);
 }
 
 /* Rank 0, the segment's creator, verifiably died: its pid is in our pid
@@ -157,7 +158,7 @@ static int wait_all_attached(shm_comm *c, char *err, size_t cap)
 			char why[400];
 			uint64_t len = 0;
 			next_probe = shm_now_ns() + 100000000ull;
-			if (c->host->store_get(c->h, "accel/job/failed", why, sizeof(why) - 1, &len, 0) ==
+			if (c->host->store_get(c->h, ACCEL_STORE_KEY_JOB_FAILED, why, sizeof(why) - 1, &len, 0) ==
 			    ACCEL_OK) {
 				why[len < sizeof(why) ? len : sizeof(why) - 1] = '\0';
 				shm_fmt(err, cap, "the ranks cannot all attach to the shared segment: %s", why);
@@ -283,7 +284,7 @@ int shm_seg_open(shm_comm *c, const char *job_id)
 		                   (int)c->world);
 	int64_t ticket = 0;
 	char ikey[200];
-	shm_fmt(ikey, sizeof(ikey), "%s/instances", c->ns);
+	shm_fmt(ikey, sizeof(ikey), ACCEL_STORE_FMT_SHM_INSTANCES, c->ns);
 	st = host->store_add(c->h, ikey, 1, &ticket);
 	if (st)
 		return host->error(c->h, st,
@@ -344,7 +345,7 @@ int shm_seg_open(shm_comm *c, const char *job_id)
 			 * says why rank 0 removed it */
 			char why[400], note[480] = "";
 			uint64_t wl = 0;
-			if (e == ENOENT && host->store_get(c->h, "accel/job/failed", why, sizeof(why) - 1,
+			if (e == ENOENT && host->store_get(c->h, ACCEL_STORE_KEY_JOB_FAILED, why, sizeof(why) - 1,
 			                                   &wl, 0) == ACCEL_OK) {
 				why[wl < sizeof(why) ? wl : sizeof(why) - 1] = '\0';
 				shm_fmt(note, sizeof(note), "; the job failed: %s", why);

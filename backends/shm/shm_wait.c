@@ -37,13 +37,6 @@ int shm_fmt(char *buf, size_t cap, const char *fmt, ...)
 	return n;
 }
 
-uint64_t shm_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)

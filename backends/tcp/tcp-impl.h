@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "accel/comm.h"
+#include "backends/common/store-keys.h"
 
 #define TCP_MSG_MAX 1024
 /* how long an exchange polls without sleeping first */
@@ -125,10 +126,6 @@ static inline int tcp_wr(const tcp_state *st, int32_t q)
 /* tcp_boot.c: the listening socket, the address published in the store and
  * the full mesh.  Records errors through the host; returns the status. */
 int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *addr);
-/* The key the store sets, to a message naming the rank, when the job
- * failed (see accel/plugin.h, store_get). */
-#define TCP_JOB_FAILED_KEY "accel/job/failed"
-
 /* A store probe (no wait, no error recorded): key's value into buf, NUL
  * terminated and cut to cap.  ACCEL_OK, ACCEL_ERR_NOT_FOUND, or the
  * store's status (ACCEL_ERR_UNSUPPORTED without a store). */
@@ -138,9 +135,5 @@ int tcp_gone_probe(const tcp_state *st, int32_t rank, char *buf, size_t cap);
 /* Record under tcp/<n>/gone/<rank> why this rank closes its connections
  * out of step with the others (peers report it instead of a crash). */
 void tcp_note_gone(tcp_state *st, const char *note);
-
-/* Send all of buf on a socket within the deadline (coll_now_ns() clock,
- * 0: none).  Returns 0, or -1 with errno (ETIMEDOUT for the deadline). */
-int tcp_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns);
 
 #endif

@@ -31,7 +31,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "backends/common/coll-check.h"
+#include "backends/common/launch-env.h"
+#include "backends/common/mono.h"
+#include "backends/common/sock.h"
 #include "tcp-impl.h"
 
 typedef struct hello {
@@ -51,50 +53,6 @@ static uint64_t job_hash(const char *s)
 	return x;
 }
 
-static int wait_fd(int fd, short events, int64_t deadline_ns)
-{
-	for (;;) {
-		int ms = 100;
-		if (deadline_ns) {
-			int64_t left = deadline_ns - coll_now_ns();
-			if (left <= 0) {
-				errno = ETIMEDOUT;
-				return -1;
-			}
-			if (left < 100000000)
-				ms = (int)(left / 1000000) + 1;
-		}
-		struct pollfd p = {.fd = fd, .events = events};
-		int n = poll(&p, 1, ms);
-		if (n > 0)
-			return 0;
-		if (n < 0 && errno != EINTR)
-			return -1;
-	}
-}
-
-int tcp_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns)
-{
-	const char *p = buf;
-	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			if (wait_fd(fd, POLLOUT, deadline_ns))
-				return -1;
-			continue;
-		}
-		return -1;
-	}
-	return 0;
-}
-
 /* A mesh connection: no Nagle delay, non-blocking, and (comm.keepalive_s)
  * TCP keepalive: an idle connection whose peer node answers nothing for
  * keepalive_ms (probes from half of it on, three of them) fails with
@@ -105,25 +63,11 @@ int tcp_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns)
  * that merely stopped reading (a full receive window). */
 static void tune(const tcp_state *st, int fd)
 {
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (st->keepalive_ms > 0) {
-		/* Linux takes at most 32767 s for either */
-		int64_t k = st->keepalive_ms < 2000 ? 2 : st->keepalive_ms / 1000;
-		int cnt = 3, idle = (int)(k / 2 < 32767 ? k / 2 : 32767);
-		int intvl = (int)((k - idle) / cnt);
-		if (intvl < 1)
-			intvl = 1;
-		if (intvl > 32767)
-			intvl = 32767;
-		if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
-		    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
-		    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
-		    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0)
-			st->host->log(st->h, ACCEL_LOG_WARN,
-			              "tcp: cannot set TCP keepalive (%s): a node that vanishes is "
-			              "found by comm.timeout_s only", strerror(errno));
-	}
+	sock_nodelay(fd);
+	if (sock_keepalive(fd, st->keepalive_ms, 0) != 0)
+		st->host->log(st->h, ACCEL_LOG_WARN,
+		              "tcp: cannot set TCP keepalive (%s): a node that vanishes is "
+		              "found by comm.timeout_s only", strerror(errno));
 	int fl = fcntl(fd, F_GETFL);
 	if (fl >= 0)
 		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
@@ -156,7 +100,7 @@ int tcp_store_probe(const tcp_state *st, const char *key, char *buf, size_t cap)
 
 static void gone_key(const tcp_state *st, int32_t rank, char *key, size_t cap)
 {
-	snprintf(key, cap, "%s/gone/%d", st->ns, rank);
+	snprintf(key, cap, ACCEL_STORE_FMT_TCP_GONE, st->ns, rank);
 }
 
 int tcp_gone_probe(const tcp_state *st, int32_t rank, char *buf, size_t cap)
@@ -202,9 +146,9 @@ static int pick_addr(tcp_state *st, const accel_comm_init_v1 *args, const char *
 	 * from an older core, the environment's */
 	const char *master = ACCEL_COMM_INIT_HAS(args, master_addr) ? args->master_addr : NULL;
 	if (!master || !*master)
-		master = getenv("ACCEL_MASTER_ADDR");
+		master = getenv(ACCEL_ENV_MASTER_ADDR);
 	if (!master || !*master)
-		master = getenv("MASTER_ADDR");
+		master = getenv(ACCEL_ENV_TORCH_MASTER_ADDR);
 	if (!master || !*master) {
 		char nodes[32];
 		snprintf(nodes, sizeof(nodes), args->num_nodes > 1 ? "%d nodes" : "an unknown number of nodes",
@@ -290,7 +234,7 @@ static int listen_on(tcp_state *st, const char *addr, char *port_out, size_t cap
 /* The store's verdict on the job, probed while waiting outside the store. */
 static int job_failed(tcp_state *st, char *why, size_t cap)
 {
-	return tcp_store_probe(st, TCP_JOB_FAILED_KEY, why, cap) == ACCEL_OK;
+	return tcp_store_probe(st, ACCEL_STORE_KEY_JOB_FAILED, why, cap) == ACCEL_OK;
 }
 
 #define PROBE_NS 100000000ll   /* how often waits look at accel/job/failed */
@@ -302,14 +246,14 @@ static int boot_wait(tcp_state *st, int fd, short events, int64_t deadline, char
 	for (;;) {
 		if (job_failed(st, why, cap))
 			return 1;
-		int64_t until = coll_now_ns() + PROBE_NS;
+		int64_t until = mono_ns() + PROBE_NS;
 		if (deadline && until > deadline)
 			until = deadline;
-		if (wait_fd(fd, events, until) == 0)
+		if (sock_wait(fd, events, until) == 0)
 			return 0;
 		if (errno != ETIMEDOUT)
 			return -1;
-		if (deadline && coll_now_ns() >= deadline)
+		if (deadline && mono_ns() >= deadline)
 			return -1;
 	}
 }
@@ -349,13 +293,13 @@ static int connect_to(tcp_state *st, int32_t q, const char *addr, const char *po
 	int err = 0;  /* the last failure of an attempt, not our own deadline */
 	for (;;) {
 		for (struct addrinfo *a = res; a; a = a->ai_next) {
-			int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-			if (fd < 0) {
+			int fd = -1;
+			int c = sock_connect_begin(a, &fd);
+			if (c < 0) {
 				err = errno;
 				continue;
 			}
-			int c = connect(fd, a->ai_addr, a->ai_addrlen);
-			if (c < 0 && errno == EINPROGRESS) {
+			if (c == 1) {
 				int w = boot_wait(st, fd, POLLOUT, deadline, why, sizeof(why));
 				if (w == 1) {
 					close(fd);
@@ -363,17 +307,13 @@ static int connect_to(tcp_state *st, int32_t q, const char *addr, const char *po
 					job_failed_error(st, waiting, why);
 					return -1;
 				}
-				socklen_t el = sizeof(int);
-				int soerr = 0;
-				if (w == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &el) == 0 &&
-				    soerr == 0)
+				int soerr = w == 0 ? sock_connect_error(fd) : 0;
+				if (w == 0 && soerr == 0)
 					c = 0;
 				else if (w == 0)
 					err = soerr;
 				else if (errno != ETIMEDOUT)
 					err = errno;
-			} else if (c < 0) {
-				err = errno;
 			}
 			if (c == 0) {
 				freeaddrinfo(res);
@@ -381,7 +321,7 @@ static int connect_to(tcp_state *st, int32_t q, const char *addr, const char *po
 			}
 			close(fd);
 		}
-		if (deadline && coll_now_ns() >= deadline)
+		if (deadline && mono_ns() >= deadline)
 			break;
 		if (job_failed(st, why, sizeof(why))) {
 			freeaddrinfo(res);
@@ -459,7 +399,7 @@ static int publish(tcp_state *st, const char *addr, const char *port)
 	if (n < 0 || (size_t)n >= sizeof(rec))
 		return boot_error(st, ACCEL_ERR_CONFIG, "this rank's address record is too long "
 		                  "(address '%s')", addr);
-	snprintf(key, sizeof(key), "%s/addr/%d", st->ns, st->rank);
+	snprintf(key, sizeof(key), ACCEL_STORE_FMT_TCP_ADDR, st->ns, st->rank);
 	if (st->host->store_set(st->h, key, rec, (uint64_t)n) != ACCEL_OK)
 		return boot_error(st, ACCEL_ERR_COMM,
 		                  "cannot publish this rank's address in the rendezvous store "
@@ -473,7 +413,7 @@ static int publish(tcp_state *st, const char *addr, const char *port)
 static int try_record(tcp_state *st, int32_t q, char *rec, size_t cap, char **addr, char **port)
 {
 	char key[192], *pid, *host;
-	snprintf(key, sizeof(key), "%s/addr/%d", st->ns, q);
+	snprintf(key, sizeof(key), ACCEL_STORE_FMT_TCP_ADDR, st->ns, q);
 	int rc = tcp_store_probe(st, key, rec, cap);
 	if (rc != ACCEL_OK)
 		return rc;
@@ -490,7 +430,7 @@ static int lookup(tcp_state *st, int32_t q, int64_t deadline, char *rec, size_t 
                   char **port)
 {
 	char key[192], why[512];
-	snprintf(key, sizeof(key), "%s/addr/%d", st->ns, q);
+	snprintf(key, sizeof(key), ACCEL_STORE_FMT_TCP_ADDR, st->ns, q);
 	int64_t pause_us = 5000;
 	for (;;) {
 		int rc = try_record(st, q, rec, cap, addr, port);
@@ -514,7 +454,7 @@ static int lookup(tcp_state *st, int32_t q, int64_t deadline, char *rec, size_t 
 			snprintf(waiting, sizeof(waiting), "for rank %d's address", q);
 			return job_failed_error(st, waiting, why);
 		}
-		if (deadline && coll_now_ns() >= deadline)
+		if (deadline && mono_ns() >= deadline)
 			return boot_error(st, ACCEL_ERR_TIMEOUT,
 			                  "rank %d never arrived: it did not publish its tcp address "
 			                  "(store key '%s') within %.1f s (it has not reached "
@@ -570,10 +510,10 @@ static int take_hello(tcp_state *st, pending *pc, uint64_t job, int64_t deadline
 	}
 	hello back;
 	hello_fill(st, job, q, &back);
-	int64_t sd = coll_now_ns() + HELLO_NS;
+	int64_t sd = mono_ns() + HELLO_NS;
 	if (deadline && sd > deadline)
 		sd = deadline;
-	if (tcp_send_all(pc->fd, &back, sizeof(back), sd))
+	if (sock_send_all(pc->fd, &back, sizeof(back), sd))
 		return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed its connection during "
 		                  "the hello: %s", tcp_wr(st, q), st->peers[q].where, strerror(errno));
 	/* after the answer, so that q sees the difference and says so too
@@ -599,7 +539,7 @@ static int accept_higher(tcp_state *st, uint64_t job, int64_t deadline, const ch
 	int64_t next_probe = 0;
 	char why[512];
 	while (missing > 0) {
-		int64_t now = coll_now_ns();
+		int64_t now = mono_ns();
 		if (deadline && now >= deadline) {
 			char list[256];
 			size_t n = 0;
@@ -685,7 +625,7 @@ static int accept_higher(tcp_state *st, uint64_t job, int64_t deadline, const ch
 		if (base && (pf[0].revents & POLLIN) && np < MAX_PENDING) {
 			int fd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 			if (fd >= 0)
-				pend[np++] = (pending){.fd = fd, .got = 0, .limit = coll_now_ns() + HELLO_NS};
+				pend[np++] = (pending){.fd = fd, .got = 0, .limit = mono_ns() + HELLO_NS};
 		}
 	}
 out:
@@ -702,14 +642,14 @@ out:
  * writing it. */
 static int peer_note(tcp_state *st, int32_t q, char *buf, size_t cap)
 {
-	int64_t until = coll_now_ns() + 500000000ll;
+	int64_t until = mono_ns() + 500000000ll;
 	do {
 		if (tcp_gone_probe(st, q, buf, cap) == ACCEL_OK)
 			return 1;
 		if (job_failed(st, buf, cap))
 			return 1;
 		usleep(20000);
-	} while (coll_now_ns() < until);
+	} while (mono_ns() < until);
 	return 0;
 }
 
@@ -721,15 +661,15 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 		return ACCEL_OK;
 	if (!st->host->store_add || !st->host->store_get || !st->host->store_set)
 		return boot_error(st, ACCEL_ERR_UNSUPPORTED, "the host has no rendezvous store");
-	int64_t deadline = coll_deadline_ns(st->timeout_ms);
+	int64_t deadline = mono_deadline_ns(st->timeout_ms);
 	uint64_t job = job_hash(args->job_id);
 
 	if (!st->ns[0]) {
 		/* the world: the k-th communicator of every rank */
-		snprintf(key, sizeof(key), "tcp/count/%d", st->rank);
+		snprintf(key, sizeof(key), ACCEL_STORE_FMT_TCP_COUNT, st->rank);
 		if ((rc = st->host->store_add(st->h, key, 1, &st->comm_no)))
 			return rc;
-		snprintf(st->ns, sizeof(st->ns), "tcp/%lld", (long long)st->comm_no);
+		snprintf(st->ns, sizeof(st->ns), ACCEL_STORE_FMT_TCP_NS, (long long)st->comm_no);
 	}   /* a group: named by its tag (tcp_split) */
 	if ((rc = pick_addr(st, args, cfg_addr, addr, sizeof(addr))) ||
 	    (rc = listen_on(st, addr, port, sizeof(port))) || (rc = publish(st, addr, port)))
@@ -746,7 +686,7 @@ int tcp_boot(tcp_state *st, const accel_comm_init_v1 *args, const char *cfg_addr
 		st->peers[q].fd = fd;
 		hello m, back;
 		hello_fill(st, job, q, &m);
-		if (tcp_send_all(fd, &m, sizeof(m), deadline))
+		if (sock_send_all(fd, &m, sizeof(m), deadline))
 			return boot_error(st, ACCEL_ERR_PEER, "rank %d (%s) closed the connection before "
 			                  "the hello: %s", tcp_wr(st, q), st->peers[q].where, strerror(errno));
 		/* its answer, watching the job (q may itself still be connecting) */

@@ -32,6 +32,7 @@
  *    travels with the header, in one exchange (run_small).
  *  - broadcast: a pipelined chain root -> root+1 -> ..., in chunks, so no
  *    link carries the buffer more than once. */
+#include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -44,8 +45,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "backends/common/coll-check.h"
+#include "backends/common/coll.h"
+#include "backends/common/mono.h"
 #include "backends/common/coll-reduce.h"
+#include "backends/common/sock.h"
 #include "tcp-impl.h"
 
 /* The kind of the farewell header fini sends. */
@@ -128,14 +131,14 @@ static void store_verdict(const tcp_state *st, int64_t grace_ms, char *buf, size
 {
 	char why[512];
 	buf[0] = '\0';
-	int64_t until = coll_now_ns() + grace_ms * 1000000;
+	int64_t until = mono_ns() + grace_ms * 1000000;
 	for (;;) {
-		int rc = tcp_store_probe(st, TCP_JOB_FAILED_KEY, why, sizeof(why));
+		int rc = tcp_store_probe(st, ACCEL_STORE_KEY_JOB_FAILED, why, sizeof(why));
 		if (rc == ACCEL_OK) {
 			snprintf(buf, cap, "; the rendezvous store says: %s", why);
 			return;
 		}
-		if (rc != ACCEL_ERR_NOT_FOUND || coll_now_ns() >= until)
+		if (rc != ACCEL_ERR_NOT_FOUND || mono_ns() >= until)
 			return;
 		usleep(20000);
 	}
@@ -157,7 +160,7 @@ static int peer_gone_note(const tcp_state *st, int32_t p, char *buf, size_t cap)
 		 * failure; only when it does not answer at all is it gone (its
 		 * host, rank 0, exited). */
 		char probe[8];
-		return tcp_store_probe(st, TCP_JOB_FAILED_KEY, probe, sizeof(probe)) == ACCEL_OK ? 0
+		return tcp_store_probe(st, ACCEL_STORE_KEY_JOB_FAILED, probe, sizeof(probe)) == ACCEL_OK ? 0
 		                                                                                : -1;
 	}
 	return 1;
@@ -286,7 +289,7 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 	int rc = ACCEL_OK;
 	/* poll without sleeping for a moment first: a small op's peers are
 	 * usually microseconds away, and a sleep costs a wake-up each time */
-	int64_t spin_until = coll_now_ns() + st->spin_ns;
+	int64_t spin_until = mono_ns() + st->spin_ns;
 	int64_t next_silence_check = 0;
 	for (int32_t p = 0; p < w; p++)
 		st->unacked_since[p] = 0;
@@ -318,9 +321,9 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 			pf[np].revents = 0;
 			who[np++] = p;
 		}
-		int ms = coll_now_ns() < spin_until ? 0 : 100;
+		int ms = mono_ns() < spin_until ? 0 : 100;
 		if (deadline) {
-			int64_t rest = deadline - coll_now_ns();
+			int64_t rest = deadline - mono_ns();
 			if (rest <= 0) {
 				char list[512];
 				size_t k = 0;
@@ -366,8 +369,8 @@ static int exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t de
 			rc = req_fail(r, ACCEL_ERR_SYSTEM, "poll failed: %s", strerror(errno));
 			goto out;
 		}
-		if (k == 0 && st->keepalive_ms > 0 && coll_now_ns() >= next_silence_check) {
-			int64_t now = coll_now_ns();
+		if (k == 0 && st->keepalive_ms > 0 && mono_ns() >= next_silence_check) {
+			int64_t now = mono_ns();
 			next_silence_check = now + 500000000;
 			for (int j = 0; j < np; j++)
 				if (peer_silent(st, who[j], now)) {
@@ -674,7 +677,7 @@ static int run_small(tcp_state *st, accel_comm_req *r, int64_t deadline)
 
 static int run_req(tcp_state *st, accel_comm_req *r)
 {
-	int64_t deadline = coll_deadline_ns(st->timeout_ms);
+	int64_t deadline = mono_deadline_ns(st->timeout_ms);
 	if (st->world == 1) {
 		/* nothing to exchange: the reduction of one input, or a copy */
 		if (r->kind == OP_ALLREDUCE || r->kind == OP_REDUCE_SCATTER) {
@@ -762,21 +765,6 @@ static void *worker_main(void *arg)
 
 /* ---- issuing -------------------------------------------------------------------------------- */
 
-static int check_view(tcp_state *st, const char *op, const char *which, const accel_view *v)
-{
-	return coll_check_host_view(st->host, st->h, "tcp", op, which, v);
-}
-
-static int check_pair(tcp_state *st, int kind, const accel_view *send, const accel_view *recv,
-                      int *place)
-{
-	const char *op = coll_op_name(kind);
-	int rc;
-	if ((rc = check_view(st, op, "send", send)) || (rc = check_view(st, op, "recv", recv)))
-		return rc;
-	return coll_check_pair(st->host, st->h, kind, st->rank, send, recv, place);
-}
-
 static accel_comm_req *req_new(tcp_state *st, int kind, uint32_t dtype, uint32_t red)
 {
 	accel_comm_req *r = calloc(1, sizeof(*r));
@@ -820,18 +808,9 @@ static int tcp_allreduce(void *state, const accel_view *send, const accel_view *
                          uint32_t red, accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allreduce", ret_req)))
-		return rc;
-	if ((rc = check_pair(st, OP_ALLREDUCE, send, recv, &place)) ||
-	    (rc = coll_check_reduction(st->host, st->h, "allreduce", send->dtype, red,
-	                               coll_dtype_reducible(send->dtype))))
-		return rc;
-	if (send->numel != recv->numel)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
-		                       "allreduce: send has %llu elements but recv has %llu",
-		                       (unsigned long long)send->numel,
-		                       (unsigned long long)recv->numel);
+	assert(ret_req);
+	coll_assert_pair(OP_ALLREDUCE, st->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, red);
 	accel_comm_req *r = req_new(st, OP_ALLREDUCE, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -845,15 +824,9 @@ static int tcp_reduce_scatter(void *state, const accel_view *send, const accel_v
                               uint32_t red, accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "reduce_scatter", ret_req)))
-		return rc;
-	if ((rc = check_pair(st, OP_REDUCE_SCATTER, send, recv, &place)) ||
-	    (rc = coll_check_reduction(st->host, st->h, "reduce_scatter", send->dtype, red,
-	                               coll_dtype_reducible(send->dtype))) ||
-	    (rc = coll_check_blocks(st->host, st->h, st->world, "reduce_scatter", "send", send,
-	                             "recv", recv)))
-		return rc;
+	assert(ret_req);
+	coll_assert_pair(OP_REDUCE_SCATTER, st->world, send, recv, ACCEL_DEVICE_CPU);
+	coll_assert_reduction(send->dtype, red);
 	accel_comm_req *r = req_new(st, OP_REDUCE_SCATTER, send->dtype, red);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -868,13 +841,8 @@ static int tcp_allgather(void *state, const accel_view *send, const accel_view *
                          accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int place, rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "allgather", ret_req)))
-		return rc;
-	if ((rc = check_pair(st, OP_ALLGATHER, send, recv, &place)) ||
-	    (rc = coll_check_blocks(st->host, st->h, st->world, "allgather", "recv", recv, "send",
-	                             send)))
-		return rc;
+	assert(ret_req);
+	coll_assert_pair(OP_ALLGATHER, st->world, send, recv, ACCEL_DEVICE_CPU);
 	accel_comm_req *r = req_new(st, OP_ALLGATHER, send->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -891,13 +859,9 @@ static int tcp_broadcast(void *state, const accel_view *buf, int32_t root,
                          accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "broadcast", ret_req)))
-		return rc;
-	if ((rc = check_view(st, "broadcast", "buffer", buf)))
-		return rc;
-	if ((rc = coll_check_root(st->host, st->h, root, st->world)))
-		return rc;
+	assert(ret_req);
+	coll_assert_view(buf, ACCEL_DEVICE_CPU);
+	assert(root >= 0 && root < st->world);
 	accel_comm_req *r = req_new(st, OP_BROADCAST, buf->dtype, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -911,9 +875,7 @@ static int tcp_broadcast(void *state, const accel_view *buf, int32_t root,
 static int tcp_barrier(void *state, accel_comm_req **ret_req)
 {
 	tcp_state *st = state;
-	int rc;
-	if ((rc = coll_check_ret_req(st->host, st->h, "barrier", ret_req)))
-		return rc;
+	assert(ret_req);
 	accel_comm_req *r = req_new(st, OP_BARRIER, ACCEL_DTYPE_U8, ACCEL_RED_SUM);
 	if (!r)
 		return ACCEL_ERR_NOMEM;
@@ -926,10 +888,7 @@ static int tcp_wait(void *state, accel_comm_req *r)
 {
 	tcp_state *st = state;
 	pthread_mutex_lock(&st->lock);
-	if (!r || !coll_reqs_has(&st->live, r)) {
-		pthread_mutex_unlock(&st->lock);
-		return coll_unknown_req(st->host, st->h, "wait", r);
-	}
+	assert(r && coll_reqs_has(&st->live, r));   /* the core waits its own, once */
 	/* A blocking collective does not need the comm thread: while the next
 	 * op waits for a thread, the caller runs it (no hand-off to a thread and
 	 * back, which would dominate small ops).  Whoever runs an op enforces
@@ -952,13 +911,9 @@ static int tcp_wait(void *state, accel_comm_req *r)
 static int tcp_test(void *state, accel_comm_req *r, int32_t *ret_done)
 {
 	tcp_state *st = state;
-	if (!ret_done)
-		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG, "test: ret_done is NULL");
+	assert(ret_done);
 	pthread_mutex_lock(&st->lock);
-	if (!r || !coll_reqs_has(&st->live, r)) {
-		pthread_mutex_unlock(&st->lock);
-		return coll_unknown_req(st->host, st->h, "test", r);
-	}
+	assert(r && coll_reqs_has(&st->live, r));
 	int s = r->state;
 	pthread_mutex_unlock(&st->lock);
 	if (s == REQ_FAILED) {  /* finished, with an error; wait() still releases it */
@@ -1010,10 +965,10 @@ static void tcp_fini(void *state)
 		/* the last op it started: a queued one never ran */
 		uint64_t last = st->cursor ? st->cursor->seq - 1 : st->seq;
 		op_hdr bye = {.magic = TCP_MAGIC, .kind = OP_BYE, .seq = last};
-		int64_t until = coll_now_ns() + 1000000000ll;
+		int64_t until = mono_ns() + 1000000000ll;
 		for (int32_t p = 0; p < st->world; p++)
 			if (st->peers[p].fd >= 0)
-				(void)tcp_send_all(st->peers[p].fd, &bye, sizeof(bye), until);
+				(void)sock_send_all(st->peers[p].fd, &bye, sizeof(bye), until);
 	}
 	if (st->peers)
 		for (int32_t p = 0; p < st->world; p++)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "comm-check.h"
-#include "half.h"
+#include "backends/common/half.h"
 
 #define GUARD 64
 #define GUARD_BYTE 0xa5

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* core/half.h: f16 / bf16 <-> f32 conversions (header-only, private; in-tree
- * backends and plugins may include it).  Round to nearest even; NaN stays
+/* backends/common/half.h: f16 / bf16 <-> f32 conversions (header-only,
+ * private: the core, the in-tree backends and plugins, tests and benchmarks
+ * include it).  Round to nearest even; NaN stays
  * NaN; overflow goes to infinity, as IEEE 754 and PyTorch do. */
-#ifndef ACCEL_CORE_HALF_H
-#define ACCEL_CORE_HALF_H
+#ifndef ACCEL_COMMON_HALF_H
+#define ACCEL_COMMON_HALF_H
 
 #include <stdint.h>
 #include <string.h>

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* core/optim_consts.h: the f32 constants of one SGD or AdamW update,
+/* backends/common/optim-consts.h: the f32 constants of one SGD or AdamW update,
  * combined in double and rounded to f32 where torch rounds them
  * (header-only, private; shared by core/optim.c and the device modules so
  * a device step gives the CPU step's bits). */
-#ifndef ACCEL_CORE_OPTIM_CONSTS_H
-#define ACCEL_CORE_OPTIM_CONSTS_H
+#ifndef ACCEL_COMMON_OPTIM_CONSTS_H
+#define ACCEL_COMMON_OPTIM_CONSTS_H
 
 #include <math.h>
 #include <stdint.h>

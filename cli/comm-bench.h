@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* bench/comm-bench.h: what `accel bench comm` and its peers (bench/
+/* cli/comm-bench.h: what `accel bench comm` and its peers (bench/
  * mpi_allreduce.c, bench/gloo_allreduce.py) share, so every peer measures
  * and reports the same way (header-only, no dependency).
  *
@@ -27,7 +27,7 @@
 #include <time.h>
 
 #include "accel/types.h"
-#include "core/half.h"
+#include "backends/common/half.h"
 
 #define CB_OP_ALLREDUCE      0
 #define CB_OP_REDUCE_SCATTER 1
