@@ -13,6 +13,14 @@
  * - device and pinned memory through accel_mem_alloc, accounted;
  * - argument errors.
  *
+ * On the GPU every test says on stderr (flushed) when it starts and ends
+ * each length or option set, with the seconds since it began, and the
+ * module runs with CUDA_LAUNCH_BLOCKING=1 (every op waits for its kernels
+ * and reports their faults), so a run cut off by a timeout names the case
+ * it was in.  The comparisons loop in plain C and assert once per array:
+ * a Check assertion costs about half a microsecond of bookkeeping, and one
+ * per element made the optimizer tests take over 1000 s.
+ *
  * Without a CUDA GPU (driver probe of core/select.c) the program prints
  * "skipped: no GPU" and exits 77.  With --no-gpu (unit suite) it checks
  * instead what a machine without a GPU reports: CUDA views, allocations and
@@ -20,11 +28,17 @@
  * the module file is missing. */
 #include <check.h>
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "accel/accel.h"
 #include "ctx-impl.h"
@@ -37,6 +51,46 @@
 #include "select.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
+
+static double t_begin;
+static pid_t runner_pid;   /* the Check runner (main) */
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One progress line on stderr, with the seconds since the test began. */
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void progress(const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "[test-cuda %7.2f s] ", now() - t_begin);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fflush(stderr);
+}
+
+/* Runs in each test's process (checked fixture): the clock starts, and on
+ * Linux the process dies with the runner.  Check puts a test process in a
+ * process group of its own, so a runner killed by the harness's timeout
+ * would otherwise leave it running on the GPU. */
+static void test_setup(void)
+{
+	t_begin = now();
+#ifdef __linux__
+	if (getpid() != runner_pid) {   /* forked (not CK_FORK=no) */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != runner_pid)   /* it died before the line above */
+			_exit(1);
+	}
+#endif
+}
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -187,6 +241,7 @@ START_TEST(copy_matches_cpu)
 	for (size_t li = 0; li < NLEN; li++) {
 		uint64_t n = lengths[li];
 		bufs B = bufs_new(n);
+		progress("copy: length %llu ...", (unsigned long long)n);
 		for (size_t oi = 0; oi < NOFF; oi++)
 			for (size_t s = 0; s < 4; s++)
 				for (size_t d = 0; d < 4; d++) {
@@ -215,6 +270,7 @@ START_TEST(copy_matches_cpu)
 					     sdt == ACCEL_DTYPE_F64 || ddt == ACCEL_DTYPE_F64);
 				}
 		bufs_free(&B);
+		progress("copy: length %llu done", (unsigned long long)n);
 	}
 }
 END_TEST
@@ -228,6 +284,7 @@ START_TEST(fill_scale_axpy_match_cpu)
 	for (size_t li = 0; li < NLEN; li++) {
 		uint64_t n = lengths[li];
 		bufs B = bufs_new(n);
+		progress("fill/scale/axpy: length %llu ...", (unsigned long long)n);
 		for (size_t oi = 0; oi < NOFF; oi++)
 			for (size_t d = 0; d < 4; d++) {
 				uint64_t off = offsets[oi];
@@ -282,6 +339,7 @@ START_TEST(fill_scale_axpy_match_cpu)
 				}
 			}
 		bufs_free(&B);
+		progress("fill/scale/axpy: length %llu done", (unsigned long long)n);
 	}
 }
 END_TEST
@@ -294,6 +352,7 @@ START_TEST(reductions_match_cpu)
 	for (size_t li = 0; li < NLEN; li++) {
 		uint64_t n = lengths[li];
 		bufs B = bufs_new(n);
+		progress("reductions: length %llu ...", (unsigned long long)n);
 		for (size_t oi = 0; oi < NOFF; oi++)
 			for (size_t d = 0; d < 4; d++)
 				for (int specials = 0; specials < 2; specials++) {
@@ -329,6 +388,7 @@ START_TEST(reductions_match_cpu)
 					              (unsigned long long)off, sc, sg);
 				}
 		bufs_free(&B);
+		progress("reductions: length %llu done", (unsigned long long)n);
 	}
 	fprintf(stderr, "sumsq: largest relative difference %.3g\n", worst);
 }
@@ -362,6 +422,32 @@ static uint64_t rsize(int r)
 {
 	static const uint64_t sizes[] = {1, 3, 4096, 5000, 17, 333, 4, 1023, 8, 4097};
 	return r == 5 ? 65537 : sizes[r % 10];
+}
+
+/* Array k (0 parameters, 1 and 2 the states) after step t: at most 2 ulp
+ * apart per value, in the ranges (not the gaps between them).  The loop
+ * asserts once (see the top of the file). */
+static void compare(const char *what, uint64_t t, uint32_t k, const float *cpu,
+                    const float *gpu, const uint64_t *start)
+{
+	int bad_r = -1;
+	uint64_t bad_i = 0, bad_u = 0;
+	for (int r = 0; r < NR; r++)
+		for (uint64_t i = start[r]; i < start[r] + rsize(r); i++) {
+			uint64_t u = ulps(cpu[i], gpu[i]);
+			if (u > worst_ulps)
+				worst_ulps = u;
+			if (u > 2 && bad_r < 0) {
+				bad_r = r;
+				bad_i = i;
+				bad_u = u;
+			}
+		}
+	ck_assert_msg(bad_r < 0, "%s: step %llu, %s of range %d element %llu: cpu %.9g, gpu %.9g "
+	              "(%llu ulp; the first value more than 2 ulp apart)", what,
+	              (unsigned long long)t, k == 0 ? "param" : k == 1 ? "state0" : "state1",
+	              bad_r, (unsigned long long)(bad_i - (bad_r >= 0 ? start[bad_r] : 0)),
+	              (double)cpu[bad_i], (double)gpu[bad_i], (unsigned long long)bad_u);
 }
 
 static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scale,
@@ -414,19 +500,8 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 		ck_assert_msg(accel_optim_step_ranges(opt, grp, t, lr, ACCEL_DEVICE_CUDA, 0, dr, NR,
 		                                      gdt, grad_scale, &e) == ACCEL_OK, "%s", e.msg);
 		for (uint32_t k = 0; k <= ns; k++) {
-			const float *h = k ? hs[k - 1] : hp;
 			xfer(back, k ? ds[k - 1] : dp, total * 4, ACCEL_DEVICE_D2H);
-			for (int r = 0; r < NR; r++)
-				for (uint64_t i = start[r]; i < start[r] + rsize(r); i++) {
-					uint64_t u = ulps(h[i], back[i]);
-					if (u > worst_ulps)
-						worst_ulps = u;
-					ck_assert_msg(u <= 2, "%s: step %llu, %s of range %d element %llu: "
-					              "cpu %.9g, gpu %.9g (%llu ulp)", what,
-					              (unsigned long long)t, k == 0 ? "param" : k == 1 ? "state0"
-					              : "state1", r, (unsigned long long)(i - start[r]),
-					              (double)h[i], (double)back[i], (unsigned long long)u);
-				}
+			compare(what, t, k, k ? hs[k - 1] : hp, back, start);
 		}
 	}
 	free(hp);
@@ -469,7 +544,10 @@ START_TEST(sgd_matches_cpu)
 							snprintf(what, sizeof(what), "sgd momentum %g dampening %g "
 							         "nesterov %d wd %g grad %s scale %g", moms[a], damps[b],
 							         nest, wds[w], accel_dtype_name(gdtypes[d]), scales[s]);
+							double t0 = now();
+							progress("[%d/48] %s ...", cases + 1, what);
 							optim_case(&o, gdtypes[d], scales[s], what);
+							progress("[%d/48] done in %.2f s", cases + 1, now() - t0);
 							cases++;
 						}
 	ck_assert_int_eq(cases, 48);
@@ -500,7 +578,10 @@ START_TEST(adamw_matches_cpu)
 						snprintf(what, sizeof(what), "adamw betas (%g, %g) eps %g wd %g "
 						         "grad %s scale %g", o.beta1, o.beta2, o.eps, o.weight_decay,
 						         accel_dtype_name(gdtypes[d]), scales[s]);
+						double t0 = now();
+						progress("[%d/72] %s ...", cases + 1, what);
 						optim_case(&o, gdtypes[d], scales[s], what);
+						progress("[%d/72] done in %.2f s", cases + 1, now() - t0);
 						cases++;
 					}
 	ck_assert_int_eq(cases, 72);
@@ -645,22 +726,34 @@ static Suite *no_gpu_suite(void)
 	return s;
 }
 
+/* Timeouts (seconds per test): about 3x the expected time.  The host part
+ * of an optimizer test takes 4 s (sgd) and 10 s (adamw) on a slow 2-core
+ * machine, the ~3000 steps' copies a few seconds more; the ops tests
+ * together took under 45 s on an H100 machine, mostly CUDA start-up and
+ * round trips, and 1.3 s on the host. */
+#define OPS_TIMEOUT   60
+#define OPTIM_TIMEOUT 60
+#define API_TIMEOUT   30
+
 static Suite *cuda_suite(void)
 {
 	Suite *s = suite_create("cuda");
 	TCase *tc = tcase_create("ops");
-	tcase_set_timeout(tc, 300);
+	tcase_add_checked_fixture(tc, test_setup, NULL);
+	tcase_set_timeout(tc, OPS_TIMEOUT);
 	tcase_add_test(tc, copy_matches_cpu);
 	tcase_add_test(tc, fill_scale_axpy_match_cpu);
 	tcase_add_test(tc, reductions_match_cpu);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("optim");
-	tcase_set_timeout(tc, 300);
+	tcase_add_checked_fixture(tc, test_setup, NULL);
+	tcase_set_timeout(tc, OPTIM_TIMEOUT);
 	tcase_add_test(tc, sgd_matches_cpu);
 	tcase_add_test(tc, adamw_matches_cpu);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("api");
-	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, test_setup, NULL);
+	tcase_set_timeout(tc, API_TIMEOUT);
 	tcase_add_test(tc, device_memory_accounted);
 	tcase_add_test(tc, argument_errors);
 	suite_add_tcase(s, tc);
@@ -698,6 +791,10 @@ int main(int argc, char **argv)
 		printf("skipped: this machine has a GPU (the gpu suite tests it)\n");
 		return 77;
 	}
+	/* before any CUDA call: every op waits for its kernels (see the top) */
+	if (!no_gpu && setenv("CUDA_LAUNCH_BLOCKING", "1", 0))
+		return EXIT_FAILURE;
+	runner_pid = getpid();
 	SRunner *sr = srunner_create(no_gpu ? no_gpu_suite() : cuda_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

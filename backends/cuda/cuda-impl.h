@@ -61,6 +61,9 @@ ACCEL_CUDA_HIDDEN int accel_cuda_launch_nonfinite(uint32_t dt, const void *x, ui
 ACCEL_CUDA_HIDDEN int accel_cuda_launch_optim(const accel_cuda_opt *o);
 /* Blocks of the grid-stride kernels (from the multiprocessor count). */
 ACCEL_CUDA_HIDDEN void accel_cuda_set_grid_cap(int blocks);
+/* on != 0: every launcher waits for its kernels and returns their error
+ * (CUDA_LAUNCH_BLOCKING=1 in the environment at init; a debug mode). */
+ACCEL_CUDA_HIDDEN void accel_cuda_set_sync(int on);
 
 #ifdef __cplusplus
 }

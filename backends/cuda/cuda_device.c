@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "accel/device.h"
@@ -80,10 +81,16 @@ static int cu_init(uint32_t *ret_count, accel_device_err_v1 *err)
 	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess && sms)
 		accel_cuda_set_grid_cap(sms * 8 > ACCEL_CUDA_SCRATCH_SLOTS ? ACCEL_CUDA_SCRATCH_SLOTS
 		                                                           : sms * 8);
+	/* CUDA's own debug switch makes launches synchronous; with it every op
+	 * also waits for its kernels and reports their faults as its own. */
+	const char *blocking = getenv("CUDA_LAUNCH_BLOCKING");
+	int sync_each = blocking && !strcmp(blocking, "1");
+	accel_cuda_set_sync(sync_each);
 	if (g_host && g_host->log) {
-		char line[160];
+		char line[200];
 		snprintf(line, sizeof(line), "cuda device module: %d device%s, %d multiprocessors on "
-		         "device 0", g_count, g_count == 1 ? "" : "s", sms);
+		         "device 0%s", g_count, g_count == 1 ? "" : "s", sms,
+		         sync_each ? "; CUDA_LAUNCH_BLOCKING=1: every op waits for its kernels" : "");
 		g_host->log(ACCEL_LOG_DEBUG, line);
 	}
 	*ret_count = (uint32_t)g_count;

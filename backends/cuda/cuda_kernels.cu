@@ -27,6 +27,18 @@
 #define THREADS 256
 
 static int g_blocks_cap = 1024;   /* per-op grid cap for grid-stride loops */
+static int g_sync_each;           /* wait for every launch (accel_cuda_set_sync) */
+
+/* A launcher's result: the launch error, and with the debug mode on the
+ * error of the kernels themselves (a fault, an illegal address), so the
+ * failing op is the one named rather than a later copy. */
+static cudaError_t launched(void)
+{
+	cudaError_t e = cudaGetLastError();
+	if (e == cudaSuccess && g_sync_each)
+		e = cudaDeviceSynchronize();
+	return e;
+}
 
 /* ---- conversions (core/half.h on the device) ------------------------------------ */
 
@@ -149,7 +161,7 @@ template <int S> static cudaError_t convert_from(uint32_t ddt, void *dst, const 
 	case DT_F16: k_convert<S, DT_F16><<<g, THREADS>>>(dst, src, n); break;
 	default: k_convert<S, DT_BF16><<<g, THREADS>>>(dst, src, n); break;
 	}
-	return cudaGetLastError();
+	return launched();
 }
 
 extern "C" int accel_cuda_launch_convert(uint32_t ddt, void *dst, uint32_t sdt, const void *src,
@@ -179,7 +191,7 @@ extern "C" int accel_cuda_launch_fill(void *dst, uint32_t elsize, uint64_t bits,
 		k_fill<uint32_t><<<g, THREADS>>>((uint32_t *)dst, (uint32_t)bits, n);
 	else
 		k_fill<uint64_t><<<g, THREADS>>>((uint64_t *)dst, bits, n);
-	return cudaGetLastError();
+	return launched();
 }
 
 /* ---- scale, axpy ----------------------------------------------------------------- */
@@ -203,7 +215,7 @@ extern "C" int accel_cuda_launch_scale(uint32_t dt, void *x, double alpha, uint6
 	case DT_F16: k_scale_d<DT_F16><<<g, THREADS>>>(x, alpha, n); break;
 	default: k_scale_d<DT_BF16><<<g, THREADS>>>(x, alpha, n); break;
 	}
-	return cudaGetLastError();
+	return launched();
 }
 
 __global__ void k_axpy_f32(float *y, float a, const float *x, uint64_t n)
@@ -234,7 +246,7 @@ extern "C" int accel_cuda_launch_axpy(uint32_t ydt, void *y, double alpha, uint3
 	unsigned g = grid_for(n, THREADS * 4);
 	if (ydt == DT_F32 && xdt == DT_F32) {
 		k_axpy_f32<<<g, THREADS>>>((float *)y, (float)alpha, (const float *)x, n);
-		return cudaGetLastError();
+		return launched();
 	}
 	switch (ydt) {
 	case DT_F32: axpy_y<DT_F32>(xdt, y, alpha, x, n, g); break;
@@ -242,7 +254,7 @@ extern "C" int accel_cuda_launch_axpy(uint32_t ydt, void *y, double alpha, uint3
 	case DT_F16: axpy_y<DT_F16>(xdt, y, alpha, x, n, g); break;
 	default: axpy_y<DT_BF16>(xdt, y, alpha, x, n, g); break;
 	}
-	return cudaGetLastError();
+	return launched();
 }
 
 /* ---- reductions: sumsq (f64) and the non-finite count (u64) -------------------------- */
@@ -327,7 +339,7 @@ extern "C" int accel_cuda_launch_sumsq(uint32_t dt, const void *x, uint64_t n, v
 	}
 	k_finish<double><<<1, THREADS>>>(part, g);
 	*ret_slot = g;
-	return cudaGetLastError();
+	return launched();
 }
 
 extern "C" int accel_cuda_launch_nonfinite(uint32_t dt, const void *x, uint64_t n,
@@ -345,7 +357,7 @@ extern "C" int accel_cuda_launch_nonfinite(uint32_t dt, const void *x, uint64_t 
 	}
 	k_finish<unsigned long long><<<1, THREADS>>>(part, g);
 	*ret_slot = g;
-	return cudaGetLastError();
+	return launched();
 }
 
 /* ---- fused multi-tensor optimizers ---------------------------------------------------- */
@@ -506,6 +518,8 @@ template <int GDT> static cudaError_t launch_opt(const accel_cuda_opt *o)
 			uint64_t nb = (s->n + MT_CHUNK - 1) / MT_CHUNK;
 			if (!s->n)
 				continue;
+			if (nb > 0x7fffffffu)   /* 8.8e12 elements: more than any GPU holds */
+				return cudaErrorInvalidValue;
 			if ((uint64_t)blocks + nb > 0x7fffffffu)
 				break;
 			mt_range *r = &a.r[a.nr++];
@@ -525,7 +539,7 @@ template <int GDT> static cudaError_t launch_opt(const accel_cuda_opt *o)
 			k_adamw<GDT><<<blocks, THREADS>>>(a, o->adamw_k);
 		else
 			k_sgd<GDT><<<blocks, THREADS>>>(a, o->sgd_k);
-		cudaError_t e = cudaGetLastError();
+		cudaError_t e = launched();
 		if (e != cudaSuccess)
 			return e;
 	}
@@ -539,6 +553,11 @@ extern "C" int accel_cuda_launch_optim(const accel_cuda_opt *o)
 	case DT_F16: return launch_opt<DT_F16>(o);
 	default: return launch_opt<DT_BF16>(o);
 	}
+}
+
+extern "C" void accel_cuda_set_sync(int on)
+{
+	g_sync_each = on != 0;
 }
 
 extern "C" void accel_cuda_set_grid_cap(int blocks)
