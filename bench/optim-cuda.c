@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* bench/optim-cuda.c: the cuda device module's fused multi-tensor AdamW
- * step (accel_optim_step_ranges on ACCEL_DEVICE_CUDA) on N f32 parameters
+ * step (accelp_optim_step_ranges on ACCEL_DEVICE_CUDA) on N f32 parameters
  * in T tensors, next to the device-to-device copy bandwidth (cudaMemcpy
  * through the module) measured in the same process.
  *
@@ -82,7 +82,7 @@ int main(int argc, char **argv)
 	}
 
 	accel_err err = {0};
-	int r = accel_device_get(ACCEL_DEVICE_CUDA, &D, &err);
+	int r = accelp_device_get(ACCEL_DEVICE_CUDA, &D, &err);
 	if (r == ACCEL_ERR_UNSUPPORTED && strstr(err.msg, "no usable CUDA device")) {
 		printf("skipped: no GPU (%s)\n", err.msg);
 		return 77;
@@ -107,7 +107,7 @@ int main(int argc, char **argv)
 		                 (void *)rg[i].grad, k};
 		accel_view pv = gv;
 		pv.data = rg[i].param;
-		if (accel_ops_fill(&gv, 0.01, &err) || accel_ops_fill(&pv, 0.5, &err))
+		if (accelp_ops_fill(&gv, 0.01, &err) || accelp_ops_fill(&pv, 0.5, &err))
 			die("fill", err.msg);
 	}
 	/* the copy peer: as many bytes as the four AdamW arrays of 1/4 of the
@@ -117,14 +117,14 @@ int main(int argc, char **argv)
 
 	accel_optim_opts oo;
 	accel_optim *opt = NULL;
-	accel_optim_opts_init(&oo, ACCEL_OPTIM_ADAMW);
-	if (accel_optim_new(&oo, &opt, &err))
+	accelp_optim_opts_init(&oo, ACCEL_OPTIM_ADAMW);
+	if (accelp_optim_new(&oo, &opt, &err))
 		die("optimizer", err.msg);
 
 	double best_step = 1e30, best_copy = 1e30;
 	uint64_t t = 1;
 	/* warm-up: one step, one copy */
-	if (accel_optim_step_ranges(opt, NULL, t++, 1e-3, ACCEL_DEVICE_CUDA, 0, rg, tensors,
+	if (accelp_optim_step_ranges(opt, NULL, t++, 1e-3, ACCEL_DEVICE_CUDA, 0, rg, tensors,
 	                            ACCEL_DTYPE_F32, 1.0, &err))
 		die("step", err.msg);
 	if (D->memcpy(cb, ca, cbytes, ACCEL_DEVICE_D2D, 0, &de) || D->sync(0, &de))
@@ -132,7 +132,7 @@ int main(int argc, char **argv)
 	for (uint32_t round = 0; round < rounds; round++) {
 		double t0 = now();
 		for (uint32_t s = 0; s < steps; s++)
-			if (accel_optim_step_ranges(opt, NULL, t++, 1e-3, ACCEL_DEVICE_CUDA, 0, rg,
+			if (accelp_optim_step_ranges(opt, NULL, t++, 1e-3, ACCEL_DEVICE_CUDA, 0, rg,
 			                            tensors, ACCEL_DTYPE_F32, 1.0, &err))
 				die("step", err.msg);
 		if (D->sync(0, &de))
@@ -165,6 +165,6 @@ int main(int argc, char **argv)
 	printf("{\"bench\":\"optim-cuda\",\"impl\":\"accel\",\"op\":\"adamw-vs-copy\","
 	       "\"machine\":\"%s\",\"peer\":\"cudaMemcpy d2d\",\"ratio\":%.3f}\n", mach, agbs / cgbs);
 	fflush(stdout);
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 	return 0;
 }

@@ -4,7 +4,7 @@
 # next to its peers, in one run on one GPU, on the same N f32 parameters in
 # T tensors:
 #
-#   accel  bench-optim-cuda: accel_optim_step_ranges on ACCEL_DEVICE_CUDA
+#   accel  bench-optim-cuda: accelp_optim_step_ranges on ACCEL_DEVICE_CUDA
 #          (backends/cuda, one fused kernel pass per launch of <= 160 tensors)
 #   copy   the same process: cudaMemcpy device to device, read + write bytes
 #   torch  bench/torch_adamw_cuda.py: torch.optim.AdamW(fused=True), and

@@ -152,8 +152,8 @@ int main(int argc, char **argv)
 	accel_err err = {0};
 	accel_optim_opts o;
 	accel_optim *opt = NULL;
-	accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
-	if (accel_optim_new(&o, &opt, &err) || accel_optim_set_kernel(opt, kernel, &err)) {
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+	if (accelp_optim_new(&o, &opt, &err) || accelp_optim_set_kernel(opt, kernel, &err)) {
 		fprintf(stderr, "bench-optim: %s\n", err.msg);
 		return 1;
 	}
@@ -185,7 +185,7 @@ int main(int argc, char **argv)
 	float *state[2] = {m, v};
 	uint64_t t = 0;
 	/* Untimed warm-up of both. */
-	if (accel_optim_step_range(opt, NULL, ++t, 1e-3, p, g, gdt, state, n, 1.0, &err)) {
+	if (accelp_optim_step_range(opt, NULL, ++t, 1e-3, p, g, gdt, state, n, 1.0, &err)) {
 		fprintf(stderr, "bench-optim: %s\n", err.msg);
 		return 1;
 	}
@@ -195,7 +195,7 @@ int main(int argc, char **argv)
 		int calls = 0;
 		while (now() < end || calls < 3) {
 			double t0 = now();
-			accel_optim_step_range(opt, NULL, ++t, 1e-3, p, g, gdt, state, n, 1.0, &err);
+			accelp_optim_step_range(opt, NULL, ++t, 1e-3, p, g, gdt, state, n, 1.0, &err);
 			if (add_time(&ta, now() - t0))
 				return 1;
 			calls++;
@@ -225,7 +225,7 @@ int main(int argc, char **argv)
 	       "\"cpus\":%ld,\"threads\":1,\"kernel\":\"%s\",\"grad_dtype\":\"%s\",\"n\":%llu,"
 	       "\"calls\":%zu,\"time_ms\":%.3f,\"time_ms_median\":%.3f,\"gparam_s\":%.4f,"
 	       "\"bytes_per_param\":%zu,\"GBps\":%.3f}\n",
-	       mach, cpus, accel_optim_get_kernel(opt), accel_dtype_name(gdt),
+	       mach, cpus, accelp_optim_get_kernel(opt), accel_dtype_name(gdt),
 	       (unsigned long long)n, ta.n, amin * 1e3, amed * 1e3, (double)n / amin / 1e9,
 	       24 + gb, agbs);
 	printf("{\"bench\":\"optim\",\"impl\":\"triad\",\"op\":\"triad\",\"machine\":\"%s\","
@@ -244,6 +244,6 @@ int main(int argc, char **argv)
 	free(a);
 	free(b);
 	free(c);
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 	return 0;
 }

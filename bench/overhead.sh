@@ -23,7 +23,7 @@
 # Environment: METHODS ("perf callgrind"), WORLDS ("1 2"), BATCH (128),
 #   PERF_STEPS (200), PERF_FREQ (2000), CG_STEPS_A (2), CG_STEPS_B (6),
 #   OPTIM_FUNCS (functions counted as optimizer arithmetic; default: every
-#   function defined in core/optim.c plus the step entry accel_train_optim_step
+#   function defined in core/optim.c plus the step entry accelp_train_optim_step
 #   and grad_at of core/train.c), KEEP (a directory to keep the profiles in).
 set -eu
 
@@ -71,7 +71,7 @@ for so in $(find "$BUILD/backends" -name 'comm-*.so' 2>/dev/null); do
 	CLASSES="$CLASSES --comm-obj $(basename "$so")"
 done
 if [ -z "${OPTIM_FUNCS:-}" ]; then
-	OPTIM_FUNCS="accel_train_optim_step grad_at"
+	OPTIM_FUNCS="accelp_train_optim_step grad_at"
 	for o in "$BUILD"/core/libaccel.so*.p/optim.c.o; do
 		[ -f "$o" ] || continue
 		OPTIM_FUNCS="$OPTIM_FUNCS $(nm --defined-only "$o" | awk '$2 ~ /^[tT]$/ {print $3}' | tr '\n' ' ')"

@@ -246,21 +246,21 @@ static int buf_alloc(accel_ctx *ctx, const bench_mem *m, int backend, uint64_t b
 	if (m->device != ACCEL_DEVICE_CPU) {
 		/* the device backend's memory (nccl), or, for device buffers
 		 * staged through a host backend, the device module's */
-		int rc = accel_mem_alloc(ctx, ACCEL_MEM_BUFFERS, m->device, m->device_index, bytes,
+		int rc = accelp_mem_alloc(ctx, ACCEL_MEM_BUFFERS, m->device, m->device_index, bytes,
 		                         ACCEL_MEMF_COMM, &b->p);
 		if (rc == ACCEL_OK)
 			b->from_backend = 2;
 		return rc;
 	}
 	if (backend) {
-		int rc = accel_comm_mem_alloc(ctx->comm, m->device, m->device_index, bytes, &b->p);
+		int rc = accelp_comm_mem_alloc(ctx->comm, m->device, m->device_index, bytes, &b->p);
 		if (rc != ACCEL_OK)
 			return rc;
 		if (!b->p)
 			return accel_set_error(ctx, ACCEL_ERR_UNSUPPORTED,
 			                       "backend '%s' has no memory allocator, so "
 			                       "--buffers backend is not available; use --buffers user",
-			                       accel_comm_backend_name(ctx->comm));
+			                       accelp_comm_backend_name(ctx->comm));
 		b->from_backend = 1;
 		return ACCEL_OK;
 	}
@@ -274,9 +274,9 @@ static int buf_alloc(accel_ctx *ctx, const bench_mem *m, int backend, uint64_t b
 static void buf_free(accel_ctx *ctx, bench_buf *b)
 {
 	if (b->p && b->from_backend == 2)
-		accel_mem_release(ctx, b->p);
+		accelp_mem_release(ctx, b->p);
 	else if (b->p && b->from_backend)
-		accel_comm_mem_free(ctx->comm, b->p);
+		accelp_comm_mem_free(ctx->comm, b->p);
 	else
 		free(b->p);
 	b->p = NULL;
@@ -337,29 +337,29 @@ static int run_op(accel_ctx *ctx, const bench_mem *m, int op, uint32_t dt, void 
 	case CB_OP_ALLREDUCE: {
 		accel_view s = mem_view(m, dt, send, count),
 		           r = mem_view(m, dt, inplace ? send : recv, count);
-		rc = accel_comm_allreduce(c, &s, &r, ACCEL_RED_SUM, &req);
+		rc = accelp_comm_allreduce(c, &s, &r, ACCEL_RED_SUM, &req);
 		break;
 	}
 	case CB_OP_REDUCE_SCATTER: {
 		accel_view s = mem_view(m, dt, send, count * w),
 		           r = mem_view(m, dt, inplace ? send : recv, count);
-		rc = accel_comm_reduce_scatter(c, &s, &r, ACCEL_RED_SUM, &req);
+		rc = accelp_comm_reduce_scatter(c, &s, &r, ACCEL_RED_SUM, &req);
 		break;
 	}
 	case CB_OP_ALLGATHER: {
 		accel_view s = mem_view(m, dt, inplace ? recv : send, count),
 		           r = mem_view(m, dt, recv, count * w);
-		rc = accel_comm_allgather(c, &s, &r, &req);
+		rc = accelp_comm_allgather(c, &s, &r, &req);
 		break;
 	}
 	default: {
 		accel_view b = mem_view(m, dt, recv, count);
-		rc = accel_comm_broadcast(c, &b, 0, &req);
+		rc = accelp_comm_broadcast(c, &b, 0, &req);
 		break;
 	}
 	}
 	if (rc == ACCEL_OK && req)
-		rc = accel_comm_wait(c, req);
+		rc = accelp_comm_wait(c, req);
 	return rc;
 }
 
@@ -371,14 +371,14 @@ static int agree(accel_ctx *ctx, double *med_mean, int32_t *checked)
 	int32_t ck = *checked;
 	accel_view vt = cpu_view(ACCEL_DTYPE_F64, t, 2), vc = cpu_view(ACCEL_DTYPE_I32, &ck, 1);
 	accel_req *req = NULL;
-	int rc = accel_comm_allreduce(ctx->comm, &vt, &vt, ACCEL_RED_MAX, &req);
+	int rc = accelp_comm_allreduce(ctx->comm, &vt, &vt, ACCEL_RED_MAX, &req);
 	if (rc == ACCEL_OK && req)
-		rc = accel_comm_wait(ctx->comm, req);
+		rc = accelp_comm_wait(ctx->comm, req);
 	req = NULL;
 	if (rc == ACCEL_OK)
-		rc = accel_comm_allreduce(ctx->comm, &vc, &vc, ACCEL_RED_MIN, &req);
+		rc = accelp_comm_allreduce(ctx->comm, &vc, &vc, ACCEL_RED_MIN, &req);
 	if (rc == ACCEL_OK && req)
-		rc = accel_comm_wait(ctx->comm, req);
+		rc = accelp_comm_wait(ctx->comm, req);
 	if (rc == ACCEL_OK) {
 		med_mean[0] = t[0];
 		med_mean[1] = t[1];
@@ -490,7 +490,7 @@ static int bench_comm(int argc, char **argv)
 		goto out;
 	}
 	int rank = accel_rank(ctx), world = accel_world_size(ctx);
-	const char *backend = accel_comm_backend_name(ctx->comm);
+	const char *backend = accelp_comm_backend_name(ctx->comm);
 	const char *buffers = o.backend_buffers ? "backend" : "user";
 	gethostname(host, sizeof(host) - 1);
 	size_t es = cb_dtype_size(o.dtype);
@@ -526,7 +526,7 @@ static int bench_comm(int argc, char **argv)
 		/* the backend the device buffers go through: nccl, or the host
 		 * backend they are staged through */
 		int staged;
-		const char *name = accel_comm_device_backend_name(ctx->comm, &staged);
+		const char *name = accelp_comm_device_backend_name(ctx->comm, &staged);
 		snprintf(dev_backend, sizeof(dev_backend), "%s%s", name,
 		         staged ? " (staged through pinned host memory)" : "");
 		backend = dev_backend;

@@ -186,11 +186,11 @@ static int check_backend(const accelp_setup *s, accel_err *err)
 	if (!strcmp(s->sel.backend, "auto"))
 		return ACCEL_OK;
 	accel_err e;
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	int r = accelp_loader_find(s->loader, ACCEL_MODULE_COMM, s->sel.backend, &m, &e);
 	if (r && r != ACCEL_ERR_UNSUPPORTED)
-		return accel_err_set(err, r, "backend '%s' (from %s): %s", s->sel.backend,
-		                     accel_config_source(s->cfg, "backend"),
+		return accelp_err_set(err, r, "backend '%s' (from %s): %s", s->sel.backend,
+		                     accelp_config_source(s->cfg, "backend"),
 		                     e.msg[0] ? e.msg : accel_status_str(r));
 	return ACCEL_OK;
 }
@@ -202,7 +202,7 @@ static int validate_file(const opts *o, const char *file)
 {
 	accelp_setup s;
 	accel_err err, e;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	int r = setup(o, file, &s, &err), bad = 0;
 	if (r) {
 		fprintf(stderr, "%s: error: %s\n", file, err.msg);
@@ -211,12 +211,12 @@ static int validate_file(const opts *o, const char *file)
 	if (!r || s.failed_at == ACCELP_SETUP_RESOLVE) {
 		/* the selected plugins must exist and load, with the roles they
 		 * are selected for (the context's own rules) */
-		accel_err_clear(&e);
+		accelp_err_clear(&e);
 		if (accelp_setup_modules(&s, 1, &e)) {
 			fprintf(stderr, "%s: error: %s\n", file, e.msg);
 			bad = 1;
 		}
-		accel_err_clear(&e);
+		accelp_err_clear(&e);
 		if (check_backend(&s, &e)) {
 			fprintf(stderr, "%s: error: %s\n", file, e.msg);
 			bad = 1;
@@ -253,13 +253,13 @@ static int cmd_show(int argc, char **argv)
 	}
 	accelp_setup s;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	int status = 0;
 	if (setup(&o, o.config, &s, &err)) {
 		fprintf(stderr, "accel config show: %s\n", err.msg);
 		status = 1;
 	} else if (o.json) {
-		if (accel_config_dump_json(s.cfg, stdout, o.resolved, 1) != ACCEL_OK) {
+		if (accelp_config_dump_json(s.cfg, stdout, o.resolved, 1) != ACCEL_OK) {
 			fprintf(stderr, "accel config show: cannot print the configuration\n");
 			status = 1;
 		}
@@ -268,7 +268,7 @@ static int cmd_show(int argc, char **argv)
 			printf("# config file: %s (%s)\n", s.config_file, s.config_from);
 		else
 			printf("# config file: none (defaults, environment and --set only)\n");
-		accel_config_dump(s.cfg, stdout, o.resolved, 1);
+		accelp_config_dump(s.cfg, stdout, o.resolved, 1);
 	}
 	accelp_setup_fini(&s);
 	opts_free(&o);

@@ -348,7 +348,7 @@ int accelp_cli_env(int argc, char **argv)
 	};
 	accelp_setup s;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	int setup_failed = accelp_setup_run(&so, &s, &err) != ACCEL_OK;
 	print_cuda(&s.cuda);
 

@@ -626,7 +626,7 @@ int accelp_cli_launch(int argc, char **argv)
 		.master_port = j.port,
 		.world_size = j.world,
 	};
-	rc = accel_launch_run(&spec);
+	rc = accelp_launch_run(&spec);
 	goto out;
 oom:
 	fprintf(stderr, "accel launch: out of memory\n");

@@ -487,7 +487,7 @@ static void select_hint(const accel_module *m, char *buf, size_t cap)
 static int cmd_info(accel_loader *ld, const opts *o)
 {
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	const accel_module *m = NULL;
 	int r = accelp_loader_find(ld, 0, o->name, &m, &err);
 	if (r == ACCEL_ERR_UNSUPPORTED) {
@@ -577,7 +577,7 @@ int accelp_cli_plugins(int argc, char **argv)
 	};
 	accelp_setup s;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	if (accelp_setup_run(&so, &s, &err)) {
 		fprintf(stderr, "accel plugins: %s\n", err.msg);
 		accelp_setup_fini(&s);

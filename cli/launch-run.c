@@ -105,7 +105,7 @@ static void on_signal(int sig)
 	errno = saved;
 }
 
-const char *accel_launch_signame(int sig, char *buf, unsigned long cap)
+const char *accelp_launch_signame(int sig, char *buf, unsigned long cap)
 {
 	static const struct {
 		int sig;
@@ -276,7 +276,7 @@ static void describe_status(int st, char *out, size_t cap)
 		snprintf(out, cap, "exit code %d", WEXITSTATUS(st));
 	else if (WIFSIGNALED(st))
 		snprintf(out, cap, "killed by signal %s (%d)%s",
-		         accel_launch_signame(WTERMSIG(st), b, sizeof(b)), WTERMSIG(st),
+		         accelp_launch_signame(WTERMSIG(st), b, sizeof(b)), WTERMSIG(st),
 		         WCOREDUMP(st) ? ", core dumped" : "");
 	else
 		snprintf(out, cap, "wait status 0x%x", (unsigned)st);
@@ -363,7 +363,7 @@ static void report_exit(launcher *L, proc *p)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);   /* not past a launcher killed with -9 */
 #endif
 		accel_err e = {0};
-		int rc = accel_store_report_exit(s->master_addr, s->master_port, s->world_size, p->rank,
+		int rc = accelp_store_report_exit(s->master_addr, s->master_port, s->world_size, p->rank,
 		                                 "exited with status 0", REPORT_TIMEOUT_MS, &e);
 		_exit(rc == ACCEL_OK ? 0 : 1);
 	}
@@ -382,7 +382,7 @@ static void refuse_for_rank0(launcher *L)
 	if (!s->master_addr || s->master_port <= 0 || L->refusal)
 		return;
 	accel_err e = {0};
-	accel_store_refusal_start(s->master_addr, s->master_port, s->world_size,
+	accelp_store_refusal_start(s->master_addr, s->master_port, s->world_size,
 	                          "rank 0 exited with status 0 while other ranks still run; it "
 	                          "hosted the rendezvous store, so ranks that had not joined the "
 	                          "job yet cannot (accel launch answers on the store's port)",
@@ -417,7 +417,7 @@ static void comm_cleanup(launcher *L)
 	accelp_setup_opts so = {.config_optional = 1};
 	accelp_setup s;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	if (!ranks || !pids)
 		say(L, "cannot ask the comm backends to clean up after the job: out of memory");
 	else if (accelp_setup_run(&so, &s, &err) != ACCEL_OK)
@@ -433,7 +433,7 @@ static void comm_cleanup(launcher *L)
 			.struct_size = sizeof(args), .n_ranks = n, .job_id = job_id ? job_id : "",
 			.ranks = ranks, .pids = pids, .started_unix = (int64_t)L->started,
 			.note = cleanup_note, .note_arg = L};
-		accel_comm_cleanup_job(s.loader, &args);
+		accelp_comm_cleanup_job(s.loader, &args);
 	}
 	if (ranks && pids)
 		accelp_setup_fini(&s);
@@ -512,7 +512,7 @@ static void on_launcher_signal(launcher *L, int sig)
 		L->got_signal = sig;
 		int k = count_running(L);
 		say(L, "received %s: forwarding it to %d rank%s (SIGKILL after %g s; send it again "
-		    "to kill them now)", accel_launch_signame(sig, b, sizeof(b)), k, k == 1 ? "" : "s",
+		    "to kill them now)", accelp_launch_signame(sig, b, sizeof(b)), k, k == 1 ? "" : "s",
 		    L->spec->grace_s);
 		begin_stop(L, sig);
 		return;
@@ -520,7 +520,7 @@ static void on_launcher_signal(launcher *L, int sig)
 	if (!L->got_signal)
 		L->got_signal = sig;
 	if (!L->killed && count_running(L)) {
-		say(L, "received %s again: killing all ranks", accel_launch_signame(sig, b, sizeof(b)));
+		say(L, "received %s again: killing all ranks", accelp_launch_signame(sig, b, sizeof(b)));
 		signal_all(L, SIGKILL);
 		L->killed = 1;
 		L->final_deadline = mono_ms() + KILL_WAIT_MS;
@@ -886,7 +886,7 @@ static int reap_stragglers(launcher *L, int rc)
 		for (int k = 0; k < TAIL_LINES; k++)
 			free(p->tail[k]);
 	}
-	L->refusal = accel_store_refusal_stop(L->refusal);
+	L->refusal = accelp_store_refusal_stop(L->refusal);
 	for (int i = 0; L->reporters && i < L->n; i++)
 		if (L->reporters[i] > 0) {
 			kill(L->reporters[i], SIGKILL);
@@ -898,7 +898,7 @@ static int reap_stragglers(launcher *L, int rc)
 	return rc;
 }
 
-int accel_launch_run(const launch_spec *spec)
+int accelp_launch_run(const launch_spec *spec)
 {
 	launcher L;
 	memset(&L, 0, sizeof(L));

@@ -15,13 +15,13 @@ typedef struct launch_spec {
 	const char *log_dir;   /* (optional) also write log_dir/rank-R.log       */
 	double grace_s;        /* SIGTERM -> SIGKILL delay when stopping ranks    */
 	const char *master_addr; /* the rendezvous store, told about ranks that  */
-	int master_port;         /* exit while others run (accel_store_report_exit) */
+	int master_port;         /* exit while others run (accelp_store_report_exit) */
 	int world_size;
 } launch_spec;
 
 /* Start spec->nproc processes and supervise them until all have exited.
  * Returns the launcher's exit status (docs/launch.md, "Exit status"). */
-int accel_launch_run(const launch_spec *spec);
+int accelp_launch_run(const launch_spec *spec);
 
 /* launch-out.c: the launcher's stdout or stderr, written by a thread from a
  * queue so that the supervising loop never blocks on its reader. */
@@ -49,6 +49,6 @@ int launch_out_finish(launch_out *o, int sig_fd, int timeout_ms);
 int launch_write_fully(int fd, const char *p, unsigned long n);
 
 /* "SIGKILL" for 9, or "signal 42" for one without a name (static or buf). */
-const char *accel_launch_signame(int sig, char *buf, unsigned long cap);
+const char *accelp_launch_signame(int sig, char *buf, unsigned long cap);
 
 #endif

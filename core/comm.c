@@ -145,7 +145,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 	if (r)
 		return r;
 	int64_t timeout_ms, keepalive_ms;
-	accel_comm_times(ctx, &timeout_ms, &keepalive_ms);
+	accelp_comm_times(ctx, &timeout_ms, &keepalive_ms);
 	accel_comm_init_v1 args = {
 		.struct_size = sizeof(args),
 		.rank = ctx->world.rank,
@@ -156,7 +156,7 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 		.num_nodes = ctx->world.num_nodes,
 		.device_index = device_index,
 		.timeout_ms = timeout_ms,
-		.job_id = accel_comm_job_id(ctx),
+		.job_id = accelp_comm_job_id(ctx),
 		.master_addr = ctx->master_addr[0] ? ctx->master_addr : NULL,
 		.keepalive_ms = keepalive_ms,
 	};
@@ -167,26 +167,26 @@ static int backend_up(accel_comm *c, comm_backend *be, const char *name, int dev
 	be->host.name = m->name;
 	be->host.section = m->comm->desc->config_section;
 	int had_err = ctx->err.code != ACCEL_OK;   /* the caller's, kept */
-	r = be->vt->init(accel_comm_host_table(), &be->host, &args, &be->state);
+	r = be->vt->init(accelp_comm_host_table(), &be->host, &args, &be->state);
 	if (r) {
 		if (ctx->err.code == ACCEL_OK)
-			accel_err_set(&ctx->err, r, "comm backend '%s' (%s) failed to start: %s", name,
+			accelp_err_set(&ctx->err, r, "comm backend '%s' (%s) failed to start: %s", name,
 			              m->path, accel_status_str(r));
 		return r;
 	}
 	if (!had_err && ctx->err.code != ACCEL_OK) {
 		/* an error recorded on the way (a host call that failed) must
 		 * not stand in for a later failure's message */
-		accel_log(ACCEL_LOG_WARN, "comm backend '%s' (%s) started, but reported on the way: "
+		accelp_log(ACCEL_LOG_WARN, "comm backend '%s' (%s) started, but reported on the way: "
 		          "%s", name, m->path, ctx->err.msg);
-		accel_err_clear(&ctx->err);
+		accelp_err_clear(&ctx->err);
 	}
 	be->up = 1;
-	accel_log(ACCEL_LOG_DEBUG, "comm backend %s up (%s)", name, m->path);
+	accelp_log(ACCEL_LOG_DEBUG, "comm backend %s up (%s)", name, m->path);
 	return ACCEL_OK;
 }
 
-const char *accel_comm_job_id(const accel_ctx *ctx)
+const char *accelp_comm_job_id(const accel_ctx *ctx)
 {
 	return ctx->job_id[0] ? ctx->job_id : "single";
 }
@@ -198,7 +198,7 @@ static int probe_cb(void *arg, const accel_module *m)
 	accel_ctx *ctx = arg;
 	struct accel_host ph = {.ctx = ctx, .module = m, .name = m->name,
 	                        .section = m->comm->desc->config_section};
-	return m->comm->probe(accel_comm_host_table(), &ph) != 0;
+	return m->comm->probe(accelp_comm_host_table(), &ph) != 0;
 }
 
 /* The loaded module named `name` (usable here or not), or NULL. */
@@ -213,7 +213,7 @@ static const accel_module *comm_named(accel_ctx *ctx, const char *name)
 	return NULL;
 }
 
-int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
+int accelp_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 {
 	const char *want = "auto";
 	const char *cpu_name = NULL;
@@ -221,10 +221,10 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 	char why[ACCEL_ERRMSG_MAX];
 	int r;
 
-	accel_config_get_string(ctx->cfg, "backend", &want);
+	accelp_config_get_string(ctx->cfg, "backend", &want);
 	accel_comm *c = calloc(1, sizeof(*c));
 	if (!c)
-		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	c->ctx = ctx;
 	pthread_mutex_init(&c->live_mu, NULL);
 	const char *tp = getenv("ACCEL_TEST_COMM_TRACE");
@@ -232,14 +232,14 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		char path[4096];
 		snprintf(path, sizeof(path), "%s.%d", tp, ctx->world.rank);
 		if (!(c->trace = fopen(path, "w")))
-			accel_log(ACCEL_LOG_WARN, "ACCEL_TEST_COMM_TRACE: cannot open %s", path);
+			accelp_log(ACCEL_LOG_WARN, "ACCEL_TEST_COMM_TRACE: cannot open %s", path);
 	}
 	if (strcmp(want, "auto") != 0) {
 		/* A named backend carries host buffers when it says it serves
 		 * them; one for device buffers only is brought up on the first
 		 * device collective, and host buffers go where auto sends them. */
 		accel_err e;
-		accel_err_clear(&e);
+		accelp_err_clear(&e);
 		r = accelp_loader_find(ctx->loader, ACCEL_MODULE_COMM, want, &m, &e);
 		if (r == ACCEL_ERR_UNSUPPORTED && (m = comm_named(ctx, want)) &&
 		    !(m->devices & (1u << ACCEL_DEVICE_CPU))) {
@@ -248,8 +248,8 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 			r = ACCEL_OK;
 		}
 		if (r) {
-			accel_err_set(&ctx->err, r, "backend '%s' (from %s): %s", want,
-			              accel_config_source(ctx->cfg, "backend"),
+			accelp_err_set(&ctx->err, r, "backend '%s' (from %s): %s", want,
+			              accelp_config_source(ctx->cfg, "backend"),
 			              e.msg[0] ? e.msg : accel_status_str(r));
 			goto fail;
 		}
@@ -261,27 +261,27 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		/* a host backend named alone carries device buffers too, staged */
 		c->stage_device = cpu_name && !c->dev_name;
 		if (!cpu_name && !c->dev_name) {
-			r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
+			r = accelp_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
 			                  "backend '%s' (%s) serves neither host nor CUDA buffers "
 			                  "(devices 0x%x)", want, m->path, dev);
 			goto fail;
 		}
 		if (cpu_name && ctx->world.num_nodes > 1 &&
-		    !(accel_select_comm_scope(m) & ACCEL_COMM_SCOPE_NODES)) {
-			r = accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+		    !(accelp_select_comm_scope(m) & ACCEL_COMM_SCOPE_NODES)) {
+			r = accelp_err_set(&ctx->err, ACCEL_ERR_CONFIG,
 			                  "backend %s (from %s) works within one node, but this job has "
 			                  "%d nodes; use backend auto, which picks one that spans nodes "
 			                  "(see 'accel plugins list')",
-			                  want, accel_config_source(ctx->cfg, "backend"),
+			                  want, accelp_config_source(ctx->cfg, "backend"),
 			                  ctx->world.num_nodes);
 			goto fail;
 		}
 	}
 	if (!cpu_name) {
 		int broken = 0;
-		if (accel_select_comm_auto(ctx->loader, ACCEL_DEVICE_CPU, ctx->world.num_nodes,
+		if (accelp_select_comm_auto(ctx->loader, ACCEL_DEVICE_CPU, ctx->world.num_nodes,
 		                           probe_cb, ctx, &m, why, sizeof(why), &broken)) {
-			r = accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
+			r = accelp_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
 			                  "backend %s: no comm backend can carry host buffers of this job "
 			                  "(%d ranks on %d node%s): %s (see 'accel plugins list')", want,
 			                  ctx->world.world_size, ctx->world.num_nodes,
@@ -293,19 +293,19 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 		/* a file that might have been the better choice is not passed
 		 * over in silence */
 		if (broken)
-			accel_log(ACCEL_LOG_WARN, "backend auto: using '%s' for host buffers; passed "
+			accelp_log(ACCEL_LOG_WARN, "backend auto: using '%s' for host buffers; passed "
 			          "over: %s", cpu_name, why);
 	}
 	if (!c->dev_name && !strcmp(want, "auto")) {
 		int broken = 0;
-		if (!accel_select_comm_auto(ctx->loader, ACCEL_DEVICE_CUDA, ctx->world.num_nodes,
+		if (!accelp_select_comm_auto(ctx->loader, ACCEL_DEVICE_CUDA, ctx->world.num_nodes,
 		                            probe_cb, ctx, &m, why, sizeof(why), &broken)) {
 			c->dev_name = m->name;
 		} else if (why[0]) {
 			/* kept for the first collective on a CUDA buffer; said now as
 			 * well when a file is broken (not merely: no GPU here) */
 			if (broken)
-				accel_log(ACCEL_LOG_WARN, "backend auto: no backend for CUDA buffers: %s",
+				accelp_log(ACCEL_LOG_WARN, "backend auto: no backend for CUDA buffers: %s",
 				          why);
 			snprintf(c->dev_why, sizeof(c->dev_why), "%s", why);
 		}
@@ -319,16 +319,16 @@ int accel_comm_new(accel_ctx *ctx, accel_comm **ret_comm)
 	*ret_comm = c;
 	return ACCEL_OK;
 fail:
-	accel_comm_free(c);
+	accelp_comm_free(c);
 	return r;
 }
 
-accel_comm *accel_comm_free(accel_comm *c)
+accel_comm *accelp_comm_free(accel_comm *c)
 {
 	if (!c)
 		return NULL;
 	while (c->groups)
-		accel_comm_group_free(c, c->groups);
+		accelp_comm_group_free(c, c->groups);
 	for (size_t i = 0; i < c->n_allocs; i++)
 		if (c->allocs[i].be->vt->mem_free)
 			c->allocs[i].be->vt->mem_free(c->allocs[i].be->state, c->allocs[i].ptr);
@@ -346,7 +346,7 @@ accel_comm *accel_comm_free(accel_comm *c)
 		never++;
 	}
 	if (never)
-		accel_log(ACCEL_LOG_DEBUG, "%zu collective request%s never waited for", never,
+		accelp_log(ACCEL_LOG_DEBUG, "%zu collective request%s never waited for", never,
 		          never == 1 ? " was" : "s were");
 	pthread_mutex_destroy(&c->live_mu);
 	if (c->trace)
@@ -355,35 +355,35 @@ accel_comm *accel_comm_free(accel_comm *c)
 	return NULL;
 }
 
-void accel_comm_times(const accel_ctx *ctx, int64_t *ret_timeout_ms, int64_t *ret_keepalive_ms)
+void accelp_comm_times(const accel_ctx *ctx, int64_t *ret_timeout_ms, int64_t *ret_keepalive_ms)
 {
 	double timeout_s = 300, keepalive_s = 30;
-	accel_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
-	accel_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
+	accelp_config_get_double(ctx->cfg, "comm.timeout_s", &timeout_s);
+	accelp_config_get_double(ctx->cfg, "comm.keepalive_s", &keepalive_s);
 	*ret_timeout_ms = (int64_t)(timeout_s * 1000.0);
 	*ret_keepalive_ms = (int64_t)ceil(keepalive_s * 1000.0);
 }
 
-const char *accel_comm_backend_name(const accel_comm *c)
+const char *accelp_comm_backend_name(const accel_comm *c)
 {
 	return c && c->cpu.up ? c->cpu.module->name : "none";
 }
 
-const char *accel_comm_device_backend_name(const accel_comm *c, int *ret_staged)
+const char *accelp_comm_device_backend_name(const accel_comm *c, int *ret_staged)
 {
 	*ret_staged = 0;
 	if (!c)
 		return "none";
 	if (c->stage_device && !c->dev_name) {
 		*ret_staged = 1;
-		return accel_comm_backend_name(c);
+		return accelp_comm_backend_name(c);
 	}
 	return c->dev.up ? c->dev.module->name : c->dev_name ? c->dev_name : "none";
 }
 
 /* ---- routing and checks ---------------------------------------------------------- */
 
-uint64_t accel_comm_seq(const accel_comm *c)
+uint64_t accelp_comm_seq(const accel_comm *c)
 {
 	return c->world.seq;
 }
@@ -404,7 +404,7 @@ static int route(accel_comm *c, accel_group *g, const accel_view *v, const char 
 		return ACCEL_OK;
 	}
 	if (v->device != ACCEL_DEVICE_CUDA)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: unknown device %d", op,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: unknown device %d", op,
 		                     v->device);
 	if (c->stage_device && !c->dev_name) {
 		/* staged through the host backend by the caller (comm_stage.h) */
@@ -416,7 +416,7 @@ static int route(accel_comm *c, accel_group *g, const accel_view *v, const char 
 	}
 	if (!c->dev.up) {
 		if (!c->dev_name)
-			return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
+			return accelp_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
 			                     "%s on a cuda:%d buffer needs a backend for device buffers, "
 			                     "and none is in use (backend '%s' serves host buffers; name "
 			                     "it in the config, backend: \"%s\", to stage device buffers "
@@ -431,7 +431,7 @@ static int route(accel_comm *c, accel_group *g, const accel_view *v, const char 
 		 * no longer agree on that count, so a retry could join a dead
 		 * bootstrap.  Every later call repeats the first reason. */
 		if (c->dev.failed)
-			return accel_err_set(&ctx->err, c->dev.fail_code,
+			return accelp_err_set(&ctx->err, c->dev.fail_code,
 			                     "%s on a cuda:%d buffer: the %s backend failed to start "
 			                     "earlier and is not retried: %s", op, v->device_index,
 			                     c->dev_name, c->dev.fail_msg);
@@ -439,12 +439,12 @@ static int route(accel_comm *c, accel_group *g, const accel_view *v, const char 
 		 * them without a store); one on a device buffer would start
 		 * init() again, without end. */
 		if (c->dev.starting)
-			return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
+			return accelp_err_set(&ctx->err, ACCEL_ERR_STATE,
 			                     "%s on a cuda:%d buffer from inside the %s backend's init(): "
 			                     "a device backend can use host buffers only while it starts",
 			                     op, v->device_index, c->dev_name);
 		if (g != &c->world)
-			return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
+			return accelp_err_set(&ctx->err, ACCEL_ERR_STATE,
 			                     "%s on a cuda:%d buffer%s: the device backend (%s) starts "
 			                     "with the first collective on a device buffer on the world, "
 			                     "and none came before this group was split; issue one (a "
@@ -463,7 +463,7 @@ static int route(accel_comm *c, accel_group *g, const accel_view *v, const char 
 		c->world.dev_state = c->dev.state;
 	}
 	if (!g->dev_state)
-		return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_STATE,
 		                     "%s on a cuda:%d buffer%s: the group was split before the device "
 		                     "backend (%s) started, so it has no device communicator; issue a "
 		                     "collective on a device buffer on the world before group_split",
@@ -478,27 +478,27 @@ static int check_view(accel_comm *c, accel_group *g, const accel_view *v, const 
 {
 	accel_ctx *ctx = c->ctx;
 	if (!v)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", op, which);
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", op, which);
 	if (v->struct_size < sizeof(accel_view))
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: %s.struct_size is %u, expected at least %zu (set it to "
 		                     "sizeof(accel_view))", op, which, v->struct_size, sizeof(accel_view));
 	if (accel_dtype_size(v->dtype) == 0)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s has invalid dtype %u",
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s has invalid dtype %u",
 		                     op, which, v->dtype);
 	if (reduce && v->dtype != ACCEL_DTYPE_F32 && v->dtype != ACCEL_DTYPE_F64 &&
 	    v->dtype != ACCEL_DTYPE_F16 && v->dtype != ACCEL_DTYPE_BF16 &&
 	    v->dtype != ACCEL_DTYPE_I32 && v->dtype != ACCEL_DTYPE_I64)
-		return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
 		                     "%s: reductions over %s are not supported (f32, f64, f16, bf16, "
 		                     "i32, i64 are)", op, accel_dtype_name(v->dtype));
 	if (v->numel && !v->data)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: %s has %llu elements but a NULL data pointer", op, which,
 		                     (unsigned long long)v->numel);
 	/* numel * world * 8 must fit comfortably in 64 bits (and in memory) */
 	if (v->numel > (UINT64_C(1) << 56) / 8 / (uint64_t)g->size)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s has %llu elements, too many",
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: %s has %llu elements, too many",
 		                     op, which, (unsigned long long)v->numel);
 	return ACCEL_OK;
 }
@@ -526,7 +526,7 @@ static int check_overlap(accel_comm *c, accel_group *g, const accel_view *s, con
 	if (!strcmp(op, "allgather") &&
 	    (const char *)s->data == (const char *)d->data + (uint64_t)g->rank * s->numel * es)
 		return ACCEL_OK;
-	return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+	return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 	                     "%s: send [%p, +%llu) and recv [%p, +%llu) overlap; in place means %s",
 	                     op, s->data, (unsigned long long)(s->numel * es), d->data,
 	                     (unsigned long long)(d->numel * es),
@@ -545,14 +545,14 @@ static int check_pair(accel_comm *c, accel_group *g, const accel_view *s, const 
 	    (r = check_view(c, g, d, op, "recv", reduce)))
 		return r;
 	if (s->dtype != d->dtype)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: send is %s but recv is %s", op, accel_dtype_name(s->dtype),
 		                     accel_dtype_name(d->dtype));
 	if (s->device != d->device || s->device_index != d->device_index)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: send and recv are on different devices", op);
 	if (s->numel != want_send || d->numel != want_recv)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "%s%s: with %d ranks, send has %llu elements and recv %llu; "
 		                     "expected %llu and %llu", op, on_group(g), g->size,
 		                     (unsigned long long)s->numel, (unsigned long long)d->numel,
@@ -563,7 +563,7 @@ static int check_pair(accel_comm *c, accel_group *g, const accel_view *s, const 
 static int check_op(accel_comm *c, uint32_t op, const char *what)
 {
 	if (op > ACCEL_RED_MIN)
-		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: unknown reduction %u (ACCEL_RED_SUM, _AVG, _MAX, _MIN)", what,
 		                     op);
 	return ACCEL_OK;
@@ -576,7 +576,7 @@ static int finish(accel_comm *c, accel_group *g, comm_backend *be, void *state, 
 	accel_ctx *ctx = c->ctx;
 	if (r) {
 		if (ctx->err.code == ACCEL_OK)
-			accel_err_set(&ctx->err, r, "%s%s (after #%llu) failed in backend %s: %s", op,
+			accelp_err_set(&ctx->err, r, "%s%s (after #%llu) failed in backend %s: %s", op,
 			              on_group(g), (unsigned long long)g->seq, be->module->name,
 			              accel_status_str(r));
 		comm_stage_out(st, 0, &ctx->err);
@@ -588,7 +588,7 @@ static int finish(accel_comm *c, accel_group *g, comm_backend *be, void *state, 
 		r = breq ? be->vt->wait(state, breq) : ACCEL_OK;
 		trace_done(c, g, seq, op, t_issue);
 		if (r && ctx->err.code == ACCEL_OK)
-			accel_err_set(&ctx->err, r, "%s #%llu%s failed in backend %s: %s", op,
+			accelp_err_set(&ctx->err, r, "%s #%llu%s failed in backend %s: %s", op,
 			              (unsigned long long)seq, on_group(g), be->module->name,
 			              accel_status_str(r));
 		int s = comm_stage_out(st, r == ACCEL_OK, &ctx->err);
@@ -599,7 +599,7 @@ static int finish(accel_comm *c, accel_group *g, comm_backend *be, void *state, 
 		if (breq)
 			be->vt->wait(state, breq);
 		comm_stage_out(st, 0, &ctx->err);
-		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	}
 	*q = (accel_req){.be = be, .state = state, .g = g, .breq = breq, .op = op, .seq = seq,
 	                 .t_issue_ns = t_issue, .stage = *st};
@@ -626,12 +626,12 @@ static int group_of(accel_comm *c, accel_group *g, const char *op, accel_group *
 			*ret = g;
 			return ACCEL_OK;
 		}
-	return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+	return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 	                     "%s: %p is not a group of this context (freed already?)", op,
 	                     (void *)g);
 }
 
-int accel_comm_group_allreduce(accel_comm *c, accel_group *grp, const accel_view *send,
+int accelp_comm_group_allreduce(accel_comm *c, accel_group *grp, const accel_view *send,
                                const accel_view *recv, uint32_t op, accel_req **ret_req)
 {
 	comm_backend *be = NULL;
@@ -656,7 +656,7 @@ int accel_comm_group_allreduce(accel_comm *c, accel_group *grp, const accel_view
 	return finish(c, g, be, state, "allreduce", r, breq, ret_req, &st);
 }
 
-int accel_comm_group_reduce_scatter(accel_comm *c, accel_group *grp, const accel_view *send,
+int accelp_comm_group_reduce_scatter(accel_comm *c, accel_group *grp, const accel_view *send,
                                     const accel_view *recv, uint32_t op, accel_req **ret_req)
 {
 	comm_backend *be = NULL;
@@ -683,7 +683,7 @@ int accel_comm_group_reduce_scatter(accel_comm *c, accel_group *grp, const accel
 	return finish(c, g, be, state, "reduce_scatter", r, breq, ret_req, &st);
 }
 
-int accel_comm_group_allgather(accel_comm *c, accel_group *grp, const accel_view *send,
+int accelp_comm_group_allgather(accel_comm *c, accel_group *grp, const accel_view *send,
                                const accel_view *recv, accel_req **ret_req)
 {
 	comm_backend *be = NULL;
@@ -709,7 +709,7 @@ int accel_comm_group_allgather(accel_comm *c, accel_group *grp, const accel_view
 	return finish(c, g, be, state, "allgather", r, breq, ret_req, &st);
 }
 
-int accel_comm_group_broadcast(accel_comm *c, accel_group *grp, const accel_view *buf,
+int accelp_comm_group_broadcast(accel_comm *c, accel_group *grp, const accel_view *buf,
                                int32_t root, accel_req **ret_req)
 {
 	comm_backend *be = NULL;
@@ -720,7 +720,7 @@ int accel_comm_group_broadcast(accel_comm *c, accel_group *grp, const accel_view
 	if (r || (r = check_view(c, g, buf, "broadcast", "buffer", 0)))
 		return r;
 	if (root < 0 || root >= g->size)
-		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "broadcast%s: root %d is not a rank (%s size %d)", on_group(g),
 		                     root, g == &c->world ? "world" : "group", g->size);
 	if ((r = route(c, g, buf, "broadcast", &be, &state)))
@@ -737,7 +737,7 @@ int accel_comm_group_broadcast(accel_comm *c, accel_group *grp, const accel_view
 	return finish(c, g, be, state, "broadcast", r, breq, ret_req, &st);
 }
 
-int accel_comm_group_barrier(accel_comm *c, accel_group *grp, accel_req **ret_req)
+int accelp_comm_group_barrier(accel_comm *c, accel_group *grp, accel_req **ret_req)
 {
 	accel_comm_req *breq = NULL;
 	accel_group *g = NULL;
@@ -749,46 +749,46 @@ int accel_comm_group_barrier(accel_comm *c, accel_group *grp, accel_req **ret_re
 	return finish(c, g, &c->cpu, g->cpu_state, "barrier", r, breq, ret_req, &st);
 }
 
-int accel_comm_allreduce(accel_comm *c, const accel_view *send, const accel_view *recv,
+int accelp_comm_allreduce(accel_comm *c, const accel_view *send, const accel_view *recv,
                          uint32_t op, accel_req **ret_req)
 {
-	return accel_comm_group_allreduce(c, NULL, send, recv, op, ret_req);
+	return accelp_comm_group_allreduce(c, NULL, send, recv, op, ret_req);
 }
 
-int accel_comm_reduce_scatter(accel_comm *c, const accel_view *send, const accel_view *recv,
+int accelp_comm_reduce_scatter(accel_comm *c, const accel_view *send, const accel_view *recv,
                               uint32_t op, accel_req **ret_req)
 {
-	return accel_comm_group_reduce_scatter(c, NULL, send, recv, op, ret_req);
+	return accelp_comm_group_reduce_scatter(c, NULL, send, recv, op, ret_req);
 }
 
-int accel_comm_allgather(accel_comm *c, const accel_view *send, const accel_view *recv,
+int accelp_comm_allgather(accel_comm *c, const accel_view *send, const accel_view *recv,
                          accel_req **ret_req)
 {
-	return accel_comm_group_allgather(c, NULL, send, recv, ret_req);
+	return accelp_comm_group_allgather(c, NULL, send, recv, ret_req);
 }
 
-int accel_comm_broadcast(accel_comm *c, const accel_view *buf, int32_t root, accel_req **ret_req)
+int accelp_comm_broadcast(accel_comm *c, const accel_view *buf, int32_t root, accel_req **ret_req)
 {
-	return accel_comm_group_broadcast(c, NULL, buf, root, ret_req);
+	return accelp_comm_group_broadcast(c, NULL, buf, root, ret_req);
 }
 
-int accel_comm_barrier(accel_comm *c, accel_req **ret_req)
+int accelp_comm_barrier(accel_comm *c, accel_req **ret_req)
 {
-	return accel_comm_group_barrier(c, NULL, ret_req);
+	return accelp_comm_group_barrier(c, NULL, ret_req);
 }
 
-int accel_comm_wait(accel_comm *c, accel_req *req)
+int accelp_comm_wait(accel_comm *c, accel_req *req)
 {
 	if (!req)
-		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
+		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
 	if (!req_find(c, req, 1))
-		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "wait: %p is not a collective in flight on this context (waited "
 		                     "for already?)", (void *)req);
 	int r = req->breq ? req->be->vt->wait(req->state, req->breq) : ACCEL_OK;
 	trace_done(c, req->g, req->seq, req->op, req->t_issue_ns);
 	if (r && c->ctx->err.code == ACCEL_OK)
-		accel_err_set(&c->ctx->err, r, "%s #%llu%s failed in backend %s: %s", req->op,
+		accelp_err_set(&c->ctx->err, r, "%s #%llu%s failed in backend %s: %s", req->op,
 		              (unsigned long long)req->seq, on_group(req->g), req->be->module->name,
 		              accel_status_str(r));
 	int s = comm_stage_out(&req->stage, r == ACCEL_OK, &c->ctx->err);
@@ -796,12 +796,12 @@ int accel_comm_wait(accel_comm *c, accel_req *req)
 	return r ? r : s;
 }
 
-int accel_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
+int accelp_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
 {
 	if (!req || !ret_done)
-		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "test: NULL argument");
+		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "test: NULL argument");
 	if (!req_find(c, req, 0))
-		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "test: %p is not a collective in flight on this context (waited "
 		                     "for already?)", (void *)req);
 	if (!req->breq) {
@@ -811,7 +811,7 @@ int accel_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
 	return req->be->vt->test(req->state, req->breq, ret_done);
 }
 
-int accel_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, uint64_t bytes,
+int accelp_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, uint64_t bytes,
                          void **ret_ptr)
 {
 	accel_view probe = {.struct_size = sizeof(probe), .dtype = ACCEL_DTYPE_U8, .device = device,
@@ -831,7 +831,7 @@ int accel_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, ui
 		size_t cap = c->cap_allocs ? 2 * c->cap_allocs : 16;
 		comm_alloc *na = realloc(c->allocs, cap * sizeof(*na));
 		if (!na)
-			return accel_err_set(&c->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+			return accelp_err_set(&c->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 		c->allocs = na;
 		c->cap_allocs = cap;
 	}
@@ -842,7 +842,7 @@ int accel_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, ui
 	return ACCEL_OK;
 }
 
-int accel_comm_mem_free(accel_comm *c, void *ptr)
+int accelp_comm_mem_free(accel_comm *c, void *ptr)
 {
 	if (!c)
 		return 0;
@@ -899,7 +899,7 @@ static accel_group *group_destroy(accel_comm *c, accel_group *g)
 	return NULL;
 }
 
-int accel_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, int32_t key,
+int accelp_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, int32_t key,
                            accel_group **ret_group)
 {
 	accel_ctx *ctx = c->ctx;
@@ -911,23 +911,23 @@ int accel_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, in
 	if (r)
 		return r;
 	if (!ret_group)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "group_split: ret_group is NULL");
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "group_split: ret_group is NULL");
 	if (color < ACCEL_COMM_SPLIT_NONE)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "group_split%s: colour %d is negative; colours are >= 0, or "
 		                     "ACCEL_COMM_SPLIT_NONE (-1) for a rank that joins no group",
 		                     on_group(p), color);
 	/* the same answer on every rank (the same backends), so nobody is
 	 * left waiting in the all-gather below */
 	if (!c->cpu.vt->split)
-		return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
 		                     "group_split: comm backend '%s' (%s, built against accel ABI "
 		                     "1.%u) cannot make sub-communicators (it has no split slot); "
 		                     "choose a backend that has one (docs/comm.md, \"Groups\")",
 		                     c->cpu.module->name, c->cpu.module->path,
 		                     c->cpu.module->abi_minor);
 	if (p->dev_state && !c->dev.vt->split)
-		return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
 		                     "group_split: device comm backend '%s' (%s) cannot make "
 		                     "sub-communicators (it has no split slot)", c->dev.module->name,
 		                     c->dev.module->path);
@@ -937,11 +937,11 @@ int accel_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, in
 	int32_t mine[3] = {color, key, ctx->world.node_rank};
 	all = malloc(sizeof(int32_t) * 3 * (size_t)p->size);
 	if (!all)
-		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	accel_view sv = {sizeof(accel_view), ACCEL_DTYPE_I32, ACCEL_DEVICE_CPU, 0, mine, 3};
 	accel_view rv = {sizeof(accel_view), ACCEL_DTYPE_I32, ACCEL_DEVICE_CPU, 0, all,
 	                 3 * (uint64_t)p->size};
-	if ((r = accel_comm_group_allgather(c, p, &sv, &rv, NULL)))
+	if ((r = accelp_comm_group_allgather(c, p, &sv, &rv, NULL)))
 		goto fail;
 
 	accel_comm_split_v1 args = {.struct_size = sizeof(args), .color = color, .key = key,
@@ -950,20 +950,20 @@ int accel_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, in
 	int tl = snprintf(tag, sizeof(tag), "%s%s%uc%d", p->tag, p->tag[0] ? "." : "", n,
 	                  color < 0 ? 0 : color);
 	if (tl < 0 || (size_t)tl >= sizeof(tag)) {
-		r = accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		r = accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                  "group_split%s: groups nested too deeply (the name of the new "
 		                  "group would pass %d characters)", on_group(p), GROUP_TAG_MAX - 1);
 		goto fail;
 	}
 	int64_t keepalive_ms;
-	accel_comm_times(ctx, &args.timeout_ms, &keepalive_ms);
-	args.job_id = accel_comm_job_id(ctx);
+	accelp_comm_times(ctx, &args.timeout_ms, &keepalive_ms);
+	args.job_id = accelp_comm_job_id(ctx);
 	args.tag = tag;
 	if (color != ACCEL_COMM_SPLIT_NONE) {
 		g = calloc(1, sizeof(*g));
 		mem = malloc(sizeof(*mem) * (size_t)p->size);
 		if (!g || !mem) {
-			r = accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+			r = accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 			goto fail;
 		}
 		int32_t k = 0;
@@ -977,7 +977,7 @@ int accel_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, in
 		g->nodes = malloc(sizeof(int32_t) * (size_t)k);
 		pranks = malloc(sizeof(int32_t) * (size_t)k);
 		if (!g->wranks || !g->nodes || !pranks) {
-			r = accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+			r = accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 			goto fail;
 		}
 		int32_t nodes = 0, local = 0;
@@ -1006,7 +1006,7 @@ int accel_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, in
 	void *cs = NULL, *ds = NULL;
 	if ((r = c->cpu.vt->split(p->cpu_state, &args, &cs))) {
 		if (ctx->err.code == ACCEL_OK)
-			accel_err_set(&ctx->err, r, "group_split%s: backend %s failed: %s", on_group(p),
+			accelp_err_set(&ctx->err, r, "group_split%s: backend %s failed: %s", on_group(p),
 			              c->cpu.module->name, accel_status_str(r));
 		goto fail;
 	}
@@ -1014,14 +1014,14 @@ int accel_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, in
 		if (cs)
 			c->cpu.vt->fini(cs);
 		if (ctx->err.code == ACCEL_OK)
-			accel_err_set(&ctx->err, r, "group_split%s: device backend %s failed: %s",
+			accelp_err_set(&ctx->err, r, "group_split%s: device backend %s failed: %s",
 			              on_group(p), c->dev.module->name, accel_status_str(r));
 		goto fail;
 	}
 	if (g && !cs) {
 		if (ds)
 			c->dev.vt->fini(ds);
-		r = accel_err_set(&ctx->err, ACCEL_ERR_INTERNAL,
+		r = accelp_err_set(&ctx->err, ACCEL_ERR_INTERNAL,
 		                  "group_split: backend %s returned no state for a member",
 		                  c->cpu.module->name);
 		goto fail;
@@ -1034,7 +1034,7 @@ int accel_comm_group_split(accel_comm *c, accel_group *parent, int32_t color, in
 		g->dev_state = ds;
 		g->next = c->groups;
 		c->groups = g;
-		accel_log(ACCEL_LOG_DEBUG, "group %s: rank %d of %d%s", g->tag, g->rank, g->size,
+		accelp_log(ACCEL_LOG_DEBUG, "group %s: rank %d of %d%s", g->tag, g->rank, g->size,
 		          g->what);
 	} else {
 		if (cs)
@@ -1052,7 +1052,7 @@ fail:
 	return r;
 }
 
-int accel_comm_group_info(accel_comm *c, accel_group *grp, int32_t *ret_rank, int32_t *ret_size)
+int accelp_comm_group_info(accel_comm *c, accel_group *grp, int32_t *ret_rank, int32_t *ret_size)
 {
 	accel_group *g = NULL;
 	int r = group_of(c, grp, "group_info", &g);
@@ -1065,7 +1065,7 @@ int accel_comm_group_info(accel_comm *c, accel_group *grp, int32_t *ret_rank, in
 	return ACCEL_OK;
 }
 
-int accel_comm_group_world_rank(accel_comm *c, accel_group *grp, int32_t rank,
+int accelp_comm_group_world_rank(accel_comm *c, accel_group *grp, int32_t rank,
                                 int32_t *ret_world_rank)
 {
 	accel_group *g = NULL;
@@ -1073,7 +1073,7 @@ int accel_comm_group_world_rank(accel_comm *c, accel_group *grp, int32_t rank,
 	if (r)
 		return r;
 	if (!ret_world_rank || rank < 0 || rank >= g->size)
-		return accel_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "group_world_rank%s: %s", on_group(g),
 		                     !ret_world_rank ? "ret_world_rank is NULL"
 		                                     : "rank is outside the group");
@@ -1081,7 +1081,7 @@ int accel_comm_group_world_rank(accel_comm *c, accel_group *grp, int32_t rank,
 	return ACCEL_OK;
 }
 
-accel_group *accel_comm_group_free(accel_comm *c, accel_group *g)
+accel_group *accelp_comm_group_free(accel_comm *c, accel_group *g)
 {
 	if (!c || !g || g == &c->world)
 		return NULL;
@@ -1089,7 +1089,7 @@ accel_group *accel_comm_group_free(accel_comm *c, accel_group *g)
 	while (*pp && *pp != g)
 		pp = &(*pp)->next;
 	if (!*pp) {
-		accel_log(ACCEL_LOG_WARN, "group_free: %p is not a group of this context (freed "
+		accelp_log(ACCEL_LOG_WARN, "group_free: %p is not a group of this context (freed "
 		          "already?); ignored", (void *)g);
 		return NULL;
 	}

@@ -32,7 +32,7 @@ int comm_stage_pool_new(comm_stage_pool **ret_pool, accel_err *err)
 {
 	comm_stage_pool *p = calloc(1, sizeof(*p));
 	if (!p)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 	pthread_mutex_init(&p->mu, NULL);
 	*ret_pool = p;
 	return ACCEL_OK;
@@ -45,7 +45,7 @@ comm_stage_pool *comm_stage_pool_free(comm_stage_pool *pool)
 	const accel_device_v1 *dev = NULL;
 	char buf[256];
 	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
-	if (pool->n && accel_device_get(ACCEL_DEVICE_CUDA, &dev, NULL) == ACCEL_OK)
+	if (pool->n && accelp_device_get(ACCEL_DEVICE_CUDA, &dev, NULL) == ACCEL_OK)
 		for (size_t i = 0; i < pool->n; i++)
 			dev->mem_free(ACCEL_DEVICE_MEM_PINNED, pool->b[i].p, &de);
 	free(pool->b);
@@ -77,7 +77,7 @@ static int take(comm_stage_pool *pool, const accel_device_v1 *dev, uint64_t byte
 	void *p = NULL;
 	int r = dev->mem_alloc(ACCEL_DEVICE_MEM_PINNED, 0, bytes, 0, &p, &de);
 	if (r)
-		return accel_device_fail(err, r, "staging a device collective through pinned host "
+		return accelp_device_fail(err, r, "staging a device collective through pinned host "
 		                         "memory", buf);
 	pthread_mutex_lock(&pool->mu);
 	if (pool->n == pool->cap) {
@@ -86,14 +86,14 @@ static int take(comm_stage_pool *pool, const accel_device_v1 *dev, uint64_t byte
 		if (!nb) {
 			pthread_mutex_unlock(&pool->mu);
 			dev->mem_free(ACCEL_DEVICE_MEM_PINNED, p, &de);
-			return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 		}
 		pool->b = nb;
 		pool->cap = cap;
 	}
 	pool->b[pool->n++] = (stage_buf){p, bytes, 1};
 	pthread_mutex_unlock(&pool->mu);
-	accel_log(ACCEL_LOG_DEBUG, "comm: %llu bytes of pinned host memory for staging device "
+	accelp_log(ACCEL_LOG_DEBUG, "comm: %llu bytes of pinned host memory for staging device "
 	          "collectives", (unsigned long long)bytes);
 	*ret = (stage_buf){p, bytes, 1};
 	return ACCEL_OK;
@@ -117,7 +117,7 @@ int comm_stage_in(comm_stage_pool *pool, const accel_view *send, const accel_vie
 	stage_buf b = {0};
 	uint64_t bytes = total * es;
 	int r;
-	if ((r = accel_device_for("a collective on device buffers", send->device,
+	if ((r = accelp_device_for("a collective on device buffers", send->device,
 	                          send->device_index, &dev, err)) ||
 	    (r = take(pool, dev, bytes ? bytes : 1, &b, err)))
 		return r;
@@ -126,7 +126,7 @@ int comm_stage_in(comm_stage_pool *pool, const accel_view *send, const accel_vie
 	if (send->numel && (r = dev->memcpy((char *)b.p + send_at * es, send->data, send->numel * es,
 	                                    ACCEL_DEVICE_D2H, send->device_index, &de))) {
 		give_back(pool, b.p);
-		return accel_device_fail(err, r, "staging a device collective (device to host)", buf);
+		return accelp_device_fail(err, r, "staging a device collective (device to host)", buf);
 	}
 	*ret_send = *send;
 	ret_send->device = ACCEL_DEVICE_CPU;
@@ -150,11 +150,11 @@ int comm_stage_out(comm_staged *st, int ok, accel_err *err)
 		const accel_device_v1 *dev;
 		char buf[1024] = "";
 		accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
-		r = accel_device_for("a collective on device buffers", st->dst.device,
+		r = accelp_device_for("a collective on device buffers", st->dst.device,
 		                     st->dst.device_index, &dev, err);
 		if (!r && (r = dev->memcpy(st->dst.data, (char *)st->host + st->dst_at, bytes,
 		                           ACCEL_DEVICE_H2D, st->dst.device_index, &de)))
-			accel_device_fail(err, r, "staging a device collective (host to device)", buf);
+			accelp_device_fail(err, r, "staging a device collective (host to device)", buf);
 	}
 	give_back(st->pool, st->host);
 	memset(st, 0, sizeof(*st));

@@ -12,7 +12,7 @@
  *
  * Every layer is kept as a list of "documents" (a config file, one
  * environment variable, one --set assignment) exactly as given; nothing is
- * matched against schemas until accel_config_resolve(), because plugin
+ * matched against schemas until accelp_config_resolve(), because plugin
  * schemas arrive after the loader has read strategy/plugins from the raw
  * layers (accel_config_peek_*).  resolve() walks the documents in layer
  * order, matches each value to a declared key, normalizes it to the key's
@@ -110,7 +110,7 @@ struct accel_config {
 	doc **docs;
 	size_t ndocs, capdocs;
 	int resolved;
-	char peek_src[1024];       /* accel_config_source() before resolve()   */
+	char peek_src[1024];       /* accelp_config_source() before resolve()   */
 };
 
 /* Where a value or element came from, for messages. */

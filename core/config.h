@@ -8,7 +8,7 @@
  * the root: "gradient_accumulation_steps", "ddp.bucket_cap_mb",
  * "zero_optimization.offload_optimizer.device".
  *
- * Validation happens in accel_config_resolve(): every key given must be
+ * Validation happens in accelp_config_resolve(): every key given must be
  * declared by the core schema or by the schema of a registered section
  * (a plugin's or backend's config_section); unknown keys are errors with a
  * "did you mean" suggestion; types and ranges are checked; aliases given
@@ -30,8 +30,8 @@
 typedef struct accel_config accel_config;
 
 /* A new configuration holding the core schema and its defaults. Owned. */
-int accel_config_new(accel_config **ret_cfg, accel_err *err);
-accel_config *accel_config_free(accel_config *cfg);   /* NULL-safe, returns NULL */
+int accelp_config_new(accel_config **ret_cfg, accel_err *err);
+accel_config *accelp_config_free(accel_config *cfg);   /* NULL-safe, returns NULL */
 
 /* Find the config file the way accel does when none is given: ACCEL_CONFIG
  * (returned even when the file is missing, so loading it reports the path),
@@ -41,12 +41,12 @@ accel_config *accel_config_free(accel_config *cfg);   /* NULL-safe, returns NULL
  * the same thread) or NULL when none exists.  ret_from (may be NULL) says
  * which rule matched ("ACCEL_CONFIG", "./accel.json",
  * "$XDG_CONFIG_HOME/accel/default.json", "~/.config/accel/default.json"). */
-const char *accel_config_find_file(const char **ret_from);
+const char *accelp_config_find_file(const char **ret_from);
 
 /* Layers.  Files (and strings) form one layer, applied in call order (a
  * later file overrides an earlier one); --set assignments likewise. */
-int accel_config_load_file(accel_config *cfg, const char *path, accel_err *err);
-int accel_config_load_string(accel_config *cfg, const char *json, const char *origin,
+int accelp_config_load_file(accel_config *cfg, const char *path, accel_err *err);
+int accelp_config_load_string(accel_config *cfg, const char *json, const char *origin,
                              accel_err *err);   /* for tests and embedding */
 /* Read every ACCEL_* variable of `envp` (NULL: environ) that names a config
  * key (see docs/config.md for the mapping); reserved launcher variables
@@ -55,14 +55,14 @@ int accel_config_load_string(accel_config *cfg, const char *json, const char *or
  * this only records them; they are checked in resolve().  Empty variables
  * are ignored.  ACCEL_SET (newline-separated key=value lines written by
  * `accel launch --set`) is parsed here and applied at the --set layer after
- * the accel_config_set() assignments, with origin "--set KEY=VALUE (accel
+ * the accelp_config_set() assignments, with origin "--set KEY=VALUE (accel
  * launch)".  Call once. */
-int accel_config_load_env(accel_config *cfg, char *const *envp, accel_err *err);
+int accelp_config_load_env(accel_config *cfg, char *const *envp, accel_err *err);
 /* "key=value": value parsed as JSON, or taken as a string when it is not
  * valid JSON ("--set backend=shm"; for a string-list key a non-JSON value is
  * split at commas: "--set plugins=scaler,compress").  `origin` is the
  * source shown for the value; NULL: "--set key=value". */
-int accel_config_set(accel_config *cfg, const char *assignment, const char *origin,
+int accelp_config_set(accel_config *cfg, const char *assignment, const char *origin,
                      accel_err *err);
 
 /* Declare the keys of one section (a plugin's or backend's config_section).
@@ -73,45 +73,45 @@ int accel_config_set(accel_config *cfg, const char *assignment, const char *orig
  * with `backend`, which the messages then name).  Errors (ACCEL_ERR_PLUGIN): a malformed schema
  * (bad key, type, default or range), a section or key already declared, two
  * keys whose environment names collide.  Must come before resolve(). */
-int accel_config_add_schema(accel_config *cfg, const char *section, const char *owner,
+int accelp_config_add_schema(accel_config *cfg, const char *section, const char *owner,
                             const accel_param_schema_v1 *params, uint32_t n_params,
                             unsigned flags, accel_err *err);
 #define ACCEL_SCHEMA_SELECTED 1u
 #define ACCEL_SCHEMA_BACKEND 2u
 /* Check everything and fill defaults.  After success the getters work.
  * May be called again after more layers or schemas were added. */
-int accel_config_resolve(accel_config *cfg, accel_err *err);
+int accelp_config_resolve(accel_config *cfg, accel_err *err);
 
 /* Typed getters by full dotted path (an alias works too).  ACCEL_ERR_NOT_FOUND
  * when unset with no default, unknown, or in a section that is not selected
  * (no error recorded); ACCEL_ERR_CONFIG on type mismatch; ACCEL_ERR_STATE
  * before resolve().  get_double accepts integer keys.  Strings borrowed
  * until the config is freed. */
-int accel_config_get_bool(const accel_config *cfg, const char *path, int32_t *ret);
-int accel_config_get_int(const accel_config *cfg, const char *path, int64_t *ret);
-int accel_config_get_double(const accel_config *cfg, const char *path, double *ret);
-int accel_config_get_string(const accel_config *cfg, const char *path, const char **ret);
+int accelp_config_get_bool(const accel_config *cfg, const char *path, int32_t *ret);
+int accelp_config_get_int(const accel_config *cfg, const char *path, int64_t *ret);
+int accelp_config_get_double(const accel_config *cfg, const char *path, double *ret);
+int accelp_config_get_string(const accel_config *cfg, const char *path, const char **ret);
 /* NOT_FOUND past the end. */
-int accel_config_get_strlist(const accel_config *cfg, const char *path, uint32_t index,
+int accelp_config_get_strlist(const accel_config *cfg, const char *path, uint32_t index,
                              const char **ret);
 /* Lists of numbers (core keys such as optimizer.params.betas). */
-int accel_config_get_dbllist(const accel_config *cfg, const char *path, uint32_t index,
+int accelp_config_get_dbllist(const accel_config *cfg, const char *path, uint32_t index,
                              double *ret);
 /* Number of elements of a string or number list. */
-int accel_config_get_count(const accel_config *cfg, const char *path, uint32_t *ret);
+int accelp_config_get_count(const accel_config *cfg, const char *path, uint32_t *ret);
 /* Where the value of `path` came from (borrowed until the config is freed),
  * NULL when unset.  Defaults say "default"; a derived default says why
  * ("default for sgd").  Before resolve(): the source of the raw value that
  * peek_* returns (valid until the next call on cfg). */
-const char *accel_config_source(const accel_config *cfg, const char *path);
+const char *accelp_config_source(const accel_config *cfg, const char *path);
 
 /* Before resolve(): raw lookups of core keys the loader needs to know which
  * plugins to load (strategy, plugins, plugin_dirs, backend), honouring the
  * layers (defaults of registered schemas included) but without schema
  * checks.  Same return conventions (ACCEL_ERR_CONFIG when the value has the
  * wrong JSON type). */
-int accel_config_peek_string(const accel_config *cfg, const char *path, const char **ret);
-int accel_config_peek_strlist(const accel_config *cfg, const char *path, uint32_t index,
+int accelp_config_peek_string(const accel_config *cfg, const char *path, const char **ret);
+int accelp_config_peek_strlist(const accel_config *cfg, const char *path, uint32_t index,
                               const char **ret);
 
 /* Print every key: with show_sources, "key = value    # source"; with
@@ -119,14 +119,14 @@ int accel_config_peek_strlist(const accel_config *cfg, const char *path, uint32_
  * are JSON ("ddp" quoted), unset keys print as null.  Keys of unselected
  * sections are left out.  Before resolve() it prints the raw assignments of
  * every layer instead. */
-void accel_config_dump(const accel_config *cfg, FILE *out, int resolved, int show_sources);
+void accelp_config_dump(const accel_config *cfg, FILE *out, int resolved, int show_sources);
 /* The same as one JSON document: {"config": {nested values, a valid config
  * file}, "sources": {"dotted.key": "source", ...}} (sources only with
  * show_sources).  Needs resolve(). */
-int accel_config_dump_json(const accel_config *cfg, FILE *out, int resolved, int show_sources);
+int accelp_config_dump_json(const accel_config *cfg, FILE *out, int resolved, int show_sources);
 
 /* Nonzero when `name` is an ACCEL_* variable that is not configuration
  * (ACCEL_RANK, ACCEL_CONFIG, ACCEL_TEST_*, ...; see docs/config.md). */
-int accel_config_env_reserved(const char *name);
+int accelp_config_env_reserved(const char *name);
 
 #endif

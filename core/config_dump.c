@@ -87,7 +87,7 @@ static void raw_leaves(lineset *ls, const doc *d, const char *path, const char *
 	free(vs);
 }
 
-void accel_config_dump(const accel_config *cfg, FILE *out, int resolved, int show_sources)
+void accelp_config_dump(const accel_config *cfg, FILE *out, int resolved, int show_sources)
 {
 	static const int order[] = {D_FILE, D_ENV, D_SET, D_LAUNCH};
 	lineset ls = {0};
@@ -143,7 +143,7 @@ static void emit_json(FILE *out, const json_t *v, int indent)
 	}
 }
 
-int accel_config_dump_json(const accel_config *cfg, FILE *out, int resolved, int show_sources)
+int accelp_config_dump_json(const accel_config *cfg, FILE *out, int resolved, int show_sources)
 {
 	int r = ACCEL_OK;
 	if (!cfg || !out)

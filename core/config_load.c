@@ -71,13 +71,13 @@ static int value_doc(int kind, const char *name, const char *prefix, const char 
 	}
 	const char *first = raw + strspn(raw, " \t\r\n");
 	if (strstr(je.text, "duplicate object key")) {
-		int r = accel_err_set(err, ACCEL_ERR_CONFIG, "%s%s: column %d: %s",
+		int r = accelp_err_set(err, ACCEL_ERR_CONFIG, "%s%s: column %d: %s",
 		                      kind == D_ENV ? "env " : "", name, je.column, je.text);
 		cfg_doc_free(d);
 		return r;
 	}
 	if (*first == '[' || *first == '{' || *first == '"') {
-		int r = accel_err_set(err, ACCEL_ERR_CONFIG,
+		int r = accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                      "%s%s: the value looks like JSON but is not valid JSON (column "
 		                      "%d: %s); quote it for the shell, or write plain text without "
 		                      "a leading %c", kind == D_ENV ? "env " : "", name, je.column,
@@ -90,7 +90,7 @@ static int value_doc(int kind, const char *name, const char *prefix, const char 
 		json_t *raw_bytes = json_string_nocheck(raw);
 		if (raw_bytes) {   /* it was not the memory */
 			json_decref(raw_bytes);
-			int r = accel_err_set(err, ACCEL_ERR_CONFIG,
+			int r = accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                      "%s%s: the value is not valid UTF-8 text (settings are "
 			                      "JSON strings)", kind == D_ENV ? "env " : "", name);
 			cfg_doc_free(d);
@@ -133,16 +133,16 @@ static int load_text(accel_config *cfg, const char *text, size_t len, const char
 	}
 	const char *nul = memchr(text, '\0', len);
 	if (nul)
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "%s: contains a NUL byte (at byte %zu); a config file is JSON text",
 		                     name, (size_t)(nul - text));
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
-		return accel_err_set(err, ACCEL_ERR_CONFIG, "%s:%d:%d: invalid JSON: %s", name,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "%s:%d:%d: invalid JSON: %s", name,
 		                     je.line > 0 ? je.line : 1, je.column > 0 ? je.column : 1, je.text);
 	if (!json_is_object(root)) {
 		json_decref(root);
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "%s: the top level must be a JSON object ({...}) of settings",
 		                     name);
 	}
@@ -158,21 +158,21 @@ static int load_text(accel_config *cfg, const char *text, size_t len, const char
 	return add_doc(cfg, d, err);
 }
 
-int accel_config_load_string(accel_config *cfg, const char *json, const char *origin,
+int accelp_config_load_string(accel_config *cfg, const char *json, const char *origin,
                              accel_err *err)
 {
 	if (!cfg || !json)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_config_load_string: NULL argument");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_config_load_string: NULL argument");
 	return load_text(cfg, json, strlen(json), origin ? origin : "<string>", err);
 }
 
-int accel_config_load_file(accel_config *cfg, const char *path, accel_err *err)
+int accelp_config_load_file(accel_config *cfg, const char *path, accel_err *err)
 {
 	char *text = NULL;
 	size_t len = 0, cap = 0;
 	int r;
 	if (!cfg || !path)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_config_load_file: NULL argument");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_config_load_file: NULL argument");
 	/* O_NONBLOCK for the open only: a FIFO without a writer would block
 	 * open() forever; once open, reads block as usual and such a FIFO
 	 * reads as empty (/dev/stdin from a pipe still works). */
@@ -187,12 +187,12 @@ int accel_config_load_file(accel_config *cfg, const char *path, accel_err *err)
 			close(fd);
 	}
 	if (!f)
-		return accel_err_set(err, ACCEL_ERR_IO, "cannot open config file '%s': %s", path,
+		return accelp_err_set(err, ACCEL_ERR_IO, "cannot open config file '%s': %s", path,
 		                     strerror(errno));
 	struct stat st;
 	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
 		fclose(f);
-		return accel_err_set(err, ACCEL_ERR_IO, "cannot read config file '%s': %s", path,
+		return accelp_err_set(err, ACCEL_ERR_IO, "cannot read config file '%s': %s", path,
 		                     strerror(EISDIR));
 	}
 	for (;;) {
@@ -204,14 +204,14 @@ int accel_config_load_file(accel_config *cfg, const char *path, accel_err *err)
 		len += n;
 		if (n < 65536) {
 			if (ferror(f)) {
-				r = accel_err_set(err, ACCEL_ERR_IO, "cannot read config file '%s': %s",
+				r = accelp_err_set(err, ACCEL_ERR_IO, "cannot read config file '%s': %s",
 				                  path, strerror(errno));
 				goto fail;
 			}
 			break;
 		}
 		if (len > (64u << 20)) {
-			r = accel_err_set(err, ACCEL_ERR_CONFIG,
+			r = accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                  "config file '%s' is larger than 64 MiB; is it a config?", path);
 			goto fail;
 		}
@@ -230,7 +230,7 @@ static int parse_assignment(const char *a, const char *where, char **ret_key, co
 {
 	const char *eq = strchr(a, '=');
 	if (!eq || eq == a)
-		return accel_err_set(err, ACCEL_ERR_CONFIG, "%s '%s': expected KEY=VALUE "
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "%s '%s': expected KEY=VALUE "
 		                     "(for example seed=3 or optimizer.params.lr=1e-4)", where, a);
 	const char *ks = a, *ke = eq;
 	while (ks < ke && (*ks == ' ' || *ks == '\t'))
@@ -241,7 +241,7 @@ static int parse_assignment(const char *a, const char *where, char **ret_key, co
 	if (!key)
 		return cfg_nomem(err);
 	if (!cfg_valid_path(key)) {
-		accel_err_set(err, ACCEL_ERR_CONFIG, "%s '%s': '%s' is not a key (keys are names of "
+		accelp_err_set(err, ACCEL_ERR_CONFIG, "%s '%s': '%s' is not a key (keys are names of "
 		              "[A-Za-z0-9_-] joined by '.', like optimizer.params.lr)", where, a, key);
 		free(key);
 		return ACCEL_ERR_CONFIG;
@@ -251,13 +251,13 @@ static int parse_assignment(const char *a, const char *where, char **ret_key, co
 	return ACCEL_OK;
 }
 
-int accel_config_set(accel_config *cfg, const char *assignment, const char *origin,
+int accelp_config_set(accel_config *cfg, const char *assignment, const char *origin,
                      accel_err *err)
 {
 	char *key = NULL, *src = NULL;
 	const char *val;
 	if (!cfg || !assignment)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_config_set: NULL argument");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_config_set: NULL argument");
 	int r = parse_assignment(assignment, origin ? origin : "--set", &key, &val, err);
 	if (r)
 		return r;
@@ -304,10 +304,10 @@ static int load_launch_sets(accel_config *cfg, const char *text, accel_err *err)
 	return r;
 }
 
-int accel_config_load_env(accel_config *cfg, char *const *envp, accel_err *err)
+int accelp_config_load_env(accel_config *cfg, char *const *envp, accel_err *err)
 {
 	if (!cfg)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_config_load_env: NULL argument");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_config_load_env: NULL argument");
 	if (!envp)
 		envp = environ;
 	for (char *const *e = envp; e && *e; e++) {
@@ -317,7 +317,7 @@ int accel_config_load_env(accel_config *cfg, char *const *envp, accel_err *err)
 		char name[256];
 		size_t n = (size_t)(eq - s);
 		if (n >= sizeof(name)) {
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "environment variable %.40s... has a name too long to be "
 			                     "a config key", s);
 		}
@@ -329,10 +329,10 @@ int accel_config_load_env(accel_config *cfg, char *const *envp, accel_err *err)
 				return r;
 			continue;
 		}
-		if (accel_config_env_reserved(name))
+		if (accelp_config_env_reserved(name))
 			continue;
 		if (!eq[1]) {
-			accel_log(ACCEL_LOG_DEBUG, "config: ignoring empty %s", name);
+			accelp_log(ACCEL_LOG_DEBUG, "config: ignoring empty %s", name);
 			continue;
 		}
 		doc *d = NULL;
@@ -342,7 +342,7 @@ int accel_config_load_env(accel_config *cfg, char *const *envp, accel_err *err)
 	return ACCEL_OK;
 }
 
-const char *accel_config_find_file(const char **ret_from)
+const char *accelp_config_find_file(const char **ret_from)
 {
 	static _Thread_local char buf[PATH_MAX];
 	const char *from = NULL, *path = NULL;
@@ -468,7 +468,7 @@ int cfg_raw_find(const accel_config *cfg, const char *path, json_t **ret_v, cons
 	return ACCEL_ERR_NOT_FOUND;
 }
 
-int accel_config_peek_string(const accel_config *cfg, const char *path, const char **ret)
+int accelp_config_peek_string(const accel_config *cfg, const char *path, const char **ret)
 {
 	json_t *v;
 	const doc *d;
@@ -489,7 +489,7 @@ int accel_config_peek_string(const accel_config *cfg, const char *path, const ch
 	return ACCEL_ERR_CONFIG;
 }
 
-int accel_config_peek_strlist(const accel_config *cfg, const char *path, uint32_t index,
+int accelp_config_peek_strlist(const accel_config *cfg, const char *path, uint32_t index,
                               const char **ret)
 {
 	json_t *v;

@@ -49,7 +49,7 @@ static int err_unselected(walker *w, long si, const char *src)
 	const cfg_section *s = &w->cfg->secs[si];
 	char sel[1024];
 	selection_text(w->cfg, s->backend, sel, sizeof(sel));
-	return accel_err_set(w->err, ACCEL_ERR_CONFIG,
+	return accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 	                     "section '%s' (%s %s) is set at %s but %s; select %s or remove "
 	                     "the section", s->name, s->backend ? "backend" : "plugin", s->owner,
 	                     src, sel, s->owner);
@@ -59,7 +59,7 @@ static int err_unknown(walker *w, const char *path, const char *src)
 {
 	char sug[256], kids[512];
 	if (cfg_suggest_key(w->cfg, path, sug, sizeof(sug)))
-		return accel_err_set(w->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 		                     "unknown key '%s' at %s; did you mean '%s'?", path, src, sug);
 	const char *dot = strrchr(path, '.');
 	if (dot) {
@@ -67,12 +67,12 @@ static int err_unknown(walker *w, const char *path, const char *src)
 		snprintf(parent, sizeof(parent), "%.*s", (int)(dot - path), path);
 		if (cfg_is_group(w->cfg, parent)) {
 			cfg_list_children(w->cfg, parent, kids, sizeof(kids));
-			return accel_err_set(w->err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 			                     "unknown key '%s' at %s; '%s' has: %s", path, src, parent,
 			                     kids);
 		}
 	}
-	return accel_err_set(w->err, ACCEL_ERR_CONFIG,
+	return accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 	                     "unknown key '%s' at %s (not a core key, and no registered plugin "
 	                     "declares it; see docs/config.md and `accel plugins list`)", path, src);
 }
@@ -90,7 +90,7 @@ static int assign(walker *w, long ki, int alias, json_t *v, const char *ppath, c
 	if (s->val) {
 		if (s->doc == w->d && s->alias == alias) {
 			json_decref(nv);
-			return accel_err_set(w->err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 			                     "key '%s' is given twice in %s: at %s and at %s", shown,
 			                     w->d->name, s->src, src);
 		}
@@ -98,7 +98,7 @@ static int assign(walker *w, long ki, int alias, json_t *v, const char *ppath, c
 			char a[128], b[128];
 			cfg_describe(s->val, a, sizeof(a));
 			cfg_describe(nv, b, sizeof(b));
-			r = accel_err_set(w->err, ACCEL_ERR_CONFIG,
+			r = accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 			                  "'%s' = %s at %s and '%s' = %s at %s set the same thing (%s is an "
 			                  "alias of %s) to different values; keep one",
 			                  s->alias ? k->alias : k->key, a, s->src, shown, b, src, k->alias,
@@ -141,7 +141,7 @@ static int walk(walker *w, const char *path, const char *ppath, json_t *v)
 		cfg_doc_source(w->d, ppath, 0, src, sizeof(src));
 		cfg_describe(v, got, sizeof(got));
 		cfg_list_children(w->cfg, path, kids, sizeof(kids));
-		return accel_err_set(w->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 		                     "invalid value for '%s' at %s: it is a group of settings (%s), so "
 		                     "expected an object, got %s", path, src, kids, got);
 	}
@@ -156,7 +156,7 @@ static int walk(walker *w, const char *path, const char *ppath, json_t *v)
 		size_t kl = strlen(k);
 		if (!r && (!kl || k[0] == '.' || k[kl - 1] == '.' || strstr(k, ".."))) {
 			cfg_doc_source(w->d, cpp, 0, src, sizeof(src));
-			r = accel_err_set(w->err, ACCEL_ERR_CONFIG,
+			r = accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 			                  kl ? "invalid key '%s' at %s: a dotted key has an empty part"
 			                     : "empty key%s at %s: every setting has a name",
 			                  k, src);
@@ -205,12 +205,12 @@ static int walk_env(walker *w)
 			guess[i] = (char)(guess[i] + 32);
 	if (bi >= 0) {
 		const keydef *k = &w->cfg->keys[bi];
-		return accel_err_set(w->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 		                     "unknown key '%s' at %s; did you mean '%s' (%s)? (ACCEL_* "
 		                     "variables set config keys; see docs/config.md)", guess, src,
 		                     balias ? k->alias : k->key, balias ? k->alias_env : k->env);
 	}
-	return accel_err_set(w->err, ACCEL_ERR_CONFIG,
+	return accelp_err_set(w->err, ACCEL_ERR_CONFIG,
 	                     "unknown key '%s' at %s: no config key has this environment name "
 	                     "(ACCEL_* variables set config keys, '.' written as '_'; see "
 	                     "docs/config.md)", guess, src);
@@ -311,26 +311,26 @@ static int cross_check(accel_config *cfg, accel_err *err)
 
 	if (!strcmp(stype, "linear") || !strcmp(stype, "cosine")) {
 		if (dval(tot) <= 0)
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "scheduler.type is '%s' (%s) but scheduler.total_steps is "
 			                     "%g (%s); set scheduler.total_steps to the number of "
 			                     "optimizer steps of the run", stype, st->src, dval(tot),
 			                     tot->src);
 		if (dval(wu) > dval(tot))
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "scheduler.warmup_steps (%g, %s) exceeds "
 			                     "scheduler.total_steps (%g, %s)", dval(wu), wu->src,
 			                     dval(tot), tot->src);
 		if (dval(mlr) > dval(lr)) {
 			cfg_fmt_num(dval(mlr), a, sizeof(a));
 			cfg_fmt_num(dval(lr), b, sizeof(b));
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "scheduler.min_lr (%s, %s) is larger than "
 			                     "optimizer.params.lr (%s, %s)", a, mlr->src, b, lr->src);
 		}
 	} else if (user_changed(mlr)) {
 		cfg_fmt_num(dval(mlr), a, sizeof(a));
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "scheduler.min_lr is set to %s at %s but scheduler.type is '%s' "
 		                     "(%s), which does not decay; use linear or cosine, or remove min_lr",
 		                     a, mlr->src, stype, st->src);
@@ -347,7 +347,7 @@ static int cross_check(accel_config *cfg, accel_err *err)
 		keydef *k = key_at(cfg, other[i]);
 		if (k && user_changed(k)) {
 			char *v = cfg_value_string(k->val);
-			int r = accel_err_set(err, ACCEL_ERR_CONFIG,
+			int r = accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                      "%s is set to %s at %s but optimizer.type is '%s' (%s), which "
 			                      "does not use it; remove it or change optimizer.type", k->key,
 			                      v ? v : "?", k->src, otype, ot->src);
@@ -360,7 +360,7 @@ static int cross_check(accel_config *cfg, accel_err *err)
 		keydef *mom = key_at(cfg, "optimizer.params.momentum");
 		keydef *dmp = key_at(cfg, "optimizer.params.dampening");
 		if (nes && json_is_true(nes->val) && (dval(mom) <= 0 || dval(dmp) != 0))
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "optimizer.params.nesterov (%s) needs momentum > 0 and "
 			                     "dampening 0; momentum is %g (%s), dampening %g (%s)",
 			                     nes->src, dval(mom), mom->src, dval(dmp), dmp->src);
@@ -368,12 +368,12 @@ static int cross_check(accel_config *cfg, accel_err *err)
 	return ACCEL_OK;
 }
 
-int accel_config_resolve(accel_config *cfg, accel_err *err)
+int accelp_config_resolve(accel_config *cfg, accel_err *err)
 {
 	static const int order[] = {D_FILE, D_ENV, D_SET, D_LAUNCH};
 	int r = ACCEL_OK;
 	if (!cfg)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_config_resolve: NULL config");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_config_resolve: NULL config");
 	cfg->resolved = 0;
 	for (size_t i = 0; i < cfg->nkeys; i++)
 		for (int l = 0; l < LY_COUNT; l++)
@@ -413,7 +413,7 @@ static int get_key(const accel_config *cfg, const char *path, const void *ret, c
 	return ACCEL_OK;
 }
 
-int accel_config_get_bool(const accel_config *cfg, const char *path, int32_t *ret)
+int accelp_config_get_bool(const accel_config *cfg, const char *path, int32_t *ret)
 {
 	const keydef *k;
 	int r = get_key(cfg, path, ret, &k);
@@ -425,7 +425,7 @@ int accel_config_get_bool(const accel_config *cfg, const char *path, int32_t *re
 	return ACCEL_OK;
 }
 
-int accel_config_get_int(const accel_config *cfg, const char *path, int64_t *ret)
+int accelp_config_get_int(const accel_config *cfg, const char *path, int64_t *ret)
 {
 	const keydef *k;
 	int r = get_key(cfg, path, ret, &k);
@@ -437,7 +437,7 @@ int accel_config_get_int(const accel_config *cfg, const char *path, int64_t *ret
 	return ACCEL_OK;
 }
 
-int accel_config_get_double(const accel_config *cfg, const char *path, double *ret)
+int accelp_config_get_double(const accel_config *cfg, const char *path, double *ret)
 {
 	const keydef *k;
 	int r = get_key(cfg, path, ret, &k);
@@ -449,7 +449,7 @@ int accel_config_get_double(const accel_config *cfg, const char *path, double *r
 	return ACCEL_OK;
 }
 
-int accel_config_get_string(const accel_config *cfg, const char *path, const char **ret)
+int accelp_config_get_string(const accel_config *cfg, const char *path, const char **ret)
 {
 	const keydef *k;
 	int r = get_key(cfg, path, ret, &k);
@@ -461,7 +461,7 @@ int accel_config_get_string(const accel_config *cfg, const char *path, const cha
 	return ACCEL_OK;
 }
 
-int accel_config_get_strlist(const accel_config *cfg, const char *path, uint32_t index,
+int accelp_config_get_strlist(const accel_config *cfg, const char *path, uint32_t index,
                              const char **ret)
 {
 	const keydef *k;
@@ -476,7 +476,7 @@ int accel_config_get_strlist(const accel_config *cfg, const char *path, uint32_t
 	return ACCEL_OK;
 }
 
-int accel_config_get_dbllist(const accel_config *cfg, const char *path, uint32_t index,
+int accelp_config_get_dbllist(const accel_config *cfg, const char *path, uint32_t index,
                              double *ret)
 {
 	const keydef *k;
@@ -491,7 +491,7 @@ int accel_config_get_dbllist(const accel_config *cfg, const char *path, uint32_t
 	return ACCEL_OK;
 }
 
-int accel_config_get_count(const accel_config *cfg, const char *path, uint32_t *ret)
+int accelp_config_get_count(const accel_config *cfg, const char *path, uint32_t *ret)
 {
 	const keydef *k;
 	int r = get_key(cfg, path, ret, &k);
@@ -503,7 +503,7 @@ int accel_config_get_count(const accel_config *cfg, const char *path, uint32_t *
 	return ACCEL_OK;
 }
 
-const char *accel_config_source(const accel_config *cfg, const char *path)
+const char *accelp_config_source(const accel_config *cfg, const char *path)
 {
 	if (!cfg || !path)
 		return NULL;

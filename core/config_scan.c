@@ -287,7 +287,7 @@ void cfg_scan_positions(doc *d, const char *text, size_t len)
 		goto done;
 	sc_value(&s, 0);
 	if (s.bad)
-		accel_log(ACCEL_LOG_DEBUG, "config %s: position scan stopped early at %d:%d",
+		accelp_log(ACCEL_LOG_DEBUG, "config %s: position scan stopped early at %d:%d",
 		          d->name, s.line, s.col);
 	if (s.n)
 		qsort(s.recs, s.n, sizeof(*s.recs), posrec_cmp);

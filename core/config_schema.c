@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* core/config_schema.c: the declared keys: the core schema (core_params[]), the
- * sections plugins declare (accel_config_add_schema), and finding a key by
+ * sections plugins declare (accelp_config_add_schema), and finding a key by
  * path or variable name, with suggestions for near misses. */
 #include <math.h>
 #include <stdio.h>
@@ -112,7 +112,7 @@ static const char *const reserved_env[] = {
 	ACCEL_ENV_SET, ACCEL_ENV_CLI, ACCEL_ENV_DEVICE_PATH,
 };
 
-int accel_config_env_reserved(const char *name)
+int accelp_config_env_reserved(const char *name)
 {
 	if (!name)
 		return 0;
@@ -287,8 +287,8 @@ static int key_conflict(const accel_config *cfg, const keydef *nk, const char *w
 	for (int a = 0; a < 2; a++) {
 		if (!names[a])
 			continue;
-		if (accel_config_env_reserved(envs[a]))
-			return accel_err_set(err, ACCEL_ERR_PLUGIN,
+		if (accelp_config_env_reserved(envs[a]))
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 			                     "%s declares key '%s', whose environment name %s is reserved",
 			                     what, names[a], envs[a]);
 		for (size_t i = 0; i < cfg->nkeys; i++) {
@@ -300,16 +300,16 @@ static int key_conflict(const accel_config *cfg, const keydef *nk, const char *w
 				if (!kn[b])
 					continue;
 				if (!strcmp(kn[b], names[a]))
-					return accel_err_set(err, ACCEL_ERR_PLUGIN,
+					return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 					                     "%s declares key '%s', already declared by %s",
 					                     what, names[a], owner);
 				if (cfg_path_in(kn[b], names[a]) || cfg_path_in(names[a], kn[b]))
-					return accel_err_set(err, ACCEL_ERR_PLUGIN,
+					return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 					                     "%s declares key '%s', which clashes with '%s' of "
 					                     "%s (a key cannot also be a group of keys)",
 					                     what, names[a], kn[b], owner);
 				if (!strcmp(ke[b], envs[a]))
-					return accel_err_set(err, ACCEL_ERR_PLUGIN,
+					return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 					                     "%s declares key '%s' whose environment name %s is "
 					                     "also the one of '%s' (%s); rename one of them",
 					                     what, names[a], envs[a], kn[b], owner);
@@ -352,7 +352,7 @@ static int keydef_init(keydef *k, const char *full, int type, const char *def_js
 	if (type == ACCEL_CFG_ENUM) {
 		if (!choices || !*choices || strstr(choices, "||") || choices[0] == '|' ||
 		    choices[strlen(choices) - 1] == '|')
-			return accel_err_set(err, ACCEL_ERR_PLUGIN,
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 			                     "%s declares enum key '%s' with bad choices '%s' "
 			                     "(expected 'a|b|c')", what, full, choices ? choices : "(null)");
 	}
@@ -360,11 +360,11 @@ static int keydef_init(keydef *k, const char *full, int type, const char *def_js
 		json_error_t je;
 		json_t *v = json_loads(def_json, JSON_DECODE_ANY, &je);
 		if (!v)
-			return accel_err_set(err, ACCEL_ERR_PLUGIN,
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 			                     "%s declares key '%s' with a default that is not JSON "
 			                     "('%s': %s)", what, full, def_json, je.text);
 		accel_err e2;
-		accel_err_clear(&e2);
+		accelp_err_clear(&e2);
 		vsrc vs = {.text = "its declaration"};
 		if (json_is_null(v)) {
 			json_decref(v);
@@ -372,7 +372,7 @@ static int keydef_init(keydef *k, const char *full, int type, const char *def_js
 			r = cfg_normalize(k, full, v, &vs, &k->def, &e2);
 			json_decref(v);
 			if (r)
-				return accel_err_set(err, r == ACCEL_ERR_NOMEM ? r : ACCEL_ERR_PLUGIN,
+				return accelp_err_set(err, r == ACCEL_ERR_NOMEM ? r : ACCEL_ERR_PLUGIN,
 				                     "%s: bad default: %s", what, e2.msg);
 		}
 	}
@@ -401,10 +401,10 @@ static int add_core_schema(accel_config *cfg, accel_err *err)
 	return ACCEL_OK;
 }
 
-int accel_config_new(accel_config **ret_cfg, accel_err *err)
+int accelp_config_new(accel_config **ret_cfg, accel_err *err)
 {
 	if (!ret_cfg)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_config_new: ret_cfg is NULL");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_config_new: ret_cfg is NULL");
 	accel_config *cfg = calloc(1, sizeof(*cfg));
 	if (!cfg)
 		return cfg_nomem(err);
@@ -414,11 +414,11 @@ int accel_config_new(accel_config **ret_cfg, accel_err *err)
 	*ret_cfg = cfg;
 	return ACCEL_OK;
 fail:
-	accel_config_free(cfg);
+	accelp_config_free(cfg);
 	return r;
 }
 
-accel_config *accel_config_free(accel_config *cfg)
+accel_config *accelp_config_free(accel_config *cfg)
 {
 	if (!cfg)
 		return NULL;
@@ -437,7 +437,7 @@ accel_config *accel_config_free(accel_config *cfg)
 	return NULL;
 }
 
-int accel_config_add_schema(accel_config *cfg, const char *section, const char *owner,
+int accelp_config_add_schema(accel_config *cfg, const char *section, const char *owner,
                             const accel_param_schema_v1 *params, uint32_t n_params,
                             unsigned flags, accel_err *err)
 {
@@ -446,20 +446,20 @@ int accel_config_add_schema(accel_config *cfg, const char *section, const char *
 	int r = ACCEL_OK;
 
 	if (!cfg || !section)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_config_add_schema: NULL argument");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_config_add_schema: NULL argument");
 	if (!owner)
 		owner = section;
 	snprintf(what, sizeof(what), "plugin '%s' (section '%s')", owner, section);
 	if (!cfg_valid_path(section))
-		return accel_err_set(err, ACCEL_ERR_PLUGIN,
+		return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 		                     "plugin '%s' declares config_section '%s'; a section is made of "
 		                     "[A-Za-z0-9_-] names joined by '.'", owner, section);
 	if (n_params && !params)
-		return accel_err_set(err, ACCEL_ERR_PLUGIN, "%s: %u params but no array", what, n_params);
+		return accelp_err_set(err, ACCEL_ERR_PLUGIN, "%s: %u params but no array", what, n_params);
 	for (size_t i = 0; i < cfg->nsecs; i++)
 		if (!strcmp(cfg->secs[i].name, section) || cfg_path_in(section, cfg->secs[i].name) ||
 		    cfg_path_in(cfg->secs[i].name, section))
-			return accel_err_set(err, ACCEL_ERR_PLUGIN,
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 			                     "plugin '%s' declares config section '%s', which overlaps "
 			                     "section '%s' of plugin '%s'", owner, section,
 			                     cfg->secs[i].name, cfg->secs[i].owner);
@@ -467,13 +467,13 @@ int accel_config_add_schema(accel_config *cfg, const char *section, const char *
 		const keydef *k = &cfg->keys[i];
 		if (k->section < 0 && (!strcmp(k->key, section) || cfg_path_in(k->key, section) ||
 		                       cfg_path_in(section, k->key)))
-			return accel_err_set(err, ACCEL_ERR_PLUGIN,
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 			                     "plugin '%s' declares config section '%s', which overlaps "
 			                     "the core key '%s'", owner, section, k->key);
 	}
 	if (n_params) {
 		if (params[0].struct_size < sizeof(accel_param_schema_v1))
-			return accel_err_set(err, ACCEL_ERR_PLUGIN,
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN,
 			                     "%s: parameter schema struct_size %u is smaller than %zu; "
 			                     "rebuild the plugin against current headers", what,
 			                     params[0].struct_size, sizeof(accel_param_schema_v1));
@@ -498,18 +498,18 @@ int accel_config_add_schema(accel_config *cfg, const char *section, const char *
 		keydef k;
 		memset(&k, 0, sizeof(k));
 		if (p->struct_size != stride) {
-			r = accel_err_set(err, ACCEL_ERR_PLUGIN, "%s: parameter %u has struct_size %u, "
+			r = accelp_err_set(err, ACCEL_ERR_PLUGIN, "%s: parameter %u has struct_size %u, "
 			                  "parameter 0 has %zu", what, i, p->struct_size, stride);
 			goto fail;
 		}
 		if (!cfg_valid_path(p->key)) {
-			r = accel_err_set(err, ACCEL_ERR_PLUGIN,
+			r = accelp_err_set(err, ACCEL_ERR_PLUGIN,
 			                  "%s: parameter %u has key '%s'; keys are [A-Za-z0-9_-] names "
 			                  "joined by '.'", what, i, p->key ? p->key : "(null)");
 			goto fail;
 		}
 		if (p->type < ACCEL_CFG_BOOL || p->type > ACCEL_CFG_STRLIST) {
-			r = accel_err_set(err, ACCEL_ERR_PLUGIN, "%s: key '%s' has unknown type %u", what,
+			r = accelp_err_set(err, ACCEL_ERR_PLUGIN, "%s: key '%s' has unknown type %u", what,
 			                  p->key, p->type);
 			goto fail;
 		}
@@ -523,7 +523,7 @@ int accel_config_add_schema(accel_config *cfg, const char *section, const char *
 		    ((isfinite(p->min) && p->min != floor(p->min)) ||
 		     (isfinite(p->max) && p->max != floor(p->max)))) {
 			free(full);
-			r = accel_err_set(err, ACCEL_ERR_PLUGIN,
+			r = accelp_err_set(err, ACCEL_ERR_PLUGIN,
 			                  "%s: integer key '%s' has the range [%g, %g]; the bounds of an "
 			                  "integer key must be integers (or infinite)", what, p->key,
 			                  p->min, p->max);

@@ -13,7 +13,7 @@
 
 int cfg_nomem(accel_err *err)
 {
-	return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory in the configuration");
+	return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory in the configuration");
 }
 
 char *cfg_xstrdup(const char *s)

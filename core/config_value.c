@@ -116,7 +116,7 @@ static int bad_value(const keydef *k, const char *shown_key, const vsrc *vs, con
 	char exp[256], got[128];
 	expected_text(k, exp, sizeof(exp));
 	cfg_describe(v, got, sizeof(got));
-	return accel_err_set(err, ACCEL_ERR_CONFIG, "invalid value for '%s' at %s: expected %s, got %s%s",
+	return accelp_err_set(err, ACCEL_ERR_CONFIG, "invalid value for '%s' at %s: expected %s, got %s%s",
 	                     shown_key, vs->text, exp, got, extra ? extra : "");
 }
 
@@ -181,7 +181,7 @@ int cfg_normalize(const keydef *k, const char *shown_key, json_t *v, const vsrc 
 		}
 		if (s && (k->flags & F_LOGLEVEL)) {
 			static const char *const names[] = {"error", "warn", "info", "debug", "trace"};
-			int l = accel_log_level_parse(s);
+			int l = accelp_log_level_parse(s);
 			if (l >= 0)
 				s = names[l];
 		}
@@ -213,7 +213,7 @@ int cfg_normalize(const keydef *k, const char *shown_key, json_t *v, const vsrc 
 				char src[512], got[128];
 				element_source(vs, i, src, sizeof(src));
 				cfg_describe(e, got, sizeof(got));
-				return accel_err_set(err, ACCEL_ERR_CONFIG,
+				return accelp_err_set(err, ACCEL_ERR_CONFIG,
 				                     "invalid value for '%s' at %s: element %zu must be a "
 				                     "string, got %s", shown_key, src, i, got);
 			}
@@ -236,7 +236,7 @@ int cfg_normalize(const keydef *k, const char *shown_key, json_t *v, const vsrc 
 				cfg_describe(e, got, sizeof(got));
 				expected_text(k, exp, sizeof(exp));
 				json_decref(out);
-				return accel_err_set(err, ACCEL_ERR_CONFIG,
+				return accelp_err_set(err, ACCEL_ERR_CONFIG,
 				                     "invalid value for '%s' at %s: element %zu is %s; "
 				                     "expected %s", shown_key, src, i, got, exp);
 			}
@@ -248,7 +248,7 @@ int cfg_normalize(const keydef *k, const char *shown_key, json_t *v, const vsrc 
 		break;
 	}
 	default:
-		return accel_err_set(err, ACCEL_ERR_INTERNAL, "config key '%s' has type %d",
+		return accelp_err_set(err, ACCEL_ERR_INTERNAL, "config key '%s' has type %d",
 		                     k->key, k->type);
 	}
 	if (!out)

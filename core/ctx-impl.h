@@ -60,6 +60,6 @@ struct accel_ctx {
 };
 
 /* The host table the core hands to every plugin and backend (core/host.c). */
-const accel_host_v1 *accel_host_table(void);
+const accel_host_v1 *accelp_host_table(void);
 
 #endif

@@ -31,15 +31,15 @@
 static int plugin_status(accel_ctx *ctx, const accel_module *m, const char *slot, int r)
 {
 	if (r > 0) {
-		accel_err_clear(&ctx->err);
-		return accel_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
+		accelp_err_clear(&ctx->err);
+		return accelp_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
 		                     "plugin '%s' (%s): %s returned %d, which is not an accel status "
 		                     "(ACCEL_OK or a negative ACCEL_ERR_*)", m->name, m->path, slot, r);
 	}
 	if (r == ACCEL_OK && ctx->err.code != ACCEL_OK) {
-		accel_log(ACCEL_LOG_WARN, "plugin '%s' (%s): %s reported an error but returned "
+		accelp_log(ACCEL_LOG_WARN, "plugin '%s' (%s): %s reported an error but returned "
 		          "ACCEL_OK; going on: %s", m->name, m->path, slot, ctx->err.msg);
-		accel_err_clear(&ctx->err);
+		accelp_err_clear(&ctx->err);
 	}
 	return r;
 }
@@ -49,7 +49,7 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 	int r;
 	ctx->active = calloc(sel->n, sizeof(*ctx->active));
 	if (!ctx->active)
-		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	for (uint32_t i = 0; i < sel->n; i++) {
 		const accel_module *m = mods[i];
 		accel_active *a = &ctx->active[ctx->n_active++];
@@ -66,24 +66,24 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 		/* The run-time availability check (ABI minor 3) comes first. */
 		if (a->vt->available) {
 			r = plugin_status(ctx, a->module, "available",
-			                  a->vt->available(accel_host_table(), &a->host));
+			                  a->vt->available(accelp_host_table(), &a->host));
 			if (r) {
 				char msg[ACCEL_ERRMSG_MAX];
 				snprintf(msg, sizeof(msg), "%s",
 				         ctx->err.code ? ctx->err.msg : "no reason given");
-				accel_err_clear(&ctx->err);
-				return accel_err_set(&ctx->err,
+				accelp_err_clear(&ctx->err);
+				return accelp_err_set(&ctx->err,
 				                     r == ACCEL_ERR_UNSUPPORTED ? r : ACCEL_ERR_PLUGIN,
 				                     "plugin '%s' (%s) is not available in this process "
 				                     "(%s): %s", a->module->name, a->module->path,
 				                     accel_status_str(r), msg);
 			}
 		}
-		r = a->vt->init(accel_host_table(), &a->host, &state);
+		r = a->vt->init(accelp_host_table(), &a->host, &state);
 		r = plugin_status(ctx, a->module, "init", r);
 		if (r) {
 			if (ctx->err.code == ACCEL_OK)
-				accel_err_set(&ctx->err, r, "plugin '%s' (%s): init failed with %s and no "
+				accelp_err_set(&ctx->err, r, "plugin '%s' (%s): init failed with %s and no "
 				              "message", a->module->name, a->module->path,
 				              accel_status_str(r));
 			else if (!strstr(ctx->err.msg, a->module->path)) {
@@ -112,7 +112,7 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 		.n_plugins = ctx->n_active,
 		.names = names,
 		.roles = roles,
-		.backend = ctx->comm ? accel_comm_backend_name(ctx->comm) : "none",
+		.backend = ctx->comm ? accelp_comm_backend_name(ctx->comm) : "none",
 		.world_size = ctx->world.world_size,
 		.caps = caps,
 	};
@@ -121,7 +121,7 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 		if (a->vt->validate &&
 		    (r = plugin_status(ctx, a->module, "validate", a->vt->validate(a->state, &s))))
 			return ctx->err.code ? ctx->err.code
-			                     : accel_err_set(&ctx->err, r, "plugin '%s' (%s) refused the "
+			                     : accelp_err_set(&ctx->err, r, "plugin '%s' (%s) refused the "
 			                                     "selection (%s, no message)", a->module->name,
 			                                     a->module->path, accel_status_str(r));
 	}
@@ -130,22 +130,22 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 
 static int setup_processes(accel_ctx *ctx)
 {
-	int r = accel_world_from_env(&ctx->world, ctx->job_id, sizeof(ctx->job_id), ctx->master_addr,
+	int r = accelp_world_from_env(&ctx->world, ctx->job_id, sizeof(ctx->job_id), ctx->master_addr,
 	                           sizeof(ctx->master_addr), &ctx->master_port, &ctx->launcher,
 	                           &ctx->err);
 	if (r)
 		return r;
-	accel_log_set_rank(ctx->world.rank);
+	accelp_log_set_rank(ctx->world.rank);
 	if (ctx->world.world_size > 1) {
 		if (ctx->master_addr[0] && ctx->master_port > 0) {
 			int64_t timeout_ms, keepalive_ms;
-			accel_comm_times(ctx, &timeout_ms, &keepalive_ms);
-			return accel_store_new_keepalive(ctx->master_addr, ctx->master_port,
+			accelp_comm_times(ctx, &timeout_ms, &keepalive_ms);
+			return accelp_store_new_keepalive(ctx->master_addr, ctx->master_port,
 			                                 ctx->world.rank, ctx->world.world_size,
 			                                 timeout_ms, keepalive_ms, &ctx->store, &ctx->err);
 		}
 		if (!ctx->launcher || strncmp(ctx->launcher, "mpi", 3) != 0)
-			return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(&ctx->err, ACCEL_ERR_CONFIG,
 			                     "rank %d of %d: no rendezvous address; start the program "
 			                     "with 'accel launch', or set ACCEL_MASTER_ADDR and "
 			                     "ACCEL_MASTER_PORT", ctx->world.rank,
@@ -153,12 +153,12 @@ static int setup_processes(accel_ctx *ctx)
 		/* The mpi backend bootstraps through MPI itself, and then
 		 * mpi_store() may give the job a store over it; a backend that
 		 * needs the store while it starts says so when it asks (host.c). */
-		accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: no "
+		accelp_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: no "
 		          "rendezvous store while the comm backend starts", ctx->launcher);
 	}
 	/* No rendezvous server: the store calls go to an in-process map. */
-	if (accel_kv_new(&ctx->local_store))
-		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	if (accelp_kv_new(&ctx->local_store))
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	return ACCEL_OK;
 }
 
@@ -205,41 +205,41 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 	if (!ctx)
 		return ACCEL_ERR_NOMEM;
 	*ret_ctx = ctx;
-	accel_log_init();
+	accelp_log_init();
 	ctx->world = (accel_world_v1){.struct_size = sizeof(accel_world_v1), .world_size = 1,
 	                              .local_world_size = 1, .num_nodes = 1};
-	if ((r = accel_mem_new(&ctx->mem)))
-		return accel_err_set(&ctx->err, r, "out of memory");
+	if ((r = accelp_mem_new(&ctx->mem)))
+		return accelp_err_set(&ctx->err, r, "out of memory");
 	if ((r = setup(ctx, opts, &sel)))
 		goto fail;
 	/* The resolved value includes ACCEL_LOG_LEVEL (the env layer). */
-	if (accel_config_get_string(ctx->cfg, "log_level", &lv) == ACCEL_OK)
-		accel_log_set_level(accel_log_level_parse(lv));
+	if (accelp_config_get_string(ctx->cfg, "log_level", &lv) == ACCEL_OK)
+		accelp_log_set_level(accelp_log_level_parse(lv));
 	if ((r = setup_processes(ctx)))
 		goto fail;
 	/* After the store is up: a plugin missing on this node only must be
 	 * reported to the other ranks (the fail path below), not leave them
 	 * waiting until comm.timeout_s. */
-	if ((r = accel_select_modules(&sel, ctx->loader, 0, mods, &ctx->err)))
+	if ((r = accelp_select_modules(&sel, ctx->loader, 0, mods, &ctx->err)))
 		goto fail;
-	if ((r = accel_comm_new(ctx, &ctx->comm)) || (r = accelp_mpi_store_start(ctx)))
+	if ((r = accelp_comm_new(ctx, &ctx->comm)) || (r = accelp_mpi_store_start(ctx)))
 		goto fail;
 	if ((r = activate_plugins(ctx, &sel, mods)))
 		goto fail;
-	if ((r = accel_train_new(ctx, &ctx->train)))
+	if ((r = accelp_train_new(ctx, &ctx->train)))
 		goto fail;
-	accel_log(ACCEL_LOG_DEBUG, "context ready: rank %d/%d, strategy %s, backend %s, launcher %s",
+	accelp_log(ACCEL_LOG_DEBUG, "context ready: rank %d/%d, strategy %s, backend %s, launcher %s",
 	          ctx->world.rank, ctx->world.world_size, sel.names[0],
-	          accel_comm_backend_name(ctx->comm), ctx->launcher ? ctx->launcher : "none");
+	          accelp_comm_backend_name(ctx->comm), ctx->launcher ? ctx->launcher : "none");
 	return ACCEL_OK;
 
 fail:
 	if (ctx->err.code == ACCEL_OK)
-		accel_err_set(&ctx->err, r, "context creation failed: %s", accel_status_str(r));
+		accelp_err_set(&ctx->err, r, "context creation failed: %s", accel_status_str(r));
 	/* The others must not wait for this rank until their timeouts (and
 	 * rank 0 must not keep the store up for them). */
 	if (ctx->store)
-		accel_store_fail(ctx->store, ctx->err.msg);
+		accelp_store_fail(ctx->store, ctx->err.msg);
 	return ctx->err.code;
 }
 
@@ -250,20 +250,20 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 	/* Plugins may read the model until fini (plugin.h), so they go first;
 	 * a request a strategy waits for in its fini must not call back into
 	 * a hook finalized before it. */
-	accel_train_drop_callbacks(ctx->train);
+	accelp_train_drop_callbacks(ctx->train);
 	for (uint32_t i = ctx->n_active; i-- > 0;)
 		if (ctx->active[i].inited)
 			ctx->active[i].vt->fini(ctx->active[i].state);
 	free(ctx->active);
-	ctx->train = accel_train_free(ctx->train);
+	ctx->train = accelp_train_free(ctx->train);
 	/* Buffers from the backend go back before the backend goes away. */
-	ctx->mem = accel_mem_free_all(ctx->mem, ctx);
-	ctx->comm = accel_comm_free(ctx->comm);
-	ctx->store = accel_store_free(ctx->store);
-	ctx->local_store = accel_kv_free(ctx->local_store);
+	ctx->mem = accelp_mem_free_all(ctx->mem, ctx);
+	ctx->comm = accelp_comm_free(ctx->comm);
+	ctx->store = accelp_store_free(ctx->store);
+	ctx->local_store = accelp_kv_free(ctx->local_store);
 	/* Plugins stay mapped: see docs/abi.md ("no unloading"). */
 	ctx->loader = accelp_loader_free(ctx->loader);
-	ctx->cfg = accel_config_free(ctx->cfg);
+	ctx->cfg = accelp_config_free(ctx->cfg);
 	free(ctx);
 	return NULL;
 }
@@ -279,12 +279,12 @@ const void *accel_plugin_extension(accel_ctx *ctx, const char *plugin, const cha
 			continue;
 		const void *ext = a->vt->extension ? a->vt->extension(a->state, name, version) : NULL;
 		if (!ext)
-			accel_err_set(&ctx->err, ACCEL_ERR_NOT_FOUND,
+			accelp_err_set(&ctx->err, ACCEL_ERR_NOT_FOUND,
 			              "plugin '%s' (%s) has no extension '%s' version %u", plugin,
 			              a->module->path, name, version);
 		return ext;
 	}
-	accel_err_set(&ctx->err, ACCEL_ERR_NOT_FOUND, "no active plugin named '%s' (extension '%s')",
+	accelp_err_set(&ctx->err, ACCEL_ERR_NOT_FOUND, "no active plugin named '%s' (extension '%s')",
 	              plugin, name);
 	return NULL;
 }
@@ -304,7 +304,7 @@ int accel_errcode(const accel_ctx *ctx)
 void accel_clear_error(accel_ctx *ctx)
 {
 	if (ctx)
-		accel_err_clear(&ctx->err);
+		accelp_err_clear(&ctx->err);
 }
 
 int accel_set_error(accel_ctx *ctx, int code, const char *fmt, ...)
@@ -313,7 +313,7 @@ int accel_set_error(accel_ctx *ctx, int code, const char *fmt, ...)
 	if (!ctx)
 		return code;
 	va_start(ap, fmt);
-	accel_err_setv(&ctx->err, code, fmt, ap);
+	accelp_err_setv(&ctx->err, code, fmt, ap);
 	va_end(ap);
 	return code;
 }
@@ -355,7 +355,7 @@ static int need_comm(accel_ctx *ctx, const char *what)
 	if (!ctx)
 		return ACCEL_ERR_INVALID_ARG;
 	if (!ctx->comm)
-		return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_STATE,
 		                     "%s: the context has no comm backend (creation failed: %s)", what,
 		                     ctx->err.code ? ctx->err.msg : "unknown");
 	return ACCEL_OK;
@@ -364,7 +364,7 @@ static int need_comm(accel_ctx *ctx, const char *what)
 int accel_wait_for_everyone(accel_ctx *ctx)
 {
 	int r = need_comm(ctx, "accel_wait_for_everyone");
-	return r ? r : accel_comm_barrier(ctx->comm, NULL);
+	return r ? r : accelp_comm_barrier(ctx->comm, NULL);
 }
 
 void accel_print(const accel_ctx *ctx, const char *fmt, ...)
@@ -383,7 +383,7 @@ void accel_log_msg(const accel_ctx *ctx, int level, const char *fmt, ...)
 	va_list ap;
 	(void)ctx;
 	va_start(ap, fmt);
-	accel_logv(level, fmt, ap);
+	accelp_logv(level, fmt, ap);
 	va_end(ap);
 }
 
@@ -391,25 +391,25 @@ void accel_log_msg(const accel_ctx *ctx, int level, const char *fmt, ...)
 
 int accel_config_int(const accel_ctx *ctx, const char *path, int64_t *ret_value)
 {
-	return ctx && ctx->cfg ? accel_config_get_int(ctx->cfg, path, ret_value)
+	return ctx && ctx->cfg ? accelp_config_get_int(ctx->cfg, path, ret_value)
 	                       : ACCEL_ERR_INVALID_ARG;
 }
 
 int accel_config_double(const accel_ctx *ctx, const char *path, double *ret_value)
 {
-	return ctx && ctx->cfg ? accel_config_get_double(ctx->cfg, path, ret_value)
+	return ctx && ctx->cfg ? accelp_config_get_double(ctx->cfg, path, ret_value)
 	                       : ACCEL_ERR_INVALID_ARG;
 }
 
 int accel_config_bool(const accel_ctx *ctx, const char *path, int32_t *ret_value)
 {
-	return ctx && ctx->cfg ? accel_config_get_bool(ctx->cfg, path, ret_value)
+	return ctx && ctx->cfg ? accelp_config_get_bool(ctx->cfg, path, ret_value)
 	                       : ACCEL_ERR_INVALID_ARG;
 }
 
 int accel_config_string(const accel_ctx *ctx, const char *path, const char **ret_value)
 {
-	return ctx && ctx->cfg ? accel_config_get_string(ctx->cfg, path, ret_value)
+	return ctx && ctx->cfg ? accelp_config_get_string(ctx->cfg, path, ret_value)
 	                       : ACCEL_ERR_INVALID_ARG;
 }
 
@@ -429,14 +429,14 @@ int accel_allreduce(accel_ctx *ctx, const void *send, void *recv, uint64_t count
 {
 	int r = need_comm(ctx, "accel_allreduce");
 	accel_view s = user_view(send, count, dtype), d = user_view(recv, count, dtype);
-	return r ? r : accel_comm_allreduce(ctx->comm, &s, &d, op, NULL);
+	return r ? r : accelp_comm_allreduce(ctx->comm, &s, &d, op, NULL);
 }
 
 int accel_broadcast(accel_ctx *ctx, void *buf, uint64_t count, uint32_t dtype, int root)
 {
 	int r = need_comm(ctx, "accel_broadcast");
 	accel_view b = user_view(buf, count, dtype);
-	return r ? r : accel_comm_broadcast(ctx->comm, &b, root, NULL);
+	return r ? r : accelp_comm_broadcast(ctx->comm, &b, root, NULL);
 }
 
 int accel_allgather(accel_ctx *ctx, const void *send, void *recv, uint64_t sendcount,
@@ -447,7 +447,7 @@ int accel_allgather(accel_ctx *ctx, const void *send, void *recv, uint64_t sendc
 		return r;
 	accel_view s = user_view(send, sendcount, dtype);
 	accel_view d = user_view(recv, sendcount * (uint64_t)ctx->world.world_size, dtype);
-	return accel_comm_allgather(ctx->comm, &s, &d, NULL);
+	return accelp_comm_allgather(ctx->comm, &s, &d, NULL);
 }
 
 int accel_reduce_scatter(accel_ctx *ctx, const void *send, void *recv, uint64_t recvcount,
@@ -458,5 +458,5 @@ int accel_reduce_scatter(accel_ctx *ctx, const void *send, void *recv, uint64_t 
 		return r;
 	accel_view s = user_view(send, recvcount * (uint64_t)ctx->world.world_size, dtype);
 	accel_view d = user_view(recv, recvcount, dtype);
-	return accel_comm_reduce_scatter(ctx->comm, &s, &d, op, NULL);
+	return accelp_comm_reduce_scatter(ctx->comm, &s, &d, op, NULL);
 }

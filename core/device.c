@@ -36,7 +36,7 @@ static dev_slot cuda_slot;
 
 static void host_log(int32_t level, const char *msg)
 {
-	accel_log(level, "%s", msg);
+	accelp_log(level, "%s", msg);
 }
 
 static const accel_device_host_v1 host = {
@@ -106,16 +106,16 @@ static int load(dev_slot *s, const char *name)
 		snprintf(s->msg, sizeof(s->msg), "%s", buf[0] ? buf : "device module init failed");
 		return r;
 	}
-	accel_log(ACCEL_LOG_DEBUG, "device module %s loaded from %s: %u device(s)",
+	accelp_log(ACCEL_LOG_DEBUG, "device module %s loaded from %s: %u device(s)",
 	          vt->desc->name, s->path, s->count);
 	s->vt = vt;
 	return ACCEL_OK;
 }
 
-int accel_device_get(int32_t device, const accel_device_v1 **ret_dev, accel_err *err)
+int accelp_device_get(int32_t device, const accel_device_v1 **ret_dev, accel_err *err)
 {
 	if (device != ACCEL_DEVICE_CUDA)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "device kind %d has no device "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "device kind %d has no device "
 		                     "module (ACCEL_DEVICE_CPU is %d, ACCEL_DEVICE_CUDA %d)", device,
 		                     ACCEL_DEVICE_CPU, ACCEL_DEVICE_CUDA);
 	dev_slot *s = &cuda_slot;
@@ -127,33 +127,33 @@ int accel_device_get(int32_t device, const accel_device_v1 **ret_dev, accel_err 
 	int code = s->code;
 	pthread_mutex_unlock(&lock);
 	if (code)
-		return accel_err_set(err, code, "%s", s->msg);
+		return accelp_err_set(err, code, "%s", s->msg);
 	*ret_dev = s->vt;
 	return ACCEL_OK;
 }
 
-int accel_device_for(const char *what, int32_t device, int32_t device_index,
+int accelp_device_for(const char *what, int32_t device, int32_t device_index,
                      const accel_device_v1 **ret_dev, accel_err *err)
 {
 	const accel_device_v1 *vt;
 	accel_err e = {0};
-	int r = accel_device_get(device, &vt, &e);
+	int r = accelp_device_get(device, &vt, &e);
 	if (r)
-		return accel_err_set(err, r, "%s: CUDA device %d needs the cuda device module, but %s",
+		return accelp_err_set(err, r, "%s: CUDA device %d needs the cuda device module, but %s",
 		                     what, device_index, e.msg);
 	if (device_index < 0 || (uint32_t)device_index >= cuda_slot.count)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: CUDA device %d does not exist "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: CUDA device %d does not exist "
 		                     "(this machine has %u)", what, device_index, cuda_slot.count);
 	*ret_dev = vt;
 	return ACCEL_OK;
 }
 
-int accel_device_fail(accel_err *err, int code, const char *what, const char *msg)
+int accelp_device_fail(accel_err *err, int code, const char *what, const char *msg)
 {
-	return accel_err_set(err, code, "%s: %s", what, msg && *msg ? msg : "device op failed");
+	return accelp_err_set(err, code, "%s: %s", what, msg && *msg ? msg : "device op failed");
 }
 
-const char *accel_device_module_path(int32_t device, uint32_t *ret_count)
+const char *accelp_device_module_path(int32_t device, uint32_t *ret_count)
 {
 	const char *p = NULL;
 	uint32_t n = 0;

@@ -19,18 +19,18 @@
  * no module file, no usable device: the message says which and what to
  * do), ACCEL_ERR_PLUGIN (a module file that is not one), ACCEL_ERR_INVALID_ARG
  * (a device kind without modules). */
-int accel_device_get(int32_t device, const accel_device_v1 **ret_dev, accel_err *err);
+int accelp_device_get(int32_t device, const accel_device_v1 **ret_dev, accel_err *err);
 
 /* The same, also checking that device_index names a device the module
  * found; `what` names the caller for the message. */
-int accel_device_for(const char *what, int32_t device, int32_t device_index,
+int accelp_device_for(const char *what, int32_t device, int32_t device_index,
                      const accel_device_v1 **ret_dev, accel_err *err);
 
 /* Turns a module's status and message into err; returns code. */
-int accel_device_fail(accel_err *err, int code, const char *what, const char *msg);
+int accelp_device_fail(accel_err *err, int code, const char *what, const char *msg);
 
 /* For `accel env`: the path of the loaded module (NULL if none was
  * loaded) and the device count (0 when not loaded). */
-const char *accel_device_module_path(int32_t device, uint32_t *ret_count);
+const char *accelp_device_module_path(int32_t device, uint32_t *ret_count);
 
 #endif

@@ -38,7 +38,7 @@ const char *accel_version(void)
 	return ACCEL_VERSION_STRING;
 }
 
-int accel_err_setv(accel_err *err, int code, const char *fmt, va_list ap)
+int accelp_err_setv(accel_err *err, int code, const char *fmt, va_list ap)
 {
 	if (!err)
 		return code;
@@ -46,7 +46,7 @@ int accel_err_setv(accel_err *err, int code, const char *fmt, va_list ap)
 		/* First error wins; later ones are usually consequences. */
 		char later[512];
 		vsnprintf(later, sizeof(later), fmt, ap);
-		accel_log(ACCEL_LOG_DEBUG, "later error (%s) not recorded: %s",
+		accelp_log(ACCEL_LOG_DEBUG, "later error (%s) not recorded: %s",
 		          accel_status_str(code), later);
 		return code;
 	}
@@ -55,16 +55,16 @@ int accel_err_setv(accel_err *err, int code, const char *fmt, va_list ap)
 	return code;
 }
 
-int accel_err_set(accel_err *err, int code, const char *fmt, ...)
+int accelp_err_set(accel_err *err, int code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	accel_err_setv(err, code, fmt, ap);
+	accelp_err_setv(err, code, fmt, ap);
 	va_end(ap);
 	return code;
 }
 
-void accel_err_clear(accel_err *err)
+void accelp_err_clear(accel_err *err)
 {
 	if (!err)
 		return;

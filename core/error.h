@@ -18,9 +18,9 @@ typedef struct accel_err {
 
 /* Record `code` + message unless an error is already recorded; returns code.
  * err may be NULL (then only returns code). */
-int accel_err_set(accel_err *err, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
-int accel_err_setv(accel_err *err, int code, const char *fmt, va_list ap) ACCEL_PRINTF(3, 0);
+int accelp_err_set(accel_err *err, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
+int accelp_err_setv(accel_err *err, int code, const char *fmt, va_list ap) ACCEL_PRINTF(3, 0);
 /* Forget the recorded error. */
-void accel_err_clear(accel_err *err);
+void accelp_err_clear(accel_err *err);
 
 #endif

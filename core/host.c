@@ -27,7 +27,7 @@ static void host_log(accel_host *h, int32_t level, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	accel_logv_tag(level, h ? h->name : NULL, fmt, ap);
+	accelp_logv_tag(level, h ? h->name : NULL, fmt, ap);
 	va_end(ap);
 }
 
@@ -47,8 +47,8 @@ static int host_error(accel_host *h, int32_t code, const char *fmt, ...)
 		return code;
 	}
 	if (h->name)
-		return accel_err_set(&h->ctx->err, code, "%s: %s", h->name, msg);
-	return accel_err_set(&h->ctx->err, code, "%s", msg);
+		return accelp_err_set(&h->ctx->err, code, "%s: %s", h->name, msg);
+	return accelp_err_set(&h->ctx->err, code, "%s", msg);
 }
 
 static int host_world(accel_host *h, accel_world_v1 *ret_world)
@@ -92,7 +92,7 @@ static int host_cfg_bool(accel_host *h, const char *key, int32_t *ret_value)
 	int ar = cfg_args(h, "cfg_bool", key, ret_value);
 	if (ar)
 		return ar;
-	return cfg_check(h, key, accel_config_get_bool(h->ctx->cfg, cfg_path(h, key, buf, sizeof(buf)),
+	return cfg_check(h, key, accelp_config_get_bool(h->ctx->cfg, cfg_path(h, key, buf, sizeof(buf)),
 	                                            ret_value));
 }
 
@@ -102,7 +102,7 @@ static int host_cfg_int(accel_host *h, const char *key, int64_t *ret_value)
 	int ar = cfg_args(h, "cfg_int", key, ret_value);
 	if (ar)
 		return ar;
-	return cfg_check(h, key, accel_config_get_int(h->ctx->cfg, cfg_path(h, key, buf, sizeof(buf)),
+	return cfg_check(h, key, accelp_config_get_int(h->ctx->cfg, cfg_path(h, key, buf, sizeof(buf)),
 	                                           ret_value));
 }
 
@@ -112,7 +112,7 @@ static int host_cfg_double(accel_host *h, const char *key, double *ret_value)
 	int ar = cfg_args(h, "cfg_double", key, ret_value);
 	if (ar)
 		return ar;
-	return cfg_check(h, key, accel_config_get_double(h->ctx->cfg,
+	return cfg_check(h, key, accelp_config_get_double(h->ctx->cfg,
 	                                              cfg_path(h, key, buf, sizeof(buf)), ret_value));
 }
 
@@ -122,7 +122,7 @@ static int host_cfg_string(accel_host *h, const char *key, const char **ret_valu
 	int ar = cfg_args(h, "cfg_string", key, ret_value);
 	if (ar)
 		return ar;
-	return cfg_check(h, key, accel_config_get_string(h->ctx->cfg,
+	return cfg_check(h, key, accelp_config_get_string(h->ctx->cfg,
 	                                              cfg_path(h, key, buf, sizeof(buf)), ret_value));
 }
 
@@ -132,7 +132,7 @@ static int host_cfg_strlist(accel_host *h, const char *key, uint32_t index, cons
 	int ar = cfg_args(h, "cfg_strlist", key, ret_value);
 	if (ar)
 		return ar;
-	return cfg_check(h, key, accel_config_get_strlist(h->ctx->cfg,
+	return cfg_check(h, key, accelp_config_get_strlist(h->ctx->cfg,
 	                                               cfg_path(h, key, buf, sizeof(buf)), index,
 	                                               ret_value));
 }
@@ -149,20 +149,20 @@ static const accel_model_v1 *host_model(accel_host *h)
 {
 	if (!h->ctx->train)
 		return NULL;
-	return accel_train_model_for(h->ctx->train, h->module ? h->module->abi_minor
+	return accelp_train_model_for(h->ctx->train, h->module ? h->module->abi_minor
 	                                                      : ACCEL_ABI_MINOR);
 }
 
 static int host_param_bind(accel_host *h, uint32_t param, void *data, void *grad)
 {
 	int r = need_train(h, "param_bind");
-	return r ? r : accel_train_param_bind(h->ctx->train, param, data, grad);
+	return r ? r : accelp_train_param_bind(h->ctx->train, param, data, grad);
 }
 
 static int host_param_init(accel_host *h, uint32_t param, uint64_t offset, const accel_view *dst)
 {
 	int r = need_train(h, "param_init");
-	return r ? r : accel_train_param_init(h->ctx->train, param, offset, dst);
+	return r ? r : accelp_train_param_init(h->ctx->train, param, offset, dst);
 }
 
 static int host_mem_alloc(accel_host *h, uint32_t category, int32_t device, int32_t device_index,
@@ -170,53 +170,53 @@ static int host_mem_alloc(accel_host *h, uint32_t category, int32_t device, int3
 {
 	if (!ret_ptr)
 		return host_error(h, ACCEL_ERR_INVALID_ARG, "mem_alloc: ret_ptr is NULL");
-	return accel_mem_alloc(h->ctx, category, device, device_index, bytes, flags, ret_ptr);
+	return accelp_mem_alloc(h->ctx, category, device, device_index, bytes, flags, ret_ptr);
 }
 
 static void host_mem_free(accel_host *h, void *ptr)
 {
-	accel_mem_release(h->ctx, ptr);
+	accelp_mem_release(h->ctx, ptr);
 }
 
 static int host_op_copy(accel_host *h, const accel_view *dst, const accel_view *src)
 {
-	return accel_ops_copy(dst, src, &h->ctx->err);
+	return accelp_ops_copy(dst, src, &h->ctx->err);
 }
 
 static int host_op_fill(accel_host *h, const accel_view *dst, double value)
 {
-	return accel_ops_fill(dst, value, &h->ctx->err);
+	return accelp_ops_fill(dst, value, &h->ctx->err);
 }
 
 static int host_op_scale(accel_host *h, const accel_view *x, double alpha)
 {
-	return accel_ops_scale(x, alpha, &h->ctx->err);
+	return accelp_ops_scale(x, alpha, &h->ctx->err);
 }
 
 static int host_op_axpy(accel_host *h, const accel_view *y, double alpha, const accel_view *x)
 {
-	return accel_ops_axpy(y, alpha, x, &h->ctx->err);
+	return accelp_ops_axpy(y, alpha, x, &h->ctx->err);
 }
 
 static int host_op_sumsq(accel_host *h, const accel_view *x, double *ret_sumsq)
 {
-	return accel_ops_sumsq(x, ret_sumsq, &h->ctx->err);
+	return accelp_ops_sumsq(x, ret_sumsq, &h->ctx->err);
 }
 
 static int host_op_nonfinite(accel_host *h, const accel_view *x, uint64_t *ret_count)
 {
-	return accel_ops_nonfinite(x, ret_count, &h->ctx->err);
+	return accelp_ops_nonfinite(x, ret_count, &h->ctx->err);
 }
 
 static uint32_t host_optim_state_count(accel_host *h)
 {
-	return h->ctx->train ? accel_train_optim_state_count(h->ctx->train) : 0;
+	return h->ctx->train ? accelp_train_optim_state_count(h->ctx->train) : 0;
 }
 
 static int host_optim_step(accel_host *h, const accel_optim_args_v1 *args)
 {
 	int r = need_train(h, "optim_step");
-	return r ? r : accel_train_optim_step(h->ctx->train, args);
+	return r ? r : accelp_train_optim_step(h->ctx->train, args);
 }
 
 static int need_comm(accel_host *h, const char *what)
@@ -230,33 +230,33 @@ static int host_allreduce(accel_host *h, const accel_view *send, const accel_vie
                           uint32_t op, accel_req **ret_req)
 {
 	int r = need_comm(h, "allreduce");
-	return r ? r : accel_comm_allreduce(h->ctx->comm, send, recv, op, ret_req);
+	return r ? r : accelp_comm_allreduce(h->ctx->comm, send, recv, op, ret_req);
 }
 
 static int host_reduce_scatter(accel_host *h, const accel_view *send, const accel_view *recv,
                                uint32_t op, accel_req **ret_req)
 {
 	int r = need_comm(h, "reduce_scatter");
-	return r ? r : accel_comm_reduce_scatter(h->ctx->comm, send, recv, op, ret_req);
+	return r ? r : accelp_comm_reduce_scatter(h->ctx->comm, send, recv, op, ret_req);
 }
 
 static int host_allgather(accel_host *h, const accel_view *send, const accel_view *recv,
                           accel_req **ret_req)
 {
 	int r = need_comm(h, "allgather");
-	return r ? r : accel_comm_allgather(h->ctx->comm, send, recv, ret_req);
+	return r ? r : accelp_comm_allgather(h->ctx->comm, send, recv, ret_req);
 }
 
 static int host_broadcast(accel_host *h, const accel_view *buf, int32_t root, accel_req **ret_req)
 {
 	int r = need_comm(h, "broadcast");
-	return r ? r : accel_comm_broadcast(h->ctx->comm, buf, root, ret_req);
+	return r ? r : accelp_comm_broadcast(h->ctx->comm, buf, root, ret_req);
 }
 
 static int host_barrier(accel_host *h, accel_req **ret_req)
 {
 	int r = need_comm(h, "barrier");
-	return r ? r : accel_comm_barrier(h->ctx->comm, ret_req);
+	return r ? r : accelp_comm_barrier(h->ctx->comm, ret_req);
 }
 
 /* A completed request runs its req_on_done callbacks before wait() or
@@ -268,8 +268,8 @@ static int host_wait(accel_host *h, accel_req *req)
 	int r = need_comm(h, "wait");
 	if (r)
 		return r;
-	r = accel_comm_wait(h->ctx->comm, req);
-	int c = accel_train_req_done(h->ctx->train, req);
+	r = accelp_comm_wait(h->ctx->comm, req);
+	int c = accelp_train_req_done(h->ctx->train, req);
 	return r ? r : c;
 }
 
@@ -277,9 +277,9 @@ static int host_test(accel_host *h, accel_req *req, int32_t *ret_done)
 {
 	int32_t done = 0;
 	int r = need_comm(h, "test");
-	if (r || (r = accel_comm_test(h->ctx->comm, req, &done)))
+	if (r || (r = accelp_comm_test(h->ctx->comm, req, &done)))
 		return r;
-	if (done && (r = accel_train_req_done(h->ctx->train, req)))
+	if (done && (r = accelp_train_req_done(h->ctx->train, req)))
 		return r;
 	if (ret_done)
 		*ret_done = done;
@@ -318,13 +318,13 @@ static int host_reduce_bucket(accel_host *h, const accel_view *bucket, uint32_t 
 {
 	accel_ctx *ctx = h->ctx;
 	const accel_active *hook = reduce_hook(ctx);
-	int r = accel_train_check_reduce(ctx->train, h->name, "reduce_bucket");
+	int r = accelp_train_check_reduce(ctx->train, h->name, "reduce_bucket");
 	if (r)
 		return r;
 	if (hook)
 		return hook_all_reduce(h, hook, bucket, bucket_id, ACCEL_REDUCE_PREDIVIDED, ret_req);
 	r = need_comm(h, "reduce_bucket");
-	return r ? r : accel_comm_allreduce(ctx->comm, bucket, bucket, ACCEL_RED_SUM, ret_req);
+	return r ? r : accelp_comm_allreduce(ctx->comm, bucket, bucket, ACCEL_RED_SUM, ret_req);
 }
 
 /* The mean without a pre-division pass: the backend's AVG folds 1/world
@@ -335,19 +335,19 @@ static int host_reduce_bucket_mean(accel_host *h, const accel_view *bucket, uint
 {
 	accel_ctx *ctx = h->ctx;
 	const accel_active *hook = reduce_hook(ctx);
-	int r = accel_train_check_reduce(ctx->train, h->name, "reduce_bucket_mean");
+	int r = accelp_train_check_reduce(ctx->train, h->name, "reduce_bucket_mean");
 	if (r)
 		return r;
 	if (hook && hook->vt->reduce_bucket_v2)
 		return hook_all_reduce(h, hook, bucket, bucket_id, 0, ret_req);
 	if (hook) {
 		if (ctx->world.world_size > 1 &&
-		    (r = accel_ops_scale(bucket, 1.0 / ctx->world.world_size, &ctx->err)))
+		    (r = accelp_ops_scale(bucket, 1.0 / ctx->world.world_size, &ctx->err)))
 			return r;
 		return hook_all_reduce(h, hook, bucket, bucket_id, ACCEL_REDUCE_PREDIVIDED, ret_req);
 	}
 	r = need_comm(h, "reduce_bucket_mean");
-	return r ? r : accel_comm_allreduce(ctx->comm, bucket, bucket, ACCEL_RED_AVG, ret_req);
+	return r ? r : accelp_comm_allreduce(ctx->comm, bucket, bucket, ACCEL_RED_AVG, ret_req);
 }
 
 /* A bucket description is checked once, here, where it enters the core:
@@ -372,7 +372,7 @@ static int check_bucket(accel_host *h, const char *fn, const accel_bucket_v1 *b,
 	if (b->n_entries && !b->entries)
 		return host_error(h, ACCEL_ERR_INVALID_ARG, "%s: bucket %u has %u entries and a NULL "
 		                  "entries pointer", fn, b->bucket_id, b->n_entries);
-	const accel_model_v1 *m = t ? accel_train_model(t) : NULL;
+	const accel_model_v1 *m = t ? accelp_train_model(t) : NULL;
 	uint64_t end = 0;
 	for (uint32_t i = 0; i < b->n_entries; i++) {
 		const accel_bucket_entry_v1 *e = &b->entries[i];
@@ -402,7 +402,7 @@ static int host_reduce_bucket_v2(accel_host *h, const accel_bucket_v1 *b, uint32
 	const accel_active *hook = reduce_hook(ctx);
 	int r;
 	if ((r = check_bucket(h, "reduce_bucket_v2", b, flags)) ||
-	    (r = accel_train_check_reduce(ctx->train, h->name, "reduce_bucket_v2")))
+	    (r = accelp_train_check_reduce(ctx->train, h->name, "reduce_bucket_v2")))
 		return r;
 	if (b->group && (!hook || !hook->vt->reduce_bucket_v2))
 		return host_error(h, ACCEL_ERR_UNSUPPORTED, "reduce_bucket_v2: bucket %u names a "
@@ -418,14 +418,14 @@ static int host_reduce_bucket_v2(accel_host *h, const accel_bucket_v1 *b, uint32
 	if (hook) {
 		/* A hook of minor < 3 sums a pre-divided bucket of the world. */
 		if (!(flags & ACCEL_REDUCE_PREDIVIDED) && ctx->world.world_size > 1 &&
-		    (r = accel_ops_scale(&b->view, 1.0 / ctx->world.world_size, &ctx->err)))
+		    (r = accelp_ops_scale(&b->view, 1.0 / ctx->world.world_size, &ctx->err)))
 			return r;
 		return hook_all_reduce(h, hook, &b->view, b->bucket_id, ACCEL_REDUCE_PREDIVIDED,
 		                       ret_req);
 	}
 	if ((r = need_comm(h, "reduce_bucket_v2")))
 		return r;
-	return accel_comm_allreduce(ctx->comm, &b->view, &b->view,
+	return accelp_comm_allreduce(ctx->comm, &b->view, &b->view,
 	                            flags & ACCEL_REDUCE_PREDIVIDED ? ACCEL_RED_SUM : ACCEL_RED_AVG,
 	                            ret_req);
 }
@@ -438,7 +438,7 @@ static int host_reduce_scatter_bucket(accel_host *h, const accel_bucket_v1 *b,
 	const accel_active *hook = reduce_hook(ctx);
 	int r;
 	if ((r = check_bucket(h, "reduce_scatter_bucket", b, flags)) ||
-	    (r = accel_train_check_reduce(ctx->train, h->name, "reduce_scatter_bucket")))
+	    (r = accelp_train_check_reduce(ctx->train, h->name, "reduce_scatter_bucket")))
 		return r;
 	if (!shard || shard->struct_size < sizeof(accel_view) || (!shard->data && shard->numel))
 		return host_error(h, ACCEL_ERR_INVALID_ARG, "reduce_scatter_bucket: bucket %u: bad "
@@ -460,7 +460,7 @@ static int host_reduce_scatter_bucket(accel_host *h, const accel_bucket_v1 *b,
 		                  b->bucket_id);
 	if ((r = need_comm(h, "reduce_scatter_bucket")))
 		return r;
-	return accel_comm_reduce_scatter(ctx->comm, &b->view, shard,
+	return accelp_comm_reduce_scatter(ctx->comm, &b->view, shard,
 	                                 flags & ACCEL_REDUCE_PREDIVIDED ? ACCEL_RED_SUM
 	                                                                 : ACCEL_RED_AVG,
 	                                 ret_req);
@@ -469,19 +469,19 @@ static int host_reduce_scatter_bucket(accel_host *h, const accel_bucket_v1 *b,
 static int host_req_on_done(accel_host *h, accel_req *req, int (*fn)(void *arg), void *arg)
 {
 	int r = need_train(h, "req_on_done");
-	return r ? r : accel_train_req_on_done(h->ctx->train, req, fn, arg);
+	return r ? r : accelp_train_req_on_done(h->ctx->train, req, fn, arg);
 }
 
 static int32_t host_grad_enabled(accel_host *h)
 {
-	return accel_train_grad_enabled(h->ctx->train);
+	return accelp_train_grad_enabled(h->ctx->train);
 }
 
 static int host_param_view(accel_host *h, uint32_t param, accel_view *ret_data,
                            accel_view *ret_grad)
 {
 	int r = need_train(h, "param_view");
-	return r ? r : accel_train_param_view(h->ctx->train, param, ret_data, ret_grad);
+	return r ? r : accelp_train_param_view(h->ctx->train, param, ret_data, ret_grad);
 }
 
 static int host_device_info(accel_host *h, int32_t device_index, accel_device_info_v1 *ret)
@@ -514,7 +514,7 @@ static int host_device_info(accel_host *h, int32_t device_index, accel_device_in
 
 static int32_t host_sync_step(accel_host *h)
 {
-	return h->ctx->train ? accel_train_sync_step(h->ctx->train) : 1;
+	return h->ctx->train ? accelp_train_sync_step(h->ctx->train) : 1;
 }
 
 static int host_ckpt_unsupported(accel_host *h)
@@ -554,9 +554,9 @@ static int no_store(accel_host *h)
 	accel_ctx *ctx = h->ctx;
 	if (ctx->store || ctx->world.world_size == 1)
 		return ACCEL_OK;
-	int on_mpi = ctx->comm && !strcmp(accel_comm_backend_name(ctx->comm), "mpi");
+	int on_mpi = ctx->comm && !strcmp(accelp_comm_backend_name(ctx->comm), "mpi");
 	int32_t mpi_store = 1;
-	accel_config_get_bool(ctx->cfg, "comm.mpi_store", &mpi_store);
+	accelp_config_get_bool(ctx->cfg, "comm.mpi_store", &mpi_store);
 	return host_error(h, ACCEL_ERR_CONFIG,
 	                  "needs the rendezvous store, but %s started this job of %d processes "
 	                  "without one: set ACCEL_MASTER_ADDR and ACCEL_MASTER_PORT (e.g. mpirun "
@@ -577,8 +577,8 @@ static int host_store_set(accel_host *h, const char *key, const void *value, uin
 	if (r)
 		return r;
 	if (ctx->store)
-		return accel_store_set(ctx->store, key, value, len, &ctx->err);
-	return accel_kv_set(ctx->local_store, key, value, len, &ctx->err);
+		return accelp_store_set(ctx->store, key, value, len, &ctx->err);
+	return accelp_kv_set(ctx->local_store, key, value, len, &ctx->err);
 }
 
 static int host_store_get(accel_host *h, const char *key, void *buf, uint64_t cap,
@@ -592,8 +592,8 @@ static int host_store_get(accel_host *h, const char *key, void *buf, uint64_t ca
 		if (!ctx->store && ctx->world.world_size > 1)
 			return ACCEL_ERR_UNSUPPORTED;  /* no store in this job */
 		accel_err e = {0};
-		r = ctx->store ? accel_store_get(ctx->store, key, buf, cap, ret_len, 0, &e)
-		               : accel_kv_get(ctx->local_store, key, buf, cap, ret_len, &e);
+		r = ctx->store ? accelp_store_get(ctx->store, key, buf, cap, ret_len, 0, &e)
+		               : accelp_kv_get(ctx->local_store, key, buf, cap, ret_len, &e);
 		if (r == ACCEL_ERR_NOT_FOUND || (r == ACCEL_ERR_TIMEOUT && !ctx->store))
 			return ACCEL_ERR_NOT_FOUND;
 		return r;
@@ -601,8 +601,8 @@ static int host_store_get(accel_host *h, const char *key, void *buf, uint64_t ca
 	if ((r = no_store(h)))
 		return r;
 	if (ctx->store)
-		return accel_store_get(ctx->store, key, buf, cap, ret_len, timeout_ms, &ctx->err);
-	return accel_kv_get(ctx->local_store, key, buf, cap, ret_len, &ctx->err);
+		return accelp_store_get(ctx->store, key, buf, cap, ret_len, timeout_ms, &ctx->err);
+	return accelp_kv_get(ctx->local_store, key, buf, cap, ret_len, &ctx->err);
 }
 
 static int host_store_add(accel_host *h, const char *key, int64_t delta, int64_t *ret_value)
@@ -612,8 +612,8 @@ static int host_store_add(accel_host *h, const char *key, int64_t delta, int64_t
 	if (r)
 		return r;
 	if (ctx->store)
-		return accel_store_add(ctx->store, key, delta, ret_value, &ctx->err);
-	return accel_kv_add(ctx->local_store, key, delta, ret_value, &ctx->err);
+		return accelp_store_add(ctx->store, key, delta, ret_value, &ctx->err);
+	return accelp_kv_add(ctx->local_store, key, delta, ret_value, &ctx->err);
 }
 
 static const accel_host_v1 host_table = {
@@ -665,18 +665,18 @@ static const accel_host_v1 host_table = {
 	.reduce_scatter_bucket = host_reduce_scatter_bucket,
 	.req_on_done = host_req_on_done,
 	/* ABI minor 3: groups (core/host_comm.c) */
-	.group_split = accel_host_group_split,
-	.group_info = accel_host_group_info,
-	.group_world_rank = accel_host_group_world_rank,
-	.group_free = accel_host_group_free,
-	.group_allreduce = accel_host_group_allreduce,
-	.group_reduce_scatter = accel_host_group_reduce_scatter,
-	.group_allgather = accel_host_group_allgather,
-	.group_broadcast = accel_host_group_broadcast,
-	.group_barrier = accel_host_group_barrier,
+	.group_split = accelp_host_group_split,
+	.group_info = accelp_host_group_info,
+	.group_world_rank = accelp_host_group_world_rank,
+	.group_free = accelp_host_group_free,
+	.group_allreduce = accelp_host_group_allreduce,
+	.group_reduce_scatter = accelp_host_group_reduce_scatter,
+	.group_allgather = accelp_host_group_allgather,
+	.group_broadcast = accelp_host_group_broadcast,
+	.group_barrier = accelp_host_group_barrier,
 };
 
-const accel_host_v1 *accel_host_table(void)
+const accel_host_v1 *accelp_host_table(void)
 {
 	return &host_table;
 }

@@ -24,7 +24,7 @@ static int need(accel_host *h, const char *what)
 	if (!h || !h->ctx)
 		return ACCEL_ERR_INVALID_ARG;
 	if (!h->ctx->comm)
-		return accel_err_set(&h->ctx->err, ACCEL_ERR_STATE, "%s%s%s: no comm backend is up",
+		return accelp_err_set(&h->ctx->err, ACCEL_ERR_STATE, "%s%s%s: no comm backend is up",
 		                     h->name ? h->name : "", h->name ? ": " : "", what);
 	return ACCEL_OK;
 }
@@ -34,7 +34,7 @@ static int need(accel_host *h, const char *what)
 static int blocking_only(accel_host *h, accel_req **ret_req, const char *what)
 {
 	if (ret_req)
-		return accel_err_set(&h->ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&h->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: %s from a comm backend is blocking only: pass ret_req NULL",
 		                     h->name ? h->name : "backend", what);
 	return need(h, what);
@@ -44,19 +44,19 @@ static int comm_allgather(accel_host *h, const accel_view *send, const accel_vie
                           accel_req **ret_req)
 {
 	int r = blocking_only(h, ret_req, "allgather");
-	return r ? r : accel_comm_allgather(h->ctx->comm, send, recv, NULL);
+	return r ? r : accelp_comm_allgather(h->ctx->comm, send, recv, NULL);
 }
 
 static int comm_broadcast(accel_host *h, const accel_view *buf, int32_t root, accel_req **ret_req)
 {
 	int r = blocking_only(h, ret_req, "broadcast");
-	return r ? r : accel_comm_broadcast(h->ctx->comm, buf, root, NULL);
+	return r ? r : accelp_comm_broadcast(h->ctx->comm, buf, root, NULL);
 }
 
 static int comm_barrier(accel_host *h, accel_req **ret_req)
 {
 	int r = blocking_only(h, ret_req, "barrier");
-	return r ? r : accel_comm_barrier(h->ctx->comm, NULL);
+	return r ? r : accelp_comm_barrier(h->ctx->comm, NULL);
 }
 
 static accel_host_v1 comm_table;
@@ -64,7 +64,7 @@ static pthread_once_t comm_once = PTHREAD_ONCE_INIT;
 
 static void comm_table_init(void)
 {
-	const accel_host_v1 *full = accel_host_table();
+	const accel_host_v1 *full = accelp_host_table();
 	memset(&comm_table, 0, sizeof(comm_table));
 	comm_table.struct_size = full->struct_size;
 	comm_table.abi_major = full->abi_major;
@@ -86,7 +86,7 @@ static void comm_table_init(void)
 	comm_table.barrier = comm_barrier;
 }
 
-const accel_host_v1 *accel_comm_host_table(void)
+const accel_host_v1 *accelp_comm_host_table(void)
 {
 	pthread_once(&comm_once, comm_table_init);
 	return &comm_table;
@@ -94,70 +94,70 @@ const accel_host_v1 *accel_comm_host_table(void)
 
 /* ---- groups in the plugin table -------------------------------------------------- */
 
-int accel_host_group_split(accel_host *h, accel_group *parent, int32_t color, int32_t key,
+int accelp_host_group_split(accel_host *h, accel_group *parent, int32_t color, int32_t key,
                            accel_group **ret_group)
 {
 	int r = need(h, "group_split");
-	return r ? r : accel_comm_group_split(h->ctx->comm, parent, color, key, ret_group);
+	return r ? r : accelp_comm_group_split(h->ctx->comm, parent, color, key, ret_group);
 }
 
-int accel_host_group_info(accel_host *h, accel_group *g, int32_t *ret_rank, int32_t *ret_size)
+int accelp_host_group_info(accel_host *h, accel_group *g, int32_t *ret_rank, int32_t *ret_size)
 {
 	int r = need(h, "group_info");
-	return r ? r : accel_comm_group_info(h->ctx->comm, g, ret_rank, ret_size);
+	return r ? r : accelp_comm_group_info(h->ctx->comm, g, ret_rank, ret_size);
 }
 
-int accel_host_group_world_rank(accel_host *h, accel_group *g, int32_t rank,
+int accelp_host_group_world_rank(accel_host *h, accel_group *g, int32_t rank,
                                 int32_t *ret_world_rank)
 {
 	int r = need(h, "group_world_rank");
-	return r ? r : accel_comm_group_world_rank(h->ctx->comm, g, rank, ret_world_rank);
+	return r ? r : accelp_comm_group_world_rank(h->ctx->comm, g, rank, ret_world_rank);
 }
 
-accel_group *accel_host_group_free(accel_host *h, accel_group *g)
+accel_group *accelp_host_group_free(accel_host *h, accel_group *g)
 {
 	if (h && h->ctx && h->ctx->comm)
-		accel_comm_group_free(h->ctx->comm, g);
+		accelp_comm_group_free(h->ctx->comm, g);
 	return NULL;
 }
 
-int accel_host_group_allreduce(accel_host *h, accel_group *g, const accel_view *send,
+int accelp_host_group_allreduce(accel_host *h, accel_group *g, const accel_view *send,
                                const accel_view *recv, uint32_t op, accel_req **ret_req)
 {
 	int r = need(h, "group_allreduce");
-	return r ? r : accel_comm_group_allreduce(h->ctx->comm, g, send, recv, op, ret_req);
+	return r ? r : accelp_comm_group_allreduce(h->ctx->comm, g, send, recv, op, ret_req);
 }
 
-int accel_host_group_reduce_scatter(accel_host *h, accel_group *g, const accel_view *send,
+int accelp_host_group_reduce_scatter(accel_host *h, accel_group *g, const accel_view *send,
                                     const accel_view *recv, uint32_t op, accel_req **ret_req)
 {
 	int r = need(h, "group_reduce_scatter");
-	return r ? r : accel_comm_group_reduce_scatter(h->ctx->comm, g, send, recv, op, ret_req);
+	return r ? r : accelp_comm_group_reduce_scatter(h->ctx->comm, g, send, recv, op, ret_req);
 }
 
-int accel_host_group_allgather(accel_host *h, accel_group *g, const accel_view *send,
+int accelp_host_group_allgather(accel_host *h, accel_group *g, const accel_view *send,
                                const accel_view *recv, accel_req **ret_req)
 {
 	int r = need(h, "group_allgather");
-	return r ? r : accel_comm_group_allgather(h->ctx->comm, g, send, recv, ret_req);
+	return r ? r : accelp_comm_group_allgather(h->ctx->comm, g, send, recv, ret_req);
 }
 
-int accel_host_group_broadcast(accel_host *h, accel_group *g, const accel_view *buf,
+int accelp_host_group_broadcast(accel_host *h, accel_group *g, const accel_view *buf,
                                int32_t root, accel_req **ret_req)
 {
 	int r = need(h, "group_broadcast");
-	return r ? r : accel_comm_group_broadcast(h->ctx->comm, g, buf, root, ret_req);
+	return r ? r : accelp_comm_group_broadcast(h->ctx->comm, g, buf, root, ret_req);
 }
 
-int accel_host_group_barrier(accel_host *h, accel_group *g, accel_req **ret_req)
+int accelp_host_group_barrier(accel_host *h, accel_group *g, accel_req **ret_req)
 {
 	int r = need(h, "group_barrier");
-	return r ? r : accel_comm_group_barrier(h->ctx->comm, g, ret_req);
+	return r ? r : accelp_comm_group_barrier(h->ctx->comm, g, ret_req);
 }
 
 /* ---- clean-up after a failed job ---------------------------------------------------- */
 
-void accel_comm_cleanup_job(accel_loader *loader, const accel_comm_cleanup_v1 *args)
+void accelp_comm_cleanup_job(accel_loader *loader, const accel_comm_cleanup_v1 *args)
 {
 	for (uint32_t i = 0; loader && i < accelp_loader_count(loader); i++) {
 		const accel_module *m = accelp_loader_get(loader, i);
@@ -166,9 +166,9 @@ void accel_comm_cleanup_job(accel_loader *loader, const accel_comm_cleanup_v1 *a
 			continue;
 		struct accel_host ph = {.ctx = NULL, .module = m, .name = m->name,
 		                        .section = m->comm->desc->config_section};
-		int r = m->comm->cleanup(accel_comm_host_table(), &ph, args);
+		int r = m->comm->cleanup(accelp_comm_host_table(), &ph, args);
 		if (r)
-			accel_log(ACCEL_LOG_WARN, "comm backend %s (%s): clean-up after job %s: %s",
+			accelp_log(ACCEL_LOG_WARN, "comm backend %s (%s): clean-up after job %s: %s",
 			          m->name, m->path, args->job_id ? args->job_id : "?",
 			          accel_status_str(r));
 	}

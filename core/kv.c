@@ -16,7 +16,7 @@ struct accel_kv {
 	kv_entry *head;
 };
 
-int accel_kv_new(accel_kv **ret_kv)
+int accelp_kv_new(accel_kv **ret_kv)
 {
 	accel_kv *kv = calloc(1, sizeof(*kv));
 	if (!kv)
@@ -25,7 +25,7 @@ int accel_kv_new(accel_kv **ret_kv)
 	return ACCEL_OK;
 }
 
-accel_kv *accel_kv_free(accel_kv *kv)
+accel_kv *accelp_kv_free(accel_kv *kv)
 {
 	if (!kv)
 		return NULL;
@@ -47,11 +47,11 @@ static kv_entry *find(accel_kv *kv, const char *key)
 	return NULL;
 }
 
-int accel_kv_set(accel_kv *kv, const char *key, const void *value, uint64_t len, accel_err *err)
+int accelp_kv_set(accel_kv *kv, const char *key, const void *value, uint64_t len, accel_err *err)
 {
 	void *copy = malloc(len ? len : 1);
 	if (!copy)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "store: out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "store: out of memory");
 	if (len)
 		memcpy(copy, value, len);
 	kv_entry *e = find(kv, key);
@@ -60,7 +60,7 @@ int accel_kv_set(accel_kv *kv, const char *key, const void *value, uint64_t len,
 		if (!e || !(e->key = strdup(key))) {
 			free(e);
 			free(copy);
-			return accel_err_set(err, ACCEL_ERR_NOMEM, "store: out of memory");
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "store: out of memory");
 		}
 		e->next = kv->head;
 		kv->head = e;
@@ -71,12 +71,12 @@ int accel_kv_set(accel_kv *kv, const char *key, const void *value, uint64_t len,
 	return ACCEL_OK;
 }
 
-int accel_kv_get(accel_kv *kv, const char *key, void *buf, uint64_t cap, uint64_t *ret_len,
+int accelp_kv_get(accel_kv *kv, const char *key, void *buf, uint64_t cap, uint64_t *ret_len,
                  accel_err *err)
 {
 	kv_entry *e = find(kv, key);
 	if (!e)
-		return accel_err_set(err, ACCEL_ERR_TIMEOUT,
+		return accelp_err_set(err, ACCEL_ERR_TIMEOUT,
 		                     "store: key '%s' was never set (single process: no other rank "
 		                     "can set it)", key);
 	if (buf && cap)
@@ -86,14 +86,14 @@ int accel_kv_get(accel_kv *kv, const char *key, void *buf, uint64_t cap, uint64_
 	return ACCEL_OK;
 }
 
-int accel_kv_add(accel_kv *kv, const char *key, int64_t delta, int64_t *ret_value, accel_err *err)
+int accelp_kv_add(accel_kv *kv, const char *key, int64_t delta, int64_t *ret_value, accel_err *err)
 {
 	int64_t v = 0;
 	kv_entry *e = find(kv, key);
 	if (e && e->len == sizeof(v))
 		memcpy(&v, e->value, sizeof(v));
 	v += delta;
-	int r = accel_kv_set(kv, key, &v, sizeof(v), err);
+	int r = accelp_kv_set(kv, key, &v, sizeof(v), err);
 	if (!r && ret_value)
 		*ret_value = v;
 	return r;

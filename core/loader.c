@@ -157,7 +157,7 @@ void accelp_loader_entry_error(const char *msg)
 		}
 		return;
 	}
-	accel_log(ACCEL_LOG_WARN, "a plugin reported an error outside any context: %s", msg);
+	accelp_log(ACCEL_LOG_WARN, "a plugin reported an error outside any context: %s", msg);
 }
 
 /* ---- loader object ------------------------------------------------------------ */
@@ -165,11 +165,11 @@ void accelp_loader_entry_error(const char *msg)
 int accelp_loader_new(const accel_host_v1 *host, accel_loader **ret_loader, accel_err *err)
 {
 	if (!host || !ret_loader)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_new: %s is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_new: %s is NULL",
 		                     host ? "ret_loader" : "host");
 	accel_loader *ld = calloc(1, sizeof(*ld));
 	if (!ld)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory creating the plugin "
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory creating the plugin "
 		                     "loader");
 	ld->host = host;
 	*ret_loader = ld;
@@ -214,14 +214,14 @@ static int is_dir(const char *path)
 int accelp_loader_add_dir(accel_loader *ld, const char *dir, const char *origin, accel_err *err)
 {
 	if (!ld || !dir || !*dir)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "accelp_loader_add_dir: empty directory name%s%s",
 		                     origin ? " from " : "", origin ? origin : "");
 	if (ld->n_dirs == ld->cap_dirs) {
 		uint32_t cap = ld->cap_dirs ? 2 * ld->cap_dirs : 8;
 		dir_rec *d = realloc(ld->dirs, cap * sizeof(*d));
 		if (!d)
-			return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 		ld->dirs = d;
 		ld->cap_dirs = cap;
 	}
@@ -232,7 +232,7 @@ int accelp_loader_add_dir(accel_loader *ld, const char *dir, const char *origin,
 	if (!d->dir || !d->origin) {
 		free(d->dir);
 		free(d->origin);
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 	}
 	/* Keep "/a/b/" and "/a/b" alike in listings. */
 	size_t n = strlen(d->dir);
@@ -246,13 +246,13 @@ int accelp_loader_add_dir(accel_loader *ld, const char *dir, const char *origin,
 int accelp_loader_add_default_dirs(accel_loader *ld, accel_err *err)
 {
 	if (!ld)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_add_default_dirs: "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_add_default_dirs: "
 		                     "NULL");
 	const char *env = getenv(ACCEL_ENV_PLUGIN_PATH);
 	if (env && *env) {
 		char *copy = strdup(env);
 		if (!copy)
-			return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 		char *save = NULL;
 		for (char *tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
 			int r = accelp_loader_add_dir(ld, tok, ACCEL_ENV_PLUGIN_PATH, err);
@@ -525,7 +525,7 @@ static int shadow(module_rec *m, const module_rec *first)
 	                              "which comes earlier in the search order", kind,
 	                              m->pub.name, first->pub.path);
 	if (r == ACCEL_OK)
-		accel_log(ACCEL_LOG_INFO, "%s", m->pub.reason);
+		accelp_log(ACCEL_LOG_INFO, "%s", m->pub.reason);
 	return r;
 }
 
@@ -579,7 +579,7 @@ static int load_into(accel_loader *ld, module_rec *m)
 	entry_cap = &cap;
 	/* comm backends see the narrower table (comm.h) of the core's host */
 	const void *vt = pe ? pe(ld->host)
-	                    : ce(ld->host == accel_host_table() ? accel_comm_host_table() : ld->host);
+	                    : ce(ld->host == accelp_host_table() ? accelp_comm_host_table() : ld->host);
 	entry_cap = saved;
 	if (!vt) {
 		if (cap.msg[0])
@@ -588,7 +588,7 @@ static int load_into(accel_loader *ld, module_rec *m)
 		                            sym, accelp_loader_kind_word(m->pub.kind));
 	}
 	if (cap.msg[0])
-		accel_log(ACCEL_LOG_DEBUG, "%s: %s reported '%s' but returned a table", path, sym,
+		accelp_log(ACCEL_LOG_DEBUG, "%s: %s reported '%s' but returned a table", path, sym,
 		          cap.msg);
 	int r = pe ? accelp_loader_desc_check_plugin(m, (const accel_plugin_v1 *)vt)
 	           : accelp_loader_desc_check_comm(m, (const accel_comm_v1 *)vt);
@@ -619,29 +619,29 @@ static int load_path(accel_loader *ld, const char *path, const char *origin,
 	module_rec *m = calloc(1, sizeof(*m));
 	if (!m) {
 		free(real);
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory loading %s", path);
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory loading %s", path);
 	}
 	m->real = real;
 	m->pub.origin = origin;
 	m->pub.path = absolute_path(path);
 	if (!m->pub.path || push_rec(ld, m)) {
 		rec_free(m);
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory loading %s", path);
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory loading %s", path);
 	}
 	/* Broken files are records, not errors; only running out of memory is. */
 	int r = load_into(ld, m);
 	if (r == ACCEL_ERR_NOMEM)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory loading %s", path);
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory loading %s", path);
 	/* A new comm backend can satisfy (or a shadowing one no longer
 	 * satisfy) what earlier modules require. */
 	if (m->pub.kind == ACCEL_MODULE_COMM)
 		reevaluate(ld);
 	if (m->pub.status == ACCEL_MODULE_OK)
-		accel_log(ACCEL_LOG_DEBUG, "loaded %s '%s' %s from %s",
+		accelp_log(ACCEL_LOG_DEBUG, "loaded %s '%s' %s from %s",
 		          accelp_loader_kind_word(m->pub.kind), m->pub.name, m->pub.version,
 		          m->pub.path);
 	else
-		accel_log(ACCEL_LOG_DEBUG, "%s: %s", accelp_loader_status_name(m->pub.status),
+		accelp_log(ACCEL_LOG_DEBUG, "%s: %s", accelp_loader_status_name(m->pub.status),
 		          m->pub.reason);
 	if (ret_module)
 		*ret_module = &m->pub;
@@ -652,7 +652,7 @@ int accelp_loader_load_file(accel_loader *ld, const char *path, const accel_modu
                             accel_err *err)
 {
 	if (!ld || !path || !*path)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_load_file: %s",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_load_file: %s",
 		                     ld ? "empty path" : "loader is NULL");
 	return load_path(ld, path, "file", ret_module, err);
 }
@@ -674,7 +674,7 @@ static int is_candidate(const char *dir, const char *name)
 	if (stat(p, &st) != 0) {
 		/* a link whose target is gone, or a loop of links: skipped, but
 		 * not silently (the user may believe that module installed) */
-		accel_log(ACCEL_LOG_WARN, "plugin directory %s: %s is skipped: %s", dir, name,
+		accelp_log(ACCEL_LOG_WARN, "plugin directory %s: %s is skipped: %s", dir, name,
 		          errno == ENOENT ? "a symbolic link whose target does not exist"
 		                          : strerror(errno));
 		return 0;
@@ -691,7 +691,7 @@ static int scan_dir(accel_loader *ld, dir_rec *d, accel_err *err)
 	DIR *dh = opendir(d->dir);
 	if (!dh) {
 		/* Listed as existing but unreadable: say so once, go on. */
-		accel_log(ACCEL_LOG_WARN, "plugin directory %s (%s): %s", d->dir, d->origin,
+		accelp_log(ACCEL_LOG_WARN, "plugin directory %s (%s): %s", d->dir, d->origin,
 		          strerror(errno));
 		return ACCEL_OK;
 	}
@@ -706,14 +706,14 @@ static int scan_dir(accel_loader *ld, dir_rec *d, accel_err *err)
 			size_t nc = cap ? 2 * cap : 16;
 			char **v = realloc(names, nc * sizeof(*v));
 			if (!v) {
-				r = accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+				r = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 				goto done;
 			}
 			names = v;
 			cap = nc;
 		}
 		if (!(names[n] = strdup(de->d_name))) {
-			r = accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+			r = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 			goto done;
 		}
 		n++;
@@ -737,7 +737,7 @@ done:
 int accelp_loader_scan(accel_loader *ld, accel_err *err)
 {
 	if (!ld)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_scan: NULL loader");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_scan: NULL loader");
 	ld->scanned = 1;
 	for (uint32_t i = 0; i < ld->n_dirs; i++) {
 		if (ld->dirs[i].scanned)

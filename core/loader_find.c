@@ -76,25 +76,25 @@ static int find_kind(accel_loader *ld, int kind, const char *name,
 				later = o->pub.path;
 		}
 		if (later)
-			return accel_err_set(err, ACCEL_ERR_PLUGIN, "%s '%s' cannot be used: %s "
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN, "%s '%s' cannot be used: %s "
 			                     "(it comes first in the search order, so %s, a later "
 			                     "file of that name, is not used in its place)",
 			                     accelp_loader_kind_word(kind), name, first->pub.reason,
 			                     later);
-		return accel_err_set(err, ACCEL_ERR_PLUGIN, "%s '%s' cannot be used: %s",
+		return accelp_err_set(err, ACCEL_ERR_PLUGIN, "%s '%s' cannot be used: %s",
 		                     accelp_loader_kind_word(kind), name, first->pub.reason);
 	}
 	for (uint32_t i = 0; i < ld->n_mods; i++) {
 		module_rec *o = ld->mods[i];
 		if (o != first && o->pub.status == ACCEL_MODULE_SHADOWED && o->pub.same_dir &&
 		    o->pub.kind == kind && !strcmp(o->pub.name, name))
-			return accel_err_set(err, ACCEL_ERR_PLUGIN, "two %ss are named '%s': %s "
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN, "two %ss are named '%s': %s "
 			                     "and %s, in one directory; remove or rename one",
 			                     accelp_loader_kind_word(kind), name, first->pub.path,
 			                     o->pub.path);
 	}
 	if (first->pub.status == ACCEL_MODULE_UNAVAILABLE)
-		return accel_err_set(err, ACCEL_ERR_UNSUPPORTED, "%s", first->pub.reason);
+		return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "%s", first->pub.reason);
 	*ret_module = &first->pub;
 	return ACCEL_OK;
 }
@@ -103,10 +103,10 @@ int accelp_loader_find(accel_loader *ld, int kind, const char *name,
                        const accel_module **ret_module, accel_err *err)
 {
 	if (!ld || !name || !ret_module)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_find: %s is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_find: %s is NULL",
 		                     !ld ? "loader" : !name ? "name" : "ret_module");
 	if (kind != 0 && kind != ACCEL_MODULE_PLUGIN && kind != ACCEL_MODULE_COMM)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_find: kind %d",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_loader_find: kind %d",
 		                     kind);
 	if (!ld->scanned) {
 		int r = accelp_loader_scan(ld, err);
@@ -120,14 +120,14 @@ int accelp_loader_find(accel_loader *ld, int kind, const char *name,
 		/* either kind: a plugin that cannot be used does not hide a usable
 		 * comm backend of the same name (its error is kept otherwise) */
 		accel_err pe;
-		accel_err_clear(&pe);
+		accelp_err_clear(&pe);
 		r = find_kind(ld, ACCEL_MODULE_PLUGIN, name, ret_module, kind ? err : &pe);
 		if (!kind && r != ACCEL_OK && r != ACCEL_ERR_NOT_FOUND) {
 			accel_err ce;
-			accel_err_clear(&ce);
+			accelp_err_clear(&ce);
 			if (find_kind(ld, ACCEL_MODULE_COMM, name, ret_module, &ce) == ACCEL_OK)
 				return ACCEL_OK;
-			return accel_err_set(err, r, "%s", pe.msg);
+			return accelp_err_set(err, r, "%s", pe.msg);
 		}
 	}
 	if (r == ACCEL_ERR_NOT_FOUND && kind != ACCEL_MODULE_PLUGIN)
@@ -143,7 +143,7 @@ int accelp_loader_find(accel_loader *ld, int kind, const char *name,
 		if ((o->pub.name && !strcmp(o->pub.name, name) &&
 		     (!o->pub.kind || kind_matches(kind, o->pub.kind))) ||
 		    (!o->pub.name && stem_matches(o->pub.path, name)))
-			return accel_err_set(err, ACCEL_ERR_PLUGIN, "%s '%s' cannot be used: %s",
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN, "%s '%s' cannot be used: %s",
 			                     word, name, o->pub.reason);
 	}
 
@@ -172,10 +172,10 @@ int accelp_loader_find(accel_loader *ld, int kind, const char *name,
 	int suggest = best && nl && (best_d <= limit || !strncmp(best, name, nl) ||
 	                       (strlen(best) >= 3 && strstr(name, best)));
 	if (!ld->n_dirs)
-		return accel_err_set(err, ACCEL_ERR_NOT_FOUND,
+		return accelp_err_set(err, ACCEL_ERR_NOT_FOUND,
 		                     "no %s named '%s': no plugin directories are configured (set "
 		                     "ACCEL_PLUGIN_PATH or plugin_dirs)", word, name);
-	return accel_err_set(err, ACCEL_ERR_NOT_FOUND,
+	return accelp_err_set(err, ACCEL_ERR_NOT_FOUND,
 	                     "no %s named '%s' in %s (available: %s)%s%s%s", word, name, dirs,
 	                     avail[0] ? avail : "none", suggest ? "; did you mean '" : "",
 	                     suggest ? best : "", suggest ? "'?" : "");

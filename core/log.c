@@ -19,7 +19,7 @@ static int log_rank = -1;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
 
-int accel_log_level_parse(const char *s)
+int accelp_log_level_parse(const char *s)
 {
 	if (!s || !*s)
 		return -1;
@@ -36,7 +36,7 @@ int accel_log_level_parse(const char *s)
 static void log_read_env(void)
 {
 	const char *lv = getenv(ACCEL_ENV_LOG_LEVEL);
-	int l = accel_log_level_parse(lv);
+	int l = accelp_log_level_parse(lv);
 	if (l >= 0)
 		log_level = l;
 	else if (lv && *lv)
@@ -50,33 +50,33 @@ static void log_read_env(void)
 		log_rank = atoi(r);
 }
 
-void accel_log_init(void)
+void accelp_log_init(void)
 {
 	pthread_once(&log_once, log_read_env);
 }
 
-void accel_log_set_rank(int rank)
+void accelp_log_set_rank(int rank)
 {
-	accel_log_init();
+	accelp_log_init();
 	log_rank = rank;
 }
 
-int accel_log_get_level(void)
+int accelp_log_get_level(void)
 {
-	accel_log_init();
+	accelp_log_init();
 	return log_level;
 }
 
-void accel_log_set_level(int level)
+void accelp_log_set_level(int level)
 {
-	accel_log_init();
+	accelp_log_init();
 	if (level >= ACCEL_LOG_ERROR && level <= ACCEL_LOG_TRACE)
 		log_level = level;
 }
 
-void accel_logv_tag(int level, const char *tag, const char *fmt, va_list ap)
+void accelp_logv_tag(int level, const char *tag, const char *fmt, va_list ap)
 {
-	accel_log_init();
+	accelp_log_init();
 	if (level > log_level)
 		return;
 	/* Main-process-only by default for chatter; problems show everywhere. */
@@ -103,15 +103,15 @@ void accel_logv_tag(int level, const char *tag, const char *fmt, va_list ap)
 	(void)w;
 }
 
-void accel_logv(int level, const char *fmt, va_list ap)
+void accelp_logv(int level, const char *fmt, va_list ap)
 {
-	accel_logv_tag(level, NULL, fmt, ap);
+	accelp_logv_tag(level, NULL, fmt, ap);
 }
 
-void accel_log(int level, const char *fmt, ...)
+void accelp_log(int level, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	accel_logv(level, fmt, ap);
+	accelp_logv(level, fmt, ap);
 	va_end(ap);
 }

@@ -15,17 +15,17 @@
 #include "accel/types.h"
 
 /* (Re)read ACCEL_LOG_LEVEL / ACCEL_LOG_ALL_RANKS; called lazily. */
-void accel_log_init(void);
+void accelp_log_init(void);
 /* Set the rank shown in the prefix (-1: no rank known, no prefix number). */
-void accel_log_set_rank(int rank);
-int accel_log_get_level(void);
-void accel_log_set_level(int level);
+void accelp_log_set_rank(int rank);
+int accelp_log_get_level(void);
+void accelp_log_set_level(int level);
 /* Parse "info"/"2"...; returns -1 when not a level. */
-int accel_log_level_parse(const char *s);
-void accel_log(int level, const char *fmt, ...) ACCEL_PRINTF(2, 3);
-void accel_logv(int level, const char *fmt, va_list ap) ACCEL_PRINTF(2, 0);
+int accelp_log_level_parse(const char *s);
+void accelp_log(int level, const char *fmt, ...) ACCEL_PRINTF(2, 3);
+void accelp_logv(int level, const char *fmt, va_list ap) ACCEL_PRINTF(2, 0);
 /* With an extra tag after the prefix, e.g. the plugin name. */
-void accel_logv_tag(int level, const char *tag, const char *fmt, va_list ap)
+void accelp_logv_tag(int level, const char *tag, const char *fmt, va_list ap)
 	ACCEL_PRINTF(3, 0);
 
 #endif

@@ -52,19 +52,19 @@ static int check_opts(const accel_sched_opts *o, int from_config, accel_err *err
 	const char *pre = from_config ? "scheduler." : "accel_sched_opts.";
 	const char *lr_name = from_config ? "optimizer.params.lr" : "accel_sched_opts.lr";
 	if (o->type >= N_TYPES)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "schedule: %stype %u is not one of constant (0), linear (1), "
 		                     "cosine (2)", pre, o->type);
 	if (!isfinite(o->lr) || o->lr < 0.0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "schedule: %s must be a finite number >= 0, got %g", lr_name, o->lr);
 	if (!isfinite(o->min_lr) || o->min_lr < 0.0 || o->min_lr > o->lr)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "schedule: %smin_lr must be in [0, %s] = [0, %g], got %g",
 		                     pre, lr_name, o->lr, o->min_lr);
 	if (o->type != ACCEL_SCHED_CONSTANT &&
 	    (o->total_steps == 0 || o->total_steps < o->warmup_steps))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "schedule: a %s schedule needs %stotal_steps > 0 and >= "
 		                     "%swarmup_steps, got total_steps %llu and warmup_steps %llu%s",
 		                     type_names[o->type], pre, pre,
@@ -75,23 +75,23 @@ static int check_opts(const accel_sched_opts *o, int from_config, accel_err *err
 	return ACCEL_OK;
 }
 
-int accel_sched_create(const accel_sched_opts *opts, accel_sched **ret_sched, accel_err *err)
+int accelp_sched_create(const accel_sched_opts *opts, accel_sched **ret_sched, accel_err *err)
 {
 	accel_sched *s;
 	int rc;
 
 	if (!opts || !ret_sched)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "schedule: %s is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "schedule: %s is NULL",
 		                     !opts ? "opts" : "ret_sched");
 	if (opts->struct_size < sizeof(accel_sched_opts))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "schedule: opts.struct_size is %u, expected %zu",
 		                     opts->struct_size, sizeof(accel_sched_opts));
 	if ((rc = check_opts(opts, 0, err)))
 		return rc;
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "schedule: out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "schedule: out of memory");
 	s->o = *opts;
 	s->o.struct_size = sizeof(s->o);
 	*ret_sched = s;
@@ -100,7 +100,7 @@ int accel_sched_create(const accel_sched_opts *opts, accel_sched **ret_sched, ac
 
 static const char *source_of(const accel_config *cfg, const char *key)
 {
-	const char *src = accel_config_source(cfg, key);
+	const char *src = accelp_config_source(cfg, key);
 	return src ? src : "unset";
 }
 
@@ -109,20 +109,20 @@ static int config_count(const accel_config *cfg, const char *key, uint64_t *valu
                         accel_err *err)
 {
 	int64_t v;
-	int rc = accel_config_get_int(cfg, key, &v);
+	int rc = accelp_config_get_int(cfg, key, &v);
 	if (rc == ACCEL_ERR_NOT_FOUND)
 		return ACCEL_OK;
 	if (rc)
-		return accel_err_set(err, ACCEL_ERR_CONFIG, "schedule: %s (from %s) is not an integer",
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "schedule: %s (from %s) is not an integer",
 		                     key, source_of(cfg, key));
 	if (v < 0)
-		return accel_err_set(err, ACCEL_ERR_CONFIG, "schedule: %s (from %s) must be >= 0, got %lld",
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "schedule: %s (from %s) must be >= 0, got %lld",
 		                     key, source_of(cfg, key), (long long)v);
 	*value = (uint64_t)v;
 	return ACCEL_OK;
 }
 
-int accel_sched_new_from_config(const accel_config *cfg, accel_sched **ret_sched,
+int accelp_sched_new_from_config(const accel_config *cfg, accel_sched **ret_sched,
                                 accel_err *err)
 {
 	accel_sched_opts o = {.struct_size = sizeof(o), .type = ACCEL_SCHED_CONSTANT};
@@ -130,37 +130,37 @@ int accel_sched_new_from_config(const accel_config *cfg, accel_sched **ret_sched
 	int rc;
 
 	if (!cfg || !ret_sched)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "schedule: %s is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "schedule: %s is NULL",
 		                     !cfg ? "cfg" : "ret_sched");
-	rc = accel_config_get_string(cfg, "scheduler.type", &type);
+	rc = accelp_config_get_string(cfg, "scheduler.type", &type);
 	if (rc == ACCEL_OK) {
 		int t = accel_sched_type_parse(type);
 		if (t < 0)
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "schedule: scheduler.type \"%s\" (from %s) is not one of "
 			                     "constant, linear, cosine", type,
 			                     source_of(cfg, "scheduler.type"));
 		o.type = (uint32_t)t;
 	} else if (rc != ACCEL_ERR_NOT_FOUND) {
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "schedule: scheduler.type (from %s) must be a string",
 		                     source_of(cfg, "scheduler.type"));
 	}
 	if ((rc = config_count(cfg, "scheduler.warmup_steps", &o.warmup_steps, err)) ||
 	    (rc = config_count(cfg, "scheduler.total_steps", &o.total_steps, err)))
 		return rc;
-	rc = accel_config_get_double(cfg, "scheduler.min_lr", &o.min_lr);
+	rc = accelp_config_get_double(cfg, "scheduler.min_lr", &o.min_lr);
 	if (rc && rc != ACCEL_ERR_NOT_FOUND)
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "schedule: scheduler.min_lr (from %s) must be a number",
 		                     source_of(cfg, "scheduler.min_lr"));
-	rc = accel_config_get_double(cfg, "optimizer.params.lr", &o.lr);
+	rc = accelp_config_get_double(cfg, "optimizer.params.lr", &o.lr);
 	if (rc == ACCEL_ERR_NOT_FOUND)
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "schedule: optimizer.params.lr is not set; the schedule "
 		                     "scales it");
 	if (rc)
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "schedule: optimizer.params.lr (from %s) must be a number",
 		                     source_of(cfg, "optimizer.params.lr"));
 	if ((rc = check_opts(&o, 1, err))) {
@@ -168,8 +168,8 @@ int accel_sched_new_from_config(const accel_config *cfg, accel_sched **ret_sched
 		char msg[ACCEL_ERRMSG_MAX];
 		snprintf(msg, sizeof(msg), "%s", err ? err->msg : "");
 		if (err && err->code == rc) {
-			accel_err_clear(err);
-			accel_err_set(err, ACCEL_ERR_CONFIG,
+			accelp_err_clear(err);
+			accelp_err_set(err, ACCEL_ERR_CONFIG,
 			              "%s [scheduler.type from %s, warmup_steps from %s, "
 			              "total_steps from %s, min_lr from %s, optimizer.params.lr from %s]",
 			              msg, source_of(cfg, "scheduler.type"),
@@ -180,7 +180,7 @@ int accel_sched_new_from_config(const accel_config *cfg, accel_sched **ret_sched
 		}
 		return ACCEL_ERR_CONFIG;
 	}
-	return accel_sched_create(&o, ret_sched, err);
+	return accelp_sched_create(&o, ret_sched, err);
 }
 
 int accel_sched_new(accel_ctx *ctx, const accel_sched_opts *opts, accel_sched **ret_sched)
@@ -190,18 +190,18 @@ int accel_sched_new(accel_ctx *ctx, const accel_sched_opts *opts, accel_sched **
 	int rc;
 
 	if (opts)
-		rc = accel_sched_create(opts, ret_sched, err);
+		rc = accelp_sched_create(opts, ret_sched, err);
 	else if (!ctx)
-		rc = accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		rc = accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                   "accel_sched_new: give opts, or a context to read the "
 		                   "configuration from");
 	else if (!ctx->cfg)
-		rc = accel_err_set(err, ACCEL_ERR_STATE,
+		rc = accelp_err_set(err, ACCEL_ERR_STATE,
 		                   "accel_sched_new: the context has no configuration");
 	else
-		rc = accel_sched_new_from_config(ctx->cfg, ret_sched, err);
+		rc = accelp_sched_new_from_config(ctx->cfg, ret_sched, err);
 	if (rc && !ctx)
-		accel_log(ACCEL_LOG_ERROR, "%s", local.msg);
+		accelp_log(ACCEL_LOG_ERROR, "%s", local.msg);
 	return rc;
 }
 
@@ -211,7 +211,7 @@ accel_sched *accel_sched_free(accel_sched *sched)
 	return NULL;
 }
 
-const accel_sched_opts *accel_sched_get_opts(const accel_sched *sched)
+const accel_sched_opts *accelp_sched_get_opts(const accel_sched *sched)
 {
 	return sched ? &sched->o : NULL;
 }
@@ -245,7 +245,7 @@ double accel_sched_lr(const accel_sched *sched, uint64_t step)
 	return o->min_lr + (o->lr - o->min_lr) * f;
 }
 
-double accel_sched_factor(const accel_sched *sched, uint64_t step)
+double accelp_sched_factor(const accel_sched *sched, uint64_t step)
 {
 	if (!sched)
 		return NAN;

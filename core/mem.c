@@ -22,7 +22,7 @@ struct accel_mem {
 	size_t n, cap;
 };
 
-int accel_mem_new(accel_mem **ret_mem)
+int accelp_mem_new(accel_mem **ret_mem)
 {
 	accel_mem *m = calloc(1, sizeof(*m));
 	if (!m)
@@ -34,17 +34,17 @@ int accel_mem_new(accel_mem **ret_mem)
 static void release_rec(accel_ctx *ctx, const mem_rec *r)
 {
 	if (r->from_comm) {
-		if (!ctx->comm || !accel_comm_mem_free(ctx->comm, r->ptr))
-			accel_log(ACCEL_LOG_ERROR, "internal: backend buffer %p outlived its backend",
+		if (!ctx->comm || !accelp_comm_mem_free(ctx->comm, r->ptr))
+			accelp_log(ACCEL_LOG_ERROR, "internal: backend buffer %p outlived its backend",
 			          r->ptr);
 	} else if (r->from_module) {
 		const accel_device_v1 *dev;
 		char buf[512] = "";
 		accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
 		/* the module was loaded when this was allocated, so get cannot fail */
-		if (accel_device_get(ACCEL_DEVICE_CUDA, &dev, NULL) ||
+		if (accelp_device_get(ACCEL_DEVICE_CUDA, &dev, NULL) ||
 		    dev->mem_free((uint32_t)(r->from_module - 1), r->ptr, &de))
-			accel_log(ACCEL_LOG_ERROR, "mem_free: %p: %s", r->ptr, buf);
+			accelp_log(ACCEL_LOG_ERROR, "mem_free: %p: %s", r->ptr, buf);
 	} else {
 		free(r->ptr);
 	}
@@ -52,7 +52,7 @@ static void release_rec(accel_ctx *ctx, const mem_rec *r)
 	ctx->mem_bytes[r->category][d] -= r->bytes;
 }
 
-accel_mem *accel_mem_free_all(accel_mem *mem, accel_ctx *ctx)
+accel_mem *accelp_mem_free_all(accel_mem *mem, accel_ctx *ctx)
 {
 	if (!mem)
 		return NULL;
@@ -63,7 +63,7 @@ accel_mem *accel_mem_free_all(accel_mem *mem, accel_ctx *ctx)
 	return NULL;
 }
 
-int accel_mem_alloc(accel_ctx *ctx, uint32_t category, int32_t device, int32_t device_index,
+int accelp_mem_alloc(accel_ctx *ctx, uint32_t category, int32_t device, int32_t device_index,
                     uint64_t bytes, uint32_t flags, void **ret_ptr)
 {
 	accel_mem *m = ctx->mem;
@@ -71,23 +71,23 @@ int accel_mem_alloc(accel_ctx *ctx, uint32_t category, int32_t device, int32_t d
 	int from_comm = 0, from_module = 0;
 
 	if (category >= ACCEL_MEM_CATEGORY_COUNT)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "mem_alloc: unknown memory category %u", category);
 	if (m->n == m->cap) {
 		size_t cap = m->cap ? m->cap * 2 : 64;
 		mem_rec *nr = realloc(m->recs, cap * sizeof(*nr));
 		if (!nr)
-			return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "mem_alloc: out of memory");
+			return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "mem_alloc: out of memory");
 		m->recs = nr;
 		m->cap = cap;
 	}
 	if ((flags & ACCEL_MEMF_COMM) && ctx->comm) {
-		int r = accel_comm_mem_alloc(ctx->comm, device, device_index, bytes ? bytes : 1, &p);
+		int r = accelp_comm_mem_alloc(ctx->comm, device, device_index, bytes ? bytes : 1, &p);
 		if (r)
 			return r;
 		from_comm = p != NULL;
 		if (!p)
-			accel_log(ACCEL_LOG_DEBUG, "comm backend has no allocator; %llu bytes of "
+			accelp_log(ACCEL_LOG_DEBUG, "comm backend has no allocator; %llu bytes of "
 			          "ordinary memory instead", (unsigned long long)bytes);
 	}
 	/* Device memory (unless the comm backend gave it) and pinned host
@@ -97,7 +97,7 @@ int accel_mem_alloc(accel_ctx *ctx, uint32_t category, int32_t device, int32_t d
 		char buf[1024] = "";
 		accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
 		int on_host = device == ACCEL_DEVICE_CPU;
-		int r = accel_device_for(on_host ? "mem_alloc (pinned host memory)" : "mem_alloc",
+		int r = accelp_device_for(on_host ? "mem_alloc (pinned host memory)" : "mem_alloc",
 		                         on_host ? ACCEL_DEVICE_CUDA : device,
 		                         on_host ? 0 : device_index, &dev, &ctx->err);
 		if (r)
@@ -106,19 +106,19 @@ int accel_mem_alloc(accel_ctx *ctx, uint32_t category, int32_t device, int32_t d
 		r = dev->mem_alloc((uint32_t)(from_module - 1), device_index, bytes ? bytes : 1,
 		                   (flags & ACCEL_MEMF_ZERO) ? 1 : 0, &p, &de);
 		if (r)
-			return accel_err_set(&ctx->err, r, "mem_alloc: %llu bytes (category %u) on device "
+			return accelp_err_set(&ctx->err, r, "mem_alloc: %llu bytes (category %u) on device "
 			                     "%d:%d: %s", (unsigned long long)bytes, category, device,
 			                     device_index, buf);
 	}
 	if (!p) {
 		if (device != ACCEL_DEVICE_CPU)
-			return accel_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
+			return accelp_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED,
 			                     "mem_alloc: no allocator for device %d:%d", device,
 			                     device_index);
 		size_t sz = (size_t)((bytes + 63) & ~(uint64_t)63);
 		p = aligned_alloc(64, sz ? sz : 64);
 		if (!p)
-			return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM,
+			return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM,
 			                     "out of memory allocating %llu bytes (category %u)",
 			                     (unsigned long long)bytes, category);
 	}
@@ -133,7 +133,7 @@ int accel_mem_alloc(accel_ctx *ctx, uint32_t category, int32_t device, int32_t d
 	return ACCEL_OK;
 }
 
-void accel_mem_release(accel_ctx *ctx, void *ptr)
+void accelp_mem_release(accel_ctx *ctx, void *ptr)
 {
 	accel_mem *m = ctx ? ctx->mem : NULL;
 	if (!ptr || !m)
@@ -146,17 +146,17 @@ void accel_mem_release(accel_ctx *ctx, void *ptr)
 		m->recs[i] = m->recs[--m->n];
 		return;
 	}
-	accel_log(ACCEL_LOG_ERROR, "mem_free: %p was not allocated by accel; ignored", ptr);
+	accelp_log(ACCEL_LOG_ERROR, "mem_free: %p was not allocated by accel; ignored", ptr);
 }
 
-uint64_t accel_mem_current(const accel_ctx *ctx, uint32_t category, int32_t device)
+uint64_t accelp_mem_current(const accel_ctx *ctx, uint32_t category, int32_t device)
 {
 	if (category >= ACCEL_MEM_CATEGORY_COUNT)
 		return 0;
 	return ctx->mem_bytes[category][device == ACCEL_DEVICE_CPU ? 0 : 1];
 }
 
-uint64_t accel_mem_peak(const accel_ctx *ctx, uint32_t category, int32_t device)
+uint64_t accelp_mem_peak(const accel_ctx *ctx, uint32_t category, int32_t device)
 {
 	if (category >= ACCEL_MEM_CATEGORY_COUNT)
 		return 0;

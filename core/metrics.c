@@ -24,13 +24,13 @@
 #include "ctx-impl.h"
 #include "train-impl.h"
 
-int accel_train_metrics_new(accel_train *t)
+int accelp_train_metrics_new(accel_train *t)
 {
 	(void)t;
 	return ACCEL_OK;
 }
 
-void accel_train_metrics_free(accel_train *t)
+void accelp_train_metrics_free(accel_train *t)
 {
 	if (t->metrics && t->metrics_owned)
 		fclose(t->metrics);
@@ -50,7 +50,7 @@ static int open_sink(accel_train *t, const char *path)
 	FILE *f;
 	char *copy = NULL;
 	if (!path || !strcmp(path, "-")) {
-		accel_train_metrics_free(t);
+		accelp_train_metrics_free(t);
 		t->metrics = stdout;
 		t->metrics_owned = 0;
 		return ACCEL_OK;
@@ -60,7 +60,7 @@ static int open_sink(accel_train *t, const char *path)
 	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0666);
 	if (fd < 0) {
 		int e = errno;   /* before is_fifo's stat */
-		return accel_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics file '%s': cannot open "
+		return accelp_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics file '%s': cannot open "
 		                     "for appending: %s", path,
 		                     e == ENXIO && is_fifo(path) ? "it is a FIFO that no process reads"
 		                                                 : strerror(e));
@@ -72,15 +72,15 @@ static int open_sink(accel_train *t, const char *path)
 	if (!f) {
 		int e = errno;
 		close(fd);
-		return accel_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics file '%s': %s", path,
+		return accelp_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics file '%s': %s", path,
 		                     strerror(e));
 	}
 	copy = strdup(path);
 	if (!copy) {
 		fclose(f);
-		return accel_err_set(&t->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&t->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	}
-	accel_train_metrics_free(t);
+	accelp_train_metrics_free(t);
 	t->metrics = f;
 	t->metrics_owned = 1;
 	t->metrics_path = copy;
@@ -103,7 +103,7 @@ static int sink(accel_train *t)
 	const char *path = NULL;
 	if (t->metrics)
 		return ACCEL_OK;
-	if (accel_config_get_string(t->ctx->cfg, "metrics_file", &path) != ACCEL_OK || !*path)
+	if (accelp_config_get_string(t->ctx->cfg, "metrics_file", &path) != ACCEL_OK || !*path)
 		path = NULL;
 	return open_sink(t, path);
 }
@@ -126,11 +126,11 @@ static int emit(accel_train *t, json_t *rec)
 		return r;
 	line = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(17));
 	if (!line)
-		return accel_err_set(&t->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&t->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	n = strlen(line);
 	line[n] = '\n';  /* json_dumps leaves room for the terminator we replace */
 	if (fwrite(line, 1, n + 1, t->metrics) != n + 1 || fflush(t->metrics))
-		r = accel_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics %s: write failed: %s",
+		r = accelp_err_set(&t->ctx->err, ACCEL_ERR_IO, "metrics %s: write failed: %s",
 		                  t->metrics_path ? t->metrics_path : "stdout", strerror(errno));
 	free(line);
 	return r;
@@ -161,21 +161,21 @@ int accel_log_metrics(accel_ctx *ctx, uint64_t step, const char *json_object)
 	if (!ctx || !ctx->train)
 		return ACCEL_ERR_INVALID_ARG;
 	if (!json_object)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: text is "
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: text is "
 		                     "NULL");
 	/* Checked on every rank so a bad call fails the same way everywhere. */
 	user = json_loads(json_object, JSON_DECODE_ANY, &jerr);
 	if (!user)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: not "
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: not "
 		                     "valid JSON at column %d: %s", jerr.column, jerr.text);
 	if (!json_is_object(user)) {
 		json_decref(user);
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: expected "
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: expected "
 		                     "a JSON object like {\"loss\": 0.5}");
 	}
 	if (json_object_get(user, "step") || json_object_get(user, "time")) {
 		json_decref(user);
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: \"step\" "
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_metrics: \"step\" "
 		                     "and \"time\" are written by accel; use other key names");
 	}
 	if (ctx->world.rank != 0) {
@@ -185,7 +185,7 @@ int accel_log_metrics(accel_ctx *ctx, uint64_t step, const char *json_object)
 	rec = record(step);
 	if (!rec) {
 		json_decref(user);
-		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	}
 	json_object_foreach(user, key, val)
 		json_object_set(rec, key, val);
@@ -204,14 +204,14 @@ int accel_log_scalars(accel_ctx *ctx, uint64_t step, uint32_t n, const char *con
 	if (!ctx || !ctx->train)
 		return ACCEL_ERR_INVALID_ARG;
 	if (n && (!keys || !values))
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: keys or "
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: keys or "
 		                     "values is NULL");
 	for (uint32_t i = 0; i < n; i++) {
 		if (!keys[i] || !*keys[i])
-			return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: "
+			return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: "
 			                     "key %u is empty", i);
 		if (!strcmp(keys[i], "step") || !strcmp(keys[i], "time"))
-			return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: "
+			return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: "
 			                     "\"%s\" is written by accel; use another key name",
 			                     keys[i]);
 	}
@@ -219,12 +219,12 @@ int accel_log_scalars(accel_ctx *ctx, uint64_t step, uint32_t n, const char *con
 		return ACCEL_OK;
 	rec = record(step);
 	if (!rec)
-		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	for (uint32_t i = 0; i < n; i++) {
 		json_t *v = number(values[i]);
 		if (!v || json_object_set_new(rec, keys[i], v)) {
 			json_decref(rec);
-			return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: "
+			return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_log_scalars: "
 			                     "key %u is not valid UTF-8", i);
 		}
 	}

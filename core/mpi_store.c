@@ -125,8 +125,8 @@ static const char *mpi_store_join(accel_ctx *ctx, const mpi_store_msg *m, int64_
 		 * it sent its address), so the whole time is each one's */
 		int64_t left = start + within_ms - mono_ms();
 		accel_err e;
-		accel_err_clear(&e);
-		int rc = accel_store_join(addrs[i], m->port, ctx->world.rank, ctx->world.world_size,
+		accelp_err_clear(&e);
+		int rc = accelp_store_join(addrs[i], m->port, ctx->world.rank, ctx->world.world_size,
 		                          left > 0 ? left : 1, timeout_ms, keepalive_ms, m->token, st,
 		                          &e);
 		if (rc == ACCEL_OK)
@@ -147,35 +147,35 @@ int accelp_mpi_store_start(accel_ctx *ctx)
 	if (ctx->store || ctx->world.world_size < 2 || !ctx->launcher ||
 	    strncmp(ctx->launcher, "mpi", 3) != 0)
 		return ACCEL_OK;
-	accel_config_get_bool(ctx->cfg, "comm.mpi_store", &on);
+	accelp_config_get_bool(ctx->cfg, "comm.mpi_store", &on);
 	if (!on)
 		return ACCEL_OK;
 	int64_t timeout_ms, keepalive_ms;
-	accel_comm_times(ctx, &timeout_ms, &keepalive_ms);
+	accelp_comm_times(ctx, &timeout_ms, &keepalive_ms);
 	int32_t rank = ctx->world.rank, world = ctx->world.world_size;
 	accel_store *st = NULL;
 	char why[ACCEL_ERRMSG_MAX] = "";
 	int r;
 	mpi_store_bufs *bufs = calloc(1, sizeof(*bufs) + (size_t)world * sizeof(int32_t));
 	if (!bufs)   /* before the first collective: the others then fail in it, not hang */
-		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	mpi_store_msg *m = &bufs->m;
 	if (rank == 0) {
 		accel_err e;
-		accel_err_clear(&e);
+		accelp_err_clear(&e);
 		memcpy(m->magic, MPI_STORE_MAGIC, sizeof(m->magic));
 		this_host(m);
 		m->token = job_token();
-		if (accel_store_new_host(world, timeout_ms, keepalive_ms, m->token, &st, &e) ==
+		if (accelp_store_new_host(world, timeout_ms, keepalive_ms, m->token, &st, &e) ==
 		    ACCEL_OK)
-			m->port = accel_store_port(st);
+			m->port = accelp_store_port(st);
 		else
 			snprintf(m->why, sizeof(m->why), "%.255s",
 			         e.msg[0] ? e.msg : "the store did not start (no message)");
 	}
 	accel_view v = {.struct_size = sizeof(v), .dtype = ACCEL_DTYPE_U8,
 	                .device = ACCEL_DEVICE_CPU, .data = m, .numel = sizeof(*m)};
-	if ((r = accel_comm_broadcast(ctx->comm, &v, 0, NULL)))
+	if ((r = accelp_comm_broadcast(ctx->comm, &v, 0, NULL)))
 		goto fail;
 	m->why[sizeof(m->why) - 1] = '\0';
 	m->host[sizeof(m->host) - 1] = '\0';
@@ -188,7 +188,7 @@ int accelp_mpi_store_start(accel_ctx *ctx)
 	} else if (m->port <= 0) {
 		no_store = 1;
 		if (rank == 0)
-			accel_log(ACCEL_LOG_WARN, "the job runs without a rendezvous store: rank 0 "
+			accelp_log(ACCEL_LOG_WARN, "the job runs without a rendezvous store: rank 0 "
 			          "could not start one (comm.mpi_store): %s; timeouts of mpi and nccl "
 			          "collectives will not name the missing ranks", m->why);
 	} else if (rank != 0) {
@@ -202,7 +202,7 @@ int accelp_mpi_store_start(accel_ctx *ctx)
 	                 .device = ACCEL_DEVICE_CPU, .data = &bufs->ok, .numel = 1};
 	accel_view rv = {.struct_size = sizeof(rv), .dtype = ACCEL_DTYPE_I32,
 	                 .device = ACCEL_DEVICE_CPU, .data = bufs->oks, .numel = (uint64_t)world};
-	if ((r = accel_comm_allgather(ctx->comm, &sv, &rv, NULL)))
+	if ((r = accelp_comm_allgather(ctx->comm, &sv, &rv, NULL)))
 		goto fail;
 	char bad[160] = "";
 	size_t used = 0;
@@ -229,21 +229,21 @@ int accelp_mpi_store_start(accel_ctx *ctx)
 	if (nbad == 0) {
 		ctx->store = st;
 		if (rank == 0)
-			accel_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: rank 0 "
+			accelp_log(ACCEL_LOG_DEBUG, "started by %s without ACCEL_MASTER_ADDR/PORT: rank 0 "
 			          "hosts the rendezvous store on %s:%d", ctx->launcher, host, port);
 		else
-			accel_log(ACCEL_LOG_DEBUG, "connected to rank 0's rendezvous store at %s:%d (%s)",
+			accelp_log(ACCEL_LOG_DEBUG, "connected to rank 0's rendezvous store at %s:%d (%s)",
 			          via_loopback ? "127.0.0.1" : host, port,
 			          via_loopback ? "same host" : "rank 0's host name");
 		return ACCEL_OK;
 	}
-	accel_store_abandon(st);
+	accelp_store_abandon(st);
 	if (no_store)
 		return ACCEL_OK;   /* rank 0 said why */
 	if (why[0])
-		accel_log(ACCEL_LOG_WARN, "no rendezvous store in this job: %s", why);
+		accelp_log(ACCEL_LOG_WARN, "no rendezvous store in this job: %s", why);
 	if (rank == 0)
-		accel_log(ACCEL_LOG_WARN, "the job runs without a rendezvous store: %s %s could not "
+		accelp_log(ACCEL_LOG_WARN, "the job runs without a rendezvous store: %s %s could not "
 		          "reach rank 0's store on %s:%d (comm.mpi_store); timeouts of mpi and nccl "
 		          "collectives will not name the missing ranks. Set ACCEL_MASTER_ADDR and "
 		          "ACCEL_MASTER_PORT (mpirun -x) to an address of rank 0's node that the "
@@ -257,13 +257,13 @@ fail:
 		char was[ACCEL_ERRMSG_MAX];
 		int code = ctx->err.code;
 		snprintf(was, sizeof(was), "%s", ctx->err.msg);
-		accel_err_clear(&ctx->err);
-		accel_err_set(&ctx->err, code, "while rank 0 announced its rendezvous store over MPI "
+		accelp_err_clear(&ctx->err);
+		accelp_err_set(&ctx->err, code, "while rank 0 announced its rendezvous store over MPI "
 		              "(comm.mpi_store; false skips this step): %s", was);
 		/* ranks that got through tell why when they use the store */
 		if (st)
-			accel_store_fail(st, ctx->err.msg);
+			accelp_store_fail(st, ctx->err.msg);
 	}
-	accel_store_abandon(st);
+	accelp_store_abandon(st);
 	return ctx->err.code ? ctx->err.code : r;
 }

@@ -17,20 +17,20 @@
 
 /* dst = src converted to dst's dtype; same numel.  Floating dtypes convert
  * among f32/f64/f16/bf16; integer dtypes only copy to the same dtype. */
-int accel_ops_copy(const accel_view *dst, const accel_view *src, accel_err *err);
-int accel_ops_fill(const accel_view *dst, double value, accel_err *err);
-int accel_ops_scale(const accel_view *x, double alpha, accel_err *err);
-int accel_ops_axpy(const accel_view *y, double alpha, const accel_view *x, accel_err *err);
-int accel_ops_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err);
-int accel_ops_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err);
+int accelp_ops_copy(const accel_view *dst, const accel_view *src, accel_err *err);
+int accelp_ops_fill(const accel_view *dst, double value, accel_err *err);
+int accelp_ops_scale(const accel_view *x, double alpha, accel_err *err);
+int accelp_ops_axpy(const accel_view *y, double alpha, const accel_view *x, accel_err *err);
+int accelp_ops_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err);
+int accelp_ops_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err);
 
 /* The same for views of which at least one is on a device (ops_device.c). */
-int accel_ops_device_copy(const accel_view *dst, const accel_view *src, accel_err *err);
-int accel_ops_device_fill(const accel_view *dst, double value, accel_err *err);
-int accel_ops_device_scale(const accel_view *x, double alpha, accel_err *err);
-int accel_ops_device_axpy(const accel_view *y, double alpha, const accel_view *x,
+int accelp_ops_device_copy(const accel_view *dst, const accel_view *src, accel_err *err);
+int accelp_ops_device_fill(const accel_view *dst, double value, accel_err *err);
+int accelp_ops_device_scale(const accel_view *x, double alpha, accel_err *err);
+int accelp_ops_device_axpy(const accel_view *y, double alpha, const accel_view *x,
                           accel_err *err);
-int accel_ops_device_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err);
-int accel_ops_device_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err);
+int accelp_ops_device_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err);
+int accelp_ops_device_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err);
 
 #endif

@@ -18,20 +18,20 @@
 static int check_view(const accel_view *v, const char *what, int float_only, accel_err *err)
 {
 	if (!v)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: view is NULL", what);
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: view is NULL", what);
 	if (v->device != ACCEL_DEVICE_CPU)   /* callers route device views first */
-		return accel_err_set(err, ACCEL_ERR_INTERNAL, "%s: view on device %d:%d reached "
+		return accelp_err_set(err, ACCEL_ERR_INTERNAL, "%s: view on device %d:%d reached "
 		                     "the CPU op", what, v->device, v->device_index);
 	if (accel_dtype_size(v->dtype) == 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: invalid dtype %u", what,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: invalid dtype %u", what,
 		                     v->dtype);
 	if (float_only && v->dtype != ACCEL_DTYPE_F32 && v->dtype != ACCEL_DTYPE_F64 &&
 	    v->dtype != ACCEL_DTYPE_F16 && v->dtype != ACCEL_DTYPE_BF16)
-		return accel_err_set(err, ACCEL_ERR_UNSUPPORTED,
+		return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED,
 		                     "%s: dtype %s is not supported (f32, f64, f16, bf16 are)", what,
 		                     accel_dtype_name(v->dtype));
 	if (v->numel && !v->data)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: NULL data with %llu elements",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: NULL data with %llu elements",
 		                     what, (unsigned long long)v->numel);
 	return ACCEL_OK;
 }
@@ -62,15 +62,15 @@ static inline void store(void *p, uint32_t dt, uint64_t i, double v)
 	}
 }
 
-int accel_ops_copy(const accel_view *dst, const accel_view *src, accel_err *err)
+int accelp_ops_copy(const accel_view *dst, const accel_view *src, accel_err *err)
 {
 	int r;
 	if (on_device(dst) || on_device(src))
-		return accel_ops_device_copy(dst, src, err);
+		return accelp_ops_device_copy(dst, src, err);
 	if ((r = check_view(dst, "copy dst", 0, err)) || (r = check_view(src, "copy src", 0, err)))
 		return r;
 	if (dst->numel != src->numel)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "copy: %llu destination elements but %llu source elements",
 		                     (unsigned long long)dst->numel, (unsigned long long)src->numel);
 	if (dst->dtype == src->dtype) {
@@ -98,10 +98,10 @@ int accel_ops_copy(const accel_view *dst, const accel_view *src, accel_err *err)
 	return ACCEL_OK;
 }
 
-int accel_ops_fill(const accel_view *dst, double value, accel_err *err)
+int accelp_ops_fill(const accel_view *dst, double value, accel_err *err)
 {
 	if (on_device(dst))
-		return accel_ops_device_fill(dst, value, err);
+		return accelp_ops_device_fill(dst, value, err);
 	int r = check_view(dst, "fill", 1, err);
 	if (r)
 		return r;
@@ -123,10 +123,10 @@ int accel_ops_fill(const accel_view *dst, double value, accel_err *err)
 	return ACCEL_OK;
 }
 
-int accel_ops_scale(const accel_view *x, double alpha, accel_err *err)
+int accelp_ops_scale(const accel_view *x, double alpha, accel_err *err)
 {
 	if (on_device(x))
-		return accel_ops_device_scale(x, alpha, err);
+		return accelp_ops_device_scale(x, alpha, err);
 	int r = check_view(x, "scale", 1, err);
 	if (r)
 		return r;
@@ -145,15 +145,15 @@ int accel_ops_scale(const accel_view *x, double alpha, accel_err *err)
 	return ACCEL_OK;
 }
 
-int accel_ops_axpy(const accel_view *y, double alpha, const accel_view *x, accel_err *err)
+int accelp_ops_axpy(const accel_view *y, double alpha, const accel_view *x, accel_err *err)
 {
 	int r;
 	if (on_device(y) || on_device(x))
-		return accel_ops_device_axpy(y, alpha, x, err);
+		return accelp_ops_device_axpy(y, alpha, x, err);
 	if ((r = check_view(y, "axpy y", 1, err)) || (r = check_view(x, "axpy x", 1, err)))
 		return r;
 	if (y->numel != x->numel)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "axpy: y has %llu elements, x %llu",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "axpy: y has %llu elements, x %llu",
 		                     (unsigned long long)y->numel, (unsigned long long)x->numel);
 	if (y->dtype == ACCEL_DTYPE_F32 && x->dtype == ACCEL_DTYPE_F32) {
 		float *restrict yd = y->data;
@@ -170,10 +170,10 @@ int accel_ops_axpy(const accel_view *y, double alpha, const accel_view *x, accel
 	return ACCEL_OK;
 }
 
-int accel_ops_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err)
+int accelp_ops_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err)
 {
 	if (on_device(x))
-		return accel_ops_device_sumsq(x, ret_sumsq, err);
+		return accelp_ops_device_sumsq(x, ret_sumsq, err);
 	int r = check_view(x, "sumsq", 1, err);
 	if (r)
 		return r;
@@ -203,10 +203,10 @@ int accel_ops_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err)
 	return ACCEL_OK;
 }
 
-int accel_ops_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err)
+int accelp_ops_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err)
 {
 	if (on_device(x))
-		return accel_ops_device_nonfinite(x, ret_count, err);
+		return accelp_ops_device_nonfinite(x, ret_count, err);
 	int r = check_view(x, "nonfinite", 1, err);
 	if (r)
 		return r;

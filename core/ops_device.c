@@ -17,19 +17,19 @@ static int is_float(uint32_t dt)
 static int check(const accel_view *v, const char *what, int float_only, accel_err *err)
 {
 	if (!v)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: view is NULL", what);
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: view is NULL", what);
 	if (v->device != ACCEL_DEVICE_CPU && v->device != ACCEL_DEVICE_CUDA)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: unknown device kind %d", what,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: unknown device kind %d", what,
 		                     v->device);
 	if (accel_dtype_size(v->dtype) == 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: invalid dtype %u", what,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: invalid dtype %u", what,
 		                     v->dtype);
 	if (float_only && !is_float(v->dtype))
-		return accel_err_set(err, ACCEL_ERR_UNSUPPORTED,
+		return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED,
 		                     "%s: dtype %s is not supported (f32, f64, f16, bf16 are)", what,
 		                     accel_dtype_name(v->dtype));
 	if (v->numel && !v->data)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: NULL data with %llu elements",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: NULL data with %llu elements",
 		                     what, (unsigned long long)v->numel);
 	return ACCEL_OK;
 }
@@ -40,14 +40,14 @@ static int same_device(const accel_view *a, const accel_view *b, const char *wha
 {
 	if (a->device == b->device && a->device_index == b->device_index)
 		return ACCEL_OK;
-	return accel_err_set(err, ACCEL_ERR_UNSUPPORTED, "%s: views on devices %d:%d and %d:%d; "
+	return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "%s: views on devices %d:%d and %d:%d; "
 	                     "both must be on one device", what, a->device, a->device_index,
 	                     b->device, b->device_index);
 }
 
 #define MSG_INIT(buf) {sizeof(accel_device_err_v1), sizeof(buf), buf}
 
-int accel_ops_device_copy(const accel_view *dst, const accel_view *src, accel_err *err)
+int accelp_ops_device_copy(const accel_view *dst, const accel_view *src, accel_err *err)
 {
 	const accel_device_v1 *d;
 	char buf[1024] = "";
@@ -56,19 +56,19 @@ int accel_ops_device_copy(const accel_view *dst, const accel_view *src, accel_er
 	if ((r = check(dst, "copy dst", 0, err)) || (r = check(src, "copy src", 0, err)))
 		return r;
 	if (dst->numel != src->numel)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "copy: %llu destination elements but %llu source elements",
 		                     (unsigned long long)dst->numel, (unsigned long long)src->numel);
 	if (dst->dtype != src->dtype &&
 	    ((r = check(dst, "copy dst", 1, err)) || (r = check(src, "copy src", 1, err))))
 		return r;
 	const accel_view *dv = dst->device != ACCEL_DEVICE_CPU ? dst : src;
-	if ((r = accel_device_for("copy", dv->device, dv->device_index, &d, err)))
+	if ((r = accelp_device_for("copy", dv->device, dv->device_index, &d, err)))
 		return r;
 	if (dst->device != src->device) {
 		/* host <-> device: a plain copy; conversions run on one side */
 		if (dst->dtype != src->dtype)
-			return accel_err_set(err, ACCEL_ERR_UNSUPPORTED, "copy: %s to %s between the host "
+			return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "copy: %s to %s between the host "
 			                     "and device %d:%d; a copy across devices keeps the dtype "
 			                     "(convert on either side first)",
 			                     accel_dtype_name(src->dtype), accel_dtype_name(dst->dtype),
@@ -81,36 +81,36 @@ int accel_ops_device_copy(const accel_view *dst, const accel_view *src, accel_er
 			return r;
 		r = d->copy(dst, src, &de);
 	}
-	return r ? accel_device_fail(err, r, "copy", buf) : ACCEL_OK;
+	return r ? accelp_device_fail(err, r, "copy", buf) : ACCEL_OK;
 }
 
-int accel_ops_device_fill(const accel_view *dst, double value, accel_err *err)
+int accelp_ops_device_fill(const accel_view *dst, double value, accel_err *err)
 {
 	const accel_device_v1 *d;
 	char buf[1024] = "";
 	accel_device_err_v1 de = MSG_INIT(buf);
 	int r;
 	if ((r = check(dst, "fill", 1, err)) ||
-	    (r = accel_device_for("fill", dst->device, dst->device_index, &d, err)))
+	    (r = accelp_device_for("fill", dst->device, dst->device_index, &d, err)))
 		return r;
 	r = d->fill(dst, value, &de);
-	return r ? accel_device_fail(err, r, "fill", buf) : ACCEL_OK;
+	return r ? accelp_device_fail(err, r, "fill", buf) : ACCEL_OK;
 }
 
-int accel_ops_device_scale(const accel_view *x, double alpha, accel_err *err)
+int accelp_ops_device_scale(const accel_view *x, double alpha, accel_err *err)
 {
 	const accel_device_v1 *d;
 	char buf[1024] = "";
 	accel_device_err_v1 de = MSG_INIT(buf);
 	int r;
 	if ((r = check(x, "scale", 1, err)) ||
-	    (r = accel_device_for("scale", x->device, x->device_index, &d, err)))
+	    (r = accelp_device_for("scale", x->device, x->device_index, &d, err)))
 		return r;
 	r = d->scale(x, alpha, &de);
-	return r ? accel_device_fail(err, r, "scale", buf) : ACCEL_OK;
+	return r ? accelp_device_fail(err, r, "scale", buf) : ACCEL_OK;
 }
 
-int accel_ops_device_axpy(const accel_view *y, double alpha, const accel_view *x,
+int accelp_ops_device_axpy(const accel_view *y, double alpha, const accel_view *x,
                           accel_err *err)
 {
 	const accel_device_v1 *d;
@@ -120,37 +120,37 @@ int accel_ops_device_axpy(const accel_view *y, double alpha, const accel_view *x
 	if ((r = check(y, "axpy y", 1, err)) || (r = check(x, "axpy x", 1, err)))
 		return r;
 	if (y->numel != x->numel)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "axpy: y has %llu elements, x %llu",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "axpy: y has %llu elements, x %llu",
 		                     (unsigned long long)y->numel, (unsigned long long)x->numel);
 	if ((r = same_device(y, x, "axpy", err)) ||
-	    (r = accel_device_for("axpy", y->device, y->device_index, &d, err)))
+	    (r = accelp_device_for("axpy", y->device, y->device_index, &d, err)))
 		return r;
 	r = d->axpy(y, alpha, x, &de);
-	return r ? accel_device_fail(err, r, "axpy", buf) : ACCEL_OK;
+	return r ? accelp_device_fail(err, r, "axpy", buf) : ACCEL_OK;
 }
 
-int accel_ops_device_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err)
+int accelp_ops_device_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err)
 {
 	const accel_device_v1 *d;
 	char buf[1024] = "";
 	accel_device_err_v1 de = MSG_INIT(buf);
 	int r;
 	if ((r = check(x, "sumsq", 1, err)) ||
-	    (r = accel_device_for("sumsq", x->device, x->device_index, &d, err)))
+	    (r = accelp_device_for("sumsq", x->device, x->device_index, &d, err)))
 		return r;
 	r = d->sumsq(x, ret_sumsq, &de);
-	return r ? accel_device_fail(err, r, "sumsq", buf) : ACCEL_OK;
+	return r ? accelp_device_fail(err, r, "sumsq", buf) : ACCEL_OK;
 }
 
-int accel_ops_device_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err)
+int accelp_ops_device_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err)
 {
 	const accel_device_v1 *d;
 	char buf[1024] = "";
 	accel_device_err_v1 de = MSG_INIT(buf);
 	int r;
 	if ((r = check(x, "nonfinite", 1, err)) ||
-	    (r = accel_device_for("nonfinite", x->device, x->device_index, &d, err)))
+	    (r = accelp_device_for("nonfinite", x->device, x->device_index, &d, err)))
 		return r;
 	r = d->nonfinite(x, ret_count, &de);
-	return r ? accel_device_fail(err, r, "nonfinite", buf) : ACCEL_OK;
+	return r ? accelp_device_fail(err, r, "nonfinite", buf) : ACCEL_OK;
 }

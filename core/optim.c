@@ -71,7 +71,7 @@ static const char *const type_names[] = {
 };
 #define N_TYPES (sizeof(type_names) / sizeof(type_names[0]))
 
-int accel_optim_type_parse(const char *name)
+int accelp_optim_type_parse(const char *name)
 {
 	if (!name)
 		return -1;
@@ -81,12 +81,12 @@ int accel_optim_type_parse(const char *name)
 	return -1;
 }
 
-const char *accel_optim_type_name(uint32_t type)
+const char *accelp_optim_type_name(uint32_t type)
 {
 	return type < N_TYPES ? type_names[type] : NULL;
 }
 
-void accel_optim_opts_init(accel_optim_opts *opts, uint32_t type)
+void accelp_optim_opts_init(accel_optim_opts *opts, uint32_t type)
 {
 	if (!opts)
 		return;
@@ -108,33 +108,33 @@ static int check_opts(const accel_optim_opts *o, int from_config, accel_err *err
 	const char *pre = from_config ? "optimizer.params." : "accel_optim_opts.";
 	int code = from_config ? ACCEL_ERR_CONFIG : ACCEL_ERR_INVALID_ARG;
 	if (o->type >= N_TYPES)
-		return accel_err_set(err, code, "optimizer: %s %u is not sgd (%d) or "
+		return accelp_err_set(err, code, "optimizer: %s %u is not sgd (%d) or "
 		                     "adamw (%d)", from_config ? "optimizer.type" : "accel_optim_opts.type",
 		                     o->type, ACCEL_OPTIM_SGD, ACCEL_OPTIM_ADAMW);
 	if (!isfinite(o->lr) || o->lr < 0)
-		return accel_err_set(err, code, "optimizer: %slr must be a finite "
+		return accelp_err_set(err, code, "optimizer: %slr must be a finite "
 		                     "number >= 0, got %g", pre, o->lr);
 	if (!isfinite(o->weight_decay) || o->weight_decay < 0)
-		return accel_err_set(err, code, "optimizer: %sweight_decay must be a "
+		return accelp_err_set(err, code, "optimizer: %sweight_decay must be a "
 		                     "finite number >= 0, got %g", pre, o->weight_decay);
 	if (o->type == ACCEL_OPTIM_ADAMW) {
 		if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
-			return accel_err_set(err, code, "optimizer: %s%s must be in "
+			return accelp_err_set(err, code, "optimizer: %s%s must be in "
 			                     "[0, 1), got [%g, %g]", pre,
 			                     from_config ? "betas" : "beta1 and beta2", o->beta1,
 			                     o->beta2);
 		if (!isfinite(o->eps) || o->eps < 0)
-			return accel_err_set(err, code, "optimizer: %seps must be a "
+			return accelp_err_set(err, code, "optimizer: %seps must be a "
 			                     "finite number >= 0, got %g", pre, o->eps);
 	} else {
 		if (!isfinite(o->momentum) || o->momentum < 0)
-			return accel_err_set(err, code, "optimizer: %smomentum must be "
+			return accelp_err_set(err, code, "optimizer: %smomentum must be "
 			                     "a finite number >= 0, got %g", pre, o->momentum);
 		if (!isfinite(o->dampening))
-			return accel_err_set(err, code, "optimizer: %sdampening must "
+			return accelp_err_set(err, code, "optimizer: %sdampening must "
 			                     "be finite, got %g", pre, o->dampening);
 		if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
-			return accel_err_set(err, code, "optimizer: %snesterov needs "
+			return accelp_err_set(err, code, "optimizer: %snesterov needs "
 			                     "momentum > 0 and dampening = 0 (as torch.optim.SGD), got "
 			                     "momentum %g, dampening %g", pre, o->momentum, o->dampening);
 	}
@@ -157,17 +157,17 @@ static int create(const accel_optim_opts *opts, int from_config, accel_optim **r
 	accel_optim *o;
 	int rc;
 	if (!opts || !ret)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: %s is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: %s is NULL",
 		                     !opts ? "opts" : "ret_optim");
 	if (opts->struct_size < sizeof(accel_optim_opts))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: opts.struct_size is %u, "
-		                     "expected %zu (use accel_optim_opts_init)", opts->struct_size,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: opts.struct_size is %u, "
+		                     "expected %zu (use accelp_optim_opts_init)", opts->struct_size,
 		                     sizeof(accel_optim_opts));
 	if ((rc = check_opts(opts, from_config, err)))
 		return rc;
 	o = calloc(1, sizeof(*o));
 	if (!o)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "optimizer: out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "optimizer: out of memory");
 	o->o = *opts;
 	o->o.struct_size = sizeof(o->o);
 	o->o.nesterov = opts->nesterov ? 1 : 0;
@@ -178,31 +178,31 @@ static int create(const accel_optim_opts *opts, int from_config, accel_optim **r
 	return ACCEL_OK;
 }
 
-int accel_optim_new(const accel_optim_opts *opts, accel_optim **ret_optim, accel_err *err)
+int accelp_optim_new(const accel_optim_opts *opts, accel_optim **ret_optim, accel_err *err)
 {
 	return create(opts, 0, ret_optim, err);
 }
 
 static const char *source_of(const accel_config *cfg, const char *key)
 {
-	const char *s = accel_config_source(cfg, key);
+	const char *s = accelp_config_source(cfg, key);
 	return s ? s : "unset";
 }
 
-/* Unset keys keep *value (the defaults of accel_optim_opts_init). */
+/* Unset keys keep *value (the defaults of accelp_optim_opts_init). */
 static int config_double(const accel_config *cfg, const char *key, double *value,
                          accel_err *err)
 {
-	int rc = accel_config_get_double(cfg, key, value);
+	int rc = accelp_config_get_double(cfg, key, value);
 	if (rc == ACCEL_ERR_NOT_FOUND)
 		return ACCEL_OK;
 	if (rc)
-		return accel_err_set(err, ACCEL_ERR_CONFIG, "optimizer: %s (from %s) is not a number",
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "optimizer: %s (from %s) is not a number",
 		                     key, source_of(cfg, key));
 	return ACCEL_OK;
 }
 
-int accel_optim_new_from_config(const accel_config *cfg, accel_optim **ret_optim,
+int accelp_optim_new_from_config(const accel_config *cfg, accel_optim **ret_optim,
                                 accel_err *err)
 {
 	accel_optim_opts opts;
@@ -213,46 +213,46 @@ int accel_optim_new_from_config(const accel_config *cfg, accel_optim **ret_optim
 	int rc, t;
 
 	if (!cfg || !ret_optim)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: %s is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: %s is NULL",
 		                     !cfg ? "cfg" : "ret_optim");
-	rc = accel_config_get_string(cfg, "optimizer.type", &type);
+	rc = accelp_config_get_string(cfg, "optimizer.type", &type);
 	if (rc && rc != ACCEL_ERR_NOT_FOUND)
-		return accel_err_set(err, ACCEL_ERR_CONFIG, "optimizer: optimizer.type (from %s) is "
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "optimizer: optimizer.type (from %s) is "
 		                     "not a string", source_of(cfg, "optimizer.type"));
-	if ((t = accel_optim_type_parse(type)) < 0)
-		return accel_err_set(err, ACCEL_ERR_CONFIG, "optimizer: optimizer.type '%s' (from %s) "
+	if ((t = accelp_optim_type_parse(type)) < 0)
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "optimizer: optimizer.type '%s' (from %s) "
 		                     "is not one of adamw, sgd", type, source_of(cfg, "optimizer.type"));
-	accel_optim_opts_init(&opts, (uint32_t)t);
+	accelp_optim_opts_init(&opts, (uint32_t)t);
 	if ((rc = config_double(cfg, "optimizer.params.lr", &opts.lr, err)) ||
 	    (rc = config_double(cfg, "optimizer.params.eps", &opts.eps, err)) ||
 	    (rc = config_double(cfg, "optimizer.params.weight_decay", &opts.weight_decay, err)) ||
 	    (rc = config_double(cfg, "optimizer.params.momentum", &opts.momentum, err)) ||
 	    (rc = config_double(cfg, "optimizer.params.dampening", &opts.dampening, err)))
 		return rc;
-	rc = accel_config_get_bool(cfg, "optimizer.params.nesterov", &nesterov);
+	rc = accelp_config_get_bool(cfg, "optimizer.params.nesterov", &nesterov);
 	if (rc && rc != ACCEL_ERR_NOT_FOUND)
-		return accel_err_set(err, ACCEL_ERR_CONFIG, "optimizer: optimizer.params.nesterov "
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "optimizer: optimizer.params.nesterov "
 		                     "(from %s) is not a boolean",
 		                     source_of(cfg, "optimizer.params.nesterov"));
 	opts.nesterov = nesterov ? 1 : 0;
-	if (accel_config_get_count(cfg, "optimizer.params.betas", &n_betas) == ACCEL_OK) {
+	if (accelp_config_get_count(cfg, "optimizer.params.betas", &n_betas) == ACCEL_OK) {
 		if (n_betas != 2 ||
-		    accel_config_get_dbllist(cfg, "optimizer.params.betas", 0, &opts.beta1) ||
-		    accel_config_get_dbllist(cfg, "optimizer.params.betas", 1, &opts.beta2))
-			return accel_err_set(err, ACCEL_ERR_CONFIG, "optimizer: optimizer.params.betas "
+		    accelp_config_get_dbllist(cfg, "optimizer.params.betas", 0, &opts.beta1) ||
+		    accelp_config_get_dbllist(cfg, "optimizer.params.betas", 1, &opts.beta2))
+			return accelp_err_set(err, ACCEL_ERR_CONFIG, "optimizer: optimizer.params.betas "
 			                     "(from %s) must be a list of 2 numbers",
 			                     source_of(cfg, "optimizer.params.betas"));
 	}
 	if ((rc = create(&opts, 1, &o, err)))
 		return rc;
-	while (accel_config_get_strlist(cfg, "optimizer.no_decay", n, &suffix) == ACCEL_OK)
+	while (accelp_config_get_strlist(cfg, "optimizer.no_decay", n, &suffix) == ACCEL_OK)
 		n++;
 	if (n) {
 		o->no_decay = calloc(n, sizeof(*o->no_decay));
 		if (!o->no_decay)
 			goto nomem;
 		for (uint32_t i = 0; i < n; i++) {
-			if (accel_config_get_strlist(cfg, "optimizer.no_decay", i, &suffix) ||
+			if (accelp_config_get_strlist(cfg, "optimizer.no_decay", i, &suffix) ||
 			    !(o->no_decay[i] = strdup(suffix)))
 				goto nomem;
 			o->n_no_decay = i + 1;
@@ -262,11 +262,11 @@ int accel_optim_new_from_config(const accel_config *cfg, accel_optim **ret_optim
 	return ACCEL_OK;
 
 nomem:
-	accel_optim_free(o);
-	return accel_err_set(err, ACCEL_ERR_NOMEM, "optimizer: out of memory");
+	accelp_optim_free(o);
+	return accelp_err_set(err, ACCEL_ERR_NOMEM, "optimizer: out of memory");
 }
 
-accel_optim *accel_optim_free(accel_optim *optim)
+accel_optim *accelp_optim_free(accel_optim *optim)
 {
 	if (!optim)
 		return NULL;
@@ -277,12 +277,12 @@ accel_optim *accel_optim_free(accel_optim *optim)
 	return NULL;
 }
 
-const accel_optim_opts *accel_optim_get_opts(const accel_optim *optim)
+const accel_optim_opts *accelp_optim_get_opts(const accel_optim *optim)
 {
 	return optim ? &optim->o : NULL;
 }
 
-uint32_t accel_optim_state_count(const accel_optim *optim)
+uint32_t accelp_optim_state_count(const accel_optim *optim)
 {
 	if (!optim)
 		return 0;
@@ -291,12 +291,12 @@ uint32_t accel_optim_state_count(const accel_optim *optim)
 	return optim->o.momentum != 0 ? 1 : 0;
 }
 
-const accel_optim_group *accel_optim_get_group(const accel_optim *optim, uint32_t group)
+const accel_optim_group *accelp_optim_get_group(const accel_optim *optim, uint32_t group)
 {
 	return optim && group < ACCEL_OPTIM_N_GROUPS ? &optim->groups[group] : NULL;
 }
 
-uint32_t accel_optim_group_of(const accel_optim *optim, const char *name)
+uint32_t accelp_optim_group_of(const accel_optim *optim, const char *name)
 {
 	size_t n = name ? strlen(name) : 0;
 	for (uint32_t i = 0; optim && name && i < optim->n_no_decay; i++) {
@@ -307,16 +307,16 @@ uint32_t accel_optim_group_of(const accel_optim *optim, const char *name)
 	return ACCEL_OPTIM_GROUP_DECAY;
 }
 
-const char *accel_optim_get_kernel(const accel_optim *optim)
+const char *accelp_optim_get_kernel(const accel_optim *optim)
 {
 	return optim ? kernel_names[optim->kernel] : NULL;
 }
 
-int accel_optim_set_kernel(accel_optim *optim, const char *name, accel_err *err)
+int accelp_optim_set_kernel(accel_optim *optim, const char *name, accel_err *err)
 {
 	enum kernel best = best_kernel();
 	if (!optim || !name)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: %s is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: %s is NULL",
 		                     !optim ? "optim" : "kernel name");
 	if (!strcmp(name, "auto")) {
 		optim->kernel = best;
@@ -326,12 +326,12 @@ int accel_optim_set_kernel(accel_optim *optim, const char *name, accel_err *err)
 		if (strcmp(name, kernel_names[k]))
 			continue;
 		if (k != K_GENERIC && k != best)
-			return accel_err_set(err, ACCEL_ERR_UNSUPPORTED, "optimizer: kernel '%s' needs "
+			return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "optimizer: kernel '%s' needs "
 			                     "a CPU feature this machine lacks", name);
 		optim->kernel = (enum kernel)k;
 		return ACCEL_OK;
 	}
-	return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: unknown kernel '%s' (auto, "
+	return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer: unknown kernel '%s' (auto, "
 	                     "generic, avx2-fma)", name);
 }
 
@@ -486,7 +486,7 @@ KERNELS(avx2, __attribute__((target("avx2,fma"))))
 
 /* ---- the step ------------------------------------------------------------------ */
 
-int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
+int accelp_optim_step_range(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
                            double lr, float *p, const void *g, uint32_t gdtype,
                            float *const state[], uint64_t n, double grad_scale,
                            accel_err *err)
@@ -495,46 +495,46 @@ int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *gr
 	double wd;
 
 	if (!optim)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: optim is NULL");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: optim is NULL");
 	if (!grp)
 		grp = &optim->groups[ACCEL_OPTIM_GROUP_DECAY];
 	if (t == 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: step count t is 0; "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: step count t is 0; "
 		                     "the first update has t = 1");
 	if (!isfinite(lr) || lr < 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: learning rate %g "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: learning rate %g "
 		                     "must be finite and >= 0", lr);
 	wd = grp->weight_decay;
 	if (!isfinite(wd) || wd < 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: group weight_decay "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: group weight_decay "
 		                     "%g must be finite and >= 0", wd);
 	if (gdtype != ACCEL_DTYPE_F32 && gdtype != ACCEL_DTYPE_F16 && gdtype != ACCEL_DTYPE_BF16)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: gradient dtype %s "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: gradient dtype %s "
 		                     "(%u) is not f32, f16 or bf16",
 		                     accel_dtype_name(gdtype) ? accel_dtype_name(gdtype) : "unknown",
 		                     gdtype);
 	if (n == 0)
 		return ACCEL_OK;
-	ns = accel_optim_state_count(optim);
+	ns = accelp_optim_state_count(optim);
 	if (!p || !g)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: %s is NULL for %llu "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: %s is NULL for %llu "
 		                     "elements", !p ? "parameter" : "gradient", (unsigned long long)n);
 	if (ns && !state)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: %s needs %u state "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: %s needs %u state "
 		                     "arrays, got none", type_names[optim->o.type], ns);
 	for (uint32_t k = 0; k < ns; k++) {
 		if (!state[k])
-			return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: state[%u] is "
+			return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: state[%u] is "
 			                     "NULL (%s keeps %u)", k, type_names[optim->o.type], ns);
 		if ((void *)state[k] == (void *)p || (const void *)state[k] == g ||
 		    (k && state[k] == state[0]))
-			return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: state[%u] is "
+			return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: state[%u] is "
 			                     "the same array as the %s", k,
 			                     (void *)state[k] == (void *)p ? "parameters"
 			                     : (const void *)state[k] == g ? "gradients" : "state[0]");
 	}
 	if ((const void *)p == g)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: parameters and "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: parameters and "
 		                     "gradients are the same array");
 
 	if (optim->o.type == ACCEL_OPTIM_ADAMW) {
@@ -564,7 +564,7 @@ int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *gr
 	return ACCEL_OK;
 }
 
-int accel_optim_step_ranges(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
+int accelp_optim_step_ranges(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
                             double lr, int32_t device, int32_t device_index,
                             const accel_optim_range *ranges, uint32_t n, uint32_t gdtype,
                             double grad_scale, accel_err *err)
@@ -572,31 +572,31 @@ int accel_optim_step_ranges(const accel_optim *optim, const accel_optim_group *g
 	const accel_device_v1 *dev;
 	int r;
 	if (!optim || (n && !ranges))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: %s is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: %s is NULL",
 		                     !optim ? "optim" : "ranges");
 	if (device == ACCEL_DEVICE_CPU) {
 		for (uint32_t i = 0; i < n; i++) {
 			const accel_optim_range *q = &ranges[i];
-			if ((r = accel_optim_step_range(optim, grp, t, lr, q->param, q->grad, gdtype,
+			if ((r = accelp_optim_step_range(optim, grp, t, lr, q->param, q->grad, gdtype,
 			                                q->state, q->numel, grad_scale, err)))
 				return r;
 		}
 		return ACCEL_OK;
 	}
 	/* The checks of step_range that do not read memory, then the module. */
-	if ((r = accel_optim_step_range(optim, grp, t, lr, NULL, NULL, gdtype, NULL, 0, grad_scale,
+	if ((r = accelp_optim_step_range(optim, grp, t, lr, NULL, NULL, gdtype, NULL, 0, grad_scale,
 	                                err)))
 		return r;
-	if ((r = accel_device_for("optimizer step", device, device_index, &dev, err)))
+	if ((r = accelp_device_for("optimizer step", device, device_index, &dev, err)))
 		return r;
 	if (!grp)
 		grp = &optim->groups[ACCEL_OPTIM_GROUP_DECAY];
-	uint32_t ns = accel_optim_state_count(optim);
+	uint32_t ns = accelp_optim_state_count(optim);
 	for (uint32_t i = 0; i < n; i++) {
 		const accel_optim_range *q = &ranges[i];
 		if (q->numel && (!q->param || !q->grad || (ns >= 1 && !q->state[0]) ||
 		                 (ns >= 2 && !q->state[1])))
-			return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: range %u has a "
+			return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: range %u has a "
 			                     "NULL parameter, gradient or state array (%s keeps %u) for "
 			                     "%llu elements", i, type_names[optim->o.type], ns,
 			                     (unsigned long long)q->numel);
@@ -631,7 +631,7 @@ int accel_optim_step_ranges(const accel_optim *optim, const accel_optim_group *g
 			                                {ranges[i].state[0], ranges[i].state[1]},
 			                                ranges[i].numel};
 		if ((r = dev->optim_step(device_index, &o, dr, k, &de)))
-			return accel_device_fail(err, r, "optimizer step", buf);
+			return accelp_device_fail(err, r, "optimizer step", buf);
 	}
 	return ACCEL_OK;
 }

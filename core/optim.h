@@ -22,7 +22,7 @@
  * zero before the first step (AdamW's moments start at zero).
  *
  * Thread contract: an accel_optim is immutable after creation; any number of
- * threads may call accel_optim_step_range() on disjoint ranges at once. */
+ * threads may call accelp_optim_step_range() on disjoint ranges at once. */
 #ifndef ACCEL_CORE_OPTIM_H
 #define ACCEL_CORE_OPTIM_H
 
@@ -44,7 +44,7 @@
 
 typedef struct accel_optim accel_optim;
 
-/* Hyper-parameters; accel_optim_opts_init() fills torch's defaults. */
+/* Hyper-parameters; accelp_optim_opts_init() fills torch's defaults. */
 typedef struct accel_optim_opts {
 	uint32_t struct_size;     /* sizeof(accel_optim_opts)                        */
 	uint32_t type;            /* ACCEL_OPTIM_SGD or ACCEL_OPTIM_ADAMW            */
@@ -66,42 +66,42 @@ typedef struct accel_optim_group {
 
 /* torch's defaults for `type` (lr 1e-3 for both, which torch.optim.SGD does
  * not default); struct_size set. */
-void accel_optim_opts_init(accel_optim_opts *opts, uint32_t type);
+void accelp_optim_opts_init(accel_optim_opts *opts, uint32_t type);
 
 /* "sgd" / "adamw" <-> ACCEL_OPTIM_*; parse returns -1 for an unknown name,
  * name NULL for an unknown type. */
-int accel_optim_type_parse(const char *name);
-const char *accel_optim_type_name(uint32_t type);
+int accelp_optim_type_parse(const char *name);
+const char *accelp_optim_type_name(uint32_t type);
 
 /* Check the options (messages name the member and value) and make an
  * optimizer whose no_decay group has no name suffixes.  Returns ACCEL_OK,
  * ACCEL_ERR_INVALID_ARG or ACCEL_ERR_NOMEM.  Owned. */
-int accel_optim_new(const accel_optim_opts *opts, accel_optim **ret_optim, accel_err *err);
+int accelp_optim_new(const accel_optim_opts *opts, accel_optim **ret_optim, accel_err *err);
 
 /* The same from a resolved configuration: optimizer.type,
  * optimizer.params.{lr, betas, eps, weight_decay, momentum, dampening,
  * nesterov} and the optimizer.no_decay suffixes.  Messages name the key and
  * where its value came from.  Returns ACCEL_OK, ACCEL_ERR_CONFIG or
  * ACCEL_ERR_NOMEM. */
-int accel_optim_new_from_config(const accel_config *cfg, accel_optim **ret_optim,
+int accelp_optim_new_from_config(const accel_config *cfg, accel_optim **ret_optim,
                                 accel_err *err);
 
 /* NULL-safe; returns NULL. */
-accel_optim *accel_optim_free(accel_optim *optim);
+accel_optim *accelp_optim_free(accel_optim *optim);
 
 /* Borrowed, valid while optim lives. */
-const accel_optim_opts *accel_optim_get_opts(const accel_optim *optim);
+const accel_optim_opts *accelp_optim_get_opts(const accel_optim *optim);
 
 /* f32 state arrays per element: SGD 0 (momentum 0) or 1 (the momentum
  * buffer), AdamW 2 (exp_avg, exp_avg_sq, in that order). 0 for NULL. */
-uint32_t accel_optim_state_count(const accel_optim *optim);
+uint32_t accelp_optim_state_count(const accel_optim *optim);
 
 /* Group `group` (ACCEL_OPTIM_GROUP_*); NULL when out of range.  Borrowed. */
-const accel_optim_group *accel_optim_get_group(const accel_optim *optim, uint32_t group);
+const accel_optim_group *accelp_optim_get_group(const accel_optim *optim, uint32_t group);
 
 /* ACCEL_OPTIM_GROUP_NO_DECAY when `name` ends with one of the no_decay
  * suffixes (an empty suffix matches nothing), else ACCEL_OPTIM_GROUP_DECAY. */
-uint32_t accel_optim_group_of(const accel_optim *optim, const char *name);
+uint32_t accelp_optim_group_of(const accel_optim *optim, const char *name);
 
 /* One update of elements [0, n) of a range:
  *   grp         hyper-parameters of the range's group (NULL: group 0)
@@ -113,18 +113,18 @@ uint32_t accel_optim_group_of(const accel_optim *optim, const char *name);
  *               (float)grad_scale first (unscale and clipping; 1: none).  A
  *               non-finite grad_scale or gradient makes the values
  *               non-finite, as in torch.
- *   state       accel_optim_state_count() arrays of n f32, in place
+ *   state       accelp_optim_state_count() arrays of n f32, in place
  *               (NULL when the count is 0)
  * The arrays must not overlap (they are restrict-qualified; identical
  * starting addresses are refused).  Errors (ACCEL_ERR_INVALID_ARG, message
  * in err): NULL pointers with n > 0, t = 0, bad lr, unknown gdtype. */
-int accel_optim_step_range(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
+int accelp_optim_step_range(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
                            double lr, float *p, const void *g, uint32_t gdtype,
                            float *const state[], uint64_t n, double grad_scale,
                            accel_err *err);
 
 /* One range of step_ranges(): numel f32 parameters, gradients (of the
- * call's gdtype) and accel_optim_state_count() state arrays (the others
+ * call's gdtype) and accelp_optim_state_count() state arrays (the others
  * NULL), all on the call's device. */
 typedef struct accel_optim_range {
 	float *param;
@@ -139,7 +139,7 @@ typedef struct accel_optim_range {
  * multi-tensor kernel (enqueued; it gives the CPU's bits, see
  * docs/optim.md), which is loaded on first use; ACCEL_ERR_UNSUPPORTED with
  * the reason when this build, machine or install has no usable module. */
-int accel_optim_step_ranges(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
+int accelp_optim_step_ranges(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
                             double lr, int32_t device, int32_t device_index,
                             const accel_optim_range *ranges, uint32_t n, uint32_t gdtype,
                             double grad_scale, accel_err *err);
@@ -147,10 +147,10 @@ int accel_optim_step_ranges(const accel_optim *optim, const accel_optim_group *g
 /* The kernel variant step_range uses: "avx2-fma" (x86-64 with AVX2 and
  * FMA), "generic" (portable C; fmaf() from the C library where the target
  * has no FMA instruction).  Both give the same bits. */
-const char *accel_optim_get_kernel(const accel_optim *optim);
+const char *accelp_optim_get_kernel(const accel_optim *optim);
 /* Choose the variant: "auto" (the fastest this CPU runs), or a name above.
  * ACCEL_ERR_UNSUPPORTED when this CPU cannot run it, ACCEL_ERR_INVALID_ARG
  * for an unknown name.  For tests and benchmarks. */
-int accel_optim_set_kernel(accel_optim *optim, const char *name, accel_err *err);
+int accelp_optim_set_kernel(accel_optim *optim, const char *name, accel_err *err);
 
 #endif

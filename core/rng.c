@@ -24,7 +24,7 @@
 void accel_rng_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t ret_out[4])
 {
 	if (ctr && key && ret_out)
-		accel_philox4x32_r(ctr, key, 10, ret_out);
+		accelp_philox4x32_r(ctr, key, 10, ret_out);
 }
 
 int accel_rng_init(uint64_t seed, uint32_t kind, uint64_t id, int32_t rank, accel_rng *ret_rng)
@@ -40,7 +40,7 @@ int accel_rng_init(uint64_t seed, uint32_t kind, uint64_t id, int32_t rank, acce
 	ctr[3] = KEY_TAG;
 	key[0] = (uint32_t)seed;
 	key[1] = (uint32_t)(seed >> 32);
-	accel_philox4x32_r(ctr, key, 10, out);
+	accelp_philox4x32_r(ctr, key, 10, out);
 	*ret_rng = (accel_rng){
 		.key = {out[0], out[1]},
 		.lane = kind == ACCEL_RNG_RANK ? (uint32_t)rank : 0,
@@ -73,7 +73,7 @@ int accel_rng_seed_stream(accel_ctx *ctx, uint32_t kind, uint64_t id, accel_rng 
 static void block_at(const accel_rng *r, uint64_t b, uint32_t out[4])
 {
 	uint32_t ctr[4] = {(uint32_t)b, (uint32_t)(b >> 32), r->lane, r->reserved};
-	accel_philox4x32_r(ctr, r->key, 10, out);
+	accelp_philox4x32_r(ctr, r->key, 10, out);
 }
 
 uint32_t accel_rng_u32(accel_rng *rng)
@@ -90,13 +90,13 @@ uint32_t accel_rng_u32(accel_rng *rng)
 
 float accel_rng_uniform(accel_rng *rng)
 {
-	return accel_rng_word_to_uniform(accel_rng_u32(rng));
+	return accelp_rng_word_to_uniform(accel_rng_u32(rng));
 }
 
 double accel_rng_uniform_double(accel_rng *rng)
 {
 	uint32_t hi = accel_rng_u32(rng);
-	return accel_rng_words_to_double(hi, accel_rng_u32(rng));
+	return accelp_rng_words_to_double(hi, accel_rng_u32(rng));
 }
 
 static float normal_of(uint32_t a, uint32_t b)
@@ -164,7 +164,7 @@ int accel_rng_fill_uniform(accel_rng *rng, float *dst, uint64_t n, double lo, do
 		uint32_t w[4];
 		block_at(rng, rng->pos >> 2, w);
 		for (int j = 0; j < 4; j++)
-			dst[i + j] = scale_uniform(accel_rng_word_to_uniform(w[j]), lo, hi, top);
+			dst[i + j] = scale_uniform(accelp_rng_word_to_uniform(w[j]), lo, hi, top);
 		rng->pos += 4;
 	}
 	while (i < n)

@@ -23,7 +23,7 @@
 #define ACCEL_PHILOX_W1 UINT32_C(0xBB67AE85)
 
 /* out = Philox4x32-`rounds`(ctr, key).  out may alias ctr. */
-static inline void accel_philox4x32_r(const uint32_t ctr[4], const uint32_t key[2],
+static inline void accelp_philox4x32_r(const uint32_t ctr[4], const uint32_t key[2],
                                       unsigned rounds, uint32_t out[4])
 {
 	uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
@@ -49,13 +49,13 @@ static inline void accel_philox4x32_r(const uint32_t ctr[4], const uint32_t key[
 }
 
 /* A 32-bit word as a float in [0, 1): its top 24 bits times 2^-24, exact. */
-static inline float accel_rng_word_to_uniform(uint32_t w)
+static inline float accelp_rng_word_to_uniform(uint32_t w)
 {
 	return (float)(w >> 8) * 0x1p-24f;
 }
 
 /* Two words as a double in [0, 1) with 53 random bits (w0 the high part). */
-static inline double accel_rng_words_to_double(uint32_t w0, uint32_t w1)
+static inline double accelp_rng_words_to_double(uint32_t w0, uint32_t w1)
 {
 	uint64_t u = ((uint64_t)w0 << 32 | w1) >> 11;
 	return (double)u * 0x1p-53;

@@ -36,12 +36,12 @@ static const char *const st_names[ACCEL_DTYPE_COUNT] = {
 	[ACCEL_DTYPE_U8] = "U8",
 };
 
-const char *accel_st_dtype_name(uint32_t dtype)
+const char *accelp_st_dtype_name(uint32_t dtype)
 {
 	return dtype < ACCEL_DTYPE_COUNT ? st_names[dtype] : NULL;
 }
 
-uint32_t accel_st_dtype_parse(const char *name)
+uint32_t accelp_st_dtype_parse(const char *name)
 {
 	if (!name)
 		return ACCEL_DTYPE_INVALID;
@@ -183,11 +183,11 @@ static mode_t new_file_mode(const char *path)
 	return (mode_t)(0666 & ~um);
 }
 
-int accel_st_writer_new(const char *path, accel_st_writer **ret_writer, accel_err *err)
+int accelp_st_writer_new(const char *path, accel_st_writer **ret_writer, accel_err *err)
 {
 	accel_st_writer *w = NULL;
 	if (!path || !*path || !ret_writer)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors writer: no path given");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors writer: no path given");
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		goto nomem;
@@ -204,11 +204,11 @@ int accel_st_writer_new(const char *path, accel_st_writer **ret_writer, accel_er
 	w->fd = mkostemp(w->tmp_path, O_CLOEXEC);
 	if (w->fd < 0) {
 		int e = errno;
-		accel_err_set(err, ACCEL_ERR_IO, "%s: cannot create a temporary file beside it: %s",
+		accelp_err_set(err, ACCEL_ERR_IO, "%s: cannot create a temporary file beside it: %s",
 		              path, strerror(e));
 		free(w->tmp_path);
 		w->tmp_path = NULL;
-		accel_st_writer_free(w);
+		accelp_st_writer_free(w);
 		return ACCEL_ERR_IO;
 	}
 	/* mkostemp makes 0600: an overwritten file keeps its mode, a new one
@@ -217,11 +217,11 @@ int accel_st_writer_new(const char *path, accel_st_writer **ret_writer, accel_er
 	*ret_writer = w;
 	return ACCEL_OK;
 nomem:
-	accel_st_writer_free(w);
-	return accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", path);
+	accelp_st_writer_free(w);
+	return accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", path);
 }
 
-accel_st_writer *accel_st_writer_free(accel_st_writer *w)
+accel_st_writer *accelp_st_writer_free(accel_st_writer *w)
 {
 	if (!w)
 		return NULL;
@@ -243,75 +243,75 @@ accel_st_writer *accel_st_writer_free(accel_st_writer *w)
 static int writer_usable(accel_st_writer *w, const char *what, int need_open, accel_err *err)
 {
 	if (!w)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors %s: writer is NULL", what);
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors %s: writer is NULL", what);
 	if (w->committed)
-		return accel_err_set(err, ACCEL_ERR_STATE, "%s: %s after commit", w->path, what);
+		return accelp_err_set(err, ACCEL_ERR_STATE, "%s: %s after commit", w->path, what);
 	if (need_open && w->frozen)
-		return accel_err_set(err, ACCEL_ERR_STATE,
+		return accelp_err_set(err, ACCEL_ERR_STATE,
 		                     "%s: %s after data was written (describe every tensor first)",
 		                     w->path, what);
 	if (w->fd < 0)
-		return accel_err_set(err, ACCEL_ERR_STATE, "%s: %s on a failed writer", w->path, what);
+		return accelp_err_set(err, ACCEL_ERR_STATE, "%s: %s on a failed writer", w->path, what);
 	return ACCEL_OK;
 }
 
-int accel_st_writer_set_metadata(accel_st_writer *w, const char *key, const char *value,
+int accelp_st_writer_set_metadata(accel_st_writer *w, const char *key, const char *value,
                                  accel_err *err)
 {
 	int rc = writer_usable(w, "set_metadata", 1, err);
 	if (rc)
 		return rc;
 	if (!key || !value)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: metadata key or value is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: metadata key or value is NULL",
 		                     w->path);
 	json_t *s = json_string(value);
 	if (!s)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: metadata \"%s\": value is not valid UTF-8", w->path, key);
 	if (json_object_set_new(w->meta, key, s))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: metadata key \"%s\" is not valid UTF-8", w->path, key);
 	return ACCEL_OK;
 }
 
-int accel_st_writer_add(accel_st_writer *w, const char *name, uint32_t dtype, uint32_t ndim,
+int accelp_st_writer_add(accel_st_writer *w, const char *name, uint32_t dtype, uint32_t ndim,
                         const uint64_t *shape, const void *data, accel_err *err)
 {
 	int rc = writer_usable(w, "add", 1, err);
 	if (rc)
 		return rc;
 	if (!name || !*name || !strcmp(name, METADATA_KEY))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: invalid tensor name \"%s\"",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: invalid tensor name \"%s\"",
 		                     w->path, name ? name : "(null)");
-	if (!accel_st_dtype_name(dtype))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": unknown dtype %u",
+	if (!accelp_st_dtype_name(dtype))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": unknown dtype %u",
 		                     w->path, name, dtype);
 	if (ndim > ACCEL_ST_MAX_DIMS || (ndim && !shape))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: tensor \"%s\": %u dims (at most %d, shape required)", w->path,
 		                     name, ndim, ACCEL_ST_MAX_DIMS);
 	/* JSON integers are int64: a larger dimension (possible in a tensor
 	 * with a zero dimension, whose size is 0) would be written negative. */
 	for (uint32_t i = 0; i < ndim; i++)
 		if (shape[i] > (uint64_t)INT64_MAX)
-			return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+			return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 			                     "%s: tensor \"%s\": shape[%u] = %" PRIu64 " is larger than "
 			                     "2^63-1", w->path, name, i, shape[i]);
 	uint64_t numel, nbytes;
 	if (!shape_size(ndim, shape, accel_dtype_size(dtype), &numel, &nbytes))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": shape overflows",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": shape overflows",
 		                     w->path, name);
 	/* Names are checked for UTF-8 now rather than when the header is built. */
 	json_t *probe = json_string(name);
 	if (!probe)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: tensor name is not valid UTF-8", w->path);
 	json_decref(probe);
 	if (w->n == w->cap) {
 		uint32_t ncap = w->cap ? 2 * w->cap : 16;
 		wtensor *nt = realloc(w->t, ncap * sizeof(*nt));
 		if (!nt)
-			return accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", w->path);
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", w->path);
 		w->t = nt;
 		w->cap = ncap;
 	}
@@ -319,7 +319,7 @@ int accel_st_writer_add(accel_st_writer *w, const char *name, uint32_t dtype, ui
 	memset(t, 0, sizeof(*t));
 	t->name = strdup(name);
 	if (!t->name)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", w->path);
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", w->path);
 	t->dtype = dtype;
 	t->ndim = ndim;
 	for (uint32_t i = 0; i < ndim; i++)
@@ -368,7 +368,7 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 		qsort(w->by_name, w->n, sizeof(*w->by_name), cmp_wname);
 	for (uint32_t i = 1; i < w->n; i++)
 		if (!strcmp(w->by_name[i - 1]->name, w->by_name[i]->name)) {
-			rc = accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\" added twice",
+			rc = accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\" added twice",
 			                   w->path, w->by_name[i]->name);
 			goto fail;
 		}
@@ -379,7 +379,7 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 	for (uint32_t i = 0; i < w->n; i++) {
 		wtensor *t = &w->t[i];
 		if (t->nbytes > (uint64_t)INT64_MAX - off) {   /* JSON offsets are int64 */
-			rc = accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+			rc = accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 			                   "%s: total data size overflows (at tensor \"%s\")", w->path,
 			                   t->name);
 			goto fail;
@@ -400,7 +400,7 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 		json_t *offs = json_pack("[II]", (json_int_t)t->offset,
 		                         (json_int_t)(t->offset + t->nbytes));
 		/* json_object_set_new takes the value's reference even when it fails. */
-		if (json_object_set_new(entry, "dtype", json_string(accel_st_dtype_name(t->dtype))) ||
+		if (json_object_set_new(entry, "dtype", json_string(accelp_st_dtype_name(t->dtype))) ||
 		    json_object_set_new(entry, "shape", shape) ||
 		    json_object_set_new(entry, "data_offsets", offs))
 			goto nomem;
@@ -416,7 +416,7 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 	size_t len = strlen(text);
 	size_t padded = (len + 7) & ~(size_t)7;
 	if (padded > ACCEL_ST_MAX_HEADER) {
-		rc = accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		rc = accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                   "%s: header would be %zu bytes, more than readers accept (%u)",
 		                   w->path, padded, ACCEL_ST_MAX_HEADER);
 		goto fail;
@@ -428,7 +428,7 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 	memcpy(hdr + 8, text, len);
 	memset(hdr + 8 + len, ' ', padded - len);
 	if (pwrite_full(w->fd, hdr, 8 + padded, 0)) {
-		rc = accel_err_set(err, ACCEL_ERR_IO, "%s: writing the header: %s", w->tmp_path,
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: writing the header: %s", w->tmp_path,
 		                   strerror(errno));
 		goto fail;
 	}
@@ -436,7 +436,7 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 	w->frozen = 1;
 	goto out;
 nomem:
-	rc = accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory building the header", w->path);
+	rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory building the header", w->path);
 fail:
 	/* A writer that failed here cannot be resumed. */
 	if (w->fd >= 0)
@@ -450,7 +450,7 @@ out:
 	return rc;
 }
 
-int accel_st_writer_write(accel_st_writer *w, const char *name, const void *chunk, uint64_t nbytes,
+int accelp_st_writer_write(accel_st_writer *w, const char *name, const void *chunk, uint64_t nbytes,
                           accel_err *err)
 {
 	int rc = writer_usable(w, "write", 0, err);
@@ -462,23 +462,23 @@ int accel_st_writer_write(accel_st_writer *w, const char *name, const void *chun
 	if (name)
 		hit = w->n ? bsearch(&kp, w->by_name, w->n, sizeof(*w->by_name), cmp_wname) : NULL;
 	if (!hit)
-		return accel_err_set(err, ACCEL_ERR_NOT_FOUND, "%s: write to unknown tensor \"%s\"",
+		return accelp_err_set(err, ACCEL_ERR_NOT_FOUND, "%s: write to unknown tensor \"%s\"",
 		                     w->path, name ? name : "(null)");
 	wtensor *t = *hit;
 	if (t->data)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: tensor \"%s\" was added with its data; it cannot be streamed",
 		                     w->path, t->name);
 	if (nbytes > t->nbytes - t->written)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: tensor \"%s\": %" PRIu64 " more bytes would exceed its %" PRIu64
 		                     " (already %" PRIu64 ")",
 		                     w->path, t->name, nbytes, t->nbytes, t->written);
 	if (nbytes && !chunk)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": chunk is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": chunk is NULL",
 		                     w->path, t->name);
 	if (pwrite_full(w->fd, chunk, nbytes, w->data_start + t->offset + t->written))
-		return accel_err_set(err, ACCEL_ERR_IO, "%s: writing tensor \"%s\": %s", w->tmp_path,
+		return accelp_err_set(err, ACCEL_ERR_IO, "%s: writing tensor \"%s\": %s", w->tmp_path,
 		                     t->name, strerror(errno));
 	t->written += nbytes;
 	return ACCEL_OK;
@@ -488,7 +488,7 @@ static int fsync_dir_of(const char *path, accel_err *err)
 {
 	char *dir = strdup(path);
 	if (!dir)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", path);
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", path);
 	char *slash = strrchr(dir, '/');
 	if (!slash)
 		strcpy(dir, ".");
@@ -499,7 +499,7 @@ static int fsync_dir_of(const char *path, accel_err *err)
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int rc = ACCEL_OK;
 	if (fd < 0 || fsync(fd))
-		rc = accel_err_set(err, ACCEL_ERR_IO, "%s: syncing directory %s: %s", path, dir,
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: syncing directory %s: %s", path, dir,
 		                   strerror(errno));
 	if (fd >= 0)
 		close(fd);
@@ -507,7 +507,7 @@ static int fsync_dir_of(const char *path, accel_err *err)
 	return rc;
 }
 
-int accel_st_writer_commit(accel_st_writer *w, accel_err *err)
+int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 {
 	int rc = writer_usable(w, "commit", 0, err);
 	if (rc)
@@ -518,12 +518,12 @@ int accel_st_writer_commit(accel_st_writer *w, accel_err *err)
 		wtensor *t = &w->t[i];
 		if (t->data) {
 			if (pwrite_full(w->fd, t->data, t->nbytes, w->data_start + t->offset)) {
-				rc = accel_err_set(err, ACCEL_ERR_IO, "%s: writing tensor \"%s\": %s",
+				rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: writing tensor \"%s\": %s",
 				                   w->tmp_path, t->name, strerror(errno));
 				goto fail;
 			}
 		} else if (t->written != t->nbytes) {
-			rc = accel_err_set(err, ACCEL_ERR_STATE,
+			rc = accelp_err_set(err, ACCEL_ERR_STATE,
 			                   "%s: tensor \"%s\" is incomplete: %" PRIu64 " of %" PRIu64
 			                   " bytes written",
 			                   w->path, t->name, t->written, t->nbytes);
@@ -533,17 +533,17 @@ int accel_st_writer_commit(accel_st_writer *w, accel_err *err)
 	/* The file length must match even when the last tensors are empty. */
 	uint64_t end = w->data_start + (w->n ? w->t[w->n - 1].offset + w->t[w->n - 1].nbytes : 0);
 	if (ftruncate(w->fd, (off_t)end) || fsync(w->fd)) {
-		rc = accel_err_set(err, ACCEL_ERR_IO, "%s: flushing: %s", w->tmp_path, strerror(errno));
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: flushing: %s", w->tmp_path, strerror(errno));
 		goto fail;
 	}
 	if (close(w->fd)) {
 		w->fd = -1;
-		rc = accel_err_set(err, ACCEL_ERR_IO, "%s: closing: %s", w->tmp_path, strerror(errno));
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: closing: %s", w->tmp_path, strerror(errno));
 		goto fail;
 	}
 	w->fd = -1;
 	if (rename(w->tmp_path, w->path)) {
-		rc = accel_err_set(err, ACCEL_ERR_IO, "%s: renaming %s over it: %s", w->path,
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: renaming %s over it: %s", w->path,
 		                   w->tmp_path, strerror(errno));
 		goto fail;
 	}
@@ -579,7 +579,7 @@ struct accel_st_reader {
 	uint32_t nmeta;
 };
 
-accel_st_reader *accel_st_reader_free(accel_st_reader *r)
+accel_st_reader *accelp_st_reader_free(accel_st_reader *r)
 {
 	if (!r)
 		return NULL;
@@ -621,7 +621,7 @@ static int cmp_meta(const void *a, const void *b)
 	return strcmp(((const meta_kv *)a)->key, ((const meta_kv *)b)->key);
 }
 
-#define BAD(...) do { rc = accel_err_set(err, ACCEL_ERR_CHECKPOINT, __VA_ARGS__); goto fail; } while (0)
+#define BAD(...) do { rc = accelp_err_set(err, ACCEL_ERR_CHECKPOINT, __VA_ARGS__); goto fail; } while (0)
 
 static int parse_metadata(accel_st_reader *r, json_t *obj, accel_err *err)
 {
@@ -631,7 +631,7 @@ static int parse_metadata(accel_st_reader *r, json_t *obj, accel_err *err)
 		    r->path);
 	r->meta = calloc(json_object_size(obj) + 1, sizeof(*r->meta));
 	if (!r->meta)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", r->path);
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", r->path);
 	const char *k;
 	json_t *v;
 	json_object_foreach(obj, k, v) {
@@ -643,7 +643,7 @@ static int parse_metadata(accel_st_reader *r, json_t *obj, accel_err *err)
 		m->value = strdup(json_string_value(v));
 		r->nmeta++;
 		if (!m->key || !m->value)
-			return accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", r->path);
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", r->path);
 	}
 	if (r->nmeta)
 		qsort(r->meta, r->nmeta, sizeof(*r->meta), cmp_meta);
@@ -678,7 +678,7 @@ static int parse_entry(accel_st_reader *r, const char *name, json_t *e, accel_er
 	memset(t, 0, sizeof(*t));
 	if (!json_is_string(jd))
 		BAD("%s: tensor \"%s\": dtype is not a string", r->path, name);
-	t->info.dtype = accel_st_dtype_parse(json_string_value(jd));
+	t->info.dtype = accelp_st_dtype_parse(json_string_value(jd));
 	if (t->info.dtype == ACCEL_DTYPE_INVALID)
 		BAD("%s: tensor \"%s\": unknown dtype \"%s\" (accel reads F64, F32, F16, BF16, "
 		    "F8_E4M3, F8_E5M2, I64, I32, U8)", r->path, name, json_string_value(jd));
@@ -724,14 +724,14 @@ static int parse_entry(accel_st_reader *r, const char *name, json_t *e, accel_er
 	t->info.offset = b;
 	t->name = strdup(name);
 	if (!t->name)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", r->path);
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", r->path);
 	t->info.name = t->name;
 	r->n++;
 fail:
 	return rc;
 }
 
-int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_err *err)
+int accelp_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_err *err)
 {
 	accel_st_reader *r = NULL;
 	char *hdr = NULL;
@@ -741,7 +741,7 @@ int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_er
 	struct stat st;
 
 	if (!path || !*path || !ret_reader)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors reader: no path given");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors reader: no path given");
 	r = calloc(1, sizeof(*r));
 	if (!r || !(r->path = strdup(path)))
 		goto nomem;
@@ -749,12 +749,12 @@ int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_er
 	 * refused as not a regular file); regular files ignore the flag. */
 	r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (r->fd < 0) {
-		rc = accel_err_set(err, errno == ENOENT ? ACCEL_ERR_NOT_FOUND : ACCEL_ERR_IO,
+		rc = accelp_err_set(err, errno == ENOENT ? ACCEL_ERR_NOT_FOUND : ACCEL_ERR_IO,
 		                   "%s: cannot open: %s", path, strerror(errno));
 		goto fail;
 	}
 	if (fstat(r->fd, &st)) {
-		rc = accel_err_set(err, ACCEL_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
 		goto fail;
 	}
 	if (!S_ISREG(st.st_mode))
@@ -764,7 +764,7 @@ int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_er
 		BAD("%s: truncated: %" PRIu64 " bytes, shorter than the 8-byte header length", path,
 		    fsize);
 	if (pread_full(r->fd, lenbuf, 8, 0)) {
-		rc = accel_err_set(err, ACCEL_ERR_IO, "%s: reading: %s", path,
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: reading: %s", path,
 		                   errno ? strerror(errno) : "unexpected end of file");
 		goto fail;
 	}
@@ -782,7 +782,7 @@ int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_er
 	if (!hdr)
 		goto nomem;
 	if (pread_full(r->fd, hdr, hlen, 8)) {
-		rc = accel_err_set(err, ACCEL_ERR_IO, "%s: reading the header: %s", path,
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: reading the header: %s", path,
 		                   errno ? strerror(errno) : "unexpected end of file");
 		goto fail;
 	}
@@ -848,46 +848,46 @@ int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_er
 	*ret_reader = r;
 	return ACCEL_OK;
 nomem:
-	rc = accel_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", path ? path : "safetensors");
+	rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory", path ? path : "safetensors");
 fail:
 	json_decref(root);
 	free(hdr);
-	accel_st_reader_free(r);
+	accelp_st_reader_free(r);
 	return rc;
 }
 
 #undef BAD
 
-const char *accel_st_reader_path(const accel_st_reader *r)
+const char *accelp_st_reader_path(const accel_st_reader *r)
 {
 	return r ? r->path : NULL;
 }
 
-uint32_t accel_st_reader_count(const accel_st_reader *r)
+uint32_t accelp_st_reader_count(const accel_st_reader *r)
 {
 	return r ? r->n : 0;
 }
 
-const accel_st_tensor *accel_st_reader_get(const accel_st_reader *r, uint32_t i)
+const accel_st_tensor *accelp_st_reader_get(const accel_st_reader *r, uint32_t i)
 {
 	return r && i < r->n ? &r->t[i].info : NULL;
 }
 
-int accel_st_reader_find(const accel_st_reader *r, const char *name,
+int accelp_st_reader_find(const accel_st_reader *r, const char *name,
                          const accel_st_tensor **ret_tensor, accel_err *err)
 {
 	if (!r || !name || !ret_tensor)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors find: NULL argument");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors find: NULL argument");
 	rtensor key = {.name = (char *)name}, *kp = &key, **hit;
 	hit = r->n ? bsearch(&kp, r->by_name, r->n, sizeof(*r->by_name), cmp_rname) : NULL;
 	if (!hit)
-		return accel_err_set(err, ACCEL_ERR_NOT_FOUND, "%s: no tensor named \"%s\"", r->path,
+		return accelp_err_set(err, ACCEL_ERR_NOT_FOUND, "%s: no tensor named \"%s\"", r->path,
 		                     name);
 	*ret_tensor = &(*hit)->info;
 	return ACCEL_OK;
 }
 
-const char *accel_st_reader_metadata(const accel_st_reader *r, const char *key)
+const char *accelp_st_reader_metadata(const accel_st_reader *r, const char *key)
 {
 	if (!r || !key)
 		return NULL;
@@ -896,12 +896,12 @@ const char *accel_st_reader_metadata(const accel_st_reader *r, const char *key)
 	return hit ? hit->value : NULL;
 }
 
-uint32_t accel_st_reader_metadata_count(const accel_st_reader *r)
+uint32_t accelp_st_reader_metadata_count(const accel_st_reader *r)
 {
 	return r ? r->nmeta : 0;
 }
 
-const char *accel_st_reader_metadata_key(const accel_st_reader *r, uint32_t i,
+const char *accelp_st_reader_metadata_key(const accel_st_reader *r, uint32_t i,
                                          const char **ret_value)
 {
 	if (!r || i >= r->nmeta)
@@ -911,28 +911,28 @@ const char *accel_st_reader_metadata_key(const accel_st_reader *r, uint32_t i,
 	return r->meta[i].key;
 }
 
-int accel_st_reader_read(accel_st_reader *r, const accel_st_tensor *t, uint64_t first,
+int accelp_st_reader_read(accel_st_reader *r, const accel_st_tensor *t, uint64_t first,
                          uint64_t count, void *buf, accel_err *err)
 {
 	if (!r || !t)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors read: NULL argument");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "safetensors read: NULL argument");
 	/* t must be one of ours: it carries the offsets we validated. */
 	if (r->n == 0 || t < &r->t[0].info || t > &r->t[r->n - 1].info)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: read of a tensor that belongs to another reader", r->path);
 	if (first > t->numel || count > t->numel - first)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "%s: tensor \"%s\": elements [%" PRIu64 ", %" PRIu64
 		                     ") outside its %" PRIu64,
 		                     r->path, t->name, first, first + count, t->numel);
 	if (count == 0)
 		return ACCEL_OK;
 	if (!buf)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": buffer is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": buffer is NULL",
 		                     r->path, t->name);
 	size_t es = accel_dtype_size(t->dtype);
 	if (pread_full(r->fd, buf, count * es, r->data_start + t->offset + first * es))
-		return accel_err_set(err, ACCEL_ERR_IO, "%s: reading tensor \"%s\": %s", r->path,
+		return accelp_err_set(err, ACCEL_ERR_IO, "%s: reading tensor \"%s\": %s", r->path,
 		                     t->name, errno ? strerror(errno) : "file shrank since it was opened");
 	return ACCEL_OK;
 }

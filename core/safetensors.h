@@ -56,8 +56,8 @@
 
 /* Format dtype name ("F32", "BF16", "F8_E4M3") of an ACCEL_DTYPE_*, NULL if
  * the format has none; and the reverse (ACCEL_DTYPE_INVALID if unknown). */
-const char *accel_st_dtype_name(uint32_t dtype);
-uint32_t accel_st_dtype_parse(const char *name);
+const char *accelp_st_dtype_name(uint32_t dtype);
+uint32_t accelp_st_dtype_parse(const char *name);
 
 /* What the reader knows about one tensor.  Borrowed from the reader. */
 typedef struct accel_st_tensor {
@@ -77,59 +77,59 @@ typedef struct accel_st_writer accel_st_writer;
 /* Start writing `path` (its temporary file is created now, so a bad directory
  * fails here).  Owned; free it after commit, or free it without commit to
  * abandon the file (the temporary is removed, an existing `path` is untouched). */
-int accel_st_writer_new(const char *path, accel_st_writer **ret_writer, accel_err *err);
-accel_st_writer *accel_st_writer_free(accel_st_writer *w);
+int accelp_st_writer_new(const char *path, accel_st_writer **ret_writer, accel_err *err);
+accel_st_writer *accelp_st_writer_free(accel_st_writer *w);
 
 /* Add a "__metadata__" entry (string to string).  Before the first write. */
-int accel_st_writer_set_metadata(accel_st_writer *w, const char *key, const char *value,
+int accelp_st_writer_set_metadata(accel_st_writer *w, const char *key, const char *value,
                                  accel_err *err);
 
 /* Describe a tensor.  `name` and `shape` are copied.  `data` (optional) is
  * borrowed until commit: numel x dtype size bytes, row-major; with NULL the
- * bytes must be supplied with accel_st_writer_write before commit.  Names are
+ * bytes must be supplied with accelp_st_writer_write before commit.  Names are
  * non-empty, not "__metadata__", and unique (a duplicate is reported by the
  * first write or by commit, which then fail).  Before the first write. */
-int accel_st_writer_add(accel_st_writer *w, const char *name, uint32_t dtype, uint32_t ndim,
+int accelp_st_writer_add(accel_st_writer *w, const char *name, uint32_t dtype, uint32_t ndim,
                         const uint64_t *shape, const void *data, accel_err *err);
 
 /* Append the next `nbytes` of the data of tensor `name` (added with data ==
  * NULL).  Chunks of one tensor come in order; tensors may be interleaved.
  * The first call fixes the header and writes it; no tensors or metadata can
  * be added after it. */
-int accel_st_writer_write(accel_st_writer *w, const char *name, const void *chunk, uint64_t nbytes,
+int accelp_st_writer_write(accel_st_writer *w, const char *name, const void *chunk, uint64_t nbytes,
                           accel_err *err);
 
 /* Write the remaining data, check every streamed tensor is complete, fsync,
  * rename over the target, fsync the directory.  After success the writer only
  * accepts free. */
-int accel_st_writer_commit(accel_st_writer *w, accel_err *err);
+int accelp_st_writer_commit(accel_st_writer *w, accel_err *err);
 
 /* ---- reader ------------------------------------------------------------------ */
 
 typedef struct accel_st_reader accel_st_reader;
 
 /* Open and validate `path`.  Owned. */
-int accel_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_err *err);
-accel_st_reader *accel_st_reader_free(accel_st_reader *r);
+int accelp_st_reader_new(const char *path, accel_st_reader **ret_reader, accel_err *err);
+accel_st_reader *accelp_st_reader_free(accel_st_reader *r);
 
 /* Path given to _new (borrowed). */
-const char *accel_st_reader_path(const accel_st_reader *r);
+const char *accelp_st_reader_path(const accel_st_reader *r);
 /* Tensors in data-buffer order (increasing offset); borrowed. */
-uint32_t accel_st_reader_count(const accel_st_reader *r);
-const accel_st_tensor *accel_st_reader_get(const accel_st_reader *r, uint32_t i);
+uint32_t accelp_st_reader_count(const accel_st_reader *r);
+const accel_st_tensor *accelp_st_reader_get(const accel_st_reader *r, uint32_t i);
 /* Find by name (binary search).  ACCEL_ERR_NOT_FOUND names the file. */
-int accel_st_reader_find(const accel_st_reader *r, const char *name,
+int accelp_st_reader_find(const accel_st_reader *r, const char *name,
                          const accel_st_tensor **ret_tensor, accel_err *err);
 /* Metadata: value of `key` or NULL; and iteration over (key, value) pairs in
  * key order.  Borrowed. */
-const char *accel_st_reader_metadata(const accel_st_reader *r, const char *key);
-uint32_t accel_st_reader_metadata_count(const accel_st_reader *r);
-const char *accel_st_reader_metadata_key(const accel_st_reader *r, uint32_t i,
+const char *accelp_st_reader_metadata(const accel_st_reader *r, const char *key);
+uint32_t accelp_st_reader_metadata_count(const accel_st_reader *r);
+const char *accelp_st_reader_metadata_key(const accel_st_reader *r, uint32_t i,
                                          const char **ret_value);
 
 /* Copy elements [first, first + count) of tensor `t` (from this reader) into
  * `buf` (count x dtype size bytes).  count == 0 is a no-op. */
-int accel_st_reader_read(accel_st_reader *r, const accel_st_tensor *t, uint64_t first,
+int accelp_st_reader_read(accel_st_reader *r, const accel_st_tensor *t, uint64_t first,
                          uint64_t count, void *buf, accel_err *err);
 
 #endif

@@ -57,7 +57,7 @@ static uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-void accel_perm_init(accel_perm *p, uint64_t n, uint64_t seed, uint64_t epoch)
+void accelp_perm_init(accel_perm *p, uint64_t n, uint64_t seed, uint64_t epoch)
 {
 	memset(p, 0, sizeof(*p));
 	p->n = n;
@@ -99,7 +99,7 @@ static uint64_t feistel(const accel_perm *p, uint64_t x)
 	return (l << h) | r;
 }
 
-uint64_t accel_perm_apply(const accel_perm *p, uint64_t pos)
+uint64_t accelp_perm_apply(const accel_perm *p, uint64_t pos)
 {
 	if (p->n <= 1)
 		return 0;
@@ -112,20 +112,20 @@ uint64_t accel_perm_apply(const accel_perm *p, uint64_t pos)
 	return x;
 }
 
-uint64_t accel_sampler_perm(const accel_sampler *s, uint64_t epoch, uint64_t pos)
+uint64_t accelp_sampler_perm(const accel_sampler *s, uint64_t epoch, uint64_t pos)
 {
 	if (!s->shuffle)
 		return pos;
 	if (epoch == s->epoch)
-		return accel_perm_apply(&s->perm, pos);
+		return accelp_perm_apply(&s->perm, pos);
 	accel_perm p;
-	accel_perm_init(&p, s->n, s->seed, epoch);
-	return accel_perm_apply(&p, pos);
+	accelp_perm_init(&p, s->n, s->seed, epoch);
+	return accelp_perm_apply(&p, pos);
 }
 
 /* ---- layout --------------------------------------------------------------------- */
 
-uint64_t accel_sampler_layout_valid(uint64_t n, uint64_t b, uint32_t rank, uint64_t offset)
+uint64_t accelp_sampler_layout_valid(uint64_t n, uint64_t b, uint32_t rank, uint64_t offset)
 {
 	if (offset >= n)
 		return 0;
@@ -135,7 +135,7 @@ uint64_t accel_sampler_layout_valid(uint64_t n, uint64_t b, uint32_t rank, uint6
 	return left - skip < b ? left - skip : b;
 }
 
-uint64_t accel_sampler_layout_num_batches(uint64_t n, uint64_t b, uint32_t rank,
+uint64_t accelp_sampler_layout_num_batches(uint64_t n, uint64_t b, uint32_t rank,
                                           uint32_t world_size, int drop_last,
                                           int even_batches)
 {
@@ -159,7 +159,7 @@ static int step_available(const accel_sampler *s, uint64_t c)
 		return s->n - c >= s->g;
 	if (s->even)
 		return 1;
-	return accel_sampler_layout_valid(s->n, s->b, s->rank, c) > 0;
+	return accelp_sampler_layout_valid(s->n, s->b, s->rank, c) > 0;
 }
 
 /* ---- errors ----------------------------------------------------------------------- */
@@ -170,22 +170,22 @@ static int sampler_fail(accel_sampler *s, int code, const char *fmt, ...)
 	va_list ap;
 	va_start(ap, fmt);
 	if (s) {
-		accel_err_clear(&s->err);
-		accel_err_setv(&s->err, code, fmt, ap);
+		accelp_err_clear(&s->err);
+		accelp_err_setv(&s->err, code, fmt, ap);
 		if (s->ctx)
-			accel_err_set(&s->ctx->err, code, "%s", s->err.msg);
+			accelp_err_set(&s->ctx->err, code, "%s", s->err.msg);
 		else
-			accel_log(ACCEL_LOG_ERROR, "%s", s->err.msg);
+			accelp_log(ACCEL_LOG_ERROR, "%s", s->err.msg);
 	} else {
 		char msg[512];
 		vsnprintf(msg, sizeof(msg), fmt, ap);
-		accel_log(ACCEL_LOG_ERROR, "%s", msg);
+		accelp_log(ACCEL_LOG_ERROR, "%s", msg);
 	}
 	va_end(ap);
 	return code;
 }
 
-const char *accel_sampler_last_error(const accel_sampler *s)
+const char *accelp_sampler_last_error(const accel_sampler *s)
 {
 	return s ? s->err.msg : "";
 }
@@ -210,44 +210,44 @@ void accel_sampler_opts_init(accel_sampler_opts *opts)
 static int check_flag(const char *what, int32_t v, accel_err *err)
 {
 	if (v != 0 && v != 1)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "sampler: %s must be 0 or 1, got %d", what, (int)v);
 	return ACCEL_OK;
 }
 
-int accel_sampler_create(accel_ctx *ctx, const accel_sampler_opts *opts,
+int accelp_sampler_create(accel_ctx *ctx, const accel_sampler_opts *opts,
                          accel_sampler **ret_sampler, accel_err *err)
 {
 	accel_sampler *s = NULL;
 	int rc;
 
 	if (!opts || !ret_sampler)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "sampler: %s is NULL",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "sampler: %s is NULL",
 		                     !opts ? "opts" : "ret_sampler");
 	if (opts->struct_size < sizeof(accel_sampler_opts))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "sampler: opts.struct_size is %u, expected %zu (call "
 		                     "accel_sampler_opts_init() first)",
 		                     opts->struct_size, sizeof(accel_sampler_opts));
 	if (opts->n_samples == 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "sampler: n_samples is 0 (an empty dataset has no batches)");
 	if (opts->n_samples > MAX_SAMPLES)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "sampler: n_samples %llu is larger than the supported 2^62",
 		                     (unsigned long long)opts->n_samples);
 	if (opts->batch_size == 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "sampler: batch_size is 0");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "sampler: batch_size is 0");
 	if (opts->world_size <= 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "sampler: world_size must be > 0, got %d", (int)opts->world_size);
 	if (opts->rank < 0 || opts->rank >= opts->world_size)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "sampler: rank %d is outside 0..%d (world_size %d)",
 		                     (int)opts->rank, (int)opts->world_size - 1,
 		                     (int)opts->world_size);
 	if (opts->seed < 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "sampler: seed must be >= 0, got %lld", (long long)opts->seed);
 	if ((rc = check_flag("shuffle", opts->shuffle, err)) ||
 	    (rc = check_flag("drop_last", opts->drop_last, err)) ||
@@ -258,7 +258,7 @@ int accel_sampler_create(accel_ctx *ctx, const accel_sampler_opts *opts,
 	uint64_t b = opts->batch_size;
 	if (opts->split_batches) {
 		if (b % (uint64_t)opts->world_size != 0)
-			return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+			return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 			                     "sampler: with split_batches the batch size is the "
 			                     "global batch and must be a multiple of the world size: "
 			                     "%llu is not a multiple of %d (use %llu or %llu, or "
@@ -270,18 +270,18 @@ int accel_sampler_create(accel_ctx *ctx, const accel_sampler_opts *opts,
 			                                          (uint64_t)opts->world_size));
 		b /= (uint64_t)opts->world_size;
 		if (b == 0)
-			return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+			return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 			                     "sampler: global batch %llu is smaller than the world size %d",
 			                     (unsigned long long)opts->batch_size, (int)opts->world_size);
 	}
 	if (b > UINT32_MAX)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                     "sampler: per-rank batch %llu is larger than %u",
 		                     (unsigned long long)b, (unsigned)UINT32_MAX);
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "sampler: out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "sampler: out of memory");
 	s->ctx = ctx;
 	s->n = opts->n_samples;
 	s->b = b;
@@ -295,7 +295,7 @@ int accel_sampler_create(accel_ctx *ctx, const accel_sampler_opts *opts,
 	s->even = opts->even_batches;
 	s->epoch = 0;
 	s->consumed = 0;
-	accel_perm_init(&s->perm, s->n, s->seed, 0);
+	accelp_perm_init(&s->perm, s->n, s->seed, 0);
 	*ret_sampler = s;
 	return ACCEL_OK;
 }
@@ -308,9 +308,9 @@ static int config_flag(accel_ctx *ctx, const char *key, int32_t *ret_value,
 	int32_t v;
 	if (!ctx || !ctx->cfg)
 		return ACCEL_ERR_NOT_FOUND;
-	if (accel_config_get_bool(ctx->cfg, key, &v) != ACCEL_OK)
+	if (accelp_config_get_bool(ctx->cfg, key, &v) != ACCEL_OK)
 		return ACCEL_ERR_NOT_FOUND;
-	const char *src = accel_config_source(ctx->cfg, key);
+	const char *src = accelp_config_source(ctx->cfg, key);
 	*ret_value = v != 0;
 	/* "default" or "default (null at FILE)": not the user's choice. */
 	*ret_source = (src && strncmp(src, "default", 7) != 0) ? src : NULL;
@@ -328,7 +328,7 @@ static int resolve_flag(accel_ctx *ctx, const char *key, int32_t given, int32_t 
 		return ACCEL_OK;
 	}
 	if (have && src && (given != 0) != cv)
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "sampler: %s=%s passed to accel_sampler_new() contradicts "
 		                     "%s=%s from %s; set it in one place (leave the option at "
 		                     "ACCEL_SAMPLER_AUTO to use the configuration)",
@@ -346,12 +346,12 @@ int accel_sampler_new(accel_ctx *ctx, const accel_sampler_opts *opts,
 	int rc;
 
 	if (!opts || !ret_sampler) {
-		rc = accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_sampler_new: %s is NULL",
+		rc = accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_sampler_new: %s is NULL",
 		                   !opts ? "opts" : "ret_sampler");
 		goto fail;
 	}
 	if (opts->struct_size < sizeof(o)) {
-		rc = accel_err_set(err, ACCEL_ERR_INVALID_ARG,
+		rc = accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                   "accel_sampler_new: opts.struct_size is %u, expected %zu "
 		                   "(call accel_sampler_opts_init() first)",
 		                   opts->struct_size, sizeof(o));
@@ -364,9 +364,9 @@ int accel_sampler_new(accel_ctx *ctx, const accel_sampler_opts *opts,
 		o.world_size = ctx ? ctx->world.world_size : 1;
 	if (o.seed == ACCEL_SAMPLER_AUTO) {
 		int64_t seed = DEFAULT_SEED;
-		if (ctx && ctx->cfg && accel_config_get_int(ctx->cfg, KEY_SEED, &seed) == ACCEL_OK &&
+		if (ctx && ctx->cfg && accelp_config_get_int(ctx->cfg, KEY_SEED, &seed) == ACCEL_OK &&
 		    seed < 0) {
-			rc = accel_err_set(err, ACCEL_ERR_CONFIG,
+			rc = accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                   "sampler: config seed is %lld; it must be >= 0",
 			                   (long long)seed);
 			goto fail;
@@ -378,12 +378,12 @@ int accel_sampler_new(accel_ctx *ctx, const accel_sampler_opts *opts,
 	    (rc = resolve_flag(ctx, KEY_SPLIT, o.split_batches, 0, &o.split_batches, err)) ||
 	    (rc = resolve_flag(ctx, KEY_EVEN, o.even_batches, 1, &o.even_batches, err)))
 		goto fail;
-	if ((rc = accel_sampler_create(ctx, &o, ret_sampler, err)))
+	if ((rc = accelp_sampler_create(ctx, &o, ret_sampler, err)))
 		goto fail;
 	return ACCEL_OK;
 fail:
 	if (!ctx)
-		accel_log(ACCEL_LOG_ERROR, "%s", local.msg);
+		accelp_log(ACCEL_LOG_ERROR, "%s", local.msg);
 	return rc;
 }
 
@@ -398,7 +398,7 @@ accel_sampler *accel_sampler_free(accel_sampler *s)
 static void go_to(accel_sampler *s, uint64_t epoch, uint64_t consumed)
 {
 	if (epoch != s->epoch || s->perm.n != s->n)
-		accel_perm_init(&s->perm, s->n, s->seed, epoch);
+		accelp_perm_init(&s->perm, s->n, s->seed, epoch);
 	s->epoch = epoch;
 	s->consumed = consumed;
 	s->have_last = 0;
@@ -416,13 +416,13 @@ int accel_sampler_next(accel_sampler *s, int64_t *ret_indices, uint32_t *ret_cou
 		return ACCEL_OK;
 	}
 	const uint64_t start = c + (uint64_t)s->rank * s->b;
-	const uint64_t valid = accel_sampler_layout_valid(s->n, s->b, s->rank, c);
+	const uint64_t valid = accelp_sampler_layout_valid(s->n, s->b, s->rank, c);
 	const uint64_t count = (s->even || s->drop_last) ? s->b : valid;
 	for (uint64_t j = 0; j < count; j++) {
 		uint64_t pos = start + j;
 		if (pos >= s->n)
 			pos %= s->n;      /* even_batches padding: wrap to the epoch's start */
-		ret_indices[j] = (int64_t)(s->shuffle ? accel_perm_apply(&s->perm, pos) : pos);
+		ret_indices[j] = (int64_t)(s->shuffle ? accelp_perm_apply(&s->perm, pos) : pos);
 	}
 	s->consumed = s->n - c > s->g ? c + s->g : s->n;
 	s->have_last = 1;
@@ -526,7 +526,7 @@ int accel_sampler_get_info(const accel_sampler *s, accel_sampler_info *ret_info)
 	in.n_samples = s->n;
 	in.batch_size = s->b;
 	in.global_batch = s->g;
-	in.num_batches = accel_sampler_layout_num_batches(s->n, s->b, s->rank, s->world,
+	in.num_batches = accelp_sampler_layout_num_batches(s->n, s->b, s->rank, s->world,
 	                                                  s->drop_last, s->even);
 	memcpy(ret_info, &in, in.struct_size);
 	return ACCEL_OK;
@@ -572,7 +572,7 @@ int accel_sampler_compact(const accel_sampler *s, void *data, size_t sample_byte
 	const size_t block = (size_t)s->b * sample_bytes;
 	uint64_t kept = 0;
 	for (uint32_t r = 0; r < s->world; r++) {
-		uint64_t v = accel_sampler_layout_valid(s->n, s->b, r, s->last.offset);
+		uint64_t v = accelp_sampler_layout_valid(s->n, s->b, r, s->last.offset);
 		if (v == 0)
 			break;        /* later ranks have no real samples either */
 		/* The destination never passes the source (kept <= r*b), so an

@@ -22,33 +22,33 @@ int accel_gather_for_metrics(accel_ctx *ctx, const accel_sampler *s, const void 
 	if (!ctx)
 		return ACCEL_ERR_INVALID_ARG;
 	if (!s || !recv || !ret_count || per_sample == 0)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_gather_for_metrics: %s",
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_gather_for_metrics: %s",
 		                     !s ? "s is NULL" : !recv ? "recv is NULL" :
 		                     !ret_count ? "ret_count is NULL" : "per_sample is 0");
 	esize = accel_dtype_size(dtype);
 	if (esize == 0)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "accel_gather_for_metrics: unknown dtype %u", dtype);
 	if (accel_sampler_get_info(s, &info) != ACCEL_OK)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INTERNAL,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INTERNAL,
 		                     "accel_gather_for_metrics: cannot read the sampler");
 	if (accel_sampler_last_batch(s, &last) != ACCEL_OK)
-		return accel_err_set(&ctx->err, ACCEL_ERR_STATE,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_STATE,
 		                     "accel_gather_for_metrics: no batch was returned since the "
 		                     "sampler was created, restored or moved to a new epoch; call "
 		                     "it after accel_sampler_next() returned a batch");
 	if (info.world_size != ctx->world.world_size || info.rank != ctx->world.rank)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "accel_gather_for_metrics: the sampler is rank %d of %d but "
 		                     "the context is rank %d of %d; gather with "
 		                     "accel_sampler_compact() over your own group instead",
 		                     (int)info.rank, (int)info.world_size, (int)ctx->world.rank,
 		                     (int)ctx->world.world_size);
 	if (!send && last.count > 0)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "accel_gather_for_metrics: send is NULL");
 	if (per_sample > UINT64_MAX / info.batch_size / esize)
-		return accel_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "accel_gather_for_metrics: per_sample %llu is too large",
 		                     (unsigned long long)per_sample);
 
@@ -59,7 +59,7 @@ int accel_gather_for_metrics(accel_ctx *ctx, const accel_sampler *s, const void 
 		 * compact() drops the tail. */
 		tmp = calloc((size_t)elems, esize);
 		if (!tmp) {
-			rc = accel_err_set(&ctx->err, ACCEL_ERR_NOMEM,
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM,
 			                   "accel_gather_for_metrics: out of memory (%llu bytes)",
 			                   (unsigned long long)(elems * esize));
 			goto fail;

@@ -11,10 +11,10 @@
 
 static int add(accel_select *sel, const char *name, const char *why, accel_err *err)
 {
-	if (accel_select_has(sel, name))
+	if (accelp_select_has(sel, name))
 		return ACCEL_OK;
 	if (sel->n == ACCEL_SELECT_MAX)
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "more than %d plugins selected (at '%s', from %s)",
 		                     ACCEL_SELECT_MAX, name, why);
 	sel->why[sel->n] = why;
@@ -22,7 +22,7 @@ static int add(accel_select *sel, const char *name, const char *why, accel_err *
 	return ACCEL_OK;
 }
 
-int accel_select_has(const accel_select *sel, const char *name)
+int accelp_select_has(const accel_select *sel, const char *name)
 {
 	for (uint32_t i = 0; i < sel->n; i++)
 		if (!strcmp(sel->names[i], name))
@@ -30,36 +30,36 @@ int accel_select_has(const accel_select *sel, const char *name)
 	return 0;
 }
 
-int accel_select_from_config(const accel_config *cfg, accel_select *ret_sel, accel_err *err)
+int accelp_select_from_config(const accel_config *cfg, accel_select *ret_sel, accel_err *err)
 {
 	accel_select sel = {.n = 0};
 	const char *s = NULL;
 	int r;
-	if (accel_config_peek_string(cfg, "strategy", &s) != ACCEL_OK || !s)
+	if (accelp_config_peek_string(cfg, "strategy", &s) != ACCEL_OK || !s)
 		s = "ddp";
 	if ((r = add(&sel, s, "strategy", err)))
 		return r;
-	for (uint32_t i = 0; accel_config_peek_strlist(cfg, "plugins", i, &s) == ACCEL_OK; i++) {
+	for (uint32_t i = 0; accelp_config_peek_strlist(cfg, "plugins", i, &s) == ACCEL_OK; i++) {
 		/* said twice, or the strategy again: a slip worth naming, not
 		 * something to fix up quietly */
-		if (accel_select_has(&sel, s))
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+		if (accelp_select_has(&sel, s))
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     strcmp(s, sel.names[0])
 			                         ? "'%s' is listed more than once in plugins (%s)"
 			                         : "'%s' is listed in plugins (%s) but is the strategy; "
 			                           "list only hook plugins there",
-			                     s, accel_config_source(cfg, "plugins"));
+			                     s, accelp_config_source(cfg, "plugins"));
 		if ((r = add(&sel, s, "plugins", err)))
 			return r;
 	}
-	if (accel_config_peek_string(cfg, "mixed_precision", &s) == ACCEL_OK && s) {
+	if (accelp_config_peek_string(cfg, "mixed_precision", &s) == ACCEL_OK && s) {
 		/* Accelerate's mixed_precision implies the plugin doing the work. */
 		if (!strcmp(s, "fp16") && (r = add(&sel, "scaler", "mixed_precision=fp16", err)))
 			return r;
 		if (!strcmp(s, "fp8") && (r = add(&sel, "fp8", "mixed_precision=fp8", err)))
 			return r;
 	}
-	if (accel_config_peek_string(cfg, "backend", &sel.backend) != ACCEL_OK || !sel.backend)
+	if (accelp_config_peek_string(cfg, "backend", &sel.backend) != ACCEL_OK || !sel.backend)
 		sel.backend = "auto";
 	*ret_sel = sel;
 	return ACCEL_OK;
@@ -84,7 +84,7 @@ static int serves(const accel_module *m, int device)
 	return (m->devices & (1u << (unsigned)device)) != 0;
 }
 
-int accel_select_backend_active(const accel_loader *ld, const char *backend, const char *name)
+int accelp_select_backend_active(const accel_loader *ld, const char *backend, const char *name)
 {
 	if (!strcmp(backend, name))
 		return 1;
@@ -100,7 +100,7 @@ int accel_select_backend_active(const accel_loader *ld, const char *backend, con
 	return b && !serves(b, ACCEL_DEVICE_CPU) && serves(m, ACCEL_DEVICE_CPU);
 }
 
-uint32_t accel_select_comm_scope(const accel_module *m)
+uint32_t accelp_select_comm_scope(const accel_module *m)
 {
 	uint32_t s = m->comm->desc->scope & (ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES);
 	return s ? s : ACCEL_COMM_SCOPE_DEFAULT;
@@ -115,7 +115,7 @@ static void note(char *why, size_t cap, size_t *used, const char *name, const ch
 		*used += (size_t)n;
 }
 
-int accel_select_comm_auto(const accel_loader *ld, int device, int32_t num_nodes,
+int accelp_select_comm_auto(const accel_loader *ld, int device, int32_t num_nodes,
                            accel_select_probe_fn probe, void *probe_arg,
                            const accel_module **ret_module, char *why, size_t cap,
                            int *ret_broken)
@@ -147,7 +147,7 @@ int accel_select_comm_auto(const accel_loader *ld, int device, int32_t num_nodes
 			note(why, cap, &used, m->name, m->cause ? m->cause : "requirements unmet here");
 			continue;
 		}
-		if (!(accel_select_comm_scope(m) & need)) {
+		if (!(accelp_select_comm_scope(m) & need)) {
 			note(why, cap, &used, m->name,
 			     num_nodes > 1 ? "serves one node only" : "serves jobs across nodes only");
 			continue;
@@ -172,17 +172,17 @@ static int add_module_schema(accel_config *cfg, const accel_module *m, unsigned 
                              accel_err *err)
 {
 	if (m->kind == ACCEL_MODULE_PLUGIN && m->plugin->desc->config_section)
-		return accel_config_add_schema(cfg, m->plugin->desc->config_section, m->name,
+		return accelp_config_add_schema(cfg, m->plugin->desc->config_section, m->name,
 		                               m->plugin->desc->params, m->plugin->desc->n_params,
 		                               flags, err);
 	if (m->kind == ACCEL_MODULE_COMM && m->comm->desc->config_section)
-		return accel_config_add_schema(cfg, m->comm->desc->config_section, m->name,
+		return accelp_config_add_schema(cfg, m->comm->desc->config_section, m->name,
 		                               m->comm->desc->params, m->comm->desc->n_params,
 		                               flags | ACCEL_SCHEMA_BACKEND, err);
 	return ACCEL_OK;
 }
 
-int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
+int accelp_select_register_schemas(accel_config *cfg, const accel_loader *ld,
                                   const accel_select *sel, accel_err *err)
 {
 	/* The selected modules first, so that a clash with a module that is
@@ -195,20 +195,20 @@ int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
 			if (m->status == ACCEL_MODULE_BROKEN || m->status == ACCEL_MODULE_SHADOWED)
 				continue;
 			int selected = m->kind == ACCEL_MODULE_PLUGIN
-			                   ? accel_select_has(sel, m->name)
-			                   : accel_select_backend_active(ld, sel->backend, m->name);
+			                   ? accelp_select_has(sel, m->name)
+			                   : accelp_select_backend_active(ld, sel->backend, m->name);
 			if (selected != (pass == 0))
 				continue;
 			accel_err e;
-			accel_err_clear(&e);
+			accelp_err_clear(&e);
 			int r = add_module_schema(cfg, m, selected ? ACCEL_SCHEMA_SELECTED : 0, &e);
 			if (!r)
 				continue;
 			if (r == ACCEL_ERR_NOMEM)
-				return accel_err_set(err, r, "%s", e.msg);
+				return accelp_err_set(err, r, "%s", e.msg);
 			if (selected)
-				return accel_err_set(err, r, "%s (file %s)", e.msg, m->path);
-			accel_log(ACCEL_LOG_WARN, "%s (file %s); it is not selected, so its settings "
+				return accelp_err_set(err, r, "%s (file %s)", e.msg, m->path);
+			accelp_log(ACCEL_LOG_WARN, "%s (file %s); it is not selected, so its settings "
 			          "are ignored", e.msg, m->path);
 		}
 	return ACCEL_OK;
@@ -225,7 +225,7 @@ static int find_plugin(accel_loader *ld, const char *name, const accel_module **
 	return r;
 }
 
-int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_unmet,
+int accelp_select_modules(const accel_select *sel, accel_loader *ld, int allow_unmet,
                          const accel_module **ret_mods, accel_err *err)
 {
 	for (uint32_t i = 0; i < sel->n; i++) {
@@ -234,27 +234,27 @@ int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_un
 		if (r == ACCEL_ERR_NOT_FOUND && sel->why[i] && !strncmp(sel->why[i], "mixed_", 6)) {
 			/* a plugin the user never named: say what asked for it */
 			accel_err e = *err;
-			accel_err_clear(err);
-			return accel_err_set(err, r, "%s needs the '%s' plugin: %s", sel->why[i],
+			accelp_err_clear(err);
+			return accelp_err_set(err, r, "%s needs the '%s' plugin: %s", sel->why[i],
 			                     sel->names[i], e.msg);
 		}
 		if (r && !(r == ACCEL_ERR_UNSUPPORTED && allow_unmet && m))
 			return r;
 		if (r)
-			accel_err_clear(err);
+			accelp_err_clear(err);
 		uint32_t role = m->plugin->desc->role;
 		if (i == 0 && role != ACCEL_ROLE_STRATEGY)
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "strategy '%s' (%s) is not a sharding strategy; list hook "
 			                     "plugins under \"plugins\"", m->name, m->path);
 		if (i > 0 && role == ACCEL_ROLE_STRATEGY)
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "plugin '%s' (%s) is a sharding strategy; select it with "
 			                     "\"strategy\" (only one strategy can be active; '%s' is)",
 			                     m->name, m->path, sel->names[0]);
 		for (uint32_t j = 1; j < i; j++)
 			if (role != ACCEL_ROLE_OTHER && ret_mods[j]->plugin->desc->role == role)
-				return accel_err_set(err, ACCEL_ERR_CONFIG,
+				return accelp_err_set(err, ACCEL_ERR_CONFIG,
 				                     "plugins '%s' and '%s' both have the %s role; "
 				                     "select one", ret_mods[j]->name, m->name,
 				                     accelp_loader_role_name(role));
@@ -264,7 +264,7 @@ int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_un
 		int scatter = (ret_mods[0]->plugin->desc->caps & ACCEL_CAP_REDUCE_SCATTER) != 0;
 		if (role == ACCEL_ROLE_REDUCE_HOOK &&
 		    (scatter ? !vt->reduce_scatter_bucket : !vt->reduce_bucket && !vt->reduce_bucket_v2))
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "reduce hook '%s' (%s) has no %s, and strategy '%s' reduces "
 			                     "gradients with %s: select a hook that supports it or none",
 			                     m->name, m->path,

@@ -25,23 +25,23 @@ typedef struct accel_select {
 } accel_select;
 
 /* Works before resolve() (reads the raw layers). */
-int accel_select_from_config(const accel_config *cfg, accel_select *ret_sel, accel_err *err);
-int accel_select_has(const accel_select *sel, const char *name);
+int accelp_select_from_config(const accel_config *cfg, accel_select *ret_sel, accel_err *err);
+int accelp_select_has(const accel_select *sel, const char *name);
 
 /* Declare every loaded module's config section: selected plugins, and the
  * backend in use (every backend under "auto"), as active; the others as
  * known-but-inactive, so giving their keys is an error that says so. */
-int accel_select_register_schemas(accel_config *cfg, const accel_loader *ld,
+int accelp_select_register_schemas(accel_config *cfg, const accel_loader *ld,
                                   const accel_select *sel, accel_err *err);
 
 /* Whether the section of comm backend `name` is in use when `backend`
  * says what it says (under "auto": every loaded backend, since auto may
  * pick any of them). */
-int accel_select_backend_active(const accel_loader *ld, const char *backend, const char *name);
+int accelp_select_backend_active(const accel_loader *ld, const char *backend, const char *name);
 
 /* The scope a comm module covers (ACCEL_COMM_SCOPE_*; the documented
  * default when its descriptor states none). */
-uint32_t accel_select_comm_scope(const accel_module *m);
+uint32_t accelp_select_comm_scope(const accel_module *m);
 
 /* Nonzero when comm module m's probe() accepts the job (called only for
  * modules that have a probe). */
@@ -55,7 +55,7 @@ typedef int (*accel_select_probe_fn)(void *arg, const accel_module *m);
  * says, for each backend that serves `device`, why it was passed over
  * (empty when none serves it), and *ret_broken (may be NULL) how many of
  * them are files that cannot be loaded.  No backend name is known here. */
-int accel_select_comm_auto(const accel_loader *ld, int device, int32_t num_nodes,
+int accelp_select_comm_auto(const accel_loader *ld, int device, int32_t num_nodes,
                            accel_select_probe_fn probe, void *probe_arg,
                            const accel_module **ret_module, char *why, size_t cap,
                            int *ret_broken);
@@ -66,7 +66,7 @@ int accel_select_comm_auto(const accel_loader *ld, int device, int32_t num_nodes
  * with the slot for how the strategy reduces (ACCEL_CAP_REDUCE_SCATTER).  allow_unmet: a plugin whose
  * requirements this machine lacks still counts (`accel config validate`
  * checks configs meant for other machines). */
-int accel_select_modules(const accel_select *sel, accel_loader *ld, int allow_unmet,
+int accelp_select_modules(const accel_select *sel, accel_loader *ld, int allow_unmet,
                          const accel_module **ret_mods, accel_err *err);
 
 #endif

@@ -12,29 +12,29 @@
 
 static int load_layers(const accelp_setup_opts *o, accelp_setup *s, accel_err *err)
 {
-	int r = accel_config_new(&s->cfg, err);
+	int r = accelp_config_new(&s->cfg, err);
 	if (r)
 		return r;
 	if (o->config_json) {
-		r = accel_config_load_string(s->cfg, o->config_json, "<config_json>", err);
+		r = accelp_config_load_string(s->cfg, o->config_json, "<config_json>", err);
 	} else {
 		const char *path = o->config_path;
 		const char *from = o->config_path_from ? o->config_path_from : "given";
 		if (!path)
-			path = accel_config_find_file(&from);
+			path = accelp_config_find_file(&from);
 		if (path) {
 			/* find_file's answer lives only until the next call */
 			if (!(s->config_file = strdup(path)))
-				return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+				return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 			s->config_from = from;
-			accel_log(ACCEL_LOG_DEBUG, "config file %s from %s", path, from);
-			r = accel_config_load_file(s->cfg, path, err);
+			accelp_log(ACCEL_LOG_DEBUG, "config file %s from %s", path, from);
+			r = accelp_config_load_file(s->cfg, path, err);
 		}
 	}
 	if (!r && !o->skip_env)
-		r = accel_config_load_env(s->cfg, NULL, err);
+		r = accelp_config_load_env(s->cfg, NULL, err);
 	for (const char *const *p = o->sets; !r && p && *p; p++)
-		r = accel_config_set(s->cfg, *p, o->sets_origin, err);
+		r = accelp_config_set(s->cfg, *p, o->sets_origin, err);
 	return r;
 }
 
@@ -45,22 +45,22 @@ static int add_config_dirs(const accel_config *cfg, accel_loader *ld, accel_err 
 	const char *dir;
 	uint32_t n = 0;
 	int r;
-	while ((r = accel_config_peek_strlist(cfg, "plugin_dirs", n, &dir)) == ACCEL_OK) {
+	while ((r = accelp_config_peek_strlist(cfg, "plugin_dirs", n, &dir)) == ACCEL_OK) {
 		if (!*dir)
-			return accel_err_set(err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(err, ACCEL_ERR_CONFIG,
 			                     "plugin_dirs[%u] (from %s) is an empty string; name a "
 			                     "directory (\".\" for the current one)", n,
-			                     accel_config_source(cfg, "plugin_dirs"));
+			                     accelp_config_source(cfg, "plugin_dirs"));
 		n++;
 	}
 	if (r != ACCEL_ERR_NOT_FOUND) {
-		const char *src = accel_config_source(cfg, "plugin_dirs");
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		const char *src = accelp_config_source(cfg, "plugin_dirs");
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "plugin_dirs%s%s%s must be a list of directory names",
 		                     src ? " (" : "", src ? src : "", src ? ")" : "");
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		accel_config_peek_strlist(cfg, "plugin_dirs", i, &dir);
+		accelp_config_peek_strlist(cfg, "plugin_dirs", i, &dir);
 		if ((r = accelp_loader_add_dir(ld, dir, "plugin_dirs", err)))
 			return r;
 	}
@@ -88,7 +88,7 @@ static void probe(const accelp_setup_opts *o, accelp_setup *s)
 static int open_loader(const accelp_setup_opts *o, accelp_setup *s, int with_config,
                        accel_err *err)
 {
-	int r = accelp_loader_new(accel_host_table(), &s->loader, err);
+	int r = accelp_loader_new(accelp_host_table(), &s->loader, err);
 	for (uint32_t i = 0; !r && i < o->n_extra_dirs; i++)
 		r = accelp_loader_add_dir(s->loader, o->extra_dirs[i],
 		                          o->extra_dirs_origin ? o->extra_dirs_origin : "--plugin-dir",
@@ -97,10 +97,10 @@ static int open_loader(const accelp_setup_opts *o, accelp_setup *s, int with_con
 		return r;
 	if (with_config) {
 		accel_err cerr;
-		accel_err_clear(&cerr);
+		accelp_err_clear(&cerr);
 		r = add_config_dirs(s->cfg, s->loader, o->config_optional ? &cerr : err);
 		if (r == ACCEL_ERR_NOMEM || (r && !o->config_optional))
-			return r == ACCEL_ERR_NOMEM ? accel_err_set(err, r, "out of memory") : r;
+			return r == ACCEL_ERR_NOMEM ? accelp_err_set(err, r, "out of memory") : r;
 		if (r)
 			s->config_err = cerr;
 	}
@@ -115,11 +115,11 @@ static int open_loader(const accelp_setup_opts *o, accelp_setup *s, int with_con
 static void prefer_module_error(accelp_setup *s, accel_err *err)
 {
 	accel_err e;
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	if (accelp_setup_modules(s, 0, &e) == ACCEL_OK)
 		return;
-	accel_err_clear(err);
-	accel_err_set(err, e.code, "%s", e.msg);
+	accelp_err_clear(err);
+	accelp_err_set(err, e.code, "%s", e.msg);
 }
 
 int accelp_setup_run(const accelp_setup_opts *o, accelp_setup *s, accel_err *err)
@@ -127,15 +127,15 @@ int accelp_setup_run(const accelp_setup_opts *o, accelp_setup *s, accel_err *err
 	memset(s, 0, sizeof(*s));
 	s->cuda.n_gpus = -1;
 	if (!o)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_setup_run: opts is NULL");
-	accel_err_clear(&s->config_err);
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_setup_run: opts is NULL");
+	accelp_err_clear(&s->config_err);
 
 	s->failed_at = ACCELP_SETUP_CONFIG;
 	accel_err cerr;
-	accel_err_clear(&cerr);
+	accelp_err_clear(&cerr);
 	int r = load_layers(o, s, o->config_optional ? &cerr : err);
 	if (r == ACCEL_ERR_NOMEM && o->config_optional)
-		return accel_err_set(err, r, "%s", cerr.msg);
+		return accelp_err_set(err, r, "%s", cerr.msg);
 	if (r && !o->config_optional)
 		return r;
 	if (r)
@@ -150,11 +150,11 @@ int accelp_setup_run(const accelp_setup_opts *o, accelp_setup *s, accel_err *err
 	}
 
 	s->failed_at = ACCELP_SETUP_SELECT;
-	if ((r = accel_select_from_config(s->cfg, &s->sel, err)) ||
-	    (r = accel_select_register_schemas(s->cfg, s->loader, &s->sel, err)))
+	if ((r = accelp_select_from_config(s->cfg, &s->sel, err)) ||
+	    (r = accelp_select_register_schemas(s->cfg, s->loader, &s->sel, err)))
 		return r;
 	s->failed_at = ACCELP_SETUP_RESOLVE;
-	if ((r = accel_config_resolve(s->cfg, err))) {
+	if ((r = accelp_config_resolve(s->cfg, err))) {
 		if (o->module_errors_first)
 			prefer_module_error(s, err);
 		return err->code ? err->code : r;
@@ -166,9 +166,9 @@ int accelp_setup_run(const accelp_setup_opts *o, accelp_setup *s, accel_err *err
 int accelp_setup_modules(accelp_setup *s, int allow_unmet, accel_err *err)
 {
 	if (!s || !s->loader || !s->sel.n)
-		return accel_err_set(err, ACCEL_ERR_STATE,
+		return accelp_err_set(err, ACCEL_ERR_STATE,
 		                     "accelp_setup_modules: no selection (run with resolve first)");
-	return accel_select_modules(&s->sel, s->loader, allow_unmet, s->mods, err);
+	return accelp_select_modules(&s->sel, s->loader, allow_unmet, s->mods, err);
 }
 
 void accelp_setup_fini(accelp_setup *s)
@@ -176,7 +176,7 @@ void accelp_setup_fini(accelp_setup *s)
 	if (!s)
 		return;
 	s->loader = accelp_loader_free(s->loader);
-	s->cfg = accel_config_free(s->cfg);
+	s->cfg = accelp_config_free(s->cfg);
 	free(s->config_file);
 	s->config_file = NULL;
 }

@@ -58,7 +58,7 @@ typedef struct accelp_setup_opts {
 #define ACCELP_SETUP_CONFIG   1   /* reading the layers           */
 #define ACCELP_SETUP_LOADER   2   /* directories, scan            */
 #define ACCELP_SETUP_SELECT   3   /* selection or schemas         */
-#define ACCELP_SETUP_RESOLVE  4   /* accel_config_resolve()       */
+#define ACCELP_SETUP_RESOLVE  4   /* accelp_config_resolve()       */
 
 typedef struct accelp_setup {
 	accel_config *cfg;            /* owned; NULL after a take                     */

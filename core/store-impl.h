@@ -168,7 +168,7 @@ typedef struct store_server {
 	barrier *barriers;
 	char *failed;          /* why the job cannot complete (a rank exited early) */
 	char *refuse;          /* a stand-in for a store that is gone: every HELLO
-	                          gets this error (accel_store_refusal_start) */
+	                          gets this error (accelp_store_refusal_start) */
 } store_server;
 
 /* store_serve.c: the requests of connection c. */

@@ -40,10 +40,10 @@ struct accel_store {
 	char where[300];       /* "host:port" or "[v6]:port", for messages */
 	int broken;            /* after an I/O failure: later calls fail at once */
 	char broken_msg[512];
-	int failed_self;       /* accel_store_fail was called: rank 0 stops at once */
-	int abandoned;         /* accel_store_abandon: and without a warning */
+	int failed_self;       /* accelp_store_fail was called: rank 0 stops at once */
+	int abandoned;         /* accelp_store_abandon: and without a warning */
 	uint64_t token;        /* 0, or the job token sent in HELLO */
-	int refused_is_final;  /* accel_store_join: the server listened before the
+	int refused_is_final;  /* accelp_store_join: the server listened before the
 	                          address was sent, so "refused" will not change */
 	store_server *srv;
 };
@@ -73,7 +73,7 @@ static int set_broken(accel_store *st, sconn *c, accel_err *err, int code, const
 		snprintf(st->broken_msg, sizeof(st->broken_msg), "%s", msg);
 	}
 	pthread_mutex_unlock(&st->lock);
-	return accel_err_set(err, code, "%s", msg);
+	return accelp_err_set(err, code, "%s", msg);
 }
 
 /* One request/reply round trip on connection c (owned by the caller for the
@@ -87,7 +87,7 @@ static int rpc_on(accel_store *st, sconn *c, sbuf *req, int64_t wait_ms, int64_t
 	char et[128], ts[32];
 	int e = 0;
 	if (req->oom)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
 	int64_t start = mono_ms();
 	int64_t deadline = mono_ms_to_ns(mono_after(mono_after(start, wait_ms), slack_ms));
 	if (sock_send_all(c->fd, req->p, req->len, deadline) < 0) {
@@ -132,7 +132,7 @@ static int rpc_on(accel_store *st, sconn *c, sbuf *req, int64_t wait_ms, int64_t
 		const uint8_t *m = cu_str(&cu, &ml);
 		if (status > 0 || status < ACCEL_ERR_INTERNAL)
 			status = ACCEL_ERR_COMM;
-		accel_err_set(err, status, "%.*s", m ? (int)ml : 0, m ? (const char *)m : "");
+		accelp_err_set(err, status, "%.*s", m ? (int)ml : 0, m ? (const char *)m : "");
 		sb_free(&body);
 		return status;
 	}
@@ -176,14 +176,14 @@ static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd
 		} else if (gai == EAI_AGAIN) {
 			last_text = "temporary failure in name resolution";
 		} else {
-			return accel_err_set(err, ACCEL_ERR_COMM, "cannot resolve the rendezvous store "
+			return accelp_err_set(err, ACCEL_ERR_COMM, "cannot resolve the rendezvous store "
 			                     "address '%s' (rank %d): %s", addr, st->rank,
 			                     gai == EAI_SYSTEM ? store_errtext(errno, et, sizeof(et)) :
 			                     gai_strerror(gai));
 		}
 		int64_t left = deadline - mono_ms();
 		if (st->refused_is_final && last == ECONNREFUSED && !last_text)
-			return accel_err_set(err, ACCEL_ERR_COMM, "cannot reach the rendezvous store at "
+			return accelp_err_set(err, ACCEL_ERR_COMM, "cannot reach the rendezvous store at "
 			                     "%s (rank %d): connection refused (the store was up before "
 			                     "its address was sent, so nothing listens there for this "
 			                     "rank)", st->where, st->rank);
@@ -196,7 +196,7 @@ static int client_connect(const accel_store *st, int64_t timeout_ms, int *ret_fd
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
 	store_fmt_secs(timeout_ms, ts, sizeof(ts));
-	return accel_err_set(err, ACCEL_ERR_COMM, "cannot reach the rendezvous store at %s "
+	return accelp_err_set(err, ACCEL_ERR_COMM, "cannot reach the rendezvous store at %s "
 	                     "(rank %d): %s after %s", st->where, st->rank,
 	                     last_text ? last_text : store_errtext(last ? last : ETIMEDOUT, et, sizeof(et)),
 	                     ts);
@@ -213,7 +213,7 @@ static int conn_open_within(accel_store *st, uint32_t flags, int64_t timeout_ms,
 	int64_t start = mono_ms();
 	sconn *c = calloc(1, sizeof(*c));
 	if (!c)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
 	c->fd = -1;
 	int rc = client_connect(st, timeout_ms, &c->fd, err);
 	if (rc < 0) {
@@ -259,7 +259,7 @@ static int conn_get(accel_store *st, sconn **ret, accel_err *err)
 {
 	pthread_mutex_lock(&st->lock);
 	if (st->broken) {
-		int rc = accel_err_set(err, ACCEL_ERR_COMM, "%s", st->broken_msg);
+		int rc = accelp_err_set(err, ACCEL_ERR_COMM, "%s", st->broken_msg);
 		pthread_mutex_unlock(&st->lock);
 		return rc;
 	}
@@ -298,10 +298,10 @@ static int rpc(accel_store *st, sbuf *req, int64_t wait_ms, sbuf *ret_body, acce
 	return rc;
 }
 
-int accel_store_new(const char *addr, int port, int rank, int world_size, int64_t timeout_ms,
+int accelp_store_new(const char *addr, int port, int rank, int world_size, int64_t timeout_ms,
                     accel_store **ret_store, accel_err *err)
 {
-	return accel_store_new_keepalive(addr, port, rank, world_size, timeout_ms, 0, ret_store, err);
+	return accelp_store_new_keepalive(addr, port, rank, world_size, timeout_ms, 0, ret_store, err);
 }
 
 typedef struct {
@@ -315,7 +315,7 @@ typedef struct {
 
 static int store_open(const open_args *a, accel_store **ret_store, accel_err *err);
 
-int accel_store_new_keepalive(const char *addr, int port, int rank, int world_size,
+int accelp_store_new_keepalive(const char *addr, int port, int rank, int world_size,
                               int64_t timeout_ms, int64_t keepalive_ms, accel_store **ret_store,
                               accel_err *err)
 {
@@ -323,19 +323,19 @@ int accel_store_new_keepalive(const char *addr, int port, int rank, int world_si
 	return store_open(&a, ret_store, err);
 }
 
-int accel_store_new_host(int world_size, int64_t timeout_ms, int64_t keepalive_ms,
+int accelp_store_new_host(int world_size, int64_t timeout_ms, int64_t keepalive_ms,
                          uint64_t token, accel_store **ret_store, accel_err *err)
 {
 	open_args a = {NULL, "127.0.0.1", 0, 0, world_size, timeout_ms, keepalive_ms, 0, token};
 	return store_open(&a, ret_store, err);
 }
 
-int accel_store_join(const char *addr, int port, int rank, int world_size, int64_t within_ms,
+int accelp_store_join(const char *addr, int port, int rank, int world_size, int64_t within_ms,
                      int64_t timeout_ms, int64_t keepalive_ms, uint64_t token,
                      accel_store **ret_store, accel_err *err)
 {
 	if (within_ms <= 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: join time %" PRId64
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: join time %" PRId64
 		                     " ms must be > 0", within_ms);
 	open_args a = {addr, addr, port, rank, world_size, timeout_ms, keepalive_ms, within_ms,
 	               token};
@@ -348,23 +348,23 @@ static int store_open(const open_args *a, accel_store **ret_store, accel_err *er
 	int port = a->port, rank = a->rank, world_size = a->world_size;
 	int64_t timeout_ms = a->timeout_ms, keepalive_ms = a->keepalive_ms;
 	if (!addr || !*addr || !ret_store)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_store_new: no address given");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_store_new: no address given");
 	if (port < (rank == 0 ? 0 : 1) || port > 65535)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: port %d is not in "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: port %d is not in "
 		                     "%d..65535", port, rank == 0 ? 0 : 1);
 	if (world_size < 1 || rank < 0 || rank >= world_size)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: rank %d is not in "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: rank %d is not in "
 		                     "0..%d", rank, world_size - 1);
 	if (timeout_ms <= 0)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: timeout %" PRId64
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: timeout %" PRId64
 		                     " ms must be > 0", timeout_ms);
 	if (strlen(addr) > 255)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: address is longer "
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "rendezvous store: address is longer "
 		                     "than 255 characters");
 	int rc;
 	accel_store *st = calloc(1, sizeof(*st));
 	if (!st)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
 	pthread_mutex_init(&st->lock, NULL);
 	st->rank = rank;
 	st->world = world_size;
@@ -395,11 +395,11 @@ fail:
 		snprintf(why, sizeof(why), "rank 0 failed: %s", err ? err->msg : "could not join");
 		store_server_stop(st->srv, STORE_ABORT_LINGER_MS, why);
 	}
-	accel_store_free(st);
+	accelp_store_free(st);
 	return rc;
 }
 
-accel_store *accel_store_free(accel_store *st)
+accel_store *accelp_store_free(accel_store *st)
 {
 	if (!st)
 		return NULL;
@@ -436,30 +436,30 @@ accel_store *accel_store_free(accel_store *st)
 	return NULL;
 }
 
-int accel_store_port(const accel_store *st)
+int accelp_store_port(const accel_store *st)
 {
 	return st ? st->port : 0;
 }
 
-accel_store *accel_store_abandon(accel_store *st)
+accel_store *accelp_store_abandon(accel_store *st)
 {
 	if (st)
 		st->failed_self = st->abandoned = 1;
-	return accel_store_free(st);
+	return accelp_store_free(st);
 }
 
 struct accel_store_refusal {
 	store_server *srv;
 };
 
-int accel_store_refusal_start(const char *addr, int port, int world_size, const char *why,
+int accelp_store_refusal_start(const char *addr, int port, int world_size, const char *why,
                               accel_store_refusal **ret, accel_err *err)
 {
 	if (!addr || !*addr || port < 1 || port > 65535 || world_size < 1 || !why || !ret)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_store_refusal_start: bad argument");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_store_refusal_start: bad argument");
 	accel_store_refusal *r = calloc(1, sizeof(*r));
 	if (!r)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 	int rc = store_server_start(addr, port, world_size, 0, 0, why, 0, &r->srv, err);
 	if (rc < 0) {
 		free(r);
@@ -469,7 +469,7 @@ int accel_store_refusal_start(const char *addr, int port, int world_size, const 
 	return ACCEL_OK;
 }
 
-accel_store_refusal *accel_store_refusal_stop(accel_store_refusal *r)
+accel_store_refusal *accelp_store_refusal_stop(accel_store_refusal *r)
 {
 	if (r) {
 		store_server_stop(r->srv, -1, NULL);
@@ -479,7 +479,7 @@ accel_store_refusal *accel_store_refusal_stop(accel_store_refusal *r)
 	return NULL;
 }
 
-int accel_store_fail(accel_store *st, const char *why)
+int accelp_store_fail(accel_store *st, const char *why)
 {
 	if (!st)
 		return ACCEL_ERR_INVALID_ARG;
@@ -498,12 +498,12 @@ int accel_store_fail(accel_store *st, const char *why)
 	return rc;
 }
 
-int accel_store_report_exit(const char *addr, int port, int world_size, int rank, const char *how,
+int accelp_store_report_exit(const char *addr, int port, int world_size, int rank, const char *how,
                             int64_t timeout_ms, accel_err *err)
 {
 	if (!addr || !*addr || port < 1 || port > 65535 || world_size < 1 || rank < 0 ||
 	    rank >= world_size || timeout_ms <= 0 || !how || strlen(how) > 200 || strlen(addr) > 255)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "accel_store_report_exit: bad argument");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_store_report_exit: bad argument");
 	accel_store st = {.rank = rank, .world = world_size, .timeout_ms = timeout_ms, .port = port};
 	pthread_mutex_init(&st.lock, NULL);
 	snprintf(st.addr, sizeof(st.addr), "%s", addr);
@@ -531,23 +531,23 @@ int accel_store_report_exit(const char *addr, int port, int world_size, int rank
 static int check_key(const accel_store *st, const char *what, const char *key, accel_err *err)
 {
 	if (!st)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "store %s: no store", what);
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "store %s: no store", what);
 	if (!key)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "store %s: NULL key", what);
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "store %s: NULL key", what);
 	if (strlen(key) > STORE_MAX_KEY)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "store %s: key longer than %u bytes",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "store %s: key longer than %u bytes",
 		                     what, STORE_MAX_KEY);
 	return ACCEL_OK;
 }
 
-int accel_store_set(accel_store *st, const char *key, const void *value, uint64_t len,
+int accelp_store_set(accel_store *st, const char *key, const void *value, uint64_t len,
                     accel_err *err)
 {
 	int rc = check_key(st, "set", key, err);
 	if (rc < 0)
 		return rc;
 	if (len > STORE_MAX_VALUE || (len && !value))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "store set '%s': value of %" PRIu64
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "store set '%s': value of %" PRIu64
 		                     " bytes (the limit is %u, and NULL needs length 0)", key, len,
 		                     STORE_MAX_VALUE);
 	sbuf req = {0}, rep = {0};
@@ -562,14 +562,14 @@ int accel_store_set(accel_store *st, const char *key, const void *value, uint64_
 	return rc;
 }
 
-int accel_store_get(accel_store *st, const char *key, void *buf, uint64_t cap,
+int accelp_store_get(accel_store *st, const char *key, void *buf, uint64_t cap,
                     uint64_t *ret_len, int64_t timeout_ms, accel_err *err)
 {
 	int rc = check_key(st, "get", key, err);
 	if (rc < 0)
 		return rc;
 	if (cap && !buf)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "store get '%s': NULL buffer", key);
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "store get '%s': NULL buffer", key);
 	if (timeout_ms < 0)
 		timeout_ms = st->timeout_ms;
 	sbuf req = {0}, rep = {0};
@@ -591,7 +591,7 @@ int accel_store_get(accel_store *st, const char *key, void *buf, uint64_t cap,
 	return rc;
 }
 
-int accel_store_add(accel_store *st, const char *key, int64_t delta, int64_t *ret_value,
+int accelp_store_add(accel_store *st, const char *key, int64_t delta, int64_t *ret_value,
                     accel_err *err)
 {
 	int rc = check_key(st, "add", key, err);
@@ -609,7 +609,7 @@ int accel_store_add(accel_store *st, const char *key, int64_t delta, int64_t *re
 		cursor cu = {rep.p, rep.len, 0};
 		int64_t v = cu_i64(&cu);
 		if (cu.bad)
-			rc = accel_err_set(err, ACCEL_ERR_COMM, "store add '%s': malformed reply", key);
+			rc = accelp_err_set(err, ACCEL_ERR_COMM, "store add '%s': malformed reply", key);
 		else if (ret_value)
 			*ret_value = v;
 	}
@@ -617,13 +617,13 @@ int accel_store_add(accel_store *st, const char *key, int64_t delta, int64_t *re
 	return rc;
 }
 
-int accel_store_wait(accel_store *st, const char *const *keys, uint32_t n, int64_t timeout_ms,
+int accelp_store_wait(accel_store *st, const char *const *keys, uint32_t n, int64_t timeout_ms,
                      accel_err *err)
 {
 	if (!st || (n && !keys))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "store wait: no store or no keys");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "store wait: no store or no keys");
 	if (n > STORE_MAX_WAIT_KEYS)
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "store wait: %u keys (the limit is %u)",
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "store wait: %u keys (the limit is %u)",
 		                     n, STORE_MAX_WAIT_KEYS);
 	int rc;
 	for (uint32_t i = 0; i < n; i++)
@@ -641,7 +641,7 @@ int accel_store_wait(accel_store *st, const char *const *keys, uint32_t n, int64
 	sb_end(&req, at);
 	if (!req.oom && req.len - 4 > STORE_MAX_FRAME) {
 		sb_free(&req);
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG, "store wait: the key list is too long");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "store wait: the key list is too long");
 	}
 	rc = rpc(st, &req, timeout_ms, &rep, err);
 	sb_free(&req);
@@ -649,7 +649,7 @@ int accel_store_wait(accel_store *st, const char *const *keys, uint32_t n, int64
 	return rc;
 }
 
-int accel_store_barrier(accel_store *st, const char *name, int64_t timeout_ms, accel_err *err)
+int accelp_store_barrier(accel_store *st, const char *name, int64_t timeout_ms, accel_err *err)
 {
 	int rc = check_key(st, "barrier", name, err);
 	if (rc < 0)

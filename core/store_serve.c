@@ -770,7 +770,7 @@ void store_serve_close(store_server *s, size_t i)
 		crashed = !c->said_bye && s->rank_state[rank] == RANK_CONNECTED;
 		s->rank_state[rank] = c->said_bye ? RANK_LEFT : RANK_CRASHED;
 		if (!c->said_bye)
-			accel_log(ACCEL_LOG_DEBUG, "rendezvous store: rank %d disconnected without "
+			accelp_log(ACCEL_LOG_DEBUG, "rendezvous store: rank %d disconnected without "
 			          "saying goodbye", rank);
 	}
 	free(c);

@@ -33,7 +33,7 @@ static void server_accept(store_server *s, int lfd)
 				/* The pending connection keeps the listener readable: pause
 				 * instead of spinning until descriptors free up. */
 				char et[128];
-				accel_log(ACCEL_LOG_WARN, "rendezvous store: cannot accept a connection: %s",
+				accelp_log(ACCEL_LOG_WARN, "rendezvous store: cannot accept a connection: %s",
 				          store_errtext(errno, et, sizeof(et)));
 				struct timespec ts = {0, 50000000};
 				nanosleep(&ts, NULL);
@@ -163,7 +163,7 @@ static void *server_main(void *arg)
 				still[r] = s->rank_state[r] == RANK_CONNECTED || s->rank_state[r] == RANK_NEVER;
 			char list[512];
 			store_fmt_ranks(still, s->world, list, sizeof(list));
-			accel_log(ACCEL_LOG_WARN, "rendezvous store: rank 0 stops the store while ranks "
+			accelp_log(ACCEL_LOG_WARN, "rendezvous store: rank 0 stops the store while ranks "
 			          "%s have not finished with it", list);
 			free(still);
 		}
@@ -292,7 +292,7 @@ int store_server_start(const char *addr, int port, int world, int64_t linger_ms,
 	int rc;
 	char et[128];
 	if (!s)
-		return accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
 	s->wake[0] = s->wake[1] = -1;
 	s->world = world;
 	s->port = port;
@@ -305,11 +305,11 @@ int store_server_start(const char *addr, int port, int world, int64_t linger_ms,
 	s->rank_state = calloc((size_t)world, 1);
 	s->refuse = refuse ? strdup(refuse) : NULL;
 	if (!s->tab || !s->rank_state || (refuse && !s->refuse)) {
-		rc = accel_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
+		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "rendezvous store: out of memory");
 		goto fail;
 	}
 	if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
-		rc = accel_err_set(err, ACCEL_ERR_SYSTEM, "rendezvous store: pipe: %s",
+		rc = accelp_err_set(err, ACCEL_ERR_SYSTEM, "rendezvous store: pipe: %s",
 		                   store_errtext(errno, et, sizeof(et)));
 		goto fail;
 	}
@@ -334,11 +334,11 @@ int store_server_start(const char *addr, int port, int world, int64_t linger_ms,
 					e = errno;
 			} else if (e == EADDRINUSE) {
 				freeaddrinfo(res);
-				rc = port ? accel_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous "
+				rc = port ? accelp_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous "
 				                          "store on port %d (rank 0): address already in use; "
 				                          "another job or a leftover process holds it: pick "
 				                          "another master port", port)
-				          : accel_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous "
+				          : accelp_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous "
 				                          "store on a free port (rank 0): the system has none "
 				                          "left");
 				goto fail;
@@ -352,7 +352,7 @@ int store_server_start(const char *addr, int port, int world, int64_t linger_ms,
 		}
 	}
 	if (!s->n_lfd && gai != 0) {
-		rc = accel_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous store at "
+		rc = accelp_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous store at "
 		                   "%s:%d (rank 0): %s", addr, port, gai_strerror(gai));
 		goto fail;
 	}
@@ -384,7 +384,7 @@ int store_server_start(const char *addr, int port, int world, int64_t linger_ms,
 	if (res)
 		freeaddrinfo(res);
 	if (!s->n_lfd) {
-		rc = accel_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous store at %s:%d "
+		rc = accelp_err_set(err, ACCEL_ERR_SYSTEM, "cannot start the rendezvous store at %s:%d "
 		                   "(rank 0): %s%s", addr, port, store_errtext(last_errno, et, sizeof(et)),
 		                   last_errno == EADDRINUSE && port == 0 ? "; the system has no free "
 		                   "port left" :
@@ -396,7 +396,7 @@ int store_server_start(const char *addr, int port, int world, int64_t linger_ms,
 	}
 	int e = pthread_create(&s->thread, NULL, server_main, s);
 	if (e) {
-		rc = accel_err_set(err, ACCEL_ERR_SYSTEM, "rendezvous store: cannot start its thread: %s",
+		rc = accelp_err_set(err, ACCEL_ERR_SYSTEM, "rendezvous store: cannot start its thread: %s",
 		                   store_errtext(e, et, sizeof(et)));
 		goto fail;
 	}

@@ -197,7 +197,7 @@ void store_sock_tune(int fd, int64_t keepalive_ms)
 	sock_nodelay(fd);
 	if (sock_keepalive(fd, keepalive_ms, 1) != 0) {
 		char et[128];
-		accel_log(ACCEL_LOG_WARN, "rendezvous store: cannot set TCP keepalive (%s): a node "
+		accelp_log(ACCEL_LOG_WARN, "rendezvous store: cannot set TCP keepalive (%s): a node "
 		          "that vanishes is found by comm.timeout_s only",
 		          store_errtext(errno, et, sizeof(et)));
 	}

@@ -81,12 +81,12 @@ struct accel_train {
 	char *metrics_path;
 };
 
-int accel_train_optim_new(accel_train *t);
-void accel_train_optim_free(accel_train *t);
+int accelp_train_optim_new(accel_train *t);
+void accelp_train_optim_free(accel_train *t);
 /* Recompute t->lr for step t->step. */
-int accel_train_sched_update(accel_train *t);
+int accelp_train_sched_update(accel_train *t);
 
-int accel_train_metrics_new(accel_train *t);
-void accel_train_metrics_free(accel_train *t);
+int accelp_train_metrics_new(accel_train *t);
+void accelp_train_metrics_free(accel_train *t);
 
 #endif

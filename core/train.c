@@ -36,7 +36,7 @@ static int terr(accel_train *t, int code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	accel_err_setv(&t->ctx->err, code, fmt, ap);
+	accelp_err_setv(&t->ctx->err, code, fmt, ap);
 	va_end(ap);
 	return code;
 }
@@ -49,7 +49,7 @@ static int cerr(const accel_ctx *ctx, int code, const char *fmt, ...)
 		return code;
 	va_start(ap, fmt);
 	/* The error record is the one mutable part of a const context. */
-	accel_err_setv((accel_err *)&ctx->err, code, fmt, ap);
+	accelp_err_setv((accel_err *)&ctx->err, code, fmt, ap);
 	va_end(ap);
 	return code;
 }
@@ -58,35 +58,35 @@ static int cerr(const accel_ctx *ctx, int code, const char *fmt, ...)
 
 static int cfg_get_int(accel_ctx *ctx, const char *key, int64_t def, int64_t *ret)
 {
-	int r = accel_config_get_int(ctx->cfg, key, ret);
+	int r = accelp_config_get_int(ctx->cfg, key, ret);
 	if (r == ACCEL_ERR_NOT_FOUND) {
 		*ret = def;
 		return ACCEL_OK;
 	}
 	if (r)
-		return accel_err_set(&ctx->err, r, "config key '%s' must be an integer", key);
+		return accelp_err_set(&ctx->err, r, "config key '%s' must be an integer", key);
 	return ACCEL_OK;
 }
 
 static int cfg_get_double(accel_ctx *ctx, const char *key, double def, double *ret)
 {
-	int r = accel_config_get_double(ctx->cfg, key, ret);
+	int r = accelp_config_get_double(ctx->cfg, key, ret);
 	if (r == ACCEL_ERR_NOT_FOUND) {
 		*ret = def;
 		return ACCEL_OK;
 	}
 	if (r)
-		return accel_err_set(&ctx->err, r, "config key '%s' must be a number", key);
+		return accelp_err_set(&ctx->err, r, "config key '%s' must be a number", key);
 	return ACCEL_OK;
 }
 
 static const char *source(accel_ctx *ctx, const char *key)
 {
-	const char *s = accel_config_source(ctx->cfg, key);
+	const char *s = accelp_config_source(ctx->cfg, key);
 	return s ? s : "default";
 }
 
-int accel_train_new(accel_ctx *ctx, accel_train **ret_train)
+int accelp_train_new(accel_ctx *ctx, accel_train **ret_train)
 {
 	accel_train *t = NULL;
 	int64_t gas, seed;
@@ -100,51 +100,51 @@ int accel_train_new(accel_ctx *ctx, accel_train **ret_train)
 	    (r = cfg_get_int(ctx, "seed", 42, &seed)))
 		return r;
 	if (gas < 1 || gas > INT32_MAX)
-		return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_CONFIG,
 		                     "gradient_accumulation_steps = %lld (%s): must be >= 1",
 		                     (long long)gas, source(ctx, "gradient_accumulation_steps"));
 	if (!(max_norm >= 0) || isinf(max_norm))
-		return accel_err_set(&ctx->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(&ctx->err, ACCEL_ERR_CONFIG,
 		                     "max_grad_norm = %g (%s): must be a finite number >= 0 "
 		                     "(0 disables clipping)", max_norm,
 		                     source(ctx, "max_grad_norm"));
 	t = calloc(1, sizeof(*t));
 	if (!t)
-		return accel_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	t->ctx = ctx;
 	t->gas = (uint32_t)gas;
 	t->max_grad_norm = max_norm;
 	t->seed = (uint64_t)seed;
-	r = accel_config_get_bool(ctx->cfg, "track_grad_norm", &t->track_grad_norm);
+	r = accelp_config_get_bool(ctx->cfg, "track_grad_norm", &t->track_grad_norm);
 	if (r == ACCEL_ERR_NOT_FOUND)
 		t->track_grad_norm = 0;
 	else if (r) {
-		r = accel_err_set(&ctx->err, r, "config key 'track_grad_norm' must be true or false");
+		r = accelp_err_set(&ctx->err, r, "config key 'track_grad_norm' must be true or false");
 		goto fail;
 	}
-	if ((r = accel_train_optim_new(t)))
+	if ((r = accelp_train_optim_new(t)))
 		goto fail;
-	if ((r = accel_train_metrics_new(t)))
+	if ((r = accelp_train_metrics_new(t)))
 		goto fail;
 	*ret_train = t;
 	return ACCEL_OK;
 
 fail:
-	accel_train_free(t);
+	accelp_train_free(t);
 	return r;
 }
 
-accel_train *accel_train_free(accel_train *t)
+accel_train *accelp_train_free(accel_train *t)
 {
 	if (!t)
 		return NULL;
 	if (t->prepared && t->micro > 0)
-		accel_log(ACCEL_LOG_WARN, "the last %u micro-step%s of gradients since optimizer step "
+		accelp_log(ACCEL_LOG_WARN, "the last %u micro-step%s of gradients since optimizer step "
 		          "%llu never reached an update (gradient_accumulation_steps = %u does not "
 		          "divide the micro-batches the program ran); they are dropped",
 		          t->micro, t->micro == 1 ? "" : "s", (unsigned long long)t->step, t->gas);
-	accel_train_metrics_free(t);
-	accel_train_optim_free(t);
+	accelp_train_metrics_free(t);
+	accelp_train_optim_free(t);
 	for (uint32_t i = 0; i < t->n_params; i++) {
 		free(t->params[i].name);
 		free(t->params[i].init_data);
@@ -209,7 +209,7 @@ static int find_unit(const accel_train *t, const char *name)
 static uint32_t param_group(accel_train *t, const char *name)
 {
 	optim_state *o = t->optim;
-	return o && o->optim ? accel_optim_group_of(o->optim, name) : 0;
+	return o && o->optim ? accelp_optim_group_of(o->optim, name) : 0;
 }
 
 static int check_init(accel_train *t, const char *name, const accel_init *in, uint64_t numel)
@@ -580,18 +580,18 @@ static int build_model(accel_train *t)
 	return ACCEL_OK;
 }
 
-const accel_model_v1 *accel_train_model(accel_train *t)
+const accel_model_v1 *accelp_train_model(accel_train *t)
 {
 	return (t && (t->preparing || t->prepared)) ? &t->model : NULL;
 }
 
-const accel_model_v1 *accel_train_model_for(accel_train *t, uint32_t abi_minor)
+const accel_model_v1 *accelp_train_model_for(accel_train *t, uint32_t abi_minor)
 {
-	const accel_model_v1 *m = accel_train_model(t);
+	const accel_model_v1 *m = accelp_train_model(t);
 	return m && abi_minor < 3 ? &t->model_minor2 : m;
 }
 
-int accel_train_prepared(const accel_train *t)
+int accelp_train_prepared(const accel_train *t)
 {
 	return t && t->prepared;
 }
@@ -644,7 +644,7 @@ int accel_prepare(accel_ctx *ctx)
 	if ((r = build_model(t)))
 		return r;
 	t->preparing = 1;
-	accel_log(ACCEL_LOG_DEBUG, "prepare: %u parameters (%llu elements) in %u units, "
+	accelp_log(ACCEL_LOG_DEBUG, "prepare: %u parameters (%llu elements) in %u units, "
 	          "%u optimizer groups, strategy %s", t->n_params,
 	          (unsigned long long)t->model.total_numel, t->n_units, t->model.n_groups,
 	          s->host.name);
@@ -671,12 +671,12 @@ int accel_prepare(accel_ctx *ctx)
 	}
 	t->prepared = 1;
 	t->micro = 0;
-	return accel_train_sched_update(t);
+	return accelp_train_sched_update(t);
 }
 
 /* ---- bindings -------------------------------------------------------------------- */
 
-int accel_train_param_bind(accel_train *t, uint32_t param, void *data, void *grad)
+int accelp_train_param_bind(accel_train *t, uint32_t param, void *data, void *grad)
 {
 	if (!t)
 		return ACCEL_ERR_INVALID_ARG;
@@ -699,18 +699,18 @@ static void *param_ptr(accel_ctx *ctx, uint32_t param, int grad)
 	void *ptr;
 	if (!t || param >= t->n_params) {
 		if (ctx)
-			accel_log(ACCEL_LOG_DEBUG, "accel_param_%s: parameter index %u out of range",
+			accelp_log(ACCEL_LOG_DEBUG, "accel_param_%s: parameter index %u out of range",
 			          grad ? "grad" : "data", param);
 		return NULL;
 	}
 	if (!t->prepared) {
-		accel_log(ACCEL_LOG_DEBUG, "accel_param_%s('%s'): called before accel_prepare()",
+		accelp_log(ACCEL_LOG_DEBUG, "accel_param_%s('%s'): called before accel_prepare()",
 		          grad ? "grad" : "data", t->params[param].name);
 		return NULL;
 	}
 	ptr = grad ? t->params[param].grad : t->params[param].data;
 	if (!ptr && (!grad || !t->params[param].frozen))
-		accel_log(ACCEL_LOG_DEBUG, "accel_param_%s('%s'): not materialized; strategy %s "
+		accelp_log(ACCEL_LOG_DEBUG, "accel_param_%s('%s'): not materialized; strategy %s "
 		          "holds unit '%s' only between accel_unit_pre_forward/pre_backward and "
 		          "the matching post hook", grad ? "grad" : "data", t->params[param].name,
 		          strategy(t)->host.name, t->units[t->params[param].unit].name);
@@ -733,7 +733,7 @@ uint32_t accel_param_grad_dtype(const accel_ctx *ctx, uint32_t param)
 	return (t && param < t->n_params) ? t->params[param].grad_dtype : ACCEL_DTYPE_INVALID;
 }
 
-int accel_train_param_view(accel_train *t, uint32_t param, accel_view *ret_data,
+int accelp_train_param_view(accel_train *t, uint32_t param, accel_view *ret_data,
                            accel_view *ret_grad)
 {
 	if (!t)
@@ -815,7 +815,7 @@ static int produce_f32(accel_train *t, uint32_t param, uint64_t offset, uint64_t
 		accel_view src = {sizeof(src), p->init.data_dtype, ACCEL_DEVICE_CPU, 0,
 		                  (char *)p->init_data + offset * es, count};
 		accel_view dst = {sizeof(dst), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, out, count};
-		return accel_ops_copy(&dst, &src, &t->ctx->err);
+		return accelp_ops_copy(&dst, &src, &t->ctx->err);
 	}
 	case ACCEL_INIT_FN: {
 		int rc = p->init.fn(p->init.user, p->name, offset, count, out);
@@ -829,7 +829,7 @@ static int produce_f32(accel_train *t, uint32_t param, uint64_t offset, uint64_t
 	return terr(t, ACCEL_ERR_INTERNAL, "parameter '%s': bad init kind", p->name);
 }
 
-int accel_train_param_init(accel_train *t, uint32_t param, uint64_t offset,
+int accelp_train_param_init(accel_train *t, uint32_t param, uint64_t offset,
                            const accel_view *dst)
 {
 	float *tmp = NULL;
@@ -866,7 +866,7 @@ int accel_train_param_init(accel_train *t, uint32_t param, uint64_t offset,
 		part.data = (char *)dst->data + done * es;
 		part.numel = n;
 		if ((r = produce_f32(t, param, offset + done, n, tmp)) ||
-		    (r = accel_ops_copy(&part, &src, &t->ctx->err)))
+		    (r = accelp_ops_copy(&part, &src, &t->ctx->err)))
 			break;
 	}
 	free(tmp);
@@ -944,14 +944,14 @@ int accel_unit_post_backward(accel_ctx *ctx, uint32_t unit)
 
 /* ---- accumulation and step ---------------------------------------------------------- */
 
-int32_t accel_train_sync_step(accel_train *t)
+int32_t accelp_train_sync_step(accel_train *t)
 {
 	return !t || t->micro + 1 >= t->gas;
 }
 
 int accel_sync_gradients(const accel_ctx *ctx)
 {
-	return accel_train_sync_step(get_train(ctx)) ? 1 : 0;
+	return accelp_train_sync_step(get_train(ctx)) ? 1 : 0;
 }
 
 int accel_set_grad_overwrite(accel_ctx *ctx, int on)
@@ -980,17 +980,17 @@ int accel_set_grad_enabled(accel_ctx *ctx, int on)
 
 int accel_grad_enabled(const accel_ctx *ctx)
 {
-	return accel_train_grad_enabled(get_train(ctx)) ? 1 : 0;
+	return accelp_train_grad_enabled(get_train(ctx)) ? 1 : 0;
 }
 
-int32_t accel_train_grad_enabled(const accel_train *t)
+int32_t accelp_train_grad_enabled(const accel_train *t)
 {
 	return !t || !t->grad_disabled;
 }
 
-int accel_train_check_reduce(accel_train *t, const char *who, const char *call)
+int accelp_train_check_reduce(accel_train *t, const char *who, const char *call)
 {
-	if (!t || accel_train_sync_step(t))
+	if (!t || accelp_train_sync_step(t))
 		return ACCEL_OK;
 	accel_active *s = t->ctx->n_active ? &t->ctx->active[0] : NULL;
 	if (s && (s->vt->desc->caps & ACCEL_CAP_MICRO_REDUCE))
@@ -1002,7 +1002,7 @@ int accel_train_check_reduce(accel_train *t, const char *who, const char *call)
 	            t->micro + 1, t->gas, s ? s->host.name : "?");
 }
 
-int accel_train_req_on_done(accel_train *t, accel_req *req, int (*fn)(void *arg), void *arg)
+int accelp_train_req_on_done(accel_train *t, accel_req *req, int (*fn)(void *arg), void *arg)
 {
 	if (!t)
 		return ACCEL_ERR_STATE;
@@ -1020,7 +1020,7 @@ int accel_train_req_on_done(accel_train *t, accel_req *req, int (*fn)(void *arg)
 	return ACCEL_OK;
 }
 
-int accel_train_req_done(accel_train *t, accel_req *req)
+int accelp_train_req_done(accel_train *t, accel_req *req)
 {
 	int r = ACCEL_OK;
 	if (!t || !req)
@@ -1047,7 +1047,7 @@ int accel_train_req_done(accel_train *t, accel_req *req)
 	return r;
 }
 
-void accel_train_drop_callbacks(accel_train *t)
+void accelp_train_drop_callbacks(accel_train *t)
 {
 	if (t)
 		t->n_req_cbs = 0;
@@ -1061,17 +1061,17 @@ int accel_grad_accumulate(const accel_ctx *ctx)
 	return t->micro > 0 ? 1 : 0;
 }
 
-uint64_t accel_train_step_count(const accel_train *t)
+uint64_t accelp_train_step_count(const accel_train *t)
 {
 	return t ? t->step : 0;
 }
 
-uint32_t accel_train_micro_step(const accel_train *t)
+uint32_t accelp_train_micro_step(const accel_train *t)
 {
 	return t ? t->micro : 0;
 }
 
-int accel_train_set_step_count(accel_train *t, uint64_t step, uint32_t micro_step)
+int accelp_train_set_step_count(accel_train *t, uint64_t step, uint32_t micro_step)
 {
 	if (!t)
 		return ACCEL_ERR_INVALID_ARG;
@@ -1080,7 +1080,7 @@ int accel_train_set_step_count(accel_train *t, uint64_t step, uint32_t micro_ste
 		            "gradient_accumulation_steps = %u", micro_step, t->gas);
 	t->step = step;
 	t->micro = micro_step;
-	return accel_train_sched_update(t);
+	return accelp_train_sched_update(t);
 }
 
 static accel_active *precision_plugin(accel_ctx *ctx)
@@ -1177,7 +1177,7 @@ int accel_step(accel_ctx *ctx)
 	/* micro_step_end: the strategy first, then the hooks; on a sync step
 	 * before the reduction (a ZeRO-2/3 strategy folds the micro-step's
 	 * reduce-scatters into its shard there). */
-	uint32_t sync = accel_train_sync_step(t) ? 1 : 0;
+	uint32_t sync = accelp_train_sync_step(t) ? 1 : 0;
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
 		if (a->inited && a->vt->micro_step_end &&
@@ -1228,7 +1228,7 @@ int accel_step(accel_ctx *ctx)
 			return plugin_fail(t, a, "pre_step", r);
 	}
 	if (nonfinite && !info.skip)
-		accel_log(ACCEL_LOG_WARN, "step %llu: %llu non-finite gradient elements and no "
+		accelp_log(ACCEL_LOG_WARN, "step %llu: %llu non-finite gradient elements and no "
 		          "plugin skipped the step; parameters will become non-finite",
 		          (unsigned long long)t->step + 1, (unsigned long long)nonfinite);
 	t->in_step = 1;
@@ -1258,7 +1258,7 @@ int accel_step(accel_ctx *ctx)
 		.has_grad_norm = (uint32_t)stats,
 	};
 	t->have_last = 1;
-	return accel_train_sched_update(t);
+	return accelp_train_sched_update(t);
 }
 
 int accel_last_step(const accel_ctx *ctx, accel_step_report *ret_report)
@@ -1283,31 +1283,31 @@ int accel_last_step(const accel_ctx *ctx, accel_step_report *ret_report)
  * into an accel_sched (core/lrsched.c).  Strategies call optim_step per
  * range; the kernel gets the range's group, this step's count and rate. */
 
-int accel_train_optim_new(accel_train *t)
+int accelp_train_optim_new(accel_train *t)
 {
 	optim_state *o = calloc(1, sizeof(*o));
 	int r;
 	if (!o)
 		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
 	t->optim = o;
-	if ((r = accel_optim_new_from_config(t->ctx->cfg, &o->optim, &t->ctx->err)) ||
-	    (r = accel_sched_new_from_config(t->ctx->cfg, &o->sched, &t->ctx->err)))
+	if ((r = accelp_optim_new_from_config(t->ctx->cfg, &o->optim, &t->ctx->err)) ||
+	    (r = accelp_sched_new_from_config(t->ctx->cfg, &o->sched, &t->ctx->err)))
 		return r;
-	return accel_train_sched_update(t);
+	return accelp_train_sched_update(t);
 }
 
-void accel_train_optim_free(accel_train *t)
+void accelp_train_optim_free(accel_train *t)
 {
 	optim_state *o = t->optim;
 	if (o) {
-		accel_optim_free(o->optim);
+		accelp_optim_free(o->optim);
 		accel_sched_free(o->sched);
 	}
 	free(o);
 	t->optim = NULL;
 }
 
-int accel_train_sched_update(accel_train *t)
+int accelp_train_sched_update(accel_train *t)
 {
 	optim_state *o = t->optim;
 	if (o && o->sched)
@@ -1315,13 +1315,13 @@ int accel_train_sched_update(accel_train *t)
 	return ACCEL_OK;
 }
 
-uint32_t accel_train_optim_state_count(accel_train *t)
+uint32_t accelp_train_optim_state_count(accel_train *t)
 {
 	optim_state *o = t ? t->optim : NULL;
-	return o ? accel_optim_state_count(o->optim) : 0;
+	return o ? accelp_optim_state_count(o->optim) : 0;
 }
 
-int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
+int accelp_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 {
 	optim_state *o;
 	param_rec *p;
@@ -1347,7 +1347,7 @@ int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 		            accel_dtype_name(a->master.dtype) ? accel_dtype_name(a->master.dtype)
 		                                              : "?",
 		            (unsigned long long)a->grad.numel, (unsigned long long)p->numel);
-	ns = accel_optim_state_count(o->optim);
+	ns = accelp_optim_state_count(o->optim);
 	if (a->master.device != a->grad.device || a->master.device_index != a->grad.device_index)
 		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): master and gradient are on "
 		            "different devices", p->name);
@@ -1356,12 +1356,12 @@ int accel_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 		accel_optim_range q = {a->master.data, a->grad.data, {NULL, NULL}, a->master.numel};
 		for (uint32_t k = 0; k < ns && k < ACCEL_OPTIM_MAX_STATE; k++)
 			q.state[k] = a->state[k];
-		return accel_optim_step_ranges(o->optim, accel_optim_get_group(o->optim, p->group),
+		return accelp_optim_step_ranges(o->optim, accelp_optim_get_group(o->optim, p->group),
 		                               t->step + 1, t->lr, a->master.device,
 		                               a->master.device_index, &q, 1, a->grad.dtype,
 		                               a->grad_scale, &t->ctx->err);
 	}
-	return accel_optim_step_range(o->optim, accel_optim_get_group(o->optim, p->group),
+	return accelp_optim_step_range(o->optim, accelp_optim_get_group(o->optim, p->group),
 	                              t->step + 1, t->lr, a->master.data, a->grad.data,
 	                              a->grad.dtype, ns ? (float *const *)a->state : NULL,
 	                              a->master.numel, a->grad_scale, &t->ctx->err);

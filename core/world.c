@@ -52,13 +52,13 @@ static int read_int(const wsrc *s, const char *name, int *ret)
 	if (!v)
 		return 0;
 	if (parse_int(v, &x) < 0)
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s='%s' is not an integer (read as the world of %s)",
 		                     name, v, s->launcher);
 	/* Ranks, sizes, node numbers and ports are never negative (and -1
 	 * stands for "not given" below). */
 	if (x < 0)
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s=%ld: must be >= 0 (read as the world of %s)", name, x,
 		                     s->launcher);
 	*ret = (int)x;
@@ -69,7 +69,7 @@ static int require_int(const wsrc *s, const char *name, const char *because, int
 {
 	int r = read_int(s, name, ret);
 	if (r == 0)
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s is set but %s is not: cannot tell the world of %s",
 		                     because, name, s->launcher);
 	return r < 0 ? r : ACCEL_OK;
@@ -174,37 +174,37 @@ typedef struct names {
 static int check_world(const wsrc *s, const names *nm, const accel_world_v1 *w)
 {
 	if (w->world_size < 1)
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG, "%s=%d: the world size must be >= 1 (%s)",
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG, "%s=%d: the world size must be >= 1 (%s)",
 		                     nm->size, w->world_size, s->launcher);
 	if (w->rank < 0 || w->rank >= w->world_size)
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s=%d is not in 0..%s-1 (%s=%d) (%s)", nm->rank, w->rank,
 		                     nm->size, nm->size, w->world_size, s->launcher);
 	if (nm->local_size && w->local_world_size != -1 &&
 	    (w->local_world_size < 1 || w->local_world_size > w->world_size))
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s=%d is not in 1..%s (%s=%d) (%s)", nm->local_size,
 		                     w->local_world_size, nm->size, nm->size, w->world_size,
 		                     s->launcher);
 	if (nm->local_rank && w->local_rank != -1 && w->local_world_size != -1 &&
 	    (w->local_rank < 0 || w->local_rank >= w->local_world_size))
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s=%d is not in 0..%s-1 (%s=%d) (%s)", nm->local_rank,
 		                     w->local_rank, nm->local_size, nm->local_size,
 		                     w->local_world_size, s->launcher);
 	if (nm->local_rank && w->local_rank != -1 && w->local_world_size == -1 &&
 	    (w->local_rank < 0 || w->local_rank >= w->world_size))
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s=%d is not in 0..%s-1 (%s=%d) (%s)", nm->local_rank,
 		                     w->local_rank, nm->size, nm->size, w->world_size, s->launcher);
 	if (nm->num_nodes && w->num_nodes != -1 &&
 	    (w->num_nodes < 1 || w->num_nodes > w->world_size))
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s=%d is not in 1..%s (%s=%d) (%s)", nm->num_nodes, w->num_nodes,
 		                     nm->size, nm->size, w->world_size, s->launcher);
 	if (nm->node_rank && nm->num_nodes && w->node_rank != -1 && w->num_nodes != -1 &&
 	    (w->node_rank < 0 || w->node_rank >= w->num_nodes))
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s=%d is not in 0..%s-1 (%s=%d) (%s)", nm->node_rank,
 		                     w->node_rank, nm->num_nodes, nm->num_nodes, w->num_nodes,
 		                     s->launcher);
@@ -327,7 +327,7 @@ static int from_torchrun(wsrc *s, result *r)
 	if ((rc = read_int(s, ACCEL_ENV_TORCH_GROUP_RANK, &group)) < 0)
 		return rc;
 	if (rc == 1 && group >= w->world_size)
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "GROUP_RANK=%d is not in 0..WORLD_SIZE-1 (WORLD_SIZE=%d) (%s)",
 		                     group, w->world_size, s->launcher);
 	if (rc == 1 && w->num_nodes == -1)
@@ -362,7 +362,7 @@ static int from_slurm(wsrc *s, result *r)
 		tpn = getvar(s, "SLURM_TASKS_PER_NODE");
 	if (tpn && w->node_rank >= 0 &&
 	    slurm_tasks_on_node(tpn, w->node_rank, &w->local_world_size) < 0)
-		return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s='%s' does not list the tasks of node %s=%d (srun)",
 		                     getvar(s, nm.local_size) ? nm.local_size : "SLURM_TASKS_PER_NODE",
 		                     tpn, nm.node_rank, w->node_rank);
@@ -400,7 +400,7 @@ static int master_from_env(wsrc *s, result *r)
 	}
 	if (a) {
 		if (strlen(a) >= sizeof(r->addr))
-			return accel_err_set(s->err, ACCEL_ERR_CONFIG, "%s is longer than %zu characters",
+			return accelp_err_set(s->err, ACCEL_ERR_CONFIG, "%s is longer than %zu characters",
 			                     an, sizeof(r->addr) - 1);
 		snprintf(r->addr, sizeof(r->addr), "%s", a);
 	} else if (!r->addr[0] && r->w.num_nodes == 1) {
@@ -415,7 +415,7 @@ static int master_from_env(wsrc *s, result *r)
 	if (p) {
 		long v;
 		if (parse_int(p, &v) < 0 || v < 1 || v > 65535)
-			return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+			return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 			                     "%s='%s' is not a port number (1..65535)", pn, p);
 		/* torchrun's static rendezvous hosts its own store on MASTER_PORT
 		 * (TORCHELASTIC_USE_AGENT_STORE=True): accel's goes one above. */
@@ -423,7 +423,7 @@ static int master_from_env(wsrc *s, result *r)
 		if (!strcmp(pn, ACCEL_ENV_TORCH_MASTER_PORT) && !strcmp(s->launcher, "torchrun") && agent &&
 		    !strcmp(agent, "True")) {
 			if (v == 65535)
-				return accel_err_set(s->err, ACCEL_ERR_CONFIG,
+				return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 				                     "MASTER_PORT=65535 is torchrun's store, and accel's would "
 				                     "be the port above it: set ACCEL_MASTER_PORT");
 			v++;
@@ -433,14 +433,14 @@ static int master_from_env(wsrc *s, result *r)
 	return ACCEL_OK;
 }
 
-int accel_world_from_vars(accel_world_getvar_fn get, void *ud, accel_world_v1 *ret_world,
+int accelp_world_from_vars(accel_world_getvar_fn get, void *ud, accel_world_v1 *ret_world,
                           char *job_id, size_t job_id_cap, char *master_addr,
                           size_t master_addr_cap, int *ret_master_port, const char **ret_launcher,
                           accel_err *err)
 {
 	if (!get || !ret_world || (job_id && !job_id_cap) || (master_addr && !master_addr_cap))
-		return accel_err_set(err, ACCEL_ERR_INVALID_ARG,
-		                     "accel_world_from_vars: NULL output or zero-sized buffer");
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
+		                     "accelp_world_from_vars: NULL output or zero-sized buffer");
 	result r;
 	memset(&r, 0, sizeof(r));
 	r.w.struct_size = sizeof(r.w);
@@ -466,7 +466,7 @@ int accel_world_from_vars(accel_world_getvar_fn get, void *ud, accel_world_v1 *r
 		/* A batch script is task 0 of its allocation (a world of one);
 		 * any other task id comes from a step whose variables are gone,
 		 * and running it as rank 0 of 1 would train alone in silence. */
-		return accel_err_set(err, ACCEL_ERR_CONFIG,
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "SLURM_PROCID=%s says this process is a task of a Slurm step, "
 		                     "but SLURM_STEP_NUM_TASKS is not set, so its world is unknown: "
 		                     "start it with srun (which sets both), or unset SLURM_PROCID to "
@@ -505,10 +505,10 @@ static const char *env_get(const char *name, void *ud)
 	return getenv(name);
 }
 
-int accel_world_from_env(accel_world_v1 *ret_world, char *job_id, size_t job_id_cap,
+int accelp_world_from_env(accel_world_v1 *ret_world, char *job_id, size_t job_id_cap,
                          char *master_addr, size_t master_addr_cap, int *ret_master_port,
                          const char **ret_launcher, accel_err *err)
 {
-	return accel_world_from_vars(env_get, NULL, ret_world, job_id, job_id_cap, master_addr,
+	return accelp_world_from_vars(env_get, NULL, ret_world, job_id, job_id_cap, master_addr,
 	                             master_addr_cap, ret_master_port, ret_launcher, err);
 }

@@ -70,13 +70,13 @@ typedef const char *(*accel_world_getvar_fn)(const char *name, void *userdata);
  * err:            (optional) receives the message on failure.
  * Outputs are written only on success.  Returns ACCEL_OK, ACCEL_ERR_CONFIG
  * (inconsistent or malformed variables) or ACCEL_ERR_INVALID_ARG. */
-int accel_world_from_env(accel_world_v1 *ret_world, char *job_id, size_t job_id_cap,
+int accelp_world_from_env(accel_world_v1 *ret_world, char *job_id, size_t job_id_cap,
                          char *master_addr, size_t master_addr_cap, int *ret_master_port,
                          const char **ret_launcher, accel_err *err);
 
 /* The same, reading variables through `getvar` (tests, or a caller holding
  * its own environment snapshot). */
-int accel_world_from_vars(accel_world_getvar_fn getvar, void *userdata,
+int accelp_world_from_vars(accel_world_getvar_fn getvar, void *userdata,
                           accel_world_v1 *ret_world, char *job_id, size_t job_id_cap,
                           char *master_addr, size_t master_addr_cap, int *ret_master_port,
                           const char **ret_launcher, accel_err *err);

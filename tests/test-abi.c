@@ -194,7 +194,7 @@ START_TEST(abi12_strategy_trains)
 	add_model(ctx, ACCEL_DTYPE_F32, 0);
 	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
 	/* It sees the 1.2 layout: params[] entries at the 1.2 stride. */
-	const accel_model_v1 *m = accel_host_table()->model((accel_host *)&ctx->active[0].host);
+	const accel_model_v1 *m = accelp_host_table()->model((accel_host *)&ctx->active[0].host);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_uint_eq(m->struct_size, offsetof(accel_model_v1, param_info_size));
 	const accel_param_info_v1 *p2 = (const accel_param_info_v1 *)(const void *)(
@@ -414,7 +414,7 @@ START_TEST(grad_disabled_forward_only)
 	ck_assert_msg(strstr(accel_errmsg(ctx), "not a micro-step"), "%s", accel_errmsg(ctx));
 	accel_clear_error(ctx);
 	/* nothing counted: the next training micro-step is still the first */
-	ck_assert_uint_eq(accel_train_micro_step(ctx->train), 0);
+	ck_assert_uint_eq(accelp_train_micro_step(ctx->train), 0);
 	ck_assert_uint_eq(h->n_micro, 0);
 	ck_assert_uint_eq(h->bwd_calls, 0);
 	ck_assert_int_eq(accel_sync_gradients(ctx), 0);
@@ -601,8 +601,8 @@ START_TEST(loader_roles_and_slots)
 {
 	accel_loader *ld = NULL;
 	accel_err err;
-	accel_err_clear(&err);
-	ck_assert_int_eq(accelp_loader_new(accel_host_table(), &ld, &err), ACCEL_OK);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_loader_new(accelp_host_table(), &ld, &err), ACCEL_OK);
 	static const struct {
 		const char *file;
 		int status;

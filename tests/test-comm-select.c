@@ -91,7 +91,7 @@ START_TEST(auto_picks_the_highest_preference)
 	const char *d = scenario("auto", (const char *const[]){"comm-fx-tie.so", "comm-fx-auto.so",
 	                                                         "comm-fx-noprobe.so", NULL});
 	accel_ctx *ctx = ctx_in(d, ACCEL_OK);
-	ck_assert_str_eq(accel_comm_backend_name(ctx->comm), "fx_auto");
+	ck_assert_str_eq(accelp_comm_backend_name(ctx->comm), "fx_auto");
 	float x[3] = {1, 2, 3}, y[3] = {0};
 	ck_assert_int_eq(accel_allreduce(ctx, x, y, 3, ACCEL_DTYPE_F32, ACCEL_RED_SUM), ACCEL_OK);
 	ck_assert(y[0] == 1 && y[1] == 2 && y[2] == 3);
@@ -111,9 +111,9 @@ START_TEST(abi12_backend_gets_defaults)
 	const accel_module *m = module(ctx, "fx_old");
 	ck_assert_int_eq(m->comm->desc->preference, 0);
 	ck_assert_uint_eq(m->comm->desc->scope, 0);
-	ck_assert_uint_eq(accel_select_comm_scope(m), ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES);
+	ck_assert_uint_eq(accelp_select_comm_scope(m), ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES);
 	ck_assert_ptr_null(m->comm->split);
-	ck_assert_str_eq(accel_comm_backend_name(ctx->comm), "shm");
+	ck_assert_str_eq(accelp_comm_backend_name(ctx->comm), "shm");
 	accel_ctx_free(ctx);
 
 	/* alone (and the strategy): it serves the job */
@@ -122,10 +122,10 @@ START_TEST(abi12_backend_gets_defaults)
 	snprintf(p, sizeof(p), "%s/plugins/ddp", b);
 	setenv("ACCEL_PLUGIN_PATH", p, 1);
 	ctx = ctx_in(d, ACCEL_OK);
-	ck_assert_str_eq(accel_comm_backend_name(ctx->comm), "fx_old");
+	ck_assert_str_eq(accelp_comm_backend_name(ctx->comm), "fx_old");
 	/* groups: refused by name, before any rank would wait */
 	accel_group *g = NULL;
-	ck_assert_int_eq(accel_comm_group_split(ctx->comm, NULL, 0, 0, &g), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_int_eq(accelp_comm_group_split(ctx->comm, NULL, 0, 0, &g), ACCEL_ERR_UNSUPPORTED);
 	const char *msg = accel_errmsg(ctx);
 	ck_assert_msg(strstr(msg, "comm backend 'fx_old'") && strstr(msg, "no split slot") &&
 	              strstr(msg, "ABI 1.2"), "%s", msg);
@@ -138,7 +138,7 @@ END_TEST
  * filled (the fixture's init checks the same from inside a backend). */
 START_TEST(comm_host_table_is_narrow)
 {
-	const accel_host_v1 *full = accel_host_table(), *t = accel_comm_host_table();
+	const accel_host_v1 *full = accelp_host_table(), *t = accelp_comm_host_table();
 	ck_assert_ptr_ne(full, t);
 	ck_assert_uint_eq(t->struct_size, full->struct_size);
 	ck_assert_uint_eq(t->abi_major, ACCEL_ABI_MAJOR);
@@ -169,7 +169,7 @@ START_TEST(comm_host_table_is_narrow)
 	/* a backend that starts through it (the fixture refuses any other) */
 	const char *d = scenario("table", (const char *const[]){"comm-fx-auto.so", NULL});
 	accel_ctx *ctx = ctx_in(d, ACCEL_OK);
-	ck_assert_str_eq(accel_comm_backend_name(ctx->comm), "fx_auto");
+	ck_assert_str_eq(accelp_comm_backend_name(ctx->comm), "fx_auto");
 	/* its host calls are blocking only */
 	struct accel_host h = {.ctx = ctx, .name = "fx_auto"};
 	accel_req *req = NULL;
@@ -190,37 +190,37 @@ START_TEST(groups_at_world_one)
 {
 	const char *d = scenario("one", (const char *const[]){NULL});
 	accel_ctx *ctx = ctx_in(d, ACCEL_OK);
-	ck_assert_str_eq(accel_comm_backend_name(ctx->comm), "shm");
+	ck_assert_str_eq(accelp_comm_backend_name(ctx->comm), "shm");
 	accel_group *none = (accel_group *)&none, *g = NULL, *gg = NULL;
-	ck_assert_int_eq(accel_comm_group_split(ctx->comm, NULL, ACCEL_COMM_SPLIT_NONE, 0, &none),
+	ck_assert_int_eq(accelp_comm_group_split(ctx->comm, NULL, ACCEL_COMM_SPLIT_NONE, 0, &none),
 	                 ACCEL_OK);
 	ck_assert_ptr_null(none);
-	ck_assert_int_eq(accel_comm_group_split(ctx->comm, NULL, 4, 0, &g), ACCEL_OK);
-	ck_assert_int_eq(accel_comm_group_split(ctx->comm, g, 0, 0, &gg), ACCEL_OK);
+	ck_assert_int_eq(accelp_comm_group_split(ctx->comm, NULL, 4, 0, &g), ACCEL_OK);
+	ck_assert_int_eq(accelp_comm_group_split(ctx->comm, g, 0, 0, &gg), ACCEL_OK);
 	int32_t r = -1, n = 0, w = -1;
-	ck_assert_int_eq(accel_comm_group_info(ctx->comm, gg, &r, &n), ACCEL_OK);
-	ck_assert_int_eq(accel_comm_group_world_rank(ctx->comm, gg, 0, &w), ACCEL_OK);
+	ck_assert_int_eq(accelp_comm_group_info(ctx->comm, gg, &r, &n), ACCEL_OK);
+	ck_assert_int_eq(accelp_comm_group_world_rank(ctx->comm, gg, 0, &w), ACCEL_OK);
 	ck_assert(r == 0 && n == 1 && w == 0);
-	ck_assert_int_eq(accel_comm_group_world_rank(ctx->comm, gg, 1, &w), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_comm_group_world_rank(ctx->comm, gg, 1, &w), ACCEL_ERR_INVALID_ARG);
 	accel_clear_error(ctx);
 	double x[2] = {1.5, -2}, y[2] = {0};
 	accel_view vx = {sizeof(accel_view), ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, x, 2};
 	accel_view vy = {sizeof(accel_view), ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, y, 2};
-	ck_assert_int_eq(accel_comm_group_allreduce(ctx->comm, gg, &vx, &vy, ACCEL_RED_MAX, NULL),
+	ck_assert_int_eq(accelp_comm_group_allreduce(ctx->comm, gg, &vx, &vy, ACCEL_RED_MAX, NULL),
 	                 ACCEL_OK);
 	ck_assert(y[0] == 1.5 && y[1] == -2);
 	/* counts are the group's: send must be size x recv; the group is named
 	 * by its tag: the second split of the world (the first was NONE) */
 	vy.numel = 1;
-	ck_assert_int_eq(accel_comm_group_reduce_scatter(ctx->comm, g, &vx, &vy, ACCEL_RED_SUM, NULL),
+	ck_assert_int_eq(accelp_comm_group_reduce_scatter(ctx->comm, g, &vx, &vy, ACCEL_RED_SUM, NULL),
 	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(accel_errmsg(ctx), "on group 2c4 (world rank 0)"), "%s",
 	              accel_errmsg(ctx));
 	accel_clear_error(ctx);
-	ck_assert_int_eq(accel_comm_group_split(ctx->comm, NULL, -5, 0, &g), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_comm_group_split(ctx->comm, NULL, -5, 0, &g), ACCEL_ERR_INVALID_ARG);
 	accel_clear_error(ctx);
-	accel_comm_group_free(ctx->comm, gg);
-	ck_assert_int_eq(accel_comm_group_barrier(ctx->comm, gg, NULL), ACCEL_ERR_INVALID_ARG);
+	accelp_comm_group_free(ctx->comm, gg);
+	ck_assert_int_eq(accelp_comm_group_barrier(ctx->comm, gg, NULL), ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(accel_errmsg(ctx), "not a group of this context"), "%s",
 	              accel_errmsg(ctx));
 	accel_clear_error(ctx);

@@ -1000,11 +1000,11 @@ START_TEST(core_refuses_bad_arguments)
 		int rc;
 		accel_clear_error(ctx);
 		switch (k->op) {
-		case 0: rc = accel_comm_allreduce(ctx->comm, s, r, k->red, &req); break;
-		case 1: rc = accel_comm_reduce_scatter(ctx->comm, s, r, k->red, &req); break;
-		case 2: rc = accel_comm_allgather(ctx->comm, s, r, &req); break;
-		case 3: rc = accel_comm_broadcast(ctx->comm, s, k->root, &req); break;
-		default: rc = accel_comm_wait(ctx->comm, NULL); break;
+		case 0: rc = accelp_comm_allreduce(ctx->comm, s, r, k->red, &req); break;
+		case 1: rc = accelp_comm_reduce_scatter(ctx->comm, s, r, k->red, &req); break;
+		case 2: rc = accelp_comm_allgather(ctx->comm, s, r, &req); break;
+		case 3: rc = accelp_comm_broadcast(ctx->comm, s, k->root, &req); break;
+		default: rc = accelp_comm_wait(ctx->comm, NULL); break;
 		}
 		ck_assert_msg(rc == k->code && strstr(accel_errmsg(ctx), k->needle),
 		              "case %zu: status %d (want %d), message '%s' (want '%s')", i, rc,

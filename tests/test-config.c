@@ -35,8 +35,8 @@ static const accel_param_schema_v1 zero_params[] = {
 static accel_config *mk(accel_err *e)
 {
 	accel_config *c = NULL;
-	accel_err_clear(e);
-	ck_assert_int_eq(accel_config_new(&c, e), ACCEL_OK);
+	accelp_err_clear(e);
+	ck_assert_int_eq(accelp_config_new(&c, e), ACCEL_OK);
 	ck_assert_ptr_nonnull(c);
 	return c;
 }
@@ -46,13 +46,13 @@ static int run(accel_config *c, const char *json, char **env, const char *set, a
 {
 	int r = ACCEL_OK;
 	if (json)
-		r = accel_config_load_string(c, json, "cfg.json", e);
+		r = accelp_config_load_string(c, json, "cfg.json", e);
 	if (!r && env)
-		r = accel_config_load_env(c, env, e);
+		r = accelp_config_load_env(c, env, e);
 	if (!r && set)
-		r = accel_config_set(c, set, NULL, e);
+		r = accelp_config_set(c, set, NULL, e);
 	if (!r)
-		r = accel_config_resolve(c, e);
+		r = accelp_config_resolve(c, e);
 	return r;
 }
 
@@ -71,76 +71,76 @@ START_TEST(defaults)
 	int32_t b;
 	uint32_t n;
 
-	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_ERR_STATE);
+	ck_assert_int_eq(accelp_config_get_int(c, "seed", &i), ACCEL_ERR_STATE);
 	/* before resolve: where the raw value comes from */
-	ck_assert_str_eq(accel_config_source(c, "seed"), "default");
-	ck_assert_ptr_null(accel_config_source(c, "max_grad_norm"));
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
+	ck_assert_str_eq(accelp_config_source(c, "seed"), "default");
+	ck_assert_ptr_null(accelp_config_source(c, "max_grad_norm"));
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
 
-	ck_assert_int_eq(accel_config_get_string(c, "strategy", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "strategy", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "ddp");
-	ck_assert_int_eq(accel_config_get_string(c, "backend", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "backend", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "auto");
-	ck_assert_int_eq(accel_config_get_string(c, "mixed_precision", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "mixed_precision", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "no");
-	ck_assert_int_eq(accel_config_get_int(c, "gradient_accumulation_steps", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "gradient_accumulation_steps", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 1);
-	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "seed", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 42);
-	ck_assert_int_eq(accel_config_get_string(c, "log_level", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "log_level", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "info");
-	ck_assert_int_eq(accel_config_get_double(c, "comm.timeout_s", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "comm.timeout_s", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 300.0);
-	ck_assert_int_eq(accel_config_get_string(c, "optimizer.type", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "optimizer.type", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "adamw");
-	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.lr", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "optimizer.params.lr", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 1e-3);
-	ck_assert_int_eq(accel_config_get_count(c, "optimizer.params.betas", &n), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_count(c, "optimizer.params.betas", &n), ACCEL_OK);
 	ck_assert_uint_eq(n, 2);
-	ck_assert_int_eq(accel_config_get_dbllist(c, "optimizer.params.betas", 0, &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_dbllist(c, "optimizer.params.betas", 0, &d), ACCEL_OK);
 	ck_assert_double_eq(d, 0.9);
-	ck_assert_int_eq(accel_config_get_dbllist(c, "optimizer.params.betas", 1, &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_dbllist(c, "optimizer.params.betas", 1, &d), ACCEL_OK);
 	ck_assert_double_eq(d, 0.999);
-	ck_assert_int_eq(accel_config_get_dbllist(c, "optimizer.params.betas", 2, &d),
+	ck_assert_int_eq(accelp_config_get_dbllist(c, "optimizer.params.betas", 2, &d),
 	                 ACCEL_ERR_NOT_FOUND);
-	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.eps", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "optimizer.params.eps", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 1e-8);
-	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.weight_decay", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "optimizer.params.weight_decay", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 0.01);
-	ck_assert_int_eq(accel_config_get_bool(c, "optimizer.params.nesterov", &b), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_bool(c, "optimizer.params.nesterov", &b), ACCEL_OK);
 	ck_assert_int_eq(b, 0);
-	ck_assert_int_eq(accel_config_get_count(c, "optimizer.no_decay", &n), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_count(c, "optimizer.no_decay", &n), ACCEL_OK);
 	ck_assert_uint_eq(n, 0);
-	ck_assert_int_eq(accel_config_get_strlist(c, "plugins", 0, &s), ACCEL_ERR_NOT_FOUND);
-	ck_assert_int_eq(accel_config_get_string(c, "scheduler.type", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_strlist(c, "plugins", 0, &s), ACCEL_ERR_NOT_FOUND);
+	ck_assert_int_eq(accelp_config_get_string(c, "scheduler.type", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "constant");
-	ck_assert_int_eq(accel_config_get_int(c, "scheduler.total_steps", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "scheduler.total_steps", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 0);
-	ck_assert_int_eq(accel_config_get_bool(c, "dataloader.split_batches", &b), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_bool(c, "dataloader.split_batches", &b), ACCEL_OK);
 	ck_assert_int_eq(b, 0);
-	ck_assert_int_eq(accel_config_get_bool(c, "dataloader.even_batches", &b), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_bool(c, "dataloader.even_batches", &b), ACCEL_OK);
 	ck_assert_int_eq(b, 1);
-	ck_assert_int_eq(accel_config_get_bool(c, "dataloader.drop_last", &b), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_bool(c, "dataloader.drop_last", &b), ACCEL_OK);
 	ck_assert_int_eq(b, 0);
-	ck_assert_int_eq(accel_config_get_bool(c, "dataloader.shuffle", &b), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_bool(c, "dataloader.shuffle", &b), ACCEL_OK);
 	ck_assert_int_eq(b, 1);
-	ck_assert_str_eq(accel_config_source(c, "seed"), "default");
+	ck_assert_str_eq(accelp_config_source(c, "seed"), "default");
 
 	/* no default: unset, no error recorded */
-	ck_assert_int_eq(accel_config_get_double(c, "max_grad_norm", &d), ACCEL_ERR_NOT_FOUND);
-	ck_assert_int_eq(accel_config_get_double(c, "gradient_clipping", &d), ACCEL_ERR_NOT_FOUND);
-	ck_assert_ptr_null(accel_config_source(c, "max_grad_norm"));
+	ck_assert_int_eq(accelp_config_get_double(c, "max_grad_norm", &d), ACCEL_ERR_NOT_FOUND);
+	ck_assert_int_eq(accelp_config_get_double(c, "gradient_clipping", &d), ACCEL_ERR_NOT_FOUND);
+	ck_assert_ptr_null(accelp_config_source(c, "max_grad_norm"));
 	/* unknown keys and wrong types */
-	ck_assert_int_eq(accel_config_get_int(c, "no.such.key", &i), ACCEL_ERR_NOT_FOUND);
-	ck_assert_int_eq(accel_config_get_int(c, "strategy", &i), ACCEL_ERR_CONFIG);
-	ck_assert_int_eq(accel_config_get_bool(c, "seed", &b), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_get_int(c, "no.such.key", &i), ACCEL_ERR_NOT_FOUND);
+	ck_assert_int_eq(accelp_config_get_int(c, "strategy", &i), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_get_bool(c, "seed", &b), ACCEL_ERR_CONFIG);
 	/* an integer key reads as a double */
-	ck_assert_int_eq(accel_config_get_double(c, "seed", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "seed", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 42.0);
 	ck_assert_int_eq(e.code, ACCEL_OK);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 	ck_assert_ptr_null(c);
-	ck_assert_ptr_null(accel_config_free(NULL));
+	ck_assert_ptr_null(accelp_config_free(NULL));
 }
 END_TEST
 
@@ -161,44 +161,44 @@ START_TEST(precedence)
 	int64_t i;
 	double d;
 
-	ck_assert_int_eq(accel_config_load_string(c, prec_json, "cfg.json", &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_load_env(c, env, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_set(c, "seed=3", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_load_string(c, prec_json, "cfg.json", &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_load_env(c, env, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "seed=3", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
 
 	/* default < file < env < --set */
-	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "seed", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 3);
-	ck_assert_str_eq(accel_config_source(c, "seed"), "--set seed=3");
-	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.lr", &d), ACCEL_OK);
+	ck_assert_str_eq(accelp_config_source(c, "seed"), "--set seed=3");
+	ck_assert_int_eq(accelp_config_get_double(c, "optimizer.params.lr", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 0.02);
-	ck_assert_str_eq(accel_config_source(c, "optimizer.params.lr"), "env ACCEL_OPTIMIZER_PARAMS_LR");
-	ck_assert_int_eq(accel_config_get_int(c, "gradient_accumulation_steps", &i), ACCEL_OK);
+	ck_assert_str_eq(accelp_config_source(c, "optimizer.params.lr"), "env ACCEL_OPTIMIZER_PARAMS_LR");
+	ck_assert_int_eq(accelp_config_get_int(c, "gradient_accumulation_steps", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 2);
-	ck_assert_str_eq(accel_config_source(c, "gradient_accumulation_steps"), "cfg.json:3:34");
-	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.eps", &d), ACCEL_OK);
+	ck_assert_str_eq(accelp_config_source(c, "gradient_accumulation_steps"), "cfg.json:3:34");
+	ck_assert_int_eq(accelp_config_get_double(c, "optimizer.params.eps", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 1e-7);
-	ck_assert_str_eq(accel_config_source(c, "optimizer.params.eps"), "cfg.json:4:64");
-	ck_assert_str_eq(accel_config_source(c, "optimizer.type"), "cfg.json:4:25");
-	ck_assert_str_eq(accel_config_source(c, "mixed_precision"), "default");
-	c = accel_config_free(c);
+	ck_assert_str_eq(accelp_config_source(c, "optimizer.params.eps"), "cfg.json:4:64");
+	ck_assert_str_eq(accelp_config_source(c, "optimizer.type"), "cfg.json:4:25");
+	ck_assert_str_eq(accelp_config_source(c, "mixed_precision"), "default");
+	c = accelp_config_free(c);
 
 	/* without the higher layers the lower ones show through */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_load_string(c, prec_json, "cfg.json", &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_load_env(c, env, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_load_string(c, prec_json, "cfg.json", &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_load_env(c, env, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "seed", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 2);
-	ck_assert_str_eq(accel_config_source(c, "seed"), "env ACCEL_SEED");
-	c = accel_config_free(c);
+	ck_assert_str_eq(accelp_config_source(c, "seed"), "env ACCEL_SEED");
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, prec_json, NULL, NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "seed", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 1);
-	ck_assert_str_eq(accel_config_source(c, "seed"), "cfg.json:2:11");
-	c = accel_config_free(c);
+	ck_assert_str_eq(accelp_config_source(c, "seed"), "cfg.json:2:11");
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -211,81 +211,81 @@ START_TEST(set_values)
 	double d;
 
 	/* non-JSON text is a string; lists split at commas; origin replaces "--set" */
-	ck_assert_int_eq(accel_config_set(c, "backend=shm", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_set(c, "plugins=scaler, compress", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_set(c, "dataloader.shuffle=false", "accel_opts.sets", &e),
+	ck_assert_int_eq(accelp_config_set(c, "backend=shm", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "plugins=scaler, compress", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "dataloader.shuffle=false", "accel_opts.sets", &e),
 	                 ACCEL_OK);
-	ck_assert_int_eq(accel_config_set(c, "optimizer={\"type\": \"sgd\", \"params\": {\"lr\": 0.5}}",
+	ck_assert_int_eq(accelp_config_set(c, "optimizer={\"type\": \"sgd\", \"params\": {\"lr\": 0.5}}",
 	                                  NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_set(c, "strategy=123", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_string(c, "backend", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "strategy=123", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "backend", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "shm");
-	ck_assert_int_eq(accel_config_get_strlist(c, "plugins", 0, &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_strlist(c, "plugins", 0, &s), ACCEL_OK);
 	ck_assert_str_eq(s, "scaler");
-	ck_assert_int_eq(accel_config_get_strlist(c, "plugins", 1, &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_strlist(c, "plugins", 1, &s), ACCEL_OK);
 	ck_assert_str_eq(s, "compress");
-	ck_assert_int_eq(accel_config_get_strlist(c, "plugins", 2, &s), ACCEL_ERR_NOT_FOUND);
-	ck_assert_int_eq(accel_config_get_bool(c, "dataloader.shuffle", &b), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_strlist(c, "plugins", 2, &s), ACCEL_ERR_NOT_FOUND);
+	ck_assert_int_eq(accelp_config_get_bool(c, "dataloader.shuffle", &b), ACCEL_OK);
 	ck_assert_int_eq(b, 0);
-	ck_assert_str_eq(accel_config_source(c, "dataloader.shuffle"),
+	ck_assert_str_eq(accelp_config_source(c, "dataloader.shuffle"),
 	                 "accel_opts.sets dataloader.shuffle=false");
-	ck_assert_int_eq(accel_config_get_string(c, "optimizer.type", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "optimizer.type", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "sgd");
-	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.lr", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "optimizer.params.lr", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 0.5);
 	/* string key given a JSON number on the command line keeps the text */
-	ck_assert_int_eq(accel_config_get_string(c, "strategy", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "strategy", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "123");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* only a value typed directly keeps its text; inside JSON types count */
 	c = mk(&e);
 	ck_assert_int_eq(run(c, NULL, NULL, "optimizer={\"type\": 3}", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'optimizer.type' at --set optimizer={\"type\": 3}: "
 	                        "expected one of adamw|sgd, got 3");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_set(c, "optimizer={\"type\": \"sgd\"}", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "optimizer={\"type\": \"sgd\"}", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
 	/* sgd's weight decay default is torch's 0 */
-	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.weight_decay", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "optimizer.params.weight_decay", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 0.0);
-	ck_assert_str_eq(accel_config_source(c, "optimizer.params.weight_decay"), "default for sgd");
-	c = accel_config_free(c);
+	ck_assert_str_eq(accelp_config_source(c, "optimizer.params.weight_decay"), "default for sgd");
+	c = accelp_config_free(c);
 
 	/* later --set of the same key wins; null goes back to the default */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_load_string(c, "{\"max_grad_norm\": 1.5, \"seed\": 7}",
+	ck_assert_int_eq(accelp_config_load_string(c, "{\"max_grad_norm\": 1.5, \"seed\": 7}",
 	                                          "cfg.json", &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_set(c, "seed=8", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_set(c, "seed=9", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_set(c, "max_grad_norm=null", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "seed=8", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "seed=9", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "max_grad_norm=null", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
 	int64_t i;
-	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "seed", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 9);
-	ck_assert_int_eq(accel_config_get_double(c, "max_grad_norm", &d), ACCEL_ERR_NOT_FOUND);
-	c = accel_config_free(c);
+	ck_assert_int_eq(accelp_config_get_double(c, "max_grad_norm", &d), ACCEL_ERR_NOT_FOUND);
+	c = accelp_config_free(c);
 
 	/* malformed assignments */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_set(c, "seed", NULL, &e), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_set(c, "seed", NULL, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "'seed': expected KEY=VALUE");
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_config_set(c, "=3", NULL, &e), ACCEL_ERR_CONFIG);
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_config_set(c, "a..b=3", NULL, &e), ACCEL_ERR_CONFIG);
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_config_set(c, "=3", NULL, &e), ACCEL_ERR_CONFIG);
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_config_set(c, "a..b=3", NULL, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "'a..b' is not a key");
 	/* broken JSON is not quietly taken as text */
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_config_set(c, "plugins=[\"scaler\"", NULL, &e), ACCEL_ERR_CONFIG);
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_config_set(c, "plugins=[\"scaler\"", NULL, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "--set plugins=[\"scaler\": the value looks like JSON but is not valid JSON");
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	char *env[] = {"ACCEL_OPTIMIZER={\"type\": sgd}", NULL};
-	ck_assert_int_eq(accel_config_load_env(c, env, &e), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_load_env(c, env, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "env ACCEL_OPTIMIZER: the value looks like JSON");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -299,27 +299,27 @@ START_TEST(launch_sets)
 	double d;
 	const char *s;
 
-	ck_assert_int_eq(accel_config_load_env(c, env, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_load_env(c, env, &e), ACCEL_OK);
 	/* an API --set comes before ACCEL_SET's (the launcher's command line wins) */
-	ck_assert_int_eq(accel_config_set(c, "seed=6", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "seed=6", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "seed", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 5);
-	ck_assert_str_eq(accel_config_source(c, "seed"), "--set seed=5 (accel launch)");
-	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.lr", &d), ACCEL_OK);
+	ck_assert_str_eq(accelp_config_source(c, "seed"), "--set seed=5 (accel launch)");
+	ck_assert_int_eq(accelp_config_get_double(c, "optimizer.params.lr", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 0.1);
-	ck_assert_str_eq(accel_config_source(c, "optimizer.params.lr"),
+	ck_assert_str_eq(accelp_config_source(c, "optimizer.params.lr"),
 	                 "--set optimizer.params.lr=0.1 (accel launch)");
-	ck_assert_int_eq(accel_config_get_strlist(c, "plugins", 0, &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_strlist(c, "plugins", 0, &s), ACCEL_OK);
 	ck_assert_str_eq(s, "scaler");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* a bad line names its number */
 	c = mk(&e);
 	char *bad[] = {"ACCEL_SET=seed=5\nnot an assignment\n", NULL};
-	ck_assert_int_eq(accel_config_load_env(c, bad, &e), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_load_env(c, bad, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "ACCEL_SET line 2 'not an assignment': expected KEY=VALUE");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -331,13 +331,13 @@ START_TEST(launch_sets_last_line_cr)
 	char *env[] = {"ACCEL_SET=seed=3\r", NULL};
 	int64_t i;
 	ck_assert_int_eq(run(c, NULL, env, NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "seed", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 3);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 	c = mk(&e);
 	char *only_cr[] = {"ACCEL_SET=\r", NULL};
 	ck_assert_int_eq(run(c, NULL, only_cr, NULL, &e), ACCEL_OK);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -358,13 +358,13 @@ START_TEST(empty_key_names)
 		accel_config *c = mk(&e);
 		ck_assert_int_eq(run(c, bad[k][0], NULL, NULL, &e), ACCEL_ERR_CONFIG);
 		ASSERT_MSG_HAS(e, bad[k][1]);
-		c = accel_config_free(c);
+		c = accelp_config_free(c);
 	}
 	accel_err e;
 	accel_config *c = mk(&e);
 	ck_assert_int_eq(run(c, NULL, NULL, "optimizer={\"\": 1}", &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "empty key at --set optimizer={\"\": 1}");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -378,16 +378,16 @@ START_TEST(set_values_duplicates_and_utf8)
 	ck_assert_int_eq(run(c, NULL, NULL, "optimizer={\"type\": \"sgd\", \"type\": \"adamw\"}",
 	                     &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "duplicate object key");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 	c = mk(&e);
 	ck_assert_int_eq(run(c, NULL, NULL, "metrics_file=/tmp/m\xe9.jsonl", &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "the value is not valid UTF-8 text");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 	c = mk(&e);
 	char *env[] = {"ACCEL_METRICS_FILE=/tmp/m\xff", NULL};
 	ck_assert_int_eq(run(c, NULL, env, NULL, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "env ACCEL_METRICS_FILE: the value is not valid UTF-8 text");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -403,16 +403,16 @@ START_TEST(file_nul_and_bom)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, nul, sizeof(nul) - 1), (ssize_t)(sizeof(nul) - 1));
 	close(fd);
-	ck_assert_int_eq(accel_config_load_file(c, path, &e), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_load_file(c, path, &e), ACCEL_ERR_CONFIG);
 	unlink(path);
 	ASSERT_MSG_HAS(e, ": contains a NUL byte (at byte 11)");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 	c = mk(&e);
 	int64_t i;
 	ck_assert_int_eq(run(c, "\xef\xbb\xbf{\"seed\": 9}", NULL, NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(c, "seed", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "seed", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 9);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -429,24 +429,24 @@ START_TEST(env_reserved)
 	               "NOT_ACCEL_SEED=x", "ACCELSEED=1", NULL};
 	const char *s;
 	ck_assert_int_eq(run(c, NULL, env, NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_string(c, "log_level", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "log_level", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "debug");
-	ck_assert_str_eq(accel_config_source(c, "log_level"), "env ACCEL_LOG_LEVEL");
+	ck_assert_str_eq(accelp_config_source(c, "log_level"), "env ACCEL_LOG_LEVEL");
 	/* empty variables are ignored */
-	ck_assert_int_eq(accel_config_get_string(c, "backend", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "backend", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "auto");
-	ck_assert(accel_config_env_reserved("ACCEL_MASTER_PORT"));
-	ck_assert(accel_config_env_reserved("ACCEL_TEST_SRCDIR"));
-	ck_assert(!accel_config_env_reserved("ACCEL_SEED"));
-	c = accel_config_free(c);
+	ck_assert(accelp_config_env_reserved("ACCEL_MASTER_PORT"));
+	ck_assert(accelp_config_env_reserved("ACCEL_TEST_SRCDIR"));
+	ck_assert(!accelp_config_env_reserved("ACCEL_SEED"));
+	c = accelp_config_free(c);
 
 	/* the logger's numeric levels are accepted and named */
 	c = mk(&e);
 	char *env2[] = {"ACCEL_LOG_LEVEL=3", NULL};
 	ck_assert_int_eq(run(c, NULL, env2, NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_string(c, "log_level", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "log_level", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "debug");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -461,7 +461,7 @@ START_TEST(unknown_key_file)
 	ck_assert_int_eq(e.code, ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "unknown key 'gradient_acumulation_steps' at cfg.json:3:5; "
 	                        "did you mean 'gradient_accumulation_steps'?");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* nested: the path is named in full; no close match lists the group */
 	c = mk(&e);
@@ -470,22 +470,22 @@ START_TEST(unknown_key_file)
 	ck_assert_str_eq(e.msg, "unknown key 'optimizer.params.learning_rate' at cfg.json:1:27; "
 	                        "'optimizer.params' has: lr, betas, eps, weight_decay, momentum, "
 	                        "dampening, nesterov");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* a plugin key at the wrong level */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, "{\"bucket_cap_mb\": 25}", NULL, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "unknown key 'bucket_cap_mb' at cfg.json:1:2; did you mean "
 	                        "'ddp.bucket_cap_mb'?");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* a group given a scalar */
 	c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"optimizer\": \"sgd\"}", NULL, NULL, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "invalid value for 'optimizer' at cfg.json:1:15: it is a group of settings");
 	ASSERT_MSG_HAS(e, "got string \"sgd\"");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -495,18 +495,18 @@ START_TEST(unknown_key_env)
 	accel_config *c = mk(&e);
 	char *env[] = {"ACCEL_GRADIENT_ACUMULATION_STEPS=4", NULL};
 	/* recorded at load, checked at resolve */
-	ck_assert_int_eq(accel_config_load_env(c, env, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_load_env(c, env, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "unknown key 'gradient_acumulation_steps' at env "
 	                  "ACCEL_GRADIENT_ACUMULATION_STEPS; did you mean "
 	                  "'gradient_accumulation_steps' (ACCEL_GRADIENT_ACCUMULATION_STEPS)?");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	char *env2[] = {"ACCEL_FROBNICATE_EVERYTHING=1", NULL};
 	ck_assert_int_eq(run(c, NULL, env2, NULL, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "unknown key 'frobnicate_everything' at env ACCEL_FROBNICATE_EVERYTHING");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -517,13 +517,13 @@ START_TEST(unknown_key_set)
 	ck_assert_int_eq(run(c, NULL, NULL, "mixed_precison=bf16", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "unknown key 'mixed_precison' at --set mixed_precison=bf16; "
 	                        "did you mean 'mixed_precision'?");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, NULL, NULL, "optimizer={\"tpye\": \"sgd\"}", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "unknown key 'optimizer.tpye' at --set optimizer={\"tpye\": \"sgd\"}; "
 	                        "did you mean 'optimizer.type'?");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -534,35 +534,35 @@ START_TEST(wrong_type)
 	ck_assert_int_eq(run(c, "{\n  \"seed\": \"abc\"\n}", NULL, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'seed' at cfg.json:2:11: expected an integer >= 0, "
 	                        "got string \"abc\"");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"dataloader\": {\"shuffle\": 1}}", NULL, NULL, &e),
 	                 ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'dataloader.shuffle' at cfg.json:1:28: expected "
 	                        "true or false, got 1");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"plugins\": [\"scaler\",\n 3]}", NULL, NULL, &e),
 	                 ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'plugins' at cfg.json:2:2: element 1 must be a "
 	                        "string, got 3");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, NULL, NULL, "seed=1.5", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'seed' at --set seed=1.5: expected an integer "
 	                        ">= 0, got 1.5");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* an integral JSON real is an integer */
 	c = mk(&e);
 	int64_t i;
 	ck_assert_int_eq(run(c, "{\"scheduler\": {\"total_steps\": 1e4}}", NULL, NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(c, "scheduler.total_steps", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "scheduler.total_steps", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 10000);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -574,14 +574,14 @@ START_TEST(out_of_range)
 	                 ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'gradient_accumulation_steps' at cfg.json:1:33: "
 	                        "expected an integer in [1, 2147483647], got 0");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	char *env[] = {"ACCEL_COMM_TIMEOUT_S=0.0001", NULL}; /* would be 0 ms */
 	ck_assert_int_eq(run(c, NULL, env, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'comm.timeout_s' at env ACCEL_COMM_TIMEOUT_S: "
 	                        "expected a number in [0.001, 1000000000], got 0.0001");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* a timeout beyond 1e9 s would overflow the backends' nanosecond deadlines */
 	c = mk(&e);
@@ -589,30 +589,30 @@ START_TEST(out_of_range)
 	ck_assert_int_eq(run(c, NULL, env_big, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'comm.timeout_s' at env ACCEL_COMM_TIMEOUT_S: "
 	                        "expected a number in [0.001, 1000000000], got 1e+300");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"optimizer\": {\"params\": {\"betas\": [0.9,\n   1.0]}}}", NULL,
 	                     NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'optimizer.params.betas' at cfg.json:2:4: element "
 	                        "1 is 1.0; expected a list of 2 numbers in [0, 1)");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, NULL, NULL, "optimizer.params.betas=[0.9]", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'optimizer.params.betas' at --set "
 	                        "optimizer.params.betas=[0.9]: expected a list of 2 numbers in [0, 1), "
 	                        "got a list [0.9]");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* plugin ranges come from the schema */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 1,
+	ck_assert_int_eq(accelp_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 1,
 	                                         &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, NULL, NULL, "zero_optimization.stage=4", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'zero_optimization.stage' at --set "
 	                        "zero_optimization.stage=4: expected an integer in [0, 3], got 4");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -623,14 +623,14 @@ START_TEST(bad_enum)
 	ck_assert_int_eq(run(c, "{\"mixed_precision\": \"bf61\"}", NULL, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'mixed_precision' at cfg.json:1:21: expected one of "
 	                        "no|fp16|bf16|fp8, got string \"bf61\"; did you mean 'bf16'?");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	char *env[] = {"ACCEL_LOG_LEVEL=verbose", NULL};
 	ck_assert_int_eq(run(c, NULL, env, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "invalid value for 'log_level' at env ACCEL_LOG_LEVEL: expected one "
 	                        "of error|warn|info|debug|trace, got string \"verbose\"");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -638,17 +638,17 @@ START_TEST(syntax_error)
 {
 	accel_err e;
 	accel_config *c = mk(&e);
-	ck_assert_int_eq(accel_config_load_string(c, "{\n  \"seed\": 1,\n  \"x\": }", "cfg.json", &e),
+	ck_assert_int_eq(accelp_config_load_string(c, "{\n  \"seed\": 1,\n  \"x\": }", "cfg.json", &e),
 	                 ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "cfg.json:3:8: invalid JSON: unexpected token near '}'");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* duplicate keys are rejected, not silently resolved */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_load_string(c, "{\"seed\": 3,\n \"seed\": 4}", "cfg.json", &e),
+	ck_assert_int_eq(accelp_config_load_string(c, "{\"seed\": 3,\n \"seed\": 4}", "cfg.json", &e),
 	                 ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "cfg.json:2:7: invalid JSON: duplicate object key");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* and so is one key spelled two ways in one file */
 	c = mk(&e);
@@ -656,19 +656,19 @@ START_TEST(syntax_error)
 	                     NULL, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "key 'optimizer.type' is given twice in cfg.json: at cfg.json:1:20 "
 	                        "and at cfg.json:2:24");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_load_string(c, "[1, 2]", "cfg.json", &e), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_load_string(c, "[1, 2]", "cfg.json", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "cfg.json: the top level must be a JSON object ({...}) of settings");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* missing file: path and strerror */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_load_file(c, "/nonexistent/accel.json", &e), ACCEL_ERR_IO);
+	ck_assert_int_eq(accelp_config_load_file(c, "/nonexistent/accel.json", &e), ACCEL_ERR_IO);
 	ck_assert_str_eq(e.msg, "cannot open config file '/nonexistent/accel.json': No such file or "
 	                        "directory");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -681,35 +681,35 @@ START_TEST(alias_conflict)
 	ck_assert_str_eq(e.msg, "'max_grad_norm' = 1.0 at cfg.json:1:19 and 'gradient_clipping' = 2.0 at "
 	                        "cfg.json:2:23 set the same thing (gradient_clipping is an alias of "
 	                        "max_grad_norm) to different values; keep one");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* the same value twice is fine; the alias reads the same */
 	c = mk(&e);
 	double d;
 	ck_assert_int_eq(run(c, "{\"max_grad_norm\": 1, \"gradient_clipping\": 1.0}", NULL, NULL, &e),
 	                 ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_double(c, "gradient_clipping", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "gradient_clipping", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 1.0);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* across layers the higher one wins, as for any key */
 	c = mk(&e);
 	char *env[] = {"ACCEL_GRADIENT_CLIPPING=0.5", NULL};
 	ck_assert_int_eq(run(c, "{\"max_grad_norm\": 1.0}", env, NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_double(c, "max_grad_norm", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "max_grad_norm", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 0.5);
-	ck_assert_str_eq(accel_config_source(c, "max_grad_norm"), "env ACCEL_GRADIENT_CLIPPING");
-	c = accel_config_free(c);
+	ck_assert_str_eq(accelp_config_source(c, "max_grad_norm"), "env ACCEL_GRADIENT_CLIPPING");
+	c = accelp_config_free(c);
 
 	/* two --set spellings in one layer disagree */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_set(c, "gradient_clipping=1", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "gradient_clipping=1", NULL, &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, NULL, NULL, "max_grad_norm=2", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "'gradient_clipping' = 1.0 at --set gradient_clipping=1 and "
 	                        "'max_grad_norm' = 2.0 at --set max_grad_norm=2 set the same thing "
 	                        "(gradient_clipping is an alias of max_grad_norm) to different values; "
 	                        "keep one");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -717,48 +717,48 @@ START_TEST(unselected_section)
 {
 	accel_err e;
 	accel_config *c = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 0,
+	ck_assert_int_eq(accelp_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 0,
 	                                         &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, "{\n  \"zero_optimization\": {\"stage\": 2}\n}", NULL, NULL, &e),
 	                 ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "section 'zero_optimization' (plugin zero) is set at cfg.json:2:3 but "
 	                        "strategy is 'ddp' (default) and plugins is [] (default); select zero "
 	                        "or remove the section");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* from the environment, with the strategy named in the file */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 0,
+	ck_assert_int_eq(accelp_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 0,
 	                                         &e), ACCEL_OK);
 	char *env[] = {"ACCEL_ZERO_OPTIMIZATION_STAGE=3", NULL};
 	ck_assert_int_eq(run(c, "{\"strategy\": \"fsdp\"}", env, NULL, &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "section 'zero_optimization' (plugin zero) is set at env "
 	                        "ACCEL_ZERO_OPTIMIZATION_STAGE but strategy is 'fsdp' (cfg.json:1:14) "
 	                        "and plugins is [] (default); select zero or remove the section");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* a backend's section names the backend setting */
 	static const accel_param_schema_v1 mpi_params[] = {
 		{S, ACCEL_CFG_BOOL, "cuda_aware", "false", 1, 0, NULL, "MPI can read device memory"},
 	};
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "mpi", "mpi", mpi_params, 1, ACCEL_SCHEMA_BACKEND,
+	ck_assert_int_eq(accelp_config_add_schema(c, "mpi", "mpi", mpi_params, 1, ACCEL_SCHEMA_BACKEND,
 	                                         &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, NULL, NULL, "mpi.cuda_aware=true", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "section 'mpi' (backend mpi) is set at --set mpi.cuda_aware=true but "
 	                        "backend is 'auto' (default); select mpi or remove the section");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* keys of an unselected section that nobody set are simply not there */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 0,
+	ck_assert_int_eq(accelp_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 0,
 	                                         &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, NULL, NULL, NULL, &e), ACCEL_OK);
 	int64_t i;
-	ck_assert_int_eq(accel_config_get_int(c, "zero_optimization.stage", &i), ACCEL_ERR_NOT_FOUND);
-	ck_assert_ptr_null(accel_config_source(c, "zero_optimization.stage"));
-	c = accel_config_free(c);
+	ck_assert_int_eq(accelp_config_get_int(c, "zero_optimization.stage", &i), ACCEL_ERR_NOT_FOUND);
+	ck_assert_ptr_null(accelp_config_source(c, "zero_optimization.stage"));
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -771,8 +771,8 @@ START_TEST(plugin_keys)
 	const char *s;
 	int32_t b;
 
-	ck_assert_int_eq(accel_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 1,
+	ck_assert_int_eq(accelp_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 1,
 	                                         &e), ACCEL_OK);
 	char *env[] = {"ACCEL_ZERO_OPTIMIZATION_OFFLOAD_OPTIMIZER_DEVICE=cpu", NULL};
 	ck_assert_int_eq(run(c,
@@ -780,45 +780,45 @@ START_TEST(plugin_keys)
 	                     " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
 	                     "{\"device\": \"nvme\", \"nvme_path\": \"/tmp/nv\"}}}",
 	                     env, "zero_optimization.stage=3", &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(c, "ddp.bucket_cap_mb", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "ddp.bucket_cap_mb", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 50);
-	ck_assert_str_eq(accel_config_source(c, "ddp.bucket_cap_mb"), "cfg.json:1:27");
-	ck_assert_int_eq(accel_config_get_bool(c, "ddp.static_graph", &b), ACCEL_OK);
+	ck_assert_str_eq(accelp_config_source(c, "ddp.bucket_cap_mb"), "cfg.json:1:27");
+	ck_assert_int_eq(accelp_config_get_bool(c, "ddp.static_graph", &b), ACCEL_OK);
 	ck_assert_int_eq(b, 0);
-	ck_assert_int_eq(accel_config_get_int(c, "zero_optimization.stage", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "zero_optimization.stage", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 3);
-	ck_assert_str_eq(accel_config_source(c, "zero_optimization.stage"),
+	ck_assert_str_eq(accelp_config_source(c, "zero_optimization.stage"),
 	                 "--set zero_optimization.stage=3");
-	ck_assert_int_eq(accel_config_get_string(c, "zero_optimization.offload_optimizer.device", &s),
+	ck_assert_int_eq(accelp_config_get_string(c, "zero_optimization.offload_optimizer.device", &s),
 	                 ACCEL_OK);
 	ck_assert_str_eq(s, "cpu");
-	ck_assert_str_eq(accel_config_source(c, "zero_optimization.offload_optimizer.device"),
+	ck_assert_str_eq(accelp_config_source(c, "zero_optimization.offload_optimizer.device"),
 	                 "env ACCEL_ZERO_OPTIMIZATION_OFFLOAD_OPTIMIZER_DEVICE");
-	ck_assert_int_eq(accel_config_get_string(c, "zero_optimization.offload_optimizer.nvme_path",
+	ck_assert_int_eq(accelp_config_get_string(c, "zero_optimization.offload_optimizer.nvme_path",
 	                                         &s), ACCEL_OK);
 	ck_assert_str_eq(s, "/tmp/nv");
-	ck_assert_int_eq(accel_config_get_double(c, "zero_optimization.reduce_bucket_size", &d),
+	ck_assert_int_eq(accelp_config_get_double(c, "zero_optimization.reduce_bucket_size", &d),
 	                 ACCEL_OK);
 	ck_assert_double_eq(d, 5e8);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* a key without default stays unset */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 1,
+	ck_assert_int_eq(accelp_config_add_schema(c, "zero_optimization", "zero", zero_params, 4, 1,
 	                                         &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, NULL, NULL, NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_string(c, "zero_optimization.offload_optimizer.nvme_path",
+	ck_assert_int_eq(accelp_config_get_string(c, "zero_optimization.offload_optimizer.nvme_path",
 	                                         &s), ACCEL_ERR_NOT_FOUND);
-	ck_assert_int_eq(accel_config_get_string(c, "zero_optimization.offload_optimizer.device", &s),
+	ck_assert_int_eq(accelp_config_get_string(c, "zero_optimization.offload_optimizer.device", &s),
 	                 ACCEL_OK);
 	ck_assert_str_eq(s, "none");
 	/* schemas come before resolve; a later one makes resolve needed again */
-	ck_assert_int_eq(accel_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(c, "ddp.bucket_cap_mb", &i), ACCEL_ERR_STATE);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(c, "ddp.bucket_cap_mb", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "ddp.bucket_cap_mb", &i), ACCEL_ERR_STATE);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c, "ddp.bucket_cap_mb", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 25);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -830,50 +830,50 @@ START_TEST(schema_errors)
 	/* two keys with one environment name */
 	static const accel_param_schema_v1 a[] = {{S, ACCEL_CFG_INT, "b_c", "1", 1, 0, NULL, ""}};
 	static const accel_param_schema_v1 ab[] = {{S, ACCEL_CFG_INT, "c", "1", 1, 0, NULL, ""}};
-	ck_assert_int_eq(accel_config_add_schema(c, "a", "pa", a, 1, 1, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_add_schema(c, "a_b", "pab", ab, 1, 1, &e), ACCEL_ERR_PLUGIN);
+	ck_assert_int_eq(accelp_config_add_schema(c, "a", "pa", a, 1, 1, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_add_schema(c, "a_b", "pab", ab, 1, 1, &e), ACCEL_ERR_PLUGIN);
 	ck_assert_str_eq(e.msg, "plugin 'pab' (section 'a_b') declares key 'a_b.c' whose environment "
 	                        "name ACCEL_A_B_C is also the one of 'a.b_c' (pa); rename one of them");
 	/* nothing of the failed schema stays */
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
 	int64_t i;
-	ck_assert_int_eq(accel_config_get_int(c, "a_b.c", &i), ACCEL_ERR_NOT_FOUND);
+	ck_assert_int_eq(accelp_config_get_int(c, "a_b.c", &i), ACCEL_ERR_NOT_FOUND);
 
 	/* same section twice, a core name, reserved env names, bad defaults */
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "a", "other", ab, 1, 1, &e), ACCEL_ERR_PLUGIN);
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_config_add_schema(c, "a", "other", ab, 1, 1, &e), ACCEL_ERR_PLUGIN);
 	ASSERT_MSG_HAS(e, "overlaps section 'a' of plugin 'pa'");
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "optimizer", "bad", ab, 1, 1, &e),
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_config_add_schema(c, "optimizer", "bad", ab, 1, 1, &e),
 	                 ACCEL_ERR_PLUGIN);
 	ASSERT_MSG_HAS(e, "overlaps the core key 'optimizer.type'");
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	static const accel_param_schema_v1 rk[] = {{S, ACCEL_CFG_INT, "size", "1", 1, 0, NULL, ""}};
-	ck_assert_int_eq(accel_config_add_schema(c, "world", "w", rk, 1, 1, &e), ACCEL_ERR_PLUGIN);
+	ck_assert_int_eq(accelp_config_add_schema(c, "world", "w", rk, 1, 1, &e), ACCEL_ERR_PLUGIN);
 	ASSERT_MSG_HAS(e, "ACCEL_WORLD_SIZE is reserved");
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	static const accel_param_schema_v1 bd[] = {{S, ACCEL_CFG_INT, "n", "9", 0, 3, NULL, ""}};
-	ck_assert_int_eq(accel_config_add_schema(c, "p1", "p1", bd, 1, 1, &e), ACCEL_ERR_PLUGIN);
+	ck_assert_int_eq(accelp_config_add_schema(c, "p1", "p1", bd, 1, 1, &e), ACCEL_ERR_PLUGIN);
 	ASSERT_MSG_HAS(e, "plugin 'p1' (section 'p1'): bad default: invalid value for 'p1.n'");
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	static const accel_param_schema_v1 be[] = {{S, ACCEL_CFG_ENUM, "m", "\"x\"", 1, 0, NULL, ""}};
-	ck_assert_int_eq(accel_config_add_schema(c, "p2", "p2", be, 1, 1, &e), ACCEL_ERR_PLUGIN);
+	ck_assert_int_eq(accelp_config_add_schema(c, "p2", "p2", be, 1, 1, &e), ACCEL_ERR_PLUGIN);
 	ASSERT_MSG_HAS(e, "bad choices");
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	static const accel_param_schema_v1 bk[] = {{S, ACCEL_CFG_INT, "bad key", "1", 1, 0, NULL, ""}};
-	ck_assert_int_eq(accel_config_add_schema(c, "p3", "p3", bk, 1, 1, &e), ACCEL_ERR_PLUGIN);
+	ck_assert_int_eq(accelp_config_add_schema(c, "p3", "p3", bk, 1, 1, &e), ACCEL_ERR_PLUGIN);
 	ASSERT_MSG_HAS(e, "has key 'bad key'");
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	static const accel_param_schema_v1 kg[] = {{S, ACCEL_CFG_INT, "x", "1", 1, 0, NULL, ""},
 	                                           {S, ACCEL_CFG_INT, "x.y", "1", 1, 0, NULL, ""}};
-	ck_assert_int_eq(accel_config_add_schema(c, "p4", "p4", kg, 2, 1, &e), ACCEL_ERR_PLUGIN);
+	ck_assert_int_eq(accelp_config_add_schema(c, "p4", "p4", kg, 2, 1, &e), ACCEL_ERR_PLUGIN);
 	ASSERT_MSG_HAS(e, "a key cannot also be a group");
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	accel_param_schema_v1 small[1] = {{S - 8, ACCEL_CFG_INT, "x", "1", 1, 0, NULL, ""}};
-	ck_assert_int_eq(accel_config_add_schema(c, "p5", "p5", small, 1, 1, &e), ACCEL_ERR_PLUGIN);
+	ck_assert_int_eq(accelp_config_add_schema(c, "p5", "p5", small, 1, 1, &e), ACCEL_ERR_PLUGIN);
 	ASSERT_MSG_HAS(e, "struct_size");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -886,14 +886,14 @@ START_TEST(cross_checks)
 	ck_assert_str_eq(e.msg, "scheduler.type is 'cosine' (cfg.json:1:24) but scheduler.total_steps "
 	                        "is 0 (default); set scheduler.total_steps to the number of optimizer "
 	                        "steps of the run");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"scheduler\": {\"type\": \"linear\", \"warmup_steps\": 10}}", NULL,
 	                     "scheduler.total_steps=5", &e), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(e.msg, "scheduler.warmup_steps (10, cfg.json:1:50) exceeds "
 	                        "scheduler.total_steps (5, --set scheduler.total_steps=5)");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"optimizer\": {\"params\": {\"momentum\": 0.9}}}", NULL, NULL, &e),
@@ -901,31 +901,31 @@ START_TEST(cross_checks)
 	ck_assert_str_eq(e.msg, "optimizer.params.momentum is set to 0.9 at cfg.json:1:39 but "
 	                        "optimizer.type is 'adamw' (default), which does not use it; remove it "
 	                        "or change optimizer.type");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* the default value of an unused key changes nothing and is accepted */
 	c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"optimizer\": {\"type\": \"sgd\", \"params\": {\"eps\": 1e-8}}}",
 	                     NULL, NULL, &e), ACCEL_OK);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 	c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"optimizer\": {\"type\": \"sgd\", \"params\": {\"eps\": 1e-6}}}",
 	                     NULL, NULL, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "optimizer.params.eps is set to 1e-06 at cfg.json:1:49 but optimizer.type is "
 	                  "'sgd' (cfg.json:1:24)");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, "{\"optimizer\": {\"type\": \"sgd\", \"params\": {\"nesterov\": true}}}",
 	                     NULL, NULL, &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "optimizer.params.nesterov (cfg.json:1:54) needs momentum > 0");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	c = mk(&e);
 	ck_assert_int_eq(run(c, NULL, NULL, "scheduler.min_lr=1e-5", &e), ACCEL_ERR_CONFIG);
 	ASSERT_MSG_HAS(e, "scheduler.min_lr is set to 1e-05 at --set scheduler.min_lr=1e-5 but "
 	                  "scheduler.type is 'constant' (default)");
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* a valid sgd + cosine setup; sgd with an explicit weight decay keeps it */
 	c = mk(&e);
@@ -934,9 +934,9 @@ START_TEST(cross_checks)
 	                        "\"nesterov\": true, \"weight_decay\": 5e-4}},"
 	                        " \"scheduler\": {\"type\": \"cosine\", \"total_steps\": 100, "
 	                        "\"min_lr\": 1e-5}}", NULL, NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_double(c, "optimizer.params.weight_decay", &d), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_double(c, "optimizer.params.weight_decay", &d), ACCEL_OK);
 	ck_assert_double_eq(d, 5e-4);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -948,41 +948,41 @@ START_TEST(peek)
 	char *env[] = {"ACCEL_PLUGINS=scaler,fp8", "ACCEL_BACKEND=shm", NULL};
 
 	/* defaults before anything is loaded */
-	ck_assert_int_eq(accel_config_peek_string(c, "strategy", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_peek_string(c, "strategy", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "ddp");
-	ck_assert_int_eq(accel_config_peek_strlist(c, "plugins", 0, &s), ACCEL_ERR_NOT_FOUND);
-	ck_assert_int_eq(accel_config_peek_string(c, "no_such_key", &s), ACCEL_ERR_NOT_FOUND);
+	ck_assert_int_eq(accelp_config_peek_strlist(c, "plugins", 0, &s), ACCEL_ERR_NOT_FOUND);
+	ck_assert_int_eq(accelp_config_peek_string(c, "no_such_key", &s), ACCEL_ERR_NOT_FOUND);
 
-	ck_assert_int_eq(accel_config_load_string(c, "{\"strategy\": \"zero\", \"plugins\": "
+	ck_assert_int_eq(accelp_config_load_string(c, "{\"strategy\": \"zero\", \"plugins\": "
 	                                          "[\"compress\"], \"plugin_dirs\": [\"/p1\", \"/p2\"],"
 	                                          " \"backend\": \"mpi\", \"zero_optimization\": "
 	                                          "{\"stage\": 3}}", "cfg.json", &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_peek_string(c, "strategy", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_peek_string(c, "strategy", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "zero");
-	ck_assert_int_eq(accel_config_peek_strlist(c, "plugin_dirs", 1, &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_peek_strlist(c, "plugin_dirs", 1, &s), ACCEL_OK);
 	ck_assert_str_eq(s, "/p2");
-	ck_assert_int_eq(accel_config_peek_strlist(c, "plugins", 0, &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_peek_strlist(c, "plugins", 0, &s), ACCEL_OK);
 	ck_assert_str_eq(s, "compress");
-	ck_assert_str_eq(accel_config_source(c, "plugin_dirs"), "cfg.json:1:62");
+	ck_assert_str_eq(accelp_config_source(c, "plugin_dirs"), "cfg.json:1:62");
 	/* keys of sections nobody declared yet are reachable too */
-	ck_assert_int_eq(accel_config_peek_string(c, "zero_optimization.stage", &s), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_peek_string(c, "zero_optimization.stage", &s), ACCEL_ERR_CONFIG);
 
-	ck_assert_int_eq(accel_config_load_env(c, env, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_peek_strlist(c, "plugins", 1, &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_load_env(c, env, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_peek_strlist(c, "plugins", 1, &s), ACCEL_OK);
 	ck_assert_str_eq(s, "fp8");
-	ck_assert_int_eq(accel_config_peek_string(c, "backend", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_peek_string(c, "backend", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "shm");
-	ck_assert_int_eq(accel_config_set(c, "strategy=fsdp", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_peek_string(c, "strategy", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "strategy=fsdp", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_peek_string(c, "strategy", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "fsdp");
-	ck_assert_int_eq(accel_config_set(c, "strategy=null", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_peek_string(c, "strategy", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "strategy=null", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_peek_string(c, "strategy", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "ddp");
 	/* wrong JSON types */
-	ck_assert_int_eq(accel_config_set(c, "plugin_dirs={\"a\": 1}", NULL, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_peek_strlist(c, "plugin_dirs", 0, &s), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_config_set(c, "plugin_dirs={\"a\": 1}", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_peek_strlist(c, "plugin_dirs", 0, &s), ACCEL_ERR_CONFIG);
 	ck_assert_int_eq(e.code, ACCEL_OK);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -995,9 +995,9 @@ static char *capture_dump(const accel_config *c, int json, int resolved, int sou
 	FILE *f = open_memstream(&buf, &n);
 	ck_assert_ptr_nonnull(f);
 	if (json)
-		ck_assert_int_eq(accel_config_dump_json(c, f, resolved, sources), ACCEL_OK);
+		ck_assert_int_eq(accelp_config_dump_json(c, f, resolved, sources), ACCEL_OK);
 	else
-		accel_config_dump(c, f, resolved, sources);
+		accelp_config_dump(c, f, resolved, sources);
 	fclose(f);
 	return buf;
 }
@@ -1006,7 +1006,7 @@ START_TEST(dump)
 {
 	accel_err e;
 	accel_config *c = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
 	ck_assert_int_eq(run(c, prec_json, NULL, "ddp.bucket_cap_mb=50", &e), ACCEL_OK);
 
 	char *t = capture_dump(c, 0, 0, 1);
@@ -1041,29 +1041,29 @@ START_TEST(dump)
 	                 "cfg.json:2:11");
 	char *again = json_dumps(cfgj, 0);
 	accel_config *c2 = mk(&e);
-	ck_assert_int_eq(accel_config_add_schema(c2, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_load_string(c2, again, "dumped", &e), ACCEL_OK);
-	ck_assert_msg(accel_config_resolve(c2, &e) == ACCEL_OK, "%s", e.msg);
+	ck_assert_int_eq(accelp_config_add_schema(c2, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_load_string(c2, again, "dumped", &e), ACCEL_OK);
+	ck_assert_msg(accelp_config_resolve(c2, &e) == ACCEL_OK, "%s", e.msg);
 	int64_t i;
-	ck_assert_int_eq(accel_config_get_int(c2, "ddp.bucket_cap_mb", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(c2, "ddp.bucket_cap_mb", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 50);
-	c2 = accel_config_free(c2);
+	c2 = accelp_config_free(c2);
 	free(again);
 	json_decref(j);
 	free(t);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* before resolve: the raw layers */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_load_string(c, "{\"seed\": 1, \"x\": {\"y\": 2}}", "cfg.json",
+	ck_assert_int_eq(accelp_config_load_string(c, "{\"seed\": 1, \"x\": {\"y\": 2}}", "cfg.json",
 	                                          &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_set(c, "seed=2", NULL, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_set(c, "seed=2", NULL, &e), ACCEL_OK);
 	t = capture_dump(c, 0, 0, 1);
 	ck_assert_str_eq(t, "seed = 1  # cfg.json:1:10\n"
 	                    "x.y = 2   # cfg.json:1:24\n"
 	                    "seed = 2  # --set seed=2\n");
 	free(t);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 }
 END_TEST
 
@@ -1101,7 +1101,7 @@ START_TEST(find_file)
 	unsetenv("XDG_CONFIG_HOME");
 	setenv("HOME", d, 1);
 
-	ck_assert_ptr_null(accel_config_find_file(&from));
+	ck_assert_ptr_null(accelp_config_find_file(&from));
 	ck_assert_ptr_null(from);
 
 	snprintf(p, sizeof(p), "%s/.config", d);
@@ -1110,30 +1110,30 @@ START_TEST(find_file)
 	ck_assert_int_eq(mkdir(p, 0700), 0);
 	snprintf(p, sizeof(p), "%s/.config/accel/default.json", d);
 	write_file(p, "{}");
-	ck_assert_str_eq(accel_config_find_file(&from), p);
+	ck_assert_str_eq(accelp_config_find_file(&from), p);
 	ck_assert_str_eq(from, "~/.config/accel/default.json");
 
 	/* XDG_CONFIG_HOME replaces ~/.config */
 	setenv("XDG_CONFIG_HOME", "/nonexistent-xdg", 1);
-	ck_assert_ptr_null(accel_config_find_file(&from));
+	ck_assert_ptr_null(accelp_config_find_file(&from));
 	snprintf(p, sizeof(p), "%s/xdg/accel", d);
 	ck_assert_int_eq(system("mkdir -p xdg/accel && echo '{}' > xdg/accel/default.json"), 0);
 	snprintf(p, sizeof(p), "%s/xdg", d);
 	setenv("XDG_CONFIG_HOME", p, 1);
 	snprintf(p, sizeof(p), "%s/xdg/accel/default.json", d);
-	ck_assert_str_eq(accel_config_find_file(&from), p);
+	ck_assert_str_eq(accelp_config_find_file(&from), p);
 	ck_assert_str_eq(from, "$XDG_CONFIG_HOME/accel/default.json");
 
 	/* ./accel.json beats the user default */
 	write_file("accel.json", "{}");
-	ck_assert_str_eq(accel_config_find_file(&from), "accel.json");
+	ck_assert_str_eq(accelp_config_find_file(&from), "accel.json");
 	ck_assert_str_eq(from, "./accel.json");
 
 	/* ACCEL_CONFIG beats everything, even when missing (loading says so) */
 	setenv("ACCEL_CONFIG", "/nonexistent/x.json", 1);
-	ck_assert_str_eq(accel_config_find_file(&from), "/nonexistent/x.json");
+	ck_assert_str_eq(accelp_config_find_file(&from), "/nonexistent/x.json");
 	ck_assert_str_eq(from, "ACCEL_CONFIG");
-	ck_assert_str_eq(accel_config_find_file(NULL), "/nonexistent/x.json");
+	ck_assert_str_eq(accelp_config_find_file(NULL), "/nonexistent/x.json");
 	rm_rf(d);
 	free(d);
 }
@@ -1149,23 +1149,23 @@ START_TEST(load_file_positions)
 	/* tabs, CRLF, a non-ASCII string before the value, escapes in keys */
 	write_file(p, "{\r\n\t\"strategy\": \"d\\u00e9p\xc3\xa9\", \"seed\": 11,\r\n"
 	              "\t\"sched\\u0075ler\": {\"warmup_steps\": 3}\r\n}\r\n");
-	ck_assert_int_eq(accel_config_load_file(c, p, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_resolve(c, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_load_file(c, p, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_resolve(c, &e), ACCEL_OK);
 	char want[PATH_MAX + 32];
 	snprintf(want, sizeof(want), "%s:2:35", p);
-	ck_assert_str_eq(accel_config_source(c, "seed"), want);
+	ck_assert_str_eq(accelp_config_source(c, "seed"), want);
 	snprintf(want, sizeof(want), "%s:3:37", p);
-	ck_assert_str_eq(accel_config_source(c, "scheduler.warmup_steps"), want);
-	ck_assert_int_eq(accel_config_get_int(c, "scheduler.warmup_steps", &i), ACCEL_OK);
+	ck_assert_str_eq(accelp_config_source(c, "scheduler.warmup_steps"), want);
+	ck_assert_int_eq(accelp_config_get_int(c, "scheduler.warmup_steps", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 3);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 
 	/* a directory is not a config file */
 	c = mk(&e);
-	ck_assert_int_eq(accel_config_load_file(c, d, &e), ACCEL_ERR_IO);
+	ck_assert_int_eq(accelp_config_load_file(c, d, &e), ACCEL_ERR_IO);
 	ASSERT_MSG_HAS(e, "Is a directory");
 	ASSERT_MSG_HAS(e, d);
-	c = accel_config_free(c);
+	c = accelp_config_free(c);
 	rm_rf(d);
 	free(d);
 }
@@ -1179,19 +1179,19 @@ START_TEST(example_ddp)
 	int64_t i;
 	const char *s;
 	snprintf(p, sizeof(p), "%s/examples/configs/ddp.json", ACCEL_TEST_SRCDIR);
-	ck_assert_int_eq(accel_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
-	ck_assert_int_eq(accel_config_load_file(c, p, &e), ACCEL_OK);
-	ck_assert_msg(accel_config_resolve(c, &e) == ACCEL_OK, "%s", e.msg);
-	ck_assert_int_eq(accel_config_get_int(c, "ddp.bucket_cap_mb", &i), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_add_schema(c, "ddp", "ddp", ddp_params, 2, 1, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_load_file(c, p, &e), ACCEL_OK);
+	ck_assert_msg(accelp_config_resolve(c, &e) == ACCEL_OK, "%s", e.msg);
+	ck_assert_int_eq(accelp_config_get_int(c, "ddp.bucket_cap_mb", &i), ACCEL_OK);
 	ck_assert_int_eq(i, 25);
-	ck_assert_int_eq(accel_config_get_string(c, "strategy", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "strategy", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "ddp");
-	ck_assert_int_eq(accel_config_get_string(c, "optimizer.type", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "optimizer.type", &s), ACCEL_OK);
 	ck_assert_str_eq(s, "adamw");
-	ck_assert_int_eq(accel_config_get_string(c, "scheduler.type", &s), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_string(c, "scheduler.type", &s), ACCEL_OK);
 	ck_assert_str_ne(s, "constant");
-	ck_assert_ptr_nonnull(strstr(accel_config_source(c, "ddp.bucket_cap_mb"), "ddp.json:"));
-	c = accel_config_free(c);
+	ck_assert_ptr_nonnull(strstr(accelp_config_source(c, "ddp.bucket_cap_mb"), "ddp.json:"));
+	c = accelp_config_free(c);
 }
 END_TEST
 

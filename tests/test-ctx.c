@@ -163,20 +163,20 @@ START_TEST(failed_device_backend_is_not_retried)
 	float x[4] = {0};
 	accel_view v = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 99, x, 4};
 	accel_req *req = NULL;
-	int r1 = accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
+	int r1 = accelp_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
 	ck_assert_int_ne(r1, ACCEL_OK);
 	char first[512];
 	snprintf(first, sizeof(first), "%s", accel_errmsg(ctx));
 	ck_assert_str_ne(first, "");
-	accel_err_clear(&ctx->err);
-	int r2 = accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
+	accelp_err_clear(&ctx->err);
+	int r2 = accelp_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
 	ck_assert_int_eq(r2, r1);
 	const char *again = accel_errmsg(ctx);
 	ck_assert_msg(strstr(again, "failed to start earlier and is not retried") &&
 	              strstr(again, first),
 	              "second call: %s (first: %s)", again, first);
 	/* host buffers still work */
-	accel_err_clear(&ctx->err);
+	accelp_err_clear(&ctx->err);
 	float a[2] = {1, 2}, b[2];
 	ck_assert_int_eq(accel_allreduce(ctx, a, b, 2, ACCEL_DTYPE_F32, ACCEL_RED_SUM), ACCEL_OK);
 	accel_ctx_free(ctx);
@@ -193,7 +193,7 @@ START_TEST(auto_backend_ignores_inherited_mpi_variables)
 	setenv("ACCEL_WORLD_SIZE", "1", 1);
 	accel_ctx *ctx = ctx_json("{\"backend\": \"auto\"}", ACCEL_OK);
 	ck_assert_str_eq(ctx->launcher, "accel launch");
-	ck_assert_str_eq(accel_comm_backend_name(ctx->comm), "shm");
+	ck_assert_str_eq(accelp_comm_backend_name(ctx->comm), "shm");
 	accel_ctx_free(ctx);
 	unsetenv("PMIX_RANK");
 	unsetenv("ACCEL_RANK");
@@ -207,7 +207,7 @@ START_TEST(cpu_backend_sections_under_nccl)
 {
 	accel_ctx *ctx = ctx_json("{\"backend\": \"nccl\", \"shm\": {\"small_kb\": 32}}",
 	                          ACCEL_OK);
-	ck_assert_str_eq(accel_comm_backend_name(ctx->comm), "shm");
+	ck_assert_str_eq(accelp_comm_backend_name(ctx->comm), "shm");
 	accel_ctx_free(ctx);
 }
 END_TEST
@@ -221,19 +221,19 @@ START_TEST(request_waited_twice)
 	float a[4] = {1, 2, 3, 4};
 	accel_view v = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, a, 4};
 	accel_req *req = NULL;
-	ck_assert_int_eq(accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req), ACCEL_OK);
+	ck_assert_int_eq(accelp_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req), ACCEL_OK);
 	int32_t done = 0;
-	ck_assert_int_eq(accel_comm_test(ctx->comm, req, &done), ACCEL_OK);
-	ck_assert_int_eq(accel_comm_wait(ctx->comm, req), ACCEL_OK);
-	ck_assert_int_eq(accel_comm_wait(ctx->comm, req), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_comm_test(ctx->comm, req, &done), ACCEL_OK);
+	ck_assert_int_eq(accelp_comm_wait(ctx->comm, req), ACCEL_OK);
+	ck_assert_int_eq(accelp_comm_wait(ctx->comm, req), ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(accel_errmsg(ctx), "is not a collective in flight"), "%s",
 	              accel_errmsg(ctx));
-	accel_err_clear(&ctx->err);
-	ck_assert_int_eq(accel_comm_test(ctx->comm, req, &done), ACCEL_ERR_INVALID_ARG);
-	accel_err_clear(&ctx->err);
+	accelp_err_clear(&ctx->err);
+	ck_assert_int_eq(accelp_comm_test(ctx->comm, req, &done), ACCEL_ERR_INVALID_ARG);
+	accelp_err_clear(&ctx->err);
 	/* issued, never waited */
-	ck_assert_int_eq(accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req), ACCEL_OK);
-	ck_assert_int_eq(accel_comm_barrier(ctx->comm, &req), ACCEL_OK);
+	ck_assert_int_eq(accelp_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req), ACCEL_OK);
+	ck_assert_int_eq(accelp_comm_barrier(ctx->comm, &req), ACCEL_OK);
 	accel_ctx_free(ctx);
 }
 END_TEST
@@ -242,17 +242,17 @@ START_TEST(mem_accounting)
 {
 	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
 	void *p, *q;
-	ck_assert_int_eq(accel_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU, 0, 1000,
+	ck_assert_int_eq(accelp_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU, 0, 1000,
 	                                 ACCEL_MEMF_ZERO, &p), ACCEL_OK);
 	ck_assert_int_eq((uintptr_t)p % 64, 0);
 	ck_assert_int_eq(((unsigned char *)p)[999], 0);
-	ck_assert_int_eq(accel_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU, 0, 24,
+	ck_assert_int_eq(accelp_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU, 0, 24,
 	                                 ACCEL_MEMF_COMM, &q), ACCEL_OK);
-	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 1024);
-	accel_mem_release(ctx, p);
-	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 24);
-	ck_assert_uint_eq(accel_mem_peak(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 1024);
-	ck_assert_int_eq(accel_mem_alloc(ctx, 99, ACCEL_DEVICE_CPU, 0, 8, 0, &p),
+	ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 1024);
+	accelp_mem_release(ctx, p);
+	ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 24);
+	ck_assert_uint_eq(accelp_mem_peak(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 1024);
+	ck_assert_int_eq(accelp_mem_alloc(ctx, 99, ACCEL_DEVICE_CPU, 0, 8, 0, &p),
 	                 ACCEL_ERR_INVALID_ARG);
 	accel_ctx_free(ctx); /* frees q */
 }
@@ -266,31 +266,31 @@ START_TEST(cpu_ops)
 	accel_view vx = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, x, 5};
 	accel_view vh = {sizeof(accel_view), ACCEL_DTYPE_BF16, ACCEL_DEVICE_CPU, 0, h, 5};
 	double s;
-	ck_assert_int_eq(accel_ops_sumsq(&vx, &s, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_sumsq(&vx, &s, &e), ACCEL_OK);
 	ck_assert_double_eq(s, 55.0);
-	ck_assert_int_eq(accel_ops_copy(&vh, &vx, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_copy(&vh, &vx, &e), ACCEL_OK);
 	ck_assert_uint_eq(h[2], 0x4040); /* 3.0 in bf16 */
-	ck_assert_int_eq(accel_ops_axpy(&vx, 2.0, &vh, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_axpy(&vx, 2.0, &vh, &e), ACCEL_OK);
 	ck_assert_float_eq(x[3], -12.0f);
-	ck_assert_int_eq(accel_ops_scale(&vx, 0.5, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_scale(&vx, 0.5, &e), ACCEL_OK);
 	ck_assert_float_eq(x[0], 1.5f);
 	uint64_t nf;
 	vx.numel = 6;
-	ck_assert_int_eq(accel_ops_nonfinite(&vx, &nf, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_nonfinite(&vx, &nf, &e), ACCEL_OK);
 	ck_assert_uint_eq(nf, 1);
-	ck_assert_int_eq(accel_ops_fill(&vx, 0.0, &e), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_fill(&vx, 0.0, &e), ACCEL_OK);
 	ck_assert_float_eq(x[5], 0.0f);
 	accel_view bad = vx;
 	bad.device = ACCEL_DEVICE_CUDA;
 	/* no CUDA build, module or GPU: unsupported; with a GPU, the module
 	 * refuses the host pointer */
-	int fr = accel_ops_fill(&bad, 1.0, &e);
+	int fr = accelp_ops_fill(&bad, 1.0, &e);
 	ck_assert_msg(fr == ACCEL_ERR_UNSUPPORTED || fr == ACCEL_ERR_INVALID_ARG, "%d: %s", fr, e.msg);
 	ck_assert_ptr_nonnull(strstr(e.msg, "device"));
 	accel_view mism = vh;
 	mism.numel = 3;
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_ops_copy(&mism, &vx, &e), ACCEL_ERR_INVALID_ARG);
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_ops_copy(&mism, &vx, &e), ACCEL_ERR_INVALID_ARG);
 }
 END_TEST
 

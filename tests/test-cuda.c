@@ -7,10 +7,10 @@
  *   against the CPU op on the same data: the same bits (NaN: any NaN where
  *   the conversion may drop the payload), sumsq to 1e-12 relative;
  * - the fused multi-tensor SGD and AdamW step against the CPU optimizer
- *   (accel_optim_step_ranges on the host) for every option combination of
+ *   (accelp_optim_step_ranges on the host) for every option combination of
  *   tests/test-optim.c, 25 steps, at most 2 ulp apart per value (observed:
  *   0), with ranges at odd offsets and more ranges than one launch takes;
- * - device and pinned memory through accel_mem_alloc, accounted;
+ * - device and pinned memory through accelp_mem_alloc, accounted;
  * - argument errors.
  *
  * On the GPU every test says on stderr (flushed) when it starts and ends
@@ -127,7 +127,7 @@ static const accel_device_v1 *dev(void)
 {
 	const accel_device_v1 *d = NULL;
 	accel_err e = {0};
-	ck_assert_msg(accel_device_get(ACCEL_DEVICE_CUDA, &d, &e) == ACCEL_OK, "%s", e.msg);
+	ck_assert_msg(accelp_device_get(ACCEL_DEVICE_CUDA, &d, &e) == ACCEL_OK, "%s", e.msg);
 	return d;
 }
 
@@ -259,11 +259,11 @@ START_TEST(copy_matches_cpu)
 					accel_view ds_ = view(ACCEL_DEVICE_CUDA, sdt, B.da, off, n);
 					accel_view dd = view(ACCEL_DEVICE_CUDA, ddt, B.db, doff, n);
 					accel_view hr = view(ACCEL_DEVICE_CPU, ddt, B.r, doff, n);
-					ck_assert_int_eq(accel_ops_copy(&hd, &hs, &e), ACCEL_OK);
+					ck_assert_int_eq(accelp_ops_copy(&hd, &hs, &e), ACCEL_OK);
 					/* up, convert on the device, down: through the routed ops */
-					ck_assert_msg(accel_ops_copy(&ds_, &hs, &e) == ACCEL_OK, "%s", e.msg);
-					ck_assert_msg(accel_ops_copy(&dd, &ds_, &e) == ACCEL_OK, "%s", e.msg);
-					ck_assert_msg(accel_ops_copy(&hr, &dd, &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_msg(accelp_ops_copy(&ds_, &hs, &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_msg(accelp_ops_copy(&dd, &ds_, &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_msg(accelp_ops_copy(&hr, &dd, &e) == ACCEL_OK, "%s", e.msg);
 					/* NaN through f64 may keep or drop its payload (x86 keeps
 					 * it, the GPU makes it canonical) */
 					same(what, (char *)B.b + doff * ds, (char *)B.r + doff * ds, ddt, n,
@@ -298,9 +298,9 @@ START_TEST(fill_scale_axpy_match_cpu)
 					snprintf(what, sizeof(what), "fill %s %g, %llu at +%llu",
 					         accel_dtype_name(dt), fills[f], (unsigned long long)n,
 					         (unsigned long long)off);
-					ck_assert_int_eq(accel_ops_fill(&h, fills[f], &e), ACCEL_OK);
-					ck_assert_msg(accel_ops_fill(&dv, fills[f], &e) == ACCEL_OK, "%s", e.msg);
-					ck_assert_int_eq(accel_ops_copy(&hr, &dv, &e), ACCEL_OK);
+					ck_assert_int_eq(accelp_ops_fill(&h, fills[f], &e), ACCEL_OK);
+					ck_assert_msg(accelp_ops_fill(&dv, fills[f], &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_int_eq(accelp_ops_copy(&hr, &dv, &e), ACCEL_OK);
 					same(what, (char *)B.b + off * es, (char *)B.r + off * es, dt, n, 0);
 				}
 				for (size_t a = 0; a < sizeof(alphas) / sizeof(alphas[0]); a++) {
@@ -308,11 +308,11 @@ START_TEST(fill_scale_axpy_match_cpu)
 					         accel_dtype_name(dt), alphas[a], (unsigned long long)n,
 					         (unsigned long long)off);
 					fill_random((char *)B.b + off * es, dt, n, &seed, 1);
-					ck_assert_int_eq(accel_ops_copy(&dv, &h, &e), ACCEL_OK);
-					ck_assert_int_eq(accel_ops_scale(&h, alphas[a], &e), ACCEL_OK);
-					ck_assert_msg(accel_ops_scale(&dv, alphas[a], &e) == ACCEL_OK, "%s",
+					ck_assert_int_eq(accelp_ops_copy(&dv, &h, &e), ACCEL_OK);
+					ck_assert_int_eq(accelp_ops_scale(&h, alphas[a], &e), ACCEL_OK);
+					ck_assert_msg(accelp_ops_scale(&dv, alphas[a], &e) == ACCEL_OK, "%s",
 					              e.msg);
-					ck_assert_int_eq(accel_ops_copy(&hr, &dv, &e), ACCEL_OK);
+					ck_assert_int_eq(accelp_ops_copy(&hr, &dv, &e), ACCEL_OK);
 					/* NaN * a: x86 keeps the payload, the GPU makes it canonical */
 					same(what, (char *)B.b + off * es, (char *)B.r + off * es, dt, n, 1);
 				}
@@ -328,12 +328,12 @@ START_TEST(fill_scale_axpy_match_cpu)
 					fill_random((char *)B.a + xoff * xs, xdt, n, &seed, 1);
 					accel_view hx = view(ACCEL_DEVICE_CPU, xdt, B.a, xoff, n);
 					accel_view dx = view(ACCEL_DEVICE_CUDA, xdt, B.da, xoff, n);
-					ck_assert_int_eq(accel_ops_copy(&dv, &h, &e), ACCEL_OK);
-					ck_assert_int_eq(accel_ops_copy(&dx, &hx, &e), ACCEL_OK);
-					ck_assert_int_eq(accel_ops_axpy(&h, 0.37, &hx, &e), ACCEL_OK);
-					ck_assert_msg(accel_ops_axpy(&dv, 0.37, &dx, &e) == ACCEL_OK, "%s",
+					ck_assert_int_eq(accelp_ops_copy(&dv, &h, &e), ACCEL_OK);
+					ck_assert_int_eq(accelp_ops_copy(&dx, &hx, &e), ACCEL_OK);
+					ck_assert_int_eq(accelp_ops_axpy(&h, 0.37, &hx, &e), ACCEL_OK);
+					ck_assert_msg(accelp_ops_axpy(&dv, 0.37, &dx, &e) == ACCEL_OK, "%s",
 					              e.msg);
-					ck_assert_int_eq(accel_ops_copy(&hr, &dv, &e), ACCEL_OK);
+					ck_assert_int_eq(accelp_ops_copy(&hr, &dv, &e), ACCEL_OK);
 					/* NaN + NaN: which payload survives is the hardware's choice */
 					same(what, (char *)B.b + off * es, (char *)B.r + off * es, dt, n, 1);
 				}
@@ -362,13 +362,13 @@ START_TEST(reductions_match_cpu)
 					accel_view dv = view(ACCEL_DEVICE_CUDA, dt, B.db, off, n);
 					fill_random((char *)B.b + off * accel_dtype_size(dt), dt, n, &seed,
 					            specials);
-					ck_assert_int_eq(accel_ops_copy(&dv, &h, &e), ACCEL_OK);
+					ck_assert_int_eq(accelp_ops_copy(&dv, &h, &e), ACCEL_OK);
 					double sc = 0, sg = -1;
 					uint64_t nc = 0, ng = 1u << 31;
-					ck_assert_int_eq(accel_ops_sumsq(&h, &sc, &e), ACCEL_OK);
-					ck_assert_msg(accel_ops_sumsq(&dv, &sg, &e) == ACCEL_OK, "%s", e.msg);
-					ck_assert_int_eq(accel_ops_nonfinite(&h, &nc, &e), ACCEL_OK);
-					ck_assert_msg(accel_ops_nonfinite(&dv, &ng, &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_int_eq(accelp_ops_sumsq(&h, &sc, &e), ACCEL_OK);
+					ck_assert_msg(accelp_ops_sumsq(&dv, &sg, &e) == ACCEL_OK, "%s", e.msg);
+					ck_assert_int_eq(accelp_ops_nonfinite(&h, &nc, &e), ACCEL_OK);
+					ck_assert_msg(accelp_ops_nonfinite(&dv, &ng, &e) == ACCEL_OK, "%s", e.msg);
 					ck_assert_msg(nc == ng, "nonfinite %s n %llu +%llu: cpu %llu, gpu %llu",
 					              accel_dtype_name(dt), (unsigned long long)n,
 					              (unsigned long long)off, (unsigned long long)nc,
@@ -455,8 +455,8 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 {
 	accel_optim *opt = NULL;
 	accel_err e = {0};
-	ck_assert_msg(accel_optim_new(o, &opt, &e) == ACCEL_OK, "%s", e.msg);
-	uint32_t ns = accel_optim_state_count(opt);
+	ck_assert_msg(accelp_optim_new(o, &opt, &e) == ACCEL_OK, "%s", e.msg);
+	uint32_t ns = accelp_optim_state_count(opt);
 	uint64_t start[NR], total = 0, seed = 7;
 	accel_optim_range hr[NR], dr[NR];
 	for (int r = 0; r < NR; r++) {
@@ -482,7 +482,7 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 		                            {ns ? ds[0] + a : NULL, ns > 1 ? ds[1] + a : NULL},
 		                            rsize(r)};
 	}
-	const accel_optim_group *grp = accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY);
+	const accel_optim_group *grp = accelp_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY);
 	for (uint64_t t = 1; t <= 25; t++) {
 		double lr = o->lr * (1.0 - 0.02 * (double)t);   /* a schedule */
 		for (uint64_t i = 0; i < total; i++) {
@@ -495,9 +495,9 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 				((uint16_t *)hg)[i] = accel_f32_to_bf16(g);
 		}
 		xfer(dg, hg, total * gs, ACCEL_DEVICE_H2D);
-		ck_assert_msg(accel_optim_step_ranges(opt, grp, t, lr, ACCEL_DEVICE_CPU, 0, hr, NR, gdt,
+		ck_assert_msg(accelp_optim_step_ranges(opt, grp, t, lr, ACCEL_DEVICE_CPU, 0, hr, NR, gdt,
 		                                      grad_scale, &e) == ACCEL_OK, "%s", e.msg);
-		ck_assert_msg(accel_optim_step_ranges(opt, grp, t, lr, ACCEL_DEVICE_CUDA, 0, dr, NR,
+		ck_assert_msg(accelp_optim_step_ranges(opt, grp, t, lr, ACCEL_DEVICE_CUDA, 0, dr, NR,
 		                                      gdt, grad_scale, &e) == ACCEL_OK, "%s", e.msg);
 		for (uint32_t k = 0; k <= ns; k++) {
 			xfer(back, k ? ds[k - 1] : dp, total * 4, ACCEL_DEVICE_D2H);
@@ -513,7 +513,7 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 	dfree(ds[0]);
 	dfree(ds[1]);
 	dfree(dg);
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 }
 
 static const uint32_t gdtypes[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F16, ACCEL_DTYPE_BF16};
@@ -534,7 +534,7 @@ START_TEST(sgd_matches_cpu)
 							    (nest && (moms[a] == 0 || damps[b] != 0)))
 								continue;
 							accel_optim_opts o;
-							accel_optim_opts_init(&o, ACCEL_OPTIM_SGD);
+							accelp_optim_opts_init(&o, ACCEL_OPTIM_SGD);
 							o.lr = 0.05;
 							o.momentum = moms[a];
 							o.dampening = damps[b];
@@ -568,7 +568,7 @@ START_TEST(adamw_matches_cpu)
 				for (size_t d = 0; d < 3; d++)
 					for (size_t s = 0; s < 2; s++) {
 						accel_optim_opts o;
-						accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+						accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
 						o.lr = 1e-2;
 						o.beta1 = betas[b][0];
 						o.beta2 = betas[b][1];
@@ -598,11 +598,11 @@ START_TEST(device_memory_accounted)
 	accel_ctx *ctx = NULL;
 	void *p = NULL, *h = NULL;
 	ck_assert_int_eq(accel_ctx_new(&o, &ctx), ACCEL_OK);
-	ck_assert_msg(accel_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA, 0, 1000,
+	ck_assert_msg(accelp_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA, 0, 1000,
 	                              ACCEL_MEMF_ZERO, &p) == ACCEL_OK, "%s", accel_errmsg(ctx));
-	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 1000);
-	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 0);
-	ck_assert_msg(accel_mem_alloc(ctx, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, 4000,
+	ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 1000);
+	ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CPU), 0);
+	ck_assert_msg(accelp_mem_alloc(ctx, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, 4000,
 	                              ACCEL_MEMF_PINNED | ACCEL_MEMF_ZERO, &h) == ACCEL_OK, "%s",
 	              accel_errmsg(ctx));
 	ck_assert_uint_eq(((unsigned char *)h)[3999], 0);
@@ -610,16 +610,16 @@ START_TEST(device_memory_accounted)
 	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, p, 250};
 	accel_view hv = {sizeof(hv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, h, 250};
 	double s = -1;
-	ck_assert_int_eq(accel_ops_sumsq(&v, &s, &ctx->err), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_sumsq(&v, &s, &ctx->err), ACCEL_OK);
 	ck_assert_double_eq(s, 0.0);
-	ck_assert_int_eq(accel_ops_fill(&v, 2.0, &ctx->err), ACCEL_OK);
-	ck_assert_int_eq(accel_ops_sumsq(&v, &s, &ctx->err), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_fill(&v, 2.0, &ctx->err), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_sumsq(&v, &s, &ctx->err), ACCEL_OK);
 	ck_assert_double_eq(s, 1000.0);
-	ck_assert_int_eq(accel_ops_copy(&hv, &v, &ctx->err), ACCEL_OK);
+	ck_assert_int_eq(accelp_ops_copy(&hv, &v, &ctx->err), ACCEL_OK);
 	ck_assert_float_eq(((float *)h)[249], 2.0f);
-	accel_mem_release(ctx, p);
-	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 0);
-	ck_assert_uint_eq(accel_mem_peak(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 1000);
+	accelp_mem_release(ctx, p);
+	ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 0);
+	ck_assert_uint_eq(accelp_mem_peak(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 1000);
 	accel_ctx_free(ctx);   /* frees h */
 }
 END_TEST
@@ -632,34 +632,34 @@ START_TEST(argument_errors)
 	accel_view hv = {sizeof(hv), ACCEL_DTYPE_BF16, ACCEL_DEVICE_CPU, 0, h, 16};
 	accel_view hostmem = dv;
 	hostmem.data = h;
-	ck_assert_int_eq(accel_ops_scale(&hostmem, 2.0, &e), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_ops_scale(&hostmem, 2.0, &e), ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(e.msg, "ordinary host memory"), "%s", e.msg);
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	accel_view bad = dv;
 	bad.device_index = 999;
-	ck_assert_int_eq(accel_ops_fill(&bad, 1.0, &e), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_ops_fill(&bad, 1.0, &e), ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(e.msg, "CUDA device 999 does not exist"), "%s", e.msg);
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_ops_copy(&dv, &hv, &e), ACCEL_ERR_UNSUPPORTED);
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_ops_copy(&dv, &hv, &e), ACCEL_ERR_UNSUPPORTED);
 	ck_assert_msg(strstr(e.msg, "keeps the dtype"), "%s", e.msg);
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	hv.dtype = ACCEL_DTYPE_F32;
-	ck_assert_int_eq(accel_ops_axpy(&dv, 1.0, &hv, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_int_eq(accelp_ops_axpy(&dv, 1.0, &hv, &e), ACCEL_ERR_UNSUPPORTED);
 	ck_assert_msg(strstr(e.msg, "both must be on one device"), "%s", e.msg);
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	accel_optim_opts o;
 	accel_optim *opt = NULL;
-	accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
-	ck_assert_int_eq(accel_optim_new(&o, &opt, &e), ACCEL_OK);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+	ck_assert_int_eq(accelp_optim_new(&o, &opt, &e), ACCEL_OK);
 	accel_optim_range r = {d, d + 4, {d + 8, NULL}, 4};
-	ck_assert_int_eq(accel_optim_step_ranges(opt, NULL, 1, 1e-3, ACCEL_DEVICE_CUDA, 0, &r, 1,
+	ck_assert_int_eq(accelp_optim_step_ranges(opt, NULL, 1, 1e-3, ACCEL_DEVICE_CUDA, 0, &r, 1,
 	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(e.msg, "range 0 has a NULL"), "%s", e.msg);
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_optim_step_ranges(opt, NULL, 0, 1e-3, ACCEL_DEVICE_CUDA, 0, &r, 1,
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_optim_step_ranges(opt, NULL, 0, 1e-3, ACCEL_DEVICE_CUDA, 0, &r, 1,
 	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(e.msg, "step count t is 0"), "%s", e.msg);
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 	dfree(d);
 }
 END_TEST
@@ -671,13 +671,13 @@ START_TEST(no_gpu_is_reported)
 	accel_err e = {0};
 	float x[4] = {0};
 	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, 4};
-	ck_assert_int_eq(accel_ops_fill(&v, 1.0, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_int_eq(accelp_ops_fill(&v, 1.0, &e), ACCEL_ERR_UNSUPPORTED);
 	ck_assert_msg(strstr(e.msg, "fill: CUDA device 0 needs the cuda device module") &&
 	              strstr(e.msg, "no usable CUDA device"), "%s", e.msg);
 	/* remembered: the same answer, without loading again */
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	uint64_t nf;
-	ck_assert_int_eq(accel_ops_nonfinite(&v, &nf, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_int_eq(accelp_ops_nonfinite(&v, &nf, &e), ACCEL_ERR_UNSUPPORTED);
 	ck_assert_msg(strstr(e.msg, "nonfinite: CUDA device 0") &&
 	              strstr(e.msg, "no usable CUDA device"), "%s", e.msg);
 	/* allocations and optimizer steps say the same */
@@ -685,22 +685,22 @@ START_TEST(no_gpu_is_reported)
 	accel_ctx *ctx = NULL;
 	void *p = NULL;
 	ck_assert_int_eq(accel_ctx_new(&o, &ctx), ACCEL_OK);
-	ck_assert_int_eq(accel_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA, 0, 64, 0, &p),
+	ck_assert_int_eq(accelp_mem_alloc(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA, 0, 64, 0, &p),
 	                 ACCEL_ERR_UNSUPPORTED);
 	ck_assert_msg(strstr(accel_errmsg(ctx), "mem_alloc: CUDA device 0"), "%s",
 	              accel_errmsg(ctx));
-	ck_assert_uint_eq(accel_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 0);
+	ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_GRADS, ACCEL_DEVICE_CUDA), 0);
 	accel_ctx_free(ctx);
 	accel_optim_opts oo;
 	accel_optim *opt = NULL;
-	accel_optim_opts_init(&oo, ACCEL_OPTIM_SGD);
-	ck_assert_int_eq(accel_optim_new(&oo, &opt, &e), ACCEL_OK);
+	accelp_optim_opts_init(&oo, ACCEL_OPTIM_SGD);
+	ck_assert_int_eq(accelp_optim_new(&oo, &opt, &e), ACCEL_OK);
 	accel_optim_range r = {x, x + 2, {NULL, NULL}, 2};
-	accel_err_clear(&e);
-	ck_assert_int_eq(accel_optim_step_ranges(opt, NULL, 1, 0.1, ACCEL_DEVICE_CUDA, 0, &r, 1,
+	accelp_err_clear(&e);
+	ck_assert_int_eq(accelp_optim_step_ranges(opt, NULL, 1, 0.1, ACCEL_DEVICE_CUDA, 0, &r, 1,
 	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_UNSUPPORTED);
 	ck_assert_msg(strstr(e.msg, "optimizer step: CUDA device 0"), "%s", e.msg);
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 }
 END_TEST
 
@@ -710,7 +710,7 @@ START_TEST(missing_module_is_reported)
 	float x[4] = {0};
 	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, 4};
 	ck_assert_int_eq(setenv("ACCEL_DEVICE_PATH", "/nonexistent-a:/nonexistent-b", 1), 0);
-	ck_assert_int_eq(accel_ops_scale(&v, 2.0, &e), ACCEL_ERR_UNSUPPORTED);
+	ck_assert_int_eq(accelp_ops_scale(&v, 2.0, &e), ACCEL_ERR_UNSUPPORTED);
 	ck_assert_msg(strstr(e.msg, "device-cuda.so) is not in ACCEL_DEVICE_PATH "
 	                            "(/nonexistent-a:/nonexistent-b)"), "%s", e.msg);
 }

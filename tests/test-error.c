@@ -23,16 +23,16 @@ END_TEST
 START_TEST(first_error_wins)
 {
 	accel_err e;
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	ck_assert_int_eq(e.code, ACCEL_OK);
-	ck_assert_int_eq(accel_err_set(&e, ACCEL_ERR_IO, "cannot open %s", "a.json"), ACCEL_ERR_IO);
-	ck_assert_int_eq(accel_err_set(&e, ACCEL_ERR_CONFIG, "second"), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(accelp_err_set(&e, ACCEL_ERR_IO, "cannot open %s", "a.json"), ACCEL_ERR_IO);
+	ck_assert_int_eq(accelp_err_set(&e, ACCEL_ERR_CONFIG, "second"), ACCEL_ERR_CONFIG);
 	ck_assert_int_eq(e.code, ACCEL_ERR_IO);
 	ck_assert_str_eq(e.msg, "cannot open a.json");
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	ck_assert_int_eq(e.code, ACCEL_OK);
 	ck_assert_str_eq(e.msg, "");
-	ck_assert_int_eq(accel_err_set(NULL, ACCEL_ERR_NOMEM, "x"), ACCEL_ERR_NOMEM);
+	ck_assert_int_eq(accelp_err_set(NULL, ACCEL_ERR_NOMEM, "x"), ACCEL_ERR_NOMEM);
 }
 END_TEST
 

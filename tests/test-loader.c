@@ -29,7 +29,7 @@ static void t_log(accel_host *h, int32_t level, const char *fmt, ...)
 	(void)h;
 	va_list ap;
 	va_start(ap, fmt);
-	accel_logv(level, fmt, ap);
+	accelp_logv(level, fmt, ap);
 	va_end(ap);
 }
 
@@ -123,7 +123,7 @@ static accel_loader *new_loader(void)
 {
 	accel_loader *ld = NULL;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_new(&t_host, &ld, &err), ACCEL_OK);
 	ck_assert_ptr_nonnull(ld);
 	return ld;
@@ -133,7 +133,7 @@ static const accel_module *load1(accel_loader *ld, const char *file)
 {
 	const accel_module *m = NULL;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_load_file(ld, fx(file), &m, &err), ACCEL_OK);
 	ck_assert_int_eq(err.code, ACCEL_OK);
 	ck_assert_ptr_nonnull(m);
@@ -280,7 +280,7 @@ START_TEST(good_comm_backend_loads)
 	ck_assert_double_eq(m->params[0].max, 86400);
 
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	const accel_module *f = NULL;
 	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_COMM, "fx_comm", &f, &err), ACCEL_OK);
 	ck_assert_ptr_eq(f, m);
@@ -462,7 +462,7 @@ START_TEST(needs_cuda_unavailable)
 	ck_assert_ptr_nonnull(m->plugin);
 
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	const accel_module *f = NULL;
 	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-cuda", &f, &err),
 	                 ACCEL_ERR_UNSUPPORTED);
@@ -478,7 +478,7 @@ START_TEST(needs_cuda_unavailable)
 	accelp_loader_set_available(ld, ACCEL_REQ_CUDA, 90);
 	ck_assert_int_eq(m->status, ACCEL_MODULE_OK);
 	ck_assert_ptr_null(m->reason);
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "needs-cuda", &f, &err),
 	                 ACCEL_OK);
 	ck_assert_ptr_eq(f, m);
@@ -514,7 +514,7 @@ START_TEST(needs_mpi_follows_backend)
 	const char *d2 = scenario("plugin", "needs-mpi.so", (const char *)NULL);
 	ld = new_loader();
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d2, "plugin_dirs", &err), ACCEL_OK);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
 	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
@@ -533,9 +533,9 @@ START_TEST(duplicate_names)
 	const char *d = scenario("dups", "dup-a.so", "dup-b.so", "good.so", (const char *)NULL);
 	accel_loader *ld = new_loader();
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
-	accel_log_set_level(ACCEL_LOG_INFO);
+	accelp_log_set_level(ACCEL_LOG_INFO);
 	capture_begin();
 	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
 	/* no notice: neither file comes first, the lookup is the error */
@@ -570,7 +570,7 @@ START_TEST(duplicate_names)
 	         "remove or rename one", pa, pb);
 	ck_assert_str_eq(err.msg, want);
 	/* Other names are unaffected. */
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "good", &f, &err), ACCEL_OK);
 	ck_assert_str_eq(f->name, "good");
 	accelp_loader_free(ld);
@@ -585,10 +585,10 @@ START_TEST(search_order_decides_the_winner)
 	const char *d2 = scenario("second", "dup-a.so", (const char *)NULL);
 	accel_loader *ld = new_loader();
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d2, "ACCEL_PLUGIN_PATH", &err), ACCEL_OK);
-	accel_log_set_level(ACCEL_LOG_INFO);
+	accelp_log_set_level(ACCEL_LOG_INFO);
 	capture_begin();
 	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
 	const char *log = capture_end();
@@ -619,7 +619,7 @@ START_TEST(search_order_decides_the_winner)
 	ld = new_loader();
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d1, "plugin_dirs", &err), ACCEL_OK);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d2, "ACCEL_PLUGIN_PATH", &err), ACCEL_OK);
-	accel_log_set_level(ACCEL_LOG_WARN);
+	accelp_log_set_level(ACCEL_LOG_WARN);
 	capture_begin();
 	ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
 	ck_assert_str_eq(capture_end(), "");
@@ -634,7 +634,7 @@ START_TEST(scan_fixture_dir)
 {
 	accel_loader *ld = new_loader();
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	char missing[PATH_MAX];
 	snprintf(missing, sizeof(missing), "%s/does-not-exist", tmpdir);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, missing, "plugin_dirs", &err), ACCEL_OK);
@@ -700,7 +700,7 @@ START_TEST(default_dirs)
 	setenv("ACCEL_PLUGIN_PATH", "/nonexistent/a::/nonexistent/b/", 1);
 	accel_loader *ld = new_loader();
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, "/nonexistent/c", "plugin_dirs", &err), ACCEL_OK);
 	ck_assert_int_eq(accelp_loader_add_default_dirs(ld, &err), ACCEL_OK);
 	ck_assert_uint_eq(accelp_loader_dir_count(ld), 4);
@@ -727,7 +727,7 @@ START_TEST(find_missing_suggests)
 	const char *d = scenario("some", "good.so", "comm-good.so", (const char *)NULL);
 	accel_loader *ld = new_loader();
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, "/nonexistent/x", "install", &err), ACCEL_OK);
 	/* find() scans by itself. */
@@ -742,13 +742,13 @@ START_TEST(find_missing_suggests)
 	ck_assert_str_eq(err.msg, want);
 
 	/* Nothing close: no suggestion. */
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "zero", &f, &err),
 	                 ACCEL_ERR_NOT_FOUND);
 	ck_assert_ptr_null(strstr(err.msg, "did you mean"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "(available: good)"));
 
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_COMM, "fx_com", &f, &err),
 	                 ACCEL_ERR_NOT_FOUND);
 	ck_assert_ptr_nonnull(strstr(err.msg, "no comm backend named 'fx_com'"));
@@ -757,7 +757,7 @@ START_TEST(find_missing_suggests)
 
 	/* No directories at all. */
 	ld = new_loader();
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "ddp", &f, &err),
 	                 ACCEL_ERR_NOT_FOUND);
 	ck_assert_ptr_nonnull(strstr(err.msg, "no plugin directories are configured"));
@@ -771,7 +771,7 @@ START_TEST(find_broken_says_why)
 	                         (const char *)NULL);
 	accel_loader *ld = new_loader();
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
 	const accel_module *f = NULL;
 	/* Named in its descriptor. */
@@ -780,7 +780,7 @@ START_TEST(find_broken_says_why)
 	ck_assert_ptr_nonnull(strstr(err.msg, "required slot step is NULL"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "/broken/null-slot.so"));
 	/* Known only by its file name. */
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "abi-v9", &f, &err),
 	                 ACCEL_ERR_PLUGIN);
 	ck_assert_ptr_nonnull(strstr(err.msg, "built for plugin ABI v9"));
@@ -792,14 +792,14 @@ END_TEST
 START_TEST(bad_arguments)
 {
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	accel_loader *ld = NULL;
 	ck_assert_int_eq(accelp_loader_new(NULL, &ld, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_null(ld);
 	ck_assert_ptr_null(accelp_loader_free(NULL));
 	ld = new_loader();
 	const accel_module *f;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_find(ld, 7, "x", &f, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_int_eq(accelp_loader_load_file(ld, "", NULL, NULL), ACCEL_ERR_INVALID_ARG);
 	ck_assert_uint_eq(accelp_loader_count(NULL), 0);
@@ -813,7 +813,7 @@ END_TEST
 START_TEST(real_host_forwards_entry_errors)
 {
 	accel_loader *ld = NULL;
-	ck_assert_int_eq(accelp_loader_new(accel_host_table(), &ld, NULL), ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_new(accelp_host_table(), &ld, NULL), ACCEL_OK);
 	const accel_module *m = NULL;
 	ck_assert_int_eq(accelp_loader_load_file(ld, fx("entry-null.so"), &m, NULL), ACCEL_OK);
 	assert_reason(m, ACCEL_MODULE_BROKEN,
@@ -968,7 +968,7 @@ START_TEST(broken_plugin_does_not_hide_a_backend)
 	                         (const char *)NULL);
 	accel_loader *ld = new_loader();
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
 	const accel_module *m = NULL;
 	ck_assert_int_eq(accelp_loader_find(ld, 0, "fx_comm", &m, &err), ACCEL_OK);
@@ -1025,7 +1025,7 @@ START_TEST(plugin_dirs_override_a_builtin_strategy)
 	copy_file(builtin, newer);
 
 	unsetenv("ACCEL_LOG_LEVEL");
-	accel_log_set_level(ACCEL_LOG_INFO);
+	accelp_log_set_level(ACCEL_LOG_INFO);
 	accel_ctx *ctx;
 	capture_begin();
 	int r = ctx_json(json, &ctx);
@@ -1064,7 +1064,7 @@ START_TEST(auto_reports_a_broken_device_backend)
 	ck_assert_int_eq(accel_allreduce(ctx, x, x, 4, ACCEL_DTYPE_F32, ACCEL_RED_SUM), ACCEL_OK);
 	accel_view v = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, 4};
 	accel_req *req = NULL;
-	ck_assert_int_eq(accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req),
+	ck_assert_int_eq(accelp_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req),
 	                 ACCEL_ERR_UNSUPPORTED);
 	const char *msg = accel_errmsg(ctx);
 	ck_assert_msg(strstr(msg, "nccl: comm backend 'nccl' cannot be used: ") &&
@@ -1092,7 +1092,7 @@ static int req_error(accel_host *h, int32_t code, const char *fmt, ...)
 
 START_TEST(host_require_checks_size_and_major)
 {
-	accel_host_v1 host = *accel_host_table();
+	accel_host_v1 host = *accelp_host_table();
 	host.error = req_error;
 	req_calls = 0;
 	ck_assert(ACCEL_HOST_REQUIRE(&host, "x", reduce_bucket_mean));
@@ -1113,7 +1113,7 @@ START_TEST(host_require_checks_size_and_major)
 	              "%s", req_msg);
 
 	/* Covered by the size but not filled in. */
-	host = *accel_host_table();
+	host = *accelp_host_table();
 	host.error = req_error;
 	host.reduce_bucket_mean = NULL;
 	ck_assert(!ACCEL_HOST_HAS(&host, reduce_bucket_mean));
@@ -1122,7 +1122,7 @@ START_TEST(host_require_checks_size_and_major)
 
 	/* Another major: refused, and error() (whose place in that layout is
 	 * unknown) is not called. */
-	host = *accel_host_table();
+	host = *accelp_host_table();
 	host.error = req_error;
 	host.abi_major = ACCEL_ABI_MAJOR + 1;
 	ck_assert(!ACCEL_HOST_REQUIRE(&host, "x", store_add));

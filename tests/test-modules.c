@@ -36,7 +36,7 @@ START_TEST(every_built_module_loads)
 			accel_loader *ld = NULL;
 			accel_err err = {0};
 			const accel_module *m = NULL;
-			ck_assert_int_eq(accelp_loader_new(accel_host_table(), &ld, &err), ACCEL_OK);
+			ck_assert_int_eq(accelp_loader_new(accelp_host_table(), &ld, &err), ACCEL_OK);
 			accelp_loader_set_available(ld, avail, cc);
 			ck_assert_int_eq(accelp_loader_load_file(ld, file, &m, &err), ACCEL_OK);
 			ck_assert_ptr_nonnull(m);

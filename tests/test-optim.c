@@ -71,7 +71,7 @@ static accel_optim *make(const accel_optim_opts *o)
 {
 	accel_optim *opt = NULL;
 	accel_err err = {0};
-	ck_assert_msg(accel_optim_new(o, &opt, &err) == ACCEL_OK, "%s", err.msg);
+	ck_assert_msg(accelp_optim_new(o, &opt, &err) == ACCEL_OK, "%s", err.msg);
 	return opt;
 }
 
@@ -162,7 +162,7 @@ static void run_vs_reference(const accel_optim_opts *o, uint32_t gdt, double gra
 {
 	enum { N = 301, STEPS = 25 };
 	accel_optim *opt = make(o);
-	uint32_t ns = accel_optim_state_count(opt);
+	uint32_t ns = accelp_optim_state_count(opt);
 	float *p = calloc(N, sizeof(float));
 	float *st[2] = {calloc(N, sizeof(float)), calloc(N, sizeof(float))};
 	void *g = malloc(N * 4);
@@ -186,7 +186,7 @@ static void run_vs_reference(const accel_optim_opts *o, uint32_t gdt, double gra
 				x = 0;
 			double gx = (double)store_grad(g, gdt, i, x) * grad_scale;
 			const accel_optim_group *grp =
-				accel_optim_get_group(opt, i < split ? ACCEL_OPTIM_GROUP_NO_DECAY
+				accelp_optim_get_group(opt, i < split ? ACCEL_OPTIM_GROUP_NO_DECAY
 				                                     : ACCEL_OPTIM_GROUP_DECAY);
 			if (o->type == ACCEL_OPTIM_ADAMW)
 				ref_adamw(o, grp->weight_decay, t, lr, gx, &r[i]);
@@ -196,11 +196,11 @@ static void run_vs_reference(const accel_optim_opts *o, uint32_t gdt, double gra
 		float *s0[2] = {st[0], st[1]};
 		float *s1[2] = {st[0] + split, st[1] + split};
 		size_t gb = dtype_bytes(gdt);
-		ck_assert_int_eq(accel_optim_step_range(
-			opt, accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_NO_DECAY), t, lr, p, g, gdt,
+		ck_assert_int_eq(accelp_optim_step_range(
+			opt, accelp_optim_get_group(opt, ACCEL_OPTIM_GROUP_NO_DECAY), t, lr, p, g, gdt,
 			ns ? s0 : NULL, split, grad_scale, &err), ACCEL_OK);
-		ck_assert_int_eq(accel_optim_step_range(
-			opt, accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY), t, lr, p + split,
+		ck_assert_int_eq(accelp_optim_step_range(
+			opt, accelp_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY), t, lr, p + split,
 			(char *)g + split * gb, gdt, ns ? s1 : NULL, N - split, grad_scale, &err),
 			ACCEL_OK);
 		for (uint64_t i = 0; i < N; i++) {
@@ -217,7 +217,7 @@ static void run_vs_reference(const accel_optim_opts *o, uint32_t gdt, double gra
 	free(st[1]);
 	free(g);
 	free(r);
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 }
 
 static const uint32_t gdtypes[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_F16, ACCEL_DTYPE_BF16};
@@ -238,7 +238,7 @@ START_TEST(sgd_vs_double)
 							    (nest && (moms[a] == 0 || damps[b] != 0)))
 								continue;
 							accel_optim_opts o;
-							accel_optim_opts_init(&o, ACCEL_OPTIM_SGD);
+							accelp_optim_opts_init(&o, ACCEL_OPTIM_SGD);
 							o.lr = 0.05;
 							o.momentum = moms[a];
 							o.dampening = damps[b];
@@ -269,7 +269,7 @@ START_TEST(adamw_vs_double)
 				for (size_t d = 0; d < 3; d++)
 					for (size_t s = 0; s < 2; s++) {
 						accel_optim_opts o;
-						accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+						accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
 						o.lr = 1e-2;
 						o.beta1 = betas[b][0];
 						o.beta2 = betas[b][1];
@@ -297,7 +297,7 @@ static void sharded_case(const accel_optim_opts *o, uint32_t gdt)
 	enum { N = 1000 };
 	static const uint64_t cuts[] = {0, 1, 7, 64, 333, 334, 901, N};
 	accel_optim *whole = make(o), *part = make(o);
-	uint32_t ns = accel_optim_state_count(whole);
+	uint32_t ns = accelp_optim_state_count(whole);
 	float *pa = malloc(N * 4), *pb = malloc(N * 4);
 	float *sa[2] = {calloc(N, 4), calloc(N, 4)}, *sb[2] = {calloc(N, 4), calloc(N, 4)};
 	void *g = malloc(N * 4);
@@ -308,23 +308,23 @@ static void sharded_case(const accel_optim_opts *o, uint32_t gdt)
 	for (uint64_t i = 0; i < N; i++)
 		pa[i] = pb[i] = rnd(&seed);
 	for (int kern = 0; kern < 2; kern++) {
-		ck_assert_int_eq(accel_optim_set_kernel(part, kern ? "generic" : "auto", &err),
+		ck_assert_int_eq(accelp_optim_set_kernel(part, kern ? "generic" : "auto", &err),
 		                 ACCEL_OK);
 		for (uint64_t t = 1; t <= 6; t++) {
 			for (uint64_t i = 0; i < N; i++)
 				store_grad(g, gdt, i, rnd(&seed));
-			ck_assert_int_eq(accel_optim_step_range(whole, NULL, t + 6 * kern, 0.01, pa, g,
+			ck_assert_int_eq(accelp_optim_step_range(whole, NULL, t + 6 * kern, 0.01, pa, g,
 			                                        gdt, sa, N, 0.5, &err), ACCEL_OK);
 			for (size_t c = 0; c + 1 < sizeof(cuts) / sizeof(cuts[0]); c++) {
 				uint64_t a = cuts[c], n = cuts[c + 1] - a;
 				float *sp[2] = {sb[0] + a, sb[1] + a};
-				ck_assert_int_eq(accel_optim_step_range(part, NULL, t + 6 * kern, 0.01, pb + a,
+				ck_assert_int_eq(accelp_optim_step_range(part, NULL, t + 6 * kern, 0.01, pb + a,
 				                                        (char *)g + a * gb, gdt,
 				                                        ns ? sp : NULL, n, 0.5, &err),
 				                 ACCEL_OK);
 			}
 			ck_assert_msg(!memcmp(pa, pb, N * 4), "%s kernel: sharded params differ at step "
-			              "%llu", accel_optim_get_kernel(part), (unsigned long long)t);
+			              "%llu", accelp_optim_get_kernel(part), (unsigned long long)t);
 			for (uint32_t k = 0; k < ns; k++)
 				ck_assert_msg(!memcmp(sa[k], sb[k], N * 4), "state %u differs", k);
 		}
@@ -336,17 +336,17 @@ static void sharded_case(const accel_optim_opts *o, uint32_t gdt)
 	free(sb[0]);
 	free(sb[1]);
 	free(g);
-	accel_optim_free(whole);
-	accel_optim_free(part);
+	accelp_optim_free(whole);
+	accelp_optim_free(part);
 }
 
 START_TEST(sharded_and_kernels_identical)
 {
 	accel_optim_opts o;
 	for (size_t d = 0; d < 3; d++) {
-		accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+		accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
 		sharded_case(&o, gdtypes[d]);
-		accel_optim_opts_init(&o, ACCEL_OPTIM_SGD);
+		accelp_optim_opts_init(&o, ACCEL_OPTIM_SGD);
 		o.momentum = 0.9;
 		o.nesterov = 1;
 		o.weight_decay = 1e-3;
@@ -367,7 +367,7 @@ START_TEST(every_half_gradient)
 {
 	enum { N = 65536 };
 	accel_optim_opts o;
-	accel_optim_opts_init(&o, ACCEL_OPTIM_SGD);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_SGD);
 	accel_optim *opt = make(&o);
 	uint16_t *g = malloc(N * 2);
 	float *p = malloc(N * 4);
@@ -375,10 +375,10 @@ START_TEST(every_half_gradient)
 	for (uint32_t i = 0; i < N; i++)
 		g[i] = (uint16_t)i;
 	for (int kern = 0; kern < 2; kern++) {
-		ck_assert_int_eq(accel_optim_set_kernel(opt, kern ? "generic" : "auto", &err), ACCEL_OK);
+		ck_assert_int_eq(accelp_optim_set_kernel(opt, kern ? "generic" : "auto", &err), ACCEL_OK);
 		for (int bf = 0; bf < 2; bf++) {
 			memset(p, 0, N * 4);
-			ck_assert_int_eq(accel_optim_step_range(opt, NULL, 1, 1.0, p, g,
+			ck_assert_int_eq(accelp_optim_step_range(opt, NULL, 1, 1.0, p, g,
 			                                        bf ? ACCEL_DTYPE_BF16 : ACCEL_DTYPE_F16,
 			                                        NULL, N, 1.0, &err), ACCEL_OK);
 			for (uint32_t i = 0; i < N; i++) {
@@ -392,13 +392,13 @@ START_TEST(every_half_gradient)
 				float neg = want == 0 ? 0.0f : -want;
 				ck_assert_msg(accel_f32_bits(p[i]) == accel_f32_bits(neg),
 				              "%s 0x%04x (%s kernel): %a, want %a", bf ? "bf16" : "f16", i,
-				              accel_optim_get_kernel(opt), p[i], neg);
+				              accelp_optim_get_kernel(opt), p[i], neg);
 			}
 		}
 	}
 	free(g);
 	free(p);
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 }
 END_TEST
 
@@ -411,7 +411,7 @@ START_TEST(f16_subnormals_under_daz)
 {
 	enum { N = 2048 };
 	accel_optim_opts o;
-	accel_optim_opts_init(&o, ACCEL_OPTIM_SGD);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_SGD);
 	accel_optim *opt = make(&o);
 	uint16_t g[N];
 	float p[N];
@@ -421,18 +421,18 @@ START_TEST(f16_subnormals_under_daz)
 		g[i] = (uint16_t)(i < 1024 ? i : 0x8000 | (i - 1024));   /* +- subnormals */
 	for (int kern = 0; kern < 2; kern++) {
 		memset(p, 0, sizeof(p));
-		ck_assert_int_eq(accel_optim_set_kernel(opt, kern ? "generic" : "auto", &err), ACCEL_OK);
-		ck_assert_int_eq(accel_optim_step_range(opt, NULL, 1, 1.0, p, g, ACCEL_DTYPE_F16, NULL,
+		ck_assert_int_eq(accelp_optim_set_kernel(opt, kern ? "generic" : "auto", &err), ACCEL_OK);
+		ck_assert_int_eq(accelp_optim_step_range(opt, NULL, 1, 1.0, p, g, ACCEL_DTYPE_F16, NULL,
 		                                        N, 1.0, &err), ACCEL_OK);
 		for (uint32_t i = 1; i < N; i++) {
 			if (i == 1024)
 				continue;
 			float want = -accel_f16_to_f32(g[i]);
 			ck_assert_msg(p[i] == want && p[i] != 0, "f16 0x%04x (%s kernel): %a, want %a",
-			              g[i], accel_optim_get_kernel(opt), p[i], want);
+			              g[i], accelp_optim_get_kernel(opt), p[i], want);
 		}
 	}
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 }
 END_TEST
 #endif
@@ -440,21 +440,21 @@ END_TEST
 START_TEST(nonfinite_propagates)
 {
 	accel_optim_opts o;
-	accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
 	accel_optim *opt = make(&o);
 	float p[3] = {1, 2, 3}, g[3] = {NAN, INFINITY, 1}, m[3] = {0}, v[3] = {0};
 	float *st[2] = {m, v};
 	accel_err err = {0};
-	ck_assert_int_eq(accel_optim_step_range(opt, NULL, 1, 1e-3, p, g, ACCEL_DTYPE_F32, st, 3,
+	ck_assert_int_eq(accelp_optim_step_range(opt, NULL, 1, 1e-3, p, g, ACCEL_DTYPE_F32, st, 3,
 	                                        1.0, &err), ACCEL_OK);
 	ck_assert(isnan(p[0]) && isnan(m[0]) && isnan(v[0]));
 	ck_assert(isnan(p[1]));   /* inf / inf */
 	ck_assert(isfinite(p[2]));
 	/* A NaN grad_scale (clipping an overflowed norm) poisons everything. */
-	ck_assert_int_eq(accel_optim_step_range(opt, NULL, 2, 1e-3, p + 2, g + 2, ACCEL_DTYPE_F32,
+	ck_assert_int_eq(accelp_optim_step_range(opt, NULL, 2, 1e-3, p + 2, g + 2, ACCEL_DTYPE_F32,
 	                                        (float *[]){m + 2, v + 2}, 1, NAN, &err), ACCEL_OK);
 	ck_assert(isnan(p[2]));
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 }
 END_TEST
 
@@ -463,19 +463,19 @@ END_TEST
 START_TEST(adamw_first_step_by_hand)
 {
 	accel_optim_opts o;
-	accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
 	o.eps = 0;
 	accel_optim *opt = make(&o);
 	float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, -3.0f}, m[2] = {0}, v[2] = {0};
 	accel_err err = {0};
-	ck_assert_int_eq(accel_optim_step_range(opt, NULL, 1, 0.1, p, g, ACCEL_DTYPE_F32,
+	ck_assert_int_eq(accelp_optim_step_range(opt, NULL, 1, 0.1, p, g, ACCEL_DTYPE_F32,
 	                                        (float *[]){m, v}, 2, 1.0, &err), ACCEL_OK);
 	/* p * (1 - 0.1 * 0.01) - 0.1 * sign(g) */
 	ck_assert_float_eq_tol(p[0], 1.0f * 0.999f - 0.1f, 1e-6);
 	ck_assert_float_eq_tol(p[1], -2.0f * 0.999f + 0.1f, 1e-6);
 	ck_assert_float_eq_tol(m[0], 0.05f, 1e-8);
 	ck_assert_float_eq_tol(v[1], 0.009f, 1e-9);
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 }
 END_TEST
 
@@ -496,59 +496,59 @@ static int cpu_has_avx2_fma(void)
 START_TEST(options_and_names)
 {
 	accel_optim_opts o;
-	accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
 	ck_assert_double_eq(o.lr, 1e-3);
 	ck_assert_double_eq(o.beta1, 0.9);
 	ck_assert_double_eq(o.beta2, 0.999);
 	ck_assert_double_eq(o.eps, 1e-8);
 	ck_assert_double_eq(o.weight_decay, 1e-2);
-	accel_optim_opts_init(&o, ACCEL_OPTIM_SGD);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_SGD);
 	ck_assert_double_eq(o.weight_decay, 0);
 	ck_assert_double_eq(o.momentum, 0);
-	ck_assert_int_eq(accel_optim_type_parse("adamw"), ACCEL_OPTIM_ADAMW);
-	ck_assert_int_eq(accel_optim_type_parse("sgd"), ACCEL_OPTIM_SGD);
-	ck_assert_int_eq(accel_optim_type_parse("adam"), -1);
-	ck_assert_int_eq(accel_optim_type_parse(NULL), -1);
-	ck_assert_str_eq(accel_optim_type_name(ACCEL_OPTIM_SGD), "sgd");
-	ck_assert_ptr_null(accel_optim_type_name(7));
+	ck_assert_int_eq(accelp_optim_type_parse("adamw"), ACCEL_OPTIM_ADAMW);
+	ck_assert_int_eq(accelp_optim_type_parse("sgd"), ACCEL_OPTIM_SGD);
+	ck_assert_int_eq(accelp_optim_type_parse("adam"), -1);
+	ck_assert_int_eq(accelp_optim_type_parse(NULL), -1);
+	ck_assert_str_eq(accelp_optim_type_name(ACCEL_OPTIM_SGD), "sgd");
+	ck_assert_ptr_null(accelp_optim_type_name(7));
 
 	accel_optim *opt = make(&o);
-	ck_assert_uint_eq(accel_optim_state_count(opt), 0);
-	opt = accel_optim_free(opt);
+	ck_assert_uint_eq(accelp_optim_state_count(opt), 0);
+	opt = accelp_optim_free(opt);
 	ck_assert_ptr_null(opt);
 	o.momentum = 0.5;
 	opt = make(&o);
-	ck_assert_uint_eq(accel_optim_state_count(opt), 1);
-	ck_assert_ptr_null(accel_optim_get_group(opt, ACCEL_OPTIM_N_GROUPS));
-	ck_assert_double_eq(accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_NO_DECAY)->weight_decay, 0);
+	ck_assert_uint_eq(accelp_optim_state_count(opt), 1);
+	ck_assert_ptr_null(accelp_optim_get_group(opt, ACCEL_OPTIM_N_GROUPS));
+	ck_assert_double_eq(accelp_optim_get_group(opt, ACCEL_OPTIM_GROUP_NO_DECAY)->weight_decay, 0);
 	/* Without configuration there are no no_decay suffixes. */
-	ck_assert_uint_eq(accel_optim_group_of(opt, "fc.bias"), ACCEL_OPTIM_GROUP_DECAY);
-	accel_optim_free(opt);
-	accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+	ck_assert_uint_eq(accelp_optim_group_of(opt, "fc.bias"), ACCEL_OPTIM_GROUP_DECAY);
+	accelp_optim_free(opt);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
 	opt = make(&o);
-	ck_assert_uint_eq(accel_optim_state_count(opt), 2);
-	ck_assert_double_eq(accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY)->weight_decay, 1e-2);
-	ck_assert_uint_eq(accel_optim_state_count(NULL), 0);
-	ck_assert_ptr_null(accel_optim_free(NULL));
+	ck_assert_uint_eq(accelp_optim_state_count(opt), 2);
+	ck_assert_double_eq(accelp_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY)->weight_decay, 1e-2);
+	ck_assert_uint_eq(accelp_optim_state_count(NULL), 0);
+	ck_assert_ptr_null(accelp_optim_free(NULL));
 
 	/* Kernel choice: on an x86-64 CPU with AVX2 and FMA the vector kernel
 	 * is the one selected (the torch bit-identity check relies on it),
 	 * anywhere else the portable one, and asking for avx2-fma is refused. */
 	accel_err err = {0};
 	int vec = cpu_has_avx2_fma();
-	ck_assert_str_eq(accel_optim_get_kernel(opt), vec ? "avx2-fma" : "generic");
-	ck_assert_int_eq(accel_optim_set_kernel(opt, "generic", &err), ACCEL_OK);
-	ck_assert_str_eq(accel_optim_get_kernel(opt), "generic");
-	ck_assert_int_eq(accel_optim_set_kernel(opt, "auto", &err), ACCEL_OK);
-	ck_assert_str_eq(accel_optim_get_kernel(opt), vec ? "avx2-fma" : "generic");
-	int rc = accel_optim_set_kernel(opt, "avx2-fma", &err);
+	ck_assert_str_eq(accelp_optim_get_kernel(opt), vec ? "avx2-fma" : "generic");
+	ck_assert_int_eq(accelp_optim_set_kernel(opt, "generic", &err), ACCEL_OK);
+	ck_assert_str_eq(accelp_optim_get_kernel(opt), "generic");
+	ck_assert_int_eq(accelp_optim_set_kernel(opt, "auto", &err), ACCEL_OK);
+	ck_assert_str_eq(accelp_optim_get_kernel(opt), vec ? "avx2-fma" : "generic");
+	int rc = accelp_optim_set_kernel(opt, "avx2-fma", &err);
 	ck_assert_int_eq(rc, vec ? ACCEL_OK : ACCEL_ERR_UNSUPPORTED);
 	if (!vec)
 		ck_assert_msg(strstr(err.msg, "avx2-fma") != NULL, "%s", err.msg);
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_optim_set_kernel(opt, "sse9", &err), ACCEL_ERR_INVALID_ARG);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_optim_set_kernel(opt, "sse9", &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "sse9"));
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 }
 END_TEST
 
@@ -574,7 +574,7 @@ START_TEST(bad_options)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		accel_optim_opts o;
-		accel_optim_opts_init(&o, cases[i].type);
+		accelp_optim_opts_init(&o, cases[i].type);
 		o.lr = cases[i].lr;
 		o.beta1 = cases[i].b1;
 		o.beta2 = cases[i].b2;
@@ -585,7 +585,7 @@ START_TEST(bad_options)
 		o.nesterov = cases[i].nest;
 		accel_err err = {0};
 		accel_optim *opt = (accel_optim *)&err;
-		ck_assert_int_eq(accel_optim_new(&o, &opt, &err), ACCEL_ERR_INVALID_ARG);
+		ck_assert_int_eq(accelp_optim_new(&o, &opt, &err), ACCEL_ERR_INVALID_ARG);
 		ck_assert_ptr_eq(opt, (accel_optim *)&err);   /* untouched on failure */
 		ck_assert_msg(strstr(err.msg, cases[i].want), "case %zu: \"%s\" lacks \"%s\"", i,
 		              err.msg, cases[i].want);
@@ -593,16 +593,16 @@ START_TEST(bad_options)
 	accel_err err = {0};
 	accel_optim *opt = NULL;
 	accel_optim_opts o = {0};
-	ck_assert_int_eq(accel_optim_new(&o, &opt, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_optim_new(&o, &opt, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "struct_size"));
-	ck_assert_int_eq(accel_optim_new(NULL, &opt, NULL), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_optim_new(NULL, &opt, NULL), ACCEL_ERR_INVALID_ARG);
 }
 END_TEST
 
 START_TEST(step_errors)
 {
 	accel_optim_opts o;
-	accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
 	accel_optim *opt = make(&o);
 	float p[4] = {0}, g[4] = {0}, m[4] = {0}, v[4] = {0};
 	float *st[2] = {m, v}, *st_null[2] = {m, NULL}, *st_alias[2] = {m, m}, *st_p[2] = {p, v};
@@ -630,34 +630,34 @@ START_TEST(step_errors)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		accel_err err = {0};
-		ck_assert_int_eq(accel_optim_step_range(opt, NULL, cases[i].t, cases[i].lr, cases[i].p,
+		ck_assert_int_eq(accelp_optim_step_range(opt, NULL, cases[i].t, cases[i].lr, cases[i].p,
 		                                        cases[i].g, cases[i].dt, cases[i].st, 4, 1.0,
 		                                        &err), ACCEL_ERR_INVALID_ARG);
 		ck_assert_msg(strstr(err.msg, cases[i].want), "case %zu: \"%s\" lacks \"%s\"", i,
 		              err.msg, cases[i].want);
 	}
 	/* An empty range needs no arrays; NULL optim is refused. */
-	ck_assert_int_eq(accel_optim_step_range(opt, NULL, 1, 1e-3, NULL, NULL, ACCEL_DTYPE_F32,
+	ck_assert_int_eq(accelp_optim_step_range(opt, NULL, 1, 1e-3, NULL, NULL, ACCEL_DTYPE_F32,
 	                                        NULL, 0, 1.0, NULL), ACCEL_OK);
-	ck_assert_int_eq(accel_optim_step_range(NULL, NULL, 1, 1e-3, p, g, ACCEL_DTYPE_F32, st, 4,
+	ck_assert_int_eq(accelp_optim_step_range(NULL, NULL, 1, 1e-3, p, g, ACCEL_DTYPE_F32, st, 4,
 	                                        1.0, NULL), ACCEL_ERR_INVALID_ARG);
 	accel_optim_group bad = {.weight_decay = -1};
 	accel_err err = {0};
-	ck_assert_int_eq(accel_optim_step_range(opt, &bad, 1, 1e-3, p, g, ACCEL_DTYPE_F32, st, 4,
+	ck_assert_int_eq(accelp_optim_step_range(opt, &bad, 1, 1e-3, p, g, ACCEL_DTYPE_F32, st, 4,
 	                                        1.0, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "weight_decay"));
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 }
 END_TEST
 
 static accel_config *config_from(const char *json, accel_err *err)
 {
 	accel_config *cfg = NULL;
-	if (accel_config_new(&cfg, err) != ACCEL_OK)
+	if (accelp_config_new(&cfg, err) != ACCEL_OK)
 		return NULL;
-	if (accel_config_load_string(cfg, json, "test.json", err) != ACCEL_OK ||
-	    accel_config_resolve(cfg, err) != ACCEL_OK)
-		return accel_config_free(cfg);
+	if (accelp_config_load_string(cfg, json, "test.json", err) != ACCEL_OK ||
+	    accelp_config_resolve(cfg, err) != ACCEL_OK)
+		return accelp_config_free(cfg);
 	return cfg;
 }
 
@@ -667,66 +667,66 @@ START_TEST(from_config)
 	accel_optim *opt = NULL;
 	accel_config *cfg = config_from("{}", &err);
 	ck_assert_msg(cfg != NULL, "%s", err.msg);
-	ck_assert_msg(accel_optim_new_from_config(cfg, &opt, &err) == ACCEL_OK, "%s", err.msg);
-	const accel_optim_opts *o = accel_optim_get_opts(opt);
+	ck_assert_msg(accelp_optim_new_from_config(cfg, &opt, &err) == ACCEL_OK, "%s", err.msg);
+	const accel_optim_opts *o = accelp_optim_get_opts(opt);
 	ck_assert_uint_eq(o->type, ACCEL_OPTIM_ADAMW);
 	ck_assert_double_eq(o->lr, 1e-3);
 	ck_assert_double_eq(o->beta1, 0.9);
 	ck_assert_double_eq(o->beta2, 0.999);
 	ck_assert_double_eq(o->eps, 1e-8);
 	ck_assert_double_eq(o->weight_decay, 1e-2);
-	ck_assert_uint_eq(accel_optim_group_of(opt, "x.bias"), ACCEL_OPTIM_GROUP_DECAY);
-	opt = accel_optim_free(opt);
-	accel_config_free(cfg);
+	ck_assert_uint_eq(accelp_optim_group_of(opt, "x.bias"), ACCEL_OPTIM_GROUP_DECAY);
+	opt = accelp_optim_free(opt);
+	accelp_config_free(cfg);
 
 	cfg = config_from("{\"optimizer\": {\"type\": \"adamw\", \"params\": {\"lr\": 3e-4, "
 	                  "\"betas\": [0.8, 0.95], \"eps\": 1e-6, \"weight_decay\": 0.1}, "
 	                  "\"no_decay\": [\"bias\", \"norm.weight\", \"\"]}}", &err);
 	ck_assert_msg(cfg != NULL, "%s", err.msg);
-	ck_assert_msg(accel_optim_new_from_config(cfg, &opt, &err) == ACCEL_OK, "%s", err.msg);
-	o = accel_optim_get_opts(opt);
+	ck_assert_msg(accelp_optim_new_from_config(cfg, &opt, &err) == ACCEL_OK, "%s", err.msg);
+	o = accelp_optim_get_opts(opt);
 	ck_assert_double_eq(o->lr, 3e-4);
 	ck_assert_double_eq(o->beta1, 0.8);
 	ck_assert_double_eq(o->beta2, 0.95);
 	ck_assert_double_eq(o->eps, 1e-6);
-	ck_assert_double_eq(accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY)->weight_decay, 0.1);
-	ck_assert_double_eq(accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_NO_DECAY)->weight_decay, 0);
-	ck_assert_uint_eq(accel_optim_group_of(opt, "fc0.bias"), ACCEL_OPTIM_GROUP_NO_DECAY);
-	ck_assert_uint_eq(accel_optim_group_of(opt, "bias"), ACCEL_OPTIM_GROUP_NO_DECAY);
-	ck_assert_uint_eq(accel_optim_group_of(opt, "ln.norm.weight"), ACCEL_OPTIM_GROUP_NO_DECAY);
-	ck_assert_uint_eq(accel_optim_group_of(opt, "fc0.weight"), ACCEL_OPTIM_GROUP_DECAY);
-	ck_assert_uint_eq(accel_optim_group_of(opt, "bias_proj.weight"), ACCEL_OPTIM_GROUP_DECAY);
-	ck_assert_uint_eq(accel_optim_group_of(opt, "ias"), ACCEL_OPTIM_GROUP_DECAY);
-	ck_assert_uint_eq(accel_optim_group_of(opt, NULL), ACCEL_OPTIM_GROUP_DECAY);
-	opt = accel_optim_free(opt);
-	accel_config_free(cfg);
+	ck_assert_double_eq(accelp_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY)->weight_decay, 0.1);
+	ck_assert_double_eq(accelp_optim_get_group(opt, ACCEL_OPTIM_GROUP_NO_DECAY)->weight_decay, 0);
+	ck_assert_uint_eq(accelp_optim_group_of(opt, "fc0.bias"), ACCEL_OPTIM_GROUP_NO_DECAY);
+	ck_assert_uint_eq(accelp_optim_group_of(opt, "bias"), ACCEL_OPTIM_GROUP_NO_DECAY);
+	ck_assert_uint_eq(accelp_optim_group_of(opt, "ln.norm.weight"), ACCEL_OPTIM_GROUP_NO_DECAY);
+	ck_assert_uint_eq(accelp_optim_group_of(opt, "fc0.weight"), ACCEL_OPTIM_GROUP_DECAY);
+	ck_assert_uint_eq(accelp_optim_group_of(opt, "bias_proj.weight"), ACCEL_OPTIM_GROUP_DECAY);
+	ck_assert_uint_eq(accelp_optim_group_of(opt, "ias"), ACCEL_OPTIM_GROUP_DECAY);
+	ck_assert_uint_eq(accelp_optim_group_of(opt, NULL), ACCEL_OPTIM_GROUP_DECAY);
+	opt = accelp_optim_free(opt);
+	accelp_config_free(cfg);
 
 	cfg = config_from("{\"optimizer\": {\"type\": \"sgd\", \"params\": {\"lr\": 0.1, "
 	                  "\"momentum\": 0.9, \"nesterov\": true}}}", &err);
 	ck_assert_msg(cfg != NULL, "%s", err.msg);
-	ck_assert_msg(accel_optim_new_from_config(cfg, &opt, &err) == ACCEL_OK, "%s", err.msg);
-	o = accel_optim_get_opts(opt);
+	ck_assert_msg(accelp_optim_new_from_config(cfg, &opt, &err) == ACCEL_OK, "%s", err.msg);
+	o = accelp_optim_get_opts(opt);
 	ck_assert_uint_eq(o->type, ACCEL_OPTIM_SGD);
 	ck_assert_double_eq(o->lr, 0.1);
 	ck_assert_double_eq(o->momentum, 0.9);
 	ck_assert_double_eq(o->dampening, 0);
 	ck_assert_int_eq(o->nesterov, 1);
 	ck_assert_double_eq(o->weight_decay, 0);   /* the sgd default */
-	ck_assert_uint_eq(accel_optim_state_count(opt), 1);
-	opt = accel_optim_free(opt);
-	accel_config_free(cfg);
+	ck_assert_uint_eq(accelp_optim_state_count(opt), 1);
+	opt = accelp_optim_free(opt);
+	accelp_config_free(cfg);
 
 	/* The configuration refuses what the optimizer cannot do; the message
 	 * names the key. */
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	cfg = config_from("{\"optimizer\": {\"type\": \"sgd\", \"params\": {\"nesterov\": true}}}",
 	                  &err);
 	if (cfg) {
-		ck_assert_int_eq(accel_optim_new_from_config(cfg, &opt, &err), ACCEL_ERR_CONFIG);
-		accel_config_free(cfg);
+		ck_assert_int_eq(accelp_optim_new_from_config(cfg, &opt, &err), ACCEL_ERR_CONFIG);
+		accelp_config_free(cfg);
 	}
 	ck_assert_ptr_nonnull(strstr(err.msg, "nesterov"));
-	ck_assert_int_eq(accel_optim_new_from_config(NULL, &opt, NULL), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_optim_new_from_config(NULL, &opt, NULL), ACCEL_ERR_INVALID_ARG);
 }
 END_TEST
 
@@ -753,7 +753,7 @@ static int tool(const char *in_path, const char *out_path)
 	void *g = NULL;
 	int rc = 1;
 
-	accel_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
+	accelp_optim_opts_init(&o, ACCEL_OPTIM_ADAMW);
 	if (!in || !fgets(line, sizeof(line), in)) {
 		fprintf(stderr, "optim tool: cannot read %s\n", in_path);
 		goto done;
@@ -766,7 +766,7 @@ static int tool(const char *in_path, const char *out_path)
 		}
 		*eq++ = '\0';
 		if (!strcmp(w, "type"))
-			o.type = (uint32_t)accel_optim_type_parse(eq);
+			o.type = (uint32_t)accelp_optim_type_parse(eq);
 		else if (!strcmp(w, "beta1"))
 			o.beta1 = strtod(eq, NULL);
 		else if (!strcmp(w, "beta2"))
@@ -800,15 +800,15 @@ static int tool(const char *in_path, const char *out_path)
 			goto done;
 		}
 	}
-	if (accel_optim_new(&o, &opt, &err) || accel_optim_set_kernel(opt, kernel, &err)) {
+	if (accelp_optim_new(&o, &opt, &err) || accelp_optim_set_kernel(opt, kernel, &err)) {
 		fprintf(stderr, "optim tool: %s\n", err.msg);
 		goto done;
 	}
 	/* the kernel "auto" resolved to, for optim_torch_check.py */
-	printf("kernel %s\n", accel_optim_get_kernel(opt));
+	printf("kernel %s\n", accelp_optim_get_kernel(opt));
 	uint64_t n = n0 + n1;
 	size_t gb = dtype_bytes(gdt);
-	uint32_t ns = accel_optim_state_count(opt);
+	uint32_t ns = accelp_optim_state_count(opt);
 	if (!splits || splits > n0 + 1 || n > (1u << 26) || !steps || !accel_dtype_name(gdt)) {
 		fprintf(stderr, "optim tool: bad sizes or gradient dtype\n");
 		goto done;
@@ -832,13 +832,13 @@ static int tool(const char *in_path, const char *out_path)
 		for (uint64_t s = 0; s < splits; s++) {
 			uint64_t a = n0 * s / splits, b = n0 * (s + 1) / splits;
 			float *sp[2] = {st[0] + a, st[1] + a};
-			if (accel_optim_step_range(opt, accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY),
+			if (accelp_optim_step_range(opt, accelp_optim_get_group(opt, ACCEL_OPTIM_GROUP_DECAY),
 			                           t, lrs[t - 1], p + a, (char *)g + a * gb, gdt,
 			                           ns ? sp : NULL, b - a, scale, &err))
 				goto fail;
 		}
 		float *sp[2] = {st[0] + n0, st[1] + n0};
-		if (accel_optim_step_range(opt, accel_optim_get_group(opt, ACCEL_OPTIM_GROUP_NO_DECAY),
+		if (accelp_optim_step_range(opt, accelp_optim_get_group(opt, ACCEL_OPTIM_GROUP_NO_DECAY),
 		                           t, lrs[t - 1], p + n0, (char *)g + n0 * gb, gdt,
 		                           ns ? sp : NULL, n1, scale, &err))
 			goto fail;
@@ -861,7 +861,7 @@ done:
 	free(st[1]);
 	free(lrs);
 	free(g);
-	accel_optim_free(opt);
+	accelp_optim_free(opt);
 	return rc;
 }
 

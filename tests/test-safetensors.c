@@ -99,25 +99,25 @@ static int write_sample(const char *path, accel_err *err)
 		bf16[i] = accel_f32_to_bf16((float)(i + 1) * 1.5f);
 
 	accel_st_writer *w = NULL;
-	int rc = accel_st_writer_new(path, &w, err);
+	int rc = accelp_st_writer_new(path, &w, err);
 	const uint64_t s34[] = {3, 4}, s5[] = {5}, s23[] = {2, 3}, s4[] = {4}, s3[] = {3},
 	               s22[] = {2, 2}, s6[] = {6}, s2[] = {2}, s03[] = {0, 3};
 	/* u8 first so the layout sort has something to do. */
-	if (!rc) rc = accel_st_writer_add(w, "u8", ACCEL_DTYPE_U8, 1, s6, u8, err);
-	if (!rc) rc = accel_st_writer_add(w, "f16", ACCEL_DTYPE_F16, 2, s23, f16, err);
-	if (!rc) rc = accel_st_writer_add(w, "f32", ACCEL_DTYPE_F32, 2, s34, f32, err);
-	if (!rc) rc = accel_st_writer_add(w, "f64", ACCEL_DTYPE_F64, 1, s5, f64, err);
-	if (!rc) rc = accel_st_writer_add(w, "bf16", ACCEL_DTYPE_BF16, 1, s4, bf16, err);
-	if (!rc) rc = accel_st_writer_add(w, "i64", ACCEL_DTYPE_I64, 1, s3, i64, err);
-	if (!rc) rc = accel_st_writer_add(w, "i32", ACCEL_DTYPE_I32, 2, s22, i32, err);
-	if (!rc) rc = accel_st_writer_add(w, "f8e4m3", ACCEL_DTYPE_F8E4M3, 1, s4, e4m3, err);
-	if (!rc) rc = accel_st_writer_add(w, "f8e5m2", ACCEL_DTYPE_F8E5M2, 1, s2, e5m2, err);
-	if (!rc) rc = accel_st_writer_add(w, "empty", ACCEL_DTYPE_F32, 2, s03, empty, err);
-	if (!rc) rc = accel_st_writer_add(w, "scalar", ACCEL_DTYPE_F32, 0, NULL, &scalar, err);
-	if (!rc) rc = accel_st_writer_set_metadata(w, "format", "pt", err);
-	if (!rc) rc = accel_st_writer_set_metadata(w, "producer", "accel test", err);
-	if (!rc) rc = accel_st_writer_commit(w, err);
-	accel_st_writer_free(w);
+	if (!rc) rc = accelp_st_writer_add(w, "u8", ACCEL_DTYPE_U8, 1, s6, u8, err);
+	if (!rc) rc = accelp_st_writer_add(w, "f16", ACCEL_DTYPE_F16, 2, s23, f16, err);
+	if (!rc) rc = accelp_st_writer_add(w, "f32", ACCEL_DTYPE_F32, 2, s34, f32, err);
+	if (!rc) rc = accelp_st_writer_add(w, "f64", ACCEL_DTYPE_F64, 1, s5, f64, err);
+	if (!rc) rc = accelp_st_writer_add(w, "bf16", ACCEL_DTYPE_BF16, 1, s4, bf16, err);
+	if (!rc) rc = accelp_st_writer_add(w, "i64", ACCEL_DTYPE_I64, 1, s3, i64, err);
+	if (!rc) rc = accelp_st_writer_add(w, "i32", ACCEL_DTYPE_I32, 2, s22, i32, err);
+	if (!rc) rc = accelp_st_writer_add(w, "f8e4m3", ACCEL_DTYPE_F8E4M3, 1, s4, e4m3, err);
+	if (!rc) rc = accelp_st_writer_add(w, "f8e5m2", ACCEL_DTYPE_F8E5M2, 1, s2, e5m2, err);
+	if (!rc) rc = accelp_st_writer_add(w, "empty", ACCEL_DTYPE_F32, 2, s03, empty, err);
+	if (!rc) rc = accelp_st_writer_add(w, "scalar", ACCEL_DTYPE_F32, 0, NULL, &scalar, err);
+	if (!rc) rc = accelp_st_writer_set_metadata(w, "format", "pt", err);
+	if (!rc) rc = accelp_st_writer_set_metadata(w, "producer", "accel test", err);
+	if (!rc) rc = accelp_st_writer_commit(w, err);
+	accelp_st_writer_free(w);
 	return rc;
 }
 
@@ -126,22 +126,22 @@ static int write_sample(const char *path, accel_err *err)
 static int dump(const char *path, accel_err *err)
 {
 	accel_st_reader *r = NULL;
-	int rc = accel_st_reader_new(path, &r, err);
+	int rc = accelp_st_reader_new(path, &r, err);
 	if (rc)
 		return rc;
-	for (uint32_t i = 0; i < accel_st_reader_metadata_count(r); i++) {
-		const char *v, *k = accel_st_reader_metadata_key(r, i, &v);
+	for (uint32_t i = 0; i < accelp_st_reader_metadata_count(r); i++) {
+		const char *v, *k = accelp_st_reader_metadata_key(r, i, &v);
 		json_t *o = json_pack("{s:s,s:s}", "metadata", k, "value", v);
 		char *s = json_dumps(o, JSON_COMPACT);
 		printf("%s\n", s);
 		free(s);
 		json_decref(o);
 	}
-	for (uint32_t i = 0; !rc && i < accel_st_reader_count(r); i++) {
-		const accel_st_tensor *t = accel_st_reader_get(r, i);
+	for (uint32_t i = 0; !rc && i < accelp_st_reader_count(r); i++) {
+		const accel_st_tensor *t = accelp_st_reader_get(r, i);
 		size_t es = accel_dtype_size(t->dtype);
 		unsigned char *buf = malloc(t->nbytes ? t->nbytes : 1);
-		rc = accel_st_reader_read(r, t, 0, t->numel, buf, err);
+		rc = accelp_st_reader_read(r, t, 0, t->numel, buf, err);
 		json_t *shape = json_array(), *vals = json_array();
 		for (uint32_t d = 0; d < t->ndim; d++)
 			json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
@@ -165,7 +165,7 @@ static int dump(const char *path, accel_err *err)
 			json_array_append_new(vals, v);
 		}
 		json_t *o = json_pack("{s:s,s:s,s:o,s:[I,I],s:o}", "name", t->name, "dtype",
-		                      accel_st_dtype_name(t->dtype), "shape", shape, "offsets",
+		                      accelp_st_dtype_name(t->dtype), "shape", shape, "offsets",
 		                      (json_int_t)t->offset, (json_int_t)(t->offset + t->nbytes),
 		                      "values", vals);
 		char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -174,7 +174,7 @@ static int dump(const char *path, accel_err *err)
 		json_decref(o);
 		free(buf);
 	}
-	accel_st_reader_free(r);
+	accelp_st_reader_free(r);
 	return rc;
 }
 
@@ -199,103 +199,103 @@ START_TEST(roundtrip_sample)
 	ck_assert_uint_eq(hlen % 8, 0);
 
 	accel_st_reader *r = NULL;
-	ck_assert_msg(accel_st_reader_new(p, &r, &err) == ACCEL_OK, "%s", err.msg);
-	ck_assert_uint_eq(accel_st_reader_count(r), 11);
-	ck_assert_str_eq(accel_st_reader_path(r), p);
+	ck_assert_msg(accelp_st_reader_new(p, &r, &err) == ACCEL_OK, "%s", err.msg);
+	ck_assert_uint_eq(accelp_st_reader_count(r), 11);
+	ck_assert_str_eq(accelp_st_reader_path(r), p);
 	uint64_t total = 0;
-	for (uint32_t i = 0; i < accel_st_reader_count(r); i++) {
-		const accel_st_tensor *t = accel_st_reader_get(r, i);
+	for (uint32_t i = 0; i < accelp_st_reader_count(r); i++) {
+		const accel_st_tensor *t = accelp_st_reader_get(r, i);
 		/* layout: aligned to element size, in offset order, contiguous */
 		ck_assert_uint_eq(t->offset % accel_dtype_size(t->dtype), 0);
 		ck_assert_uint_eq(t->offset, total);
 		total += t->nbytes;
 	}
 	ck_assert_uint_eq(file_size(p), 8 + hlen + total);
-	ck_assert_ptr_null(accel_st_reader_get(r, 11));
+	ck_assert_ptr_null(accelp_st_reader_get(r, 11));
 
 	const accel_st_tensor *t;
 	float f32[12];
-	ck_assert_int_eq(accel_st_reader_find(r, "f32", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "f32", &t, &err), ACCEL_OK);
 	ck_assert_uint_eq(t->dtype, ACCEL_DTYPE_F32);
 	ck_assert_uint_eq(t->ndim, 2);
 	ck_assert_uint_eq(t->shape[0], 3);
 	ck_assert_uint_eq(t->shape[1], 4);
 	ck_assert_uint_eq(t->numel, 12);
 	ck_assert_uint_eq(t->nbytes, 48);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 12, f32, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 12, f32, &err), ACCEL_OK);
 	for (int i = 0; i < 12; i++)
 		ck_assert_float_eq(f32[i], (float)i * 0.25f - 1.0f);
 	/* a range in the middle */
 	float mid[3] = {0};
-	ck_assert_int_eq(accel_st_reader_read(r, t, 5, 3, mid, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 5, 3, mid, &err), ACCEL_OK);
 	ck_assert_float_eq(mid[0], 0.25f);
 	ck_assert_float_eq(mid[2], 0.75f);
 
 	double f64[5];
-	ck_assert_int_eq(accel_st_reader_find(r, "f64", &t, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 5, f64, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "f64", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 5, f64, &err), ACCEL_OK);
 	ck_assert_double_eq(f64[4], 4.0 / 3.0);
 
 	uint16_t h[6];
-	ck_assert_int_eq(accel_st_reader_find(r, "f16", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "f16", &t, &err), ACCEL_OK);
 	ck_assert_uint_eq(t->dtype, ACCEL_DTYPE_F16);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 6, h, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 6, h, &err), ACCEL_OK);
 	ck_assert_float_eq(accel_f16_to_f32(h[0]), -1.5f);
 	ck_assert_float_eq(accel_f16_to_f32(h[5]), 1.0f);
-	ck_assert_int_eq(accel_st_reader_find(r, "bf16", &t, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 4, h, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "bf16", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 4, h, &err), ACCEL_OK);
 	ck_assert_float_eq(accel_bf16_to_f32(h[3]), 6.0f);
 
 	int64_t i64[3];
-	ck_assert_int_eq(accel_st_reader_find(r, "i64", &t, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 3, i64, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "i64", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 3, i64, &err), ACCEL_OK);
 	ck_assert_int_eq(i64[0], -1);
 	ck_assert_int_eq(i64[1], (int64_t)1 << 40);
 	int32_t i32[4];
-	ck_assert_int_eq(accel_st_reader_find(r, "i32", &t, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 4, i32, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "i32", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 4, i32, &err), ACCEL_OK);
 	ck_assert_int_eq(i32[3], 2147483647);
 	uint8_t u8[6];
-	ck_assert_int_eq(accel_st_reader_find(r, "u8", &t, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 6, u8, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "u8", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 6, u8, &err), ACCEL_OK);
 	ck_assert_uint_eq(u8[4], 128);
 	ck_assert_uint_eq(u8[5], 255);
-	ck_assert_int_eq(accel_st_reader_find(r, "f8e4m3", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "f8e4m3", &t, &err), ACCEL_OK);
 	ck_assert_uint_eq(t->dtype, ACCEL_DTYPE_F8E4M3);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 4, u8, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 4, u8, &err), ACCEL_OK);
 	ck_assert_uint_eq(u8[2], 0xb8);
-	ck_assert_int_eq(accel_st_reader_find(r, "f8e5m2", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "f8e5m2", &t, &err), ACCEL_OK);
 	ck_assert_uint_eq(t->dtype, ACCEL_DTYPE_F8E5M2);
 
-	ck_assert_int_eq(accel_st_reader_find(r, "empty", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "empty", &t, &err), ACCEL_OK);
 	ck_assert_uint_eq(t->numel, 0);
 	ck_assert_uint_eq(t->ndim, 2);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 0, NULL, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 0, NULL, &err), ACCEL_OK);
 	float sc = 0;
-	ck_assert_int_eq(accel_st_reader_find(r, "scalar", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "scalar", &t, &err), ACCEL_OK);
 	ck_assert_uint_eq(t->ndim, 0);
 	ck_assert_uint_eq(t->numel, 1);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 1, &sc, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 1, &sc, &err), ACCEL_OK);
 	ck_assert_float_eq(sc, 42.5f);
 
-	ck_assert_str_eq(accel_st_reader_metadata(r, "format"), "pt");
-	ck_assert_str_eq(accel_st_reader_metadata(r, "producer"), "accel test");
-	ck_assert_ptr_null(accel_st_reader_metadata(r, "nope"));
-	ck_assert_uint_eq(accel_st_reader_metadata_count(r), 2);
+	ck_assert_str_eq(accelp_st_reader_metadata(r, "format"), "pt");
+	ck_assert_str_eq(accelp_st_reader_metadata(r, "producer"), "accel test");
+	ck_assert_ptr_null(accelp_st_reader_metadata(r, "nope"));
+	ck_assert_uint_eq(accelp_st_reader_metadata_count(r), 2);
 	const char *v;
-	ck_assert_str_eq(accel_st_reader_metadata_key(r, 0, &v), "format");
+	ck_assert_str_eq(accelp_st_reader_metadata_key(r, 0, &v), "format");
 	ck_assert_str_eq(v, "pt");
 	ck_assert_int_eq(err.code, ACCEL_OK);
 
 	/* lookups and ranges that fail */
-	ck_assert_int_eq(accel_st_reader_find(r, "missing", &t, &err), ACCEL_ERR_NOT_FOUND);
+	ck_assert_int_eq(accelp_st_reader_find(r, "missing", &t, &err), ACCEL_ERR_NOT_FOUND);
 	ck_assert_ptr_nonnull(strstr(err.msg, "no tensor named \"missing\""));
 	ck_assert_ptr_nonnull(strstr(err.msg, "sample.safetensors"));
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_reader_find(r, "f32", &t, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_reader_read(r, t, 10, 3, f32, &err), ACCEL_ERR_INVALID_ARG);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_reader_find(r, "f32", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 10, 3, f32, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "elements [10, 13) outside its 12"));
-	accel_st_reader_free(r);
+	accelp_st_reader_free(r);
 }
 END_TEST
 
@@ -304,19 +304,19 @@ START_TEST(empty_file_roundtrip)
 	accel_err err = {0};
 	const char *p = tmp_path("empty.safetensors");
 	accel_st_writer *w = NULL;
-	ck_assert_int_eq(accel_st_writer_new(p, &w, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_commit(w, &err), ACCEL_OK);
-	w = accel_st_writer_free(w);
+	ck_assert_int_eq(accelp_st_writer_new(p, &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_commit(w, &err), ACCEL_OK);
+	w = accelp_st_writer_free(w);
 	ck_assert_ptr_null(w);
 	ck_assert_uint_eq(file_size(p), 16);   /* "{}" padded to 8 */
 	accel_st_reader *r = NULL;
-	ck_assert_msg(accel_st_reader_new(p, &r, &err) == ACCEL_OK, "%s", err.msg);
-	ck_assert_uint_eq(accel_st_reader_count(r), 0);
-	ck_assert_uint_eq(accel_st_reader_metadata_count(r), 0);
-	r = accel_st_reader_free(r);
+	ck_assert_msg(accelp_st_reader_new(p, &r, &err) == ACCEL_OK, "%s", err.msg);
+	ck_assert_uint_eq(accelp_st_reader_count(r), 0);
+	ck_assert_uint_eq(accelp_st_reader_metadata_count(r), 0);
+	r = accelp_st_reader_free(r);
 	ck_assert_ptr_null(r);
-	ck_assert_ptr_null(accel_st_writer_free(NULL));
-	ck_assert_ptr_null(accel_st_reader_free(NULL));
+	ck_assert_ptr_null(accelp_st_writer_free(NULL));
+	ck_assert_ptr_null(accelp_st_reader_free(NULL));
 }
 END_TEST
 
@@ -329,9 +329,9 @@ START_TEST(streaming_and_ranges)
 	enum { N = 1000003 };   /* odd size, several chunks */
 	accel_st_writer *w = NULL;
 	uint64_t sa[] = {N}, sb[] = {7, 11};
-	ck_assert_int_eq(accel_st_writer_new(p, &w, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_add(w, "a", ACCEL_DTYPE_F32, 1, sa, NULL, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_add(w, "b", ACCEL_DTYPE_I64, 2, sb, NULL, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_new(p, &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "a", ACCEL_DTYPE_F32, 1, sa, NULL, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "b", ACCEL_DTYPE_I64, 2, sb, NULL, &err), ACCEL_OK);
 	float chunk[4096];
 	int64_t bvals[77];
 	for (int i = 0; i < 77; i++)
@@ -342,53 +342,53 @@ START_TEST(streaming_and_ranges)
 		uint64_t n = N - done < 4096 ? N - done : 4096;
 		for (uint64_t i = 0; i < n; i++)
 			chunk[i] = (float)(done + i);
-		ck_assert_msg(accel_st_writer_write(w, "a", chunk, n * 4, &err) == ACCEL_OK, "%s",
+		ck_assert_msg(accelp_st_writer_write(w, "a", chunk, n * 4, &err) == ACCEL_OK, "%s",
 		              err.msg);
 		done += n;
 		if (bdone < 77) {   /* interleave the other tensor, 11 values at a time */
-			ck_assert_int_eq(accel_st_writer_write(w, "b", bvals + bdone, 11 * 8, &err),
+			ck_assert_int_eq(accelp_st_writer_write(w, "b", bvals + bdone, 11 * 8, &err),
 			                 ACCEL_OK);
 			bdone += 11;
 		}
 	}
 	/* nothing can be added once data flows */
-	ck_assert_int_eq(accel_st_writer_add(w, "c", ACCEL_DTYPE_U8, 1, sa, NULL, &err),
+	ck_assert_int_eq(accelp_st_writer_add(w, "c", ACCEL_DTYPE_U8, 1, sa, NULL, &err),
 	                 ACCEL_ERR_STATE);
 	ck_assert_ptr_nonnull(strstr(err.msg, "after data was written"));
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_writer_set_metadata(w, "k", "v", &err), ACCEL_ERR_STATE);
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_writer_set_metadata(w, "k", "v", &err), ACCEL_ERR_STATE);
+	accelp_err_clear(&err);
 	/* too many bytes */
-	ck_assert_int_eq(accel_st_writer_write(w, "b", bvals, 8, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_st_writer_write(w, "b", bvals, 8, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "would exceed its 616"));
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_writer_write(w, "zz", bvals, 8, &err), ACCEL_ERR_NOT_FOUND);
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_writer_commit(w, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_commit(w, &err), ACCEL_ERR_STATE);
-	accel_st_writer_free(w);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_writer_write(w, "zz", bvals, 8, &err), ACCEL_ERR_NOT_FOUND);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_writer_commit(w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_commit(w, &err), ACCEL_ERR_STATE);
+	accelp_st_writer_free(w);
 
 	accel_st_reader *r = NULL;
 	const accel_st_tensor *t;
-	ck_assert_msg(accel_st_reader_new(p, &r, &err) == ACCEL_OK, "%s", err.msg);
-	ck_assert_int_eq(accel_st_reader_find(r, "b", &t, &err), ACCEL_OK);
+	ck_assert_msg(accelp_st_reader_new(p, &r, &err) == ACCEL_OK, "%s", err.msg);
+	ck_assert_int_eq(accelp_st_reader_find(r, "b", &t, &err), ACCEL_OK);
 	ck_assert_uint_eq(t->offset, 0);   /* 8-byte elements first */
 	int64_t b[77];
-	ck_assert_int_eq(accel_st_reader_read(r, t, 0, 77, b, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_read(r, t, 0, 77, b, &err), ACCEL_OK);
 	for (int i = 0; i < 77; i++)
 		ck_assert_int_eq(b[i], 1000 + i);
-	ck_assert_int_eq(accel_st_reader_find(r, "a", &t, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_reader_find(r, "a", &t, &err), ACCEL_OK);
 	ck_assert_uint_eq(t->offset, 616);
 	uint64_t pos = 0;
 	while (pos < N) {
 		uint64_t n = N - pos < 3000 ? N - pos : 3000;
-		ck_assert_int_eq(accel_st_reader_read(r, t, pos, n, chunk, &err), ACCEL_OK);
+		ck_assert_int_eq(accelp_st_reader_read(r, t, pos, n, chunk, &err), ACCEL_OK);
 		for (uint64_t i = 0; i < n; i++)
 			if (chunk[i] != (float)(pos + i))
 				ck_abort_msg("a[%" PRIu64 "] = %g", pos + i, (double)chunk[i]);
 		pos += n;
 	}
-	accel_st_reader_free(r);
+	accelp_st_reader_free(r);
 }
 END_TEST
 
@@ -399,12 +399,12 @@ START_TEST(incomplete_stream)
 	accel_st_writer *w = NULL;
 	uint64_t s[] = {10};
 	float x[10] = {0};
-	ck_assert_int_eq(accel_st_writer_new(p, &w, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, NULL, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_write(w, "x", x, 12, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_commit(w, &err), ACCEL_ERR_STATE);
+	ck_assert_int_eq(accelp_st_writer_new(p, &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, NULL, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_write(w, "x", x, 12, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_commit(w, &err), ACCEL_ERR_STATE);
 	ck_assert_ptr_nonnull(strstr(err.msg, "tensor \"x\" is incomplete: 12 of 40 bytes written"));
-	accel_st_writer_free(w);
+	accelp_st_writer_free(w);
 	ck_assert_int_eq(access(p, F_OK), -1);
 	ck_assert_int_eq(count_files(), 0);
 }
@@ -421,26 +421,26 @@ START_TEST(atomic_replace)
 	accel_st_writer *w = NULL;
 	uint64_t s[] = {2};
 	float x[2] = {1, 2};
-	ck_assert_int_eq(accel_st_writer_new(p, &w, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, NULL, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_write(w, "x", x, 4, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_new(p, &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, NULL, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_write(w, "x", x, 4, &err), ACCEL_OK);
 	ck_assert_int_eq(count_files(), 2);     /* target + temporary */
-	accel_st_writer_free(w);                 /* "crash" before commit */
+	accelp_st_writer_free(w);                 /* "crash" before commit */
 	ck_assert_int_eq(count_files(), 1);
 	ck_assert_uint_eq(file_size(p), before);
 	accel_st_reader *r = NULL;
-	ck_assert_int_eq(accel_st_reader_new(p, &r, &err), ACCEL_OK);
-	ck_assert_uint_eq(accel_st_reader_count(r), 11);
-	accel_st_reader_free(r);
+	ck_assert_int_eq(accelp_st_reader_new(p, &r, &err), ACCEL_OK);
+	ck_assert_uint_eq(accelp_st_reader_count(r), 11);
+	accelp_st_reader_free(r);
 
 	/* and a committed one replaces it */
-	ck_assert_int_eq(accel_st_writer_new(p, &w, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, x, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_commit(w, &err), ACCEL_OK);
-	accel_st_writer_free(w);
-	ck_assert_int_eq(accel_st_reader_new(p, &r, &err), ACCEL_OK);
-	ck_assert_uint_eq(accel_st_reader_count(r), 1);
-	accel_st_reader_free(r);
+	ck_assert_int_eq(accelp_st_writer_new(p, &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, x, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_commit(w, &err), ACCEL_OK);
+	accelp_st_writer_free(w);
+	ck_assert_int_eq(accelp_st_reader_new(p, &r, &err), ACCEL_OK);
+	ck_assert_uint_eq(accelp_st_reader_count(r), 1);
+	accelp_st_reader_free(r);
 	ck_assert_int_eq(count_files(), 1);
 }
 END_TEST
@@ -478,12 +478,12 @@ START_TEST(huge_dimension_refused)
 	accel_err err = {0};
 	accel_st_writer *w = NULL;
 	uint64_t s[] = {0, (uint64_t)1 << 63};
-	ck_assert_int_eq(accel_st_writer_new(tmp_path("huge.safetensors"), &w, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_add(w, "empty", ACCEL_DTYPE_F32, 2, s, NULL, &err),
+	ck_assert_int_eq(accelp_st_writer_new(tmp_path("huge.safetensors"), &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "empty", ACCEL_DTYPE_F32, 2, s, NULL, &err),
 	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "tensor \"empty\": shape[1] = 9223372036854775808 is "
 	                                      "larger than 2^63-1"));
-	accel_st_writer_free(w);
+	accelp_st_writer_free(w);
 }
 END_TEST
 
@@ -494,37 +494,37 @@ START_TEST(writer_misuse)
 	uint64_t s[] = {2};
 	float x[2] = {0};
 
-	ck_assert_int_eq(accel_st_writer_new("/nonexistent-dir/x.safetensors", &w, &err),
+	ck_assert_int_eq(accelp_st_writer_new("/nonexistent-dir/x.safetensors", &w, &err),
 	                 ACCEL_ERR_IO);
 	ck_assert_ptr_null(w);
 	ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent-dir/x.safetensors: cannot create"));
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 
-	ck_assert_int_eq(accel_st_writer_new(tmp_path("m.safetensors"), &w, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_add(w, "", ACCEL_DTYPE_F32, 1, s, x, &err),
+	ck_assert_int_eq(accelp_st_writer_new(tmp_path("m.safetensors"), &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "", ACCEL_DTYPE_F32, 1, s, x, &err),
 	                 ACCEL_ERR_INVALID_ARG);
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_writer_add(w, "__metadata__", ACCEL_DTYPE_F32, 1, s, x, &err),
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_writer_add(w, "__metadata__", ACCEL_DTYPE_F32, 1, s, x, &err),
 	                 ACCEL_ERR_INVALID_ARG);
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_writer_add(w, "x", 99, 1, s, x, &err), ACCEL_ERR_INVALID_ARG);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", 99, 1, s, x, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "unknown dtype 99"));
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_writer_add(w, "x", ACCEL_DTYPE_F32, 17, s, x, &err),
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", ACCEL_DTYPE_F32, 17, s, x, &err),
 	                 ACCEL_ERR_INVALID_ARG);
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	uint64_t huge[] = {UINT64_MAX / 2, 3};
-	ck_assert_int_eq(accel_st_writer_add(w, "x", ACCEL_DTYPE_F32, 2, huge, x, &err),
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", ACCEL_DTYPE_F32, 2, huge, x, &err),
 	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "shape overflows"));
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, x, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, x, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_st_writer_write(w, "x", x, 4, &err), ACCEL_ERR_INVALID_ARG);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, x, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, x, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_write(w, "x", x, 4, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "tensor \"x\" added twice"));
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_writer_commit(w, &err), ACCEL_ERR_STATE);
-	accel_st_writer_free(w);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_writer_commit(w, &err), ACCEL_ERR_STATE);
+	accelp_st_writer_free(w);
 	ck_assert_int_eq(count_files(), 0);
 }
 END_TEST
@@ -558,7 +558,7 @@ static void expect_bad(const char *header, int64_t forced_len, size_t data_len, 
 	write_raw(p, header, forced_len, data_len);
 	accel_err err = {0};
 	accel_st_reader *r = NULL;
-	int rc = accel_st_reader_new(p, &r, &err);
+	int rc = accelp_st_reader_new(p, &r, &err);
 	ck_assert_msg(rc == code, "header %s: got %s (%s), want %s", header, accel_status_str(rc),
 	              err.msg, accel_status_str(code));
 	ck_assert_ptr_null(r);
@@ -578,7 +578,7 @@ START_TEST(reject_truncated)
 	fclose(f);
 	accel_err err = {0};
 	accel_st_reader *r = NULL;
-	ck_assert_int_eq(accel_st_reader_new(p, &r, &err), ACCEL_ERR_CHECKPOINT);
+	ck_assert_int_eq(accelp_st_reader_new(p, &r, &err), ACCEL_ERR_CHECKPOINT);
 	ck_assert_ptr_nonnull(strstr(err.msg, "bad.safetensors: truncated: 3 bytes"));
 
 	/* header cut short */
@@ -594,16 +594,16 @@ START_TEST(reject_truncated)
 	const char *s = tmp_path("cut.safetensors");
 	ck_assert_int_eq(write_sample(s, &e2), ACCEL_OK);
 	ck_assert_int_eq(truncate(s, (off_t)file_size(s) - 1), 0);
-	ck_assert_int_eq(accel_st_reader_new(s, &r, &e2), ACCEL_ERR_CHECKPOINT);
+	ck_assert_int_eq(accelp_st_reader_new(s, &r, &e2), ACCEL_ERR_CHECKPOINT);
 	ck_assert_ptr_nonnull(strstr(e2.msg, "out of range"));
 	unlink(s);
 
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_reader_new(tmp_path("absent.safetensors"), &r, &err),
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_reader_new(tmp_path("absent.safetensors"), &r, &err),
 	                 ACCEL_ERR_NOT_FOUND);
 	ck_assert_ptr_nonnull(strstr(err.msg, "absent.safetensors: cannot open"));
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_st_reader_new(tmpdir, &r, &err), ACCEL_ERR_CHECKPOINT);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_reader_new(tmpdir, &r, &err), ACCEL_ERR_CHECKPOINT);
 	ck_assert_ptr_nonnull(strstr(err.msg, "not a regular file"));
 }
 END_TEST
@@ -689,7 +689,7 @@ START_TEST(reject_fifo)
 	ck_assert_int_eq(mkfifo(p, 0600), 0);
 	accel_st_reader *r = NULL;
 	alarm(10);   /* the old code blocked in open() */
-	ck_assert_int_eq(accel_st_reader_new(p, &r, &err), ACCEL_ERR_CHECKPOINT);
+	ck_assert_int_eq(accelp_st_reader_new(p, &r, &err), ACCEL_ERR_CHECKPOINT);
 	alarm(0);
 	ck_assert_ptr_null(r);
 	ck_assert_ptr_nonnull(strstr(err.msg, "fifo.safetensors: not a regular file"));
@@ -710,14 +710,14 @@ END_TEST
 
 START_TEST(dtype_names)
 {
-	ck_assert_str_eq(accel_st_dtype_name(ACCEL_DTYPE_BF16), "BF16");
-	ck_assert_str_eq(accel_st_dtype_name(ACCEL_DTYPE_F8E4M3), "F8_E4M3");
-	ck_assert_ptr_null(accel_st_dtype_name(ACCEL_DTYPE_INVALID));
-	ck_assert_ptr_null(accel_st_dtype_name(1234));
+	ck_assert_str_eq(accelp_st_dtype_name(ACCEL_DTYPE_BF16), "BF16");
+	ck_assert_str_eq(accelp_st_dtype_name(ACCEL_DTYPE_F8E4M3), "F8_E4M3");
+	ck_assert_ptr_null(accelp_st_dtype_name(ACCEL_DTYPE_INVALID));
+	ck_assert_ptr_null(accelp_st_dtype_name(1234));
 	for (uint32_t d = 1; d < ACCEL_DTYPE_COUNT; d++)
-		ck_assert_uint_eq(accel_st_dtype_parse(accel_st_dtype_name(d)), d);
-	ck_assert_uint_eq(accel_st_dtype_parse("f32"), ACCEL_DTYPE_INVALID);
-	ck_assert_uint_eq(accel_st_dtype_parse(NULL), ACCEL_DTYPE_INVALID);
+		ck_assert_uint_eq(accelp_st_dtype_parse(accelp_st_dtype_name(d)), d);
+	ck_assert_uint_eq(accelp_st_dtype_parse("f32"), ACCEL_DTYPE_INVALID);
+	ck_assert_uint_eq(accelp_st_dtype_parse(NULL), ACCEL_DTYPE_INVALID);
 }
 END_TEST
 

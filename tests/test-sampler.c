@@ -33,7 +33,7 @@ static accel_sampler *make(uint64_t n, uint64_t bs, int rank, int world, int64_t
 	o.drop_last = drop;
 	accel_sampler *s = NULL;
 	accel_err err = {0};
-	int rc = accel_sampler_create(NULL, &o, &s, &err);
+	int rc = accelp_sampler_create(NULL, &o, &s, &err);
 	ck_assert_msg(rc == ACCEL_OK, "create failed: %s", err.msg);
 	return s;
 }
@@ -235,7 +235,7 @@ START_TEST(matches_accelerate_batch_sampler_shard)
 					accel_sampler *s = make(lc->n, lc->bs, rank, lc->world, 7, 1, split,
 					                        even, drop);
 					for (uint64_t p = 0; p < lc->n; p++)
-						seq[p] = (int64_t)accel_sampler_perm(s, 0, p);
+						seq[p] = (int64_t)accelp_sampler_perm(s, 0, p);
 					batches got, want;
 					b_init(&got);
 					b_init(&want);
@@ -494,7 +494,7 @@ START_TEST(coverage_and_padding)
 					uint64_t pos = lb.offset + (uint64_t)r * b + j;
 					ck_assert_int_ge(buf[j], 0);
 					ck_assert_int_lt(buf[j], (int64_t)n);
-					ck_assert_int_eq(buf[j], (int64_t)accel_sampler_perm(s, 0, pos % n));
+					ck_assert_int_eq(buf[j], (int64_t)accelp_sampler_perm(s, 0, pos % n));
 					if (j < lb.valid) {
 						seen[buf[j]]++;
 						total_real++;
@@ -542,10 +542,10 @@ START_TEST(perm_is_bijection)
 		for (uint64_t seed = 0; seed < reps; seed++)
 			for (uint64_t epoch = 0; epoch < reps; epoch++) {
 				accel_perm p;
-				accel_perm_init(&p, ns[k], seed, epoch);
+				accelp_perm_init(&p, ns[k], seed, epoch);
 				uint8_t *hit = calloc(ns[k], 1);
 				for (uint64_t i = 0; i < ns[k]; i++) {
-					uint64_t v = accel_perm_apply(&p, i);
+					uint64_t v = accelp_perm_apply(&p, i);
 					ck_assert_uint_lt(v, ns[k]);
 					ck_assert_msg(!hit[v], "n=%llu: %llu hit twice",
 					              (unsigned long long)ns[k], (unsigned long long)v);
@@ -557,10 +557,10 @@ START_TEST(perm_is_bijection)
 	/* Huge n: spot-check range and that distinct positions differ. */
 	accel_perm p;
 	uint64_t big = (UINT64_C(1) << 62) - 3;
-	accel_perm_init(&p, big, 1, 0);
+	accelp_perm_init(&p, big, 1, 0);
 	uint64_t prev = UINT64_MAX;
 	for (uint64_t i = 0; i < 1000; i++) {
-		uint64_t v = accel_perm_apply(&p, big - 1 - i);
+		uint64_t v = accelp_perm_apply(&p, big - 1 - i);
 		ck_assert_uint_lt(v, big);
 		ck_assert_uint_ne(v, prev);
 		prev = v;
@@ -571,11 +571,11 @@ END_TEST
 static uint64_t agreement(uint64_t n, uint64_t s1, uint64_t e1, uint64_t s2, uint64_t e2)
 {
 	accel_perm a, b;
-	accel_perm_init(&a, n, s1, e1);
-	accel_perm_init(&b, n, s2, e2);
+	accelp_perm_init(&a, n, s1, e1);
+	accelp_perm_init(&b, n, s2, e2);
 	uint64_t same = 0;
 	for (uint64_t i = 0; i < n; i++)
-		same += accel_perm_apply(&a, i) == accel_perm_apply(&b, i);
+		same += accelp_perm_apply(&a, i) == accelp_perm_apply(&b, i);
 	return same;
 }
 
@@ -590,11 +590,11 @@ START_TEST(perm_seeds_and_epochs_differ)
 	ck_assert_uint_eq(agreement(n, 42, 7, 42, 7), n);
 	/* Not the identity, and not a shift. */
 	accel_perm p;
-	accel_perm_init(&p, n, 0, 0);
+	accelp_perm_init(&p, n, 0, 0);
 	uint64_t fixed = 0, shift = 0;
 	for (uint64_t i = 0; i < n; i++) {
-		fixed += accel_perm_apply(&p, i) == i;
-		shift += (accel_perm_apply(&p, (i + 1) % n) + n - accel_perm_apply(&p, i)) % n == 1;
+		fixed += accelp_perm_apply(&p, i) == i;
+		shift += (accelp_perm_apply(&p, (i + 1) % n) + n - accelp_perm_apply(&p, i)) % n == 1;
 	}
 	ck_assert_uint_lt(fixed, 10);
 	ck_assert_uint_lt(shift, 10);
@@ -604,9 +604,9 @@ START_TEST(perm_seeds_and_epochs_differ)
 	accel_sampler *r3 = make(n, 4, 3, 4, 99, 1, 0, 1, 0);
 	uint64_t diff_epoch = 0;
 	for (uint64_t i = 0; i < n; i++) {
-		ck_assert_uint_eq(accel_sampler_perm(r0, 0, i), accel_sampler_perm(r3, 0, i));
-		ck_assert_uint_eq(accel_sampler_perm(r0, 2, i), accel_sampler_perm(r3, 2, i));
-		diff_epoch += accel_sampler_perm(r0, 0, i) != accel_sampler_perm(r0, 1, i);
+		ck_assert_uint_eq(accelp_sampler_perm(r0, 0, i), accelp_sampler_perm(r3, 0, i));
+		ck_assert_uint_eq(accelp_sampler_perm(r0, 2, i), accelp_sampler_perm(r3, 2, i));
+		diff_epoch += accelp_sampler_perm(r0, 0, i) != accelp_sampler_perm(r0, 1, i);
 	}
 	ck_assert_uint_gt(diff_epoch, n - 10);
 	accel_sampler_free(r0);
@@ -623,11 +623,11 @@ START_TEST(perm_uniformity)
 	uint32_t *count = calloc(NPERM, sizeof(uint32_t));
 	for (uint64_t seed = 0; seed < TRIALS; seed++) {
 		accel_perm p;
-		accel_perm_init(&p, N5, seed, seed % 3);
+		accelp_perm_init(&p, N5, seed, seed % 3);
 		/* Lehmer code of the permutation as its index. */
 		int v[N5], used[N5] = {0}, code = 0;
 		for (int i = 0; i < N5; i++)
-			v[i] = (int)accel_perm_apply(&p, (uint64_t)i);
+			v[i] = (int)accelp_perm_apply(&p, (uint64_t)i);
 		for (int i = 0; i < N5; i++) {
 			int smaller = 0;
 			for (int j = 0; j < v[i]; j++)
@@ -650,9 +650,9 @@ START_TEST(perm_uniformity)
 	uint32_t pos[N10][N10] = {{0}};
 	for (uint64_t seed = 0; seed < T10; seed++) {
 		accel_perm p;
-		accel_perm_init(&p, N10, 1000 + seed, 0);
+		accelp_perm_init(&p, N10, 1000 + seed, 0);
 		for (uint64_t i = 0; i < N10; i++)
-			pos[i][accel_perm_apply(&p, i)]++;
+			pos[i][accelp_perm_apply(&p, i)]++;
 	}
 	chi2 = 0;
 	expect = (double)T10 / N10;
@@ -670,11 +670,11 @@ START_TEST(perm_uniformity)
 		uint32_t odd = 0;
 		for (uint64_t seed = 0; seed < 4000; seed++) {
 			accel_perm p;
-			accel_perm_init(&p, pn[k], seed, 1);
+			accelp_perm_init(&p, pn[k], seed, 1);
 			uint64_t v[64];
 			uint8_t vis[64] = {0};
 			for (uint64_t i = 0; i < pn[k]; i++)
-				v[i] = accel_perm_apply(&p, i);
+				v[i] = accelp_perm_apply(&p, i);
 			uint64_t cycles = 0;
 			for (uint64_t i = 0; i < pn[k]; i++) {
 				if (vis[i])
@@ -839,7 +839,7 @@ START_TEST(resume_other_world_size)
 		accel_sampler_free(b);
 	}
 	for (uint64_t p = 0; p < n; p++) {
-		uint64_t sample = accel_sampler_perm(a, 0, p);
+		uint64_t sample = accelp_sampler_perm(a, 0, p);
 		ck_assert_uint_eq(seen[sample], p < 24 ? 0 : 1);
 	}
 	free(seen);
@@ -860,23 +860,23 @@ START_TEST(restore_rejects_mismatch)
 	accel_sampler_state bad = st;
 	bad.n_samples = 99;
 	ck_assert_int_eq(accel_sampler_restore(a, &bad), ACCEL_ERR_INVALID_ARG);
-	ck_assert_ptr_nonnull(strstr(accel_sampler_last_error(a), "99 samples"));
+	ck_assert_ptr_nonnull(strstr(accelp_sampler_last_error(a), "99 samples"));
 	bad = st;
 	bad.seed = 6;
 	ck_assert_int_eq(accel_sampler_restore(a, &bad), ACCEL_ERR_INVALID_ARG);
-	ck_assert_ptr_nonnull(strstr(accel_sampler_last_error(a), "seed 6"));
+	ck_assert_ptr_nonnull(strstr(accelp_sampler_last_error(a), "seed 6"));
 	bad = st;
 	bad.shuffle = 0;
 	ck_assert_int_eq(accel_sampler_restore(a, &bad), ACCEL_ERR_INVALID_ARG);
-	ck_assert_ptr_nonnull(strstr(accel_sampler_last_error(a), "shuffle=0"));
+	ck_assert_ptr_nonnull(strstr(accelp_sampler_last_error(a), "shuffle=0"));
 	bad = st;
 	bad.version = 9;
 	ck_assert_int_eq(accel_sampler_restore(a, &bad), ACCEL_ERR_INVALID_ARG);
-	ck_assert_ptr_nonnull(strstr(accel_sampler_last_error(a), "version 9"));
+	ck_assert_ptr_nonnull(strstr(accelp_sampler_last_error(a), "version 9"));
 	bad = st;
 	bad.consumed = 101;
 	ck_assert_int_eq(accel_sampler_restore(a, &bad), ACCEL_ERR_INVALID_ARG);
-	ck_assert_ptr_nonnull(strstr(accel_sampler_last_error(a), "consumed 101"));
+	ck_assert_ptr_nonnull(strstr(accelp_sampler_last_error(a), "consumed 101"));
 	ck_assert_int_eq(accel_sampler_restore(a, NULL), ACCEL_ERR_INVALID_ARG);
 	/* after failed restores the sampler is unchanged */
 	accel_sampler_state now = {.struct_size = sizeof(now)};
@@ -947,7 +947,7 @@ START_TEST(compact_drops_padding)
 				ck_assert_uint_eq(kept, lb.global_valid);
 				for (uint64_t j = 0; j < kept; j++) {
 					ck_assert_int_eq(gathered[j],
-					                 (int64_t)accel_sampler_perm(s[0], 0, lb.offset + j));
+					                 (int64_t)accelp_sampler_perm(s[0], 0, lb.offset + j));
 					seen[gathered[j]]++;
 				}
 				total += kept;
@@ -1061,7 +1061,7 @@ static int create_err(uint64_t n, uint64_t bs, int rank, int world, int64_t seed
 	o.drop_last = 0;
 	accel_sampler *s = (accel_sampler *)&o;  /* must stay untouched */
 	accel_err err = {0};
-	int rc = accel_sampler_create(NULL, &o, &s, &err);
+	int rc = accelp_sampler_create(NULL, &o, &s, &err);
 	ck_assert_ptr_eq(s, (accel_sampler *)&o);
 	ck_assert_int_eq(rc, err.code);
 	ck_assert_msg(strstr(err.msg, want), "message \"%s\" lacks \"%s\"", err.msg, want);
@@ -1098,7 +1098,7 @@ START_TEST(bad_options)
 	accel_sampler *ok = make(10, 2, 0, 1, 0, 1, 0, 1, 0);
 	uint32_t cnt;
 	ck_assert_int_eq(accel_sampler_next(ok, NULL, &cnt), ACCEL_ERR_INVALID_ARG);
-	ck_assert_ptr_nonnull(strstr(accel_sampler_last_error(ok), "ret_indices"));
+	ck_assert_ptr_nonnull(strstr(accelp_sampler_last_error(ok), "ret_indices"));
 	ck_assert_int_eq(accel_sampler_next(NULL, NULL, NULL), ACCEL_ERR_INVALID_ARG);
 	ck_assert_int_eq(accel_sampler_set_epoch(NULL, 1), ACCEL_ERR_INVALID_ARG);
 	accel_sampler_state st = {.struct_size = 4};
@@ -1110,16 +1110,16 @@ END_TEST
 START_TEST(layout_functions)
 {
 	/* n = 10, b = 3, 2 ranks (G = 6) */
-	ck_assert_uint_eq(accel_sampler_layout_valid(10, 3, 0, 0), 3);
-	ck_assert_uint_eq(accel_sampler_layout_valid(10, 3, 1, 6), 1);
-	ck_assert_uint_eq(accel_sampler_layout_valid(10, 3, 0, 6), 3);
-	ck_assert_uint_eq(accel_sampler_layout_valid(10, 3, 1, 12), 0);
-	ck_assert_uint_eq(accel_sampler_layout_num_batches(10, 3, 0, 2, 0, 1), 2);
-	ck_assert_uint_eq(accel_sampler_layout_num_batches(10, 3, 0, 2, 1, 1), 1);
-	ck_assert_uint_eq(accel_sampler_layout_num_batches(10, 3, 1, 2, 0, 0), 2);
-	ck_assert_uint_eq(accel_sampler_layout_num_batches(9, 3, 1, 2, 0, 0), 1);
-	ck_assert_uint_eq(accel_sampler_layout_num_batches(2, 3, 1, 2, 0, 0), 0);
-	ck_assert_uint_eq(accel_sampler_layout_num_batches(2, 3, 1, 2, 0, 1), 1);
+	ck_assert_uint_eq(accelp_sampler_layout_valid(10, 3, 0, 0), 3);
+	ck_assert_uint_eq(accelp_sampler_layout_valid(10, 3, 1, 6), 1);
+	ck_assert_uint_eq(accelp_sampler_layout_valid(10, 3, 0, 6), 3);
+	ck_assert_uint_eq(accelp_sampler_layout_valid(10, 3, 1, 12), 0);
+	ck_assert_uint_eq(accelp_sampler_layout_num_batches(10, 3, 0, 2, 0, 1), 2);
+	ck_assert_uint_eq(accelp_sampler_layout_num_batches(10, 3, 0, 2, 1, 1), 1);
+	ck_assert_uint_eq(accelp_sampler_layout_num_batches(10, 3, 1, 2, 0, 0), 2);
+	ck_assert_uint_eq(accelp_sampler_layout_num_batches(9, 3, 1, 2, 0, 0), 1);
+	ck_assert_uint_eq(accelp_sampler_layout_num_batches(2, 3, 1, 2, 0, 0), 0);
+	ck_assert_uint_eq(accelp_sampler_layout_num_batches(2, 3, 1, 2, 0, 1), 1);
 }
 END_TEST
 
@@ -1134,9 +1134,9 @@ static void fake_ctx(struct accel_ctx *ctx, const char *json, int rank, int worl
 	ctx->world.rank = rank;
 	ctx->world.world_size = world;
 	accel_err err = {0};
-	ck_assert_int_eq(accel_config_new(&ctx->cfg, &err), ACCEL_OK);
-	ck_assert_msg(accel_config_load_string(ctx->cfg, json, "test.json", &err) == ACCEL_OK &&
-	              accel_config_resolve(ctx->cfg, &err) == ACCEL_OK, "config: %s", err.msg);
+	ck_assert_int_eq(accelp_config_new(&ctx->cfg, &err), ACCEL_OK);
+	ck_assert_msg(accelp_config_load_string(ctx->cfg, json, "test.json", &err) == ACCEL_OK &&
+	              accelp_config_resolve(ctx->cfg, &err) == ACCEL_OK, "config: %s", err.msg);
 }
 
 START_TEST(auto_values_from_context)
@@ -1167,7 +1167,7 @@ START_TEST(auto_values_from_context)
 	ck_assert_int_eq(ctx.err.code, ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(ctx.err.msg, "ret_indices"));
 	accel_sampler_free(s);
-	accel_err_clear(&ctx.err);
+	accelp_err_clear(&ctx.err);
 
 	/* the same value given explicitly is fine; another one is a conflict
 	 * naming both places */
@@ -1180,7 +1180,7 @@ START_TEST(auto_values_from_context)
 	ck_assert_ptr_null(s);
 	ck_assert_msg(strstr(ctx.err.msg, "dataloader.split_batches") &&
 	              strstr(ctx.err.msg, "test.json"), "%s", ctx.err.msg);
-	accel_err_clear(&ctx.err);
+	accelp_err_clear(&ctx.err);
 	/* an explicit rank/world (a sub-group) wins over the context's */
 	o.split_batches = ACCEL_SAMPLER_AUTO;
 	o.rank = 0;
@@ -1196,17 +1196,17 @@ START_TEST(auto_values_from_context)
 	int64_t recv[16];
 	ck_assert_int_eq(accel_gather_for_metrics(&ctx, s, idx, 1, ACCEL_DTYPE_I64, recv, &kept),
 	                 ACCEL_ERR_STATE);
-	accel_err_clear(&ctx.err);
+	accelp_err_clear(&ctx.err);
 	ck_assert_int_eq(accel_sampler_next(s, idx, &cnt), ACCEL_OK);
 	ck_assert_int_eq(accel_gather_for_metrics(&ctx, s, idx, 1, 77, recv, &kept),
 	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(ctx.err.msg, "unknown dtype 77"));
-	accel_err_clear(&ctx.err);
+	accelp_err_clear(&ctx.err);
 	ck_assert_int_eq(accel_gather_for_metrics(&ctx, s, idx, 1, ACCEL_DTYPE_I64, recv, &kept),
 	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(ctx.err.msg, "rank 0 of 1 but the context is rank 1 of 2"));
 	accel_sampler_free(s);
-	accel_config_free(ctx.cfg);
+	accelp_config_free(ctx.cfg);
 }
 END_TEST
 
@@ -1231,7 +1231,7 @@ START_TEST(defaults_from_context)
 	ck_assert_int_eq(in.split_batches, 0);
 	ck_assert_int_eq(in.even_batches, 0);
 	accel_sampler_free(s);
-	accel_config_free(ctx.cfg);
+	accelp_config_free(ctx.cfg);
 }
 END_TEST
 

@@ -18,7 +18,7 @@ static accel_sched *make(uint32_t type, double lr, double min_lr, uint64_t w, ui
 	                      .warmup_steps = w, .total_steps = t};
 	accel_sched *s = NULL;
 	accel_err err = {0};
-	ck_assert_msg(accel_sched_create(&o, &s, &err) == ACCEL_OK, "%s", err.msg);
+	ck_assert_msg(accelp_sched_create(&o, &s, &err) == ACCEL_OK, "%s", err.msg);
 	return s;
 }
 
@@ -95,7 +95,7 @@ START_TEST(closed_forms_every_step)
 			ck_assert_double_eq_tol(accel_sched_lr(c, s), want_c, tol);
 			ck_assert_double_eq_tol(accel_sched_lr(l, s), want_l, tol);
 			ck_assert_double_eq_tol(accel_sched_lr(q, s), want_q, tol);
-			ck_assert_double_eq_tol(accel_sched_factor(q, s), want_q / lr, 1e-14);
+			ck_assert_double_eq_tol(accelp_sched_factor(q, s), want_q / lr, 1e-14);
 			if (s >= w) {
 				/* non-increasing after the warm-up, never below the floor */
 				ck_assert(accel_sched_lr(l, s) <= prev_l + tol);
@@ -132,11 +132,11 @@ START_TEST(landmarks)
 	ck_assert_double_eq_tol(accel_sched_lr(q, 110), 0.2, 1e-15);
 	ck_assert_double_eq_tol(accel_sched_lr(q, 200), 0.2, 1e-15);  /* no rise after T */
 	ck_assert_double_eq_tol(accel_sched_lr(l, 5000), 0.2, 1e-15);
-	const accel_sched_opts *o = accel_sched_get_opts(q);
+	const accel_sched_opts *o = accelp_sched_get_opts(q);
 	ck_assert_uint_eq(o->type, ACCEL_SCHED_COSINE);
 	ck_assert_uint_eq(o->total_steps, 110);
 	ck_assert(isnan(accel_sched_lr(NULL, 3)));
-	ck_assert(isnan(accel_sched_factor(NULL, 3)));
+	ck_assert(isnan(accelp_sched_factor(NULL, 3)));
 	ck_assert_ptr_null(accel_sched_free(q));
 	ck_assert_ptr_null(accel_sched_free(l));
 	ck_assert_ptr_null(accel_sched_free(NULL));
@@ -148,8 +148,8 @@ START_TEST(landmarks)
 	/* lr 0: the rate is 0, the factor still has the shape */
 	accel_sched *z = make(ACCEL_SCHED_COSINE, 0.0, 0.0, 4, 8);
 	ck_assert_double_eq(accel_sched_lr(z, 2), 0.0);
-	ck_assert_double_eq_tol(accel_sched_factor(z, 2), 0.5, 1e-15);
-	ck_assert_double_eq_tol(accel_sched_factor(z, 6), 0.5, 1e-15);
+	ck_assert_double_eq_tol(accelp_sched_factor(z, 2), 0.5, 1e-15);
+	ck_assert_double_eq_tol(accelp_sched_factor(z, 6), 0.5, 1e-15);
 	accel_sched_free(z);
 	/* constant without warm-up is flat from step 0 */
 	accel_sched *c = make(ACCEL_SCHED_CONSTANT, 0.25, 0, 0, 0);
@@ -177,7 +177,7 @@ static void bad(uint32_t type, double lr, double mn, uint64_t w, uint64_t t, con
 	                      .warmup_steps = w, .total_steps = t};
 	accel_sched *s = (accel_sched *)&o;
 	accel_err err = {0};
-	ck_assert_int_eq(accel_sched_create(&o, &s, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_sched_create(&o, &s, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_eq(s, (accel_sched *)&o);       /* untouched on failure */
 	ck_assert_msg(strstr(err.msg, want), "message \"%s\" lacks \"%s\"", err.msg, want);
 }
@@ -195,7 +195,7 @@ START_TEST(bad_options)
 	accel_sched *s = NULL;
 	accel_err err = {0};
 	accel_sched_opts o = {0};
-	ck_assert_int_eq(accel_sched_create(&o, &s, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_sched_create(&o, &s, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "struct_size"));
 	ck_assert_int_eq(accel_sched_new(NULL, NULL, &s), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_null(s);
@@ -215,11 +215,11 @@ END_TEST
 static accel_config *config_from(const char *json, accel_err *err)
 {
 	accel_config *cfg = NULL;
-	if (accel_config_new(&cfg, err) != ACCEL_OK)
+	if (accelp_config_new(&cfg, err) != ACCEL_OK)
 		return NULL;
-	if (accel_config_load_string(cfg, json, "test.json", err) != ACCEL_OK ||
-	    accel_config_resolve(cfg, err) != ACCEL_OK)
-		return accel_config_free(cfg);
+	if (accelp_config_load_string(cfg, json, "test.json", err) != ACCEL_OK ||
+	    accelp_config_resolve(cfg, err) != ACCEL_OK)
+		return accelp_config_free(cfg);
 	return cfg;
 }
 
@@ -232,8 +232,8 @@ START_TEST(from_config)
 		"                 \"total_steps\": 1000, \"min_lr\": 3e-5}}", &err);
 	ck_assert_msg(cfg != NULL, "config refused: %s", err.msg);
 	accel_sched *s = NULL;
-	ck_assert_msg(accel_sched_new_from_config(cfg, &s, &err) == ACCEL_OK, "%s", err.msg);
-	const accel_sched_opts *o = accel_sched_get_opts(s);
+	ck_assert_msg(accelp_sched_new_from_config(cfg, &s, &err) == ACCEL_OK, "%s", err.msg);
+	const accel_sched_opts *o = accelp_sched_get_opts(s);
 	ck_assert_uint_eq(o->type, ACCEL_SCHED_COSINE);
 	ck_assert_uint_eq(o->warmup_steps, 100);
 	ck_assert_uint_eq(o->total_steps, 1000);
@@ -242,18 +242,18 @@ START_TEST(from_config)
 	for (size_t i = 0; i < sizeof(hf) / sizeof(hf[0]); i++)
 		ck_assert_double_eq_tol(accel_sched_lr(s, hf[i].step), hf[i].cosine_min, 1e-14 * 3e-4);
 	accel_sched_free(s);
-	accel_config_free(cfg);
+	accelp_config_free(cfg);
 
 	/* defaults: constant at the optimizer's lr */
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	cfg = config_from("{\"optimizer\": {\"params\": {\"lr\": 0.5}}}", &err);
 	ck_assert_msg(cfg != NULL, "config refused: %s", err.msg);
-	ck_assert_int_eq(accel_sched_new_from_config(cfg, &s, &err), ACCEL_OK);
-	ck_assert_uint_eq(accel_sched_get_opts(s)->type, ACCEL_SCHED_CONSTANT);
+	ck_assert_int_eq(accelp_sched_new_from_config(cfg, &s, &err), ACCEL_OK);
+	ck_assert_uint_eq(accelp_sched_get_opts(s)->type, ACCEL_SCHED_CONSTANT);
 	ck_assert_double_eq(accel_sched_lr(s, 0), 0.5);
 	ck_assert_double_eq(accel_sched_lr(s, 1000000), 0.5);
 	accel_sched_free(s);
-	accel_config_free(cfg);
+	accelp_config_free(cfg);
 }
 END_TEST
 
@@ -278,9 +278,9 @@ START_TEST(from_config_errors)
 		accel_config *cfg = config_from(cases[i].json, &err);
 		if (cfg) {
 			accel_sched *s = (accel_sched *)&err;
-			ck_assert_int_eq(accel_sched_new_from_config(cfg, &s, &err), ACCEL_ERR_CONFIG);
+			ck_assert_int_eq(accelp_sched_new_from_config(cfg, &s, &err), ACCEL_ERR_CONFIG);
 			ck_assert_ptr_eq(s, (accel_sched *)&err);
-			accel_config_free(cfg);
+			accelp_config_free(cfg);
 		}
 		ck_assert_int_eq(err.code, ACCEL_ERR_CONFIG);
 		ck_assert_msg(strstr(err.msg, cases[i].want), "case %zu: \"%s\" lacks \"%s\"", i,

@@ -61,7 +61,7 @@ START_TEST(directories_in_search_order)
 	};
 	accelp_setup s;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_OK);
 	ck_assert_int_eq(s.failed_at, ACCELP_SETUP_OK);
 	static const char *const want[][2] = {
@@ -102,32 +102,32 @@ START_TEST(layers_and_sources)
 	};
 	accelp_setup s;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	/* no plugin directory holds ddp: module_errors_first does not make a
 	 * resolved config fail, only the module step does */
 	ck_assert_msg(accelp_setup_run(&so, &s, &err) == ACCEL_OK, "%s", err.msg);
 	ck_assert_str_eq(s.config_file, path);
 	ck_assert_str_eq(s.config_from, "--config");
 	int64_t v;
-	ck_assert_int_eq(accel_config_get_int(s.cfg, "seed", &v), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(s.cfg, "seed", &v), ACCEL_OK);
 	ck_assert_int_eq(v, 5);
-	ck_assert_str_eq(accel_config_source(s.cfg, "seed"), "env ACCEL_SEED");
-	ck_assert_int_eq(accel_config_get_int(s.cfg, "gradient_accumulation_steps", &v), ACCEL_OK);
+	ck_assert_str_eq(accelp_config_source(s.cfg, "seed"), "env ACCEL_SEED");
+	ck_assert_int_eq(accelp_config_get_int(s.cfg, "gradient_accumulation_steps", &v), ACCEL_OK);
 	ck_assert_int_eq(v, 4);
-	ck_assert_str_eq(accel_config_source(s.cfg, "gradient_accumulation_steps"),
+	ck_assert_str_eq(accelp_config_source(s.cfg, "gradient_accumulation_steps"),
 	                 "test sets gradient_accumulation_steps=4");
 	ck_assert_uint_eq(s.sel.n, 1);
 	ck_assert_str_eq(s.sel.names[0], "ddp");
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_modules(&s, 0, &err), ACCEL_ERR_NOT_FOUND);
 	ASSERT_HAS(err.msg, "no plugin named 'ddp'");
 	accelp_setup_fini(&s);
 
 	/* skip_env: the file's value */
 	so.skip_env = 1;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_config_get_int(s.cfg, "seed", &v), ACCEL_OK);
+	ck_assert_int_eq(accelp_config_get_int(s.cfg, "seed", &v), ACCEL_OK);
 	ck_assert_int_eq(v, 1);
 	accelp_setup_fini(&s);
 	unsetenv("ACCEL_SEED");
@@ -146,7 +146,7 @@ START_TEST(unreadable_config)
 	accelp_setup_opts so = {.config_optional = 0};
 	accelp_setup s;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_ERR_IO);
 	ck_assert_int_eq(s.failed_at, ACCELP_SETUP_CONFIG);
 	ASSERT_HAS(err.msg, missing);
@@ -155,7 +155,7 @@ START_TEST(unreadable_config)
 	accelp_setup_fini(&s);
 
 	so.config_optional = 1;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_OK);
 	ck_assert_int_eq(err.code, ACCEL_OK);
 	ck_assert_int_eq(s.config_err.code, ACCEL_ERR_IO);
@@ -172,7 +172,7 @@ START_TEST(unreadable_config)
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s", bad);
 	so.config_path = path;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_OK);
 	ASSERT_HAS(s.config_err.msg, "plugin_dirs (");
 	ASSERT_HAS(s.config_err.msg, "bad.json:1:");
@@ -180,7 +180,7 @@ START_TEST(unreadable_config)
 	ck_assert_uint_eq(accelp_loader_dir_count(s.loader), 1);
 	accelp_setup_fini(&s);
 	so.config_optional = 0;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_ERR_CONFIG);
 	ck_assert_int_eq(s.failed_at, ACCELP_SETUP_LOADER);
 	ASSERT_HAS(err.msg, "must be a list of directory names");
@@ -189,7 +189,7 @@ START_TEST(unreadable_config)
 	/* an empty name */
 	so.config_path = NULL;
 	so.config_json = "{\"plugin_dirs\": [\"/a\", \"\"]}";
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_ERR_CONFIG);
 	ck_assert_str_eq(err.msg, "plugin_dirs[1] (from <config_json>:1:17) is an empty string; "
 	                          "name a directory (\".\" for the current one)");
@@ -205,7 +205,7 @@ START_TEST(resolve_failure)
 	accelp_setup_opts so = {.config_json = "{\"seeed\": 1}", .skip_env = 1, .resolve = 1};
 	accelp_setup s;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_ERR_CONFIG);
 	ck_assert_int_eq(s.failed_at, ACCELP_SETUP_RESOLVE);
 	ck_assert_str_eq(err.msg, "unknown key 'seeed' at <config_json>:1:2; did you mean 'seed'?");
@@ -214,7 +214,7 @@ START_TEST(resolve_failure)
 	accelp_setup_fini(&s);
 
 	so.module_errors_first = 1;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_ERR_NOT_FOUND);
 	ASSERT_HAS(err.msg, "no plugin named 'ddp'");
 	accelp_setup_fini(&s);
@@ -229,7 +229,7 @@ START_TEST(cuda_offer_follows_the_probe)
 	accelp_setup_opts so = {.skip_env = 1, .report_cuda = 1};
 	accelp_setup s;
 	accel_err err;
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_OK);
 	uint32_t bits;
 	int32_t cc;

@@ -82,15 +82,15 @@ static int basic_rank(int rank, int world, int port, char *out)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
-	if (accel_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
+	if (accelp_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
 		return FAIL("rank %d: new: %s", rank, err.msg);
 	char key[32], val[64];
 	snprintf(key, sizeof(key), "k%d", rank);
 	snprintf(val, sizeof(val), "value of rank %d", rank);
-	if (accel_store_set(st, key, val, strlen(val), &err))
+	if (accelp_store_set(st, key, val, strlen(val), &err))
 		return FAIL("set: %s", err.msg);
 	int64_t ticket;
-	if (accel_store_add(st, "ticket", 1, &ticket, &err))
+	if (accelp_store_add(st, "ticket", 1, &ticket, &err))
 		return FAIL("add: %s", err.msg);
 	/* a blocking get of every other rank's key */
 	for (int r = 0; r < world; r++) {
@@ -98,36 +98,36 @@ static int basic_rank(int rank, int world, int port, char *out)
 		uint64_t len = 0;
 		snprintf(k, sizeof(k), "k%d", r);
 		snprintf(want, sizeof(want), "value of rank %d", r);
-		if (accel_store_get(st, k, buf, sizeof(buf) - 1, &len, 5000, &err))
+		if (accelp_store_get(st, k, buf, sizeof(buf) - 1, &len, 5000, &err))
 			return FAIL("get %s: %s", k, err.msg);
 		if (strcmp(buf, want) || len != strlen(want))
 			return FAIL("rank %d got '%s' (%llu bytes) for %s", rank, buf,
 			            (unsigned long long)len, k);
 	}
 	const char *keys[] = {"k0", "k1", "k2", "k3"};
-	if (accel_store_wait(st, keys, 4, 5000, &err))
+	if (accelp_store_wait(st, keys, 4, 5000, &err))
 		return FAIL("wait: %s", err.msg);
-	if (accel_store_barrier(st, "b1", 5000, &err))
+	if (accelp_store_barrier(st, "b1", 5000, &err))
 		return FAIL("barrier: %s", err.msg);
 	/* after the barrier every add has happened */
 	char buf[32] = {0};
 	uint64_t len;
-	if (accel_store_get(st, "ticket", buf, sizeof(buf) - 1, &len, 0, &err))
+	if (accelp_store_get(st, "ticket", buf, sizeof(buf) - 1, &len, 0, &err))
 		return FAIL("get ticket: %s", err.msg);
 	if (strcmp(buf, "4"))
 		return FAIL("ticket is '%s' after the barrier, want 4", buf);
 	/* a truncated copy still reports the full length */
 	char small[4] = {0};
-	if (accel_store_get(st, "k0", small, 3, &len, 0, &err) || len != 15 || memcmp(small, "val", 3))
+	if (accelp_store_get(st, "k0", small, 3, &len, 0, &err) || len != 15 || memcmp(small, "val", 3))
 		return FAIL("short get: len %llu '%s' %s", (unsigned long long)len, small, err.msg);
 	/* an empty value */
-	if (rank == 0 && accel_store_set(st, "empty", NULL, 0, &err))
+	if (rank == 0 && accelp_store_set(st, "empty", NULL, 0, &err))
 		return FAIL("set empty: %s", err.msg);
-	if (accel_store_get(st, "empty", buf, sizeof(buf), &len, 5000, &err) || len != 0)
+	if (accelp_store_get(st, "empty", buf, sizeof(buf), &len, 5000, &err) || len != 0)
 		return FAIL("get empty: %s", err.msg);
-	if (accel_store_barrier(st, "b2", 5000, &err))
+	if (accelp_store_barrier(st, "b2", 5000, &err))
 		return FAIL("barrier 2: %s", err.msg);
-	st = accel_store_free(st);
+	st = accelp_store_free(st);
 	snprintf(out, OUT_MAX, "%lld", (long long)ticket);
 	return 0;
 }
@@ -159,23 +159,23 @@ static int late_setter(int rank, int world, int port, char *out)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
-	if (accel_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
+	if (accelp_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
 		return FAIL("new: %s", err.msg);
 	if (rank == 0) {
 		usleep(300000);
-		if (accel_store_set(st, "late", "xyz", 3, &err))
+		if (accelp_store_set(st, "late", "xyz", 3, &err))
 			return FAIL("set: %s", err.msg);
 	} else {
 		char buf[8] = {0};
 		uint64_t len;
 		double t0 = now_s();
-		if (accel_store_get(st, "late", buf, 7, &len, 5000, &err))
+		if (accelp_store_get(st, "late", buf, 7, &len, 5000, &err))
 			return FAIL("get: %s", err.msg);
 		snprintf(out, OUT_MAX, "%s %.3f", buf, now_s() - t0);
 	}
-	if (accel_store_barrier(st, "done", 5000, &err))
+	if (accelp_store_barrier(st, "done", 5000, &err))
 		return FAIL("barrier: %s", err.msg);
-	accel_store_free(st);
+	accelp_store_free(st);
 	return 0;
 }
 
@@ -203,12 +203,12 @@ START_TEST(timeouts_and_messages)
 	int port = free_port();
 	accel_err err = {0};
 	accel_store *st = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 1, 2000, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 1, 2000, &st, &err), ACCEL_OK);
 	char buf[16];
 	uint64_t len = 99;
 
 	double t0 = now_s();
-	ck_assert_int_eq(accel_store_get(st, "nope", buf, sizeof(buf), &len, 300, &err),
+	ck_assert_int_eq(accelp_store_get(st, "nope", buf, sizeof(buf), &len, 300, &err),
 	                 ACCEL_ERR_TIMEOUT);
 	double dt = now_s() - t0;
 	ck_assert_msg(dt >= 0.29 && dt < 2.0, "get timeout took %.3f s", dt);
@@ -216,41 +216,41 @@ START_TEST(timeouts_and_messages)
 	                 "the key");
 	ck_assert_uint_eq(len, 99); /* outputs untouched on failure */
 
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_store_get(st, "nope", buf, sizeof(buf), &len, 0, &err),
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_store_get(st, "nope", buf, sizeof(buf), &len, 0, &err),
 	                 ACCEL_ERR_NOT_FOUND);
 	ck_assert_str_eq(err.msg, "store get 'nope' (rank 0): the key is not set");
 
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_store_set(st, "a", "1", 1, &err), ACCEL_OK);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_store_set(st, "a", "1", 1, &err), ACCEL_OK);
 	const char *keys[] = {"a", "b", "c"};
-	ck_assert_int_eq(accel_store_wait(st, keys, 3, 200, &err), ACCEL_ERR_TIMEOUT);
+	ck_assert_int_eq(accelp_store_wait(st, keys, 3, 200, &err), ACCEL_ERR_TIMEOUT);
 	ck_assert_str_eq(err.msg, "store wait (rank 0): timed out after 0.2 s; keys never set: "
 	                 "'b', 'c'");
 
 	/* add: counts from 0, keeps a decimal string, refuses non-integers */
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	int64_t v = 0;
-	ck_assert_int_eq(accel_store_add(st, "n", 5, &v, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_add(st, "n", 5, &v, &err), ACCEL_OK);
 	ck_assert_int_eq(v, 5);
-	ck_assert_int_eq(accel_store_add(st, "n", -7, &v, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_add(st, "n", -7, &v, &err), ACCEL_OK);
 	ck_assert_int_eq(v, -2);
-	ck_assert_int_eq(accel_store_get(st, "n", buf, sizeof(buf), &len, 0, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_get(st, "n", buf, sizeof(buf), &len, 0, &err), ACCEL_OK);
 	ck_assert_uint_eq(len, 2);
 	ck_assert_int_eq(memcmp(buf, "-2", 2), 0);
-	ck_assert_int_eq(accel_store_set(st, "s", "abc", 3, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_store_add(st, "s", 1, &v, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_store_set(st, "s", "abc", 3, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_add(st, "s", 1, &v, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_str_eq(err.msg, "store add 's' (rank 0): the key holds a value that is not a "
 	                 "decimal integer");
 
 	/* a barrier of one completes at once; the name is single-use until then */
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_store_barrier(st, "solo", 1000, &err), ACCEL_OK);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_store_barrier(st, "solo", 1000, &err), ACCEL_OK);
 	/* the connection still works after failures */
-	ck_assert_int_eq(accel_store_set(st, "after", "ok", 2, &err), ACCEL_OK);
-	st = accel_store_free(st);
+	ck_assert_int_eq(accelp_store_set(st, "after", "ok", 2, &err), ACCEL_OK);
+	st = accelp_store_free(st);
 	ck_assert_ptr_null(st);
-	ck_assert_ptr_null(accel_store_free(NULL));
+	ck_assert_ptr_null(accelp_store_free(NULL));
 }
 END_TEST
 
@@ -260,22 +260,22 @@ START_TEST(bad_arguments)
 {
 	accel_err err = {0};
 	accel_store *st = (accel_store *)0x1;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", 0, 1, 2, 1000, &st, &err),
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", 0, 1, 2, 1000, &st, &err),
 	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_str_eq(err.msg, "rendezvous store: port 0 is not in 1..65535");
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	/* rank 0 may ask for a free port (0), nothing below */
-	ck_assert_int_eq(accel_store_new("127.0.0.1", -1, 0, 1, 1000, &st, &err),
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", -1, 0, 1, 1000, &st, &err),
 	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_str_eq(err.msg, "rendezvous store: port -1 is not in 0..65535");
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_store_new("127.0.0.1", 1234, 4, 4, 1000, &st, &err),
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", 1234, 4, 4, 1000, &st, &err),
 	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_str_eq(err.msg, "rendezvous store: rank 4 is not in 0..3");
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_store_new(NULL, 1234, 0, 1, 1000, &st, &err), ACCEL_ERR_INVALID_ARG);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_store_new(NULL, 1234, 0, 1, 1000, &st, &err), ACCEL_ERR_INVALID_ARG);
 	ck_assert_ptr_eq(st, (accel_store *)0x1);
-	ck_assert_int_eq(accel_store_set(NULL, "k", "v", 1, &err), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accelp_store_set(NULL, "k", "v", 1, &err), ACCEL_ERR_INVALID_ARG);
 }
 END_TEST
 
@@ -287,7 +287,7 @@ START_TEST(unreachable_store)
 	accel_err err = {0};
 	accel_store *st = NULL;
 	double t0 = now_s();
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 3, 4, 500, &st, &err), ACCEL_ERR_COMM);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 3, 4, 500, &st, &err), ACCEL_ERR_COMM);
 	double dt = now_s() - t0;
 	char want[256];
 	snprintf(want, sizeof(want), "cannot reach the rendezvous store at 127.0.0.1:%d (rank 3): "
@@ -312,7 +312,7 @@ START_TEST(port_in_use)
 	int port = ntohs(sa.sin_port);
 	accel_err err = {0};
 	accel_store *st = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 500, &st, &err), ACCEL_ERR_SYSTEM);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 2, 500, &st, &err), ACCEL_ERR_SYSTEM);
 	char want[256];
 	snprintf(want, sizeof(want), "cannot start the rendezvous store at 127.0.0.1:%d (rank 0): "
 	         "address already in use", port);
@@ -328,12 +328,12 @@ static int barrier_without_2(int rank, int world, int port, char *out)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
-	if (accel_store_new("127.0.0.1", port, rank, world, 1500, &st, &err))
+	if (accelp_store_new("127.0.0.1", port, rank, world, 1500, &st, &err))
 		return FAIL("new: %s", err.msg);
 	double t0 = now_s();
-	int rc = accel_store_barrier(st, "step-1", 600, &err);
+	int rc = accelp_store_barrier(st, "step-1", 600, &err);
 	snprintf(out, OUT_MAX, "%d %.3f|%.900s", rc, now_s() - t0, err.msg);
-	accel_store_free(st);
+	accelp_store_free(st);
 	return 0;
 }
 
@@ -365,18 +365,18 @@ static int dies_or_waits(int rank, int world, int port, char *out)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
-	if (accel_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
+	if (accelp_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
 		return FAIL("new: %s", err.msg);
-	if (accel_store_barrier(st, "connected", 10000, &err))
+	if (accelp_store_barrier(st, "connected", 10000, &err))
 		return FAIL("first barrier: %s", err.msg);
 	if (rank == 2) {
 		usleep(200000);
 		raise(SIGKILL); /* no goodbye */
 	}
 	double t0 = now_s();
-	int rc = accel_store_barrier(st, "step-2", 10000, &err);
+	int rc = accelp_store_barrier(st, "step-2", 10000, &err);
 	snprintf(out, OUT_MAX, "%d %.3f|%.900s", rc, now_s() - t0, err.msg);
-	accel_store_free(st);
+	accelp_store_free(st);
 	return 0;
 }
 
@@ -414,9 +414,9 @@ static int server_dies(int rank, int world, int port, char *out)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
-	if (accel_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
+	if (accelp_store_new("127.0.0.1", port, rank, world, 10000, &st, &err))
 		return FAIL("new: %s", err.msg);
-	if (accel_store_barrier(st, "up", 10000, &err))
+	if (accelp_store_barrier(st, "up", 10000, &err))
 		return FAIL("barrier: %s", err.msg);
 	if (rank == 0) {
 		usleep(200000);
@@ -425,14 +425,14 @@ static int server_dies(int rank, int world, int port, char *out)
 	char buf[8];
 	uint64_t len;
 	double t0 = now_s();
-	int rc = accel_store_get(st, "never", buf, sizeof(buf), &len, 10000, &err);
+	int rc = accelp_store_get(st, "never", buf, sizeof(buf), &len, 10000, &err);
 	snprintf(out, OUT_MAX, "%d %.3f|%.900s", rc, now_s() - t0, err.msg);
 	/* later calls fail at once with the same story */
 	accel_err e2 = {0};
-	int rc2 = accel_store_set(st, "x", "y", 1, &e2);
+	int rc2 = accelp_store_set(st, "x", "y", 1, &e2);
 	if (rc2 != ACCEL_ERR_COMM || strcmp(e2.msg, err.msg))
 		return FAIL("second call: %d %s", rc2, e2.msg);
-	accel_store_free(st);
+	accelp_store_free(st);
 	return 0;
 }
 
@@ -463,10 +463,10 @@ static int plain_rank0(int rank, int world, int port, char *out)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
-	if (accel_store_new("127.0.0.1", port, rank, world, 3000, &st, &err))
+	if (accelp_store_new("127.0.0.1", port, rank, world, 3000, &st, &err))
 		return FAIL("new: %s", err.msg);
 	usleep(1500000);
-	accel_store_free(st);
+	accelp_store_free(st);
 	return 0;
 }
 
@@ -477,16 +477,16 @@ START_TEST(duplicate_rank_and_world_mismatch)
 	spawn(&rs, 0, 3, port, plain_rank0);
 	accel_err err = {0};
 	accel_store *a = NULL, *b = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 1, 3, 3000, &a, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 1, 3, 3000, &b, &err), ACCEL_ERR_STATE);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 1, 3, 3000, &a, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 1, 3, 3000, &b, &err), ACCEL_ERR_STATE);
 	ck_assert_str_eq(err.msg, "rank 1 is already connected to the rendezvous store: are two "
 	                 "processes using the same rank, or is another job on this port?");
 	ck_assert_ptr_null(b);
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 2, 5, 3000, &b, &err), ACCEL_ERR_CONFIG);
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 2, 5, 3000, &b, &err), ACCEL_ERR_CONFIG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "rank 2 was started with world size 5 but the "
 	                             "rendezvous store (rank 0) has world size 3"));
-	a = accel_store_free(a);
+	a = accelp_store_free(a);
 	char out[256];
 	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
 }
@@ -500,7 +500,7 @@ static void *adder(void *arg)
 	accel_err err = {0};
 	for (int i = 0; i < 200; i++) {
 		int64_t v;
-		if (accel_store_add(st, "shared", 1, &v, &err) != ACCEL_OK)
+		if (accelp_store_add(st, "shared", 1, &v, &err) != ACCEL_OK)
 			return (void *)1;
 	}
 	return NULL;
@@ -511,7 +511,7 @@ START_TEST(thread_safe_client)
 	int port = free_port();
 	accel_err err = {0};
 	accel_store *st = NULL;
-	ck_assert_int_eq(accel_store_new("localhost", port, 0, 1, 5000, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("localhost", port, 0, 1, 5000, &st, &err), ACCEL_OK);
 	pthread_t t[4];
 	for (int i = 0; i < 4; i++)
 		ck_assert_int_eq(pthread_create(&t[i], NULL, adder, st), 0);
@@ -521,9 +521,9 @@ START_TEST(thread_safe_client)
 		ck_assert_ptr_null(r);
 	}
 	int64_t v;
-	ck_assert_int_eq(accel_store_add(st, "shared", 0, &v, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_add(st, "shared", 0, &v, &err), ACCEL_OK);
 	ck_assert_int_eq(v, 800);
-	accel_store_free(st);
+	accelp_store_free(st);
 }
 END_TEST
 
@@ -534,7 +534,7 @@ static void *set_later(void *arg)
 	accel_store *st = arg;
 	accel_err err = {0};
 	usleep(200000);
-	if (accel_store_set(st, "from-thread", "42", 2, &err) != ACCEL_OK)
+	if (accelp_store_set(st, "from-thread", "42", 2, &err) != ACCEL_OK)
 		return (void *)1;
 	return NULL;
 }
@@ -544,13 +544,13 @@ START_TEST(blocked_get_leaves_other_threads_free)
 	int port = free_port();
 	accel_err err = {0};
 	accel_store *st = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 1, 5000, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 1, 5000, &st, &err), ACCEL_OK);
 	pthread_t t;
 	ck_assert_int_eq(pthread_create(&t, NULL, set_later, st), 0);
 	char buf[8] = {0};
 	uint64_t len = 0;
 	double t0 = now_s();
-	ck_assert_int_eq(accel_store_get(st, "from-thread", buf, 7, &len, 5000, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_get(st, "from-thread", buf, 7, &len, 5000, &err), ACCEL_OK);
 	double dt = now_s() - t0;
 	void *r;
 	pthread_join(t, &r);
@@ -558,7 +558,7 @@ START_TEST(blocked_get_leaves_other_threads_free)
 	ck_assert_str_eq(buf, "42");
 	ck_assert_uint_eq(len, 2);
 	ck_assert_msg(dt > 0.1 && dt < 2.0, "get returned after %.3f s", dt);
-	accel_store_free(st);
+	accelp_store_free(st);
 }
 END_TEST
 
@@ -568,11 +568,11 @@ static int v6_rank(int rank, int world, int port, char *out)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
-	if (accel_store_new("::1", port, rank, world, 5000, &st, &err))
+	if (accelp_store_new("::1", port, rank, world, 5000, &st, &err))
 		return FAIL("new: %s", err.msg);
-	if (accel_store_barrier(st, "v6", 5000, &err))
+	if (accelp_store_barrier(st, "v6", 5000, &err))
 		return FAIL("barrier: %s", err.msg);
-	accel_store_free(st);
+	accelp_store_free(st);
 	return 0;
 }
 
@@ -617,24 +617,24 @@ static int eph_rank(int rank, int world, int port, char *out)
 	char buf[16] = {0};
 	uint64_t len = 0;
 	/* without the job's token: refused before it counts as rank 1 */
-	if (accel_store_new("127.0.0.1", port, rank, world, 5000, &st, &err) != ACCEL_ERR_CONFIG ||
+	if (accelp_store_new("127.0.0.1", port, rank, world, 5000, &st, &err) != ACCEL_ERR_CONFIG ||
 	    !strstr(err.msg, "belongs to another job"))
 		return FAIL("rank %d without the token: '%s'", rank, err.msg);
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	/* with a wrong one too */
-	if (accel_store_join("127.0.0.1", port, rank, world, 5000, 5000, 0, JOB_TOKEN + 1, &st,
+	if (accelp_store_join("127.0.0.1", port, rank, world, 5000, 5000, 0, JOB_TOKEN + 1, &st,
 	                     &err) != ACCEL_ERR_CONFIG)
 		return FAIL("rank %d with a wrong token: '%s'", rank, err.msg);
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	/* any loopback address: the server listens on every interface */
-	if (accel_store_join("127.0.0.2", port, rank, world, 5000, 5000, 0, JOB_TOKEN, &st, &err))
+	if (accelp_store_join("127.0.0.2", port, rank, world, 5000, 5000, 0, JOB_TOKEN, &st, &err))
 		return FAIL("rank %d: join: %s", rank, err.msg);
-	if (accel_store_get(st, "from0", buf, sizeof(buf) - 1, &len, 5000, &err) ||
+	if (accelp_store_get(st, "from0", buf, sizeof(buf) - 1, &len, 5000, &err) ||
 	    strcmp(buf, "hello"))
 		return FAIL("rank %d: get: '%s' %s", rank, buf, err.msg);
-	if (accel_store_barrier(st, "b", 5000, &err))
+	if (accelp_store_barrier(st, "b", 5000, &err))
 		return FAIL("rank %d: barrier: %s", rank, err.msg);
-	accel_store_free(st);
+	accelp_store_free(st);
 	return 0;
 }
 
@@ -668,28 +668,28 @@ START_TEST(free_port_chosen_by_the_kernel)
 	accel_err err = {0};
 	accel_store *st = NULL;
 	/* every interface, a free port, rank 0 connected over loopback */
-	ck_assert_int_eq(accel_store_new_host(2, 5000, 0, JOB_TOKEN, &st, &err), ACCEL_OK);
-	int port = accel_store_port(st);
+	ck_assert_int_eq(accelp_store_new_host(2, 5000, 0, JOB_TOKEN, &st, &err), ACCEL_OK);
+	int port = accelp_store_port(st);
 	ck_assert_int_gt(port, 0);
 	/* a launcher's exit report (an observer) without the token is refused
 	 * too: it must not mark rank 1 as gone before it joins */
-	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 2, 1, "exited with status 0",
+	ck_assert_int_eq(accelp_store_report_exit("127.0.0.1", port, 2, 1, "exited with status 0",
 	                                         2000, &err),
 	                 ACCEL_ERR_CONFIG);
 	ck_assert_msg(strstr(err.msg, "belongs to another job"), "%s", err.msg);
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	ranks rs = {0};
 	spawn(&rs, 1, 2, port, eph_rank);
-	ck_assert_int_eq(accel_store_set(st, "from0", "hello", 5, &err), ACCEL_OK);
-	ck_assert_msg(accel_store_barrier(st, "b", 5000, &err) == ACCEL_OK, "%s", err.msg);
+	ck_assert_int_eq(accelp_store_set(st, "from0", "hello", 5, &err), ACCEL_OK);
+	ck_assert_msg(accelp_store_barrier(st, "b", 5000, &err) == ACCEL_OK, "%s", err.msg);
 	char out[64];
 	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
-	st = accel_store_free(st);
+	st = accelp_store_free(st);
 
 	/* port 0 on a loopback name that has an IPv6 and an IPv4 address: both
 	 * listeners take the same port */
-	ck_assert_int_eq(accel_store_new("localhost", 0, 0, 1, 5000, &st, &err), ACCEL_OK);
-	port = accel_store_port(st);
+	ck_assert_int_eq(accelp_store_new("localhost", 0, 0, 1, 5000, &st, &err), ACCEL_OK);
+	port = accelp_store_port(st);
 	ck_assert_int_gt(port, 0);
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
 	ck_assert_int_eq(getaddrinfo("localhost", NULL, &hints, &res), 0);
@@ -711,7 +711,7 @@ START_TEST(free_port_chosen_by_the_kernel)
 		ck_assert_msg(connects(AF_INET, "127.0.0.1", port) == 1, "127.0.0.1:%d refused", port);
 	if (v6)
 		ck_assert_msg(connects(AF_INET6, "::1", port) == 1, "[::1]:%d refused", port);
-	st = accel_store_free(st);
+	st = accelp_store_free(st);
 }
 END_TEST
 
@@ -721,16 +721,16 @@ START_TEST(abandon_does_not_wait_for_missing_ranks)
 {
 	accel_err err = {0};
 	accel_store *st = NULL;
-	ck_assert_int_eq(accel_store_new_host(3, 30000, 0, 7, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new_host(3, 30000, 0, 7, &st, &err), ACCEL_OK);
 	double t0 = now_s();
-	ck_assert_ptr_null(accel_store_abandon(st));
+	ck_assert_ptr_null(accelp_store_abandon(st));
 	double dt = now_s() - t0;
 	ck_assert_msg(dt < 3.0, "abandon took %.2f s", dt);
-	ck_assert_ptr_null(accel_store_abandon(NULL));
+	ck_assert_ptr_null(accelp_store_abandon(NULL));
 }
 END_TEST
 
-/* accel_store_join bounds the connect and the reply together, with no
+/* accelp_store_join bounds the connect and the reply together, with no
  * slack: a port where something accepts and never answers costs the join
  * time, not the usual 5 s more. */
 START_TEST(join_is_bounded)
@@ -746,21 +746,21 @@ START_TEST(join_is_bounded)
 	accel_err err = {0};
 	accel_store *st = NULL;
 	double t0 = now_s();
-	int rc = accel_store_join("127.0.0.1", port, 1, 2, 500, 60000, 0, 9, &st, &err);
+	int rc = accelp_store_join("127.0.0.1", port, 1, 2, 500, 60000, 0, 9, &st, &err);
 	double dt = now_s() - t0;
 	ck_assert_int_eq(rc, ACCEL_ERR_TIMEOUT);
 	ck_assert_ptr_null(st);
 	ck_assert_msg(dt >= 0.4 && dt < 2.0, "join within 0.5 s took %.2f s: %s", dt, err.msg);
 	ck_assert_msg(strstr(err.msg, "no reply from the rendezvous store"), "%s", err.msg);
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_store_join("127.0.0.1", port, 1, 2, 0, 1000, 0, 9, &st, &err),
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_store_join("127.0.0.1", port, 1, 2, 0, 1000, 0, 9, &st, &err),
 	                 ACCEL_ERR_INVALID_ARG);
 	close(lfd);
 	/* nobody listening: refused is final for a join (the server listens
 	 * before it sends its address), no retrying until the time is up */
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	t0 = now_s();
-	rc = accel_store_join("127.0.0.1", port, 1, 2, 3000, 60000, 0, 9, &st, &err);
+	rc = accelp_store_join("127.0.0.1", port, 1, 2, 3000, 60000, 0, 9, &st, &err);
 	dt = now_s() - t0;
 	ck_assert_int_eq(rc, ACCEL_ERR_COMM);
 	ck_assert_msg(dt < 1.0 && strstr(err.msg, "connection refused"),
@@ -776,17 +776,17 @@ START_TEST(huge_timeouts_mean_forever)
 	int port = free_port();
 	accel_err err = {0};
 	accel_store *st = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 1, INT64_MAX, &st, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_store_set(st, "k", "v", 1, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 1, INT64_MAX, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_set(st, "k", "v", 1, &err), ACCEL_OK);
 	char buf[4];
 	uint64_t len = 0;
-	ck_assert_int_eq(accel_store_get(st, "k", buf, sizeof(buf), &len, INT64_MAX, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_get(st, "k", buf, sizeof(buf), &len, INT64_MAX, &err), ACCEL_OK);
 	ck_assert_uint_eq(len, 1);
 	const char *keys[] = {"k"};
-	ck_assert_int_eq(accel_store_wait(st, keys, 1, INT64_MAX, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_store_barrier(st, "b", INT64_MAX, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_wait(st, keys, 1, INT64_MAX, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_barrier(st, "b", INT64_MAX, &err), ACCEL_OK);
 	ck_assert_msg(err.code == ACCEL_OK, "%s", err.msg);
-	accel_store_free(st);
+	accelp_store_free(st);
 }
 END_TEST
 
@@ -806,7 +806,7 @@ static void *park_get(void *arg)
 	accel_err e = {0};
 	char buf[8];
 	double t0 = now_s();
-	g->rc = accel_store_get(g->st, "never-set", buf, sizeof(buf), NULL, 20000, &e);
+	g->rc = accelp_store_get(g->st, "never-set", buf, sizeof(buf), NULL, 20000, &e);
 	g->took = now_s() - t0;
 	snprintf(g->msg, sizeof(g->msg), "%s", e.msg);
 	return NULL;
@@ -818,21 +818,21 @@ START_TEST(exit_report_fails_waiters)
 	accel_err err = {0};
 	accel_store *st = NULL;
 	/* (3 s: how long rank 0's store waits at free for rank 1, which never comes) */
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 3, 3000, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 3, 3000, &st, &err), ACCEL_OK);
 	/* rank 0 is connected: a report about it is ignored */
-	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 3, 0, "exited with status 0",
+	ck_assert_int_eq(accelp_store_report_exit("127.0.0.1", port, 3, 0, "exited with status 0",
 	                                         2000, &err), ACCEL_OK);
 	char buf[400];
 	uint64_t len = 0;
-	ck_assert_int_eq(accel_store_get(st, "accel/job/failed", buf, sizeof(buf), &len, 0, &err),
+	ck_assert_int_eq(accelp_store_get(st, "accel/job/failed", buf, sizeof(buf), &len, 0, &err),
 	                 ACCEL_ERR_NOT_FOUND);
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 
 	parked_get g = {.st = st};
 	pthread_t t;
 	ck_assert_int_eq(pthread_create(&t, NULL, park_get, &g), 0);
 	usleep(200000);
-	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 3, 2, "exited with status 0",
+	ck_assert_int_eq(accelp_store_report_exit("127.0.0.1", port, 3, 2, "exited with status 0",
 	                                         2000, &err), ACCEL_OK);
 	pthread_join(t, NULL);
 	ck_assert_int_eq(g.rc, ACCEL_ERR_PEER);
@@ -842,55 +842,55 @@ START_TEST(exit_report_fails_waiters)
 	ck_assert_msg(g.took < 5.0, "the parked get took %.1f s", g.took);
 
 	/* later waits fail at once; set keys are still served */
-	ck_assert_int_eq(accel_store_get(st, "accel/job/failed", buf, sizeof(buf) - 1, &len, 0, &err),
+	ck_assert_int_eq(accelp_store_get(st, "accel/job/failed", buf, sizeof(buf) - 1, &len, 0, &err),
 	                 ACCEL_OK);
 	buf[len] = '\0';
 	ck_assert_str_eq(buf, "rank 2 exited with status 0 before it joined the job (it never "
 	                 "connected to the rendezvous store)");
 	double t0 = now_s();
-	ck_assert_int_eq(accel_store_barrier(st, "b", 20000, &err), ACCEL_ERR_PEER);
+	ck_assert_int_eq(accelp_store_barrier(st, "b", 20000, &err), ACCEL_ERR_PEER);
 	ck_assert_msg(strstr(err.msg, "exited before joining the job: 2"), "%s", err.msg);
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	const char *keys[] = {"nope"};
-	ck_assert_int_eq(accel_store_wait(st, keys, 1, 20000, &err), ACCEL_ERR_PEER);
+	ck_assert_int_eq(accelp_store_wait(st, keys, 1, 20000, &err), ACCEL_ERR_PEER);
 	ck_assert_msg(now_s() - t0 < 5.0, "later waits took %.1f s", now_s() - t0);
-	accel_err_clear(&err);
+	accelp_err_clear(&err);
 	/* bad reports */
-	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 3, 3, "x", 2000, &err),
+	ck_assert_int_eq(accelp_store_report_exit("127.0.0.1", port, 3, 3, "x", 2000, &err),
 	                 ACCEL_ERR_INVALID_ARG);
-	accel_err_clear(&err);
-	ck_assert_int_eq(accel_store_report_exit("127.0.0.1", port, 4, 1, "x", 2000, &err),
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_store_report_exit("127.0.0.1", port, 4, 1, "x", 2000, &err),
 	                 ACCEL_ERR_CONFIG);
-	accel_store_free(st);
+	accelp_store_free(st);
 }
 END_TEST
 
-/* A rank whose context could not be created reports it (accel_store_fail):
+/* A rank whose context could not be created reports it (accelp_store_fail):
  * the others' waits fail at once with its reason, not at their timeouts. */
 START_TEST(failed_rank_fails_waiters)
 {
 	int port = free_port();
 	accel_err err = {0};
 	accel_store *st0 = NULL, *st1 = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st0, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 1, 2, 20000, &st1, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 2, 20000, &st0, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 1, 2, 20000, &st1, &err), ACCEL_OK);
 	parked_get g = {.st = st0};
 	pthread_t t;
 	ck_assert_int_eq(pthread_create(&t, NULL, park_get, &g), 0);
 	usleep(200000);
-	ck_assert_int_eq(accel_store_fail(st1, "backend 'nccl' found no GPU"), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_fail(st1, "backend 'nccl' found no GPU"), ACCEL_OK);
 	pthread_join(t, NULL);
 	ck_assert_int_eq(g.rc, ACCEL_ERR_PEER);
 	ck_assert_str_eq(g.msg, "store get 'never-set' (rank 0) cannot complete: rank 1 failed: "
 	                 "backend 'nccl' found no GPU");
 	ck_assert_msg(g.took < 5.0, "the parked get took %.1f s", g.took);
 	double t0 = now_s();
-	ck_assert_int_eq(accel_store_barrier(st0, "b", 20000, &err), ACCEL_ERR_PEER);
-	accel_err_clear(&err);
+	ck_assert_int_eq(accelp_store_barrier(st0, "b", 20000, &err), ACCEL_ERR_PEER);
+	accelp_err_clear(&err);
 	ck_assert_msg(now_s() - t0 < 5.0, "the barrier took %.1f s", now_s() - t0);
-	accel_store_free(st1);
+	accelp_store_free(st1);
 	t0 = now_s();
-	accel_store_free(st0);
+	accelp_store_free(st0);
 	ck_assert_msg(now_s() - t0 < 5.0, "rank 0's store took %.1f s to stop", now_s() - t0);
 }
 END_TEST
@@ -903,10 +903,10 @@ static int connects_then_vanishes(int rank, int world, int port, char *out)
 	(void)out;
 	accel_err err = {0};
 	accel_store *st = NULL;
-	if (accel_store_new("127.0.0.1", port, rank, world, 20000, &st, &err))
+	if (accelp_store_new("127.0.0.1", port, rank, world, 20000, &st, &err))
 		return FAIL("new: %s", err.msg);
 	usleep(300000);
-	_exit(0); /* no accel_store_free: no BYE */
+	_exit(0); /* no accelp_store_free: no BYE */
 }
 
 START_TEST(vanished_rank_fails_waiters)
@@ -916,7 +916,7 @@ START_TEST(vanished_rank_fails_waiters)
 	spawn(&rs, 1, 2, port, connects_then_vanishes);
 	accel_err err = {0};
 	accel_store *st0 = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st0, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 2, 20000, &st0, &err), ACCEL_OK);
 	parked_get g = {.st = st0};
 	park_get(&g);
 	const char *why = "rank 1 lost its connection to the rendezvous store without leaving "
@@ -928,14 +928,14 @@ START_TEST(vanished_rank_fails_waiters)
 	ck_assert_msg(g.took < 5.0, "the parked get took %.1f s", g.took);
 	char buf[400];
 	uint64_t len = 0;
-	ck_assert_int_eq(accel_store_get(st0, "accel/job/failed", buf, sizeof(buf) - 1, &len, 1000,
+	ck_assert_int_eq(accelp_store_get(st0, "accel/job/failed", buf, sizeof(buf) - 1, &len, 1000,
 	                                 &err), ACCEL_OK);
 	buf[len] = 0;
 	ck_assert_str_eq(buf, why);
 	char out[64];
 	ck_assert_int_eq(join(&rs, 0, out, sizeof(out)), 0);
 	double t0 = now_s();
-	accel_store_free(st0);
+	accelp_store_free(st0);
 	ck_assert_msg(now_s() - t0 < 5.0, "rank 0's store took %.1f s to stop", now_s() - t0);
 }
 END_TEST
@@ -948,22 +948,22 @@ START_TEST(rank0_failure_reaches_waiters)
 	int port = free_port();
 	accel_err err = {0};
 	accel_store *st0 = NULL, *st1 = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st0, &err), ACCEL_OK);
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 1, 2, 20000, &st1, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 2, 20000, &st0, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 1, 2, 20000, &st1, &err), ACCEL_OK);
 	parked_get g = {.st = st1};
 	pthread_t t;
 	ck_assert_int_eq(pthread_create(&t, NULL, park_get, &g), 0);
 	usleep(200000);
-	ck_assert_int_eq(accel_store_fail(st0, "config: bad value"), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_fail(st0, "config: bad value"), ACCEL_OK);
 	double t0 = now_s();
-	accel_store_free(st0); /* rank 1 is still connected */
+	accelp_store_free(st0); /* rank 1 is still connected */
 	double took = now_s() - t0;
 	pthread_join(t, NULL);
 	ck_assert_int_eq(g.rc, ACCEL_ERR_PEER);
 	ck_assert_str_eq(g.msg, "store get 'never-set' (rank 1) cannot complete: rank 0 failed: "
 	                 "config: bad value");
 	ck_assert_msg(took < 5.0, "rank 0's store took %.1f s to stop (timeout 20 s)", took);
-	accel_store_free(st1);
+	accelp_store_free(st1);
 }
 END_TEST
 
@@ -1044,11 +1044,11 @@ START_TEST(unread_replies_are_not_queued)
 	int port = free_port();
 	accel_err err = {0};
 	accel_store *st = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 2, 20000, &st, &err), ACCEL_OK);
 	size_t vl = 4u << 20;
 	void *v = calloc(1, vl);
 	ck_assert_ptr_nonnull(v);
-	ck_assert_int_eq(accel_store_set(st, "big", v, vl, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_set(st, "big", v, vl, &err), ACCEL_OK);
 	free(v);
 	long before = rss_kb();
 	int fd = raw_client(port, 1, 2);
@@ -1061,9 +1061,9 @@ START_TEST(unread_replies_are_not_queued)
 	ck_assert_msg(grew < 64 * 1024, "rank 0 grew by %ld MiB", grew / 1024);
 	/* the store still serves the others */
 	int64_t val;
-	ck_assert_int_eq(accel_store_add(st, "ctr", 1, &val, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_add(st, "ctr", 1, &val, &err), ACCEL_OK);
 	close(fd);
-	accel_store_free(st);
+	accelp_store_free(st);
 }
 END_TEST
 
@@ -1075,7 +1075,7 @@ START_TEST(client_sending_while_parked_is_dropped)
 	int port = free_port();
 	accel_err err = {0};
 	accel_store *st = NULL;
-	ck_assert_int_eq(accel_store_new("127.0.0.1", port, 0, 2, 20000, &st, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_store_new("127.0.0.1", port, 0, 2, 20000, &st, &err), ACCEL_OK);
 	int fd = raw_client(port, 1, 2);
 	unsigned char fr[64];
 	size_t fl = get_frame(fr, "never", 60000);
@@ -1095,8 +1095,8 @@ START_TEST(client_sending_while_parked_is_dropped)
 	ck_assert_int_le(recv(fd, b, sizeof(b), 0), 0);
 	close(fd);
 	int64_t val;
-	ck_assert_int_eq(accel_store_add(st, "ctr", 1, &val, &err), ACCEL_OK);
-	accel_store_free(st);
+	ck_assert_int_eq(accelp_store_add(st, "ctr", 1, &val, &err), ACCEL_OK);
+	accelp_store_free(st);
 }
 END_TEST
 

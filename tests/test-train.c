@@ -128,7 +128,7 @@ START_TEST(empty_model)
 	expect_err(ctx, accel_prepare(ctx), ACCEL_ERR_STATE, "no parameters");
 	accel_ctx_free(ctx);
 	ck_assert_ptr_null(accel_ctx_free(NULL));
-	ck_assert_ptr_null(accel_train_free(NULL));
+	ck_assert_ptr_null(accelp_train_free(NULL));
 }
 END_TEST
 
@@ -208,12 +208,12 @@ START_TEST(initial_values)
 	 * also converted to bf16. */
 	float part[100];
 	accel_view pv = {sizeof(pv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, part, 100};
-	ck_assert_int_eq(accel_train_param_init(ctx->train, pn, 12345, &pv), ACCEL_OK);
+	ck_assert_int_eq(accelp_train_param_init(ctx->train, pn, 12345, &pv), ACCEL_OK);
 	for (int i = 0; i < 100; i++)
 		ck_assert_float_eq(part[i], v[12345 + i]);
 	uint16_t half[100];
 	accel_view hv = {sizeof(hv), ACCEL_DTYPE_BF16, ACCEL_DEVICE_CPU, 0, half, 100};
-	ck_assert_int_eq(accel_train_param_init(ctx->train, pn, 12345, &hv), ACCEL_OK);
+	ck_assert_int_eq(accelp_train_param_init(ctx->train, pn, 12345, &hv), ACCEL_OK);
 	for (int i = 0; i < 100; i++) {
 		uint32_t bits = (uint32_t)half[i] << 16;
 		float f;
@@ -221,9 +221,9 @@ START_TEST(initial_values)
 		ck_assert_float_eq_tol(f, v[12345 + i], fabsf(v[12345 + i]) * 0.008f);
 	}
 	pv.numel = 10;
-	expect_err(ctx, accel_train_param_init(ctx->train, pn, 19995, &pv), ACCEL_ERR_INVALID_ARG,
+	expect_err(ctx, accelp_train_param_init(ctx->train, pn, 19995, &pv), ACCEL_ERR_INVALID_ARG,
 	           "outside its 20000 elements");
-	expect_err(ctx, accel_train_param_init(ctx->train, 77, 0, &pv), ACCEL_ERR_INVALID_ARG,
+	expect_err(ctx, accelp_train_param_init(ctx->train, 77, 0, &pv), ACCEL_ERR_INVALID_ARG,
 	           "out of range");
 	accel_ctx_free(ctx);
 
@@ -298,7 +298,7 @@ START_TEST(sgd_accumulation)
 		}
 	}
 	ck_assert_uint_eq(accel_get_step(ctx), 2);
-	ck_assert_uint_eq(accel_train_step_count(ctx->train), 2);
+	ck_assert_uint_eq(accelp_train_step_count(ctx->train), 2);
 	accel_step_report rep = {.struct_size = sizeof(rep)};
 	ck_assert_int_eq(accel_last_step(ctx, &rep), ACCEL_OK);
 	ck_assert_uint_eq(rep.step, 2);
@@ -494,7 +494,7 @@ START_TEST(no_decay_groups)
 	add(ctx, "a", "fc.bias", 2, &c, &b);
 	add(ctx, "a", "norm.weight", 2, &c, &n);
 	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
-	const accel_model_v1 *m = accel_train_model(ctx->train);
+	const accel_model_v1 *m = accelp_train_model(ctx->train);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_uint_eq(m->params[w].group, 0);
 	ck_assert_uint_eq(m->params[b].group, 1);
@@ -734,7 +734,7 @@ START_TEST(accumulation_no_comm)
 			ck_assert_int_eq(accel_unit_post_backward(ctx, (uint32_t)u), ACCEL_OK);
 		ck_assert_uint_eq(d->reductions, (uint64_t)(m / 4 + (m % 4 == 3)) * 2);
 		ck_assert_int_eq(accel_step(ctx), ACCEL_OK);
-		ck_assert_uint_eq(accel_train_micro_step(ctx->train), (uint32_t)((m + 1) % 4));
+		ck_assert_uint_eq(accelp_train_micro_step(ctx->train), (uint32_t)((m + 1) % 4));
 	}
 	ck_assert_uint_eq(d->sync_steps, 2);
 	ck_assert_uint_eq(accel_get_step(ctx), 2);

@@ -37,7 +37,7 @@ static got detect(const char *const *env)
 	memset(&g, 0, sizeof(g));
 	g.port = -5;
 	g.launcher = "unset";
-	g.rc = accel_world_from_vars(fake_get, (void *)env, &g.w, g.job, sizeof(g.job), g.addr,
+	g.rc = accelp_world_from_vars(fake_get, (void *)env, &g.w, g.job, sizeof(g.job), g.addr,
 	                             sizeof(g.addr), &g.port, &g.launcher, &g.err);
 	return g;
 }
@@ -333,13 +333,13 @@ START_TEST(process_environment)
 	int port = 0;
 	const char *l = NULL;
 	accel_err err = {0};
-	ck_assert_int_eq(accel_world_from_env(&w, NULL, 0, NULL, 0, &port, &l, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_world_from_env(&w, NULL, 0, NULL, 0, &port, &l, &err), ACCEL_OK);
 	ck_assert_int_eq(w.rank, 1);
 	ck_assert_int_eq(w.world_size, 2);
 	ck_assert_int_eq(port, 12345);
 	ck_assert_str_eq(l, "accel launch");
 	char small[4];
-	ck_assert_int_eq(accel_world_from_env(&w, small, 0, NULL, 0, NULL, NULL, &err),
+	ck_assert_int_eq(accelp_world_from_env(&w, small, 0, NULL, 0, NULL, NULL, &err),
 	                 ACCEL_ERR_INVALID_ARG);
 }
 END_TEST

@@ -320,7 +320,7 @@ static int check_view(nccl_state *st, const char *op, const char *which, const a
 		return st->host->error(st->h, ACCEL_ERR_INVALID_ARG,
 		                       "%s: %s buffer %p is labelled cuda:%d but is %s%s; "
 		                       "collectives on cuda views need device memory of this "
-		                       "rank's GPU (cudaMalloc, or accel_comm_mem_alloc)",
+		                       "rank's GPU (cudaMalloc, or accelp_comm_mem_alloc)",
 		                       op, which, v->data, v->device_index, memory_type_name(at.type),
 		                       where);
 	}

@@ -2,9 +2,9 @@
 /* tests/fuzz/fuzz-config.c: the config layers, from any bytes.
  *
  * Input: sections separated by a line "%%".  Section 0 is a config file's
- * text (accel_config_load_string); each later line is a --set assignment
- * (accel_config_set), or, when it starts with "env ", one environment entry
- * (accel_config_load_env: ACCEL_* variables and the launcher's ACCEL_SET).  A plugin section "fz" with one key of every type is
+ * text (accelp_config_load_string); each later line is a --set assignment
+ * (accelp_config_set), or, when it starts with "env ", one environment entry
+ * (accelp_config_load_env: ACCEL_* variables and the launcher's ACCEL_SET).  A plugin section "fz" with one key of every type is
  * declared, then everything is resolved, read back and dumped.  Any outcome
  * but a crash, a sanitizer report or a leak is fine: bad input must give an
  * error code with a message. */
@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	accel_config *cfg = NULL;
 	accel_err e = {0};
-	if (accel_config_new(&cfg, &e) != ACCEL_OK) {
+	if (accelp_config_new(&cfg, &e) != ACCEL_OK) {
 		free(text);
 		return 0;
 	}
@@ -56,33 +56,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		*sep = '\0';
 		sets = sep + 4;
 	}
-	int r = accel_config_load_string(cfg, text, "fuzz.json", &e);
+	int r = accelp_config_load_string(cfg, text, "fuzz.json", &e);
 	fail_check(&e, r);
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	for (char *line = sets; line && *line;) {
 		char *nl = strchr(line, '\n');
 		if (nl)
 			*nl = '\0';
 		if (!strncmp(line, "env ", 4)) {
 			char *envp[] = {line + 4, NULL};
-			r = accel_config_load_env(cfg, envp, &e);
+			r = accelp_config_load_env(cfg, envp, &e);
 			fail_check(&e, r);
-			accel_err_clear(&e);
+			accelp_err_clear(&e);
 		} else if (strcmp(line, "%%") != 0) {
-			r = accel_config_set(cfg, line, NULL, &e);
+			r = accelp_config_set(cfg, line, NULL, &e);
 			fail_check(&e, r);
-			accel_err_clear(&e);
+			accelp_err_clear(&e);
 		}
 		line = nl ? nl + 1 : NULL;
 	}
-	r = accel_config_add_schema(cfg, "fz", "fuzz", schema, sizeof(schema) / sizeof(schema[0]), 1,
+	r = accelp_config_add_schema(cfg, "fz", "fuzz", schema, sizeof(schema) / sizeof(schema[0]), 1,
 	                            &e);
 	fail_check(&e, r);
-	accel_err_clear(&e);
+	accelp_err_clear(&e);
 	FILE *sink = fopen("/dev/null", "w");
 	if (sink)
-		accel_config_dump(cfg, sink, 0, 1);
-	r = accel_config_resolve(cfg, &e);
+		accelp_config_dump(cfg, sink, 0, 1);
+	r = accelp_config_resolve(cfg, &e);
 	fail_check(&e, r);
 	if (r == ACCEL_OK) {
 		int32_t b;
@@ -90,25 +90,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		double d;
 		const char *s;
 		uint32_t n = 0;
-		accel_config_get_bool(cfg, "fz.flag", &b);
-		accel_config_get_int(cfg, "fz.n", &i);
-		accel_config_get_double(cfg, "fz.nested.x", &d);
-		accel_config_get_string(cfg, "fz.name", &s);
-		accel_config_get_string(cfg, "fz.dev", &s);
-		if (accel_config_get_count(cfg, "fz.list", &n) == ACCEL_OK)
+		accelp_config_get_bool(cfg, "fz.flag", &b);
+		accelp_config_get_int(cfg, "fz.n", &i);
+		accelp_config_get_double(cfg, "fz.nested.x", &d);
+		accelp_config_get_string(cfg, "fz.name", &s);
+		accelp_config_get_string(cfg, "fz.dev", &s);
+		if (accelp_config_get_count(cfg, "fz.list", &n) == ACCEL_OK)
 			for (uint32_t k = 0; k < n; k++)
-				accel_config_get_strlist(cfg, "fz.list", k, &s);
-		accel_config_get_string(cfg, "backend", &s);
-		accel_config_get_strlist(cfg, "plugins", 0, &s);
-		accel_config_source(cfg, "fz.n");
+				accelp_config_get_strlist(cfg, "fz.list", k, &s);
+		accelp_config_get_string(cfg, "backend", &s);
+		accelp_config_get_strlist(cfg, "plugins", 0, &s);
+		accelp_config_source(cfg, "fz.n");
 		if (sink) {
-			accel_config_dump(cfg, sink, 1, 1);
-			accel_config_dump_json(cfg, sink, 1, 1);
+			accelp_config_dump(cfg, sink, 1, 1);
+			accelp_config_dump_json(cfg, sink, 1, 1);
 		}
 	}
 	if (sink)
 		fclose(sink);
-	accel_config_free(cfg);
+	accelp_config_free(cfg);
 	free(text);
 	return 0;
 }

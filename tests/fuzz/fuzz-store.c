@@ -26,7 +26,7 @@ static int port;
 
 static void stop(void)
 {
-	store = accel_store_free(store);
+	store = accelp_store_free(store);
 }
 
 static int free_port(void)
@@ -48,9 +48,9 @@ static void start(void)
 	accel_err e = {0};
 	for (int tries = 0; tries < 20 && !store; tries++) {
 		port = free_port();
-		if (port > 0 && accel_store_new("127.0.0.1", port, 0, 2, 2000, &store, &e) != ACCEL_OK) {
+		if (port > 0 && accelp_store_new("127.0.0.1", port, 0, 2, 2000, &store, &e) != ACCEL_OK) {
 			store = NULL;
-			accel_err_clear(&e);
+			accelp_err_clear(&e);
 		}
 	}
 	if (!store) {
@@ -89,8 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	accel_err e = {0};
 	char val[8] = {0};
 	uint64_t len = 0;
-	if (accel_store_set(store, "fuzz/alive", "yes", 3, &e) != ACCEL_OK ||
-	    accel_store_get(store, "fuzz/alive", val, sizeof(val), &len, 0, &e) != ACCEL_OK ||
+	if (accelp_store_set(store, "fuzz/alive", "yes", 3, &e) != ACCEL_OK ||
+	    accelp_store_get(store, "fuzz/alive", val, sizeof(val), &len, 0, &e) != ACCEL_OK ||
 	    len != 3 || memcmp(val, "yes", 3)) {
 		fprintf(stderr, "fuzz-store: the server stopped serving: %s\n", e.msg);
 		abort();

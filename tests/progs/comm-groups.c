@@ -318,7 +318,7 @@ int main(int argc, char **argv)
 		return 3;
 	}
 	g_rank = accel_rank(g_ctx);
-	H = accel_host_table();
+	H = accelp_host_table();
 	g_h = (struct accel_host){.ctx = g_ctx, .name = "comm-groups"};
 	int victim = argc > 2 ? atoi(argv[2]) : 3;
 	int rc = 2;
@@ -330,7 +330,7 @@ int main(int argc, char **argv)
 		rc = mode_late(victim, 1);
 	if (rc == 0)
 		fprintf(stderr, "[rank %d] comm-groups %s: ok (backend %s)\n", g_rank, argv[1],
-		        accel_comm_backend_name(g_ctx->comm));
+		        accelp_comm_backend_name(g_ctx->comm));
 	accel_ctx_free(g_ctx);
 	return rc;
 }

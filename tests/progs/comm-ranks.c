@@ -77,34 +77,34 @@ static double now_s(void)
 
 static int c_wait(accel_ctx *ctx, int st, accel_req **req)
 {
-	return st ? st : accel_comm_wait(ctx->comm, *req);
+	return st ? st : accelp_comm_wait(ctx->comm, *req);
 }
 static int c_allreduce(void *p, const accel_view *s, const accel_view *r, uint32_t op)
 {
 	accel_ctx *ctx = p;
 	accel_req *req = NULL;
-	int st = accel_comm_allreduce(ctx->comm, s, r, op, &req);
+	int st = accelp_comm_allreduce(ctx->comm, s, r, op, &req);
 	return c_wait(ctx, st, &req);
 }
 static int c_reduce_scatter(void *p, const accel_view *s, const accel_view *r, uint32_t op)
 {
 	accel_ctx *ctx = p;
 	accel_req *req = NULL;
-	int st = accel_comm_reduce_scatter(ctx->comm, s, r, op, &req);
+	int st = accelp_comm_reduce_scatter(ctx->comm, s, r, op, &req);
 	return c_wait(ctx, st, &req);
 }
 static int c_allgather(void *p, const accel_view *s, const accel_view *r)
 {
 	accel_ctx *ctx = p;
 	accel_req *req = NULL;
-	int st = accel_comm_allgather(ctx->comm, s, r, &req);
+	int st = accelp_comm_allgather(ctx->comm, s, r, &req);
 	return c_wait(ctx, st, &req);
 }
 static int c_broadcast(void *p, const accel_view *b, int root)
 {
 	accel_ctx *ctx = p;
 	accel_req *req = NULL;
-	int st = accel_comm_broadcast(ctx->comm, b, root, &req);
+	int st = accelp_comm_broadcast(ctx->comm, b, root, &req);
 	return c_wait(ctx, st, &req);
 }
 static const char *c_errmsg(void *p)
@@ -118,12 +118,12 @@ static void c_clear(void *p)
 static int c_alloc(void *p, uint64_t bytes, void **ret)
 {
 	accel_ctx *ctx = p;
-	return accel_comm_mem_alloc(ctx->comm, ACCEL_DEVICE_CPU, 0, bytes, ret);
+	return accelp_comm_mem_alloc(ctx->comm, ACCEL_DEVICE_CPU, 0, bytes, ret);
 }
 static void c_free(void *p, void *ptr)
 {
 	accel_ctx *ctx = p;
-	accel_comm_mem_free(ctx->comm, ptr);
+	accelp_comm_mem_free(ctx->comm, ptr);
 }
 static const comm_check_ops k_core_ops = {
 	c_allreduce, c_reduce_scatter, c_allgather, c_broadcast, c_errmsg, c_clear, c_alloc, c_free,
@@ -164,8 +164,8 @@ static int mode_matrix(accel_ctx *ctx, uint64_t maxn)
 	                 .sizes = sizes, .n_sizes = n_sizes, .all_reds_large = world == 2};
 	int failures = comm_check_matrix(&cc);
 	void *probe = NULL;
-	if (accel_comm_mem_alloc(ctx->comm, ACCEL_DEVICE_CPU, 0, 64, &probe) == ACCEL_OK && probe) {
-		accel_comm_mem_free(ctx->comm, probe);
+	if (accelp_comm_mem_alloc(ctx->comm, ACCEL_DEVICE_CPU, 0, 64, &probe) == ACCEL_OK && probe) {
+		accelp_comm_mem_free(ctx->comm, probe);
 		cc.use_mem = 1;
 		failures += comm_check_matrix(&cc);
 	}
@@ -176,7 +176,7 @@ static int mode_matrix(accel_ctx *ctx, uint64_t maxn)
 	failures += comm_check_matrix(&cc);
 	char msg[128];
 	snprintf(msg, sizeof(msg), "%d failures, backend %s", failures,
-	         accel_comm_backend_name(ctx->comm));
+	         accelp_comm_backend_name(ctx->comm));
 	report("matrix", failures ? ACCEL_ERR_COMM : ACCEL_OK, 0, msg);
 	return failures ? 1 : 0;
 }
@@ -193,16 +193,16 @@ static int mode_kill(accel_ctx *ctx, int victim)
 	 * (it SIGKILLs after its grace period). */
 	if (g_rank != victim)
 		signal(SIGTERM, SIG_IGN);
-	if (accel_comm_barrier(ctx->comm, NULL))
+	if (accelp_comm_barrier(ctx->comm, NULL))
 		return 1;
 	double t0 = now_s();
-	int st = accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
+	int st = accelp_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
 	if (g_rank == victim) {
 		usleep(3000);
 		raise(SIGKILL);
 	}
 	if (!st)
-		st = accel_comm_wait(ctx->comm, req);
+		st = accelp_comm_wait(ctx->comm, req);
 	report("kill", st, now_s() - t0, accel_errmsg(ctx));
 	free(x);
 	return 0;
@@ -238,10 +238,10 @@ static int mode_mismatch(accel_ctx *ctx, int victim)
 		return 1;
 	double t0 = now_s();
 	accel_req *req = NULL;
-	int st = g_rank == victim ? accel_comm_allgather(ctx->comm, &v, &g, &req)
-	                          : accel_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
+	int st = g_rank == victim ? accelp_comm_allgather(ctx->comm, &v, &g, &req)
+	                          : accelp_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &req);
 	if (!st)
-		st = accel_comm_wait(ctx->comm, req);
+		st = accelp_comm_wait(ctx->comm, req);
 	report("mismatch", st, now_s() - t0, accel_errmsg(ctx));
 	return 0;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/progs/launch-store.c: a rank program for the `accel launch` tests
- * that finds its place with accel_world_from_env() and meets the other
+ * that finds its place with accelp_world_from_env() and meets the other
  * ranks through the rendezvous store, the way the core bootstraps. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,7 +20,7 @@ static accel_store *st;
 		if (!(cond)) {                                         \
 			fprintf(stderr, __VA_ARGS__);                      \
 			fputc('\n', stderr);                               \
-			st = accel_store_free(st);                         \
+			st = accelp_store_free(st);                         \
 			return 1;                                          \
 		}                                                      \
 	} while (0)
@@ -36,20 +36,20 @@ int main(int argc, char **argv)
 	char job[ACCEL_WORLD_JOB_ID_MAX], addr[ACCEL_WORLD_ADDR_MAX];
 	int port;
 	const char *launcher;
-	int rc = accel_world_from_env(&w, job, sizeof(job), addr, sizeof(addr), &port, &launcher,
+	int rc = accelp_world_from_env(&w, job, sizeof(job), addr, sizeof(addr), &port, &launcher,
 	                              &err);
 	CHECK(rc == ACCEL_OK, "world: %s", err.msg);
 	CHECK(!strcmp(launcher, "accel launch"), "launcher '%s'", launcher);
 	CHECK(w.local_rank == w.rank % w.local_world_size, "local rank %d", w.local_rank);
-	rc = accel_store_new(addr, port, w.rank, w.world_size, 10000, &st, &err);
+	rc = accelp_store_new(addr, port, w.rank, w.world_size, 10000, &st, &err);
 	CHECK(rc == ACCEL_OK, "store: %s", err.msg);
 	char key[128], val[64];
 	snprintf(key, sizeof(key), "%s/rank/%d", job, w.rank);
 	snprintf(val, sizeof(val), "hello from %d", w.rank);
-	CHECK(accel_store_set(st, key, val, strlen(val), &err) == ACCEL_OK, "set: %s", err.msg);
+	CHECK(accelp_store_set(st, key, val, strlen(val), &err) == ACCEL_OK, "set: %s", err.msg);
 	int64_t v;
-	CHECK(accel_store_add(st, "count", w.rank + 1, &v, &err) == ACCEL_OK, "add: %s", err.msg);
-	CHECK(accel_store_barrier(st, "after-set", -1, &err) == ACCEL_OK, "barrier: %s", err.msg);
+	CHECK(accelp_store_add(st, "count", w.rank + 1, &v, &err) == ACCEL_OK, "add: %s", err.msg);
+	CHECK(accelp_store_barrier(st, "after-set", -1, &err) == ACCEL_OK, "barrier: %s", err.msg);
 	if (w.rank == die) {
 		printf("rank %d dies now\n", w.rank);
 		fflush(stdout);
@@ -60,23 +60,23 @@ int main(int argc, char **argv)
 		uint64_t len;
 		snprintf(key, sizeof(key), "%s/rank/%d", job, r);
 		snprintf(want, sizeof(want), "hello from %d", r);
-		CHECK(accel_store_get(st, key, buf, sizeof(buf) - 1, &len, 0, &err) == ACCEL_OK,
+		CHECK(accelp_store_get(st, key, buf, sizeof(buf) - 1, &len, 0, &err) == ACCEL_OK,
 		      "get: %s", err.msg);
 		CHECK(!strcmp(buf, want), "rank %d read '%s' for rank %d", w.rank, buf, r);
 	}
 	char cnt[32] = {0};
 	uint64_t len;
-	CHECK(accel_store_get(st, "count", cnt, sizeof(cnt) - 1, &len, 0, &err) == ACCEL_OK,
+	CHECK(accelp_store_get(st, "count", cnt, sizeof(cnt) - 1, &len, 0, &err) == ACCEL_OK,
 	      "get count: %s", err.msg);
 	long want = (long)w.world_size * (w.world_size + 1) / 2;
 	CHECK(atol(cnt) == want, "count %s, want %ld", cnt, want);
-	if (accel_store_barrier(st, "end", -1, &err) != ACCEL_OK && die >= 0) {
+	if (accelp_store_barrier(st, "end", -1, &err) != ACCEL_OK && die >= 0) {
 		/* The rank that died is the failure the launcher should report
 		 * first: leave its exit time to be reaped before this consequence. */
 		usleep(300000);
 	}
 	CHECK(err.code == ACCEL_OK, "barrier: %s", err.msg);
-	st = accel_store_free(st);
+	st = accelp_store_free(st);
 	printf("store ok rank=%d world=%d count=%s\n", w.rank, w.world_size, cnt);
 	return 0;
 }

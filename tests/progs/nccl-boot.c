@@ -84,22 +84,22 @@ int main(int argc, char **argv)
 	int rc = accel_ctx_new(&o, &ctx);
 	CHECK(rc == ACCEL_OK, "accel_ctx_new: %s", ctx ? accel_errmsg(ctx) : accel_status_str(rc));
 	if (rc == ACCEL_OK) {
-		CHECK(!strcmp(accel_comm_backend_name(ctx->comm), "mpi"),
-		      "host backend %s, expected mpi", accel_comm_backend_name(ctx->comm));
+		CHECK(!strcmp(accelp_comm_backend_name(ctx->comm), "mpi"),
+		      "host backend %s, expected mpi", accelp_comm_backend_name(ctx->comm));
 		CHECK((ctx->store != NULL) == want_store, "store %s in mode %s",
 		      ctx->store ? "present" : "absent", mode);
 		host_sum(ctx, world, "before");
-		uint64_t seq0 = accel_comm_seq(ctx->comm);
+		uint64_t seq0 = accelp_comm_seq(ctx->comm);
 
 		unsigned char got[4 + 128];
 		memset(got, 0xee, sizeof(got));
 		accel_view v = {.struct_size = sizeof(v), .dtype = ACCEL_DTYPE_U8,
 		                .device = ACCEL_DEVICE_CUDA, .device_index = 0, .data = got,
 		                .numel = sizeof(got)};
-		rc = accel_comm_broadcast(ctx->comm, &v, 0, NULL);
+		rc = accelp_comm_broadcast(ctx->comm, &v, 0, NULL);
 		CHECK(rc == ACCEL_OK, "device broadcast (brings fxdev up): %s", accel_errmsg(ctx));
 		/* the store path spends no host collective; the broadcast path one */
-		uint64_t host_ops = accel_comm_seq(ctx->comm) - seq0 - 1;
+		uint64_t host_ops = accelp_comm_seq(ctx->comm) - seq0 - 1;
 		CHECK(host_ops == (uint64_t)(want_store ? 0 : 1),
 		      "%llu host collectives spent on the bootstrap in mode %s",
 		      (unsigned long long)host_ops, mode);
