@@ -40,6 +40,7 @@
 #include "backends/common/half.h"
 #include "comm.h"
 #include "ctx-impl.h"
+#include "cuda_probe.h"
 
 #include "launch-ranks.h"
 #include "progs/comm-check.h"
@@ -962,6 +963,12 @@ START_TEST(core_refuses_bad_arguments)
 	accel_ctx *ctx = NULL;
 	ck_assert_int_eq(accel_ctx_new(&o, &ctx), ACCEL_OK);
 	float x[9] = {0};
+	accelp_cuda_info probe;
+	uint32_t offered = 0;
+	int32_t cc = 0;
+	accelp_cuda_probe(&probe);
+	accelp_cuda_offered(&probe, &offered, &cc);
+	int gpu = (offered & ACCEL_REQ_CUDA) != 0;
 	/* 1: 8 floats, 2: 3 floats, 3: u8, 4: dtype 77, 5: on cuda:0, 6: NULL
 	 * data, 7: struct_size 8, 8: x + 1 (overlaps 1) */
 	accel_view vs[9];
@@ -1006,9 +1013,13 @@ START_TEST(core_refuses_bad_arguments)
 		case 3: rc = accelp_comm_broadcast(ctx->comm, s, k->root, &req); break;
 		default: rc = accelp_comm_wait(ctx->comm, NULL); break;
 		}
-		ck_assert_msg(rc == k->code && strstr(accel_errmsg(ctx), k->needle),
-		              "case %zu: status %d (want %d), message '%s' (want '%s')", i, rc,
-		              k->code, accel_errmsg(ctx), k->needle);
+		if (i == 5 && gpu)   /* staged for real: x is host memory, refused */
+			ck_assert_msg(rc != ACCEL_OK, "case 5 on a GPU: a host pointer in a CUDA view "
+			              "was accepted");
+		else
+			ck_assert_msg(rc == k->code && strstr(accel_errmsg(ctx), k->needle),
+			              "case %zu: status %d (want %d), message '%s' (want '%s')", i, rc,
+			              k->code, accel_errmsg(ctx), k->needle);
 		ck_assert_ptr_null(req);
 	}
 	accel_clear_error(ctx);
