@@ -50,6 +50,7 @@ typedef struct options {
 	int log_every;
 	const char *save_init;
 	const char *save_final;
+	const char *save_final_ranks;   /* PREFIX: rank r writes PREFIX.rank<r>.safetensors */
 	const char *config;
 	const char *metrics;
 	const char *device;     /* NULL / "cpu", "cuda" or "cuda:N" */
@@ -86,6 +87,9 @@ static void usage(FILE *out)
 	        "  --save-init DIR    write DIR/init.safetensors (initial parameters) and\n"
 	        "                     DIR/data.safetensors (x [N,D] f32, y [N] i64)\n"
 	        "  --save-final FILE  write the trained parameters to FILE (safetensors)\n"
+	        "  --save-final-ranks PREFIX\n"
+	        "                     every process (rank r) writes its trained parameters to\n"
+	        "                     PREFIX.rank<r>.safetensors, to compare the ranks\n"
 	        "  --metrics FILE     also write the progress as JSON lines to FILE ('-': stdout)\n"
 	        "  --config FILE      accel configuration (default: ACCEL_CONFIG, ./accel.json, ...)\n"
 	        "  --set KEY=VALUE    override a configuration key (repeatable)\n");
@@ -120,8 +124,8 @@ static int parse_double(const char *flag, const char *v, double *ret)
 
 static int is_path_option(const char *a)
 {
-	return !strcmp(a, "--save-init") || !strcmp(a, "--save-final") || !strcmp(a, "--metrics") ||
-	       !strcmp(a, "--config");
+	return !strcmp(a, "--save-init") || !strcmp(a, "--save-final") ||
+	       !strcmp(a, "--save-final-ranks") || !strcmp(a, "--metrics") || !strcmp(a, "--config");
 }
 
 /* 0 ok, 1 exit successfully (help), -1 usage error. */
@@ -194,6 +198,8 @@ static int parse_args(int argc, char **argv, options *o)
 			o->save_init = v;
 		} else if (!strcmp(a, "--save-final")) {
 			o->save_final = v;
+		} else if (!strcmp(a, "--save-final-ranks")) {
+			o->save_final_ranks = v;
 		} else if (!strcmp(a, "--metrics")) {
 			o->metrics = v;
 		} else if (!strcmp(a, "--config")) {
@@ -294,6 +300,23 @@ static int bad_output(const char *path, const char *opt, int dir, const char *ma
 		return 1;
 	}
 	return 0;
+}
+
+/* --save-final-ranks PREFIX: rank 0's file stands for all of them (they
+ * share the directory); a prefix that leaves no room for the suffix is
+ * refused here rather than cut short at the end. */
+static int bad_ranks_output(const char *prefix, const char *made_dir)
+{
+	char path[4096];
+	if (!prefix)
+		return 0;
+	if (strlen(prefix) > sizeof(path) - 64) {
+		fprintf(stderr, "train_mlp: --save-final-ranks: the prefix is longer than %zu bytes\n",
+		        sizeof(path) - 64);
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s.rank0.safetensors", prefix);
+	return bad_output(path, "--save-final-ranks", 0, made_dir);
 }
 
 /* The program's state: the model as registered with accel, and buffers. */
@@ -517,11 +540,15 @@ static int evaluate(trainer *t, const mlp_data *d, int set, double *ret_loss, do
 	return 0;
 }
 
-/* Full parameters to a safetensors file, written by the main process.  The
- * unit hooks make sharded strategies gather each unit's parameters. */
-static int save_params(trainer *t, const char *path, const char *const *meta, int n_meta)
+/* Full parameters to a safetensors file, written by the main process, or
+ * by every process when `every_rank` (each to its own path).  The unit
+ * hooks make sharded strategies gather each unit's parameters; every
+ * process calls this either way, since the gathering is collective. */
+static int save_params(trainer *t, const char *path, const char *const *meta, int n_meta,
+                       int every_rank)
 {
-	int main_proc = accel_is_main(t->ctx), rc, ret = -1, n = 2 * t->shape.n_layers;
+	int writer = every_rank || accel_is_main(t->ctx), rc, ret = -1,
+	    n = 2 * t->shape.n_layers;
 	st_tensor *ts = calloc((size_t)n, sizeof(*ts));
 	float **copies = calloc((size_t)n, sizeof(*copies));
 	char (*names)[32] = calloc((size_t)n, sizeof(*names));
@@ -535,7 +562,7 @@ static int save_params(trainer *t, const char *path, const char *const *meta, in
 			fail(t, "gathering parameters", rc);
 			goto out;
 		}
-		for (int j = 0; j < 2 && main_proc; j++) {
+		for (int j = 0; j < 2 && writer; j++) {
 			uint32_t p = j ? t->bias[l] : t->weight[l];
 			int k = 2 * l + j;
 			size_t numel = (size_t)accel_param_numel(t->ctx, p);
@@ -571,7 +598,7 @@ static int save_params(trainer *t, const char *path, const char *const *meta, in
 			goto out;
 		}
 	}
-	if (main_proc && st_write(path, ts, n, meta, n_meta, err, sizeof(err))) {
+	if (writer && st_write(path, ts, n, meta, n_meta, err, sizeof(err))) {
 		fprintf(stderr, "train_mlp: %s\n", err);
 		goto out;
 	}
@@ -780,6 +807,7 @@ int main(int argc, char **argv)
 	if (accel_is_main(t.ctx)) {
 		if (bad_output(o.save_init, "--save-init", 1, NULL) ||
 		    bad_output(o.save_final, "--save-final", 0, o.save_init) ||
+		    bad_ranks_output(o.save_final_ranks, o.save_init) ||
 		    (metrics_file && strcmp(metrics_file, "-") &&
 		     bad_output(metrics_file, o.metrics ? "--metrics" : "metrics_file", 2, o.save_init)))
 			verdict = 2;
@@ -866,7 +894,7 @@ int main(int argc, char **argv)
 	if (o.save_init) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/init.safetensors", o.save_init);
-		if (save_params(&t, path, meta_init, 4))
+		if (save_params(&t, path, meta_init, 4, 0))
 			goto out;
 		if (accel_is_main(t.ctx) && save_data(o.save_init, &train, meta_init + 4, 2))
 			goto out;
@@ -1016,9 +1044,22 @@ int main(int argc, char **argv)
 		snprintf(stepsstr, sizeof(stepsstr), "%ld", done);
 		const char *meta_final[] = {"format", "pt", "producer", "accel train_mlp", "dims", dims,
 		                            "seed", seedstr, "steps", stepsstr};
-		if (save_params(&t, o.save_final, meta_final, 5))
+		if (save_params(&t, o.save_final, meta_final, 5, 0))
 			goto out;
 		accel_print(t.ctx, "saved %s\n", o.save_final);
+	}
+	if (o.save_final_ranks) {
+		char path[4096], rankstr[16];
+		snprintf(stepsstr, sizeof(stepsstr), "%ld", done);
+		snprintf(rankstr, sizeof(rankstr), "%d", accel_rank(t.ctx));
+		snprintf(path, sizeof(path), "%s.rank%d.safetensors", o.save_final_ranks,
+		         accel_rank(t.ctx));
+		const char *meta_final[] = {"format", "pt", "producer", "accel train_mlp", "dims", dims,
+		                            "seed", seedstr, "steps", stepsstr, "rank", rankstr};
+		if (save_params(&t, path, meta_final, 6, 1))
+			goto out;
+		accel_print(t.ctx, "saved %s.rank<r>.safetensors, r < %d\n", o.save_final_ranks,
+		            world);
 	}
 	if (fflush(stdout) != 0 || ferror(stdout)) {   /* --json into a full disk, say */
 		fprintf(stderr, "train_mlp: writing the output failed: %s\n", strerror(errno));
