@@ -37,6 +37,8 @@ expect 2 "cannot write in $tmp/missing" $T $small --save-final "$tmp/missing/w.s
 touch "$tmp/file"
 expect 2 "--save-init $tmp/file: it exists and is not a directory" $T $small --save-init "$tmp/file"
 expect 2 "--save-final needs a path, not the option '--json'" $T $small --save-final --json
+expect 2 "--save-final-ranks needs a path, not the option '--json'" $T $small --save-final-ranks --json
+expect 2 "cannot write in $tmp/missing" $T $small --save-final-ranks "$tmp/missing/w"
 [ ! -e "$tmp/--json" ] || fail "a file named --json was written"
 expect 2 "--set needs KEY=VALUE, got 'seed'" $T $small --set seed
 
