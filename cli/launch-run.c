@@ -31,6 +31,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "backends/common/launch-env.h"
 #include "comm.h"
 #include "launch.h"
 #include "select.h"
@@ -408,13 +409,18 @@ static void comm_cleanup(launcher *L)
 		return;
 	int32_t *ranks = calloc((size_t)L->n, sizeof(*ranks));
 	int64_t *pids = calloc((size_t)L->n, sizeof(*pids));
-	const char *job_id = NULL;
-	for (char **e = L->spec->envp[0]; e && *e && !job_id; e++)
-		if (!strncmp(*e, "ACCEL_JOB_ID=", 13))
-			job_id = *e + 13;
-	/* the loader a rank's context sets up (the config's plugin_dirs when
-	 * it can be read) */
-	accelp_setup_opts so = {.config_optional = 1};
+	const char *job_id = NULL, *config = NULL;
+	for (char **e = L->spec->envp[0]; e && *e; e++) {
+		if (!strncmp(*e, ACCEL_ENV_JOB_ID "=", sizeof(ACCEL_ENV_JOB_ID)))
+			job_id = *e + sizeof(ACCEL_ENV_JOB_ID);
+		else if (!strncmp(*e, ACCEL_ENV_CONFIG "=", sizeof(ACCEL_ENV_CONFIG)))
+			config = *e + sizeof(ACCEL_ENV_CONFIG);
+	}
+	/* the loader a rank's context sets up: the job's config (--config, as
+	 * the ranks got it), so its plugin_dirs are searched too; one that
+	 * cannot be read leaves the default directories */
+	accelp_setup_opts so = {.config_optional = 1, .config_path = config,
+	                        .config_path_from = "accel launch --config"};
 	accelp_setup s;
 	accel_err err;
 	accelp_err_clear(&err);

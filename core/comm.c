@@ -23,6 +23,7 @@
 #include "loader.h"
 #include "log.h"
 #include "select.h"
+#include "train.h"
 
 #define GROUP_TAG_MAX 96
 
@@ -333,11 +334,13 @@ accel_comm *accelp_comm_free(accel_comm *c)
 		if (c->allocs[i].be->vt->mem_free)
 			c->allocs[i].be->vt->mem_free(c->allocs[i].be->state, c->allocs[i].ptr);
 	free(c->allocs);
-	c->stage = comm_stage_pool_free(c->stage);
 	if (c->dev.up)
 		c->dev.vt->fini(c->dev.state);
 	if (c->cpu.up)
 		c->cpu.vt->fini(c->cpu.state);
+	/* after the backends: a request never waited for may have had them
+	 * write into its staging buffer until fini */
+	c->stage = comm_stage_pool_free(c->stage);
 	/* The backends released their own requests in fini. */
 	size_t never = 0;
 	for (accel_req *q = c->live, *nx; q; q = nx) {
@@ -804,11 +807,17 @@ int accelp_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
 		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
 		                     "test: %p is not a collective in flight on this context (waited "
 		                     "for already?)", (void *)req);
-	if (!req->breq) {
-		*ret_done = 1;
-		return ACCEL_OK;
-	}
-	return req->be->vt->test(req->state, req->breq, ret_done);
+	int32_t done = 1;
+	int r = req->breq ? req->be->vt->test(req->state, req->breq, &done) : ACCEL_OK;
+	if (r)
+		return r;
+	/* a staged result reaches the device buffer now, so whatever runs on
+	 * "done" (req_on_done callbacks) sees it; wait() then has nothing left
+	 * to copy */
+	if (done && (r = comm_stage_out(&req->stage, 1, &c->ctx->err)))
+		return r;
+	*ret_done = done;
+	return ACCEL_OK;
 }
 
 int accelp_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, uint64_t bytes,
@@ -819,6 +828,12 @@ int accelp_comm_mem_alloc(accel_comm *c, int32_t device, int32_t device_index, u
 	comm_backend *be = NULL;
 	void *state = NULL;
 	void *p = NULL;
+	/* no backend for device buffers at all: ordinary memory, as for a
+	 * backend without an allocator (the first collective says why) */
+	if (device != ACCEL_DEVICE_CPU && !c->dev_name && !c->stage_device) {
+		*ret_ptr = NULL;
+		return ACCEL_OK;
+	}
 	int r = route(c, &c->world, &probe, "mem_alloc", &be, &state);
 	if (r)
 		return r;
@@ -1095,17 +1110,28 @@ accel_group *accelp_comm_group_free(accel_comm *c, accel_group *g)
 	}
 	*pp = g->next;
 	/* Requests of the group not yet waited for: released now, while the
-	 * backend state they belong to still exists. */
+	 * backend state they belong to still exists; taken off the live list
+	 * under the lock, waited for outside it (a wait can last timeout_s).
+	 * Their staging buffers go back unused and their req_on_done callbacks
+	 * are dropped, not run (a later request may get the same address). */
+	accel_req *mine = NULL;
 	pthread_mutex_lock(&c->live_mu);
 	for (accel_req *q = c->live, *nx; q; q = nx) {
 		nx = q->next;
 		if (q->g != g)
 			continue;
 		live_unlink_locked(c, q);
-		if (q->breq)
-			q->be->vt->wait(q->state, q->breq);
-		free(q);
+		q->next = mine;
+		mine = q;
 	}
 	pthread_mutex_unlock(&c->live_mu);
+	for (accel_req *q = mine, *nx; q; q = nx) {
+		nx = q->next;
+		if (q->breq)
+			q->be->vt->wait(q->state, q->breq);
+		comm_stage_out(&q->stage, 0, &c->ctx->err);
+		accelp_train_drop_callbacks_of(c->ctx->train, q);
+		free(q);
+	}
 	return group_destroy(c, g);
 }

@@ -16,6 +16,7 @@
 #include "backends/common/launch-env.h"
 #include "accel-build-config.h"
 #include "device.h"
+#include "loader.h"
 #include "log.h"
 
 #ifndef ACCEL_DEVICEDIR
@@ -27,7 +28,9 @@ typedef struct dev_slot {
 	int code;                       /* ACCEL_OK once loaded                  */
 	char msg[ACCEL_ERRMSG_MAX];     /* why not, when code != ACCEL_OK        */
 	char path[1024];
-	const accel_device_v1 *vt;
+	const accel_device_v1 *vt;      /* &table once loaded                    */
+	accel_device_v1 table;          /* the module's vtable, zero-padded to this
+	                                   core's size (structs are append-only) */
 	uint32_t count;
 } dev_slot;
 
@@ -88,16 +91,29 @@ static int load(dev_slot *s, const char *name)
 	void *sym = dlsym(h, ACCEL_DEVICE_ENTRY_V1);
 	entry_fn entry;
 	memcpy(&entry, &sym, sizeof(entry));   /* POSIX: dlsym results convert */
-	const accel_device_v1 *vt = sym ? entry(&host) : NULL;
-	if (!vt || vt->struct_size < sizeof(accel_device_v1) || !vt->desc ||
+	const accel_device_v1 *raw = sym ? entry(&host) : NULL;
+	/* a module of an older minor lacks what later minors append: copy what
+	 * it has, the rest reads as NULL */
+	const accel_device_v1 *vt = NULL;
+	if (raw && raw->struct_size >= ACCEL_ABI_END(accel_device_v1, optim_step)) {
+		memset(&s->table, 0, sizeof(s->table));
+		memcpy(&s->table, raw,
+		       raw->struct_size < sizeof(s->table) ? raw->struct_size : sizeof(s->table));
+		vt = &s->table;
+	}
+	if (!vt || !vt->desc ||
 	    vt->desc->abi_major != 1 || vt->desc->device != ACCEL_DEVICE_CUDA || !vt->init ||
 	    !vt->mem_alloc || !vt->mem_free || !vt->memcpy || !vt->sync || !vt->copy ||
 	    !vt->fill || !vt->scale || !vt->axpy || !vt->sumsq || !vt->nonfinite ||
 	    !vt->optim_step) {
 		snprintf(s->msg, sizeof(s->msg), "%s: not a device module for ABI v1 (%s)", s->path,
 		         !sym ? "no " ACCEL_DEVICE_ENTRY_V1 " symbol"
-		         : !vt ? "its entry returned NULL"
-		               : "its vtable or descriptor is incomplete or for another device");
+		         : !raw ? "its entry returned NULL"
+		         : !vt  ? "its vtable is smaller than device ABI 1.0's"
+		                : "its vtable or descriptor is incomplete or for another device");
+		/* not dlclose()d, like every module (docs/abi.md, Loading): its
+		 * libraries (the CUDA runtime) may not support unloading; the slot
+		 * is tried once, so one handle at most stays */
 		return ACCEL_ERR_PLUGIN;
 	}
 	char buf[1024] = "";

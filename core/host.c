@@ -404,11 +404,10 @@ static int host_reduce_bucket_v2(accel_host *h, const accel_bucket_v1 *b, uint32
 	if ((r = check_bucket(h, "reduce_bucket_v2", b, flags)) ||
 	    (r = accelp_train_check_reduce(ctx->train, h->name, "reduce_bucket_v2")))
 		return r;
-	if (b->group && (!hook || !hook->vt->reduce_bucket_v2))
+	if (b->group && hook && !hook->vt->reduce_bucket_v2)
 		return host_error(h, ACCEL_ERR_UNSUPPORTED, "reduce_bucket_v2: bucket %u names a "
-		                  "group, which %s", b->bucket_id,
-		                  hook ? "this reduce hook (built before ABI 1.3) cannot reduce over"
-		                       : "needs the group collectives of the comm layer");
+		                  "group, which reduce hook '%s' (built before ABI 1.3) cannot reduce "
+		                  "over", b->bucket_id, hook->host.name);
 	if (hook && hook->vt->reduce_bucket_v2) {
 		accel_bucket_v1 hb = *b;
 		hb.struct_size = sizeof(hb);
@@ -425,9 +424,10 @@ static int host_reduce_bucket_v2(accel_host *h, const accel_bucket_v1 *b, uint32
 	}
 	if ((r = need_comm(h, "reduce_bucket_v2")))
 		return r;
-	return accelp_comm_allreduce(ctx->comm, &b->view, &b->view,
-	                            flags & ACCEL_REDUCE_PREDIVIDED ? ACCEL_RED_SUM : ACCEL_RED_AVG,
-	                            ret_req);
+	return accelp_comm_group_allreduce(ctx->comm, b->group, &b->view, &b->view,
+	                                  flags & ACCEL_REDUCE_PREDIVIDED ? ACCEL_RED_SUM
+	                                                                  : ACCEL_RED_AVG,
+	                                  ret_req);
 }
 
 static int host_reduce_scatter_bucket(accel_host *h, const accel_bucket_v1 *b,
@@ -454,13 +454,9 @@ static int host_reduce_scatter_bucket(accel_host *h, const accel_bucket_v1 *b,
 		hb.flags = flags;
 		return hook->vt->reduce_scatter_bucket(hook->state, &hb, shard, ret_req);
 	}
-	if (b->group)
-		return host_error(h, ACCEL_ERR_UNSUPPORTED, "reduce_scatter_bucket: bucket %u names a "
-		                  "group, which needs the group collectives of the comm layer",
-		                  b->bucket_id);
 	if ((r = need_comm(h, "reduce_scatter_bucket")))
 		return r;
-	return accelp_comm_reduce_scatter(ctx->comm, &b->view, shard,
+	return accelp_comm_group_reduce_scatter(ctx->comm, b->group, &b->view, shard,
 	                                 flags & ACCEL_REDUCE_PREDIVIDED ? ACCEL_RED_SUM
 	                                                                 : ACCEL_RED_AVG,
 	                                 ret_req);

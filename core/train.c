@@ -1053,6 +1053,16 @@ void accelp_train_drop_callbacks(accel_train *t)
 		t->n_req_cbs = 0;
 }
 
+void accelp_train_drop_callbacks_of(accel_train *t, const accel_req *req)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; t && i < t->n_req_cbs; i++)
+		if (t->req_cbs[i].req != req)
+			t->req_cbs[k++] = t->req_cbs[i];
+	if (t)
+		t->n_req_cbs = k;
+}
+
 int accel_grad_accumulate(const accel_ctx *ctx)
 {
 	const accel_train *t = get_train(ctx);

@@ -72,6 +72,9 @@ int accelp_train_req_done(accel_train *t, accel_req *req);
 /* Forget every callback without running it (the context is going away and
  * the plugins that registered them are finalized first). */
 void accelp_train_drop_callbacks(accel_train *t);
+/* Forget the callbacks of one request without running them (released
+ * without a wait, as by group_free: the address may be reused). */
+void accelp_train_drop_callbacks_of(accel_train *t, const accel_req *req);
 
 /* ---- for the checkpoint module ------------------------------------------- */
 

@@ -297,6 +297,38 @@ END_TEST
 
 /* ---- reduce hooks ------------------------------------------------------------- */
 
+/* Without a reduce hook a bucket that names a group is reduced over that
+ * group (HYBRID_SHARD's within-node buckets): both hook points, at world 1
+ * (mean over one rank: the values stay; a pre-divided sum likewise). */
+START_TEST(bucket_over_a_group)
+{
+	accel_ctx *ctx = ctx_cfg("\"strategy\": \"fx-strat\"", 1);
+	add_model(ctx, ACCEL_DTYPE_F32, 0);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	const accel_active *a = active_named(ctx, "fx-strat");
+	const accel_host_v1 *t = accelp_host_table();
+	accel_host *h = (accel_host *)&a->host;
+	accel_group *g = NULL;
+	ck_assert_int_eq(t->group_split(h, NULL, 0, 0, &g), ACCEL_OK);
+	ck_assert_ptr_nonnull(g);
+	float x[4] = {1, -2, 3.5f, 4}, sh[4] = {0};
+	accel_bucket_entry_v1 e = {.param = 0, .numel = 4};
+	accel_bucket_v1 b = {.struct_size = sizeof(b), .bucket_id = 9, .n_entries = 1,
+	                     .entries = &e, .group = g,
+	                     .view = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, x, 4}};
+	accel_req *req = NULL;
+	ck_assert_msg(t->reduce_bucket_v2(h, &b, 0, &req) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert_int_eq(t->wait(h, req), ACCEL_OK);
+	ck_assert(x[0] == 1 && x[1] == -2 && x[2] == 3.5f && x[3] == 4);
+	accel_view shard = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, sh, 4};
+	ck_assert_msg(t->reduce_scatter_bucket(h, &b, &shard, ACCEL_REDUCE_PREDIVIDED, NULL) ==
+	              ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert(sh[0] == 1 && sh[1] == -2 && sh[2] == 3.5f && sh[3] == 4);
+	ck_assert_ptr_null(t->group_free(h, g));
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(reduce_hook_v2_callback)
 {
 	accel_ctx *ctx = ctx_cfg("\"strategy\": \"ddp\", \"plugins\": [\"fx-reduce\"], "
@@ -644,6 +676,7 @@ static Suite *abi_suite(void)
 	tcase_add_test(tc, micro_step_end_order);
 	tcase_add_test(tc, accumulation_contract);
 	tcase_add_test(tc, reduce_hook_v2_callback);
+	tcase_add_test(tc, bucket_over_a_group);
 	tcase_add_test(tc, old_hook_and_selection);
 	tcase_add_test(tc, grad_disabled_forward_only);
 	tcase_add_test(tc, f32_grads_of_bf16_weights);

@@ -139,8 +139,9 @@ typedef struct accel_host accel_host;
 /* An outstanding collective.  Owned by the host; released by wait(). */
 typedef struct accel_req accel_req;
 
-/* A sub-communicator (ABI minor 3, host->group_split()).  Owned by the core;
- * freed with host->group_free() or with the context. */
+/* A sub-communicator (ABI minor 3, host->group_split()): a set of ranks;
+ * NULL always means the whole world.  Owned by the core; freed with
+ * host->group_free() or with the context. */
 typedef struct accel_group accel_group;
 
 /* Checkpoint streams, owned by the core, valid during save_state/load_state. */
@@ -301,10 +302,6 @@ typedef struct accel_device_info_v1 {
 	                               (89 = sm_89); 0 when there is none       */
 	uint32_t reserved[4];       /* 0 */
 } accel_device_info_v1;
-
-/* A sub-communicator (a set of ranks), created through the host's group
- * members; NULL always means the whole world.  Owned by the host. */
-typedef struct accel_group accel_group;
 
 /* One run of one parameter's gradient inside a bucket.  FIXED layout: this
  * struct is never appended to (it is an array element without a
