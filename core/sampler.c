@@ -410,7 +410,10 @@ accel_sampler *accel_sampler_free(accel_sampler *s)
 		if (ctx->samplers[i] == s) {
 			memmove(&ctx->samplers[i], &ctx->samplers[i + 1],
 			        (ctx->n_samplers - i - 1) * sizeof(*ctx->samplers));
-			ctx->n_samplers--;
+			if (--ctx->n_samplers == 0) {
+				free(ctx->samplers);
+				ctx->samplers = NULL;
+			}
 			break;
 		}
 	free(s);
