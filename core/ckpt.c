@@ -479,6 +479,13 @@ int accel_save_state(accel_ctx *ctx, const char *dir_arg)
 	int rc = check_ready(ctx, dir_arg, "accel_save_state");
 	if (rc)
 		return rc;
+	/* accumulated gradients are not saved: only between optimizer steps */
+	if (accelp_train_micro_step(ctx->train))
+		return accelp_err_set(&ctx->err, ACCEL_ERR_STATE, "accel_save_state(\"%s\") after "
+		                      "micro-step %u of a gradient accumulation: the gradients "
+		                      "accumulated so far are not saved; save after the step's last "
+		                      "micro-step (when accel_sync_gradients() was 1)", dir_arg,
+		                      accelp_train_micro_step(ctx->train));
 	/* "a/b/" names the directory "a/b": its temporary one is "a/b.tmp-..." */
 	snprintf(dir, sizeof(dir), "%s", dir_arg);
 	for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/';)

@@ -3,7 +3,7 @@
 # accel_save_state / accel_load_state through examples/train_mlp
 # (docs/checkpoints.md): a run resumed from a checkpoint ends bitwise equal
 # to an uninterrupted one (1 and 2 processes; shuffling, a warm-up LR
-# schedule and gradient clipping on), a bad checkpoint is refused with a
+# schedule and gradient clipping on; and with gradient accumulation), a bad checkpoint is refused with a
 # message naming the file and what was expected (and is left as it was),
 # and a failed save leaves the last good checkpoint and `latest` alone.
 # Usage: test-checkpoint.sh TRAIN_MLP
@@ -56,6 +56,14 @@ for n in 1 2; do
 		{ cat "out$n"; fail "resume from step 5"; }
 	cmp "straight$n.st" "r5_$n.st" || fail "$n process(es): resumed from step 5: weights differ"
 done
+
+echo "== with gradient accumulation (2 micro-steps a step) too"
+G="--set gradient_accumulation_steps=2"
+run 1 $G --steps 20 --save-final gas_a.st >out 2>&1 || { cat out; fail "straight run"; }
+run 1 $G --steps 10 --checkpoint-every 10 --project-dir pg >out 2>&1 || { cat out; fail "first half"; }
+run 1 $G --steps 20 --resume pg/checkpoint_10 --save-final gas_b.st >out 2>&1 ||
+	{ cat out; fail "resumed run"; }
+cmp gas_a.st gas_b.st || fail "gradient accumulation: resumed weights differ"
 
 echo "== a failed save leaves the last checkpoint and latest alone"
 cp -r p1 keep

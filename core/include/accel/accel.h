@@ -334,7 +334,8 @@ ACCEL_API uint64_t accel_get_step(const accel_ctx *ctx);
  * (optimizer state, master weights) and every sampler made with this
  * context, per rank, the step (and so the LR schedule's position), and a
  * manifest.json with each file's size and XXH64 checksum.  Collective:
- * every rank calls it, after accel_prepare() and at the same step.  Written
+ * every rank calls it, after accel_prepare() and at the same step, between
+ * optimizer steps (not inside a gradient accumulation).  Written
  * into "<dir>.tmp-<job>", committed by a rename once every rank's files are
  * on disk, then the parent's "latest" file names it: a failed or
  * interrupted save leaves earlier checkpoints untouched.  Every rank
