@@ -57,6 +57,10 @@ struct accel_ctx {
 	const char *launcher;         /* who started us: "accel launch", "mpirun", ... */
 	uint64_t mem_bytes[ACCEL_MEM_CATEGORY_COUNT][2];  /* [category][cpu, cuda] */
 	uint64_t mem_peak[ACCEL_MEM_CATEGORY_COUNT][2];
+	/* samplers made with this context, saved and restored by
+	 * accel_save_state/accel_load_state in this order (core/ckpt.c) */
+	accel_sampler **samplers;
+	uint32_t n_samplers;
 };
 
 /* The host table the core hands to every plugin and backend (core/host.c). */

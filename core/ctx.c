@@ -16,6 +16,7 @@
 #include "log.h"
 #include "mem.h"
 #include "mpi_store.h"
+#include "sampler.h"
 #include "select.h"
 #include "setup.h"
 #include "store.h"
@@ -255,6 +256,9 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 		if (ctx->active[i].inited)
 			ctx->active[i].vt->fini(ctx->active[i].state);
 	free(ctx->active);
+	for (uint32_t i = 0; i < ctx->n_samplers; i++)
+		accelp_sampler_detach(ctx->samplers[i]);
+	free(ctx->samplers);
 	ctx->train = accelp_train_free(ctx->train);
 	/* Buffers from the backend go back before the backend goes away. */
 	ctx->mem = accelp_mem_free_all(ctx->mem, ctx);

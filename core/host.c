@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "accel-build-config.h"
+#include "ckpt.h"
 #include "comm.h"
 #include "config.h"
 #include "ctx-impl.h"
@@ -513,32 +514,38 @@ static int32_t host_sync_step(accel_host *h)
 	return h->ctx->train ? accelp_train_sync_step(h->ctx->train) : 1;
 }
 
-static int host_ckpt_unsupported(accel_host *h)
-{
-	return host_error(h, ACCEL_ERR_UNSUPPORTED,
-	                  "checkpoint streams are not available in accel %s (checkpoints are "
-	                  "not implemented yet)", ACCEL_VERSION_STRING);
-}
-
+/* The stream is the one the core set on this plugin's host handle for its
+ * save_state/load_state (core/ckpt.c); blob names get the plugin's prefix. */
 static int host_ckpt_write(accel_host *h, accel_ckpt_writer *w, const char *name,
                            const void *data, uint64_t bytes)
 {
-	(void)w, (void)name, (void)data, (void)bytes;
-	return host_ckpt_unsupported(h);
+	if (!h || !h->ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!w || w != h->ckpt)
+		return host_error(h, ACCEL_ERR_STATE, "ckpt_write outside this plugin's save_state");
+	return accelp_ckpt_write(w, h->name, name, data, bytes, &h->ctx->err);
 }
 
 static int host_ckpt_size(accel_host *h, accel_ckpt_reader *r, const char *name,
                           uint64_t *ret_bytes)
 {
-	(void)r, (void)name, (void)ret_bytes;
-	return host_ckpt_unsupported(h);
+	if (!h || !h->ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!r || r != h->ckpt)
+		return host_error(h, ACCEL_ERR_STATE, "ckpt_size outside this plugin's load_state");
+	return accelp_ckpt_size(r, h->name, name, ret_bytes, &h->ctx->err);
 }
 
 static int host_ckpt_read(accel_host *h, accel_ckpt_reader *r, const char *name, void *buf,
                           uint64_t bytes)
 {
-	(void)r, (void)name, (void)buf, (void)bytes;
-	return host_ckpt_unsupported(h);
+	if (!h || !h->ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!r || r != h->ckpt)
+		return host_error(h, ACCEL_ERR_STATE, "ckpt_read outside this plugin's load_state");
+	if (bytes && !buf)
+		return host_error(h, ACCEL_ERR_INVALID_ARG, "ckpt_read: buf is NULL");
+	return accelp_ckpt_read(r, h->name, name, buf, bytes, &h->ctx->err);
 }
 
 /* A job of several processes without a rendezvous store (started by

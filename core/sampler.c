@@ -378,8 +378,18 @@ int accel_sampler_new(accel_ctx *ctx, const accel_sampler_opts *opts,
 	    (rc = resolve_flag(ctx, KEY_SPLIT, o.split_batches, 0, &o.split_batches, err)) ||
 	    (rc = resolve_flag(ctx, KEY_EVEN, o.even_batches, 1, &o.even_batches, err)))
 		goto fail;
+	if (ctx) {   /* accel_save_state saves it (core/ckpt.c) */
+		accel_sampler **list = realloc(ctx->samplers, (ctx->n_samplers + 1) * sizeof(*list));
+		if (!list) {
+			rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "accel_sampler_new: out of memory");
+			goto fail;
+		}
+		ctx->samplers = list;
+	}
 	if ((rc = accelp_sampler_create(ctx, &o, ret_sampler, err)))
 		goto fail;
+	if (ctx)
+		ctx->samplers[ctx->n_samplers++] = *ret_sampler;
 	return ACCEL_OK;
 fail:
 	if (!ctx)
@@ -387,8 +397,25 @@ fail:
 	return rc;
 }
 
+void accelp_sampler_detach(accel_sampler *s)
+{
+	if (s)
+		s->ctx = NULL;
+}
+
 accel_sampler *accel_sampler_free(accel_sampler *s)
 {
+	accel_ctx *ctx = s ? s->ctx : NULL;
+	for (uint32_t i = 0; ctx && i < ctx->n_samplers; i++)
+		if (ctx->samplers[i] == s) {
+			memmove(&ctx->samplers[i], &ctx->samplers[i + 1],
+			        (ctx->n_samplers - i - 1) * sizeof(*ctx->samplers));
+			if (--ctx->n_samplers == 0) {
+				free(ctx->samplers);
+				ctx->samplers = NULL;
+			}
+			break;
+		}
 	free(s);
 	return NULL;
 }

@@ -23,6 +23,8 @@ int accelp_sampler_create(accel_ctx *ctx, const accel_sampler_opts *opts,
 
 /* Message of the most recent failed call on s ("" if none). Borrowed. */
 const char *accelp_sampler_last_error(const accel_sampler *s);
+/* The context is going away: forget it (the sampler stays usable). */
+void accelp_sampler_detach(accel_sampler *s);
 
 /* The epoch order: position `pos` (0..n-1) of epoch `epoch` holds sample
  * accelp_sampler_perm(s, epoch, pos).  A bijection of 0..n-1 for every

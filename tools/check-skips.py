@@ -96,6 +96,7 @@ MAY_SKIP = {
     "optim-torch": ["torch", "avx2_fma"],
     "safetensors-python": ["torch"],
     "train-mlp-parity": ["torch"],
+    "checkpoint-python": ["torch"],
     "localsgd-numpy": ["numpy"],
     "shm-ns": ["pid_mount_ns"],
     "tcp-vanish": ["net_ns"],

@@ -7,7 +7,7 @@ set -eu
 # example (oneDNN, OpenBLAS, BLIS); PyTorch for the cross-checks against
 # torch.optim and safetensors, and for the benchmark peers; iproute2 (ip) for
 # the vanished-node tests (tests/test-tcp-vanish.sh).
-PKGS="build-essential meson ninja-build pkg-config libjansson-dev check libsubunit-dev iproute2 \
+PKGS="build-essential meson ninja-build pkg-config libjansson-dev libxxhash-dev check libsubunit-dev iproute2 \
 libopenmpi-dev openmpi-bin libopenblas-dev libblis-dev libdnnl-dev \
 python3 python3-numpy python3-torch $*"
 missing=""

@@ -51,6 +51,9 @@ typedef struct options {
 	const char *save_init;
 	const char *save_final;
 	const char *save_final_ranks;   /* PREFIX: rank r writes PREFIX.rank<r>.safetensors */
+	long checkpoint_every;  /* 0: no checkpoints */
+	const char *project_dir;
+	const char *resume;     /* checkpoint directory or "latest" */
 	const char *config;
 	const char *metrics;
 	const char *device;     /* NULL / "cpu", "cuda" or "cuda:N" */
@@ -90,6 +93,12 @@ static void usage(FILE *out)
 	        "  --save-final-ranks PREFIX\n"
 	        "                     every process (rank r) writes its trained parameters to\n"
 	        "                     PREFIX.rank<r>.safetensors, to compare the ranks\n"
+	        "  --checkpoint-every N\n"
+	        "                     save the training state every N optimizer steps into\n"
+	        "                     the project directory as checkpoint_<step>\n"
+	        "  --project-dir DIR  where checkpoints go (default ./checkpoints)\n"
+	        "  --resume DIR       continue from checkpoint DIR ('latest': the one the project\n"
+	        "                     directory's 'latest' file names); --steps stays the total\n"
 	        "  --metrics FILE     also write the progress as JSON lines to FILE ('-': stdout)\n"
 	        "  --config FILE      accel configuration (default: ACCEL_CONFIG, ./accel.json, ...)\n"
 	        "  --set KEY=VALUE    override a configuration key (repeatable)\n");
@@ -125,7 +134,8 @@ static int parse_double(const char *flag, const char *v, double *ret)
 static int is_path_option(const char *a)
 {
 	return !strcmp(a, "--save-init") || !strcmp(a, "--save-final") ||
-	       !strcmp(a, "--save-final-ranks") || !strcmp(a, "--metrics") || !strcmp(a, "--config");
+	       !strcmp(a, "--save-final-ranks") || !strcmp(a, "--metrics") || !strcmp(a, "--config") ||
+	       !strcmp(a, "--project-dir") || !strcmp(a, "--resume");
 }
 
 /* 0 ok, 1 exit successfully (help), -1 usage error. */
@@ -133,7 +143,8 @@ static int parse_args(int argc, char **argv, options *o)
 {
 	*o = (options){.steps = 100, .batch = 128, .lr = -1, .hidden = 1024, .layers = 2,
 	               .seed = -1, .samples = 8192, .test_samples = 2048, .inputs = 784,
-	               .classes = 10, .modes = 2, .sep = 6.0, .noise = 1.0, .log_every = 25};
+	               .classes = 10, .modes = 2, .sep = 6.0, .noise = 1.0, .log_every = 25,
+	               .project_dir = "checkpoints"};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		long x;
@@ -186,6 +197,8 @@ static int parse_args(int argc, char **argv, options *o)
 			if (!strncmp(v, "cuda:", 5) && parse_long(a, v + 5, 0, 1023, &x))
 				return -1;
 			o->device = v;
+		} else if (!strcmp(a, "--checkpoint-every")) {
+			r = parse_long(a, v, 1, 100000000, &o->checkpoint_every);
 		} else if (!strcmp(a, "--log-every")) {
 			r = parse_long(a, v, 1, 1L << 30, &x);
 			o->log_every = (int)x;
@@ -202,6 +215,10 @@ static int parse_args(int argc, char **argv, options *o)
 			o->save_final_ranks = v;
 		} else if (!strcmp(a, "--metrics")) {
 			o->metrics = v;
+		} else if (!strcmp(a, "--project-dir")) {
+			o->project_dir = v;
+		} else if (!strcmp(a, "--resume")) {
+			o->resume = v;
 		} else if (!strcmp(a, "--config")) {
 			o->config = v;
 		} else if (!strcmp(a, "--set") && (!v || !strchr(v, '='))) {
@@ -639,6 +656,34 @@ static int make_dir(const char *dir)
 	return 0;
 }
 
+/* --resume DIR, or "latest": the directory the project directory's
+ * "latest" file names (written by accel_save_state). */
+static int resume_dir(const options *o, char *buf, size_t cap)
+{
+	if (strcmp(o->resume, "latest")) {
+		snprintf(buf, cap, "%s", o->resume);
+		return 0;
+	}
+	char path[4096], name[1024];
+	snprintf(path, sizeof(path), "%s/latest", o->project_dir);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "train_mlp: --resume latest: cannot read %s: %s (no checkpoint was "
+		        "saved into --project-dir %s?)\n", path, strerror(errno), o->project_dir);
+		return -1;
+	}
+	int ok = fgets(name, sizeof(name), f) != NULL;
+	fclose(f);
+	name[strcspn(name, "\n")] = '\0';
+	if (!ok || !*name || strchr(name, '/')) {
+		fprintf(stderr, "train_mlp: --resume latest: %s does not name a checkpoint directory\n",
+		        path);
+		return -1;
+	}
+	snprintf(buf, cap, "%s/%s", o->project_dir, name);
+	return 0;
+}
+
 /* Timing of the steps after --warmup: wall time per optimizer step, and
  * where the micro-steps spend it (for --json). */
 #define TM_PHASES 5
@@ -813,6 +858,8 @@ int main(int argc, char **argv)
 			verdict = 2;
 		else if (o.save_init && make_dir(o.save_init))
 			verdict = 1;
+		else if (o.checkpoint_every && make_dir(o.project_dir))
+			verdict = 1;
 		else if (metrics_file && (rc = accel_metrics_open(t.ctx, metrics_file))) {
 			fail(&t, "opening the metrics file", rc);
 			verdict = 1;
@@ -922,11 +969,35 @@ int main(int argc, char **argv)
 	long total = o.warmup + o.steps;
 	double t0 = now(), t_log = t0, window[2] = {0, 0};   /* loss sum, steps */
 	long done = 0, micro = 0, logged_at = 0;
+	if (o.resume) {
+		char dir[4096];
+		int32_t bad = resume_dir(&o, dir, sizeof(dir)) ? 1 : 0;
+		if ((rc = accel_allreduce(t.ctx, &bad, &bad, 1, ACCEL_DTYPE_I32, ACCEL_RED_MAX))) {
+			fail(&t, "agreeing on --resume", rc);
+			goto out;
+		}
+		if (bad) {
+			ret = 2;
+			goto out;
+		}
+		if ((rc = accel_load_state(t.ctx, dir))) {
+			fail(&t, "--resume: accel_load_state", rc);
+			goto out;
+		}
+		done = (long)accel_get_step(t.ctx);
+		if (done > total) {
+			fprintf(stderr, "train_mlp: --resume %s: the checkpoint is at step %ld, past "
+			        "--steps %ld\n", dir, done, total);
+			ret = 2;
+			goto out;
+		}
+		accel_print(t.ctx, "resumed from %s at step %ld\n", dir, done);
+	}
 	if (!(tm.step_s = malloc((size_t)o.steps * sizeof(double)))) {
 		fprintf(stderr, "train_mlp: out of memory\n");
 		goto out;
 	}
-	if (o.warmup == 0 && timing_start(&t, &tm))
+	if (done >= o.warmup && timing_start(&t, &tm))
 		goto out;
 	while (done < total) {
 		uint32_t count;
@@ -1006,6 +1077,15 @@ int main(int argc, char **argv)
 			window[0] = window[1] = 0;
 			t_log = tn;
 			logged_at = micro;
+		}
+		if (o.checkpoint_every && done % o.checkpoint_every == 0) {
+			char dir[4096];
+			snprintf(dir, sizeof(dir), "%s/checkpoint_%ld", o.project_dir, done);
+			if ((rc = accel_save_state(t.ctx, dir))) {
+				fail(&t, "accel_save_state", rc);
+				goto out;
+			}
+			accel_print(t.ctx, "saved checkpoint %s\n", dir);
 		}
 		if (tm.on)
 			timing_step(&tm);

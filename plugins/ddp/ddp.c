@@ -48,9 +48,9 @@ static const accel_plugin_desc_v1 ddp_desc = {
 	.version = "1.0.0",
 	.summary = "Data parallel: replicated model, bucketed all-reduce overlapped with backward",
 	/* Only what works today: parameters on CUDA devices need the device
-	 * module and checkpoints need the core's checkpoint streams, neither
-	 * of which ddp has been run against yet. */
-	.caps = ACCEL_CAP_CPU,
+	 * module, which ddp has not been run against yet.  Checkpoints: master
+	 * weights and optimizer state as blobs (accel_save_state). */
+	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT,
 	.requires = 0,
 	.min_cuda_cc = 0,
 	.state_version = 1,

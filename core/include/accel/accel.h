@@ -326,6 +326,29 @@ ACCEL_API double accel_get_lr(const accel_ctx *ctx);
 /* Optimizer steps applied so far (skipped ones not counted). */
 ACCEL_API uint64_t accel_get_step(const accel_ctx *ctx);
 
+/* ---- checkpoints (docs/checkpoints.md) ---------------------------------------- */
+
+/* Save the training state into the directory `dir` (which must not exist;
+ * its parent must, on a file system every rank sees): the model's weights
+ * (model.safetensors, rank 0's "param/<name>" tensors), every plugin's state
+ * (optimizer state, master weights) and every sampler made with this
+ * context, per rank, the step (and so the LR schedule's position), and a
+ * manifest.json with each file's size and XXH64 checksum.  Collective:
+ * every rank calls it, after accel_prepare() and at the same step, between
+ * optimizer steps (not inside a gradient accumulation).  Written
+ * into "<dir>.tmp-<job>", committed by a rename once every rank's files are
+ * on disk, then the parent's "latest" file names it: a failed or
+ * interrupted save leaves earlier checkpoints untouched.  Every rank
+ * returns the same status. */
+ACCEL_API int accel_save_state(accel_ctx *ctx, const char *dir);
+/* Restore what accel_save_state() saved, into a job of the same world size
+ * and strategy, with the same model and the same samplers created (in the
+ * same order).  Collective.  Checks the manifest (format version, world
+ * size, strategy, plugins) and each file's size and checksum before it
+ * changes anything; never writes to `dir`.  Errors: ACCEL_ERR_CHECKPOINT
+ * naming the file and what was expected. */
+ACCEL_API int accel_load_state(accel_ctx *ctx, const char *dir);
+
 /* What the last sync accel_step() did. */
 typedef struct accel_step_report {
 	uint32_t struct_size;     /* sizeof(accel_step_report)                    */

@@ -1,0 +1,133 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# accel_save_state / accel_load_state through examples/train_mlp
+# (docs/checkpoints.md): a run resumed from a checkpoint ends bitwise equal
+# to an uninterrupted one (1 and 2 processes; shuffling, a warm-up LR
+# schedule and gradient clipping on; and with gradient accumulation), a bad checkpoint is refused with a
+# message naming the file and what was expected (and is left as it was),
+# and a failed save leaves the last good checkpoint and `latest` alone.
+# Usage: test-checkpoint.sh TRAIN_MLP
+set -eu
+
+T=${1:?usage: test-checkpoint.sh TRAIN_MLP}
+T=$(cd "$(dirname "$T")" && pwd)/$(basename "$T")
+: "${ACCEL_CLI:?not set (run through meson test)}"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-ckpt-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+unset ACCEL_CONFIG
+cd "$tmp"
+F="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 --log-every 100
+   --set scheduler.type=linear --set scheduler.total_steps=20 --set scheduler.warmup_steps=4
+   --set max_grad_norm=0.05"
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# run N ARGS...: train_mlp on N processes (1: directly)
+run() {
+	n=$1
+	shift
+	if [ "$n" = 1 ]; then
+		timeout 120 "$T" $F "$@"
+	else
+		timeout 120 "$ACCEL_CLI" launch -n "$n" -- "$T" $F "$@"
+	fi
+}
+
+for n in 1 2; do
+	echo "== resume at $n process(es) is bitwise equal to an uninterrupted run"
+	run "$n" --steps 20 --save-final "straight$n.st" >"out$n" 2>&1 || { cat "out$n"; fail "straight run"; }
+	run "$n" --steps 10 --checkpoint-every 5 --project-dir "p$n" >"out$n" 2>&1 ||
+		{ cat "out$n"; fail "first half"; }
+	[ -d "p$n/checkpoint_5" ] && [ -d "p$n/checkpoint_10" ] || fail "checkpoints not written"
+	[ "$(cat "p$n/latest")" = checkpoint_10 ] || fail "latest: $(cat "p$n/latest")"
+	grep -q '"world_size": '"$n" "p$n/checkpoint_10/manifest.json" || fail "manifest world_size"
+	grep -q '"step": 10' "p$n/checkpoint_10/manifest.json" || fail "manifest step"
+	[ "$(ls "p$n" | grep -c tmp)" = 0 ] || fail "a temporary directory was left: $(ls "p$n")"
+	run "$n" --steps 20 --resume latest --project-dir "p$n" --save-final "resumed$n.st" \
+		>"out$n" 2>&1 || { cat "out$n"; fail "resumed run"; }
+	grep -q "resumed from p$n/checkpoint_10 at step 10" "out$n" || { cat "out$n"; fail "resume line"; }
+	grep -q "trained 10 steps" "out$n" || { cat "out$n"; fail "the resumed run did not do 10 steps"; }
+	cmp "straight$n.st" "resumed$n.st" || fail "$n process(es): resumed weights differ"
+	# and the checkpoint changes training: resuming from step 5 also matches
+	run "$n" --steps 20 --resume "p$n/checkpoint_5" --save-final "r5_$n.st" >"out$n" 2>&1 ||
+		{ cat "out$n"; fail "resume from step 5"; }
+	cmp "straight$n.st" "r5_$n.st" || fail "$n process(es): resumed from step 5: weights differ"
+done
+
+echo "== with gradient accumulation (2 micro-steps a step) too"
+G="--set gradient_accumulation_steps=2"
+run 1 $G --steps 20 --save-final gas_a.st >out 2>&1 || { cat out; fail "straight run"; }
+run 1 $G --steps 10 --checkpoint-every 10 --project-dir pg >out 2>&1 || { cat out; fail "first half"; }
+run 1 $G --steps 20 --resume pg/checkpoint_10 --save-final gas_b.st >out 2>&1 ||
+	{ cat out; fail "resumed run"; }
+cmp gas_a.st gas_b.st || fail "gradient accumulation: resumed weights differ"
+
+echo "== a failed save leaves the last checkpoint and latest alone"
+cp -r p1 keep
+set +e
+run 1 --steps 10 --checkpoint-every 5 --project-dir p1 >out 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] || { cat out; fail "saving over an existing checkpoint exited $rc"; }
+grep -q "p1/checkpoint_5 already exists; save into a new directory" out || { cat out; fail "message"; }
+diff -r keep p1 >/dev/null || fail "the failed save changed the project directory"
+
+echo "== bad checkpoints are refused, named, and left as they were"
+# case NAME EDIT EXPECTED: copy p1/checkpoint_10 to c, apply EDIT (a shell
+# command run in c), resume from it at 1 process, expect EXPECTED on stderr
+case_() {
+	name=$1 edit=$2 want=$3
+	rm -rf c && cp -r p1/checkpoint_10 c
+	(cd c && eval "$edit")
+	before=$(find c -type f | sort | xargs md5sum)
+	set +e
+	run 1 --steps 20 --resume c >out 2>&1
+	rc=$?
+	set -e
+	[ "$rc" = 1 ] || { cat out; fail "$name: exited $rc, expected 1"; }
+	grep -qF -- "$want" out || { cat out; fail "$name: output lacks: $want"; }
+	after=$(find c -type f | sort | xargs md5sum)
+	[ "$before" = "$after" ] || fail "$name: loading changed the checkpoint"
+	echo "  ok: $name"
+}
+py_edit() {   # rewrite manifest.json with a python expression on m
+	python3 -c "import json,sys; m=json.load(open('manifest.json')); $1; json.dump(m, open('manifest.json','w'))"
+}
+flip='printf "\377" | dd of=rank0.safetensors bs=1 seek=$(($(stat -c %s rank0.safetensors) - 1)) conv=notrunc 2>/dev/null'
+case_ "missing manifest" "rm manifest.json" \
+	"c/manifest.json: missing: c is not a committed checkpoint"
+case_ "not a directory" "true; cd .. && rm -rf c && touch c" \
+	"c: no such checkpoint directory"
+case_ "unknown format version" "py_edit \"m['format_version']=7\"" \
+	"c/manifest.json: format_version 7; this accel (0.1.0) reads version 1"
+case_ "corrupt file" "$flip" \
+	"c/rank0.safetensors: checksum xxh64"
+case_ "truncated file" "truncate -s -3 model.safetensors" \
+	"c/model.safetensors: 52509 bytes; the manifest expects 52512"
+case_ "missing file" "rm model.safetensors" \
+	"c/model.safetensors: missing (the manifest lists it: 52512 bytes)"
+case_ "other strategy" "py_edit \"m['strategy']='zero'\"" \
+	"c/manifest.json: saved with strategy 'zero'; this job runs 'ddp': loading under another strategy (resharding) is not supported yet"
+case_ "plugin not saved" "py_edit \"m['plugins']=[]\"" \
+	"c/manifest.json: no state of plugin 'ddp', which this job runs"
+case_ "bad JSON" "echo '{' > manifest.json" \
+	"c/manifest.json:2: not valid JSON"
+rm -rf c && cp -r p2/checkpoint_10 c
+set +e
+run 1 --steps 20 --resume c >out 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] || fail "world size: exited $rc"
+grep -qF "c/manifest.json: saved by 2 processes; this job has 1: loading at another world size (resharding) is not supported yet: resume with 2 processes" out ||
+	{ cat out; fail "world size: message"; }
+echo "  ok: other world size"
+set +e
+run 1 --steps 20 --resume latest --project-dir nowhere >out 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -qF "cannot read nowhere/latest" out || { cat out; fail "--resume latest without one"; }
+echo "  ok: --resume latest without a checkpoint"
+echo PASS
