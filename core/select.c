@@ -97,7 +97,11 @@ int accelp_select_backend_active(const accel_loader *ld, const char *backend, co
 	/* a backend for device buffers only leaves host buffers to the one
 	 * auto picks */
 	const accel_module *b = loaded_named(ld, ACCEL_MODULE_COMM, backend);
-	return b && !serves(b, ACCEL_DEVICE_CPU) && serves(m, ACCEL_DEVICE_CPU);
+	/* a backend that is not here at all: its absence is the error to
+	 * report (at selection), not the other backends' sections */
+	if (!b)
+		return 1;
+	return !serves(b, ACCEL_DEVICE_CPU) && serves(m, ACCEL_DEVICE_CPU);
 }
 
 uint32_t accelp_select_comm_scope(const accel_module *m)

@@ -101,8 +101,12 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 	"$ACCEL_CLI" bench comm --device cuda --set backend=nccl --max-bytes 64 \
 		>/dev/null 2>"$OUT/usage"; rc=$?
 	set -e
+	# a build without the nccl module names that instead
+	nonccl=-e"comm backend 'nccl' needs CUDA"
+	"$ACCEL_CLI" plugins list 2>/dev/null | grep -q '^nccl ' ||
+		nonccl=-e"no comm backend named 'nccl'"
 	[ "$rc" -eq 1 ] && grep -q -e "cudaSetDevice(0) failed" -e "CUDA runtime library" \
-		-e "nccl backend" -e "comm backend 'nccl' needs CUDA" "$OUT/usage" ||
+		-e "nccl backend" -e "comm backend 'nccl' needs CUDA" "$nonccl" "$OUT/usage" ||
 		fail "--device cuda without a GPU: rc $rc, $(cat "$OUT/usage")"
 fi
 echo "PASS"
