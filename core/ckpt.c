@@ -23,28 +23,45 @@
 #include <xxhash.h>
 
 #include "ckpt.h"
+#include "ckpt_manifest.h"
 #include "ctx-impl.h"
 #include "ops.h"
 #include "safetensors.h"
 #include "sampler.h"
 #include "train.h"
 
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION ACCELP_CKPT_FORMAT_VERSION
 #define PATH_CAP 4096
+/* safetensors metadata key: this file's tensor slices, as JSON */
+#define SLICES_META "accel.slices"
+
+/* One tensor slice written to this rank's file. */
+typedef struct ckpt_rec {
+	char *name, *key;
+	uint32_t dtype, ndim;
+	uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+	uint64_t offset, count, xxh64;
+} ckpt_rec;
 
 struct accel_ckpt_writer {
 	accel_st_writer *st;
 	accel_err *err;
 	void **copies;            /* blob copies, borrowed by st until commit */
 	uint32_t n_copies, cap_copies;
+	ckpt_rec *recs;
+	uint32_t n_recs, cap_recs;
 };
 
 struct accel_ckpt_reader {
-	accel_st_reader *st;
+	accel_st_reader *st;      /* this rank's file; NULL at another world size */
 	accel_err *err;
+	accelp_ckpt_manifest *m;
+	int saved_world, world;
 };
 
 /* ---- streams (host->ckpt_*) --------------------------------------------------------- */
+
+static void *keep_copy(accel_ckpt_writer *w, const void *data, uint64_t bytes, accel_err *err);
 
 static int blob_name(char *buf, size_t cap, const char *plugin, const char *name)
 {
@@ -64,21 +81,157 @@ int accelp_ckpt_write(accel_ckpt_writer *w, const char *plugin, const char *name
 	if (!blob_name(full, sizeof(full), plugin, name))
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write: blob name '%s' is "
 		                      "too long", plugin, name);
+	void *copy = keep_copy(w, data, bytes, err);
+	if (!copy)
+		return err->code;
+	uint64_t shape[1] = {bytes};
+	return accelp_st_writer_add(w->st, full, ACCEL_DTYPE_U8, 1, shape, copy, err);
+}
+
+/* A copy of `bytes` at `data` the writer frees after commit; NULL on failure
+ * (recorded). */
+static void *keep_copy(accel_ckpt_writer *w, const void *data, uint64_t bytes, accel_err *err)
+{
 	if (w->n_copies == w->cap_copies) {
 		uint32_t cap = w->cap_copies ? 2 * w->cap_copies : 16;
 		void **c = realloc(w->copies, cap * sizeof(*c));
-		if (!c)
-			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		if (!c) {
+			accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+			return NULL;
+		}
 		w->copies = c;
 		w->cap_copies = cap;
 	}
-	void *copy = malloc(bytes ? bytes : 1);
-	if (!copy)
-		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory copying blob '%s'", full);
-	memcpy(copy, data, bytes);
+	void *copy = malloc(bytes ? (size_t)bytes : 1);
+	if (!copy) {
+		accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory copying %" PRIu64 " bytes of "
+		               "checkpoint state", bytes);
+		return NULL;
+	}
+	memcpy(copy, data, (size_t)bytes);
 	w->copies[w->n_copies++] = copy;
-	uint64_t shape[1] = {bytes};
-	return accelp_st_writer_add(w->st, full, ACCEL_DTYPE_U8, 1, shape, copy, err);
+	return copy;
+}
+
+/* Record slice `s` (data already in the file as `key`) for the manifest. */
+static int add_rec(accel_ckpt_writer *w, const accel_ckpt_slice_v1 *s, const char *key,
+                   const void *data, accel_err *err)
+{
+	if (w->n_recs == w->cap_recs) {
+		uint32_t cap = w->cap_recs ? 2 * w->cap_recs : 16;
+		ckpt_rec *r = realloc(w->recs, cap * sizeof(*r));
+		if (!r)
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		w->recs = r;
+		w->cap_recs = cap;
+	}
+	ckpt_rec *r = &w->recs[w->n_recs];
+	memset(r, 0, sizeof(*r));
+	r->name = strdup(s->name);
+	r->key = strdup(key);
+	if (!r->name || !r->key) {
+		free(r->name);
+		free(r->key);
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	}
+	r->dtype = s->dtype;
+	r->ndim = s->ndim;
+	for (uint32_t d = 0; d < s->ndim; d++)
+		r->shape[d] = s->shape[d];
+	r->offset = s->offset;
+	r->count = s->count;
+	r->xxh64 = XXH64(data, (size_t)(s->count * accel_dtype_size(s->dtype)), 0);
+	w->n_recs++;
+	return ACCEL_OK;
+}
+
+int accelp_ckpt_write_tensor(accel_ckpt_writer *w, const char *plugin,
+                             const accel_ckpt_slice_v1 *s, int borrow, accel_err *err)
+{
+	char key[600], shp[256];
+	if (!w)
+		return accelp_err_set(err, ACCEL_ERR_STATE, "%s: ckpt_write_tensor outside save_state",
+		                      plugin);
+	if (!s || s->struct_size < offsetof(accel_ckpt_slice_v1, data) + sizeof(s->data) ||
+	    !s->name || !*s->name || (s->ndim && !s->shape) || (s->count && !s->data))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write_tensor: NULL slice, "
+		                      "name, shape or data, or a slice struct_size too small", plugin);
+	if (s->ndim > ACCEL_CKPT_MAX_DIMS || !accelp_st_dtype_name(s->dtype))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write_tensor('%s'): %u "
+		                      "dims (at most %d) or dtype %u with no safetensors name", plugin,
+		                      s->name, s->ndim, ACCEL_CKPT_MAX_DIMS, s->dtype);
+	if (!strchr(s->name, '/') || strchr(s->name, '@') || strlen(s->name) > 500 ||
+	    (!borrow && (!strncmp(s->name, "param/", 6) || !strncmp(s->name, "sampler/", 8))))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write_tensor: '%s' is not "
+		                      "a canonical tensor name (master/<param>, optim/<state>/<param>; "
+		                      "no '@'; param/ is the core's)", plugin, s->name);
+	uint64_t numel = 1;
+	for (uint32_t d = 0; d < s->ndim; d++)
+		numel *= s->shape[d];
+	if (s->offset > numel || s->count > numel - s->offset)
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write_tensor('%s'): "
+		                      "elements [%" PRIu64 ", %" PRIu64 ") lie outside its shape %s",
+		                      plugin, s->name, s->offset, s->offset + s->count,
+		                      accelp_ckpt_shape_str(s->shape, s->ndim, shp, sizeof(shp)));
+	if (!s->count)
+		return ACCEL_OK;   /* nothing of it here */
+	const void *data = s->data;
+	if (!borrow && !(data = keep_copy(w, s->data, s->count * accel_dtype_size(s->dtype), err)))
+		return err->code;
+	int rc;
+	if (s->count == numel) {
+		snprintf(key, sizeof(key), "%s", s->name);
+		rc = accelp_st_writer_add(w->st, key, s->dtype, s->ndim, s->shape, data, err);
+	} else {
+		snprintf(key, sizeof(key), "%s@%" PRIu64, s->name, s->offset);
+		uint64_t shape[1] = {s->count};
+		rc = accelp_st_writer_add(w->st, key, s->dtype, 1, shape, data, err);
+	}
+	return rc ? rc : add_rec(w, s, key, data, err);
+}
+
+/* The writer's slices as JSON, into the file's metadata. */
+static int set_slices_meta(accel_ckpt_writer *w, accel_err *err)
+{
+	json_t *a = json_array();
+	int rc = ACCEL_OK;
+	for (uint32_t i = 0; a && i < w->n_recs; i++) {
+		const ckpt_rec *r = &w->recs[i];
+		json_t *shape = json_array();
+		char hex[20];
+		for (uint32_t d = 0; shape && d < r->ndim; d++)
+			json_array_append_new(shape, json_integer((json_int_t)r->shape[d]));
+		snprintf(hex, sizeof(hex), "%016" PRIx64, r->xxh64);
+		json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:s}", "name", r->name, "key", r->key,
+		                      "dtype", accelp_st_dtype_name(r->dtype), "shape", shape,
+		                      "offset", (json_int_t)r->offset, "count", (json_int_t)r->count,
+		                      "xxh64", hex);
+		if (!o || json_array_append_new(a, o)) {
+			json_decref(a);
+			a = NULL;
+		}
+	}
+	char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+	if (!text)
+		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	else
+		rc = accelp_st_writer_set_metadata(w->st, SLICES_META, text, err);
+	free(text);
+	json_decref(a);
+	return rc;
+}
+
+static void writer_clear(accel_ckpt_writer *w)
+{
+	accelp_st_writer_free(w->st);
+	for (uint32_t i = 0; i < w->n_copies; i++)
+		free(w->copies[i]);
+	free(w->copies);
+	for (uint32_t i = 0; i < w->n_recs; i++) {
+		free(w->recs[i].name);
+		free(w->recs[i].key);
+	}
+	free(w->recs);
 }
 
 static int find_blob(accel_ckpt_reader *r, const char *plugin, const char *name,
@@ -90,6 +243,12 @@ static int find_blob(accel_ckpt_reader *r, const char *plugin, const char *name,
 	if (!name || !blob_name(full, sizeof(full), plugin, name))
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_read: bad blob name",
 		                      plugin);
+	if (!r->st)
+		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: blob '%s' is per-rank state "
+		                      "saved by a job of %d processes; this job has %d: a plugin's "
+		                      "blobs load only at the world size that saved them (state that "
+		                      "must reshard is written as tensors: host->ckpt_write_tensor)",
+		                      r->m->path, full, r->saved_world, r->world);
 	if (accelp_st_reader_find(r->st, full, ret, NULL) != ACCEL_OK)
 		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: no blob '%s' (written by "
 		                      "this plugin's save_state?)", accelp_st_reader_path(r->st), full);
@@ -120,6 +279,53 @@ int accelp_ckpt_read(accel_ckpt_reader *r, const char *plugin, const char *name,
 		                      " bytes; %" PRIu64 " expected", accelp_st_reader_path(r->st),
 		                      plugin, name, t->numel, bytes);
 	return accelp_st_reader_read(r->st, t, 0, bytes, buf, err);
+}
+
+int accelp_ckpt_tensor_info(accel_ckpt_reader *r, const char *plugin, const char *name,
+                            accel_ckpt_tensor_info_v1 *ret, accel_err *err)
+{
+	if (!r)
+		return accelp_err_set(err, ACCEL_ERR_STATE, "%s: ckpt_tensor_info outside load_state",
+		                      plugin);
+	if (!name || !ret || ret->struct_size < sizeof(uint32_t))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_tensor_info: NULL name "
+		                      "or ret, or ret->struct_size not set", plugin);
+	const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(r->m, name);
+	if (!t)
+		return ACCEL_ERR_NOT_FOUND;
+	accel_ckpt_tensor_info_v1 in = {.struct_size = ret->struct_size, .dtype = t->dtype,
+	                                .ndim = t->ndim, .numel = t->numel};
+	for (uint32_t d = 0; d < t->ndim; d++)
+		in.shape[d] = t->shape[d];
+	uint32_t size = ret->struct_size < sizeof(in) ? ret->struct_size : (uint32_t)sizeof(in);
+	memcpy(ret, &in, size);
+	return ACCEL_OK;
+}
+
+int accelp_ckpt_read_tensor(accel_ckpt_reader *r, const char *plugin, const char *name,
+                            uint32_t dtype, uint64_t offset, uint64_t count, void *buf,
+                            accel_err *err)
+{
+	if (!r)
+		return accelp_err_set(err, ACCEL_ERR_STATE, "%s: ckpt_read_tensor outside load_state",
+		                      plugin);
+	if (!name || (count && !buf))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_read_tensor: NULL name or "
+		                      "buf", plugin);
+	const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(r->m, name);
+	if (!t)
+		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: no tensor '%s' (plugin %s reads "
+		                      "it; was the checkpoint saved with it?)", r->m->path, name, plugin);
+	if (t->dtype != dtype)
+		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: tensor '%s' was saved as %s; "
+		                      "plugin %s reads it as %s", r->m->path, name,
+		                      accel_dtype_name(t->dtype), plugin, accel_dtype_name(dtype));
+	if (offset > t->numel || count > t->numel - offset)
+		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: plugin %s reads elements [%"
+		                      PRIu64 ", %" PRIu64 ") of tensor '%s', which has %" PRIu64
+		                      " (does its shape differ from the model's?)", r->m->path, plugin,
+		                      offset, offset + count, name, t->numel);
+	return accelp_ckpt_manifest_read(r->m, t, offset, count, buf, err);
 }
 
 /* ---- files ------------------------------------------------------------------------- */
@@ -185,40 +391,6 @@ static void remove_tree(const char *dir)
 	rmdir(dir);
 }
 
-/* Size and XXH64 of a file, read in chunks. */
-static int hash_file(const char *path, uint64_t *ret_size, uint64_t *ret_hash, accel_err *err)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return accelp_err_set(err, ACCEL_ERR_IO, "%s: %s", path, strerror(errno));
-	XXH64_state_t *st = XXH64_createState();
-	char *buf = malloc(1 << 20);
-	uint64_t size = 0;
-	int rc = ACCEL_OK;
-	if (!st || !buf) {
-		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory hashing %s", path);
-		goto out;
-	}
-	XXH64_reset(st, 0);
-	size_t n;
-	while ((n = fread(buf, 1, 1 << 20, f)) > 0) {
-		XXH64_update(st, buf, n);
-		size += n;
-	}
-	if (ferror(f)) {
-		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: read error", path);
-		goto out;
-	}
-	*ret_size = size;
-	*ret_hash = XXH64_digest(st);
-out:
-	free(buf);
-	if (st)
-		XXH64_freeState(st);
-	fclose(f);
-	return rc;
-}
-
 static int write_text_file(const char *path, const char *text, accel_err *err)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -276,13 +448,13 @@ static int save_params(accel_ctx *ctx, const char *path)
 {
 	accel_err *err = &ctx->err;
 	const accel_model_v1 *m = accelp_train_model(ctx->train);
-	accel_st_writer *w = NULL;
+	accel_ckpt_writer cw = {.err = err};
 	void **stage = calloc(m->n_params ? m->n_params : 1, sizeof(void *));
 	int rc;
 	if (!stage)
 		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
-	if ((rc = accelp_st_writer_new(path, &w, err)) ||
-	    (rc = accelp_st_writer_set_metadata(w, "format", "pt", err)))
+	if ((rc = accelp_st_writer_new(path, &cw.st, err)) ||
+	    (rc = accelp_st_writer_set_metadata(cw.st, "format", "pt", err)))
 		goto out;
 	for (uint32_t i = 0; i < m->n_params; i++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
@@ -298,16 +470,19 @@ static int save_params(accel_ctx *ctx, const char *path)
 		if ((rc = accelp_ops_copy(&hv, &data, err)))
 			goto out;
 		char name[600];
-		uint64_t shape[8];
+		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
 		for (uint32_t d = 0; d < p->ndim; d++)
 			shape[d] = (uint64_t)p->shape[d];
 		snprintf(name, sizeof(name), "param/%s", p->name);
-		if ((rc = accelp_st_writer_add(w, name, p->dtype, p->ndim, shape, stage[i], err)))
+		accel_ckpt_slice_v1 sl = {sizeof(sl), p->dtype, p->ndim, 0, name, shape, 0, p->numel,
+		                          stage[i]};
+		if ((rc = accelp_ckpt_write_tensor(&cw, "core", &sl, 1, err)))
 			goto out;
 	}
-	rc = accelp_st_writer_commit(w, err);
+	if (!(rc = set_slices_meta(&cw, err)))
+		rc = accelp_st_writer_commit(cw.st, err);
 out:
-	accelp_st_writer_free(w);
+	writer_clear(&cw);
 	for (uint32_t i = 0; i < m->n_params; i++)
 		free(stage[i]);
 	free(stage);
@@ -347,12 +522,74 @@ static int save_rank(accel_ctx *ctx, const char *path)
 		if ((rc = accelp_ckpt_write(&cw, "sampler", buf, &st, sizeof(st), err)))
 			goto out;
 	}
-	rc = accelp_st_writer_commit(cw.st, err);
+	if (!(rc = set_slices_meta(&cw, err)))
+		rc = accelp_st_writer_commit(cw.st, err);
 out:
-	accelp_st_writer_free(cw.st);
-	for (uint32_t i = 0; i < cw.n_copies; i++)
-		free(cw.copies[i]);
-	free(cw.copies);
+	writer_clear(&cw);
+	return rc;
+}
+
+/* Merge the slices file `name` lists in its metadata into `tensors`. */
+static int add_slices(accel_ctx *ctx, json_t *tensors, const char *dir, const char *name)
+{
+	char path[PATH_CAP], shp[256];
+	accel_st_reader *r = NULL;
+	json_error_t je;
+	pjoin(path, sizeof(path), dir, name);
+	int rc = accelp_st_reader_new(path, &r, &ctx->err);
+	if (rc)
+		return rc;
+	const char *text = accelp_st_reader_metadata(r, SLICES_META);
+	json_t *a = text ? json_loads(text, 0, &je) : json_array();
+	size_t i;
+	json_t *o;
+	if (!json_is_array(a)) {
+		rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "%s: metadata %s is not a JSON "
+		                    "array", path, SLICES_META);
+		goto out;
+	}
+	json_array_foreach(a, i, o) {
+		const char *tn = json_string_value(json_object_get(o, "name"));
+		json_t *shape = json_object_get(o, "shape"), *dt = json_object_get(o, "dtype");
+		if (!tn || !json_is_array(shape) || !json_is_string(dt)) {
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "%s: metadata %s: entry %zu "
+			                    "is malformed", path, SLICES_META, i);
+			goto out;
+		}
+		json_t *t = json_object_get(tensors, tn);
+		if (!t) {
+			t = json_pack("{s:O,s:O,s:[]}", "dtype", dt, "shape", shape, "slices");
+			if (!t || json_object_set_new(tensors, tn, t)) {
+				rc = accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+				goto out;
+			}
+		} else if (!json_equal(json_object_get(t, "dtype"), dt) ||
+		           !json_equal(json_object_get(t, "shape"), shape)) {
+			char *s1 = json_dumps(json_object_get(t, "shape"), JSON_COMPACT);
+			char *s2 = json_dumps(shape, JSON_COMPACT);
+			snprintf(shp, sizeof(shp), "%s", s2 ? s2 : "?");
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "tensor '%s' is %s %s in %s "
+			                    "and %s %s in an earlier file: every rank must write a tensor "
+			                    "with the same dtype and global shape", tn,
+			                    json_string_value(dt), shp, path,
+			                    json_string_value(json_object_get(t, "dtype")), s1 ? s1 : "?");
+			free(s1);
+			free(s2);
+			goto out;
+		}
+		json_t *sl = json_pack("{s:s,s:O,s:O,s:O,s:O}", "file", name, "key",
+		                       json_object_get(o, "key"), "offset", json_object_get(o, "offset"),
+		                       "count", json_object_get(o, "count"), "xxh64",
+		                       json_object_get(o, "xxh64"));
+		if (!sl || json_array_append_new(json_object_get(t, "slices"), sl)) {
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "%s: metadata %s: entry %zu "
+			                    "is malformed", path, SLICES_META, i);
+			goto out;
+		}
+	}
+out:
+	json_decref(a);
+	accelp_st_reader_free(r);
 	return rc;
 }
 
@@ -361,7 +598,7 @@ static int add_file(accel_ctx *ctx, json_t *files, const char *dir, const char *
 	char path[PATH_CAP], hex[20];
 	uint64_t size, hash;
 	pjoin(path, sizeof(path), dir, name);
-	int rc = hash_file(path, &size, &hash, &ctx->err);
+	int rc = accelp_ckpt_hash_file(path, &size, &hash, &ctx->err);
 	if (rc)
 		return rc;
 	snprintf(hex, sizeof(hex), "%016" PRIx64, hash);
@@ -380,9 +617,10 @@ static int write_manifest(accel_ctx *ctx, const char *tmp)
 {
 	accel_err *err = &ctx->err;
 	json_t *root = json_object(), *plugins = json_array(), *files = json_object();
+	json_t *tensors = json_object();
 	char path[PATH_CAP];
 	int rc = ACCEL_OK;
-	if (!root || !plugins || !files) {
+	if (!root || !plugins || !files || !tensors) {
 		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 		goto out;
 	}
@@ -391,12 +629,13 @@ static int write_manifest(accel_ctx *ctx, const char *tmp)
 		json_array_append_new(plugins, json_pack("{s:s,s:I}", "name", d->name, "state_version",
 		                                         (json_int_t)d->state_version));
 	}
-	if ((rc = add_file(ctx, files, tmp, "model.safetensors")))
+	if ((rc = add_file(ctx, files, tmp, "model.safetensors")) ||
+	    (rc = add_slices(ctx, tensors, tmp, "model.safetensors")))
 		goto out;
 	for (int r = 0; r < ctx->world.world_size; r++) {
 		char name[64];
 		snprintf(name, sizeof(name), "rank%d.safetensors", r);
-		if ((rc = add_file(ctx, files, tmp, name)))
+		if ((rc = add_file(ctx, files, tmp, name)) || (rc = add_slices(ctx, tensors, tmp, name)))
 			goto out;
 	}
 	uint64_t step = accelp_train_step_count(ctx->train);
@@ -415,9 +654,19 @@ static int write_manifest(accel_ctx *ctx, const char *tmp)
 	json_object_set_new(root, "samplers", json_integer(ctx->n_samplers));
 	json_object_set_new(root, "files", files);
 	files = NULL;
+	json_object_set_new(root, "tensors", tensors);
+	tensors = NULL;
 	char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
 	if (!text) {
 		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	/* what a reader will check (the slices cover every tensor exactly once) */
+	accelp_ckpt_manifest *check = NULL;
+	rc = accelp_ckpt_manifest_parse(text, strlen(text), tmp, &check, err);
+	accelp_ckpt_manifest_free(check);
+	if (rc) {
+		free(text);
 		goto out;
 	}
 	size_t len = strlen(text);
@@ -433,6 +682,7 @@ out:
 	json_decref(root);
 	json_decref(plugins);
 	json_decref(files);
+	json_decref(tensors);
 	return rc;
 }
 
@@ -539,89 +789,6 @@ static int bad(accel_ctx *ctx, const char *fmt, ...)
 	return ACCEL_ERR_CHECKPOINT;
 }
 
-static int verify_file(accel_ctx *ctx, const char *dir, json_t *files, const char *name)
-{
-	char path[PATH_CAP], hex[20];
-	json_t *o = json_object_get(files, name);
-	json_t *js = json_object_get(o, "size"), *jh = json_object_get(o, "xxh64");
-	pjoin(path, sizeof(path), dir, name);
-	if (!json_is_integer(js) || !json_is_string(jh))
-		return bad(ctx, "%s/manifest.json: no size and xxh64 for %s", dir, name);
-	uint64_t size, hash;
-	struct stat sb;
-	if (stat(path, &sb) != 0)
-		return bad(ctx, "%s: missing (the manifest lists it: %" PRIu64 " bytes)", path,
-		           (uint64_t)json_integer_value(js));
-	int rc = hash_file(path, &size, &hash, &ctx->err);
-	if (rc)
-		return rc;
-	if (size != (uint64_t)json_integer_value(js))
-		return bad(ctx, "%s: %" PRIu64 " bytes; the manifest expects %" PRIu64 " (truncated "
-		           "or replaced)", path, size, (uint64_t)json_integer_value(js));
-	snprintf(hex, sizeof(hex), "%016" PRIx64, hash);
-	if (strcmp(hex, json_string_value(jh)))
-		return bad(ctx, "%s: checksum xxh64 %s; the manifest expects %s (the file is "
-		           "corrupt)", path, hex, json_string_value(jh));
-	return ACCEL_OK;
-}
-
-/* Read and check the manifest against the running job; *ret_root owned. */
-static int read_manifest(accel_ctx *ctx, const char *dir, json_t **ret_root)
-{
-	char path[PATH_CAP];
-	json_error_t je;
-	struct stat sb;
-	pjoin(path, sizeof(path), dir, "manifest.json");
-	if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-		return bad(ctx, "%s: no such checkpoint directory", dir);
-	if (stat(path, &sb) != 0)
-		return bad(ctx, "%s: missing: %s is not a committed checkpoint (a save that did not "
-		           "finish leaves no manifest)", path, dir);
-	json_t *root = json_load_file(path, 0, &je);
-	if (!root)
-		return bad(ctx, "%s:%d: not valid JSON: %s", path, je.line, je.text);
-	json_t *jv = json_object_get(root, "format_version");
-	json_t *jw = json_object_get(root, "world_size");
-	json_t *jst = json_object_get(root, "strategy");
-	json_t *jp = json_object_get(root, "plugins");
-	int rc;
-	if (!json_is_integer(jv)) {
-		rc = bad(ctx, "%s: no format_version: not an accel checkpoint manifest", path);
-		goto fail;
-	}
-	if (json_integer_value(jv) != CKPT_FORMAT_VERSION) {
-		rc = bad(ctx, "%s: format_version %" JSON_INTEGER_FORMAT "; this accel (%s) reads "
-		         "version %d (a newer accel wrote it?)", path, json_integer_value(jv),
-		         ACCEL_VERSION_STRING, CKPT_FORMAT_VERSION);
-		goto fail;
-	}
-	if (!json_is_integer(jw) || !json_is_string(jst) || !json_is_array(jp) ||
-	    !json_is_integer(json_object_get(root, "step")) ||
-	    !json_is_object(json_object_get(root, "files"))) {
-		rc = bad(ctx, "%s: world_size, strategy, plugins, step or files missing or of the "
-		         "wrong type", path);
-		goto fail;
-	}
-	if (json_integer_value(jw) != ctx->world.world_size) {
-		rc = bad(ctx, "%s: saved by %" JSON_INTEGER_FORMAT " processes; this job has %d: "
-		         "loading at another world size (resharding) is not supported yet: resume "
-		         "with %" JSON_INTEGER_FORMAT " processes", path, json_integer_value(jw),
-		         ctx->world.world_size, json_integer_value(jw));
-		goto fail;
-	}
-	if (strcmp(json_string_value(jst), strategy_name(ctx))) {
-		rc = bad(ctx, "%s: saved with strategy '%s'; this job runs '%s': loading under "
-		         "another strategy (resharding) is not supported yet", path,
-		         json_string_value(jst), strategy_name(ctx));
-		goto fail;
-	}
-	*ret_root = root;
-	return ACCEL_OK;
-fail:
-	json_decref(root);
-	return rc;
-}
-
 static uint32_t plugin_version(accel_ctx *ctx, json_t *plugins, const char *name,
                                const char *path, int *ret_rc)
 {
@@ -637,30 +804,126 @@ static uint32_t plugin_version(accel_ctx *ctx, json_t *plugins, const char *name
 	return 0;
 }
 
-static int load_params(accel_ctx *ctx, const char *path)
+static int same_shape(const accelp_ckpt_tensor *t, const accel_param_info_v1 *p)
 {
-	accel_err *err = &ctx->err;
-	const accel_model_v1 *m = accelp_train_model(ctx->train);
-	accel_st_reader *r = NULL;
-	void *stage = NULL;
-	int rc = accelp_st_reader_new(path, &r, err);
-	for (uint32_t i = 0; !rc && i < m->n_params; i++) {
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
-		const accel_st_tensor *t;
+	if (t->ndim != p->ndim)
+		return 0;
+	for (uint32_t d = 0; d < p->ndim; d++)
+		if (t->shape[d] != (uint64_t)p->shape[d])
+			return 0;
+	return 1;
+}
+
+/* The tensors of parameter p in the manifest (param/, master/, optim/.../)
+ * have its shape; param/ also its dtype. */
+static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m)
+{
+	const accel_model_v1 *model = accelp_train_model(ctx->train);
+	char s1[256], s2[256];
+	for (uint32_t i = 0; i < model->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
+		uint64_t ps[ACCEL_CKPT_MAX_DIMS];
+		for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+			ps[d] = (uint64_t)p->shape[d];
 		char name[600];
 		snprintf(name, sizeof(name), "param/%s", p->name);
-		if (accelp_st_reader_find(r, name, &t, NULL) != ACCEL_OK) {
-			rc = bad(ctx, "%s: no tensor '%s' (the model has this parameter)", path, name);
-			break;
+		const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(m, name);
+		if (!t)
+			return bad(ctx, "%s: no tensor '%s' (the model has parameter '%s' %s %s)", m->path,
+			           name, p->name, accel_dtype_name(p->dtype),
+			           accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+		if (t->dtype != p->dtype || !same_shape(t, p))
+			return bad(ctx, "%s: tensor '%s' is %s %s; the model's parameter '%s' is %s %s",
+			           m->path, name, accel_dtype_name(t->dtype),
+			           accelp_ckpt_shape_str(t->shape, t->ndim, s1, sizeof(s1)), p->name,
+			           accel_dtype_name(p->dtype),
+			           accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+	}
+	/* every master/ and optim/<state>/ tensor names a parameter of that shape */
+	for (uint32_t k = 0; k < m->n_tensors; k++) {
+		const accelp_ckpt_tensor *t = &m->tensors[k];
+		const char *pn = NULL;
+		if (!strncmp(t->name, "master/", 7))
+			pn = t->name + 7;
+		else if (!strncmp(t->name, "optim/", 6) && strchr(t->name + 6, '/'))
+			pn = strchr(t->name + 6, '/') + 1;
+		if (!pn)
+			continue;
+		for (uint32_t i = 0; i < model->n_params; i++) {
+			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
+			if (strcmp(p->name, pn))
+				continue;
+			if (!same_shape(t, p)) {
+				uint64_t ps[ACCEL_CKPT_MAX_DIMS];
+				for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+					ps[d] = (uint64_t)p->shape[d];
+				return bad(ctx, "%s: tensor '%s' has shape %s; the model's parameter '%s' has "
+				           "shape %s", m->path, t->name,
+				           accelp_ckpt_shape_str(t->shape, t->ndim, s1, sizeof(s1)), p->name,
+				           accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+			}
 		}
-		int same = t->dtype == p->dtype && t->ndim == p->ndim;
-		for (uint32_t d = 0; same && d < p->ndim; d++)
-			same = t->shape[d] == (uint64_t)p->shape[d];
-		if (!same) {
-			rc = bad(ctx, "%s: tensor '%s' is %s of %" PRIu64 " elements in %u dims; the model "
-			         "has %s of %" PRIu64 " elements in %u dims", path, name,
-			         accel_dtype_name(t->dtype), t->numel, t->ndim, accel_dtype_name(p->dtype),
-			         p->numel, p->ndim);
+	}
+	return ACCEL_OK;
+}
+
+/* Checks that need no change to the job: manifest against the job, files. */
+static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
+{
+	if (strcmp(m->strategy, strategy_name(ctx)))
+		return bad(ctx, "%s: saved with strategy '%s'; this job runs '%s': loading under "
+		           "another strategy (resharding) is not supported yet", m->path, m->strategy,
+		           strategy_name(ctx));
+	json_t *plugins = json_object_get(m->root, "plugins");
+	int rc = ACCEL_OK;
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		if (a->inited && a->vt->load_state)
+			plugin_version(ctx, plugins, a->vt->desc->name, m->path, &rc);
+		if (rc)
+			return rc;
+	}
+	if (m->samplers != (int64_t)ctx->n_samplers)
+		return bad(ctx, "%s: %" PRId64 " samplers saved; this job has %u (create the same "
+		           "samplers before loading)", m->path, m->samplers, ctx->n_samplers);
+	char name[64];
+	if (accelp_ckpt_manifest_file_index(m, "model.safetensors") < 0 ||
+	    accelp_ckpt_manifest_file_index(m, "rank0.safetensors") < 0)
+		return bad(ctx, "%s: files lists no model.safetensors or rank0.safetensors", m->path);
+	for (int64_t r = 0; r < m->world_size; r++) {
+		snprintf(name, sizeof(name), "rank%" PRId64 ".safetensors", r);
+		if (accelp_ckpt_manifest_file_index(m, name) < 0)
+			return bad(ctx, "%s: saved by %" PRId64 " processes but files lists no %s", m->path,
+			           m->world_size, name);
+	}
+	if ((rc = accelp_ckpt_manifest_check_files(m, &ctx->err)))
+		return rc;
+	if ((rc = check_model(ctx, m)))
+		return rc;
+	/* whole-file checksums: the model, and this rank's own file */
+	if ((rc = accelp_ckpt_manifest_verify_file(
+		     m, (uint32_t)accelp_ckpt_manifest_file_index(m, "model.safetensors"), &ctx->err)))
+		return rc;
+	snprintf(name, sizeof(name), "rank%d.safetensors", ctx->world.rank);
+	int own = accelp_ckpt_manifest_file_index(m, name);
+	if (own >= 0 && (rc = accelp_ckpt_manifest_verify_file(m, (uint32_t)own, &ctx->err)))
+		return rc;
+	return ACCEL_OK;
+}
+
+static int load_params(accel_ctx *ctx, accelp_ckpt_manifest *m)
+{
+	accel_err *err = &ctx->err;
+	const accel_model_v1 *model = accelp_train_model(ctx->train);
+	void *stage = NULL;
+	int rc = ACCEL_OK;
+	for (uint32_t i = 0; !rc && i < model->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
+		char name[600];
+		snprintf(name, sizeof(name), "param/%s", p->name);
+		const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(m, name);
+		if (!t) {   /* check_model saw it */
+			rc = bad(ctx, "%s: no tensor '%s'", m->path, name);
 			break;
 		}
 		accel_view data, grad;
@@ -673,27 +936,34 @@ static int load_params(accel_ctx *ctx, const char *path)
 			break;
 		}
 		accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, stage, p->numel};
-		if ((rc = accelp_st_reader_read(r, t, 0, p->numel, stage, err)) ||
+		if ((rc = accelp_ckpt_manifest_read(m, t, 0, p->numel, stage, err)) ||
 		    (rc = accelp_ops_copy(&data, &hv, err)))
 			break;
 	}
 	free(stage);
-	accelp_st_reader_free(r);
 	return rc;
 }
 
-static int load_rank(accel_ctx *ctx, const char *path, json_t *plugins, const char *mpath)
+static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 {
 	accel_err *err = &ctx->err;
-	accel_ckpt_reader cr = {.err = err};
-	int rc = accelp_st_reader_new(path, &cr.st, err);
-	if (rc)
-		return rc;
+	accel_ckpt_reader cr = {.err = err, .m = m, .saved_world = (int)m->world_size,
+	                        .world = ctx->world.world_size};
+	accel_st_reader *r0 = NULL;
+	char name[64], path[PATH_CAP];
+	json_t *plugins = json_object_get(m->root, "plugins");
+	int rc = ACCEL_OK;
+	if (m->world_size == ctx->world.world_size) {
+		snprintf(name, sizeof(name), "rank%d.safetensors", ctx->world.rank);
+		pjoin(path, sizeof(path), m->dir, name);
+		if ((rc = accelp_st_reader_new(path, &cr.st, err)))
+			return rc;
+	}
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
 		if (!a->inited || !a->vt->load_state)
 			continue;
-		uint32_t v = plugin_version(ctx, plugins, a->vt->desc->name, mpath, &rc);
+		uint32_t v = plugin_version(ctx, plugins, a->vt->desc->name, m->path, &rc);
 		if (rc)
 			goto out;
 		a->host.ckpt = &cr;
@@ -702,61 +972,48 @@ static int load_rank(accel_ctx *ctx, const char *path, json_t *plugins, const ch
 		if (rc) {
 			if (!ctx->err.code)
 				accelp_err_set(err, rc, "%s: load_state from %s failed (%s)", a->host.name,
-				               path, accel_status_str(rc));
+				               m->dir, accel_status_str(rc));
 			goto out;
 		}
 	}
+	/* the samplers' states are global (consumed counts all ranks'): rank 0's */
+	pjoin(path, sizeof(path), m->dir, "rank0.safetensors");
+	if (ctx->n_samplers && (rc = accelp_st_reader_new(path, &r0, err)))
+		goto out;
+	accel_ckpt_reader c0 = {.st = r0, .err = err, .m = m};
 	for (uint32_t i = 0; i < ctx->n_samplers; i++) {
 		accel_sampler_state st;
 		char buf[32];
 		snprintf(buf, sizeof(buf), "%u", i);
-		if ((rc = accelp_ckpt_read(&cr, "sampler", buf, &st, sizeof(st), err)))
+		if ((rc = accelp_ckpt_read(&c0, "sampler", buf, &st, sizeof(st), err)))
 			goto out;
 		if ((rc = accel_sampler_restore(ctx->samplers[i], &st)))
 			goto out;
 	}
 out:
+	accelp_st_reader_free(r0);
 	accelp_st_reader_free(cr.st);
 	return rc;
 }
 
 int accel_load_state(accel_ctx *ctx, const char *dir)
 {
-	char path[PATH_CAP], mpath[PATH_CAP];
-	json_t *root = NULL;
+	accelp_ckpt_manifest *m = NULL;
 	int rc = check_ready(ctx, dir, "accel_load_state");
 	if (rc)
 		return rc;
-	pjoin(mpath, sizeof(mpath), dir, "manifest.json");
-	snprintf(path, sizeof(path), "rank%d.safetensors", ctx->world.rank);
-	if (!(rc = read_manifest(ctx, dir, &root))) {
-		json_t *files = json_object_get(root, "files");
-		json_t *js = json_object_get(root, "samplers");
-		if (json_integer_value(js) != (json_int_t)ctx->n_samplers)
-			rc = bad(ctx, "%s: %" JSON_INTEGER_FORMAT " samplers saved; this job has %u "
-			         "(create the same samplers before loading)", mpath,
-			         json_integer_value(js), ctx->n_samplers);
-		if (!rc)
-			rc = verify_file(ctx, dir, files, "model.safetensors");
-		if (!rc)
-			rc = verify_file(ctx, dir, files, path);
-	}
+	if (!(rc = accelp_ckpt_manifest_open(dir, &m, &ctx->err)))
+		rc = check_checkpoint(ctx, m);
 	if ((rc = agree(ctx, rc, "accel_load_state (checking the checkpoint)")))
 		goto out;
-	pjoin(path, sizeof(path), dir, "model.safetensors");
-	rc = load_params(ctx, path);
-	if (!rc) {
-		char name[64];
-		snprintf(name, sizeof(name), "rank%d.safetensors", ctx->world.rank);
-		pjoin(path, sizeof(path), dir, name);
-		rc = load_rank(ctx, path, json_object_get(root, "plugins"), mpath);
-	}
+	rc = load_params(ctx, m);
 	if (!rc)
-		rc = accelp_train_set_step_count(
-			ctx->train, (uint64_t)json_integer_value(json_object_get(root, "step")),
-			(uint32_t)json_integer_value(json_object_get(root, "micro_step")));
+		rc = load_rank(ctx, m);
+	if (!rc)
+		rc = accelp_train_set_step_count(ctx->train, (uint64_t)m->step,
+		                                 (uint32_t)m->micro_step);
 	rc = agree(ctx, rc, "accel_load_state");
 out:
-	json_decref(root);
+	accelp_ckpt_manifest_free(m);
 	return rc;
 }
