@@ -25,6 +25,7 @@
 #include "ckpt.h"
 #include "ckpt_manifest.h"
 #include "ctx-impl.h"
+#include "log.h"
 #include "ops.h"
 #include "safetensors.h"
 #include "sampler.h"
@@ -722,7 +723,202 @@ static int commit(accel_ctx *ctx, const char *dir, const char *tmp)
 	return ACCEL_OK;
 }
 
+/* ---- weights only ----------------------------------------------------------------- */
+
+/* Rank 0: every parameter under its own name, one tensor staged at a time. */
+static int write_model(accel_ctx *ctx, const char *file)
+{
+	accel_err *err = &ctx->err;
+	const accel_model_v1 *m = accelp_train_model(ctx->train);
+	accel_st_writer *w = NULL;
+	void *stage = NULL;
+	int rc;
+	if ((rc = accelp_st_writer_new(file, &w, err)) ||
+	    (rc = accelp_st_writer_set_metadata(w, "format", "pt", err)))
+		goto out;
+	for (uint32_t i = 0; i < m->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
+		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+		for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+			shape[d] = (uint64_t)p->shape[d];
+		if ((rc = accelp_st_writer_add(w, p->name, p->dtype, p->ndim, shape, NULL, err)))
+			goto out;
+	}
+	for (uint32_t i = 0; i < m->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
+		accel_view data, grad;
+		if ((rc = accelp_train_param_view(ctx->train, i, &data, &grad)))
+			goto out;
+		if (!data.data && p->numel) {
+			rc = accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "accel_save_model: parameter '%s' "
+			                    "is not held whole on rank 0 by strategy '%s'", p->name,
+			                    strategy_name(ctx));
+			goto out;
+		}
+		size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
+		free(stage);
+		if (!(stage = malloc(bytes ? bytes : 1))) {
+			rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory staging '%s'", p->name);
+			goto out;
+		}
+		accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, stage, p->numel};
+		if ((rc = accelp_ops_copy(&hv, &data, err)) ||
+		    (rc = accelp_st_writer_write(w, p->name, stage, bytes, err)))
+			goto out;
+	}
+	rc = accelp_st_writer_commit(w, err);
+out:
+	free(stage);
+	accelp_st_writer_free(w);
+	return rc;
+}
+
+int accel_save_model(accel_ctx *ctx, const char *file)
+{
+	int rc = check_ready(ctx, file, "accel_save_model");
+	if (rc)
+		return rc;
+	if (ctx->world.rank == 0)
+		rc = write_model(ctx, file);
+	return agree(ctx, rc, "accel_save_model");
+}
+
+/* ---- automatic checkpoint naming (project_dir, total_limit, iteration) ------------- */
+
+/* project_dir/checkpoints into buf; ACCEL_ERR_INVALID_ARG when automatic
+ * naming is off. */
+static int auto_root(accel_ctx *ctx, const char *fn, char *buf, size_t cap)
+{
+	int32_t on = 0;
+	const char *pd = ".";
+	if (accel_config_bool(ctx, "automatic_checkpoint_naming", &on) != ACCEL_OK || !on)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: no directory given (pass "
+		                      "one, or set automatic_checkpoint_naming=true to use "
+		                      "project_dir/checkpoints/checkpoint_<n>)", fn);
+	if (accel_config_string(ctx, "project_dir", &pd) != ACCEL_OK || !pd || !*pd)
+		pd = ".";
+	if (snprintf(buf, cap, "%s/checkpoints", pd) >= (int)cap - 64)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: project_dir too long", fn);
+	return ACCEL_OK;
+}
+
+static int64_t next_iteration(accel_ctx *ctx)
+{
+	if (!ctx->ckpt_iteration_set) {
+		int64_t it = 0;
+		if (accel_config_int(ctx, "iteration", &it) != ACCEL_OK)
+			it = 0;
+		ctx->ckpt_iteration = it;
+		ctx->ckpt_iteration_set = 1;
+	}
+	return ctx->ckpt_iteration;
+}
+
+/* n of "checkpoint_<n>", or -1. */
+static int64_t auto_number(const char *name)
+{
+	if (strncmp(name, "checkpoint_", 11) || !name[11])
+		return -1;
+	int64_t n = 0;
+	for (const char *p = name + 11; *p; p++) {
+		if (*p < '0' || *p > '9' || n > INT64_MAX / 10 - 10)
+			return -1;
+		n = n * 10 + (*p - '0');
+	}
+	return n;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Rank 0, after a commit: keep the newest total_limit committed
+ * checkpoint_<n> (with a manifest) under root; remove the others. */
+static void prune(accel_ctx *ctx, const char *root)
+{
+	int64_t limit = 0;
+	if (accel_config_int(ctx, "total_limit", &limit) != ACCEL_OK || limit < 1)
+		return;
+	DIR *d = opendir(root);
+	if (!d)
+		return;
+	int64_t *nums = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	char path[PATH_CAP], mpath[PATH_CAP];
+	struct stat sb;
+	while ((e = readdir(d))) {
+		int64_t k = auto_number(e->d_name);
+		pjoin(path, sizeof(path), root, e->d_name);
+		pjoin(mpath, sizeof(mpath), path, "manifest.json");
+		if (k < 0 || stat(mpath, &sb) != 0)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			int64_t *t = realloc(nums, cap * sizeof(*t));
+			if (!t)
+				break;
+			nums = t;
+		}
+		nums[n++] = k;
+	}
+	closedir(d);
+	qsort(nums, n, sizeof(*nums), cmp_i64);
+	for (size_t i = 0; n > (size_t)limit && i < n - (size_t)limit; i++) {
+		char name[64];
+		snprintf(name, sizeof(name), "checkpoint_%" PRId64, nums[i]);
+		pjoin(path, sizeof(path), root, name);
+		/* the manifest first: a half-removed directory is no checkpoint */
+		pjoin(mpath, sizeof(mpath), path, "manifest.json");
+		unlink(mpath);
+		remove_tree(path);
+		if (stat(path, &sb) == 0)
+			accelp_log(ACCEL_LOG_WARN, "total_limit %" PRId64 ": could not remove %s",
+			           limit, path);
+		else
+			accelp_log(ACCEL_LOG_DEBUG, "total_limit %" PRId64 ": removed %s", limit, path);
+	}
+	free(nums);
+}
+
+static int save_state_at(accel_ctx *ctx, const char *dir_arg);
+
 int accel_save_state(accel_ctx *ctx, const char *dir_arg)
+{
+	if (!ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (dir_arg)
+		return save_state_at(ctx, dir_arg);
+	char root[PATH_CAP], dir[PATH_CAP];
+	struct stat sb;
+	int rc = auto_root(ctx, "accel_save_state", root, sizeof(root));
+	if (rc)
+		return rc;
+	if (ctx->world.rank == 0 && stat(root, &sb) != 0) {
+		char pd[PATH_CAP];
+		parent_of(root, pd, sizeof(pd));
+		mkdir(pd, 0755);
+		if (mkdir(root, 0755) != 0 && errno != EEXIST)
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_IO, "accel_save_state: creating %s: %s",
+			                    root, strerror(errno));
+	}
+	if ((rc = agree(ctx, rc, "accel_save_state")))
+		return rc;
+	if (snprintf(dir, sizeof(dir), "%s/checkpoint_%" PRId64, root, next_iteration(ctx)) >=
+	    (int)sizeof(dir))
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_save_state: "
+		                      "project_dir too long");
+	if ((rc = save_state_at(ctx, dir)))
+		return rc;
+	ctx->ckpt_iteration++;
+	if (ctx->world.rank == 0)
+		prune(ctx, root);
+	return ACCEL_OK;
+}
+
+static int save_state_at(accel_ctx *ctx, const char *dir_arg)
 {
 	char tmp[PATH_CAP], path[PATH_CAP], name[96], dir[PATH_CAP];
 	struct stat sb;
@@ -999,8 +1195,29 @@ out:
 int accel_load_state(accel_ctx *ctx, const char *dir)
 {
 	accelp_ckpt_manifest *m = NULL;
-	int rc = check_ready(ctx, dir, "accel_load_state");
-	if (rc)
+	char root[PATH_CAP], auto_dir[PATH_CAP], base[PATH_CAP];
+	int rc;
+	if (!ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!dir) {   /* the newest automatic checkpoint: what checkpoints/latest names */
+		if ((rc = auto_root(ctx, "accel_load_state", root, sizeof(root))))
+			return rc;
+		char lpath[PATH_CAP], line[512] = "";
+		pjoin(lpath, sizeof(lpath), root, "latest");
+		FILE *f = fopen(lpath, "r");
+		if (!f)
+			return bad(ctx, "accel_load_state: cannot read %s: %s (no checkpoint was "
+			           "committed there)", lpath, strerror(errno));
+		if (!fgets(line, sizeof(line), f))
+			line[0] = '\0';
+		fclose(f);
+		line[strcspn(line, "\r\n")] = '\0';
+		if (!*line || strchr(line, '/'))
+			return bad(ctx, "%s: does not name a checkpoint directory", lpath);
+		pjoin(auto_dir, sizeof(auto_dir), root, line);
+		dir = auto_dir;
+	}
+	if ((rc = check_ready(ctx, dir, "accel_load_state")))
 		return rc;
 	if (!(rc = accelp_ckpt_manifest_open(dir, &m, &ctx->err)))
 		rc = check_checkpoint(ctx, m);
@@ -1013,6 +1230,15 @@ int accel_load_state(accel_ctx *ctx, const char *dir)
 		rc = accelp_train_set_step_count(ctx->train, (uint64_t)m->step,
 		                                 (uint32_t)m->micro_step);
 	rc = agree(ctx, rc, "accel_load_state");
+	if (!rc) {   /* the next automatic checkpoint follows the loaded one */
+		int64_t k = auto_number(base_of(dir, base, sizeof(base)));
+		int32_t on = 0;
+		if (k >= 0 && accel_config_bool(ctx, "automatic_checkpoint_naming", &on) == ACCEL_OK &&
+		    on) {
+			ctx->ckpt_iteration = k + 1;
+			ctx->ckpt_iteration_set = 1;
+		}
+	}
 out:
 	accelp_ckpt_manifest_free(m);
 	return rc;
