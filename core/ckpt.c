@@ -414,6 +414,31 @@ static int write_text_file(const char *path, const char *text, accel_err *err)
 	return ACCEL_OK;
 }
 
+/* ---- crash injection (tests only) ----------------------------------------------------
+ * ACCEL_TEST_CKPT_CRASH=<point>[@<rank>] makes the rank (any rank without
+ * @) _exit(CRASH_EXIT) at that point of a save (docs/testing.md):
+ * before-files, mid-file (halfway through its rank file), before-barrier,
+ * before-rename (rank 0: manifest written), before-latest (rank 0: renamed). */
+#define CRASH_EXIT 86
+
+static int crash_here(const accel_ctx *ctx, const char *point)
+{
+	const char *e = getenv("ACCEL_TEST_CKPT_CRASH");
+	size_t n = strlen(point);
+	if (!e || strncmp(e, point, n) || (e[n] && e[n] != '@'))
+		return 0;
+	return !e[n] || atoi(e + n + 1) == ctx->world.rank;
+}
+
+static void crash_point(const accel_ctx *ctx, const char *point)
+{
+	if (!crash_here(ctx, point))
+		return;
+	fprintf(stderr, "accel: ACCEL_TEST_CKPT_CRASH: rank %d exits at '%s'\n", ctx->world.rank,
+	        point);
+	_exit(CRASH_EXIT);
+}
+
 /* ---- save ---------------------------------------------------------------------------- */
 
 static int check_ready(accel_ctx *ctx, const char *dir, const char *fn)
@@ -523,6 +548,8 @@ static int save_rank(accel_ctx *ctx, const char *path)
 		if ((rc = accelp_ckpt_write(&cw, "sampler", buf, &st, sizeof(st), err)))
 			goto out;
 	}
+	if (crash_here(ctx, "mid-file"))
+		accelp_st_writer_crash_midway(cw.st, CRASH_EXIT);
 	if (!(rc = set_slices_meta(&cw, err)))
 		rc = accelp_st_writer_commit(cw.st, err);
 out:
@@ -697,12 +724,14 @@ static int commit(accel_ctx *ctx, const char *dir, const char *tmp)
 		return rc;
 	if (fsync_path(tmp, 1) != 0)
 		return accelp_err_set(err, ACCEL_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
+	crash_point(ctx, "before-rename");
 	if (rename(tmp, dir) != 0)
 		return accelp_err_set(err, ACCEL_ERR_IO, "renaming %s to %s: %s", tmp, dir,
 		                      strerror(errno));
 	parent_of(dir, parent, sizeof(parent));
 	if (fsync_path(parent, 1) != 0)
 		return accelp_err_set(err, ACCEL_ERR_IO, "%s: fsync: %s", parent, strerror(errno));
+	crash_point(ctx, "before-latest");
 	const char *b = base_of(dir, base, sizeof(base));
 	char line[PATH_CAP + 2];
 	snprintf(line, sizeof(line), "%s\n", b);
@@ -955,6 +984,7 @@ static int save_state_at(accel_ctx *ctx, const char *dir_arg)
 	}
 	if ((rc = agree(ctx, rc, "accel_save_state")))
 		return rc;
+	crash_point(ctx, "before-files");
 	snprintf(name, sizeof(name), "rank%d.safetensors", rank);
 	pjoin(path, sizeof(path), tmp, name);
 	rc = save_rank(ctx, path);
@@ -962,6 +992,7 @@ static int save_state_at(accel_ctx *ctx, const char *dir_arg)
 		pjoin(path, sizeof(path), tmp, "model.safetensors");
 		rc = save_params(ctx, path);
 	}
+	crash_point(ctx, "before-barrier");
 	/* the barrier: every rank's files are written and fsynced */
 	if ((rc = agree(ctx, rc, "accel_save_state"))) {
 		if (rank == 0)

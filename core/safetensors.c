@@ -160,6 +160,7 @@ struct accel_st_writer {
 	uint32_t n, cap;
 	wtensor **by_name;    /* sorted by name once frozen */
 	json_t *meta;         /* object of strings */
+	int crash_exit;       /* tests: _exit(crash_exit) halfway through commit */
 };
 
 /* The mode the file at `path` gets: the one it has when it exists, else
@@ -507,6 +508,12 @@ static int fsync_dir_of(const char *path, accel_err *err)
 	return rc;
 }
 
+void accelp_st_writer_crash_midway(accel_st_writer *w, int exit_status)
+{
+	if (w)
+		w->crash_exit = exit_status;
+}
+
 int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 {
 	int rc = writer_usable(w, "commit", 0, err);
@@ -516,6 +523,11 @@ int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 		return rc;
 	for (uint32_t i = 0; i < w->n; i++) {
 		wtensor *t = &w->t[i];
+		if (w->crash_exit && i == (w->n + 1) / 2) {
+			fprintf(stderr, "%s: test crash halfway through the file (%u of %u tensors "
+			        "written)\n", w->tmp_path, i, w->n);
+			_exit(w->crash_exit);
+		}
 		if (t->data) {
 			if (pwrite_full(w->fd, t->data, t->nbytes, w->data_start + t->offset)) {
 				rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: writing tensor \"%s\": %s",

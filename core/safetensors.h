@@ -104,6 +104,11 @@ int accelp_st_writer_write(accel_st_writer *w, const char *name, const void *chu
  * accepts free. */
 int accelp_st_writer_commit(accel_st_writer *w, accel_err *err);
 
+/* Tests only (crash injection, docs/testing.md): commit writes the first
+ * half of the tensors' data, then the process _exits with `exit_status`
+ * (0: off), leaving the temporary file half written. */
+void accelp_st_writer_crash_midway(accel_st_writer *w, int exit_status);
+
 /* ---- reader ------------------------------------------------------------------ */
 
 typedef struct accel_st_reader accel_st_reader;
