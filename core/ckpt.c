@@ -35,6 +35,8 @@
 #define PATH_CAP 4096
 /* safetensors metadata key: this file's tensor slices, as JSON */
 #define SLICES_META "accel.slices"
+/* and its blobs' checksums: JSON object of key -> xxh64 hex */
+#define BLOBS_META "accel.blobs"
 
 /* One tensor slice written to this rank's file. */
 typedef struct ckpt_rec {
@@ -51,12 +53,14 @@ struct accel_ckpt_writer {
 	uint32_t n_copies, cap_copies;
 	ckpt_rec *recs;
 	uint32_t n_recs, cap_recs;
+	json_t *blobs;            /* key -> xxh64 of each blob */
 };
 
 struct accel_ckpt_reader {
 	accel_st_reader *st;      /* this rank's file; NULL at another world size */
 	accel_err *err;
 	accelp_ckpt_manifest *m;
+	int file;                 /* st's index in m->files */
 	int saved_world, world;
 };
 
@@ -85,6 +89,11 @@ int accelp_ckpt_write(accel_ckpt_writer *w, const char *plugin, const char *name
 	void *copy = keep_copy(w, data, bytes, err);
 	if (!copy)
 		return err->code;
+	char hex[20];
+	snprintf(hex, sizeof(hex), "%016" PRIx64, XXH64(copy, (size_t)bytes, 0));
+	if ((!w->blobs && !(w->blobs = json_object())) ||
+	    json_object_set_new(w->blobs, full, json_string(hex)))
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 	uint64_t shape[1] = {bytes};
 	return accelp_st_writer_add(w->st, full, ACCEL_DTYPE_U8, 1, shape, copy, err);
 }
@@ -219,6 +228,12 @@ static int set_slices_meta(accel_ckpt_writer *w, accel_err *err)
 		rc = accelp_st_writer_set_metadata(w->st, SLICES_META, text, err);
 	free(text);
 	json_decref(a);
+	if (!rc && w->blobs) {
+		text = json_dumps(w->blobs, JSON_COMPACT | JSON_SORT_KEYS);
+		rc = text ? accelp_st_writer_set_metadata(w->st, BLOBS_META, text, err)
+		          : accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		free(text);
+	}
 	return rc;
 }
 
@@ -233,6 +248,7 @@ static void writer_clear(accel_ckpt_writer *w)
 		free(w->recs[i].key);
 	}
 	free(w->recs);
+	json_decref(w->blobs);
 }
 
 static int find_blob(accel_ckpt_reader *r, const char *plugin, const char *name,
@@ -279,7 +295,9 @@ int accelp_ckpt_read(accel_ckpt_reader *r, const char *plugin, const char *name,
 		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: blob '%s/%s' holds %" PRIu64
 		                      " bytes; %" PRIu64 " expected", accelp_st_reader_path(r->st),
 		                      plugin, name, t->numel, bytes);
-	return accelp_st_reader_read(r->st, t, 0, bytes, buf, err);
+	if ((rc = accelp_st_reader_read(r->st, t, 0, bytes, buf, err)))
+		return rc;
+	return accelp_ckpt_manifest_verify_blob(r->m, (uint32_t)r->file, t->name, buf, bytes, err);
 }
 
 int accelp_ckpt_tensor_info(accel_ckpt_reader *r, const char *plugin, const char *name,
@@ -558,7 +576,8 @@ out:
 }
 
 /* Merge the slices file `name` lists in its metadata into `tensors`. */
-static int add_slices(accel_ctx *ctx, json_t *tensors, const char *dir, const char *name)
+static int add_slices(accel_ctx *ctx, json_t *tensors, json_t *files, const char *dir,
+                      const char *name)
 {
 	char path[PATH_CAP], shp[256];
 	accel_st_reader *r = NULL;
@@ -567,6 +586,16 @@ static int add_slices(accel_ctx *ctx, json_t *tensors, const char *dir, const ch
 	int rc = accelp_st_reader_new(path, &r, &ctx->err);
 	if (rc)
 		return rc;
+	const char *btext = accelp_st_reader_metadata(r, BLOBS_META);
+	if (btext) {
+		json_t *b = json_loads(btext, 0, &je);
+		if (!json_is_object(b) || json_object_set_new(json_object_get(files, name), "blobs", b)) {
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "%s: metadata %s is not a "
+			                    "JSON object", path, BLOBS_META);
+			accelp_st_reader_free(r);
+			return rc;
+		}
+	}
 	const char *text = accelp_st_reader_metadata(r, SLICES_META);
 	json_t *a = text ? json_loads(text, 0, &je) : json_array();
 	size_t i;
@@ -626,11 +655,17 @@ static int add_file(accel_ctx *ctx, json_t *files, const char *dir, const char *
 	char path[PATH_CAP], hex[20];
 	uint64_t size, hash;
 	pjoin(path, sizeof(path), dir, name);
+	uint64_t hh;
 	int rc = accelp_ckpt_hash_file(path, &size, &hash, &ctx->err);
+	if (!rc)
+		rc = accelp_ckpt_hash_header(path, &hh, &ctx->err);
 	if (rc)
 		return rc;
+	char hhex[20];
 	snprintf(hex, sizeof(hex), "%016" PRIx64, hash);
-	json_t *o = json_pack("{s:I,s:s}", "size", (json_int_t)size, "xxh64", hex);
+	snprintf(hhex, sizeof(hhex), "%016" PRIx64, hh);
+	json_t *o = json_pack("{s:I,s:s,s:s}", "size", (json_int_t)size, "xxh64", hex,
+	                      "header_xxh64", hhex);
 	if (!o || json_object_set_new(files, name, o))
 		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	return ACCEL_OK;
@@ -658,12 +693,13 @@ static int write_manifest(accel_ctx *ctx, const char *tmp)
 		                                         (json_int_t)d->state_version));
 	}
 	if ((rc = add_file(ctx, files, tmp, "model.safetensors")) ||
-	    (rc = add_slices(ctx, tensors, tmp, "model.safetensors")))
+	    (rc = add_slices(ctx, tensors, files, tmp, "model.safetensors")))
 		goto out;
 	for (int r = 0; r < ctx->world.world_size; r++) {
 		char name[64];
 		snprintf(name, sizeof(name), "rank%d.safetensors", r);
-		if ((rc = add_file(ctx, files, tmp, name)) || (rc = add_slices(ctx, tensors, tmp, name)))
+		if ((rc = add_file(ctx, files, tmp, name)) ||
+		    (rc = add_slices(ctx, tensors, files, tmp, name)))
 			goto out;
 	}
 	uint64_t step = accelp_train_step_count(ctx->train);
@@ -1127,14 +1163,11 @@ static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
 		return rc;
 	if ((rc = check_model(ctx, m)))
 		return rc;
-	/* whole-file checksums: the model, and this rank's own file */
-	if ((rc = accelp_ckpt_manifest_verify_file(
-		     m, (uint32_t)accelp_ckpt_manifest_file_index(m, "model.safetensors"), &ctx->err)))
-		return rc;
-	snprintf(name, sizeof(name), "rank%d.safetensors", ctx->world.rank);
-	int own = accelp_ckpt_manifest_file_index(m, name);
-	if (own >= 0 && (rc = accelp_ckpt_manifest_verify_file(m, (uint32_t)own, &ctx->err)))
-		return rc;
+	/* every file's header; the data is checked slice by slice and blob by
+	 * blob as it is read (one pass over the bytes) */
+	for (uint32_t i = 0; i < m->n_files; i++)
+		if ((rc = accelp_ckpt_manifest_verify_header(m, i, &ctx->err)))
+			return rc;
 	return ACCEL_OK;
 }
 
@@ -1182,6 +1215,7 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	int rc = ACCEL_OK;
 	if (m->world_size == ctx->world.world_size) {
 		snprintf(name, sizeof(name), "rank%d.safetensors", ctx->world.rank);
+		cr.file = accelp_ckpt_manifest_file_index(m, name);
 		pjoin(path, sizeof(path), m->dir, name);
 		if ((rc = accelp_st_reader_new(path, &cr.st, err)))
 			return rc;
@@ -1207,7 +1241,8 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	pjoin(path, sizeof(path), m->dir, "rank0.safetensors");
 	if (ctx->n_samplers && (rc = accelp_st_reader_new(path, &r0, err)))
 		goto out;
-	accel_ckpt_reader c0 = {.st = r0, .err = err, .m = m};
+	accel_ckpt_reader c0 = {.st = r0, .err = err, .m = m,
+	                        .file = accelp_ckpt_manifest_file_index(m, "rank0.safetensors")};
 	for (uint32_t i = 0; i < ctx->n_samplers; i++) {
 		accel_sampler_state st;
 		char buf[32];

@@ -71,6 +71,43 @@ out:
 	return rc;
 }
 
+int accelp_ckpt_hash_header(const char *path, uint64_t *ret_hash, accel_err *err)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return accelp_err_set(err, ACCEL_ERR_IO, "%s: %s", path, strerror(errno));
+	unsigned char len8[8];
+	char *buf = NULL;
+	int rc = ACCEL_OK;
+	uint64_t n = 0;
+	if (fread(len8, 1, 8, f) != 8) {
+		rc = accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: shorter than a safetensors header",
+		                    path);
+		goto out;
+	}
+	for (int i = 7; i >= 0; i--)
+		n = n << 8 | len8[i];
+	if (n > ACCEL_ST_MAX_HEADER) {
+		rc = accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: header length %" PRIu64 " is "
+		                    "implausible", path, n);
+		goto out;
+	}
+	if (!(buf = malloc(8 + n))) {
+		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(buf, len8, 8);
+	if (fread(buf + 8, 1, n, f) != n) {
+		rc = accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: header cut short", path);
+		goto out;
+	}
+	*ret_hash = XXH64(buf, 8 + n, 0);
+out:
+	free(buf);
+	fclose(f);
+	return rc;
+}
+
 /* ---- parsing ----------------------------------------------------------------------- */
 
 static int get_u64(json_t *o, const char *key, uint64_t *ret)
@@ -131,8 +168,14 @@ static int parse_files(accelp_ckpt_manifest *m, json_t *files, accel_err *err)
 		if (!plain_name(key))
 			return bad(err, "%s: files: '%s' is not a file name inside the checkpoint "
 			           "directory", m->path, key);
-		if (get_u64(v, "size", &f->size) || parse_hex(json_object_get(v, "xxh64"), &f->xxh64))
-			return bad(err, "%s: files: %s: no size and xxh64 (16 hex digits)", m->path, key);
+		if (get_u64(v, "size", &f->size) || parse_hex(json_object_get(v, "xxh64"), &f->xxh64) ||
+		    parse_hex(json_object_get(v, "header_xxh64"), &f->header_xxh64))
+			return bad(err, "%s: files: %s: no size, xxh64 and header_xxh64 (16 hex digits)",
+			           m->path, key);
+		json_t *jb = json_object_get(v, "blobs");
+		if (jb && !json_is_object(jb))
+			return bad(err, "%s: files: %s: blobs is not an object", m->path, key);
+		f->blobs = jb;
 		f->name = key;
 		int r = -1, k = 0;
 		if (sscanf(key, "rank%d.safetensors%n", &r, &k) == 1 && key[k] == '\0' && r >= 0)
@@ -408,6 +451,38 @@ int accelp_ckpt_manifest_check_files(const accelp_ckpt_manifest *m, accel_err *e
 			           "or replaced)%s", path, (uint64_t)sb.st_size, m->files[i].size, held);
 		}
 	}
+	return ACCEL_OK;
+}
+
+int accelp_ckpt_manifest_verify_header(const accelp_ckpt_manifest *m, uint32_t i,
+                                       accel_err *err)
+{
+	char path[PATH_CAP];
+	uint64_t hash;
+	file_path(m, i, path, sizeof(path));
+	int rc = accelp_ckpt_hash_header(path, &hash, err);
+	if (rc == ACCEL_ERR_IO)
+		return bad(err, "%s: missing (the manifest lists it: %" PRIu64 " bytes)", path,
+		           m->files[i].size);
+	if (rc)
+		return rc;
+	if (hash != m->files[i].header_xxh64)
+		return bad(err, "%s: header checksum xxh64 %016" PRIx64 "; the manifest expects %016"
+		           PRIx64 " (the file is corrupt)", path, hash, m->files[i].header_xxh64);
+	return ACCEL_OK;
+}
+
+int accelp_ckpt_manifest_verify_blob(const accelp_ckpt_manifest *m, uint32_t i, const char *key,
+                                     const void *data, uint64_t bytes, accel_err *err)
+{
+	uint64_t want, got = XXH64(data, (size_t)bytes, 0);
+	if (parse_hex(json_object_get(m->files[i].blobs, key), &want))
+		return bad(err, "%s/%s: blob '%s' has no checksum in the manifest", m->dir,
+		           m->files[i].name, key);
+	if (got != want)
+		return bad(err, "%s/%s: blob '%s': checksum xxh64 %016" PRIx64 "; the manifest expects "
+		           "%016" PRIx64 " (the file is corrupt)", m->dir, m->files[i].name, key, got,
+		           want);
 	return ACCEL_OK;
 }
 

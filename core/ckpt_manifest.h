@@ -23,6 +23,8 @@
 typedef struct accelp_ckpt_file {
 	const char *name;         /* "rank1.safetensors" (borrowed from the JSON) */
 	uint64_t size, xxh64;
+	uint64_t header_xxh64;    /* of the first 8 + header-length bytes        */
+	void *blobs;              /* json_t object: blob key -> xxh64 hex, or NULL */
 	int rank;                 /* rank<r>.safetensors: r; otherwise -1        */
 	accel_st_reader *st;      /* opened on first read                        */
 } accelp_ckpt_file;
@@ -72,6 +74,12 @@ int accelp_ckpt_manifest_file_index(const accelp_ckpt_manifest *m, const char *n
 /* Every listed file exists with its size: a missing or short file is named
  * with the first tensor it holds a slice of (a rank's shard). */
 int accelp_ckpt_manifest_check_files(const accelp_ckpt_manifest *m, accel_err *err);
+/* The header checksum of files[i] (cheap: the header only). */
+int accelp_ckpt_manifest_verify_header(const accelp_ckpt_manifest *m, uint32_t i,
+                                       accel_err *err);
+/* Blob `key` of files[i]: its bytes' checksum against the manifest. */
+int accelp_ckpt_manifest_verify_blob(const accelp_ckpt_manifest *m, uint32_t i, const char *key,
+                                     const void *data, uint64_t bytes, accel_err *err);
 /* Whole-file size and xxh64 of files[i] against the manifest. */
 int accelp_ckpt_manifest_verify_file(const accelp_ckpt_manifest *m, uint32_t i, accel_err *err);
 /* Every slice's checksum (reads everything; `accel checkpoint show --verify`). */
@@ -86,6 +94,9 @@ int accelp_ckpt_manifest_read(accelp_ckpt_manifest *m, const accelp_ckpt_tensor 
 /* Size and XXH64 (seed 0) of a file, read in 1 MiB chunks. */
 int accelp_ckpt_hash_file(const char *path, uint64_t *ret_size, uint64_t *ret_hash,
                           accel_err *err);
+
+/* XXH64 of a safetensors file's first 8 + header-length bytes. */
+int accelp_ckpt_hash_header(const char *path, uint64_t *ret_hash, accel_err *err);
 
 /* "[16, 784]" into buf. */
 const char *accelp_ckpt_shape_str(const uint64_t *shape, uint32_t ndim, char *buf, size_t cap);

@@ -200,7 +200,8 @@ static void refuse(const char *tensors, const char *files, const char *needle)
 	ck_assert_msg(strstr(err.msg, needle), "message '%s' lacks '%s'", err.msg, needle);
 }
 
-#define F0 "\"rank0.safetensors\": {\"size\": 10, \"xxh64\": \"0000000000000001\"}"
+#define F0 "\"rank0.safetensors\": {\"size\": 10, \"xxh64\": \"0000000000000001\", " \
+	"\"header_xxh64\": \"0000000000000002\"}"
 #define SL(off, cnt) "{\"file\": \"rank0.safetensors\", \"key\": \"k\", \"offset\": " #off \
 	", \"count\": " #cnt ", \"xxh64\": \"00000000000000ff\"}"
 
@@ -232,10 +233,11 @@ START_TEST(manifest_refusals)
 	       "tensor 'w': dtype missing or unknown");
 	refuse("\"w\": {\"dtype\": \"F32\", \"shape\": [6], \"slices\": [{\"file\": \"x\"}]}", F0,
 	       "tensor 'w': slice 0 names no file of the manifest's files");
-	refuse("", "\"../rank0.safetensors\": {\"size\": 1, \"xxh64\": \"0000000000000001\"}",
+	refuse("", "\"../rank0.safetensors\": {\"size\": 1, \"xxh64\": \"0000000000000001\", "
+	       "\"header_xxh64\": \"0000000000000002\"}",
 	       "files: '../rank0.safetensors' is not a file name inside the checkpoint directory");
 	refuse("", "\"rank0.safetensors\": {\"size\": 1, \"xxh64\": \"xyz\"}",
-	       "files: rank0.safetensors: no size and xxh64 (16 hex digits)");
+	       "files: rank0.safetensors: no size, xxh64 and header_xxh64 (16 hex digits)");
 	refuse("\"w\": {\"dtype\": \"F32\", \"shape\": [1099511627776, 1099511627776], "
 	       "\"slices\": []}", F0, "tensor 'w': too many elements");
 

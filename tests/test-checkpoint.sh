@@ -117,8 +117,10 @@ case_ "param dtype differs from the model" "py_edit \"m['tensors']['param/fc2.bi
 	"c/manifest.json: tensor 'param/fc2.bias' is i32 [10]; the model's parameter 'fc2.bias' is f32 [10]"
 case_ "slices leave a gap" "py_edit \"m['tensors']['master/fc2.bias']['slices'][0]['count']=9\"" \
 	"c/manifest.json: tensor 'master/fc2.bias': its slices hold 9 of its 10 elements"
-case_ "corrupt file" "$flip" \
-	"c/rank0.safetensors: checksum xxh64"
+case_ "corrupt file (data)" "$flip" \
+	"c/rank0.safetensors: blob 'sampler/0': checksum xxh64"
+case_ "corrupt file (header)" 'printf "x" | dd of=rank0.safetensors bs=1 seek=20 conv=notrunc 2>/dev/null' \
+	"c/rank0.safetensors: header checksum xxh64"
 msize=$(stat -c %s p1/checkpoint_10/model.safetensors)
 case_ "truncated file" "truncate -s -3 model.safetensors" \
 	"c/model.safetensors: $((msize - 3)) bytes; the manifest expects $msize"

@@ -30,9 +30,13 @@ def manifest(**kw):
          "world_size": 2, "strategy": "ddp", "plugins": [{"name": "ddp", "state_version": 2}],
          "step": 10, "micro_step": 0, "samplers": 1,
          "scheduler": {"step": 10, "lr": 0.001},
-         "files": {"model.safetensors": {"size": 200, "xxh64": "7c006acda3ba8d0d"},
-                   "rank0.safetensors": {"size": 300, "xxh64": "41d761f774bc7f52"},
-                   "rank1.safetensors": {"size": 300, "xxh64": "97ca08216057389f"}},
+         "files": {"model.safetensors": {"size": 200, "xxh64": "7c006acda3ba8d0d",
+                                         "header_xxh64": "1111111111111111"},
+                   "rank0.safetensors": {"size": 300, "xxh64": "41d761f774bc7f52",
+                                         "header_xxh64": "2222222222222222",
+                                         "blobs": {"sampler/0": "3333333333333333"}},
+                   "rank1.safetensors": {"size": 300, "xxh64": "97ca08216057389f",
+                                         "header_xxh64": "4444444444444444"}},
          "tensors": {
              "param/w": {"dtype": "F32", "shape": [2, 3], "slices": [
                  {"file": "model.safetensors", "key": "param/w", "offset": 0, "count": 6,
@@ -60,6 +64,7 @@ put("manifest", "file-escape", manifest().replace('"file": "rank1.safetensors"',
 put("manifest", "bad-dtype", manifest().replace('"BF16"', '"Q4"'))
 put("manifest", "huge-shape", manifest().replace('[2, 3]', '[4294967296, 4294967296, 8]'))
 put("manifest", "bad-hex", manifest().replace('00000000000000aa', 'zz'))
+put("manifest", "blobs-not-object", manifest().replace('{"sampler/0": "3333333333333333"}', '[1]'))
 put("manifest", "not-json", manifest()[:-7])
 put("manifest", "empty", "")
 put("manifest", "array", "[]")

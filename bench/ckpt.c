@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/* bench/ckpt.c: accel_save_state and accel_load_state bandwidth on a model
+ * of TENSORS equal f32 parameters, MB MiB in all, after one optimizer step
+ * (so the optimizer state is there: AdamW saves weights + master + 2 state
+ * arrays).  Run directly or under `accel launch -n K`; bench/ckpt.sh runs
+ * it next to a raw sequential write and read of the same bytes.
+ *
+ * Usage: bench-ckpt DIR [MB] [TENSORS] [OPTIMIZER]   (256, 16, adamw)
+ * Prints one JSON line on rank 0: bytes (all files of the checkpoint),
+ * save_s, load_s and GB/s (1e9 bytes per second, wall time on rank 0 from
+ * a barrier before the call to its return). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "accel/accel.h"
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static unsigned long long dir_bytes(const char *dir)
+{
+	unsigned long long n = 0;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char p[4096];
+	struct stat sb;
+	while (d && (e = readdir(d))) {
+		if (snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) >= (int)sizeof(p))
+			continue;
+		if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+			n += (unsigned long long)sb.st_size;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static int barrier(accel_ctx *ctx)
+{
+	int32_t x = 0;
+	return accel_allreduce(ctx, &x, &x, 1, ACCEL_DTYPE_I32, ACCEL_RED_MAX);
+}
+
+static int fail(accel_ctx *ctx, const char *what, int rc)
+{
+	fprintf(stderr, "bench-ckpt: %s: %s\n", what, ctx ? accel_errmsg(ctx) : accel_status_str(rc));
+	accel_ctx_free(ctx);
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || argc > 5) {
+		fprintf(stderr, "usage: bench-ckpt DIR [MB] [TENSORS] [OPTIMIZER]\n");
+		return 2;
+	}
+	const char *dir = argv[1];
+	long mb = argc > 2 ? atol(argv[2]) : 256, nt = argc > 3 ? atol(argv[3]) : 16;
+	const char *opt = argc > 4 ? argv[4] : "adamw";
+	if (mb < 1 || nt < 1) {
+		fprintf(stderr, "bench-ckpt: MB and TENSORS must be >= 1\n");
+		return 2;
+	}
+	char set_opt[64];
+	snprintf(set_opt, sizeof(set_opt), "optimizer.type=%s", opt);
+	const char *sets[] = {set_opt, NULL};
+	accel_opts o = {.struct_size = sizeof(o), .sets = sets};
+	accel_ctx *ctx = NULL;
+	int rc = accel_ctx_new(&o, &ctx);
+	if (rc)
+		return fail(ctx, "accel_ctx_new", rc);
+	int64_t numel = (int64_t)mb * 1024 * 1024 / 4 / nt;
+	accel_init u = accel_init_uniform(-1, 1);
+	for (long i = 0; i < nt; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "t%ld", i);
+		if ((rc = accel_model_add_param(ctx, "u", name, ACCEL_DTYPE_F32, 1, &numel, &u, NULL)))
+			return fail(ctx, "accel_model_add_param", rc);
+	}
+	if ((rc = accel_prepare(ctx)))
+		return fail(ctx, "accel_prepare", rc);
+	for (long i = 0; i < nt; i++) {
+		float *g = accel_param_grad(ctx, (uint32_t)i);
+		for (int64_t k = 0; k < numel; k++)
+			g[k] = 1e-3f * (float)(k % 97);
+	}
+	if ((rc = accel_unit_post_backward(ctx, 0)) || (rc = accel_step(ctx)))
+		return fail(ctx, "accel_step", rc);
+	char ck[4096];
+	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
+	if ((rc = barrier(ctx)))
+		return fail(ctx, "barrier", rc);
+	double t0 = now();
+	if ((rc = accel_save_state(ctx, ck)))
+		return fail(ctx, "accel_save_state", rc);
+	double t1 = now();
+	if ((rc = barrier(ctx)))
+		return fail(ctx, "barrier", rc);
+	double t2 = now();
+	if ((rc = accel_load_state(ctx, ck)))
+		return fail(ctx, "accel_load_state", rc);
+	double t3 = now();
+	if (accel_rank(ctx) == 0) {
+		unsigned long long bytes = dir_bytes(ck);
+		printf("{\"bench\":\"ckpt\",\"processes\":%d,\"optimizer\":\"%s\",\"model_mib\":%ld,"
+		       "\"tensors\":%ld,\"bytes\":%llu,\"save_s\":%.4f,\"save_gbs\":%.3f,"
+		       "\"load_s\":%.4f,\"load_gbs\":%.3f}\n", accel_world_size(ctx), opt, mb, nt, bytes,
+		       t1 - t0, (double)bytes / (t1 - t0) / 1e9, t3 - t2,
+		       (double)bytes / (t3 - t2) / 1e9);
+	}
+	accel_ctx_free(ctx);
+	return 0;
+}
