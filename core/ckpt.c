@@ -186,7 +186,8 @@ int accelp_ckpt_write_tensor(accel_ckpt_writer *w, const char *plugin,
 	if (!s->count)
 		return ACCEL_OK;   /* nothing of it here */
 	const void *data = s->data;
-	if (!borrow && !(data = keep_copy(w, s->data, s->count * accel_dtype_size(s->dtype), err)))
+	if (!borrow && !(s->flags & ACCEL_CKPT_BORROW) &&
+	    !(data = keep_copy(w, s->data, s->count * accel_dtype_size(s->dtype), err)))
 		return err->code;
 	int rc;
 	if (s->count == numel) {
@@ -1189,6 +1190,12 @@ static int load_params(accel_ctx *ctx, accelp_ckpt_manifest *m)
 		accel_view data, grad;
 		if ((rc = accelp_train_param_view(ctx->train, i, &data, &grad)))
 			break;
+		if (data.device == ACCEL_DEVICE_CPU && data.dtype == p->dtype && data.data &&
+		    data.numel == p->numel) {   /* straight into the parameter */
+			if ((rc = accelp_ckpt_manifest_read(m, t, 0, p->numel, data.data, err)))
+				break;
+			continue;
+		}
 		free(stage);
 		size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
 		if (!(stage = malloc(bytes ? bytes : 1))) {

@@ -150,11 +150,16 @@ typedef struct accel_ckpt_reader accel_ckpt_reader;
 
 /* ABI minor 3: a checkpoint tensor (host->ckpt_write_tensor, ckpt_tensor_info). */
 #define ACCEL_CKPT_MAX_DIMS 8
+/* accel_ckpt_slice_v1.flags: `data` stays valid and unchanged until
+ * accel_save_state returns (the plugin's own state, which no step can
+ * change during the save): the core writes it from there instead of
+ * copying it first. */
+#define ACCEL_CKPT_BORROW (1u << 0)
 typedef struct accel_ckpt_slice_v1 {
 	uint32_t struct_size;     /* sizeof(accel_ckpt_slice_v1)                  */
 	uint32_t dtype;           /* ACCEL_DTYPE_* of the tensor                  */
 	uint32_t ndim;            /* 0..ACCEL_CKPT_MAX_DIMS                       */
-	uint32_t reserved;
+	uint32_t flags;           /* ACCEL_CKPT_BORROW or 0                       */
 	const char *name;         /* canonical name ("master/fc0.weight")         */
 	const uint64_t *shape;    /* ndim entries: the GLOBAL shape               */
 	uint64_t offset;          /* first element of this slice, row-major       */
@@ -645,7 +650,8 @@ typedef struct accel_host_v1 {
 	/* Write elements [s->offset, s->offset + s->count) of the flattened
 	 * (row-major) tensor s->name of global shape s->shape (s->ndim dims)
 	 * and dtype s->dtype; s->data is host memory, count x dtype size bytes,
-	 * copied before the call returns.  The same name must come with the
+	 * copied before the call returns (with ACCEL_CKPT_BORROW in s->flags:
+	 * read when the file is written, before accel_save_state returns).  The same name must come with the
 	 * same dtype and shape on every rank; ranges must not overlap and, over
 	 * all ranks, must cover the tensor (the save fails naming the gap). */
 	int (*ckpt_write_tensor)(accel_host *h, accel_ckpt_writer *w,

@@ -364,6 +364,7 @@ static int save_slice(ddp_state *s, const accel_param_info_v1 *p, float *dev, co
 	for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
 		shape[d] = (uint64_t)p->shape[d];
 	const float *data = dev + lo;
+	uint32_t flags = ACCEL_CKPT_BORROW;   /* our arrays: no step during the save */
 	if (p->device != ACCEL_DEVICE_CPU && hi > lo) {
 		accel_view dv = view_of(p, ACCEL_DTYPE_F32, dev + lo, hi - lo);
 		accel_view hv = {sizeof(hv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, *stage, hi - lo};
@@ -371,8 +372,9 @@ static int save_slice(ddp_state *s, const accel_param_info_v1 *p, float *dev, co
 		if (r2)
 			return r2;
 		data = *stage;
+		flags = 0;   /* the staging buffer is reused */
 	}
-	accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_F32, p->ndim, 0, name, shape, lo,
+	accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_F32, p->ndim, flags, name, shape, lo,
 	                          hi - lo, data};
 	return H->ckpt_write_tensor(s->h, s->ckpt_w, &sl);
 }
