@@ -900,9 +900,11 @@ static int cmp_i64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Rank 0, after a commit: keep the newest total_limit committed
- * checkpoint_<n> (with a manifest) under root; remove the others. */
-static void prune(accel_ctx *ctx, const char *root)
+/* Rank 0, after committing checkpoint_<keep>: keep the newest total_limit
+ * committed checkpoint_<n> (with a manifest) under root, the one just
+ * committed always among them (numbering may have been restarted lower
+ * with `iteration`); remove the others. */
+static void prune(accel_ctx *ctx, const char *root, int64_t keep)
 {
 	int64_t limit = 0;
 	if (accel_config_int(ctx, "total_limit", &limit) != ACCEL_OK || limit < 1)
@@ -919,7 +921,7 @@ static void prune(accel_ctx *ctx, const char *root)
 		int64_t k = auto_number(e->d_name);
 		pjoin(path, sizeof(path), root, e->d_name);
 		pjoin(mpath, sizeof(mpath), path, "manifest.json");
-		if (k < 0 || stat(mpath, &sb) != 0)
+		if (k < 0 || k == keep || stat(mpath, &sb) != 0)
 			continue;
 		if (n == cap) {
 			cap = cap ? 2 * cap : 16;
@@ -932,7 +934,8 @@ static void prune(accel_ctx *ctx, const char *root)
 	}
 	closedir(d);
 	qsort(nums, n, sizeof(*nums), cmp_i64);
-	for (size_t i = 0; n > (size_t)limit && i < n - (size_t)limit; i++) {
+	/* `keep` is one of the limit kept: the others are the newest limit - 1 */
+	for (size_t i = 0; n > (size_t)limit - 1 && i < n - ((size_t)limit - 1); i++) {
 		char name[64];
 		snprintf(name, sizeof(name), "checkpoint_%" PRId64, nums[i]);
 		pjoin(path, sizeof(path), root, name);
@@ -978,9 +981,9 @@ int accel_save_state(accel_ctx *ctx, const char *dir_arg)
 		                      "project_dir too long");
 	if ((rc = save_state_at(ctx, dir)))
 		return rc;
-	ctx->ckpt_iteration++;
+	int64_t done = ctx->ckpt_iteration++;
 	if (ctx->world.rank == 0)
-		prune(ctx, root);
+		prune(ctx, root, done);
 	return ACCEL_OK;
 }
 

@@ -126,6 +126,16 @@ START_TEST(automatic_naming)
 	read_latest(latest, sizeof(latest));
 	ck_assert_str_eq(latest, "checkpoint_6");
 	accel_ctx_free(ctx);
+
+	/* numbering restarted lower: the checkpoint just committed is kept */
+	ctx = model(", \"automatic_checkpoint_naming\": true, \"total_limit\": 1");
+	ck_assert_msg(accel_save_state(ctx, NULL) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert(exists("checkpoints/checkpoint_0/manifest.json"));
+	ck_assert(!exists("checkpoints/checkpoint_5"));
+	ck_assert(!exists("checkpoints/checkpoint_6"));
+	read_latest(latest, sizeof(latest));
+	ck_assert_str_eq(latest, "checkpoint_0");
+	accel_ctx_free(ctx);
 	rm_tmp();
 }
 END_TEST
