@@ -489,7 +489,16 @@ static int agree(accel_ctx *ctx, int rc, const char *what)
 	return rc;
 }
 
-static int save_params(accel_ctx *ctx, const char *path)
+/* sums: the file's size, XXH64 and header XXH64 from the writer (zeros
+ * when it could not compute them: commit() then reads the file). */
+static void writer_sums(const accel_ckpt_writer *w, int64_t *sums)
+{
+	uint64_t v[3];
+	if (accelp_st_writer_hashes(w->st, &v[0], &v[1], &v[2]) == ACCEL_OK)
+		memcpy(sums, v, sizeof(v));
+}
+
+static int save_params(accel_ctx *ctx, const char *path, int64_t *sums)
 {
 	accel_err *err = &ctx->err;
 	const accel_model_v1 *m = accelp_train_model(ctx->train);
@@ -524,8 +533,9 @@ static int save_params(accel_ctx *ctx, const char *path)
 		if ((rc = accelp_ckpt_write_tensor(&cw, "core", &sl, 1, err)))
 			goto out;
 	}
-	if (!(rc = set_slices_meta(&cw, err)))
-		rc = accelp_st_writer_commit(cw.st, err);
+	accelp_st_writer_skip_dir_sync(cw.st);   /* commit() fsyncs the directory */
+	if (!(rc = set_slices_meta(&cw, err)) && !(rc = accelp_st_writer_commit(cw.st, err)))
+		writer_sums(&cw, sums);
 out:
 	writer_clear(&cw);
 	for (uint32_t i = 0; i < m->n_params; i++)
@@ -534,7 +544,7 @@ out:
 	return rc;
 }
 
-static int save_rank(accel_ctx *ctx, const char *path)
+static int save_rank(accel_ctx *ctx, const char *path, int64_t *sums)
 {
 	accel_err *err = &ctx->err;
 	accel_ckpt_writer cw = {.err = err};
@@ -569,8 +579,9 @@ static int save_rank(accel_ctx *ctx, const char *path)
 	}
 	if (crash_here(ctx, "mid-file"))
 		accelp_st_writer_crash_midway(cw.st, CRASH_EXIT);
-	if (!(rc = set_slices_meta(&cw, err)))
-		rc = accelp_st_writer_commit(cw.st, err);
+	accelp_st_writer_skip_dir_sync(cw.st);   /* commit() fsyncs the directory */
+	if (!(rc = set_slices_meta(&cw, err)) && !(rc = accelp_st_writer_commit(cw.st, err)))
+		writer_sums(&cw, sums);
 out:
 	writer_clear(&cw);
 	return rc;
@@ -651,15 +662,20 @@ out:
 	return rc;
 }
 
-static int add_file(accel_ctx *ctx, json_t *files, const char *dir, const char *name)
+/* sums: what the writing rank computed (size 0: not known, read the file) */
+static int add_file(accel_ctx *ctx, json_t *files, const char *dir, const char *name,
+                    const int64_t *sums)
 {
 	char path[PATH_CAP], hex[20];
-	uint64_t size, hash;
+	uint64_t size = (uint64_t)sums[0], hash = (uint64_t)sums[1], hh = (uint64_t)sums[2];
 	pjoin(path, sizeof(path), dir, name);
-	uint64_t hh;
-	int rc = accelp_ckpt_hash_file(path, &size, &hash, &ctx->err);
-	if (!rc)
-		rc = accelp_ckpt_hash_header(path, &hh, &ctx->err);
+	int rc = ACCEL_OK;
+	struct stat sb;
+	if (!size || stat(path, &sb) != 0 || (uint64_t)sb.st_size != size) {
+		rc = accelp_ckpt_hash_file(path, &size, &hash, &ctx->err);
+		if (!rc)
+			rc = accelp_ckpt_hash_header(path, &hh, &ctx->err);
+	}
 	if (rc)
 		return rc;
 	char hhex[20];
@@ -677,7 +693,8 @@ static const char *strategy_name(const accel_ctx *ctx)
 	return ctx->n_active ? ctx->active[0].vt->desc->name : "none";
 }
 
-static int write_manifest(accel_ctx *ctx, const char *tmp)
+/* sums: 3 per rank file, then 3 for model.safetensors (writer_sums) */
+static int write_manifest(accel_ctx *ctx, const char *tmp, const int64_t *sums)
 {
 	accel_err *err = &ctx->err;
 	json_t *root = json_object(), *plugins = json_array(), *files = json_object();
@@ -693,13 +710,14 @@ static int write_manifest(accel_ctx *ctx, const char *tmp)
 		json_array_append_new(plugins, json_pack("{s:s,s:I}", "name", d->name, "state_version",
 		                                         (json_int_t)d->state_version));
 	}
-	if ((rc = add_file(ctx, files, tmp, "model.safetensors")) ||
+	if ((rc = add_file(ctx, files, tmp, "model.safetensors",
+	                   sums + 3 * ctx->world.world_size)) ||
 	    (rc = add_slices(ctx, tensors, files, tmp, "model.safetensors")))
 		goto out;
 	for (int r = 0; r < ctx->world.world_size; r++) {
 		char name[64];
 		snprintf(name, sizeof(name), "rank%d.safetensors", r);
-		if ((rc = add_file(ctx, files, tmp, name)) ||
+		if ((rc = add_file(ctx, files, tmp, name, sums + 3 * r)) ||
 		    (rc = add_slices(ctx, tensors, files, tmp, name)))
 			goto out;
 	}
@@ -752,12 +770,12 @@ out:
 }
 
 /* Rank 0, after every rank's files are durable: manifest, rename, latest. */
-static int commit(accel_ctx *ctx, const char *dir, const char *tmp)
+static int commit(accel_ctx *ctx, const char *dir, const char *tmp, const int64_t *sums)
 {
 	accel_err *err = &ctx->err;
 	char parent[PATH_CAP], base[PATH_CAP], path[PATH_CAP], ptmp[PATH_CAP];
 	int rc;
-	if ((rc = write_manifest(ctx, tmp)))
+	if ((rc = write_manifest(ctx, tmp, sums)))
 		return rc;
 	if (fsync_path(tmp, 1) != 0)
 		return accelp_err_set(err, ACCEL_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
@@ -1027,20 +1045,30 @@ static int save_state_at(accel_ctx *ctx, const char *dir_arg)
 	crash_point(ctx, "before-files");
 	snprintf(name, sizeof(name), "rank%d.safetensors", rank);
 	pjoin(path, sizeof(path), tmp, name);
-	rc = save_rank(ctx, path);
+	/* each rank's file sums, for rank 0's manifest (rank 0 need not read
+	 * every file back to checksum it) */
+	int W = ctx->world.world_size;
+	int64_t *sums = calloc(3 * (size_t)(W + 1), sizeof(*sums));
+	if (!sums)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	rc = save_rank(ctx, path, sums + 3 * rank);
 	if (!rc && rank == 0) {
 		pjoin(path, sizeof(path), tmp, "model.safetensors");
-		rc = save_params(ctx, path);
+		rc = save_params(ctx, path, sums + 3 * W);
 	}
 	crash_point(ctx, "before-barrier");
 	/* the barrier: every rank's files are written and fsynced */
 	if ((rc = agree(ctx, rc, "accel_save_state"))) {
+		free(sums);
 		if (rank == 0)
 			remove_tree(tmp);
 		return rc;
 	}
-	if (rank == 0 && (rc = commit(ctx, dir, tmp)) && stat(tmp, &sb) == 0)
+	rc = accel_allreduce(ctx, sums, sums, 3 * (uint64_t)(W + 1), ACCEL_DTYPE_I64,
+	                     ACCEL_RED_SUM);
+	if (rank == 0 && (rc || (rc = commit(ctx, dir, tmp, sums))) && stat(tmp, &sb) == 0)
 		remove_tree(tmp);
+	free(sums);
 	return agree(ctx, rc, "accel_save_state (rank 0's commit)");
 }
 
