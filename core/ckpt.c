@@ -951,7 +951,8 @@ static void prune(accel_ctx *ctx, const char *root, int64_t keep)
 		nums[n++] = k;
 	}
 	closedir(d);
-	qsort(nums, n, sizeof(*nums), cmp_i64);
+	if (n)
+		qsort(nums, n, sizeof(*nums), cmp_i64);
 	/* `keep` is one of the limit kept: the others are the newest limit - 1 */
 	for (size_t i = 0; n > (size_t)limit - 1 && i < n - ((size_t)limit - 1); i++) {
 		char name[64];
