@@ -437,7 +437,8 @@ static int write_text_file(const char *path, const char *text, accel_err *err)
  * ACCEL_TEST_CKPT_CRASH=<point>[@<rank>] makes the rank (any rank without
  * @) _exit(CRASH_EXIT) at that point of a save (docs/testing.md):
  * before-files, mid-file (halfway through its rank file), before-barrier,
- * before-rename (rank 0: manifest written), before-latest (rank 0: renamed). */
+ * before-rename (rank 0: manifest written), before-latest (rank 0: renamed);
+ * stall-before-barrier sleeps there instead (the others' barrier times out). */
 #define CRASH_EXIT 86
 
 static int crash_here(const accel_ctx *ctx, const char *point)
@@ -1058,6 +1059,11 @@ static int save_state_at(accel_ctx *ctx, const char *dir_arg)
 		rc = save_params(ctx, path, sums + 3 * W);
 	}
 	crash_point(ctx, "before-barrier");
+	if (crash_here(ctx, "stall-before-barrier")) {
+		fprintf(stderr, "accel: ACCEL_TEST_CKPT_CRASH: rank %d stalls before the barrier\n",
+		        ctx->world.rank);
+		sleep(3600);
+	}
 	/* the barrier: every rank's files are written and fsynced */
 	if ((rc = agree(ctx, rc, "accel_save_state"))) {
 		free(sums);

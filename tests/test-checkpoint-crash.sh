@@ -78,4 +78,20 @@ for point in before-files@1 mid-file@0 mid-file@1 before-barrier@1 before-rename
 	cmp straight.st resumed.st || fail "$point: the resumed run's weights differ"
 	echo "  ok: $point"
 done
+
+# a rank that stalls before the barrier: the others' collective timeout
+# names it, and the previous checkpoint is left as it was
+rm -rf p && cp -r base p
+set +e
+ACCEL_TEST_CKPT_CRASH=stall-before-barrier@1 timeout 120 "$A" launch -n 2 -- "$T" $F \
+	--set comm.timeout_s=2 --steps 10 --checkpoint-every 5 --resume latest --project-dir p \
+	>out 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] || { cat out; fail "stall: exited $rc"; }
+grep -qE "accel_save_state.*: rank 1 never arrived within 2 s" out ||
+	{ cat out; fail "stall: the timeout does not name rank 1"; }
+[ "$(cat p/latest)" = checkpoint_5 ] || fail "stall: latest is $(cat p/latest)"
+[ ! -e p/checkpoint_10 ] || fail "stall: p/checkpoint_10 exists"
+echo "  ok: stall-before-barrier@1 (the timeout names rank 1)"
 echo PASS
