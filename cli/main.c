@@ -21,6 +21,8 @@ static const subcommand subcommands[] = {
 	{"env", accelp_cli_env, "print versions, devices and settings for a bug report"},
 	{"plugins", accelp_cli_plugins, "list plugins and backends, show a plugin's settings"},
 	{"bench", accelp_cli_bench, "benchmarks (comm)"},
+	{"checkpoint", accelp_cli_checkpoint, "show a checkpoint's manifest, verify its checksums"},
+	{"merge-weights", accelp_cli_merge_weights, "a checkpoint's weights as one safetensors file"},
 };
 
 static void usage(FILE *out)
@@ -34,7 +36,7 @@ static void usage(FILE *out)
 		"\n"
 		"Commands:\n");
 	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
-		fprintf(out, "  %-9s %s\n", subcommands[i].name, subcommands[i].summary);
+		fprintf(out, "  %-13s %s\n", subcommands[i].name, subcommands[i].summary);
 	fprintf(out, "\n'accel COMMAND --help' describes a command.\n");
 }
 

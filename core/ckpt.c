@@ -23,28 +23,50 @@
 #include <xxhash.h>
 
 #include "ckpt.h"
+#include "ckpt_manifest.h"
 #include "ctx-impl.h"
+#include "log.h"
 #include "ops.h"
 #include "safetensors.h"
 #include "sampler.h"
 #include "train.h"
 
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION ACCELP_CKPT_FORMAT_VERSION
 #define PATH_CAP 4096
+/* safetensors metadata key: this file's tensor slices, as JSON */
+#define SLICES_META "accel.slices"
+/* and its blobs' checksums: JSON object of key -> xxh64 hex */
+#define BLOBS_META "accel.blobs"
+
+/* One tensor slice written to this rank's file. */
+typedef struct ckpt_rec {
+	char *name, *key;
+	uint32_t dtype, ndim;
+	uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+	uint64_t offset, count, xxh64;
+} ckpt_rec;
 
 struct accel_ckpt_writer {
 	accel_st_writer *st;
 	accel_err *err;
 	void **copies;            /* blob copies, borrowed by st until commit */
 	uint32_t n_copies, cap_copies;
+	ckpt_rec *recs;
+	uint32_t n_recs, cap_recs;
+	json_t *blobs;            /* key -> xxh64 of each blob */
 };
 
 struct accel_ckpt_reader {
-	accel_st_reader *st;
+	accel_st_reader *st;      /* this rank's file; NULL at another world size */
 	accel_err *err;
+	accelp_ckpt_manifest *m;
+	int file;                 /* st's index in m->files */
+	int saved_world, world;
 };
 
 /* ---- streams (host->ckpt_*) --------------------------------------------------------- */
+
+static void *keep_copy(accel_ckpt_writer *w, const void *data, uint64_t bytes, accel_err *err);
 
 static int blob_name(char *buf, size_t cap, const char *plugin, const char *name)
 {
@@ -64,21 +86,170 @@ int accelp_ckpt_write(accel_ckpt_writer *w, const char *plugin, const char *name
 	if (!blob_name(full, sizeof(full), plugin, name))
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write: blob name '%s' is "
 		                      "too long", plugin, name);
+	void *copy = keep_copy(w, data, bytes, err);
+	if (!copy)
+		return err->code;
+	char hex[20];
+	snprintf(hex, sizeof(hex), "%016" PRIx64, XXH64(copy, (size_t)bytes, 0));
+	if ((!w->blobs && !(w->blobs = json_object())) ||
+	    json_object_set_new(w->blobs, full, json_string(hex)))
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	uint64_t shape[1] = {bytes};
+	return accelp_st_writer_add(w->st, full, ACCEL_DTYPE_U8, 1, shape, copy, err);
+}
+
+/* A copy of `bytes` at `data` the writer frees after commit; NULL on failure
+ * (recorded). */
+static void *keep_copy(accel_ckpt_writer *w, const void *data, uint64_t bytes, accel_err *err)
+{
 	if (w->n_copies == w->cap_copies) {
 		uint32_t cap = w->cap_copies ? 2 * w->cap_copies : 16;
 		void **c = realloc(w->copies, cap * sizeof(*c));
-		if (!c)
-			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		if (!c) {
+			accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+			return NULL;
+		}
 		w->copies = c;
 		w->cap_copies = cap;
 	}
-	void *copy = malloc(bytes ? bytes : 1);
-	if (!copy)
-		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory copying blob '%s'", full);
-	memcpy(copy, data, bytes);
+	void *copy = malloc(bytes ? (size_t)bytes : 1);
+	if (!copy) {
+		accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory copying %" PRIu64 " bytes of "
+		               "checkpoint state", bytes);
+		return NULL;
+	}
+	memcpy(copy, data, (size_t)bytes);
 	w->copies[w->n_copies++] = copy;
-	uint64_t shape[1] = {bytes};
-	return accelp_st_writer_add(w->st, full, ACCEL_DTYPE_U8, 1, shape, copy, err);
+	return copy;
+}
+
+/* Record slice `s` (data already in the file as `key`) for the manifest. */
+static int add_rec(accel_ckpt_writer *w, const accel_ckpt_slice_v1 *s, const char *key,
+                   const void *data, accel_err *err)
+{
+	if (w->n_recs == w->cap_recs) {
+		uint32_t cap = w->cap_recs ? 2 * w->cap_recs : 16;
+		ckpt_rec *r = realloc(w->recs, cap * sizeof(*r));
+		if (!r)
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		w->recs = r;
+		w->cap_recs = cap;
+	}
+	ckpt_rec *r = &w->recs[w->n_recs];
+	memset(r, 0, sizeof(*r));
+	r->name = strdup(s->name);
+	r->key = strdup(key);
+	if (!r->name || !r->key) {
+		free(r->name);
+		free(r->key);
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	}
+	r->dtype = s->dtype;
+	r->ndim = s->ndim;
+	for (uint32_t d = 0; d < s->ndim; d++)
+		r->shape[d] = s->shape[d];
+	r->offset = s->offset;
+	r->count = s->count;
+	r->xxh64 = XXH64(data, (size_t)(s->count * accel_dtype_size(s->dtype)), 0);
+	w->n_recs++;
+	return ACCEL_OK;
+}
+
+int accelp_ckpt_write_tensor(accel_ckpt_writer *w, const char *plugin,
+                             const accel_ckpt_slice_v1 *s, int borrow, accel_err *err)
+{
+	char key[600], shp[256];
+	if (!w)
+		return accelp_err_set(err, ACCEL_ERR_STATE, "%s: ckpt_write_tensor outside save_state",
+		                      plugin);
+	if (!s || s->struct_size < offsetof(accel_ckpt_slice_v1, data) + sizeof(s->data) ||
+	    !s->name || !*s->name || (s->ndim && !s->shape) || (s->count && !s->data))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write_tensor: NULL slice, "
+		                      "name, shape or data, or a slice struct_size too small", plugin);
+	if (s->ndim > ACCEL_CKPT_MAX_DIMS || !accelp_st_dtype_name(s->dtype))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write_tensor('%s'): %u "
+		                      "dims (at most %d) or dtype %u with no safetensors name", plugin,
+		                      s->name, s->ndim, ACCEL_CKPT_MAX_DIMS, s->dtype);
+	if (!strchr(s->name, '/') || strchr(s->name, '@') || strlen(s->name) > 500 ||
+	    (!borrow && (!strncmp(s->name, "param/", 6) || !strncmp(s->name, "sampler/", 8))))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write_tensor: '%s' is not "
+		                      "a canonical tensor name (master/<param>, optim/<state>/<param>; "
+		                      "no '@'; param/ is the core's)", plugin, s->name);
+	uint64_t numel = 1;
+	for (uint32_t d = 0; d < s->ndim; d++)
+		numel *= s->shape[d];
+	if (s->offset > numel || s->count > numel - s->offset)
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_write_tensor('%s'): "
+		                      "elements [%" PRIu64 ", %" PRIu64 ") lie outside its shape %s",
+		                      plugin, s->name, s->offset, s->offset + s->count,
+		                      accelp_ckpt_shape_str(s->shape, s->ndim, shp, sizeof(shp)));
+	if (!s->count)
+		return ACCEL_OK;   /* nothing of it here */
+	const void *data = s->data;
+	if (!borrow && !(s->flags & ACCEL_CKPT_BORROW) &&
+	    !(data = keep_copy(w, s->data, s->count * accel_dtype_size(s->dtype), err)))
+		return err->code;
+	int rc;
+	if (s->count == numel) {
+		snprintf(key, sizeof(key), "%s", s->name);
+		rc = accelp_st_writer_add(w->st, key, s->dtype, s->ndim, s->shape, data, err);
+	} else {
+		snprintf(key, sizeof(key), "%s@%" PRIu64, s->name, s->offset);
+		uint64_t shape[1] = {s->count};
+		rc = accelp_st_writer_add(w->st, key, s->dtype, 1, shape, data, err);
+	}
+	return rc ? rc : add_rec(w, s, key, data, err);
+}
+
+/* The writer's slices as JSON, into the file's metadata. */
+static int set_slices_meta(accel_ckpt_writer *w, accel_err *err)
+{
+	json_t *a = json_array();
+	int rc = ACCEL_OK;
+	for (uint32_t i = 0; a && i < w->n_recs; i++) {
+		const ckpt_rec *r = &w->recs[i];
+		json_t *shape = json_array();
+		char hex[20];
+		for (uint32_t d = 0; shape && d < r->ndim; d++)
+			json_array_append_new(shape, json_integer((json_int_t)r->shape[d]));
+		snprintf(hex, sizeof(hex), "%016" PRIx64, r->xxh64);
+		json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:s}", "name", r->name, "key", r->key,
+		                      "dtype", accelp_st_dtype_name(r->dtype), "shape", shape,
+		                      "offset", (json_int_t)r->offset, "count", (json_int_t)r->count,
+		                      "xxh64", hex);
+		if (!o || json_array_append_new(a, o)) {
+			json_decref(a);
+			a = NULL;
+		}
+	}
+	char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+	if (!text)
+		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	else
+		rc = accelp_st_writer_set_metadata(w->st, SLICES_META, text, err);
+	free(text);
+	json_decref(a);
+	if (!rc && w->blobs) {
+		text = json_dumps(w->blobs, JSON_COMPACT | JSON_SORT_KEYS);
+		rc = text ? accelp_st_writer_set_metadata(w->st, BLOBS_META, text, err)
+		          : accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		free(text);
+	}
+	return rc;
+}
+
+static void writer_clear(accel_ckpt_writer *w)
+{
+	accelp_st_writer_free(w->st);
+	for (uint32_t i = 0; i < w->n_copies; i++)
+		free(w->copies[i]);
+	free(w->copies);
+	for (uint32_t i = 0; i < w->n_recs; i++) {
+		free(w->recs[i].name);
+		free(w->recs[i].key);
+	}
+	free(w->recs);
+	json_decref(w->blobs);
 }
 
 static int find_blob(accel_ckpt_reader *r, const char *plugin, const char *name,
@@ -90,6 +261,12 @@ static int find_blob(accel_ckpt_reader *r, const char *plugin, const char *name,
 	if (!name || !blob_name(full, sizeof(full), plugin, name))
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_read: bad blob name",
 		                      plugin);
+	if (!r->st)
+		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: blob '%s' is per-rank state "
+		                      "saved by a job of %d processes; this job has %d: a plugin's "
+		                      "blobs load only at the world size that saved them (state that "
+		                      "must reshard is written as tensors: host->ckpt_write_tensor)",
+		                      r->m->path, full, r->saved_world, r->world);
 	if (accelp_st_reader_find(r->st, full, ret, NULL) != ACCEL_OK)
 		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: no blob '%s' (written by "
 		                      "this plugin's save_state?)", accelp_st_reader_path(r->st), full);
@@ -119,7 +296,56 @@ int accelp_ckpt_read(accel_ckpt_reader *r, const char *plugin, const char *name,
 		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: blob '%s/%s' holds %" PRIu64
 		                      " bytes; %" PRIu64 " expected", accelp_st_reader_path(r->st),
 		                      plugin, name, t->numel, bytes);
-	return accelp_st_reader_read(r->st, t, 0, bytes, buf, err);
+	if ((rc = accelp_st_reader_read(r->st, t, 0, bytes, buf, err)))
+		return rc;
+	return accelp_ckpt_manifest_verify_blob(r->m, (uint32_t)r->file, t->name, buf, bytes, err);
+}
+
+int accelp_ckpt_tensor_info(accel_ckpt_reader *r, const char *plugin, const char *name,
+                            accel_ckpt_tensor_info_v1 *ret, accel_err *err)
+{
+	if (!r)
+		return accelp_err_set(err, ACCEL_ERR_STATE, "%s: ckpt_tensor_info outside load_state",
+		                      plugin);
+	if (!name || !ret || ret->struct_size < sizeof(uint32_t))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_tensor_info: NULL name "
+		                      "or ret, or ret->struct_size not set", plugin);
+	const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(r->m, name);
+	if (!t)
+		return ACCEL_ERR_NOT_FOUND;
+	accel_ckpt_tensor_info_v1 in = {.struct_size = ret->struct_size, .dtype = t->dtype,
+	                                .ndim = t->ndim, .numel = t->numel};
+	for (uint32_t d = 0; d < t->ndim; d++)
+		in.shape[d] = t->shape[d];
+	uint32_t size = ret->struct_size < sizeof(in) ? ret->struct_size : (uint32_t)sizeof(in);
+	memcpy(ret, &in, size);
+	return ACCEL_OK;
+}
+
+int accelp_ckpt_read_tensor(accel_ckpt_reader *r, const char *plugin, const char *name,
+                            uint32_t dtype, uint64_t offset, uint64_t count, void *buf,
+                            accel_err *err)
+{
+	if (!r)
+		return accelp_err_set(err, ACCEL_ERR_STATE, "%s: ckpt_read_tensor outside load_state",
+		                      plugin);
+	if (!name || (count && !buf))
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_read_tensor: NULL name or "
+		                      "buf", plugin);
+	const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(r->m, name);
+	if (!t)
+		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: no tensor '%s' (plugin %s reads "
+		                      "it; was the checkpoint saved with it?)", r->m->path, name, plugin);
+	if (t->dtype != dtype)
+		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: tensor '%s' was saved as %s; "
+		                      "plugin %s reads it as %s", r->m->path, name,
+		                      accel_dtype_name(t->dtype), plugin, accel_dtype_name(dtype));
+	if (offset > t->numel || count > t->numel - offset)
+		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: plugin %s reads elements [%"
+		                      PRIu64 ", %" PRIu64 ") of tensor '%s', which has %" PRIu64
+		                      " (does its shape differ from the model's?)", r->m->path, plugin,
+		                      offset, offset + count, name, t->numel);
+	return accelp_ckpt_manifest_read(r->m, t, offset, count, buf, err);
 }
 
 /* ---- files ------------------------------------------------------------------------- */
@@ -185,40 +411,6 @@ static void remove_tree(const char *dir)
 	rmdir(dir);
 }
 
-/* Size and XXH64 of a file, read in chunks. */
-static int hash_file(const char *path, uint64_t *ret_size, uint64_t *ret_hash, accel_err *err)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return accelp_err_set(err, ACCEL_ERR_IO, "%s: %s", path, strerror(errno));
-	XXH64_state_t *st = XXH64_createState();
-	char *buf = malloc(1 << 20);
-	uint64_t size = 0;
-	int rc = ACCEL_OK;
-	if (!st || !buf) {
-		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory hashing %s", path);
-		goto out;
-	}
-	XXH64_reset(st, 0);
-	size_t n;
-	while ((n = fread(buf, 1, 1 << 20, f)) > 0) {
-		XXH64_update(st, buf, n);
-		size += n;
-	}
-	if (ferror(f)) {
-		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: read error", path);
-		goto out;
-	}
-	*ret_size = size;
-	*ret_hash = XXH64_digest(st);
-out:
-	free(buf);
-	if (st)
-		XXH64_freeState(st);
-	fclose(f);
-	return rc;
-}
-
 static int write_text_file(const char *path, const char *text, accel_err *err)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -239,6 +431,32 @@ static int write_text_file(const char *path, const char *text, accel_err *err)
 	if (fsync(fd) != 0 || close(fd) != 0)
 		return accelp_err_set(err, ACCEL_ERR_IO, "%s: %s", path, strerror(errno));
 	return ACCEL_OK;
+}
+
+/* ---- crash injection (tests only) ----------------------------------------------------
+ * ACCEL_TEST_CKPT_CRASH=<point>[@<rank>] makes the rank (any rank without
+ * @) _exit(CRASH_EXIT) at that point of a save (docs/testing.md):
+ * before-files, mid-file (halfway through its rank file), before-barrier,
+ * before-rename (rank 0: manifest written), before-latest (rank 0: renamed);
+ * stall-before-barrier sleeps there instead (the others' barrier times out). */
+#define CRASH_EXIT 86
+
+static int crash_here(const accel_ctx *ctx, const char *point)
+{
+	const char *e = getenv("ACCEL_TEST_CKPT_CRASH");
+	size_t n = strlen(point);
+	if (!e || strncmp(e, point, n) || (e[n] && e[n] != '@'))
+		return 0;
+	return !e[n] || atoi(e + n + 1) == ctx->world.rank;
+}
+
+static void crash_point(const accel_ctx *ctx, const char *point)
+{
+	if (!crash_here(ctx, point))
+		return;
+	fprintf(stderr, "accel: ACCEL_TEST_CKPT_CRASH: rank %d exits at '%s'\n", ctx->world.rank,
+	        point);
+	_exit(CRASH_EXIT);
 }
 
 /* ---- save ---------------------------------------------------------------------------- */
@@ -272,17 +490,26 @@ static int agree(accel_ctx *ctx, int rc, const char *what)
 	return rc;
 }
 
-static int save_params(accel_ctx *ctx, const char *path)
+/* sums: the file's size, XXH64 and header XXH64 from the writer (zeros
+ * when it could not compute them: commit() then reads the file). */
+static void writer_sums(const accel_ckpt_writer *w, int64_t *sums)
+{
+	uint64_t v[3];
+	if (accelp_st_writer_hashes(w->st, &v[0], &v[1], &v[2]) == ACCEL_OK)
+		memcpy(sums, v, sizeof(v));
+}
+
+static int save_params(accel_ctx *ctx, const char *path, int64_t *sums)
 {
 	accel_err *err = &ctx->err;
 	const accel_model_v1 *m = accelp_train_model(ctx->train);
-	accel_st_writer *w = NULL;
+	accel_ckpt_writer cw = {.err = err};
 	void **stage = calloc(m->n_params ? m->n_params : 1, sizeof(void *));
 	int rc;
 	if (!stage)
 		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
-	if ((rc = accelp_st_writer_new(path, &w, err)) ||
-	    (rc = accelp_st_writer_set_metadata(w, "format", "pt", err)))
+	if ((rc = accelp_st_writer_new(path, &cw.st, err)) ||
+	    (rc = accelp_st_writer_set_metadata(cw.st, "format", "pt", err)))
 		goto out;
 	for (uint32_t i = 0; i < m->n_params; i++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
@@ -298,23 +525,27 @@ static int save_params(accel_ctx *ctx, const char *path)
 		if ((rc = accelp_ops_copy(&hv, &data, err)))
 			goto out;
 		char name[600];
-		uint64_t shape[8];
+		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
 		for (uint32_t d = 0; d < p->ndim; d++)
 			shape[d] = (uint64_t)p->shape[d];
 		snprintf(name, sizeof(name), "param/%s", p->name);
-		if ((rc = accelp_st_writer_add(w, name, p->dtype, p->ndim, shape, stage[i], err)))
+		accel_ckpt_slice_v1 sl = {sizeof(sl), p->dtype, p->ndim, 0, name, shape, 0, p->numel,
+		                          stage[i]};
+		if ((rc = accelp_ckpt_write_tensor(&cw, "core", &sl, 1, err)))
 			goto out;
 	}
-	rc = accelp_st_writer_commit(w, err);
+	accelp_st_writer_skip_dir_sync(cw.st);   /* commit() fsyncs the directory */
+	if (!(rc = set_slices_meta(&cw, err)) && !(rc = accelp_st_writer_commit(cw.st, err)))
+		writer_sums(&cw, sums);
 out:
-	accelp_st_writer_free(w);
+	writer_clear(&cw);
 	for (uint32_t i = 0; i < m->n_params; i++)
 		free(stage[i]);
 	free(stage);
 	return rc;
 }
 
-static int save_rank(accel_ctx *ctx, const char *path)
+static int save_rank(accel_ctx *ctx, const char *path, int64_t *sums)
 {
 	accel_err *err = &ctx->err;
 	accel_ckpt_writer cw = {.err = err};
@@ -347,25 +578,112 @@ static int save_rank(accel_ctx *ctx, const char *path)
 		if ((rc = accelp_ckpt_write(&cw, "sampler", buf, &st, sizeof(st), err)))
 			goto out;
 	}
-	rc = accelp_st_writer_commit(cw.st, err);
+	if (crash_here(ctx, "mid-file"))
+		accelp_st_writer_crash_midway(cw.st, CRASH_EXIT);
+	accelp_st_writer_skip_dir_sync(cw.st);   /* commit() fsyncs the directory */
+	if (!(rc = set_slices_meta(&cw, err)) && !(rc = accelp_st_writer_commit(cw.st, err)))
+		writer_sums(&cw, sums);
 out:
-	accelp_st_writer_free(cw.st);
-	for (uint32_t i = 0; i < cw.n_copies; i++)
-		free(cw.copies[i]);
-	free(cw.copies);
+	writer_clear(&cw);
 	return rc;
 }
 
-static int add_file(accel_ctx *ctx, json_t *files, const char *dir, const char *name)
+/* Merge the slices file `name` lists in its metadata into `tensors`. */
+static int add_slices(accel_ctx *ctx, json_t *tensors, json_t *files, const char *dir,
+                      const char *name)
 {
-	char path[PATH_CAP], hex[20];
-	uint64_t size, hash;
+	char path[PATH_CAP], shp[256];
+	accel_st_reader *r = NULL;
+	json_error_t je;
 	pjoin(path, sizeof(path), dir, name);
-	int rc = hash_file(path, &size, &hash, &ctx->err);
+	int rc = accelp_st_reader_new(path, &r, &ctx->err);
 	if (rc)
 		return rc;
+	const char *btext = accelp_st_reader_metadata(r, BLOBS_META);
+	if (btext) {
+		json_t *b = json_loads(btext, 0, &je);
+		if (!json_is_object(b) || json_object_set_new(json_object_get(files, name), "blobs", b)) {
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "%s: metadata %s is not a "
+			                    "JSON object", path, BLOBS_META);
+			accelp_st_reader_free(r);
+			return rc;
+		}
+	}
+	const char *text = accelp_st_reader_metadata(r, SLICES_META);
+	json_t *a = text ? json_loads(text, 0, &je) : json_array();
+	size_t i;
+	json_t *o;
+	if (!json_is_array(a)) {
+		rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "%s: metadata %s is not a JSON "
+		                    "array", path, SLICES_META);
+		goto out;
+	}
+	json_array_foreach(a, i, o) {
+		const char *tn = json_string_value(json_object_get(o, "name"));
+		json_t *shape = json_object_get(o, "shape"), *dt = json_object_get(o, "dtype");
+		if (!tn || !json_is_array(shape) || !json_is_string(dt)) {
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "%s: metadata %s: entry %zu "
+			                    "is malformed", path, SLICES_META, i);
+			goto out;
+		}
+		json_t *t = json_object_get(tensors, tn);
+		if (!t) {
+			t = json_pack("{s:O,s:O,s:[]}", "dtype", dt, "shape", shape, "slices");
+			if (!t || json_object_set_new(tensors, tn, t)) {
+				rc = accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+				goto out;
+			}
+		} else if (!json_equal(json_object_get(t, "dtype"), dt) ||
+		           !json_equal(json_object_get(t, "shape"), shape)) {
+			char *s1 = json_dumps(json_object_get(t, "shape"), JSON_COMPACT);
+			char *s2 = json_dumps(shape, JSON_COMPACT);
+			snprintf(shp, sizeof(shp), "%s", s2 ? s2 : "?");
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "tensor '%s' is %s %s in %s "
+			                    "and %s %s in an earlier file: every rank must write a tensor "
+			                    "with the same dtype and global shape", tn,
+			                    json_string_value(dt), shp, path,
+			                    json_string_value(json_object_get(t, "dtype")), s1 ? s1 : "?");
+			free(s1);
+			free(s2);
+			goto out;
+		}
+		json_t *sl = json_pack("{s:s,s:O,s:O,s:O,s:O}", "file", name, "key",
+		                       json_object_get(o, "key"), "offset", json_object_get(o, "offset"),
+		                       "count", json_object_get(o, "count"), "xxh64",
+		                       json_object_get(o, "xxh64"));
+		if (!sl || json_array_append_new(json_object_get(t, "slices"), sl)) {
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_CHECKPOINT, "%s: metadata %s: entry %zu "
+			                    "is malformed", path, SLICES_META, i);
+			goto out;
+		}
+	}
+out:
+	json_decref(a);
+	accelp_st_reader_free(r);
+	return rc;
+}
+
+/* sums: what the writing rank computed (size 0: not known, read the file) */
+static int add_file(accel_ctx *ctx, json_t *files, const char *dir, const char *name,
+                    const int64_t *sums)
+{
+	char path[PATH_CAP], hex[20];
+	uint64_t size = (uint64_t)sums[0], hash = (uint64_t)sums[1], hh = (uint64_t)sums[2];
+	pjoin(path, sizeof(path), dir, name);
+	int rc = ACCEL_OK;
+	struct stat sb;
+	if (!size || stat(path, &sb) != 0 || (uint64_t)sb.st_size != size) {
+		rc = accelp_ckpt_hash_file(path, &size, &hash, &ctx->err);
+		if (!rc)
+			rc = accelp_ckpt_hash_header(path, &hh, &ctx->err);
+	}
+	if (rc)
+		return rc;
+	char hhex[20];
 	snprintf(hex, sizeof(hex), "%016" PRIx64, hash);
-	json_t *o = json_pack("{s:I,s:s}", "size", (json_int_t)size, "xxh64", hex);
+	snprintf(hhex, sizeof(hhex), "%016" PRIx64, hh);
+	json_t *o = json_pack("{s:I,s:s,s:s}", "size", (json_int_t)size, "xxh64", hex,
+	                      "header_xxh64", hhex);
 	if (!o || json_object_set_new(files, name, o))
 		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	return ACCEL_OK;
@@ -376,13 +694,15 @@ static const char *strategy_name(const accel_ctx *ctx)
 	return ctx->n_active ? ctx->active[0].vt->desc->name : "none";
 }
 
-static int write_manifest(accel_ctx *ctx, const char *tmp)
+/* sums: 3 per rank file, then 3 for model.safetensors (writer_sums) */
+static int write_manifest(accel_ctx *ctx, const char *tmp, const int64_t *sums)
 {
 	accel_err *err = &ctx->err;
 	json_t *root = json_object(), *plugins = json_array(), *files = json_object();
+	json_t *tensors = json_object();
 	char path[PATH_CAP];
 	int rc = ACCEL_OK;
-	if (!root || !plugins || !files) {
+	if (!root || !plugins || !files || !tensors) {
 		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 		goto out;
 	}
@@ -391,12 +711,15 @@ static int write_manifest(accel_ctx *ctx, const char *tmp)
 		json_array_append_new(plugins, json_pack("{s:s,s:I}", "name", d->name, "state_version",
 		                                         (json_int_t)d->state_version));
 	}
-	if ((rc = add_file(ctx, files, tmp, "model.safetensors")))
+	if ((rc = add_file(ctx, files, tmp, "model.safetensors",
+	                   sums + 3 * ctx->world.world_size)) ||
+	    (rc = add_slices(ctx, tensors, files, tmp, "model.safetensors")))
 		goto out;
 	for (int r = 0; r < ctx->world.world_size; r++) {
 		char name[64];
 		snprintf(name, sizeof(name), "rank%d.safetensors", r);
-		if ((rc = add_file(ctx, files, tmp, name)))
+		if ((rc = add_file(ctx, files, tmp, name, sums + 3 * r)) ||
+		    (rc = add_slices(ctx, tensors, files, tmp, name)))
 			goto out;
 	}
 	uint64_t step = accelp_train_step_count(ctx->train);
@@ -415,9 +738,19 @@ static int write_manifest(accel_ctx *ctx, const char *tmp)
 	json_object_set_new(root, "samplers", json_integer(ctx->n_samplers));
 	json_object_set_new(root, "files", files);
 	files = NULL;
+	json_object_set_new(root, "tensors", tensors);
+	tensors = NULL;
 	char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
 	if (!text) {
 		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	/* what a reader will check (the slices cover every tensor exactly once) */
+	accelp_ckpt_manifest *check = NULL;
+	rc = accelp_ckpt_manifest_parse(text, strlen(text), tmp, &check, err);
+	accelp_ckpt_manifest_free(check);
+	if (rc) {
+		free(text);
 		goto out;
 	}
 	size_t len = strlen(text);
@@ -433,25 +766,28 @@ out:
 	json_decref(root);
 	json_decref(plugins);
 	json_decref(files);
+	json_decref(tensors);
 	return rc;
 }
 
 /* Rank 0, after every rank's files are durable: manifest, rename, latest. */
-static int commit(accel_ctx *ctx, const char *dir, const char *tmp)
+static int commit(accel_ctx *ctx, const char *dir, const char *tmp, const int64_t *sums)
 {
 	accel_err *err = &ctx->err;
 	char parent[PATH_CAP], base[PATH_CAP], path[PATH_CAP], ptmp[PATH_CAP];
 	int rc;
-	if ((rc = write_manifest(ctx, tmp)))
+	if ((rc = write_manifest(ctx, tmp, sums)))
 		return rc;
 	if (fsync_path(tmp, 1) != 0)
 		return accelp_err_set(err, ACCEL_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
+	crash_point(ctx, "before-rename");
 	if (rename(tmp, dir) != 0)
 		return accelp_err_set(err, ACCEL_ERR_IO, "renaming %s to %s: %s", tmp, dir,
 		                      strerror(errno));
 	parent_of(dir, parent, sizeof(parent));
 	if (fsync_path(parent, 1) != 0)
 		return accelp_err_set(err, ACCEL_ERR_IO, "%s: fsync: %s", parent, strerror(errno));
+	crash_point(ctx, "before-latest");
 	const char *b = base_of(dir, base, sizeof(base));
 	char line[PATH_CAP + 2];
 	snprintf(line, sizeof(line), "%s\n", b);
@@ -472,7 +808,206 @@ static int commit(accel_ctx *ctx, const char *dir, const char *tmp)
 	return ACCEL_OK;
 }
 
+/* ---- weights only ----------------------------------------------------------------- */
+
+/* Rank 0: every parameter under its own name, one tensor staged at a time. */
+static int write_model(accel_ctx *ctx, const char *file)
+{
+	accel_err *err = &ctx->err;
+	const accel_model_v1 *m = accelp_train_model(ctx->train);
+	accel_st_writer *w = NULL;
+	void *stage = NULL;
+	int rc;
+	if ((rc = accelp_st_writer_new(file, &w, err)) ||
+	    (rc = accelp_st_writer_set_metadata(w, "format", "pt", err)))
+		goto out;
+	for (uint32_t i = 0; i < m->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
+		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+		for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+			shape[d] = (uint64_t)p->shape[d];
+		if ((rc = accelp_st_writer_add(w, p->name, p->dtype, p->ndim, shape, NULL, err)))
+			goto out;
+	}
+	for (uint32_t i = 0; i < m->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
+		accel_view data, grad;
+		if ((rc = accelp_train_param_view(ctx->train, i, &data, &grad)))
+			goto out;
+		if (!data.data && p->numel) {
+			rc = accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "accel_save_model: parameter '%s' "
+			                    "is not held whole on rank 0 by strategy '%s'", p->name,
+			                    strategy_name(ctx));
+			goto out;
+		}
+		size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
+		free(stage);
+		if (!(stage = malloc(bytes ? bytes : 1))) {
+			rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory staging '%s'", p->name);
+			goto out;
+		}
+		accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, stage, p->numel};
+		if ((rc = accelp_ops_copy(&hv, &data, err)) ||
+		    (rc = accelp_st_writer_write(w, p->name, stage, bytes, err)))
+			goto out;
+	}
+	rc = accelp_st_writer_commit(w, err);
+out:
+	free(stage);
+	accelp_st_writer_free(w);
+	return rc;
+}
+
+int accel_save_model(accel_ctx *ctx, const char *file)
+{
+	int rc = check_ready(ctx, file, "accel_save_model");
+	if (rc)
+		return rc;
+	if (ctx->world.rank == 0)
+		rc = write_model(ctx, file);
+	return agree(ctx, rc, "accel_save_model");
+}
+
+/* ---- automatic checkpoint naming (project_dir, total_limit, iteration) ------------- */
+
+/* project_dir/checkpoints into buf; ACCEL_ERR_INVALID_ARG when automatic
+ * naming is off. */
+static int auto_root(accel_ctx *ctx, const char *fn, char *buf, size_t cap)
+{
+	int32_t on = 0;
+	const char *pd = ".";
+	if (accel_config_bool(ctx, "automatic_checkpoint_naming", &on) != ACCEL_OK || !on)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: no directory given (pass "
+		                      "one, or set automatic_checkpoint_naming=true to use "
+		                      "project_dir/checkpoints/checkpoint_<n>)", fn);
+	if (accel_config_string(ctx, "project_dir", &pd) != ACCEL_OK || !pd || !*pd)
+		pd = ".";
+	if (snprintf(buf, cap, "%s/checkpoints", pd) >= (int)cap - 64)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s: project_dir too long", fn);
+	return ACCEL_OK;
+}
+
+static int64_t next_iteration(accel_ctx *ctx)
+{
+	if (!ctx->ckpt_iteration_set) {
+		int64_t it = 0;
+		if (accel_config_int(ctx, "iteration", &it) != ACCEL_OK)
+			it = 0;
+		ctx->ckpt_iteration = it;
+		ctx->ckpt_iteration_set = 1;
+	}
+	return ctx->ckpt_iteration;
+}
+
+/* n of "checkpoint_<n>", or -1. */
+static int64_t auto_number(const char *name)
+{
+	if (strncmp(name, "checkpoint_", 11) || !name[11])
+		return -1;
+	int64_t n = 0;
+	for (const char *p = name + 11; *p; p++) {
+		if (*p < '0' || *p > '9' || n > INT64_MAX / 10 - 10)
+			return -1;
+		n = n * 10 + (*p - '0');
+	}
+	return n;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Rank 0, after committing checkpoint_<keep>: keep the newest total_limit
+ * committed checkpoint_<n> (with a manifest) under root, the one just
+ * committed always among them (numbering may have been restarted lower
+ * with `iteration`); remove the others. */
+static void prune(accel_ctx *ctx, const char *root, int64_t keep)
+{
+	int64_t limit = 0;
+	if (accel_config_int(ctx, "total_limit", &limit) != ACCEL_OK || limit < 1)
+		return;
+	DIR *d = opendir(root);
+	if (!d)
+		return;
+	int64_t *nums = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	char path[PATH_CAP], mpath[PATH_CAP];
+	struct stat sb;
+	while ((e = readdir(d))) {
+		int64_t k = auto_number(e->d_name);
+		pjoin(path, sizeof(path), root, e->d_name);
+		pjoin(mpath, sizeof(mpath), path, "manifest.json");
+		if (k < 0 || k == keep || stat(mpath, &sb) != 0)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			int64_t *t = realloc(nums, cap * sizeof(*t));
+			if (!t)
+				break;
+			nums = t;
+		}
+		nums[n++] = k;
+	}
+	closedir(d);
+	if (n)
+		qsort(nums, n, sizeof(*nums), cmp_i64);
+	/* `keep` is one of the limit kept: the others are the newest limit - 1 */
+	for (size_t i = 0; n > (size_t)limit - 1 && i < n - ((size_t)limit - 1); i++) {
+		char name[64];
+		snprintf(name, sizeof(name), "checkpoint_%" PRId64, nums[i]);
+		pjoin(path, sizeof(path), root, name);
+		/* the manifest first: a half-removed directory is no checkpoint */
+		pjoin(mpath, sizeof(mpath), path, "manifest.json");
+		unlink(mpath);
+		remove_tree(path);
+		if (stat(path, &sb) == 0)
+			accelp_log(ACCEL_LOG_WARN, "total_limit %" PRId64 ": could not remove %s",
+			           limit, path);
+		else
+			accelp_log(ACCEL_LOG_DEBUG, "total_limit %" PRId64 ": removed %s", limit, path);
+	}
+	free(nums);
+}
+
+static int save_state_at(accel_ctx *ctx, const char *dir_arg);
+
 int accel_save_state(accel_ctx *ctx, const char *dir_arg)
+{
+	if (!ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (dir_arg)
+		return save_state_at(ctx, dir_arg);
+	char root[PATH_CAP], dir[PATH_CAP];
+	struct stat sb;
+	int rc = auto_root(ctx, "accel_save_state", root, sizeof(root));
+	if (rc)
+		return rc;
+	if (ctx->world.rank == 0 && stat(root, &sb) != 0) {
+		char pd[PATH_CAP];
+		parent_of(root, pd, sizeof(pd));
+		mkdir(pd, 0755);
+		if (mkdir(root, 0755) != 0 && errno != EEXIST)
+			rc = accelp_err_set(&ctx->err, ACCEL_ERR_IO, "accel_save_state: creating %s: %s",
+			                    root, strerror(errno));
+	}
+	if ((rc = agree(ctx, rc, "accel_save_state")))
+		return rc;
+	if (snprintf(dir, sizeof(dir), "%s/checkpoint_%" PRId64, root, next_iteration(ctx)) >=
+	    (int)sizeof(dir))
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_save_state: "
+		                      "project_dir too long");
+	if ((rc = save_state_at(ctx, dir)))
+		return rc;
+	int64_t done = ctx->ckpt_iteration++;
+	if (ctx->world.rank == 0)
+		prune(ctx, root, done);
+	return ACCEL_OK;
+}
+
+static int save_state_at(accel_ctx *ctx, const char *dir_arg)
 {
 	char tmp[PATH_CAP], path[PATH_CAP], name[96], dir[PATH_CAP];
 	struct stat sb;
@@ -509,21 +1044,38 @@ int accel_save_state(accel_ctx *ctx, const char *dir_arg)
 	}
 	if ((rc = agree(ctx, rc, "accel_save_state")))
 		return rc;
+	crash_point(ctx, "before-files");
 	snprintf(name, sizeof(name), "rank%d.safetensors", rank);
 	pjoin(path, sizeof(path), tmp, name);
-	rc = save_rank(ctx, path);
+	/* each rank's file sums, for rank 0's manifest (rank 0 need not read
+	 * every file back to checksum it) */
+	int W = ctx->world.world_size;
+	int64_t *sums = calloc(3 * (size_t)(W + 1), sizeof(*sums));
+	if (!sums)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	rc = save_rank(ctx, path, sums + 3 * rank);
 	if (!rc && rank == 0) {
 		pjoin(path, sizeof(path), tmp, "model.safetensors");
-		rc = save_params(ctx, path);
+		rc = save_params(ctx, path, sums + 3 * W);
+	}
+	crash_point(ctx, "before-barrier");
+	if (crash_here(ctx, "stall-before-barrier")) {
+		fprintf(stderr, "accel: ACCEL_TEST_CKPT_CRASH: rank %d stalls before the barrier\n",
+		        ctx->world.rank);
+		sleep(3600);
 	}
 	/* the barrier: every rank's files are written and fsynced */
 	if ((rc = agree(ctx, rc, "accel_save_state"))) {
+		free(sums);
 		if (rank == 0)
 			remove_tree(tmp);
 		return rc;
 	}
-	if (rank == 0 && (rc = commit(ctx, dir, tmp)) && stat(tmp, &sb) == 0)
+	rc = accel_allreduce(ctx, sums, sums, 3 * (uint64_t)(W + 1), ACCEL_DTYPE_I64,
+	                     ACCEL_RED_SUM);
+	if (rank == 0 && (rc || (rc = commit(ctx, dir, tmp, sums))) && stat(tmp, &sb) == 0)
 		remove_tree(tmp);
+	free(sums);
 	return agree(ctx, rc, "accel_save_state (rank 0's commit)");
 }
 
@@ -537,89 +1089,6 @@ static int bad(accel_ctx *ctx, const char *fmt, ...)
 	accelp_err_setv(&ctx->err, ACCEL_ERR_CHECKPOINT, fmt, ap);
 	va_end(ap);
 	return ACCEL_ERR_CHECKPOINT;
-}
-
-static int verify_file(accel_ctx *ctx, const char *dir, json_t *files, const char *name)
-{
-	char path[PATH_CAP], hex[20];
-	json_t *o = json_object_get(files, name);
-	json_t *js = json_object_get(o, "size"), *jh = json_object_get(o, "xxh64");
-	pjoin(path, sizeof(path), dir, name);
-	if (!json_is_integer(js) || !json_is_string(jh))
-		return bad(ctx, "%s/manifest.json: no size and xxh64 for %s", dir, name);
-	uint64_t size, hash;
-	struct stat sb;
-	if (stat(path, &sb) != 0)
-		return bad(ctx, "%s: missing (the manifest lists it: %" PRIu64 " bytes)", path,
-		           (uint64_t)json_integer_value(js));
-	int rc = hash_file(path, &size, &hash, &ctx->err);
-	if (rc)
-		return rc;
-	if (size != (uint64_t)json_integer_value(js))
-		return bad(ctx, "%s: %" PRIu64 " bytes; the manifest expects %" PRIu64 " (truncated "
-		           "or replaced)", path, size, (uint64_t)json_integer_value(js));
-	snprintf(hex, sizeof(hex), "%016" PRIx64, hash);
-	if (strcmp(hex, json_string_value(jh)))
-		return bad(ctx, "%s: checksum xxh64 %s; the manifest expects %s (the file is "
-		           "corrupt)", path, hex, json_string_value(jh));
-	return ACCEL_OK;
-}
-
-/* Read and check the manifest against the running job; *ret_root owned. */
-static int read_manifest(accel_ctx *ctx, const char *dir, json_t **ret_root)
-{
-	char path[PATH_CAP];
-	json_error_t je;
-	struct stat sb;
-	pjoin(path, sizeof(path), dir, "manifest.json");
-	if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-		return bad(ctx, "%s: no such checkpoint directory", dir);
-	if (stat(path, &sb) != 0)
-		return bad(ctx, "%s: missing: %s is not a committed checkpoint (a save that did not "
-		           "finish leaves no manifest)", path, dir);
-	json_t *root = json_load_file(path, 0, &je);
-	if (!root)
-		return bad(ctx, "%s:%d: not valid JSON: %s", path, je.line, je.text);
-	json_t *jv = json_object_get(root, "format_version");
-	json_t *jw = json_object_get(root, "world_size");
-	json_t *jst = json_object_get(root, "strategy");
-	json_t *jp = json_object_get(root, "plugins");
-	int rc;
-	if (!json_is_integer(jv)) {
-		rc = bad(ctx, "%s: no format_version: not an accel checkpoint manifest", path);
-		goto fail;
-	}
-	if (json_integer_value(jv) != CKPT_FORMAT_VERSION) {
-		rc = bad(ctx, "%s: format_version %" JSON_INTEGER_FORMAT "; this accel (%s) reads "
-		         "version %d (a newer accel wrote it?)", path, json_integer_value(jv),
-		         ACCEL_VERSION_STRING, CKPT_FORMAT_VERSION);
-		goto fail;
-	}
-	if (!json_is_integer(jw) || !json_is_string(jst) || !json_is_array(jp) ||
-	    !json_is_integer(json_object_get(root, "step")) ||
-	    !json_is_object(json_object_get(root, "files"))) {
-		rc = bad(ctx, "%s: world_size, strategy, plugins, step or files missing or of the "
-		         "wrong type", path);
-		goto fail;
-	}
-	if (json_integer_value(jw) != ctx->world.world_size) {
-		rc = bad(ctx, "%s: saved by %" JSON_INTEGER_FORMAT " processes; this job has %d: "
-		         "loading at another world size (resharding) is not supported yet: resume "
-		         "with %" JSON_INTEGER_FORMAT " processes", path, json_integer_value(jw),
-		         ctx->world.world_size, json_integer_value(jw));
-		goto fail;
-	}
-	if (strcmp(json_string_value(jst), strategy_name(ctx))) {
-		rc = bad(ctx, "%s: saved with strategy '%s'; this job runs '%s': loading under "
-		         "another strategy (resharding) is not supported yet", path,
-		         json_string_value(jst), strategy_name(ctx));
-		goto fail;
-	}
-	*ret_root = root;
-	return ACCEL_OK;
-fail:
-	json_decref(root);
-	return rc;
 }
 
 static uint32_t plugin_version(accel_ctx *ctx, json_t *plugins, const char *name,
@@ -637,35 +1106,134 @@ static uint32_t plugin_version(accel_ctx *ctx, json_t *plugins, const char *name
 	return 0;
 }
 
-static int load_params(accel_ctx *ctx, const char *path)
+static int same_shape(const accelp_ckpt_tensor *t, const accel_param_info_v1 *p)
 {
-	accel_err *err = &ctx->err;
-	const accel_model_v1 *m = accelp_train_model(ctx->train);
-	accel_st_reader *r = NULL;
-	void *stage = NULL;
-	int rc = accelp_st_reader_new(path, &r, err);
-	for (uint32_t i = 0; !rc && i < m->n_params; i++) {
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
-		const accel_st_tensor *t;
+	if (t->ndim != p->ndim)
+		return 0;
+	for (uint32_t d = 0; d < p->ndim; d++)
+		if (t->shape[d] != (uint64_t)p->shape[d])
+			return 0;
+	return 1;
+}
+
+/* The tensors of parameter p in the manifest (param/, master/, optim/.../)
+ * have its shape; param/ also its dtype. */
+static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m)
+{
+	const accel_model_v1 *model = accelp_train_model(ctx->train);
+	char s1[256], s2[256];
+	for (uint32_t i = 0; i < model->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
+		uint64_t ps[ACCEL_CKPT_MAX_DIMS];
+		for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+			ps[d] = (uint64_t)p->shape[d];
 		char name[600];
 		snprintf(name, sizeof(name), "param/%s", p->name);
-		if (accelp_st_reader_find(r, name, &t, NULL) != ACCEL_OK) {
-			rc = bad(ctx, "%s: no tensor '%s' (the model has this parameter)", path, name);
-			break;
+		const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(m, name);
+		if (!t)
+			return bad(ctx, "%s: no tensor '%s' (the model has parameter '%s' %s %s)", m->path,
+			           name, p->name, accel_dtype_name(p->dtype),
+			           accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+		if (t->dtype != p->dtype || !same_shape(t, p))
+			return bad(ctx, "%s: tensor '%s' is %s %s; the model's parameter '%s' is %s %s",
+			           m->path, name, accel_dtype_name(t->dtype),
+			           accelp_ckpt_shape_str(t->shape, t->ndim, s1, sizeof(s1)), p->name,
+			           accel_dtype_name(p->dtype),
+			           accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+	}
+	/* every master/ and optim/<state>/ tensor names a parameter of that shape */
+	for (uint32_t k = 0; k < m->n_tensors; k++) {
+		const accelp_ckpt_tensor *t = &m->tensors[k];
+		const char *pn = NULL;
+		if (!strncmp(t->name, "master/", 7))
+			pn = t->name + 7;
+		else if (!strncmp(t->name, "optim/", 6) && strchr(t->name + 6, '/'))
+			pn = strchr(t->name + 6, '/') + 1;
+		if (!pn)
+			continue;
+		for (uint32_t i = 0; i < model->n_params; i++) {
+			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
+			if (strcmp(p->name, pn))
+				continue;
+			if (!same_shape(t, p)) {
+				uint64_t ps[ACCEL_CKPT_MAX_DIMS];
+				for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+					ps[d] = (uint64_t)p->shape[d];
+				return bad(ctx, "%s: tensor '%s' has shape %s; the model's parameter '%s' has "
+				           "shape %s", m->path, t->name,
+				           accelp_ckpt_shape_str(t->shape, t->ndim, s1, sizeof(s1)), p->name,
+				           accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+			}
 		}
-		int same = t->dtype == p->dtype && t->ndim == p->ndim;
-		for (uint32_t d = 0; same && d < p->ndim; d++)
-			same = t->shape[d] == (uint64_t)p->shape[d];
-		if (!same) {
-			rc = bad(ctx, "%s: tensor '%s' is %s of %" PRIu64 " elements in %u dims; the model "
-			         "has %s of %" PRIu64 " elements in %u dims", path, name,
-			         accel_dtype_name(t->dtype), t->numel, t->ndim, accel_dtype_name(p->dtype),
-			         p->numel, p->ndim);
+	}
+	return ACCEL_OK;
+}
+
+/* Checks that need no change to the job: manifest against the job, files. */
+static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
+{
+	if (strcmp(m->strategy, strategy_name(ctx)))
+		return bad(ctx, "%s: saved with strategy '%s'; this job runs '%s': loading under "
+		           "another strategy (resharding) is not supported yet", m->path, m->strategy,
+		           strategy_name(ctx));
+	json_t *plugins = json_object_get(m->root, "plugins");
+	int rc = ACCEL_OK;
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		if (a->inited && a->vt->load_state)
+			plugin_version(ctx, plugins, a->vt->desc->name, m->path, &rc);
+		if (rc)
+			return rc;
+	}
+	if (m->samplers != (int64_t)ctx->n_samplers)
+		return bad(ctx, "%s: %" PRId64 " samplers saved; this job has %u (create the same "
+		           "samplers before loading)", m->path, m->samplers, ctx->n_samplers);
+	char name[64];
+	if (accelp_ckpt_manifest_file_index(m, "model.safetensors") < 0 ||
+	    accelp_ckpt_manifest_file_index(m, "rank0.safetensors") < 0)
+		return bad(ctx, "%s: files lists no model.safetensors or rank0.safetensors", m->path);
+	for (int64_t r = 0; r < m->world_size; r++) {
+		snprintf(name, sizeof(name), "rank%" PRId64 ".safetensors", r);
+		if (accelp_ckpt_manifest_file_index(m, name) < 0)
+			return bad(ctx, "%s: saved by %" PRId64 " processes but files lists no %s", m->path,
+			           m->world_size, name);
+	}
+	if ((rc = accelp_ckpt_manifest_check_files(m, &ctx->err)))
+		return rc;
+	if ((rc = check_model(ctx, m)))
+		return rc;
+	/* every file's header; the data is checked slice by slice and blob by
+	 * blob as it is read (one pass over the bytes) */
+	for (uint32_t i = 0; i < m->n_files; i++)
+		if ((rc = accelp_ckpt_manifest_verify_header(m, i, &ctx->err)))
+			return rc;
+	return ACCEL_OK;
+}
+
+static int load_params(accel_ctx *ctx, accelp_ckpt_manifest *m)
+{
+	accel_err *err = &ctx->err;
+	const accel_model_v1 *model = accelp_train_model(ctx->train);
+	void *stage = NULL;
+	int rc = ACCEL_OK;
+	for (uint32_t i = 0; !rc && i < model->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
+		char name[600];
+		snprintf(name, sizeof(name), "param/%s", p->name);
+		const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(m, name);
+		if (!t) {   /* check_model saw it */
+			rc = bad(ctx, "%s: no tensor '%s'", m->path, name);
 			break;
 		}
 		accel_view data, grad;
 		if ((rc = accelp_train_param_view(ctx->train, i, &data, &grad)))
 			break;
+		if (data.device == ACCEL_DEVICE_CPU && data.dtype == p->dtype && data.data &&
+		    data.numel == p->numel) {   /* straight into the parameter */
+			if ((rc = accelp_ckpt_manifest_read(m, t, 0, p->numel, data.data, err)))
+				break;
+			continue;
+		}
 		free(stage);
 		size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
 		if (!(stage = malloc(bytes ? bytes : 1))) {
@@ -673,27 +1241,35 @@ static int load_params(accel_ctx *ctx, const char *path)
 			break;
 		}
 		accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, stage, p->numel};
-		if ((rc = accelp_st_reader_read(r, t, 0, p->numel, stage, err)) ||
+		if ((rc = accelp_ckpt_manifest_read(m, t, 0, p->numel, stage, err)) ||
 		    (rc = accelp_ops_copy(&data, &hv, err)))
 			break;
 	}
 	free(stage);
-	accelp_st_reader_free(r);
 	return rc;
 }
 
-static int load_rank(accel_ctx *ctx, const char *path, json_t *plugins, const char *mpath)
+static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 {
 	accel_err *err = &ctx->err;
-	accel_ckpt_reader cr = {.err = err};
-	int rc = accelp_st_reader_new(path, &cr.st, err);
-	if (rc)
-		return rc;
+	accel_ckpt_reader cr = {.err = err, .m = m, .saved_world = (int)m->world_size,
+	                        .world = ctx->world.world_size};
+	accel_st_reader *r0 = NULL;
+	char name[64], path[PATH_CAP];
+	json_t *plugins = json_object_get(m->root, "plugins");
+	int rc = ACCEL_OK;
+	if (m->world_size == ctx->world.world_size) {
+		snprintf(name, sizeof(name), "rank%d.safetensors", ctx->world.rank);
+		cr.file = accelp_ckpt_manifest_file_index(m, name);
+		pjoin(path, sizeof(path), m->dir, name);
+		if ((rc = accelp_st_reader_new(path, &cr.st, err)))
+			return rc;
+	}
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
 		if (!a->inited || !a->vt->load_state)
 			continue;
-		uint32_t v = plugin_version(ctx, plugins, a->vt->desc->name, mpath, &rc);
+		uint32_t v = plugin_version(ctx, plugins, a->vt->desc->name, m->path, &rc);
 		if (rc)
 			goto out;
 		a->host.ckpt = &cr;
@@ -702,61 +1278,79 @@ static int load_rank(accel_ctx *ctx, const char *path, json_t *plugins, const ch
 		if (rc) {
 			if (!ctx->err.code)
 				accelp_err_set(err, rc, "%s: load_state from %s failed (%s)", a->host.name,
-				               path, accel_status_str(rc));
+				               m->dir, accel_status_str(rc));
 			goto out;
 		}
 	}
+	/* the samplers' states are global (consumed counts all ranks'): rank 0's */
+	pjoin(path, sizeof(path), m->dir, "rank0.safetensors");
+	if (ctx->n_samplers && (rc = accelp_st_reader_new(path, &r0, err)))
+		goto out;
+	accel_ckpt_reader c0 = {.st = r0, .err = err, .m = m,
+	                        .file = accelp_ckpt_manifest_file_index(m, "rank0.safetensors")};
 	for (uint32_t i = 0; i < ctx->n_samplers; i++) {
 		accel_sampler_state st;
 		char buf[32];
 		snprintf(buf, sizeof(buf), "%u", i);
-		if ((rc = accelp_ckpt_read(&cr, "sampler", buf, &st, sizeof(st), err)))
+		if ((rc = accelp_ckpt_read(&c0, "sampler", buf, &st, sizeof(st), err)))
 			goto out;
 		if ((rc = accel_sampler_restore(ctx->samplers[i], &st)))
 			goto out;
 	}
 out:
+	accelp_st_reader_free(r0);
 	accelp_st_reader_free(cr.st);
 	return rc;
 }
 
 int accel_load_state(accel_ctx *ctx, const char *dir)
 {
-	char path[PATH_CAP], mpath[PATH_CAP];
-	json_t *root = NULL;
-	int rc = check_ready(ctx, dir, "accel_load_state");
-	if (rc)
-		return rc;
-	pjoin(mpath, sizeof(mpath), dir, "manifest.json");
-	snprintf(path, sizeof(path), "rank%d.safetensors", ctx->world.rank);
-	if (!(rc = read_manifest(ctx, dir, &root))) {
-		json_t *files = json_object_get(root, "files");
-		json_t *js = json_object_get(root, "samplers");
-		if (json_integer_value(js) != (json_int_t)ctx->n_samplers)
-			rc = bad(ctx, "%s: %" JSON_INTEGER_FORMAT " samplers saved; this job has %u "
-			         "(create the same samplers before loading)", mpath,
-			         json_integer_value(js), ctx->n_samplers);
-		if (!rc)
-			rc = verify_file(ctx, dir, files, "model.safetensors");
-		if (!rc)
-			rc = verify_file(ctx, dir, files, path);
+	accelp_ckpt_manifest *m = NULL;
+	char root[PATH_CAP], auto_dir[PATH_CAP], base[PATH_CAP];
+	int rc;
+	if (!ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!dir) {   /* the newest automatic checkpoint: what checkpoints/latest names */
+		if ((rc = auto_root(ctx, "accel_load_state", root, sizeof(root))))
+			return rc;
+		char lpath[PATH_CAP], line[512] = "";
+		pjoin(lpath, sizeof(lpath), root, "latest");
+		FILE *f = fopen(lpath, "r");
+		if (!f)
+			return bad(ctx, "accel_load_state: cannot read %s: %s (no checkpoint was "
+			           "committed there)", lpath, strerror(errno));
+		if (!fgets(line, sizeof(line), f))
+			line[0] = '\0';
+		fclose(f);
+		line[strcspn(line, "\r\n")] = '\0';
+		if (!*line || strchr(line, '/'))
+			return bad(ctx, "%s: does not name a checkpoint directory", lpath);
+		pjoin(auto_dir, sizeof(auto_dir), root, line);
+		dir = auto_dir;
 	}
+	if ((rc = check_ready(ctx, dir, "accel_load_state")))
+		return rc;
+	if (!(rc = accelp_ckpt_manifest_open(dir, &m, &ctx->err)))
+		rc = check_checkpoint(ctx, m);
 	if ((rc = agree(ctx, rc, "accel_load_state (checking the checkpoint)")))
 		goto out;
-	pjoin(path, sizeof(path), dir, "model.safetensors");
-	rc = load_params(ctx, path);
-	if (!rc) {
-		char name[64];
-		snprintf(name, sizeof(name), "rank%d.safetensors", ctx->world.rank);
-		pjoin(path, sizeof(path), dir, name);
-		rc = load_rank(ctx, path, json_object_get(root, "plugins"), mpath);
-	}
+	rc = load_params(ctx, m);
 	if (!rc)
-		rc = accelp_train_set_step_count(
-			ctx->train, (uint64_t)json_integer_value(json_object_get(root, "step")),
-			(uint32_t)json_integer_value(json_object_get(root, "micro_step")));
+		rc = load_rank(ctx, m);
+	if (!rc)
+		rc = accelp_train_set_step_count(ctx->train, (uint64_t)m->step,
+		                                 (uint32_t)m->micro_step);
 	rc = agree(ctx, rc, "accel_load_state");
+	if (!rc) {   /* the next automatic checkpoint follows the loaded one */
+		int64_t k = auto_number(base_of(dir, base, sizeof(base)));
+		int32_t on = 0;
+		if (k >= 0 && accel_config_bool(ctx, "automatic_checkpoint_naming", &on) == ACCEL_OK &&
+		    on) {
+			ctx->ckpt_iteration = k + 1;
+			ctx->ckpt_iteration_set = 1;
+		}
+	}
 out:
-	json_decref(root);
+	accelp_ckpt_manifest_free(m);
 	return rc;
 }

@@ -16,4 +16,14 @@ int accelp_ckpt_size(accel_ckpt_reader *r, const char *plugin, const char *name,
 int accelp_ckpt_read(accel_ckpt_reader *r, const char *plugin, const char *name, void *buf,
                      uint64_t bytes, accel_err *err);
 
+/* host->ckpt_write_tensor (borrow: the core's own param/ slices, data kept
+ * alive by the caller until commit), ckpt_tensor_info, ckpt_read_tensor. */
+int accelp_ckpt_write_tensor(accel_ckpt_writer *w, const char *plugin,
+                             const accel_ckpt_slice_v1 *s, int borrow, accel_err *err);
+int accelp_ckpt_tensor_info(accel_ckpt_reader *r, const char *plugin, const char *name,
+                            accel_ckpt_tensor_info_v1 *ret, accel_err *err);
+int accelp_ckpt_read_tensor(accel_ckpt_reader *r, const char *plugin, const char *name,
+                            uint32_t dtype, uint64_t offset, uint64_t count, void *buf,
+                            accel_err *err);
+
 #endif

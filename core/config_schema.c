@@ -102,6 +102,17 @@ static const core_param core_params[] = {
 	 "drop the last incomplete batch"},
 	{"dataloader.shuffle", ACCEL_CFG_BOOL, "true", NORANGE, 0, NULL, 0, NULL,
 	 "shuffle the sample order every epoch (seeded)"},
+	/* checkpoints (core/ckpt.c), Accelerate's ProjectConfiguration names */
+	{"project_dir", ACCEL_CFG_STRING, "\".\"", NORANGE, 0, NULL, 0, NULL,
+	 "directory of the run's outputs; automatic checkpoints go to its checkpoints/"},
+	{"automatic_checkpoint_naming", ACCEL_CFG_BOOL, "false", NORANGE, 0, NULL, 0, NULL,
+	 "accel_save_state(ctx, NULL) saves into project_dir/checkpoints/checkpoint_<iteration> "
+	 "and accel_load_state(ctx, NULL) loads the latest one"},
+	{"total_limit", ACCEL_CFG_INT, NULL, GE(1), 0, NULL, 0, NULL,
+	 "automatic checkpoints kept; older ones are removed after a new one is committed; unset: "
+	 "all"},
+	{"iteration", ACCEL_CFG_INT, "0", GE(0), 0, NULL, 0, NULL,
+	 "number of the next automatic checkpoint (checkpoint_<iteration>)"},
 };
 
 /* ACCEL_* variables that are not configuration. */

@@ -61,6 +61,10 @@ struct accel_ctx {
 	 * accel_save_state/accel_load_state in this order (core/ckpt.c) */
 	accel_sampler **samplers;
 	uint32_t n_samplers;
+	/* automatic checkpoint naming: the next checkpoint_<n> (core/ckpt.c;
+	 * from the config key `iteration` until the first save or load) */
+	int64_t ckpt_iteration;
+	int ckpt_iteration_set;
 };
 
 /* The host table the core hands to every plugin and backend (core/host.c). */

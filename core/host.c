@@ -548,6 +548,39 @@ static int host_ckpt_read(accel_host *h, accel_ckpt_reader *r, const char *name,
 	return accelp_ckpt_read(r, h->name, name, buf, bytes, &h->ctx->err);
 }
 
+static int host_ckpt_write_tensor(accel_host *h, accel_ckpt_writer *w,
+                                  const accel_ckpt_slice_v1 *s)
+{
+	if (!h || !h->ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!w || w != h->ckpt)
+		return host_error(h, ACCEL_ERR_STATE, "ckpt_write_tensor outside this plugin's "
+		                  "save_state");
+	return accelp_ckpt_write_tensor(w, h->name, s, 0, &h->ctx->err);
+}
+
+static int host_ckpt_tensor_info(accel_host *h, accel_ckpt_reader *r, const char *name,
+                                 accel_ckpt_tensor_info_v1 *ret)
+{
+	if (!h || !h->ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!r || r != h->ckpt)
+		return host_error(h, ACCEL_ERR_STATE, "ckpt_tensor_info outside this plugin's "
+		                  "load_state");
+	return accelp_ckpt_tensor_info(r, h->name, name, ret, &h->ctx->err);
+}
+
+static int host_ckpt_read_tensor(accel_host *h, accel_ckpt_reader *r, const char *name,
+                                 uint32_t dtype, uint64_t offset, uint64_t count, void *buf)
+{
+	if (!h || !h->ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!r || r != h->ckpt)
+		return host_error(h, ACCEL_ERR_STATE, "ckpt_read_tensor outside this plugin's "
+		                  "load_state");
+	return accelp_ckpt_read_tensor(r, h->name, name, dtype, offset, count, buf, &h->ctx->err);
+}
+
 /* A job of several processes without a rendezvous store (started by
  * mpirun without ACCEL_MASTER_ADDR/PORT, before or without the store
  * comm.mpi_store makes over MPI): the in-process map would make every rank
@@ -677,6 +710,10 @@ static const accel_host_v1 host_table = {
 	.group_allgather = accelp_host_group_allgather,
 	.group_broadcast = accelp_host_group_broadcast,
 	.group_barrier = accelp_host_group_barrier,
+	/* ABI minor 3: checkpoint tensors (core/ckpt.c) */
+	.ckpt_write_tensor = host_ckpt_write_tensor,
+	.ckpt_tensor_info = host_ckpt_tensor_info,
+	.ckpt_read_tensor = host_ckpt_read_tensor,
 };
 
 const accel_host_v1 *accelp_host_table(void)

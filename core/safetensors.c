@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <xxhash.h>
 
 #include "accel/accel.h"
 #include "error.h"
@@ -160,6 +161,12 @@ struct accel_st_writer {
 	uint32_t n, cap;
 	wtensor **by_name;    /* sorted by name once frozen */
 	json_t *meta;         /* object of strings */
+	int crash_exit;       /* tests: _exit(crash_exit) halfway through commit */
+	int no_dir_sync;      /* commit does not fsync the directory */
+	unsigned char *hdr;   /* the header as written (8 + padded bytes) */
+	uint64_t hdr_len;
+	int hashed;           /* commit computed the hashes below */
+	uint64_t file_size, file_hash, hdr_hash;
 };
 
 /* The mode the file at `path` gets: the one it has when it exists, else
@@ -234,6 +241,7 @@ accel_st_writer *accelp_st_writer_free(accel_st_writer *w)
 	free(w->t);
 	free(w->by_name);
 	json_decref(w->meta);
+	free(w->hdr);
 	free(w->tmp_path);
 	free(w->path);
 	free(w);
@@ -434,6 +442,9 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 	}
 	w->data_start = 8 + padded;
 	w->frozen = 1;
+	w->hdr = (unsigned char *)hdr;   /* kept for the file's checksum */
+	w->hdr_len = 8 + padded;
+	hdr = NULL;
 	goto out;
 nomem:
 	rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory building the header", w->path);
@@ -507,6 +518,70 @@ static int fsync_dir_of(const char *path, accel_err *err)
 	return rc;
 }
 
+/* offsets of the tensors in file order, for hashing from memory */
+static int by_offset_w(const void *a, const void *b)
+{
+	const wtensor *x = *(const wtensor *const *)a, *y = *(const wtensor *const *)b;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* XXH64 of the file as committed, from the caller's buffers: when every
+ * tensor's data was given to add (none streamed). */
+static void hash_from_memory(accel_st_writer *w)
+{
+	wtensor **order = malloc((w->n ? w->n : 1) * sizeof(*order));
+	XXH64_state_t *st = XXH64_createState();
+	uint64_t size = w->hdr_len;
+	if (!order || !st || !w->hdr)
+		goto out;
+	for (uint32_t i = 0; i < w->n; i++) {
+		if (!w->t[i].data && w->t[i].nbytes)
+			goto out;
+		order[i] = &w->t[i];
+	}
+	qsort(order, w->n, sizeof(*order), by_offset_w);
+	XXH64_reset(st, 0);
+	XXH64_update(st, w->hdr, (size_t)w->hdr_len);
+	for (uint32_t i = 0; i < w->n; i++) {
+		if (order[i]->offset != size - w->hdr_len)
+			goto out;   /* a gap: not what the file holds */
+		if (order[i]->nbytes)
+			XXH64_update(st, order[i]->data, (size_t)order[i]->nbytes);
+		size += order[i]->nbytes;
+	}
+	w->file_size = size;
+	w->file_hash = XXH64_digest(st);
+	w->hdr_hash = XXH64(w->hdr, (size_t)w->hdr_len, 0);
+	w->hashed = 1;
+out:
+	if (st)
+		XXH64_freeState(st);
+	free(order);
+}
+
+int accelp_st_writer_hashes(const accel_st_writer *w, uint64_t *ret_size, uint64_t *ret_hash,
+                            uint64_t *ret_header_hash)
+{
+	if (!w || !w->committed || !w->hashed)
+		return ACCEL_ERR_STATE;
+	*ret_size = w->file_size;
+	*ret_hash = w->file_hash;
+	*ret_header_hash = w->hdr_hash;
+	return ACCEL_OK;
+}
+
+void accelp_st_writer_skip_dir_sync(accel_st_writer *w)
+{
+	if (w)
+		w->no_dir_sync = 1;
+}
+
+void accelp_st_writer_crash_midway(accel_st_writer *w, int exit_status)
+{
+	if (w)
+		w->crash_exit = exit_status;
+}
+
 int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 {
 	int rc = writer_usable(w, "commit", 0, err);
@@ -516,6 +591,11 @@ int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 		return rc;
 	for (uint32_t i = 0; i < w->n; i++) {
 		wtensor *t = &w->t[i];
+		if (w->crash_exit && i == (w->n + 1) / 2) {
+			fprintf(stderr, "%s: test crash halfway through the file (%u of %u tensors "
+			        "written)\n", w->tmp_path, i, w->n);
+			_exit(w->crash_exit);
+		}
 		if (t->data) {
 			if (pwrite_full(w->fd, t->data, t->nbytes, w->data_start + t->offset)) {
 				rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: writing tensor \"%s\": %s",
@@ -548,7 +628,8 @@ int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 		goto fail;
 	}
 	w->committed = 1;
-	return fsync_dir_of(w->path, err);
+	hash_from_memory(w);
+	return w->no_dir_sync ? ACCEL_OK : fsync_dir_of(w->path, err);
 fail:
 	if (w->fd >= 0)
 		close(w->fd);

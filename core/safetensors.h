@@ -104,6 +104,23 @@ int accelp_st_writer_write(accel_st_writer *w, const char *name, const void *chu
  * accepts free. */
 int accelp_st_writer_commit(accel_st_writer *w, accel_err *err);
 
+/* After a commit in which every tensor's data was given to add (none
+ * streamed): the file's size, XXH64 (seed 0) and the XXH64 of its first 8 +
+ * header-length bytes, computed from memory.  ACCEL_ERR_STATE (no error
+ * recorded) otherwise. */
+int accelp_st_writer_hashes(const accel_st_writer *w, uint64_t *ret_size, uint64_t *ret_hash,
+                            uint64_t *ret_header_hash);
+
+/* Commit without fsyncing the directory after the rename: for a file
+ * inside a directory the caller fsyncs itself afterwards (a checkpoint's
+ * temporary directory, fsynced before it is renamed into place). */
+void accelp_st_writer_skip_dir_sync(accel_st_writer *w);
+
+/* Tests only (crash injection, docs/testing.md): commit writes the first
+ * half of the tensors' data, then the process _exits with `exit_status`
+ * (0: off), leaving the temporary file half written. */
+void accelp_st_writer_crash_midway(accel_st_writer *w, int exit_status);
+
 /* ---- reader ------------------------------------------------------------------ */
 
 typedef struct accel_st_reader accel_st_reader;

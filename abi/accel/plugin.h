@@ -148,6 +148,33 @@ typedef struct accel_group accel_group;
 typedef struct accel_ckpt_writer accel_ckpt_writer;
 typedef struct accel_ckpt_reader accel_ckpt_reader;
 
+/* ABI minor 3: a checkpoint tensor (host->ckpt_write_tensor, ckpt_tensor_info). */
+#define ACCEL_CKPT_MAX_DIMS 8
+/* accel_ckpt_slice_v1.flags: `data` stays valid and unchanged until
+ * accel_save_state returns (the plugin's own state, which no step can
+ * change during the save): the core writes it from there instead of
+ * copying it first. */
+#define ACCEL_CKPT_BORROW (1u << 0)
+typedef struct accel_ckpt_slice_v1 {
+	uint32_t struct_size;     /* sizeof(accel_ckpt_slice_v1)                  */
+	uint32_t dtype;           /* ACCEL_DTYPE_* of the tensor                  */
+	uint32_t ndim;            /* 0..ACCEL_CKPT_MAX_DIMS                       */
+	uint32_t flags;           /* ACCEL_CKPT_BORROW or 0                       */
+	const char *name;         /* canonical name ("master/fc0.weight")         */
+	const uint64_t *shape;    /* ndim entries: the GLOBAL shape               */
+	uint64_t offset;          /* first element of this slice, row-major       */
+	uint64_t count;           /* elements in this slice                       */
+	const void *data;         /* host memory, count x dtype size bytes        */
+} accel_ckpt_slice_v1;
+typedef struct accel_ckpt_tensor_info_v1 {
+	uint32_t struct_size;     /* set by the caller                            */
+	uint32_t dtype;           /* ACCEL_DTYPE_* as saved                       */
+	uint32_t ndim;
+	uint32_t reserved;
+	uint64_t shape[ACCEL_CKPT_MAX_DIMS]; /* global shape; ndim entries used   */
+	uint64_t numel;           /* product of shape (1 when ndim == 0)          */
+} accel_ckpt_tensor_info_v1;
+
 typedef struct accel_world_v1 {
 	uint32_t struct_size;
 	int32_t rank;              /* 0 .. world_size-1                 */
@@ -607,6 +634,38 @@ typedef struct accel_host_v1 {
 	int (*group_broadcast)(accel_host *h, accel_group *g, const accel_view *buf, int32_t root,
 	                       accel_req **ret_req);
 	int (*group_barrier)(accel_host *h, accel_group *g, accel_req **ret_req);
+
+	/* -- ABI minor 3: checkpoint tensors (only inside save_state/load_state) -------
+	 * Tensors by canonical name, global shape and element range, so a state
+	 * saved by N processes loads at any world size (docs/checkpoints.md).
+	 * Names are shared by every plugin (not prefixed with the plugin's):
+	 *     master/<param>           f32 master weights
+	 *     optim/<state>/<param>    optimizer state: exp_avg, exp_avg_sq,
+	 *                              momentum_buffer, step
+	 * ("param/<param>", the working weights, are the core's.)  Each element
+	 * of a tensor is written by exactly one rank, in one slice.  Check with
+	 * ACCEL_HOST_HAS(host, ckpt_read_tensor) first.  The blobs above stay
+	 * for state that is not a tensor. */
+
+	/* Write elements [s->offset, s->offset + s->count) of the flattened
+	 * (row-major) tensor s->name of global shape s->shape (s->ndim dims)
+	 * and dtype s->dtype; s->data is host memory, count x dtype size bytes,
+	 * copied before the call returns (with ACCEL_CKPT_BORROW in s->flags:
+	 * read when the file is written, before accel_save_state returns).  The same name must come with the
+	 * same dtype and shape on every rank; ranges must not overlap and, over
+	 * all ranks, must cover the tensor (the save fails naming the gap). */
+	int (*ckpt_write_tensor)(accel_host *h, accel_ckpt_writer *w,
+	                         const accel_ckpt_slice_v1 *s);
+	/* dtype and global shape of saved tensor `name` (ret->struct_size set
+	 * by the caller); ACCEL_ERR_NOT_FOUND, without recording an error,
+	 * when the checkpoint has no such tensor. */
+	int (*ckpt_tensor_info)(accel_host *h, accel_ckpt_reader *r, const char *name,
+	                        accel_ckpt_tensor_info_v1 *ret);
+	/* Read elements [offset, offset + count) of saved tensor `name` into
+	 * host memory `buf`, whatever ranks wrote them; `dtype` must be the
+	 * saved one.  Every slice read is checked against its checksum. */
+	int (*ckpt_read_tensor)(accel_host *h, accel_ckpt_reader *r, const char *name,
+	                        uint32_t dtype, uint64_t offset, uint64_t count, void *buf);
 } accel_host_v1;
 
 /* ---- the plugin vtable ---------------------------------------------------------

@@ -49,11 +49,12 @@ static const accel_plugin_desc_v1 ddp_desc = {
 	.summary = "Data parallel: replicated model, bucketed all-reduce overlapped with backward",
 	/* Only what works today: parameters on CUDA devices need the device
 	 * module, which ddp has not been run against yet.  Checkpoints: master
-	 * weights and optimizer state as blobs (accel_save_state). */
+	 * weights and optimizer state as tensors, 1/world per rank, loadable at
+	 * any world size (accel_save_state). */
 	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT,
 	.requires = 0,
 	.min_cuda_cc = 0,
-	.state_version = 1,
+	.state_version = 2,     /* 2: tensors (master/, optim/); 1: per-rank blobs */
 	.config_section = "ddp",
 	.params = ddp_params,
 	.n_params = sizeof(ddp_params) / sizeof(ddp_params[0]),
@@ -66,7 +67,7 @@ static int ddp_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 	int r;
 
 	if (host->struct_size < offsetof(accel_host_v1, sync_step) + sizeof(host->sync_step) ||
-	    host->struct_size < offsetof(accel_host_v1, ckpt_read) + sizeof(host->ckpt_read))
+	    !ACCEL_HOST_HAS(host, ckpt_read_tensor))
 		return host->error(h, ACCEL_ERR_ABI, "the host table is older than this plugin");
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -330,75 +331,113 @@ static int ddp_step(void *state, const accel_step_info_v1 *info)
 	return ddp_zero_grads(s);
 }
 
-/* ---- checkpoint state: master weights and optimizer state per parameter ---- */
+/* ---- checkpoint state: master weights and optimizer state as tensors ----
+ * Replicas are identical, so each rank writes a 1/world slice of every
+ * tensor (rank r: elements [r*n/W, (r+1)*n/W) of the flattened tensor) and
+ * the save's bytes are spread over the ranks; on load every rank reads the
+ * whole tensor back, from whichever files hold it (any saving world size).
+ * Names (docs/checkpoints.md): master/<param> (f32) and
+ * optim/<state>/<param>: exp_avg, exp_avg_sq (AdamW), momentum_buffer (SGD
+ * with momentum).  The step count is global (the manifest's step). */
 
-static int blob_name(char *buf, size_t cap, const char *kind, const char *param)
+static const char *state_name(ddp_state *s, uint32_t k, char *buf, size_t cap)
 {
-	int n = snprintf(buf, cap, "%s/%s", kind, param);
-	return n > 0 && (size_t)n < cap;
+	const char *type = "adamw";
+	if (s->host->cfg_string(s->h, "/optimizer.type", &type) != ACCEL_OK)
+		type = "adamw";
+	if (!strcmp(type, "adamw") && s->n_state == 2)
+		return k == 0 ? "exp_avg" : "exp_avg_sq";
+	if (!strcmp(type, "sgd") && s->n_state == 1)
+		return "momentum_buffer";
+	snprintf(buf, cap, "state%u", k);
+	return buf;
 }
 
-/* Device tensors go through a host staging buffer. */
-static int xfer(ddp_state *s, const accel_param_info_v1 *p, float *dev, void *ckpt,
-                const char *name, int save)
+/* Save elements [lo, hi) of f32 array `dev` (on p's device) as tensor `name`. */
+static int save_slice(ddp_state *s, const accel_param_info_v1 *p, float *dev, const char *name,
+                      void **stage)
 {
 	const accel_host_v1 *H = s->host;
-	uint64_t bytes = p->numel * 4;
-	void *host_buf = dev;
-	int r;
-	if (p->device != ACCEL_DEVICE_CPU) {
-		host_buf = malloc(bytes ? bytes : 1);
-		if (!host_buf)
-			return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory staging '%s'", name);
+	uint64_t n = p->numel, W = (uint64_t)s->world.world_size, r = (uint64_t)s->world.rank;
+	uint64_t lo = n * r / W, hi = n * (r + 1) / W;
+	uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+	for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+		shape[d] = (uint64_t)p->shape[d];
+	const float *data = dev + lo;
+	uint32_t flags = ACCEL_CKPT_BORROW;   /* our arrays: no step during the save */
+	if (p->device != ACCEL_DEVICE_CPU && hi > lo) {
+		accel_view dv = view_of(p, ACCEL_DTYPE_F32, dev + lo, hi - lo);
+		accel_view hv = {sizeof(hv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, *stage, hi - lo};
+		int r2 = H->op_copy(s->h, &hv, &dv);
+		if (r2)
+			return r2;
+		data = *stage;
+		flags = 0;   /* the staging buffer is reused */
 	}
-	accel_view dv = view_of(p, ACCEL_DTYPE_F32, dev, p->numel);
-	accel_view hv = {sizeof(hv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, host_buf, p->numel};
-	if (save) {
-		r = host_buf != dev ? H->op_copy(s->h, &hv, &dv) : ACCEL_OK;
-		if (!r)
-			r = H->ckpt_write(s->h, ckpt, name, host_buf, bytes);
-	} else {
-		r = H->ckpt_read(s->h, ckpt, name, host_buf, bytes);
-		if (!r && host_buf != dev)
-			r = H->op_copy(s->h, &dv, &hv);
-	}
-	if (host_buf != dev)
-		free(host_buf);
-	return r;
+	accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_F32, p->ndim, flags, name, shape, lo,
+	                          hi - lo, data};
+	return H->ckpt_write_tensor(s->h, s->ckpt_w, &sl);
 }
 
-static int save_or_load(ddp_state *s, void *ckpt, int save)
+/* Read all of tensor `name` into f32 array `dev` (on p's device). */
+static int load_whole(ddp_state *s, const accel_param_info_v1 *p, float *dev, const char *name,
+                      void **stage)
+{
+	const accel_host_v1 *H = s->host;
+	float *buf = p->device != ACCEL_DEVICE_CPU ? *stage : dev;
+	int r = H->ckpt_read_tensor(s->h, s->ckpt_r, name, ACCEL_DTYPE_F32, 0, p->numel, buf);
+	if (r || buf == dev)
+		return r;
+	accel_view dv = view_of(p, ACCEL_DTYPE_F32, dev, p->numel);
+	accel_view hv = {sizeof(hv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, buf, p->numel};
+	return H->op_copy(s->h, &dv, &hv);
+}
+
+static int save_or_load(ddp_state *s, int save)
 {
 	const accel_model_v1 *m = s->model;
-	char name[600];
-	int r;
+	char name[600], sb[16];
+	void *stage = NULL;
+	int r = ACCEL_OK;
 	if (!m)
 		return s->host->error(s->h, ACCEL_ERR_STATE, "%s before accel_prepare()",
 		                      save ? "save_state" : "load_state");
-	for (uint32_t i = 0; i < m->n_params; i++) {
+	uint64_t largest = 1;
+	for (uint32_t i = 0; i < m->n_params; i++)
+		if (ACCEL_MODEL_PARAM(m, i)->device != ACCEL_DEVICE_CPU &&
+		    ACCEL_MODEL_PARAM(m, i)->numel > largest)
+			largest = ACCEL_MODEL_PARAM(m, i)->numel;
+	if (!(stage = malloc(largest * 4)))
+		return s->host->error(s->h, ACCEL_ERR_NOMEM, "out of memory staging checkpoint state");
+	for (uint32_t i = 0; !r && i < m->n_params; i++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
 		ddp_param *dp = &s->params[i];
-		if (!blob_name(name, sizeof(name), "master", p->name))
-			return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name too long");
-		if ((r = xfer(s, p, dp->master, ckpt, name, save)))
-			return r;
-		for (uint32_t k = 0; p->requires_grad && k < s->n_state; k++) {
-			char kind[16];
-			snprintf(kind, sizeof(kind), "optim%u", k);
-			if (!blob_name(name, sizeof(name), kind, p->name))
-				return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name too long");
-			if ((r = xfer(s, p, dp->state[k], ckpt, name, save)))
-				return r;
+		if (snprintf(name, sizeof(name), "master/%s", p->name) >= (int)sizeof(name)) {
+			r = s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name too long");
+			break;
 		}
-		if (!save && (r = refresh_work(s, i)))
-			return r;
+		r = save ? save_slice(s, p, dp->master, name, &stage)
+		         : load_whole(s, p, dp->master, name, &stage);
+		for (uint32_t k = 0; !r && p->requires_grad && k < s->n_state; k++) {
+			snprintf(name, sizeof(name), "optim/%s/%s", state_name(s, k, sb, sizeof(sb)),
+			         p->name);
+			r = save ? save_slice(s, p, dp->state[k], name, &stage)
+			         : load_whole(s, p, dp->state[k], name, &stage);
+		}
+		if (!r && !save)
+			r = refresh_work(s, i);
 	}
-	return ACCEL_OK;
+	free(stage);
+	return r;
 }
 
 static int ddp_save_state(void *state, accel_ckpt_writer *w)
 {
-	return save_or_load(state, w, 1);
+	ddp_state *s = state;
+	s->ckpt_w = w;
+	int r = save_or_load(s, 1);
+	s->ckpt_w = NULL;
+	return r;
 }
 
 static int ddp_load_state(void *state, accel_ckpt_reader *rd, uint32_t state_version)
@@ -408,7 +447,10 @@ static int ddp_load_state(void *state, accel_ckpt_reader *rd, uint32_t state_ver
 		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint holds ddp state "
 		                      "version %u; this ddp reads version %u", state_version,
 		                      ddp_desc.state_version);
-	return save_or_load(s, rd, 0);
+	s->ckpt_r = rd;
+	int r = save_or_load(s, 0);
+	s->ckpt_r = NULL;
+	return r;
 }
 
 static const void *ddp_extension(void *state, const char *name, uint32_t version)
@@ -437,7 +479,7 @@ static const accel_plugin_v1 ddp_plugin = {
 
 ACCEL_EXPORT const accel_plugin_v1 *accel_plugin_entry_v1(const accel_host_v1 *host)
 {
-	if (!ACCEL_HOST_REQUIRE(host, "ddp", ckpt_read))
+	if (!ACCEL_HOST_REQUIRE(host, "ddp", ckpt_read_tensor))
 		return NULL;
 	return &ddp_plugin;
 }

@@ -47,6 +47,8 @@ struct ddp_state {
 	uint64_t cap_bytes, first_bytes;
 	const accel_model_v1 *model;
 	uint32_t n_state;            /* optimizer state arrays per element            */
+	accel_ckpt_writer *ckpt_w;   /* during save_state                             */
+	accel_ckpt_reader *ckpt_r;   /* during load_state                             */
 	ddp_param *params;           /* n_params (== model->n_params)                */
 	uint32_t n_params;
 

@@ -24,6 +24,51 @@ def put(target, name, data):
         f.write(data)
 
 
+# ---- manifest: a checkpoint's manifest.json (format version 2) --------------
+def manifest(**kw):
+    m = {"format": "accel-checkpoint", "format_version": 2, "accel_version": "0.1.0",
+         "world_size": 2, "strategy": "ddp", "plugins": [{"name": "ddp", "state_version": 2}],
+         "step": 10, "micro_step": 0, "samplers": 1,
+         "scheduler": {"step": 10, "lr": 0.001},
+         "files": {"model.safetensors": {"size": 200, "xxh64": "7c006acda3ba8d0d",
+                                         "header_xxh64": "1111111111111111"},
+                   "rank0.safetensors": {"size": 300, "xxh64": "41d761f774bc7f52",
+                                         "header_xxh64": "2222222222222222",
+                                         "blobs": {"sampler/0": "3333333333333333"}},
+                   "rank1.safetensors": {"size": 300, "xxh64": "97ca08216057389f",
+                                         "header_xxh64": "4444444444444444"}},
+         "tensors": {
+             "param/w": {"dtype": "F32", "shape": [2, 3], "slices": [
+                 {"file": "model.safetensors", "key": "param/w", "offset": 0, "count": 6,
+                  "xxh64": "0123456789abcdef"}]},
+             "master/w": {"dtype": "F32", "shape": [2, 3], "slices": [
+                 {"file": "rank0.safetensors", "key": "master/w@0", "offset": 0, "count": 3,
+                  "xxh64": "00000000000000aa"},
+                 {"file": "rank1.safetensors", "key": "master/w@3", "offset": 3, "count": 3,
+                  "xxh64": "00000000000000bb"}]},
+             "optim/exp_avg/b": {"dtype": "BF16", "shape": [], "slices": [
+                 {"file": "rank0.safetensors", "key": "optim/exp_avg/b", "offset": 0,
+                  "count": 1, "xxh64": "00000000000000cc"}]}}}
+    m.update(kw)
+    return json.dumps(m, indent=1)
+
+
+put("manifest", "valid", manifest())
+put("manifest", "empty-tensors", manifest(tensors={}))
+put("manifest", "version-1", manifest(format_version=1))
+put("manifest", "version-99", manifest(format_version=99))
+put("manifest", "gap", manifest().replace('"count": 6', '"count": 5'))
+put("manifest", "overlap", manifest().replace('"offset": 3', '"offset": 2'))
+put("manifest", "file-escape", manifest().replace('"file": "rank1.safetensors"',
+                                                  '"file": "../rank1.safetensors"'))
+put("manifest", "bad-dtype", manifest().replace('"BF16"', '"Q4"'))
+put("manifest", "huge-shape", manifest().replace('[2, 3]', '[4294967296, 4294967296, 8]'))
+put("manifest", "bad-hex", manifest().replace('00000000000000aa', 'zz'))
+put("manifest", "blobs-not-object", manifest().replace('{"sampler/0": "3333333333333333"}', '[1]'))
+put("manifest", "not-json", manifest()[:-7])
+put("manifest", "empty", "")
+put("manifest", "array", "[]")
+
 # ---- config: a config file's text, then "%%" and --set lines ----------------
 cfgdir = os.path.join(ROOT, "examples", "configs")
 for fn in sorted(os.listdir(cfgdir)):

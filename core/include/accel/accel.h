@@ -331,23 +331,38 @@ ACCEL_API uint64_t accel_get_step(const accel_ctx *ctx);
 /* Save the training state into the directory `dir` (which must not exist;
  * its parent must, on a file system every rank sees): the model's weights
  * (model.safetensors, rank 0's "param/<name>" tensors), every plugin's state
- * (optimizer state, master weights) and every sampler made with this
- * context, per rank, the step (and so the LR schedule's position), and a
- * manifest.json with each file's size and XXH64 checksum.  Collective:
- * every rank calls it, after accel_prepare() and at the same step, between
- * optimizer steps (not inside a gradient accumulation).  Written
- * into "<dir>.tmp-<job>", committed by a rename once every rank's files are
- * on disk, then the parent's "latest" file names it: a failed or
- * interrupted save leaves earlier checkpoints untouched.  Every rank
- * returns the same status. */
+ * (master weights and optimizer state as tensors by range, blobs) and every
+ * sampler made with this context, the step (and so the LR schedule's
+ * position), and a manifest.json (format version 2) with each file's size
+ * and XXH64 and each tensor's slices with theirs.  Collective: every rank
+ * calls it, after accel_prepare() and at the same step, between optimizer
+ * steps (not inside a gradient accumulation).  Written into
+ * "<dir>.tmp-<job>", committed by a rename once every rank's files are on
+ * disk, then the parent's "latest" file names it: a failed or interrupted
+ * save leaves earlier checkpoints untouched.  Every rank returns the same
+ * status.  `dir` NULL, with the config key automatic_checkpoint_naming
+ * true: project_dir/checkpoints/checkpoint_<n>, n counting from the key
+ * `iteration` (or from the loaded checkpoint's n + 1); then, with
+ * total_limit set, the oldest committed checkpoint_<n> beyond it are
+ * removed (after the new one is committed). */
 ACCEL_API int accel_save_state(accel_ctx *ctx, const char *dir);
-/* Restore what accel_save_state() saved, into a job of the same world size
- * and strategy, with the same model and the same samplers created (in the
- * same order).  Collective.  Checks the manifest (format version, world
- * size, strategy, plugins) and each file's size and checksum before it
- * changes anything; never writes to `dir`.  Errors: ACCEL_ERR_CHECKPOINT
- * naming the file and what was expected. */
+/* Restore what accel_save_state() saved, with the same model, strategy and
+ * samplers (created in the same order), at any world size: tensors are
+ * read by element range from whichever ranks' files hold them, samplers
+ * resume at the same global sample.  Collective.  Checks the manifest
+ * (format version, strategy, plugins, tensors against the model) and the
+ * files' sizes and checksums before it changes anything; never writes to
+ * `dir`.  `dir` NULL, with automatic_checkpoint_naming: the checkpoint
+ * project_dir/checkpoints/latest names.  Errors: ACCEL_ERR_CHECKPOINT
+ * naming the file, the tensor and what was expected. */
 ACCEL_API int accel_load_state(accel_ctx *ctx, const char *dir);
+/* Write the model's weights only, as one safetensors file `file` (metadata
+ * format "pt", each parameter under its own name in its working dtype:
+ * safetensors.torch.load_file + load_state_dict read it).  Consolidated one
+ * tensor at a time on rank 0 (memory: the largest parameter), written to a
+ * temporary file and renamed into place.  Collective: every rank calls it
+ * after accel_prepare(); every rank returns the same status. */
+ACCEL_API int accel_save_model(accel_ctx *ctx, const char *file);
 
 /* What the last sync accel_step() did. */
 typedef struct accel_step_report {
