@@ -61,6 +61,10 @@ struct accel_ctx {
 	 * accel_save_state/accel_load_state in this order (core/ckpt.c) */
 	accel_sampler **samplers;
 	uint32_t n_samplers;
+	/* the compute stream (accel_set_stream; NULL: the legacy default
+	 * stream) and its device (-1 for NULL); core/stream.c */
+	void *stream;
+	int32_t stream_device;
 };
 
 /* The host table the core hands to every plugin and backend (core/host.c). */
