@@ -787,7 +787,8 @@ START_TEST(async_copies_round_trip)
 		 * 0 -> 1 on a stream of device 1 */
 		ck_assert_int_eq(cudaSetDevice(1), cudaSuccess);
 		cudaStream_t s1 = new_stream();
-		void *c = dmalloc(N * 4);
+		void *c = NULL;
+		ck_assert_int_eq(cudaMalloc(&c, N * 4), cudaSuccess);   /* on device 1 */
 		accel_view dc = da;
 		dc.device_index = 1;
 		dc.data = c;
@@ -801,7 +802,7 @@ START_TEST(async_copies_round_trip)
 		ck_assert_int_eq(accel_copy_async(ctx, &db, &hp), ACCEL_ERR_INVALID_ARG);
 		ck_assert_msg(strstr(accel_errmsg(ctx), "belongs to device 1"), "%s", accel_errmsg(ctx));
 		ck_assert_int_eq(accel_set_stream(ctx, NULL), ACCEL_OK);
-		dfree(c);
+		cudaFree(c);
 		cudaStreamDestroy(s1);
 		cudaSetDevice(0);
 	}
