@@ -546,11 +546,15 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 	char what[96], name[128];
 	uint64_t seq = st->seq + 1;
 	int64_t deadline = mono_deadline_ns(st->timeout_ms);  /* counted from issue */
-	watch_reap(st);
 	if (st->failed)
 		return fail_fast(st, L->kind);
 	if ((rc = enter_device(st, &prev)))
 		return rc;
+	watch_reap(st);   /* a stream-waited collective may have failed meanwhile */
+	if (st->failed) {
+		leave_device(st, prev);
+		return fail_fast(st, L->kind);
+	}
 	/* the names NCCL_TRY reports: "ncclAllReduce for allreduce #7 (...)" */
 	coll_describe(what, sizeof(what), L->kind, seq, L->dtype, L->count);
 	snprintf(name, sizeof(name), "%s for %s",
