@@ -650,7 +650,7 @@ int accelp_comm_group_allreduce(accel_comm *c, accel_group *grp, const accel_vie
 	comm_staged st = {0};
 	accel_view hs, hr;
 	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
-		if ((r = comm_stage_in(c->stage, send, recv, send->numel, 0, 0, &hs, &hr, &st,
+		if ((r = comm_stage_in(c->stage, c->ctx->stream, send, recv, send->numel, 0, 0, &hs, &hr, &st,
 		                       &c->ctx->err)))
 			return r;
 		send = recv = &hs;
@@ -676,7 +676,7 @@ int accelp_comm_group_reduce_scatter(accel_comm *c, accel_group *grp, const acce
 	accel_view hs, hr;
 	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
 		/* the in-place form: this rank's block of the staged send */
-		if ((r = comm_stage_in(c->stage, send, recv, send->numel, 0, n * (uint64_t)g->rank,
+		if ((r = comm_stage_in(c->stage, c->ctx->stream, send, recv, send->numel, 0, n * (uint64_t)g->rank,
 		                       &hs, &hr, &st, &c->ctx->err)))
 			return r;
 		send = &hs;
@@ -702,7 +702,7 @@ int accelp_comm_group_allgather(accel_comm *c, accel_group *grp, const accel_vie
 	accel_view hs, hr;
 	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
 		/* the in-place form: send at this rank's block of the staged recv */
-		if ((r = comm_stage_in(c->stage, send, recv, recv->numel, n * (uint64_t)g->rank, 0,
+		if ((r = comm_stage_in(c->stage, c->ctx->stream, send, recv, recv->numel, n * (uint64_t)g->rank, 0,
 		                       &hs, &hr, &st, &c->ctx->err)))
 			return r;
 		send = &hs;
@@ -731,7 +731,7 @@ int accelp_comm_group_broadcast(accel_comm *c, accel_group *grp, const accel_vie
 	comm_staged st = {0};
 	accel_view hs, hr;
 	if (buf->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
-		if ((r = comm_stage_in(c->stage, buf, buf, buf->numel, 0, 0, &hs, &hr, &st,
+		if ((r = comm_stage_in(c->stage, c->ctx->stream, buf, buf, buf->numel, 0, 0, &hs, &hr, &st,
 		                       &c->ctx->err)))
 			return r;
 		buf = &hs;
@@ -780,15 +780,22 @@ int accelp_comm_barrier(accel_comm *c, accel_req **ret_req)
 	return accelp_comm_group_barrier(c, NULL, ret_req);
 }
 
-int accelp_comm_wait(accel_comm *c, accel_req *req)
+static int wait_req(accel_comm *c, accel_req *req, int on_stream, void *stream)
 {
+	const char *what = on_stream ? "wait_stream" : "wait";
 	if (!req)
-		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "wait: request is NULL");
+		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG, "%s: request is NULL", what);
 	if (!req_find(c, req, 1))
 		return accelp_err_set(&c->ctx->err, ACCEL_ERR_INVALID_ARG,
-		                     "wait: %p is not a collective in flight on this context (waited "
-		                     "for already?)", (void *)req);
-	int r = req->breq ? req->be->vt->wait(req->state, req->breq) : ACCEL_OK;
+		                     "%s: %p is not a collective in flight on this context (waited "
+		                     "for already?)", what, (void *)req);
+	/* a staged request's result reaches the device in comm_stage_out()
+	 * below, on the host's watch: nothing for the device to wait on */
+	int device_wait = on_stream && req->breq && req->be == &c->dev && req->be->vt->wait_stream &&
+	                  !req->stage.pool;
+	int r = !req->breq     ? ACCEL_OK
+	        : device_wait ? req->be->vt->wait_stream(req->state, req->breq, stream)
+	                      : req->be->vt->wait(req->state, req->breq);
 	trace_done(c, req->g, req->seq, req->op, req->t_issue_ns);
 	if (r && c->ctx->err.code == ACCEL_OK)
 		accelp_err_set(&c->ctx->err, r, "%s #%llu%s failed in backend %s: %s", req->op,
@@ -797,6 +804,16 @@ int accelp_comm_wait(accel_comm *c, accel_req *req)
 	int s = comm_stage_out(&req->stage, r == ACCEL_OK, &c->ctx->err);
 	free(req);
 	return r ? r : s;
+}
+
+int accelp_comm_wait(accel_comm *c, accel_req *req)
+{
+	return wait_req(c, req, 0, NULL);
+}
+
+int accelp_comm_wait_stream(accel_comm *c, accel_req *req, void *stream)
+{
+	return wait_req(c, req, 1, stream);
 }
 
 int accelp_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)

@@ -44,6 +44,13 @@ int accelp_comm_broadcast(accel_comm *comm, const accel_view *buf, int32_t root,
 int accelp_comm_barrier(accel_comm *comm, accel_req **ret_req);
 int accelp_comm_wait(accel_comm *comm, accel_req *req);
 int accelp_comm_test(accel_comm *comm, accel_req *req, int32_t *ret_done);
+/* wait() without blocking the host where the device can wait: a request
+ * of the device backend whose vtable has wait_stream (ABI minor 4) makes
+ * `stream` (NULL: the legacy default stream) wait for it on the device;
+ * any other (host buffers, staged device buffers, an older backend) is
+ * waited for on the host, which orders it before whatever the stream runs
+ * next.  Releases req either way. */
+int accelp_comm_wait_stream(accel_comm *comm, accel_req *req, void *stream);
 /* Backend memory (ACCEL_MEMF_COMM); *ret_ptr NULL with ACCEL_OK when the
  * backend has no allocator. */
 int accelp_comm_mem_alloc(accel_comm *comm, int32_t device, int32_t device_index, uint64_t bytes,

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* core/comm_stage.c: device buffers through a host backend (comm_stage.h).
  *
- * The copies go through the device module's synchronous memcpy, which
- * waits for the work enqueued before it: a gradient bucket is complete
- * when it is copied out, and the device sees the reduced values before
- * anything enqueued after the wait.  The pool keeps every pinned buffer it
+ * The copies are enqueued on the context's stream and waited for there
+ * (docs/streams.md): the copy out runs after the work the program queued
+ * on that stream before the collective (its gradients are complete when
+ * they are copied), and the copy back has finished before wait() returns,
+ * so anything queued later, on any stream, sees the reduced values.  The
+ * host backend never runs before the copy out is done.  The pool keeps every pinned buffer it
  * made (page-locking costs milliseconds; a step asks for the same sizes
  * again) and hands out the smallest free one that fits. */
 #include <pthread.h>
@@ -99,6 +101,18 @@ static int take(comm_stage_pool *pool, const accel_device_v1 *dev, uint64_t byte
 	return ACCEL_OK;
 }
 
+/* bytes from src to dst (one side the device `index`) on `stream`, waited
+ * for.  A module without streams (device ABI 1.0) copies on the legacy
+ * default stream, which the core only uses then with stream NULL. */
+static int copy_waited(const accel_device_v1 *dev, void *dst, const void *src, uint64_t bytes,
+                       uint32_t dir, int32_t index, void *stream, accel_device_err_v1 *de)
+{
+	if (!dev->memcpy_async || !dev->stream_sync)
+		return dev->memcpy(dst, src, bytes, dir, index, de);
+	int r = dev->memcpy_async(dst, index, src, index, bytes, dir, stream, de);
+	return r ? r : dev->stream_sync(index, stream, de);
+}
+
 static void give_back(comm_stage_pool *pool, void *p)
 {
 	pthread_mutex_lock(&pool->mu);
@@ -108,9 +122,10 @@ static void give_back(comm_stage_pool *pool, void *p)
 	pthread_mutex_unlock(&pool->mu);
 }
 
-int comm_stage_in(comm_stage_pool *pool, const accel_view *send, const accel_view *recv,
-                  uint64_t total, uint64_t send_at, uint64_t recv_at, accel_view *ret_send,
-                  accel_view *ret_recv, comm_staged *ret_st, accel_err *err)
+int comm_stage_in(comm_stage_pool *pool, void *stream, const accel_view *send,
+                  const accel_view *recv, uint64_t total, uint64_t send_at, uint64_t recv_at,
+                  accel_view *ret_send, accel_view *ret_recv, comm_staged *ret_st,
+                  accel_err *err)
 {
 	const accel_device_v1 *dev;
 	size_t es = accel_abi_dtype_size(send->dtype);
@@ -118,13 +133,20 @@ int comm_stage_in(comm_stage_pool *pool, const accel_view *send, const accel_vie
 	uint64_t bytes = total * es;
 	int r;
 	if ((r = accelp_device_for("a collective on device buffers", send->device,
-	                          send->device_index, &dev, err)) ||
-	    (r = take(pool, dev, bytes ? bytes : 1, &b, err)))
+	                          send->device_index, &dev, err)))
+		return r;
+	if (stream && (!dev->memcpy_async || !dev->stream_sync))
+		return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "a collective on device buffers: the "
+		                     "%s device module is of device ABI 1.%u and cannot copy on the "
+		                     "context's stream (%p); install the module of this accel, or use "
+		                     "the default stream", dev->desc->name, dev->desc->abi_minor, stream);
+	if ((r = take(pool, dev, bytes ? bytes : 1, &b, err)))
 		return r;
 	char buf[1024] = "";
 	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
-	if (send->numel && (r = dev->memcpy((char *)b.p + send_at * es, send->data, send->numel * es,
-	                                    ACCEL_DEVICE_D2H, send->device_index, &de))) {
+	if (send->numel && (r = copy_waited(dev, (char *)b.p + send_at * es, send->data,
+	                                    send->numel * es, ACCEL_DEVICE_D2H, send->device_index,
+	                                    stream, &de))) {
 		give_back(pool, b.p);
 		return accelp_device_fail(err, r, "staging a device collective (device to host)", buf);
 	}
@@ -136,7 +158,7 @@ int comm_stage_in(comm_stage_pool *pool, const accel_view *send, const accel_vie
 	ret_recv->device = ACCEL_DEVICE_CPU;
 	ret_recv->device_index = 0;
 	ret_recv->data = (char *)b.p + recv_at * es;
-	*ret_st = (comm_staged){pool, b.p, b.bytes, *recv, recv_at * es};
+	*ret_st = (comm_staged){pool, b.p, b.bytes, *recv, recv_at * es, stream};
 	return ACCEL_OK;
 }
 
@@ -152,8 +174,8 @@ int comm_stage_out(comm_staged *st, int ok, accel_err *err)
 		accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
 		r = accelp_device_for("a collective on device buffers", st->dst.device,
 		                     st->dst.device_index, &dev, err);
-		if (!r && (r = dev->memcpy(st->dst.data, (char *)st->host + st->dst_at, bytes,
-		                           ACCEL_DEVICE_H2D, st->dst.device_index, &de)))
+		if (!r && (r = copy_waited(dev, st->dst.data, (char *)st->host + st->dst_at, bytes,
+		                           ACCEL_DEVICE_H2D, st->dst.device_index, st->stream, &de)))
 			accelp_device_fail(err, r, "staging a device collective (host to device)", buf);
 	}
 	give_back(st->pool, st->host);

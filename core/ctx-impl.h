@@ -65,6 +65,10 @@ struct accel_ctx {
 	 * from the config key `iteration` until the first save or load) */
 	int64_t ckpt_iteration;
 	int ckpt_iteration_set;
+	/* the compute stream (accel_set_stream; NULL: the legacy default
+	 * stream) and its device (-1 for NULL); core/stream.c */
+	void *stream;
+	int32_t stream_device;
 };
 
 /* The host table the core hands to every plugin and backend (core/host.c). */

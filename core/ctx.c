@@ -20,6 +20,7 @@
 #include "select.h"
 #include "setup.h"
 #include "store.h"
+#include "stream.h"
 #include "train.h"
 #include "world.h"
 
@@ -268,6 +269,7 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 	/* Plugins stay mapped: see docs/abi.md ("no unloading"). */
 	ctx->loader = accelp_loader_free(ctx->loader);
 	ctx->cfg = accelp_config_free(ctx->cfg);
+	accelp_stream_forget(ctx);
 	free(ctx);
 	return NULL;
 }

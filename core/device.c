@@ -36,6 +36,8 @@ typedef struct dev_slot {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dev_slot cuda_slot;
+/* The stream device work of this thread goes to (accelp_device_stream). */
+static _Thread_local void *tl_stream;
 
 static void host_log(int32_t level, const char *msg)
 {
@@ -182,4 +184,34 @@ const char *accelp_device_module_path(int32_t device, uint32_t *ret_count)
 	if (ret_count)
 		*ret_count = n;
 	return p;
+}
+
+void *accelp_device_stream(void)
+{
+	return tl_stream;
+}
+
+void *accelp_device_stream_swap(void *stream)
+{
+	void *prev = tl_stream;
+	tl_stream = stream;
+	return prev;
+}
+
+int accelp_device_use_stream(const accel_device_v1 *d, const char *what, accel_err *err)
+{
+	void *s = tl_stream;
+	if (!d->set_stream) {
+		if (!s)
+			return ACCEL_OK;
+		return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "%s: the %s device module (%s) is of "
+		                     "device ABI 1.%u and cannot run on a caller's stream (%p); install "
+		                     "the module of this accel (device ABI 1.%u), or use the default "
+		                     "stream (accel_set_stream(ctx, NULL))", what, d->desc->name,
+		                     cuda_slot.path, d->desc->abi_minor, s, ACCEL_DEVICE_ABI_MINOR);
+	}
+	char buf[512] = "";
+	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
+	int r = d->set_stream(s, &de);
+	return r ? accelp_device_fail(err, r, what, buf) : ACCEL_OK;
 }

@@ -29,6 +29,20 @@ int accelp_device_for(const char *what, int32_t device, int32_t device_index,
 /* Turns a module's status and message into err; returns code. */
 int accelp_device_fail(accel_err *err, int code, const char *what, const char *msg);
 
+/* The stream this thread's device work goes to (a cudaStream_t as void *;
+ * NULL: the legacy default stream).  It is the stream of the context being
+ * served: accel_set_stream() makes it the calling thread's default, and the
+ * host-table calls of a context swap the context's stream in around their
+ * work (swap returns the previous one, to be swapped back).  See
+ * docs/streams.md. */
+void *accelp_device_stream(void);
+void *accelp_device_stream_swap(void *stream);
+/* Before an op of module d on this thread: make the module run it on
+ * accelp_device_stream().  A module of device ABI 1.0 (no streams) is
+ * refused with ACCEL_ERR_UNSUPPORTED when that stream is not NULL; `what`
+ * names the op for the message. */
+int accelp_device_use_stream(const accel_device_v1 *d, const char *what, accel_err *err);
+
 /* For `accel env`: the path of the loaded module (NULL if none was
  * loaded) and the device count (0 when not loaded). */
 const char *accelp_device_module_path(int32_t device, uint32_t *ret_count);

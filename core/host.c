@@ -14,6 +14,7 @@
 #include "config.h"
 #include "ctx-impl.h"
 #include "cuda_probe.h"
+#include "device.h"
 #include "kv.h"
 #include "loader.h"
 #include "log.h"
@@ -21,6 +22,7 @@
 #include "ops.h"
 #include "select.h"
 #include "store.h"
+#include "stream.h"
 #include "train.h"
 
 static void host_log(accel_host *h, int32_t level, const char *fmt, ...) ACCEL_PRINTF(3, 4);
@@ -181,32 +183,50 @@ static void host_mem_free(accel_host *h, void *ptr)
 
 static int host_op_copy(accel_host *h, const accel_view *dst, const accel_view *src)
 {
-	return accelp_ops_copy(dst, src, &h->ctx->err);
+	void *prev = accelp_device_stream_swap(h->ctx->stream);
+	int r = accelp_ops_copy(dst, src, &h->ctx->err);
+	accelp_device_stream_swap(prev);
+	return r;
 }
 
 static int host_op_fill(accel_host *h, const accel_view *dst, double value)
 {
-	return accelp_ops_fill(dst, value, &h->ctx->err);
+	void *prev = accelp_device_stream_swap(h->ctx->stream);
+	int r = accelp_ops_fill(dst, value, &h->ctx->err);
+	accelp_device_stream_swap(prev);
+	return r;
 }
 
 static int host_op_scale(accel_host *h, const accel_view *x, double alpha)
 {
-	return accelp_ops_scale(x, alpha, &h->ctx->err);
+	void *prev = accelp_device_stream_swap(h->ctx->stream);
+	int r = accelp_ops_scale(x, alpha, &h->ctx->err);
+	accelp_device_stream_swap(prev);
+	return r;
 }
 
 static int host_op_axpy(accel_host *h, const accel_view *y, double alpha, const accel_view *x)
 {
-	return accelp_ops_axpy(y, alpha, x, &h->ctx->err);
+	void *prev = accelp_device_stream_swap(h->ctx->stream);
+	int r = accelp_ops_axpy(y, alpha, x, &h->ctx->err);
+	accelp_device_stream_swap(prev);
+	return r;
 }
 
 static int host_op_sumsq(accel_host *h, const accel_view *x, double *ret_sumsq)
 {
-	return accelp_ops_sumsq(x, ret_sumsq, &h->ctx->err);
+	void *prev = accelp_device_stream_swap(h->ctx->stream);
+	int r = accelp_ops_sumsq(x, ret_sumsq, &h->ctx->err);
+	accelp_device_stream_swap(prev);
+	return r;
 }
 
 static int host_op_nonfinite(accel_host *h, const accel_view *x, uint64_t *ret_count)
 {
-	return accelp_ops_nonfinite(x, ret_count, &h->ctx->err);
+	void *prev = accelp_device_stream_swap(h->ctx->stream);
+	int r = accelp_ops_nonfinite(x, ret_count, &h->ctx->err);
+	accelp_device_stream_swap(prev);
+	return r;
 }
 
 static uint32_t host_optim_state_count(accel_host *h)
@@ -217,7 +237,12 @@ static uint32_t host_optim_state_count(accel_host *h)
 static int host_optim_step(accel_host *h, const accel_optim_args_v1 *args)
 {
 	int r = need_train(h, "optim_step");
-	return r ? r : accelp_train_optim_step(h->ctx->train, args);
+	if (r)
+		return r;
+	void *prev = accelp_device_stream_swap(h->ctx->stream);
+	r = accelp_train_optim_step(h->ctx->train, args);
+	accelp_device_stream_swap(prev);
+	return r;
 }
 
 static int need_comm(accel_host *h, const char *what)
@@ -287,6 +312,16 @@ static int host_test(accel_host *h, accel_req *req, int32_t *ret_done)
 	return ACCEL_OK;
 }
 
+/* A pre-division for a reduce hook, on the context's stream like the
+ * strategy's own ops. */
+static int scale_on_stream(accel_ctx *ctx, const accel_view *x, double alpha)
+{
+	void *prev = accelp_device_stream_swap(ctx->stream);
+	int r = accelp_ops_scale(x, alpha, &ctx->err);
+	accelp_device_stream_swap(prev);
+	return r;
+}
+
 static const accel_active *reduce_hook(const accel_ctx *ctx)
 {
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
@@ -343,7 +378,7 @@ static int host_reduce_bucket_mean(accel_host *h, const accel_view *bucket, uint
 		return hook_all_reduce(h, hook, bucket, bucket_id, 0, ret_req);
 	if (hook) {
 		if (ctx->world.world_size > 1 &&
-		    (r = accelp_ops_scale(bucket, 1.0 / ctx->world.world_size, &ctx->err)))
+		    (r = scale_on_stream(ctx, bucket, 1.0 / ctx->world.world_size)))
 			return r;
 		return hook_all_reduce(h, hook, bucket, bucket_id, ACCEL_REDUCE_PREDIVIDED, ret_req);
 	}
@@ -418,7 +453,7 @@ static int host_reduce_bucket_v2(accel_host *h, const accel_bucket_v1 *b, uint32
 	if (hook) {
 		/* A hook of minor < 3 sums a pre-divided bucket of the world. */
 		if (!(flags & ACCEL_REDUCE_PREDIVIDED) && ctx->world.world_size > 1 &&
-		    (r = accelp_ops_scale(&b->view, 1.0 / ctx->world.world_size, &ctx->err)))
+		    (r = scale_on_stream(ctx, &b->view, 1.0 / ctx->world.world_size)))
 			return r;
 		return hook_all_reduce(h, hook, &b->view, b->bucket_id, ACCEL_REDUCE_PREDIVIDED,
 		                       ret_req);
@@ -710,10 +745,14 @@ static const accel_host_v1 host_table = {
 	.group_allgather = accelp_host_group_allgather,
 	.group_broadcast = accelp_host_group_broadcast,
 	.group_barrier = accelp_host_group_barrier,
-	/* ABI minor 3: checkpoint tensors (core/ckpt.c) */
+	/* ABI minor 4: checkpoint tensors (core/ckpt.c) */
 	.ckpt_write_tensor = host_ckpt_write_tensor,
 	.ckpt_tensor_info = host_ckpt_tensor_info,
 	.ckpt_read_tensor = host_ckpt_read_tensor,
+	/* ABI minor 4: device streams (core/stream.c) */
+	.stream = accelp_host_stream,
+	.wait_stream = accelp_host_wait_stream,
+	.op_copy_async = accelp_host_op_copy_async,
 };
 
 const accel_host_v1 *accelp_host_table(void)

@@ -10,7 +10,9 @@
  * optimizer, checkpoints and the plugin collectives.  What stays beyond
  * logging, configuration and the store is the blocking host allgather,
  * broadcast and barrier, which a device backend's init() may use to
- * bootstrap over the host backend in a job without a store. */
+ * bootstrap over the host backend in a job without a store, and (ABI minor
+ * 4) the context's compute stream, after which a device backend orders its
+ * collectives. */
 #include <pthread.h>
 #include <string.h>
 
@@ -84,6 +86,8 @@ static void comm_table_init(void)
 	comm_table.allgather = comm_allgather;
 	comm_table.broadcast = comm_broadcast;
 	comm_table.barrier = comm_barrier;
+	/* ABI minor 4: a device backend orders collectives after this stream */
+	comm_table.stream = full->stream;
 }
 
 const accel_host_v1 *accelp_comm_host_table(void)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* core/ops_device.c: the device ops for views on an accelerator, routed to
  * its device module (core/device.c) after the checks the CPU ops make, so
- * both give the same messages for the same mistakes. */
+ * both give the same messages for the same mistakes.  Every op runs on the
+ * thread's stream (accelp_device_stream, docs/streams.md). */
 #include <string.h>
 
 #include "accel/accel.h"
@@ -63,9 +64,43 @@ int accelp_ops_device_copy(const accel_view *dst, const accel_view *src, accel_e
 	    ((r = check(dst, "copy dst", 1, err)) || (r = check(src, "copy src", 1, err))))
 		return r;
 	const accel_view *dv = dst->device != ACCEL_DEVICE_CPU ? dst : src;
-	if ((r = accelp_device_for("copy", dv->device, dv->device_index, &d, err)))
+	if ((r = accelp_device_for("copy", dv->device, dv->device_index, &d, err)) ||
+	    (r = accelp_device_use_stream(d, "copy", err)))
 		return r;
-	if (dst->device != src->device) {
+	if (dst->device == src->device && dst->device_index != src->device_index) {
+		/* device to device across devices: a peer copy, dtype kept */
+		if (dst->dtype != src->dtype)
+			return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "copy: %s to %s from device "
+			                     "%d:%d to %d:%d; a copy across devices keeps the dtype "
+			                     "(convert on either side first)",
+			                     accel_dtype_name(src->dtype), accel_dtype_name(dst->dtype),
+			                     src->device, src->device_index, dst->device,
+			                     dst->device_index);
+		if (!d->memcpy_async)
+			return same_device(dst, src, "copy (a device module of device ABI 1.0 has no "
+			                   "peer copies)", err);
+		if ((r = accelp_device_for("copy", src->device, src->device_index, &d, err)))
+			return r;
+		r = d->memcpy_async(dst->data, dst->device_index, src->data, src->device_index,
+		                    dst->numel * accel_dtype_size(dst->dtype), ACCEL_DEVICE_D2D,
+		                    accelp_device_stream(), &de);
+	} else if (dst->device != src->device && d->memcpy_async) {
+		/* host <-> device on the thread's stream, waited for: the host
+		 * side may be pageable memory the caller reuses at once */
+		if (dst->dtype != src->dtype)
+			return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "copy: %s to %s between the host "
+			                     "and device %d:%d; a copy across devices keeps the dtype "
+			                     "(convert on either side first)",
+			                     accel_dtype_name(src->dtype), accel_dtype_name(dst->dtype),
+			                     dv->device, dv->device_index);
+		void *s = accelp_device_stream();
+		r = d->memcpy_async(dst->data, dst->device_index, src->data, src->device_index,
+		                    dst->numel * accel_dtype_size(dst->dtype),
+		                    dst->device == ACCEL_DEVICE_CPU ? ACCEL_DEVICE_D2H : ACCEL_DEVICE_H2D,
+		                    s, &de);
+		if (!r)
+			r = d->stream_sync(dv->device_index, s, &de);
+	} else if (dst->device != src->device) {
 		/* host <-> device: a plain copy; conversions run on one side */
 		if (dst->dtype != src->dtype)
 			return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "copy: %s to %s between the host "
@@ -91,7 +126,8 @@ int accelp_ops_device_fill(const accel_view *dst, double value, accel_err *err)
 	accel_device_err_v1 de = MSG_INIT(buf);
 	int r;
 	if ((r = check(dst, "fill", 1, err)) ||
-	    (r = accelp_device_for("fill", dst->device, dst->device_index, &d, err)))
+	    (r = accelp_device_for("fill", dst->device, dst->device_index, &d, err)) ||
+	    (r = accelp_device_use_stream(d, "fill", err)))
 		return r;
 	r = d->fill(dst, value, &de);
 	return r ? accelp_device_fail(err, r, "fill", buf) : ACCEL_OK;
@@ -104,7 +140,8 @@ int accelp_ops_device_scale(const accel_view *x, double alpha, accel_err *err)
 	accel_device_err_v1 de = MSG_INIT(buf);
 	int r;
 	if ((r = check(x, "scale", 1, err)) ||
-	    (r = accelp_device_for("scale", x->device, x->device_index, &d, err)))
+	    (r = accelp_device_for("scale", x->device, x->device_index, &d, err)) ||
+	    (r = accelp_device_use_stream(d, "scale", err)))
 		return r;
 	r = d->scale(x, alpha, &de);
 	return r ? accelp_device_fail(err, r, "scale", buf) : ACCEL_OK;
@@ -123,7 +160,8 @@ int accelp_ops_device_axpy(const accel_view *y, double alpha, const accel_view *
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "axpy: y has %llu elements, x %llu",
 		                     (unsigned long long)y->numel, (unsigned long long)x->numel);
 	if ((r = same_device(y, x, "axpy", err)) ||
-	    (r = accelp_device_for("axpy", y->device, y->device_index, &d, err)))
+	    (r = accelp_device_for("axpy", y->device, y->device_index, &d, err)) ||
+	    (r = accelp_device_use_stream(d, "axpy", err)))
 		return r;
 	r = d->axpy(y, alpha, x, &de);
 	return r ? accelp_device_fail(err, r, "axpy", buf) : ACCEL_OK;
@@ -136,7 +174,8 @@ int accelp_ops_device_sumsq(const accel_view *x, double *ret_sumsq, accel_err *e
 	accel_device_err_v1 de = MSG_INIT(buf);
 	int r;
 	if ((r = check(x, "sumsq", 1, err)) ||
-	    (r = accelp_device_for("sumsq", x->device, x->device_index, &d, err)))
+	    (r = accelp_device_for("sumsq", x->device, x->device_index, &d, err)) ||
+	    (r = accelp_device_use_stream(d, "sumsq", err)))
 		return r;
 	r = d->sumsq(x, ret_sumsq, &de);
 	return r ? accelp_device_fail(err, r, "sumsq", buf) : ACCEL_OK;
@@ -149,7 +188,8 @@ int accelp_ops_device_nonfinite(const accel_view *x, uint64_t *ret_count, accel_
 	accel_device_err_v1 de = MSG_INIT(buf);
 	int r;
 	if ((r = check(x, "nonfinite", 1, err)) ||
-	    (r = accelp_device_for("nonfinite", x->device, x->device_index, &d, err)))
+	    (r = accelp_device_for("nonfinite", x->device, x->device_index, &d, err)) ||
+	    (r = accelp_device_use_stream(d, "nonfinite", err)))
 		return r;
 	r = d->nonfinite(x, ret_count, &de);
 	return r ? accelp_device_fail(err, r, "nonfinite", buf) : ACCEL_OK;

@@ -587,7 +587,8 @@ int accelp_optim_step_ranges(const accel_optim *optim, const accel_optim_group *
 	if ((r = accelp_optim_step_range(optim, grp, t, lr, NULL, NULL, gdtype, NULL, 0, grad_scale,
 	                                err)))
 		return r;
-	if ((r = accelp_device_for("optimizer step", device, device_index, &dev, err)))
+	if ((r = accelp_device_for("optimizer step", device, device_index, &dev, err)) ||
+	    (r = accelp_device_use_stream(dev, "optimizer step", err)))
 		return r;
 	if (!grp)
 		grp = &optim->groups[ACCEL_OPTIM_GROUP_DECAY];

@@ -160,9 +160,13 @@ START_TEST(comm_host_table_is_narrow)
 	ck_assert(!t->ckpt_write && !t->ckpt_size && !t->ckpt_read);
 	ck_assert(!ACCEL_HOST_HAS(t, group_split) && ACCEL_HOST_HAS(full, group_split));
 	ck_assert(!t->group_allreduce && !t->group_barrier && !t->group_free);
+	/* ABI minor 4: the compute stream (a device backend orders collectives
+	 * after it), but no device waits or copies */
+	ck_assert(t->stream == full->stream && t->stream);
+	ck_assert(!t->wait_stream && !t->op_copy_async);
 	/* every member past the last one known here is NULL too */
 	const char *p = (const char *)t;
-	for (size_t off = offsetof(accel_host_v1, group_barrier) + sizeof(t->group_barrier);
+	for (size_t off = offsetof(accel_host_v1, op_copy_async) + sizeof(t->op_copy_async);
 	     off < sizeof(*t); off++)
 		ck_assert_int_eq(p[off], 0);
 

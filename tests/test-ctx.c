@@ -14,6 +14,7 @@
 #include "accel/accel.h"
 #include "comm.h"
 #include "ctx-impl.h"
+#include "device.h"
 #include "free-port.h"
 #include "mem.h"
 #include "ops.h"
@@ -312,6 +313,119 @@ START_TEST(cpu_ops)
 }
 END_TEST
 
+/* The stream model on a context without a device (docs/streams.md): the
+ * only stream is NULL, setting another says there is no device (and why),
+ * asynchronous copies of host memory are plain copies, device views and
+ * pinned memory are refused with the same reasons, waiting for the stream
+ * is a no-op, and the host table's minor-4 members behave as their host
+ * counterparts (wait_stream of a host collective is a host wait). */
+START_TEST(streams_without_a_device)
+{
+	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
+	const accel_device_v1 *dev = NULL;
+	accel_err de = {0};
+	int have_gpu = accelp_device_get(ACCEL_DEVICE_CUDA, &dev, &de) == ACCEL_OK;
+	/* what a machine without a device says, by build */
+	const char *why = !ACCEL_HAVE_CUDA ? "this build of accel has no CUDA support"
+	                  : strstr(de.msg, "ACCEL_DEVICE_PATH") ? "is not in ACCEL_DEVICE_PATH"
+	                                                        : "no usable CUDA device";
+	ck_assert_ptr_null(accel_get_stream(ctx));
+	ck_assert_ptr_null(accel_get_stream(NULL));
+	ck_assert_int_eq(accel_set_stream(NULL, NULL), ACCEL_ERR_INVALID_ARG);
+	ck_assert_int_eq(accel_set_stream(ctx, NULL), ACCEL_OK);
+	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
+	if (!have_gpu) {
+		int dummy;
+		ck_assert_int_eq(accel_set_stream(ctx, &dummy), ACCEL_ERR_UNSUPPORTED);
+		ck_assert_msg(!strncmp(accel_errmsg(ctx), "accel_set_stream: there is no CUDA device "
+		                       "to run it (", 43) && strstr(accel_errmsg(ctx), why),
+		              "%s (expected: %s)", accel_errmsg(ctx), why);
+		ck_assert_ptr_null(accel_get_stream(ctx));   /* unchanged */
+		accel_clear_error(ctx);
+	}
+
+	/* host to host: a plain copy, done on return */
+	float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {0};
+	accel_view va = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, a, 6};
+	accel_view vb = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, b, 6};
+	ck_assert_int_eq(accel_copy_async(ctx, &vb, &va), ACCEL_OK);
+	ck_assert_int_eq(memcmp(a, b, sizeof(a)), 0);
+	/* the errors, by table */
+	static const struct {
+		uint32_t dtype;
+		uint64_t numel;
+		int null_data;
+		int code;
+		const char *msg;
+	} bad[] = {
+		{ACCEL_DTYPE_I32, 6, 0, ACCEL_ERR_INVALID_ARG,
+		 "accel_copy_async: dst is 6 x i32 but src 6 x f32; an asynchronous copy moves bytes"},
+		{ACCEL_DTYPE_F32, 5, 0, ACCEL_ERR_INVALID_ARG,
+		 "accel_copy_async: dst is 5 x f32 but src 6 x f32"},
+		{ACCEL_DTYPE_F32, 6, 1, ACCEL_ERR_INVALID_ARG,
+		 "accel_copy_async: dst has 6 elements but a NULL data pointer"},
+		{99, 6, 0, ACCEL_ERR_INVALID_ARG, "accel_copy_async: dst has invalid dtype 99"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		accel_view d = vb;
+		d.dtype = bad[i].dtype;
+		d.numel = bad[i].numel;
+		d.data = bad[i].null_data ? NULL : b;
+		ck_assert_int_eq(accel_copy_async(ctx, &d, &va), bad[i].code);
+		ck_assert_msg(strstr(accel_errmsg(ctx), bad[i].msg), "case %zu: %s", i,
+		              accel_errmsg(ctx));
+		accel_clear_error(ctx);
+	}
+	ck_assert_int_eq(accel_copy_async(ctx, NULL, &va), ACCEL_ERR_INVALID_ARG);
+	ck_assert_str_eq(accel_errmsg(ctx), "accel_copy_async: dst is NULL");
+	accel_clear_error(ctx);
+	if (!have_gpu) {
+		/* a device side: the same reason as everywhere else */
+		accel_view dv = vb;
+		dv.device = ACCEL_DEVICE_CUDA;
+		ck_assert_int_eq(accel_copy_async(ctx, &dv, &va), ACCEL_ERR_UNSUPPORTED);
+		ck_assert_msg(strstr(accel_errmsg(ctx), "accel_copy_async: CUDA device 0 needs the "
+		                     "cuda device module") && strstr(accel_errmsg(ctx), why),
+		              "%s", accel_errmsg(ctx));
+		accel_clear_error(ctx);
+		void *p = (void *)&dv;
+		ck_assert_int_eq(accel_pinned_alloc(ctx, 4096, &p), ACCEL_ERR_UNSUPPORTED);
+		ck_assert_ptr_eq(p, (void *)&dv);   /* untouched */
+		ck_assert_msg(strstr(accel_errmsg(ctx), "pinned host memory") &&
+		              strstr(accel_errmsg(ctx), why), "%s", accel_errmsg(ctx));
+		ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU), 0);
+		accel_clear_error(ctx);
+	}
+	accel_pinned_free(ctx, NULL);
+
+	/* the host table (ABI minor 4) */
+	const accel_host_v1 *H = accelp_host_table();
+	accel_host *h = &ctx->active[0].host;
+	ck_assert(ACCEL_HOST_HAS(H, stream) && ACCEL_HOST_HAS(H, wait_stream) &&
+	          ACCEL_HOST_HAS(H, op_copy_async));
+	ck_assert_ptr_null(H->stream(h));
+	float c[4] = {1, 2, 3, 4};
+	accel_view vc = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, c, 4};
+	accel_req *req = NULL;
+	ck_assert_int_eq(H->allreduce(h, &vc, &vc, ACCEL_RED_SUM, &req), ACCEL_OK);
+	ck_assert_int_eq(H->wait_stream(h, req), ACCEL_OK);   /* waited on the host */
+	ck_assert_float_eq(c[3], 4.0f);
+	ck_assert_int_eq(H->wait_stream(h, req), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "wait_stream: ") &&
+	              strstr(accel_errmsg(ctx), "is not a collective in flight"), "%s",
+	              accel_errmsg(ctx));
+	accel_clear_error(ctx);
+	memset(b, 0, sizeof(b));
+	ck_assert_int_eq(H->op_copy_async(h, &vb, &va), ACCEL_OK);
+	ck_assert_float_eq(b[5], 6.0f);
+	va.numel = 2;
+	ck_assert_int_eq(H->op_copy_async(h, &vb, &va), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "op_copy_async: dst is 6 x f32 but src 2 x f32"),
+	              "%s", accel_errmsg(ctx));
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(extension_lookup)
 {
 	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
@@ -344,6 +458,7 @@ static Suite *ctx_suite(void)
 	tcase_add_test(tc, mem_accounting);
 	tcase_add_test(tc, cpu_ops);
 	tcase_add_test(tc, extension_lookup);
+	tcase_add_test(tc, streams_without_a_device);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -11,7 +11,16 @@
  *   tests/test-optim.c, 25 steps, at most 2 ulp apart per value (observed:
  *   0), with ranges at odd offsets and more ranges than one launch takes;
  * - device and pinned memory through accelp_mem_alloc, accounted;
- * - argument errors.
+ * - argument errors;
+ * - the stream model (docs/streams.md), with CUDA_LAUNCH_BLOCKING unset so
+ *   that ordering is real: ops on the context's stream (behind a 200 ms
+ *   host function on a non-blocking stream, so a copy on the legacy
+ *   stream still sees the old values and accel_stream_synchronize the
+ *   new ones), asynchronous copies host -> device -> device -> host through
+ *   pinned memory (and to a second GPU where there is one), a collective
+ *   issued after a fill on the stream that sees the filled values without
+ *   a host sync, staged (shm) and through nccl, a stream-waited request,
+ *   and ddp on a non-default stream giving the bits of the default one.
  *
  * On the GPU every test says on stderr (flushed) when it starts and ends
  * each length or option set, with the seconds since it began, and the
@@ -27,6 +36,7 @@
  * optimizer steps fail with ACCEL_ERR_UNSUPPORTED and say why, also when
  * the module file is missing. */
 #include <check.h>
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -664,6 +674,277 @@ START_TEST(argument_errors)
 }
 END_TEST
 
+/* ---- streams (docs/streams.md) -------------------------------------------------------- */
+
+/* CUDA_LAUNCH_BLOCKING=1 (set in main for the op tests) would order every
+ * stream after every launch: these tests run without it.  Each runs in a
+ * process of its own (Check forks), before the first CUDA call there. */
+static void streams_setup(void)
+{
+	test_setup();
+	unsetenv("CUDA_LAUNCH_BLOCKING");
+}
+
+static void CUDART_CB sleep_200ms(void *arg)
+{
+	(void)arg;
+	usleep(200000);
+}
+
+static accel_ctx *gpu_ctx(const char *json)
+{
+	accel_opts o = {.struct_size = sizeof(o), .config_json = json, .skip_env = 1};
+	accel_ctx *ctx = NULL;
+	int r = accel_ctx_new(&o, &ctx);
+	ck_assert_msg(r == ACCEL_OK, "%s: %s", json, ctx ? accel_errmsg(ctx) : "no context");
+	return ctx;
+}
+
+static cudaStream_t new_stream(void)
+{
+	cudaStream_t st = NULL;
+	ck_assert_int_eq(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+	return st;
+}
+
+/* How many of n floats differ from want (one assertion per array). */
+static uint64_t count_not(const float *x, uint64_t n, float want)
+{
+	uint64_t bad = 0;
+	for (uint64_t i = 0; i < n; i++)
+		bad += x[i] != want;
+	return bad;
+}
+
+START_TEST(ops_run_on_the_context_stream)
+{
+	enum { N = 1 << 20 };
+	accel_ctx *ctx = gpu_ctx("{}");
+	cudaStream_t st = new_stream();
+	float *x = dmalloc(N * sizeof(float)), *h = malloc(N * sizeof(float));
+	ck_assert_int_eq(cudaMemset(x, 0, N * sizeof(float)), cudaSuccess);
+	ck_assert_msg(accel_set_stream(ctx, st) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert_ptr_eq(accel_get_stream(ctx), st);
+	const accel_host_v1 *H = accelp_host_table();
+	accel_host *hh = &ctx->active[0].host;
+	ck_assert_ptr_eq(H->stream(hh), st);
+	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, N};
+	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
+	ck_assert_msg(H->op_fill(hh, &v, 3.0) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	/* the legacy stream does not wait for a non-blocking one: still 0 */
+	ck_assert_int_eq(cudaMemcpy(h, x, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+	ck_assert_uint_eq(count_not(h, N, 0.0f), 0);
+	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
+	ck_assert_int_eq(cudaMemcpy(h, x, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+	ck_assert_uint_eq(count_not(h, N, 3.0f), 0);
+	/* a blocking op on the stream (sumsq) waits for what is before it */
+	double ss = 0;
+	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
+	ck_assert_int_eq(H->op_scale(hh, &v, 2.0), ACCEL_OK);
+	ck_assert_int_eq(H->op_sumsq(hh, &v, &ss), ACCEL_OK);
+	ck_assert_double_eq(ss, 36.0 * N);
+	/* back to the default */
+	ck_assert_int_eq(accel_set_stream(ctx, NULL), ACCEL_OK);
+	ck_assert_ptr_null(accel_get_stream(ctx));
+	accel_ctx_free(ctx);
+	cudaStreamDestroy(st);
+	dfree(x);
+	free(h);
+}
+END_TEST
+
+START_TEST(async_copies_round_trip)
+{
+	enum { N = 300001 };   /* odd */
+	accel_ctx *ctx = gpu_ctx("{}");
+	cudaStream_t st = new_stream();
+	ck_assert_int_eq(accel_set_stream(ctx, st), ACCEL_OK);
+	uint32_t *pin = NULL, *back = NULL;
+	ck_assert_msg(accel_pinned_alloc(ctx, N * 4, (void **)&pin) == ACCEL_OK, "%s",
+	              accel_errmsg(ctx));
+	ck_assert_int_eq(accel_pinned_alloc(ctx, N * 4, (void **)&back), ACCEL_OK);
+	ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU), 2 * N * 4);
+	for (uint32_t i = 0; i < N; i++)
+		pin[i] = i * 2654435761u;
+	memset(back, 0, N * 4);
+	void *a = dmalloc(N * 4), *b = dmalloc(N * 4);
+	accel_view hp = {sizeof(accel_view), ACCEL_DTYPE_U8, ACCEL_DEVICE_CPU, 0, pin, N * 4};
+	accel_view hb = hp, da = hp, db = hp;
+	hb.data = back;
+	da.device = db.device = ACCEL_DEVICE_CUDA;
+	da.data = a;
+	db.data = b;
+	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
+	ck_assert_int_eq(accel_copy_async(ctx, &da, &hp), ACCEL_OK);
+	ck_assert_int_eq(accel_copy_async(ctx, &db, &da), ACCEL_OK);
+	ck_assert_int_eq(accel_copy_async(ctx, &hb, &db), ACCEL_OK);
+	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
+	ck_assert_int_eq(memcmp(pin, back, N * 4), 0);
+	int ndev = 0;
+	cudaGetDeviceCount(&ndev);
+	if (ndev >= 2) {
+		/* across devices: the stream is device 0's, so the peer copy goes
+		 * 0 -> 1 on a stream of device 1 */
+		ck_assert_int_eq(cudaSetDevice(1), cudaSuccess);
+		cudaStream_t s1 = new_stream();
+		void *c = NULL;
+		ck_assert_int_eq(cudaMalloc(&c, N * 4), cudaSuccess);   /* on device 1 */
+		accel_view dc = da;
+		dc.device_index = 1;
+		dc.data = c;
+		ck_assert_int_eq(accel_set_stream(ctx, s1), ACCEL_OK);
+		memset(back, 0, N * 4);
+		ck_assert_msg(accel_copy_async(ctx, &dc, &da) == ACCEL_OK, "%s", accel_errmsg(ctx));
+		ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
+		ck_assert_int_eq(cudaMemcpy(back, c, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+		ck_assert_int_eq(memcmp(pin, back, N * 4), 0);
+		/* a stream of device 1 for a copy that runs on device 0: refused */
+		ck_assert_int_eq(accel_copy_async(ctx, &db, &hp), ACCEL_ERR_INVALID_ARG);
+		ck_assert_msg(strstr(accel_errmsg(ctx), "belongs to device 1"), "%s", accel_errmsg(ctx));
+		ck_assert_int_eq(accel_set_stream(ctx, NULL), ACCEL_OK);
+		cudaFree(c);
+		cudaStreamDestroy(s1);
+		cudaSetDevice(0);
+	}
+	accel_pinned_free(ctx, pin);
+	accel_pinned_free(ctx, back);
+	ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU), 0);
+	accel_ctx_free(ctx);
+	cudaStreamDestroy(st);
+	dfree(a);
+	dfree(b);
+}
+END_TEST
+
+/* backend: "shm" stages device buffers through pinned memory; "nccl" runs
+ * the collective on its own stream.  Either way the collective must see
+ * the fill queued before it on the context's stream, behind a 200 ms host
+ * function, without the program synchronising. */
+static void collective_after_fill(const char *json)
+{
+	enum { N = 1 << 18 };
+	accel_ctx *ctx = gpu_ctx(json);
+	cudaStream_t st = new_stream();
+	float *x = dmalloc(N * sizeof(float)), *h = malloc(N * sizeof(float));
+	ck_assert_int_eq(cudaMemset(x, 0, N * sizeof(float)), cudaSuccess);
+	ck_assert_int_eq(accel_set_stream(ctx, st), ACCEL_OK);
+	const accel_host_v1 *H = accelp_host_table();
+	accel_host *hh = &ctx->active[0].host;
+	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, N};
+	/* the public, blocking collective */
+	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
+	ck_assert_int_eq(H->op_fill(hh, &v, 5.0), ACCEL_OK);
+	ck_assert_msg(accel_allreduce(ctx, x, x, N, ACCEL_DTYPE_F32, ACCEL_RED_SUM) == ACCEL_OK,
+	              "%s: %s", json, accel_errmsg(ctx));
+	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+	ck_assert_int_eq(cudaMemcpy(h, x, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+	ck_assert_msg(count_not(h, N, 5.0f) == 0, "%s: blocking allreduce read stale data", json);
+	/* an asynchronous one, waited for by the stream; the scale after it
+	 * on the stream sees the reduced values */
+	accel_req *req = NULL;
+	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
+	ck_assert_int_eq(H->op_fill(hh, &v, 7.0), ACCEL_OK);
+	ck_assert_msg(H->allreduce(hh, &v, &v, ACCEL_RED_SUM, &req) == ACCEL_OK, "%s: %s", json,
+	              accel_errmsg(ctx));
+	ck_assert_msg(H->wait_stream(hh, req) == ACCEL_OK, "%s: %s", json, accel_errmsg(ctx));
+	ck_assert_int_eq(H->op_scale(hh, &v, 2.0), ACCEL_OK);
+	accel_view hv = v;
+	hv.device = ACCEL_DEVICE_CPU;
+	hv.data = h;
+	memset(h, 0, N * sizeof(float));
+	ck_assert_int_eq(accel_copy_async(ctx, &hv, &v), ACCEL_OK);
+	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
+	ck_assert_msg(count_not(h, N, 14.0f) == 0, "%s: stream-waited allreduce: %g", json,
+	              (double)h[0]);
+	accel_ctx_free(ctx);
+	cudaStreamDestroy(st);
+	dfree(x);
+	free(h);
+}
+
+START_TEST(collective_after_fill_staged)
+{
+	collective_after_fill("{\"backend\": \"shm\"}");
+}
+END_TEST
+
+START_TEST(collective_after_fill_nccl)
+{
+	collective_after_fill("{\"backend\": \"nccl\"}");
+}
+END_TEST
+
+/* ddp with its gradient buckets on the device: 4 steps of AdamW with the
+ * same gradients, on a non-blocking stream and on the default stream, give
+ * the same bits.  The gradients are written on the stream behind a host
+ * function, so a step not ordered after them would differ. */
+static void ddp_run(const char *json, int use_stream, float *ret_w, uint64_t n)
+{
+	accel_ctx *ctx = gpu_ctx(json);
+	cudaStream_t st = use_stream ? new_stream() : NULL;
+	int64_t shape[1] = {(int64_t)n};
+	accel_init init = accel_init_uniform(-1, 1);
+	accel_param_desc d = {.struct_size = sizeof(d), .dtype = ACCEL_DTYPE_F32, .unit = "u0",
+	                      .name = "w", .ndim = 1, .shape = shape,
+	                      .device = ACCEL_DEVICE_CUDA, .device_index = 0, .init = &init};
+	ck_assert_int_eq(accel_model_add(ctx, &d, NULL), ACCEL_OK);
+	ck_assert_msg(accel_prepare(ctx) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	if (st)
+		ck_assert_int_eq(accel_set_stream(ctx, st), ACCEL_OK);
+	float *g = malloc(n * sizeof(float));
+	for (int step = 0; step < 4; step++) {
+		for (uint64_t i = 0; i < n; i++)
+			g[i] = (float)((double)((i * 7 + (uint64_t)step * 3) % 11) - 5.0) * 0.1f;
+		float *grad = accel_param_grad(ctx, 0);
+		ck_assert_ptr_nonnull(grad);
+		ck_assert_int_eq(accel_unit_pre_forward(ctx, 0), ACCEL_OK);
+		ck_assert_int_eq(accel_unit_post_forward(ctx, 0), ACCEL_OK);
+		ck_assert_int_eq(accel_unit_pre_backward(ctx, 0), ACCEL_OK);
+		if (st)
+			ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
+		/* pageable source: synchronous for the host, ordered on st */
+		ck_assert_int_eq(cudaMemcpyAsync(grad, g, n * sizeof(float), cudaMemcpyHostToDevice,
+		                                 st ? st : 0), cudaSuccess);
+		ck_assert_int_eq(accel_unit_post_backward(ctx, 0), ACCEL_OK);
+		ck_assert_msg(accel_step(ctx) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	}
+	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
+	ck_assert_int_eq(cudaMemcpy(ret_w, accel_param_data(ctx, 0), n * sizeof(float),
+	                            cudaMemcpyDeviceToHost), cudaSuccess);
+	accel_ctx_free(ctx);
+	if (st)
+		cudaStreamDestroy(st);
+	free(g);
+}
+
+static void ddp_stream_case(const char *json)
+{
+	enum { N = 100003 };
+	float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float));
+	ddp_run(json, 0, a, N);
+	ddp_run(json, 1, b, N);
+	uint64_t diff = 0;
+	for (uint64_t i = 0; i < N; i++)
+		diff += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+	ck_assert_msg(diff == 0, "%s: %llu of %d weights differ between the default stream and a "
+	              "non-blocking one", json, (unsigned long long)diff, N);
+	free(a);
+	free(b);
+}
+
+START_TEST(ddp_on_a_stream_staged)
+{
+	ddp_stream_case("{\"backend\": \"shm\", \"max_grad_norm\": 1.0}");
+}
+END_TEST
+
+START_TEST(ddp_on_a_stream_nccl)
+{
+	ddp_stream_case("{\"backend\": \"nccl\", \"max_grad_norm\": 1.0}");
+}
+END_TEST
+
 /* ---- without a GPU (unit suite, --no-gpu) ------------------------------------------------ */
 
 START_TEST(no_gpu_is_reported)
@@ -756,6 +1037,16 @@ static Suite *cuda_suite(void)
 	tcase_set_timeout(tc, API_TIMEOUT);
 	tcase_add_test(tc, device_memory_accounted);
 	tcase_add_test(tc, argument_errors);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("streams");
+	tcase_add_checked_fixture(tc, streams_setup, NULL);
+	tcase_set_timeout(tc, API_TIMEOUT);
+	tcase_add_test(tc, ops_run_on_the_context_stream);
+	tcase_add_test(tc, async_copies_round_trip);
+	tcase_add_test(tc, collective_after_fill_staged);
+	tcase_add_test(tc, collective_after_fill_nccl);
+	tcase_add_test(tc, ddp_on_a_stream_staged);
+	tcase_add_test(tc, ddp_on_a_stream_nccl);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -7,9 +7,13 @@
  * loading the module.
  *
  * With --gpu: the collectives on real GPUs (one rank per GPU, at most two,
- * one process each, bootstrapped through a file-based store).  Without a
- * GPU it prints "skipped: no GPU" and exits 77, which meson reports as
- * SKIP. */
+ * one process each, bootstrapped through a file-based store), and the
+ * stream model (ABI minor 4): a collective issued after a write queued on
+ * the host's stream (behind a 200 ms host function) sees the written
+ * values, and a request waited for with wait_stream() leaves the host free
+ * (the calls return long before the stream has run) while the stream sees
+ * the result.  Without a GPU it prints "skipped: no GPU" and exits 77,
+ * which meson reports as SKIP. */
 #include <check.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -482,6 +486,13 @@ static int h_error(accel_host *h, int32_t code, const char *fmt, ...)
 #include "file-store.h"
 
 static accel_host_v1 g_host;
+static void *g_user_stream;   /* what the fake host's stream() returns */
+
+static void *h_stream(accel_host *h)
+{
+	(void)h;
+	return g_user_stream;
+}
 
 static const accel_comm_v1 *load_nccl(void **ret_dl)
 {
@@ -503,6 +514,7 @@ static const accel_comm_v1 *load_nccl(void **ret_dl)
 	g_host.store_set = fs_set;
 	g_host.store_get = fs_get;
 	g_host.store_add = fs_add;
+	g_host.stream = h_stream;
 	const accel_comm_v1 *(*entry)(const accel_host_v1 *) =
 		(const accel_comm_v1 *(*)(const accel_host_v1 *))dlsym(dl, ACCEL_COMM_ENTRY_V1);
 	return entry ? entry(&g_host) : NULL;
@@ -523,6 +535,12 @@ static void rm_store(const char *dir)
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	ck_assert_int_eq(system(cmd), 0);
+}
+
+static void CUDART_CB sleep_200ms(void *arg)
+{
+	(void)arg;
+	usleep(200000);
 }
 
 static double now_s(void)
@@ -623,6 +641,8 @@ START_TEST(test_module_descriptor)
 	ck_assert(B->init && B->fini && B->allreduce && B->reduce_scatter && B->allgather &&
 	          B->broadcast && B->barrier && B->wait && B->test && B->probe && B->mem_alloc &&
 	          B->mem_free && B->split);
+	/* ABI 1.4: streams wait on its requests */
+	ck_assert(ACCEL_COMM_HAS(B, accel_comm_v1, wait_stream) && B->wait_stream);
 	/* ABI 1.3: what backend auto reads */
 	ck_assert_uint_eq(B->desc->scope, ACCEL_COMM_SCOPE_NODE | ACCEL_COMM_SCOPE_NODES);
 	ck_assert_int_eq(B->desc->preference, ACCEL_COMM_PREF_LAUNCHER);
@@ -936,6 +956,61 @@ static int gpu_rank_main(const char *dir)
 		rc = GB->wait(in.st, r0);
 	CHECK(rc == ACCEL_OK, "allreduce after a refused call: %s", in.h.err);
 	GB->mem_free(in.st, one);
+
+	/* streams: ordered after the host's stream; waited for by a stream */
+	{
+		enum { SN = 1 << 18 };
+		cudaStream_t us = NULL;
+		float *sd = dev_alloc(&in, SN * sizeof(float)), *sh = NULL;
+		CHECK(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking) == cudaSuccess &&
+		      cudaMallocHost((void **)&sh, SN * sizeof(float)) == cudaSuccess,
+		      "stream and pinned buffer");
+		cudaMemset(sd, 0, SN * sizeof(float));
+		cudaDeviceSynchronize();
+		g_user_stream = us;
+		accel_view sv = dview(ACCEL_DTYPE_F32, sd, SN);
+		/* every byte 0x3f: each float is 0x3f3f3f3f; the sum over the
+		 * ranks is exact (world 1 or 2) */
+		float one_val;
+		uint32_t bits = 0x3f3f3f3fu;
+		memcpy(&one_val, &bits, 4);
+		float want = one_val * (float)g_world;
+		double t0 = now_s();
+		cudaLaunchHostFunc(us, sleep_200ms, NULL);
+		cudaMemsetAsync(sd, 0x3f, SN * sizeof(float), us);
+		in.h.err_code = 0;
+		rc = GB->allreduce(in.st, &sv, &sv, ACCEL_RED_SUM, &r0);
+		if (rc == ACCEL_OK)
+			rc = GB->wait_stream(in.st, r0, us);
+		double took = now_s() - t0;
+		CHECK(rc == ACCEL_OK, "allreduce + wait_stream on a user stream: %s", in.h.err);
+		CHECK(took < 0.15, "allreduce + wait_stream took %.3f s: the host waited for the "
+		      "stream", took);
+		cudaMemcpyAsync(sh, sd, SN * sizeof(float), cudaMemcpyDeviceToHost, us);
+		CHECK(cudaStreamSynchronize(us) == cudaSuccess, "stream sync");
+		uint64_t bad = 0;
+		for (int i = 0; i < SN; i++)
+			bad += sh[i] != want;
+		CHECK(bad == 0, "stream-ordered allreduce: %llu of %d elements differ (first %g, "
+		      "want %g)", (unsigned long long)bad, SN, (double)sh[0], (double)want);
+		/* a host wait of a collective ordered after the stream works too */
+		cudaLaunchHostFunc(us, sleep_200ms, NULL);
+		cudaMemsetAsync(sd, 0x3f, SN * sizeof(float), us);
+		rc = GB->allreduce(in.st, &sv, &sv, ACCEL_RED_SUM, &r0);
+		if (rc == ACCEL_OK)
+			rc = GB->wait(in.st, r0);
+		CHECK(rc == ACCEL_OK, "allreduce after the stream, host wait: %s", in.h.err);
+		cudaMemcpy(sh, sd, SN * sizeof(float), cudaMemcpyDeviceToHost);
+		bad = 0;
+		for (int i = 0; i < SN; i++)
+			bad += sh[i] != want;
+		CHECK(bad == 0, "host-waited allreduce after the stream: %llu elements differ",
+		      (unsigned long long)bad);
+		g_user_stream = NULL;
+		cudaFreeHost(sh);
+		cudaStreamDestroy(us);
+		GB->mem_free(in.st, sd);
+	}
 
 	/* groups (ncclCommSplit): every rank alone (colour rank), then the
 	 * whole world in one group, then colour NONE everywhere */

@@ -22,6 +22,10 @@
  *       They run on the job's host backend: from a host backend's init()
  *       (no communicator yet) they fail with ACCEL_ERR_STATE, and a host
  *       backend must not call them from its own ops.
+ *     stream (ABI minor 4): the context's compute stream; a device backend
+ *       orders each collective after the work queued on it before the
+ *       call (see docs/streams.md).  Check ACCEL_HOST_HAS(host, stream);
+ *       without it, order after the legacy default stream.
  * Every other member (model, param_*, mem_*, op_*, optim_*, allreduce,
  * reduce_scatter, wait, test, reduce_bucket*, sync_step, ckpt_*, the groups
  * of minor 3, and whatever later minors append) is NULL there: those are
@@ -255,6 +259,19 @@ typedef struct accel_comm_v1 {
 	 * Returns ACCEL_OK also when there was nothing to remove. */
 	int (*cleanup)(const accel_host_v1 *host, accel_host *h,
 	               const accel_comm_cleanup_v1 *args);
+
+	/* ---- ABI minor 4: device streams (NULL in older backends) ---- */
+	/* (optional; a backend for device buffers) wait() without blocking the
+	 * host: make `stream` (a cudaStream_t of the backend's device as
+	 * void *; NULL: the legacy default stream) wait on the device until
+	 * `req` has completed, then release req as wait() does, whatever
+	 * happened.  Returns an error the backend already knows of (a failed
+	 * or timed-out communicator); a failure of req after the call is
+	 * reported by a later call on the communicator, and the backend must
+	 * still end a collective that cannot finish by its deadline (abort
+	 * it), so the waiting stream and whoever synchronises with it never
+	 * hang without a message.  NULL: the core waits on the host instead. */
+	int (*wait_stream)(void *state, accel_comm_req *req, void *stream);
 } accel_comm_v1;
 
 /* The host table of comm backends: see the top of this file for which

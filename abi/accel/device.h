@@ -20,12 +20,14 @@
  * (CUDA) types.  Every pointer an op receives in a view with device ==
  * desc->device is a device pointer of the view's device_index.
  *
- * Ordering: ops are enqueued, in call order, on one stream per device that
- * the module owns (the cuda module: the legacy default stream), and may
- * return before the device ran them.  memcpy to the host, sumsq, nonfinite
- * and sync() wait for everything enqueued before them; an error of an
- * enqueued op may therefore be reported by a later call.  Asynchronous
- * variants on caller streams are a later minor (appended members).
+ * Ordering: ops are enqueued, in call order, on the calling thread's
+ * current stream (minor 1, set_stream(); before it, and until a thread
+ * sets one, the legacy default stream of the device), and may return
+ * before the device ran them.  memcpy to the host, sumsq, nonfinite and
+ * sync() wait for everything enqueued before them on that stream; an error
+ * of an enqueued op may therefore be reported by a later call.  A stream is
+ * the runtime's handle (the cuda module: a cudaStream_t) passed as void *;
+ * NULL always means the legacy default stream.  See docs/streams.md.
  *
  * Errors: every fallible member returns ACCEL_OK or a negative ACCEL_ERR_*
  * (runtime failures ACCEL_ERR_CUDA) and writes a one-line message naming
@@ -45,7 +47,7 @@ extern "C" {
 
 #define ACCEL_DEVICE_ENTRY_V1 "accel_device_entry_v1"
 /* Minor of this header's device ABI (independent of ACCEL_ABI_MINOR). */
-#define ACCEL_DEVICE_ABI_MINOR 0
+#define ACCEL_DEVICE_ABI_MINOR 1
 
 /* What the core gives the module (borrowed, valid for the process). */
 typedef struct accel_device_host_v1 {
@@ -167,7 +169,41 @@ typedef struct accel_device_v1 {
 	int (*optim_step)(int32_t device_index, const accel_device_optim_v1 *opt,
 	                  const accel_device_range_v1 *ranges, uint32_t n_ranges,
 	                  accel_device_err_v1 *err);
-	/* Appended members go here (async memcpy and ops on caller streams). */
+
+	/* ---- device ABI minor 1: caller streams (NULL in a module of minor 0;
+	 * the core then runs everything on the legacy default stream and
+	 * refuses a caller's stream with ACCEL_ERR_UNSUPPORTED) ---- */
+
+	/* The device a stream belongs to: *ret_device_index = its ordinal, or -1
+	 * for NULL (the legacy default stream exists on every device).
+	 * ACCEL_ERR_INVALID_ARG when `stream` is not a live stream. */
+	int (*stream_device)(void *stream, int32_t *ret_device_index, accel_device_err_v1 *err);
+	/* Make `stream` (of the device it belongs to, or NULL) the calling
+	 * thread's current stream: copy, fill, scale, axpy, sumsq, nonfinite and
+	 * optim_step on this thread are enqueued there from now on.  An op on
+	 * another device than a non-NULL stream's fails with
+	 * ACCEL_ERR_INVALID_ARG naming both.  Cheap (a thread-local store): the
+	 * core calls it before every op. */
+	int (*set_stream)(void *stream, accel_device_err_v1 *err);
+	/* Enqueue a copy of `bytes` on `stream` and return.  dir H2D: dst is
+	 * memory of device dst_index (src_index ignored); D2H: src is memory of
+	 * src_index (dst_index ignored); D2D: dst on dst_index, src on
+	 * src_index, which may differ (a peer copy: direct where the devices
+	 * have peer access, else through the host by the runtime; defined
+	 * either way).  `stream` must be NULL or a stream of the device the
+	 * copy runs on (the destination's for H2D and D2D, the source's for
+	 * D2H).  Host memory should be pinned (mem_alloc(ACCEL_DEVICE_MEM_PINNED))
+	 * for the copy to overlap; with pageable memory the runtime copies
+	 * synchronously, which is still correct.  The caller must not touch
+	 * either buffer until the stream has run the copy (stream_sync, or
+	 * later work on the stream). */
+	int (*memcpy_async)(void *dst, int32_t dst_index, const void *src, int32_t src_index,
+	                    uint64_t bytes, uint32_t dir, void *stream, accel_device_err_v1 *err);
+	/* Block the calling thread until everything enqueued on `stream` of
+	 * device_index has run (NULL: the legacy default stream of
+	 * device_index); reports the error of a failed enqueued op. */
+	int (*stream_sync)(int32_t device_index, void *stream, accel_device_err_v1 *err);
+	/* Appended members go here. */
 } accel_device_v1;
 
 ACCEL_EXPORT const accel_device_v1 *accel_device_entry_v1(const accel_device_host_v1 *host);

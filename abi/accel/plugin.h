@@ -635,7 +635,7 @@ typedef struct accel_host_v1 {
 	                       accel_req **ret_req);
 	int (*group_barrier)(accel_host *h, accel_group *g, accel_req **ret_req);
 
-	/* -- ABI minor 3: checkpoint tensors (only inside save_state/load_state) -------
+	/* -- ABI minor 4: checkpoint tensors (only inside save_state/load_state) -------
 	 * Tensors by canonical name, global shape and element range, so a state
 	 * saved by N processes loads at any world size (docs/checkpoints.md).
 	 * Names are shared by every plugin (not prefixed with the plugin's):
@@ -666,6 +666,39 @@ typedef struct accel_host_v1 {
 	 * saved one.  Every slice read is checked against its checksum. */
 	int (*ckpt_read_tensor)(accel_host *h, accel_ckpt_reader *r, const char *name,
 	                        uint32_t dtype, uint64_t offset, uint64_t count, void *buf);
+
+	/* -- ABI minor 4: device streams (docs/streams.md) -------------------------------
+	 * A stream is a cudaStream_t passed as void *; NULL is the legacy
+	 * default stream.  Check ACCEL_HOST_HAS(host, wait_stream) first. */
+
+	/* The context's compute stream (accel_set_stream; NULL by default).  The
+	 * host enqueues this context's device ops (op_*), optimizer steps and
+	 * staging copies on it, and a device comm backend orders every
+	 * collective on device buffers after the work queued on it before the
+	 * call, without blocking the host.  A plugin that launches kernels of
+	 * its own launches them here.  Borrowed: valid while the call that runs
+	 * the plugin's slot lasts (the program may set another between calls).
+	 * Any thread. */
+	void *(*stream)(accel_host *h);
+	/* wait() without blocking the host where the device can wait: the
+	 * context's stream waits on the device until `req` has completed (a
+	 * collective of the device backend records an event when done), then
+	 * req is released and its req_on_done callbacks run, so device work
+	 * they enqueue comes after the wait.  A request the device cannot wait
+	 * for (host buffers, device buffers staged through a host backend, a
+	 * backend older than minor 4) is waited for on the host, which orders
+	 * it before everything enqueued later.  Errors the backend already
+	 * knows are returned; a collective that fails after the call is
+	 * reported by a later wait/test/collective (its deadline still holds:
+	 * the backend aborts it, so the stream does not hang). */
+	int (*wait_stream)(accel_host *h, accel_req *req);
+	/* Enqueue a copy of src into dst on the context's stream and return:
+	 * same dtype and numel, any devices (host to device, device to host,
+	 * device to device, across devices as a peer copy).  Neither buffer
+	 * may be touched until the stream has run it.  Host memory should come
+	 * from mem_alloc(..., ACCEL_MEMF_PINNED) for the copy to overlap.  Two
+	 * host views: a plain copy, done on return. */
+	int (*op_copy_async)(accel_host *h, const accel_view *dst, const accel_view *src);
 } accel_host_v1;
 
 /* ---- the plugin vtable ---------------------------------------------------------

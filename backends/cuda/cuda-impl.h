@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* backends/cuda/cuda-impl.h: between the module's C side (cuda_device.c)
- * and its kernels (cuda_kernels.cu).  Launchers enqueue on the current
- * device's legacy default stream and return a cudaError_t as int. */
+ * and its kernels (cuda_kernels.cu).  Launchers enqueue on the calling
+ * thread's stream (accel_cuda_set_stream; the legacy default stream until
+ * a thread sets one) and return a cudaError_t as int. */
 #ifndef ACCEL_CUDA_IMPL_H
 #define ACCEL_CUDA_IMPL_H
 
@@ -59,6 +60,10 @@ ACCEL_CUDA_HIDDEN int accel_cuda_launch_sumsq(uint32_t dt, const void *x, uint64
 ACCEL_CUDA_HIDDEN int accel_cuda_launch_nonfinite(uint32_t dt, const void *x, uint64_t n,
                                                   void *scratch, unsigned *ret_slot);
 ACCEL_CUDA_HIDDEN int accel_cuda_launch_optim(const accel_cuda_opt *o);
+/* The calling thread's stream for every launcher (a cudaStream_t; NULL:
+ * the legacy default stream), and the one set now. */
+ACCEL_CUDA_HIDDEN void accel_cuda_set_stream(void *stream);
+ACCEL_CUDA_HIDDEN void *accel_cuda_get_stream(void);
 /* Blocks of the grid-stride kernels (from the multiprocessor count). */
 ACCEL_CUDA_HIDDEN void accel_cuda_set_grid_cap(int blocks);
 /* on != 0: every launcher waits for its kernels and returns their error

@@ -6,7 +6,9 @@
  * Every CUDA call goes through CU_TRY, which turns a failure into
  * ACCEL_ERR_CUDA and a message naming the call, its error name and text.
  * Ops select the view's device first (cudaSetDevice is per thread, so a
- * caller's thread is left on the device it last used). */
+ * caller's thread is left on the device it last used) and run on the
+ * thread's stream (set_stream: like the current device, per thread, so two
+ * training threads never share a stream by accident). */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -25,6 +27,9 @@ static const accel_device_host_v1 *g_host;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;   /* scratch buffers */
 static int g_count;
 static void *g_scratch[MAX_DEVICES];   /* ACCEL_CUDA_SCRATCH_SLOTS + 1 slots, lazily */
+/* The device of the thread's stream (accel_cuda_get_stream()); -1 for the
+ * legacy default stream, which every device has. */
+static _Thread_local int32_t tl_stream_dev = -1;
 
 static int fail(accel_device_err_v1 *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -60,6 +65,22 @@ static int set_device(int32_t index, accel_device_err_v1 *err)
 		            "machine has %d CUDA device%s)", index, g_count, g_count == 1 ? "" : "s");
 	CU_TRY(cudaSetDevice(index));
 	return ACCEL_OK;
+}
+
+/* set_device for an op on the thread's stream: a stream of another device
+ * would fail inside the launch with an unhelpful "invalid resource handle". */
+static int op_device(int32_t index, accel_device_err_v1 *err)
+{
+	if (tl_stream_dev >= 0 && index != tl_stream_dev)
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: an op on device %d, but the current "
+		            "stream (%p) belongs to device %d; set a stream of device %d (or NULL) "
+		            "first", index, accel_cuda_get_stream(), tl_stream_dev, index);
+	return set_device(index, err);
+}
+
+static cudaStream_t cur_stream(void)
+{
+	return (cudaStream_t)accel_cuda_get_stream();
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------- */
@@ -222,14 +243,14 @@ static int cu_copy(const accel_view *dst, const accel_view *src, accel_device_er
 	int r;
 	if (!dst->numel)
 		return ACCEL_OK;
-	if ((r = set_device(dst->device_index, err)) || (r = check_mem(dst, "copy dst", err)) ||
+	if ((r = op_device(dst->device_index, err)) || (r = check_mem(dst, "copy dst", err)) ||
 	    (r = check_mem(src, "copy src", err)))
 		return r;
 	if (dst->dtype == src->dtype) {
 		if (dst->data != src->data)
 			CU_TRY(cudaMemcpyAsync(dst->data, src->data,
 			                       dst->numel * accel_abi_dtype_size(dst->dtype),
-			                       cudaMemcpyDeviceToDevice, 0));
+			                       cudaMemcpyDeviceToDevice, cur_stream()));
 		return ACCEL_OK;
 	}
 	if (!is_float(dst->dtype) || !is_float(src->dtype))
@@ -247,7 +268,7 @@ static int cu_fill(const accel_view *dst, double value, accel_device_err_v1 *err
 	uint32_t sz = (uint32_t)accel_abi_dtype_size(dst->dtype);
 	if (!dst->numel)
 		return ACCEL_OK;
-	if ((r = set_device(dst->device_index, err)) || (r = check_mem(dst, "fill", err)))
+	if ((r = op_device(dst->device_index, err)) || (r = check_mem(dst, "fill", err)))
 		return r;
 	/* The element's bits as the CPU op stores them (core/ops_cpu.c). */
 	switch (dst->dtype) {
@@ -257,7 +278,7 @@ static int cu_fill(const accel_view *dst, double value, accel_device_err_v1 *err
 	default: bits = accel_f32_to_bf16((float)value); break;
 	}
 	if (value == 0.0)   /* -0.0 too: the CPU op memsets */
-		CU_TRY(cudaMemsetAsync(dst->data, 0, dst->numel * sz, 0));
+		CU_TRY(cudaMemsetAsync(dst->data, 0, dst->numel * sz, cur_stream()));
 	else
 		CU_TRY(accel_cuda_launch_fill(dst->data, sz, bits, dst->numel));
 	return ACCEL_OK;
@@ -268,7 +289,7 @@ static int cu_scale(const accel_view *x, double alpha, accel_device_err_v1 *err)
 	int r;
 	if (!x->numel)
 		return ACCEL_OK;
-	if ((r = set_device(x->device_index, err)) || (r = check_mem(x, "scale", err)))
+	if ((r = op_device(x->device_index, err)) || (r = check_mem(x, "scale", err)))
 		return r;
 	CU_TRY(accel_cuda_launch_scale(x->dtype, x->data, alpha, x->numel));
 	return ACCEL_OK;
@@ -280,7 +301,7 @@ static int cu_axpy(const accel_view *y, double alpha, const accel_view *x,
 	int r;
 	if (!y->numel)
 		return ACCEL_OK;
-	if ((r = set_device(y->device_index, err)) || (r = check_mem(y, "axpy y", err)) ||
+	if ((r = op_device(y->device_index, err)) || (r = check_mem(y, "axpy y", err)) ||
 	    (r = check_mem(x, "axpy x", err)))
 		return r;
 	CU_TRY(accel_cuda_launch_axpy(y->dtype, y->data, alpha, x->dtype, x->data, y->numel));
@@ -297,7 +318,7 @@ static int reduce(int sumsq, const accel_view *x, void *ret8, accel_device_err_v
 		memset(ret8, 0, 8);
 		return ACCEL_OK;
 	}
-	if ((r = set_device(x->device_index, err)) ||
+	if ((r = op_device(x->device_index, err)) ||
 	    (r = check_mem(x, sumsq ? "sumsq" : "nonfinite", err)))
 		return r;
 	pthread_mutex_lock(&g_lock);
@@ -313,8 +334,12 @@ static int reduce(int sumsq, const accel_view *x, void *ret8, accel_device_err_v
 		r = cuda_fail(err, sumsq ? "sumsq kernel launch" : "nonfinite kernel launch", e);
 		goto out;
 	}
-	if ((e = cudaMemcpy(ret8, (char *)*s + 8 * (size_t)slot, 8, cudaMemcpyDeviceToHost)))
-		r = cuda_fail(err, "cudaMemcpy(result, device to host)", e);
+	/* pageable ret8: the copy is synchronous for the host, but only the
+	 * stream sync reports a fault of the kernels above as this op's */
+	if ((e = cudaMemcpyAsync(ret8, (char *)*s + 8 * (size_t)slot, 8, cudaMemcpyDeviceToHost,
+	                         cur_stream())) ||
+	    (e = cudaStreamSynchronize(cur_stream())))
+		r = cuda_fail(err, "cudaMemcpyAsync(result, device to host) on the op's stream", e);
 out:
 	pthread_mutex_unlock(&g_lock);
 	return r;
@@ -360,7 +385,7 @@ static int cu_optim_step(int32_t device_index, const accel_device_optim_v1 *o,
 		            (unsigned long long)o->step, accel_abi_dtype_name(o->grad_dtype));
 	if (!n_ranges)
 		return ACCEL_OK;
-	if ((r = set_device(device_index, err)))
+	if ((r = op_device(device_index, err)))
 		return r;
 	k.grad_dtype = o->grad_dtype;
 	if (o->type == ACCEL_DEVICE_OPTIM_ADAMW) {
@@ -399,6 +424,92 @@ static int cu_optim_step(int32_t device_index, const accel_device_optim_v1 *o,
 	return ACCEL_OK;
 }
 
+/* ---- streams (device ABI minor 1) ----------------------------------------------------------- */
+
+static int cu_stream_device(void *stream, int32_t *ret_device_index, accel_device_err_v1 *err)
+{
+	int dev = -1;
+	if (!ret_device_index)
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: stream_device: ret_device_index is NULL");
+	if (stream) {
+		cudaError_t e = cudaStreamGetDevice((cudaStream_t)stream, &dev);
+		if (e != cudaSuccess) {
+			cudaGetLastError();   /* an invalid handle is not sticky */
+			return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: %p is not a live CUDA stream "
+			            "(cudaStreamGetDevice: %s); pass a cudaStream_t from "
+			            "cudaStreamCreate, or NULL for the legacy default stream", stream,
+			            cudaGetErrorName(e));
+		}
+	}
+	*ret_device_index = dev;
+	return ACCEL_OK;
+}
+
+static int cu_set_stream(void *stream, accel_device_err_v1 *err)
+{
+	if (stream == accel_cuda_get_stream())
+		return ACCEL_OK;
+	int32_t dev = -1;
+	int r = cu_stream_device(stream, &dev, err);
+	if (r)
+		return r;
+	accel_cuda_set_stream(stream);
+	tl_stream_dev = dev;
+	return ACCEL_OK;
+}
+
+static int cu_memcpy_async(void *dst, int32_t dst_index, const void *src, int32_t src_index,
+                           uint64_t bytes, uint32_t dir, void *stream,
+                           accel_device_err_v1 *err)
+{
+	int r;
+	if (dir > ACCEL_DEVICE_D2D)
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: memcpy_async direction %u unknown", dir);
+	if (!bytes)
+		return ACCEL_OK;
+	if (!dst || !src)
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: memcpy_async of %llu bytes with a NULL "
+		            "%s", (unsigned long long)bytes, !dst ? "destination" : "source");
+	/* the copy runs on the destination's device, except device to host */
+	int32_t run = dir == ACCEL_DEVICE_D2H ? src_index : dst_index;
+	if ((r = set_device(run, err)))
+		return r;
+	if (stream) {
+		int sdev = -1;
+		if (cudaStreamGetDevice((cudaStream_t)stream, &sdev) != cudaSuccess) {
+			cudaGetLastError();
+			return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: memcpy_async: %p is not a live "
+			            "CUDA stream", stream);
+		}
+		if (sdev != run)
+			return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: memcpy_async: the copy runs on "
+			            "device %d, but stream %p belongs to device %d", run, stream, sdev);
+	}
+	if (dir == ACCEL_DEVICE_D2D && src_index != dst_index) {
+		if (src_index < 0 || src_index >= g_count)
+			return set_device(src_index, err);   /* the range message */
+		CU_TRY(cudaMemcpyPeerAsync(dst, dst_index, src, src_index, bytes,
+		                           (cudaStream_t)stream));
+		return ACCEL_OK;
+	}
+	static const enum cudaMemcpyKind kinds[] = {
+		[ACCEL_DEVICE_H2D] = cudaMemcpyHostToDevice,
+		[ACCEL_DEVICE_D2H] = cudaMemcpyDeviceToHost,
+		[ACCEL_DEVICE_D2D] = cudaMemcpyDeviceToDevice,
+	};
+	CU_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[dir], (cudaStream_t)stream));
+	return ACCEL_OK;
+}
+
+static int cu_stream_sync(int32_t device_index, void *stream, accel_device_err_v1 *err)
+{
+	int r = set_device(device_index, err);
+	if (r)
+		return r;
+	CU_TRY(cudaStreamSynchronize((cudaStream_t)stream));
+	return ACCEL_OK;
+}
+
 /* ---- entry ------------------------------------------------------------------------------ */
 
 static const accel_device_desc_v1 desc = {
@@ -407,7 +518,7 @@ static const accel_device_desc_v1 desc = {
 	.abi_minor = ACCEL_DEVICE_ABI_MINOR,
 	.device = ACCEL_DEVICE_CUDA,
 	.name = "cuda",
-	.version = "1.0",
+	.version = "1.1",
 	.summary = "CUDA memory, element-wise ops and fused multi-tensor SGD/AdamW",
 };
 
@@ -427,6 +538,10 @@ static const accel_device_v1 vtable = {
 	.sumsq = cu_sumsq,
 	.nonfinite = cu_nonfinite,
 	.optim_step = cu_optim_step,
+	.stream_device = cu_stream_device,
+	.set_stream = cu_set_stream,
+	.memcpy_async = cu_memcpy_async,
+	.stream_sync = cu_stream_sync,
 };
 
 ACCEL_EXPORT const accel_device_v1 *accel_device_entry_v1(const accel_device_host_v1 *host)

@@ -28,6 +28,8 @@
 
 static int g_blocks_cap = 1024;   /* per-op grid cap for grid-stride loops */
 static int g_sync_each;           /* wait for every launch (accel_cuda_set_sync) */
+/* The calling thread's stream (accel_cuda_set_stream); 0 = legacy default. */
+static thread_local cudaStream_t tl_stream;
 
 /* A launcher's result: the launch error, and with the debug mode on the
  * error of the kernels themselves (a fault, an illegal address), so the
@@ -156,10 +158,10 @@ template <int S> static cudaError_t convert_from(uint32_t ddt, void *dst, const 
 {
 	unsigned g = grid_for(n, THREADS * 4);
 	switch (ddt) {
-	case DT_F32: k_convert<S, DT_F32><<<g, THREADS>>>(dst, src, n); break;
-	case DT_F64: k_convert<S, DT_F64><<<g, THREADS>>>(dst, src, n); break;
-	case DT_F16: k_convert<S, DT_F16><<<g, THREADS>>>(dst, src, n); break;
-	default: k_convert<S, DT_BF16><<<g, THREADS>>>(dst, src, n); break;
+	case DT_F32: k_convert<S, DT_F32><<<g, THREADS, 0, tl_stream>>>(dst, src, n); break;
+	case DT_F64: k_convert<S, DT_F64><<<g, THREADS, 0, tl_stream>>>(dst, src, n); break;
+	case DT_F16: k_convert<S, DT_F16><<<g, THREADS, 0, tl_stream>>>(dst, src, n); break;
+	default: k_convert<S, DT_BF16><<<g, THREADS, 0, tl_stream>>>(dst, src, n); break;
 	}
 	return launched();
 }
@@ -186,11 +188,11 @@ extern "C" int accel_cuda_launch_fill(void *dst, uint32_t elsize, uint64_t bits,
 {
 	unsigned g = grid_for(n, THREADS * 4);
 	if (elsize == 2)
-		k_fill<uint16_t><<<g, THREADS>>>((uint16_t *)dst, (uint16_t)bits, n);
+		k_fill<uint16_t><<<g, THREADS, 0, tl_stream>>>((uint16_t *)dst, (uint16_t)bits, n);
 	else if (elsize == 4)
-		k_fill<uint32_t><<<g, THREADS>>>((uint32_t *)dst, (uint32_t)bits, n);
+		k_fill<uint32_t><<<g, THREADS, 0, tl_stream>>>((uint32_t *)dst, (uint32_t)bits, n);
 	else
-		k_fill<uint64_t><<<g, THREADS>>>((uint64_t *)dst, bits, n);
+		k_fill<uint64_t><<<g, THREADS, 0, tl_stream>>>((uint64_t *)dst, bits, n);
 	return launched();
 }
 
@@ -210,10 +212,10 @@ extern "C" int accel_cuda_launch_scale(uint32_t dt, void *x, double alpha, uint6
 {
 	unsigned g = grid_for(n, THREADS * 4);
 	switch (dt) {
-	case DT_F32: k_scale_f32<<<g, THREADS>>>((float *)x, (float)alpha, n); break;
-	case DT_F64: k_scale_d<DT_F64><<<g, THREADS>>>(x, alpha, n); break;
-	case DT_F16: k_scale_d<DT_F16><<<g, THREADS>>>(x, alpha, n); break;
-	default: k_scale_d<DT_BF16><<<g, THREADS>>>(x, alpha, n); break;
+	case DT_F32: k_scale_f32<<<g, THREADS, 0, tl_stream>>>((float *)x, (float)alpha, n); break;
+	case DT_F64: k_scale_d<DT_F64><<<g, THREADS, 0, tl_stream>>>(x, alpha, n); break;
+	case DT_F16: k_scale_d<DT_F16><<<g, THREADS, 0, tl_stream>>>(x, alpha, n); break;
+	default: k_scale_d<DT_BF16><<<g, THREADS, 0, tl_stream>>>(x, alpha, n); break;
 	}
 	return launched();
 }
@@ -233,10 +235,10 @@ template <int DY> static void axpy_y(uint32_t xdt, void *y, double a, const void
                                      unsigned g)
 {
 	switch (xdt) {
-	case DT_F32: k_axpy_d<DY, DT_F32><<<g, THREADS>>>(y, a, x, n); break;
-	case DT_F64: k_axpy_d<DY, DT_F64><<<g, THREADS>>>(y, a, x, n); break;
-	case DT_F16: k_axpy_d<DY, DT_F16><<<g, THREADS>>>(y, a, x, n); break;
-	default: k_axpy_d<DY, DT_BF16><<<g, THREADS>>>(y, a, x, n); break;
+	case DT_F32: k_axpy_d<DY, DT_F32><<<g, THREADS, 0, tl_stream>>>(y, a, x, n); break;
+	case DT_F64: k_axpy_d<DY, DT_F64><<<g, THREADS, 0, tl_stream>>>(y, a, x, n); break;
+	case DT_F16: k_axpy_d<DY, DT_F16><<<g, THREADS, 0, tl_stream>>>(y, a, x, n); break;
+	default: k_axpy_d<DY, DT_BF16><<<g, THREADS, 0, tl_stream>>>(y, a, x, n); break;
 	}
 }
 
@@ -245,7 +247,7 @@ extern "C" int accel_cuda_launch_axpy(uint32_t ydt, void *y, double alpha, uint3
 {
 	unsigned g = grid_for(n, THREADS * 4);
 	if (ydt == DT_F32 && xdt == DT_F32) {
-		k_axpy_f32<<<g, THREADS>>>((float *)y, (float)alpha, (const float *)x, n);
+		k_axpy_f32<<<g, THREADS, 0, tl_stream>>>((float *)y, (float)alpha, (const float *)x, n);
 		return launched();
 	}
 	switch (ydt) {
@@ -332,12 +334,12 @@ extern "C" int accel_cuda_launch_sumsq(uint32_t dt, const void *x, uint64_t n, v
 		g = ACCEL_CUDA_SCRATCH_SLOTS;
 	double *part = (double *)scratch;
 	switch (dt) {
-	case DT_F32: k_sumsq<DT_F32><<<g, THREADS>>>(x, n, part); break;
-	case DT_F64: k_sumsq<DT_F64><<<g, THREADS>>>(x, n, part); break;
-	case DT_F16: k_sumsq<DT_F16><<<g, THREADS>>>(x, n, part); break;
-	default: k_sumsq<DT_BF16><<<g, THREADS>>>(x, n, part); break;
+	case DT_F32: k_sumsq<DT_F32><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	case DT_F64: k_sumsq<DT_F64><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	case DT_F16: k_sumsq<DT_F16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	default: k_sumsq<DT_BF16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
 	}
-	k_finish<double><<<1, THREADS>>>(part, g);
+	k_finish<double><<<1, THREADS, 0, tl_stream>>>(part, g);
 	*ret_slot = g;
 	return launched();
 }
@@ -350,12 +352,12 @@ extern "C" int accel_cuda_launch_nonfinite(uint32_t dt, const void *x, uint64_t 
 		g = ACCEL_CUDA_SCRATCH_SLOTS;
 	unsigned long long *part = (unsigned long long *)scratch;
 	switch (dt) {
-	case DT_F32: k_nonfinite<DT_F32><<<g, THREADS>>>(x, n, part); break;
-	case DT_F64: k_nonfinite<DT_F64><<<g, THREADS>>>(x, n, part); break;
-	case DT_F16: k_nonfinite<DT_F16><<<g, THREADS>>>(x, n, part); break;
-	default: k_nonfinite<DT_BF16><<<g, THREADS>>>(x, n, part); break;
+	case DT_F32: k_nonfinite<DT_F32><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	case DT_F64: k_nonfinite<DT_F64><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	case DT_F16: k_nonfinite<DT_F16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	default: k_nonfinite<DT_BF16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
 	}
-	k_finish<unsigned long long><<<1, THREADS>>>(part, g);
+	k_finish<unsigned long long><<<1, THREADS, 0, tl_stream>>>(part, g);
 	*ret_slot = g;
 	return launched();
 }
@@ -536,9 +538,9 @@ template <int GDT> static cudaError_t launch_opt(const accel_cuda_opt *o)
 		if (!a.nr)
 			continue;
 		if (o->adamw)
-			k_adamw<GDT><<<blocks, THREADS>>>(a, o->adamw_k);
+			k_adamw<GDT><<<blocks, THREADS, 0, tl_stream>>>(a, o->adamw_k);
 		else
-			k_sgd<GDT><<<blocks, THREADS>>>(a, o->sgd_k);
+			k_sgd<GDT><<<blocks, THREADS, 0, tl_stream>>>(a, o->sgd_k);
 		cudaError_t e = launched();
 		if (e != cudaSuccess)
 			return e;
@@ -553,6 +555,16 @@ extern "C" int accel_cuda_launch_optim(const accel_cuda_opt *o)
 	case DT_F16: return launch_opt<DT_F16>(o);
 	default: return launch_opt<DT_BF16>(o);
 	}
+}
+
+extern "C" void accel_cuda_set_stream(void *stream)
+{
+	tl_stream = (cudaStream_t)stream;
+}
+
+extern "C" void *accel_cuda_get_stream(void)
+{
+	return (void *)tl_stream;
 }
 
 extern "C" void accel_cuda_set_sync(int on)

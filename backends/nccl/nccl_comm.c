@@ -10,12 +10,19 @@
  * NCCL kernels that wait for a missing peer.
  *
  * Collectives run on the instance's own CUDA stream; a request is a CUDA
- * event recorded after the collective.  The stream first waits for work
- * queued earlier on the legacy default stream (an event, not a blocking
- * stream), so gradients produced there are complete; work on other streams
- * must be synchronized by the caller first.  NCCL's own AVG (ncclAvg) and
- * half types (ncclFloat16, ncclBfloat16) are used directly. */
+ * event recorded after the collective.  The stream first waits (an event,
+ * not a host sync) for the work queued earlier on the context's compute
+ * stream (host->stream, ABI minor 4; the legacy default stream without
+ * one), so gradients produced there are complete.  wait_stream() makes a
+ * caller's stream wait on a request's event instead of the host; such a
+ * request is then watched by a thread of the instance until it completes,
+ * which aborts the communicator at the collective's deadline, so a stream
+ * waiting for a peer that never comes is released and the failure is
+ * reported by the next call (docs/streams.md).  NCCL's own AVG (ncclAvg)
+ * and half types (ncclFloat16, ncclBfloat16) are used directly. */
 #include <assert.h>
+#include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,6 +68,15 @@ typedef struct nccl_state {
 	                             or a group's tag) */
 	int32_t *wranks;          /* a group's members by world rank; NULL: the world */
 	int no_store;             /* bootstrapped over the host backend: no store to ask */
+	/* Requests a caller's stream waits on (wait_stream) and not yet seen
+	 * complete, and the thread that enforces their deadlines.  Under wmu:
+	 * watched, wstop, wfired, wmsg; and the abort once the thread runs. */
+	pthread_mutex_t wmu;
+	pthread_cond_t wcv;
+	pthread_t wthread;
+	int wstarted, wstop, wfired, wfired_code;
+	accel_comm_req *watched;
+	char wmsg[MSG_MAX];
 } nccl_state;
 
 /* Record a failure that breaks the communicator: later ops fail fast. */
@@ -128,10 +144,14 @@ static void backoff(uint32_t *spins)
 
 static void abort_comm(nccl_state *st)
 {
+	if (st->wstarted)
+		pthread_mutex_lock(&st->wmu);
 	if (st->comm && !st->aborted) {
 		ncclCommAbort(st->comm);
 		st->aborted = 1;
 	}
+	if (st->wstarted)
+		pthread_mutex_unlock(&st->wmu);
 }
 
 /* `what` (collective #seq, or communicator creation when seq is 0) did not
@@ -364,6 +384,143 @@ static int fail_fast(nccl_state *st, int kind)
 	                       st->fail_msg);
 }
 
+/* ---- requests a stream waits on ------------------------------------------------------------- */
+
+/* The watchdog: every 10 ms, each watched request that is still running is
+ * checked against its deadline and NCCL's asynchronous error; the first
+ * that fails aborts the communicator (NCCL's kernels end, so the streams
+ * waiting on them go on) and leaves a message for the training thread
+ * (watch_reap).  It never calls host->error (that is the training
+ * thread's) nor the store. */
+static void *watch_main(void *arg)
+{
+	nccl_state *st = arg;
+	cudaSetDevice(st->device);
+	pthread_mutex_lock(&st->wmu);
+	while (!st->wstop) {
+		for (accel_comm_req *r = st->watched; r && !st->wfired && !st->aborted; r = r->next) {
+			char what[96];
+			cudaError_t e = cudaEventQuery(r->ev);
+			if (e == cudaSuccess)
+				continue;
+			coll_describe(what, sizeof(what), r->kind, r->seq, r->dtype, r->count);
+			ncclResult_t ar = ncclSuccess;
+			if (e != cudaErrorNotReady) {
+				(void)cudaGetLastError();
+				st->wfired_code = ACCEL_ERR_CUDA;
+				snprintf(st->wmsg, sizeof(st->wmsg), "%s, waited for on a stream, failed: %s "
+				         "(rank %d, cuda:%d)", what, cudaGetErrorName(e), st->rank,
+				         st->device);
+			} else if (ncclCommGetAsyncError(st->comm, &ar) == ncclSuccess &&
+			           ar != ncclSuccess && ar != ncclInProgress) {
+				st->wfired_code = ar == ncclRemoteError ? ACCEL_ERR_PEER : ACCEL_ERR_NCCL;
+				snprintf(st->wmsg, sizeof(st->wmsg), "%s, waited for on a stream, failed: NCCL "
+				         "reported %s (rank %d of %d, cuda:%d)", what,
+				         accel_nccl_result_name(ar), st->rank, st->world, st->device);
+			} else if (r->deadline_ns && mono_ns() > r->deadline_ns) {
+				st->wfired_code = ACCEL_ERR_TIMEOUT;
+				snprintf(st->wmsg, sizeof(st->wmsg), "%s, waited for on a stream, did not "
+				         "complete within %.1f s on rank %d of %d: a peer did not arrive "
+				         "(look for the rank whose log stops before it, or that died). The "
+				         "communicator was aborted", what, (double)st->timeout_ms / 1000.0,
+				         st->rank, st->world);
+			} else {
+				continue;
+			}
+			st->wfired = 1;
+			if (!st->aborted) {
+				ncclCommAbort(st->comm);
+				st->aborted = 1;
+			}
+			st->host->log(st->h, ACCEL_LOG_ERROR, "%s", st->wmsg);
+		}
+		if (!st->watched || st->wfired) {
+			pthread_cond_wait(&st->wcv, &st->wmu);
+		} else {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 10 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&st->wcv, &st->wmu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&st->wmu);
+	return NULL;
+}
+
+/* Training thread: release the watched requests that completed, and take
+ * over a failure the watchdog found (recorded and reported as this
+ * thread's, so the next call fails fast with it). */
+static void watch_reap(nccl_state *st)
+{
+	if (!st->wstarted)
+		return;
+	pthread_mutex_lock(&st->wmu);
+	for (accel_comm_req **pp = &st->watched; *pp;) {
+		accel_comm_req *r = *pp;
+		if (cudaEventQuery(r->ev) == cudaSuccess || st->aborted) {
+			*pp = r->next;
+			r->next = st->spare;
+			st->spare = r;
+		} else {
+			pp = &r->next;
+		}
+	}
+	(void)cudaGetLastError();
+	int fired = st->wfired && !st->failed;
+	pthread_mutex_unlock(&st->wmu);
+	if (fired)
+		fail(st, st->wfired_code, "%s", st->wmsg);
+}
+
+/* Watch r (taken over from the caller); starts the thread on first use. */
+static int watch_add(nccl_state *st, accel_comm_req *r)
+{
+	if (!st->wstarted) {
+		if (pthread_mutex_init(&st->wmu, NULL))
+			return ACCEL_ERR_SYSTEM;
+		if (pthread_cond_init(&st->wcv, NULL)) {
+			pthread_mutex_destroy(&st->wmu);
+			return ACCEL_ERR_SYSTEM;
+		}
+		if (pthread_create(&st->wthread, NULL, watch_main, st)) {
+			pthread_cond_destroy(&st->wcv);
+			pthread_mutex_destroy(&st->wmu);
+			return ACCEL_ERR_SYSTEM;
+		}
+		st->wstarted = 1;
+	}
+	pthread_mutex_lock(&st->wmu);
+	r->next = st->watched;
+	st->watched = r;
+	pthread_cond_signal(&st->wcv);
+	pthread_mutex_unlock(&st->wmu);
+	return ACCEL_OK;
+}
+
+static void watch_stop(nccl_state *st)
+{
+	if (!st->wstarted)
+		return;
+	pthread_mutex_lock(&st->wmu);
+	st->wstop = 1;
+	pthread_cond_signal(&st->wcv);
+	pthread_mutex_unlock(&st->wmu);
+	pthread_join(st->wthread, NULL);
+	st->wstarted = 0;
+	while (st->watched) {
+		accel_comm_req *r = st->watched;
+		st->watched = r->next;
+		r->next = st->spare;
+		st->spare = r;
+	}
+	pthread_cond_destroy(&st->wcv);
+	pthread_mutex_destroy(&st->wmu);
+}
+
 /* ---- issuing ----------------------------------------------------------------------------- */
 
 typedef struct launch {
@@ -393,6 +550,11 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 		return fail_fast(st, L->kind);
 	if ((rc = enter_device(st, &prev)))
 		return rc;
+	watch_reap(st);   /* a stream-waited collective may have failed meanwhile */
+	if (st->failed) {
+		leave_device(st, prev);
+		return fail_fast(st, L->kind);
+	}
 	/* the names NCCL_TRY reports: "ncclAllReduce for allreduce #7 (...)" */
 	coll_describe(what, sizeof(what), L->kind, seq, L->dtype, L->count);
 	snprintf(name, sizeof(name), "%s for %s",
@@ -403,7 +565,10 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 	         what);
 	if (!(r = req_get(st, &rc)))
 		goto out;
-	CUDA_TRY(st, cudaEventRecord(st->dep_ev, cudaStreamLegacy), out);
+	/* after the work queued on the context's stream before this call */
+	void *user = ACCEL_HOST_HAS(st->host, stream) ? st->host->stream(st->h) : NULL;
+	CUDA_TRY(st, cudaEventRecord(st->dep_ev, user ? (cudaStream_t)user : cudaStreamLegacy),
+	         out);
 	CUDA_TRY(st, cudaStreamWaitEvent(st->stream, st->dep_ev, 0), out);
 	if (L->copy_before && st->rank > 0 && L->block_bytes)
 		CUDA_TRY(st, cudaMemcpyAsync(base + (size_t)st->rank * L->block_bytes, base,
@@ -612,6 +777,7 @@ static int nccl_wait(void *state, accel_comm_req *r)
 	int rc = ACCEL_OK, prev = -1;
 	assert(r && req_known(st, r));   /* the core waits its own, once */
 	if ((rc = enter_device(st, &prev)) == ACCEL_OK) {
+		watch_reap(st);
 		uint32_t spins = 0;
 		int p;
 		while ((p = req_poll(st, r)) == 0)
@@ -626,6 +792,43 @@ static int nccl_wait(void *state, accel_comm_req *r)
 	return rc;
 }
 
+/* The caller's stream waits for r's event; the host does not.  r is
+ * released for the caller, but watched until it completes (its deadline
+ * holds: see watch_main). */
+static int nccl_wait_stream(void *state, accel_comm_req *r, void *stream)
+{
+	nccl_state *st = state;
+	int rc, prev = -1, p = ACCEL_OK;
+	assert(r && req_known(st, r));
+	req_unlink(st, r);
+	if ((rc = enter_device(st, &prev))) {
+		req_put(st, r);
+		return rc;
+	}
+	watch_reap(st);
+	p = st->failed ? fail_fast(st, r->kind) : req_poll(st, r);
+	if (p == 0) {
+		cudaError_t e = cudaStreamWaitEvent(stream ? (cudaStream_t)stream : cudaStreamLegacy,
+		                                    r->ev, 0);
+		if (e != cudaSuccess) {
+			(void)cudaGetLastError();
+			p = cuda_fail(st, e, "cudaStreamWaitEvent(the caller's stream, the collective's "
+			                     "event)");
+		} else if (watch_add(st, r) == ACCEL_OK) {
+			r = NULL;
+		} else {
+			/* no thread to enforce the deadline: wait here instead */
+			uint32_t spins = 0;
+			while ((p = req_poll(st, r)) == 0)
+				backoff(&spins);
+		}
+	}
+	if (r)
+		req_put(st, r);
+	leave_device(st, prev);
+	return p < 0 ? p : ACCEL_OK;
+}
+
 static int nccl_test(void *state, accel_comm_req *r, int32_t *ret_done)
 {
 	nccl_state *st = state;
@@ -634,6 +837,7 @@ static int nccl_test(void *state, accel_comm_req *r, int32_t *ret_done)
 	assert(r && req_known(st, r));
 	if ((p = enter_device(st, &prev)))
 		return p;
+	watch_reap(st);
 	p = req_poll(st, r);
 	leave_device(st, prev);
 	if (p < 0)
@@ -770,6 +974,7 @@ static void nccl_fini(void *state)
 		prev = -1;
 	cudaSetDevice(st->device);
 	drain_or_abort(st, mono_deadline_ns(DRAIN_MAX_MS), "at shutdown");
+	watch_stop(st);   /* after the drain: the stream is idle or aborted */
 	if (st->comm && !st->aborted) {
 		/* finalize (flushes NCCL's own work), bounded too */
 		int64_t deadline = mono_deadline_ns(DRAIN_MAX_MS);
@@ -1006,6 +1211,7 @@ static const accel_comm_v1 nccl_vtable = {
 	.wait = nccl_wait,
 	.test = nccl_test,
 	.split = nccl_split,
+	.wait_stream = nccl_wait_stream,
 };
 
 ACCEL_EXPORT const accel_comm_v1 *accel_comm_entry_v1(const accel_host_v1 *host)

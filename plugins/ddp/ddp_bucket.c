@@ -456,13 +456,20 @@ static void reset_step(ddp_state *s)
 }
 
 /* Wait for everything issued, even after an error, so no request is left
- * behind; the first error is kept. */
+ * behind; the first error is kept.  A bucket in device memory is waited
+ * for by the context's compute stream, not the host (ABI minor 4): the
+ * reductions ran on the backend's own stream, overlapping backward, and
+ * the clipping and the optimizer step that follow are enqueued on the
+ * compute stream after them, with no host round trip (docs/ddp.md). */
 static int wait_all(ddp_state *s, int r)
 {
+	int on_stream = ACCEL_HOST_HAS(s->host, wait_stream);
 	for (uint32_t b = 0; b < s->n_buckets; b++) {
 		ddp_bucket *bk = &s->buckets[b];
 		if (bk->req) {
-			int w = s->host->wait(s->h, bk->req);
+			int w = !r && on_stream && bk->device != ACCEL_DEVICE_CPU
+			                ? s->host->wait_stream(s->h, bk->req)
+			                : s->host->wait(s->h, bk->req);
 			bk->req = NULL;
 			if (!r)
 				r = w;

@@ -141,6 +141,51 @@ ACCEL_API int accel_allgather(accel_ctx *ctx, const void *send, void *recv, uint
 ACCEL_API int accel_reduce_scatter(accel_ctx *ctx, const void *send, void *recv, uint64_t recvcount,
                          uint32_t dtype, uint32_t op);
 
+/* ---- device streams (docs/streams.md) ------------------------------------------
+ * accel enqueues the device work it does for a context (the ops and the
+ * optimizer step of its strategy, staging copies) on the context's compute
+ * stream, and orders every collective on device buffers after the work
+ * queued there before the call, without blocking the host.  A stream is a
+ * cudaStream_t passed as void *; NULL, the default, is the legacy default
+ * stream (CUDA's stream 0). */
+
+/* Make `stream` the context's compute stream (NULL: back to the legacy
+ * default stream); it also becomes the calling thread's stream for the
+ * device work accel does there outside a context's strategy calls
+ * (checkpoint copies, initial values).  Takes effect with the next call;
+ * what was issued before keeps its order.  The program owns the stream
+ * and keeps it alive while it is set (set NULL, or free the context,
+ * before destroying it).  Errors: ACCEL_ERR_UNSUPPORTED when there is no
+ * CUDA device to run a stream (a build without CUDA, no module, no GPU:
+ * the message says which; NULL is always accepted), ACCEL_ERR_INVALID_ARG
+ * when `stream` is not a live CUDA stream. */
+ACCEL_API int accel_set_stream(accel_ctx *ctx, void *stream);
+/* The context's compute stream; NULL for the legacy default stream (and
+ * for a NULL ctx).  Borrowed: the program's own. */
+ACCEL_API void *accel_get_stream(const accel_ctx *ctx);
+/* Copy src into dst on the context's stream and return before it has run:
+ * same dtype and numel; host to device, device to host, device to device,
+ * and across devices (a peer copy: direct where the GPUs have peer access,
+ * through the host otherwise).  Touch neither buffer until
+ * accel_stream_synchronize() or later work on the stream.  Host memory
+ * from accel_pinned_alloc() overlaps; pageable memory is copied
+ * synchronously by CUDA (correct, slower).  Two host views: a plain copy,
+ * done on return, on every build.  Errors: INVALID_ARG (views, dtype or
+ * count differ), UNSUPPORTED (a device view and no CUDA device). */
+ACCEL_API int accel_copy_async(accel_ctx *ctx, const accel_view *dst, const accel_view *src);
+/* Block until everything queued on the context's stream has run; reports
+ * an error of that work.  ACCEL_OK at once on a context that never had
+ * device work (CPU only). */
+ACCEL_API int accel_stream_synchronize(accel_ctx *ctx);
+/* `bytes` of page-locked host memory (for accel_copy_async), accounted like
+ * every allocation of accel (category ACCEL_MEM_BUFFERS, on the host).
+ * Owned by the caller: free it with accel_pinned_free() before the context
+ * (accel_ctx_free releases what is left).  ACCEL_ERR_UNSUPPORTED without
+ * the cuda device module or a GPU.  accel_pinned_free(ctx, NULL) is a
+ * no-op. */
+ACCEL_API int accel_pinned_alloc(accel_ctx *ctx, uint64_t bytes, void **ret_ptr);
+ACCEL_API void accel_pinned_free(accel_ctx *ctx, void *ptr);
+
 /* @api-train: model registry, prepare, unit hooks, step, metrics (train owner) */
 
 /* ---- model registry --------------------------------------------------------
