@@ -664,9 +664,15 @@ static void print_tail(launcher *L, const proc *p, const char *how)
  * exit, while the rank with the reason is still on its way out and gets
  * the SIGTERM.  At most MORE_TAILS besides the first, lowest ranks first. */
 #define MORE_TAILS 3
+static const char *last_line(const proc *p)
+{
+	return p->tail_n ? p->tail[(p->tail_next - 1 + TAIL_LINES) % TAIL_LINES] : NULL;
+}
+
 static void print_tails(launcher *L)
 {
 	const proc *first = &L->p[L->first_failed];
+	const proc *shown_p[MORE_TAILS + 1] = {first};
 	print_tail(L, first, "");
 	int shown = 0;
 	for (int pass = 0; pass < 2; pass++)
@@ -675,6 +681,13 @@ static void print_tails(launcher *L)
 			if (p == first || !p->tail_n ||
 			    (pass == 0 ? !p->failed : p->failed || !p->stopped || !p->err_lines))
 				continue;
+			/* every rank failing with the same message: once is enough */
+			int same = 0;
+			for (int k = 0; k <= shown && !same; k++)
+				same = last_line(shown_p[k]) && !strcmp(last_line(shown_p[k]), last_line(p));
+			if (same)
+				continue;
+			shown_p[shown + 1] = p;
 			print_tail(L, p, pass == 0 ? " (it failed too)"
 			                           : " (stopped by the launcher; it wrote on stderr)");
 			shown++;
