@@ -562,7 +562,11 @@ static int probe_major(accel_loader *ld, entry_fn fn, const accel_host_v1 *host)
 	for (int major = 0; major <= ENTRY_MAJOR_SCAN_MAX && !found; major++) {
 		if (major == ACCEL_ABI_MAJOR)
 			continue;
-		memcpy(ld->probe_host, host, sizeof(*ld->probe_host));
+		/* a host table may be shorter than ours (an older one in tests) */
+		size_t n = host->struct_size < sizeof(*ld->probe_host) ? host->struct_size
+		                                                       : sizeof(*ld->probe_host);
+		memset(ld->probe_host, 0, sizeof(*ld->probe_host));
+		memcpy(ld->probe_host, host, n);
 		ld->probe_host->abi_major = (uint32_t)major;
 		quiet.msg[0] = '\0';
 		entry_cap = &quiet;
