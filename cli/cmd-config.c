@@ -40,8 +40,8 @@ static void usage_validate(FILE *out)
 		"the install directory) and resolve; the selected strategy, plugins and backend\n"
 		"must exist (whether this machine meets their needs is `accel plugins list`'s\n"
 		"business).  Prints 'FILE: ok', or one 'FILE: error: ...' line per problem\n"
-		"found: the first bad key or value, a selected plugin or backend that cannot\n"
-		"be used.\n"
+		"found: every bad key or value (up to 20, each with its position), a selected\n"
+		"plugin or backend that cannot be used.\n"
 		"\n"
 		"Options:\n"
 		"  --set KEY=VALUE   override a key (repeatable; VALUE is JSON or a plain string)\n"
@@ -195,16 +195,25 @@ static int check_backend(const accelp_setup *s, accel_err *err)
 	return ACCEL_OK;
 }
 
-/* One file: every problem found, one line each: the configuration's (the
- * first bad key or value) and the selected plugins' and backend's, so a
- * typo is not hidden behind a plugin this machine lacks.  0 when valid. */
+/* One file: every problem found, one line each: the configuration's (every
+ * bad key or value) and the selected plugins' and backend's, so a typo is
+ * not hidden behind a plugin this machine lacks.  0 when valid. */
 static int validate_file(const opts *o, const char *file)
 {
 	accelp_setup s;
 	accel_err err, e;
 	accelp_err_clear(&err);
 	int r = setup(o, file, &s, &err), bad = 0;
-	if (r) {
+	uint32_t nerr = r && s.failed_at == ACCELP_SETUP_RESOLVE ? accelp_config_error_count(s.cfg) : 0;
+	if (r && nerr > 1) {
+		/* every bad key, one line each, with its position */
+		for (uint32_t i = 0; i < nerr; i++)
+			fprintf(stderr, "%s: error: %s\n", file, accelp_config_error_get(s.cfg, i));
+		if (accelp_config_error_more(s.cfg))
+			fprintf(stderr, "%s: error: %u more problems not shown (the first %d are)\n",
+			        file, accelp_config_error_more(s.cfg), ACCEL_CONFIG_ERRORS_MAX);
+		bad = 1;
+	} else if (r) {
 		fprintf(stderr, "%s: error: %s\n", file, err.msg);
 		bad = 1;
 	}

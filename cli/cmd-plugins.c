@@ -288,7 +288,9 @@ static void print_dirs(const accel_loader *ld)
 		const char *origin;
 		int exists;
 		const char *d = accelp_loader_dir(ld, i, &origin, &exists);
-		printf("  %u. %s  (%s%s)\n", i + 1, d, origin, exists ? "" : ", missing");
+		printf("  %u. %s  (%s%s%s)\n", i + 1, d, origin, exists ? "" : ", ",
+		       exists ? "" : accelp_loader_dir_problem(d) ? accelp_loader_dir_problem(d)
+		                                            : "missing");
 	}
 }
 

@@ -68,6 +68,7 @@ typedef struct proc {
 	int log_errno;         /* writing its log failed (reported once) */
 	char *tail[TAIL_LINES];
 	int tail_n, tail_next;
+	int err_lines;         /* lines it wrote on stderr */
 } proc;
 
 typedef struct launcher {
@@ -193,6 +194,8 @@ static void emit_line(launcher *L, proc *p, stream *s, const char *line, size_t 
 	 * together without a copy. */
 	log_write(L, p, line, len);
 	log_write(L, p, "\n", 1);
+	if (s == &p->err)
+		p->err_lines++;
 	char *copy = strndup(line, len < TAIL_LINE_MAX ? len : TAIL_LINE_MAX);
 	if (copy) {
 		free(p->tail[p->tail_next]);
@@ -632,13 +635,13 @@ static int open_logs(launcher *L)
 	return 0;
 }
 
-static void print_tail(launcher *L, const proc *p)
+static void print_tail(launcher *L, const proc *p, const char *how)
 {
 	if (!p->tail_n) {
 		say(L, "rank %d printed nothing", p->rank);
 		return;
 	}
-	say(L, "last %d line%s of rank %d:", p->tail_n, p->tail_n == 1 ? "" : "s", p->rank);
+	say(L, "last %d line%s of rank %d%s:", p->tail_n, p->tail_n == 1 ? "" : "s", p->rank, how);
 	int start = (p->tail_next - p->tail_n + TAIL_LINES) % TAIL_LINES;
 	for (int k = 0; k < p->tail_n; k++) {
 		const char *line = p->tail[(start + k) % TAIL_LINES];
@@ -652,6 +655,43 @@ static void print_tail(launcher *L, const proc *p)
 		out_write(L, 2, b, (size_t)h + len + 1);
 		free(b);
 	}
+}
+
+/* The lines that explain a failure: the first failed rank's, then those of
+ * the other ranks that failed on their own, then of the ranks the launcher
+ * stopped that wrote on stderr.  A rank that stops because another told it
+ * to (an all-reduced verdict, a peer that vanished) is often the first to
+ * exit, while the rank with the reason is still on its way out and gets
+ * the SIGTERM.  At most MORE_TAILS besides the first, lowest ranks first. */
+#define MORE_TAILS 3
+static const char *last_line(const proc *p)
+{
+	return p->tail_n ? p->tail[(p->tail_next - 1 + TAIL_LINES) % TAIL_LINES] : NULL;
+}
+
+static void print_tails(launcher *L)
+{
+	const proc *first = &L->p[L->first_failed];
+	const proc *shown_p[MORE_TAILS + 1] = {first};
+	print_tail(L, first, "");
+	int shown = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < L->n && shown < MORE_TAILS; i++) {
+			const proc *p = &L->p[i];
+			if (p == first || !p->tail_n ||
+			    (pass == 0 ? !p->failed : p->failed || !p->stopped || !p->err_lines))
+				continue;
+			/* every rank failing with the same message: once is enough */
+			int same = 0;
+			for (int k = 0; k <= shown && !same; k++)
+				same = last_line(shown_p[k]) && !strcmp(last_line(shown_p[k]), last_line(p));
+			if (same)
+				continue;
+			shown_p[shown + 1] = p;
+			print_tail(L, p, pass == 0 ? " (it failed too)"
+			                           : " (stopped by the launcher; it wrote on stderr)");
+			shown++;
+		}
 }
 
 /* Three descriptors per rank (two pipes and a log) must fit under the
@@ -971,7 +1011,7 @@ int accelp_launch_run(const launch_spec *spec)
 	comm_cleanup(&L);
 
 	if (L.first_failed >= 0)
-		print_tail(&L, &L.p[L.first_failed]);
+		print_tails(&L);
 	rc = exit_code(&L);
 out:
 	rc = reap_stragglers(&L, rc);

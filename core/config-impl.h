@@ -111,6 +111,9 @@ struct accel_config {
 	size_t ndocs, capdocs;
 	int resolved;
 	char peek_src[1024];       /* accelp_config_source() before resolve()   */
+	char *errs[ACCEL_CONFIG_ERRORS_MAX]; /* the last resolve()'s problems (owned) */
+	uint32_t nerrs;
+	uint32_t errs_more;        /* problems past ACCEL_CONFIG_ERRORS_MAX      */
 };
 
 /* Where a value or element came from, for messages. */

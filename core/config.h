@@ -79,8 +79,20 @@ int accelp_config_add_schema(accel_config *cfg, const char *section, const char 
 #define ACCEL_SCHEMA_SELECTED 1u
 #define ACCEL_SCHEMA_BACKEND 2u
 /* Check everything and fill defaults.  After success the getters work.
- * May be called again after more layers or schemas were added. */
+ * May be called again after more layers or schemas were added.
+ * A value that is wrong does not stop the walk: every bad key, value and
+ * section of every layer is recorded (up to ACCEL_CONFIG_ERRORS_MAX, each
+ * with its position), and `err` gets the first, followed by the others
+ * ("; also: ...") as far as they fit.  The cross-key checks run only when
+ * every key was valid on its own. */
 int accelp_config_resolve(accel_config *cfg, accel_err *err);
+#define ACCEL_CONFIG_ERRORS_MAX 20
+/* The problems the last resolve() found, one message each (borrowed until
+ * the next resolve() or free): 0 after a success.  accelp_config_error_more()
+ * is how many more there were past ACCEL_CONFIG_ERRORS_MAX. */
+uint32_t accelp_config_error_count(const accel_config *cfg);
+const char *accelp_config_error_get(const accel_config *cfg, uint32_t i);
+uint32_t accelp_config_error_more(const accel_config *cfg);
 
 /* Typed getters by full dotted path (an alias works too).  ACCEL_ERR_NOT_FOUND
  * when unset with no default, unknown, or in a section that is not selected

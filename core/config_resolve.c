@@ -117,6 +117,70 @@ static int assign(walker *w, long ki, int alias, json_t *v, const char *ppath, c
 	return ACCEL_OK;
 }
 
+static void errs_clear(accel_config *cfg)
+{
+	for (uint32_t i = 0; i < cfg->nerrs; i++)
+		free(cfg->errs[i]);
+	cfg->nerrs = 0;
+	cfg->errs_more = 0;
+}
+
+/* A problem with one member is recorded and the walk goes on, so that a
+ * user fixing a config sees every bad key at once; only running out of
+ * memory stops it. */
+static int keep(walker *w, int r)
+{
+	accel_config *cfg = w->cfg;
+	if (r == ACCEL_OK || r == ACCEL_ERR_NOMEM)
+		return r;
+	if (cfg->nerrs < ACCEL_CONFIG_ERRORS_MAX) {
+		char *m = strdup(w->err->code ? w->err->msg : "invalid value");
+		if (!m)
+			return ACCEL_ERR_NOMEM;
+		cfg->errs[cfg->nerrs++] = m;
+	} else {
+		cfg->errs_more++;
+	}
+	accelp_err_clear(w->err);
+	return ACCEL_OK;
+}
+
+/* The first problem, then the others as far as they fit. */
+static int errs_report(const accel_config *cfg, accel_err *err)
+{
+	char msg[ACCEL_ERRMSG_MAX];
+	size_t used = (size_t)snprintf(msg, sizeof(msg), "%s", cfg->errs[0]);
+	uint32_t shown = 1;
+	for (uint32_t i = 1; i < cfg->nerrs; i++) {
+		size_t n = strlen(cfg->errs[i]);
+		/* room for this one and a closing "(and N more)" */
+		if (used + 8 + n + 40 >= sizeof(msg))
+			break;
+		used += (size_t)snprintf(msg + used, sizeof(msg) - used, "; also: %s", cfg->errs[i]);
+		shown++;
+	}
+	uint32_t rest = cfg->nerrs - shown + cfg->errs_more;
+	if (rest && used < sizeof(msg))
+		snprintf(msg + used, sizeof(msg) - used, " (and %u more problem%s; `accel config "
+		         "validate` lists them)", rest, rest == 1 ? "" : "s");
+	return accelp_err_set(err, ACCEL_ERR_CONFIG, "%s", msg);
+}
+
+uint32_t accelp_config_error_count(const accel_config *cfg)
+{
+	return cfg ? cfg->nerrs : 0;
+}
+
+const char *accelp_config_error_get(const accel_config *cfg, uint32_t i)
+{
+	return cfg && i < cfg->nerrs ? cfg->errs[i] : NULL;
+}
+
+uint32_t accelp_config_error_more(const accel_config *cfg)
+{
+	return cfg ? cfg->errs_more : 0;
+}
+
 /* One member of a document: `path` is dotted, `ppath` its position path. */
 static int walk(walker *w, const char *path, const char *ppath, json_t *v)
 {
@@ -165,7 +229,7 @@ static int walk(walker *w, const char *path, const char *ppath, json_t *v)
 			r = walk(w, cp, cpp, m);
 		free(cp);
 		free(cpp);
-		if (r)
+		if ((r = keep(w, r)))
 			return r;
 	}
 	return ACCEL_OK;
@@ -375,6 +439,9 @@ int accelp_config_resolve(accel_config *cfg, accel_err *err)
 	if (!cfg)
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_config_resolve: NULL config");
 	cfg->resolved = 0;
+	errs_clear(cfg);
+	accel_err scratch;
+	accelp_err_clear(&scratch);
 	for (size_t i = 0; i < cfg->nkeys; i++)
 		for (int l = 0; l < LY_COUNT; l++)
 			cfg_setting_clear(&cfg->keys[i].set[l]);
@@ -383,17 +450,19 @@ int accelp_config_resolve(accel_config *cfg, accel_err *err)
 			const doc *d = cfg->docs[i];
 			if (d->kind != order[o])
 				continue;
-			walker w = {.cfg = cfg, .d = d, .layer = layer_of(d->kind), .err = err};
+			walker w = {.cfg = cfg, .d = d, .layer = layer_of(d->kind), .err = &scratch};
 			if (d->kind == D_ENV)
 				r = walk_env(&w);
 			else if (d->kind == D_FILE)
 				r = walk(&w, "", "", d->root);
 			else
 				r = walk(&w, d->prefix, "", d->root);
-			if (r)
-				return r;
+			if ((r = keep(&w, r)))
+				return r == ACCEL_ERR_NOMEM ? cfg_nomem(err) : r;
 		}
 	}
+	if (cfg->nerrs)
+		return errs_report(cfg, err);
 	if ((r = finalize(cfg, err)) || (r = cross_check(cfg, err)))
 		return r;
 	cfg->resolved = 1;

@@ -444,6 +444,8 @@ accel_config *accelp_config_free(accel_config *cfg)
 	for (size_t i = 0; i < cfg->ndocs; i++)
 		cfg_doc_free(cfg->docs[i]);
 	free(cfg->docs);
+	for (uint32_t i = 0; i < cfg->nerrs; i++)
+		free(cfg->errs[i]);
 	free(cfg);
 	return NULL;
 }

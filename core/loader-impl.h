@@ -38,8 +38,19 @@ typedef struct dir_rec {
 	int scanned;
 } dir_rec;
 
+/* A directory entry named like a module that is not one a scan can open
+ * (a dangling link, a loop of links, a folder): kept so that looking its
+ * name up says what it is instead of "no plugin named". */
+typedef struct skip_rec {
+	char *path;
+	char *why;
+} skip_rec;
+
 struct accel_loader {
 	const accel_host_v1 *host;
+	skip_rec *skips;
+	uint32_t n_skips, cap_skips;
+	accel_host_v1 *probe_host;   /* the host table probe_major() lends (owned) */
 	module_rec **mods;
 	uint32_t n_mods, cap_mods;
 	dir_rec *dirs;

@@ -201,6 +201,12 @@ accel_loader *accelp_loader_free(accel_loader *ld)
 		free(ld->dirs[i].origin);
 	}
 	free(ld->dirs);
+	for (uint32_t i = 0; i < ld->n_skips; i++) {
+		free(ld->skips[i].path);
+		free(ld->skips[i].why);
+	}
+	free(ld->skips);
+	free(ld->probe_host);
 	free(ld);
 	return NULL;
 }
@@ -274,6 +280,16 @@ uint32_t accelp_loader_count(const accel_loader *ld)
 const accel_module *accelp_loader_get(const accel_loader *ld, uint32_t i)
 {
 	return ld && i < ld->n_mods ? &ld->mods[i]->pub : NULL;
+}
+
+const char *accelp_loader_dir_problem(const char *dir)
+{
+	struct stat st;
+	if (!dir || stat(dir, &st) != 0)
+		return !dir || errno == ENOENT || errno == ENOTDIR ? "missing" : strerror(errno);
+	if (S_ISDIR(st.st_mode))
+		return NULL;
+	return S_ISREG(st.st_mode) ? "a file, not a directory" : "not a directory";
 }
 
 uint32_t accelp_loader_dir_count(const accel_loader *ld)
@@ -529,6 +545,38 @@ static int shadow(module_rec *m, const module_rec *first)
 	return r;
 }
 
+/* An entry that returned NULL without a word: most often a module built
+ * against headers edited to another major, whose ACCEL_HOST_REQUIRE
+ * refuses a host of ours without calling error() (it cannot know our
+ * layout).  Ask it again with only the major changed: the one it accepts
+ * is the one it was built for.  Only the entry runs (it must be free of
+ * side effects, plugin.h); the module stays broken and is never called
+ * again.  0 when no major is accepted, -1 when out of memory. */
+static int probe_major(accel_loader *ld, entry_fn fn, const accel_host_v1 *host)
+{
+	if (!ld->probe_host && !(ld->probe_host = malloc(sizeof(*ld->probe_host))))
+		return -1;
+	entry_capture quiet;
+	entry_capture *saved = entry_cap;
+	int found = 0;
+	for (int major = 0; major <= ENTRY_MAJOR_SCAN_MAX && !found; major++) {
+		if (major == ACCEL_ABI_MAJOR)
+			continue;
+		/* a host table may be shorter than ours (an older one in tests) */
+		size_t n = host->struct_size < sizeof(*ld->probe_host) ? host->struct_size
+		                                                       : sizeof(*ld->probe_host);
+		memset(ld->probe_host, 0, sizeof(*ld->probe_host));
+		memcpy(ld->probe_host, host, n);
+		ld->probe_host->abi_major = (uint32_t)major;
+		quiet.msg[0] = '\0';
+		entry_cap = &quiet;
+		if (fn(ld->probe_host))
+			found = major;
+		entry_cap = saved;
+	}
+	return found;
+}
+
 /* Fills m from the file; failures go to m's status and reason.  Returns an
  * error status only for out-of-memory. */
 static int load_into(accel_loader *ld, module_rec *m)
@@ -584,6 +632,20 @@ static int load_into(accel_loader *ld, module_rec *m)
 	if (!vt) {
 		if (cap.msg[0])
 			return accelp_loader_broken(m, "%s returned NULL: %s", sym, cap.msg);
+		int built = probe_major(ld, pe ? pe : ce, pe ? ld->host
+		                        : ld->host == accelp_host_table() ? accelp_comm_host_table()
+		                                                          : ld->host);
+		if (built < 0)
+			return ACCEL_ERR_NOMEM;
+		if (built > 0) {
+			m->pub.abi_major = (uint32_t)built;
+			return accelp_loader_broken(m, "%s returned NULL: the %s was built against accel "
+			                            "headers of ABI major %d (its entry accepts only a "
+			                            "host of major %d); this accel is ABI %d.%d: rebuild "
+			                            "it against this accel's headers (pkg-config --cflags "
+			                            "accel)", sym, accelp_loader_kind_word(m->pub.kind),
+			                            built, built, ACCEL_ABI_MAJOR, ACCEL_ABI_MINOR);
+		}
 		return accelp_loader_broken(m, "%s returned NULL (the %s gave no reason)",
 		                            sym, accelp_loader_kind_word(m->pub.kind));
 	}
@@ -662,7 +724,56 @@ static int cmp_names(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int is_candidate(const char *dir, const char *name)
+/* Whether this process is the first of its node (local rank 0, or not
+ * started by a launcher): what a scan finds wrong with a plugin directory
+ * is the same in every rank of a node, so it is said once there, and at
+ * debug level by the others. */
+static int first_on_node(void)
+{
+	static const char *const vars[] = {ACCEL_ENV_LOCAL_RANK, ACCEL_ENV_TORCH_LOCAL_RANK,
+	                                   "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+	                                   "SLURM_LOCALID"};
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v)
+			return !strcmp(v, "0");
+	}
+	return 1;
+}
+
+static void scan_warn(const char *fmt, ...) ACCEL_PRINTF(1, 2);
+static void scan_warn(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	accelp_logv(first_on_node() ? ACCEL_LOG_WARN : ACCEL_LOG_DEBUG, fmt, ap);
+	va_end(ap);
+}
+
+static int add_skip(accel_loader *ld, const char *path, const char *why)
+{
+	if (ld->n_skips == ld->cap_skips) {
+		uint32_t cap = ld->cap_skips ? 2 * ld->cap_skips : 4;
+		skip_rec *v = realloc(ld->skips, cap * sizeof(*v));
+		if (!v)
+			return ACCEL_ERR_NOMEM;
+		ld->skips = v;
+		ld->cap_skips = cap;
+	}
+	char *p = strdup(path), *w = strdup(why);
+	if (!p || !w) {
+		free(p);
+		free(w);
+		return ACCEL_ERR_NOMEM;
+	}
+	ld->skips[ld->n_skips++] = (skip_rec){.path = p, .why = w};
+	return ACCEL_OK;
+}
+
+/* 1 for a file to load; 0 for anything else, where a name like a module's
+ * that cannot be opened is recorded (add_skip) and said (scan_warn);
+ * negative when out of memory. */
+static int is_candidate(accel_loader *ld, const char *dir, const char *name)
 {
 	size_t n = strlen(name);
 	if (name[0] == '.' || n < 4 || strcmp(name + n - 3, ".so") != 0)
@@ -671,15 +782,21 @@ static int is_candidate(const char *dir, const char *name)
 	if (snprintf(p, sizeof(p), "%s/%s", dir, name) >= (int)sizeof(p))
 		return 0;
 	struct stat st;
-	if (stat(p, &st) != 0) {
+	const char *why = NULL;
+	if (stat(p, &st) != 0)
 		/* a link whose target is gone, or a loop of links: skipped, but
 		 * not silently (the user may believe that module installed) */
-		accelp_log(ACCEL_LOG_WARN, "plugin directory %s: %s is skipped: %s", dir, name,
-		          errno == ENOENT ? "a symbolic link whose target does not exist"
-		                          : strerror(errno));
-		return 0;
-	}
-	return S_ISREG(st.st_mode);
+		why = errno == ENOENT ? "a symbolic link whose target does not exist"
+		      : errno == ELOOP ? "a loop of symbolic links"
+		                       : strerror(errno);
+	else if (S_ISDIR(st.st_mode))
+		why = "a directory, not a module file";
+	else if (!S_ISREG(st.st_mode))
+		why = "not a regular file";
+	if (!why)
+		return 1;
+	scan_warn("plugin directory %s: %s is skipped: %s", dir, name, why);
+	return add_skip(ld, p, why) ? -1 : 0;
 }
 
 static int scan_dir(accel_loader *ld, dir_rec *d, accel_err *err)
@@ -691,8 +808,7 @@ static int scan_dir(accel_loader *ld, dir_rec *d, accel_err *err)
 	DIR *dh = opendir(d->dir);
 	if (!dh) {
 		/* Listed as existing but unreadable: say so once, go on. */
-		accelp_log(ACCEL_LOG_WARN, "plugin directory %s (%s): %s", d->dir, d->origin,
-		          strerror(errno));
+		scan_warn("plugin directory %s (%s): %s", d->dir, d->origin, strerror(errno));
 		return ACCEL_OK;
 	}
 	char **names = NULL;
@@ -700,7 +816,12 @@ static int scan_dir(accel_loader *ld, dir_rec *d, accel_err *err)
 	int r = ACCEL_OK;
 	struct dirent *de;
 	while ((de = readdir(dh))) {
-		if (!is_candidate(d->dir, de->d_name))
+		int c = is_candidate(ld, d->dir, de->d_name);
+		if (c < 0) {
+			r = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+			goto done;
+		}
+		if (!c)
 			continue;
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 16;

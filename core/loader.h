@@ -148,6 +148,10 @@ const accel_module *accelp_loader_get(const accel_loader *ld, uint32_t i);
  * "ACCEL_PLUGIN_PATH", "install", or what add_dir was given); exists=0 if
  * missing or not a directory.  NULL past the end. */
 uint32_t accelp_loader_dir_count(const accel_loader *ld);
+/* What is wrong with `dir` as a plugin directory, for messages: NULL when
+ * it is a directory, else "missing", "a file, not a directory", "not a
+ * directory" or the reason stat() gave (a static string). */
+const char *accelp_loader_dir_problem(const char *dir);
 const char *accelp_loader_dir(const accel_loader *ld, uint32_t i, const char **ret_origin,
                               int *ret_exists);
 

@@ -146,12 +146,33 @@ int accelp_loader_find(accel_loader *ld, int kind, const char *name,
 			return accelp_err_set(err, ACCEL_ERR_PLUGIN, "%s '%s' cannot be used: %s",
 			                     word, name, o->pub.reason);
 	}
+	/* A file of that name that the scan could not open. */
+	for (uint32_t i = 0; i < ld->n_skips; i++)
+		if (stem_matches(ld->skips[i].path, name))
+			return accelp_err_set(err, ACCEL_ERR_PLUGIN, "%s '%s' cannot be used: %s exists "
+			                     "but is not a module that can be loaded: %s", word, name,
+			                     ld->skips[i].path, ld->skips[i].why);
+	/* A file of that name that holds a module of another name: modules
+	 * are found by the name they declare, not by their file's. */
+	char other[512] = "";
+	for (uint32_t i = 0; i < ld->n_mods; i++) {
+		module_rec *o = ld->mods[i];
+		if (o->pub.name && strcmp(o->pub.name, name) && stem_matches(o->pub.path, name))
+			accelp_loader_appendf(other, sizeof(other), "; %s exists but declares the %s "
+			                      "name '%s' (a module is selected by the name it declares)",
+			                      o->pub.path, accelp_loader_kind_word(o->pub.kind),
+			                      o->pub.name);
+	}
 
 	char dirs[1024] = "", avail[512] = "";
-	for (uint32_t i = 0; i < ld->n_dirs; i++)
-		accelp_loader_appendf(dirs, sizeof(dirs), "%s%s (%s%s)", i ? ", " : "",
-		                      ld->dirs[i].dir, ld->dirs[i].origin,
-		                      ld->dirs[i].exists ? "" : ", missing");
+	for (uint32_t i = 0; i < ld->n_dirs; i++) {
+		/* a file given for a folder is not "missing" */
+		const char *problem = ld->dirs[i].exists ? NULL
+		                                         : accelp_loader_dir_problem(ld->dirs[i].dir);
+		accelp_loader_appendf(dirs, sizeof(dirs), "%s%s (%s%s%s)", i ? ", " : "",
+		                      ld->dirs[i].dir, ld->dirs[i].origin, problem ? ", " : "",
+		                      problem ? problem : "");
+	}
 	const char *best = NULL;
 	size_t best_d = (size_t)-1;
 	for (uint32_t i = 0; i < ld->n_mods; i++) {
@@ -176,8 +197,8 @@ int accelp_loader_find(accel_loader *ld, int kind, const char *name,
 		                     "no %s named '%s': no plugin directories are configured (set "
 		                     "ACCEL_PLUGIN_PATH or plugin_dirs)", word, name);
 	return accelp_err_set(err, ACCEL_ERR_NOT_FOUND,
-	                     "no %s named '%s' in %s (available: %s)%s%s%s", word, name, dirs,
+	                     "no %s named '%s' in %s (available: %s)%s%s%s%s", word, name, dirs,
 	                     avail[0] ? avail : "none", suggest ? "; did you mean '" : "",
-	                     suggest ? best : "", suggest ? "'?" : "");
+	                     suggest ? best : "", suggest ? "'?" : "", other);
 }
 

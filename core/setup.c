@@ -38,6 +38,53 @@ static int load_layers(const accelp_setup_opts *o, accelp_setup *s, accel_err *e
 	return r;
 }
 
+/* The nearest folder above `path` that exists ("" when none does). */
+static void existing_parent(const char *path, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s", path);
+	for (;;) {
+		char *slash = strrchr(buf, '/');
+		while (slash && slash > buf && slash[1] == '\0') {   /* "a/b/" */
+			*slash = '\0';
+			slash = strrchr(buf, '/');
+		}
+		if (!slash) {
+			snprintf(buf, cap, "%s", ".");
+			return;
+		}
+		slash[slash == buf ? 1 : 0] = '\0';
+		if (!accelp_loader_dir_problem(buf) || slash == buf)
+			return;
+	}
+}
+
+static int dir_check(const accel_config *cfg, uint32_t i, const char *dir, accel_err *err)
+{
+	const char *problem = accelp_loader_dir_problem(dir);
+	if (!problem)
+		return ACCEL_OK;
+	const char *src = accelp_config_source(cfg, "plugin_dirs");
+	char parent[4096];
+	existing_parent(dir, parent, sizeof(parent));
+	if (!strcmp(problem, "a file, not a directory")) {
+		size_t n = strlen(dir);
+		const char *so = n > 3 && !strcmp(dir + n - 3, ".so") ? "a module's path; " : "";
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
+		                     "plugin_dirs[%u] (from %s) is '%s', which is a file, not a "
+		                     "directory: %splugin_dirs lists the folders that hold modules, "
+		                     "so name its folder, \"%s\"", i, src ? src : "?", dir, so,
+		                     parent);
+	}
+	if (!strcmp(problem, "missing"))
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
+		                     "plugin_dirs[%u] (from %s) is '%s', which does not exist (the "
+		                     "nearest folder above it that does is %s): fix the name, create "
+		                     "the folder or remove the entry", i, src ? src : "?", dir, parent);
+	return accelp_err_set(err, ACCEL_ERR_CONFIG,
+	                     "plugin_dirs[%u] (from %s) is '%s', which cannot be used as a plugin "
+	                     "directory: %s", i, src ? src : "?", dir, problem);
+}
+
 /* The config's plugin_dirs, all checked before any is added, so a bad
  * entry leaves the loader without them rather than with some. */
 static int add_config_dirs(const accel_config *cfg, accel_loader *ld, accel_err *err)
@@ -58,6 +105,14 @@ static int add_config_dirs(const accel_config *cfg, accel_loader *ld, accel_err 
 		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "plugin_dirs%s%s%s must be a list of directory names",
 		                     src ? " (" : "", src ? src : "", src ? ")" : "");
+	}
+	/* A file (the likely slip: a .so's path for its folder) or a folder
+	 * that is not there is said here, with the fix, rather than found out
+	 * later as a plugin that is "not found". */
+	for (uint32_t i = 0; i < n; i++) {
+		accelp_config_peek_strlist(cfg, "plugin_dirs", i, &dir);
+		if ((r = dir_check(cfg, i, dir, err)))
+			return r;
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		accelp_config_peek_strlist(cfg, "plugin_dirs", i, &dir);

@@ -90,16 +90,18 @@ for spec in \
 	"not-elf.so|- - - - broken" \
 	"truncated.so|- - - - broken" \
 	"no-entry.so|- - - - broken" \
-	"null-slot.so|null-slot 1.2.3 v1 strategy broken"; do
+	"null-slot.so|null-slot 1.2.3 v1 strategy broken" \
+	"other-major.so|- - v2 - broken"; do
 	file=${spec%%|*}
 	want=${spec#*|}
 	got=$(row "$file")
 	[ "$got" = "$want" ] || { cat "$tmp/out" >&2; fail "row of $file is '$got', expected '$want'"; }
 done
-has "$tmp/out" "^26 found: $n_ok ok, $n_unavail unavailable, 14 broken, 1 shadowed\.$"
+has "$tmp/out" "^27 found: $n_ok ok, $n_unavail unavailable, 15 broken, 1 shadowed\.$"
 
 has "$tmp/out" "^  $fx/not-elf.so: not an ELF shared object"
 has "$tmp/out" "^  $fx/abi-v9.so: built for plugin ABI v9; this accel supports v1$"
+has "$tmp/out" "^  $fx/other-major.so: accel_plugin_entry_v1 returned NULL: the plugin was built against accel headers of ABI major 2 "
 if [ "$needs_cuda" = ok ]; then
 	! grep -q "needs-cuda.so:" "$tmp/out" || fail "needs-cuda is listed as not usable"
 else
@@ -130,7 +132,7 @@ b = mods["small-struct.so"]
 assert b["status"] == "broken" and b["name"] == "small-struct" and b["reason"].startswith("struct_size too small"), b
 c = mods["comm-good.so"]
 assert c["kind"] == "comm" and c["devices"] == ["cpu"], c
-assert len(mods) == 26, sorted(mods)
+assert len(mods) == 27, sorted(mods)
 PYEOF
 
 echo "== the same name in two directories: the earlier wins, the later is shadowed"
@@ -143,7 +145,7 @@ run 0 plugins list --plugin-dir "$tmp/over" --plugin-dir "$fx"
 	{ cat "$tmp/out" >&2; fail "row of good.so is '$(row good.so)'"; }
 has "$tmp/out" "^Shadowed (the file of that name earlier in the search order is used):$"
 has "$tmp/out" "^  $fx/good.so: plugin 'good' is shadowed by $tmp/over/good.so, which comes earlier in the search order$"
-has "$tmp/out" "^27 found: $n_ok ok, $n_unavail unavailable, 14 broken, 2 shadowed\.$"
+has "$tmp/out" "^28 found: $n_ok ok, $n_unavail unavailable, 15 broken, 2 shadowed\.$"
 # the one-line notice, on stderr
 [ "$(grep -c "is shadowed by" "$tmp/err")" = 1 ] || { cat "$tmp/err" >&2; fail "expected one notice"; }
 has "$tmp/err" "^\[accel\] info: $fx/good.so: plugin 'good' is shadowed by $tmp/over/good.so, which comes earlier in the search order$"
@@ -240,7 +242,7 @@ ACCEL_LOG_LEVEL=warn NCCL_DEBUG=INFO run 0 env --plugin-dir "$fx"
 for want in "^## accel$" "^- accel: [0-9.]* (plugin ABI ${ABI#v})$" "^- compiler: " "^- jansson: " \
 	"^- build features: CUDA \(yes\|no\), NCCL \(yes\|no\)" "^- CUDA driver: " "^- CUDA runtime: " \
 	"^- GPUs: " "^- NCCL: " "^- MPI library: " "^- OS: .*; kernel " "^- CPU: .*cores online" \
-	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 26$" \
+	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 27$" \
 	"^| good | 1\.2\.3 | strategy | ok | \`$fx/good.so\` |$" \
 	"^| bad-schema | 1\.2\.3 | strategy | broken: schema entry 0 ('bad_schema\.steps', int)" \
 	"^ACCEL_LOG_LEVEL=warn$" "^NCCL_DEBUG=INFO$"; do

@@ -17,7 +17,8 @@ run() {
 	"$ACCEL_CLI" launch -n 4 --grace-s 5 --set "backend=$BACKEND" "$@" >"$OUT/run.log" 2>&1
 	rc=$?
 }
-oks() { grep -c "comm-groups $1: ok (backend $BACKEND)" "$OUT/run.log"; }
+# (rank lines only: the launcher's failure summary repeats some, indented)
+oks() { grep -c "^\[rank [0-9]*\] .*comm-groups $1: ok (backend $BACKEND)" "$OUT/run.log"; }
 
 run -- "$PROG" values
 [ "$rc" -eq 0 ] && [ "$(oks values)" -eq 4 ] || fail "values: rc $rc"

@@ -527,6 +527,70 @@ START_TEST(unknown_key_set)
 }
 END_TEST
 
+/* Several problems: all are reported, each with its position, in document
+ * order and then by layer; the cross-key checks wait for valid keys. */
+START_TEST(several_errors)
+{
+	accel_err e;
+	accel_config *c = mk(&e);
+	char *env[] = {"ACCEL_SEDE=4", NULL};
+	ck_assert_int_eq(run(c, "{\n  \"seed\": \"x\",\n  \"gradient_acumulation_steps\": 2,\n"
+	                        "  \"optimizer\": {\"params\": {\"lr\": -1}},\n"
+	                        "  \"scheduler\": {\"type\": \"linear\"}\n}",
+	                     env, "mixed_precison=bf16", &e), ACCEL_ERR_CONFIG);
+	static const char *const want[] = {
+		"invalid value for 'seed' at cfg.json:2:11: expected an integer >= 0, got string \"x\"",
+		"unknown key 'gradient_acumulation_steps' at cfg.json:3:3; did you mean "
+		"'gradient_accumulation_steps'?",
+		"invalid value for 'optimizer.params.lr' at cfg.json:4:34: expected a number >= 0, "
+		"got -1",
+		"unknown key 'sede' at env ACCEL_SEDE; did you mean 'seed' (ACCEL_SEED)? (ACCEL_* "
+		"variables set config keys; see docs/config.md)",
+		"unknown key 'mixed_precison' at --set mixed_precison=bf16; did you mean "
+		"'mixed_precision'?",
+	};
+	size_t n = sizeof(want) / sizeof(want[0]);
+	ck_assert_uint_eq(accelp_config_error_count(c), n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_str_eq(accelp_config_error_get(c, (uint32_t)i), want[i]);
+	ck_assert_ptr_null(accelp_config_error_get(c, (uint32_t)n));
+	ck_assert_uint_eq(accelp_config_error_more(c), 0);
+	/* the message: the first, then the others */
+	char msg[ACCEL_ERRMSG_MAX];
+	snprintf(msg, sizeof(msg), "%s; also: %s; also: %s; also: %s; also: %s", want[0], want[1],
+	         want[2], want[3], want[4]);
+	ck_assert_str_eq(e.msg, msg);
+	/* scheduler.total_steps is missing for 'linear': a cross-key check,
+	 * which is not run on a config with bad keys */
+	ck_assert_ptr_null(strstr(e.msg, "total_steps"));
+	c = accelp_config_free(c);
+
+	/* more than the limit: the first ACCEL_CONFIG_ERRORS_MAX, and a count */
+	char big[4096];
+	size_t used = (size_t)snprintf(big, sizeof(big), "{");
+	for (int i = 0; i < ACCEL_CONFIG_ERRORS_MAX + 5; i++)
+		used += (size_t)snprintf(big + used, sizeof(big) - used, "%s\"bogus_%02d\": 1",
+		                         i ? ", " : "", i);
+	snprintf(big + used, sizeof(big) - used, "}");
+	c = mk(&e);
+	ck_assert_int_eq(run(c, big, NULL, NULL, &e), ACCEL_ERR_CONFIG);
+	ck_assert_uint_eq(accelp_config_error_count(c), ACCEL_CONFIG_ERRORS_MAX);
+	ck_assert_uint_eq(accelp_config_error_more(c), 5);
+	ck_assert_ptr_nonnull(strstr(accelp_config_error_get(c, 19), "'bogus_19' at cfg.json:1:"));
+	ck_assert_msg(strstr(e.msg, "more problems; `accel config validate` lists them)") != NULL,
+	              "%s", e.msg);
+	ck_assert_ptr_eq(strstr(e.msg, "unknown key 'bogus_00' at cfg.json:1:2"), e.msg);
+
+	/* fixed, it resolves, and the list is empty again */
+	accelp_err_clear(&e);
+	c = accelp_config_free(c);
+	c = mk(&e);
+	ck_assert_int_eq(run(c, "{\"seed\": 3}", NULL, NULL, &e), ACCEL_OK);
+	ck_assert_uint_eq(accelp_config_error_count(c), 0);
+	c = accelp_config_free(c);
+}
+END_TEST
+
 START_TEST(wrong_type)
 {
 	accel_err e;
@@ -1270,6 +1334,17 @@ START_TEST(cli_validate)
 	CLI_HAS(r, want);
 	CLI_HAS(r, "did you mean 'gradient_accumulation_steps'?");
 
+	/* several problems: one line each, with its position */
+	write_file(bad, "{\n  \"seed\": \"x\",\n  \"gradient_acumulation_steps\": 2\n}\n");
+	cli(&r, (const char *[]){"config", "validate", "--no-env", bad, NULL});
+	ck_assert_int_eq(r.status, 1);
+	static char want2[4 * PATH_MAX + 256];
+	snprintf(want2, sizeof(want2), "%s: error: invalid value for 'seed' at %s:2:11: expected "
+	         "an integer >= 0, got string \"x\"\n%s: error: unknown key "
+	         "'gradient_acumulation_steps' at %s:3:3; did you mean "
+	         "'gradient_accumulation_steps'?\n", bad, bad, bad, bad);
+	CLI_HAS(r, want2);
+
 	cli(&r, (const char *[]){"config", "validate", "/nonexistent/cfg.json", NULL});
 	ck_assert_int_eq(r.status, 1);
 	CLI_HAS(r, "/nonexistent/cfg.json");
@@ -1383,6 +1458,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, file_nul_and_bom);
 	tcase_add_test(tc, env_reserved);
 	tcase_add_test(tc, unknown_key_file);
+	tcase_add_test(tc, several_errors);
 	tcase_add_test(tc, unknown_key_env);
 	tcase_add_test(tc, unknown_key_set);
 	tcase_add_test(tc, wrong_type);

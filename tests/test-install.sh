@@ -3,7 +3,10 @@
 # Install accel into a temporary DESTDIR, build examples/plugin-skeleton (the
 # localsgd strategy) out of tree with only the installed accel.pc and
 # headers, install it into the plugin directory pkg-config names, and check
-# that the installed `accel` lists it and describes its schema.
+# that the installed `accel` lists it and describes its schema.  The example
+# program, configs, docs and man page are installed, and the installed
+# accel-train-mlp trains on 2 processes with the installed plugins (a loop
+# of links in a plugin directory warns once for the job).
 # tests/test-localsgd.sh trains with it.  Then the build tree with the
 # installed modules later in its search path (as after `meson install` to
 # the prefix it was configured for): its own modules are used, the
@@ -95,6 +98,54 @@ for want in 'localsgd 1.0.0: Local SGD' 'role strategy' 'capabilities: *cpu, cud
 	'localsgd.global_grad_stats  *bool  *default false' \
 	'"strategy": "localsgd"' 'config section: *"localsgd"'; do
 	grep -q -- "$want" "$tmp/info.out" || fail "info lacks '$want'"
+done
+
+echo "== the example program, its configs, the docs and the man page are installed"
+for f in bin/accel-train-mlp libexec/accel/train_mlp share/accel/examples/configs/ddp.json \
+	share/accel/examples/README.md share/accel/examples/plugin-skeleton/localsgd.c \
+	share/doc/accel/README.md share/doc/accel/getting-started.md share/doc/accel/config.md \
+	share/doc/accel/launch.md share/doc/accel/checkpoints.md share/man/man1/accel.1; do
+	[ -f "$root/$f" ] || fail "$f is not installed under $root"
+done
+[ -x "$root/bin/accel-train-mlp" ] || fail "bin/accel-train-mlp is not executable"
+# every command that `accel --help` lists has its entry in the man page
+"$accel" --help >"$tmp/help.out" || fail_with "accel --help failed" "$tmp/help.out"
+cmds=$(sed -n '/^Commands:/,/^$/p' "$tmp/help.out" | awk 'NR > 1 && NF { print $1 }')
+[ -n "$cmds" ] || fail_with "accel --help lists no commands" "$tmp/help.out"
+for c in $cmds; do
+	grep -q "^\.TP\$" "$root/share/man/man1/accel.1" &&
+		awk -v c="$c" 'prev == ".TP" && $0 == ".B " c { found = 1 } { prev = $0 } END { exit !found }' \
+			"$root/share/man/man1/accel.1" ||
+		fail "the man page has no entry for 'accel $c' (docs/accel.1, COMMANDS)"
+done
+if command -v groff >/dev/null 2>&1; then
+	LC_ALL=C groff -man -ww -z "$root/share/man/man1/accel.1" >"$tmp/groff.out" 2>&1 ||
+		fail_with "groff refuses the man page" "$tmp/groff.out"
+	[ ! -s "$tmp/groff.out" ] || fail_with "groff warns about the man page" "$tmp/groff.out"
+fi
+
+echo "== the installed accel-train-mlp trains on 2 processes with the installed plugins"
+# A plugin directory with a loop of symbolic links next to the real one:
+# one warning for the job (local rank 0's), not one per rank.
+mkdir "$tmp/loopy"
+ln -s loop-b.so "$tmp/loopy/loop-a.so"
+ln -s loop-a.so "$tmp/loopy/loop-b.so"
+printf '{"plugin_dirs": ["%s", "%s"], "strategy": "ddp", "backend": "shm"}\n' "$plugindir" \
+	"$tmp/loopy" >"$tmp/train.json"
+(cd "$tmp" && PATH="$root/bin:$PATH" accel launch -n 2 --config "$tmp/train.json" -- \
+	accel-train-mlp --hidden 16 --steps 3 --samples 64 --batch-size 16 --no-eval) \
+	>"$tmp/train.out" 2>"$tmp/train.err" ||
+	fail_with "the installed accel-train-mlp failed" "$tmp/train.out" "$tmp/train.err"
+cat "$tmp/train.out"
+grep -q '^\[rank 0\] train_mlp: .*, 2 processes, global batch 16, 64 samples' "$tmp/train.out" ||
+	fail_with "no 2-process header" "$tmp/train.out"
+grep -q '^\[rank 0\] trained 3 steps (3 global batches)' "$tmp/train.out" ||
+	fail_with "did not train 3 steps" "$tmp/train.out"
+for l in a b; do
+	n=$(grep -c "plugin directory $tmp/loopy: loop-$l.so is skipped: a loop of symbolic links" \
+		"$tmp/train.err" || true)
+	[ "$n" -eq 1 ] || fail_with "the loop-$l.so warning appears $n times, expected once" \
+		"$tmp/train.err"
 done
 
 # Without plugin_dirs it is not found, and the error says where it looked.

@@ -788,6 +788,24 @@ START_TEST(rank_killed_by_sigkill)
 }
 END_TEST
 
+/* The first rank to fail printed nothing (it stopped because rank 0 told
+ * it to); the summary also shows the rank the launcher stopped that wrote
+ * the reason on stderr. */
+START_TEST(summary_shows_the_rank_with_the_reason)
+{
+	run r;
+	launch(&r, (const char *[]){"-n", "3", "--", prog, "refuse", "0", NULL});
+	ck_assert_msg(r.status == 1, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: rank 1 printed nothing\n");
+	HAS(r.err, "accel launch: last 1 line of rank 0 (stopped by the launcher; it wrote on "
+	           "stderr):\n  [rank 0] refuse: --out /nonexistent/x: cannot write in "
+	           "/nonexistent\n");
+	/* rank 2 wrote nothing: not shown */
+	HASNT(r.err, "of rank 2");
+	run_free(&r);
+}
+END_TEST
+
 START_TEST(stubborn_ranks_get_sigkill_after_grace)
 {
 	char *d = tmpdir();
@@ -1059,6 +1077,7 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, log_write_failure_is_reported);
 	tcase_add_test(tc, simultaneous_failures_are_each_reported);
 	tcase_add_test(tc, stubborn_ranks_get_sigkill_after_grace);
+	tcase_add_test(tc, summary_shows_the_rank_with_the_reason);
 	tcase_add_test(tc, program_not_found);
 	tcase_add_test(tc, leftover_children_are_stopped);
 	tcase_add_test(tc, ignored_sighup_stays_ignored);

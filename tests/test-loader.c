@@ -672,6 +672,7 @@ START_TEST(scan_fixture_dir)
 		{"needs-cuda.so", "unavailable"}, {"needs-mpi.so", "ok"},
 		{"no-entry.so", "broken"},
 		{"not-elf.so", "broken"},    {"null-slot.so", "broken"},
+		{"other-major.so", "broken"},
 		{"plugin-named-fx-comm.so", "broken"},
 		{"section-clash.so", "ok"},
 		{"short-hook.so", "ok"},     {"small-struct.so", "broken"},
@@ -1130,6 +1131,184 @@ START_TEST(host_require_checks_size_and_major)
 }
 END_TEST
 
+/* Built against a types.h edited to major 2: its entry refuses our host
+ * without a word; the loader finds the major it accepts and names it. */
+START_TEST(other_major_is_named)
+{
+	const char *want = "accel_plugin_entry_v1 returned NULL: the plugin was built against "
+	                   "accel headers of ABI major 2 (its entry accepts only a host of major "
+	                   "2); this accel is ABI 1.";
+	accel_loader *ld = new_loader();
+	const accel_module *m = load1(ld, "other-major.so");
+	assert_reason(m, ACCEL_MODULE_BROKEN, want);
+	ASSERT_HAS(m->reason, "rebuild it against this accel's headers (pkg-config --cflags accel)");
+	ck_assert_int_eq(m->abi_major, 2);
+	ck_assert_ptr_null(m->plugin);
+	accelp_loader_free(ld);
+	/* the same through the core's own host table */
+	ck_assert_int_eq(accelp_loader_new(accelp_host_table(), &ld, NULL), ACCEL_OK);
+	m = NULL;
+	ck_assert_int_eq(accelp_loader_load_file(ld, fx("other-major.so"), &m, NULL), ACCEL_OK);
+	assert_reason(m, ACCEL_MODULE_BROKEN, want);
+	/* and selecting it by its file's name says the same */
+	accelp_loader_free(ld);
+	const char *d = scenario("major", "other-major.so", (const char *)NULL);
+	ld = new_loader();
+	accel_err err;
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+	const accel_module *f = NULL;
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "other-major", &f, &err),
+	                 ACCEL_ERR_PLUGIN);
+	ASSERT_HAS(err.msg, "plugin 'other-major' cannot be used: ");
+	ASSERT_HAS(err.msg, "/major/other-major.so: accel_plugin_entry_v1 returned NULL: the "
+	                    "plugin was built against accel headers of ABI major 2");
+	accelp_loader_free(ld);
+}
+END_TEST
+
+/* Names like modules that the scan cannot open: a dangling link, a loop
+ * of links, a folder.  Looking one up says what it is (not "no plugin
+ * named"); the scan warns once per node (local rank 0), and a file that
+ * holds a module of another name is pointed out. */
+START_TEST(find_skipped_says_what)
+{
+	const char *d = scenario("skips", "good.so", (const char *)NULL);
+	char p[PATH_MAX], q[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/gone.so", d);
+	ck_assert_int_eq(symlink("/nonexistent/gone.so", p), 0);
+	snprintf(p, sizeof(p), "%s/loop-a.so", d);
+	snprintf(q, sizeof(q), "%s/loop-b.so", d);
+	ck_assert_int_eq(symlink(q, p), 0);
+	ck_assert_int_eq(symlink(p, q), 0);
+	snprintf(p, sizeof(p), "%s/folder.so", d);
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	/* a copy (a link would be the same file as good.so, loaded once) */
+	char cmd[2 * PATH_MAX + 16];
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s/renamed.so'", fx("good.so"), d);
+	ck_assert_int_eq(system(cmd), 0);
+
+	accelp_log_set_level(ACCEL_LOG_WARN);
+	static const char *const rank_vars[] = {"ACCEL_LOCAL_RANK", "LOCAL_RANK",
+	                                        "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+	                                        "SLURM_LOCALID"};
+	for (size_t i = 0; i < sizeof(rank_vars) / sizeof(rank_vars[0]); i++)
+		unsetenv(rank_vars[i]);
+	for (int local_rank = 0; local_rank < 3; local_rank++) {
+		char v[8];
+		snprintf(v, sizeof(v), "%d", local_rank);
+		if (local_rank < 2)
+			setenv("ACCEL_LOCAL_RANK", v, 1);
+		else   /* not started by a launcher: the only process */
+			unsetenv("ACCEL_LOCAL_RANK");
+		accel_loader *ld = new_loader();
+		accel_err err;
+		accelp_err_clear(&err);
+		ck_assert_int_eq(accelp_loader_add_dir(ld, d, "plugin_dirs", &err), ACCEL_OK);
+		capture_begin();
+		ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
+		const char *out = capture_end();
+		if (local_rank == 1) {
+			ck_assert_str_eq(out, "");
+		} else {
+			char want[4 * PATH_MAX];
+			snprintf(want, sizeof(want),
+			         "[accel] warn: plugin directory %s: folder.so is skipped: a directory, "
+			         "not a module file\n"
+			         "[accel] warn: plugin directory %s: gone.so is skipped: a symbolic link "
+			         "whose target does not exist\n"
+			         "[accel] warn: plugin directory %s: loop-a.so is skipped: a loop of "
+			         "symbolic links\n"
+			         "[accel] warn: plugin directory %s: loop-b.so is skipped: a loop of "
+			         "symbolic links\n", d, d, d, d);
+			/* readdir order is the directory's: compare sorted lines */
+			static char got[8192], exp[4 * PATH_MAX];
+			snprintf(got, sizeof(got), "%s", out);
+			snprintf(exp, sizeof(exp), "%s", want);
+			ck_assert_uint_eq(strlen(got), strlen(exp));
+			for (char *line = strtok(exp, "\n"); line; line = strtok(NULL, "\n"))
+				ck_assert_msg(strstr(out, line) != NULL, "'%s' lacks '%s'", out, line);
+		}
+		static const char *const cases[][2] = {
+			{"gone", "gone.so exists but is not a module that can be loaded: a symbolic link "
+			         "whose target does not exist"},
+			{"loop-a", "loop-a.so exists but is not a module that can be loaded: a loop of "
+			           "symbolic links"},
+			{"folder", "folder.so exists but is not a module that can be loaded: a directory, "
+			           "not a module file"},
+		};
+		for (size_t i = 0; i < 3; i++) {
+			const accel_module *f = NULL;
+			accelp_err_clear(&err);
+			ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, cases[i][0], &f, &err),
+			                 ACCEL_ERR_PLUGIN);
+			char want[PATH_MAX + 256];
+			snprintf(want, sizeof(want), "plugin '%s' cannot be used: %s/%s", cases[i][0], d,
+			         cases[i][1]);
+			ck_assert_str_eq(err.msg, want);
+		}
+		/* a file named for one module that declares another (the copy
+		 * comes after good.so by name, so it is the shadowed one) */
+		const accel_module *f = NULL;
+		accelp_err_clear(&err);
+		ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "renamed", &f, &err),
+		                 ACCEL_ERR_NOT_FOUND);
+		char want[PATH_MAX + 256];
+		snprintf(want, sizeof(want), "; %s/renamed.so exists but declares the plugin name "
+		         "'good' (a module is selected by the name it declares)", d);
+		ASSERT_HAS(err.msg, want);
+		ASSERT_HAS(err.msg, "no plugin named 'renamed' in ");
+		accelp_loader_free(ld);
+	}
+	unsetenv("ACCEL_LOCAL_RANK");
+}
+END_TEST
+
+/* plugin_dirs naming a file (a module's path for its folder) or a folder
+ * that is not there: a config error at set-up, saying what it is and
+ * what to write instead; ACCEL_PLUGIN_PATH's file is not "missing". */
+START_TEST(plugin_dirs_file_or_missing)
+{
+	static char json[2 * PATH_MAX + 256];
+	char msg[ACCEL_ERRMSG_MAX];
+	static char want[4 * PATH_MAX + 1024];
+	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\"]}", fx("good.so"));
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_CONFIG);
+	snprintf(want, sizeof(want),
+	         "plugin_dirs[0] (from <config_json>:1:17) is '%s', which is a file, not a "
+	         "directory: a module's path; plugin_dirs lists the folders that hold modules, so "
+	         "name its folder, \"%s\"", fx("good.so"), fixdir);
+	ck_assert_str_eq(msg, want);
+
+	char missing[1200];
+	snprintf(missing, sizeof(missing), "%s/no-such/plugins", tmpdir);
+	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\", \"%s\"]}", fixdir, missing);
+	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_CONFIG);
+	snprintf(want, sizeof(want),
+	         "plugin_dirs[1] (from <config_json>:1:17) is '%s', which does not exist (the "
+	         "nearest folder above it that does is %s): fix the name, create the folder or "
+	         "remove the entry", missing, tmpdir);
+	ck_assert_str_eq(msg, want);
+
+	/* a file on ACCEL_PLUGIN_PATH: named as a file when nothing is found */
+	accel_loader *ld = new_loader();
+	accel_err err;
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, fx("good.so"), "ACCEL_PLUGIN_PATH", &err),
+	                 ACCEL_OK);
+	ck_assert_int_eq(accelp_loader_add_dir(ld, missing, "install", &err), ACCEL_OK);
+	const accel_module *f = NULL;
+	ck_assert_int_eq(accelp_loader_find(ld, ACCEL_MODULE_PLUGIN, "good", &f, &err),
+	                 ACCEL_ERR_NOT_FOUND);
+	snprintf(want, sizeof(want), "no plugin named 'good' in %s (ACCEL_PLUGIN_PATH, a file, not "
+	         "a directory), %s (install, missing) (available: none)", fx("good.so"), missing);
+	ck_assert_str_eq(err.msg, want);
+	ck_assert_ptr_null(accelp_loader_dir_problem(fixdir));
+	ck_assert_str_eq(accelp_loader_dir_problem(missing), "missing");
+	accelp_loader_free(ld);
+}
+END_TEST
+
 static Suite *loader_suite(void)
 {
 	Suite *s = suite_create("loader");
@@ -1159,6 +1338,8 @@ static Suite *loader_suite(void)
 	tcase_add_test(tc, bad_arguments);
 	tcase_add_test(tc, real_host_forwards_entry_errors);
 	tcase_add_test(tc, host_require_checks_size_and_major);
+	tcase_add_test(tc, other_major_is_named);
+	tcase_add_test(tc, find_skipped_says_what);
 	suite_add_tcase(s, tc);
 	TCase *tcx = tcase_create("context");
 	tcase_add_checked_fixture(tcx, setup_keep_path, teardown);
@@ -1170,6 +1351,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tcx, broken_plugin_does_not_hide_a_backend);
 	tcase_add_test(tcx, auto_reports_a_broken_device_backend);
 	tcase_add_test(tcx, plugin_dirs_override_a_builtin_strategy);
+	tcase_add_test(tcx, plugin_dirs_file_or_missing);
 	suite_add_tcase(s, tcx);
 	return s;
 }

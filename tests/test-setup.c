@@ -53,8 +53,15 @@ START_TEST(directories_in_search_order)
 {
 	setenv("ACCEL_PLUGIN_PATH", "/env/a:/env/b", 1);
 	const char *extra[] = {"/cli/x"};
+	/* plugin_dirs must exist (a missing one is a config error) */
+	char cfg_p[PATH_MAX], cfg_q[PATH_MAX], json[3 * PATH_MAX];
+	snprintf(cfg_p, sizeof(cfg_p), "%s/p", tmpdir);
+	snprintf(cfg_q, sizeof(cfg_q), "%s/q", tmpdir);
+	ck_assert_int_eq(mkdir(cfg_p, 0755), 0);
+	ck_assert_int_eq(mkdir(cfg_q, 0755), 0);
+	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\", \"%s/\"]}", cfg_p, cfg_q);
 	accelp_setup_opts so = {
-		.config_json = "{\"plugin_dirs\": [\"/cfg/p\", \"/cfg/q/\"]}",
+		.config_json = json,
 		.skip_env = 1,
 		.extra_dirs = extra,
 		.n_extra_dirs = 1,
@@ -64,8 +71,8 @@ START_TEST(directories_in_search_order)
 	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_OK);
 	ck_assert_int_eq(s.failed_at, ACCELP_SETUP_OK);
-	static const char *const want[][2] = {
-		{"/cli/x", "--plugin-dir"}, {"/cfg/p", "plugin_dirs"}, {"/cfg/q", "plugin_dirs"},
+	const char *const want[][2] = {
+		{"/cli/x", "--plugin-dir"}, {cfg_p, "plugin_dirs"}, {cfg_q, "plugin_dirs"},
 		{"/env/a", "ACCEL_PLUGIN_PATH"}, {"/env/b", "ACCEL_PLUGIN_PATH"},
 		{ACCEL_PLUGINDIR, "install"},
 	};

@@ -52,6 +52,18 @@ grep -q "failed: exit code 2" "$tmp/err" || fail "even_batches: the rank did not
 expect 1 "not a multiple of the 2 processes" "$ACCEL_CLI" launch -n 2 -- $T $small --batch-size 33
 grep -q "failed: exit code 2" "$tmp/err" || fail "batch size: the rank did not exit 2"
 
+echo "== under accel launch every rank says why it stops, and the summary shows the reason"
+expect 1 "" "$ACCEL_CLI" launch -n 2 -- $T $small --save-final "$tmp/missing/w.safetensors"
+reason="train_mlp: --save-final $tmp/missing/w.safetensors: cannot write in $tmp/missing"
+grep -qxF "[rank 0] $reason: No such file or directory" "$tmp/err" ||
+	{ cat "$tmp/err" >&2; fail "rank 0's reason is not printed"; }
+grep -qxF "[rank 1] train_mlp: rank 1: stopping: rank 0 refused an output path (its message above says why)" \
+	"$tmp/err" || { cat "$tmp/err" >&2; fail "rank 1 stops without a word"; }
+grep -q "printed nothing" "$tmp/err" && { cat "$tmp/err" >&2; fail "a rank printed nothing"; }
+# whichever rank the launcher saw fail first, its summary holds rank 0's line
+sed -n '/^accel launch: last /,$p' "$tmp/err" | grep -qxF "  [rank 0] $reason: No such file or directory" ||
+	{ cat "$tmp/err" >&2; fail "the launcher's summary lacks rank 0's reason"; }
+
 echo "== FIFOs do not hang"
 mkfifo "$tmp/fifo"
 expect 1 "invalid JSON" $T $small --config "$tmp/fifo"

@@ -870,6 +870,13 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (verdict) {
+		/* every rank says why it stops: errors are not main-process-only
+		 * output, and a rank that exits without a word leaves the
+		 * launcher's summary with nothing to show */
+		if (!accel_is_main(t.ctx))
+			fprintf(stderr, "train_mlp: rank %d: stopping: rank 0 %s (its message above "
+			        "says why)\n", accel_rank(t.ctx),
+			        verdict == 2 ? "refused an output path" : "could not create an output");
 		ret = verdict == 2 ? 2 : EXIT_FAILURE;
 		goto out;
 	}

@@ -7,6 +7,11 @@
  *   launch-prog exit R C            rank R prints 12 lines and exits C after
  *                                   0.2 s; the others sleep 60 s
  *   launch-prog kill R              rank R prints a line and SIGKILLs itself
+ *   launch-prog refuse R            rank R writes its reason on stderr, ignores
+ *                                   SIGTERM and exits 2 after 0.6 s; rank R+1
+ *                                   exits 2 after 0.2 s without a word (as a rank
+ *                                   told of a problem by an all-reduce); the
+ *                                   others sleep 60 s
  *   launch-prog stubborn R DIR      rank R exits 1 after 0.3 s; the others
  *                                   ignore SIGTERM and sleep 60 s
  *   launch-prog trap DIR            record SIGTERM in DIR/term-R and exit 0
@@ -122,6 +127,19 @@ int main(int argc, char **argv)
 		}
 		nap(60);
 		return 0;
+	}
+	if (!strcmp(mode, "refuse") && argc > 2) {
+		if (rank == atoi(argv[2])) {
+			signal(SIGTERM, SIG_IGN);
+			fprintf(stderr, "refuse: --out /nonexistent/x: cannot write in /nonexistent\n");
+			nap(0.6);
+		} else if (rank == atoi(argv[2]) + 1) {
+			nap(0.2);
+		} else {
+			nap(60);
+			return 0;
+		}
+		return 2;
 	}
 	if (!strcmp(mode, "kill") && argc > 2) {
 		dir = argc > 3 ? argv[3] : NULL;
