@@ -136,11 +136,12 @@ static int tmpls_add(tmpls *ts, const char *name, const char *origin, const char
 	t->path = path ? strdup(path) : NULL;
 	t->text = strdup(text);
 	t->about = strndup(about, alen);
-	t->strategy = json_is_string(st) ? strdup(json_string_value(st)) : NULL;
+	int has_strategy = json_is_string(st);
+	t->strategy = has_strategy ? strdup(json_string_value(st)) : NULL;
 	json_decref(root);
 	ts->n++;
 	if (!t->name || !t->origin || (path && !t->path) || !t->text || !t->about ||
-	    (json_is_string(st) && !t->strategy))
+	    (has_strategy && !t->strategy))
 		return -1;
 	return 0;
 }
