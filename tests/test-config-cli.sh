@@ -402,6 +402,24 @@ has err "a DeepSpeed config is a JSON object"
 run 2 config import-deepspeed
 run 2 config import-deepspeed a b
 
+# with a strategy named zero installed, its section is checked against the
+# plugin's schema: "auto" takes the plugin's default, undeclared keys are
+# listed, and the file validates
+mkdir zplug
+ln -s "$fx/zero/zero.so" zplug/zero.so
+saved_path=$ACCEL_PLUGIN_PATH
+ACCEL_PLUGIN_PATH=$PWD/zplug:$ACCEL_PLUGIN_PATH
+run 0 config import-deepspeed "$data/ds-zero2.json" -o z2i.json
+has err "auto: zero_optimization.reduce_bucket_size: \"auto\" -> 500000000 (zero's default for zero_optimization.reduce_bucket_size)"
+has err "not supported, left out: zero_optimization.allgather_partitions = true: the installed plugin zero has no key zero_optimization.allgather_partitions"
+has err "not supported, left out: zero_optimization.offload_optimizer.pin_memory = true: the installed plugin zero has no key"
+hasnt err "which is not installed"
+has out "z2i.json: ok"
+json z2i.json 'c["strategy"] == "zero"' \
+	'c["zero_optimization"] == {"stage": 2, "offload_optimizer": {"device": "cpu"}, "overlap_comm": True}'
+run 0 config validate z2i.json
+ACCEL_PLUGIN_PATH=$saved_path
+
 # ---- deepspeed_config_file: mapped at load time, the file's keys win --------------------
 mkdir sub
 cp "$data/ds-stage0.json" sub/ds.json
