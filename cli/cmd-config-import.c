@@ -157,6 +157,7 @@ static json_t *yaml_load(const char *path)
 }
 #endif
 
+#if ACCEL_HAVE_YAML   /* the Accelerate mapping */
 static void note_value(json_t *list, const char *key, const json_t *v, const char *why)
 {
 	char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
@@ -385,6 +386,8 @@ static int map_accelerate(accelp_import *imp, json_t *y, const char *path, accel
 		accelp_err_set(err, r, "%s: out of memory while importing", path);
 	return r;
 }
+
+#endif
 
 /* ---- the command ------------------------------------------------------------ */
 
