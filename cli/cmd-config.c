@@ -1,16 +1,21 @@
 /* SPDX-License-Identifier: MIT */
-/* cli/cmd-config.c: `accel config validate` and `accel config show`.
+/* cli/cmd-config.c: `accel config validate` and `accel config show`, and
+ * the dispatch of every `accel config` subcommand (cmd-config.h).
  *
  * Both build the configuration the way a training process does (file,
  * environment, --set), but register the schemas of every plugin and backend
  * the loader finds, so a key of any installed plugin is recognized and a
  * section of an installed but unselected plugin is reported as such. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "cli.h"
+#include "cmd-config.h"
 #include "config.h"
 #include "loader.h"
 #include "setup.h"
@@ -24,8 +29,13 @@ static void usage_main(FILE *out)
 		"defaults < config file < ACCEL_* environment < --set.\n"
 		"\n"
 		"Commands:\n"
-		"  validate FILE...   check config files against the core and plugin schemas\n"
-		"  show               print the configuration with the source of every value\n"
+		"  validate FILE...         check config files against the core and plugin schemas\n"
+		"  show [FILE]              print the configuration with the source of every value\n"
+		"  init [--template NAME]   write a commented config from a template (--list: all)\n"
+		"  wizard                   a few questions, then a config file (what `accel config`\n"
+		"                           alone does on a terminal; scriptable with flags)\n"
+		"  import-deepspeed FILE    a DeepSpeed JSON config as an accel config\n"
+		"  import-accelerate FILE   an Accelerate YAML config as an accel config\n"
 		"\n"
 		"'accel config COMMAND --help' describes a command; docs/config.md lists every key.\n");
 }
@@ -54,17 +64,16 @@ static void usage_validate(FILE *out)
 static void usage_show(FILE *out)
 {
 	fprintf(out,
-		"Usage: accel config show [--resolved] [--config FILE] [--set KEY=VALUE]... [--json]\n"
-		"                         [--no-env]\n"
+		"Usage: accel config show [--resolved] [--set KEY=VALUE]... [--json] [--no-env] [FILE]\n"
 		"\n"
 		"Print the configuration a training process would get, one 'key = value' per line\n"
-		"with its source (file:line:col, env VAR, --set ..., default).  Without --config the\n"
-		"file is ACCEL_CONFIG, ./accel.json or $XDG_CONFIG_HOME/accel/default.json\n"
-		"(~/.config/accel/default.json), if any.\n"
+		"with its source (file:line:col, env VAR, --set ..., default).  FILE (or --config\n"
+		"FILE) is the config file; without one it is ACCEL_CONFIG, ./accel.json or\n"
+		"$XDG_CONFIG_HOME/accel/default.json (~/.config/accel/default.json), if any.\n"
 		"\n"
 		"Options:\n"
 		"  --resolved        show every key, defaults included (default: only keys set)\n"
-		"  --config FILE     read this config file\n"
+		"  --config FILE     the same as FILE (the older spelling)\n"
 		"  --set KEY=VALUE   override a key (repeatable)\n"
 		"  --json            print {\"config\": {...}, \"sources\": {...}} instead\n"
 		"  --no-env          ignore ACCEL_* configuration variables\n"
@@ -145,15 +154,19 @@ static int parse(const char *sub, int argc, char **argv, int is_show, opts *o)
 			} else {
 				return accelp_cli_usage_error(where, "unknown option '%s'", a);
 			}
-		} else if (is_show) {
-			return accelp_cli_usage_error(where, "unexpected argument '%s' (use --config FILE)",
-			                              a);
+		} else if (is_show && (o->config || o->nfiles)) {
+			return accelp_cli_usage_error(where, "one config file only (got '%s' and '%s')",
+			                              o->config ? o->config : o->files[0], a);
 		} else {
 			o->files[o->nfiles++] = a;
 		}
 	}
 	if (!is_show && !o->nfiles)
 		return accelp_cli_usage_error(where, "missing FILE to validate");
+	if (is_show && o->nfiles) {   /* `show FILE` is `show --config FILE` */
+		o->config = o->files[0];
+		o->nfiles = 0;
+	}
 	return 0;
 }
 
@@ -288,10 +301,88 @@ static int cmd_show(int argc, char **argv)
 	return status;
 }
 
+int accelp_cli_config_check(const char *file)
+{
+	opts o;
+	memset(&o, 0, sizeof(o));
+	const char *none[1] = {NULL};
+	o.sets = none;
+	o.no_env = 1;
+	return validate_file(&o, file);
+}
+
+int accelp_cli_config_modules(const char *where, int resolve, accelp_setup *s)
+{
+	accelp_setup_opts so = {
+		.config_json = "{}",
+		.config_path_from = "none",
+		.skip_env = 1,
+		.resolve = resolve,
+	};
+	accel_err err;
+	accelp_err_clear(&err);
+	if (accelp_setup_run(&so, s, &err)) {
+		/* the plugins were found, but the default selection (ddp) is not
+		 * there or a schema clashes: what was registered still serves */
+		if (s->loader && s->cfg && s->failed_at >= ACCELP_SETUP_SELECT) {
+			fprintf(stderr, "accel config %s: warning: %s\n", where, err.msg);
+			return 0;
+		}
+		fprintf(stderr, "accel config %s: cannot list the installed plugins: %s\n", where,
+		        err.msg);
+		return 1;
+	}
+	return 0;
+}
+
+int accelp_cli_config_write(const char *where, const char *path, const char *text, int force)
+{
+	if (!strcmp(path, "-")) {
+		if (fputs(text, stdout) == EOF || fflush(stdout)) {
+			fprintf(stderr, "accel config %s: writing to stdout: %s\n", where, strerror(errno));
+			return 1;
+		}
+		return 0;
+	}
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (force ? O_TRUNC : O_EXCL), 0644);
+	if (fd < 0) {
+		if (errno == EEXIST)
+			fprintf(stderr, "accel config %s: '%s' exists; --force overwrites it, or write "
+			        "elsewhere with --output FILE\n", where, path);
+		else
+			fprintf(stderr, "accel config %s: cannot create '%s': %s\n", where, path,
+			        strerror(errno));
+		return 1;
+	}
+	size_t len = strlen(text), off = 0;
+	while (off < len) {
+		ssize_t n = write(fd, text + off, len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			fprintf(stderr, "accel config %s: writing '%s': %s\n", where, path,
+			        strerror(n < 0 ? errno : EIO));
+			close(fd);
+			return 1;
+		}
+		off += (size_t)n;
+	}
+	if (close(fd)) {
+		fprintf(stderr, "accel config %s: writing '%s': %s\n", where, path, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
 int accelp_cli_config(int argc, char **argv)
 {
-	if (argc < 2)
-		return accelp_cli_usage_error("config", "missing command (validate or show)");
+	if (argc < 2) {
+		if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO))
+			return accelp_cli_config_wizard(argc, argv);
+		return accelp_cli_usage_error("config", "missing command (validate, show, init, "
+		                              "wizard, import-deepspeed or import-accelerate; on a "
+		                              "terminal `accel config` alone asks a few questions)");
+	}
 	const char *sub = argv[1];
 	if (!strcmp(sub, "-h") || !strcmp(sub, "--help") || !strcmp(sub, "help")) {
 		usage_main(stdout);
@@ -301,5 +392,14 @@ int accelp_cli_config(int argc, char **argv)
 		return cmd_validate(argc - 1, argv + 1);
 	if (!strcmp(sub, "show"))
 		return cmd_show(argc - 1, argv + 1);
-	return accelp_cli_usage_error("config", "unknown subcommand '%s' (validate or show)", sub);
+	if (!strcmp(sub, "init"))
+		return accelp_cli_config_init(argc - 1, argv + 1);
+	if (!strcmp(sub, "wizard"))
+		return accelp_cli_config_wizard(argc - 1, argv + 1);
+	if (!strcmp(sub, "import-deepspeed"))
+		return accelp_cli_config_import(argc - 1, argv + 1, 0);
+	if (!strcmp(sub, "import-accelerate"))
+		return accelp_cli_config_import(argc - 1, argv + 1, 1);
+	return accelp_cli_usage_error("config", "unknown subcommand '%s' (validate, show, init, "
+	                              "wizard, import-deepspeed or import-accelerate)", sub);
 }

@@ -17,7 +17,7 @@ typedef struct subcommand {
 
 static const subcommand subcommands[] = {
 	{"launch", accelp_cli_launch, "start N processes of a training program"},
-	{"config", accelp_cli_config, "validate and show configurations (show, validate)"},
+	{"config", accelp_cli_config, "configs: init, wizard, validate, show, import-deepspeed/-accelerate"},
 	{"env", accelp_cli_env, "print versions, devices and settings for a bug report"},
 	{"plugins", accelp_cli_plugins, "list plugins and backends, show a plugin's settings"},
 	{"bench", accelp_cli_bench, "benchmarks (comm)"},

@@ -15,6 +15,7 @@
 
 #include "backends/common/launch-env.h"
 #include "config-impl.h"
+#include "config_import.h"
 #include "log.h"
 
 extern char **environ;
@@ -121,8 +122,77 @@ oom:
 	return cfg_nomem(err);
 }
 
+/* Members named "//..." are comments (docs/config.md): removed from every
+ * object, at any depth, before anything reads the document. */
+static void strip_comments(json_t *obj)
+{
+	const char *k;
+	json_t *v;
+	void *tmp;
+	json_object_foreach_safe(obj, tmp, k, v) {
+		if (!strncmp(k, "//", 2))
+			json_object_del(obj, k);
+		else if (json_is_object(v))
+			strip_comments(v);
+	}
+}
+
+static void log_list(int level, const char *what, const char *file, const json_t *list)
+{
+	size_t i;
+	json_t *e;
+	json_array_foreach(list, i, e)
+		accelp_log(level, "deepspeed_config_file %s: %s%s", file, what, json_string_value(e));
+}
+
+/* `deepspeed_config_file` of config file `base` (NULL: not a file, the
+ * path is taken as given): the DeepSpeed config mapped onto accel's keys
+ * (core/config_deepspeed.c) becomes a document of the file layer placed
+ * before base's own, so base's keys override it. */
+static int load_deepspeed(accel_config *cfg, const char *path, const char *base,
+                          const char *name, accel_err *err)
+{
+	char *full;
+	if (path[0] != '/' && base && strchr(base, '/'))
+		full = cfg_strfmt("%.*s/%s", (int)(strrchr(base, '/') - base), base, path);
+	else
+		full = cfg_xstrdup(path);
+	if (!full)
+		return cfg_nomem(err);
+	accelp_import imp;
+	accel_err e;
+	accelp_err_clear(&e);
+	int r = accelp_import_init(&imp, NULL, err);
+	if (r) {
+		free(full);
+		return r;
+	}
+	if ((r = accelp_import_deepspeed_file(&imp, full, &e))) {
+		accelp_err_set(err, r, "deepspeed_config_file of %s: %s", name, e.msg);
+		goto out;
+	}
+	accelp_log(ACCEL_LOG_INFO, "deepspeed_config_file %s: strategy %s (%s)", full, imp.strategy,
+	           imp.strategy_why);
+	log_list(ACCEL_LOG_DEBUG, "", full, imp.mapped);
+	log_list(ACCEL_LOG_INFO, "", full, imp.autos);
+	log_list(ACCEL_LOG_WARN, "not supported, ignored: ", full, imp.unsupported);
+	doc *d = calloc(1, sizeof(*d));
+	if (!d || !(d->name = cfg_strfmt("%s (deepspeed_config_file)", full))) {
+		free(d);
+		r = cfg_nomem(err);
+		goto out;
+	}
+	d->kind = D_FILE;
+	d->root = json_incref(imp.config);
+	r = add_doc(cfg, d, err);
+out:
+	accelp_import_fini(&imp);
+	free(full);
+	return r;
+}
+
 static int load_text(accel_config *cfg, const char *text, size_t len, const char *name,
-                     accel_err *err)
+                     int is_path, accel_err *err)
 {
 	json_error_t je;
 	/* A byte-order mark is allowed to be ignored (RFC 8259, section 8.1);
@@ -146,6 +216,15 @@ static int load_text(accel_config *cfg, const char *text, size_t len, const char
 		                     "%s: the top level must be a JSON object ({...}) of settings",
 		                     name);
 	}
+	strip_comments(root);
+	json_t *dsf = json_object_get(root, "deepspeed_config_file");
+	if (json_is_string(dsf)) {
+		int r = load_deepspeed(cfg, json_string_value(dsf), is_path ? name : NULL, name, err);
+		if (r) {
+			json_decref(root);
+			return r;
+		}
+	}
 	doc *d = calloc(1, sizeof(*d));
 	if (!d || !(d->name = strdup(name))) {
 		free(d);
@@ -163,7 +242,7 @@ int accelp_config_load_string(accel_config *cfg, const char *json, const char *o
 {
 	if (!cfg || !json)
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "accelp_config_load_string: NULL argument");
-	return load_text(cfg, json, strlen(json), origin ? origin : "<string>", err);
+	return load_text(cfg, json, strlen(json), origin ? origin : "<string>", 0, err);
 }
 
 int accelp_config_load_file(accel_config *cfg, const char *path, accel_err *err)
@@ -217,7 +296,7 @@ int accelp_config_load_file(accel_config *cfg, const char *path, accel_err *err)
 		}
 	}
 	text[len] = '\0';
-	r = load_text(cfg, text, len, path, err);
+	r = load_text(cfg, text, len, path, 1, err);
 fail:
 	fclose(f);
 	free(text);
@@ -245,6 +324,13 @@ static int parse_assignment(const char *a, const char *where, char **ret_key, co
 		              "[A-Za-z0-9_-] joined by '.', like optimizer.params.lr)", where, a, key);
 		free(key);
 		return ACCEL_ERR_CONFIG;
+	}
+	if (!strcmp(key, "deepspeed_config_file")) {
+		free(key);
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "%s '%s': deepspeed_config_file is read "
+		                     "from a config file only; put it there, or turn the DeepSpeed "
+		                     "config into an accel one with `accel config import-deepspeed`",
+		                     where, a);
 	}
 	*ret_key = key;
 	*ret_val = eq + 1;
@@ -331,6 +417,11 @@ int accelp_config_load_env(accel_config *cfg, char *const *envp, accel_err *err)
 		}
 		if (accelp_config_env_reserved(name))
 			continue;
+		if (!strcmp(name, "ACCEL_DEEPSPEED_CONFIG_FILE"))
+			return accelp_err_set(err, ACCEL_ERR_CONFIG, "ACCEL_DEEPSPEED_CONFIG_FILE: "
+			                     "deepspeed_config_file is read from a config file only; put "
+			                     "it there, or turn the DeepSpeed config into an accel one "
+			                     "with `accel config import-deepspeed`");
 		if (!eq[1]) {
 			accelp_log(ACCEL_LOG_DEBUG, "config: ignoring empty %s", name);
 			continue;

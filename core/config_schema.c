@@ -55,6 +55,9 @@ static const core_param core_params[] = {
 	 "seed of parameter init, sampler shuffling and RNG streams"},
 	{"log_level", ACCEL_CFG_ENUM, "\"info\"", NORANGE, F_LOGLEVEL,
 	 "error|warn|info|debug|trace", 0, NULL, "logger verbosity"},
+	{"deepspeed_config_file", ACCEL_CFG_STRING, NULL, NORANGE, 0, NULL, 0, NULL,
+	 "a DeepSpeed JSON config whose settings are mapped onto accel's keys (config file only; "
+	 "the file's own keys override it)"},
 	{"metrics_file", ACCEL_CFG_STRING, NULL, NORANGE, 0, NULL, 0, NULL,
 	 "file rank 0 appends JSON-lines metrics to; unset: stdout"},
 	{"comm.timeout_s", ACCEL_CFG_DOUBLE, "300", 0.001, 1e9, 0, NULL, 0, NULL,

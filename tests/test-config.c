@@ -1429,8 +1429,10 @@ START_TEST(cli_usage)
 	cli(&r, (const char *[]){"config", "show", "--set", "seed", NULL});
 	ck_assert_int_eq(r.status, 2);
 	CLI_HAS(r, "KEY=VALUE");
-	cli(&r, (const char *[]){"config", "show", "extra", NULL});
+	/* show FILE is show --config FILE: one file */
+	cli(&r, (const char *[]){"config", "show", "one.json", "two.json", NULL});
 	ck_assert_int_eq(r.status, 2);
+	CLI_HAS(r, "one config file only");
 
 	cli(&r, (const char *[]){"config", "--help", NULL});
 	ck_assert_int_eq(r.status, 0);

@@ -85,6 +85,9 @@ FACTS = {
     "uts_ns": ("a host name of one's own [probe: unshare -u hostname]",
                lambda: run_ok(["unshare", "-u", "sh", "-c", "hostname accel-probe"])[0]),
     "ipv6": ("IPv6 loopback [probe: bind to ::1]", probe_ipv6),
+    "python3": ("python3 [probe: python3 on PATH]", lambda: bool(shutil.which("python3"))),
+    "libyaml": ("libyaml [probe: pkg-config --exists yaml-0.1; Debian libyaml-dev]",
+                lambda: run_ok(["pkg-config", "--exists", "yaml-0.1"])[0]),
 }
 
 # test name -> the outside prerequisites whose absence lets it skip.
@@ -103,6 +106,8 @@ MAY_SKIP = {
     "mpi-store-remote": ["uts_ns"],
     "mpi-store-unreachable": ["uts_ns"],
     "store-ipv6": ["ipv6"],
+    "config-cli-core": ["python3"],
+    "config-cli-accelerate": ["python3", "libyaml"],
 }
 
 __doc__ = __doc__ % {"facts": ", ".join(FACTS)}

@@ -6,8 +6,10 @@ set -eu
 # build: compiler, meson, jansson, Check; MPI backend; BLAS libraries for the
 # example (oneDNN, OpenBLAS, BLIS); PyTorch for the cross-checks against
 # torch.optim and safetensors, and for the benchmark peers; iproute2 (ip) for
-# the vanished-node tests (tests/test-tcp-vanish.sh).
+# the vanished-node tests (tests/test-tcp-vanish.sh); libyaml for `accel config
+# import-accelerate`.
 PKGS="build-essential meson ninja-build pkg-config libjansson-dev libxxhash-dev check libsubunit-dev iproute2 \
+libyaml-dev \
 libopenmpi-dev openmpi-bin libopenblas-dev libblis-dev libdnnl-dev \
 python3 python3-numpy python3-torch $*"
 missing=""
