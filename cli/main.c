@@ -21,6 +21,8 @@ static const subcommand subcommands[] = {
 	{"env", accelp_cli_env, "print versions, devices and settings for a bug report"},
 	{"plugins", accelp_cli_plugins, "list plugins and backends, show a plugin's settings"},
 	{"bench", accelp_cli_bench, "benchmarks (comm)"},
+	{"test", accelp_cli_test, "a short sanity run on N processes with the current config"},
+	{"doctor", accelp_cli_doctor, "check this machine: port, /dev/shm, offload disk, GPUs, NCCL"},
 };
 
 static void usage(FILE *out)
