@@ -85,6 +85,8 @@ FACTS = {
     "uts_ns": ("a host name of one's own [probe: unshare -u hostname]",
                lambda: run_ok(["unshare", "-u", "sh", "-c", "hostname accel-probe"])[0]),
     "ipv6": ("IPv6 loopback [probe: bind to ::1]", probe_ipv6),
+    "matplotlib": (f"matplotlib [probe: {PYTHON} -c 'import matplotlib'; Debian "
+                   "python3-matplotlib]", lambda: probe_import("matplotlib")),
 }
 
 # test name -> the outside prerequisites whose absence lets it skip.
@@ -103,6 +105,7 @@ MAY_SKIP = {
     "mpi-store-remote": ["uts_ns"],
     "mpi-store-unreachable": ["uts_ns"],
     "store-ipv6": ["ipv6"],
+    "plot": ["matplotlib"],
 }
 
 __doc__ = __doc__ % {"facts": ", ".join(FACTS)}
