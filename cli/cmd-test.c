@@ -322,8 +322,12 @@ static void check_training(worker *w, double max_norm, int low_precision)
 	    call_ok(w, accel_allreduce(w->ctx, got, hi, D + 1, ACCEL_DTYPE_F32, ACCEL_RED_MAX),
 	            "train-agree", "max")) {
 		int same = !memcmp(lo, hi, sizeof(lo));
-		result(w, same, "train-agree", same ? "parameters identical on all %d ranks"
-		       : "the ranks' parameters differ (a rank stepped differently)", n);
+		if (same)
+			result(w, 1, "train-agree", "parameters identical on all %d rank%s", n,
+			       n == 1 ? "" : "s");
+		else
+			result(w, 0, "train-agree", "the ranks' parameters differ (a rank stepped "
+			       "differently)");
 	}
 	call_ok(w, accel_unit_post_forward(w->ctx, 0), "train", "post_forward");
 }
