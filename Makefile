@@ -4,7 +4,7 @@ BUILD ?= build
 MESON_OPTS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps setup build demo test test-asan fuzz clean
+.PHONY: all deps setup build demo test test-asan fuzz clean plots
 
 all: build
 
@@ -24,6 +24,10 @@ demo: build
 
 test: build
 	meson test -C $(BUILD) --print-errorlogs --num-processes 2 --timeout-multiplier 2
+
+# The charts of docs/benchmarks.md from bench/results/*.jsonl (docs/img/*.svg).
+plots:
+	/usr/bin/python3 bench/plot.py
 
 # AddressSanitizer + UBSan in a separate build directory.
 test-asan: deps

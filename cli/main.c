@@ -23,6 +23,8 @@ static const subcommand subcommands[] = {
 	{"bench", accelp_cli_bench, "benchmarks (comm)"},
 	{"checkpoint", accelp_cli_checkpoint, "show a checkpoint's manifest, verify its checksums"},
 	{"merge-weights", accelp_cli_merge_weights, "a checkpoint's weights as one safetensors file"},
+	{"test", accelp_cli_test, "a short sanity run on N processes with the current config"},
+	{"doctor", accelp_cli_doctor, "check this machine: port, /dev/shm, offload disk, GPUs, NCCL"},
 };
 
 static void usage(FILE *out)

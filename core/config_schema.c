@@ -59,7 +59,13 @@ static const core_param core_params[] = {
 	 "a DeepSpeed JSON config whose settings are mapped onto accel's keys (config file only; "
 	 "the file's own keys override it)"},
 	{"metrics_file", ACCEL_CFG_STRING, NULL, NORANGE, 0, NULL, 0, NULL,
-	 "file rank 0 appends JSON-lines metrics to; unset: stdout"},
+	 "file rank 0 appends JSON-lines metrics to; unset: metrics.jsonl in logging_dir when that "
+	 "is set, else stdout"},
+	{"log_with", ACCEL_CFG_STRLIST, "[\"jsonl\"]", NORANGE, 0, NULL, 0, NULL,
+	 "metrics trackers the main process writes: jsonl, csv (logging_dir/metrics.csv), "
+	 "tensorboard (event files in logging_dir), or all"},
+	{"logging_dir", ACCEL_CFG_STRING, NULL, NORANGE, 0, NULL, 0, NULL,
+	 "directory of the csv and tensorboard trackers' files (created when missing)"},
 	{"comm.timeout_s", ACCEL_CFG_DOUBLE, "300", 0.001, 1e9, 0, NULL, 0, NULL,
 	 "seconds a collective may wait for the other ranks before failing (0.001 to 1e9, "
 	 "about 31 years: in effect no limit)"},

@@ -11,6 +11,7 @@
 #include "comm.h"
 #include "config.h"
 #include "ctx-impl.h"
+#include "train-impl.h"
 #include "kv.h"
 #include "loader.h"
 #include "log.h"
@@ -378,6 +379,8 @@ void accel_print(const accel_ctx *ctx, const char *fmt, ...)
 	va_list ap;
 	if (!accel_is_main(ctx))
 		return;
+	if (ctx->train)
+		accelp_progress_clear(ctx->train);   /* a message below the bar, not on it */
 	va_start(ap, fmt);
 	vfprintf(stdout, fmt, ap);
 	va_end(ap);

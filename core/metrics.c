@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* core/metrics.c: accel_log_metrics / accel_log_scalars, JSON lines on the
- * main process.
+/* core/metrics.c: accel_log_metrics / accel_log_scalars on the main
+ * process: JSON lines, and the trackers `log_with` selects besides them
+ * (CSV, TensorBoard: core/tracker.h).
  *
  * One line per call, written with a single fwrite and flushed, so a reader
  * tailing the file never sees half a record and a crash loses at most the
@@ -22,21 +23,78 @@
 #include "accel/accel.h"
 #include "config.h"
 #include "ctx-impl.h"
+#include "tracker.h"
 #include "train-impl.h"
 
+/* log_with is checked when the context is made, on every rank, so a typo
+ * fails the job at start instead of at the first metric. */
 int accelp_train_metrics_new(accel_train *t)
 {
-	(void)t;
+	uint32_t n = 0;
+	const char *dir = NULL;
+	accel_config *cfg = t->ctx->cfg;
+	int r = accelp_config_get_count(cfg, "log_with", &n);
+	if (r == ACCEL_ERR_NOT_FOUND) {
+		t->log_jsonl = 1;
+		return ACCEL_OK;
+	}
+	if (r)
+		return accelp_err_set(&t->ctx->err, r, "config key 'log_with' must be a list of "
+		                      "tracker names (jsonl, csv, tensorboard)");
+	for (uint32_t i = 0; i < n; i++) {
+		const char *name = NULL;
+		if ((r = accelp_config_get_strlist(cfg, "log_with", i, &name)))
+			return accelp_err_set(&t->ctx->err, r, "config key 'log_with' must be a list of "
+			                      "tracker names (jsonl, csv, tensorboard)");
+		if (!strcmp(name, "jsonl") || !strcmp(name, "json"))
+			t->log_jsonl = 1;
+		else if (!strcmp(name, "csv"))
+			t->log_csv = 1;
+		else if (!strcmp(name, "tensorboard"))
+			t->log_tb = 1;
+		else if (!strcmp(name, "all"))
+			t->log_jsonl = t->log_csv = t->log_tb = 1;
+		else
+			return accelp_err_set(&t->ctx->err, ACCEL_ERR_CONFIG, "config key 'log_with' "
+			                      "(%s): unknown tracker '%s'; accel writes jsonl, csv, "
+			                      "tensorboard (or all)", accelp_config_source(cfg, "log_with"),
+			                      name);
+	}
+	if ((t->log_csv || t->log_tb) &&
+	    (accelp_config_get_string(cfg, "logging_dir", &dir) != ACCEL_OK || !*dir))
+		return accelp_err_set(&t->ctx->err, ACCEL_ERR_CONFIG, "config key 'log_with' (%s) "
+		                      "selects %s, which write%s into a directory: set 'logging_dir' "
+		                      "(e.g. \"logging_dir\": \"runs/exp1\")",
+		                      accelp_config_source(cfg, "log_with"),
+		                      t->log_csv && t->log_tb ? "csv and tensorboard"
+		                      : t->log_csv ? "csv" : "tensorboard",
+		                      t->log_csv && t->log_tb ? "" : "s");
+	/* Made now on the main process, so a logging_dir that cannot be made
+	 * fails the job at start, not after its first steps. */
+	if (t->ctx->world.rank == 0 &&
+	    accelp_config_get_string(cfg, "logging_dir", &dir) == ACCEL_OK && *dir &&
+	    accelp_tracker_mkdirs(dir))
+		return accelp_err_set(&t->ctx->err, ACCEL_ERR_IO, "logging_dir '%s' (%s): cannot "
+		                      "create it: %s (set logging_dir to a writable directory)", dir,
+		                      accelp_config_source(cfg, "logging_dir"), strerror(errno));
 	return ACCEL_OK;
 }
 
-void accelp_train_metrics_free(accel_train *t)
+static void jsonl_close(accel_train *t)
 {
 	if (t->metrics && t->metrics_owned)
 		fclose(t->metrics);
 	t->metrics = NULL;
 	free(t->metrics_path);
 	t->metrics_path = NULL;
+}
+
+void accelp_train_metrics_free(accel_train *t)
+{
+	accelp_progress_free(t);
+	jsonl_close(t);
+	t->csv = accelp_tracker_csv_free(t->csv);
+	t->tb = accelp_tracker_tb_free(t->tb);
 }
 
 static int is_fifo(const char *path)
@@ -50,7 +108,7 @@ static int open_sink(accel_train *t, const char *path)
 	FILE *f;
 	char *copy = NULL;
 	if (!path || !strcmp(path, "-")) {
-		accelp_train_metrics_free(t);
+		jsonl_close(t);
 		t->metrics = stdout;
 		t->metrics_owned = 0;
 		return ACCEL_OK;
@@ -80,7 +138,7 @@ static int open_sink(accel_train *t, const char *path)
 		fclose(f);
 		return accelp_err_set(&t->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	}
-	accelp_train_metrics_free(t);
+	jsonl_close(t);
 	t->metrics = f;
 	t->metrics_owned = 1;
 	t->metrics_path = copy;
@@ -93,19 +151,58 @@ int accel_metrics_open(accel_ctx *ctx, const char *path)
 		return ACCEL_ERR_INVALID_ARG;
 	if (ctx->world.rank != 0)
 		return ACCEL_OK;
+	ctx->train->log_jsonl = 1;   /* asked for by name */
 	return open_sink(ctx->train, path);
 }
 
 /* The sink on first use: config `metrics_file` when the configuration
- * declares it, else stdout. */
+ * declares it, else metrics.jsonl in `logging_dir` when that is set, else
+ * stdout. */
 static int sink(accel_train *t)
 {
-	const char *path = NULL;
+	const char *path = NULL, *dir = NULL;
+	char *joined = NULL;
+	int r;
 	if (t->metrics)
 		return ACCEL_OK;
 	if (accelp_config_get_string(t->ctx->cfg, "metrics_file", &path) != ACCEL_OK || !*path)
 		path = NULL;
-	return open_sink(t, path);
+	if (!path && accelp_config_get_string(t->ctx->cfg, "logging_dir", &dir) == ACCEL_OK && *dir) {
+		size_t n = strlen(dir) + sizeof("/metrics.jsonl");
+		if (accelp_tracker_mkdirs(dir))
+			return accelp_err_set(&t->ctx->err, ACCEL_ERR_IO, "logging_dir '%s': cannot "
+			                      "create it: %s (set logging_dir to a writable directory)",
+			                      dir, strerror(errno));
+		if (!(joined = malloc(n)))
+			return accelp_err_set(&t->ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+		snprintf(joined, n, "%s/metrics.jsonl", dir);
+		path = joined;
+	}
+	r = open_sink(t, path);
+	free(joined);
+	return r;
+}
+
+/* The other trackers on first use (main process only). */
+static int write_trackers(accel_train *t, json_t *rec)
+{
+	const char *dir = NULL;
+	int r;
+	if (!t->log_csv && !t->log_tb)
+		return ACCEL_OK;
+	if (accelp_config_get_string(t->ctx->cfg, "logging_dir", &dir) != ACCEL_OK)
+		dir = NULL;
+	if (!dir || !*dir)   /* checked by accelp_train_metrics_new */
+		return accelp_err_set(&t->ctx->err, ACCEL_ERR_CONFIG, "logging_dir is not set");
+	if (t->log_csv && !t->csv && (r = accelp_tracker_csv_new(dir, &t->ctx->err, &t->csv)))
+		return r;
+	if (t->log_tb && !t->tb && (r = accelp_tracker_tb_new(dir, &t->ctx->err, &t->tb)))
+		return r;
+	if (t->csv && (r = accelp_tracker_csv_write(t->csv, rec, &t->ctx->err)))
+		return r;
+	if (t->tb && (r = accelp_tracker_tb_write(t->tb, rec, &t->ctx->err)))
+		return r;
+	return ACCEL_OK;
 }
 
 static json_t *number(double v)
@@ -122,6 +219,10 @@ static int emit(accel_train *t, json_t *rec)
 	char *line;
 	size_t n;
 	int r = ACCEL_OK;
+	if ((r = write_trackers(t, rec)))
+		return r;
+	if (!t->log_jsonl)
+		return ACCEL_OK;
 	if ((r = sink(t)))
 		return r;
 	line = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(17));

@@ -79,6 +79,13 @@ struct accel_train {
 	FILE *metrics;
 	int metrics_owned;          /* fclose on free */
 	char *metrics_path;
+	/* Trackers (core/tracker.h), from log_with; opened on first use. */
+	int log_jsonl, log_csv, log_tb;
+	struct accel_tracker_csv *csv;
+	struct accel_tracker_tb *tb;
+
+	/* Progress display (core/progress.c); NULL when not started. */
+	struct accelp_progress *progress;
 };
 
 int accelp_train_optim_new(accel_train *t);
@@ -88,5 +95,9 @@ int accelp_train_sched_update(accel_train *t);
 
 int accelp_train_metrics_new(accel_train *t);
 void accelp_train_metrics_free(accel_train *t);
+/* Before accel_print() writes: clear a progress bar off the terminal line
+ * (it is drawn again at the next update). */
+void accelp_progress_clear(accel_train *t);
+void accelp_progress_free(accel_train *t);
 
 #endif

@@ -88,6 +88,8 @@ FACTS = {
     "python3": ("python3 [probe: python3 on PATH]", lambda: bool(shutil.which("python3"))),
     "libyaml": ("libyaml [probe: pkg-config --exists yaml-0.1; Debian libyaml-dev]",
                 lambda: run_ok(["pkg-config", "--exists", "yaml-0.1"])[0]),
+    "matplotlib": (f"matplotlib [probe: {PYTHON} -c 'import matplotlib'; Debian "
+                   "python3-matplotlib]", lambda: probe_import("matplotlib")),
 }
 
 # test name -> the outside prerequisites whose absence lets it skip.
@@ -108,6 +110,7 @@ MAY_SKIP = {
     "store-ipv6": ["ipv6"],
     "config-cli-core": ["python3"],
     "config-cli-accelerate": ["python3", "libyaml"],
+    "plot": ["matplotlib"],
 }
 
 __doc__ = __doc__ % {"facts": ", ".join(FACTS)}

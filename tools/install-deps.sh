@@ -7,11 +7,11 @@ set -eu
 # example (oneDNN, OpenBLAS, BLIS); PyTorch for the cross-checks against
 # torch.optim and safetensors, and for the benchmark peers; iproute2 (ip) for
 # the vanished-node tests (tests/test-tcp-vanish.sh); libyaml for `accel config
-# import-accelerate`.
+# import-accelerate`; matplotlib for the benchmark charts (bench/plot.py).
 PKGS="build-essential meson ninja-build pkg-config libjansson-dev libxxhash-dev check libsubunit-dev iproute2 \
 libyaml-dev \
 libopenmpi-dev openmpi-bin libopenblas-dev libblis-dev libdnnl-dev \
-python3 python3-numpy python3-torch $*"
+python3 python3-numpy python3-torch python3-matplotlib $*"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -880,7 +880,12 @@ int main(int argc, char **argv)
 		ret = verdict == 2 ? 2 : EXIT_FAILURE;
 		goto out;
 	}
-	int log_metrics = metrics_file != NULL;
+	/* Trackers (log_with) write into logging_dir: logging them needs no
+	 * --metrics. */
+	const char *logging_dir = NULL;
+	int log_metrics = metrics_file != NULL ||
+	                  (accel_config_string(t.ctx, "logging_dir", &logging_dir) == ACCEL_OK &&
+	                   *logging_dir);
 	int64_t seed;
 	if ((rc = accel_config_int(t.ctx, "seed", &seed))) {
 		fail(&t, "reading the configuration key 'seed'", rc);
@@ -1006,6 +1011,11 @@ int main(int argc, char **argv)
 	}
 	if (done >= o.warmup && timing_start(&t, &tm))
 		goto out;
+	/* The bar on a terminal, a line per --log-every otherwise. */
+	if ((rc = accel_progress_begin(t.ctx, (uint64_t)done, (uint64_t)total))) {
+		fail(&t, "accel_progress_begin", rc);
+		goto out;
+	}
 	while (done < total) {
 		uint32_t count;
 		double c0 = now(), c1, c2, c3, c4;
@@ -1071,8 +1081,11 @@ int main(int argc, char **argv)
 			/* Micro-steps, not optimizer steps: each consumes one global batch. */
 			double sps = (double)(micro - logged_at) * (double)o.batch / (tn - t_log);
 			double mean = window[0] / window[1];
-			accel_print(t.ctx, "step %5ld  loss %.4f  lr %.4g  %.0f samples/s\n", done, mean,
-			            accel_get_lr(t.ctx), sps);
+			if ((rc = accel_progress_update(t.ctx, (uint64_t)done, (uint64_t)micro *
+			                                (uint64_t)o.batch, mean))) {
+				fail(&t, "accel_progress_update", rc);
+				goto out;
+			}
 			if (log_metrics) {
 				const char *keys[] = {"loss", "lr", "samples_per_s"};
 				double vals[] = {mean, accel_get_lr(t.ctx), sps};
@@ -1084,6 +1097,10 @@ int main(int argc, char **argv)
 			window[0] = window[1] = 0;
 			t_log = tn;
 			logged_at = micro;
+		} else if ((rc = accel_progress_update(t.ctx, (uint64_t)done,
+		                                       (uint64_t)micro * (uint64_t)o.batch, NAN))) {
+			fail(&t, "accel_progress_update", rc);
+			goto out;
 		}
 		if (o.checkpoint_every && done % o.checkpoint_every == 0) {
 			char dir[4096];
@@ -1098,6 +1115,10 @@ int main(int argc, char **argv)
 			timing_step(&tm);
 		else if (done == o.warmup && timing_start(&t, &tm))
 			goto out;
+	}
+	if ((rc = accel_progress_end(t.ctx))) {
+		fail(&t, "accel_progress_end", rc);
+		goto out;
 	}
 	/* The GPU may still be running the last steps. */
 	if (t.gpu && mlp_cuda_sync(t.gpu)) {

@@ -448,6 +448,24 @@ ACCEL_API int accel_log_metrics(accel_ctx *ctx, uint64_t step, const char *json_
 ACCEL_API int accel_log_scalars(accel_ctx *ctx, uint64_t step, uint32_t n,
                                 const char *const *keys, const double *values);
 
+/* ---- progress ------------------------------------------------------------------
+ * The run's progress on the main process (other ranks return ACCEL_OK and
+ * show nothing).  stdout a terminal: a bar redrawn in place (steps, samples/s,
+ * the last loss, ETA); otherwise a plain line per update that gives a loss:
+ *   step    50/200  loss 0.1063  lr 0.001  6240 samples/s  eta 00:06
+ * accel_print() between updates writes below the bar.  docs/tracking.md. */
+/* Start: first_step optimizer steps are done already (0, or where a resumed
+ * run starts), total_steps is the run's end. */
+ACCEL_API int accel_progress_begin(accel_ctx *ctx, uint64_t first_step, uint64_t total_steps);
+/* `step`: optimizer steps done; `samples`: samples processed since
+ * accel_progress_begin() (all ranks together); `loss`: the loss to show,
+ * NaN when this update has none (the bar keeps the last one; no line is
+ * printed except at the last step).  ACCEL_ERR_STATE without a begin. */
+ACCEL_API int accel_progress_update(accel_ctx *ctx, uint64_t step, uint64_t samples,
+                                    double loss);
+/* Draw the bar a last time and end its line.  Also done by accel_ctx_free(). */
+ACCEL_API int accel_progress_end(accel_ctx *ctx);
+
 /* @api-data: sampler, RNG streams, schedules (data owner) */
 
 /* ---- learning-rate schedules ---------------------------------------------------
