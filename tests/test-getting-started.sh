@@ -61,7 +61,7 @@ cat "$tmp/out"
 # What the page says the commands print.
 for want in "my.json: ok" "ddp.json" \
 	"[rank 0] train_mlp: 784-64-64-10, 2 processes, global batch 64, 2048 samples" \
-	"[rank 0] step    40  loss " \
+	"[rank 0] step    40/40  loss " \
 	"[rank 0] saved checkpoint checkpoints/checkpoint_40" \
 	"[rank 0] trained 40 steps (80 global batches)" \
 	"[rank 0] saved full.safetensors" \
