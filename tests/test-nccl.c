@@ -629,6 +629,44 @@ START_TEST(test_missing_ranks_store_down)
 }
 END_TEST
 
+/* The text of a timed-out collective, as the training thread builds it
+ * after the watchdog aborted a stream-waited one (and after its own
+ * timeouts): the store's answer names the missing rank. */
+START_TEST(test_timeout_text_names_ranks)
+{
+	char *dir = tmp_store();
+	accel_host h = {.rank = 0, .store_dir = dir};
+	g_host.store_set = fs_set;
+	g_host.store_get = fs_get;
+	char missing[256], msg[1024];
+	int n = coll_missing_ranks(&g_host, &h, "nccl/w", 0, 2, 4, 100, missing, sizeof(missing));
+	ck_assert_int_eq(n, 1);
+	accel_nccl_timeout_text(msg, sizeof(msg), "allreduce #4 (1024 x f32)", 1, 0.1,
+	                        "rank 0 of 2", n, missing, 0);
+	ck_assert_str_eq(msg, "allreduce #4 (1024 x f32), waited for on a stream, did not complete "
+	                      "within 0.1 s on rank 0 of 2: rank 1 did not report reaching it "
+	                      "within 0.1 s (asked through the rendezvous store). The "
+	                      "communicator was aborted");
+	rm_store(dir);
+	/* on the host's watch, every rank there */
+	accel_nccl_timeout_text(msg, sizeof(msg), "barrier #2", 0, 300.0, "rank 1 of 4", 0, "", 0);
+	ck_assert_ptr_nonnull(strstr(msg, "barrier #2 did not complete within 300.0 s on rank 1 "
+	                                  "of 4: every rank reached it"));
+	/* no store: says so and what to do */
+	accel_nccl_timeout_text(msg, sizeof(msg), "allgather #9", 1, 5.0, "rank 0 of 2", -1, "", 1);
+	ck_assert_ptr_nonnull(strstr(msg, "waited for on a stream, did not complete within 5.0 s"));
+	ck_assert_ptr_nonnull(strstr(msg, "no rendezvous store to ask which are missing"));
+	ck_assert_ptr_null(strstr(msg, "asked through"));
+	accel_nccl_timeout_text(msg, sizeof(msg), "allgather #9", 0, 5.0, "rank 0 of 2", -1, "", 0);
+	ck_assert_ptr_nonnull(strstr(msg, "the store could not tell which are missing"));
+	/* a short buffer is cut, terminated */
+	char small[16];
+	accel_nccl_timeout_text(small, sizeof(small), "allreduce #1", 0, 1.0, "rank 0 of 2", 0, "",
+	                        0);
+	ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
+}
+END_TEST
+
 START_TEST(test_module_descriptor)
 {
 	void *dl = NULL;
@@ -697,6 +735,7 @@ static Suite *nccl_suite(void)
 	tcase_add_test(tc, test_missing_ranks_named);
 	tcase_add_test(tc, test_missing_ranks_all_arrived);
 	tcase_add_test(tc, test_missing_ranks_store_down);
+	tcase_add_test(tc, test_timeout_text_names_ranks);
 	tcase_add_test(tc, test_module_descriptor);
 	tcase_add_test(tc, test_init_without_gpu);
 	suite_add_tcase(s, tc);

@@ -77,6 +77,8 @@ typedef struct nccl_state {
 	int wstarted, wstop, wfired, wfired_code;
 	accel_comm_req *watched;
 	char wmsg[MSG_MAX];
+	char wwhat[96];           /* a timeout: the collective, for the training */
+	uint64_t wseq;            /* thread to name the missing ranks (watch_reap) */
 } nccl_state;
 
 /* Record a failure that breaks the communicator: later ops fail fast. */
@@ -154,48 +156,41 @@ static void abort_comm(nccl_state *st)
 		pthread_mutex_unlock(&st->wmu);
 }
 
-/* `what` (collective #seq, or communicator creation when seq is 0) did not
- * finish in time: abort the communicator (the only way to stop NCCL
- * kernels that wait for a missing peer), ask the store which ranks never
- * arrived, and record the failure. */
-static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
+/* Who this rank is, for messages: "rank 1 of 2" or, on a group, "world
+ * rank 5 (1 of 2 in its group)". */
+static void self_name(const nccl_state *st, char *buf, size_t cap)
 {
-	char missing[256];
-	abort_comm(st);
+	if (st->wranks)
+		snprintf(buf, cap, "world rank %d (%d of %d in its group)", (int)st->wranks[st->rank],
+		         st->rank, st->world);
+	else
+		snprintf(buf, cap, "rank %d of %d", st->rank, st->world);
+}
+
+/* `what` (collective #seq, or communicator creation when seq is 0) did not
+ * finish in time and the communicator is aborted: ask the store which
+ * ranks never arrived, and record the failure.  Training thread only (the
+ * store is the host's).  on_stream: the watchdog found it. */
+static int timeout_record(nccl_state *st, const char *what, uint64_t seq, int on_stream)
+{
+	char missing[256] = "", self[96], msg[MSG_MAX];
 	int named = st->ns[0] ? coll_missing_ranks_map(st->host, st->h, st->ns, st->rank,
 	                                               st->world, st->wranks, seq,
 	                                               st->timeout_ms, missing, sizeof(missing))
 	                      : -1;
-	char self[96];
-	if (st->wranks)
-		snprintf(self, sizeof(self), "world rank %d (%d of %d in its group)",
-		         (int)st->wranks[st->rank], st->rank, st->world);
-	else
-		snprintf(self, sizeof(self), "rank %d of %d", st->rank, st->world);
-	if (named > 0)
-		return fail(st, ACCEL_ERR_TIMEOUT,
-		            "%s did not complete within %.1f s on %s: %s (asked through "
-		            "the rendezvous store). The communicator was aborted",
-		            what, (double)st->timeout_ms / 1000.0, self, missing);
-	return fail(st, ACCEL_ERR_TIMEOUT,
-	            "%s did not complete within %.1f s on %s: %s. The communicator "
-	            "was aborted",
-	            what, (double)st->timeout_ms / 1000.0, self,
-	            named == 0 ? "every rank reached it and timed out there too, so NCCL itself "
-	                         "is stuck (run with NCCL_DEBUG=INFO; check the network between "
-	                         "the nodes) or the ranks came too far apart (raise "
-	                         "comm.timeout_s)"
-	                       : st->no_store
-	                             ? "the other ranks did not arrive at it, and this job has no "
-	                               "rendezvous store to ask which are missing (under mpirun "
-	                               "comm.mpi_store makes one unless it is false or a rank "
-	                               "could not reach it, see the start-up warnings; or start "
-	                               "the job with ACCEL_MASTER_ADDR and ACCEL_MASTER_PORT); "
-	                               "look for "
-	                               "the rank whose log stops before it, or that died"
-	                             : "the other ranks did not arrive at it, and the store could "
-	                               "not tell which are missing; look for the rank whose log "
-	                               "stops before it, or that died");
+	self_name(st, self, sizeof(self));
+	accel_nccl_timeout_text(msg, sizeof(msg), what, on_stream, (double)st->timeout_ms / 1000.0,
+	                        self, named, missing, st->no_store);
+	return fail(st, ACCEL_ERR_TIMEOUT, "%s", msg);
+}
+
+/* A collective on the training thread timed out: abort the communicator
+ * (the only way to stop NCCL kernels that wait for a missing peer), then
+ * name the missing ranks. */
+static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
+{
+	abort_comm(st);
+	return timeout_record(st, what, seq, 0);
 }
 
 /* Poll ncclCommGetAsyncError until the last call finished.  On timeout
@@ -418,12 +413,16 @@ static void *watch_main(void *arg)
 				         "reported %s (rank %d of %d, cuda:%d)", what,
 				         accel_nccl_result_name(ar), st->rank, st->world, st->device);
 			} else if (r->deadline_ns && mono_ns() > r->deadline_ns) {
+				char self[96];
+				self_name(st, self, sizeof(self));
 				st->wfired_code = ACCEL_ERR_TIMEOUT;
+				st->wseq = r->seq;
+				snprintf(st->wwhat, sizeof(st->wwhat), "%s", what);
 				snprintf(st->wmsg, sizeof(st->wmsg), "%s, waited for on a stream, did not "
-				         "complete within %.1f s on rank %d of %d: a peer did not arrive "
-				         "(look for the rank whose log stops before it, or that died). The "
-				         "communicator was aborted", what, (double)st->timeout_ms / 1000.0,
-				         st->rank, st->world);
+				         "complete within %.1f s on %s; the communicator was aborted (the "
+				         "next call on it asks the rendezvous store which ranks did not "
+				         "arrive, and fails with that)", what,
+				         (double)st->timeout_ms / 1000.0, self);
 			} else {
 				continue;
 			}
@@ -472,7 +471,11 @@ static void watch_reap(nccl_state *st)
 	(void)cudaGetLastError();
 	int fired = st->wfired && !st->failed;
 	pthread_mutex_unlock(&st->wmu);
-	if (fired)
+	/* the watchdog only reads and writes these before it sets wfired and
+	 * stops looking (wfired stays set) */
+	if (fired && st->wfired_code == ACCEL_ERR_TIMEOUT)
+		timeout_record(st, st->wwhat, st->wseq, 1);
+	else if (fired)
 		fail(st, st->wfired_code, "%s", st->wmsg);
 }
 
