@@ -1000,14 +1000,19 @@ static int gpu_rank_main(const char *dir)
 	{
 		enum { SN = 1 << 18 };
 		cudaStream_t us = NULL;
+		/* out of place: at world 1 an in-place sum changes nothing, so only
+		 * the copy into rd shows whether the collective ran after the
+		 * memset queued before it (a stale read leaves rd 0) */
 		float *sd = dev_alloc(&in, SN * sizeof(float)), *sh = NULL;
+		float *rd = dev_alloc(&in, SN * sizeof(float));
 		CHECK(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking) == cudaSuccess &&
 		      cudaMallocHost((void **)&sh, SN * sizeof(float)) == cudaSuccess,
 		      "stream and pinned buffer");
 		cudaMemset(sd, 0, SN * sizeof(float));
+		cudaMemset(rd, 0, SN * sizeof(float));
 		cudaDeviceSynchronize();
 		g_user_stream = us;
-		accel_view sv = dview(ACCEL_DTYPE_F32, sd, SN);
+		accel_view sv = dview(ACCEL_DTYPE_F32, sd, SN), rv = dview(ACCEL_DTYPE_F32, rd, SN);
 		/* every byte 0x3f: each float is 0x3f3f3f3f; the sum over the
 		 * ranks is exact (world 1 or 2) */
 		float one_val;
@@ -1018,14 +1023,14 @@ static int gpu_rank_main(const char *dir)
 		cudaLaunchHostFunc(us, sleep_200ms, NULL);
 		cudaMemsetAsync(sd, 0x3f, SN * sizeof(float), us);
 		in.h.err_code = 0;
-		rc = GB->allreduce(in.st, &sv, &sv, ACCEL_RED_SUM, &r0);
+		rc = GB->allreduce(in.st, &sv, &rv, ACCEL_RED_SUM, &r0);
 		if (rc == ACCEL_OK)
 			rc = GB->wait_stream(in.st, r0, us);
 		double took = now_s() - t0;
 		CHECK(rc == ACCEL_OK, "allreduce + wait_stream on a user stream: %s", in.h.err);
 		CHECK(took < 0.15, "allreduce + wait_stream took %.3f s: the host waited for the "
 		      "stream", took);
-		cudaMemcpyAsync(sh, sd, SN * sizeof(float), cudaMemcpyDeviceToHost, us);
+		cudaMemcpyAsync(sh, rd, SN * sizeof(float), cudaMemcpyDeviceToHost, us);
 		CHECK(cudaStreamSynchronize(us) == cudaSuccess, "stream sync");
 		uint64_t bad = 0;
 		for (int i = 0; i < SN; i++)
@@ -1033,13 +1038,16 @@ static int gpu_rank_main(const char *dir)
 		CHECK(bad == 0, "stream-ordered allreduce: %llu of %d elements differ (first %g, "
 		      "want %g)", (unsigned long long)bad, SN, (double)sh[0], (double)want);
 		/* a host wait of a collective ordered after the stream works too */
+		cudaMemset(sd, 0, SN * sizeof(float));
+		cudaMemset(rd, 0, SN * sizeof(float));
+		cudaDeviceSynchronize();
 		cudaLaunchHostFunc(us, sleep_200ms, NULL);
 		cudaMemsetAsync(sd, 0x3f, SN * sizeof(float), us);
-		rc = GB->allreduce(in.st, &sv, &sv, ACCEL_RED_SUM, &r0);
+		rc = GB->allreduce(in.st, &sv, &rv, ACCEL_RED_SUM, &r0);
 		if (rc == ACCEL_OK)
 			rc = GB->wait(in.st, r0);
 		CHECK(rc == ACCEL_OK, "allreduce after the stream, host wait: %s", in.h.err);
-		cudaMemcpy(sh, sd, SN * sizeof(float), cudaMemcpyDeviceToHost);
+		cudaMemcpy(sh, rd, SN * sizeof(float), cudaMemcpyDeviceToHost);
 		bad = 0;
 		for (int i = 0; i < SN; i++)
 			bad += sh[i] != want;
@@ -1049,6 +1057,7 @@ static int gpu_rank_main(const char *dir)
 		cudaFreeHost(sh);
 		cudaStreamDestroy(us);
 		GB->mem_free(in.st, sd);
+		GB->mem_free(in.st, rd);
 	}
 
 	/* groups (ncclCommSplit): every rank alone (colour rank), then the
