@@ -245,6 +245,11 @@ static int parse_args(int argc, char **argv, options *o)
 			return -1;
 		i++;
 	}
+	if (o->legacy_stream && (!o->device || !strcmp(o->device, "cpu"))) {
+		fprintf(stderr, "train_mlp: --legacy-stream picks the CUDA stream of --device cuda; "
+		        "add --device cuda, or drop it\n");
+		return -1;
+	}
 	return 0;
 }
 
