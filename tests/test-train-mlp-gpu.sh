@@ -44,8 +44,10 @@ fail() {
 	fails=$((fails + 1))
 }
 
+# comm.timeout_s 60: a collective that hangs fails in a minute, not the
+# default 300 s (a GPU run's device time is short; these take milliseconds)
 ARGS="--steps 20 --hidden 128 --layers 2 --batch-size 128 --samples 2048 --test-samples 0
-      --seed 3 --log-every 10 --no-eval"
+      --seed 3 --log-every 10 --no-eval --set comm.timeout_s=60"
 
 # The probe: a machine without a GPU (or a build without CUDA) says so.
 if ! "$prog" --device cuda --steps 1 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 \
