@@ -382,13 +382,12 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
 	                     &p->algo, g->workspace, WORKSPACE_BYTES, g->stream));
 	if (epi && !p->fused) {
 		size_t total = (size_t)m * (size_t)n;
+		unsigned nb = blocks_for(total, 256);
 		if (g->bf16)
-			bias_k<<<blocks_for(total, 256), 256, 0, g->stream>>>((__nv_bfloat16 *)C,
-			                                        (const __nv_bfloat16 *)bias, m, n,
-			                                        epi == 2);
+			bias_k<<<nb, 256, 0, g->stream>>>((__nv_bfloat16 *)C, (const __nv_bfloat16 *)bias,
+			                                  m, n, epi == 2);
 		else
-			bias_k<<<blocks_for(total, 256), 256, 0, g->stream>>>((float *)C, (const float *)bias, m, n,
-			                                        epi == 2);
+			bias_k<<<nb, 256, 0, g->stream>>>((float *)C, (const float *)bias, m, n, epi == 2);
 		LAUNCHED(g, "bias kernel");
 	}
 	return 0;
@@ -521,12 +520,13 @@ extern "C" int mlp_cuda_new(const mlp_shape *s, int cap, int device, int bf16,
 static int gather(mlp_cuda *g, const int64_t *idx_dev, int set, int64_t first, int n)
 {
 	size_t total = (size_t)n * (size_t)g->dim;
+	unsigned nb = blocks_for(total, 256);
 	if (g->bf16)
-		gather_k<<<blocks_for(total, 256), 256, 0, g->stream>>>((__nv_bfloat16 *)g->act[0], g->yb, g->x[set],
-		                                          g->y[set], idx_dev, first, n, g->dim);
+		gather_k<<<nb, 256, 0, g->stream>>>((__nv_bfloat16 *)g->act[0], g->yb, g->x[set],
+		                                    g->y[set], idx_dev, first, n, g->dim);
 	else
-		gather_k<<<blocks_for(total, 256), 256, 0, g->stream>>>((float *)g->act[0], g->yb, g->x[set],
-		                                          g->y[set], idx_dev, first, n, g->dim);
+		gather_k<<<nb, 256, 0, g->stream>>>((float *)g->act[0], g->yb, g->x[set], g->y[set],
+		                                    idx_dev, first, n, g->dim);
 	LAUNCHED(g, "gather kernel");
 	return 0;
 }
@@ -612,12 +612,12 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 	dim3 grid((unsigned)((out + 127) / 128), chunks);
 	if (g->bf16) {
 		colsum_part_k<<<grid, 128, 0, g->stream>>>(g->colsum, (const __nv_bfloat16 *)dy, n, out);
-		colsum_done_k<<<(out + 127) / 128, 128, 0, g->stream>>>((__nv_bfloat16 *)db, g->colsum, (int)chunks,
-		                                          out, accumulate);
+		colsum_done_k<<<(out + 127) / 128, 128, 0, g->stream>>>((__nv_bfloat16 *)db, g->colsum,
+		                                                        (int)chunks, out, accumulate);
 	} else {
 		colsum_part_k<<<grid, 128, 0, g->stream>>>(g->colsum, (const float *)dy, n, out);
-		colsum_done_k<<<(out + 127) / 128, 128, 0, g->stream>>>((float *)db, g->colsum, (int)chunks, out,
-		                                          accumulate);
+		colsum_done_k<<<(out + 127) / 128, 128, 0, g->stream>>>((float *)db, g->colsum,
+		                                                        (int)chunks, out, accumulate);
 	}
 	LAUNCHED(g, "bias gradient kernels");
 	if (l == 0)
@@ -626,11 +626,12 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 	if (gemm(g, 0, 0, n, in, out, dy, out, W, in, 0.0f, dx, in, 0, NULL))
 		return -1;
 	size_t total = (size_t)n * (size_t)in;
+	unsigned nb = blocks_for(total, 256);
 	if (g->bf16)
-		drelu_k<<<blocks_for(total, 256), 256, 0, g->stream>>>((__nv_bfloat16 *)dx,
-		                                         (const __nv_bfloat16 *)g->act[l], total);
+		drelu_k<<<nb, 256, 0, g->stream>>>((__nv_bfloat16 *)dx,
+		                                   (const __nv_bfloat16 *)g->act[l], total);
 	else
-		drelu_k<<<blocks_for(total, 256), 256, 0, g->stream>>>((float *)dx, (const float *)g->act[l], total);
+		drelu_k<<<nb, 256, 0, g->stream>>>((float *)dx, (const float *)g->act[l], total);
 	LAUNCHED(g, "ReLU gradient kernel");
 	return 0;
 }
