@@ -49,7 +49,7 @@ part() {
 	s=$(date +%s)
 	rc=0
 	if [ -n "$TO" ]; then
-		$TO "$limit" "$@" > "$log" 2>&1 || rc=$?
+		$TO -k 10 "$limit" "$@" > "$log" 2>&1 || rc=$?
 	else
 		"$@" > "$log" 2>&1 || rc=$?
 	fi

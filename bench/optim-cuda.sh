@@ -31,7 +31,7 @@ ROUNDS=${ROUNDS:-3}
 PYTHON=${PYTHON:-python3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-90}
 TO=
-command -v timeout >/dev/null 2>&1 && TO="timeout $RUN_TIMEOUT"
+command -v timeout >/dev/null 2>&1 && TO="timeout -k 10 $RUN_TIMEOUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
 BENCH=$BUILD/bench/bench-optim-cuda
 

@@ -46,7 +46,7 @@ MLP_ARGS=${MLP_ARGS:-}
 LEGACY=${LEGACY:-1}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 TO=
-command -v timeout >/dev/null 2>&1 && TO="timeout $RUN_TIMEOUT"
+command -v timeout >/dev/null 2>&1 && TO="timeout -k 10 $RUN_TIMEOUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
 TRAIN=$BUILD/examples/train_mlp
 
