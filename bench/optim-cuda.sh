@@ -18,7 +18,9 @@
 #
 # Usage: sh bench/optim-cuda.sh [BUILD_DIR]          (default: build)
 # Environment: N (100000000), TENSORS (100), STEPS (20), ROUNDS (3),
-#   PYTHON (python3).  Exit 77 without a GPU.
+#   PYTHON (python3), RUN_TIMEOUT (90: seconds for one program run; one
+#   that takes longer is killed and fails the benchmark).  Exit 77 without
+#   a GPU.
 set -eu
 
 BUILD=${1:-build}
@@ -27,6 +29,9 @@ TENSORS=${TENSORS:-100}
 STEPS=${STEPS:-20}
 ROUNDS=${ROUNDS:-3}
 PYTHON=${PYTHON:-python3}
+RUN_TIMEOUT=${RUN_TIMEOUT:-90}
+TO=
+command -v timeout >/dev/null 2>&1 && TO="timeout -k 10 $RUN_TIMEOUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
 BENCH=$BUILD/bench/bench-optim-cuda
 
@@ -49,24 +54,26 @@ have_torch=1
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
 	rc=0
-	"$BENCH" --n "$N" --tensors "$TENSORS" --steps "$STEPS" --rounds 1 --machine "$MACH" \
+	$TO "$BENCH" --n "$N" --tensors "$TENSORS" --steps "$STEPS" --rounds 1 --machine "$MACH" \
 		>"$OUT/accel.$round" || rc=$?
 	if [ "$rc" = 77 ]; then
 		cat "$OUT/accel.$round"
 		exit 77
 	fi
-	[ "$rc" = 0 ] || { cat "$OUT/accel.$round"; echo "optim-cuda: bench-optim-cuda failed" >&2; exit 1; }
+	[ "$rc" = 0 ] || { cat "$OUT/accel.$round"; echo "optim-cuda: bench-optim-cuda failed" \
+		"(status $rc; 124: ran past ${RUN_TIMEOUT} s)" >&2; exit 1; }
 	cat "$OUT/accel.$round"
 	if [ "$have_torch" = 1 ]; then
 		rc=0
-		"$PYTHON" "$HERE/torch_adamw_cuda.py" --n "$N" --tensors "$TENSORS" --steps "$STEPS" \
+		$TO "$PYTHON" "$HERE/torch_adamw_cuda.py" --n "$N" --tensors "$TENSORS" --steps "$STEPS" \
 			--rounds 1 --machine "$MACH" >"$OUT/torch.$round" || rc=$?
 		if [ "$rc" = 77 ]; then
 			echo "optim-cuda: torch peer skipped: $(cat "$OUT/torch.$round")" >&2
 			rm -f "$OUT/torch.$round"
 			have_torch=0
 		elif [ "$rc" != 0 ]; then
-			echo "optim-cuda: torch_adamw_cuda.py failed" >&2
+			echo "optim-cuda: torch_adamw_cuda.py failed (status $rc; 124: ran past" \
+				"${RUN_TIMEOUT} s)" >&2
 			exit 1
 		else
 			cat "$OUT/torch.$round"

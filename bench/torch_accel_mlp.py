@@ -4,7 +4,11 @@
 the same MLP (784-HIDDEN-...-10, torch.nn.Linear + ReLU, mean cross-entropy),
 the same batch, AdamW (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay
 0.01, fused=True), on one GPU, in f32 (no TF32) or bf16 (Accelerator
-mixed_precision="bf16": autocast, f32 parameters and gradients).
+mixed_precision="bf16": autocast, f32 parameters and gradients).  Without
+the accelerate package (or with --no-accelerate) plain PyTorch does the
+same: torch.autocast(bfloat16) for bf16 and loss.backward(); the JSON line
+says which ("impl": "pytorch-accelerate" or "pytorch", "accelerate": its
+version or null).
 
 A step is what train_mlp's is: gather the batch from a data set on the
 device by a random index, forward, backward (accelerator.backward), the
@@ -12,7 +16,7 @@ optimizer step, zero_grad(set_to_none=True).  WARMUP untimed steps, then
 --steps timed ones between two torch.cuda.synchronize(); --rounds rounds,
 the fastest reported.  One JSON line with the keys of train_mlp --json
 (bench, impl, dims, batch_per_rank, ms_per_step, samples_per_s) plus dtype,
-torch and accelerate versions.  Exit 77 without torch, accelerate or a GPU.
+torch and accelerate versions.  Exit 77 without torch or a GPU.
 
     python3 bench/torch_accel_mlp.py --hidden 4096 --batch-size 4096 --dtype bf16
 """
@@ -35,6 +39,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="bf16")
+    ap.add_argument("--no-accelerate", action="store_true",
+                    help="plain PyTorch (autocast) even where accelerate is installed")
     a = ap.parse_args()
     try:
         import torch
@@ -42,20 +48,26 @@ def main():
     except ImportError as e:
         print(f"skipped: no torch ({e})")
         return 77
-    try:
-        import accelerate
-        from accelerate import Accelerator
-    except ImportError as e:
-        print(f"skipped: no accelerate ({e})")
-        return 77
+    accelerate = None
+    if not a.no_accelerate:
+        try:
+            import accelerate
+            from accelerate import Accelerator
+        except ImportError as e:
+            print(f"note: no accelerate ({e}); plain PyTorch with autocast", file=sys.stderr)
+            accelerate = None
     if not torch.cuda.is_available():
         print("skipped: no GPU (torch.cuda.is_available() is False)")
         return 77
     # exact f32 GEMMs, as train_mlp's cuBLASLt f32 (CUBLAS_COMPUTE_32F)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    acc = Accelerator(mixed_precision="bf16" if a.dtype == "bf16" else "no")
-    dev = acc.device
+    acc = None
+    if accelerate is not None:
+        acc = Accelerator(mixed_precision="bf16" if a.dtype == "bf16" else "no")
+        dev = acc.device
+    else:
+        dev = torch.device("cuda", 0)
     torch.manual_seed(0)
     dims = [a.inputs] + [a.hidden] * a.layers + [a.classes]
     mods = []
@@ -63,17 +75,23 @@ def main():
         mods.append(torch.nn.Linear(dims[i], dims[i + 1]))
         if i < len(dims) - 2:
             mods.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*mods)
+    model = torch.nn.Sequential(*mods).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.01, fused=True)
-    model, opt = acc.prepare(model, opt)
+    if acc is not None:
+        model, opt = acc.prepare(model, opt)
     x = torch.randn(a.samples, a.inputs, device=dev)
     y = torch.randint(0, a.classes, (a.samples,), device=dev)
 
     def step():
         idx = torch.randint(0, a.samples, (a.batch_size,), device=dev)
-        loss = F.cross_entropy(model(x[idx]), y[idx])
-        acc.backward(loss)
+        if acc is not None:
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            acc.backward(loss)
+        else:
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+                loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -87,13 +105,16 @@ def main():
             step()
         torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - t0) / a.steps)
-    print(json.dumps({"bench": "train_mlp", "impl": "pytorch-accelerate", "device": "cuda",
+    print(json.dumps({"bench": "train_mlp",
+                      "impl": "pytorch-accelerate" if acc is not None else "pytorch",
+                      "device": "cuda",
                       "dtype": a.dtype, "world": 1, "dims": "-".join(map(str, dims)),
                       "batch_per_rank": a.batch_size, "steps": a.steps, "warmup": a.warmup,
                       "rounds": a.rounds, "ms_per_step": round(best * 1e3, 4),
                       "samples_per_s": round(a.batch_size / best, 1),
                       "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                      "accelerate": accelerate.__version__, "host": socket.gethostname()},
+                      "accelerate": accelerate.__version__ if accelerate else None,
+                      "host": socket.gethostname()},
                      separators=(",", ":")))
     return 0
 

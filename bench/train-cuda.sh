@@ -5,9 +5,14 @@
 #
 #   accel               examples/train_mlp --device cuda (strategy ddp, the
 #                       nccl backend at world 1, AdamW on the device, cuBLASLt
-#                       GEMMs), one process
+#                       GEMMs), one process, computing on a non-blocking
+#                       stream of its own (accel_set_stream)
+#   accel-legacy        the same with --legacy-stream (CUDA's legacy default
+#                       stream), when LEGACY=1
 #   pytorch-accelerate  bench/torch_accel_mlp.py: torch.nn.Linear MLP,
-#                       Accelerator(mixed_precision=...), AdamW(fused=True)
+#                       Accelerator(mixed_precision=...), AdamW(fused=True);
+#                       "pytorch" (plain autocast) where accelerate is not
+#                       installed
 #
 # 784-HIDDEN-...-10 with LAYERS hidden layers, batch BATCH, AdamW lr 1e-3
 # (weight decay 0.01), in f32 (no TF32 on either side) and in bf16 (accel:
@@ -22,8 +27,10 @@
 #
 # Usage: sh bench/train-cuda.sh [BUILD_DIR]          (default: build)
 # Environment: HIDDEN (4096), LAYERS (2), BATCH (4096), STEPS (50),
-#   WARMUP (10), ROUNDS (3), DTYPES ("f32 bf16"), PYTHON (python3),
-#   MLP_ARGS (more train_mlp options).  Exit 77 without a GPU.
+#   WARMUP (10), ROUNDS (3), DTYPES ("f32 bf16"), LEGACY (1), PYTHON
+#   (python3), MLP_ARGS (more train_mlp options), RUN_TIMEOUT (120: seconds
+#   for one program run; one that takes longer is killed and reported, and
+#   the rest goes on).  Exit 77 without a GPU.
 set -eu
 
 BUILD=${1:-build}
@@ -36,6 +43,10 @@ ROUNDS=${ROUNDS:-3}
 DTYPES=${DTYPES:-f32 bf16}
 PYTHON=${PYTHON:-python3}
 MLP_ARGS=${MLP_ARGS:-}
+LEGACY=${LEGACY:-1}
+RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+TO=
+command -v timeout >/dev/null 2>&1 && TO="timeout -k 10 $RUN_TIMEOUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
 TRAIN=$BUILD/examples/train_mlp
 
@@ -62,27 +73,39 @@ while [ "$round" -le "$ROUNDS" ]; do
 	for dt in $DTYPES; do
 		mp=no
 		[ "$dt" = bf16 ] && mp=bf16
-		rc=0
-		# shellcheck disable=SC2086
-		"$TRAIN" --device cuda --hidden "$HIDDEN" --layers "$LAYERS" --batch-size "$BATCH" \
-			--samples "$SAMPLES" --test-samples 0 --no-eval --steps "$STEPS" \
-			--warmup "$WARMUP" --log-every 1000000000 --json \
-			--set "mixed_precision=$mp" --set optimizer.type=adamw \
-			--set optimizer.params.lr=0.001 --set optimizer.params.weight_decay=0.01 \
-			$MLP_ARGS >"$OUT/accel.$dt.$round" 2>"$OUT/accel.$dt.$round.err" || rc=$?
-		if [ "$rc" != 0 ]; then
-			cat "$OUT/accel.$dt.$round" "$OUT/accel.$dt.$round.err" >&2
-			if grep -q "no CUDA device is visible" "$OUT/accel.$dt.$round.err"; then
-				echo "skipped: no GPU"
-				exit 77
+		variants=accel
+		[ "$LEGACY" = 1 ] && variants="accel accel-legacy"
+		for v in $variants; do
+			extra=
+			[ "$v" = accel-legacy ] && extra=--legacy-stream
+			rc=0
+			# shellcheck disable=SC2086
+			$TO "$TRAIN" --device cuda --hidden "$HIDDEN" --layers "$LAYERS" \
+				--batch-size "$BATCH" --samples "$SAMPLES" --test-samples 0 --no-eval \
+				--steps "$STEPS" --warmup "$WARMUP" --log-every 1000000000 --json \
+				--set "mixed_precision=$mp" --set optimizer.type=adamw \
+				--set optimizer.params.lr=0.001 --set optimizer.params.weight_decay=0.01 \
+				$extra $MLP_ARGS >"$OUT/$v.$dt.$round" 2>"$OUT/$v.$dt.$round.err" || rc=$?
+			if [ "$rc" = 124 ]; then
+				echo "train-cuda: $v $dt round $round: train_mlp ran past ${RUN_TIMEOUT} s;" \
+					"left out" >&2
+				rm -f "$OUT/$v.$dt.$round"
+				continue
 			fi
-			echo "train-cuda: train_mlp failed" >&2
-			exit 1
-		fi
-		grep '^{' "$OUT/accel.$dt.$round" | sed "s/}\$/,\"round\":$round}/"
+			if [ "$rc" != 0 ]; then
+				cat "$OUT/$v.$dt.$round" "$OUT/$v.$dt.$round.err" >&2
+				if grep -q "no CUDA device is visible" "$OUT/$v.$dt.$round.err"; then
+					echo "skipped: no GPU"
+					exit 77
+				fi
+				echo "train-cuda: train_mlp failed" >&2
+				exit 1
+			fi
+			grep '^{' "$OUT/$v.$dt.$round" | sed "s/}\$/,\"round\":$round}/"
+		done
 		if [ "$have_torch" = 1 ]; then
 			rc=0
-			"$PYTHON" "$HERE/torch_accel_mlp.py" --hidden "$HIDDEN" --layers "$LAYERS" \
+			$TO "$PYTHON" "$HERE/torch_accel_mlp.py" --hidden "$HIDDEN" --layers "$LAYERS" \
 				--batch-size "$BATCH" --samples "$SAMPLES" --steps "$STEPS" \
 				--warmup "$WARMUP" --rounds 1 --dtype "$dt" >"$OUT/torch.$dt.$round" \
 				2>"$OUT/torch.$dt.$round.err" || rc=$?
@@ -90,6 +113,9 @@ while [ "$round" -le "$ROUNDS" ]; do
 				echo "train-cuda: torch peer skipped: $(cat "$OUT/torch.$dt.$round")" >&2
 				rm -f "$OUT/torch.$dt.$round"
 				have_torch=0
+			elif [ "$rc" = 124 ]; then
+				echo "train-cuda: torch $dt round $round ran past ${RUN_TIMEOUT} s; left out" >&2
+				rm -f "$OUT/torch.$dt.$round"
 			elif [ "$rc" != 0 ]; then
 				tail -5 "$OUT/torch.$dt.$round.err" >&2
 				echo "train-cuda: torch_accel_mlp.py failed" >&2
@@ -115,20 +141,30 @@ for path in glob.glob(os.path.join(sys.argv[1], "*.[0-9]*")):
             if not line.startswith("{"):
                 continue
             r = json.loads(line)
-            k = (r["impl"], dt)
+            impl = r["impl"]
+            if impl == "accel" and r.get("stream") == "legacy":
+                impl = "accel-legacy"
+            elif impl.startswith("pytorch"):
+                impl = "peer"
+            k = (impl, dt)
             if k not in best or r["ms_per_step"] < best[k]["ms_per_step"]:
                 best[k] = r
 print()
 for dt in sorted({k[1] for k in best}, key=lambda d: d != "f32"):
     a = best.get(("accel", dt))
-    t = best.get(("pytorch-accelerate", dt))
+    lg = best.get(("accel-legacy", dt))
+    t = best.get(("peer", dt))
     if not a:
         continue
+    peer = None
+    if t:
+        peer = ("pytorch %s + accelerate %s" % (t["torch"], t["accelerate"])
+                if t.get("accelerate") else "pytorch %s (autocast, no accelerate)" % t["torch"])
     out = {"bench": "train-cuda-ratio", "dtype": dt, "dims": a["dims"],
            "batch": a["batch_per_rank"], "accel_ms": a["ms_per_step"],
            "accel_ms_median": a.get("ms_per_step_median"), "gemm": a.get("gemm"),
-           "peer": ("pytorch %s accelerate %s" % (t["torch"], t["accelerate"])) if t else None,
-           "peer_ms": t["ms_per_step"] if t else None,
+           "accel_legacy_ms": lg["ms_per_step"] if lg else None,
+           "peer": peer, "peer_ms": t["ms_per_step"] if t else None,
            "ratio": round(t["ms_per_step"] / a["ms_per_step"], 3) if t else None,
            "gpu": t["gpu"] if t else None}
     print(json.dumps(out, separators=(",", ":")))

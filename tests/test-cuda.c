@@ -819,47 +819,60 @@ END_TEST
 /* backend: "shm" stages device buffers through pinned memory; "nccl" runs
  * the collective on its own stream.  Either way the collective must see
  * the fill queued before it on the context's stream, behind a 200 ms host
- * function, without the program synchronising. */
+ * function, without the program synchronising.  At world 1 a sum changes
+ * nothing, so the collective reads x and writes a separate y (zero before):
+ * a collective that ran before the fill leaves y 0. */
 static void collective_after_fill(const char *json)
 {
 	enum { N = 1 << 18 };
 	accel_ctx *ctx = gpu_ctx(json);
 	cudaStream_t st = new_stream();
-	float *x = dmalloc(N * sizeof(float)), *h = malloc(N * sizeof(float));
-	ck_assert_int_eq(cudaMemset(x, 0, N * sizeof(float)), cudaSuccess);
+	float *x = dmalloc(N * sizeof(float)), *y = dmalloc(N * sizeof(float));
+	float *h = malloc(N * sizeof(float));
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);   /* dmalloc zeroed both */
 	ck_assert_int_eq(accel_set_stream(ctx, st), ACCEL_OK);
 	const accel_host_v1 *H = accelp_host_table();
 	accel_host *hh = &ctx->active[0].host;
-	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, N};
-	/* the public, blocking collective */
-	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
-	ck_assert_int_eq(H->op_fill(hh, &v, 5.0), ACCEL_OK);
-	ck_assert_msg(accel_allreduce(ctx, x, x, N, ACCEL_DTYPE_F32, ACCEL_RED_SUM) == ACCEL_OK,
-	              "%s: %s", json, accel_errmsg(ctx));
-	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
-	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-	ck_assert_int_eq(cudaMemcpy(h, x, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-	ck_assert_msg(count_not(h, N, 5.0f) == 0, "%s: blocking allreduce read stale data", json);
-	/* an asynchronous one, waited for by the stream; the scale after it
-	 * on the stream sees the reduced values */
+	accel_view vx = {sizeof(vx), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, N};
+	accel_view vy = vx;
+	vy.data = y;
+	/* waited for on the host: y is complete when wait() returns, for any
+	 * stream (read on the legacy one, no sync) */
 	accel_req *req = NULL;
 	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
-	ck_assert_int_eq(H->op_fill(hh, &v, 7.0), ACCEL_OK);
-	ck_assert_msg(H->allreduce(hh, &v, &v, ACCEL_RED_SUM, &req) == ACCEL_OK, "%s: %s", json,
+	ck_assert_int_eq(H->op_fill(hh, &vx, 5.0), ACCEL_OK);
+	ck_assert_msg(H->allreduce(hh, &vx, &vy, ACCEL_RED_SUM, &req) == ACCEL_OK, "%s: %s", json,
+	              accel_errmsg(ctx));
+	ck_assert_msg(H->wait(hh, req) == ACCEL_OK, "%s: %s", json, accel_errmsg(ctx));
+	ck_assert_int_eq(cudaMemcpy(h, y, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+	ck_assert_msg(count_not(h, N, 5.0f) == 0, "%s: host-waited allreduce: y[0] %g (5 "
+	              "expected; 0: it ran before the fill)", json, (double)h[0]);
+	/* waited for by the stream; the scale after it on the stream sees the
+	 * reduced values */
+	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
+	ck_assert_int_eq(cudaMemset(y, 0, N * sizeof(float)), cudaSuccess);
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+	req = NULL;
+	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
+	ck_assert_int_eq(H->op_fill(hh, &vx, 7.0), ACCEL_OK);
+	ck_assert_msg(H->allreduce(hh, &vx, &vy, ACCEL_RED_SUM, &req) == ACCEL_OK, "%s: %s", json,
 	              accel_errmsg(ctx));
 	ck_assert_msg(H->wait_stream(hh, req) == ACCEL_OK, "%s: %s", json, accel_errmsg(ctx));
-	ck_assert_int_eq(H->op_scale(hh, &v, 2.0), ACCEL_OK);
-	accel_view hv = v;
+	ck_assert_int_eq(H->op_scale(hh, &vy, 2.0), ACCEL_OK);
+	accel_view hv = vy;
 	hv.device = ACCEL_DEVICE_CPU;
 	hv.data = h;
 	memset(h, 0, N * sizeof(float));
-	ck_assert_int_eq(accel_copy_async(ctx, &hv, &v), ACCEL_OK);
+	ck_assert_int_eq(accel_copy_async(ctx, &hv, &vy), ACCEL_OK);
 	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
-	ck_assert_msg(count_not(h, N, 14.0f) == 0, "%s: stream-waited allreduce: %g", json,
+	ck_assert_msg(count_not(h, N, 14.0f) == 0, "%s: stream-waited allreduce: y[0] %g (14 "
+	              "expected; 0: it ran before the fill, 7: the scale ran before it)", json,
 	              (double)h[0]);
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
 	accel_ctx_free(ctx);
 	cudaStreamDestroy(st);
 	dfree(x);
+	dfree(y);
 	free(h);
 }
 

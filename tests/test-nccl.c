@@ -629,6 +629,44 @@ START_TEST(test_missing_ranks_store_down)
 }
 END_TEST
 
+/* The text of a timed-out collective, as the training thread builds it
+ * after the watchdog aborted a stream-waited one (and after its own
+ * timeouts): the store's answer names the missing rank. */
+START_TEST(test_timeout_text_names_ranks)
+{
+	char *dir = tmp_store();
+	accel_host h = {.rank = 0, .store_dir = dir};
+	g_host.store_set = fs_set;
+	g_host.store_get = fs_get;
+	char missing[256], msg[1024];
+	int n = coll_missing_ranks(&g_host, &h, "nccl/w", 0, 2, 4, 100, missing, sizeof(missing));
+	ck_assert_int_eq(n, 1);
+	accel_nccl_timeout_text(msg, sizeof(msg), "allreduce #4 (1024 x f32)", 1, 0.1,
+	                        "rank 0 of 2", n, missing, 0);
+	ck_assert_str_eq(msg, "allreduce #4 (1024 x f32), waited for on a stream, did not complete "
+	                      "within 0.1 s on rank 0 of 2: rank 1 did not report reaching it "
+	                      "within 0.1 s (asked through the rendezvous store). The "
+	                      "communicator was aborted");
+	rm_store(dir);
+	/* on the host's watch, every rank there */
+	accel_nccl_timeout_text(msg, sizeof(msg), "barrier #2", 0, 300.0, "rank 1 of 4", 0, "", 0);
+	ck_assert_ptr_nonnull(strstr(msg, "barrier #2 did not complete within 300.0 s on rank 1 "
+	                                  "of 4: every rank reached it"));
+	/* no store: says so and what to do */
+	accel_nccl_timeout_text(msg, sizeof(msg), "allgather #9", 1, 5.0, "rank 0 of 2", -1, "", 1);
+	ck_assert_ptr_nonnull(strstr(msg, "waited for on a stream, did not complete within 5.0 s"));
+	ck_assert_ptr_nonnull(strstr(msg, "no rendezvous store to ask which are missing"));
+	ck_assert_ptr_null(strstr(msg, "asked through"));
+	accel_nccl_timeout_text(msg, sizeof(msg), "allgather #9", 0, 5.0, "rank 0 of 2", -1, "", 0);
+	ck_assert_ptr_nonnull(strstr(msg, "the store could not tell which are missing"));
+	/* a short buffer is cut, terminated */
+	char small[16];
+	accel_nccl_timeout_text(small, sizeof(small), "allreduce #1", 0, 1.0, "rank 0 of 2", 0, "",
+	                        0);
+	ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
+}
+END_TEST
+
 START_TEST(test_module_descriptor)
 {
 	void *dl = NULL;
@@ -697,6 +735,7 @@ static Suite *nccl_suite(void)
 	tcase_add_test(tc, test_missing_ranks_named);
 	tcase_add_test(tc, test_missing_ranks_all_arrived);
 	tcase_add_test(tc, test_missing_ranks_store_down);
+	tcase_add_test(tc, test_timeout_text_names_ranks);
 	tcase_add_test(tc, test_module_descriptor);
 	tcase_add_test(tc, test_init_without_gpu);
 	suite_add_tcase(s, tc);
@@ -961,14 +1000,19 @@ static int gpu_rank_main(const char *dir)
 	{
 		enum { SN = 1 << 18 };
 		cudaStream_t us = NULL;
+		/* out of place: at world 1 an in-place sum changes nothing, so only
+		 * the copy into rd shows whether the collective ran after the
+		 * memset queued before it (a stale read leaves rd 0) */
 		float *sd = dev_alloc(&in, SN * sizeof(float)), *sh = NULL;
+		float *rd = dev_alloc(&in, SN * sizeof(float));
 		CHECK(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking) == cudaSuccess &&
 		      cudaMallocHost((void **)&sh, SN * sizeof(float)) == cudaSuccess,
 		      "stream and pinned buffer");
 		cudaMemset(sd, 0, SN * sizeof(float));
+		cudaMemset(rd, 0, SN * sizeof(float));
 		cudaDeviceSynchronize();
 		g_user_stream = us;
-		accel_view sv = dview(ACCEL_DTYPE_F32, sd, SN);
+		accel_view sv = dview(ACCEL_DTYPE_F32, sd, SN), rv = dview(ACCEL_DTYPE_F32, rd, SN);
 		/* every byte 0x3f: each float is 0x3f3f3f3f; the sum over the
 		 * ranks is exact (world 1 or 2) */
 		float one_val;
@@ -979,14 +1023,14 @@ static int gpu_rank_main(const char *dir)
 		cudaLaunchHostFunc(us, sleep_200ms, NULL);
 		cudaMemsetAsync(sd, 0x3f, SN * sizeof(float), us);
 		in.h.err_code = 0;
-		rc = GB->allreduce(in.st, &sv, &sv, ACCEL_RED_SUM, &r0);
+		rc = GB->allreduce(in.st, &sv, &rv, ACCEL_RED_SUM, &r0);
 		if (rc == ACCEL_OK)
 			rc = GB->wait_stream(in.st, r0, us);
 		double took = now_s() - t0;
 		CHECK(rc == ACCEL_OK, "allreduce + wait_stream on a user stream: %s", in.h.err);
 		CHECK(took < 0.15, "allreduce + wait_stream took %.3f s: the host waited for the "
 		      "stream", took);
-		cudaMemcpyAsync(sh, sd, SN * sizeof(float), cudaMemcpyDeviceToHost, us);
+		cudaMemcpyAsync(sh, rd, SN * sizeof(float), cudaMemcpyDeviceToHost, us);
 		CHECK(cudaStreamSynchronize(us) == cudaSuccess, "stream sync");
 		uint64_t bad = 0;
 		for (int i = 0; i < SN; i++)
@@ -994,13 +1038,16 @@ static int gpu_rank_main(const char *dir)
 		CHECK(bad == 0, "stream-ordered allreduce: %llu of %d elements differ (first %g, "
 		      "want %g)", (unsigned long long)bad, SN, (double)sh[0], (double)want);
 		/* a host wait of a collective ordered after the stream works too */
+		cudaMemset(sd, 0, SN * sizeof(float));
+		cudaMemset(rd, 0, SN * sizeof(float));
+		cudaDeviceSynchronize();
 		cudaLaunchHostFunc(us, sleep_200ms, NULL);
 		cudaMemsetAsync(sd, 0x3f, SN * sizeof(float), us);
-		rc = GB->allreduce(in.st, &sv, &sv, ACCEL_RED_SUM, &r0);
+		rc = GB->allreduce(in.st, &sv, &rv, ACCEL_RED_SUM, &r0);
 		if (rc == ACCEL_OK)
 			rc = GB->wait(in.st, r0);
 		CHECK(rc == ACCEL_OK, "allreduce after the stream, host wait: %s", in.h.err);
-		cudaMemcpy(sh, sd, SN * sizeof(float), cudaMemcpyDeviceToHost);
+		cudaMemcpy(sh, rd, SN * sizeof(float), cudaMemcpyDeviceToHost);
 		bad = 0;
 		for (int i = 0; i < SN; i++)
 			bad += sh[i] != want;
@@ -1010,6 +1057,7 @@ static int gpu_rank_main(const char *dir)
 		cudaFreeHost(sh);
 		cudaStreamDestroy(us);
 		GB->mem_free(in.st, sd);
+		GB->mem_free(in.st, rd);
 	}
 
 	/* groups (ncclCommSplit): every rank alone (colour rank), then the

@@ -41,6 +41,7 @@ expect 2 "--save-final-ranks needs a path, not the option '--json'" $T $small --
 expect 2 "cannot write in $tmp/missing" $T $small --save-final-ranks "$tmp/missing/w"
 [ ! -e "$tmp/--json" ] || fail "a file named --json was written"
 expect 2 "--set needs KEY=VALUE, got 'seed'" $T $small --set seed
+expect 2 "--legacy-stream picks the CUDA stream of --device cuda" $T $small --legacy-stream
 
 echo "== every process gets a batch on every step"
 expect 2 "no batch to train on: 40 samples, global batch 100" \

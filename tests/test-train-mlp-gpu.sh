@@ -12,6 +12,8 @@
 #   - the same on 2 ranks sharing the GPU through the shm backend (device
 #     buckets staged through pinned host memory) == CPU and == 1 rank;
 #   - 1 rank through shm (staged at world 1) == 1 rank through nccl;
+#   - the default (compute on a non-blocking stream of train_mlp's own, set
+#     with accel_set_stream) == --legacy-stream, bitwise, 1 and 2 ranks;
 #   - bf16 (mixed_precision=bf16, cuBLASLt bf16 with f32 accumulation)
 #     trains: its loss falls, and its loss at the last step is within
 #     BF16_LOSS of the f32 run's, on 1 and 2 ranks (its weights' distance
@@ -42,8 +44,10 @@ fail() {
 	fails=$((fails + 1))
 }
 
+# comm.timeout_s 60: a collective that hangs fails in a minute, not the
+# default 300 s (a GPU run's device time is short; these take milliseconds)
 ARGS="--steps 20 --hidden 128 --layers 2 --batch-size 128 --samples 2048 --test-samples 0
-      --seed 3 --log-every 10 --no-eval"
+      --seed 3 --log-every 10 --no-eval --set comm.timeout_s=60"
 
 # The probe: a machine without a GPU (or a build without CUDA) says so.
 if ! "$prog" --device cuda --steps 1 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 \
@@ -128,6 +132,19 @@ grep -q "cuBLASLt f32" "$tmp/adamw.gpu1.log" ||
 if [ "$one" = nccl ]; then
 	run adamw.shm1 "$tmp/adamw.json" --device cuda --set backend=shm
 	same adamw.gpu1 adamw.shm1 0 "adamw: GPU 1 rank through shm vs nccl (bitwise)"
+fi
+
+# The default GPU run computes on a non-blocking stream of its own, handed
+# to accel_set_stream (ddp's reductions wait on it, no host sync);
+# --legacy-stream computes on CUDA's legacy stream: the same kernels in the
+# same order, so the same bits, on 1 and 2 ranks.
+run adamw.legacy "$tmp/adamw.json" --device cuda --set "backend=$one" --legacy-stream
+same adamw.gpu1 adamw.legacy 0 "adamw: own stream vs legacy stream, 1 rank (bitwise)"
+run2 adamw.legacy2 "$tmp/adamw.json" --legacy-stream
+same adamw.gpu2 adamw.legacy2 0 "adamw: own stream vs legacy stream, 2 ranks (bitwise)"
+if ! "$prog" --device cuda --steps 2 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 \
+	--no-eval --json --set "backend=$one" 2>&1 | grep -q '"stream":"own"'; then
+	fail "the --json line of a GPU run does not say \"stream\":\"own\""
 fi
 
 # bf16: trains, and its loss stays near the f32 run's.

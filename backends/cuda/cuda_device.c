@@ -159,9 +159,12 @@ static int cu_mem_alloc(uint32_t kind, int32_t device_index, uint64_t bytes, uin
 		return fail(err, e == cudaErrorMemoryAllocation ? ACCEL_ERR_NOMEM : ACCEL_ERR_CUDA,
 		            "cuda: cudaMalloc of %llu bytes on device %d failed: %s",
 		            (unsigned long long)bytes, device_index, cudaGetErrorString(e));
-	if (zero && (e = cudaMemset(p, 0, bytes)) != cudaSuccess) {
+	/* waited for: cudaMemset runs on the legacy stream, which a
+	 * non-blocking stream (accel_set_stream) is not ordered after */
+	if (zero && ((e = cudaMemset(p, 0, bytes)) != cudaSuccess ||
+	             (e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess)) {
 		cudaFree(p);
-		return cuda_fail(err, "cudaMemset(p, 0, bytes)", e);
+		return cuda_fail(err, "cudaMemset(p, 0, bytes) on the legacy stream", e);
 	}
 	*ret_ptr = p;
 	return ACCEL_OK;

@@ -76,6 +76,18 @@ int accel_nccl_describe_cuda(cudaError_t err, const char *call, char *buf, size_
 /* The symbolic name of an ncclResult_t ("ncclSystemError"). */
 const char *accel_nccl_result_name(ncclResult_t result);
 
+/* The message of a collective that timed out (the communicator is then
+ * aborted): "WHAT[, waited for on a stream,] did not complete within T s on
+ * SELF: MISSING (asked through the rendezvous store). The communicator was
+ * aborted".  `named`: what coll_missing_ranks_map() returned for it (> 0:
+ * `missing` names the ranks; 0: every rank reached it; < 0: the store
+ * could not tell, and `no_store` says whether the job has none).
+ * `on_stream`: the request was released to a stream (wait_stream) and
+ * the deadline was kept by the watchdog thread. */
+void accel_nccl_timeout_text(char *buf, size_t cap, const char *what, int on_stream,
+                             double timeout_s, const char *self, int named,
+                             const char *missing, int no_store);
+
 /* ---- types ------------------------------------------------------------------------ */
 /* NCCL type for an ACCEL_DTYPE_*.  `reduce`: the op reduces, so only the
  * six reducible types map; otherwise fp8 travels as bytes.  Returns 0 when

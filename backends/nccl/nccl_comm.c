@@ -75,8 +75,12 @@ typedef struct nccl_state {
 	pthread_cond_t wcv;
 	pthread_t wthread;
 	int wstarted, wstop, wfired, wfired_code;
+	int in_nccl;              /* the training thread is in an NCCL call on comm:
+	                             the watchdog defers its abort (comm_enter) */
 	accel_comm_req *watched;
 	char wmsg[MSG_MAX];
+	char wwhat[96];           /* a timeout: the collective, for the training */
+	uint64_t wseq;            /* thread to name the missing ranks (watch_reap) */
 } nccl_state;
 
 /* Record a failure that breaks the communicator: later ops fail fast. */
@@ -154,48 +158,66 @@ static void abort_comm(nccl_state *st)
 		pthread_mutex_unlock(&st->wmu);
 }
 
-/* `what` (collective #seq, or communicator creation when seq is 0) did not
- * finish in time: abort the communicator (the only way to stop NCCL
- * kernels that wait for a missing peer), ask the store which ranks never
- * arrived, and record the failure. */
-static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
+/* Who this rank is, for messages: "rank 1 of 2" or, on a group, "world
+ * rank 5 (1 of 2 in its group)". */
+static void self_name(const nccl_state *st, char *buf, size_t cap)
 {
-	char missing[256];
-	abort_comm(st);
+	if (st->wranks)
+		snprintf(buf, cap, "world rank %d (%d of %d in its group)", (int)st->wranks[st->rank],
+		         st->rank, st->world);
+	else
+		snprintf(buf, cap, "rank %d of %d", st->rank, st->world);
+}
+
+/* The training thread calls NCCL on st->comm between comm_enter() and
+ * comm_leave(): ncclCommAbort frees the communicator, so the watchdog must
+ * not abort it meanwhile (it waits for the next tick; a call that hangs
+ * ends by its own deadline, settle()).  Returns -1, entering nothing, when
+ * the communicator is aborted already. */
+static int comm_enter(nccl_state *st)
+{
+	if (!st->wstarted)
+		return st->aborted ? -1 : 0;
+	pthread_mutex_lock(&st->wmu);
+	int ok = !st->aborted;
+	st->in_nccl = ok;
+	pthread_mutex_unlock(&st->wmu);
+	return ok ? 0 : -1;
+}
+
+static void comm_leave(nccl_state *st)
+{
+	if (!st->wstarted)
+		return;
+	pthread_mutex_lock(&st->wmu);
+	st->in_nccl = 0;
+	pthread_mutex_unlock(&st->wmu);
+}
+
+/* `what` (collective #seq, or communicator creation when seq is 0) did not
+ * finish in time and the communicator is aborted: ask the store which
+ * ranks never arrived, and record the failure.  Training thread only (the
+ * store is the host's).  on_stream: the watchdog found it. */
+static int timeout_record(nccl_state *st, const char *what, uint64_t seq, int on_stream)
+{
+	char missing[256] = "", self[96], msg[MSG_MAX];
 	int named = st->ns[0] ? coll_missing_ranks_map(st->host, st->h, st->ns, st->rank,
 	                                               st->world, st->wranks, seq,
 	                                               st->timeout_ms, missing, sizeof(missing))
 	                      : -1;
-	char self[96];
-	if (st->wranks)
-		snprintf(self, sizeof(self), "world rank %d (%d of %d in its group)",
-		         (int)st->wranks[st->rank], st->rank, st->world);
-	else
-		snprintf(self, sizeof(self), "rank %d of %d", st->rank, st->world);
-	if (named > 0)
-		return fail(st, ACCEL_ERR_TIMEOUT,
-		            "%s did not complete within %.1f s on %s: %s (asked through "
-		            "the rendezvous store). The communicator was aborted",
-		            what, (double)st->timeout_ms / 1000.0, self, missing);
-	return fail(st, ACCEL_ERR_TIMEOUT,
-	            "%s did not complete within %.1f s on %s: %s. The communicator "
-	            "was aborted",
-	            what, (double)st->timeout_ms / 1000.0, self,
-	            named == 0 ? "every rank reached it and timed out there too, so NCCL itself "
-	                         "is stuck (run with NCCL_DEBUG=INFO; check the network between "
-	                         "the nodes) or the ranks came too far apart (raise "
-	                         "comm.timeout_s)"
-	                       : st->no_store
-	                             ? "the other ranks did not arrive at it, and this job has no "
-	                               "rendezvous store to ask which are missing (under mpirun "
-	                               "comm.mpi_store makes one unless it is false or a rank "
-	                               "could not reach it, see the start-up warnings; or start "
-	                               "the job with ACCEL_MASTER_ADDR and ACCEL_MASTER_PORT); "
-	                               "look for "
-	                               "the rank whose log stops before it, or that died"
-	                             : "the other ranks did not arrive at it, and the store could "
-	                               "not tell which are missing; look for the rank whose log "
-	                               "stops before it, or that died");
+	self_name(st, self, sizeof(self));
+	accel_nccl_timeout_text(msg, sizeof(msg), what, on_stream, (double)st->timeout_ms / 1000.0,
+	                        self, named, missing, st->no_store);
+	return fail(st, ACCEL_ERR_TIMEOUT, "%s", msg);
+}
+
+/* A collective on the training thread timed out: abort the communicator
+ * (the only way to stop NCCL kernels that wait for a missing peer), then
+ * name the missing ranks. */
+static int timeout_fail(nccl_state *st, const char *what, uint64_t seq)
+{
+	abort_comm(st);
+	return timeout_record(st, what, seq, 0);
 }
 
 /* Poll ncclCommGetAsyncError until the last call finished.  On timeout
@@ -418,15 +440,21 @@ static void *watch_main(void *arg)
 				         "reported %s (rank %d of %d, cuda:%d)", what,
 				         accel_nccl_result_name(ar), st->rank, st->world, st->device);
 			} else if (r->deadline_ns && mono_ns() > r->deadline_ns) {
+				char self[96];
+				self_name(st, self, sizeof(self));
 				st->wfired_code = ACCEL_ERR_TIMEOUT;
+				st->wseq = r->seq;
+				snprintf(st->wwhat, sizeof(st->wwhat), "%s", what);
 				snprintf(st->wmsg, sizeof(st->wmsg), "%s, waited for on a stream, did not "
-				         "complete within %.1f s on rank %d of %d: a peer did not arrive "
-				         "(look for the rank whose log stops before it, or that died). The "
-				         "communicator was aborted", what, (double)st->timeout_ms / 1000.0,
-				         st->rank, st->world);
+				         "complete within %.1f s on %s; the communicator was aborted (the "
+				         "next call on it asks the rendezvous store which ranks did not "
+				         "arrive, and fails with that)", what,
+				         (double)st->timeout_ms / 1000.0, self);
 			} else {
 				continue;
 			}
+			if (st->in_nccl)
+				break;   /* the training thread is inside NCCL: next tick */
 			st->wfired = 1;
 			if (!st->aborted) {
 				ncclCommAbort(st->comm);
@@ -472,7 +500,11 @@ static void watch_reap(nccl_state *st)
 	(void)cudaGetLastError();
 	int fired = st->wfired && !st->failed;
 	pthread_mutex_unlock(&st->wmu);
-	if (fired)
+	/* the watchdog only reads and writes these before it sets wfired and
+	 * stops looking (wfired stays set) */
+	if (fired && st->wfired_code == ACCEL_ERR_TIMEOUT)
+		timeout_record(st, st->wwhat, st->wseq, 1);
+	else if (fired)
 		fail(st, st->wfired_code, "%s", st->wmsg);
 }
 
@@ -540,7 +572,7 @@ typedef struct launch {
 
 static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 {
-	int rc = ACCEL_OK, prev = -1;
+	int rc = ACCEL_OK, prev = -1, entered = 0;
 	accel_comm_req *r = NULL;
 	char *base = L->recv;
 	char what[96], name[128];
@@ -574,6 +606,14 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 		CUDA_TRY(st, cudaMemcpyAsync(base + (size_t)st->rank * L->block_bytes, base,
 		                             L->block_bytes, cudaMemcpyDeviceToDevice, st->stream),
 		         out);
+	if (comm_enter(st)) {   /* the watchdog aborted it since watch_reap */
+		watch_reap(st);
+		rc = st->failed ? fail_fast(st, L->kind)
+		                : fail(st, ACCEL_ERR_NCCL, "%s not run: the communicator was aborted",
+		                       what);
+		goto out;
+	}
+	entered = 1;
 	switch (L->kind) {
 	case OP_ALLREDUCE:
 		NCCL_TRY(st, name, seq,
@@ -606,6 +646,8 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 		rc = st->host->error(st->h, ACCEL_ERR_INTERNAL, "unknown op %d", L->kind);
 		goto out;
 	}
+	comm_leave(st);
+	entered = 0;
 	if (L->copy_after && st->rank > 0 && L->block_bytes)
 		CUDA_TRY(st, cudaMemcpyAsync((char *)L->send, L->recv, L->block_bytes,
 		                             cudaMemcpyDeviceToDevice, st->stream),
@@ -621,6 +663,8 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 	*ret_req = r;
 	r = NULL;
 out:
+	if (entered)
+		comm_leave(st);
 	if (r)
 		req_put(st, r);
 	leave_device(st, prev);
@@ -754,8 +798,19 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 		(void)cudaGetLastError();
 		return cuda_fail(st, e, "cudaEventQuery");
 	}
-	ncclResult_t ar = ncclSuccess;
-	NCCL_TRY(st, "ncclCommGetAsyncError", r->seq, ncclCommGetAsyncError(st->comm, &ar), out);
+	ncclResult_t ar = ncclSuccess, q;
+	if (comm_enter(st)) {   /* by the watchdog, since the check above */
+		watch_reap(st);
+		return st->failed ? fail(st, st->fail_code, "%s", st->fail_msg)
+		                  : fail(st, ACCEL_ERR_NCCL, "%s #%llu: the communicator was aborted",
+		                         coll_op_name(r->kind), (unsigned long long)r->seq);
+	}
+	q = ncclCommGetAsyncError(st->comm, &ar);
+	comm_leave(st);
+	if (q != ncclSuccess) {
+		rc = nccl_fail(st, q, "ncclCommGetAsyncError");
+		goto out;
+	}
 	if (ar != ncclSuccess && ar != ncclInProgress) {
 		coll_describe(what, sizeof(what), r->kind, r->seq, r->dtype, r->count);
 		rc = nccl_fail(st, ar, what);
@@ -931,8 +986,11 @@ static void drain_or_abort(nccl_state *st, int64_t deadline, const char *when)
 	ncclResult_t ar = ncclSuccess, q = ncclSuccess;
 	while ((e = cudaStreamQuery(st->stream)) == cudaErrorNotReady &&
 	       (!deadline || mono_ns() < deadline)) {
-		if ((q = ncclCommGetAsyncError(st->comm, &ar)) != ncclSuccess ||
-		    (ar != ncclSuccess && ar != ncclInProgress))
+		if (comm_enter(st))
+			return;   /* aborted by the watchdog: the stream drains */
+		q = ncclCommGetAsyncError(st->comm, &ar);
+		comm_leave(st);
+		if (q != ncclSuccess || (ar != ncclSuccess && ar != ncclInProgress))
 			break;
 		backoff(&spins);
 	}
@@ -1140,10 +1198,20 @@ static int nccl_split(void *state, const accel_comm_split_v1 *args, void **ret_s
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 	cfg.blocking = 0;
 	ncclComm_t sub = NULL;
-	NCCL_TRY(p, "ncclCommSplit", 0,
-	         ncclCommSplit(p->comm, member ? args->color : NCCL_SPLIT_NOCOLOR,
-	                       member ? args->rank : 0, &sub, &cfg),
-	         fail);
+	if (comm_enter(p)) {
+		rc = p->host->error(p->h, p->fail_code ? p->fail_code : ACCEL_ERR_NCCL, "ncclCommSplit "
+		                    "not run: the parent communicator was aborted (%s)", p->fail_msg);
+		goto fail;
+	}
+	ncclResult_t sr = ncclCommSplit(p->comm, member ? args->color : NCCL_SPLIT_NOCOLOR,
+	                                member ? args->rank : 0, &sub, &cfg);
+	if (sr == ncclInProgress)
+		sr = settle(p, "ncclCommSplit", 0, &rc);
+	comm_leave(p);
+	if (rc == ACCEL_OK && sr != ncclSuccess)
+		rc = nccl_fail(p, sr, "ncclCommSplit");
+	if (rc != ACCEL_OK)
+		goto fail;
 	if (!member) {
 		leave_device(p, prev);
 		*ret_state = NULL;

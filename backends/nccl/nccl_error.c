@@ -129,3 +129,28 @@ int accel_nccl_redop(uint32_t red, ncclRedOp_t *ret_op)
 	}
 }
 
+
+void accel_nccl_timeout_text(char *buf, size_t cap, const char *what, int on_stream,
+                             double timeout_s, const char *self, int named,
+                             const char *missing, int no_store)
+{
+	const char *why =
+		named > 0 ? missing
+		: named == 0
+			? "every rank reached it and timed out there too, so NCCL itself is stuck (run "
+			  "with NCCL_DEBUG=INFO; check the network between the nodes) or the ranks came "
+			  "too far apart (raise comm.timeout_s)"
+		: no_store
+			? "the other ranks did not arrive at it, and this job has no rendezvous store to "
+			  "ask which are missing (under mpirun comm.mpi_store makes one unless it is "
+			  "false or a rank could not reach it, see the start-up warnings; or start the "
+			  "job with ACCEL_MASTER_ADDR and ACCEL_MASTER_PORT); look for the rank whose "
+			  "log stops before it, or that died"
+			: "the other ranks did not arrive at it, and the store could not tell which are "
+			  "missing; look for the rank whose log stops before it, or that died";
+	if (!buf || !cap)
+		return;
+	snprintf(buf, cap, "%s%s did not complete within %.1f s on %s: %s%s. The communicator "
+	         "was aborted", what, on_stream ? ", waited for on a stream," : "", timeout_s, self,
+	         why, named > 0 ? " (asked through the rendezvous store)" : "");
+}

@@ -59,6 +59,8 @@ struct mlp_cuda {
 	int64_t *idx_host[2];            /* pinned                              */
 	cudaEvent_t idx_ev[2];
 	int idx_turn;
+	cudaStream_t stream;             /* every launch and copy goes here    */
+	int own_stream;                  /* stream is ours (non-blocking)       */
 	double *sums;                    /* [0] train loss, [1] eval loss, [2] hits */
 	plan plans[MAX_PLANS];
 	char name[160];
@@ -377,16 +379,15 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
 		                                     sizeof(bias)));
 	float alpha = 1.0f;
 	LT(g, cublasLtMatmul(g->lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc,
-	                     &p->algo, g->workspace, WORKSPACE_BYTES, 0));
+	                     &p->algo, g->workspace, WORKSPACE_BYTES, g->stream));
 	if (epi && !p->fused) {
 		size_t total = (size_t)m * (size_t)n;
+		unsigned nb = blocks_for(total, 256);
 		if (g->bf16)
-			bias_k<<<blocks_for(total, 256), 256>>>((__nv_bfloat16 *)C,
-			                                        (const __nv_bfloat16 *)bias, m, n,
-			                                        epi == 2);
+			bias_k<<<nb, 256, 0, g->stream>>>((__nv_bfloat16 *)C, (const __nv_bfloat16 *)bias,
+			                                  m, n, epi == 2);
 		else
-			bias_k<<<blocks_for(total, 256), 256>>>((float *)C, (const float *)bias, m, n,
-			                                        epi == 2);
+			bias_k<<<nb, 256, 0, g->stream>>>((float *)C, (const float *)bias, m, n, epi == 2);
 		LAUNCHED(g, "bias kernel");
 	}
 	return 0;
@@ -420,6 +421,8 @@ extern "C" void mlp_cuda_free(mlp_cuda *g)
 		return;
 	cudaSetDevice(g->device);
 	cudaDeviceSynchronize();
+	if (g->own_stream)
+		cudaStreamDestroy(g->stream);
 	for (int i = 0; i < MAX_PLANS; i++)
 		plan_free(&g->plans[i]);
 	if (g->lt)
@@ -483,6 +486,10 @@ static int setup(mlp_cuda *g, const mlp_data *train, const mlp_data *test)
 	g->dim = s->dims[0];
 	if (upload_set(g, 0, train) || upload_set(g, 1, test))
 		return -1;
+	/* the set-up ran on the legacy stream (cudaMemcpy of pageable memory
+	 * may return before its DMA lands): done before a non-blocking stream
+	 * can read it */
+	CU(g, cudaDeviceSynchronize());
 	return 0;
 }
 
@@ -513,12 +520,13 @@ extern "C" int mlp_cuda_new(const mlp_shape *s, int cap, int device, int bf16,
 static int gather(mlp_cuda *g, const int64_t *idx_dev, int set, int64_t first, int n)
 {
 	size_t total = (size_t)n * (size_t)g->dim;
+	unsigned nb = blocks_for(total, 256);
 	if (g->bf16)
-		gather_k<<<blocks_for(total, 256), 256>>>((__nv_bfloat16 *)g->act[0], g->yb, g->x[set],
-		                                          g->y[set], idx_dev, first, n, g->dim);
+		gather_k<<<nb, 256, 0, g->stream>>>((__nv_bfloat16 *)g->act[0], g->yb, g->x[set],
+		                                    g->y[set], idx_dev, first, n, g->dim);
 	else
-		gather_k<<<blocks_for(total, 256), 256>>>((float *)g->act[0], g->yb, g->x[set],
-		                                          g->y[set], idx_dev, first, n, g->dim);
+		gather_k<<<nb, 256, 0, g->stream>>>((float *)g->act[0], g->yb, g->x[set], g->y[set],
+		                                    idx_dev, first, n, g->dim);
 	LAUNCHED(g, "gather kernel");
 	return 0;
 }
@@ -538,8 +546,8 @@ extern "C" int mlp_cuda_load_batch(mlp_cuda *g, const int64_t *idx, int n)
 	CU(g, cudaEventSynchronize(g->idx_ev[k]));
 	memcpy(g->idx_host[k], idx, (size_t)n * 8);
 	CU(g, cudaMemcpyAsync(g->idx_dev[k], g->idx_host[k], (size_t)n * 8,
-	                      cudaMemcpyHostToDevice, 0));
-	CU(g, cudaEventRecord(g->idx_ev[k], 0));
+	                      cudaMemcpyHostToDevice, g->stream));
+	CU(g, cudaEventRecord(g->idx_ev[k], g->stream));
 	return gather(g, g->idx_dev[k], 0, 0, n);
 }
 
@@ -566,11 +574,11 @@ static int xent(mlp_cuda *g, int n, double denom, double weight, int grad)
 	unsigned threads = 256, blocks = (unsigned)(((size_t)n * 32 + threads - 1) / threads);
 	double *loss = grad ? &g->sums[0] : &g->sums[1], *hits = grad ? NULL : &g->sums[2];
 	if (g->bf16)
-		xent_k<<<blocks, threads>>>(grad ? (__nv_bfloat16 *)g->dact[0] : NULL,
+		xent_k<<<blocks, threads, 0, g->stream>>>(grad ? (__nv_bfloat16 *)g->dact[0] : NULL,
 		                            (const __nv_bfloat16 *)g->act[s->n_layers], g->yb, n, c,
 		                            denom, weight, loss, hits);
 	else
-		xent_k<<<blocks, threads>>>(grad ? (float *)g->dact[0] : NULL,
+		xent_k<<<blocks, threads, 0, g->stream>>>(grad ? (float *)g->dact[0] : NULL,
 		                            (const float *)g->act[s->n_layers], g->yb, n, c, denom,
 		                            weight, loss, hits);
 	LAUNCHED(g, "cross-entropy kernel");
@@ -603,13 +611,13 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 	unsigned chunks = (unsigned)((n + COLSUM_ROWS - 1) / COLSUM_ROWS);
 	dim3 grid((unsigned)((out + 127) / 128), chunks);
 	if (g->bf16) {
-		colsum_part_k<<<grid, 128>>>(g->colsum, (const __nv_bfloat16 *)dy, n, out);
-		colsum_done_k<<<(out + 127) / 128, 128>>>((__nv_bfloat16 *)db, g->colsum, (int)chunks,
-		                                          out, accumulate);
+		colsum_part_k<<<grid, 128, 0, g->stream>>>(g->colsum, (const __nv_bfloat16 *)dy, n, out);
+		colsum_done_k<<<(out + 127) / 128, 128, 0, g->stream>>>((__nv_bfloat16 *)db, g->colsum,
+		                                                        (int)chunks, out, accumulate);
 	} else {
-		colsum_part_k<<<grid, 128>>>(g->colsum, (const float *)dy, n, out);
-		colsum_done_k<<<(out + 127) / 128, 128>>>((float *)db, g->colsum, (int)chunks, out,
-		                                          accumulate);
+		colsum_part_k<<<grid, 128, 0, g->stream>>>(g->colsum, (const float *)dy, n, out);
+		colsum_done_k<<<(out + 127) / 128, 128, 0, g->stream>>>((float *)db, g->colsum,
+		                                                        (int)chunks, out, accumulate);
 	}
 	LAUNCHED(g, "bias gradient kernels");
 	if (l == 0)
@@ -618,11 +626,12 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 	if (gemm(g, 0, 0, n, in, out, dy, out, W, in, 0.0f, dx, in, 0, NULL))
 		return -1;
 	size_t total = (size_t)n * (size_t)in;
+	unsigned nb = blocks_for(total, 256);
 	if (g->bf16)
-		drelu_k<<<blocks_for(total, 256), 256>>>((__nv_bfloat16 *)dx,
-		                                         (const __nv_bfloat16 *)g->act[l], total);
+		drelu_k<<<nb, 256, 0, g->stream>>>((__nv_bfloat16 *)dx,
+		                                   (const __nv_bfloat16 *)g->act[l], total);
 	else
-		drelu_k<<<blocks_for(total, 256), 256>>>((float *)dx, (const float *)g->act[l], total);
+		drelu_k<<<nb, 256, 0, g->stream>>>((float *)dx, (const float *)g->act[l], total);
 	LAUNCHED(g, "ReLU gradient kernel");
 	return 0;
 }
@@ -633,11 +642,46 @@ extern "C" int mlp_cuda_sync(mlp_cuda *g)
 	return 0;
 }
 
+extern "C" int mlp_cuda_use_stream(mlp_cuda *g, int own)
+{
+	cudaStream_t s = 0;
+	CU(g, cudaSetDevice(g->device));
+	if (own)
+		CU(g, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	/* the old stream's work first: the new one is not ordered after it */
+	cudaError_t e = g->stream || own ? cudaDeviceSynchronize() : cudaSuccess;
+	if (e != cudaSuccess) {
+		if (own)
+			cudaStreamDestroy(s);
+		return fail(g, "cudaDeviceSynchronize: %s (%s)", cudaGetErrorString(e),
+		            cudaGetErrorName(e));
+	}
+	if (g->own_stream)
+		cudaStreamDestroy(g->stream);
+	g->stream = s;
+	g->own_stream = own;
+	return 0;
+}
+
+extern "C" void *mlp_cuda_stream(const mlp_cuda *g)
+{
+	return g ? (void *)g->stream : NULL;
+}
+
+/* n bytes at device src into host dst, on the stream, waited for. */
+static int read_back(mlp_cuda *g, void *dst, const void *src, size_t n)
+{
+	CU(g, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g->stream));
+	CU(g, cudaStreamSynchronize(g->stream));
+	return 0;
+}
+
 extern "C" int mlp_cuda_take_train_loss(mlp_cuda *g, double *ret_train)
 {
 	double v = 0;
-	CU(g, cudaMemcpy(&v, &g->sums[0], sizeof(v), cudaMemcpyDeviceToHost));
-	CU(g, cudaMemset(&g->sums[0], 0, sizeof(double)));
+	if (read_back(g, &v, &g->sums[0], sizeof(v)))
+		return -1;
+	CU(g, cudaMemsetAsync(&g->sums[0], 0, sizeof(double), g->stream));
 	if (ret_train)
 		*ret_train = v;
 	return 0;
@@ -646,8 +690,9 @@ extern "C" int mlp_cuda_take_train_loss(mlp_cuda *g, double *ret_train)
 extern "C" int mlp_cuda_take_eval(mlp_cuda *g, double *ret_loss, double *ret_hits)
 {
 	double v[2] = {0, 0};
-	CU(g, cudaMemcpy(v, &g->sums[1], sizeof(v), cudaMemcpyDeviceToHost));
-	CU(g, cudaMemset(&g->sums[1], 0, 2 * sizeof(double)));
+	if (read_back(g, v, &g->sums[1], sizeof(v)))
+		return -1;
+	CU(g, cudaMemsetAsync(&g->sums[1], 0, 2 * sizeof(double), g->stream));
 	if (ret_loss)
 		*ret_loss = v[0];
 	if (ret_hits)
@@ -657,17 +702,14 @@ extern "C" int mlp_cuda_take_eval(mlp_cuda *g, double *ret_loss, double *ret_hit
 
 extern "C" int mlp_cuda_to_host(mlp_cuda *g, float *dst, const void *src, size_t n)
 {
-	if (!g->bf16) {
-		CU(g, cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
-		return 0;
-	}
+	if (!g->bf16)
+		return read_back(g, dst, src, n * sizeof(float));
 	uint16_t *tmp = (uint16_t *)malloc(n ? n * 2 : 1);
 	if (!tmp)
 		return fail(g, "out of memory");
-	cudaError_t e = cudaMemcpy(tmp, src, n * 2, cudaMemcpyDeviceToHost);
-	if (e != cudaSuccess) {
+	if (read_back(g, tmp, src, n * 2)) {
 		free(tmp);
-		return fail(g, "cudaMemcpy: %s", cudaGetErrorString(e));
+		return -1;
 	}
 	for (size_t i = 0; i < n; i++) {
 		uint32_t bits = (uint32_t)tmp[i] << 16;

@@ -9,9 +9,12 @@
  * accel owns (of the working dtype); activations, the data set and the
  * loss sums live here.
  *
- * Everything is enqueued on the legacy default stream, the stream accel's
- * device ops and its nccl backend order themselves after, and returns
- * without waiting, except the calls that say they wait.  The loss of the
+ * Everything is enqueued on one stream, mlp_cuda_stream(): the legacy
+ * default stream until mlp_cuda_use_stream() makes a non-blocking one of
+ * its own (train_mlp then hands it to accel_set_stream, so accel's ops,
+ * optimizer and collectives order themselves after it without host
+ * syncs; docs/streams.md).  Calls return without waiting, except the
+ * ones that say they wait.  The loss of the
  * training steps is summed on the device and read only when asked for, so
  * a step has no host round trip of its own.
  *
@@ -42,6 +45,14 @@ int mlp_cuda_device_count(void);
 int mlp_cuda_new(const mlp_shape *s, int cap, int device, int bf16, const mlp_data *train,
                  const mlp_data *test, mlp_cuda **ret, char *err, size_t errcap);
 void mlp_cuda_free(mlp_cuda *g);
+/* own 1: from now on compute on a new non-blocking stream of the device
+ * (cudaStreamNonBlocking); 0: on the legacy default stream (the start).
+ * Waits for the device first.  The stream is destroyed by the next call or
+ * mlp_cuda_free(): whoever was given it (accel_set_stream) must let it go
+ * before. */
+int mlp_cuda_use_stream(mlp_cuda *g, int own);
+/* The stream of every launch (a cudaStream_t; NULL: the legacy stream). */
+void *mlp_cuda_stream(const mlp_cuda *g);
 /* The last failure's message. */
 const char *mlp_cuda_error(const mlp_cuda *g);
 /* "cuBLASLt f32 on <device name>" (or bf16). */
@@ -75,7 +86,7 @@ int mlp_cuda_take_train_loss(mlp_cuda *g, double *ret_train);
 int mlp_cuda_take_eval(mlp_cuda *g, double *ret_loss, double *ret_hits);
 /* n values of the working dtype at device src into host f32 (waits). */
 int mlp_cuda_to_host(mlp_cuda *g, float *dst, const void *src, size_t n);
-/* Wait for everything enqueued. */
+/* Wait for everything enqueued on the device (every stream). */
 int mlp_cuda_sync(mlp_cuda *g);
 
 #ifdef __cplusplus

@@ -25,6 +25,12 @@ void mlp_cuda_free(mlp_cuda *g)
 	(void)g;
 }
 
+void *mlp_cuda_stream(const mlp_cuda *g)
+{
+	(void)g;
+	return NULL;
+}
+
 const char *mlp_cuda_error(const mlp_cuda *g)
 {
 	(void)g;
@@ -54,3 +60,4 @@ int mlp_cuda_take_train_loss(mlp_cuda *g, double *ret_train) NONE()
 int mlp_cuda_take_eval(mlp_cuda *g, double *ret_loss, double *ret_hits) NONE()
 int mlp_cuda_to_host(mlp_cuda *g, float *dst, const void *src, size_t n) NONE()
 int mlp_cuda_sync(mlp_cuda *g) NONE()
+int mlp_cuda_use_stream(mlp_cuda *g, int own) NONE()

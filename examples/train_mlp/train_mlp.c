@@ -46,6 +46,7 @@ typedef struct options {
 	double sep, noise;
 	int no_shuffle;
 	int no_eval;
+	int legacy_stream;      /* --device cuda on CUDA's legacy default stream */
 	int json;
 	int log_every;
 	const char *save_init;
@@ -82,6 +83,8 @@ static void usage(FILE *out)
 	        "  --classes C        classes (default 10)\n"
 	        "  --device D         cpu (default), cuda (GPU local rank %% count) or cuda:N; on\n"
 	        "                     a GPU mixed_precision=bf16 computes in bf16\n"
+	        "  --legacy-stream    on a GPU, compute on CUDA's legacy default stream instead\n"
+	        "                     of a non-blocking stream of its own (for comparison)\n"
 	        "  --no-shuffle       global batch k of an epoch is samples k*B .. (k+1)*B-1 (sets\n"
 	        "                     dataloader.shuffle=false)\n"
 	        "  --log-every N      progress line every N steps (default 25)\n"
@@ -161,6 +164,9 @@ static int parse_args(int argc, char **argv, options *o)
 		} else if (!strcmp(a, "--json")) {
 			o->json = 1;
 			continue;
+		} else if (!strcmp(a, "--legacy-stream")) {
+			o->legacy_stream = 1;
+			continue;
 		} else if (!strcmp(a, "--steps")) {
 			r = parse_long(a, v, 1, 100000000, &o->steps);
 		} else if (!strcmp(a, "--warmup")) {
@@ -238,6 +244,11 @@ static int parse_args(int argc, char **argv, options *o)
 		if (r)
 			return -1;
 		i++;
+	}
+	if (o->legacy_stream && (!o->device || !strcmp(o->device, "cpu"))) {
+		fprintf(stderr, "train_mlp: --legacy-stream picks the CUDA stream of --device cuda; "
+		        "add --device cuda, or drop it\n");
+		return -1;
 	}
 	return 0;
 }
@@ -757,8 +768,9 @@ static void timing_json(const trainer *t, timing *tm, const options *o, int rank
 	 * with the same clock (bench/overhead.sh: perf record -k monotonic). */
 	printf(",\"t_start\":%.6f,\"t_end\":%.6f", tm->t0, tm->last);
 	if (t->gpu)   /* the GPU's step times are wall times between device syncs */
-		printf(",\"device\":\"cuda:%d\",\"dtype\":\"%s\",\"gemm\":\"%s\"", (int)t->dev_index,
-		       t->dtype == ACCEL_DTYPE_BF16 ? "bf16" : "f32", mlp_cuda_name(t->gpu));
+		printf(",\"device\":\"cuda:%d\",\"dtype\":\"%s\",\"gemm\":\"%s\",\"stream\":\"%s\"",
+		       (int)t->dev_index, t->dtype == ACCEL_DTYPE_BF16 ? "bf16" : "f32",
+		       mlp_cuda_name(t->gpu), mlp_cuda_stream(t->gpu) ? "own" : "legacy");
 	else
 		printf(",\"device\":\"cpu\",\"blas\":\"%s\"", blas_name());
 	printf(",\"host\":\"%s\"}\n", host);
@@ -928,6 +940,19 @@ int main(int argc, char **argv)
 		}
 		if (bad)
 			goto out;
+		/* compute on a non-blocking stream of our own, and tell accel: its
+		 * ops, optimizer step and the waits for ddp's reductions go on it,
+		 * ordered after backward without host syncs (docs/streams.md) */
+		if (!o.legacy_stream) {
+			if (mlp_cuda_use_stream(t.gpu, 1)) {
+				gpu_fail(&t, "creating the compute stream");
+				goto out;
+			}
+			if ((rc = accel_set_stream(t.ctx, mlp_cuda_stream(t.gpu)))) {
+				fail(&t, "accel_set_stream", rc);
+				goto out;
+			}
+		}
 	}
 	if (register_model(&t))
 		goto out;
@@ -1176,7 +1201,8 @@ int main(int argc, char **argv)
 	ret = EXIT_SUCCESS;
 out:
 	sampler = accel_sampler_free(sampler);
-	/* the model's device memory goes with the context; then the work space */
+	/* the model's device memory and the context's use of the stream go
+	 * with the context; then the work space and its stream */
 	t.ctx = accel_ctx_free(t.ctx);
 	mlp_cuda_free(t.gpu);
 	free(t.xb);
