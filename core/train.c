@@ -1025,18 +1025,32 @@ int accelp_train_req_done(accel_train *t, accel_req *req)
 	int r = ACCEL_OK;
 	if (!t || !req)
 		return ACCEL_OK;
-	/* Take each one out before running it: fn may wait on other requests
-	 * (and so re-enter here) or register new callbacks. */
-	for (uint32_t i = 0; i < t->n_req_cbs;) {
-		if (t->req_cbs[i].req != req) {
-			i++;
-			continue;
-		}
-		struct req_cb cb = t->req_cbs[i];
-		memmove(&t->req_cbs[i], &t->req_cbs[i + 1],
-		        (t->n_req_cbs - i - 1) * sizeof(t->req_cbs[0]));
-		t->n_req_cbs--;
-		int rc = cb.fn(cb.arg);
+	/* `req` is already released, so its address may come back for a request
+	 * that a callback issues: take all of its callbacks out first, then run
+	 * them, so one registered from inside a callback (on a new request that
+	 * happens to have the same address) is not taken for one of these.
+	 * They run in registration order; fn may wait on other requests (and so
+	 * re-enter here) or register new callbacks. */
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < t->n_req_cbs; i++)
+		n += t->req_cbs[i].req == req;
+	if (!n)
+		return ACCEL_OK;
+	struct req_cb one, *cbs = n == 1 ? &one : malloc(n * sizeof(*cbs));
+	if (!cbs) {
+		accelp_train_drop_callbacks_of(t, req);
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory running %u req_on_done callbacks", n);
+	}
+	uint32_t k = 0, m = 0;
+	for (uint32_t i = 0; i < t->n_req_cbs; i++) {
+		if (t->req_cbs[i].req == req)
+			cbs[m++] = t->req_cbs[i];
+		else
+			t->req_cbs[k++] = t->req_cbs[i];
+	}
+	t->n_req_cbs = k;
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = cbs[i].fn(cbs[i].arg);
 		if (rc && !r) {
 			r = rc > 0 ? ACCEL_ERR_PLUGIN : rc;
 			if (!t->ctx->err.code)
@@ -1044,6 +1058,8 @@ int accelp_train_req_done(accel_train *t, accel_req *req)
 				     accel_status_str(r));
 		}
 	}
+	if (cbs != &one)
+		free(cbs);
 	return r;
 }
 

@@ -742,6 +742,49 @@ START_TEST(accumulation_no_comm)
 }
 END_TEST
 
+/* req_on_done callbacks are matched by the request's address, which is
+ * free again once the request completed: a callback that issues a new
+ * request (which may get that address) and registers on it must not be run
+ * by the completion that is running it. */
+static int cb_order[4], n_cb;
+static accel_train *cb_train;
+
+static int cb_second(void *arg)
+{
+	cb_order[n_cb++] = (int)(intptr_t)arg;
+	return ACCEL_OK;
+}
+
+static int cb_first(void *arg)
+{
+	cb_order[n_cb++] = (int)(intptr_t)arg;
+	/* "a new request at the same address" */
+	return accelp_train_req_on_done(cb_train, (accel_req *)&cb_train, cb_second, (void *)2);
+}
+
+START_TEST(req_callbacks_and_reused_addresses)
+{
+	accel_ctx *ctx = four_units("");
+	accel_req *req = (accel_req *)&cb_train;
+	cb_train = ctx->train;
+	n_cb = 0;
+	ck_assert_int_eq(accelp_train_req_on_done(ctx->train, req, cb_first, (void *)1), ACCEL_OK);
+	ck_assert_int_eq(accelp_train_req_on_done(ctx->train, req, cb_second, (void *)3), ACCEL_OK);
+	ck_assert_int_eq(accelp_train_req_done(ctx->train, req), ACCEL_OK);
+	/* both of the first request's, in registration order, not the new one */
+	ck_assert_int_eq(n_cb, 2);
+	ck_assert_int_eq(cb_order[0], 1);
+	ck_assert_int_eq(cb_order[1], 3);
+	/* the new request's callback runs when it completes */
+	ck_assert_int_eq(accelp_train_req_done(ctx->train, req), ACCEL_OK);
+	ck_assert_int_eq(n_cb, 3);
+	ck_assert_int_eq(cb_order[2], 2);
+	ck_assert_int_eq(accelp_train_req_done(ctx->train, req), ACCEL_OK);
+	ck_assert_int_eq(n_cb, 3);
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(bf16_params)
 {
 	accel_ctx *ctx = ctx_json("{" SGD(0.5) "}");
@@ -839,6 +882,7 @@ static Suite *train_suite(void)
 	tcase_add_test(dd, overlap);
 	tcase_add_test(dd, hook_misuse);
 	tcase_add_test(dd, accumulation_no_comm);
+	tcase_add_test(dd, req_callbacks_and_reused_addresses);
 	tcase_add_test(dd, bf16_params);
 	suite_add_tcase(s, dd);
 	return s;
