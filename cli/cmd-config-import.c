@@ -469,7 +469,7 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate)
 	char *text = NULL;
 	json_t *doc = NULL, *y = NULL;
 	memset(&imp, 0, sizeof(imp));
-	if (accelp_cli_config_modules(sub, 1, &s))
+	if (accelp_cli_config_modules(sub, 1, NULL, &s))
 		goto out;
 	if ((r = accelp_import_init(&imp, s.cfg, &err))) {
 		fprintf(stderr, "accel %s: %s\n", where, err.msg);

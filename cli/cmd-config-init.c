@@ -46,6 +46,8 @@ typedef struct tmpl {
 	char *text;        /* its contents                      */
 	char *about;       /* the top "//" comment's first part */
 	char *strategy;    /* its "strategy", or NULL           */
+	char *plugin_dir;  /* its module's folder when that came from the user's
+	                      plugin_dirs (the config written names it), else NULL */
 } tmpl;
 
 typedef struct tmpls {
@@ -62,6 +64,7 @@ static void tmpls_free(tmpls *ts)
 		free(ts->t[i].text);
 		free(ts->t[i].about);
 		free(ts->t[i].strategy);
+		free(ts->t[i].plugin_dir);
 	}
 	free(ts->t);
 	ts->t = NULL;
@@ -100,7 +103,7 @@ static char *read_text(const char *path)
 /* Adds a template; a name already taken keeps the first (the search order,
  * like plugins), with a warning. 0, or -1 out of memory. */
 static int tmpls_add(tmpls *ts, const char *name, const char *origin, const char *path,
-                     const char *text)
+                     const char *text, const char *plugin_dir)
 {
 	const tmpl *old = tmpls_find(ts, name);
 	if (old) {
@@ -138,10 +141,13 @@ static int tmpls_add(tmpls *ts, const char *name, const char *origin, const char
 	t->about = strndup(about, alen);
 	int has_strategy = json_is_string(st);
 	t->strategy = has_strategy ? strdup(json_string_value(st)) : NULL;
+	/* a template that names its own plugin_dirs keeps them */
+	int own_dirs = json_object_get(root, "plugin_dirs") != NULL;
+	t->plugin_dir = plugin_dir && !own_dirs ? strdup(plugin_dir) : NULL;
 	json_decref(root);
 	ts->n++;
 	if (!t->name || !t->origin || (path && !t->path) || !t->text || !t->about ||
-	    (has_strategy && !t->strategy))
+	    (has_strategy && !t->strategy) || (plugin_dir && !own_dirs && !t->plugin_dir))
 		return -1;
 	return 0;
 }
@@ -192,7 +198,8 @@ static int module_templates(tmpls *ts, const accel_module *m)
 			if (!text)
 				fprintf(stderr, "accel config: warning: template %s of %s is left out: %s\n",
 				        full, origin, strerror(errno));
-			else if (tmpls_add(ts, name, origin, full, text))
+			else if (tmpls_add(ts, name, origin, full, text,
+			                   !strcmp(m->origin, "plugin_dirs") ? dir : NULL))
 				r = -1;
 			free(text);
 		}
@@ -208,7 +215,7 @@ static int module_templates(tmpls *ts, const accel_module *m)
 static int tmpls_load(const accelp_setup *s, tmpls *ts)
 {
 	memset(ts, 0, sizeof(*ts));
-	if (tmpls_add(ts, "bf16", "core", NULL, tmpl_bf16))
+	if (tmpls_add(ts, "bf16", "core", NULL, tmpl_bf16, NULL))
 		goto oom;
 	for (uint32_t i = 0; i < accelp_loader_count(s->loader); i++) {
 		const accel_module *m = accelp_loader_get(s->loader, i);
@@ -230,12 +237,16 @@ static void usage_init(FILE *out)
 {
 	fprintf(out,
 		"Usage: accel config init [--template NAME] [--output FILE] [--force]\n"
-		"       accel config init --list\n"
+		"                         [--config FILE]\n"
+		"       accel config init --list [--config FILE]\n"
 		"\n"
 		"Write a commented config file to start from.  Templates come with the core\n"
 		"(bf16) and with the plugins installed (ddp; a plugin ships its own as\n"
-		"STEM.template.json or STEM.NAME.template.json next to its STEM.so).  The file\n"
-		"written is checked as `accel config validate` would.\n"
+		"STEM.template.json or STEM.NAME.template.json next to its STEM.so).  Plugins\n"
+		"are looked for where a training process looks: the plugin_dirs of your config,\n"
+		"ACCEL_PLUGIN_PATH, the install directory; a config from a template of a plugin\n"
+		"in plugin_dirs names that folder in its own plugin_dirs.  The file written is\n"
+		"checked as `accel config validate` would.\n"
 		"\n"
 		"Options:\n"
 		"  --template NAME   the template (default: ddp)\n"
@@ -243,6 +254,8 @@ static void usage_init(FILE *out)
 		"  -o, --output FILE write here (default: accel.json, where accel looks first\n"
 		"                    after ACCEL_CONFIG; '-': stdout)\n"
 		"  --force           overwrite FILE if it exists\n"
+		"  --config FILE     search the plugin_dirs of FILE (default: the config accel\n"
+		"                    finds: $ACCEL_CONFIG, ./accel.json, ~/.config/accel/default.json)\n"
 		"  -h, --help        show this help\n"
 		"\n"
 		"Exit status: 0 written and valid, 1 not written or not valid, 2 bad usage.\n");
@@ -264,6 +277,27 @@ static const char *take(int argc, char **argv, int *i, const char *l, const char
 	return argv[++*i];
 }
 
+/* The template's text with "plugin_dirs": [its plugin's folder] first,
+ * so that the config finds the plugin it selects; NULL out of memory. */
+static char *with_plugin_dir(const tmpl *t)
+{
+	json_t *a = json_pack("[s]", t->plugin_dir);
+	char *dirs = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL;
+	const char *brace = strchr(t->text, '{');   /* the text parsed as an object */
+	char *out = NULL;
+	json_decref(a);
+	if (dirs && brace) {
+		const char *rest = brace + 1 + strspn(brace + 1, " \t\r\n");
+		if (asprintf(&out, "%.*s{\n  \"// plugin_dirs\": \"the folder of this template's "
+		             "%s (from the plugin_dirs accel found it in)\",\n  \"plugin_dirs\": "
+		             "%s%s\n  %s", (int)(brace - t->text), t->text, t->origin, dirs,
+		             *rest == '}' ? "" : ",", rest) < 0)
+			out = NULL;
+	}
+	free(dirs);
+	return out;
+}
+
 static void list_names(const tmpls *ts, FILE *out)
 {
 	for (size_t i = 0; i < ts->n; i++)
@@ -272,7 +306,7 @@ static void list_names(const tmpls *ts, FILE *out)
 
 int accelp_cli_config_init(int argc, char **argv)
 {
-	const char *name = NULL, *out = "accel.json", *v;
+	const char *name = NULL, *out = "accel.json", *config = NULL, *v;
 	int list = 0, force = 0, bad;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -287,6 +321,10 @@ int accelp_cli_config_init(int argc, char **argv)
 			if (bad || !*v)
 				return accelp_cli_usage_error("config init", "--output needs a FILE");
 			out = v;
+		} else if ((v = take(argc, argv, &i, "--config", NULL, &bad)) || bad) {
+			if (bad || !*v)
+				return accelp_cli_usage_error("config init", "--config needs a FILE");
+			config = v;
 		} else if (!strcmp(a, "--list")) {
 			list = 1;
 		} else if (!strcmp(a, "--force")) {
@@ -296,7 +334,7 @@ int accelp_cli_config_init(int argc, char **argv)
 		}
 	}
 	accelp_setup s;
-	if (accelp_cli_config_modules("init", 0, &s)) {
+	if (accelp_cli_config_modules("init", 0, config, &s)) {
 		accelp_setup_fini(&s);
 		return 1;
 	}
@@ -322,7 +360,14 @@ int accelp_cli_config_init(int argc, char **argv)
 		tmpls_free(&ts);
 		return 1;
 	}
-	status = accelp_cli_config_write("init", out, t->text, force);
+	char *text = t->plugin_dir ? with_plugin_dir(t) : strdup(t->text);
+	if (!text) {
+		fprintf(stderr, "accel config init: out of memory\n");
+		tmpls_free(&ts);
+		return 1;
+	}
+	status = accelp_cli_config_write("init", out, text, force);
+	free(text);
 	if (!status && strcmp(out, "-")) {
 		printf("wrote %s from template %s (%s)\n", out, t->name, t->origin);
 		status = accelp_cli_config_check(out);
@@ -339,6 +384,7 @@ static void usage_wizard(FILE *out)
 		"Usage: accel config wizard [--strategy NAME] [--mixed-precision MODE]\n"
 		"                           [--gradient-accumulation-steps N] [--max-grad-norm X]\n"
 		"                           [--num-processes N] [--output FILE] [--force] [--yes]\n"
+		"                           [--config FILE]\n"
 		"\n"
 		"Ask a few questions (numbers to choose, Enter takes the [default]) and write a\n"
 		"config file; `accel config` alone does this on a terminal.  A question answered\n"
@@ -357,6 +403,8 @@ static void usage_wizard(FILE *out)
 		"                                   command printed at the end (default 1)\n"
 		"  -o, --output FILE                where to write (default accel.json; '-': stdout)\n"
 		"  --force                          overwrite FILE (else asked, or an error with --yes)\n"
+		"  --config FILE                    search the plugin_dirs of FILE for strategies\n"
+		"                                   (default: the config accel finds the usual way)\n"
 		"  -y, --yes                        ask nothing; defaults for what no option gives\n"
 		"  -h, --help                       show this help\n"
 		"\n"
@@ -367,6 +415,8 @@ static void usage_wizard(FILE *out)
 typedef struct choice {
 	char name[64];
 	char about[160];
+	char *dir;         /* strategies: the module's folder when it came from the
+	                      user's plugin_dirs (the config names it), else NULL */
 } choice;
 
 /* One line of the answer, without its newline; NULL at end of input. */
@@ -468,7 +518,7 @@ static int find_choice(const choice *c, int n, const char *name)
 
 /* The config: the strategy's template (comments kept), with the answers. */
 static char *compose(const tmpls *ts, const char *strategy, const char *mp, const char *gas,
-                     const char *norm, const char *nproc, const char *out)
+                     const char *norm, const char *nproc, const char *out, const char *dir)
 {
 	const tmpl *t = tmpls_find(ts, strategy);
 	json_t *base = t && t->strategy && !strcmp(t->strategy, strategy)
@@ -480,6 +530,11 @@ static char *compose(const tmpls *ts, const char *strategy, const char *mp, cons
 	         "%s); run it with: accel launch -n %s --config %s PROGRAM [ARGS...]", strategy, mp,
 	         nproc, strcmp(out, "-") ? out : "FILE");
 	json_object_set_new(cfg, "//", json_string(note));
+	if (dir) {   /* where the strategy was found, so the config finds it */
+		json_object_set_new(cfg, "// plugin_dirs", json_string("the folder of strategy "
+		                    "plugin found in your plugin_dirs"));
+		json_object_set_new(cfg, "plugin_dirs", json_pack("[s]", dir));
+	}
 	if (base) {
 		const char *k;
 		json_t *v;
@@ -519,7 +574,7 @@ static char *compose(const tmpls *ts, const char *strategy, const char *mp, cons
 int accelp_cli_config_wizard(int argc, char **argv)
 {
 	const char *strategy = NULL, *mp = NULL, *gas = NULL, *norm = NULL, *nproc = NULL;
-	const char *out = NULL, *v;
+	const char *out = NULL, *config = NULL, *v;
 	int force = 0, yes = 0, bad;
 	static const char *W = "config wizard";
 	for (int i = 1; i < argc; i++) {
@@ -554,6 +609,10 @@ int accelp_cli_config_wizard(int argc, char **argv)
 			if (bad || !*v)
 				return accelp_cli_usage_error(W, "--output needs a FILE");
 			out = v;
+		} else if ((v = take(argc, argv, &i, "--config", NULL, &bad)) || bad) {
+			if (bad || !*v)
+				return accelp_cli_usage_error(W, "--config needs a FILE");
+			config = v;
 		} else if (!strcmp(a, "--force")) {
 			force = 1;
 		} else if (!strcmp(a, "--yes") || !strcmp(a, "-y")) {
@@ -564,7 +623,7 @@ int accelp_cli_config_wizard(int argc, char **argv)
 	}
 
 	accelp_setup s;
-	if (accelp_cli_config_modules("wizard", 0, &s)) {
+	if (accelp_cli_config_modules("wizard", 0, config, &s)) {
 		accelp_setup_fini(&s);
 		return 1;
 	}
@@ -575,6 +634,9 @@ int accelp_cli_config_wizard(int argc, char **argv)
 	}
 	/* the choices: installed strategies; precision modes whose plugin is */
 	choice strat[32], prec[4];
+	char *text = NULL;
+	memset(strat, 0, sizeof(strat));
+	memset(prec, 0, sizeof(prec));
 	int ns = 0, np = 0, have_scaler = 0, have_fp8 = 0, status = 1;
 	for (uint32_t i = 0; i < accelp_loader_count(s.loader); i++) {
 		const accel_module *m = accelp_loader_get(s.loader, i);
@@ -588,6 +650,13 @@ int accelp_cli_config_wizard(int argc, char **argv)
 			snprintf(strat[ns].about, sizeof(strat[ns].about), "%s%s", m->summary,
 			         m->status == ACCEL_MODULE_UNAVAILABLE ? " (its needs are not met here)"
 			                                               : "");
+			const char *slash = strrchr(m->path, '/');
+			if (!strcmp(m->origin, "plugin_dirs") && slash &&
+			    !(strat[ns].dir = strndup(m->path, (size_t)(slash - m->path)))) {
+				fprintf(stderr, "accel config wizard: out of memory\n");
+				accelp_setup_fini(&s);
+				goto out;
+			}
 			ns++;
 		}
 	}
@@ -606,11 +675,10 @@ int accelp_cli_config_wizard(int argc, char **argv)
 		snprintf(prec[np].name, sizeof(prec[0].name), "fp8");
 		snprintf(prec[np++].about, sizeof(prec[0].about), "fp8 GEMMs (the fp8 plugin)");
 	}
-	char *text = NULL;
 	char b_gas[64], b_norm[64], b_np[64], b_out[1024], b_yn[16];
 	if (!ns) {
 		fprintf(stderr, "accel config wizard: no strategy plugin is installed (looked in "
-		        "ACCEL_PLUGIN_PATH and the install directory); `accel plugins list` shows "
+		        "your config's plugin_dirs, ACCEL_PLUGIN_PATH and the install directory); `accel plugins list` shows "
 		        "what was found\n");
 		goto out;
 	}
@@ -676,7 +744,8 @@ int accelp_cli_config_wizard(int argc, char **argv)
 		}
 		force = 1;
 	}
-	if (!(text = compose(&ts, strategy, mp, gas, norm, nproc, out))) {
+	if (!(text = compose(&ts, strategy, mp, gas, norm, nproc, out,
+	                     strat[find_choice(strat, ns, strategy)].dir))) {
 		fprintf(stderr, "accel config wizard: out of memory\n");
 		goto out;
 	}
@@ -697,6 +766,8 @@ eof:
 	fprintf(stderr, "accel config wizard: input ended before every question was answered; "
 	        "nothing written (options such as --yes answer without a terminal)\n");
 out:
+	for (int i = 0; i < ns; i++)
+		free(strat[i].dir);
 	free(text);
 	tmpls_free(&ts);
 	return status;

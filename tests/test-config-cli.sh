@@ -155,6 +155,35 @@ run 2 config show --config a.json b.json
 run 1 config show nonexistent.json
 has err "cannot open config file 'nonexistent.json'"
 
+# ---- plugin_dirs: every bad entry, each at its position --------------------------
+mkdir -p realdir
+touch afile.so
+cat >dirs.json <<EOF
+{"plugin_dirs": [
+  "$tmp/realdir",
+  "$tmp/afile.so",
+  "$tmp/no/such/dir",
+  ""
+]}
+EOF
+run 1 config validate dirs.json
+has err "dirs.json: error: plugin_dirs[1] (from dirs.json:3:3) is '$tmp/afile.so', which is a file, not a directory: a module's path; plugin_dirs lists the folders that hold modules, so name its folder, \"$tmp\""
+has err "dirs.json: error: plugin_dirs[2] (from dirs.json:4:3) is '$tmp/no/such/dir', which does not exist (the nearest folder above it that does is $tmp): fix the name, create the folder or remove the entry"
+has err "dirs.json: error: plugin_dirs[3] (from dirs.json:5:3) is an empty string; name a directory"
+[ "$(wc -l <"$tmp/err")" -eq 3 ] || fail "expected 3 error lines for dirs.json"
+hasnt err "plugin_dirs[0]"
+run 1 config show dirs.json
+has err "plugin_dirs[1] (from dirs.json:3:3)"
+has err "; also: plugin_dirs[2] (from dirs.json:4:3)"
+has err "; also: plugin_dirs[3] (from dirs.json:5:3)"
+# past the config's error limit (20): those, then how many more
+python3 -c 'import json; print(json.dumps({"plugin_dirs": ["/nonexistent/%d" % i for i in range(25)]}))' >many.json
+run 1 config validate many.json
+[ "$(grep -c 'which does not exist' "$tmp/err")" -eq 20 ] || fail "expected 20 plugin_dirs errors"
+has err "many.json: error: plugin_dirs[19] (from many.json:1:"
+hasnt err "plugin_dirs[20]"
+has err "many.json: error: 5 more problems not shown (the first 20 are)"
+
 # ---- init: every template listed is written and validates ---------------------
 run 0 config init --list
 has out "bf16             core"
@@ -210,10 +239,46 @@ for t in good offload; do
 	has out "p-$t.json: ok"
 done
 json p-offload.json 'c["good"]["offload"]["device"] == "cpu"'
+# ... and through a config's plugin_dirs (--config FILE, or the config accel
+# finds: ACCEL_CONFIG, ./accel.json): listed, written with plugin_dirs
+# naming the plugin's folder, so the file validates and finds the plugin
+mkdir plug2
+ln -s "$fx/good.so" plug2/good.so
+cp plug/good.template.json plug/good.offload.template.json plug2/
 rm plug/good.so
 run 0 config init --list
 hasnt out "plugin good"
 ACCEL_PLUGIN_PATH=${ACCEL_PLUGIN_PATH#*:}
+printf '{"plugin_dirs": ["%s/plug2"]}\n' "$tmp" >user.json
+run 0 config init --config user.json --list
+has out "good             plugin good      The good fixture"
+has out "offload          plugin good      Offloading good"
+has out "ddp              plugin ddp"
+run 0 config init --config user.json --template offload -o u-offload.json
+has out "wrote u-offload.json from template offload (plugin good)"
+has out "u-offload.json: ok"
+json u-offload.json "c['plugin_dirs'] == ['$tmp/plug2']" 'c["strategy"] == "good"' \
+	'c["good"]["offload"]["device"] == "cpu"' '"// plugin_dirs" in c'
+run 0 config validate u-offload.json
+run 0 config show u-offload.json
+has out "good.offload.device = \"cpu\""
+ACCEL_CONFIG=$tmp/user.json
+export ACCEL_CONFIG
+run 0 config init --list
+has out "good             plugin good      The good fixture"
+run 0 config wizard --strategy good --yes -o u-wizard.json
+has out "u-wizard.json: ok"
+json u-wizard.json "c['plugin_dirs'] == ['$tmp/plug2']" 'c["strategy"] == "good"' \
+	'c["good"]["bucket_cap_mb"] == 50'
+unset ACCEL_CONFIG
+run 1 config init --template good -o nothing.json
+has err "no template named 'good' (installed: bf16, ddp)"
+# a bad entry there is said, and the rest still searched
+printf '{"plugin_dirs": ["%s/plug2/good.so", "%s/plug2"]}\n' "$tmp" "$tmp" >baduser.json
+run 0 config init --config baduser.json --list
+has out "good             plugin good"
+has err "warning: plugin_dirs[0] of baduser.json, '$tmp/plug2/good.so', is left out: a file, not a directory"
+run 2 config init --config
 
 # ---- "//" members are comments, at any depth ---------------------------------------
 cat >c.json <<'EOF'

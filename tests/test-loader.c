@@ -1275,7 +1275,7 @@ START_TEST(plugin_dirs_file_or_missing)
 	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\"]}", fx("good.so"));
 	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_CONFIG);
 	snprintf(want, sizeof(want),
-	         "plugin_dirs[0] (from <config_json>:1:17) is '%s', which is a file, not a "
+	         "plugin_dirs[0] (from <config_json>:1:18) is '%s', which is a file, not a "
 	         "directory: a module's path; plugin_dirs lists the folders that hold modules, so "
 	         "name its folder, \"%s\"", fx("good.so"), fixdir);
 	ck_assert_str_eq(msg, want);
@@ -1285,9 +1285,9 @@ START_TEST(plugin_dirs_file_or_missing)
 	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\", \"%s\"]}", fixdir, missing);
 	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_CONFIG);
 	snprintf(want, sizeof(want),
-	         "plugin_dirs[1] (from <config_json>:1:17) is '%s', which does not exist (the "
+	         "plugin_dirs[1] (from <config_json>:1:%zu) is '%s', which does not exist (the "
 	         "nearest folder above it that does is %s): fix the name, create the folder or "
-	         "remove the entry", missing, tmpdir);
+	         "remove the entry", 18 + strlen(fixdir) + 4, missing, tmpdir);
 	ck_assert_str_eq(msg, want);
 
 	/* a file on ACCEL_PLUGIN_PATH: named as a file when nothing is found */
