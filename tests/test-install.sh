@@ -6,7 +6,8 @@
 # that the installed `accel` lists it and describes its schema.  The example
 # program, configs, docs and man page are installed, and the installed
 # accel-train-mlp trains on 2 processes with the installed plugins (a loop
-# of links in a plugin directory warns once for the job).
+# of links in a plugin directory warns once for the job: on one node of 2
+# processes, and on 2 nodes of 1).
 # tests/test-localsgd.sh trains with it.  Then the build tree with the
 # installed modules later in its search path (as after `meson install` to
 # the prefix it was configured for): its own modules are used, the
@@ -146,6 +147,39 @@ for l in a b; do
 		"$tmp/train.err" || true)
 	[ "$n" -eq 1 ] || fail_with "the loop-$l.so warning appears $n times, expected once" \
 		"$tmp/train.err"
+done
+# The same job as 2 nodes of 1 process (two launchers on this machine, over
+# tcp): still once for the job, from global rank 0 (node 0's launcher); the
+# first rank of node 1 does not repeat it.
+if command -v python3 >/dev/null 2>&1; then
+	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+else
+	port=$((20000 + $$ % 30000))
+fi
+printf '{"plugin_dirs": ["%s", "%s"], "strategy": "ddp"}\n' "$plugindir" "$tmp/loopy" \
+	>"$tmp/train2.json"
+for node in 1 0; do
+	(cd "$tmp" && PATH="$root/bin:$PATH" exec accel launch --nnodes 2 --node-rank $node -n 1 \
+		--master-addr 127.0.0.1 --master-port "$port" --config "$tmp/train2.json" -- \
+		accel-train-mlp --hidden 16 --steps 3 --samples 64 --batch-size 16 --no-eval) \
+		>"$tmp/node$node.out" 2>"$tmp/node$node.err" &
+	eval "pid$node=\$!"
+done
+st0=0
+st1=0
+wait "$pid0" || st0=$?
+wait "$pid1" || st1=$?
+[ "$st0" -eq 0 ] && [ "$st1" -eq 0 ] || fail_with "the 2-node job failed ($st0, $st1)" \
+	"$tmp/node0.out" "$tmp/node0.err" "$tmp/node1.out" "$tmp/node1.err"
+grep -q '^\[rank 0\] trained 3 steps' "$tmp/node0.out" ||
+	fail_with "the 2-node job did not train 3 steps" "$tmp/node0.out"
+for l in a b; do
+	w="plugin directory $tmp/loopy: loop-$l.so is skipped: a loop of symbolic links"
+	n0=$(grep -c "$w" "$tmp/node0.err" || true)
+	n1=$(grep -c "$w" "$tmp/node1.err" || true)
+	[ "$n0" -eq 1 ] && [ "$n1" -eq 0 ] || fail_with "the loop-$l.so warning appears $n0 times \
+on node 0 and $n1 on node 1, expected once on node 0" "$tmp/node0.err" "$tmp/node1.err"
+	grep -q "^\[rank 0\].*$w" "$tmp/node0.err" || fail_with "not rank 0's warning" "$tmp/node0.err"
 done
 
 # Without plugin_dirs it is not found, and the error says where it looked.
