@@ -48,6 +48,9 @@ typedef struct tmpl {
 	char *strategy;    /* its "strategy", or NULL           */
 	char *plugin_dir;  /* its module's folder when that came from the user's
 	                      plugin_dirs (the config written names it), else NULL */
+	char *strategy_dir; /* likewise for the module of its strategy, when that
+	                       is another folder */
+	int own_dirs;      /* it sets plugin_dirs itself (kept as it is)    */
 } tmpl;
 
 typedef struct tmpls {
@@ -65,6 +68,7 @@ static void tmpls_free(tmpls *ts)
 		free(ts->t[i].about);
 		free(ts->t[i].strategy);
 		free(ts->t[i].plugin_dir);
+		free(ts->t[i].strategy_dir);
 	}
 	free(ts->t);
 	ts->t = NULL;
@@ -143,6 +147,7 @@ static int tmpls_add(tmpls *ts, const char *name, const char *origin, const char
 	t->strategy = has_strategy ? strdup(json_string_value(st)) : NULL;
 	/* a template that names its own plugin_dirs keeps them */
 	int own_dirs = json_object_get(root, "plugin_dirs") != NULL;
+	t->own_dirs = own_dirs;
 	t->plugin_dir = plugin_dir && !own_dirs ? strdup(plugin_dir) : NULL;
 	json_decref(root);
 	ts->n++;
@@ -224,6 +229,25 @@ static int tmpls_load(const accelp_setup *s, tmpls *ts)
 		if (module_templates(ts, m))
 			goto oom;
 	}
+	/* a template whose strategy was found through plugin_dirs names that
+	 * folder too (bf16's ddp, say), so the config it gives finds it */
+	for (size_t i = 0; i < ts->n; i++) {
+		tmpl *t = &ts->t[i];
+		const accel_module *m = NULL;
+		accel_err e;
+		accelp_err_clear(&e);
+		if (!t->strategy || t->own_dirs ||
+		    accelp_loader_find(s->loader, ACCEL_MODULE_PLUGIN, t->strategy, &m, &e) ||
+		    strcmp(m->origin, "plugin_dirs"))
+			continue;
+		const char *slash = strrchr(m->path, '/');
+		size_t dl = slash ? (size_t)(slash - m->path) : 0;
+		if (!slash || (t->plugin_dir && strlen(t->plugin_dir) == dl &&
+		               !strncmp(t->plugin_dir, m->path, dl)))
+			continue;
+		if (!(t->strategy_dir = strndup(m->path, dl)))
+			goto oom;
+	}
 	return 0;
 oom:
 	fprintf(stderr, "accel config: out of memory\n");
@@ -277,20 +301,25 @@ static const char *take(int argc, char **argv, int *i, const char *l, const char
 	return argv[++*i];
 }
 
-/* The template's text with "plugin_dirs": [its plugin's folder] first,
- * so that the config finds the plugin it selects; NULL out of memory. */
-static char *with_plugin_dir(const tmpl *t)
+/* The template's text with "plugin_dirs": [the folders of its plugin and
+ * strategy found through plugin_dirs] first, so that the config finds what
+ * it selects; NULL out of memory. */
+static char *with_plugin_dirs(const tmpl *t)
 {
-	json_t *a = json_pack("[s]", t->plugin_dir);
+	json_t *a = json_array();
+	if (a && t->plugin_dir)
+		json_array_append_new(a, json_string(t->plugin_dir));
+	if (a && t->strategy_dir)
+		json_array_append_new(a, json_string(t->strategy_dir));
 	char *dirs = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL;
 	const char *brace = strchr(t->text, '{');   /* the text parsed as an object */
 	char *out = NULL;
 	json_decref(a);
 	if (dirs && brace) {
 		const char *rest = brace + 1 + strspn(brace + 1, " \t\r\n");
-		if (asprintf(&out, "%.*s{\n  \"// plugin_dirs\": \"the folder of this template's "
-		             "%s (from the plugin_dirs accel found it in)\",\n  \"plugin_dirs\": "
-		             "%s%s\n  %s", (int)(brace - t->text), t->text, t->origin, dirs,
+		if (asprintf(&out, "%.*s{\n  \"// plugin_dirs\": \"where the plugins this template "
+		             "selects were found (the plugin_dirs of your config)\",\n  "
+		             "\"plugin_dirs\": %s%s\n  %s", (int)(brace - t->text), t->text, dirs,
 		             *rest == '}' ? "" : ",", rest) < 0)
 			out = NULL;
 	}
@@ -360,7 +389,7 @@ int accelp_cli_config_init(int argc, char **argv)
 		tmpls_free(&ts);
 		return 1;
 	}
-	char *text = t->plugin_dir ? with_plugin_dir(t) : strdup(t->text);
+	char *text = t->plugin_dir || t->strategy_dir ? with_plugin_dirs(t) : strdup(t->text);
 	if (!text) {
 		fprintf(stderr, "accel config init: out of memory\n");
 		tmpls_free(&ts);
@@ -531,8 +560,8 @@ static char *compose(const tmpls *ts, const char *strategy, const char *mp, cons
 	         nproc, strcmp(out, "-") ? out : "FILE");
 	json_object_set_new(cfg, "//", json_string(note));
 	if (dir) {   /* where the strategy was found, so the config finds it */
-		json_object_set_new(cfg, "// plugin_dirs", json_string("the folder of strategy "
-		                    "plugin found in your plugin_dirs"));
+		json_object_set_new(cfg, "// plugin_dirs", json_string("where the strategy was found "
+		                    "(the plugin_dirs of your config)"));
 		json_object_set_new(cfg, "plugin_dirs", json_pack("[s]", dir));
 	}
 	if (base) {

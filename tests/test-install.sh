@@ -125,6 +125,33 @@ if command -v groff >/dev/null 2>&1; then
 	[ ! -s "$tmp/groff.out" ] || fail_with "groff warns about the man page" "$tmp/groff.out"
 fi
 
+echo "== config templates from the install: ddp's (next to ddp.so) and the core's bf16"
+[ -f "$plugindir/ddp.template.json" ] || fail "ddp.template.json is not installed in $plugindir"
+mkdir "$tmp/tmpl"
+(cd "$tmp/tmpl" && "$accel" config init --config "$tmp/accel.json" --list) \
+	>"$tmp/tmpl.out" 2>"$tmp/tmpl.err" || fail_with "config init --list failed" "$tmp/tmpl.out" \
+	"$tmp/tmpl.err"
+grep -q '^ddp  *plugin ddp  *Data parallel' "$tmp/tmpl.out" || fail_with "ddp not listed" "$tmp/tmpl.out"
+grep -q '^bf16  *core  *bf16 mixed precision' "$tmp/tmpl.out" ||
+	fail_with "bf16 not listed" "$tmp/tmpl.out"
+for t in ddp bf16; do
+	(cd "$tmp/tmpl" && "$accel" config init --config "$tmp/accel.json" --template $t -o $t.json) \
+		>"$tmp/tmpl.out" 2>"$tmp/tmpl.err" ||
+		fail_with "config init --template $t failed" "$tmp/tmpl.out" "$tmp/tmpl.err"
+	grep -q "^$t.json: ok\$" "$tmp/tmpl.out" || fail_with "$t.json not valid" "$tmp/tmpl.out"
+	(cd "$tmp/tmpl" && "$accel" config validate $t.json) >"$tmp/tmpl.out" 2>&1 ||
+		fail_with "$t.json does not validate" "$tmp/tmpl.out"
+done
+# ddp's plugin was found through plugin_dirs: the config written names it
+grep -q "\"plugin_dirs\": \\[\"$plugindir\"\\]" "$tmp/tmpl/ddp.json" ||
+	fail_with "ddp.json does not name $plugindir" "$tmp/tmpl/ddp.json"
+grep -q '"strategy": "ddp"' "$tmp/tmpl/ddp.json" || fail_with "ddp.json: no strategy" "$tmp/tmpl/ddp.json"
+# ... and so does bf16's (the core's template; its strategy is ddp)
+grep -q "\"plugin_dirs\": \\[\"$plugindir\"\\]" "$tmp/tmpl/bf16.json" ||
+	fail_with "bf16.json does not name $plugindir" "$tmp/tmpl/bf16.json"
+grep -q '"mixed_precision": "bf16"' "$tmp/tmpl/bf16.json" ||
+	fail_with "bf16.json: no bf16" "$tmp/tmpl/bf16.json"
+
 echo "== the installed accel-train-mlp trains on 2 processes with the installed plugins"
 # A plugin directory with a loop of symbolic links next to the real one:
 # one warning for the job (local rank 0's), not one per rank.
