@@ -10,9 +10,12 @@
  * whose "//..." members are comments (docs/config.md). */
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -415,13 +418,13 @@ static void usage_wizard(FILE *out)
 		"                           [--num-processes N] [--output FILE] [--force] [--yes]\n"
 		"                           [--config FILE]\n"
 		"\n"
-		"Ask a few questions (numbers to choose, Enter takes the [default]) and write a\n"
-		"config file; `accel config` alone does this on a terminal.  A question answered\n"
-		"by an option is not asked; --yes takes the default of every other one and asks\n"
-		"nothing (for scripts).  The strategies offered are the plugins installed; fp16\n"
-		"and fp8 are offered when the scaler and fp8 plugins are.  The file starts from\n"
-		"the strategy's template (accel config init --list) and is checked as `accel\n"
-		"config validate` would.\n"
+		"Ask a few questions (Up/Down and Enter, or a number or name, to choose; Enter\n"
+		"alone takes the [default]) and write a config file; `accel config` alone does\n"
+		"this on a terminal.  A question answered by an option is not asked; --yes\n"
+		"takes the default of every other one and asks nothing (for scripts).  The\n"
+		"strategies offered are the plugins installed; fp16 and fp8 are offered when\n"
+		"the scaler and fp8 plugins are.  The file starts from the strategy's template\n"
+		"(accel config init --list) and is checked as `accel config validate` would.\n"
 		"\n"
 		"Options:\n"
 		"  --strategy NAME                  ddp or another installed strategy\n"
@@ -465,14 +468,169 @@ static char *ask(const char *prompt, char *buf, size_t cap)
 	return p;
 }
 
-/* A choice by number or by name; dflt is an index.  -1 at end of input. */
+/* The terminal's settings while a menu has it (restored on SIGINT/SIGTERM
+ * too, so an interrupted questionnaire does not leave it without echo). */
+static struct termios menu_saved;
+static volatile sig_atomic_t menu_raw;
+
+static void menu_restore(void)
+{
+	if (menu_raw) {
+		tcsetattr(STDIN_FILENO, TCSAFLUSH, &menu_saved);
+		menu_raw = 0;
+	}
+}
+
+static void menu_signal(int sig)
+{
+	menu_restore();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* One byte of input; -1 at end of input or on an error. */
+static int menu_byte(void)
+{
+	unsigned char c;
+	for (;;) {
+		ssize_t n = read(STDIN_FILENO, &c, 1);
+		if (n == 1)
+			return c;
+		if (n < 0 && errno == EINTR)
+			continue;
+		return -1;
+	}
+}
+
+/* The byte after ESC when one comes soon (a key's sequence), else -1 (the
+ * Escape key alone). */
+static int menu_byte_soon(void)
+{
+	struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+	return poll(&p, 1, 100) == 1 ? menu_byte() : -1;
+}
+
+static void menu_mark(int n, int old, int now)
+{
+	/* the cursor is on the prompt line, n choice lines below the first */
+	printf("\r\033[%dA  \r\033[%dB", n - old, n - old);
+	printf("\r\033[%dA> \r\033[%dB", n - now, n - now);
+}
+
+/* ask_choice on a terminal: Up/Down move the marker (ESC [ A / ESC [ B,
+ * or ESC O A / ESC O B), Enter takes the marked choice; a number or a
+ * name typed before Enter still works.  -1 at end of input (Ctrl-D on an
+ * empty line), -2 when the terminal cannot be set up. */
+static int ask_menu(const char *prompt, const choice *c, int n, int dflt)
+{
+	struct termios raw;
+	if (tcgetattr(STDIN_FILENO, &menu_saved))
+		return -2;
+	raw = menu_saved;
+	raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+	raw.c_cc[VMIN] = 1;
+	raw.c_cc[VTIME] = 0;
+	struct sigaction sa, old_int, old_term;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = menu_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	menu_raw = 1;
+	if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw)) {
+		menu_raw = 0;
+		sigaction(SIGINT, &old_int, NULL);
+		sigaction(SIGTERM, &old_term, NULL);
+		return -2;
+	}
+	int mark = dflt, result;
+	char buf[128];
+	size_t len = 0;
+	for (int i = 0; i < n; i++)
+		printf("%s%d) %-8s %s\n", i == mark ? "> " : "  ", i + 1, c[i].name, c[i].about);
+	fputs(prompt, stdout);
+	fflush(stdout);
+	for (;;) {
+		int b = menu_byte();
+		if (b < 0 || (b == 4 && !len)) {   /* end of input, Ctrl-D */
+			result = -1;
+			break;
+		}
+		if (b == 0x1b) {
+			int b1 = menu_byte_soon(), b2 = b1 == '[' || b1 == 'O' ? menu_byte_soon() : -1;
+			int to = b2 == 'A' ? (mark + n - 1) % n : b2 == 'B' ? (mark + 1) % n : mark;
+			if (to != mark) {
+				menu_mark(n, mark, to);
+				mark = to;
+				printf("\r\033[K%s%.*s", prompt, (int)len, buf);
+				fflush(stdout);
+			}
+			continue;
+		}
+		if (b == '\r' || b == '\n') {
+			buf[len] = '\0';
+			if (!len) {
+				result = mark;
+				break;
+			}
+			char *end;
+			long k = strtol(buf, &end, 10);
+			result = -3;
+			if (!*end && k >= 1 && k <= n)
+				result = (int)k - 1;
+			for (int i = 0; i < n && result == -3; i++)
+				if (!strcmp(buf, c[i].name))
+					result = i;
+			if (result >= 0)
+				break;
+			printf("\n'%s' is not one of the choices; use the arrow keys, or type a number "
+			       "from 1 to %d or a name\n", buf, n);
+			/* the list again, so the marker stays right above the prompt */
+			for (int i = 0; i < n; i++)
+				printf("%s%d) %-8s %s\n", i == mark ? "> " : "  ", i + 1, c[i].name,
+				       c[i].about);
+			fputs(prompt, stdout);
+			fflush(stdout);
+			len = 0;
+			continue;
+		}
+		if ((b == 0x7f || b == 8) && len) {
+			len--;
+			fputs("\b \b", stdout);
+			fflush(stdout);
+		} else if (b >= 0x20 && b < 0x7f && len + 1 < sizeof(buf)) {
+			buf[len++] = (char)b;
+			putchar(b);
+			fflush(stdout);
+		}
+	}
+	/* the choice on the prompt line, as a typed answer would leave it */
+	if (result >= 0)
+		printf("\r\033[K%s%s\n", prompt, c[result].name);
+	else
+		printf("\n");
+	fflush(stdout);
+	menu_restore();
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	return result;
+}
+
+/* A choice by number or by name, or on a terminal with the arrow keys;
+ * dflt is an index.  -1 at end of input. */
 static int ask_choice(const char *q, const choice *c, int n, int dflt)
 {
 	char buf[256], prompt[64];
 	printf("%s\n", q);
+	snprintf(prompt, sizeof(prompt), "Choose 1-%d [%d]: ", n, dflt + 1);
+	if (isatty(STDIN_FILENO)) {
+		fflush(stdout);
+		int k = ask_menu(prompt, c, n, dflt);
+		if (k != -2)
+			return k;
+	}
 	for (int i = 0; i < n; i++)
 		printf("  %d) %-8s %s\n", i + 1, c[i].name, c[i].about);
-	snprintf(prompt, sizeof(prompt), "Choose 1-%d [%d]: ", n, dflt + 1);
 	for (;;) {
 		char *a = ask(prompt, buf, sizeof(buf));
 		if (!a)

@@ -359,11 +359,11 @@ def until(pat):
             sys.stdout.write(out.decode(errors="replace"))
             sys.exit("pty: no %r in the output" % pat)
         out += d
-for s in steps:   # "PROMPT=>ANSWER", or "TEXT" to wait for
+for s in steps:   # "PROMPT=>ANSWER", or "TEXT" to wait for; <ESC> is the byte 27
     prompt, _, answer = s.partition("=>")
     until(prompt.encode())
     if _:
-        os.write(fd, answer.encode() + b"\r")
+        os.write(fd, answer.replace("<ESC>", "\x1b").encode() + b"\r")
 while True:
     try:
         d = os.read(fd, 4096)
@@ -411,6 +411,44 @@ set -e
 [ "$st" -eq 0 ] || { cat "$tmp/out" "$tmp/err" >&2; fail "accepted overwrite exited $st"; }
 json pty.json 'c["mixed_precision"] == "bf16"' 'c["gradient_accumulation_steps"] == 1' \
 	'"max_grad_norm" not in c'
+
+# The arrow keys, as a terminal sends them (ESC [ A up, ESC [ B down, and
+# ESC O A / ESC O B in application mode): Enter takes the marked choice;
+# the list wraps around; a number typed after moving still wins.  With the
+# config naming plug2, the strategies are good (plugin_dirs first) and ddp
+# (the default, marked at the start).
+ACCEL_CONFIG=$tmp/user.json
+export ACCEL_CONFIG
+set +e
+python3 wizard-pty.py "$ACCEL_CLI" "Choose 1-2 [2]: =><ESC>[A" "Choose 1-2 [1]: =><ESC>[B" \
+	"steps [1]: =>2" "[none]: =>" "[1]: =>" "[accel.json]: =>arrows.json" >"$tmp/out" 2>"$tmp/err"
+st=$?
+set -e
+[ "$st" -eq 0 ] || { cat "$tmp/out" "$tmp/err" >&2; fail "the questionnaire with arrows exited $st"; }
+has out "1) good"
+has out "> 2) ddp"
+has out "Choose 1-2 [2]: good"
+has out "Choose 1-2 [1]: bf16"
+has out "arrows.json: ok"
+json arrows.json 'c["strategy"] == "good"' 'c["mixed_precision"] == "bf16"' \
+	'c["gradient_accumulation_steps"] == 2' "c['plugin_dirs'] == ['$tmp/plug2']"
+set +e
+python3 wizard-pty.py "$ACCEL_CLI" "Choose 1-2 [2]: =><ESC>OB<ESC>OB<ESC>OA" \
+	"Choose 1-2 [1]: =><ESC>[A<ESC>[A<ESC>[B<ESC>[B<ESC>[B" "steps [1]: =>" "[none]: =>" \
+	"[1]: =>" "[accel.json]: =>wrap.json" >"$tmp/out" 2>"$tmp/err"
+st=$?
+set -e
+[ "$st" -eq 0 ] || { cat "$tmp/out" "$tmp/err" >&2; fail "the questionnaire (wrapping) exited $st"; }
+# ddp, down twice (wraps to ddp), up once: good; no, up twice, down thrice: bf16
+json wrap.json 'c["strategy"] == "good"' 'c["mixed_precision"] == "bf16"'
+set +e
+python3 wizard-pty.py "$ACCEL_CLI" "Choose 1-2 [2]: =><ESC>[A2" "Choose 1-2 [1]: =><ESC>[Bno" \
+	"steps [1]: =>" "[none]: =>" "[1]: =>" "[accel.json]: =>typed.json" >"$tmp/out" 2>"$tmp/err"
+st=$?
+set -e
+[ "$st" -eq 0 ] || { cat "$tmp/out" "$tmp/err" >&2; fail "the questionnaire (typed) exited $st"; }
+json typed.json 'c["strategy"] == "ddp"' 'c["mixed_precision"] == "no"'
+unset ACCEL_CONFIG
 
 # ---- import-deepspeed -------------------------------------------------------------------
 # ZeRO-2: written, the strategy named as not installed, every auto and
