@@ -7,7 +7,9 @@
 #
 #   test-config-cli.sh PART    PART: core | accelerate
 # Exit 77 only for an outside prerequisite: python3 (JSON checks, the
-# pseudo-terminal), or for "accelerate" an accel built without libyaml.
+# pseudo-terminal), or for "accelerate" an accel built without libyaml
+# because none was found; one configured -Dyaml=disabled on purpose is
+# checked to say so (.ci/run builds one).
 set -eu
 
 : "${ACCEL_CLI:?not set (run through meson test)}"
@@ -80,6 +82,20 @@ if [ "$part" = accelerate ]; then
 	set +e
 	"$ACCEL_CLI" config import-accelerate "$data/accelerate-ddp.yaml" >"$tmp/out" 2>"$tmp/err"
 	set -e
+	if [ "${ACCEL_TEST_YAML_DISABLED:-0}" = 1 ]; then
+		# configured with -Dyaml=disabled (a step of .ci/run): the command
+		# says what is missing and how to get it, and writes nothing
+		run 1 config import-accelerate "$data/accelerate-ddp.yaml" -o ddp.json
+		has err "accel config import-accelerate: this accel was built without libyaml (install libyaml-dev, tools/install-deps.sh does, and rebuild)"
+		[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "more than the one line about libyaml"
+		[ ! -e ddp.json ] || fail "import-accelerate without libyaml wrote ddp.json"
+		run 2 config import-accelerate
+		# the rest of `accel config` works without it
+		run 0 config import-deepspeed "$data/ds-stage0.json" -o s0.json
+		has out "s0.json: ok"
+		echo "ok: a build without libyaml says so"
+		exit 0
+	fi
 	if grep -q "built without libyaml" "$tmp/err"; then
 		echo "skipped: accel built without libyaml (libyaml-dev)"
 		exit 77
