@@ -411,6 +411,26 @@ static int installed(const accelp_setup *s, const char *name)
 	return 0;
 }
 
+/* The folder of plugin `name` when it was found through the user's
+ * plugin_dirs (the config written names it, so it finds the plugin), else
+ * NULL; *oom set when a copy could not be made. */
+static char *user_dir(const accelp_setup *s, const char *name, int *oom)
+{
+	for (uint32_t i = 0; i < accelp_loader_count(s->loader); i++) {
+		const accel_module *m = accelp_loader_get(s->loader, i);
+		const char *slash = strrchr(m->path, '/');
+		if (m->kind != ACCEL_MODULE_PLUGIN || !m->name || strcmp(m->name, name) ||
+		    (m->status != ACCEL_MODULE_OK && m->status != ACCEL_MODULE_UNAVAILABLE))
+			continue;
+		if (strcmp(m->origin, "plugin_dirs") || !slash)
+			return NULL;
+		char *d = strndup(m->path, (size_t)(slash - m->path));
+		*oom = !d;
+		return d;
+	}
+	return NULL;
+}
+
 static void found_plugins(const accelp_setup *s, FILE *out)
 {
 	int n = 0;
@@ -502,12 +522,19 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate)
 	         "\"//...\" are comments that accel ignores", in, sub);
 	doc = json_object();
 	json_t *comment = accelp_import_comment(&imp, header);
-	if (!doc || !comment || json_object_set_new(doc, "//", comment) ||
+	int oom = 0;
+	char *sdir = user_dir(&s, imp.strategy, &oom);
+	if (!doc || !comment || oom || json_object_set_new(doc, "//", comment) ||
+	    (sdir && (json_object_set_new(doc, "// plugin_dirs", json_string(
+	                  "where the strategy was found (the plugin_dirs of your config)")) ||
+	              json_object_set_new(doc, "plugin_dirs", json_pack("[s]", sdir)))) ||
 	    json_object_set_new(doc, "strategy", json_string(imp.strategy)) ||
 	    json_object_update(doc, imp.config)) {
+		free(sdir);
 		fprintf(stderr, "accel %s: out of memory\n", where);
 		goto out;
 	}
+	free(sdir);
 	char *t = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
 	if (!t || asprintf(&text, "%s\n", t) < 0) {
 		free(t);

@@ -510,6 +510,21 @@ has err "strategy ddp (zero_optimization.stage 0 (ZeRO off))"
 has err "not supported, left out: zero_optimization.reduce_bucket_size = 500000000.0: ZeRO is off"
 has err "auto: optimizer.params.weight_decay: \"auto\" -> 0 (accel's default for sgd)"
 run 0 config validate s0.json
+# a strategy found through the plugin_dirs of the user's config (here
+# ACCEL_CONFIG's): the config written names that folder, so it validates
+# (and runs) with that plugin
+mkdir userddp
+ln -s "$ACCEL_TEST_BUILDDIR/plugins/ddp/ddp.so" userddp/ddp.so
+printf '{"plugin_dirs": ["%s/userddp"]}\n' "$tmp" >userddp.json
+ACCEL_CONFIG=$tmp/userddp.json
+export ACCEL_CONFIG
+run 0 config import-deepspeed "$data/ds-stage0.json" -o s0u.json
+unset ACCEL_CONFIG
+has out "s0u.json: ok"
+json s0u.json "c['plugin_dirs'] == ['$tmp/userddp']" 'c["strategy"] == "ddp"' \
+	'c["gradient_accumulation_steps"] == 4'
+run 0 config show s0u.json
+has out "plugin_dirs = [\"$tmp/userddp\"]"
 run 1 config import-deepspeed missing.json
 has err "cannot open DeepSpeed config 'missing.json'"
 echo '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}' >both.json
