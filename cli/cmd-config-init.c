@@ -888,8 +888,9 @@ int accelp_cli_config_wizard(int argc, char **argv)
 		goto out;
 	}
 	if (!yes)
-		printf("accel config: a few questions; Enter takes the [default], Ctrl-D stops "
-		       "without writing anything.\n\n");
+		printf("accel config: a few questions; %sEnter takes the [default], Ctrl-D stops "
+		       "without writing anything.\n\n",
+		       isatty(STDIN_FILENO) ? "Up/Down move the marker (>) of a choice, " : "");
 	if (!strategy) {
 		int d = find_choice(strat, ns, "ddp");
 		int k = yes ? (d < 0 ? 0 : d) : ask_choice("Which strategy?", strat, ns, d < 0 ? 0 : d);

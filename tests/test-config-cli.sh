@@ -441,6 +441,7 @@ python3 wizard-pty.py "$ACCEL_CLI" "Choose 1-2 [2]: =><ESC>[A" "Choose 1-2 [1]: 
 st=$?
 set -e
 [ "$st" -eq 0 ] || { cat "$tmp/out" "$tmp/err" >&2; fail "the questionnaire with arrows exited $st"; }
+has out "Up/Down move the marker (>) of a choice, Enter takes the [default]"
 has out "1) good"
 has out "> 2) ddp"
 has out "Choose 1-2 [2]: good"
