@@ -208,6 +208,21 @@ for l in a b; do
 on node 0 and $n1 on node 1, expected once on node 0" "$tmp/node0.err" "$tmp/node1.err"
 	grep -q "^\[rank 0\].*$w" "$tmp/node0.err" || fail_with "not rank 0's warning" "$tmp/node0.err"
 done
+# A job that fails after the scan (a strategy that is not there): the
+# launcher, cleaning up after it with the job's config, does not repeat it.
+printf '{"plugin_dirs": ["%s", "%s"], "strategy": "nosuch", "backend": "shm"}\n' "$plugindir" \
+	"$tmp/loopy" >"$tmp/fail.json"
+if (cd "$tmp" && PATH="$root/bin:$PATH" accel launch -n 2 --config "$tmp/fail.json" -- \
+	accel-train-mlp --hidden 16 --steps 3 --samples 64 --batch-size 16 --no-eval) \
+	>"$tmp/fail.out" 2>"$tmp/fail.err"; then
+	fail_with "a job selecting strategy nosuch succeeded" "$tmp/fail.out" "$tmp/fail.err"
+fi
+grep -q "no plugin named 'nosuch'" "$tmp/fail.err" || fail_with "no reason given" "$tmp/fail.err"
+# (the launcher's summary quotes rank 0's last lines, indented: not counted)
+n=$(grep -c "^\[rank 0\] .*plugin directory $tmp/loopy: loop-a.so is skipped" "$tmp/fail.err" || true)
+m=$(grep -c "^[^ ].*plugin directory $tmp/loopy: loop-a.so is skipped" "$tmp/fail.err" || true)
+[ "$n" -eq 1 ] && [ "$m" -eq 1 ] || fail_with "the warning appears $m times in a failed job \
+($n from rank 0), expected once, from rank 0" "$tmp/fail.err"
 
 # Without plugin_dirs it is not found, and the error says where it looked.
 if "$accel" plugins info localsgd >"$tmp/nf.out" 2>&1; then
