@@ -27,7 +27,7 @@ static void usage_import(FILE *out, int accelerate)
 {
 	const char *sub = accelerate ? "import-accelerate" : "import-deepspeed";
 	fprintf(out,
-		"Usage: accel config %s FILE [--output OUT] [--force]\n"
+		"Usage: accel config %s FILE [--output OUT] [--force] [--config CFG]\n"
 		"\n"
 		"Write %s as an accel config.  Keys are mapped to accel's names\n"
 		"(docs/config.md has the table), every \"auto\" takes accel's default (or the\n"
@@ -40,6 +40,9 @@ static void usage_import(FILE *out, int accelerate)
 		"  -o, --output OUT  write here (default: stdout); the file is then checked as\n"
 		"                    `accel config validate` would\n"
 		"  --force           overwrite OUT if it exists\n"
+		"  --config CFG      look for the strategy also in the plugin_dirs of CFG\n"
+		"                    (default: the config accel finds: $ACCEL_CONFIG,\n"
+		"                    ./accel.json, ~/.config/accel/default.json)\n"
 		"  -h, --help        show this help\n"
 		"\n"
 		"Exit status: 0 written (and valid here), 1 not written, or written but not usable\n"
@@ -449,7 +452,7 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate)
 	const char *sub = accelerate ? "import-accelerate" : "import-deepspeed";
 	char where[64];
 	snprintf(where, sizeof(where), "config %s", sub);
-	const char *in = NULL, *out = "-";
+	const char *in = NULL, *out = "-", *config = NULL;
 	int force = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -462,6 +465,12 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate)
 			out = argv[++i];
 		} else if (!strncmp(a, "--output=", 9) && a[9]) {
 			out = a + 9;
+		} else if (!strcmp(a, "--config")) {
+			if (i + 1 >= argc || !*argv[i + 1])
+				return accelp_cli_usage_error(where, "%s needs a FILE", a);
+			config = argv[++i];
+		} else if (!strncmp(a, "--config=", 9) && a[9]) {
+			config = a + 9;
 		} else if (!strcmp(a, "--force")) {
 			force = 1;
 		} else if (a[0] == '-' && a[1]) {
@@ -489,7 +498,7 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate)
 	char *text = NULL;
 	json_t *doc = NULL, *y = NULL;
 	memset(&imp, 0, sizeof(imp));
-	if (accelp_cli_config_modules(sub, 1, NULL, &s))
+	if (accelp_cli_config_modules(sub, 1, config, &s))
 		goto out;
 	if ((r = accelp_import_init(&imp, s.cfg, &err))) {
 		fprintf(stderr, "accel %s: %s\n", where, err.msg);

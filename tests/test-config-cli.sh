@@ -526,6 +526,9 @@ json s0u.json "c['plugin_dirs'] == ['$tmp/userddp']" 'c["strategy"] == "ddp"' \
 	'c["gradient_accumulation_steps"] == 4'
 run 0 config show s0u.json
 has out "plugin_dirs = [\"$tmp/userddp\"]"
+run 0 config import-deepspeed "$data/ds-stage0.json" --config userddp.json -o s0c.json
+cmp -s s0u.json s0c.json || fail "--config FILE and ACCEL_CONFIG give different configs"
+run 2 config import-deepspeed "$data/ds-stage0.json" --config
 run 1 config import-deepspeed missing.json
 has err "cannot open DeepSpeed config 'missing.json'"
 echo '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}' >both.json
