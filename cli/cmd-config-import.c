@@ -27,7 +27,7 @@ static void usage_import(FILE *out, int accelerate)
 {
 	const char *sub = accelerate ? "import-accelerate" : "import-deepspeed";
 	fprintf(out,
-		"Usage: accel config %s FILE [--output OUT] [--force]\n"
+		"Usage: accel config %s FILE [--output OUT] [--force] [--config CFG]\n"
 		"\n"
 		"Write %s as an accel config.  Keys are mapped to accel's names\n"
 		"(docs/config.md has the table), every \"auto\" takes accel's default (or the\n"
@@ -40,6 +40,9 @@ static void usage_import(FILE *out, int accelerate)
 		"  -o, --output OUT  write here (default: stdout); the file is then checked as\n"
 		"                    `accel config validate` would\n"
 		"  --force           overwrite OUT if it exists\n"
+		"  --config CFG      look for the strategy also in the plugin_dirs of CFG\n"
+		"                    (default: the config accel finds: $ACCEL_CONFIG,\n"
+		"                    ./accel.json, ~/.config/accel/default.json)\n"
 		"  -h, --help        show this help\n"
 		"\n"
 		"Exit status: 0 written (and valid here), 1 not written, or written but not usable\n"
@@ -411,6 +414,26 @@ static int installed(const accelp_setup *s, const char *name)
 	return 0;
 }
 
+/* The folder of plugin `name` when it was found through the user's
+ * plugin_dirs (the config written names it, so it finds the plugin), else
+ * NULL; *oom set when a copy could not be made. */
+static char *user_dir(const accelp_setup *s, const char *name, int *oom)
+{
+	for (uint32_t i = 0; i < accelp_loader_count(s->loader); i++) {
+		const accel_module *m = accelp_loader_get(s->loader, i);
+		const char *slash = strrchr(m->path, '/');
+		if (m->kind != ACCEL_MODULE_PLUGIN || !m->name || strcmp(m->name, name) ||
+		    (m->status != ACCEL_MODULE_OK && m->status != ACCEL_MODULE_UNAVAILABLE))
+			continue;
+		if (strcmp(m->origin, "plugin_dirs") || !slash)
+			return NULL;
+		char *d = strndup(m->path, (size_t)(slash - m->path));
+		*oom = !d;
+		return d;
+	}
+	return NULL;
+}
+
 static void found_plugins(const accelp_setup *s, FILE *out)
 {
 	int n = 0;
@@ -429,7 +452,7 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate)
 	const char *sub = accelerate ? "import-accelerate" : "import-deepspeed";
 	char where[64];
 	snprintf(where, sizeof(where), "config %s", sub);
-	const char *in = NULL, *out = "-";
+	const char *in = NULL, *out = "-", *config = NULL;
 	int force = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -442,6 +465,12 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate)
 			out = argv[++i];
 		} else if (!strncmp(a, "--output=", 9) && a[9]) {
 			out = a + 9;
+		} else if (!strcmp(a, "--config")) {
+			if (i + 1 >= argc || !*argv[i + 1])
+				return accelp_cli_usage_error(where, "%s needs a FILE", a);
+			config = argv[++i];
+		} else if (!strncmp(a, "--config=", 9) && a[9]) {
+			config = a + 9;
 		} else if (!strcmp(a, "--force")) {
 			force = 1;
 		} else if (a[0] == '-' && a[1]) {
@@ -469,7 +498,7 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate)
 	char *text = NULL;
 	json_t *doc = NULL, *y = NULL;
 	memset(&imp, 0, sizeof(imp));
-	if (accelp_cli_config_modules(sub, 1, &s))
+	if (accelp_cli_config_modules(sub, 1, config, &s))
 		goto out;
 	if ((r = accelp_import_init(&imp, s.cfg, &err))) {
 		fprintf(stderr, "accel %s: %s\n", where, err.msg);
@@ -502,12 +531,19 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate)
 	         "\"//...\" are comments that accel ignores", in, sub);
 	doc = json_object();
 	json_t *comment = accelp_import_comment(&imp, header);
-	if (!doc || !comment || json_object_set_new(doc, "//", comment) ||
+	int oom = 0;
+	char *sdir = user_dir(&s, imp.strategy, &oom);
+	if (!doc || !comment || oom || json_object_set_new(doc, "//", comment) ||
+	    (sdir && (json_object_set_new(doc, "// plugin_dirs", json_string(
+	                  "where the strategy was found (the plugin_dirs of your config)")) ||
+	              json_object_set_new(doc, "plugin_dirs", json_pack("[s]", sdir)))) ||
 	    json_object_set_new(doc, "strategy", json_string(imp.strategy)) ||
 	    json_object_update(doc, imp.config)) {
+		free(sdir);
 		fprintf(stderr, "accel %s: out of memory\n", where);
 		goto out;
 	}
+	free(sdir);
 	char *t = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
 	if (!t || asprintf(&text, "%s\n", t) < 0) {
 		free(t);

@@ -10,9 +10,12 @@
  * whose "//..." members are comments (docs/config.md). */
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -46,6 +49,11 @@ typedef struct tmpl {
 	char *text;        /* its contents                      */
 	char *about;       /* the top "//" comment's first part */
 	char *strategy;    /* its "strategy", or NULL           */
+	char *plugin_dir;  /* its module's folder when that came from the user's
+	                      plugin_dirs (the config written names it), else NULL */
+	char *strategy_dir; /* likewise for the module of its strategy, when that
+	                       is another folder */
+	int own_dirs;      /* it sets plugin_dirs itself (kept as it is)    */
 } tmpl;
 
 typedef struct tmpls {
@@ -62,6 +70,8 @@ static void tmpls_free(tmpls *ts)
 		free(ts->t[i].text);
 		free(ts->t[i].about);
 		free(ts->t[i].strategy);
+		free(ts->t[i].plugin_dir);
+		free(ts->t[i].strategy_dir);
 	}
 	free(ts->t);
 	ts->t = NULL;
@@ -100,7 +110,7 @@ static char *read_text(const char *path)
 /* Adds a template; a name already taken keeps the first (the search order,
  * like plugins), with a warning. 0, or -1 out of memory. */
 static int tmpls_add(tmpls *ts, const char *name, const char *origin, const char *path,
-                     const char *text)
+                     const char *text, const char *plugin_dir)
 {
 	const tmpl *old = tmpls_find(ts, name);
 	if (old) {
@@ -138,10 +148,14 @@ static int tmpls_add(tmpls *ts, const char *name, const char *origin, const char
 	t->about = strndup(about, alen);
 	int has_strategy = json_is_string(st);
 	t->strategy = has_strategy ? strdup(json_string_value(st)) : NULL;
+	/* a template that names its own plugin_dirs keeps them */
+	int own_dirs = json_object_get(root, "plugin_dirs") != NULL;
+	t->own_dirs = own_dirs;
+	t->plugin_dir = plugin_dir && !own_dirs ? strdup(plugin_dir) : NULL;
 	json_decref(root);
 	ts->n++;
 	if (!t->name || !t->origin || (path && !t->path) || !t->text || !t->about ||
-	    (has_strategy && !t->strategy))
+	    (has_strategy && !t->strategy) || (plugin_dir && !own_dirs && !t->plugin_dir))
 		return -1;
 	return 0;
 }
@@ -192,7 +206,8 @@ static int module_templates(tmpls *ts, const accel_module *m)
 			if (!text)
 				fprintf(stderr, "accel config: warning: template %s of %s is left out: %s\n",
 				        full, origin, strerror(errno));
-			else if (tmpls_add(ts, name, origin, full, text))
+			else if (tmpls_add(ts, name, origin, full, text,
+			                   !strcmp(m->origin, "plugin_dirs") ? dir : NULL))
 				r = -1;
 			free(text);
 		}
@@ -208,13 +223,32 @@ static int module_templates(tmpls *ts, const accel_module *m)
 static int tmpls_load(const accelp_setup *s, tmpls *ts)
 {
 	memset(ts, 0, sizeof(*ts));
-	if (tmpls_add(ts, "bf16", "core", NULL, tmpl_bf16))
+	if (tmpls_add(ts, "bf16", "core", NULL, tmpl_bf16, NULL))
 		goto oom;
 	for (uint32_t i = 0; i < accelp_loader_count(s->loader); i++) {
 		const accel_module *m = accelp_loader_get(s->loader, i);
 		if (!m->name || (m->status != ACCEL_MODULE_OK && m->status != ACCEL_MODULE_UNAVAILABLE))
 			continue;
 		if (module_templates(ts, m))
+			goto oom;
+	}
+	/* a template whose strategy was found through plugin_dirs names that
+	 * folder too (bf16's ddp, say), so the config it gives finds it */
+	for (size_t i = 0; i < ts->n; i++) {
+		tmpl *t = &ts->t[i];
+		const accel_module *m = NULL;
+		accel_err e;
+		accelp_err_clear(&e);
+		if (!t->strategy || t->own_dirs ||
+		    accelp_loader_find(s->loader, ACCEL_MODULE_PLUGIN, t->strategy, &m, &e) ||
+		    strcmp(m->origin, "plugin_dirs"))
+			continue;
+		const char *slash = strrchr(m->path, '/');
+		size_t dl = slash ? (size_t)(slash - m->path) : 0;
+		if (!slash || (t->plugin_dir && strlen(t->plugin_dir) == dl &&
+		               !strncmp(t->plugin_dir, m->path, dl)))
+			continue;
+		if (!(t->strategy_dir = strndup(m->path, dl)))
 			goto oom;
 	}
 	return 0;
@@ -230,12 +264,16 @@ static void usage_init(FILE *out)
 {
 	fprintf(out,
 		"Usage: accel config init [--template NAME] [--output FILE] [--force]\n"
-		"       accel config init --list\n"
+		"                         [--config FILE]\n"
+		"       accel config init --list [--config FILE]\n"
 		"\n"
 		"Write a commented config file to start from.  Templates come with the core\n"
 		"(bf16) and with the plugins installed (ddp; a plugin ships its own as\n"
-		"STEM.template.json or STEM.NAME.template.json next to its STEM.so).  The file\n"
-		"written is checked as `accel config validate` would.\n"
+		"STEM.template.json or STEM.NAME.template.json next to its STEM.so).  Plugins\n"
+		"are looked for where a training process looks: the plugin_dirs of your config,\n"
+		"ACCEL_PLUGIN_PATH, the install directory; a config from a template of a plugin\n"
+		"in plugin_dirs names that folder in its own plugin_dirs.  The file written is\n"
+		"checked as `accel config validate` would.\n"
 		"\n"
 		"Options:\n"
 		"  --template NAME   the template (default: ddp)\n"
@@ -243,6 +281,8 @@ static void usage_init(FILE *out)
 		"  -o, --output FILE write here (default: accel.json, where accel looks first\n"
 		"                    after ACCEL_CONFIG; '-': stdout)\n"
 		"  --force           overwrite FILE if it exists\n"
+		"  --config FILE     search the plugin_dirs of FILE (default: the config accel\n"
+		"                    finds: $ACCEL_CONFIG, ./accel.json, ~/.config/accel/default.json)\n"
 		"  -h, --help        show this help\n"
 		"\n"
 		"Exit status: 0 written and valid, 1 not written or not valid, 2 bad usage.\n");
@@ -264,6 +304,32 @@ static const char *take(int argc, char **argv, int *i, const char *l, const char
 	return argv[++*i];
 }
 
+/* The template's text with "plugin_dirs": [the folders of its plugin and
+ * strategy found through plugin_dirs] first, so that the config finds what
+ * it selects; NULL out of memory. */
+static char *with_plugin_dirs(const tmpl *t)
+{
+	json_t *a = json_array();
+	if (a && t->plugin_dir)
+		json_array_append_new(a, json_string(t->plugin_dir));
+	if (a && t->strategy_dir)
+		json_array_append_new(a, json_string(t->strategy_dir));
+	char *dirs = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL;
+	const char *brace = strchr(t->text, '{');   /* the text parsed as an object */
+	char *out = NULL;
+	json_decref(a);
+	if (dirs && brace) {
+		const char *rest = brace + 1 + strspn(brace + 1, " \t\r\n");
+		if (asprintf(&out, "%.*s{\n  \"// plugin_dirs\": \"where the plugins this template "
+		             "selects were found (the plugin_dirs of your config)\",\n  "
+		             "\"plugin_dirs\": %s%s\n  %s", (int)(brace - t->text), t->text, dirs,
+		             *rest == '}' ? "" : ",", rest) < 0)
+			out = NULL;
+	}
+	free(dirs);
+	return out;
+}
+
 static void list_names(const tmpls *ts, FILE *out)
 {
 	for (size_t i = 0; i < ts->n; i++)
@@ -272,7 +338,7 @@ static void list_names(const tmpls *ts, FILE *out)
 
 int accelp_cli_config_init(int argc, char **argv)
 {
-	const char *name = NULL, *out = "accel.json", *v;
+	const char *name = NULL, *out = "accel.json", *config = NULL, *v;
 	int list = 0, force = 0, bad;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -287,6 +353,10 @@ int accelp_cli_config_init(int argc, char **argv)
 			if (bad || !*v)
 				return accelp_cli_usage_error("config init", "--output needs a FILE");
 			out = v;
+		} else if ((v = take(argc, argv, &i, "--config", NULL, &bad)) || bad) {
+			if (bad || !*v)
+				return accelp_cli_usage_error("config init", "--config needs a FILE");
+			config = v;
 		} else if (!strcmp(a, "--list")) {
 			list = 1;
 		} else if (!strcmp(a, "--force")) {
@@ -296,7 +366,7 @@ int accelp_cli_config_init(int argc, char **argv)
 		}
 	}
 	accelp_setup s;
-	if (accelp_cli_config_modules("init", 0, &s)) {
+	if (accelp_cli_config_modules("init", 0, config, &s)) {
 		accelp_setup_fini(&s);
 		return 1;
 	}
@@ -322,7 +392,14 @@ int accelp_cli_config_init(int argc, char **argv)
 		tmpls_free(&ts);
 		return 1;
 	}
-	status = accelp_cli_config_write("init", out, t->text, force);
+	char *text = t->plugin_dir || t->strategy_dir ? with_plugin_dirs(t) : strdup(t->text);
+	if (!text) {
+		fprintf(stderr, "accel config init: out of memory\n");
+		tmpls_free(&ts);
+		return 1;
+	}
+	status = accelp_cli_config_write("init", out, text, force);
+	free(text);
 	if (!status && strcmp(out, "-")) {
 		printf("wrote %s from template %s (%s)\n", out, t->name, t->origin);
 		status = accelp_cli_config_check(out);
@@ -339,14 +416,15 @@ static void usage_wizard(FILE *out)
 		"Usage: accel config wizard [--strategy NAME] [--mixed-precision MODE]\n"
 		"                           [--gradient-accumulation-steps N] [--max-grad-norm X]\n"
 		"                           [--num-processes N] [--output FILE] [--force] [--yes]\n"
+		"                           [--config FILE]\n"
 		"\n"
-		"Ask a few questions (numbers to choose, Enter takes the [default]) and write a\n"
-		"config file; `accel config` alone does this on a terminal.  A question answered\n"
-		"by an option is not asked; --yes takes the default of every other one and asks\n"
-		"nothing (for scripts).  The strategies offered are the plugins installed; fp16\n"
-		"and fp8 are offered when the scaler and fp8 plugins are.  The file starts from\n"
-		"the strategy's template (accel config init --list) and is checked as `accel\n"
-		"config validate` would.\n"
+		"Ask a few questions (Up/Down and Enter, or a number or name, to choose; Enter\n"
+		"alone takes the [default]) and write a config file; `accel config` alone does\n"
+		"this on a terminal.  A question answered by an option is not asked; --yes\n"
+		"takes the default of every other one and asks nothing (for scripts).  The\n"
+		"strategies offered are the plugins installed; fp16 and fp8 are offered when\n"
+		"the scaler and fp8 plugins are.  The file starts from the strategy's template\n"
+		"(accel config init --list) and is checked as `accel config validate` would.\n"
 		"\n"
 		"Options:\n"
 		"  --strategy NAME                  ddp or another installed strategy\n"
@@ -357,6 +435,8 @@ static void usage_wizard(FILE *out)
 		"                                   command printed at the end (default 1)\n"
 		"  -o, --output FILE                where to write (default accel.json; '-': stdout)\n"
 		"  --force                          overwrite FILE (else asked, or an error with --yes)\n"
+		"  --config FILE                    search the plugin_dirs of FILE for strategies\n"
+		"                                   (default: the config accel finds the usual way)\n"
 		"  -y, --yes                        ask nothing; defaults for what no option gives\n"
 		"  -h, --help                       show this help\n"
 		"\n"
@@ -367,6 +447,8 @@ static void usage_wizard(FILE *out)
 typedef struct choice {
 	char name[64];
 	char about[160];
+	char *dir;         /* strategies: the module's folder when it came from the
+	                      user's plugin_dirs (the config names it), else NULL */
 } choice;
 
 /* One line of the answer, without its newline; NULL at end of input. */
@@ -386,14 +468,169 @@ static char *ask(const char *prompt, char *buf, size_t cap)
 	return p;
 }
 
-/* A choice by number or by name; dflt is an index.  -1 at end of input. */
+/* The terminal's settings while a menu has it (restored on SIGINT/SIGTERM
+ * too, so an interrupted questionnaire does not leave it without echo). */
+static struct termios menu_saved;
+static volatile sig_atomic_t menu_raw;
+
+static void menu_restore(void)
+{
+	if (menu_raw) {
+		tcsetattr(STDIN_FILENO, TCSAFLUSH, &menu_saved);
+		menu_raw = 0;
+	}
+}
+
+static void menu_signal(int sig)
+{
+	menu_restore();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* One byte of input; -1 at end of input or on an error. */
+static int menu_byte(void)
+{
+	unsigned char c;
+	for (;;) {
+		ssize_t n = read(STDIN_FILENO, &c, 1);
+		if (n == 1)
+			return c;
+		if (n < 0 && errno == EINTR)
+			continue;
+		return -1;
+	}
+}
+
+/* The byte after ESC when one comes soon (a key's sequence), else -1 (the
+ * Escape key alone). */
+static int menu_byte_soon(void)
+{
+	struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+	return poll(&p, 1, 100) == 1 ? menu_byte() : -1;
+}
+
+static void menu_mark(int n, int old, int now)
+{
+	/* the cursor is on the prompt line, n choice lines below the first */
+	printf("\r\033[%dA  \r\033[%dB", n - old, n - old);
+	printf("\r\033[%dA> \r\033[%dB", n - now, n - now);
+}
+
+/* ask_choice on a terminal: Up/Down move the marker (ESC [ A / ESC [ B,
+ * or ESC O A / ESC O B), Enter takes the marked choice; a number or a
+ * name typed before Enter still works.  -1 at end of input (Ctrl-D on an
+ * empty line), -2 when the terminal cannot be set up. */
+static int ask_menu(const char *prompt, const choice *c, int n, int dflt)
+{
+	struct termios raw;
+	if (tcgetattr(STDIN_FILENO, &menu_saved))
+		return -2;
+	raw = menu_saved;
+	raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+	raw.c_cc[VMIN] = 1;
+	raw.c_cc[VTIME] = 0;
+	struct sigaction sa, old_int, old_term;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = menu_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	menu_raw = 1;
+	if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw)) {
+		menu_raw = 0;
+		sigaction(SIGINT, &old_int, NULL);
+		sigaction(SIGTERM, &old_term, NULL);
+		return -2;
+	}
+	int mark = dflt, result;
+	char buf[128];
+	size_t len = 0;
+	for (int i = 0; i < n; i++)
+		printf("%s%d) %-8s %s\n", i == mark ? "> " : "  ", i + 1, c[i].name, c[i].about);
+	fputs(prompt, stdout);
+	fflush(stdout);
+	for (;;) {
+		int b = menu_byte();
+		if (b < 0 || (b == 4 && !len)) {   /* end of input, Ctrl-D */
+			result = -1;
+			break;
+		}
+		if (b == 0x1b) {
+			int b1 = menu_byte_soon(), b2 = b1 == '[' || b1 == 'O' ? menu_byte_soon() : -1;
+			int to = b2 == 'A' ? (mark + n - 1) % n : b2 == 'B' ? (mark + 1) % n : mark;
+			if (to != mark) {
+				menu_mark(n, mark, to);
+				mark = to;
+				printf("\r\033[K%s%.*s", prompt, (int)len, buf);
+				fflush(stdout);
+			}
+			continue;
+		}
+		if (b == '\r' || b == '\n') {
+			buf[len] = '\0';
+			if (!len) {
+				result = mark;
+				break;
+			}
+			char *end;
+			long k = strtol(buf, &end, 10);
+			result = -3;
+			if (!*end && k >= 1 && k <= n)
+				result = (int)k - 1;
+			for (int i = 0; i < n && result == -3; i++)
+				if (!strcmp(buf, c[i].name))
+					result = i;
+			if (result >= 0)
+				break;
+			printf("\n'%s' is not one of the choices; use the arrow keys, or type a number "
+			       "from 1 to %d or a name\n", buf, n);
+			/* the list again, so the marker stays right above the prompt */
+			for (int i = 0; i < n; i++)
+				printf("%s%d) %-8s %s\n", i == mark ? "> " : "  ", i + 1, c[i].name,
+				       c[i].about);
+			fputs(prompt, stdout);
+			fflush(stdout);
+			len = 0;
+			continue;
+		}
+		if ((b == 0x7f || b == 8) && len) {
+			len--;
+			fputs("\b \b", stdout);
+			fflush(stdout);
+		} else if (b >= 0x20 && b < 0x7f && len + 1 < sizeof(buf)) {
+			buf[len++] = (char)b;
+			putchar(b);
+			fflush(stdout);
+		}
+	}
+	/* the choice on the prompt line, as a typed answer would leave it */
+	if (result >= 0)
+		printf("\r\033[K%s%s\n", prompt, c[result].name);
+	else
+		printf("\n");
+	fflush(stdout);
+	menu_restore();
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	return result;
+}
+
+/* A choice by number or by name, or on a terminal with the arrow keys;
+ * dflt is an index.  -1 at end of input. */
 static int ask_choice(const char *q, const choice *c, int n, int dflt)
 {
 	char buf[256], prompt[64];
 	printf("%s\n", q);
+	snprintf(prompt, sizeof(prompt), "Choose 1-%d [%d]: ", n, dflt + 1);
+	if (isatty(STDIN_FILENO)) {
+		fflush(stdout);
+		int k = ask_menu(prompt, c, n, dflt);
+		if (k != -2)
+			return k;
+	}
 	for (int i = 0; i < n; i++)
 		printf("  %d) %-8s %s\n", i + 1, c[i].name, c[i].about);
-	snprintf(prompt, sizeof(prompt), "Choose 1-%d [%d]: ", n, dflt + 1);
 	for (;;) {
 		char *a = ask(prompt, buf, sizeof(buf));
 		if (!a)
@@ -468,7 +705,7 @@ static int find_choice(const choice *c, int n, const char *name)
 
 /* The config: the strategy's template (comments kept), with the answers. */
 static char *compose(const tmpls *ts, const char *strategy, const char *mp, const char *gas,
-                     const char *norm, const char *nproc, const char *out)
+                     const char *norm, const char *nproc, const char *out, const char *dir)
 {
 	const tmpl *t = tmpls_find(ts, strategy);
 	json_t *base = t && t->strategy && !strcmp(t->strategy, strategy)
@@ -480,6 +717,11 @@ static char *compose(const tmpls *ts, const char *strategy, const char *mp, cons
 	         "%s); run it with: accel launch -n %s --config %s PROGRAM [ARGS...]", strategy, mp,
 	         nproc, strcmp(out, "-") ? out : "FILE");
 	json_object_set_new(cfg, "//", json_string(note));
+	if (dir) {   /* where the strategy was found, so the config finds it */
+		json_object_set_new(cfg, "// plugin_dirs", json_string("where the strategy was found "
+		                    "(the plugin_dirs of your config)"));
+		json_object_set_new(cfg, "plugin_dirs", json_pack("[s]", dir));
+	}
 	if (base) {
 		const char *k;
 		json_t *v;
@@ -519,7 +761,7 @@ static char *compose(const tmpls *ts, const char *strategy, const char *mp, cons
 int accelp_cli_config_wizard(int argc, char **argv)
 {
 	const char *strategy = NULL, *mp = NULL, *gas = NULL, *norm = NULL, *nproc = NULL;
-	const char *out = NULL, *v;
+	const char *out = NULL, *config = NULL, *v;
 	int force = 0, yes = 0, bad;
 	static const char *W = "config wizard";
 	for (int i = 1; i < argc; i++) {
@@ -554,6 +796,10 @@ int accelp_cli_config_wizard(int argc, char **argv)
 			if (bad || !*v)
 				return accelp_cli_usage_error(W, "--output needs a FILE");
 			out = v;
+		} else if ((v = take(argc, argv, &i, "--config", NULL, &bad)) || bad) {
+			if (bad || !*v)
+				return accelp_cli_usage_error(W, "--config needs a FILE");
+			config = v;
 		} else if (!strcmp(a, "--force")) {
 			force = 1;
 		} else if (!strcmp(a, "--yes") || !strcmp(a, "-y")) {
@@ -564,7 +810,7 @@ int accelp_cli_config_wizard(int argc, char **argv)
 	}
 
 	accelp_setup s;
-	if (accelp_cli_config_modules("wizard", 0, &s)) {
+	if (accelp_cli_config_modules("wizard", 0, config, &s)) {
 		accelp_setup_fini(&s);
 		return 1;
 	}
@@ -575,6 +821,9 @@ int accelp_cli_config_wizard(int argc, char **argv)
 	}
 	/* the choices: installed strategies; precision modes whose plugin is */
 	choice strat[32], prec[4];
+	char *text = NULL;
+	memset(strat, 0, sizeof(strat));
+	memset(prec, 0, sizeof(prec));
 	int ns = 0, np = 0, have_scaler = 0, have_fp8 = 0, status = 1;
 	for (uint32_t i = 0; i < accelp_loader_count(s.loader); i++) {
 		const accel_module *m = accelp_loader_get(s.loader, i);
@@ -588,6 +837,13 @@ int accelp_cli_config_wizard(int argc, char **argv)
 			snprintf(strat[ns].about, sizeof(strat[ns].about), "%s%s", m->summary,
 			         m->status == ACCEL_MODULE_UNAVAILABLE ? " (its needs are not met here)"
 			                                               : "");
+			const char *slash = strrchr(m->path, '/');
+			if (!strcmp(m->origin, "plugin_dirs") && slash &&
+			    !(strat[ns].dir = strndup(m->path, (size_t)(slash - m->path)))) {
+				fprintf(stderr, "accel config wizard: out of memory\n");
+				accelp_setup_fini(&s);
+				goto out;
+			}
 			ns++;
 		}
 	}
@@ -606,11 +862,10 @@ int accelp_cli_config_wizard(int argc, char **argv)
 		snprintf(prec[np].name, sizeof(prec[0].name), "fp8");
 		snprintf(prec[np++].about, sizeof(prec[0].about), "fp8 GEMMs (the fp8 plugin)");
 	}
-	char *text = NULL;
 	char b_gas[64], b_norm[64], b_np[64], b_out[1024], b_yn[16];
 	if (!ns) {
 		fprintf(stderr, "accel config wizard: no strategy plugin is installed (looked in "
-		        "ACCEL_PLUGIN_PATH and the install directory); `accel plugins list` shows "
+		        "your config's plugin_dirs, ACCEL_PLUGIN_PATH and the install directory); `accel plugins list` shows "
 		        "what was found\n");
 		goto out;
 	}
@@ -633,8 +888,9 @@ int accelp_cli_config_wizard(int argc, char **argv)
 		goto out;
 	}
 	if (!yes)
-		printf("accel config: a few questions; Enter takes the [default], Ctrl-D stops "
-		       "without writing anything.\n\n");
+		printf("accel config: a few questions; %sEnter takes the [default], Ctrl-D stops "
+		       "without writing anything.\n\n",
+		       isatty(STDIN_FILENO) ? "Up/Down move the marker (>) of a choice, " : "");
 	if (!strategy) {
 		int d = find_choice(strat, ns, "ddp");
 		int k = yes ? (d < 0 ? 0 : d) : ask_choice("Which strategy?", strat, ns, d < 0 ? 0 : d);
@@ -676,7 +932,8 @@ int accelp_cli_config_wizard(int argc, char **argv)
 		}
 		force = 1;
 	}
-	if (!(text = compose(&ts, strategy, mp, gas, norm, nproc, out))) {
+	if (!(text = compose(&ts, strategy, mp, gas, norm, nproc, out,
+	                     strat[find_choice(strat, ns, strategy)].dir))) {
 		fprintf(stderr, "accel config wizard: out of memory\n");
 		goto out;
 	}
@@ -697,6 +954,8 @@ eof:
 	fprintf(stderr, "accel config wizard: input ended before every question was answered; "
 	        "nothing written (options such as --yes answer without a terminal)\n");
 out:
+	for (int i = 0; i < ns; i++)
+		free(strat[i].dir);
 	free(text);
 	tmpls_free(&ts);
 	return status;

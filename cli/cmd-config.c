@@ -217,7 +217,11 @@ static int validate_file(const opts *o, const char *file)
 	accel_err err, e;
 	accelp_err_clear(&err);
 	int r = setup(o, file, &s, &err), bad = 0;
-	uint32_t nerr = r && s.failed_at == ACCELP_SETUP_RESOLVE ? accelp_config_error_count(s.cfg) : 0;
+	/* resolve's bad keys, or the set-up's bad plugin_dirs entries */
+	uint32_t nerr = r && (s.failed_at == ACCELP_SETUP_RESOLVE ||
+	                      s.failed_at == ACCELP_SETUP_LOADER) && s.cfg
+	                        ? accelp_config_error_count(s.cfg)
+	                        : 0;
 	if (r && nerr > 1) {
 		/* every bad key, one line each, with its position */
 		for (uint32_t i = 0; i < nerr; i++)
@@ -311,17 +315,94 @@ int accelp_cli_config_check(const char *file)
 	return validate_file(&o, file);
 }
 
-int accelp_cli_config_modules(const char *where, int resolve, accelp_setup *s)
+/* The plugin_dirs of the user's config (`config`, else the usual lookup:
+ * ACCEL_CONFIG, ./accel.json, ~/.config/accel/default.json), copied into
+ * dirs[0..*n).  A config that cannot be read, or an entry that is not a
+ * folder, is said as a warning and left out.  0, or 1 out of memory. */
+static int user_dirs(const char *where, const char *config, char ***dirs, uint32_t *n)
 {
+	const char *from = "--config";
+	const char *path = config ? config : accelp_config_find_file(&from);
+	accel_config *cfg = NULL;
+	accel_err err;
+	accelp_err_clear(&err);
+	*dirs = NULL;
+	*n = 0;
+	if (!path)
+		return 0;
+	char *file = strdup(path);   /* find_file's answer lives until its next call */
+	if (!file || accelp_config_new(&cfg, &err))
+		goto oom;
+	if (accelp_config_load_file(cfg, file, &err)) {
+		fprintf(stderr, "accel config %s: warning: %s (%s): its plugin_dirs are not "
+		        "searched: %s\n", where, file, from, err.msg);
+		goto done;
+	}
+	const char *d;
+	uint32_t count = 0;
+	int r;
+	while ((r = accelp_config_peek_strlist(cfg, "plugin_dirs", count, &d)) == ACCEL_OK)
+		count++;
+	if (r != ACCEL_ERR_NOT_FOUND) {
+		fprintf(stderr, "accel config %s: warning: %s: plugin_dirs is not a list of directory "
+		        "names; not searched\n", where, file);
+		goto done;
+	}
+	if (count && !(*dirs = calloc(count, sizeof(**dirs))))
+		goto oom;
+	for (uint32_t i = 0; i < count; i++) {
+		accelp_config_peek_strlist(cfg, "plugin_dirs", i, &d);
+		const char *problem = *d ? accelp_loader_dir_problem(d) : "an empty string";
+		if (problem) {
+			fprintf(stderr, "accel config %s: warning: plugin_dirs[%u] of %s, '%s', is left "
+			        "out: %s (`accel config validate %s` says more)\n", where, i, file, d,
+			        problem, file);
+			continue;
+		}
+		if (!((*dirs)[*n] = strdup(d)))
+			goto oom;
+		++*n;
+	}
+done:
+	accelp_config_free(cfg);
+	free(file);
+	return 0;
+oom:
+	fprintf(stderr, "accel config %s: out of memory\n", where);
+	accelp_config_free(cfg);
+	free(file);
+	return 1;
+}
+
+int accelp_cli_config_modules(const char *where, int resolve, const char *config,
+                              accelp_setup *s)
+{
+	char **dirs = NULL;
+	uint32_t n = 0;
+	memset(s, 0, sizeof(*s));
+	if (user_dirs(where, config, &dirs, &n)) {
+		for (uint32_t i = 0; i < n; i++)
+			free(dirs[i]);
+		free(dirs);
+		return 1;
+	}
+	/* the user's plugin_dirs first, as a context searches them */
 	accelp_setup_opts so = {
 		.config_json = "{}",
 		.config_path_from = "none",
 		.skip_env = 1,
 		.resolve = resolve,
+		.extra_dirs = (const char *const *)dirs,
+		.n_extra_dirs = n,
+		.extra_dirs_origin = "plugin_dirs",
 	};
 	accel_err err;
 	accelp_err_clear(&err);
-	if (accelp_setup_run(&so, s, &err)) {
+	int r = accelp_setup_run(&so, s, &err), status = 0;
+	for (uint32_t i = 0; i < n; i++)
+		free(dirs[i]);
+	free(dirs);
+	if (r) {
 		/* the plugins were found, but the default selection (ddp) is not
 		 * there or a schema clashes: what was registered still serves */
 		if (s->loader && s->cfg && s->failed_at >= ACCELP_SETUP_SELECT) {
@@ -330,9 +411,9 @@ int accelp_cli_config_modules(const char *where, int resolve, accelp_setup *s)
 		}
 		fprintf(stderr, "accel config %s: cannot list the installed plugins: %s\n", where,
 		        err.msg);
-		return 1;
+		status = 1;
 	}
-	return 0;
+	return status;
 }
 
 int accelp_cli_config_write(const char *where, const char *path, const char *text, int force)

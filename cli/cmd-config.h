@@ -17,9 +17,13 @@ int accelp_cli_config_import(int argc, char **argv, int accelerate);
 int accelp_cli_config_check(const char *file);
 
 /* The loader with every installed plugin scanned and, with resolve, every
- * schema registered (the config is "{}": the search path is
- * ACCEL_PLUGIN_PATH and the install directory).  0 or 1 (printed). */
-int accelp_cli_config_modules(const char *where, int resolve, accelp_setup *s);
+ * schema registered (the config is "{}").  The search path is the user's
+ * plugin_dirs (those of `config`, else of the config file accel finds the
+ * usual way: ACCEL_CONFIG, ./accel.json, ~/.config/accel/default.json; a
+ * module found there has origin "plugin_dirs"), ACCEL_PLUGIN_PATH and the
+ * install directory.  0 or 1 (printed). */
+int accelp_cli_config_modules(const char *where, int resolve, const char *config,
+                              accelp_setup *s);
 
 /* Write `text` to `path` ("-": stdout); an existing file only with force.
  * 0, or 1 with the reason printed. */

@@ -34,6 +34,7 @@
 #include "backends/common/launch-env.h"
 #include "comm.h"
 #include "launch.h"
+#include "log.h"
 #include "select.h"
 #include "setup.h"
 #include "store.h"
@@ -427,9 +428,19 @@ static void comm_cleanup(launcher *L)
 	accelp_setup s;
 	accel_err err;
 	accelp_err_clear(&err);
+	/* the ranks said what this set-up finds wrong (a plugin directory's
+	 * loop of links, say: rank 0, once per job); the launcher does not
+	 * repeat it */
+	int level = accelp_log_get_level(), r = ACCEL_OK;
+	if (ranks && pids) {
+		if (level > ACCEL_LOG_ERROR)
+			accelp_log_set_level(ACCEL_LOG_ERROR);
+		r = accelp_setup_run(&so, &s, &err);
+		accelp_log_set_level(level);
+	}
 	if (!ranks || !pids)
 		say(L, "cannot ask the comm backends to clean up after the job: out of memory");
-	else if (accelp_setup_run(&so, &s, &err) != ACCEL_OK)
+	else if (r != ACCEL_OK)
 		say(L, "cannot ask the comm backends to clean up after the job: %s", err.msg);
 	else {
 		int32_t n = 0;

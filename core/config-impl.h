@@ -150,6 +150,10 @@ void cfg_scan_positions(doc *d, const char *text, size_t len);
 doc *cfg_doc_free(doc *d);
 int cfg_raw_find(const accel_config *cfg, const char *path, json_t **ret_v, const doc **ret_doc,
                  char *src, size_t srccap);
+/* cfg_raw_find() that also gives the value's position path inside its
+ * document (files; "" for other documents and defaults). */
+int cfg_raw_find_at(const accel_config *cfg, const char *path, json_t **ret_v,
+                    const doc **ret_doc, char *pp, size_t ppcap, char *src, size_t srccap);
 
 /* ---- config_schema.c: declared keys and sections (the core schema, plugins' schemas) */
 

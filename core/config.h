@@ -93,6 +93,14 @@ int accelp_config_resolve(accel_config *cfg, accel_err *err);
 uint32_t accelp_config_error_count(const accel_config *cfg);
 const char *accelp_config_error_get(const accel_config *cfg, uint32_t i);
 uint32_t accelp_config_error_more(const accel_config *cfg);
+/* Records a problem found outside resolve() (the set-up's checks of
+ * plugin_dirs) in the same list, under the same limit, until the next
+ * resolve().  ACCEL_ERR_NOMEM, else ACCEL_OK. */
+int accelp_config_error_add(accel_config *cfg, const char *msg);
+/* ACCEL_ERR_CONFIG with the recorded problems in `err` as resolve() gives
+ * them (the first, then "; also: ..." as far as they fit); ACCEL_OK when
+ * there are none. */
+int accelp_config_error_report(const accel_config *cfg, accel_err *err);
 
 /* Typed getters by full dotted path (an alias works too).  ACCEL_ERR_NOT_FOUND
  * when unset with no default, unknown, or in a section that is not selected
@@ -125,6 +133,11 @@ const char *accelp_config_source(const accel_config *cfg, const char *path);
 int accelp_config_peek_string(const accel_config *cfg, const char *path, const char **ret);
 int accelp_config_peek_strlist(const accel_config *cfg, const char *path, uint32_t index,
                               const char **ret);
+/* Before resolve(): where element `index` of the list peek_strlist sees
+ * comes from ("file:line:col" of the element in a file; the variable or
+ * --set text otherwise); NULL when unset.  Valid until the next call on cfg. */
+const char *accelp_config_peek_source_at(const accel_config *cfg, const char *path,
+                                         uint32_t index);
 
 /* Print every key: with show_sources, "key = value    # source"; with
  * resolved=0 only keys that were set by some layer (not defaults).  Values

@@ -516,6 +516,13 @@ static json_t *doc_find(const doc *d, const char *path, const char *env, char *p
 int cfg_raw_find(const accel_config *cfg, const char *path, json_t **ret_v, const doc **ret_doc,
                  char *src, size_t srccap)
 {
+	char pp[1024];
+	return cfg_raw_find_at(cfg, path, ret_v, ret_doc, pp, sizeof(pp), src, srccap);
+}
+
+int cfg_raw_find_at(const accel_config *cfg, const char *path, json_t **ret_v,
+                    const doc **ret_doc, char *pp, size_t ppcap, char *src, size_t srccap)
+{
 	static const int order[] = {D_LAUNCH, D_SET, D_ENV, D_FILE};
 	int alias = 0;
 	long ki = cfg_find_key(cfg, path, &alias);
@@ -523,7 +530,6 @@ int cfg_raw_find(const accel_config *cfg, const char *path, json_t **ret_v, cons
 	const char *names[2] = {k ? k->key : path, k ? k->alias : NULL};
 	char *envs[2] = {cfg_env_name(names[0]), names[1] ? cfg_env_name(names[1]) : NULL};
 	int found = 0;
-	char pp[1024];
 
 	for (size_t o = 0; o < 4 && !found; o++) {
 		for (size_t i = cfg->ndocs; i-- > 0 && !found;) {
@@ -533,7 +539,7 @@ int cfg_raw_find(const accel_config *cfg, const char *path, json_t **ret_v, cons
 			for (int a = 0; a < 2 && !found; a++) {
 				if (!names[a])
 					continue;
-				json_t *v = doc_find(d, names[a], envs[a], pp, sizeof(pp));
+				json_t *v = doc_find(d, names[a], envs[a], pp, ppcap);
 				if (!v)
 					continue;
 				found = 1;
@@ -604,3 +610,27 @@ int accelp_config_peek_strlist(const accel_config *cfg, const char *path, uint32
 	return ACCEL_OK;
 }
 
+
+const char *accelp_config_peek_source_at(const accel_config *cfg, const char *path,
+                                         uint32_t index)
+{
+	json_t *v;
+	const doc *d;
+	char pp[1024];
+	if (!cfg || !path)
+		return NULL;
+	accel_config *mut = (accel_config *)cfg;   /* scratch space, as config_source's */
+	if (cfg_raw_find_at(cfg, path, &v, &d, pp, sizeof(pp), mut->peek_src,
+	                    sizeof(mut->peek_src)))
+		return NULL;
+	if (d && d->kind == D_FILE && json_is_array(v) && index < json_array_size(v)) {
+		size_t n = strlen(pp);
+		if (n + 16 < sizeof(pp)) {
+			if (n)
+				pp[n++] = PSEP;
+			snprintf(pp + n, sizeof(pp) - n, "[%u]", index);
+			cfg_doc_source(d, pp, 0, mut->peek_src, sizeof(mut->peek_src));
+		}
+	}
+	return mut->peek_src;
+}

@@ -117,6 +117,8 @@ static int assign(walker *w, long ki, int alias, json_t *v, const char *ppath, c
 	return ACCEL_OK;
 }
 
+static int errs_report(const accel_config *cfg, accel_err *err);
+
 static void errs_clear(accel_config *cfg)
 {
 	for (uint32_t i = 0; i < cfg->nerrs; i++)
@@ -143,6 +145,27 @@ static int keep(walker *w, int r)
 	}
 	accelp_err_clear(w->err);
 	return ACCEL_OK;
+}
+
+int accelp_config_error_add(accel_config *cfg, const char *msg)
+{
+	if (!cfg || !msg)
+		return ACCEL_ERR_INVALID_ARG;
+	if (cfg->nerrs >= ACCEL_CONFIG_ERRORS_MAX) {
+		cfg->errs_more++;
+		return ACCEL_OK;
+	}
+	if (!(cfg->errs[cfg->nerrs] = strdup(msg)))
+		return ACCEL_ERR_NOMEM;
+	cfg->nerrs++;
+	return ACCEL_OK;
+}
+
+int accelp_config_error_report(const accel_config *cfg, accel_err *err)
+{
+	if (!cfg || !cfg->nerrs)
+		return ACCEL_OK;
+	return errs_report(cfg, err);
 }
 
 /* The first problem, then the others as far as they fit. */

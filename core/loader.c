@@ -724,15 +724,17 @@ static int cmp_names(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Whether this process is the first of its node (local rank 0, or not
+/* Whether this process is the first of its job (global rank 0, or not
  * started by a launcher): what a scan finds wrong with a plugin directory
- * is the same in every rank of a node, so it is said once there, and at
- * debug level by the others. */
-static int first_on_node(void)
+ * is said once per job there, and at debug level by every other rank (on
+ * a node whose directories differ from rank 0's, ACCEL_LOG_LEVEL=debug or
+ * `accel plugins list` there shows them).  The rank is read from the
+ * variables launchers set (docs/launch.md), ours first. */
+static int first_of_job(void)
 {
-	static const char *const vars[] = {ACCEL_ENV_LOCAL_RANK, ACCEL_ENV_TORCH_LOCAL_RANK,
-	                                   "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-	                                   "SLURM_LOCALID"};
+	static const char *const vars[] = {ACCEL_ENV_RANK, ACCEL_ENV_TORCH_RANK,
+	                                   "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+	                                   "SLURM_PROCID"};
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
 		const char *v = getenv(vars[i]);
 		if (v && *v)
@@ -746,7 +748,7 @@ static void scan_warn(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	accelp_logv(first_on_node() ? ACCEL_LOG_WARN : ACCEL_LOG_DEBUG, fmt, ap);
+	accelp_logv(first_of_job() ? ACCEL_LOG_WARN : ACCEL_LOG_DEBUG, fmt, ap);
 	va_end(ap);
 }
 

@@ -58,12 +58,17 @@ static void existing_parent(const char *path, char *buf, size_t cap)
 	}
 }
 
-static int dir_check(const accel_config *cfg, uint32_t i, const char *dir, accel_err *err)
+/* What is wrong with plugin_dirs[i] (`dir`, from `src`) into err, or
+ * ACCEL_OK when it is a directory. */
+static int dir_check(uint32_t i, const char *src, const char *dir, accel_err *err)
 {
+	if (!*dir)
+		return accelp_err_set(err, ACCEL_ERR_CONFIG,
+		                     "plugin_dirs[%u] (from %s) is an empty string; name a "
+		                     "directory (\".\" for the current one)", i, src);
 	const char *problem = accelp_loader_dir_problem(dir);
 	if (!problem)
 		return ACCEL_OK;
-	const char *src = accelp_config_source(cfg, "plugin_dirs");
 	char parent[4096];
 	existing_parent(dir, parent, sizeof(parent));
 	if (!strcmp(problem, "a file, not a directory")) {
@@ -72,34 +77,29 @@ static int dir_check(const accel_config *cfg, uint32_t i, const char *dir, accel
 		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "plugin_dirs[%u] (from %s) is '%s', which is a file, not a "
 		                     "directory: %splugin_dirs lists the folders that hold modules, "
-		                     "so name its folder, \"%s\"", i, src ? src : "?", dir, so,
-		                     parent);
+		                     "so name its folder, \"%s\"", i, src, dir, so, parent);
 	}
 	if (!strcmp(problem, "missing"))
 		return accelp_err_set(err, ACCEL_ERR_CONFIG,
 		                     "plugin_dirs[%u] (from %s) is '%s', which does not exist (the "
 		                     "nearest folder above it that does is %s): fix the name, create "
-		                     "the folder or remove the entry", i, src ? src : "?", dir, parent);
+		                     "the folder or remove the entry", i, src, dir, parent);
 	return accelp_err_set(err, ACCEL_ERR_CONFIG,
 	                     "plugin_dirs[%u] (from %s) is '%s', which cannot be used as a plugin "
-	                     "directory: %s", i, src ? src : "?", dir, problem);
+	                     "directory: %s", i, src, dir, problem);
 }
 
 /* The config's plugin_dirs, all checked before any is added, so a bad
- * entry leaves the loader without them rather than with some. */
-static int add_config_dirs(const accel_config *cfg, accel_loader *ld, accel_err *err)
+ * entry leaves the loader without them rather than with some.  Every bad
+ * entry is said (up to the config's error limit), each with its position,
+ * as resolve() says bad keys. */
+static int add_config_dirs(accel_config *cfg, accel_loader *ld, accel_err *err)
 {
 	const char *dir;
 	uint32_t n = 0;
 	int r;
-	while ((r = accelp_config_peek_strlist(cfg, "plugin_dirs", n, &dir)) == ACCEL_OK) {
-		if (!*dir)
-			return accelp_err_set(err, ACCEL_ERR_CONFIG,
-			                     "plugin_dirs[%u] (from %s) is an empty string; name a "
-			                     "directory (\".\" for the current one)", n,
-			                     accelp_config_source(cfg, "plugin_dirs"));
+	while ((r = accelp_config_peek_strlist(cfg, "plugin_dirs", n, &dir)) == ACCEL_OK)
 		n++;
-	}
 	if (r != ACCEL_ERR_NOT_FOUND) {
 		const char *src = accelp_config_source(cfg, "plugin_dirs");
 		return accelp_err_set(err, ACCEL_ERR_CONFIG,
@@ -109,11 +109,22 @@ static int add_config_dirs(const accel_config *cfg, accel_loader *ld, accel_err 
 	/* A file (the likely slip: a .so's path for its folder) or a folder
 	 * that is not there is said here, with the fix, rather than found out
 	 * later as a plugin that is "not found". */
+	uint32_t bad = 0;
 	for (uint32_t i = 0; i < n; i++) {
+		char src[1024];
+		const char *at = accelp_config_peek_source_at(cfg, "plugin_dirs", i);
+		snprintf(src, sizeof(src), "%s", at ? at : "?");
 		accelp_config_peek_strlist(cfg, "plugin_dirs", i, &dir);
-		if ((r = dir_check(cfg, i, dir, err)))
-			return r;
+		accel_err e;
+		accelp_err_clear(&e);
+		if (!dir_check(i, src, dir, &e))
+			continue;
+		bad++;
+		if (accelp_config_error_add(cfg, e.msg))
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
 	}
+	if (bad)
+		return accelp_config_error_report(cfg, err);
 	for (uint32_t i = 0; i < n; i++) {
 		accelp_config_peek_strlist(cfg, "plugin_dirs", i, &dir);
 		if ((r = accelp_loader_add_dir(ld, dir, "plugin_dirs", err)))

@@ -62,4 +62,14 @@ with tempfile.TemporaryDirectory() as tmp:
     r = subprocess.run([sys.executable, os.path.join(src, "bench", "plot.py"), "-o", out, empty],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "no comm or train_mlp JSON lines" in r.stderr, r.stderr
-print("ok: plot.py wrote both charts from the sample")
+# docs/benchmarks.md shows both charts (committed in docs/img, valid SVG),
+# each above the tables that follow it, and one command regenerates them
+md = open(os.path.join(src, "docs", "benchmarks.md")).read()
+for name in ("comm-busbw.svg", "train-step.svg"):
+    ref = "](img/%s)" % name
+    assert ref in md, "docs/benchmarks.md does not show img/%s" % name
+    root = ET.parse(os.path.join(src, "docs", "img", name)).getroot()
+    assert root.tag.endswith("svg"), name
+    assert "\n|" in md[md.index(ref):], "no table after img/%s" % name
+assert "bench/plot.py" in open(os.path.join(src, "Makefile")).read(), "no `make plots`"
+print("ok: plot.py wrote both charts from the sample; docs/benchmarks.md shows them")

@@ -7,7 +7,9 @@
 #
 #   test-config-cli.sh PART    PART: core | accelerate
 # Exit 77 only for an outside prerequisite: python3 (JSON checks, the
-# pseudo-terminal), or for "accelerate" an accel built without libyaml.
+# pseudo-terminal), or for "accelerate" an accel built without libyaml
+# because none was found; one configured -Dyaml=disabled on purpose is
+# checked to say so (.ci/run builds one).
 set -eu
 
 : "${ACCEL_CLI:?not set (run through meson test)}"
@@ -80,6 +82,20 @@ if [ "$part" = accelerate ]; then
 	set +e
 	"$ACCEL_CLI" config import-accelerate "$data/accelerate-ddp.yaml" >"$tmp/out" 2>"$tmp/err"
 	set -e
+	if [ "${ACCEL_TEST_YAML_DISABLED:-0}" = 1 ]; then
+		# configured with -Dyaml=disabled (a step of .ci/run): the command
+		# says what is missing and how to get it, and writes nothing
+		run 1 config import-accelerate "$data/accelerate-ddp.yaml" -o ddp.json
+		has err "accel config import-accelerate: this accel was built without libyaml (install libyaml-dev, tools/install-deps.sh does, and rebuild)"
+		[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "more than the one line about libyaml"
+		[ ! -e ddp.json ] || fail "import-accelerate without libyaml wrote ddp.json"
+		run 2 config import-accelerate
+		# the rest of `accel config` works without it
+		run 0 config import-deepspeed "$data/ds-stage0.json" -o s0.json
+		has out "s0.json: ok"
+		echo "ok: a build without libyaml says so"
+		exit 0
+	fi
 	if grep -q "built without libyaml" "$tmp/err"; then
 		echo "skipped: accel built without libyaml (libyaml-dev)"
 		exit 77
@@ -155,6 +171,35 @@ run 2 config show --config a.json b.json
 run 1 config show nonexistent.json
 has err "cannot open config file 'nonexistent.json'"
 
+# ---- plugin_dirs: every bad entry, each at its position --------------------------
+mkdir -p realdir
+touch afile.so
+cat >dirs.json <<EOF
+{"plugin_dirs": [
+  "$tmp/realdir",
+  "$tmp/afile.so",
+  "$tmp/no/such/dir",
+  ""
+]}
+EOF
+run 1 config validate dirs.json
+has err "dirs.json: error: plugin_dirs[1] (from dirs.json:3:3) is '$tmp/afile.so', which is a file, not a directory: a module's path; plugin_dirs lists the folders that hold modules, so name its folder, \"$tmp\""
+has err "dirs.json: error: plugin_dirs[2] (from dirs.json:4:3) is '$tmp/no/such/dir', which does not exist (the nearest folder above it that does is $tmp): fix the name, create the folder or remove the entry"
+has err "dirs.json: error: plugin_dirs[3] (from dirs.json:5:3) is an empty string; name a directory"
+[ "$(wc -l <"$tmp/err")" -eq 3 ] || fail "expected 3 error lines for dirs.json"
+hasnt err "plugin_dirs[0]"
+run 1 config show dirs.json
+has err "plugin_dirs[1] (from dirs.json:3:3)"
+has err "; also: plugin_dirs[2] (from dirs.json:4:3)"
+has err "; also: plugin_dirs[3] (from dirs.json:5:3)"
+# past the config's error limit (20): those, then how many more
+python3 -c 'import json; print(json.dumps({"plugin_dirs": ["/nonexistent/%d" % i for i in range(25)]}))' >many.json
+run 1 config validate many.json
+[ "$(grep -c 'which does not exist' "$tmp/err")" -eq 20 ] || fail "expected 20 plugin_dirs errors"
+has err "many.json: error: plugin_dirs[19] (from many.json:1:"
+hasnt err "plugin_dirs[20]"
+has err "many.json: error: 5 more problems not shown (the first 20 are)"
+
 # ---- init: every template listed is written and validates ---------------------
 run 0 config init --list
 has out "bf16             core"
@@ -210,10 +255,46 @@ for t in good offload; do
 	has out "p-$t.json: ok"
 done
 json p-offload.json 'c["good"]["offload"]["device"] == "cpu"'
+# ... and through a config's plugin_dirs (--config FILE, or the config accel
+# finds: ACCEL_CONFIG, ./accel.json): listed, written with plugin_dirs
+# naming the plugin's folder, so the file validates and finds the plugin
+mkdir plug2
+ln -s "$fx/good.so" plug2/good.so
+cp plug/good.template.json plug/good.offload.template.json plug2/
 rm plug/good.so
 run 0 config init --list
 hasnt out "plugin good"
 ACCEL_PLUGIN_PATH=${ACCEL_PLUGIN_PATH#*:}
+printf '{"plugin_dirs": ["%s/plug2"]}\n' "$tmp" >user.json
+run 0 config init --config user.json --list
+has out "good             plugin good      The good fixture"
+has out "offload          plugin good      Offloading good"
+has out "ddp              plugin ddp"
+run 0 config init --config user.json --template offload -o u-offload.json
+has out "wrote u-offload.json from template offload (plugin good)"
+has out "u-offload.json: ok"
+json u-offload.json "c['plugin_dirs'] == ['$tmp/plug2']" 'c["strategy"] == "good"' \
+	'c["good"]["offload"]["device"] == "cpu"' '"// plugin_dirs" in c'
+run 0 config validate u-offload.json
+run 0 config show u-offload.json
+has out "good.offload.device = \"cpu\""
+ACCEL_CONFIG=$tmp/user.json
+export ACCEL_CONFIG
+run 0 config init --list
+has out "good             plugin good      The good fixture"
+run 0 config wizard --strategy good --yes -o u-wizard.json
+has out "u-wizard.json: ok"
+json u-wizard.json "c['plugin_dirs'] == ['$tmp/plug2']" 'c["strategy"] == "good"' \
+	'c["good"]["bucket_cap_mb"] == 50'
+unset ACCEL_CONFIG
+run 1 config init --template good -o nothing.json
+has err "no template named 'good' (installed: bf16, ddp)"
+# a bad entry there is said, and the rest still searched
+printf '{"plugin_dirs": ["%s/plug2/good.so", "%s/plug2"]}\n' "$tmp" "$tmp" >baduser.json
+run 0 config init --config baduser.json --list
+has out "good             plugin good"
+has err "warning: plugin_dirs[0] of baduser.json, '$tmp/plug2/good.so', is left out: a file, not a directory"
+run 2 config init --config
 
 # ---- "//" members are comments, at any depth ---------------------------------------
 cat >c.json <<'EOF'
@@ -294,11 +375,11 @@ def until(pat):
             sys.stdout.write(out.decode(errors="replace"))
             sys.exit("pty: no %r in the output" % pat)
         out += d
-for s in steps:   # "PROMPT=>ANSWER", or "TEXT" to wait for
+for s in steps:   # "PROMPT=>ANSWER", or "TEXT" to wait for; <ESC> is the byte 27
     prompt, _, answer = s.partition("=>")
     until(prompt.encode())
     if _:
-        os.write(fd, answer.encode() + b"\r")
+        os.write(fd, answer.replace("<ESC>", "\x1b").encode() + b"\r")
 while True:
     try:
         d = os.read(fd, 4096)
@@ -347,6 +428,45 @@ set -e
 json pty.json 'c["mixed_precision"] == "bf16"' 'c["gradient_accumulation_steps"] == 1' \
 	'"max_grad_norm" not in c'
 
+# The arrow keys, as a terminal sends them (ESC [ A up, ESC [ B down, and
+# ESC O A / ESC O B in application mode): Enter takes the marked choice;
+# the list wraps around; a number typed after moving still wins.  With the
+# config naming plug2, the strategies are good (plugin_dirs first) and ddp
+# (the default, marked at the start).
+ACCEL_CONFIG=$tmp/user.json
+export ACCEL_CONFIG
+set +e
+python3 wizard-pty.py "$ACCEL_CLI" "Choose 1-2 [2]: =><ESC>[A" "Choose 1-2 [1]: =><ESC>[B" \
+	"steps [1]: =>2" "[none]: =>" "[1]: =>" "[accel.json]: =>arrows.json" >"$tmp/out" 2>"$tmp/err"
+st=$?
+set -e
+[ "$st" -eq 0 ] || { cat "$tmp/out" "$tmp/err" >&2; fail "the questionnaire with arrows exited $st"; }
+has out "Up/Down move the marker (>) of a choice, Enter takes the [default]"
+has out "1) good"
+has out "> 2) ddp"
+has out "Choose 1-2 [2]: good"
+has out "Choose 1-2 [1]: bf16"
+has out "arrows.json: ok"
+json arrows.json 'c["strategy"] == "good"' 'c["mixed_precision"] == "bf16"' \
+	'c["gradient_accumulation_steps"] == 2' "c['plugin_dirs'] == ['$tmp/plug2']"
+set +e
+python3 wizard-pty.py "$ACCEL_CLI" "Choose 1-2 [2]: =><ESC>OB<ESC>OB<ESC>OA" \
+	"Choose 1-2 [1]: =><ESC>[A<ESC>[A<ESC>[B<ESC>[B<ESC>[B" "steps [1]: =>" "[none]: =>" \
+	"[1]: =>" "[accel.json]: =>wrap.json" >"$tmp/out" 2>"$tmp/err"
+st=$?
+set -e
+[ "$st" -eq 0 ] || { cat "$tmp/out" "$tmp/err" >&2; fail "the questionnaire (wrapping) exited $st"; }
+# ddp, down twice (wraps to ddp), up once: good; no, up twice, down thrice: bf16
+json wrap.json 'c["strategy"] == "good"' 'c["mixed_precision"] == "bf16"'
+set +e
+python3 wizard-pty.py "$ACCEL_CLI" "Choose 1-2 [2]: =><ESC>[A2" "Choose 1-2 [1]: =><ESC>[Bno" \
+	"steps [1]: =>" "[none]: =>" "[1]: =>" "[accel.json]: =>typed.json" >"$tmp/out" 2>"$tmp/err"
+st=$?
+set -e
+[ "$st" -eq 0 ] || { cat "$tmp/out" "$tmp/err" >&2; fail "the questionnaire (typed) exited $st"; }
+json typed.json 'c["strategy"] == "ddp"' 'c["mixed_precision"] == "no"'
+unset ACCEL_CONFIG
+
 # ---- import-deepspeed -------------------------------------------------------------------
 # ZeRO-2: written, the strategy named as not installed, every auto and
 # every key left out reported
@@ -391,6 +511,24 @@ has err "strategy ddp (zero_optimization.stage 0 (ZeRO off))"
 has err "not supported, left out: zero_optimization.reduce_bucket_size = 500000000.0: ZeRO is off"
 has err "auto: optimizer.params.weight_decay: \"auto\" -> 0 (accel's default for sgd)"
 run 0 config validate s0.json
+# a strategy found through the plugin_dirs of the user's config (here
+# ACCEL_CONFIG's): the config written names that folder, so it validates
+# (and runs) with that plugin
+mkdir userddp
+ln -s "$ACCEL_TEST_BUILDDIR/plugins/ddp/ddp.so" userddp/ddp.so
+printf '{"plugin_dirs": ["%s/userddp"]}\n' "$tmp" >userddp.json
+ACCEL_CONFIG=$tmp/userddp.json
+export ACCEL_CONFIG
+run 0 config import-deepspeed "$data/ds-stage0.json" -o s0u.json
+unset ACCEL_CONFIG
+has out "s0u.json: ok"
+json s0u.json "c['plugin_dirs'] == ['$tmp/userddp']" 'c["strategy"] == "ddp"' \
+	'c["gradient_accumulation_steps"] == 4'
+run 0 config show s0u.json
+has out "plugin_dirs = [\"$tmp/userddp\"]"
+run 0 config import-deepspeed "$data/ds-stage0.json" --config userddp.json -o s0c.json
+cmp -s s0u.json s0c.json || fail "--config FILE and ACCEL_CONFIG give different configs"
+run 2 config import-deepspeed "$data/ds-stage0.json" --config
 run 1 config import-deepspeed missing.json
 has err "cannot open DeepSpeed config 'missing.json'"
 echo '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}' >both.json

@@ -6,7 +6,8 @@
 # that the installed `accel` lists it and describes its schema.  The example
 # program, configs, docs and man page are installed, and the installed
 # accel-train-mlp trains on 2 processes with the installed plugins (a loop
-# of links in a plugin directory warns once for the job).
+# of links in a plugin directory warns once for the job: on one node of 2
+# processes, and on 2 nodes of 1).
 # tests/test-localsgd.sh trains with it.  Then the build tree with the
 # installed modules later in its search path (as after `meson install` to
 # the prefix it was configured for): its own modules are used, the
@@ -124,6 +125,33 @@ if command -v groff >/dev/null 2>&1; then
 	[ ! -s "$tmp/groff.out" ] || fail_with "groff warns about the man page" "$tmp/groff.out"
 fi
 
+echo "== config templates from the install: ddp's (next to ddp.so) and the core's bf16"
+[ -f "$plugindir/ddp.template.json" ] || fail "ddp.template.json is not installed in $plugindir"
+mkdir "$tmp/tmpl"
+(cd "$tmp/tmpl" && "$accel" config init --config "$tmp/accel.json" --list) \
+	>"$tmp/tmpl.out" 2>"$tmp/tmpl.err" || fail_with "config init --list failed" "$tmp/tmpl.out" \
+	"$tmp/tmpl.err"
+grep -q '^ddp  *plugin ddp  *Data parallel' "$tmp/tmpl.out" || fail_with "ddp not listed" "$tmp/tmpl.out"
+grep -q '^bf16  *core  *bf16 mixed precision' "$tmp/tmpl.out" ||
+	fail_with "bf16 not listed" "$tmp/tmpl.out"
+for t in ddp bf16; do
+	(cd "$tmp/tmpl" && "$accel" config init --config "$tmp/accel.json" --template $t -o $t.json) \
+		>"$tmp/tmpl.out" 2>"$tmp/tmpl.err" ||
+		fail_with "config init --template $t failed" "$tmp/tmpl.out" "$tmp/tmpl.err"
+	grep -q "^$t.json: ok\$" "$tmp/tmpl.out" || fail_with "$t.json not valid" "$tmp/tmpl.out"
+	(cd "$tmp/tmpl" && "$accel" config validate $t.json) >"$tmp/tmpl.out" 2>&1 ||
+		fail_with "$t.json does not validate" "$tmp/tmpl.out"
+done
+# ddp's plugin was found through plugin_dirs: the config written names it
+grep -q "\"plugin_dirs\": \\[\"$plugindir\"\\]" "$tmp/tmpl/ddp.json" ||
+	fail_with "ddp.json does not name $plugindir" "$tmp/tmpl/ddp.json"
+grep -q '"strategy": "ddp"' "$tmp/tmpl/ddp.json" || fail_with "ddp.json: no strategy" "$tmp/tmpl/ddp.json"
+# ... and so does bf16's (the core's template; its strategy is ddp)
+grep -q "\"plugin_dirs\": \\[\"$plugindir\"\\]" "$tmp/tmpl/bf16.json" ||
+	fail_with "bf16.json does not name $plugindir" "$tmp/tmpl/bf16.json"
+grep -q '"mixed_precision": "bf16"' "$tmp/tmpl/bf16.json" ||
+	fail_with "bf16.json: no bf16" "$tmp/tmpl/bf16.json"
+
 echo "== the installed accel-train-mlp trains on 2 processes with the installed plugins"
 # A plugin directory with a loop of symbolic links next to the real one:
 # one warning for the job (local rank 0's), not one per rank.
@@ -147,6 +175,54 @@ for l in a b; do
 	[ "$n" -eq 1 ] || fail_with "the loop-$l.so warning appears $n times, expected once" \
 		"$tmp/train.err"
 done
+# The same job as 2 nodes of 1 process (two launchers on this machine, over
+# tcp): still once for the job, from global rank 0 (node 0's launcher); the
+# first rank of node 1 does not repeat it.
+if command -v python3 >/dev/null 2>&1; then
+	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+else
+	port=$((20000 + $$ % 30000))
+fi
+printf '{"plugin_dirs": ["%s", "%s"], "strategy": "ddp"}\n' "$plugindir" "$tmp/loopy" \
+	>"$tmp/train2.json"
+for node in 1 0; do
+	(cd "$tmp" && PATH="$root/bin:$PATH" exec accel launch --nnodes 2 --node-rank $node -n 1 \
+		--master-addr 127.0.0.1 --master-port "$port" --config "$tmp/train2.json" -- \
+		accel-train-mlp --hidden 16 --steps 3 --samples 64 --batch-size 16 --no-eval) \
+		>"$tmp/node$node.out" 2>"$tmp/node$node.err" &
+	eval "pid$node=\$!"
+done
+st0=0
+st1=0
+wait "$pid0" || st0=$?
+wait "$pid1" || st1=$?
+[ "$st0" -eq 0 ] && [ "$st1" -eq 0 ] || fail_with "the 2-node job failed ($st0, $st1)" \
+	"$tmp/node0.out" "$tmp/node0.err" "$tmp/node1.out" "$tmp/node1.err"
+grep -q '^\[rank 0\] trained 3 steps' "$tmp/node0.out" ||
+	fail_with "the 2-node job did not train 3 steps" "$tmp/node0.out"
+for l in a b; do
+	w="plugin directory $tmp/loopy: loop-$l.so is skipped: a loop of symbolic links"
+	n0=$(grep -c "$w" "$tmp/node0.err" || true)
+	n1=$(grep -c "$w" "$tmp/node1.err" || true)
+	[ "$n0" -eq 1 ] && [ "$n1" -eq 0 ] || fail_with "the loop-$l.so warning appears $n0 times \
+on node 0 and $n1 on node 1, expected once on node 0" "$tmp/node0.err" "$tmp/node1.err"
+	grep -q "^\[rank 0\].*$w" "$tmp/node0.err" || fail_with "not rank 0's warning" "$tmp/node0.err"
+done
+# A job that fails after the scan (a strategy that is not there): the
+# launcher, cleaning up after it with the job's config, does not repeat it.
+printf '{"plugin_dirs": ["%s", "%s"], "strategy": "nosuch", "backend": "shm"}\n' "$plugindir" \
+	"$tmp/loopy" >"$tmp/fail.json"
+if (cd "$tmp" && PATH="$root/bin:$PATH" accel launch -n 2 --config "$tmp/fail.json" -- \
+	accel-train-mlp --hidden 16 --steps 3 --samples 64 --batch-size 16 --no-eval) \
+	>"$tmp/fail.out" 2>"$tmp/fail.err"; then
+	fail_with "a job selecting strategy nosuch succeeded" "$tmp/fail.out" "$tmp/fail.err"
+fi
+grep -q "no plugin named 'nosuch'" "$tmp/fail.err" || fail_with "no reason given" "$tmp/fail.err"
+# (the launcher's summary quotes rank 0's last lines, indented: not counted)
+n=$(grep -c "^\[rank 0\] .*plugin directory $tmp/loopy: loop-a.so is skipped" "$tmp/fail.err" || true)
+m=$(grep -c "^[^ ].*plugin directory $tmp/loopy: loop-a.so is skipped" "$tmp/fail.err" || true)
+[ "$n" -eq 1 ] && [ "$m" -eq 1 ] || fail_with "the warning appears $m times in a failed job \
+($n from rank 0), expected once, from rank 0" "$tmp/fail.err"
 
 # Without plugin_dirs it is not found, and the error says where it looked.
 if "$accel" plugins info localsgd >"$tmp/nf.out" 2>&1; then

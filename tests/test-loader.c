@@ -1169,8 +1169,9 @@ END_TEST
 
 /* Names like modules that the scan cannot open: a dangling link, a loop
  * of links, a folder.  Looking one up says what it is (not "no plugin
- * named"); the scan warns once per node (local rank 0), and a file that
- * holds a module of another name is pointed out. */
+ * named"); the scan warns once per job (global rank 0, or a process not
+ * started by a launcher; not the first rank of another node), and a file
+ * that holds a module of another name is pointed out. */
 START_TEST(find_skipped_says_what)
 {
 	const char *d = scenario("skips", "good.so", (const char *)NULL);
@@ -1189,18 +1190,28 @@ START_TEST(find_skipped_says_what)
 	ck_assert_int_eq(system(cmd), 0);
 
 	accelp_log_set_level(ACCEL_LOG_WARN);
-	static const char *const rank_vars[] = {"ACCEL_LOCAL_RANK", "LOCAL_RANK",
-	                                        "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-	                                        "SLURM_LOCALID"};
+	static const char *const rank_vars[] = {"ACCEL_RANK", "RANK", "OMPI_COMM_WORLD_RANK",
+	                                        "PMI_RANK", "SLURM_PROCID", "ACCEL_LOCAL_RANK"};
 	for (size_t i = 0; i < sizeof(rank_vars) / sizeof(rank_vars[0]); i++)
 		unsetenv(rank_vars[i]);
-	for (int local_rank = 0; local_rank < 3; local_rank++) {
-		char v[8];
-		snprintf(v, sizeof(v), "%d", local_rank);
-		if (local_rank < 2)
-			setenv("ACCEL_LOCAL_RANK", v, 1);
-		else   /* not started by a launcher: the only process */
-			unsetenv("ACCEL_LOCAL_RANK");
+	/* {rank variable, rank, local rank, warns}: 2 nodes of 2 ranks, then
+	 * rank 0 and 1 of an MPI launcher, then no launcher at all */
+	static const struct {
+		const char *var, *rank, *local;
+		int warns;
+	} who[] = {
+		{"ACCEL_RANK", "0", "0", 1}, {"ACCEL_RANK", "1", "1", 0},
+		{"ACCEL_RANK", "2", "0", 0}, {"ACCEL_RANK", "3", "1", 0},
+		{"OMPI_COMM_WORLD_RANK", "0", NULL, 1}, {"OMPI_COMM_WORLD_RANK", "1", NULL, 0},
+		{NULL, NULL, NULL, 1},
+	};
+	for (size_t w = 0; w < sizeof(who) / sizeof(who[0]); w++) {
+		for (size_t i = 0; i < sizeof(rank_vars) / sizeof(rank_vars[0]); i++)
+			unsetenv(rank_vars[i]);
+		if (who[w].var)
+			setenv(who[w].var, who[w].rank, 1);
+		if (who[w].local)
+			setenv("ACCEL_LOCAL_RANK", who[w].local, 1);
 		accel_loader *ld = new_loader();
 		accel_err err;
 		accelp_err_clear(&err);
@@ -1208,8 +1219,9 @@ START_TEST(find_skipped_says_what)
 		capture_begin();
 		ck_assert_int_eq(accelp_loader_scan(ld, &err), ACCEL_OK);
 		const char *out = capture_end();
-		if (local_rank == 1) {
-			ck_assert_str_eq(out, "");
+		if (!who[w].warns) {
+			ck_assert_msg(!strcmp(out, ""), "rank %s (%s) warned: %s", who[w].rank,
+			              who[w].var, out);
 		} else {
 			char want[4 * PATH_MAX];
 			snprintf(want, sizeof(want),
@@ -1260,7 +1272,8 @@ START_TEST(find_skipped_says_what)
 		ASSERT_HAS(err.msg, "no plugin named 'renamed' in ");
 		accelp_loader_free(ld);
 	}
-	unsetenv("ACCEL_LOCAL_RANK");
+	for (size_t i = 0; i < sizeof(rank_vars) / sizeof(rank_vars[0]); i++)
+		unsetenv(rank_vars[i]);
 }
 END_TEST
 
@@ -1275,7 +1288,7 @@ START_TEST(plugin_dirs_file_or_missing)
 	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\"]}", fx("good.so"));
 	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_CONFIG);
 	snprintf(want, sizeof(want),
-	         "plugin_dirs[0] (from <config_json>:1:17) is '%s', which is a file, not a "
+	         "plugin_dirs[0] (from <config_json>:1:18) is '%s', which is a file, not a "
 	         "directory: a module's path; plugin_dirs lists the folders that hold modules, so "
 	         "name its folder, \"%s\"", fx("good.so"), fixdir);
 	ck_assert_str_eq(msg, want);
@@ -1285,9 +1298,9 @@ START_TEST(plugin_dirs_file_or_missing)
 	snprintf(json, sizeof(json), "{\"plugin_dirs\": [\"%s\", \"%s\"]}", fixdir, missing);
 	ck_assert_int_eq(ctx_status(json, msg, sizeof(msg)), ACCEL_ERR_CONFIG);
 	snprintf(want, sizeof(want),
-	         "plugin_dirs[1] (from <config_json>:1:17) is '%s', which does not exist (the "
+	         "plugin_dirs[1] (from <config_json>:1:%zu) is '%s', which does not exist (the "
 	         "nearest folder above it that does is %s): fix the name, create the folder or "
-	         "remove the entry", missing, tmpdir);
+	         "remove the entry", 18 + strlen(fixdir) + 4, missing, tmpdir);
 	ck_assert_str_eq(msg, want);
 
 	/* a file on ACCEL_PLUGIN_PATH: named as a file when nothing is found */

@@ -195,11 +195,52 @@ START_TEST(unreadable_config)
 
 	/* an empty name */
 	so.config_path = NULL;
-	so.config_json = "{\"plugin_dirs\": [\"/a\", \"\"]}";
+	so.config_json = "{\"plugin_dirs\": [\"/\", \"\"]}";
 	accelp_err_clear(&err);
 	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_ERR_CONFIG);
-	ck_assert_str_eq(err.msg, "plugin_dirs[1] (from <config_json>:1:17) is an empty string; "
+	ck_assert_str_eq(err.msg, "plugin_dirs[1] (from <config_json>:1:23) is an empty string; "
 	                          "name a directory (\".\" for the current one)");
+	accelp_setup_fini(&s);
+
+	/* every bad entry, each at its own position, in the config's error
+	 * list (what `accel config validate` prints one per line) */
+	so.config_json = "{\"plugin_dirs\": [\"/nonexistent-a/x\", \"/\", \"\",\n"
+	                 "  \"/nonexistent-b\"]}";
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(s.failed_at, ACCELP_SETUP_LOADER);
+	ck_assert_uint_eq(accelp_config_error_count(s.cfg), 3);
+	ck_assert_str_eq(accelp_config_error_get(s.cfg, 0),
+	                 "plugin_dirs[0] (from <config_json>:1:18) is '/nonexistent-a/x', which does "
+	                 "not exist (the nearest folder above it that does is /): fix the name, "
+	                 "create the folder or remove the entry");
+	ck_assert_str_eq(accelp_config_error_get(s.cfg, 1),
+	                 "plugin_dirs[2] (from <config_json>:1:43) is an empty string; name a "
+	                 "directory (\".\" for the current one)");
+	ck_assert_str_eq(accelp_config_error_get(s.cfg, 2),
+	                 "plugin_dirs[3] (from <config_json>:2:3) is '/nonexistent-b', which does "
+	                 "not exist (the nearest folder above it that does is /): fix the name, "
+	                 "create the folder or remove the entry");
+	char want[3 * ACCEL_ERRMSG_MAX];
+	snprintf(want, sizeof(want), "%s; also: %s; also: %s", accelp_config_error_get(s.cfg, 0),
+	         accelp_config_error_get(s.cfg, 1), accelp_config_error_get(s.cfg, 2));
+	ck_assert_str_eq(err.msg, want);
+	accelp_setup_fini(&s);
+
+	/* past the limit: ACCEL_CONFIG_ERRORS_MAX recorded, the rest counted */
+	static char many[16384];
+	size_t used = (size_t)snprintf(many, sizeof(many), "{\"plugin_dirs\": [");
+	for (int i = 0; i < ACCEL_CONFIG_ERRORS_MAX + 5; i++)
+		used += (size_t)snprintf(many + used, sizeof(many) - used, "%s\"/nonexistent/%d\"",
+		                         i ? ", " : "", i);
+	snprintf(many + used, sizeof(many) - used, "]}");
+	so.config_json = many;
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_setup_run(&so, &s, &err), ACCEL_ERR_CONFIG);
+	ck_assert_uint_eq(accelp_config_error_count(s.cfg), ACCEL_CONFIG_ERRORS_MAX);
+	ck_assert_uint_eq(accelp_config_error_more(s.cfg), 5);
+	ASSERT_HAS(err.msg, "plugin_dirs[0] (from <config_json>:1:18) is '/nonexistent/0'");
+	ASSERT_HAS(err.msg, "more problems; `accel config validate` lists them)");
 	accelp_setup_fini(&s);
 }
 END_TEST
