@@ -517,20 +517,28 @@ static int save_params(accel_ctx *ctx, const char *path, int64_t *sums)
 		if ((rc = accelp_train_param_view(ctx->train, i, &data, &grad)))
 			goto out;
 		size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
-		if (!(stage[i] = malloc(bytes ? bytes : 1))) {
-			rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory staging '%s'", p->name);
-			goto out;
+		const void *src = data.data;
+		/* host memory of the right dtype is written as it is (no step runs
+		 * during the save); device memory is staged */
+		if (data.device != ACCEL_DEVICE_CPU || data.dtype != p->dtype || !data.data ||
+		    data.numel != p->numel) {
+			if (!(stage[i] = malloc(bytes ? bytes : 1))) {
+				rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory staging '%s'",
+				                    p->name);
+				goto out;
+			}
+			accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, stage[i], p->numel};
+			if ((rc = accelp_ops_copy(&hv, &data, err)))
+				goto out;
+			src = stage[i];
 		}
-		accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, stage[i], p->numel};
-		if ((rc = accelp_ops_copy(&hv, &data, err)))
-			goto out;
 		char name[600];
 		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
 		for (uint32_t d = 0; d < p->ndim; d++)
 			shape[d] = (uint64_t)p->shape[d];
 		snprintf(name, sizeof(name), "param/%s", p->name);
-		accel_ckpt_slice_v1 sl = {sizeof(sl), p->dtype, p->ndim, 0, name, shape, 0, p->numel,
-		                          stage[i]};
+		accel_ckpt_slice_v1 sl = {sizeof(sl), p->dtype, p->ndim, ACCEL_CKPT_BORROW, name, shape,
+		                          0, p->numel, src};
 		if ((rc = accelp_ckpt_write_tensor(&cw, "core", &sl, 1, err)))
 			goto out;
 	}
