@@ -62,6 +62,7 @@ struct accel_ckpt_reader {
 	accelp_ckpt_manifest *m;
 	int file;                 /* st's index in m->files */
 	int saved_world, world;
+	const char *strategy;     /* this job's strategy (the saving one's: m->strategy) */
 };
 
 /* ---- streams (host->ckpt_*) --------------------------------------------------------- */
@@ -333,6 +334,12 @@ int accelp_ckpt_read_tensor(accel_ckpt_reader *r, const char *plugin, const char
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_read_tensor: NULL name or "
 		                      "buf", plugin);
 	const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(r->m, name);
+	if (!t && r->strategy && strcmp(r->strategy, r->m->strategy))
+		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: no tensor '%s', which this "
+		                      "job's strategy '%s' (plugin %s) reads: the checkpoint was saved "
+		                      "under strategy '%s', which did not write it (another optimizer "
+		                      "or model?)", r->m->path, name, r->strategy, plugin,
+		                      r->m->strategy);
 	if (!t)
 		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: no tensor '%s' (plugin %s reads "
 		                      "it; was the checkpoint saved with it?)", r->m->path, name, plugin);
@@ -1099,19 +1106,66 @@ static int bad(accel_ctx *ctx, const char *fmt, ...)
 	return ACCEL_ERR_CHECKPOINT;
 }
 
-static uint32_t plugin_version(accel_ctx *ctx, json_t *plugins, const char *name,
-                               const char *path, int *ret_rc)
+/* The state version handed to active plugin `a`'s load_state: the one
+ * the manifest lists for it; 0 for the strategy when the checkpoint was
+ * saved under another one (no state of its own: it reads the canonical
+ * tensors); otherwise an error. */
+static uint32_t plugin_version(accel_ctx *ctx, const accelp_ckpt_manifest *m,
+                               const accel_active *a, int *ret_rc)
 {
+	json_t *plugins = json_object_get(m->root, "plugins"), *p;
+	const char *name = a->vt->desc->name;
 	size_t i;
-	json_t *p;
 	json_array_foreach(plugins, i, p) {
 		json_t *n = json_object_get(p, "name"), *v = json_object_get(p, "state_version");
 		if (json_is_string(n) && !strcmp(json_string_value(n), name) && json_is_integer(v))
 			return (uint32_t)json_integer_value(v);
 	}
+	if (a == &ctx->active[0] && a->vt->desc->role == ACCEL_ROLE_STRATEGY &&
+	    strcmp(m->strategy, name))
+		return 0;
 	*ret_rc = bad(ctx, "%s: no state of plugin '%s', which this job runs (the checkpoint was "
-	              "saved without it)", path, name);
+	              "saved without it)", m->path, name);
 	return 0;
+}
+
+/* Rank 0, loading under another strategy: name the saved plugins this job
+ * does not run, whose blobs are not read. */
+static void log_skipped(accel_ctx *ctx, const accelp_ckpt_manifest *m)
+{
+	json_t *plugins = json_object_get(m->root, "plugins"), *p;
+	size_t i;
+	json_array_foreach(plugins, i, p) {
+		const char *name = json_string_value(json_object_get(p, "name"));
+		int active = 0;
+		for (uint32_t k = 0; name && k < ctx->n_active; k++)
+			active |= !strcmp(ctx->active[k].vt->desc->name, name);
+		if (!name || active)
+			continue;
+		char list[512] = "";
+		size_t len = strlen(name), used = 0;
+		uint64_t n = 0;
+		for (uint32_t f = 0; f < m->n_files; f++) {
+			const char *key;
+			json_t *v;
+			json_object_foreach((json_t *)m->files[f].blobs, key, v) {
+				if (strncmp(key, name, len) || key[len] != '/')
+					continue;
+				if (n++ < 4 && used < sizeof(list) - 64)
+					used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s:%s",
+					                         n > 1 ? ", " : "", m->files[f].name, key);
+			}
+		}
+		if (n)
+			accelp_log(ACCEL_LOG_INFO, "accel_load_state: %s: saved under strategy '%s'; "
+			           "this job runs '%s': skipping %" PRIu64 " blobs of plugin '%s', which "
+			           "this job does not run (%s%s)", m->dir, m->strategy,
+			           strategy_name(ctx), n, name, list, n > 4 ? ", ..." : "");
+		else
+			accelp_log(ACCEL_LOG_INFO, "accel_load_state: %s: saved under strategy '%s'; "
+			           "this job runs '%s', which reads the canonical tensors (plugin '%s' "
+			           "saved no blobs)", m->dir, m->strategy, strategy_name(ctx), name);
+	}
 }
 
 static int same_shape(const accelp_ckpt_tensor *t, const accel_param_info_v1 *p)
@@ -1180,16 +1234,11 @@ static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m)
 /* Checks that need no change to the job: manifest against the job, files. */
 static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
 {
-	if (strcmp(m->strategy, strategy_name(ctx)))
-		return bad(ctx, "%s: saved with strategy '%s'; this job runs '%s': loading under "
-		           "another strategy (resharding) is not supported yet", m->path, m->strategy,
-		           strategy_name(ctx));
-	json_t *plugins = json_object_get(m->root, "plugins");
 	int rc = ACCEL_OK;
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
 		if (a->inited && a->vt->load_state)
-			plugin_version(ctx, plugins, a->vt->desc->name, m->path, &rc);
+			plugin_version(ctx, m, a, &rc);
 		if (rc)
 			return rc;
 	}
@@ -1215,6 +1264,8 @@ static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	for (uint32_t i = 0; i < m->n_files; i++)
 		if ((rc = accelp_ckpt_manifest_verify_header(m, i, &ctx->err)))
 			return rc;
+	if (ctx->world.rank == 0 && strcmp(m->strategy, strategy_name(ctx)))
+		log_skipped(ctx, m);
 	return ACCEL_OK;
 }
 
@@ -1261,10 +1312,9 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 {
 	accel_err *err = &ctx->err;
 	accel_ckpt_reader cr = {.err = err, .m = m, .saved_world = (int)m->world_size,
-	                        .world = ctx->world.world_size};
+	                        .world = ctx->world.world_size, .strategy = strategy_name(ctx)};
 	accel_st_reader *r0 = NULL;
 	char name[64], path[PATH_CAP];
-	json_t *plugins = json_object_get(m->root, "plugins");
 	int rc = ACCEL_OK;
 	if (m->world_size == ctx->world.world_size) {
 		snprintf(name, sizeof(name), "rank%d.safetensors", ctx->world.rank);
@@ -1277,7 +1327,7 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 		accel_active *a = &ctx->active[i];
 		if (!a->inited || !a->vt->load_state)
 			continue;
-		uint32_t v = plugin_version(ctx, plugins, a->vt->desc->name, m->path, &rc);
+		uint32_t v = plugin_version(ctx, m, a, &rc);
 		if (rc)
 			goto out;
 		a->host.ckpt = &cr;

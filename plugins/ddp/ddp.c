@@ -487,7 +487,9 @@ static int ddp_save_state(void *state, accel_ckpt_writer *w)
 static int ddp_load_state(void *state, accel_ckpt_reader *rd, uint32_t state_version)
 {
 	ddp_state *s = state;
-	if (state_version != ddp_desc.state_version)
+	/* 0: saved under another strategy; ddp's state is the canonical
+	 * tensors alone, so it loads the same way */
+	if (state_version != ddp_desc.state_version && state_version != 0)
 		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint holds ddp state "
 		                      "version %u; this ddp reads version %u", state_version,
 		                      ddp_desc.state_version);
