@@ -44,6 +44,7 @@ typedef struct ckpt_rec {
 	uint32_t dtype, ndim;
 	uint64_t shape[ACCEL_CKPT_MAX_DIMS];
 	uint64_t offset, count, xxh64;
+	const void *data;         /* the slice's bytes, until commit (hashed then) */
 } ckpt_rec;
 
 struct accel_ckpt_writer {
@@ -151,7 +152,7 @@ static int add_rec(accel_ckpt_writer *w, const accel_ckpt_slice_v1 *s, const cha
 		r->shape[d] = s->shape[d];
 	r->offset = s->offset;
 	r->count = s->count;
-	r->xxh64 = XXH64(data, (size_t)(s->count * accel_dtype_size(s->dtype)), 0);
+	r->data = data;   /* hashed during commit, while the file is written */
 	w->n_recs++;
 	return ACCEL_OK;
 }
@@ -202,18 +203,20 @@ int accelp_ckpt_write_tensor(accel_ckpt_writer *w, const char *plugin,
 	return rc ? rc : add_rec(w, s, key, data, err);
 }
 
-/* The writer's slices as JSON, into the file's metadata. */
-static int set_slices_meta(accel_ckpt_writer *w, accel_err *err)
+/* The writer's slices as JSON text (malloc'ed; NULL: out of memory); with
+ * hashes 0 every xxh64 is a placeholder of the same length. */
+static char *slices_json(const accel_ckpt_writer *w, int hashes)
 {
 	json_t *a = json_array();
-	int rc = ACCEL_OK;
 	for (uint32_t i = 0; a && i < w->n_recs; i++) {
 		const ckpt_rec *r = &w->recs[i];
 		json_t *shape = json_array();
 		char hex[20];
 		for (uint32_t d = 0; shape && d < r->ndim; d++)
 			json_array_append_new(shape, json_integer((json_int_t)r->shape[d]));
-		snprintf(hex, sizeof(hex), "%016" PRIx64, r->xxh64);
+		uint64_t h = hashes ? XXH64(r->data, (size_t)(r->count * accel_dtype_size(r->dtype)), 0)
+		                    : 0;
+		snprintf(hex, sizeof(hex), "%016" PRIx64, h);
 		json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:s}", "name", r->name, "key", r->key,
 		                      "dtype", accelp_st_dtype_name(r->dtype), "shape", shape,
 		                      "offset", (json_int_t)r->offset, "count", (json_int_t)r->count,
@@ -224,12 +227,28 @@ static int set_slices_meta(accel_ckpt_writer *w, accel_err *err)
 		}
 	}
 	char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+	json_decref(a);
+	return text;
+}
+
+/* slices_json with the hashes: what commit puts in the header once it has
+ * computed them (on its hashing thread, while the data is written) */
+static char *slices_late(void *arg)
+{
+	return slices_json(arg, 1);
+}
+
+/* The writer's slices, into the file's metadata: a placeholder now, the
+ * real checksums during commit. */
+static int set_slices_meta(accel_ckpt_writer *w, accel_err *err)
+{
+	char *text = slices_json(w, 0);
+	int rc;
 	if (!text)
 		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
-	else
-		rc = accelp_st_writer_set_metadata(w->st, SLICES_META, text, err);
+	else if (!(rc = accelp_st_writer_set_metadata(w->st, SLICES_META, text, err)))
+		rc = accelp_st_writer_late_metadata(w->st, SLICES_META, slices_late, w, err);
 	free(text);
-	json_decref(a);
 	if (!rc && w->blobs) {
 		text = json_dumps(w->blobs, JSON_COMPACT | JSON_SORT_KEYS);
 		rc = text ? accelp_st_writer_set_metadata(w->st, BLOBS_META, text, err)
