@@ -49,8 +49,8 @@ static const accel_plugin_desc_v1 ddp_desc = {
 	.summary = "Data parallel: replicated model, bucketed all-reduce overlapped with backward",
 	/* Only what works today: parameters on CUDA devices need the device
 	 * module, which ddp has not been run against yet.  Checkpoints: master
-	 * weights and optimizer state as tensors, 1/world per rank, loadable at
-	 * any world size (accel_save_state). */
+	 * weights and optimizer state as tensors, the bytes split evenly over
+	 * the ranks, loadable at any world size or strategy (accel_save_state). */
 	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT,
 	.requires = 0,
 	.min_cuda_cc = 0,
