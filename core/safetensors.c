@@ -650,9 +650,12 @@ static void *hash_thread(void *arg)
 		size_t padded = 0;
 		accel_err e = {0};
 		if (!v || json_object_set_new(w->meta, w->late_key, json_string(v)) ||
-		    build_header(w, &hdr, &padded, &e) || 8 + padded != w->hdr_len) {
+		    build_header(w, &hdr, &padded, &e)) {
 			free(hdr);
-			w->late_failed = 1;
+			w->late_failed = 1;   /* out of memory */
+		} else if (8 + padded != w->hdr_len) {
+			free(hdr);
+			w->late_failed = 2;   /* not the placeholder's length */
 		} else {
 			free(w->hdr);
 			w->hdr = hdr;
@@ -723,9 +726,15 @@ int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 	else
 		hash_thread(w);   /* while the disk writes (the kicked writeback) */
 	hashing = 0;
+	if (w->late_failed == 1) {
+		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory computing metadata '%s'",
+		                    w->path, w->late_key);
+		goto fail;
+	}
 	if (w->late_failed) {
-		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: metadata '%s' could not be "
-		                    "computed or changed the header's length", w->path, w->late_key);
+		rc = accelp_err_set(err, ACCEL_ERR_STATE, "%s: metadata '%s' is not as long as its "
+		                    "placeholder: the header would change length", w->path,
+		                    w->late_key);
 		goto fail;
 	}
 	if (w->hdr_changed && pwrite_full(w->fd, w->hdr, w->hdr_len, 0)) {
