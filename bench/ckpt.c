@@ -242,7 +242,8 @@ int main(int argc, char **argv)
 		       "\"tensors\":%ld,\"bytes\":%.0f,\"save_s\":%.4f,\"save_gbs\":%.3f,"
 		       "\"load_s\":%.4f,\"load_gbs\":%.3f,\"raw_write_gbs\":%.3f,"
 		       "\"raw_read_gbs\":%.3f,\"save_vs_raw\":%.3f,\"load_vs_raw\":%.3f}\n",
-		       accel_world_size(ctx), raw_first ? "raw" : "save", opt, mb, nt, bytes, t1 - t0, sg, t3 - t2, lg, wg, rg,
+		       accel_world_size(ctx), raw_first ? "raw" : "save", opt, mb, nt, bytes, t1 - t0,
+		       sg, t3 - t2, lg, wg, rg,
 		       sg / wg, lg / rg);
 	}
 	accel_ctx_free(ctx);

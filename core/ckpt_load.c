@@ -48,8 +48,8 @@ static uint32_t plugin_version(accel_ctx *ctx, const accelp_ckpt_manifest *m,
 	if (a == &ctx->active[0] && a->vt->desc->role == ACCEL_ROLE_STRATEGY &&
 	    strcmp(m->strategy, name))
 		return 0;
-	*ret_rc = accelp_ckpt_bad(ctx, "%s: no state of plugin '%s', which this job runs (the checkpoint was "
-	              "saved without it)", m->path, name);
+	*ret_rc = accelp_ckpt_bad(ctx, "%s: no state of plugin '%s', which this job runs (the "
+	                          "checkpoint was saved without it)", m->path, name);
 	return 0;
 }
 
@@ -118,14 +118,45 @@ static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m)
 		const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(m, name);
 		if (!t)
 			return accelp_ckpt_bad(ctx, "%s: no tensor '%s' (the model has parameter '%s' %s %s)", m->path,
-			           name, p->name, accel_dtype_name(p->dtype),
-			           accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+			                       name, p->name, accel_dtype_name(p->dtype),
+			                       accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
 		if (t->dtype != p->dtype || !same_shape(t, p))
 			return accelp_ckpt_bad(ctx, "%s: tensor '%s' is %s %s; the model's parameter '%s' is %s %s",
-			           m->path, name, accel_dtype_name(t->dtype),
-			           accelp_ckpt_shape_str(t->shape, t->ndim, s1, sizeof(s1)), p->name,
-			           accel_dtype_name(p->dtype),
-			           accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+			                       m->path, name, accel_dtype_name(t->dtype),
+			                       accelp_ckpt_shape_str(t->shape, t->ndim, s1, sizeof(s1)), p->name,
+			                       accel_dtype_name(p->dtype),
+			                       accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+	}
+	/* what every strategy reads of the job's optimizer: its state under the
+	 * canonical names (docs/abi.md#checkpoint-tensors), checked here, before
+	 * anything changes */
+	const char *type = "adamw", *states[2] = {NULL, NULL};
+	uint32_t ns = accelp_train_optim_state_count(ctx->train);
+	if (accel_config_string(ctx, "optimizer.type", &type) != ACCEL_OK || !type)
+		type = "adamw";
+	if (!strcmp(type, "adamw") && ns == 2) {
+		states[0] = "exp_avg";
+		states[1] = "exp_avg_sq";
+	} else if (!strcmp(type, "sgd") && ns == 1) {
+		states[0] = "momentum_buffer";
+	}
+	const char *strat = accelp_ckpt_strategy_name(ctx);
+	for (uint32_t i = 0; i < model->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
+		for (uint32_t k = 0; p->requires_grad && k < 2 && states[k]; k++) {
+			char name[600];
+			snprintf(name, sizeof(name), "optim/%s/%s", states[k], p->name);
+			if (accelp_ckpt_manifest_find(m, name))
+				continue;
+			if (strcmp(strat, m->strategy))
+				return accelp_ckpt_bad(ctx, "%s: no tensor '%s', which this job's strategy "
+				                       "'%s' reads: the checkpoint was saved under strategy "
+				                       "'%s', which did not write it (another optimizer or "
+				                       "model?)", m->path, name, strat, m->strategy);
+			return accelp_ckpt_bad(ctx, "%s: no tensor '%s': this job's optimizer '%s' keeps "
+			                       "state '%s' (was the checkpoint saved with another "
+			                       "optimizer?)", m->path, name, type, states[k]);
+		}
 	}
 	/* every master/ and optim/<state>/ tensor names a parameter of that shape */
 	for (uint32_t k = 0; k < m->n_tensors; k++) {
@@ -146,9 +177,9 @@ static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m)
 				for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
 					ps[d] = (uint64_t)p->shape[d];
 				return accelp_ckpt_bad(ctx, "%s: tensor '%s' has shape %s; the model's parameter '%s' has "
-				           "shape %s", m->path, t->name,
-				           accelp_ckpt_shape_str(t->shape, t->ndim, s1, sizeof(s1)), p->name,
-				           accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
+				                       "shape %s", m->path, t->name,
+				                       accelp_ckpt_shape_str(t->shape, t->ndim, s1, sizeof(s1)), p->name,
+				                       accelp_ckpt_shape_str(ps, p->ndim, s2, sizeof(s2)));
 			}
 		}
 	}
@@ -168,7 +199,7 @@ static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	}
 	if (m->samplers != (int64_t)ctx->n_samplers)
 		return accelp_ckpt_bad(ctx, "%s: %" PRId64 " samplers saved; this job has %u (create the same "
-		           "samplers before loading)", m->path, m->samplers, ctx->n_samplers);
+		                       "samplers before loading)", m->path, m->samplers, ctx->n_samplers);
 	char name[64];
 	if (accelp_ckpt_manifest_file_index(m, "model.safetensors") < 0 ||
 	    accelp_ckpt_manifest_file_index(m, "rank0.safetensors") < 0)
@@ -177,7 +208,7 @@ static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
 		snprintf(name, sizeof(name), "rank%" PRId64 ".safetensors", r);
 		if (accelp_ckpt_manifest_file_index(m, name) < 0)
 			return accelp_ckpt_bad(ctx, "%s: saved by %" PRId64 " processes but files lists no %s", m->path,
-			           m->world_size, name);
+			                       m->world_size, name);
 	}
 	if ((rc = accelp_ckpt_manifest_check_files(m, &ctx->err)))
 		return rc;
@@ -236,7 +267,8 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 {
 	accel_err *err = &ctx->err;
 	accel_ckpt_reader cr = {.err = err, .m = m, .saved_world = (int)m->world_size,
-	                        .world = ctx->world.world_size, .strategy = accelp_ckpt_strategy_name(ctx)};
+	                        .world = ctx->world.world_size,
+	                        .strategy = accelp_ckpt_strategy_name(ctx)};
 	accel_st_reader *r0 = NULL;
 	char name[64], path[PATH_CAP];
 	int rc = ACCEL_OK;

@@ -98,9 +98,17 @@ run 2 "$R" localsgd sgd reload d2 z 1 >out 2>&1
 rc=$?
 set -e
 [ "$rc" = 1 ] || { cat out; fail "a missing tensor: exited $rc"; }
-grep -qF "accel_load_state: d2/manifest.json: no tensor 'optim/momentum_buffer/a', which this job's strategy 'localsgd' (plugin localsgd) reads: the checkpoint was saved under strategy 'ddp', which did not write it" out ||
+grep -qF "accel_load_state: d2/manifest.json: no tensor 'optim/momentum_buffer/a', which this job's strategy 'localsgd' reads: the checkpoint was saved under strategy 'ddp', which did not write it" out ||
 	{ cat out; fail "a missing tensor: message"; }
 [ ! -e z ] || fail "a failed load saved"
+# and under the saving strategy: the other optimizer is named
+set +e
+run 2 "$R" ddp sgd reload d2 z 1 >out 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] || { cat out; fail "another optimizer: exited $rc"; }
+grep -qF "accel_load_state: d2/manifest.json: no tensor 'optim/momentum_buffer/a': this job's optimizer 'sgd' keeps state 'momentum_buffer' (was the checkpoint saved with another optimizer?)" out ||
+	{ cat out; fail "another optimizer: message"; }
 echo "  ok: missing tensor"
 
 echo "== train_mlp: ddp -> localsgd and localsgd -> ddp at 2 processes"

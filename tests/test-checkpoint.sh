@@ -128,7 +128,7 @@ case_ "missing file" "rm model.safetensors" \
 	"c/model.safetensors: missing (the manifest lists it: $msize bytes)"
 # (loading under another strategy: tests/test-checkpoint-strategy.sh)
 case_ "other strategy without a tensor ddp reads" "py_edit \"m['strategy']='zero'; m['plugins']=[{'name': 'zero', 'state_version': 1}]; del m['tensors']['optim/exp_avg_sq/fc1.bias']\"" \
-	"c/manifest.json: no tensor 'optim/exp_avg_sq/fc1.bias', which this job's strategy 'ddp' (plugin ddp) reads: the checkpoint was saved under strategy 'zero', which did not write it"
+	"c/manifest.json: no tensor 'optim/exp_avg_sq/fc1.bias', which this job's strategy 'ddp' reads: the checkpoint was saved under strategy 'zero', which did not write it"
 case_ "plugin not saved" "py_edit \"m['plugins']=[]\"" \
 	"c/manifest.json: no state of plugin 'ddp', which this job runs"
 case_ "bad JSON" "echo '{' > manifest.json" \
