@@ -5,13 +5,20 @@
  * arrays).  Run directly or under `accel launch -n K`; bench/ckpt.sh runs
  * it next to a raw sequential write and read of the same bytes.
  *
- * Usage: bench-ckpt DIR [MB] [TENSORS] [OPTIMIZER]   (64, 16, adamw)
+ * Usage: bench-ckpt DIR [MB] [TENSORS] [OPTIMIZER] [ORDER]
+ *   (64, 16, adamw, save-first).  ORDER raw-first times the raw peers
+ *   before the save (sized by an untimed save, removed first): a disk that
+ *   is slower right after a large write then penalizes each side alike
+ *   when bench/ckpt.sh alternates the order.  Every timed phase starts
+ *   after a sync(), SETTLE seconds (environment; default 2) and a
+ *   barrier.
  * Prints one JSON line on rank 0: bytes (all files of the checkpoint),
  * save_s, load_s and GB/s (1e9 bytes per second, wall time on rank 0 from
  * a barrier before the call to its return), and, in the same run, the raw
  * peers on the same number of bytes: every rank writes its share
  * (bytes / world) sequentially to DIR/raw.<rank> in 8 MiB write()s from
- * memory and fsyncs it (raw_write), then read()s it back into a buffer of
+ * memory, starting the writeback of every 32 MiB as accel's writer does,
+ * and fsyncs it (raw_write), then read()s it back into a buffer of
  * that size it allocates first (raw_read), as a load fills fresh memory. */
 #include <fcntl.h>
 #include <unistd.h>
@@ -49,6 +56,21 @@ static unsigned long long dir_bytes(const char *dir)
 	return n;
 }
 
+/* Remove a directory of plain files. */
+static void remove_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char p[4096];
+	while (d && (e = readdir(d)))
+		if (snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) < (int)sizeof(p) &&
+		    e->d_name[0] != '.')
+			unlink(p);
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
 static int barrier(accel_ctx *ctx)
 {
 	int32_t x = 0;
@@ -56,6 +78,7 @@ static int barrier(accel_ctx *ctx)
 }
 
 #define CHUNK (8u << 20)
+#define KICK (32u << 20)
 
 /* Write `n` bytes of `buf` to `path` and fsync; read them back into a fresh
  * buffer.  Seconds of each into *ret_w, *ret_r. */
@@ -65,6 +88,7 @@ static int raw_io(const char *path, const char *buf, size_t n, double *ret_w, do
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		return -1;
+	size_t kicked = 0;
 	for (size_t off = 0; off < n;) {
 		size_t k = n - off < CHUNK ? n - off : CHUNK;
 		ssize_t w = write(fd, buf + off, k);
@@ -73,6 +97,13 @@ static int raw_io(const char *path, const char *buf, size_t n, double *ret_w, do
 			return -1;
 		}
 		off += (size_t)w;
+		/* start the writeback of every 32 MiB written, as accel's writer
+		 * does (sync_file_range), so both pay the same for durability */
+		if (off - kicked >= KICK || off == n) {
+			(void)sync_file_range(fd, (off_t)kicked, (off_t)(off - kicked),
+			                      SYNC_FILE_RANGE_WRITE);
+			kicked = off;
+		}
 	}
 	if (fsync(fd) || close(fd))
 		return -1;
@@ -105,10 +136,11 @@ static int fail(accel_ctx *ctx, const char *what, int rc)
 
 int main(int argc, char **argv)
 {
-	if (argc < 2 || argc > 5) {
-		fprintf(stderr, "usage: bench-ckpt DIR [MB] [TENSORS] [OPTIMIZER]\n");
+	if (argc < 2 || argc > 6) {
+		fprintf(stderr, "usage: bench-ckpt DIR [MB] [TENSORS] [OPTIMIZER] [save-first|raw-first]\n");
 		return 2;
 	}
+	int raw_first = argc > 5 && !strcmp(argv[5], "raw-first");
 	const char *dir = argv[1];
 	long mb = argc > 2 ? atol(argv[2]) : 64, nt = argc > 3 ? atol(argv[3]) : 16;
 	const char *opt = argc > 4 ? argv[4] : "adamw";
@@ -141,51 +173,77 @@ int main(int argc, char **argv)
 	}
 	if ((rc = accel_unit_post_backward(ctx, 0)) || (rc = accel_step(ctx)))
 		return fail(ctx, "accel_step", rc);
-	char ck[4096];
+	char ck[4096], raw[4096];
 	snprintf(ck, sizeof(ck), "%s/ckpt", dir);
-	if ((rc = barrier(ctx)))
-		return fail(ctx, "barrier", rc);
-	double t0 = now();
-	if ((rc = accel_save_state(ctx, ck)))
-		return fail(ctx, "accel_save_state", rc);
-	double t1 = now();
-	if ((rc = barrier(ctx)))
-		return fail(ctx, "barrier", rc);
-	double t2 = now();
-	if ((rc = accel_load_state(ctx, ck)))
-		return fail(ctx, "accel_load_state", rc);
-	double t3 = now();
-	/* the raw peers: the same bytes, split over the ranks */
-	double bytes = (double)dir_bytes(ck);
-	size_t share = (size_t)(bytes / accel_world_size(ctx)) + 1;
-	char *src = malloc(share), raw[4096];
-	if (!src)
-		return fail(ctx, "out of memory", ACCEL_ERR_NOMEM);
-	for (size_t k = 0; k < share; k++)
-		src[k] = (char)(k * 131u >> 3);
 	snprintf(raw, sizeof(raw), "%s/raw.%d", dir, accel_rank(ctx));
-	double rw = 0, rr = 0;
-	if ((rc = barrier(ctx)))
-		return fail(ctx, "barrier", rc);
-	double t4 = now();
-	if (raw_io(raw, src, share, &rw, &rr)) {
-		perror("bench-ckpt: raw write/read");
-		return 1;
+	/* the raw peers write the same bytes, split over the ranks: known from
+	 * a save; with raw-first, an untimed one removed before the rounds */
+	double bytes = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0, rw = 0, rr = 0;
+	if (raw_first) {
+		char sz[4096];
+		snprintf(sz, sizeof(sz), "%s/sizing", dir);
+		if ((rc = accel_save_state(ctx, sz)))
+			return fail(ctx, "accel_save_state (sizing)", rc);
+		bytes = (double)dir_bytes(sz);
+		if ((rc = barrier(ctx)))
+			return fail(ctx, "barrier", rc);
+		if (accel_rank(ctx) == 0)
+			remove_dir(sz);
 	}
-	free(src);
+	const char *st = getenv("SETTLE");
+	double settle = st ? atof(st) : 2.0;
+	for (int phase = 0; phase < 2; phase++) {
+		/* each timed phase starts with nothing dirty (sync) on every rank,
+		 * after SETTLE seconds for a virtual disk's host to drain what
+		 * the previous phase wrote */
+		sync();
+		if (settle > 0)
+			usleep((useconds_t)(settle * 1e6));
+		if ((rc = barrier(ctx)))
+			return fail(ctx, "barrier", rc);
+		if (phase == raw_first) {
+			t0 = now();
+			if ((rc = accel_save_state(ctx, ck)))
+				return fail(ctx, "accel_save_state", rc);
+			t1 = now();
+			if ((rc = barrier(ctx)))
+				return fail(ctx, "barrier", rc);
+			t2 = now();
+			if ((rc = accel_load_state(ctx, ck)))
+				return fail(ctx, "accel_load_state", rc);
+			t3 = now();
+			bytes = (double)dir_bytes(ck);
+			continue;
+		}
+		size_t share = (size_t)(bytes / accel_world_size(ctx)) + 1;
+		char *src = malloc(share);
+		if (!src)
+			return fail(ctx, "out of memory", ACCEL_ERR_NOMEM);
+		for (size_t k = 0; k < share; k++)
+			src[k] = (char)(k * 131u >> 3);
+		sync();
+		if ((rc = barrier(ctx)))
+			return fail(ctx, "barrier", rc);
+		if (raw_io(raw, src, share, &rw, &rr)) {
+			perror("bench-ckpt: raw write/read");
+			return 1;
+		}
+		free(src);
+	}
 	/* slowest rank's times: the job's */
 	double slow[2] = {rw, rr};
 	if ((rc = accel_allreduce(ctx, slow, slow, 2, ACCEL_DTYPE_F64, ACCEL_RED_MAX)))
 		return fail(ctx, "allreduce", rc);
-	(void)t4;
 	if (accel_rank(ctx) == 0) {
 		double sg = bytes / (t1 - t0) / 1e9, lg = bytes / (t3 - t2) / 1e9;
 		double wg = bytes / slow[0] / 1e9, rg = bytes / slow[1] / 1e9;
-		printf("{\"bench\":\"ckpt\",\"processes\":%d,\"optimizer\":\"%s\",\"model_mib\":%ld,"
+		printf("{\"bench\":\"ckpt\",\"processes\":%d,\"first\":\"%s\","
+		       "\"optimizer\":\"%s\",\"model_mib\":%ld,"
 		       "\"tensors\":%ld,\"bytes\":%.0f,\"save_s\":%.4f,\"save_gbs\":%.3f,"
 		       "\"load_s\":%.4f,\"load_gbs\":%.3f,\"raw_write_gbs\":%.3f,"
 		       "\"raw_read_gbs\":%.3f,\"save_vs_raw\":%.3f,\"load_vs_raw\":%.3f}\n",
-		       accel_world_size(ctx), opt, mb, nt, bytes, t1 - t0, sg, t3 - t2, lg, wg, rg,
+		       accel_world_size(ctx), raw_first ? "raw" : "save", opt, mb, nt, bytes, t1 - t0,
+		       sg, t3 - t2, lg, wg, rg,
 		       sg / wg, lg / rg);
 	}
 	accel_ctx_free(ctx);

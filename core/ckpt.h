@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* core/ckpt.h: the checkpoint streams behind host->ckpt_* (private;
- * core/ckpt.c, docs/checkpoints.md).  `plugin` prefixes every blob name. */
+ * core/ckpt_stream.c, docs/checkpoints.md).  `plugin` prefixes every blob name. */
 #ifndef ACCEL_CORE_CKPT_H
 #define ACCEL_CORE_CKPT_H
 

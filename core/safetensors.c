@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,28 @@ static int pwrite_full(int fd, const void *buf, uint64_t n, uint64_t off)
 	return 0;
 }
 
+/* Write n bytes at off and start their writeback at once (Linux:
+ * sync_file_range), in pieces of KICK_BYTES: the disk works while the next
+ * piece is copied and while the file is hashed, so the final fsync finds
+ * little left to do.  The fsync alone makes the bytes durable. */
+#define KICK_BYTES (32u << 20)
+static int pwrite_kick(int fd, const void *buf, uint64_t n, uint64_t off)
+{
+	const char *p = buf;
+	while (n > 0) {
+		uint64_t k = n > KICK_BYTES ? KICK_BYTES : n;
+		if (pwrite_full(fd, p, k, off))
+			return -1;
+#ifdef SYNC_FILE_RANGE_WRITE
+		(void)sync_file_range(fd, (off_t)off, (off_t)k, SYNC_FILE_RANGE_WRITE);
+#endif
+		p += k;
+		n -= k;
+		off += k;
+	}
+	return 0;
+}
+
 static void put_le64(unsigned char *b, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
@@ -167,6 +190,11 @@ struct accel_st_writer {
 	uint64_t hdr_len;
 	int hashed;           /* commit computed the hashes below */
 	uint64_t file_size, file_hash, hdr_hash;
+	/* metadata value computed during commit (accelp_st_writer_late_metadata) */
+	char *late_key;
+	char *(*late_fn)(void *arg);
+	void *late_arg;
+	int late_failed, hdr_changed;
 };
 
 /* The mode the file at `path` gets: the one it has when it exists, else
@@ -242,6 +270,7 @@ accel_st_writer *accelp_st_writer_free(accel_st_writer *w)
 	free(w->by_name);
 	json_decref(w->meta);
 	free(w->hdr);
+	free(w->late_key);
 	free(w->tmp_path);
 	free(w->path);
 	free(w);
@@ -355,10 +384,11 @@ static int cmp_wname(const void *a, const void *b)
 }
 
 /* Lay tensors out, build and write the header.  Called once. */
+static int build_header(accel_st_writer *w, unsigned char **ret_hdr, size_t *ret_padded,
+                        accel_err *err);
+
 static int writer_freeze(accel_st_writer *w, accel_err *err)
 {
-	json_t *root = NULL, *entry = NULL;
-	char *text = NULL;
 	unsigned char *hdr = NULL;
 	int rc = ACCEL_OK;
 
@@ -367,8 +397,7 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 	if (w->n) /* qsort of a NULL array is undefined even with 0 elements */
 		qsort(w->t, w->n, sizeof(*w->t), cmp_layout);
 	w->by_name = malloc((w->n ? w->n : 1) * sizeof(*w->by_name));
-	root = json_object();
-	if (!w->by_name || !root)
+	if (!w->by_name)
 		goto nomem;
 	for (uint32_t i = 0; i < w->n; i++)
 		w->by_name[i] = &w->t[i];
@@ -381,8 +410,6 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 			goto fail;
 		}
 
-	if (json_object_size(w->meta) && json_object_set(root, METADATA_KEY, w->meta))
-		goto nomem;
 	uint64_t off = 0;
 	for (uint32_t i = 0; i < w->n; i++) {
 		wtensor *t = &w->t[i];
@@ -394,6 +421,47 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 		}
 		t->offset = off;
 		off += t->nbytes;
+	}
+	size_t padded = 0;
+	if ((rc = build_header(w, &hdr, &padded, err)))
+		goto fail;
+	if (pwrite_full(w->fd, hdr, 8 + padded, 0)) {
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: writing the header: %s", w->tmp_path,
+		                   strerror(errno));
+		goto fail;
+	}
+	w->data_start = 8 + padded;
+	w->frozen = 1;
+	w->hdr = (unsigned char *)hdr;   /* kept for the file's checksum */
+	w->hdr_len = 8 + padded;
+	hdr = NULL;
+	goto out;
+nomem:
+	rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory building the header", w->path);
+fail:
+	/* A writer that failed here cannot be resumed. */
+	if (w->fd >= 0)
+		close(w->fd);
+	w->fd = -1;
+out:
+	free(hdr);
+	return rc;
+}
+
+/* The header (8-byte length + JSON padded with spaces to a multiple of 8)
+ * from the tensors' laid-out offsets and the metadata; *ret_padded is the
+ * JSON's padded length. */
+static int build_header(accel_st_writer *w, unsigned char **ret_hdr, size_t *ret_padded,
+                        accel_err *err)
+{
+	json_t *root = json_object(), *entry = NULL;
+	char *text = NULL;
+	unsigned char *hdr = NULL;
+	int rc = ACCEL_OK;
+	if (!root || (json_object_size(w->meta) && json_object_set(root, METADATA_KEY, w->meta)))
+		goto nomem;
+	for (uint32_t i = 0; i < w->n; i++) {
+		wtensor *t = &w->t[i];
 		json_t *shape = json_array();
 		entry = json_object();
 		if (!shape || !entry) {
@@ -427,7 +495,7 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 		rc = accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
 		                   "%s: header would be %zu bytes, more than readers accept (%u)",
 		                   w->path, padded, ACCEL_ST_MAX_HEADER);
-		goto fail;
+		goto out;
 	}
 	hdr = malloc(8 + padded);
 	if (!hdr)
@@ -435,24 +503,12 @@ static int writer_freeze(accel_st_writer *w, accel_err *err)
 	put_le64(hdr, padded);
 	memcpy(hdr + 8, text, len);
 	memset(hdr + 8 + len, ' ', padded - len);
-	if (pwrite_full(w->fd, hdr, 8 + padded, 0)) {
-		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: writing the header: %s", w->tmp_path,
-		                   strerror(errno));
-		goto fail;
-	}
-	w->data_start = 8 + padded;
-	w->frozen = 1;
-	w->hdr = (unsigned char *)hdr;   /* kept for the file's checksum */
-	w->hdr_len = 8 + padded;
+	*ret_hdr = hdr;
+	*ret_padded = padded;
 	hdr = NULL;
 	goto out;
 nomem:
 	rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory building the header", w->path);
-fail:
-	/* A writer that failed here cannot be resumed. */
-	if (w->fd >= 0)
-		close(w->fd);
-	w->fd = -1;
 out:
 	json_decref(entry);
 	json_decref(root);
@@ -488,7 +544,7 @@ int accelp_st_writer_write(accel_st_writer *w, const char *name, const void *chu
 	if (nbytes && !chunk)
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: tensor \"%s\": chunk is NULL",
 		                     w->path, t->name);
-	if (pwrite_full(w->fd, chunk, nbytes, w->data_start + t->offset + t->written))
+	if (pwrite_kick(w->fd, chunk, nbytes, w->data_start + t->offset + t->written))
 		return accelp_err_set(err, ACCEL_ERR_IO, "%s: writing tensor \"%s\": %s", w->tmp_path,
 		                     t->name, strerror(errno));
 	t->written += nbytes;
@@ -582,6 +638,54 @@ void accelp_st_writer_crash_midway(accel_st_writer *w, int exit_status)
 		w->crash_exit = exit_status;
 }
 
+/* The late metadata value (fn's), into the header, which keeps its length
+ * (the caller's placeholder is as long as the value); then the checksums.
+ * Runs on the hashing thread: it touches only meta, hdr and the hashes. */
+static void *hash_thread(void *arg)
+{
+	accel_st_writer *w = arg;
+	if (w->late_fn) {
+		char *v = w->late_fn(w->late_arg);
+		unsigned char *hdr = NULL;
+		size_t padded = 0;
+		accel_err e = {0};
+		if (!v || json_object_set_new(w->meta, w->late_key, json_string(v)) ||
+		    build_header(w, &hdr, &padded, &e)) {
+			free(hdr);
+			w->late_failed = 1;   /* out of memory */
+		} else if (8 + padded != w->hdr_len) {
+			free(hdr);
+			w->late_failed = 2;   /* not the placeholder's length */
+		} else {
+			free(w->hdr);
+			w->hdr = hdr;
+			w->hdr_changed = 1;
+		}
+		free(v);
+		if (w->late_failed)
+			return NULL;
+	}
+	hash_from_memory(w);
+	return NULL;
+}
+
+int accelp_st_writer_late_metadata(accel_st_writer *w, const char *key,
+                                   char *(*fn)(void *arg), void *arg, accel_err *err)
+{
+	int rc = writer_usable(w, "late_metadata", 0, err);
+	if (rc)
+		return rc;
+	if (w->frozen || !json_object_get(w->meta, key))
+		return accelp_err_set(err, ACCEL_ERR_STATE, "%s: late metadata '%s' needs its "
+		                      "placeholder set, before the header is written", w->path, key);
+	free(w->late_key);
+	if (!(w->late_key = strdup(key)))
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	w->late_fn = fn;
+	w->late_arg = arg;
+	return ACCEL_OK;
+}
+
 int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 {
 	int rc = writer_usable(w, "commit", 0, err);
@@ -589,6 +693,11 @@ int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 		return rc;
 	if (!w->frozen && (rc = writer_freeze(w, err)))
 		return rc;
+	/* The file's checksum, from the caller's buffers, on a thread while
+	 * this one writes them (both only read them); inline when no thread
+	 * starts. */
+	pthread_t hasher;
+	int hashing = pthread_create(&hasher, NULL, hash_thread, w) == 0;
 	for (uint32_t i = 0; i < w->n; i++) {
 		wtensor *t = &w->t[i];
 		if (w->crash_exit && i == (w->n + 1) / 2) {
@@ -597,7 +706,7 @@ int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 			_exit(w->crash_exit);
 		}
 		if (t->data) {
-			if (pwrite_full(w->fd, t->data, t->nbytes, w->data_start + t->offset)) {
+			if (pwrite_kick(w->fd, t->data, t->nbytes, w->data_start + t->offset)) {
 				rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: writing tensor \"%s\": %s",
 				                   w->tmp_path, t->name, strerror(errno));
 				goto fail;
@@ -612,6 +721,27 @@ int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 	}
 	/* The file length must match even when the last tensors are empty. */
 	uint64_t end = w->data_start + (w->n ? w->t[w->n - 1].offset + w->t[w->n - 1].nbytes : 0);
+	if (hashing)
+		pthread_join(hasher, NULL);
+	else
+		hash_thread(w);   /* while the disk writes (the kicked writeback) */
+	hashing = 0;
+	if (w->late_failed == 1) {
+		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "%s: out of memory computing metadata '%s'",
+		                    w->path, w->late_key);
+		goto fail;
+	}
+	if (w->late_failed) {
+		rc = accelp_err_set(err, ACCEL_ERR_STATE, "%s: metadata '%s' is not as long as its "
+		                    "placeholder: the header would change length", w->path,
+		                    w->late_key);
+		goto fail;
+	}
+	if (w->hdr_changed && pwrite_full(w->fd, w->hdr, w->hdr_len, 0)) {
+		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: writing the header: %s", w->tmp_path,
+		                   strerror(errno));
+		goto fail;
+	}
 	if (ftruncate(w->fd, (off_t)end) || fsync(w->fd)) {
 		rc = accelp_err_set(err, ACCEL_ERR_IO, "%s: flushing: %s", w->tmp_path, strerror(errno));
 		goto fail;
@@ -628,9 +758,10 @@ int accelp_st_writer_commit(accel_st_writer *w, accel_err *err)
 		goto fail;
 	}
 	w->committed = 1;
-	hash_from_memory(w);
 	return w->no_dir_sync ? ACCEL_OK : fsync_dir_of(w->path, err);
 fail:
+	if (hashing)
+		pthread_join(hasher, NULL);
 	if (w->fd >= 0)
 		close(w->fd);
 	w->fd = -1;

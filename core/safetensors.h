@@ -111,6 +111,16 @@ int accelp_st_writer_commit(accel_st_writer *w, accel_err *err);
 int accelp_st_writer_hashes(const accel_st_writer *w, uint64_t *ret_size, uint64_t *ret_hash,
                             uint64_t *ret_header_hash);
 
+/* Metadata `key` whose value is known only once the data is final: commit
+ * calls fn(arg) (on another thread, while it writes the tensors; fn reads
+ * the tensors' buffers only) and puts the string it returns (malloc'ed;
+ * NULL: out of memory) in place of the value set for `key` before, a
+ * placeholder as long as the value (the header must keep its padded
+ * length: ACCEL_ERR_STATE otherwise), then rewrites the header.
+ * Before the header is written (the first write or commit). */
+int accelp_st_writer_late_metadata(accel_st_writer *w, const char *key,
+                                   char *(*fn)(void *arg), void *arg, accel_err *err);
+
 /* Commit without fsyncing the directory after the rename: for a file
  * inside a directory the caller fsyncs itself afterwards (a checkpoint's
  * temporary directory, fsynced before it is renamed into place). */

@@ -41,21 +41,28 @@ for want in "world size   2" "strategy     ddp" "step         6 (micro-step 0)" 
 	"tensors      24, "; do
 	grep -qF "$want" show || { cat show; fail "show lacks: $want"; }
 done
-grep -qE '^master/fc0\.weight +F32 +\[16, 784\] +12544 +rank0\.safetensors:\[0,6272\) rank1\.safetensors:\[6272,12544\)$' show ||
+# ddp balances the bytes: rank 0 writes model.safetensors (13002 f32) and
+# the first 13002 elements of the masters and optimizer state, rank 1 the
+# other 26004; the ranges meet inside optim/exp_avg/fc0.weight
+grep -qE '^master/fc0\.weight +F32 +\[16, 784\] +12544 +rank0\.safetensors:\[0,12544\)$' show ||
 	{ cat show; fail "show: the row of master/fc0.weight"; }
+grep -qE '^optim/exp_avg/fc0\.weight +F32 +\[16, 784\] +12544 +rank0\.safetensors:\[0,458\) rank1\.safetensors:\[458,12544\)$' show ||
+	{ cat show; fail "show: the row of optim/exp_avg/fc0.weight"; }
+grep -qE '^master/fc1\.weight +F32 +\[16, 16\] +256 +rank1\.safetensors:\[0,256\)$' show ||
+	{ cat show; fail "show: the row of master/fc1.weight"; }
 grep -qE '^param/fc2\.bias +F32 +\[10\] +10 +model\.safetensors:\[0,10\)$' show ||
 	{ cat show; fail "show: the row of param/fc2.bias"; }
 "$A" checkpoint show "$C" --verify >show 2>&1 || { cat show; fail "--verify of a good checkpoint"; }
-grep -qF "verified: 42 slices and 3 files match their XXH64 checksums" show ||
+grep -qF "verified: 25 slices and 3 files match their XXH64 checksums" show ||
 	{ cat show; fail "--verify: summary"; }
 
 echo "== --verify names the slice whose bytes changed"
 cp -r "$C" bad
-# one byte in the middle of rank 1's slice of master/fc0.weight
+# one byte in the middle of master/fc1.weight, which rank 1 holds whole
 off=$(python3 -c "
 import json, struct
 f = open('bad/rank1.safetensors', 'rb'); n = struct.unpack('<Q', f.read(8))[0]
-h = json.loads(f.read(n)); b, e = h['master/fc0.weight@6272']['data_offsets']
+h = json.loads(f.read(n)); b, e = h['master/fc1.weight']['data_offsets']
 print(8 + n + (b + e) // 2)")
 printf '\377' | dd of=bad/rank1.safetensors bs=1 seek="$off" conv=notrunc 2>/dev/null
 set +e
@@ -63,7 +70,7 @@ set +e
 rc=$?
 set -e
 [ "$rc" = 1 ] || { cat show; fail "--verify of a corrupt checkpoint exited $rc"; }
-grep -qF "accel checkpoint show: verify: bad/rank1.safetensors: tensor 'master/fc0.weight' elements [6272, 12544) (key 'master/fc0.weight@6272'): checksum xxh64" show ||
+grep -qF "accel checkpoint show: verify: bad/rank1.safetensors: tensor 'master/fc1.weight' elements [0, 256) (key 'master/fc1.weight'): checksum xxh64" show ||
 	{ cat show; fail "--verify: message"; }
 set +e
 "$A" checkpoint show nowhere >show 2>&1
@@ -108,7 +115,7 @@ EOF
 # param/ tensors are whole in model.safetensors: rank 1's damaged slice is
 # read (and refused) only for the masters
 "$A" merge-weights --master bad out.st >out 2>&1 && fail "merge --master of a corrupt checkpoint"
-grep -qF "bad/rank1.safetensors: tensor 'master/fc0.weight' elements [6272, 12544)" out ||
+grep -qF "bad/rank1.safetensors: tensor 'master/fc1.weight' elements [0, 256)" out ||
 	{ cat out; fail "merge --master: message"; }
 [ ! -e out.st ] || fail "a failed merge left out.st"
 

@@ -92,7 +92,7 @@ grep -q "$plugindir  (plugin_dirs)" "$tmp/list.out" || fail "plugin_dirs directo
 	fail_with "accel plugins info localsgd failed" "$tmp/info.out"
 cat "$tmp/info.out"
 for want in 'localsgd 1.0.0: Local SGD' 'role strategy' 'capabilities: *cpu, cuda, checkpoint' \
-	'state version: *1' \
+	'state version: *2' \
 	'localsgd.sync_every  *int  *default 4, 1 .. 1000000' \
 	'localsgd.warmup_steps  *int  *default 0, 0 .. 1000000000' \
 	'localsgd.average_optimizer_state  *bool  *default false' \

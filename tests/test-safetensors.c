@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <xxhash.h>
 
 #include "accel/accel.h"
 #include "error.h"
@@ -445,6 +446,75 @@ START_TEST(atomic_replace)
 }
 END_TEST
 
+/* accelp_st_writer_late_metadata: a value known once the data is final
+ * (computed during commit) replaces a placeholder of its length; the
+ * file's checksums from the writer match the file on disk. */
+static char *late_sum(void *arg)
+{
+	const float *x = arg;
+	char *v = malloc(8);
+	if (v)
+		snprintf(v, 8, "%04d", (int)(x[0] + x[1] + x[2]));
+	return v;
+}
+
+static char *late_long(void *arg)
+{
+	(void)arg;
+	return strdup("0123456789012345678901234567890123456789");   /* past the padding */
+}
+
+START_TEST(late_metadata)
+{
+	accel_err err = {0};
+	const char *p = tmp_path("late.safetensors");
+	accel_st_writer *w = NULL;
+	uint64_t s[] = {3};
+	float x[3] = {1, 2, 3};
+	ck_assert_int_eq(accelp_st_writer_new(p, &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, x, &err), ACCEL_OK);
+	/* no placeholder: refused */
+	ck_assert_int_eq(accelp_st_writer_late_metadata(w, "sum", late_sum, x, &err),
+	                 ACCEL_ERR_STATE);
+	ck_assert_ptr_nonnull(strstr(err.msg, "late metadata 'sum' needs its placeholder"));
+	accelp_err_clear(&err);
+	ck_assert_int_eq(accelp_st_writer_set_metadata(w, "sum", "0000", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_late_metadata(w, "sum", late_sum, x, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_commit(w, &err), ACCEL_OK);
+	uint64_t size = 0, hash = 0, hh = 0;
+	ck_assert_int_eq(accelp_st_writer_hashes(w, &size, &hash, &hh), ACCEL_OK);
+	accelp_st_writer_free(w);
+	accel_st_reader *r = NULL;
+	ck_assert_int_eq(accelp_st_reader_new(p, &r, &err), ACCEL_OK);
+	ck_assert_str_eq(accelp_st_reader_metadata(r, "sum"), "0006");
+	accelp_st_reader_free(r);
+	/* the sums the writer computed are the file's */
+	FILE *f = fopen(p, "rb");
+	ck_assert_ptr_nonnull(f);
+	unsigned char buf[4096];
+	size_t n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	ck_assert_uint_eq(n, size);
+	ck_assert_uint_eq(XXH64(buf, n, 0), hash);
+	uint64_t hl = 0;
+	for (int i = 7; i >= 0; i--)
+		hl = hl << 8 | buf[i];
+	ck_assert_uint_eq(XXH64(buf, (size_t)(8 + hl), 0), hh);
+
+	/* a value of another length would move the data: the commit fails */
+	ck_assert_int_eq(accelp_st_writer_new(p, &w, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_add(w, "x", ACCEL_DTYPE_F32, 1, s, x, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_set_metadata(w, "sum", "0000", &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_late_metadata(w, "sum", late_long, NULL, &err), ACCEL_OK);
+	ck_assert_int_eq(accelp_st_writer_commit(w, &err), ACCEL_ERR_STATE);
+	ck_assert_ptr_nonnull(strstr(err.msg, "metadata 'sum' is not as long as its placeholder"));
+	accelp_st_writer_free(w);
+	ck_assert_int_eq(accelp_st_reader_new(p, &r, &err), ACCEL_OK);   /* the old file stays */
+	ck_assert_str_eq(accelp_st_reader_metadata(r, "sum"), "0006");
+	accelp_st_reader_free(r);
+}
+END_TEST
+
 /* An overwritten file keeps its mode; a new one gets 0666 less the umask
  * (read without changing it: umask(2) would change it for every thread). */
 START_TEST(file_modes)
@@ -741,6 +811,7 @@ static Suite *safetensors_suite(void)
 	tcase_add_test(tc, streaming_and_ranges);
 	tcase_add_test(tc, incomplete_stream);
 	tcase_add_test(tc, atomic_replace);
+	tcase_add_test(tc, late_metadata);
 	tcase_add_test(tc, writer_misuse);
 	tcase_add_test(tc, file_modes);
 	tcase_add_test(tc, huge_dimension_refused);

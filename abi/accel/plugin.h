@@ -742,7 +742,10 @@ typedef struct accel_plugin_v1 {
 	int (*step)(void *state, const accel_step_info_v1 *info);
 
 	/* (optional) Write/read this plugin's state (master weights, optimizer
-	 * state, scaler state, ...).  Default: the plugin has no state. */
+	 * state, scaler state, ...).  Default: the plugin has no state.
+	 * state_version: the saving plugin's desc->state_version; 0 for the
+	 * strategy when the checkpoint was saved under another strategy (no
+	 * state of its own: read the canonical tensors, or refuse). */
 	int (*save_state)(void *state, accel_ckpt_writer *w);
 	int (*load_state)(void *state, accel_ckpt_reader *r, uint32_t state_version);
 

@@ -34,6 +34,13 @@
 #define ACCEL_MODEL_PARAM(m, i) (&(m)->params[i])
 #endif
 
+/* What save_state writes (see "checkpoints" below): 2 with checkpoint
+ * tensors (ABI 1.4 headers), 1 (blobs only) with older headers. */
+#ifdef ACCEL_CKPT_MAX_DIMS
+#define LSGD_STATE_VERSION 2
+#else
+#define LSGD_STATE_VERSION 1
+#endif
 #define LSGD_MAX_STATE 4   /* optimizer state arrays we can hold per element */
 #define LSGD_ALIGN 16      /* every parameter starts at a multiple of 16 elements */
 
@@ -86,6 +93,9 @@ typedef struct lsgd {
 	 * collectives in the same order. */
 	uint64_t steps;
 	uint64_t syncs;
+	/* loaded from another strategy's checkpoint or at another world size:
+	 * the next step() sets the clock from the optimizer's step count */
+	int clock_from_step;
 } lsgd;
 
 /* The keys this plugin reads, inside its config section "localsgd".  The
@@ -140,7 +150,7 @@ static const accel_plugin_desc_v1 lsgd_desc = {
 	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_CHECKPOINT,
 	.requires = 0,
 	.min_cuda_cc = 0,
-	.state_version = 1,             /* layout of the blobs save_state writes */
+	.state_version = LSGD_STATE_VERSION, /* layout of what save_state writes (below) */
 	.config_section = "localsgd",
 	.params = lsgd_params,
 	.n_params = sizeof(lsgd_params) / sizeof(lsgd_params[0]),
@@ -532,6 +542,10 @@ static int lsgd_step(void *state, const accel_step_info_v1 *info)
 	const accel_model_v1 *m = s->model;
 	int r;
 
+	if (s->clock_from_step) {
+		s->steps = info->step;
+		s->clock_from_step = 0;
+	}
 	if (!info->skip) {
 		for (uint32_t i = 0; i < m->n_params; i++) {
 			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
@@ -567,26 +581,53 @@ static int lsgd_step(void *state, const accel_step_info_v1 *info)
 }
 
 /* ---- checkpoints ------------------------------------------------------------------
- * Per parameter "master/NAME" and "optimK/NAME" (f32), plus "localsgd/steps"
- * (the synchronization clock, uint64).  Between synchronizations the ranks
- * hold different values, so these blobs are per rank. */
+ * With checkpoint tensors (ABI 1.4, ACCEL_CKPT_MAX_DIMS defined), state
+ * version 2: rank 0 writes its replica as the canonical tensors every
+ * strategy reads (master/NAME f32, optim/STATE/NAME: exp_avg, exp_avg_sq
+ * for AdamW, momentum_buffer for SGD) and "localsgd/clock" (i64 [2]: the
+ * synchronization clock and the world size).  Between synchronizations
+ * the other ranks hold other values, so each of them writes its replica as
+ * its own blobs "master/NAME", "optimK/NAME".  A load at the saving world
+ * size restores every rank's replica exactly; at another world size, or
+ * from a checkpoint of another strategy (state_version 0: no localsgd
+ * state), every rank starts from the canonical tensors, and the clock from
+ * the optimizer's step count (the next step's, accel_step_info_v1.step).
+ * Built against older headers (no tensors), state version 1: every rank's
+ * replica and the clock as blobs, loadable at the saving world size. */
 
 static int blob_name(lsgd *s, char *buf, size_t cap, const char *kind, const char *param)
 {
 	int n = snprintf(buf, cap, "%s/%s", kind, param);
 	if (n < 0 || (size_t)n >= cap)
 		return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name '%.40s...' is too "
-		                      "long for a checkpoint blob name", param);
+		                      "long for a checkpoint name", param);
 	return ACCEL_OK;
 }
 
-/* One f32 range to or from a checkpoint; device memory goes through a host
- * staging buffer. */
-static int xfer(lsgd *s, const lsgd_group *g, float *data, uint64_t numel, void *ckpt,
-                const char *name, int save)
+#ifdef ACCEL_CKPT_MAX_DIMS
+/* The canonical name of optimizer state k (docs/checkpoints.md). */
+static const char *state_name(lsgd *s, uint32_t k, char *buf, size_t cap)
+{
+	const char *type = "adamw";
+	if (s->host->cfg_string(s->h, "/optimizer.type", &type) != ACCEL_OK)
+		type = "adamw";
+	if (!strcmp(type, "adamw") && s->n_state == 2)
+		return k == 0 ? "exp_avg" : "exp_avg_sq";
+	if (!strcmp(type, "sgd") && s->n_state == 1)
+		return "momentum_buffer";
+	snprintf(buf, cap, "state%u", k);
+	return buf;
+}
+#endif
+
+/* One f32 array of parameter p to or from a checkpoint: as the canonical
+ * tensor `name` (tensor != 0), else as this rank's blob `name`.  Device
+ * memory goes through a host staging buffer. */
+static int xfer(lsgd *s, const accel_param_info_v1 *p, const lsgd_group *g, float *data,
+                void *ckpt, const char *name, int save, int tensor)
 {
 	const accel_host_v1 *H = s->host;
-	uint64_t bytes = numel * 4;
+	uint64_t numel = p->numel, bytes = numel * 4;
 	void *buf = data;
 	int r;
 	if (g->device != ACCEL_DEVICE_CPU && !(buf = malloc(bytes ? bytes : 1)))
@@ -595,67 +636,147 @@ static int xfer(lsgd *s, const lsgd_group *g, float *data, uint64_t numel, void 
 	accel_view hv = {sizeof(hv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, buf, numel};
 	if (save) {
 		r = buf != data ? H->op_copy(s->h, &hv, &dv) : ACCEL_OK;
+#ifdef ACCEL_CKPT_MAX_DIMS
+		if (!r && tensor) {
+			uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+			for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+				shape[d] = (uint64_t)p->shape[d];
+			/* our own arrays are not changed during the save: borrowed */
+			accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_F32, p->ndim,
+			                          buf == data ? ACCEL_CKPT_BORROW : 0, name, shape, 0,
+			                          numel, buf};
+			r = H->ckpt_write_tensor(s->h, ckpt, &sl);
+		} else
+#endif
 		if (!r)
 			r = H->ckpt_write(s->h, ckpt, name, buf, bytes);
 	} else {
-		r = H->ckpt_read(s->h, ckpt, name, buf, bytes);
+#ifdef ACCEL_CKPT_MAX_DIMS
+		if (tensor)
+			r = H->ckpt_read_tensor(s->h, ckpt, name, ACCEL_DTYPE_F32, 0, numel, buf);
+		else
+#endif
+			r = H->ckpt_read(s->h, ckpt, name, buf, bytes);
 		if (!r && buf != data)
 			r = H->op_copy(s->h, &dv, &hv);
 	}
 	if (buf != data)
 		free(buf);
+	(void)tensor;
 	return r;
 }
 
-static int save_or_load(lsgd *s, void *ckpt, int save)
+/* tensor: this rank's replica is (or is read from) the canonical tensors */
+static int save_or_load(lsgd *s, void *ckpt, int save, int tensor)
 {
-	const accel_host_v1 *H = s->host;
-	char name[512], kind[16];
-	uint64_t steps = s->steps;
+	char name[512], kind[32];
 	int r;
-	if (!s->model)
-		return H->error(s->h, ACCEL_ERR_STATE, "%s before accel_prepare()",
-		                save ? "save_state" : "load_state");
-	if (!ACCEL_HOST_HAS(H, ckpt_read))
-		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "this accel has no checkpoint streams");
 	for (uint32_t i = 0; i < s->n_params; i++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, i);
 		lsgd_param *lp = &s->params[i];
 		const lsgd_group *g = &s->groups[lp->group];
 		if ((r = blob_name(s, name, sizeof(name), "master", p->name)) ||
-		    (r = xfer(s, g, lp->master, p->numel, ckpt, name, save)))
+		    (r = xfer(s, p, g, lp->master, ckpt, name, save, tensor)))
 			return r;
 		for (uint32_t k = 0; p->requires_grad && k < s->n_state; k++) {
 			snprintf(kind, sizeof(kind), "optim%u", k);
+#ifdef ACCEL_CKPT_MAX_DIMS
+			char sb[16];
+			if (tensor)
+				snprintf(kind, sizeof(kind), "optim/%s", state_name(s, k, sb, sizeof(sb)));
+#endif
 			if ((r = blob_name(s, name, sizeof(name), kind, p->name)) ||
-			    (r = xfer(s, g, lp->state[k], p->numel, ckpt, name, save)))
+			    (r = xfer(s, p, g, lp->state[k], ckpt, name, save, tensor)))
 				return r;
 		}
 	}
 	if (save)
-		return H->ckpt_write(s->h, ckpt, "localsgd/steps", &steps, sizeof(steps));
-	if ((r = H->ckpt_read(s->h, ckpt, "localsgd/steps", &steps, sizeof(steps))))
-		return r;
-	s->steps = steps;
+		return ACCEL_OK;
 	for (uint32_t g = 0; g < s->n_groups; g++)
 		if ((r = refresh_work(s, &s->groups[g], 0, s->groups[g].n_train + s->groups[g].n_frozen)))
 			return r;
 	return ACCEL_OK;
 }
 
+static int ckpt_ready(lsgd *s, int save)
+{
+	if (!s->model)
+		return s->host->error(s->h, ACCEL_ERR_STATE, "%s before accel_prepare()",
+		                      save ? "save_state" : "load_state");
+#ifdef ACCEL_CKPT_MAX_DIMS
+	if (!ACCEL_HOST_HAS(s->host, ckpt_read_tensor))
+		return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "this accel has no checkpoint "
+		                      "tensors (ABI 1.4); this localsgd writes them");
+#else
+	if (!ACCEL_HOST_HAS(s->host, ckpt_read))
+		return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "this accel has no checkpoint streams");
+#endif
+	return ACCEL_OK;
+}
+
 static int lsgd_save_state(void *state, accel_ckpt_writer *w)
 {
-	return save_or_load(state, w, 1);
+	lsgd *s = state;
+	int r = ckpt_ready(s, 1);
+	if (r)
+		return r;
+#ifdef ACCEL_CKPT_MAX_DIMS
+	if (s->world.rank == 0) {
+		int64_t clock[2] = {(int64_t)s->steps, s->world.world_size};
+		uint64_t shape[1] = {2};
+		accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_I64, 1, 0, "localsgd/clock", shape,
+		                          0, 2, clock};
+		if ((r = s->host->ckpt_write_tensor(s->h, w, &sl)))
+			return r;
+	}
+	return save_or_load(s, w, 1, s->world.rank == 0);
+#else
+	uint64_t steps = s->steps;
+	if ((r = save_or_load(s, w, 1, 0)))
+		return r;
+	return s->host->ckpt_write(s->h, w, "localsgd/steps", &steps, sizeof(steps));
+#endif
 }
 
 static int lsgd_load_state(void *state, accel_ckpt_reader *rd, uint32_t state_version)
 {
 	lsgd *s = state;
-	if (state_version != lsgd_desc.state_version)
+	int r = ckpt_ready(s, 0);
+	if (r)
+		return r;
+#ifdef ACCEL_CKPT_MAX_DIMS
+	if (state_version != LSGD_STATE_VERSION && state_version != 0)
+		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint holds localsgd state "
+		                      "version %u; this localsgd %s reads version %u (and the "
+		                      "canonical tensors of any strategy's checkpoint)", state_version,
+		                      lsgd_desc.version, LSGD_STATE_VERSION);
+	/* the clock and the saving world size, when localsgd saved it */
+	int64_t clock[2] = {0, 0};
+	accel_ckpt_tensor_info_v1 info = {.struct_size = sizeof(info)};
+	if (state_version && (r = s->host->ckpt_tensor_info(s->h, rd, "localsgd/clock", &info)) !=
+	                             ACCEL_ERR_NOT_FOUND) {
+		if (r || (r = s->host->ckpt_read_tensor(s->h, rd, "localsgd/clock", ACCEL_DTYPE_I64, 0,
+		                                        2, clock)))
+			return r;
+	}
+	int same = clock[1] == s->world.world_size;
+	if ((r = save_or_load(s, rd, 0, !same || s->world.rank == 0)))
+		return r;
+	s->steps = (uint64_t)clock[0];
+	s->clock_from_step = clock[1] == 0;   /* no clock saved */
+	return ACCEL_OK;
+#else
+	uint64_t steps = 0;
+	if (state_version != LSGD_STATE_VERSION)
 		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint holds localsgd state "
 		                      "version %u; this localsgd %s reads version %u", state_version,
-		                      lsgd_desc.version, lsgd_desc.state_version);
-	return save_or_load(s, rd, 0);
+		                      lsgd_desc.version, LSGD_STATE_VERSION);
+	if ((r = save_or_load(s, rd, 0, 0)) ||
+	    (r = s->host->ckpt_read(s->h, rd, "localsgd/steps", &steps, sizeof(steps))))
+		return r;
+	s->steps = steps;
+	return ACCEL_OK;
+#endif
 }
 
 /* ---- the vtable and the entry -------------------------------------------------------

@@ -49,8 +49,8 @@ static const accel_plugin_desc_v1 ddp_desc = {
 	.summary = "Data parallel: replicated model, bucketed all-reduce overlapped with backward",
 	/* Only what works today: parameters on CUDA devices need the device
 	 * module, which ddp has not been run against yet.  Checkpoints: master
-	 * weights and optimizer state as tensors, 1/world per rank, loadable at
-	 * any world size (accel_save_state). */
+	 * weights and optimizer state as tensors, the bytes split evenly over
+	 * the ranks, loadable at any world size or strategy (accel_save_state). */
 	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT,
 	.requires = 0,
 	.min_cuda_cc = 0,
@@ -332,10 +332,15 @@ static int ddp_step(void *state, const accel_step_info_v1 *info)
 }
 
 /* ---- checkpoint state: master weights and optimizer state as tensors ----
- * Replicas are identical, so each rank writes a 1/world slice of every
- * tensor (rank r: elements [r*n/W, (r+1)*n/W) of the flattened tensor) and
- * the save's bytes are spread over the ranks; on load every rank reads the
- * whole tensor back, from whichever files hold it (any saving world size).
+ * Replicas are identical, so the ranks split the save's bytes evenly.  The
+ * master and optimizer tensors, in parameter order, form one f32 element
+ * space; rank 0 also writes the working weights (model.safetensors, P
+ * bytes), so of the total T (those P and the tensors' bytes) it takes the
+ * first max(0, T/W - P) bytes of that space and ranks 1..W-1 split the rest
+ * evenly: every rank writes about T/W bytes.  A rank writes the part of
+ * each tensor that falls in its range (mostly whole tensors, a tensor cut
+ * where ranges meet); on load every rank reads every tensor whole, from
+ * whichever files hold it (any saving world size or strategy).
  * Names (docs/checkpoints.md): master/<param> (f32) and
  * optim/<state>/<param>: exp_avg, exp_avg_sq (AdamW), momentum_buffer (SGD
  * with momentum).  The step count is global (the manifest's step). */
@@ -353,19 +358,53 @@ static const char *state_name(ddp_state *s, uint32_t k, char *buf, size_t cap)
 	return buf;
 }
 
-/* Save elements [lo, hi) of f32 array `dev` (on p's device) as tensor `name`. */
-static int save_slice(ddp_state *s, const accel_param_info_v1 *p, float *dev, const char *name,
-                      void **stage)
+/* This rank's elements [*ret_lo, *ret_hi) of the element space of the
+ * master and optimizer tensors (see above). */
+static void save_range(ddp_state *s, uint64_t *ret_lo, uint64_t *ret_hi)
+{
+	const accel_model_v1 *m = s->model;
+	uint64_t elems = 0, pbytes = 0, W = (uint64_t)s->world.world_size;
+	uint64_t r = (uint64_t)s->world.rank;
+	for (uint32_t i = 0; i < m->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
+		elems += p->numel * (1 + (p->requires_grad ? s->n_state : 0));
+		pbytes += p->numel * accel_abi_dtype_size(p->dtype);
+	}
+	uint64_t share = (elems * 4 + pbytes) / W;   /* bytes per rank */
+	uint64_t first = share > pbytes ? (share - pbytes + 3) / 4 : 0;   /* rank 0's elements */
+	if (first > elems || W == 1)
+		first = elems;
+	if (r == 0) {
+		*ret_lo = 0;
+		*ret_hi = first;
+	} else {
+		uint64_t rest = elems - first;
+		*ret_lo = first + rest * (r - 1) / (W - 1);
+		*ret_hi = first + rest * r / (W - 1);
+	}
+}
+
+/* Save the part of f32 array `dev` (on p's device), tensor `name`, that
+ * lies in this rank's range [lo, hi) of the element space, where the
+ * tensor starts at element `at`. */
+static int save_part(ddp_state *s, const accel_param_info_v1 *p, float *dev, const char *name,
+                     uint64_t at, uint64_t rlo, uint64_t rhi, void **stage)
 {
 	const accel_host_v1 *H = s->host;
-	uint64_t n = p->numel, W = (uint64_t)s->world.world_size, r = (uint64_t)s->world.rank;
-	uint64_t lo = n * r / W, hi = n * (r + 1) / W;
+	uint64_t n = p->numel;
+	uint64_t lo = rlo > at ? rlo - at : 0, hi = rhi > at ? rhi - at : 0;
+	if (lo > n)
+		lo = n;
+	if (hi > n)
+		hi = n;
+	if (hi <= lo)
+		return ACCEL_OK;   /* none of it is ours */
 	uint64_t shape[ACCEL_CKPT_MAX_DIMS];
 	for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
 		shape[d] = (uint64_t)p->shape[d];
 	const float *data = dev + lo;
 	uint32_t flags = ACCEL_CKPT_BORROW;   /* our arrays: no step during the save */
-	if (p->device != ACCEL_DEVICE_CPU && hi > lo) {
+	if (p->device != ACCEL_DEVICE_CPU) {
 		accel_view dv = view_of(p, ACCEL_DTYPE_F32, dev + lo, hi - lo);
 		accel_view hv = {sizeof(hv), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, *stage, hi - lo};
 		int r2 = H->op_copy(s->h, &hv, &dv);
@@ -409,6 +448,9 @@ static int save_or_load(ddp_state *s, int save)
 			largest = ACCEL_MODEL_PARAM(m, i)->numel;
 	if (!(stage = malloc(largest * 4)))
 		return s->host->error(s->h, ACCEL_ERR_NOMEM, "out of memory staging checkpoint state");
+	uint64_t lo = 0, hi = 0, at = 0;   /* this rank's range; where the tensor starts */
+	if (save)
+		save_range(s, &lo, &hi);
 	for (uint32_t i = 0; !r && i < m->n_params; i++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
 		ddp_param *dp = &s->params[i];
@@ -416,13 +458,15 @@ static int save_or_load(ddp_state *s, int save)
 			r = s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name too long");
 			break;
 		}
-		r = save ? save_slice(s, p, dp->master, name, &stage)
+		r = save ? save_part(s, p, dp->master, name, at, lo, hi, &stage)
 		         : load_whole(s, p, dp->master, name, &stage);
+		at += p->numel;
 		for (uint32_t k = 0; !r && p->requires_grad && k < s->n_state; k++) {
 			snprintf(name, sizeof(name), "optim/%s/%s", state_name(s, k, sb, sizeof(sb)),
 			         p->name);
-			r = save ? save_slice(s, p, dp->state[k], name, &stage)
+			r = save ? save_part(s, p, dp->state[k], name, at, lo, hi, &stage)
 			         : load_whole(s, p, dp->state[k], name, &stage);
+			at += p->numel;
 		}
 		if (!r && !save)
 			r = refresh_work(s, i);
@@ -443,7 +487,9 @@ static int ddp_save_state(void *state, accel_ckpt_writer *w)
 static int ddp_load_state(void *state, accel_ckpt_reader *rd, uint32_t state_version)
 {
 	ddp_state *s = state;
-	if (state_version != ddp_desc.state_version)
+	/* 0: saved under another strategy; ddp's state is the canonical
+	 * tensors alone, so it loads the same way */
+	if (state_version != ddp_desc.state_version && state_version != 0)
 		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint holds ddp state "
 		                      "version %u; this ddp reads version %u", state_version,
 		                      ddp_desc.state_version);

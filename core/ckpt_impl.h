@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/* core/ckpt_impl.h: what the checkpoint sources share (private; core/ckpt.c
+ * lists the parts, docs/checkpoints.md describes the format). */
+#ifndef ACCEL_CORE_CKPT_IMPL_H
+#define ACCEL_CORE_CKPT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "accel/plugin.h"
+#include "ckpt_manifest.h"
+#include "ctx-impl.h"
+#include "error.h"
+#include "safetensors.h"
+
+#define CKPT_FORMAT_VERSION ACCELP_CKPT_FORMAT_VERSION
+#define PATH_CAP 4096
+/* safetensors metadata key: this file's tensor slices, as JSON */
+#define SLICES_META "accel.slices"
+/* and its blobs' checksums: JSON object of key -> xxh64 hex */
+#define BLOBS_META "accel.blobs"
+
+typedef struct ckpt_rec {
+	char *name, *key;
+	uint32_t dtype, ndim;
+	uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+	uint64_t offset, count, xxh64;
+	const void *data;         /* the slice's bytes, until commit (hashed then) */
+} ckpt_rec;
+
+struct accel_ckpt_writer {
+	accel_st_writer *st;
+	accel_err *err;
+	void **copies;            /* blob copies, borrowed by st until commit */
+	uint32_t n_copies, cap_copies;
+	ckpt_rec *recs;
+	uint32_t n_recs, cap_recs;
+	json_t *blobs;            /* key -> xxh64 of each blob */
+};
+
+struct accel_ckpt_reader {
+	accel_st_reader *st;      /* this rank's file; NULL at another world size */
+	accel_err *err;
+	accelp_ckpt_manifest *m;
+	int file;                 /* st's index in m->files */
+	int saved_world, world;
+	const char *strategy;     /* this job's strategy (the saving one's: m->strategy) */
+};
+
+
+/* ckpt.c: shared by save and load */
+/* ACCEL_OK when ctx is prepared and dir a usable name (fn names the call). */
+int accelp_ckpt_check_ready(accel_ctx *ctx, const char *dir, const char *fn);
+/* Every rank learns the worst status; a rank that succeeded reports the
+ * failure of another (collective). */
+int accelp_ckpt_agree(accel_ctx *ctx, int rc, const char *what);
+/* The job's strategy plugin's name ("none" without one). */
+const char *accelp_ckpt_strategy_name(const accel_ctx *ctx);
+
+/* ckpt_stream.c: the writer's slices into its file's metadata (the
+ * checksums computed during commit); free what the writer holds. */
+int accelp_ckpt_set_slices_meta(accel_ckpt_writer *w, accel_err *err);
+void accelp_ckpt_writer_clear(accel_ckpt_writer *w);
+
+/* ckpt_save.c: save into dir (collective; dir is new). */
+int accelp_ckpt_save_at(accel_ctx *ctx, const char *dir);
+
+/* ckpt_load.c: load dir (collective); record ACCEL_ERR_CHECKPOINT with a
+ * message and return it. */
+int accelp_ckpt_load_at(accel_ctx *ctx, const char *dir);
+int accelp_ckpt_bad(accel_ctx *ctx, const char *fmt, ...) ACCEL_PRINTF(2, 3);
+
+/* ckpt_naming.c: project_dir/checkpoints into buf (ACCEL_ERR_INVALID_ARG
+ * when automatic naming is off); the next checkpoint_<n>'s n; n of a name
+ * "checkpoint_<n>" or -1; remove the oldest beyond total_limit (rank 0,
+ * after committing checkpoint_<keep>); the directory "latest" names. */
+int accelp_ckpt_auto_root(accel_ctx *ctx, const char *fn, char *buf, size_t cap);
+int64_t accelp_ckpt_next_iteration(accel_ctx *ctx);
+int64_t accelp_ckpt_auto_number(const char *name);
+void accelp_ckpt_prune(accel_ctx *ctx, const char *root, int64_t keep);
+int accelp_ckpt_latest(accel_ctx *ctx, char *buf, size_t cap);
+
+/* ckpt_fs.c */
+void accelp_ckpt_pjoin(char *buf, size_t cap, const char *dir, const char *name);
+int accelp_ckpt_fsync_path(const char *path, int dir);
+void accelp_ckpt_parent_of(const char *path, char *buf, size_t cap);
+const char *accelp_ckpt_base_of(const char *path, char *buf, size_t cap);
+void accelp_ckpt_remove_tree(const char *dir);
+int accelp_ckpt_write_text(const char *path, const char *text, accel_err *err);
+
+#endif
