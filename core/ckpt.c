@@ -171,3 +171,23 @@ int accel_load_state(accel_ctx *ctx, const char *dir)
 	}
 	return ACCEL_OK;
 }
+
+/* ---- the program's generators ------------------------------------------------------ */
+
+int accel_rng_register(accel_ctx *ctx, accel_rng *rng)
+{
+	if (!ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	if (!rng)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_rng_register: rng is NULL");
+	for (uint32_t i = 0; i < ctx->n_rngs; i++)
+		if (ctx->rngs[i] == rng)
+			return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_rng_register: this "
+			                      "generator is registered already (as number %u)", i);
+	accel_rng **list = realloc(ctx->rngs, (ctx->n_rngs + 1) * sizeof(*list));
+	if (!list)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	ctx->rngs = list;
+	ctx->rngs[ctx->n_rngs++] = rng;
+	return ACCEL_OK;
+}

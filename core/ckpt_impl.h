@@ -90,4 +90,14 @@ const char *accelp_ckpt_base_of(const char *path, char *buf, size_t cap);
 void accelp_ckpt_remove_tree(const char *dir);
 int accelp_ckpt_write_text(const char *path, const char *text, accel_err *err);
 
+/* A registered generator in a checkpoint: blob "rng/<i>" of each rank's
+ * file, little-endian as written on the supported (x86-64, aarch64)
+ * hosts. */
+typedef struct accelp_ckpt_rng {
+	uint32_t key[2];
+	uint32_t lane;
+	uint32_t reserved;
+	uint64_t pos;
+} accelp_ckpt_rng;
+
 #endif

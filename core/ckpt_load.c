@@ -200,6 +200,10 @@ static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	if (m->samplers != (int64_t)ctx->n_samplers)
 		return accelp_ckpt_bad(ctx, "%s: %" PRId64 " samplers saved; this job has %u (create the same "
 		                       "samplers before loading)", m->path, m->samplers, ctx->n_samplers);
+	if (m->rngs != (int64_t)ctx->n_rngs)
+		return accelp_ckpt_bad(ctx, "%s: %" PRId64 " generators saved; this job registered %u "
+		                       "(accel_rng_register the same streams, in the same order, before "
+		                       "loading)", m->path, m->rngs, ctx->n_rngs);
 	char name[64];
 	if (accelp_ckpt_manifest_file_index(m, "model.safetensors") < 0 ||
 	    accelp_ckpt_manifest_file_index(m, "rank0.safetensors") < 0)
@@ -298,7 +302,7 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	}
 	/* the samplers' states are global (consumed counts all ranks'): rank 0's */
 	accelp_ckpt_pjoin(path, sizeof(path), m->dir, "rank0.safetensors");
-	if (ctx->n_samplers && (rc = accelp_st_reader_new(path, &r0, err)))
+	if ((ctx->n_samplers || ctx->n_rngs) && (rc = accelp_st_reader_new(path, &r0, err)))
 		goto out;
 	accel_ckpt_reader c0 = {.st = r0, .err = err, .m = m,
 	                        .file = accelp_ckpt_manifest_file_index(m, "rank0.safetensors")};
@@ -310,6 +314,27 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 			goto out;
 		if ((rc = accel_sampler_restore(ctx->samplers[i], &st)))
 			goto out;
+	}
+	/* the program's generators: each rank's own at the saving world size;
+	 * at another, rank 0's position in every rank's own lane (docs/rng.md) */
+	accel_ckpt_reader *gr = cr.st ? &cr : &c0;
+	for (uint32_t i = 0; i < ctx->n_rngs; i++) {
+		accelp_ckpt_rng st;
+		accel_rng *g = ctx->rngs[i];
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%u", i);
+		if ((rc = accelp_ckpt_read(gr, "rng", buf, &st, sizeof(st), err)))
+			goto out;
+		if (st.key[0] != g->key[0] || st.key[1] != g->key[1] || st.reserved != g->reserved ||
+		    (cr.st && st.lane != g->lane)) {
+			rc = accelp_ckpt_bad(ctx, "%s: generator %u (accel_rng_register order) was saved "
+			                     "with key %08x%08x lane %u; this job's has key %08x%08x lane %u: "
+			                     "make it the same way (seed, kind, id) as the saving job did",
+			                     accelp_st_reader_path(gr->st), i, st.key[1], st.key[0], st.lane,
+			                     g->key[1], g->key[0], g->lane);
+			goto out;
+		}
+		accel_rng_seek(g, st.pos);
 	}
 out:
 	accelp_st_reader_free(r0);

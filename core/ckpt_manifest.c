@@ -305,6 +305,7 @@ int accelp_ckpt_manifest_parse(const char *text, size_t len, const char *dir,
 	m->step = (int64_t)u;
 	m->micro_step = get_u64(root, "micro_step", &u) ? 0 : (int64_t)u;
 	m->samplers = get_u64(root, "samplers", &u) ? 0 : (int64_t)u;
+	m->rngs = get_u64(root, "rngs", &u) ? 0 : (int64_t)u;
 	m->accel_version = json_string_value(json_object_get(root, "accel_version"));
 	if ((rc = parse_files(m, jfiles, err)))
 		goto fail;

@@ -50,7 +50,7 @@ typedef struct accelp_ckpt_manifest {
 	char *dir;                /* the checkpoint directory                    */
 	char *path;               /* dir/manifest.json                           */
 	void *root;               /* json_t, owns the strings above              */
-	int64_t version, world_size, step, micro_step, samplers;
+	int64_t version, world_size, step, micro_step, samplers, rngs;
 	const char *strategy, *accel_version;
 	accelp_ckpt_file *files;
 	uint32_t n_files;

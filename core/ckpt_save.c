@@ -143,6 +143,13 @@ static int save_rank(accel_ctx *ctx, const char *path, int64_t *sums)
 		if ((rc = accelp_ckpt_write(&cw, "sampler", buf, &st, sizeof(st), err)))
 			goto out;
 	}
+	for (uint32_t i = 0; i < ctx->n_rngs; i++) {
+		const accel_rng *g = ctx->rngs[i];
+		accelp_ckpt_rng st = {{g->key[0], g->key[1]}, g->lane, g->reserved, accel_rng_tell(g)};
+		snprintf(buf, sizeof(buf), "%u", i);
+		if ((rc = accelp_ckpt_write(&cw, "rng", buf, &st, sizeof(st), err)))
+			goto out;
+	}
 	if (crash_here(ctx, "mid-file"))
 		accelp_st_writer_crash_midway(cw.st, CRASH_EXIT);
 	accelp_st_writer_skip_dir_sync(cw.st);   /* commit() fsyncs the directory */
@@ -296,6 +303,7 @@ static int write_manifest(accel_ctx *ctx, const char *tmp, const int64_t *sums)
 	json_object_set_new(root, "scheduler", json_pack("{s:I,s:f}", "step", (json_int_t)step,
 	                                                 "lr", accel_get_lr(ctx)));
 	json_object_set_new(root, "samplers", json_integer(ctx->n_samplers));
+	json_object_set_new(root, "rngs", json_integer(ctx->n_rngs));
 	json_object_set_new(root, "files", files);
 	files = NULL;
 	json_object_set_new(root, "tensors", tensors);

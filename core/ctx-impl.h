@@ -61,6 +61,10 @@ struct accel_ctx {
 	 * accel_save_state/accel_load_state in this order (core/ckpt.c) */
 	accel_sampler **samplers;
 	uint32_t n_samplers;
+	/* the program's generators saved and restored with checkpoints
+	 * (accel_rng_register; borrowed, core/ckpt.c) */
+	accel_rng **rngs;
+	uint32_t n_rngs;
 	/* automatic checkpoint naming: the next checkpoint_<n> (core/ckpt.c;
 	 * from the config key `iteration` until the first save or load) */
 	int64_t ckpt_iteration;

@@ -261,6 +261,7 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 	for (uint32_t i = 0; i < ctx->n_samplers; i++)
 		accelp_sampler_detach(ctx->samplers[i]);
 	free(ctx->samplers);
+	free(ctx->rngs);
 	ctx->train = accelp_train_free(ctx->train);
 	/* Buffers from the backend go back before the backend goes away. */
 	ctx->mem = accelp_mem_free_all(ctx->mem, ctx);

@@ -263,6 +263,70 @@ START_TEST(manifest_refusals)
 }
 END_TEST
 
+/* Registered generators resume where they were; the count and the way
+ * they were made are checked. */
+START_TEST(generators)
+{
+	make_tmp();
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/c", tmpdir);
+	accel_ctx *ctx = model("");
+	accel_rng data, drop;
+	ck_assert_int_eq(accel_rng_seed_stream(ctx, ACCEL_RNG_DATA, 7, &data), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_seed_stream(ctx, ACCEL_RNG_RANK, 1, &drop), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_register(ctx, &data), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_register(ctx, &drop), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_register(ctx, &drop), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "registered already (as number 1)"), "%s",
+	              accel_errmsg(ctx));
+	ck_assert_int_eq(accel_rng_register(ctx, NULL), ACCEL_ERR_INVALID_ARG);
+	for (int i = 0; i < 5; i++)
+		(void)accel_rng_u32(&data);
+	(void)accel_rng_normal(&drop);
+	train_step(ctx, 1.0f);
+	ck_assert_msg(accel_save_state(ctx, dir) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	/* what the uninterrupted run draws next */
+	uint32_t want_data = accel_rng_u32(&data);
+	float want_drop = accel_rng_normal(&drop);
+	accel_ctx_free(ctx);
+
+	ctx = model("");
+	accel_rng d2, r2;
+	ck_assert_int_eq(accel_rng_seed_stream(ctx, ACCEL_RNG_DATA, 7, &d2), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_seed_stream(ctx, ACCEL_RNG_RANK, 1, &r2), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_register(ctx, &d2), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_register(ctx, &r2), ACCEL_OK);
+	ck_assert_msg(accel_load_state(ctx, dir) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert_uint_eq(accel_rng_tell(&d2), 5);
+	ck_assert_uint_eq(accel_rng_tell(&r2), 2);
+	ck_assert_uint_eq(accel_rng_u32(&d2), want_data);
+	ck_assert_float_eq(accel_rng_normal(&r2), want_drop);
+	accel_ctx_free(ctx);
+
+	/* one generator fewer: refused before anything changes */
+	ctx = model("");
+	ck_assert_int_eq(accel_rng_register(ctx, &d2), ACCEL_OK);
+	ck_assert_int_eq(accel_load_state(ctx, dir), ACCEL_ERR_CHECKPOINT);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "2 generators saved; this job registered 1"), "%s",
+	              accel_errmsg(ctx));
+	ck_assert_uint_eq(accel_get_step(ctx), 0);
+	accel_ctx_free(ctx);
+
+	/* made another way (another id): named */
+	ctx = model("");
+	ck_assert_int_eq(accel_rng_seed_stream(ctx, ACCEL_RNG_DATA, 8, &d2), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_register(ctx, &d2), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_register(ctx, &r2), ACCEL_OK);
+	ck_assert_int_eq(accel_load_state(ctx, dir), ACCEL_ERR_CHECKPOINT);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "rank0.safetensors: generator 0 (accel_rng_register "
+	                     "order) was saved with key"), "%s", accel_errmsg(ctx));
+	ck_assert_msg(strstr(accel_errmsg(ctx), "make it the same way (seed, kind, id)"), "%s",
+	              accel_errmsg(ctx));
+	accel_ctx_free(ctx);
+	rm_tmp();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("checkpoint-api");
@@ -271,6 +335,7 @@ int main(void)
 	tcase_add_test(tc, no_directory_without_automatic_naming);
 	tcase_add_test(tc, save_model);
 	tcase_add_test(tc, manifest_refusals);
+	tcase_add_test(tc, generators);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

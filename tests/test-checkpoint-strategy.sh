@@ -76,6 +76,12 @@ grep -qF "info: accel_load_state: s2: saved under strategy 'localsgd'; this job 
 
 echo "== localsgd at 2 and at 3 from its own checkpoint"
 run 2 "$R" localsgd adamw reload s2 y2 0 >out 2>&1 || { cat out; fail "localsgd at 2"; }
+# registered generators: at the saving world size each rank's own position
+# (rank r drew r + 1 words before the save)
+for want in "[rank 0] generators: data at 1 lane 0, rank at 1 lane 0" \
+	"[rank 1] generators: data at 2 lane 0, rank at 2 lane 1"; do
+	grep -qF "$want" out || { cat out; fail "generators at 2: no '$want'"; }
+done
 "$R" compare s2 y2 >cmp 2>&1 || { cat cmp; fail "localsgd at 2: tensors differ"; }
 # rank 1's replica (its blobs) came back exactly, and it is not rank 0's
 cmp s2/rank1.safetensors y2/rank1.safetensors || fail "localsgd at 2: rank 1's replica differs"
@@ -91,6 +97,13 @@ assert tensor(d + "/rank0.safetensors", "master/a") != tensor(d + "/rank1.safete
 EOF
 echo "  ok: s2 under localsgd at 2 (every replica restored)"
 reload 3 localsgd s2 y3
+# at another world size: rank 0's position, each rank's own lane
+for want in "[rank 0] generators: data at 1 lane 0, rank at 1 lane 0" \
+	"[rank 1] generators: data at 1 lane 0, rank at 1 lane 1" \
+	"[rank 2] generators: data at 1 lane 0, rank at 1 lane 2"; do
+	grep -qF "$want" out || { cat out; fail "generators at 3: no '$want'"; }
+done
+echo "  ok: registered generators resume by the rule of docs/rng.md"
 
 echo "== a tensor the new strategy needs but the checkpoint lacks"
 set +e

@@ -98,6 +98,7 @@ MAY_SKIP = {
     "cuda": ["gpu"],
     "mlp-cuda": ["gpu"],
     "train-mlp-gpu": ["gpu"],
+    "checkpoint-gpu": ["gpu"],
     "optim-torch": ["torch", "avx2_fma"],
     "safetensors-python": ["torch"],
     "train-mlp-parity": ["torch"],

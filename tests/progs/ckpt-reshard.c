@@ -8,6 +8,8 @@
  *       load SRC, save into DST at once (its canonical tensors must equal
  *       SRC's: compare with ckpt-compare), then train STEPS more steps and
  *       print "trained N more steps from step S: weights changed, finite"
+ *       (and on every rank where its two registered generators resumed:
+ *       before the save, rank r drew r + 1 words of each)
  *   ckpt-reshard compare A B
  *       every param/, master/ and optim/ tensor of checkpoint A equals B's
  *       bit for bit (and B has no other); prints "N tensors equal"
@@ -162,9 +164,18 @@ int main(int argc, char **argv)
 	    (rc = accel_model_add_param(ctx, "u", "c", ACCEL_DTYPE_F32, 1, sc, &u, NULL)) ||
 	    (rc = accel_model_add(ctx, &fz, NULL)) || (rc = accel_prepare(ctx)))
 		return fail_ctx(ctx, "building the model", rc);
+	/* two registered generators, a data stream and a rank stream */
+	accel_rng gd, gr;
+	if ((rc = accel_rng_seed_stream(ctx, ACCEL_RNG_DATA, 3, &gd)) ||
+	    (rc = accel_rng_seed_stream(ctx, ACCEL_RNG_RANK, 4, &gr)) ||
+	    (rc = accel_rng_register(ctx, &gd)) || (rc = accel_rng_register(ctx, &gr)))
+		return fail_ctx(ctx, "accel_rng_register", rc);
 	if (save) {
 		if ((rc = train(ctx, atoi(argv[5]))))
 			return fail_ctx(ctx, "training", rc);
+		/* rank r draws r + 1 words of each: positions differ by rank */
+		for (int k = 0; k <= accel_rank(ctx); k++)
+			(void)(accel_rng_u32(&gd) + accel_rng_u32(&gr));
 		if ((rc = accel_save_state(ctx, argv[4])))
 			return fail_ctx(ctx, "accel_save_state", rc);
 		accel_ctx_free(ctx);
@@ -172,6 +183,8 @@ int main(int argc, char **argv)
 	}
 	if ((rc = accel_load_state(ctx, argv[4])))
 		return fail_ctx(ctx, "accel_load_state", rc);
+	printf("generators: data at %" PRIu64 " lane %u, rank at %" PRIu64 " lane %u\n",
+	       accel_rng_tell(&gd), gd.lane, accel_rng_tell(&gr), gr.lane);
 	if ((rc = accel_save_state(ctx, argv[5])))
 		return fail_ctx(ctx, "accel_save_state", rc);
 	int finite;

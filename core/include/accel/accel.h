@@ -760,6 +760,16 @@ ACCEL_API int accel_rng_fill_uniform_indexed(uint64_t seed, uint64_t key, uint64
 ACCEL_API int accel_rng_fill_normal_indexed(uint64_t seed, uint64_t key, uint64_t offset,
                                             uint64_t count, double mean, double std,
                                             float *dst);
+/* Keep *rng with the context's checkpoints: accel_save_state writes its
+ * position on every rank and accel_load_state seeks it back, so a stream
+ * the program draws from during training (dropout, augmentation) resumes
+ * where it was.  Register the same streams, made the same way (seed, kind,
+ * id), in the same order before loading.  At the saving world size each
+ * rank gets its own position back; at another, every rank takes rank 0's
+ * position and keeps its own lane (docs/rng.md).  *rng must stay valid
+ * while ctx lives.  Errors: INVALID_ARG (NULL, registered twice). */
+ACCEL_API int accel_rng_register(accel_ctx *ctx, accel_rng *rng);
+
 /* The raw block function: ret_out = Philox4x32-10(ctr, key). */
 ACCEL_API void accel_rng_philox4x32(const uint32_t ctr[4], const uint32_t key[2],
                                     uint32_t ret_out[4]);
