@@ -38,6 +38,7 @@
 #define ACCEL_PLUGIN_H
 
 #include <stdarg.h>
+#include <string.h>
 
 #include "accel/types.h"
 
@@ -148,7 +149,7 @@ typedef struct accel_group accel_group;
 typedef struct accel_ckpt_writer accel_ckpt_writer;
 typedef struct accel_ckpt_reader accel_ckpt_reader;
 
-/* ABI minor 3: a checkpoint tensor (host->ckpt_write_tensor, ckpt_tensor_info). */
+/* ABI minor 4: a checkpoint tensor (host->ckpt_write_tensor, ckpt_tensor_info). */
 #define ACCEL_CKPT_MAX_DIMS 8
 /* accel_ckpt_slice_v1.flags: `data` stays valid and unchanged until
  * accel_save_state returns (the plugin's own state, which no step can
@@ -174,6 +175,22 @@ typedef struct accel_ckpt_tensor_info_v1 {
 	uint64_t shape[ACCEL_CKPT_MAX_DIMS]; /* global shape; ndim entries used   */
 	uint64_t numel;           /* product of shape (1 when ndim == 0)          */
 } accel_ckpt_tensor_info_v1;
+
+/* The canonical <state> of "optim/<state>/<param>" for optimizer state
+ * array k of a parameter (in the order host->optim_step takes them) under
+ * the core's optimizer `type` (config key optimizer.type) with n_state
+ * arrays per parameter: "exp_avg", "exp_avg_sq" (adamw, 2),
+ * "momentum_buffer" (sgd, 1); NULL for anything else, which a plugin then
+ * names itself (docs/checkpoints.md).  Compiled into the module. */
+static inline const char *accel_ckpt_optim_state_name(const char *type, uint32_t n_state,
+                                                      uint32_t k)
+{
+	if (type && !strcmp(type, "adamw") && n_state == 2 && k < 2)
+		return k == 0 ? "exp_avg" : "exp_avg_sq";
+	if (type && !strcmp(type, "sgd") && n_state == 1 && k == 0)
+		return "momentum_buffer";
+	return NULL;
+}
 
 typedef struct accel_world_v1 {
 	uint32_t struct_size;

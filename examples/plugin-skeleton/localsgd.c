@@ -611,10 +611,9 @@ static const char *state_name(lsgd *s, uint32_t k, char *buf, size_t cap)
 	const char *type = "adamw";
 	if (s->host->cfg_string(s->h, "/optimizer.type", &type) != ACCEL_OK)
 		type = "adamw";
-	if (!strcmp(type, "adamw") && s->n_state == 2)
-		return k == 0 ? "exp_avg" : "exp_avg_sq";
-	if (!strcmp(type, "sgd") && s->n_state == 1)
-		return "momentum_buffer";
+	const char *name = accel_ckpt_optim_state_name(type, s->n_state, k);
+	if (name)
+		return name;
 	snprintf(buf, cap, "state%u", k);
 	return buf;
 }
