@@ -85,6 +85,7 @@ static int show(const char *dir, int verify)
 		       json_integer_value(json_object_get(p, "state_version")));
 	printf("\nstep         %" PRId64 " (micro-step %" PRId64 ")\n", m->step, m->micro_step);
 	printf("samplers     %" PRId64 "\n", m->samplers);
+	printf("generators   %" PRId64 " (accel_rng_register)\n", m->rngs);
 	printf("files        %u, %" PRIu64 " bytes\n", m->n_files, bytes);
 	printf("tensors      %u, %" PRIu64 " elements\n\n", m->n_tensors, elems);
 	size_t w = strlen("tensor");

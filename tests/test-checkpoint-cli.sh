@@ -37,7 +37,7 @@ C=p/checkpoint_6
 echo "== accel checkpoint show"
 "$A" checkpoint show "$C" >show 2>&1 || { cat show; fail "show exited $?"; }
 for want in "world size   2" "strategy     ddp" "step         6 (micro-step 0)" \
-	"plugins      ddp (state version 2)" "format       2 (accel " "samplers     1" \
+	"plugins      ddp (state version 2)" "format       2 (accel " "samplers     1" "generators   0 (accel_rng_register)" \
 	"tensors      24, "; do
 	grep -qF "$want" show || { cat show; fail "show lacks: $want"; }
 done
