@@ -140,8 +140,13 @@ int accel_save_state(accel_ctx *ctx, const char *dir_arg)
 	    (int)sizeof(dir))
 		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_save_state: "
 		                      "project_dir too long");
-	if ((rc = accelp_ckpt_save_at(ctx, dir)))
+	if ((rc = accelp_ckpt_save_at(ctx, dir))) {
+		/* failed after its rename (fsync of the parent, `latest`): the
+		 * name is taken, so the next save takes the next one */
+		if (stat(dir, &sb) == 0)
+			ctx->ckpt_iteration++;
 		return rc;
+	}
 	int64_t done = ctx->ckpt_iteration++;
 	if (ctx->world.rank == 0)
 		accelp_ckpt_prune(ctx, root, done);

@@ -89,8 +89,13 @@ int accelp_ckpt_write_text(const char *path, const char *text, accel_err *err)
 		}
 		off += (size_t)k;
 	}
-	if (fsync(fd) != 0 || close(fd) != 0)
-		return accelp_err_set(err, ACCEL_ERR_IO, "%s: %s", path, strerror(errno));
+	int bad = fsync(fd) != 0, e = errno;
+	if (close(fd) != 0 && !bad) {
+		bad = 1;
+		e = errno;
+	}
+	if (bad)
+		return accelp_err_set(err, ACCEL_ERR_IO, "%s: %s", path, strerror(e));
 	return ACCEL_OK;
 }
 

@@ -129,19 +129,21 @@ static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m)
 	}
 	/* what every strategy reads of the job's optimizer: its state under the
 	 * canonical names (docs/abi.md#checkpoint-tensors), checked here, before
-	 * anything changes */
+	 * anything changes.  Not where the saving strategy is the job's and
+	 * wrote no canonical state: it kept its state as blobs (a strategy
+	 * built before ABI 1.4), which it reads back itself. */
 	const char *type = "adamw", *states[2] = {NULL, NULL};
 	uint32_t ns = accelp_train_optim_state_count(ctx->train);
 	if (accel_config_string(ctx, "optimizer.type", &type) != ACCEL_OK || !type)
 		type = "adamw";
-	if (!strcmp(type, "adamw") && ns == 2) {
-		states[0] = "exp_avg";
-		states[1] = "exp_avg_sq";
-	} else if (!strcmp(type, "sgd") && ns == 1) {
-		states[0] = "momentum_buffer";
-	}
+	for (uint32_t k = 0; k < ns && k < 2; k++)
+		states[k] = accel_ckpt_optim_state_name(type, ns, k);
 	const char *strat = accelp_ckpt_strategy_name(ctx);
-	for (uint32_t i = 0; i < model->n_params; i++) {
+	int canonical = 0;
+	for (uint32_t k = 0; k < m->n_tensors && !canonical; k++)
+		canonical = !strncmp(m->tensors[k].name, "master/", 7) ||
+		            !strncmp(m->tensors[k].name, "optim/", 6);
+	for (uint32_t i = 0; (canonical || strcmp(strat, m->strategy)) && i < model->n_params; i++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
 		for (uint32_t k = 0; p->requires_grad && k < 2 && states[k]; k++) {
 			char name[600];
@@ -186,6 +188,45 @@ static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m)
 	return ACCEL_OK;
 }
 
+/* The rank file a rank reads its registered generators from: its own at
+ * the saving world size, rank 0's at another (docs/rng.md). */
+static void rng_file(const accel_ctx *ctx, const accelp_ckpt_manifest *m, char *name, size_t cap)
+{
+	snprintf(name, cap, "rank%d.safetensors",
+	         m->world_size == ctx->world.world_size ? ctx->world.rank : 0);
+}
+
+/* Every registered generator was saved with this job's key (and, at the
+ * saving world size, lane): checked before anything changes. */
+static int check_rngs(accel_ctx *ctx, accelp_ckpt_manifest *m)
+{
+	char name[64], path[PATH_CAP];
+	accel_err *err = &ctx->err;
+	if (!ctx->n_rngs)
+		return ACCEL_OK;
+	rng_file(ctx, m, name, sizeof(name));
+	accelp_ckpt_pjoin(path, sizeof(path), m->dir, name);
+	accel_ckpt_reader r = {.err = err, .m = m, .file = accelp_ckpt_manifest_file_index(m, name)};
+	int rc = accelp_st_reader_new(path, &r.st, err);
+	for (uint32_t i = 0; !rc && i < ctx->n_rngs; i++) {
+		accelp_ckpt_rng st;
+		const accel_rng *g = ctx->rngs[i];
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%u", i);
+		if ((rc = accelp_ckpt_read(&r, "rng", buf, &st, sizeof(st), err)))
+			break;
+		if (st.key[0] != g->key[0] || st.key[1] != g->key[1] || st.reserved != g->reserved ||
+		    (m->world_size == ctx->world.world_size && st.lane != g->lane))
+			rc = accelp_ckpt_bad(ctx, "%s: generator %u (accel_rng_register order) was saved "
+			                     "with key %08x%08x lane %u; this job's has key %08x%08x lane %u: "
+			                     "make it the same way (seed, kind, id) as the saving job did",
+			                     path, i, st.key[1], st.key[0], st.lane, g->key[1], g->key[0],
+			                     g->lane);
+	}
+	accelp_st_reader_free(r.st);
+	return rc;
+}
+
 /* Checks that need no change to the job: manifest against the job, files. */
 static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
 {
@@ -223,6 +264,8 @@ static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	for (uint32_t i = 0; i < m->n_files; i++)
 		if ((rc = accelp_ckpt_manifest_verify_header(m, i, &ctx->err)))
 			return rc;
+	if ((rc = check_rngs(ctx, m)))
+		return rc;
 	if (ctx->world.rank == 0 && strcmp(m->strategy, accelp_ckpt_strategy_name(ctx)))
 		log_skipped(ctx, m);
 	return ACCEL_OK;
@@ -315,26 +358,17 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 		if ((rc = accel_sampler_restore(ctx->samplers[i], &st)))
 			goto out;
 	}
-	/* the program's generators: each rank's own at the saving world size;
-	 * at another, rank 0's position in every rank's own lane (docs/rng.md) */
+	/* the program's generators (checked by check_rngs): each rank's own at
+	 * the saving world size; at another, rank 0's position in every rank's
+	 * own lane (docs/rng.md) */
 	accel_ckpt_reader *gr = cr.st ? &cr : &c0;
 	for (uint32_t i = 0; i < ctx->n_rngs; i++) {
 		accelp_ckpt_rng st;
-		accel_rng *g = ctx->rngs[i];
 		char buf[32];
 		snprintf(buf, sizeof(buf), "%u", i);
 		if ((rc = accelp_ckpt_read(gr, "rng", buf, &st, sizeof(st), err)))
 			goto out;
-		if (st.key[0] != g->key[0] || st.key[1] != g->key[1] || st.reserved != g->reserved ||
-		    (cr.st && st.lane != g->lane)) {
-			rc = accelp_ckpt_bad(ctx, "%s: generator %u (accel_rng_register order) was saved "
-			                     "with key %08x%08x lane %u; this job's has key %08x%08x lane %u: "
-			                     "make it the same way (seed, kind, id) as the saving job did",
-			                     accelp_st_reader_path(gr->st), i, st.key[1], st.key[0], st.lane,
-			                     g->key[1], g->key[0], g->lane);
-			goto out;
-		}
-		accel_rng_seek(g, st.pos);
+		accel_rng_seek(ctx->rngs[i], st.pos);
 	}
 out:
 	accelp_st_reader_free(r0);

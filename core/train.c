@@ -1038,8 +1038,25 @@ int accelp_train_req_done(accel_train *t, accel_req *req)
 		return ACCEL_OK;
 	struct req_cb one, *cbs = n == 1 ? &one : malloc(n * sizeof(*cbs));
 	if (!cbs) {
-		accelp_train_drop_callbacks_of(t, req);
-		return terr(t, ACCEL_ERR_NOMEM, "out of memory running %u req_on_done callbacks", n);
+		/* no room to take them all out: the first of them, n times (one
+		 * registered meanwhile is appended, after these) */
+		for (uint32_t done = 0; done < n; done++) {
+			uint32_t i = 0;
+			while (i < t->n_req_cbs && t->req_cbs[i].req != req)
+				i++;
+			if (i == t->n_req_cbs)
+				break;
+			one = t->req_cbs[i];
+			memmove(&t->req_cbs[i], &t->req_cbs[i + 1],
+			        (t->n_req_cbs - i - 1) * sizeof(t->req_cbs[0]));
+			t->n_req_cbs--;
+			int rc = one.fn(one.arg);
+			if (rc && !r)
+				r = rc > 0 ? ACCEL_ERR_PLUGIN : rc;
+		}
+		return r ? (t->ctx->err.code ? r : terr(t, r, "a req_on_done callback failed with "
+		                                        "%s and no message", accel_status_str(r)))
+		         : ACCEL_OK;
 	}
 	uint32_t k = 0, m = 0;
 	for (uint32_t i = 0; i < t->n_req_cbs; i++) {

@@ -312,13 +312,19 @@ START_TEST(generators)
 	ck_assert_uint_eq(accel_get_step(ctx), 0);
 	accel_ctx_free(ctx);
 
-	/* made another way (another id): named */
+	/* made another way (another id): named, before anything changes */
 	ctx = model("");
-	ck_assert_int_eq(accel_rng_seed_stream(ctx, ACCEL_RNG_DATA, 8, &d2), ACCEL_OK);
-	ck_assert_int_eq(accel_rng_register(ctx, &d2), ACCEL_OK);
-	ck_assert_int_eq(accel_rng_register(ctx, &r2), ACCEL_OK);
+	float w0[6];
+	memcpy(w0, accel_param_data(ctx, 0), sizeof(w0));
+	ck_assert_int_eq(accel_rng_seed_stream(ctx, ACCEL_RNG_DATA, 7, &d2), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_seed_stream(ctx, ACCEL_RNG_RANK, 9, &r2), ACCEL_OK);
+	ck_assert_int_eq(accel_rng_register(ctx, &d2), ACCEL_OK);   /* the right one */
+	ck_assert_int_eq(accel_rng_register(ctx, &r2), ACCEL_OK);   /* another id */
 	ck_assert_int_eq(accel_load_state(ctx, dir), ACCEL_ERR_CHECKPOINT);
-	ck_assert_msg(strstr(accel_errmsg(ctx), "rank0.safetensors: generator 0 (accel_rng_register "
+	ck_assert_mem_eq(accel_param_data(ctx, 0), w0, sizeof(w0));
+	ck_assert_uint_eq(accel_get_step(ctx), 0);
+	ck_assert_uint_eq(accel_rng_tell(&d2), 0);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "rank0.safetensors: generator 1 (accel_rng_register "
 	                     "order) was saved with key"), "%s", accel_errmsg(ctx));
 	ck_assert_msg(strstr(accel_errmsg(ctx), "make it the same way (seed, kind, id)"), "%s",
 	              accel_errmsg(ctx));

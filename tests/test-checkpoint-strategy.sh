@@ -15,9 +15,10 @@
 # Usage: test-checkpoint-strategy.sh CKPT_RESHARD LOCALSGD_DIR TRAIN_MLP
 set -eu
 
-R=${1:?usage: test-checkpoint-strategy.sh CKPT_RESHARD LOCALSGD_DIR TRAIN_MLP}
+R=${1:?usage: test-checkpoint-strategy.sh CKPT_RESHARD LOCALSGD_DIR TRAIN_MLP LOCALSGD_1_2_DIR}
 L=${2:?}
 T=${3:?}
+O=${4:?}
 R=$(cd "$(dirname "$R")" && pwd)/$(basename "$R")
 T=$(cd "$(dirname "$T")" && pwd)/$(basename "$T")
 : "${ACCEL_CLI:?not set (run through meson test)}"
@@ -123,6 +124,27 @@ set -e
 grep -qF "accel_load_state: d2/manifest.json: no tensor 'optim/momentum_buffer/a': this job's optimizer 'sgd' keeps state 'momentum_buffer' (was the checkpoint saved with another optimizer?)" out ||
 	{ cat out; fail "another optimizer: message"; }
 echo "  ok: missing tensor"
+
+echo "== a strategy that keeps its state as blobs (Local SGD built against the ABI 1.2 headers)"
+# blob-only state: loads under the saving strategy at the saving world size,
+# is refused by name at another
+(export ACCEL_PLUGIN_PATH="$O:$ACCEL_PLUGIN_PATH"
+ run 2 "$R" localsgd adamw save b2 3) >out 2>&1 || { cat out; fail "save with the 1.2 localsgd"; }
+grep -q '"state_version": 1' b2/manifest.json || { cat b2/manifest.json; fail "b2: not state version 1"; }
+! grep -q '"optim/' b2/manifest.json || fail "b2: the 1.2 localsgd wrote optimizer tensors"
+(export ACCEL_PLUGIN_PATH="$O:$ACCEL_PLUGIN_PATH"
+ run 2 "$R" localsgd adamw reload b2 b2r 2) >out 2>&1 || { cat out; fail "blob-only state at 2"; }
+grep -qF "trained 2 more steps from step 3: weights changed, finite" out ||
+	{ cat out; fail "blob-only state at 2: did not train on"; }
+set +e
+(export ACCEL_PLUGIN_PATH="$O:$ACCEL_PLUGIN_PATH"
+ run 3 "$R" localsgd adamw reload b2 b3 1) >out 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] || { cat out; fail "blob-only state at 3: exited $rc"; }
+grep -qF "is per-rank state saved by a job of 2 processes; this job has 3" out ||
+	{ cat out; fail "blob-only state at 3: message"; }
+echo "  ok: blob-only state"
 
 echo "== train_mlp: ddp -> localsgd and localsgd -> ddp at 2 processes"
 F="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 --log-every 5"

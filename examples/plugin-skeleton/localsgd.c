@@ -590,8 +590,9 @@ static int lsgd_step(void *state, const accel_step_info_v1 *info)
  * its own blobs "master/NAME", "optimK/NAME".  A load at the saving world
  * size restores every rank's replica exactly; at another world size, or
  * from a checkpoint of another strategy (state_version 0: no localsgd
- * state), every rank starts from the canonical tensors, and the clock from
- * the optimizer's step count (the next step's, accel_step_info_v1.step).
+ * state), every rank starts from the canonical tensors; the clock is the
+ * saved "localsgd/clock" when there is one (another world size), else the
+ * optimizer's step count (the next step's, accel_step_info_v1.step).
  * Built against older headers (no tensors), state version 1: every rank's
  * replica and the clock as blobs, loadable at the saving world size. */
 
