@@ -197,8 +197,9 @@ static void rng_file(const accel_ctx *ctx, const accelp_ckpt_manifest *m, char *
 }
 
 /* Every registered generator was saved with this job's key (and, at the
- * saving world size, lane): checked before anything changes. */
-static int check_rngs(accel_ctx *ctx, accelp_ckpt_manifest *m)
+ * saving world size, lane): checked before anything changes.  Their saved
+ * positions into ret_pos[0 .. n_rngs), for the load to seek to. */
+static int check_rngs(accel_ctx *ctx, accelp_ckpt_manifest *m, uint64_t *ret_pos)
 {
 	char name[64], path[PATH_CAP];
 	accel_err *err = &ctx->err;
@@ -222,13 +223,16 @@ static int check_rngs(accel_ctx *ctx, accelp_ckpt_manifest *m)
 			                     "make it the same way (seed, kind, id) as the saving job did",
 			                     path, i, st.key[1], st.key[0], st.lane, g->key[1], g->key[0],
 			                     g->lane);
+		else
+			ret_pos[i] = st.pos;
 	}
 	accelp_st_reader_free(r.st);
 	return rc;
 }
 
-/* Checks that need no change to the job: manifest against the job, files. */
-static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
+/* Checks that need no change to the job: manifest against the job, files;
+ * the registered generators' saved positions into rng_pos. */
+static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m, uint64_t *rng_pos)
 {
 	int rc = ACCEL_OK;
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
@@ -264,7 +268,7 @@ static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	for (uint32_t i = 0; i < m->n_files; i++)
 		if ((rc = accelp_ckpt_manifest_verify_header(m, i, &ctx->err)))
 			return rc;
-	if ((rc = check_rngs(ctx, m)))
+	if ((rc = check_rngs(ctx, m, rng_pos)))
 		return rc;
 	if (ctx->world.rank == 0 && strcmp(m->strategy, accelp_ckpt_strategy_name(ctx)))
 		log_skipped(ctx, m);
@@ -345,7 +349,7 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	}
 	/* the samplers' states are global (consumed counts all ranks'): rank 0's */
 	accelp_ckpt_pjoin(path, sizeof(path), m->dir, "rank0.safetensors");
-	if ((ctx->n_samplers || ctx->n_rngs) && (rc = accelp_st_reader_new(path, &r0, err)))
+	if (ctx->n_samplers && (rc = accelp_st_reader_new(path, &r0, err)))
 		goto out;
 	accel_ckpt_reader c0 = {.st = r0, .err = err, .m = m,
 	                        .file = accelp_ckpt_manifest_file_index(m, "rank0.safetensors")};
@@ -357,18 +361,6 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
 			goto out;
 		if ((rc = accel_sampler_restore(ctx->samplers[i], &st)))
 			goto out;
-	}
-	/* the program's generators (checked by check_rngs): each rank's own at
-	 * the saving world size; at another, rank 0's position in every rank's
-	 * own lane (docs/rng.md) */
-	accel_ckpt_reader *gr = cr.st ? &cr : &c0;
-	for (uint32_t i = 0; i < ctx->n_rngs; i++) {
-		accelp_ckpt_rng st;
-		char buf[32];
-		snprintf(buf, sizeof(buf), "%u", i);
-		if ((rc = accelp_ckpt_read(gr, "rng", buf, &st, sizeof(st), err)))
-			goto out;
-		accel_rng_seek(ctx->rngs[i], st.pos);
 	}
 out:
 	accelp_st_reader_free(r0);
@@ -382,19 +374,26 @@ out:
 int accelp_ckpt_load_at(accel_ctx *ctx, const char *dir)
 {
 	accelp_ckpt_manifest *m = NULL;
-	int rc;
-	if (!(rc = accelp_ckpt_manifest_open(dir, &m, &ctx->err)))
-		rc = check_checkpoint(ctx, m);
+	uint64_t *rng_pos = calloc(ctx->n_rngs ? ctx->n_rngs : 1, sizeof(*rng_pos));
+	int rc = rng_pos ? ACCEL_OK : accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
+	if (!rc && !(rc = accelp_ckpt_manifest_open(dir, &m, &ctx->err)))
+		rc = check_checkpoint(ctx, m, rng_pos);
 	if ((rc = accelp_ckpt_agree(ctx, rc, "accel_load_state (checking the checkpoint)")))
 		goto out;
 	rc = load_params(ctx, m);
 	if (!rc)
 		rc = load_rank(ctx, m);
+	/* the program's generators, read by check_rngs: each rank's own
+	 * position at the saving world size; at another, rank 0's in every
+	 * rank's own lane (docs/rng.md) */
+	for (uint32_t i = 0; !rc && i < ctx->n_rngs; i++)
+		accel_rng_seek(ctx->rngs[i], rng_pos[i]);
 	if (!rc)
 		rc = accelp_train_set_step_count(ctx->train, (uint64_t)m->step,
 		                                 (uint32_t)m->micro_step);
 	rc = accelp_ckpt_agree(ctx, rc, "accel_load_state");
 out:
 	accelp_ckpt_manifest_free(m);
+	free(rng_pos);
 	return rc;
 }
