@@ -1026,54 +1026,43 @@ int accelp_train_req_done(accel_train *t, accel_req *req)
 	if (!t || !req)
 		return ACCEL_OK;
 	/* `req` is already released, so its address may come back for a request
-	 * that a callback issues: take all of its callbacks out first, then run
-	 * them, so one registered from inside a callback (on a new request that
-	 * happens to have the same address) is not taken for one of these.
-	 * They run in registration order; fn may wait on other requests (and so
-	 * re-enter here) or register new callbacks. */
+	 * that a callback issues: its n callbacks are taken out before they run,
+	 * so one registered from inside a callback (on a new request that
+	 * happens to have the same address, appended after them) is not taken
+	 * for one of these.  They run in registration order; fn may wait on
+	 * other requests (and so re-enter here) or register new callbacks.
+	 * Without memory for all n, they are taken out and run one at a time:
+	 * the first match is still one of the n. */
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < t->n_req_cbs; i++)
 		n += t->req_cbs[i].req == req;
 	if (!n)
 		return ACCEL_OK;
-	struct req_cb one, *cbs = n == 1 ? &one : malloc(n * sizeof(*cbs));
-	if (!cbs) {
-		/* no room to take them all out: the first of them, n times (one
-		 * registered meanwhile is appended, after these) */
-		for (uint32_t done = 0; done < n; done++) {
-			uint32_t i = 0;
-			while (i < t->n_req_cbs && t->req_cbs[i].req != req)
-				i++;
-			if (i == t->n_req_cbs)
-				break;
-			one = t->req_cbs[i];
-			memmove(&t->req_cbs[i], &t->req_cbs[i + 1],
-			        (t->n_req_cbs - i - 1) * sizeof(t->req_cbs[0]));
-			t->n_req_cbs--;
-			int rc = one.fn(one.arg);
-			if (rc && !r)
+	struct req_cb one, *cbs = n == 1 ? NULL : malloc(n * sizeof(*cbs));
+	uint32_t cap = cbs ? n : 1;
+	if (!cbs)
+		cbs = &one;
+	for (uint32_t done = 0; done < n;) {
+		uint32_t k = 0, m = 0;
+		for (uint32_t i = 0; i < t->n_req_cbs; i++) {
+			if (m < cap && t->req_cbs[i].req == req)
+				cbs[m++] = t->req_cbs[i];
+			else
+				t->req_cbs[k++] = t->req_cbs[i];
+		}
+		t->n_req_cbs = k;
+		if (!m)
+			break;
+		for (uint32_t i = 0; i < m; i++) {
+			int rc = cbs[i].fn(cbs[i].arg);
+			if (rc && !r) {
 				r = rc > 0 ? ACCEL_ERR_PLUGIN : rc;
+				if (!t->ctx->err.code)
+					terr(t, r, "a req_on_done callback failed with %s and no message",
+					     accel_status_str(r));
+			}
 		}
-		return r ? (t->ctx->err.code ? r : terr(t, r, "a req_on_done callback failed with "
-		                                        "%s and no message", accel_status_str(r)))
-		         : ACCEL_OK;
-	}
-	uint32_t k = 0, m = 0;
-	for (uint32_t i = 0; i < t->n_req_cbs; i++) {
-		if (t->req_cbs[i].req == req)
-			cbs[m++] = t->req_cbs[i];
-		else
-			t->req_cbs[k++] = t->req_cbs[i];
-	}
-	t->n_req_cbs = k;
-	for (uint32_t i = 0; i < n; i++) {
-		int rc = cbs[i].fn(cbs[i].arg);
-		if (rc && !r) {
-			r = rc > 0 ? ACCEL_ERR_PLUGIN : rc;
-			if (!t->ctx->err.code)
-				terr(t, r, "a req_on_done callback failed with %s and no message",
-				     accel_status_str(r));
-		}
+		done += m;
 	}
 	if (cbs != &one)
 		free(cbs);
