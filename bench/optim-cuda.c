@@ -125,7 +125,7 @@ int main(int argc, char **argv)
 	uint64_t t = 1;
 	/* warm-up: one step, one copy */
 	if (accelp_optim_step_ranges(opt, NULL, t++, 1e-3, ACCEL_DEVICE_CUDA, 0, rg, tensors,
-	                            ACCEL_DTYPE_F32, 1.0, &err))
+	                            ACCEL_DTYPE_F32, 1.0, NULL, &err))
 		die("step", err.msg);
 	if (D->memcpy(cb, ca, cbytes, ACCEL_DEVICE_D2D, 0, &de) || D->sync(0, &de))
 		die("copy", dmsg);
@@ -133,7 +133,7 @@ int main(int argc, char **argv)
 		double t0 = now();
 		for (uint32_t s = 0; s < steps; s++)
 			if (accelp_optim_step_ranges(opt, NULL, t++, 1e-3, ACCEL_DEVICE_CUDA, 0, rg,
-			                            tensors, ACCEL_DTYPE_F32, 1.0, &err))
+			                            tensors, ACCEL_DTYPE_F32, 1.0, NULL, &err))
 				die("step", err.msg);
 		if (D->sync(0, &de))
 			die("sync", dmsg);

@@ -221,6 +221,14 @@ static int host_op_sumsq(accel_host *h, const accel_view *x, double *ret_sumsq)
 	return r;
 }
 
+static int host_op_sumsq_acc(accel_host *h, const accel_view *x, double *stats)
+{
+	void *prev = accelp_device_stream_swap(h->ctx->stream);
+	int r = accelp_ops_device_sumsq_acc(x, stats, &h->ctx->err);
+	accelp_device_stream_swap(prev);
+	return r;
+}
+
 static int host_op_nonfinite(accel_host *h, const accel_view *x, uint64_t *ret_count)
 {
 	void *prev = accelp_device_stream_swap(h->ctx->stream);
@@ -753,6 +761,7 @@ static const accel_host_v1 host_table = {
 	.stream = accelp_host_stream,
 	.wait_stream = accelp_host_wait_stream,
 	.op_copy_async = accelp_host_op_copy_async,
+	.op_sumsq_acc = host_op_sumsq_acc,
 };
 
 const accel_host_v1 *accelp_host_table(void)

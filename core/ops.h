@@ -32,5 +32,13 @@ int accelp_ops_device_axpy(const accel_view *y, double alpha, const accel_view *
                           accel_err *err);
 int accelp_ops_device_sumsq(const accel_view *x, double *ret_sumsq, accel_err *err);
 int accelp_ops_device_nonfinite(const accel_view *x, uint64_t *ret_count, accel_err *err);
+/* Device ABI minor 2 (accel/device.h): stats[0] += sumsq(x), enqueued; and
+ * the clipping factors from stats[0] (accel_device_v1.clip_scale).
+ * ACCEL_ERR_UNSUPPORTED from an older module. */
+int accelp_ops_device_sumsq_acc(const accel_view *x, double *stats, accel_err *err);
+/* Whether device (device_index) has a module with both (loads it). */
+int accelp_ops_device_stats_ok(int32_t device, int32_t device_index);
+int accelp_ops_device_clip_scale(int32_t device, int32_t device_index, double *stats,
+                                double max_norm, double unscale, accel_err *err);
 
 #endif

@@ -194,3 +194,57 @@ int accelp_ops_device_nonfinite(const accel_view *x, uint64_t *ret_count, accel_
 	r = d->nonfinite(x, ret_count, &de);
 	return r ? accelp_device_fail(err, r, "nonfinite", buf) : ACCEL_OK;
 }
+
+/* Device ABI minor 2: statistics that stay on the device (docs/streams.md,
+ * "Clipping on the device"). */
+static int need_minor2(const accel_device_v1 *d, const char *what, accel_err *err)
+{
+	if (d->sumsq_acc && d->clip_scale)
+		return ACCEL_OK;
+	return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "%s: the %s device module predates "
+	                     "device ABI 1.2 (no sumsq_acc/clip_scale)", what,
+	                     d->desc && d->desc->name ? d->desc->name : "?");
+}
+
+int accelp_ops_device_stats_ok(int32_t device, int32_t device_index)
+{
+	const accel_device_v1 *d;
+	accel_err e = {0};
+	if (accelp_device_for("statistics", device, device_index, &d, &e))
+		return 0;
+	return d->sumsq_acc && d->clip_scale;
+}
+
+int accelp_ops_device_sumsq_acc(const accel_view *x, double *stats, accel_err *err)
+{
+	const accel_device_v1 *d;
+	char buf[1024] = "";
+	accel_device_err_v1 de = MSG_INIT(buf);
+	int r;
+	if ((r = check(x, "sumsq_acc", 1, err)))
+		return r;
+	if (x->device == ACCEL_DEVICE_CPU)
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "sumsq_acc: a CPU view (the "
+		                     "statistics buffer is device memory; use op_sumsq)");
+	if ((r = accelp_device_for("sumsq_acc", x->device, x->device_index, &d, err)) ||
+	    (r = need_minor2(d, "sumsq_acc", err)) ||
+	    (r = accelp_device_use_stream(d, "sumsq_acc", err)))
+		return r;
+	r = d->sumsq_acc(x, stats, &de);
+	return r ? accelp_device_fail(err, r, "sumsq_acc", buf) : ACCEL_OK;
+}
+
+int accelp_ops_device_clip_scale(int32_t device, int32_t device_index, double *stats,
+                                double max_norm, double unscale, accel_err *err)
+{
+	const accel_device_v1 *d;
+	char buf[1024] = "";
+	accel_device_err_v1 de = MSG_INIT(buf);
+	int r;
+	if ((r = accelp_device_for("clip_scale", device, device_index, &d, err)) ||
+	    (r = need_minor2(d, "clip_scale", err)) ||
+	    (r = accelp_device_use_stream(d, "clip_scale", err)))
+		return r;
+	r = d->clip_scale(device_index, stats, max_norm, unscale, &de);
+	return r ? accelp_device_fail(err, r, "clip_scale", buf) : ACCEL_OK;
+}

@@ -567,13 +567,16 @@ int accelp_optim_step_range(const accel_optim *optim, const accel_optim_group *g
 int accelp_optim_step_ranges(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
                             double lr, int32_t device, int32_t device_index,
                             const accel_optim_range *ranges, uint32_t n, uint32_t gdtype,
-                            double grad_scale, accel_err *err)
+                            double grad_scale, const double *grad_scale_dev, accel_err *err)
 {
 	const accel_device_v1 *dev;
 	int r;
 	if (!optim || (n && !ranges))
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: %s is NULL",
 		                     !optim ? "optim" : "ranges");
+	if (device == ACCEL_DEVICE_CPU && grad_scale_dev)
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "optimizer step: a gradient factor "
+		                     "in device memory (grad_scale_dev) for a CPU step");
 	if (device == ACCEL_DEVICE_CPU) {
 		for (uint32_t i = 0; i < n; i++) {
 			const accel_optim_range *q = &ranges[i];
@@ -618,6 +621,7 @@ int accelp_optim_step_ranges(const accel_optim *optim, const accel_optim_group *
 		.dampening = optim->o.dampening,
 		.grad_scale = grad_scale,
 		.range_size = sizeof(accel_device_range_v1),
+		.grad_scale_dev = grad_scale_dev,
 	};
 	/* accel_optim_range and accel_device_range_v1 have the same members;
 	 * convert in batches rather than depend on that. */

@@ -138,11 +138,14 @@ typedef struct accel_optim_range {
  * range in turn; ACCEL_DEVICE_CUDA: the cuda device module's fused
  * multi-tensor kernel (enqueued; it gives the CPU's bits, see
  * docs/optim.md), which is loaded on first use; ACCEL_ERR_UNSUPPORTED with
- * the reason when this build, machine or install has no usable module. */
+ * the reason when this build, machine or install has no usable module.
+ * grad_scale_dev (device steps only; NULL otherwise): device memory holding
+ * the gradient factor, read by the kernel in place of grad_scale. */
 int accelp_optim_step_ranges(const accel_optim *optim, const accel_optim_group *grp, uint64_t t,
                             double lr, int32_t device, int32_t device_index,
                             const accel_optim_range *ranges, uint32_t n, uint32_t gdtype,
-                            double grad_scale, accel_err *err);
+                            double grad_scale, const double *grad_scale_dev,
+                            accel_err *err);
 
 /* The kernel variant step_range uses: "avx2-fma" (x86-64 with AVX2 and
  * FMA), "generic" (portable C; fmaf() from the C library where the target

@@ -71,6 +71,15 @@ struct accel_train {
 	const accel_step_info_v1 *step_info;  /* during the strategy's step() */
 	accel_step_report last;
 	int have_last;
+	/* Gradient statistics on the device (device ABI 1.2, plugin ABI 1.5):
+	 * dev_stats_mode 0 undecided, 1 on the device, -1 on the host;
+	 * dev_stats: ACCEL_DEVICE_STATS_DOUBLES f64 on (dev_stats_device,
+	 * dev_stats_index); last_on_device: t->last's norm and coefficient are
+	 * still there (read by accel_last_step). */
+	int dev_stats_mode;
+	double *dev_stats;
+	int32_t dev_stats_device, dev_stats_index;
+	int last_on_device;
 
 	/* Optimizer and schedule (core/optim.h, core/lrsched.h; see train.c). */
 	void *optim;

@@ -13,10 +13,12 @@
 
 #include "accel/accel.h"
 #include "config.h"
+#include "device.h"
 #include "ctx-impl.h"
 #include "loader.h"
 #include "log.h"
 #include "lrsched.h"
+#include "mem.h"
 #include "optim.h"
 #include "ops.h"
 #include "train-impl.h"
@@ -145,6 +147,8 @@ accel_train *accelp_train_free(accel_train *t)
 		          t->micro, t->micro == 1 ? "" : "s", (unsigned long long)t->step, t->gas);
 	accelp_train_metrics_free(t);
 	accelp_train_optim_free(t);
+	if (t->dev_stats)
+		accelp_mem_release(t->ctx, t->dev_stats);
 	for (uint32_t i = 0; i < t->n_params; i++) {
 		free(t->params[i].name);
 		free(t->params[i].init_data);
@@ -1189,6 +1193,84 @@ static int need_grad_stats(const accel_train *t)
 	return 0;
 }
 
+/* Whether the statistics can stay on the device (docs/streams.md,
+ * "Clipping on the device"): nothing reads them on the host during the
+ * step (no loss scaler, no pre_step hook), the strategy has
+ * grad_stats_device, every trainable parameter is on one device, and that
+ * device's module has device ABI 1.2.  Decided at the first sync step;
+ * *ret_why says why not (logged once, at debug level). */
+static int stats_can_stay(const accel_train *t, const accel_active *s, const char **ret_why)
+{
+	const accel_ctx *ctx = t->ctx;
+	int32_t dev = ACCEL_DEVICE_CPU, idx = 0;
+	uint32_t n = 0;
+	for (uint32_t i = 1; i < ctx->n_active; i++) {
+		const accel_active *a = &ctx->active[i];
+		if (a->inited && (a->vt->pre_step || a->vt->loss_scale)) {
+			*ret_why = "a plugin reads them in its step hooks";
+			return 0;
+		}
+	}
+	if (!s->vt->grad_stats_device) {
+		*ret_why = "the strategy has no grad_stats_device (plugin ABI 1.5)";
+		return 0;
+	}
+	for (uint32_t i = 0; i < t->n_params; i++) {
+		const param_rec *p = &t->params[i];
+		if (p->frozen)
+			continue;
+		if (n++ == 0) {
+			dev = p->device;
+			idx = p->device_index;
+		} else if (p->device != dev || p->device_index != idx) {
+			*ret_why = "the parameters are on more than one device";
+			return 0;
+		}
+	}
+	if (!n || dev == ACCEL_DEVICE_CPU) {
+		*ret_why = "the parameters are in host memory";
+		return 0;
+	}
+	if (!accelp_ops_device_stats_ok(dev, idx)) {
+		*ret_why = "the device module predates device ABI 1.2";
+		return 0;
+	}
+	return 1;
+}
+
+/* The statistics and the clipping factor of this step on the device:
+ * stats[0] = 0, the strategy's sum of squares into it, then the factors
+ * (accel_device_v1.clip_scale), all on the context's stream.
+ * ACCEL_ERR_UNSUPPORTED (nothing recorded) when the strategy declines. */
+static int stats_on_device(accel_train *t, accel_active *s, double unscale)
+{
+	accel_ctx *ctx = t->ctx;
+	int r;
+	if (!t->dev_stats &&
+	    (r = accelp_mem_alloc(ctx, ACCEL_MEM_BUFFERS, t->dev_stats_device, t->dev_stats_index,
+	                          ACCEL_DEVICE_STATS_DOUBLES * sizeof(double), 0,
+	                          (void **)&t->dev_stats)))
+		return r;
+	accel_view v0 = {sizeof(v0), ACCEL_DTYPE_F64, t->dev_stats_device, t->dev_stats_index,
+	                 t->dev_stats, 1};
+	void *prev = accelp_device_stream_swap(ctx->stream);
+	r = accelp_ops_fill(&v0, 0.0, &ctx->err);
+	accelp_device_stream_swap(prev);
+	if (r)
+		return r;
+	r = s->vt->grad_stats_device(s->state, t->dev_stats_device, t->dev_stats_index,
+	                             t->dev_stats);
+	if (r == ACCEL_ERR_UNSUPPORTED && !ctx->err.code)
+		return r;
+	if (r)
+		return plugin_fail(t, s, "grad_stats_device", r);
+	prev = accelp_device_stream_swap(ctx->stream);
+	r = accelp_ops_device_clip_scale(t->dev_stats_device, t->dev_stats_index, t->dev_stats,
+	                                t->max_grad_norm, unscale, &ctx->err);
+	accelp_device_stream_swap(prev);
+	return r;
+}
+
 int accel_step(accel_ctx *ctx)
 {
 	accel_train *t = NULL;
@@ -1196,7 +1278,7 @@ int accel_step(accel_ctx *ctx)
 	accel_step_info_v1 info;
 	double sumsq = 0, loss_scale, unscale, norm, coef = 1.0;
 	uint64_t nonfinite = 0;
-	int r, stats;
+	int r, stats, on_device;
 
 	if ((r = need_train(ctx, "accel_step", &t)))
 		return r;
@@ -1223,21 +1305,53 @@ int accel_step(accel_ctx *ctx)
 	s = strategy(t);
 	if ((r = s->vt->reduce(s->state)))
 		return plugin_fail(t, s, "reduce", r);
-	/* The statistics are a full pass over the gradients: only when
-	 * something uses them (docs/api.md, "Gradient statistics"). */
-	stats = need_grad_stats(t);
-	if (stats && (r = s->vt->grad_stats(s->state, &sumsq, &nonfinite)))
-		return plugin_fail(t, s, "grad_stats", r);
 	if ((r = loss_scale_of(t, &loss_scale)))
 		return r;
 	/* Gradients hold loss_scale * (sum over micro-steps of the rank mean);
 	 * the step applies their mean over micro-steps, unscaled. */
 	unscale = 1.0 / (loss_scale * (double)t->gas);
+	/* The statistics are a full pass over the gradients: only when
+	 * something uses them (docs/api.md, "Gradient statistics").  When
+	 * nothing reads them on the host they stay on the device, and so does
+	 * the clipping factor (docs/streams.md): no host round trip. */
+	stats = need_grad_stats(t);
+	on_device = 0;
+	if (stats && t->dev_stats_mode == 0) {
+		const char *why = NULL;
+		t->dev_stats_mode = stats_can_stay(t, s, &why) ? 1 : -1;
+		if (t->dev_stats_mode > 0) {
+			const param_rec *p0 = NULL;
+			for (uint32_t i = 0; i < t->n_params && !p0; i++)
+				if (!t->params[i].frozen)
+					p0 = &t->params[i];
+			t->dev_stats_device = p0->device;
+			t->dev_stats_index = p0->device_index;
+		}
+		accelp_log(ACCEL_LOG_DEBUG, "gradient statistics and clipping: %s%s%s",
+		          t->dev_stats_mode > 0 ? "on the device" : "on the host (",
+		          t->dev_stats_mode > 0 ? "" : why, t->dev_stats_mode > 0 ? "" : ")");
+	}
+	if (stats && t->dev_stats_mode > 0) {
+		r = stats_on_device(t, s, unscale);
+		if (r == ACCEL_ERR_UNSUPPORTED && !ctx->err.code) {
+			accelp_log(ACCEL_LOG_DEBUG, "gradient statistics and clipping: on the host (the "
+			          "strategy's gradients are not all on the parameters' device)");
+			t->dev_stats_mode = -1;
+		} else if (r) {
+			return r;
+		} else {
+			on_device = 1;
+		}
+	}
+	if (stats && !on_device && (r = s->vt->grad_stats(s->state, &sumsq, &nonfinite)))
+		return plugin_fail(t, s, "grad_stats", r);
 	/* As torch computes it: +inf when some element is infinite (then
 	 * clipping's coef is 0, finite gradients become 0 and only the
-	 * infinite ones NaN), NaN when some element is NaN. */
-	norm = stats ? sqrt(sumsq) * unscale : NAN;
-	if (t->max_grad_norm > 0) {
+	 * infinite ones NaN), NaN when some element is NaN.  On the device:
+	 * the same arithmetic there (accel_device_v1.clip_scale), read on the
+	 * host only by accel_last_step(). */
+	norm = stats && !on_device ? sqrt(sumsq) * unscale : NAN;
+	if (t->max_grad_norm > 0 && !on_device) {
 		/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1. */
 		coef = t->max_grad_norm / (norm + 1e-6);
 		if (coef > 1.0)
@@ -1253,7 +1367,10 @@ int accel_step(accel_ctx *ctx)
 		.grad_scale = coef * unscale,
 		.nonfinite = nonfinite,
 		.flags = t->grad_overwrite ? ACCEL_STEP_KEEP_GRADS : 0,
+		.grad_scale_dev = on_device ? t->dev_stats + 3 : NULL,
 	};
+	if (on_device)
+		info.grad_scale = unscale;
 	for (uint32_t i = 1; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
 		if (a->inited && a->vt->pre_step && (r = a->vt->pre_step(a->state, &info)))
@@ -1290,7 +1407,27 @@ int accel_step(accel_ctx *ctx)
 		.has_grad_norm = (uint32_t)stats,
 	};
 	t->have_last = 1;
+	t->last_on_device = on_device;
 	return accelp_train_sched_update(t);
+}
+
+/* The last step's norm and clipping coefficient (stats[1], stats[2]) from
+ * the device, after the context's stream ran them. */
+static int read_dev_stats(accel_train *t, double v[2])
+{
+	accel_ctx *ctx = t->ctx;
+	const accel_device_v1 *d;
+	char buf[1024] = "";
+	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
+	int r;
+	if ((r = accel_stream_synchronize(ctx)) ||
+	    (r = accelp_device_for("accel_last_step", t->dev_stats_device, t->dev_stats_index, &d,
+	                           &ctx->err)))
+		return r;
+	if ((r = d->memcpy(v, t->dev_stats + 1, 2 * sizeof(double), ACCEL_DEVICE_D2H,
+	                   t->dev_stats_index, &de)))
+		return accelp_device_fail(&ctx->err, r, "accel_last_step", buf);
+	return ACCEL_OK;
 }
 
 int accel_last_step(const accel_ctx *ctx, accel_step_report *ret_report)
@@ -1300,6 +1437,18 @@ int accel_last_step(const accel_ctx *ctx, accel_step_report *ret_report)
 		return ACCEL_ERR_INVALID_ARG;
 	if (!t->have_last)
 		return cerr(ctx, ACCEL_ERR_STATE, "accel_last_step: no optimizer step has run yet");
+	if (t->last_on_device) {
+		/* the norm and coefficient of the last step are on the device:
+		 * wait for the stream and read them (the one host sync, on
+		 * request, like reading torch's total_norm) */
+		double v[2];
+		int r = read_dev_stats(t, v);
+		if (r)
+			return r;
+		t->last.grad_norm = v[0];
+		t->last.clip_coef = t->max_grad_norm > 0 ? v[1] : 1.0;
+		t->last_on_device = 0;
+	}
 	uint32_t n = ret_report->struct_size;
 	if (n < sizeof(uint32_t))
 		return cerr(ctx, ACCEL_ERR_INVALID_ARG, "accel_last_step: set report->struct_size");
@@ -1363,7 +1512,8 @@ int accelp_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 	o = t->optim;
 	if (!t->in_step)
 		return terr(t, ACCEL_ERR_STATE, "optim_step called outside accel_step()");
-	if (a->struct_size < sizeof(*a) || a->param >= t->n_params)
+	if (a->struct_size < ACCEL_ABI_END(accel_optim_args_v1, grad_scale) ||
+	    a->param >= t->n_params)
 		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step: bad arguments (struct_size %u, "
 		            "param %u of %u)", a->struct_size, a->param, t->n_params);
 	p = &t->params[a->param];
@@ -1383,6 +1533,11 @@ int accelp_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 	if (a->master.device != a->grad.device || a->master.device_index != a->grad.device_index)
 		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): master and gradient are on "
 		            "different devices", p->name);
+	const double *gsd = ACCEL_STRUCT_HAS(a, accel_optim_args_v1, grad_scale_dev)
+	                    ? a->grad_scale_dev : NULL;
+	if (gsd && a->master.device == ACCEL_DEVICE_CPU)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): grad_scale_dev (a factor in "
+		            "device memory) for parameters in host memory", p->name);
 	/* Device ranges: the device module's fused kernel, enqueued (no wait). */
 	if (a->master.device != ACCEL_DEVICE_CPU) {
 		accel_optim_range q = {a->master.data, a->grad.data, {NULL, NULL}, a->master.numel};
@@ -1391,7 +1546,7 @@ int accelp_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 		return accelp_optim_step_ranges(o->optim, accelp_optim_get_group(o->optim, p->group),
 		                               t->step + 1, t->lr, a->master.device,
 		                               a->master.device_index, &q, 1, a->grad.dtype,
-		                               a->grad_scale, &t->ctx->err);
+		                               a->grad_scale, gsd, &t->ctx->err);
 	}
 	return accelp_optim_step_range(o->optim, accelp_optim_get_group(o->optim, p->group),
 	                              t->step + 1, t->lr, a->master.data, a->grad.data,

@@ -404,6 +404,75 @@ START_TEST(reductions_match_cpu)
 }
 END_TEST
 
+/* Device ABI 1.2: sumsq_acc adds to stats[0] exactly what the host's
+ * `total += sumsq(view)` adds (the same f64 sums, the same additions, in
+ * the same order), and clip_scale gives the core's norm, coefficient and
+ * factor bit for bit, NaN and Inf sums included. */
+START_TEST(stats_on_device_match_host)
+{
+	uint64_t seed = 11;
+	accel_err e = {0};
+	double *stats = dmalloc(ACCEL_DEVICE_STATS_DOUBLES * sizeof(double));
+	double total = 0, got[4];
+	for (int pass = 0; pass < 2; pass++) {   /* pass 1: with NaN/Inf */
+		total = 0;
+		xfer(stats, &total, sizeof(double), ACCEL_DEVICE_H2D);
+		for (size_t li = 0; li < NLEN; li++)
+			for (size_t d = 0; d < 4; d++) {
+				uint64_t n = lengths[li], off = offsets[(li + d) % NOFF];
+				uint32_t dt = fdts[d];
+				bufs B = bufs_new(n);
+				accel_view h = view(ACCEL_DEVICE_CPU, dt, B.b, off, n);
+				accel_view dv = view(ACCEL_DEVICE_CUDA, dt, B.db, off, n);
+				fill_random((char *)B.b + off * accel_dtype_size(dt), dt, n, &seed,
+				            pass && li == NLEN - 1);
+				ck_assert_int_eq(accelp_ops_copy(&dv, &h, &e), ACCEL_OK);
+				double sq = 0;
+				ck_assert_msg(accelp_ops_sumsq(&dv, &sq, &e) == ACCEL_OK, "%s", e.msg);
+				total += sq;
+				ck_assert_msg(accelp_ops_device_sumsq_acc(&dv, stats, &e) == ACCEL_OK, "%s",
+				              e.msg);
+				ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+				bufs_free(&B);
+			}
+		xfer(got, stats, sizeof(double), ACCEL_DEVICE_D2H);
+		ck_assert_msg(!memcmp(&got[0], &total, sizeof(double)) ||
+		              (isnan(got[0]) && isnan(total)),
+		              "sumsq_acc: %.17g on the device, %.17g on the host", got[0], total);
+	}
+	static const double cases[][3] = {   /* sum of squares, max_norm, unscale */
+		{1234.5678, 1.0, 1.0},  {1e-30, 1.0, 1.0},    {4.0, 0.0, 0.5},
+		{3e6, 0.5, 0.25},       {0.0, 1.0, 0.125},   {INFINITY, 1.0, 1.0},
+		{NAN, 1.0, 1.0},        {2.0, 3.0, 1.0 / 3.0}};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		double ss = cases[c][0], mx = cases[c][1], un = cases[c][2];
+		xfer(stats, &ss, sizeof(double), ACCEL_DEVICE_H2D);
+		ck_assert_msg(accelp_ops_device_clip_scale(ACCEL_DEVICE_CUDA, 0, stats, mx, un, &e) ==
+		              ACCEL_OK, "%s", e.msg);
+		xfer(got, stats, sizeof(got), ACCEL_DEVICE_D2H);
+		/* core/train.c's arithmetic */
+		double want[4] = {ss, sqrt(ss) * un, 1.0, 0};
+		if (mx > 0) {
+			want[2] = mx / (want[1] + 1e-6);
+			if (want[2] > 1.0)
+				want[2] = 1.0;
+		}
+		want[3] = want[2] * un;
+		for (int k = 1; k < 4; k++)
+			ck_assert_msg(!memcmp(&got[k], &want[k], sizeof(double)) ||
+			              (isnan(got[k]) && isnan(want[k])),
+			              "clip_scale case %zu slot %d: device %.17g, host %.17g", c, k,
+			              got[k], want[k]);
+	}
+	/* a CPU view is refused by name */
+	float x[2] = {1, 2};
+	accel_view hv = view(ACCEL_DEVICE_CPU, ACCEL_DTYPE_F32, x, 0, 2);
+	ck_assert_int_eq(accelp_ops_device_sumsq_acc(&hv, stats, &e), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(e.msg, "sumsq_acc: a CPU view"), "%s", e.msg);
+	dfree(stats);
+}
+END_TEST
+
 /* ---- the fused optimizer step ----------------------------------------------------------- */
 
 static int64_t ordered(float f)
@@ -480,6 +549,10 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 	void *hg = malloc(total * gs);
 	float *dp = dmalloc(total * 4), *ds[2] = {dmalloc(total * 4), dmalloc(total * 4)};
 	void *dg = dmalloc(total * gs);
+	/* odd steps read the factor from device memory (grad_scale_dev, device
+	 * ABI 1.2: what a clipped step on the device passes): the same bits */
+	double *dgs = dmalloc(sizeof(double));
+	xfer(dgs, &grad_scale, sizeof(double), ACCEL_DEVICE_H2D);
 	for (uint64_t i = 0; i < total; i++)
 		hp[i] = (float)value(&seed, 0);
 	xfer(dp, hp, total * 4, ACCEL_DEVICE_H2D);
@@ -506,9 +579,13 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 		}
 		xfer(dg, hg, total * gs, ACCEL_DEVICE_H2D);
 		ck_assert_msg(accelp_optim_step_ranges(opt, grp, t, lr, ACCEL_DEVICE_CPU, 0, hr, NR, gdt,
-		                                      grad_scale, &e) == ACCEL_OK, "%s", e.msg);
+		                                      grad_scale, NULL, &e) == ACCEL_OK, "%s", e.msg);
+		/* on the device path the host value is not the factor: a wrong one
+		 * here shows when grad_scale_dev is ignored */
 		ck_assert_msg(accelp_optim_step_ranges(opt, grp, t, lr, ACCEL_DEVICE_CUDA, 0, dr, NR,
-		                                      gdt, grad_scale, &e) == ACCEL_OK, "%s", e.msg);
+		                                      gdt, (t & 1) ? 1e30 : grad_scale,
+		                                      (t & 1) ? dgs : NULL, &e) == ACCEL_OK,
+		              "%s", e.msg);
 		for (uint32_t k = 0; k <= ns; k++) {
 			xfer(back, k ? ds[k - 1] : dp, total * 4, ACCEL_DEVICE_D2H);
 			compare(what, t, k, k ? hs[k - 1] : hp, back, start);
@@ -523,6 +600,7 @@ static void optim_case(const accel_optim_opts *o, uint32_t gdt, double grad_scal
 	dfree(ds[0]);
 	dfree(ds[1]);
 	dfree(dg);
+	dfree(dgs);
 	accelp_optim_free(opt);
 }
 
@@ -663,11 +741,13 @@ START_TEST(argument_errors)
 	ck_assert_int_eq(accelp_optim_new(&o, &opt, &e), ACCEL_OK);
 	accel_optim_range r = {d, d + 4, {d + 8, NULL}, 4};
 	ck_assert_int_eq(accelp_optim_step_ranges(opt, NULL, 1, 1e-3, ACCEL_DEVICE_CUDA, 0, &r, 1,
-	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_INVALID_ARG);
+	                                         ACCEL_DTYPE_F32, 1.0, NULL, &e),
+	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(e.msg, "range 0 has a NULL"), "%s", e.msg);
 	accelp_err_clear(&e);
 	ck_assert_int_eq(accelp_optim_step_ranges(opt, NULL, 0, 1e-3, ACCEL_DEVICE_CUDA, 0, &r, 1,
-	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_INVALID_ARG);
+	                                         ACCEL_DTYPE_F32, 1.0, NULL, &e),
+	                 ACCEL_ERR_INVALID_ARG);
 	ck_assert_msg(strstr(e.msg, "step count t is 0"), "%s", e.msg);
 	accelp_optim_free(opt);
 	dfree(d);
@@ -677,12 +757,17 @@ END_TEST
 /* ---- streams (docs/streams.md) -------------------------------------------------------- */
 
 /* CUDA_LAUNCH_BLOCKING=1 (set in main for the op tests) would order every
- * stream after every launch: these tests run without it.  Each runs in a
- * process of its own (Check forks), before the first CUDA call there. */
+ * stream after every launch: these tests run without it.  Lazy module
+ * loading (CUDA's default since 12.2) would too, once per kernel: loading a
+ * kernel at its first launch may synchronise the context, which waited for
+ * the stream's 200 ms host function and let the fill finish before the
+ * "not yet" read (seen on an H200).  Each test runs in a process of its own
+ * (Check forks), before the first CUDA call there. */
 static void streams_setup(void)
 {
 	test_setup();
 	unsetenv("CUDA_LAUNCH_BLOCKING");
+	setenv("CUDA_MODULE_LOADING", "EAGER", 1);
 }
 
 static void CUDART_CB sleep_200ms(void *arg)
@@ -729,6 +814,11 @@ START_TEST(ops_run_on_the_context_stream)
 	accel_host *hh = &ctx->active[0].host;
 	ck_assert_ptr_eq(H->stream(hh), st);
 	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, N};
+	/* the fill kernel launched once before (loaded however CUDA loads) */
+	ck_assert_msg(H->op_fill(hh, &v, 1.0) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
+	ck_assert_int_eq(cudaMemset(x, 0, N * sizeof(float)), cudaSuccess);
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
 	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
 	ck_assert_msg(H->op_fill(hh, &v, 3.0) == ACCEL_OK, "%s", accel_errmsg(ctx));
 	/* the legacy stream does not wait for a non-blocking one: still 0 */
@@ -892,7 +982,7 @@ END_TEST
  * same gradients, on a non-blocking stream and on the default stream, give
  * the same bits.  The gradients are written on the stream behind a host
  * function, so a step not ordered after them would differ. */
-static void ddp_run(const char *json, int use_stream, float *ret_w, uint64_t n)
+static void ddp_run(const char *json, int use_stream, int check_async, float *ret_w, uint64_t n)
 {
 	accel_ctx *ctx = gpu_ctx(json);
 	cudaStream_t st = use_stream ? new_stream() : NULL;
@@ -905,10 +995,19 @@ static void ddp_run(const char *json, int use_stream, float *ret_w, uint64_t n)
 	ck_assert_msg(accel_prepare(ctx) == ACCEL_OK, "%s", accel_errmsg(ctx));
 	if (st)
 		ck_assert_int_eq(accel_set_stream(ctx, st), ACCEL_OK);
-	float *g = malloc(n * sizeof(float));
+	/* pinned, one per step: each copy stays queued behind the host
+	 * function until the stream runs it */
+	float *gs[4];
+	double want_sumsq = 0;
 	for (int step = 0; step < 4; step++) {
-		for (uint64_t i = 0; i < n; i++)
+		float *g = NULL;
+		ck_assert_int_eq(cudaMallocHost((void **)&g, n * sizeof(float)), cudaSuccess);
+		gs[step] = g;
+		want_sumsq = 0;
+		for (uint64_t i = 0; i < n; i++) {
 			g[i] = (float)((double)((i * 7 + (uint64_t)step * 3) % 11) - 5.0) * 0.1f;
+			want_sumsq += (double)g[i] * g[i];
+		}
 		float *grad = accel_param_grad(ctx, 0);
 		ck_assert_ptr_nonnull(grad);
 		ck_assert_int_eq(accel_unit_pre_forward(ctx, 0), ACCEL_OK);
@@ -916,11 +1015,28 @@ static void ddp_run(const char *json, int use_stream, float *ret_w, uint64_t n)
 		ck_assert_int_eq(accel_unit_pre_backward(ctx, 0), ACCEL_OK);
 		if (st)
 			ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
-		/* pageable source: synchronous for the host, ordered on st */
 		ck_assert_int_eq(cudaMemcpyAsync(grad, g, n * sizeof(float), cudaMemcpyHostToDevice,
 		                                 st ? st : 0), cudaSuccess);
 		ck_assert_int_eq(accel_unit_post_backward(ctx, 0), ACCEL_OK);
 		ck_assert_msg(accel_step(ctx) == ACCEL_OK, "%s", accel_errmsg(ctx));
+		/* the whole step, clipping included, was enqueued behind the
+		 * 200 ms host function: accel_step returned without waiting for
+		 * the device (no host round trip in the step).  From the second
+		 * step: the first allocates (cudaMalloc may wait). */
+		if (check_async && step > 0)
+			ck_assert_msg(cudaStreamQuery(st) == cudaErrorNotReady, "%s: step %d: the stream "
+			              "is idle after accel_step(): the step waited on the host", json,
+			              step);
+	}
+	if (check_async) {
+		/* the last step's norm and coefficient, read back on request */
+		accel_step_report rep = {.struct_size = sizeof(rep)};
+		ck_assert_msg(accel_last_step(ctx, &rep) == ACCEL_OK, "%s", accel_errmsg(ctx));
+		double want = sqrt(want_sumsq), coef = 1.0 / (want + 1e-6);
+		ck_assert_msg(rep.has_grad_norm && fabs(rep.grad_norm - want) <= 1e-12 * want &&
+		              fabs(rep.clip_coef - (coef < 1 ? coef : 1)) <= 1e-12,
+		              "%s: last step: norm %.17g (want %.17g), coef %.17g", json, rep.grad_norm,
+		              want, rep.clip_coef);
 	}
 	ck_assert_int_eq(accel_stream_synchronize(ctx), ACCEL_OK);
 	ck_assert_int_eq(cudaMemcpy(ret_w, accel_param_data(ctx, 0), n * sizeof(float),
@@ -928,15 +1044,16 @@ static void ddp_run(const char *json, int use_stream, float *ret_w, uint64_t n)
 	accel_ctx_free(ctx);
 	if (st)
 		cudaStreamDestroy(st);
-	free(g);
+	for (int step = 0; step < 4; step++)
+		cudaFreeHost(gs[step]);
 }
 
-static void ddp_stream_case(const char *json)
+static void ddp_stream_case(const char *json, int check_async)
 {
 	enum { N = 100003 };
 	float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float));
-	ddp_run(json, 0, a, N);
-	ddp_run(json, 1, b, N);
+	ddp_run(json, 0, 0, a, N);
+	ddp_run(json, 1, check_async, b, N);
 	uint64_t diff = 0;
 	for (uint64_t i = 0; i < N; i++)
 		diff += memcmp(&a[i], &b[i], sizeof(float)) != 0;
@@ -948,13 +1065,14 @@ static void ddp_stream_case(const char *json)
 
 START_TEST(ddp_on_a_stream_staged)
 {
-	ddp_stream_case("{\"backend\": \"shm\", \"max_grad_norm\": 1.0}");
+	/* staged through host memory: the host waits for the buckets */
+	ddp_stream_case("{\"backend\": \"shm\", \"max_grad_norm\": 1.0}", 0);
 }
 END_TEST
 
 START_TEST(ddp_on_a_stream_nccl)
 {
-	ddp_stream_case("{\"backend\": \"nccl\", \"max_grad_norm\": 1.0}");
+	ddp_stream_case("{\"backend\": \"nccl\", \"max_grad_norm\": 1.0}", 1);
 }
 END_TEST
 
@@ -992,7 +1110,8 @@ START_TEST(no_gpu_is_reported)
 	accel_optim_range r = {x, x + 2, {NULL, NULL}, 2};
 	accelp_err_clear(&e);
 	ck_assert_int_eq(accelp_optim_step_ranges(opt, NULL, 1, 0.1, ACCEL_DEVICE_CUDA, 0, &r, 1,
-	                                         ACCEL_DTYPE_F32, 1.0, &e), ACCEL_ERR_UNSUPPORTED);
+	                                         ACCEL_DTYPE_F32, 1.0, NULL, &e),
+	                 ACCEL_ERR_UNSUPPORTED);
 	ck_assert_msg(strstr(e.msg, "optimizer step: CUDA device 0"), "%s", e.msg);
 	accelp_optim_free(opt);
 }
@@ -1038,6 +1157,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, copy_matches_cpu);
 	tcase_add_test(tc, fill_scale_axpy_match_cpu);
 	tcase_add_test(tc, reductions_match_cpu);
+	tcase_add_test(tc, stats_on_device_match_host);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("optim");
 	tcase_add_checked_fixture(tc, test_setup, NULL);

@@ -4,8 +4,9 @@
  * softmax cross-entropy, backward with overwrite and with accumulation,
  * the loss sum, evaluation hits, and a gathered batch.  Shapes are odd
  * (37-19-10, 50 samples) so the GEMMs without fused epilogues and the
- * unaligned paths run too.  f32 must agree to 1e-5 of each tensor's largest
- * value; bf16 (bf16 GEMMs with f32 accumulation) to 5e-2.  Exit 77
+ * unaligned paths run too.  f32 must agree to 1e-6 of each tensor's largest
+ * value, bf16 (bf16 GEMMs with f32 accumulation) to 1.5e-2: about 4x and 3x
+ * the worst seen on an H200 (2.5e-7 and 5.0e-3, cuBLASLt 13.1).  Exit 77
  * ("skipped: no GPU") without a CUDA device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -90,7 +91,7 @@ static void *dev_upload(const float *x, size_t n, int bf16)
 
 static void run(int bf16, const mlp_shape *s, const mlp_data *d)
 {
-	double rtol = bf16 ? 5e-2 : 1e-5;
+	double rtol = bf16 ? 1.5e-2 : 1e-6;
 	const char *tag = bf16 ? "bf16" : "f32";
 	float *W[L], *b[L], *dW[L], *db[L];
 	void *gW[L], *gb[L], *gdW[L], *gdb[L];
@@ -159,7 +160,7 @@ static void run(int bf16, const mlp_shape *s, const mlp_data *d)
 	CK(mlp_cuda_take_train_loss(g, &gloss));
 	float lw = (float)(loss / N), lg = (float)gloss;
 	snprintf(what, sizeof(what), "%s mean loss", tag);
-	check(what, &lw, &lg, 1, bf16 ? 5e-2 : 1e-6);
+	check(what, &lw, &lg, 1, bf16 ? 1.5e-2 : 1e-6);
 
 	for (int pass = 0; pass < 2; pass++) {
 		if (pass == 1) {
@@ -208,7 +209,7 @@ static void run(int bf16, const mlp_shape *s, const mlp_data *d)
 	CK(mlp_cuda_take_eval(g, &el, &hits));
 	float ew = (float)eloss, eg = (float)el;
 	snprintf(what, sizeof(what), "%s evaluation loss sum", tag);
-	check(what, &ew, &eg, 1, bf16 ? 5e-2 : 1e-6);
+	check(what, &ew, &eg, 1, bf16 ? 1.5e-2 : 1e-6);
 	if (!bf16 && (int)hits != correct) {
 		printf("FAIL: f32 evaluation hits %d, CPU %d\n", (int)hits, correct);
 		fails++;

@@ -18,8 +18,11 @@
 #     trains: its loss falls, and its loss at the last step is within
 #     BF16_LOSS of the f32 run's, on 1 and 2 ranks (its weights' distance
 #     from the f32 run is printed, not checked).
-# RTOL is 1e-5, the figure the design asked for, until a GPU run has shown
-# the real differences (the lines "ok: ... max relative" print them).
+# Tolerances (the lines "ok: ... max relative" print the differences):
+# the design asks 1e-5; an H200 run (cuBLASLt 13.1) showed at most 2.4e-7
+# for SGD and 1.6e-6 for AdamW with and without clipping, so RTOL_SGD is
+# 6e-7 and RTOL 4e-6 (2.5x).  The bf16 run's final loss was 1e-4 from the
+# f32 run's: BF16_LOSS is 1e-3 (bf16 GEMM algorithms differ between GPUs).
 # AdamW runs with eps 1e-5: with torch's 1e-8 an update is about lr * sign(g)
 # for a gradient near zero, so the last-bit differences of any two GEMM
 # orders flip such updates; two CPU BLAS libraries (oneDNN and the
@@ -31,8 +34,9 @@ prog=${1:?usage: test-train-mlp-gpu.sh TRAIN_MLP PYTHON}
 python=${2:?usage: test-train-mlp-gpu.sh TRAIN_MLP PYTHON}
 compare=$(dirname "$0")/st_compare.py
 one=${3:-nccl}   # the backend of the 1-rank GPU runs
-RTOL=${RTOL:-1e-5}
-BF16_LOSS=${BF16_LOSS:-0.05}
+RTOL=${RTOL:-4e-6}
+RTOL_SGD=${RTOL_SGD:-6e-7}
+BF16_LOSS=${BF16_LOSS:-0.001}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-mlp-gpu.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 export ACCEL_LOG_LEVEL=warn
@@ -117,12 +121,14 @@ same() {
 }
 
 for c in sgd adamw clip; do
+	tol=$RTOL
+	[ "$c" = sgd ] && tol=$RTOL_SGD
 	run "$c.cpu" "$tmp/$c.json"
 	run "$c.gpu1" "$tmp/$c.json" --device cuda --set "backend=$one"
 	run2 "$c.gpu2" "$tmp/$c.json"
-	same "$c.cpu" "$c.gpu1" "$RTOL" "$c: GPU 1 rank vs CPU"
-	same "$c.cpu" "$c.gpu2" "$RTOL" "$c: GPU 2 ranks (shm) vs CPU"
-	same "$c.gpu1" "$c.gpu2" "$RTOL" "$c: GPU 1 rank vs 2 ranks"
+	same "$c.cpu" "$c.gpu1" "$tol" "$c: GPU 1 rank vs CPU"
+	same "$c.cpu" "$c.gpu2" "$tol" "$c: GPU 2 ranks (shm) vs CPU"
+	same "$c.gpu1" "$c.gpu2" "$tol" "$c: GPU 1 rank vs 2 ranks"
 done
 grep -q "cuBLASLt f32" "$tmp/adamw.gpu1.log" ||
 	fail "the GPU run does not say it computes with cuBLASLt f32: $(head -1 "$tmp/adamw.gpu1.log")"
@@ -152,9 +158,10 @@ run adamw.bf16 "$tmp/adamw.json" --device cuda --set "backend=$one" --set mixed_
 run2 adamw.bf16x2 "$tmp/adamw.json" --set mixed_precision=bf16
 grep -q "cuBLASLt bf16" "$tmp/adamw.bf16.log" ||
 	fail "the bf16 run does not say it computes in bf16: $(head -1 "$tmp/adamw.bf16.log")"
-# loss_at LOG STEP: the progress line's loss (rank 0's line under the launcher)
+# loss_at LOG STEP: the progress line's loss ("step    10/20  loss 1.2345",
+# rank 0's line under the launcher)
 loss_at() {
-	sed -n "s/.*step *$2 *loss \([0-9.]*\).*/\1/p" "$tmp/$1.log" | head -1
+	sed -n "s|.*step *$2/[0-9]* *loss \([0-9.]*\).*|\1|p" "$tmp/$1.log" | head -1
 }
 f32=$(loss_at adamw.gpu1 20)
 for r in adamw.bf16 adamw.bf16x2; do

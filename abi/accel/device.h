@@ -47,7 +47,7 @@ extern "C" {
 
 #define ACCEL_DEVICE_ENTRY_V1 "accel_device_entry_v1"
 /* Minor of this header's device ABI (independent of ACCEL_ABI_MINOR). */
-#define ACCEL_DEVICE_ABI_MINOR 1
+#define ACCEL_DEVICE_ABI_MINOR 2
 
 /* What the core gives the module (borrowed, valid for the process). */
 typedef struct accel_device_host_v1 {
@@ -112,7 +112,17 @@ typedef struct accel_device_optim_v1 {
 	double grad_scale;      /* gradients are multiplied by (float)grad_scale    */
 	uint32_t range_size;    /* sizeof(accel_device_range_v1): the array stride  */
 	uint32_t reserved;      /* 0                                                */
+	/* device ABI minor 2 (read only when struct_size covers it): */
+	const double *grad_scale_dev; /* non-NULL: device memory of the step's
+	                             device holding the factor, read by the kernels
+	                             when they run (in place of grad_scale; the same
+	                             (float) rounding) */
 } accel_device_optim_v1;
+
+/* Device ABI minor 2: the f64 slots of a statistics buffer (sumsq_acc,
+ * clip_scale): [0] sum of squares, [1] norm, [2] clip coefficient, [3]
+ * gradient factor, then scratch for the module. */
+#define ACCEL_DEVICE_STATS_DOUBLES 1088
 
 /* One range: numel f32 parameters, gradients of grad_dtype and the state
  * arrays (AdamW: exp_avg, exp_avg_sq; SGD with momentum: the buffer; unused
@@ -203,6 +213,26 @@ typedef struct accel_device_v1 {
 	 * device_index has run (NULL: the legacy default stream of
 	 * device_index); reports the error of a failed enqueued op. */
 	int (*stream_sync)(int32_t device_index, void *stream, accel_device_err_v1 *err);
+
+	/* ---- device ABI minor 2: gradient statistics and clipping that stay on
+	 * the device (NULL in an older module: the core then reads sumsq on the
+	 * host) ---- */
+
+	/* Enqueue stats[0] += (the f64 sum of squares sumsq() returns for x) on
+	 * the thread's stream and return without waiting.  stats: a buffer of
+	 * ACCEL_DEVICE_STATS_DOUBLES f64 in device memory of x's device; slots
+	 * from 4 on are the module's scratch, so work on one buffer must stay
+	 * on one stream. */
+	int (*sumsq_acc)(const accel_view *x, double *stats, accel_device_err_v1 *err);
+	/* Enqueue, from stats[0] (the sum of squares of the gradients as they
+	 * are, scaled), in f64 with every operation rounded once (the core's
+	 * host arithmetic, bit for bit):
+	 *     stats[1] = sqrt(stats[0]) * unscale                      (the norm)
+	 *     stats[2] = max_norm > 0 ? min(1, max_norm / (stats[1] + 1e-6)) : 1
+	 *     stats[3] = stats[2] * unscale          (the optimizer's grad_scale)
+	 * on device_index's current stream of this thread.  No wait. */
+	int (*clip_scale)(int32_t device_index, double *stats, double max_norm, double unscale,
+	                  accel_device_err_v1 *err);
 	/* Appended members go here. */
 } accel_device_v1;
 

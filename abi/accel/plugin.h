@@ -289,6 +289,11 @@ typedef struct accel_optim_args_v1 {
 	                             elements on master's device, in place; zero on
 	                             the first step                                 */
 	double grad_scale;        /* multiply gradients by this first (unscale, clip) */
+	/* ABI minor 5 (read only when struct_size covers it): */
+	const double *grad_scale_dev; /* non-NULL: device memory (master's device)
+	                             holding the factor, used in place of
+	                             grad_scale and read when the kernel runs:
+	                             pass info->grad_scale_dev through */
 } accel_optim_args_v1;
 
 /* What the core passes through a step.  Precision hooks may modify it in
@@ -312,6 +317,13 @@ typedef struct accel_step_info_v1 {
 	/* ABI minor 1 (read only when info->struct_size covers it): */
 	uint32_t flags;           /* ACCEL_STEP_* bits                            */
 	uint32_t reserved;
+	/* ABI minor 5 (read only when info->struct_size covers it): */
+	const double *grad_scale_dev; /* non-NULL when the statistics stayed on the
+	                             device (the strategy's grad_stats_device ran):
+	                             device memory holding the factor, to pass as
+	                             accel_optim_args_v1.grad_scale_dev.  grad_norm
+	                             is then NaN, nonfinite 0 and grad_scale the
+	                             factor without clipping (1 / (loss_scale * G)) */
 } accel_step_info_v1;
 
 /* accel_step_info_v1.flags */
@@ -716,6 +728,14 @@ typedef struct accel_host_v1 {
 	 * from mem_alloc(..., ACCEL_MEMF_PINNED) for the copy to overlap.  Two
 	 * host views: a plain copy, done on return. */
 	int (*op_copy_async)(accel_host *h, const accel_view *dst, const accel_view *src);
+
+	/* -- ABI minor 5: gradient statistics on the device ------------------------------
+	 * Check ACCEL_HOST_HAS(host, op_sumsq_acc) first. */
+
+	/* Enqueue stats[0] += (the f64 sum of squares op_sumsq gives for x) on
+	 * the context's stream and return without waiting: for the stats
+	 * buffer grad_stats_device() receives (x on its device). */
+	int (*op_sumsq_acc)(accel_host *h, const accel_view *x, double *stats);
 } accel_host_v1;
 
 /* ---- the plugin vtable ---------------------------------------------------------
@@ -838,6 +858,23 @@ typedef struct accel_plugin_v1 {
 	 * ACCEL_CAP_REDUCE_SCATTER. */
 	int (*reduce_scatter_bucket)(void *state, const accel_bucket_v1 *b,
 	                             const accel_view *shard, accel_req **ret_req);
+
+	/* -- ABI minor 5 ------------------------------------------------------------ */
+
+	/* (strategy, optional) grad_stats() without the trip to the host: add
+	 * the global sum of squares of all (scaled) gradients, over all ranks,
+	 * each element counted once, to stats[0] with host->op_sumsq_acc (and,
+	 * for a sharded strategy, an all-reduce of stats[0] on the device),
+	 * enqueued on the context's stream.  stats: ACCEL_DEVICE_STATS_DOUBLES (accel/device.h)
+	 * f64 of device memory on device `device_index` (of kind `device`),
+	 * stats[0] zeroed; the core then computes the clipping factor there and
+	 * passes it as info->grad_scale_dev, which step() must hand to every
+	 * optim_step.  ACCEL_ERR_UNSUPPORTED, without host->error(), when this
+	 * rank's gradients are not all on that device: the core then calls
+	 * grad_stats().  Called instead of grad_stats() only when nothing needs
+	 * the values on the host (clipping or track_grad_norm alone, no
+	 * pre_step hook or loss scaler).  Default: grad_stats() every step. */
+	int (*grad_stats_device)(void *state, int32_t device, int32_t device_index, double *stats);
 } accel_plugin_v1;
 
 /* ---- checking the host table ---------------------------------------------

@@ -45,6 +45,7 @@ typedef struct accel_cuda_opt {
 	accel_cuda_sgd_k sgd_k;
 	const accel_cuda_range *ranges;
 	uint32_t n;
+	const double *gs_dev;   /* non-NULL: the factor, read on the device (device ABI 1.2) */
 } accel_cuda_opt;
 
 ACCEL_CUDA_HIDDEN int accel_cuda_launch_convert(uint32_t ddt, void *dst, uint32_t sdt,
@@ -59,6 +60,13 @@ ACCEL_CUDA_HIDDEN int accel_cuda_launch_sumsq(uint32_t dt, const void *x, uint64
                                               void *scratch, unsigned *ret_slot);
 ACCEL_CUDA_HIDDEN int accel_cuda_launch_nonfinite(uint32_t dt, const void *x, uint64_t n,
                                                   void *scratch, unsigned *ret_slot);
+/* stats[0] += the f64 sum of squares of x (sumsq's kernels, their partial
+ * sums in stats[4..]); then the clipping factors from stats[0]
+ * (accel_device_v1.clip_scale). */
+ACCEL_CUDA_HIDDEN int accel_cuda_launch_sumsq_acc(uint32_t dt, const void *x, uint64_t n,
+                                                  double *stats);
+ACCEL_CUDA_HIDDEN int accel_cuda_launch_clip_scale(double *stats, double max_norm,
+                                                   double unscale);
 ACCEL_CUDA_HIDDEN int accel_cuda_launch_optim(const accel_cuda_opt *o);
 /* The calling thread's stream for every launcher (a cudaStream_t; NULL:
  * the legacy default stream), and the one set now. */

@@ -12,6 +12,8 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,8 @@
 #include "backends/common/optim-consts.h"
 
 #define MAX_DEVICES 64
+/* Bytes of a struct up to the end of member m (append-only structs). */
+#define END_OF(type, m) (offsetof(type, m) + sizeof(((type *)0)->m))
 
 static const accel_device_host_v1 *g_host;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;   /* scratch buffers */
@@ -366,6 +370,44 @@ static int cu_nonfinite(const accel_view *x, uint64_t *ret_count, accel_device_e
 	return r;
 }
 
+/* ---- statistics and clipping on the device (device ABI minor 2) ---------------------------- */
+
+static int stats_mem(int32_t device_index, double *stats, const char *what,
+                     accel_device_err_v1 *err)
+{
+	if (!stats || ((uintptr_t)stats % 8))
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: %s: the statistics buffer %p is %s",
+		            what, (void *)stats, stats ? "not 8-byte aligned" : "NULL");
+	accel_view sv = {sizeof(sv), ACCEL_DTYPE_F64, ACCEL_DEVICE_CUDA, device_index, stats,
+	                 ACCEL_DEVICE_STATS_DOUBLES};
+	return check_mem(&sv, what, err);
+}
+
+static int cu_sumsq_acc(const accel_view *x, double *stats, accel_device_err_v1 *err)
+{
+	int r;
+	if ((r = op_device(x->device_index, err)) ||
+	    (r = stats_mem(x->device_index, stats, "sumsq_acc", err)))
+		return r;
+	if (!x->numel)
+		return ACCEL_OK;
+	if ((r = check_mem(x, "sumsq_acc", err)))
+		return r;
+	CU_TRY(accel_cuda_launch_sumsq_acc(x->dtype, x->data, x->numel, stats));
+	return ACCEL_OK;
+}
+
+static int cu_clip_scale(int32_t device_index, double *stats, double max_norm, double unscale,
+                         accel_device_err_v1 *err)
+{
+	int r;
+	if ((r = op_device(device_index, err)) ||
+	    (r = stats_mem(device_index, stats, "clip_scale", err)))
+		return r;
+	CU_TRY(accel_cuda_launch_clip_scale(stats, max_norm, unscale));
+	return ACCEL_OK;
+}
+
 /* ---- the fused optimizer step ------------------------------------------------------------- */
 
 static int cu_optim_step(int32_t device_index, const accel_device_optim_v1 *o,
@@ -377,7 +419,8 @@ static int cu_optim_step(int32_t device_index, const accel_device_optim_v1 *o,
 	accel_cuda_opt k = {0};
 	int r;
 
-	if (!o || o->struct_size < sizeof(*o) || o->range_size < sizeof(accel_device_range_v1))
+	if (!o || o->struct_size < END_OF(accel_device_optim_v1, reserved) ||
+	    o->range_size < sizeof(accel_device_range_v1))
 		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: optim_step: options %s",
 		            !o ? "NULL" : "from an older struct layout (struct_size/range_size)");
 	if (o->type > ACCEL_DEVICE_OPTIM_ADAMW || o->step == 0 ||
@@ -391,6 +434,14 @@ static int cu_optim_step(int32_t device_index, const accel_device_optim_v1 *o,
 	if ((r = op_device(device_index, err)))
 		return r;
 	k.grad_dtype = o->grad_dtype;
+	if (o->struct_size >= END_OF(accel_device_optim_v1, grad_scale_dev) &&
+	    o->grad_scale_dev) {
+		accel_view sv = {sizeof(sv), ACCEL_DTYPE_F64, ACCEL_DEVICE_CUDA, device_index,
+		                 (void *)o->grad_scale_dev, 1};
+		if ((r = check_mem(&sv, "optim_step grad_scale_dev", err)))
+			return r;
+		k.gs_dev = o->grad_scale_dev;
+	}
 	if (o->type == ACCEL_DEVICE_OPTIM_ADAMW) {
 		accel_optim_adamw_k c = accel_optim_adamw_consts(o->lr, o->beta1, o->beta2, o->eps,
 		                                                 o->weight_decay, o->step,
@@ -545,6 +596,8 @@ static const accel_device_v1 vtable = {
 	.set_stream = cu_set_stream,
 	.memcpy_async = cu_memcpy_async,
 	.stream_sync = cu_stream_sync,
+	.sumsq_acc = cu_sumsq_acc,
+	.clip_scale = cu_clip_scale,
 };
 
 ACCEL_EXPORT const accel_device_v1 *accel_device_entry_v1(const accel_device_host_v1 *host)

@@ -344,6 +344,59 @@ extern "C" int accel_cuda_launch_sumsq(uint32_t dt, const void *x, uint64_t n, v
 	return launched();
 }
 
+/* The partial sums of k_sumsq finished into one value as k_finish does,
+ * then added to acc[0]: the same f64 operations as the host's `total += sq`
+ * over the values sumsq returns. */
+__global__ void k_finish_acc(const double *part, unsigned n, double *acc)
+{
+	__shared__ double sh[32];
+	double a = 0;
+	for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
+		a += part[i];
+	a = block_sum(a, sh);
+	if (threadIdx.x == 0)
+		acc[0] = __dadd_rn(acc[0], a);
+}
+
+extern "C" int accel_cuda_launch_sumsq_acc(uint32_t dt, const void *x, uint64_t n,
+                                           double *stats)
+{
+	unsigned g = grid_for(n, THREADS * 8);
+	if (g > ACCEL_CUDA_SCRATCH_SLOTS)
+		g = ACCEL_CUDA_SCRATCH_SLOTS;
+	double *part = stats + 4;
+	switch (dt) {
+	case DT_F32: k_sumsq<DT_F32><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	case DT_F64: k_sumsq<DT_F64><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	case DT_F16: k_sumsq<DT_F16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	default: k_sumsq<DT_BF16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	}
+	k_finish_acc<<<1, THREADS, 0, tl_stream>>>(part, g, stats);
+	return launched();
+}
+
+/* The core's accel_step arithmetic (core/train.c), each operation rounded
+ * once (no contraction into an FMA). */
+__global__ void k_clip_scale(double *s, double max_norm, double unscale)
+{
+	double norm = __dmul_rn(__dsqrt_rn(s[0]), unscale);
+	double coef = 1.0;
+	if (max_norm > 0) {
+		coef = __ddiv_rn(max_norm, __dadd_rn(norm, 1e-6));
+		if (coef > 1.0)
+			coef = 1.0;
+	}
+	s[1] = norm;
+	s[2] = coef;
+	s[3] = __dmul_rn(coef, unscale);
+}
+
+extern "C" int accel_cuda_launch_clip_scale(double *stats, double max_norm, double unscale)
+{
+	k_clip_scale<<<1, 1, 0, tl_stream>>>(stats, max_norm, unscale);
+	return launched();
+}
+
 extern "C" int accel_cuda_launch_nonfinite(uint32_t dt, const void *x, uint64_t n,
                                            void *scratch, unsigned *ret_slot)
 {
@@ -384,6 +437,7 @@ struct mt_range {
 struct mt_args {
 	mt_range r[MT_MAX];
 	uint32_t nr;
+	const double *gs_dev;   /* non-NULL: the gradient factor, read here */
 };
 
 __device__ __forceinline__ void adamw_elem(const accel_cuda_adamw_k &k, float gi, float &p,
@@ -448,8 +502,11 @@ __device__ __forceinline__ const mt_range &find_range(const mt_args &a)
 }
 
 template <int GDT> __global__ void __launch_bounds__(THREADS)
-k_adamw(const __grid_constant__ mt_args a, const accel_cuda_adamw_k k)
+k_adamw(const __grid_constant__ mt_args a, const accel_cuda_adamw_k k0)
 {
+	accel_cuda_adamw_k k = k0;
+	if (a.gs_dev)   /* the host's (float)grad_scale */
+		k.gs = __double2float_rn(*a.gs_dev);
 	const mt_range &r = find_range(a);
 	uint64_t start = (uint64_t)(blockIdx.x - r.block0) * MT_CHUNK;
 	uint64_t end = start + MT_CHUNK < r.n ? start + MT_CHUNK : r.n;
@@ -491,8 +548,11 @@ k_adamw(const __grid_constant__ mt_args a, const accel_cuda_adamw_k k)
 }
 
 template <int GDT> __global__ void __launch_bounds__(THREADS)
-k_sgd(const __grid_constant__ mt_args a, const accel_cuda_sgd_k k)
+k_sgd(const __grid_constant__ mt_args a, const accel_cuda_sgd_k k0)
 {
+	accel_cuda_sgd_k k = k0;
+	if (a.gs_dev)
+		k.gs = __double2float_rn(*a.gs_dev);
 	const mt_range &r = find_range(a);
 	uint64_t start = (uint64_t)(blockIdx.x - r.block0) * MT_CHUNK;
 	uint64_t end = start + MT_CHUNK < r.n ? start + MT_CHUNK : r.n;
@@ -515,6 +575,7 @@ template <int GDT> static cudaError_t launch_opt(const accel_cuda_opt *o)
 		mt_args a;
 		uint32_t blocks = 0;
 		a.nr = 0;
+		a.gs_dev = o->gs_dev;
 		for (; i < o->n && a.nr < MT_MAX; i++) {
 			const accel_cuda_range *s = &o->ranges[i];
 			uint64_t nb = (s->n + MT_CHUNK - 1) / MT_CHUNK;

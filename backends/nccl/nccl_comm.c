@@ -1159,6 +1159,37 @@ fail:
 	return rc;
 }
 
+/* Where a rank outside the new group lets ncclCommSplit write its (NULL)
+ * communicator; never read. */
+static ncclComm_t g_split_sink;
+
+/* ncclCommSplit in non-blocking mode: the new communicator's handle is
+ * stored (from NCCL's thread) only once its initialisation has finished,
+ * and until then *newcomm is NULL, while the parent's own state may already
+ * read success (seen with NCCL 2.28 at one rank).  Wait for the handle,
+ * under the parent's timeout, with the parent's errors reported; the new
+ * communicator's own result is read after. */
+static ncclResult_t split_wait(nccl_state *p, ncclComm_t *slot, int *rc)
+{
+	int64_t deadline = mono_deadline_ns(p->timeout_ms);
+	uint32_t spins = 0;
+	*rc = ACCEL_OK;
+	while (!__atomic_load_n(slot, __ATOMIC_ACQUIRE)) {
+		ncclResult_t ar = ncclSuccess;
+		ncclResult_t q = ncclCommGetAsyncError(p->comm, &ar);
+		if (q != ncclSuccess)
+			return q;
+		if (ar != ncclSuccess && ar != ncclInProgress)
+			return ar;
+		if (deadline && mono_ns() > deadline) {
+			*rc = timeout_fail(p, "ncclCommSplit (waiting for the new communicator)", 0);
+			return ncclInProgress;
+		}
+		backoff(&spins);
+	}
+	return ncclSuccess;
+}
+
 /* A group: ncclCommSplit of the parent (collective over it; colour NONE is
  * NCCL_SPLIT_NOCOLOR), with the rank the core gave as the key, on the
  * parent's device; a stream and scratch of its own like init(). */
@@ -1197,27 +1228,39 @@ static int nccl_split(void *state, const accel_comm_split_v1 *args, void **ret_s
 		goto fail;
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 	cfg.blocking = 0;
-	ncclComm_t sub = NULL;
 	if (comm_enter(p)) {
 		rc = p->host->error(p->h, p->fail_code ? p->fail_code : ACCEL_ERR_NCCL, "ncclCommSplit "
 		                    "not run: the parent communicator was aborted (%s)", p->fail_msg);
 		goto fail;
 	}
+	/* NCCL writes the new communicator from its own thread when the split
+	 * has finished: into st (on the heap) for a member, into a sink for the
+	 * others (NCCL writes NULL there). */
 	ncclResult_t sr = ncclCommSplit(p->comm, member ? args->color : NCCL_SPLIT_NOCOLOR,
-	                                member ? args->rank : 0, &sub, &cfg);
+	                                member ? args->rank : 0,
+	                                member ? &st->comm : &g_split_sink, &cfg);
+	int launched = sr == ncclSuccess || sr == ncclInProgress;
 	if (sr == ncclInProgress)
 		sr = settle(p, "ncclCommSplit", 0, &rc);
+	if (member && rc == ACCEL_OK && (sr == ncclSuccess || sr == ncclInProgress))
+		sr = split_wait(p, &st->comm, &rc);
 	comm_leave(p);
 	if (rc == ACCEL_OK && sr != ncclSuccess)
 		rc = nccl_fail(p, sr, "ncclCommSplit");
-	if (rc != ACCEL_OK)
+	if (rc != ACCEL_OK) {
+		if (member && launched && !__atomic_load_n(&st->comm, __ATOMIC_ACQUIRE)) {
+			/* NCCL may still write st->comm: st is left to it (a leak
+			 * of one state, after an error that ends the job anyway) */
+			free(st->wranks);
+			st = NULL;
+		}
 		goto fail;
+	}
 	if (!member) {
 		leave_device(p, prev);
 		*ret_state = NULL;
 		return ACCEL_OK;
 	}
-	st->comm = sub;
 	NCCL_TRY(st, "ncclCommSplit (the new group's communicator)", 0, ncclInProgress, fail);
 	CUDA_TRY(st, cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), fail);
 	CUDA_TRY(st, cudaEventCreateWithFlags(&st->dep_ev, cudaEventDisableTiming), fail);

@@ -293,10 +293,38 @@ static int ddp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinit
 	return ACCEL_OK;
 }
 
+/* grad_stats() without the trip to the host (plugin ABI 1.5): the same
+ * per-bucket sums, added on the device in bucket order (the same f64
+ * additions, so the same bits as grad_stats' total).  Buckets elsewhere
+ * than the core's device: declined, the core then calls grad_stats(). */
+static int ddp_grad_stats_device(void *state, int32_t device, int32_t device_index,
+                                 double *stats)
+{
+	ddp_state *s = state;
+	int r;
+	if (!ACCEL_HOST_HAS(s->host, op_sumsq_acc))
+		return ACCEL_ERR_UNSUPPORTED;
+	for (uint32_t b = 0; b < s->n_buckets; b++) {
+		const ddp_bucket *bk = &s->buckets[b];
+		if (bk->device != device || bk->device_index != device_index)
+			return ACCEL_ERR_UNSUPPORTED;
+	}
+	for (uint32_t b = 0; b < s->n_buckets; b++) {
+		const ddp_bucket *bk = &s->buckets[b];
+		accel_view v = {sizeof(v), bk->dtype, bk->device, bk->device_index, bk->data,
+		                bk->numel};
+		if ((r = s->host->op_sumsq_acc(s->h, &v, stats)))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
 static int ddp_step(void *state, const accel_step_info_v1 *info)
 {
 	ddp_state *s = state;
 	const accel_model_v1 *m = s->model;
+	const double *gsd = ACCEL_STRUCT_HAS(info, accel_step_info_v1, grad_scale_dev)
+	                    ? info->grad_scale_dev : NULL;
 	int r;
 
 	if (!info->skip) {
@@ -316,6 +344,7 @@ static int ddp_step(void *state, const accel_step_info_v1 *info)
 				                        accel_abi_dtype_size(bk->dtype),
 				                p->numel),
 				.grad_scale = info->grad_scale,
+				.grad_scale_dev = gsd,
 			};
 			for (uint32_t k = 0; k < s->n_state; k++)
 				a.state[k] = dp->state[k];
@@ -515,6 +544,7 @@ static const accel_plugin_v1 ddp_plugin = {
 	.wrap = ddp_wrap,
 	.reduce = ddp_reduce,
 	.grad_stats = ddp_grad_stats,
+	.grad_stats_device = ddp_grad_stats_device,
 	.step = ddp_step,
 	.save_state = ddp_save_state,
 	.load_state = ddp_load_state,
