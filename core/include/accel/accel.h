@@ -423,7 +423,8 @@ typedef struct accel_step_report {
 	double clip_coef;         /* factor clipping applied (1: not clipped)     */
 	double loss_scale;        /* loss scale of that step                      */
 	uint64_t nonfinite;       /* non-finite gradient elements (all ranks);
-	                             0 when not computed                          */
+	                             0 when not computed, and when the statistics
+	                             stayed on the device (docs/streams.md)       */
 	uint32_t has_grad_norm;   /* 1: grad_norm and nonfinite were computed: with
 	                             max_grad_norm > 0, track_grad_norm, a loss
 	                             scaler or a hook plugin's pre_step; 0: not
@@ -431,7 +432,11 @@ typedef struct accel_step_report {
 	uint32_t reserved;
 } accel_step_report;
 /* ACCEL_ERR_STATE before the first sync step.  report->struct_size must be
- * set by the caller; members beyond it are not written. */
+ * set by the caller; members beyond it are not written.  When the step kept
+ * its gradient statistics on the device (clipping on a GPU, no loss scaler:
+ * docs/streams.md, "Clipping on the device"), this waits for the context's
+ * stream and reads grad_norm and clip_coef from the device: the step's one
+ * host synchronisation, made only here. */
 ACCEL_API int accel_last_step(const accel_ctx *ctx, accel_step_report *ret_report);
 
 /* ---- metrics ------------------------------------------------------------------
