@@ -14,6 +14,7 @@
 #   - 1 rank through shm (staged at world 1) == 1 rank through nccl;
 #   - the default (compute on a non-blocking stream of train_mlp's own, set
 #     with accel_set_stream) == --legacy-stream, bitwise, 1 and 2 ranks;
+#   - clipping keeps its statistics on the device (the debug line);
 #   - bf16 (mixed_precision=bf16, cuBLASLt bf16 with f32 accumulation)
 #     trains: its loss falls, and its loss at the last step is within
 #     BF16_LOSS of the f32 run's, on 1 and 2 ranks (its weights' distance
@@ -129,6 +130,26 @@ for c in sgd adamw clip; do
 	same "$c.cpu" "$c.gpu1" "$tol" "$c: GPU 1 rank vs CPU"
 	same "$c.cpu" "$c.gpu2" "$tol" "$c: GPU 2 ranks (shm) vs CPU"
 	same "$c.gpu1" "$c.gpu2" "$tol" "$c: GPU 1 rank vs 2 ranks"
+done
+# Clipping keeps the norm and the factor on the device (docs/streams.md,
+# "Clipping on the device"): the debug line says which path the step took,
+# on 1 rank (nccl) and 2 ranks (shm, staged buckets on the device).
+for w in 1 2; do
+	if [ "$w" = 1 ]; then
+		# shellcheck disable=SC2086
+		ACCEL_LOG_LEVEL=debug ACCEL_CONFIG="$tmp/clip.json" "$prog" $ARGS --device cuda \
+			--set "backend=$one" --steps 2 > "$tmp/clipdbg$w.log" 2>&1
+	else
+		# shellcheck disable=SC2086
+		ACCEL_LOG_LEVEL=debug "$ACCEL_CLI" launch -n 2 --config "$tmp/clip.json" -- "$prog" \
+			$ARGS --device cuda --set backend=shm --steps 2 > "$tmp/clipdbg$w.log" 2>&1
+	fi
+	if grep -q "gradient statistics and clipping: on the device" "$tmp/clipdbg$w.log"; then
+		echo "ok: clip: the statistics stay on the device ($w rank(s))"
+	else
+		fail "clip, $w rank(s): the statistics did not stay on the device:" \
+			"$(grep -i 'gradient statistics' "$tmp/clipdbg$w.log" || tail -3 "$tmp/clipdbg$w.log")"
+	fi
 done
 grep -q "cuBLASLt f32" "$tmp/adamw.gpu1.log" ||
 	fail "the GPU run does not say it computes with cuBLASLt f32: $(head -1 "$tmp/adamw.gpu1.log")"
