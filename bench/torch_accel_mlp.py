@@ -39,6 +39,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="bf16")
+    ap.add_argument("--max-grad-norm", type=float, default=0.0,
+                    help="clip the gradient norm to this (Accelerator.clip_grad_norm_, or "
+                    "torch.nn.utils.clip_grad_norm_); 0: no clipping")
     ap.add_argument("--no-accelerate", action="store_true",
                     help="plain PyTorch (autocast) even where accelerate is installed")
     a = ap.parse_args()
@@ -92,6 +95,11 @@ def main():
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
                 loss = F.cross_entropy(model(x[idx]), y[idx])
             loss.backward()
+        if a.max_grad_norm > 0:
+            if acc is not None:
+                acc.clip_grad_norm_(model.parameters(), a.max_grad_norm)
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -110,7 +118,8 @@ def main():
                       "device": "cuda",
                       "dtype": a.dtype, "world": 1, "dims": "-".join(map(str, dims)),
                       "batch_per_rank": a.batch_size, "steps": a.steps, "warmup": a.warmup,
-                      "rounds": a.rounds, "ms_per_step": round(best * 1e3, 4),
+                      "rounds": a.rounds, "max_grad_norm": a.max_grad_norm or None,
+                      "ms_per_step": round(best * 1e3, 4),
                       "samples_per_s": round(a.batch_size / best, 1),
                       "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                       "accelerate": accelerate.__version__ if accelerate else None,

@@ -28,7 +28,9 @@
 # Usage: sh bench/train-cuda.sh [BUILD_DIR]          (default: build)
 # Environment: HIDDEN (4096), LAYERS (2), BATCH (4096), STEPS (50),
 #   WARMUP (10), ROUNDS (3), DTYPES ("f32 bf16"), LEGACY (1), PYTHON
-#   (python3), MLP_ARGS (more train_mlp options), RUN_TIMEOUT (120: seconds
+#   (python3), MLP_ARGS (more train_mlp options), CLIP (a max_grad_norm for
+#   both programs: accel keeps the norm on the device, torch uses
+#   Accelerator.clip_grad_norm_; unset: no clipping), RUN_TIMEOUT (120: seconds
 #   for one program run; one that takes longer is killed and reported, and
 #   the rest goes on).  Exit 77 without a GPU.
 set -eu
@@ -44,6 +46,10 @@ DTYPES=${DTYPES:-f32 bf16}
 PYTHON=${PYTHON:-python3}
 MLP_ARGS=${MLP_ARGS:-}
 LEGACY=${LEGACY:-1}
+CLIP=${CLIP:-}
+CLIP_SET=
+[ -n "$CLIP" ] && CLIP_SET="--set max_grad_norm=$CLIP"
+export CLIP
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 TO=
 command -v timeout >/dev/null 2>&1 && TO="timeout -k 10 $RUN_TIMEOUT"
@@ -66,7 +72,8 @@ SAMPLES=$((4 * BATCH))
 
 echo "# train-cuda: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname)" \
 	"gpu '$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)'"
-echo "# HIDDEN=$HIDDEN LAYERS=$LAYERS BATCH=$BATCH STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS"
+echo "# HIDDEN=$HIDDEN LAYERS=$LAYERS BATCH=$BATCH STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS" \
+	"CLIP=${CLIP:-none}"
 have_torch=1
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
@@ -85,7 +92,8 @@ while [ "$round" -le "$ROUNDS" ]; do
 				--steps "$STEPS" --warmup "$WARMUP" --log-every 1000000000 --json \
 				--set "mixed_precision=$mp" --set optimizer.type=adamw \
 				--set optimizer.params.lr=0.001 --set optimizer.params.weight_decay=0.01 \
-				$extra $MLP_ARGS >"$OUT/$v.$dt.$round" 2>"$OUT/$v.$dt.$round.err" || rc=$?
+				$CLIP_SET $extra $MLP_ARGS >"$OUT/$v.$dt.$round" 2>"$OUT/$v.$dt.$round.err" ||
+				rc=$?
 			if [ "$rc" = 124 ]; then
 				echo "train-cuda: $v $dt round $round: train_mlp ran past ${RUN_TIMEOUT} s;" \
 					"left out" >&2
@@ -107,7 +115,8 @@ while [ "$round" -le "$ROUNDS" ]; do
 			rc=0
 			$TO "$PYTHON" "$HERE/torch_accel_mlp.py" --hidden "$HIDDEN" --layers "$LAYERS" \
 				--batch-size "$BATCH" --samples "$SAMPLES" --steps "$STEPS" \
-				--warmup "$WARMUP" --rounds 1 --dtype "$dt" >"$OUT/torch.$dt.$round" \
+				--warmup "$WARMUP" --rounds 1 --dtype "$dt" --max-grad-norm "${CLIP:-0}" \
+				>"$OUT/torch.$dt.$round" \
 				2>"$OUT/torch.$dt.$round.err" || rc=$?
 			if [ "$rc" = 77 ]; then
 				echo "train-cuda: torch peer skipped: $(cat "$OUT/torch.$dt.$round")" >&2
@@ -166,6 +175,7 @@ for dt in sorted({k[1] for k in best}, key=lambda d: d != "f32"):
            "accel_legacy_ms": lg["ms_per_step"] if lg else None,
            "peer": peer, "peer_ms": t["ms_per_step"] if t else None,
            "ratio": round(t["ms_per_step"] / a["ms_per_step"], 3) if t else None,
-           "gpu": t["gpu"] if t else None}
+           "gpu": t["gpu"] if t else None,
+           "max_grad_norm": float(os.environ["CLIP"]) if os.environ.get("CLIP") else None}
     print(json.dumps(out, separators=(",", ":")))
 PY
