@@ -593,6 +593,13 @@ int accelp_optim_step_ranges(const accel_optim *optim, const accel_optim_group *
 	if ((r = accelp_device_for("optimizer step", device, device_index, &dev, err)) ||
 	    (r = accelp_device_use_stream(dev, "optimizer step", err)))
 		return r;
+	/* a module before device ABI 1.2 would ignore the factor's address and
+	 * apply grad_scale: an update without its clipping */
+	if (grad_scale_dev && dev->desc->abi_minor < 2)
+		return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "optimizer step: the gradient "
+		                     "factor is in device memory, and the %s device module is of "
+		                     "device ABI 1.%u (1.2 reads it)", dev->desc->name,
+		                     dev->desc->abi_minor);
 	if (!grp)
 		grp = &optim->groups[ACCEL_OPTIM_GROUP_DECAY];
 	uint32_t ns = accelp_optim_state_count(optim);

@@ -1210,6 +1210,12 @@ static int stats_can_stay(const accel_train *t, const accel_active *s, const cha
 			*ret_why = "a plugin reads them in its step hooks";
 			return 0;
 		}
+		/* a post_step hook built before ABI 1.5 expects grad_norm and
+		 * nonfinite in its info (1.5 documents them as NaN and 0 there) */
+		if (a->inited && a->vt->post_step && (!a->module || a->module->abi_minor < 5)) {
+			*ret_why = "a plugin built before ABI 1.5 reads them in post_step";
+			return 0;
+		}
 	}
 	if (!s->vt->grad_stats_device) {
 		*ret_why = "the strategy has no grad_stats_device (plugin ABI 1.5)";
@@ -1238,14 +1244,20 @@ static int stats_can_stay(const accel_train *t, const accel_active *s, const cha
 	return 1;
 }
 
-/* The statistics and the clipping factor of this step on the device:
- * stats[0] = 0, the strategy's sum of squares into it, then the factors
- * (accel_device_v1.clip_scale), all on the context's stream.
- * ACCEL_ERR_UNSUPPORTED (nothing recorded) when the strategy declines. */
-static int stats_on_device(accel_train *t, accel_active *s, double unscale)
+/* The sum of squares of this step on the device: stats[0] = 0, then the
+ * strategy's grad_stats_device, on the context's stream.  A step that
+ * starts here leaves no earlier step's figures to read (accel_last_step).
+ * ACCEL_ERR_UNSUPPORTED, with no new error recorded, when the strategy
+ * declines. */
+static int sumsq_on_device(accel_train *t, accel_active *s)
 {
 	accel_ctx *ctx = t->ctx;
-	int r;
+	int r, had = ctx->err.code;
+	if (t->last_on_device) {
+		t->last_on_device = 0;
+		t->last.grad_norm = NAN;
+		t->last.clip_coef = NAN;
+	}
 	if (!t->dev_stats &&
 	    (r = accelp_mem_alloc(ctx, ACCEL_MEM_BUFFERS, t->dev_stats_device, t->dev_stats_index,
 	                          ACCEL_DEVICE_STATS_DOUBLES * sizeof(double), 0,
@@ -1260,13 +1272,21 @@ static int stats_on_device(accel_train *t, accel_active *s, double unscale)
 		return r;
 	r = s->vt->grad_stats_device(s->state, t->dev_stats_device, t->dev_stats_index,
 	                             t->dev_stats);
-	if (r == ACCEL_ERR_UNSUPPORTED && !ctx->err.code)
+	if (r == ACCEL_ERR_UNSUPPORTED && ctx->err.code == had)
 		return r;
 	if (r)
 		return plugin_fail(t, s, "grad_stats_device", r);
-	prev = accelp_device_stream_swap(ctx->stream);
-	r = accelp_ops_device_clip_scale(t->dev_stats_device, t->dev_stats_index, t->dev_stats,
-	                                t->max_grad_norm, unscale, &ctx->err);
+	return ACCEL_OK;
+}
+
+/* The norm, the clipping coefficient and the optimizer's factor from
+ * stats[0] (accel_device_v1.clip_scale), on the context's stream. */
+static int clip_on_device(accel_train *t, double unscale)
+{
+	accel_ctx *ctx = t->ctx;
+	void *prev = accelp_device_stream_swap(ctx->stream);
+	int r = accelp_ops_device_clip_scale(t->dev_stats_device, t->dev_stats_index, t->dev_stats,
+	                                    t->max_grad_norm, unscale, &ctx->err);
 	accelp_device_stream_swap(prev);
 	return r;
 }
@@ -1305,11 +1325,6 @@ int accel_step(accel_ctx *ctx)
 	s = strategy(t);
 	if ((r = s->vt->reduce(s->state)))
 		return plugin_fail(t, s, "reduce", r);
-	if ((r = loss_scale_of(t, &loss_scale)))
-		return r;
-	/* Gradients hold loss_scale * (sum over micro-steps of the rank mean);
-	 * the step applies their mean over micro-steps, unscaled. */
-	unscale = 1.0 / (loss_scale * (double)t->gas);
 	/* The statistics are a full pass over the gradients: only when
 	 * something uses them (docs/api.md, "Gradient statistics").  When
 	 * nothing reads them on the host they stay on the device, and so does
@@ -1332,8 +1347,9 @@ int accel_step(accel_ctx *ctx)
 		          t->dev_stats_mode > 0 ? "" : why, t->dev_stats_mode > 0 ? "" : ")");
 	}
 	if (stats && t->dev_stats_mode > 0) {
-		r = stats_on_device(t, s, unscale);
-		if (r == ACCEL_ERR_UNSUPPORTED && !ctx->err.code) {
+		int had = ctx->err.code;
+		r = sumsq_on_device(t, s);
+		if (r == ACCEL_ERR_UNSUPPORTED && ctx->err.code == had) {
 			accelp_log(ACCEL_LOG_DEBUG, "gradient statistics and clipping: on the host (the "
 			          "strategy's gradients are not all on the parameters' device)");
 			t->dev_stats_mode = -1;
@@ -1345,6 +1361,13 @@ int accel_step(accel_ctx *ctx)
 	}
 	if (stats && !on_device && (r = s->vt->grad_stats(s->state, &sumsq, &nonfinite)))
 		return plugin_fail(t, s, "grad_stats", r);
+	if ((r = loss_scale_of(t, &loss_scale)))
+		return r;
+	/* Gradients hold loss_scale * (sum over micro-steps of the rank mean);
+	 * the step applies their mean over micro-steps, unscaled. */
+	unscale = 1.0 / (loss_scale * (double)t->gas);
+	if (on_device && (r = clip_on_device(t, unscale)))
+		return r;
 	/* As torch computes it: +inf when some element is infinite (then
 	 * clipping's coef is 0, finite gradients become 0 and only the
 	 * infinite ones NaN), NaN when some element is NaN.  On the device:
@@ -1420,13 +1443,20 @@ static int read_dev_stats(accel_train *t, double v[2])
 	char buf[1024] = "";
 	accel_device_err_v1 de = {sizeof(de), sizeof(buf), buf};
 	int r;
-	if ((r = accel_stream_synchronize(ctx)) ||
-	    (r = accelp_device_for("accel_last_step", t->dev_stats_device, t->dev_stats_index, &d,
+	if ((r = accelp_device_for("accel_last_step", t->dev_stats_device, t->dev_stats_index, &d,
 	                           &ctx->err)))
 		return r;
-	if ((r = d->memcpy(v, t->dev_stats + 1, 2 * sizeof(double), ACCEL_DEVICE_D2H,
+	/* the whole device: the step ran on the stream set then, which the
+	 * program may have changed since */
+	if ((r = d->sync(t->dev_stats_index, &de)) ||
+	    (r = d->memcpy(v, t->dev_stats + 1, 2 * sizeof(double), ACCEL_DEVICE_D2H,
 	                   t->dev_stats_index, &de)))
 		return accelp_device_fail(&ctx->err, r, "accel_last_step", buf);
+	if (!isfinite(v[0]))
+		accelp_log(ACCEL_LOG_WARN, "step %llu: the gradient norm is %g: some gradient is "
+		          "%s, and the parameters will become non-finite (statistics on the device: "
+		          "non-finite elements are not counted)", (unsigned long long)t->last.step,
+		          v[0], isnan(v[0]) ? "NaN" : "infinite");
 	return ACCEL_OK;
 }
 
@@ -1535,6 +1565,11 @@ int accelp_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 		            "different devices", p->name);
 	const double *gsd = ACCEL_STRUCT_HAS(a, accel_optim_args_v1, grad_scale_dev)
 	                    ? a->grad_scale_dev : NULL;
+	const accel_step_info_v1 *si = t->step_info;
+	if (!gsd && si && si->grad_scale_dev)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): this step's gradient factor "
+		            "is in device memory (info->grad_scale_dev, after grad_stats_device) but "
+		            "the strategy did not pass it: the update would not be clipped", p->name);
 	if (gsd && a->master.device == ACCEL_DEVICE_CPU)
 		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): grad_scale_dev (a factor in "
 		            "device memory) for parameters in host memory", p->name);

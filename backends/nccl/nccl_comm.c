@@ -1166,12 +1166,12 @@ static ncclComm_t g_split_sink;
 /* ncclCommSplit in non-blocking mode: the new communicator's handle is
  * stored (from NCCL's thread) only once its initialisation has finished,
  * and until then *newcomm is NULL, while the parent's own state may already
- * read success (seen with NCCL 2.28 at one rank).  Wait for the handle,
- * under the parent's timeout, with the parent's errors reported; the new
- * communicator's own result is read after. */
-static ncclResult_t split_wait(nccl_state *p, ncclComm_t *slot, int *rc)
+ * read success (seen with NCCL 2.28 at one rank).  Wait for the handle
+ * until `deadline` (the parent's timeout, counted from the split's call),
+ * with the parent's errors reported; the new communicator's own result is
+ * read after. */
+static ncclResult_t split_wait(nccl_state *p, ncclComm_t *slot, int64_t deadline, int *rc)
 {
-	int64_t deadline = mono_deadline_ns(p->timeout_ms);
 	uint32_t spins = 0;
 	*rc = ACCEL_OK;
 	while (!__atomic_load_n(slot, __ATOMIC_ACQUIRE)) {
@@ -1236,6 +1236,7 @@ static int nccl_split(void *state, const accel_comm_split_v1 *args, void **ret_s
 	/* NCCL writes the new communicator from its own thread when the split
 	 * has finished: into st (on the heap) for a member, into a sink for the
 	 * others (NCCL writes NULL there). */
+	int64_t deadline = mono_deadline_ns(p->timeout_ms);
 	ncclResult_t sr = ncclCommSplit(p->comm, member ? args->color : NCCL_SPLIT_NOCOLOR,
 	                                member ? args->rank : 0,
 	                                member ? &st->comm : &g_split_sink, &cfg);
@@ -1243,7 +1244,7 @@ static int nccl_split(void *state, const accel_comm_split_v1 *args, void **ret_s
 	if (sr == ncclInProgress)
 		sr = settle(p, "ncclCommSplit", 0, &rc);
 	if (member && rc == ACCEL_OK && (sr == ncclSuccess || sr == ncclInProgress))
-		sr = split_wait(p, &st->comm, &rc);
+		sr = split_wait(p, &st->comm, deadline, &rc);
 	comm_leave(p);
 	if (rc == ACCEL_OK && sr != ncclSuccess)
 		rc = nccl_fail(p, sr, "ncclCommSplit");

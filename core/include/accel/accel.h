@@ -425,7 +425,8 @@ typedef struct accel_step_report {
 	uint64_t nonfinite;       /* non-finite gradient elements (all ranks);
 	                             0 when not computed, and when the statistics
 	                             stayed on the device (docs/streams.md)       */
-	uint32_t has_grad_norm;   /* 1: grad_norm and nonfinite were computed: with
+	uint32_t has_grad_norm;   /* 1: grad_norm (and, unless the statistics stayed
+	                             on the device, nonfinite) were computed: with
 	                             max_grad_norm > 0, track_grad_norm, a loss
 	                             scaler or a hook plugin's pre_step; 0: not
 	                             (saves a pass over all gradients per step)   */
