@@ -84,33 +84,27 @@ int accelp_ops_device_copy(const accel_view *dst, const accel_view *src, accel_e
 		r = d->memcpy_async(dst->data, dst->device_index, src->data, src->device_index,
 		                    dst->numel * accel_dtype_size(dst->dtype), ACCEL_DEVICE_D2D,
 		                    accelp_device_stream(), &de);
-	} else if (dst->device != src->device && d->memcpy_async) {
-		/* host <-> device on the thread's stream, waited for: the host
-		 * side may be pageable memory the caller reuses at once */
-		if (dst->dtype != src->dtype)
-			return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "copy: %s to %s between the host "
-			                     "and device %d:%d; a copy across devices keeps the dtype "
-			                     "(convert on either side first)",
-			                     accel_dtype_name(src->dtype), accel_dtype_name(dst->dtype),
-			                     dv->device, dv->device_index);
-		void *s = accelp_device_stream();
-		r = d->memcpy_async(dst->data, dst->device_index, src->data, src->device_index,
-		                    dst->numel * accel_dtype_size(dst->dtype),
-		                    dst->device == ACCEL_DEVICE_CPU ? ACCEL_DEVICE_D2H : ACCEL_DEVICE_H2D,
-		                    s, &de);
-		if (!r)
-			r = d->stream_sync(dv->device_index, s, &de);
 	} else if (dst->device != src->device) {
-		/* host <-> device: a plain copy; conversions run on one side */
+		/* host <-> device, dtype kept (conversions run on one side) */
 		if (dst->dtype != src->dtype)
 			return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "copy: %s to %s between the host "
 			                     "and device %d:%d; a copy across devices keeps the dtype "
 			                     "(convert on either side first)",
 			                     accel_dtype_name(src->dtype), accel_dtype_name(dst->dtype),
 			                     dv->device, dv->device_index);
-		r = d->memcpy(dst->data, src->data, dst->numel * accel_dtype_size(dst->dtype),
-		              dst->device == ACCEL_DEVICE_CPU ? ACCEL_DEVICE_D2H : ACCEL_DEVICE_H2D,
-		              dv->device_index, &de);
+		uint64_t bytes = dst->numel * accel_dtype_size(dst->dtype);
+		uint32_t dir = dst->device == ACCEL_DEVICE_CPU ? ACCEL_DEVICE_D2H : ACCEL_DEVICE_H2D;
+		if (d->memcpy_async) {
+			/* on the thread's stream, waited for: the host side may be
+			 * pageable memory the caller reuses at once */
+			void *s = accelp_device_stream();
+			r = d->memcpy_async(dst->data, dst->device_index, src->data, src->device_index,
+			                    bytes, dir, s, &de);
+			if (!r)
+				r = d->stream_sync(dv->device_index, s, &de);
+		} else {
+			r = d->memcpy(dst->data, src->data, bytes, dir, dv->device_index, &de);
+		}
 	} else {
 		if ((r = same_device(dst, src, "copy", err)))
 			return r;

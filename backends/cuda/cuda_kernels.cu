@@ -312,16 +312,39 @@ template <int DT> __global__ void k_nonfinite(const void *x, uint64_t n,
 		part[blockIdx.x] = c;
 }
 
-/* The partial sums in one block, in a fixed order (deterministic). */
-template <typename T> __global__ void k_finish(T *part, unsigned n)
+/* The partial sums in one block, in a fixed order (deterministic), into
+ * part[n]; with acc, added to acc[0] instead (one addition: the host's
+ * `total += sq` over the values sumsq returns). */
+template <typename T> __global__ void k_finish(T *part, unsigned n, T *acc)
 {
 	__shared__ T sh[32];
 	T a = 0;
 	for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
 		a += part[i];
 	a = block_sum(a, sh);
-	if (threadIdx.x == 0)
-		part[n] = a;
+	if (threadIdx.x == 0) {
+		if (acc)
+			acc[0] = acc[0] + a;
+		else
+			part[n] = a;
+	}
+}
+
+/* k_sumsq over x into part[0..g) and k_finish; returns g. */
+static unsigned launch_sumsq_parts(uint32_t dt, const void *x, uint64_t n, double *part,
+                                   double *acc)
+{
+	unsigned g = grid_for(n, THREADS * 8);
+	if (g > ACCEL_CUDA_SCRATCH_SLOTS)
+		g = ACCEL_CUDA_SCRATCH_SLOTS;
+	switch (dt) {
+	case DT_F32: k_sumsq<DT_F32><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	case DT_F64: k_sumsq<DT_F64><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	case DT_F16: k_sumsq<DT_F16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	default: k_sumsq<DT_BF16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
+	}
+	k_finish<double><<<1, THREADS, 0, tl_stream>>>(part, g, acc);
+	return g;
 }
 
 /* scratch: ACCEL_CUDA_SCRATCH_SLOTS + 1 slots of 8 bytes on the device;
@@ -329,49 +352,15 @@ template <typename T> __global__ void k_finish(T *part, unsigned n)
 extern "C" int accel_cuda_launch_sumsq(uint32_t dt, const void *x, uint64_t n, void *scratch,
                                        unsigned *ret_slot)
 {
-	unsigned g = grid_for(n, THREADS * 8);
-	if (g > ACCEL_CUDA_SCRATCH_SLOTS)
-		g = ACCEL_CUDA_SCRATCH_SLOTS;
-	double *part = (double *)scratch;
-	switch (dt) {
-	case DT_F32: k_sumsq<DT_F32><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
-	case DT_F64: k_sumsq<DT_F64><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
-	case DT_F16: k_sumsq<DT_F16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
-	default: k_sumsq<DT_BF16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
-	}
-	k_finish<double><<<1, THREADS, 0, tl_stream>>>(part, g);
-	*ret_slot = g;
+	*ret_slot = launch_sumsq_parts(dt, x, n, (double *)scratch, NULL);
 	return launched();
 }
 
-/* The partial sums of k_sumsq finished into one value as k_finish does,
- * then added to acc[0]: the same f64 operations as the host's `total += sq`
- * over the values sumsq returns. */
-__global__ void k_finish_acc(const double *part, unsigned n, double *acc)
-{
-	__shared__ double sh[32];
-	double a = 0;
-	for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
-		a += part[i];
-	a = block_sum(a, sh);
-	if (threadIdx.x == 0)
-		acc[0] = __dadd_rn(acc[0], a);
-}
-
+/* stats[0] += the sum of squares; the partial sums in stats[4..]. */
 extern "C" int accel_cuda_launch_sumsq_acc(uint32_t dt, const void *x, uint64_t n,
                                            double *stats)
 {
-	unsigned g = grid_for(n, THREADS * 8);
-	if (g > ACCEL_CUDA_SCRATCH_SLOTS)
-		g = ACCEL_CUDA_SCRATCH_SLOTS;
-	double *part = stats + 4;
-	switch (dt) {
-	case DT_F32: k_sumsq<DT_F32><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
-	case DT_F64: k_sumsq<DT_F64><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
-	case DT_F16: k_sumsq<DT_F16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
-	default: k_sumsq<DT_BF16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
-	}
-	k_finish_acc<<<1, THREADS, 0, tl_stream>>>(part, g, stats);
+	launch_sumsq_parts(dt, x, n, stats + 4, stats);
 	return launched();
 }
 
@@ -410,7 +399,7 @@ extern "C" int accel_cuda_launch_nonfinite(uint32_t dt, const void *x, uint64_t 
 	case DT_F16: k_nonfinite<DT_F16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
 	default: k_nonfinite<DT_BF16><<<g, THREADS, 0, tl_stream>>>(x, n, part); break;
 	}
-	k_finish<unsigned long long><<<1, THREADS, 0, tl_stream>>>(part, g);
+	k_finish<unsigned long long><<<1, THREADS, 0, tl_stream>>>(part, g, NULL);
 	*ret_slot = g;
 	return launched();
 }
