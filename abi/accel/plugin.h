@@ -397,6 +397,38 @@ typedef struct accel_bucket_v1 {
  * reduction pass).  Either way the result is the mean gradient. */
 #define ACCEL_REDUCE_PREDIVIDED (1u << 0)
 
+/* ABI minor 6: what estimate_memory() is asked about and answers. */
+#define ACCEL_EST_CATEGORIES 8  /* slots per location; ACCEL_MEM_* index them */
+#define ACCEL_EST_DEVICE 0      /* where the parameters live (the GPU, or host
+                                   memory for a CPU job)                      */
+#define ACCEL_EST_HOST   1      /* host memory beyond that: offload targets   */
+#define ACCEL_EST_NVME   2      /* files (NVMe offload)                       */
+#define ACCEL_EST_PLACES 3
+typedef struct accel_estimate_in_v1 {
+	uint32_t struct_size;      /* sizeof(accel_estimate_in_v1)                 */
+	int32_t world_size;        /* ranks the job would run on                   */
+	int32_t local_world_size;  /* of those, ranks per node                     */
+	int32_t device;            /* ACCEL_DEVICE_* the parameters would live on  */
+	uint32_t n_params;         /* entries of numel/dtype; 0: one parameter of
+	                              total_numel elements                         */
+	uint32_t n_units;          /* entries of unit_numel; 0: one unit           */
+	const uint64_t *numel;     /* n_params element counts (registration order) */
+	const uint32_t *dtype;     /* n_params working dtypes; NULL: all
+	                              default_dtype                                */
+	const uint64_t *unit_numel; /* n_units element counts (forward order)      */
+	uint64_t total_numel;      /* sum of numel (all elements when n_params 0)  */
+	uint32_t default_dtype;    /* ACCEL_DTYPE_* of the working weights         */
+	uint32_t n_state;          /* optimizer state arrays per element (2 AdamW) */
+} accel_estimate_in_v1;
+typedef struct accel_estimate_out_v1 {
+	uint32_t struct_size;      /* set by the caller                            */
+	uint32_t reserved;
+	/* bytes[place][category]: per-rank bytes of each ACCEL_MEM_* category at
+	 * each ACCEL_EST_* place, as mem_alloc would account them. */
+	uint64_t bytes[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES];
+	char variant[64];          /* "stage 3, offload cpu": NUL-terminated label */
+} accel_estimate_out_v1;
+
 typedef struct accel_host_v1 {
 	uint32_t struct_size;     /* sizeof(accel_host_v1) of the running core   */
 	uint32_t abi_major;       /* ACCEL_ABI_MAJOR of the running core          */
@@ -736,6 +768,42 @@ typedef struct accel_host_v1 {
 	 * the context's stream and return without waiting: for the stats
 	 * buffer grad_stats_device() receives (x on its device). */
 	int (*op_sumsq_acc)(accel_host *h, const accel_view *x, double *stats);
+
+	/* -- ABI minor 6: the optimizer on many threads (offload) ------------------------
+	 * Check ACCEL_HOST_HAS(host, optim_step_n) first. */
+
+	/* optim_step() of n ranges (args[0 .. n-1], each as optim_step takes
+	 * it) on a pool of n_threads threads the core owns, then return: the
+	 * result is bit-identical to calling optim_step on each in turn (the
+	 * update of an element depends on that element alone), whatever the
+	 * split.  The core may cut a long range into pieces for the threads.
+	 * Host (CPU) views only; ranges must not overlap.  n_threads 0: the
+	 * threads this rank is given (OMP_NUM_THREADS, which `accel launch`
+	 * sets to the rank's share of the cores, else the CPUs the process
+	 * may run on divided by the ranks on this node); 1: this thread.
+	 * Called on the training thread like every host member; the pool's
+	 * threads run only the core's optimizer arithmetic. */
+	int (*optim_step_n)(accel_host *h, const accel_optim_args_v1 *args, uint32_t n,
+	                    uint32_t n_threads);
+
+	/* -- ABI minor 6: host waits on stream work (docs/streams.md) --------------------
+	 * What op_copy_async and a plugin's own kernels enqueued on the
+	 * context's stream can be waited for from the host.  Without a device
+	 * module (host views only) every copy is done on return, and these
+	 * succeed at once.  Check ACCEL_HOST_HAS(host, event_record) first. */
+
+	/* Block until everything enqueued on the context's stream so far ran. */
+	int (*stream_sync)(accel_host *h);
+	/* Record an event on the context's stream after the work enqueued so
+	 * far; *ret_event is owned by the plugin: free it with event_free().
+	 * Without a device module: a token that is already complete. */
+	int (*event_record)(accel_host *h, void **ret_event);
+	/* Block until `event`'s work ran (an error of that work is returned). */
+	int (*event_sync)(accel_host *h, void *event);
+	/* Nonblocking: *ret_done = 1 when `event`'s work ran, else 0. */
+	int (*event_query)(accel_host *h, void *event, int32_t *ret_done);
+	/* Release an event (NULL is a no-op). */
+	void (*event_free)(accel_host *h, void *event);
 } accel_host_v1;
 
 /* ---- the plugin vtable ---------------------------------------------------------
@@ -821,7 +889,8 @@ typedef struct accel_plugin_v1 {
 
 	/* (optional) Named extension interfaces (e.g. "fp8.gemm" version 1) that
 	 * the user API reaches through accel_plugin_extension().  Returns a
-	 * static table or NULL when unknown. */
+	 * table valid until fini() (it may live in the plugin's state), or NULL
+	 * when unknown. */
 	const void *(*extension)(void *state, const char *name, uint32_t version);
 
 	/* -- ABI minor 3 ------------------------------------------------------------ */
@@ -875,7 +944,59 @@ typedef struct accel_plugin_v1 {
 	 * the values on the host (clipping or track_grad_norm alone, no
 	 * pre_step hook or loss scaler).  Default: grad_stats() every step. */
 	int (*grad_stats_device)(void *state, int32_t device, int32_t device_index, double *stats);
+
+	/* -- ABI minor 6 ------------------------------------------------------------ */
+
+	/* (optional) This instance's capabilities, when they follow its config
+	 * (ZeRO's stage, FSDP's sharding strategy): a subset of desc->caps,
+	 * which stays the union over every configuration (what `accel plugins
+	 * info` shows).  Called once, after init() and before validate(); the
+	 * core then uses the result wherever it reads a plugin's caps (the
+	 * selection's caps given to validate(), the reduce-hook check, the
+	 * accumulation contract, the binding check of accel_prepare).  Bits
+	 * outside desc->caps are an error.  Default: desc->caps. */
+	int (*instance_caps)(void *state, uint32_t *ret_caps);
+
+	/* (strategy with ACCEL_CAP_SHARD_PARAMS, optional) Materialise or
+	 * release the working weights of unit `unit` outside the unit hooks, so
+	 * that the core can read or write them through the bound views (for
+	 * param/<name> in accel_save_state / accel_load_state and for
+	 * accel_save_model).  Collective: every rank calls it for the same
+	 * units in the same order, one unit at a time (memory: one unit).
+	 * flags:
+	 *  ACCEL_MATERIALIZE_GATHER   gather the unit's full working weights
+	 *                             and param_bind() them (data; grad may be
+	 *                             NULL);
+	 *  ACCEL_MATERIALIZE_RELEASE  unbind (param_bind NULL) and free what
+	 *                             GATHER allocated;
+	 *  ACCEL_MATERIALIZE_WRITEBACK (with RELEASE) the core wrote values
+	 *                             into the bound views: copy this rank's
+	 *                             owned range of them into its shard of the
+	 *                             working weights first (masters are the
+	 *                             strategy's own state: load_state sets
+	 *                             them).
+	 * A unit that is already gathered (inside its hooks, or persistent)
+	 * stays bound by GATHER and is not released by RELEASE.  Without the
+	 * slot, a strategy with ACCEL_CAP_SHARD_PARAMS cannot save or load
+	 * working weights: the core refuses with a message naming it. */
+	int (*materialize)(void *state, uint32_t unit, uint32_t flags);
+
+	/* (strategy, optional) Per-rank bytes this strategy would allocate for
+	 * a model described by `in`, without a model or a job: called like
+	 * available() (host members that need no model: log, error, world,
+	 * cfg_*), with the config the estimate is for (`accel estimate-memory`
+	 * calls it once per variant, e.g. each ZeRO stage, by overriding the
+	 * plugin's keys).  Fill out->bytes (out->struct_size is set by the
+	 * caller; write only what it covers).  Default: the strategy gives no
+	 * estimate (the command says so). */
+	int (*estimate_memory)(const accel_host_v1 *host, accel_host *h,
+	                       const accel_estimate_in_v1 *in, accel_estimate_out_v1 *out);
 } accel_plugin_v1;
+
+/* accel_plugin_v1.materialize flags (ABI minor 6) */
+#define ACCEL_MATERIALIZE_GATHER    (1u << 0)
+#define ACCEL_MATERIALIZE_RELEASE   (1u << 1)
+#define ACCEL_MATERIALIZE_WRITEBACK (1u << 2)
 
 /* ---- checking the host table ---------------------------------------------
  * ACCEL_HOST_HAS(host, member): whether the running host's table covers
