@@ -113,7 +113,7 @@ static void rig_init(rig *g, const cfg *c)
 		ck_assert_int_eq(fake_mem_alloc(h, ACCEL_MEM_PARAMS, c->dev, 0,
 		                                shard[i].run * accel_abi_dtype_size(shard[i].dtype), 0,
 		                                &p->work), 0);
-		void *gr;
+		void *gr = NULL;
 		ck_assert_int_eq(fake_mem_alloc(h, ACCEL_MEM_GRADS, c->dev, 0,
 		                                shard[i].run * accel_abi_dtype_size(shard[i].gdtype), 0,
 		                                &gr), 0);
@@ -566,7 +566,7 @@ START_TEST(set_pieces)
 	write_masters(&g);
 	zero_piece np[N_PIECES];
 	memcpy(np, g.pc, sizeof(np));
-	void *neww;
+	void *neww = NULL;
 	ck_assert_int_eq(fake_mem_alloc(h, ACCEL_MEM_PARAMS, ACCEL_DEVICE_CPU, 0, 7000 * 2,
 	                                ACCEL_MEMF_ZERO, &neww), 0);
 	np[1].work = neww;
