@@ -550,6 +550,21 @@ START_TEST(refusals)
 		              g.fh.last_err);
 		rig_free(&g);
 	}
+	/* a missing nvme_path: refused by the preflight before any memory is
+	 * taken, on a (fake) GPU too */
+	cfg c = {ZERO_PLACE_NVME, ACCEL_DEVICE_CUDA, 0, 1000, 0, 4, 0};
+	rig g;
+	rig_init(&g, &c);
+	char missing[300];
+	snprintf(missing, sizeof(missing), "%s/not-there", tmpdir);
+	g.o.nvme_path = missing;
+	int before = g.fh.nalloc;
+	ck_assert_int_eq(zero_store_new(&g.fh.H, fake_h(&g.fh), &g.o, g.pc, N_PIECES, &g.st),
+	                 ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(g.fh.nalloc, before);
+	ck_assert_ptr_nonnull(strstr(g.fh.last_err, "zero_optimization.offload_optimizer.nvme_path: "));
+	ck_assert_ptr_nonnull(strstr(g.fh.last_err, "/not-there: no such directory"));
+	rig_free(&g);
 	ck_assert_int_eq(dir_entries(tmpdir), 0);
 	rmdir(tmpdir);
 }
