@@ -18,9 +18,14 @@
 #           - a rank-dependent initialisation (--rank-init) must give rank
 #             0's values on every rank after accel_prepare (stages 0-3,
 #             world 3);
-#           - stage 3 at world 4: the peak of gathered parameter bytes the
-#             plugin logs is at most its own shards + the two largest
-#             units + the prefetch budget; with prefetch on, the gather of
+#           - what accel counted for each rank (accel_memory_stats, through
+#             zero-train --memory) equals the plugin's estimate for that
+#             rank (the estimate_memory slot's rules, logged after the first
+#             step) within 5%, per category, for stages 0-3 and each
+#             offload (buffers excepted: comm staging is the backend's);
+#           - stage 3 at world 4: the peak of parameter bytes accel counted
+#             is at most the own shards + the two largest units + the
+#             prefetch budget; with prefetch on, the gather of
 #             the last unit's weights for its backward was issued before
 #             that backward began (ACCEL_TEST_COMM_TRACE), and without
 #             prefetch it was not;
@@ -180,12 +185,60 @@ for st in 0 1 2 3; do
 	every_rank "$tmp/rinit" "$tmp/ri$st" 3 0 "rank-dependent init, stage $st, after accel_prepare"
 done
 
+# Measured (accel_memory_stats) against the plugin's estimate, every rank.
+for v in "0 none" "1 none" "2 none" "3 none" "2 cpu" "3 cpu" "1 nvme" "3 nvme" "1 none bf16" \
+	"3 none bf16" "2 cpu bf16"; do
+	set -- $v f32
+	cfg "$tmp/c.json" zero adamw 1 ", \"stage\": $1 $(offload_json $2)"
+	ACCEL_LOG_LEVEL=info ACCEL_LOG_ALL_RANKS=1 \
+		runn 3 "$tmp/c.json" "$tmp/mem" --steps 3 --batch $BATCH --memory "$tmp/memst" \
+			--dtype "$3" || { fail "memory stage $1 offload $2 $3"; tail -20 "$tmp/mem.log"; continue; }
+	for r in 0 1 2; do
+		line=$(grep "\[accel rank $r\].*memory after the first step" "$tmp/mem.log" | head -1)
+		if [ -z "$line" ]; then
+			fail "memory stage $1 offload $2 rank $r: no memory report"
+			continue
+		fi
+		# estimate per category: device + host (a CPU job counts both as
+		# host memory); nvme file bytes are not memory
+		if echo "$line" | awk -v mf="$tmp/memst.$r" -v what="stage $1 offload $2 $3 rank $r" '
+			{
+				s = $0; sub(/.*estimated\): /, "", s); sub(/; peak.*/, "", s)
+				n = split(s, parts, ", ")
+				for (i = 1; i <= n; i++) {
+					k = split(parts[i], w, " ")
+					if (w[1] == "nvme") continue
+					cat = (w[1] == "host") ? w[2] : w[1]
+					e = w[k]; sub(/\)/, "", e)
+					est[cat] += e
+				}
+				while ((getline l < mf) > 0) { split(l, f, " "); cur[f[1]] = f[2] }
+				split("params grads master optimizer offload", cats, " ")
+				bad = 0
+				for (i = 1; i <= 5; i++) {
+					c = cats[i]; m = cur[c] + 0; e = est[c] + 0
+					d = m > e ? m - e : e - m
+					if (d > 0.05 * e) { printf "%s: %s measured %d, estimated %d\n", what, c, m, e; bad = 1 }
+					out = out sprintf(" %s %d/%d", c, m, e)
+				}
+				if (!bad) printf "ok: memory %s: measured/estimated%s\n", what, out
+				exit bad
+			}' > "$tmp/memcmp.log"; then
+			[ "$r" = 0 ] && cat "$tmp/memcmp.log"
+		else
+			fail "$(cat "$tmp/memcmp.log")"
+		fi
+	done
+	nvme_clean "$tmp/nvme" "memory stage $1 offload $2"
+done
+
 # Stage 3 at world 4: peak gathered parameters, and prefetch overlap.
 for pf in on off; do
 	[ $pf = on ] && b=1000000 || b=0
 	cfg "$tmp/c.json" zero adamw 1 ", \"stage\": 3, \"stage3_prefetch_bucket_size\": $b"
 	ACCEL_LOG_LEVEL=info ACCEL_LOG_ALL_RANKS=1 ACCEL_TEST_COMM_TRACE=$tmp/comm$pf \
-		runn 4 "$tmp/c.json" "$tmp/pf$pf" --steps 3 --batch $BATCH --trace "$tmp/bw$pf" ||
+		runn 4 "$tmp/c.json" "$tmp/pf$pf" --steps 3 --batch $BATCH --trace "$tmp/bw$pf" \
+			--memory "$tmp/pm$pf" ||
 		{ fail "stage 3 prefetch $pf"; tail -20 "$tmp/pf$pf.log"; continue; }
 	for r in 0 1 2 3; do
 		# fc1 144 -> padded 192, fc2 272 -> 320, fc3 68 -> 128 (world 4 x 16):
@@ -193,7 +246,7 @@ for pf in on off; do
 		# (320+192) x 4 = 2048; prefetch budget 1000000 elements, but at most
 		# the model (640 x 4 bytes = 2560): bound 640 + 2048 + 2560 with
 		# prefetch, 640 + 2048 without.
-		peak=$(sed -n "s/.*\[accel rank $r\].*peak bytes over the run: peak params \([0-9]*\),.*/\1/p" "$tmp/pf$pf.log" | tail -1)
+		peak=$(awk '$1 == "params" { print $3 }' "$tmp/pm$pf.$r" 2>/dev/null)
 		[ $pf = on ] && bound=$((640 + 2048 + 2560)) || bound=$((640 + 2048))
 		if [ -z "$peak" ]; then
 			fail "stage 3 prefetch $pf rank $r: no memory report"

@@ -23,9 +23,50 @@ static uint32_t dt_of(const est_model *m, uint32_t i)
 	return m->dtype ? m->dtype[i] : m->dflt;
 }
 
+#define SWAP_ALIGN 4096   /* zero_store.c: swap blocks and O_DIRECT buffers */
+
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* What zero_store.c allocates for `owned` elements (owned_f32 of them of
+ * f32 parameters): masters and state with the parameters; in host memory;
+ * or a swap file of sub-group blocks plus buffer_count host buffers of one
+ * block each; on a GPU also four staging buffers of a sub-group. */
+static void store_bytes(const zero_cfg *c, uint64_t owned, uint64_t owned_f32, uint32_t n_state,
+                        int on_device, uint64_t bytes[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES])
+{
+	if (c->opt_place == ZERO_PLACE_DEVICE) {
+		/* an f32 parameter's master is its working weights */
+		bytes[ACCEL_EST_DEVICE][ACCEL_MEM_MASTER] += (owned - owned_f32) * 4;
+		bytes[ACCEL_EST_DEVICE][ACCEL_MEM_OPTIMIZER] += owned * 4 * n_state;
+		return;
+	}
+	if (!owned)
+		return;
+	uint64_t sg = (uint64_t)c->sub_group_size;
+	if (!sg || sg > owned)
+		sg = owned;
+	if (on_device)
+		bytes[ACCEL_EST_HOST][ACCEL_MEM_OFFLOAD] += 4 * sg * 4;
+	if (c->opt_place == ZERO_PLACE_CPU) {
+		bytes[ACCEL_EST_HOST][ACCEL_MEM_OFFLOAD] += owned * 4 * (1 + n_state);
+		return;
+	}
+	uint64_t n_sg = (owned + sg - 1) / sg;
+	uint64_t blk = align_up((uint64_t)(1 + n_state) * sg * 4, SWAP_ALIGN);
+	uint64_t nbuf = (uint64_t)c->opt_buffer_count;
+	if (nbuf > n_sg + 2)
+		nbuf = n_sg + 2;
+	bytes[ACCEL_EST_NVME][ACCEL_MEM_OFFLOAD] += blk * n_sg;
+	bytes[ACCEL_EST_HOST][ACCEL_MEM_OFFLOAD] += nbuf * (blk + SWAP_ALIGN);
+}
+
 /* bytes[place][category] for rank `rank` of `W` under config c. */
 static int estimate(const zero_cfg *c, const est_model *m, uint32_t W, uint32_t rank,
-                    uint32_t n_state, uint64_t bytes[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES])
+                    uint32_t n_state, int on_device,
+                    uint64_t bytes[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES])
 {
 	uint64_t one = m->total;
 	const uint64_t *numel = m->n_params ? m->numel : &one;
@@ -91,14 +132,7 @@ static int estimate(const zero_cfg *c, const est_model *m, uint32_t W, uint32_t 
 	free(at);
 	free(sp);
 	bytes[ACCEL_EST_DEVICE][ACCEL_MEM_BUFFERS] += 2 * sizeof(double);
-	if (c->opt_place == ZERO_PLACE_DEVICE) {
-		/* an f32 parameter's master is its working weights */
-		bytes[ACCEL_EST_DEVICE][ACCEL_MEM_MASTER] += (owned - owned_f32) * 4;
-		bytes[ACCEL_EST_DEVICE][ACCEL_MEM_OPTIMIZER] += owned * 4 * n_state;
-	} else {
-		uint32_t pl = c->opt_place == ZERO_PLACE_CPU ? ACCEL_EST_HOST : ACCEL_EST_NVME;
-		bytes[pl][ACCEL_MEM_OFFLOAD] += owned * 4 * (1 + n_state);
-	}
+	store_bytes(c, owned, owned_f32, n_state, on_device, bytes);
 	return ACCEL_OK;
 }
 
@@ -122,7 +156,8 @@ int zero_estimate_memory(const accel_host_v1 *host, accel_host *h, const accel_e
 	est_model m = {in->n_params, in->n_units, in->numel, in->dtype, in->default_dtype,
 	               in->unit_numel, in->total_numel};
 	uint64_t b[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES];
-	if ((r = estimate(&c, &m, (uint32_t)in->world_size, 0, in->n_state, b)))
+	if ((r = estimate(&c, &m, (uint32_t)in->world_size, 0, in->n_state,
+	                  in->device != ACCEL_DEVICE_CPU, b)))
 		return host->error(h, r, "out of memory estimating");
 	if (out->struct_size >= offsetof(accel_estimate_out_v1, bytes) + sizeof(out->bytes))
 		memcpy(out->bytes, b, sizeof(b));
@@ -153,21 +188,20 @@ void zero_log_memory(zero_state *s)
 		un[u] = mo->units[u].numel;
 	est_model m = {mo->n_params, mo->n_units, numel, dtype, 0, un, mo->total_numel};
 	uint64_t est[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES], got[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES];
-	if (estimate(&s->cfg, &m, s->W, s->rank, s->n_state, est))
+	if (estimate(&s->cfg, &m, s->W, s->rank, s->n_state,
+	             s->groups[0].device != ACCEL_DEVICE_CPU, est))
 		goto done;
 	memcpy(got, s->mem, sizeof(got));
-	uint64_t owned = 0, owned_sep = 0;
+	/* the store's part follows from its pieces (zero_store.c allocates it
+	 * through mem_alloc too, so accel_memory_stats counts it; the test
+	 * compares that count with the estimate) */
+	uint64_t owned = 0, owned_f32 = 0;
 	for (uint32_t k = 0; k < s->n_pieces; k++) {
 		owned += s->pieces[k].numel;
-		owned_sep += s->pieces[k].master_is_work ? 0 : s->pieces[k].numel;
+		owned_f32 += s->pieces[k].master_is_work ? s->pieces[k].numel : 0;
 	}
-	if (s->cfg.opt_place == ZERO_PLACE_DEVICE) {
-		got[ACCEL_EST_DEVICE][ACCEL_MEM_MASTER] += owned_sep * 4;
-		got[ACCEL_EST_DEVICE][ACCEL_MEM_OPTIMIZER] += owned * 4 * s->n_state;
-	} else {
-		got[s->cfg.opt_place == ZERO_PLACE_CPU ? ACCEL_EST_HOST : ACCEL_EST_NVME]
-		   [ACCEL_MEM_OFFLOAD] += owned * 4 * (1 + s->n_state);
-	}
+	store_bytes(&s->cfg, owned, owned_f32, s->n_state, s->groups[0].device != ACCEL_DEVICE_CPU,
+	            got);
 	char line[512];
 	int n = 0;
 	for (uint32_t pl = 0; pl < ACCEL_EST_PLACES; pl++)

@@ -347,6 +347,7 @@ int main(int argc, char **argv)
 	const char *hooks = "all", *out = NULL, *metrics = NULL, *dtype = "f32";
 	const char *out_ranks = NULL, *trace = NULL;
 	long rank_shift = 0;
+	const char *memory = NULL;
 	int rank_init = 0;
 	model m = {0};
 	int r;
@@ -375,6 +376,8 @@ int main(int argc, char **argv)
 			metrics = argv[++i];
 		} else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
 			dtype = argv[++i];
+		} else if (!strcmp(argv[i], "--memory") && i + 1 < argc) {
+			memory = argv[++i];
 		} else if (!strcmp(argv[i], "--rank-init")) {
 			rank_init = 1;
 		} else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
@@ -383,6 +386,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "usage: zero-train [--steps S] [--batch B] [--hooks "
 			        "all|none|partial|twice] [--out FILE] [--out-ranks PREFIX] [--metrics FILE]\n"
 			        "                    [--dtype f32|bf16] [--trace PREFIX] [--rank-init]\n"
+			        "                    [--memory PREFIX]\n"
 			        "       zero-train --compare A B [--rtol R] [--atol A]\n");
 			return 2;
 		}
@@ -465,6 +469,32 @@ int main(int argc, char **argv)
 		double vals[] = {loss_sum / (double)gas, rep.lr, rep.grad_norm, rep.clip_coef};
 		if (accel_log_scalars(m.ctx, accel_get_step(m.ctx), 4, keys, vals)) {
 			r = fail(m.ctx, "accel_log_scalars");
+			goto done;
+		}
+	}
+	if (memory) {
+		static const char *const cat[] = {"params", "grads", "master", "optimizer", "buffers",
+		                                  "offload"};
+		char path[4096];
+		snprintf(path, sizeof(path), "%s.%ld", memory, rank);
+		FILE *f = fopen(path, "w");
+		if (!f) {
+			perror(path);
+			r = 1;
+			goto done;
+		}
+		for (uint32_t c = 0; c < 6; c++) {
+			uint64_t cur = 0, peak = 0;
+			if (accel_memory_stats(m.ctx, c, ACCEL_DEVICE_CPU, 0, &cur, &peak)) {
+				fclose(f);
+				r = fail(m.ctx, "accel_memory_stats");
+				goto done;
+			}
+			fprintf(f, "%s %llu %llu\n", cat[c], (unsigned long long)cur,
+			        (unsigned long long)peak);
+		}
+		if (fclose(f)) {
+			r = (perror(path), 1);
 			goto done;
 		}
 	}
