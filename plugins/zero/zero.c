@@ -24,8 +24,8 @@ static const accel_param_schema_v1 zero_params[] = {
 	KEY(ACCEL_CFG_BOOL, "contiguous_gradients", "true", 1, 0, NULL,
 	    "Gradients in one flat buffer per reduce group (accel always does this)"),
 	KEY(ACCEL_CFG_BOOL, "overlap_comm", "false", 1, 0, NULL,
-	    "Issue gradient reductions asynchronously during backward (stages 2 and 3 "
-	    "always overlap; stages 0 and 1 overlap when true)"),
+	    "Accepted; accel always issues a group's reduction asynchronously as soon as "
+	    "its units finished backward"),
 	KEY(ACCEL_CFG_BOOL, "reduce_scatter", "true", 1, 0, NULL,
 	    "Reduce gradients with reduce-scatter; false: all-reduce and keep the own block"),
 	KEY(ACCEL_CFG_DOUBLE, "reduce_bucket_size", "500000000", 1, 1e15, NULL,

@@ -12,9 +12,8 @@
 
 static uint32_t place_of_mem(int32_t device, uint32_t category)
 {
-	if (category == ACCEL_MEM_OFFLOAD)
-		return ACCEL_EST_HOST;
-	return device == ACCEL_DEVICE_CPU ? ACCEL_EST_DEVICE : ACCEL_EST_DEVICE;
+	(void)device;
+	return category == ACCEL_MEM_OFFLOAD ? ACCEL_EST_HOST : ACCEL_EST_DEVICE;
 }
 
 /* mem_alloc with the plugin's own tally (the memory report compares it
@@ -55,8 +54,7 @@ void zero_release_all(zero_state *s)
 		if (g->req)
 			H->wait(s->h, g->req);
 		g->req = NULL;
-		uint64_t wn = s->cfg.stage == 3 ? g->padded : g->padded;
-		zero_free(s, g->work, ACCEL_MEM_PARAMS, g->device, group_bytes(g, g->dtype, wn));
+		zero_free(s, g->work, ACCEL_MEM_PARAMS, g->device, group_bytes(g, g->dtype, g->padded));
 		zero_free(s, g->grad, ACCEL_MEM_GRADS, g->device, group_bytes(g, g->grad_dtype, g->padded));
 		zero_free(s, g->shard_work, ACCEL_MEM_PARAMS, g->device,
 		          group_bytes(g, g->dtype, g->block));
@@ -407,6 +405,12 @@ int zero_wrap(void *state)
 		                "arrays; zero supports up to %d", s->n_state, ZERO_MAX_STATE);
 	if ((r = build_groups(s)))
 		return r;
+	if (s->cfg.param_place == ZERO_PLACE_CPU && s->groups[0].device != ACCEL_DEVICE_CPU)
+		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "zero_optimization.offload_param.device "
+		                "\"cpu\" with parameters on a GPU is not implemented (gathers would "
+		                "need a host-to-device staging copy); set it to \"none\" (a job "
+		                "whose parameters are in host memory keeps its shards there "
+		                "either way)");
 	for (uint32_t i = 0; i < s->n_groups; i++)
 		if ((r = alloc_group(s, &s->groups[i])))
 			return r;
@@ -549,8 +553,9 @@ int zero_post_backward(void *state, uint32_t unit)
 		left += !s->unit_done[u];
 	if (left)
 		return ACCEL_OK;
-	int async = s->cfg.stage >= 2 || s->cfg.overlap_comm || 1;
-	int r = zero_issue(s, g, async);
+	/* always asynchronous: the reduction travels while backward goes on
+	 * (overlap_comm false changes nothing; docs/zero.md) */
+	int r = zero_issue(s, g, 1);
 	/* keep one reduction in flight, finish the older ones (stage 2 frees
 	 * nothing, but the accumulation runs while the next one travels) */
 	if (!r && s->cfg.stage >= 2)
