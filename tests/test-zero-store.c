@@ -113,7 +113,7 @@ static void rig_init(rig *g, const cfg *c)
 		ck_assert_int_eq(fake_mem_alloc(h, ACCEL_MEM_PARAMS, c->dev, 0,
 		                                shard[i].run * accel_abi_dtype_size(shard[i].dtype), 0,
 		                                &p->work), 0);
-		void *gr;
+		void *gr = NULL;
 		ck_assert_int_eq(fake_mem_alloc(h, ACCEL_MEM_GRADS, c->dev, 0,
 		                                shard[i].run * accel_abi_dtype_size(shard[i].gdtype), 0,
 		                                &gr), 0);
@@ -550,6 +550,21 @@ START_TEST(refusals)
 		              g.fh.last_err);
 		rig_free(&g);
 	}
+	/* a missing nvme_path: refused by the preflight before any memory is
+	 * taken, on a (fake) GPU too */
+	cfg c = {ZERO_PLACE_NVME, ACCEL_DEVICE_CUDA, 0, 1000, 0, 4, 0};
+	rig g;
+	rig_init(&g, &c);
+	char missing[300];
+	snprintf(missing, sizeof(missing), "%s/not-there", tmpdir);
+	g.o.nvme_path = missing;
+	int before = g.fh.nalloc;
+	ck_assert_int_eq(zero_store_new(&g.fh.H, fake_h(&g.fh), &g.o, g.pc, N_PIECES, &g.st),
+	                 ACCEL_ERR_CONFIG);
+	ck_assert_int_eq(g.fh.nalloc, before);
+	ck_assert_ptr_nonnull(strstr(g.fh.last_err, "zero_optimization.offload_optimizer.nvme_path: "));
+	ck_assert_ptr_nonnull(strstr(g.fh.last_err, "/not-there: no such directory"));
+	rig_free(&g);
 	ck_assert_int_eq(dir_entries(tmpdir), 0);
 	rmdir(tmpdir);
 }
@@ -566,7 +581,7 @@ START_TEST(set_pieces)
 	write_masters(&g);
 	zero_piece np[N_PIECES];
 	memcpy(np, g.pc, sizeof(np));
-	void *neww;
+	void *neww = NULL;
 	ck_assert_int_eq(fake_mem_alloc(h, ACCEL_MEM_PARAMS, ACCEL_DEVICE_CPU, 0, 7000 * 2,
 	                                ACCEL_MEMF_ZERO, &neww), 0);
 	np[1].work = neww;

@@ -72,12 +72,12 @@ static fake_host *fh_of(accel_host *h)
 	return (fake_host *)(void *)h;
 }
 
-static accel_host *fake_h(fake_host *fh)
+static inline accel_host *fake_h(fake_host *fh)
 {
 	return (accel_host *)(void *)fh;
 }
 
-static void fake_log(accel_host *h, int32_t level, const char *fmt, ...)
+static inline void fake_log(accel_host *h, int32_t level, const char *fmt, ...)
 {
 	char buf[2048];
 	va_list ap;
@@ -94,7 +94,7 @@ static void fake_log(accel_host *h, int32_t level, const char *fmt, ...)
 	}
 }
 
-static int fake_error(accel_host *h, int32_t code, const char *fmt, ...)
+static inline int fake_error(accel_host *h, int32_t code, const char *fmt, ...)
 {
 	char buf[2048];
 	va_list ap;
@@ -113,18 +113,18 @@ static int fake_error(accel_host *h, int32_t code, const char *fmt, ...)
 	return code;
 }
 
-static void fake_clear_error(fake_host *fh)
+static inline void fake_clear_error(fake_host *fh)
 {
 	fh->last_code = 0;
 	fh->last_err[0] = '\0';
 }
 
-static const accel_model_v1 *fake_model(accel_host *h)
+static inline const accel_model_v1 *fake_model(accel_host *h)
 {
 	return &fh_of(h)->model;
 }
 
-static fake_alloc *fake_find(fake_host *fh, const void *p)
+static inline fake_alloc *fake_find(fake_host *fh, const void *p)
 {
 	for (int i = 0; i < fh->nalloc; i++) {
 		fake_alloc *a = &fh->allocs[i];
@@ -135,7 +135,7 @@ static fake_alloc *fake_find(fake_host *fh, const void *p)
 }
 
 /* A view's memory must be where the view says. */
-static void fake_check_view(fake_host *fh, const accel_view *v, const char *what)
+static inline void fake_check_view(fake_host *fh, const accel_view *v, const char *what)
 {
 	if (!v->numel)
 		return;
@@ -153,7 +153,7 @@ static void fake_check_view(fake_host *fh, const accel_view *v, const char *what
 	              (unsigned long long)v->numel);
 }
 
-static int fake_mem_alloc(accel_host *h, uint32_t category, int32_t device, int32_t device_index,
+static inline int fake_mem_alloc(accel_host *h, uint32_t category, int32_t device, int32_t device_index,
                           uint64_t bytes, uint32_t flags, void **ret_ptr)
 {
 	fake_host *fh = fh_of(h);
@@ -173,7 +173,7 @@ static int fake_mem_alloc(accel_host *h, uint32_t category, int32_t device, int3
 	return ACCEL_OK;
 }
 
-static void fake_mem_free(accel_host *h, void *ptr)
+static inline void fake_mem_free(accel_host *h, void *ptr)
 {
 	fake_host *fh = fh_of(h);
 	if (!ptr)
@@ -187,7 +187,7 @@ static void fake_mem_free(accel_host *h, void *ptr)
 	ck_abort_msg("mem_free of %p, not allocated here", ptr);
 }
 
-static float fake_load(const void *p, uint32_t dt, uint64_t i)
+static inline float fake_load(const void *p, uint32_t dt, uint64_t i)
 {
 	if (dt == ACCEL_DTYPE_F32)
 		return ((const float *)p)[i];
@@ -196,7 +196,7 @@ static float fake_load(const void *p, uint32_t dt, uint64_t i)
 	return accel_f16_to_f32(((const uint16_t *)p)[i]);
 }
 
-static void fake_store(void *p, uint32_t dt, uint64_t i, float x)
+static inline void fake_store(void *p, uint32_t dt, uint64_t i, float x)
 {
 	if (dt == ACCEL_DTYPE_F32)
 		((float *)p)[i] = x;
@@ -206,7 +206,7 @@ static void fake_store(void *p, uint32_t dt, uint64_t i, float x)
 		((uint16_t *)p)[i] = accel_f32_to_f16(x);
 }
 
-static void fake_do_copy(const accel_view *dst, const accel_view *src)
+static inline void fake_do_copy(const accel_view *dst, const accel_view *src)
 {
 	if (dst->dtype == src->dtype)
 		memmove(dst->data, src->data, dst->numel * accel_abi_dtype_size(dst->dtype));
@@ -215,13 +215,13 @@ static void fake_do_copy(const accel_view *dst, const accel_view *src)
 			fake_store(dst->data, dst->dtype, i, fake_load(src->data, src->dtype, i));
 }
 
-static void fake_run_queue(fake_host *fh, uint64_t upto)
+static inline void fake_run_queue(fake_host *fh, uint64_t upto)
 {
 	for (; fh->ran < upto; fh->ran++)
 		fake_do_copy(&fh->q[fh->ran % FAKE_MAX_QUEUE].dst, &fh->q[fh->ran % FAKE_MAX_QUEUE].src);
 }
 
-static int fake_copy_check(fake_host *fh, const accel_view *dst, const accel_view *src,
+static inline int fake_copy_check(fake_host *fh, const accel_view *dst, const accel_view *src,
                            const char *what)
 {
 	fake_check_view(fh, dst, what);
@@ -236,7 +236,7 @@ static int fake_copy_check(fake_host *fh, const accel_view *dst, const accel_vie
 	return ACCEL_OK;
 }
 
-static int fake_op_copy(accel_host *h, const accel_view *dst, const accel_view *src)
+static inline int fake_op_copy(accel_host *h, const accel_view *dst, const accel_view *src)
 {
 	fake_host *fh = fh_of(h);
 	int r = fake_copy_check(fh, dst, src, "op_copy");
@@ -251,7 +251,7 @@ static int fake_op_copy(accel_host *h, const accel_view *dst, const accel_view *
 	return ACCEL_OK;
 }
 
-static int fake_op_copy_async(accel_host *h, const accel_view *dst, const accel_view *src)
+static inline int fake_op_copy_async(accel_host *h, const accel_view *dst, const accel_view *src)
 {
 	fake_host *fh = fh_of(h);
 	int r = fake_copy_check(fh, dst, src, "op_copy_async");
@@ -270,13 +270,13 @@ static int fake_op_copy_async(accel_host *h, const accel_view *dst, const accel_
 	return ACCEL_OK;
 }
 
-static int fake_stream_sync(accel_host *h)
+static inline int fake_stream_sync(accel_host *h)
 {
 	fake_run_queue(fh_of(h), fh_of(h)->nq);
 	return ACCEL_OK;
 }
 
-static int fake_event_record(accel_host *h, void **ret_event)
+static inline int fake_event_record(accel_host *h, void **ret_event)
 {
 	uint64_t *e = malloc(sizeof(*e));
 	ck_assert_ptr_nonnull(e);
@@ -285,30 +285,30 @@ static int fake_event_record(accel_host *h, void **ret_event)
 	return ACCEL_OK;
 }
 
-static int fake_event_sync(accel_host *h, void *event)
+static inline int fake_event_sync(accel_host *h, void *event)
 {
 	fake_run_queue(fh_of(h), *(uint64_t *)event);
 	return ACCEL_OK;
 }
 
-static int fake_event_query(accel_host *h, void *event, int32_t *ret_done)
+static inline int fake_event_query(accel_host *h, void *event, int32_t *ret_done)
 {
 	*ret_done = fh_of(h)->ran >= *(uint64_t *)event;
 	return ACCEL_OK;
 }
 
-static void fake_event_free(accel_host *h, void *event)
+static inline void fake_event_free(accel_host *h, void *event)
 {
 	free(event);
 }
 
-static uint32_t fake_optim_state_count(accel_host *h)
+static inline uint32_t fake_optim_state_count(accel_host *h)
 {
 	return fh_of(h)->n_state;
 }
 
 /* torch.optim.AdamW's update of one element, in f32. */
-static void fake_adamw(float *p, float g, float *m, float *v, uint64_t t, float lr)
+static inline void fake_adamw(float *p, float g, float *m, float *v, uint64_t t, float lr)
 {
 	const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
 	float bc1 = (float)(1.0 - pow(0.9, (double)t)), bc2 = (float)(1.0 - pow(0.999, (double)t));
@@ -320,7 +320,7 @@ static void fake_adamw(float *p, float g, float *m, float *v, uint64_t t, float 
 }
 
 /* n_state 0: SGD, p -= lr * g; 2: AdamW. */
-static void fake_update(fake_host *fh, float *p, float g, float *m, float *v)
+static inline void fake_update(fake_host *fh, float *p, float g, float *m, float *v)
 {
 	if (fh->n_state == 0)
 		*p = *p - fh->lr * g;
@@ -328,7 +328,7 @@ static void fake_update(fake_host *fh, float *p, float g, float *m, float *v)
 		fake_adamw(p, g, m, v, fh->t, fh->lr);
 }
 
-static int fake_optim_step(accel_host *h, const accel_optim_args_v1 *a)
+static inline int fake_optim_step(accel_host *h, const accel_optim_args_v1 *a)
 {
 	fake_host *fh = fh_of(h);
 	ck_assert_uint_eq(a->struct_size, sizeof(*a));
@@ -358,7 +358,7 @@ static int fake_optim_step(accel_host *h, const accel_optim_args_v1 *a)
 	return ACCEL_OK;
 }
 
-static int fake_optim_step_n(accel_host *h, const accel_optim_args_v1 *args, uint32_t n,
+static inline int fake_optim_step_n(accel_host *h, const accel_optim_args_v1 *args, uint32_t n,
                              uint32_t n_threads)
 {
 	fake_host *fh = fh_of(h);
@@ -373,7 +373,7 @@ static int fake_optim_step_n(accel_host *h, const accel_optim_args_v1 *args, uin
 	return ACCEL_OK;
 }
 
-static void fake_host_init(fake_host *fh, uint32_t n_state)
+static inline void fake_host_init(fake_host *fh, uint32_t n_state)
 {
 	memset(fh, 0, sizeof(*fh));
 	accel_host_v1 *H = &fh->H;
@@ -405,7 +405,7 @@ static void fake_host_init(fake_host *fh, uint32_t n_state)
 }
 
 /* A host of minor 5: no optim_step_n, no stream waits. */
-static void fake_host_minimal(fake_host *fh)
+static inline void fake_host_minimal(fake_host *fh)
 {
 	fh->H.optim_step_n = NULL;
 	fh->H.stream_sync = NULL;
@@ -416,7 +416,7 @@ static void fake_host_minimal(fake_host *fh)
 	fh->H.struct_size = (uint32_t)offsetof(accel_host_v1, optim_step_n);
 }
 
-static void fake_add_param(fake_host *fh, const char *name, uint32_t dtype, uint64_t numel,
+static inline void fake_add_param(fake_host *fh, const char *name, uint32_t dtype, uint64_t numel,
                            int32_t device)
 {
 	ck_assert_uint_lt(fh->model.n_params, FAKE_MAX_PARAMS);
@@ -435,7 +435,7 @@ static void fake_add_param(fake_host *fh, const char *name, uint32_t dtype, uint
 	ck_assert_ptr_nonnull(fh->touched[p->index]);
 }
 
-static void fake_host_fini(fake_host *fh)
+static inline void fake_host_fini(fake_host *fh)
 {
 	for (int i = 0; i < FAKE_MAX_PARAMS; i++) {
 		free(fh->touched[i]);
@@ -444,7 +444,7 @@ static void fake_host_fini(fake_host *fh)
 }
 
 /* Allocations of a category (and flags, when `flags` is not 0). */
-static int fake_count(const fake_host *fh, uint32_t cat, int32_t dev, uint32_t flags)
+static inline int fake_count(const fake_host *fh, uint32_t cat, int32_t dev, uint32_t flags)
 {
 	int n = 0;
 	for (int i = 0; i < fh->nalloc; i++)

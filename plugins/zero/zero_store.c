@@ -286,6 +286,13 @@ static int store_alloc(zero_store *st)
 	st->n_sg = st->sg ? (st->numel + st->sg - 1) / st->sg : 0;
 	if (st->n && !(st->args = calloc(st->n, sizeof(*st->args))))
 		return H->error(st->h, ACCEL_ERR_NOMEM, "zero store: out of memory");
+	if (st->o.place == ZERO_PLACE_NVME && st->numel) {
+		/* the directory checked before any memory is taken */
+		st->blk_stride = align_up((uint64_t)(1 + st->o.n_state) * st->sg * 4, SWAP_ALIGN);
+		if ((r = zero_nvme_preflight(H, st->h, st->o.nvme_key, st->o.nvme_path,
+		                             st->blk_stride * st->n_sg)))
+			return r;
+	}
 	st->async = st->on_gpu && ACCEL_HOST_HAS(H, op_copy_async) &&
 	            ACCEL_HOST_HAS(H, event_record) && ACCEL_HOST_HAS(H, event_sync) &&
 	            ACCEL_HOST_HAS(H, event_free);
@@ -383,10 +390,8 @@ int zero_store_new(const accel_host_v1 *H, accel_host *h, const zero_store_opts 
 	}
 	if ((r = store_alloc(st)))
 		goto fail;
-	H->log(h, ACCEL_LOG_DEBUG,
-	       "zero store: %llu elements in %u pieces, placement %s, %u state arrays%s",
-	       (unsigned long long)st->numel, n, place_name(o->place), o->n_state,
-	       o->place == ZERO_PLACE_DEVICE ? "" : ", sub-groups of up to");
+	H->log(h, ACCEL_LOG_DEBUG, "zero store: %llu elements in %u pieces, placement %s, %u "
+	       "state arrays", (unsigned long long)st->numel, n, place_name(o->place), o->n_state);
 	if (o->place != ZERO_PLACE_DEVICE)
 		H->log(h, ACCEL_LOG_DEBUG, "zero store: %llu sub-groups of %llu elements",
 		       (unsigned long long)st->n_sg, (unsigned long long)st->sg);
@@ -484,12 +489,13 @@ static int alloc_swap_bufs(zero_store *st)
 	int r;
 	if (!st->numel)
 		return ACCEL_OK;
-	st->blk_stride = align_up((uint64_t)(1 + st->o.n_state) * st->sg * 4, SWAP_ALIGN);
 	uint64_t bytes = st->blk_stride * st->n_sg;
-	if ((r = zero_nvme_preflight(H, st->h, st->o.nvme_key, st->o.nvme_path, bytes)))
-		return r;
 	char tag[64];
-	snprintf(tag, sizeof(tag), "optimizer state");
+	accel_world_v1 w = {sizeof(w), 0, 0, 0, 0, 0, 0};
+	if (H->world && H->world(st->h, &w) == ACCEL_OK)
+		snprintf(tag, sizeof(tag), "optimizer state, rank %d", w.rank);
+	else
+		snprintf(tag, sizeof(tag), "optimizer state");
 	if ((r = zero_swap_open(H, st->h, st->o.nvme_path, tag, bytes, &st->o.aio, &st->sw)))
 		return r;
 	/* more buffers than sub-groups would never be used */
