@@ -485,6 +485,8 @@ int accelp_cli_estimate(int argc, char **argv)
 	const char *missing[MAX_STRATEGIES + 2] = {NULL};
 	static char notes[MAX_STRATEGIES + 2][ACCEL_ERRMSG_MAX + 64];
 	uint32_t n_missing = 0, n_ok = 0, n_failed = 0;
+	static char last_err[ACCEL_ERRMSG_MAX];
+	const char *last_strategy = "";
 	for (uint32_t i = 0; i < n_rows; i++) {
 		row *r = &rows[i];
 		char ov[3][96], origin[128];
@@ -532,6 +534,11 @@ int accelp_cli_estimate(int argc, char **argv)
 			continue;
 		}
 		n_failed++;
+		/* a plugin that cannot be loaded fails every row alike: say it once */
+		if (!strcmp(err.msg, last_err) && !strcmp(r->v.strategy, last_strategy))
+			continue;
+		snprintf(last_err, sizeof(last_err), "%s", err.msg);
+		last_strategy = r->v.strategy;
 		fprintf(stderr, "accel " SUB ": %s: %s\n", origin + strlen("estimate-memory row "),
 		        err.msg);
 	}
