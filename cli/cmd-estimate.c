@@ -139,6 +139,18 @@ typedef struct model {
 	uint32_t n, n_units;
 } model;
 
+static int by_offset(const void *a, const void *b)
+{
+	const accel_st_tensor *x = *(const accel_st_tensor *const *)a;
+	const accel_st_tensor *y = *(const accel_st_tensor *const *)b;
+	return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+static int same_unit(const char *unit, const char *name, size_t len)
+{
+	return strlen(unit) == len && !strncmp(unit, name, len);
+}
+
 static int load_model(const char *path, model *m)
 {
 	accel_st_reader *rd = NULL;
@@ -165,19 +177,18 @@ static int load_model(const char *path, model *m)
 	for (uint32_t i = 0; i < n; i++)
 		t[i] = accelp_st_reader_get(rd, i);
 	/* data order is the writer's order of tensors (within a dtype) */
-	for (uint32_t i = 1; i < n; i++)
-		for (uint32_t j = i; j > 0 && t[j - 1]->offset > t[j]->offset; j--) {
-			const accel_st_tensor *x = t[j];
-			t[j] = t[j - 1];
-			t[j - 1] = x;
-		}
+	qsort(t, n, sizeof(*t), by_offset);
 	for (uint32_t i = 0; i < n; i++) {
 		const char *dot = strrchr(t[i]->name, '.');
 		size_t len = dot ? (size_t)(dot - t[i]->name) : strlen(t[i]->name);
-		uint32_t u;
-		for (u = 0; u < m->n_units; u++)
-			if (strlen(unit[u]) == len && !strncmp(unit[u], t[i]->name, len))
-				break;
+		uint32_t u = m->n_units;
+		/* a unit's tensors are usually together: the last unit first */
+		if (u && same_unit(unit[u - 1], t[i]->name, len))
+			u--;
+		else
+			for (u = 0; u < m->n_units; u++)
+				if (same_unit(unit[u], t[i]->name, len))
+					break;
 		if (u == m->n_units && !(unit[m->n_units++] = strndup(t[i]->name, len)))
 			goto nomem;
 		m->unit_numel[u] += t[i]->numel;
