@@ -165,9 +165,15 @@ int accelp_estimate_memory(const accelp_estimate_opts *o, accelp_estimate_result
 	/* Without the slot the configuration does not matter (the variant's
 	 * keys may not even be the plugin's). */
 	if (!m->plugin->estimate_memory) {
-		r = accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "strategy '%s' (%s) gives no memory "
-		                  "estimate: it has no estimate_memory slot (plugin ABI 1.6; it was "
-		                  "built against 1.%u)", m->name, m->path, m->abi_minor);
+		if (m->abi_minor >= 6)
+			r = accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "strategy '%s' (%s) gives no "
+			                  "memory estimate: it has no estimate_memory slot", m->name,
+			                  m->path);
+		else
+			r = accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "strategy '%s' (%s) gives no "
+			                  "memory estimate: it was built against plugin ABI 1.%u, before "
+			                  "the estimate_memory slot (1.6)", m->name, m->path,
+			                  m->abi_minor);
 		goto out;
 	}
 

@@ -148,7 +148,9 @@ typedef struct ecase {
 	const char *strategy;
 	int32_t world;
 	uint64_t total;        /* with two parameters of 10 elements */
-	int plugin_dir;        /* 1: the fixture strategy named zero first */
+	int plugin_dir;        /* searched first: 1 the fixture strategy named zero,
+	                          2 the sum-hook fixture, 3 Local SGD built against
+	                          the ABI 1.2 headers                          */
 	int code;
 	const char *needle;
 } ecase;
@@ -164,6 +166,9 @@ static const ecase ecases[] = {
 	{"bad value", "{\"ddp\": {\"bucket_cap_mb\": -1}}", "ddp", 1, 20, 0, ACCEL_ERR_CONFIG,
 	 "ddp.bucket_cap_mb"},
 	{"a hook", "{}", "sum-hook", 1, 20, 2, ACCEL_ERR_CONFIG, "is not a sharding strategy"},
+	{"ABI 1.2", "{}", "localsgd", 1, 20, 3, ACCEL_ERR_UNSUPPORTED,
+	 "/tests/abi-1.2/localsgd.so) gives no memory estimate: it was built against plugin ABI "
+	 "1.2, before the estimate_memory slot (1.6)"},
 };
 
 START_TEST(errors)
@@ -172,7 +177,8 @@ START_TEST(errors)
 	const char *build = getenv("ACCEL_TEST_BUILDDIR");
 	char dir[4096];
 	ck_assert_ptr_nonnull(build);
-	snprintf(dir, sizeof(dir), "%s/tests/fixtures/%s", build, c->plugin_dir == 1 ? "zero" : "hook");
+	snprintf(dir, sizeof(dir), "%s/tests/%s", build,
+	         c->plugin_dir == 1 ? "fixtures/zero" : c->plugin_dir == 2 ? "fixtures/hook" : "abi-1.2");
 	const char *dirs[1] = {dir};
 	accelp_setup_opts so = {.config_json = c->config, .skip_env = 1,
 	                        .extra_dirs = c->plugin_dir ? dirs : NULL,
