@@ -87,6 +87,7 @@ typedef struct result {
 	float *arr[3];        /* masters, state 0, state 1 */
 	void *work[N_PIECES];
 	uint64_t async_copies;
+	uint64_t optim_n_calls;   /* host->optim_step_n calls */
 } result;
 
 typedef struct rig {
@@ -239,6 +240,7 @@ static void run_cfg(const cfg *c, result *res)
 		memcpy(res->work[i], g.pc[i].work, b);
 	}
 	res->async_copies = g.fh.async_copies;
+	res->optim_n_calls = g.fh.optim_n_calls;
 	if (sdev)
 		fake_mem_free(h, sdev);
 	rig_free(&g);
@@ -352,6 +354,18 @@ START_TEST(parity)
 		/* on a GPU with events, the offloaded step's copies are asynchronous */
 		if (cs[i].dev == ACCEL_DEVICE_CUDA && cs[i].place != ZERO_PLACE_DEVICE)
 			ck_assert_msg(cs[i].minimal ? r.async_copies == 0 : r.async_copies > 0, "%s", name);
+		/* the host's threads (optim_step_n) wherever the step runs on the
+		 * host and the host has them: once a step on the device
+		 * placement, once per sub-group offloaded */
+		uint64_t want = 0;
+		if (!cs[i].minimal && cs[i].place == ZERO_PLACE_DEVICE && cs[i].dev == ACCEL_DEVICE_CPU)
+			want = N_STEPS;
+		if (!cs[i].minimal && cs[i].place != ZERO_PLACE_DEVICE) {
+			uint64_t sg = cs[i].sg < total() ? cs[i].sg : total();
+			want = N_STEPS * ((total() + sg - 1) / sg);
+		}
+		ck_assert_msg(r.optim_n_calls == want, "%s: %llu optim_step_n calls, not %llu", name,
+		              (unsigned long long)r.optim_n_calls, (unsigned long long)want);
 		result_free(&r);
 	}
 	result_free(&ref);

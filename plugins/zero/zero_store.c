@@ -254,6 +254,8 @@ static int store_alloc(zero_store *st)
 	const accel_host_v1 *H = st->H;
 	int r;
 	int32_t dev = st->o.device, di = st->o.device_index;
+	if (st->n && !(st->args = calloc(st->n, sizeof(*st->args))))
+		return H->error(st->h, ACCEL_ERR_NOMEM, "zero store: out of memory");
 	if (st->o.place == ZERO_PLACE_DEVICE) {
 		uint64_t own = 0;
 		for (uint32_t i = 0; i < st->n; i++)
@@ -284,8 +286,6 @@ static int store_alloc(zero_store *st)
 	if (st->sg > st->numel)
 		st->sg = st->numel;
 	st->n_sg = st->sg ? (st->numel + st->sg - 1) / st->sg : 0;
-	if (st->n && !(st->args = calloc(st->n, sizeof(*st->args))))
-		return H->error(st->h, ACCEL_ERR_NOMEM, "zero store: out of memory");
 	if (st->o.place == ZERO_PLACE_NVME && st->numel) {
 		/* the directory checked before any memory is taken */
 		st->blk_stride = align_up((uint64_t)(1 + st->o.n_state) * st->sg * 4, SWAP_ALIGN);
@@ -714,30 +714,45 @@ int zero_store_refresh_work(zero_store *st)
 
 /* ---- the step ------------------------------------------------------------------------ */
 
+/* Device placement: every piece at once.  On the host (CPU training
+ * without offload) the pieces go to optim_step_n together, so the step
+ * runs on the rank's threads too; on a GPU one optim_step per piece
+ * (enqueued on the stream). */
 static int step_device(zero_store *st, double grad_scale, const double *grad_scale_dev)
 {
 	const accel_host_v1 *H = st->H;
 	int r;
+	int batch = !st->on_gpu && ACCEL_HOST_HAS(H, optim_step_n);
+	uint32_t na = 0;
 	for (uint32_t i = 0; i < st->n; i++) {
 		piece_rt *p = &st->pc[i];
 		if (!p->p.numel)
 			continue;
-		accel_optim_args_v1 a;
-		memset(&a, 0, sizeof(a));
-		a.struct_size = sizeof(a);
-		a.param = p->p.param;
-		a.offset = p->p.param_offset;
-		a.master = mkview(ACCEL_DTYPE_F32, st->o.device, st->o.device_index, p->master,
-		                  p->p.numel);
-		a.grad = mkview(p->p.grad_dtype, st->o.device, st->o.device_index, (void *)p->p.grad,
-		                p->p.numel);
+		if (!p->p.grad)
+			return H->error(st->h, ACCEL_ERR_STATE,
+			                "zero store: piece %u (parameter %u) has no gradient to step "
+			                "with (zero_store_set_pieces)", i, p->p.param);
+		accel_optim_args_v1 *a = &st->args[batch ? na++ : 0];
+		memset(a, 0, sizeof(*a));
+		a->struct_size = sizeof(*a);
+		a->param = p->p.param;
+		a->offset = p->p.param_offset;
+		a->master = mkview(ACCEL_DTYPE_F32, st->o.device, st->o.device_index, p->master,
+		                   p->p.numel);
+		a->grad = mkview(p->p.grad_dtype, st->o.device, st->o.device_index, (void *)p->p.grad,
+		                 p->p.numel);
 		for (uint32_t k = 0; k < st->o.n_state; k++)
-			a.state[k] = st->state[k] + p->at;
-		a.grad_scale = grad_scale;
-		a.grad_scale_dev = grad_scale_dev;
-		if ((r = H->optim_step(st->h, &a)))
+			a->state[k] = st->state[k] + p->at;
+		a->grad_scale = grad_scale;
+		a->grad_scale_dev = grad_scale_dev;
+		if (!batch && (r = H->optim_step(st->h, a)))
 			return r;
-		if (!p->p.master_is_work &&
+	}
+	if (batch && na && (r = H->optim_step_n(st->h, st->args, na, st->o.n_threads)))
+		return r;
+	for (uint32_t i = 0; i < st->n; i++) {
+		piece_rt *p = &st->pc[i];
+		if (p->p.numel && !p->p.master_is_work &&
 		    (r = work_from(st, p, p->at, p->at + p->p.numel, p->master, st->o.device,
 		                   st->o.device_index)))
 			return r;
