@@ -382,22 +382,27 @@ START_TEST(categories)
 		int32_t dev;
 		int pin;
 		int master_dev, optim_dev, offload_host, offload_pinned;
+		uint64_t sg;   /* 0: 4096 (4 sub-groups) */
 	} rows[] = {
 		/* device: masters (3 non-f32 or not master_is_work pieces: 2 with
 		 * miw on a and d) and 2 state arrays where the parameters are */
-		{ZERO_PLACE_DEVICE, ACCEL_DEVICE_CUDA, 1, 1, 2, 0, 0},
-		{ZERO_PLACE_DEVICE, ACCEL_DEVICE_CPU, 1, 1, 2, 0, 0},
+		{ZERO_PLACE_DEVICE, ACCEL_DEVICE_CUDA, 1, 1, 2, 0, 0, 0},
+		{ZERO_PLACE_DEVICE, ACCEL_DEVICE_CPU, 1, 1, 2, 0, 0, 0},
 		/* cpu on a GPU: masters + 2 states + 2x2 staging, pinned */
-		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 1, 0, 0, 7, 7},
-		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 0, 0, 0, 7, 0},
+		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 1, 0, 0, 7, 7, 0},
+		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 0, 0, 0, 7, 0, 0},
 		/* cpu with host parameters: nothing to pin, no staging */
-		{ZERO_PLACE_CPU, ACCEL_DEVICE_CPU, 1, 0, 0, 3, 0},
+		{ZERO_PLACE_CPU, ACCEL_DEVICE_CPU, 1, 0, 0, 3, 0, 0},
 		/* nvme: 4 swap buffers (+ 4 staging on a GPU), no masters in memory */
-		{ZERO_PLACE_NVME, ACCEL_DEVICE_CPU, 1, 0, 0, 4, 0},
-		{ZERO_PLACE_NVME, ACCEL_DEVICE_CUDA, 1, 0, 0, 8, 4},
+		{ZERO_PLACE_NVME, ACCEL_DEVICE_CPU, 1, 0, 0, 4, 0, 0},
+		{ZERO_PLACE_NVME, ACCEL_DEVICE_CUDA, 1, 0, 0, 8, 4, 0},
+		/* one sub-group: one swap buffer, one staging slot of each kind */
+		{ZERO_PLACE_NVME, ACCEL_DEVICE_CUDA, 1, 0, 0, 3, 2, SG_HUGE},
+		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 1, 0, 0, 5, 5, SG_HUGE},
 	};
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-		cfg c = {rows[i].place, rows[i].dev, 0, 4096, rows[i].place == ZERO_PLACE_DEVICE, 4, 0};
+		cfg c = {rows[i].place, rows[i].dev, 0, rows[i].sg ? rows[i].sg : 4096,
+		         rows[i].place == ZERO_PLACE_DEVICE, 4, 0};
 		rig g;
 		rig_init(&g, &c);
 		g.o.pin_memory = rows[i].pin;

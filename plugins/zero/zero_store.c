@@ -296,8 +296,10 @@ static int store_alloc(zero_store *st)
 	st->async = st->on_gpu && ACCEL_HOST_HAS(H, op_copy_async) &&
 	            ACCEL_HOST_HAS(H, event_record) && ACCEL_HOST_HAS(H, event_sync) &&
 	            ACCEL_HOST_HAS(H, event_free);
+	/* two staging slots overlap neighbouring sub-groups; one sub-group
+	 * needs one */
 	if (st->on_gpu && st->numel)
-		for (int i = 0; i < 2; i++)
+		for (int i = 0; i < (st->n_sg > 1 ? 2 : 1); i++)
 			if ((r = H->mem_alloc(st->h, ACCEL_MEM_OFFLOAD, ACCEL_DEVICE_CPU, 0, st->sg * 4, pin,
 			                      &st->gstage[i])) ||
 			    (r = H->mem_alloc(st->h, ACCEL_MEM_OFFLOAD, ACCEL_DEVICE_CPU, 0, st->sg * 4, pin,
@@ -498,10 +500,12 @@ static int alloc_swap_bufs(zero_store *st)
 		snprintf(tag, sizeof(tag), "optimizer state");
 	if ((r = zero_swap_open(H, st->h, st->o.nvme_path, tag, bytes, &st->o.aio, &st->sw)))
 		return r;
-	/* more buffers than sub-groups would never be used */
+	/* more buffers than sub-groups would never be used: with as many
+	 * buffers as sub-groups each has its own, and every read can start
+	 * at once */
 	st->nbuf = st->o.buffer_count;
-	if (st->nbuf > st->n_sg + 2)
-		st->nbuf = (uint32_t)(st->n_sg + 2);
+	if (st->nbuf > st->n_sg)
+		st->nbuf = (uint32_t)st->n_sg;
 	if (!(st->buf = calloc(st->nbuf, sizeof(*st->buf))))
 		return H->error(st->h, ACCEL_ERR_NOMEM, "zero store: out of memory");
 	uint64_t align = zero_swap_align(st->sw);
@@ -516,10 +520,12 @@ static int alloc_swap_bufs(zero_store *st)
 		       "zero store: %u NVMe buffers: the next sub-group's read waits for the "
 		       "step (no read-ahead; 3 or more buffers overlap reads and writes with it)",
 		       st->o.buffer_count);
-	H->log(st->h, ACCEL_LOG_DEBUG,
-	       "zero store: swap of %llu bytes under %s, %u buffers of %llu bytes, %s I/O",
-	       (unsigned long long)bytes, st->o.nvme_path, st->nbuf,
-	       (unsigned long long)st->blk_stride, zero_swap_direct(st->sw) ? "O_DIRECT" : "buffered");
+	H->log(st->h, ACCEL_LOG_INFO,
+	       "zero store: optimizer state in a %.2f GiB swap under %s (%s I/O), %u host "
+	       "buffers of one sub-group (%.2f GiB; sub_group_size sets it)",
+	       (double)bytes / 1073741824.0, st->o.nvme_path,
+	       zero_swap_direct(st->sw) ? "O_DIRECT" : "buffered", st->nbuf,
+	       (double)st->nbuf * (double)(st->blk_stride + align) / 1073741824.0);
 	return ACCEL_OK;
 }
 
@@ -856,7 +862,11 @@ static int step_offload(zero_store *st, double grad_scale)
 	uint64_t G = st->n_sg;
 	float *state[ZERO_MAX_STATE] = {0};
 	int nvme = st->o.place == ZERO_PLACE_NVME;
-	uint64_t next_read = 0, depth = nvme && st->nbuf >= 3 ? st->nbuf - 2 : 0;
+	/* read-ahead: as far as buffer_count allows (sub-group j goes to
+	 * buffer j mod nbuf, whose last sub-group, j - nbuf <= g - 2, was
+	 * written out; with nbuf = the sub-groups, each has its own) */
+	uint64_t next_read = 0;
+	uint64_t depth = nvme && st->o.buffer_count >= 3 ? st->o.buffer_count - 2 : 0;
 
 	if (st->on_gpu && G && (r = grads_fetch(st, 0, 0)))
 		goto out;
