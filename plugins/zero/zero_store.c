@@ -296,10 +296,10 @@ static int store_alloc(zero_store *st)
 	st->async = st->on_gpu && ACCEL_HOST_HAS(H, op_copy_async) &&
 	            ACCEL_HOST_HAS(H, event_record) && ACCEL_HOST_HAS(H, event_sync) &&
 	            ACCEL_HOST_HAS(H, event_free);
-	/* two staging slots overlap neighbouring sub-groups; one sub-group
-	 * needs one */
+	/* two staging slots overlap neighbouring sub-groups (zero_estimate.c
+	 * counts them: change both together) */
 	if (st->on_gpu && st->numel)
-		for (int i = 0; i < (st->n_sg > 1 ? 2 : 1); i++)
+		for (int i = 0; i < 2; i++)
 			if ((r = H->mem_alloc(st->h, ACCEL_MEM_OFFLOAD, ACCEL_DEVICE_CPU, 0, st->sg * 4, pin,
 			                      &st->gstage[i])) ||
 			    (r = H->mem_alloc(st->h, ACCEL_MEM_OFFLOAD, ACCEL_DEVICE_CPU, 0, st->sg * 4, pin,
@@ -500,12 +500,11 @@ static int alloc_swap_bufs(zero_store *st)
 		snprintf(tag, sizeof(tag), "optimizer state");
 	if ((r = zero_swap_open(H, st->h, st->o.nvme_path, tag, bytes, &st->o.aio, &st->sw)))
 		return r;
-	/* more buffers than sub-groups would never be used: with as many
-	 * buffers as sub-groups each has its own, and every read can start
-	 * at once */
+	/* more buffers than sub-groups + 2 would never be used (zero_estimate.c
+	 * counts min(buffer_count, sub-groups + 2): change both together) */
 	st->nbuf = st->o.buffer_count;
-	if (st->nbuf > st->n_sg)
-		st->nbuf = (uint32_t)st->n_sg;
+	if (st->nbuf > st->n_sg + 2)
+		st->nbuf = (uint32_t)(st->n_sg + 2);
 	if (!(st->buf = calloc(st->nbuf, sizeof(*st->buf))))
 		return H->error(st->h, ACCEL_ERR_NOMEM, "zero store: out of memory");
 	uint64_t align = zero_swap_align(st->sw);
@@ -862,11 +861,10 @@ static int step_offload(zero_store *st, double grad_scale)
 	uint64_t G = st->n_sg;
 	float *state[ZERO_MAX_STATE] = {0};
 	int nvme = st->o.place == ZERO_PLACE_NVME;
-	/* read-ahead: as far as buffer_count allows (sub-group j goes to
+	/* read-ahead: as far as the buffers allow (sub-group j goes to
 	 * buffer j mod nbuf, whose last sub-group, j - nbuf <= g - 2, was
-	 * written out; with nbuf = the sub-groups, each has its own) */
-	uint64_t next_read = 0;
-	uint64_t depth = nvme && st->o.buffer_count >= 3 ? st->o.buffer_count - 2 : 0;
+	 * written out) */
+	uint64_t next_read = 0, depth = nvme && st->nbuf >= 3 ? st->nbuf - 2 : 0;
 
 	if (st->on_gpu && G && (r = grads_fetch(st, 0, 0)))
 		goto out;
