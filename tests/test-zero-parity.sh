@@ -6,7 +6,8 @@
 #
 #   matrix: N ranks equal 1 rank (ddp at world 1, same config, 20 steps,
 #           max_grad_norm set) within RTOL for stages 1, 2, 3 x offload
-#           none, cpu, nvme x gradient_accumulation_steps 1 and 4 x world
+#           none, cpu, nvme (and at stage 3 optimizer and parameters both
+#           in NVMe swap files) x gradient_accumulation_steps 1 and 4 x world
 #           2, 3 and 4; every rank's final weights are compared (not rank
 #           0's), and every run must have trained.  ZERO_TEST_SUBSET=1
 #           (meson sets it in sanitizer builds) runs a representative
@@ -121,6 +122,9 @@ offload_json() {
 	case $1 in
 	cpu) echo ', "offload_optimizer": {"device": "cpu"}' ;;
 	nvme) echo ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"}" ;;
+	# stage 3: optimizer and parameter shards in swap files
+	pnvme) echo ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"},
+		\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"}" ;;
 	*) echo '' ;;
 	esac
 }
@@ -138,7 +142,9 @@ if [ "$mode" = matrix ]; then
 	for gas in 1 4; do
 		reference "$tmp/ref$gas" adamw $gas || continue
 		for st in 1 2 3; do
-			for off in none cpu nvme; do
+			offs="none cpu nvme"
+			[ "$st" = 3 ] && offs="$offs pnvme"
+			for off in $offs; do
 				for n in 2 3 4; do
 					if [ "${ZERO_TEST_SUBSET:-0}" = 1 ]; then
 						# one world per (stage, offload, gas), all worlds covered
@@ -186,8 +192,8 @@ for st in 0 1 2 3; do
 done
 
 # Measured (accel_memory_stats) against the plugin's estimate, every rank.
-for v in "0 none" "1 none" "2 none" "3 none" "2 cpu" "3 cpu" "1 nvme" "3 nvme" "1 none bf16" \
-	"3 none bf16" "2 cpu bf16"; do
+for v in "0 none" "1 none" "2 none" "3 none" "2 cpu" "3 cpu" "1 nvme" "3 nvme" "3 pnvme" \
+	"1 none bf16" "3 none bf16" "2 cpu bf16" "3 pnvme bf16"; do
 	set -- $v f32
 	cfg "$tmp/c.json" zero adamw 1 ", \"stage\": $1 $(offload_json $2)"
 	ACCEL_LOG_LEVEL=info ACCEL_LOG_ALL_RANKS=1 \
@@ -264,13 +270,13 @@ for pf in on off; do
 			--memory "$tmp/pm$pf" ||
 		{ fail "stage 3 prefetch $pf"; tail -20 "$tmp/pf$pf.log"; continue; }
 	for r in 0 1 2 3; do
-		# fc1 144 -> padded 192, fc2 272 -> 320, fc3 68 -> 128 (world 4 x 16):
-		# own shards (192+320+128)/4 x 4 bytes = 640; two largest units
-		# (320+192) x 4 = 2048; prefetch budget 1000000 elements, but at most
-		# the model (640 x 4 bytes = 2560): bound 640 + 2048 + 2560 with
-		# prefetch, 640 + 2048 without.
+		# fc1 144, fc2 272, fc3 68 elements (each divisible by 4: no
+		# padding): own shards (144+272+68)/4 x 4 bytes = 484; two largest
+		# units (272+144) x 4 = 1664; prefetch budget 1000000 elements, but
+		# at most the model (484 x 4 bytes = 1936): bound 484 + 1664 + 1936
+		# with prefetch, 484 + 1664 without.
 		peak=$(awk '$1 == "params" { print $3 }' "$tmp/pm$pf.$r" 2>/dev/null)
-		[ $pf = on ] && bound=$((640 + 2048 + 2560)) || bound=$((640 + 2048))
+		[ $pf = on ] && bound=$((484 + 1664 + 1936)) || bound=$((484 + 1664))
 		if [ -z "$peak" ]; then
 			fail "stage 3 prefetch $pf rank $r: no memory report"
 		elif [ "$peak" -gt "$bound" ]; then
@@ -310,11 +316,12 @@ done <<EOF
 "stage": 2, "offload_optimizer": {"device": "nvme"}|nvme_path is not set
 "stage": 2, "offload_param": {"device": "cpu"}|offload_param.device 'cpu' needs stage 3
 "stage": 0, "offload_optimizer": {"device": "cpu"}|needs stage 1, 2 or 3
-"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}|offload_param.device "nvme": not implemented
+"stage": 3, "offload_param": {"device": "nvme"}|offload_param.nvme_path is not set
 "stage": 1, "zero_quantized_weights": true|zero_quantized_weights: not implemented by accel's zero plugin
 "stage": 1, "zero_hpz_partition_size": 2|zero_hpz_partition_size: not implemented
 "stage": 1, "mics_shard_size": 4|mics_shard_size: not implemented
 "stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/missing"}|$tmp/missing
+"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "$tmp/missing"}|$tmp/missing
 EOF
 nvme_clean "$tmp/nvme" "bad configs"
 
