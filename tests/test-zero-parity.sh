@@ -13,7 +13,8 @@
 #           (meson sets it in sanitizer builds) runs a representative
 #           subset: each stage and offload once, each world and
 #           accumulation at least once.
-#   checks: the defects a parity test easily misses:
+#   checks: bf16 stages 1-3 bitwise equal to ddp at world 2; and the
+#           defects a parity test easily misses:
 #           - SGD (gradient scale matters, unlike AdamW) at world 3, stages
 #             0-3: gradients summed instead of averaged fail here;
 #           - a rank-dependent initialisation (--rank-init) must give rank
@@ -178,6 +179,19 @@ for st in 0 1 2 3; do
 	runn 3 "$tmp/c.json" "$tmp/sgd$st" --steps $STEPS --batch $BATCH ||
 		{ fail "sgd stage $st world 3"; tail -20 "$tmp/sgd$st.log"; continue; }
 	every_rank "$tmp/sgdref" "$tmp/sgd$st" 3 "$RTOL" "sgd stage $st world 3 vs ddp world 1"
+done
+
+# bf16 working weights and gradients: at world 2 without accumulation every
+# stage computes what ddp at world 2 does (the same reductions in bf16, the
+# same f32 masters): bitwise (observed 0 difference).
+cfg "$tmp/c.json" ddp adamw 1 ""
+runn 2 "$tmp/c.json" "$tmp/bfddp" --steps $STEPS --batch $BATCH --dtype bf16 ||
+	{ fail "bf16 ddp world 2"; tail -20 "$tmp/bfddp.log"; }
+for st in 1 2 3; do
+	cfg "$tmp/c.json" zero adamw 1 ", \"stage\": $st"
+	runn 2 "$tmp/c.json" "$tmp/bf$st" --steps $STEPS --batch $BATCH --dtype bf16 ||
+		{ fail "bf16 stage $st world 2"; tail -20 "$tmp/bf$st.log"; continue; }
+	every_rank "$tmp/bfddp.0" "$tmp/bf$st" 2 0 "bf16 stage $st world 2 vs ddp world 2 (bitwise)"
 done
 
 # A rank-dependent init: every rank starts from rank 0's values (rank 0's
