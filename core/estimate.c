@@ -81,11 +81,12 @@ static int check_in(const accel_estimate_in_v1 *in, accel_err *err)
 }
 
 /* The selection whose sections are declared active: the strategy asked
- * about first, then what the configuration selects (its own strategy and
- * hook plugins keep their sections valid, so one config serves every
- * row). */
-static int selection(const accel_config *cfg, const char *strategy, accel_select *ret,
-                     accel_err *err)
+ * about first, then what the configuration selects, then every other
+ * installed strategy.  One config serves every row of `accel
+ * estimate-memory`: its zero_optimization section is no error on the
+ * ddp row, and is still checked against zero's schema. */
+static int selection(const accel_config *cfg, const accel_loader *ld, const char *strategy,
+                     accel_select *ret, accel_err *err)
 {
 	accel_select sel;
 	int r = accelp_select_from_config(cfg, &sel, err);
@@ -99,6 +100,15 @@ static int selection(const accel_config *cfg, const char *strategy, accel_select
 			want.names[want.n] = sel.names[i];
 			want.why[want.n++] = sel.why[i];
 		}
+	for (uint32_t i = 0; i < accelp_loader_count(ld) && want.n < ACCEL_SELECT_MAX; i++) {
+		const accel_module *m = accelp_loader_get(ld, i);
+		if (m->kind == ACCEL_MODULE_PLUGIN && m->name && m->role == ACCEL_ROLE_STRATEGY &&
+		    (m->status == ACCEL_MODULE_OK || m->status == ACCEL_MODULE_UNAVAILABLE) &&
+		    !accelp_select_has(&want, m->name)) {
+			want.names[want.n] = m->name;
+			want.why[want.n++] = "estimate-memory";
+		}
+	}
 	*ret = want;
 	return ACCEL_OK;
 }
@@ -165,14 +175,20 @@ int accelp_estimate_memory(const accelp_estimate_opts *o, accelp_estimate_result
 	/* Without the slot the configuration does not matter (the variant's
 	 * keys may not even be the plugin's). */
 	if (!m->plugin->estimate_memory) {
-		r = accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "strategy '%s' (%s) gives no memory "
-		                  "estimate: it has no estimate_memory slot (plugin ABI 1.6; it was "
-		                  "built against 1.%u)", m->name, m->path, m->abi_minor);
+		if (m->abi_minor >= 6)
+			r = accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "strategy '%s' (%s) gives no "
+			                  "memory estimate: it has no estimate_memory slot", m->name,
+			                  m->path);
+		else
+			r = accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "strategy '%s' (%s) gives no "
+			                  "memory estimate: it was built against plugin ABI 1.%u, before "
+			                  "the estimate_memory slot (1.6)", m->name, m->path,
+			                  m->abi_minor);
 		goto out;
 	}
 
 	accel_select sel;
-	if ((r = selection(s.cfg, o->strategy, &sel, err)) ||
+	if ((r = selection(s.cfg, s.loader, o->strategy, &sel, err)) ||
 	    (r = accelp_select_register_schemas(s.cfg, s.loader, &sel, err)) ||
 	    (r = accelp_config_resolve(s.cfg, err)))
 		goto out;

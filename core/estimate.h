@@ -5,8 +5,9 @@
  * One call: the configuration built as a context builds it (file, ACCEL_*
  * environment, --set; plugin_dirs, ACCEL_PLUGIN_PATH, the install
  * directory), with a variant's overrides applied above the --set layer
- * ("zero_optimization.stage=2"), the schemas of the strategy asked about
- * and of what the config selects declared active, the configuration
+ * ("zero_optimization.stage=2"), the schemas of the strategy asked about,
+ * of what the config selects and of every other installed strategy
+ * declared active (one config serves every strategy's row), the configuration
  * resolved (so a bad key of the strategy's section is refused as a job
  * would refuse it), then the strategy plugin's estimate_memory slot (ABI
  * minor 6) called as available() is: with a host handle whose context

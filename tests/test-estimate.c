@@ -4,8 +4,8 @@
  * The estimate must be what ddp really allocates: a context registers a
  * model (train_mlp's layers plus parameters whose sizes leave bucket
  * padding), accel_prepare() allocates, and the bytes the core counted per
- * category (core/mem.c) must equal the estimate for the same model and
- * config, byte for byte.  Then the call's errors, one row each. */
+ * category (accel_memory_stats) must equal the estimate for the same model
+ * and config, byte for byte.  Then the call's errors, one row each. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,7 +15,6 @@
 #include "accel/accel.h"
 #include "ctx-impl.h"
 #include "estimate.h"
-#include "mem.h"
 
 /* train_mlp 784-100-100-10 (fc0..fc2), then a unit of odd sizes: 7 and
  * 1001 elements are no multiple of a 64-byte line in any dtype. */
@@ -96,7 +95,8 @@ START_TEST(ddp_equals_allocation)
 	ck_assert_str_eq(res.out.variant, "ddp");
 	uint64_t sum = 0;
 	for (uint32_t k = 0; k < ACCEL_MEM_CATEGORY_COUNT; k++) {
-		uint64_t got = accelp_mem_current(ctx, k, ACCEL_DEVICE_CPU);
+		uint64_t got = UINT64_MAX;
+		ck_assert_int_eq(accel_memory_stats(ctx, k, ACCEL_DEVICE_CPU, 0, &got, NULL), ACCEL_OK);
 		ck_assert_msg(res.out.bytes[ACCEL_EST_DEVICE][k] == got,
 		              "%s: %s: estimate %llu bytes, ddp allocated %llu", c->name, cat_name[k],
 		              (unsigned long long)res.out.bytes[ACCEL_EST_DEVICE][k],
@@ -113,6 +113,10 @@ START_TEST(ddp_equals_allocation)
 	                c->n_state * total * 4 + (total + pad) * es;
 	ck_assert_msg(sum == want, "%s: %llu bytes allocated, %llu by hand", c->name,
 	              (unsigned long long)sum, (unsigned long long)want);
+	uint64_t all = 0;
+	ck_assert_int_eq(accel_memory_stats(ctx, ACCEL_MEM_ALL, ACCEL_DEVICE_CPU, 0, &all, NULL),
+	                 ACCEL_OK);
+	ck_assert_uint_eq(all, sum);
 	ck_assert_uint_gt(pad, 0);
 	accel_ctx_free(ctx);
 }
@@ -148,7 +152,9 @@ typedef struct ecase {
 	const char *strategy;
 	int32_t world;
 	uint64_t total;        /* with two parameters of 10 elements */
-	int plugin_dir;        /* 1: the fixture strategy named zero first */
+	int plugin_dir;        /* searched first: 1 the fixture strategy named zero,
+	                          2 the sum-hook fixture, 3 Local SGD built against
+	                          the ABI 1.2 headers                          */
 	int code;
 	const char *needle;
 } ecase;
@@ -164,6 +170,9 @@ static const ecase ecases[] = {
 	{"bad value", "{\"ddp\": {\"bucket_cap_mb\": -1}}", "ddp", 1, 20, 0, ACCEL_ERR_CONFIG,
 	 "ddp.bucket_cap_mb"},
 	{"a hook", "{}", "sum-hook", 1, 20, 2, ACCEL_ERR_CONFIG, "is not a sharding strategy"},
+	{"ABI 1.2", "{}", "localsgd", 1, 20, 3, ACCEL_ERR_UNSUPPORTED,
+	 "/tests/abi-1.2/localsgd.so) gives no memory estimate: it was built against plugin ABI "
+	 "1.2, before the estimate_memory slot (1.6)"},
 };
 
 START_TEST(errors)
@@ -172,7 +181,8 @@ START_TEST(errors)
 	const char *build = getenv("ACCEL_TEST_BUILDDIR");
 	char dir[4096];
 	ck_assert_ptr_nonnull(build);
-	snprintf(dir, sizeof(dir), "%s/tests/fixtures/%s", build, c->plugin_dir == 1 ? "zero" : "hook");
+	snprintf(dir, sizeof(dir), "%s/tests/%s", build,
+	         c->plugin_dir == 1 ? "fixtures/zero" : c->plugin_dir == 2 ? "fixtures/hook" : "abi-1.2");
 	const char *dirs[1] = {dir};
 	accelp_setup_opts so = {.config_json = c->config, .skip_env = 1,
 	                        .extra_dirs = c->plugin_dir ? dirs : NULL,

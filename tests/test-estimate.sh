@@ -158,6 +158,40 @@ hasnt out "^ddp "
 run 1 "$A" estimate-memory --params 1M --strategy ddp --set mixed_precision=fp4
 has err "mixed_precision"
 
+echo "== the rows reach the strategy (a fixture named zero that reports what it is asked)"
+# the user's config says stage 1 with the optimizer on cpu: each row's own
+# stage and devices win; world, model (3 tensors in 2 units), optimizer
+# state and working dtype arrive as given
+mkdir fxest
+ln -s "$ACCEL_TEST_BUILDDIR/tests/fixtures/zero-est/zero.so" fxest/zero.so
+printf '{"plugin_dirs": ["%s/fxest"], "mixed_precision": "bf16", "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}\n' \
+	"$tmp" >fxest.json
+run 0 "$A" estimate-memory --model model.safetensors --world 8 --config fxest.json --json
+[ "$(wc -l <"$tmp/out")" -eq 13 ] || { cat "$tmp/out" >&2; fail "not 13 rows (ddp, 12 zero)"; }
+for r in "0 none none none" "1 none none none" "1 optimizer:cpu cpu none" \
+	"1 optimizer:nvme nvme none" "2 none none none" "2 optimizer:cpu cpu none" \
+	"2 optimizer:nvme nvme none" "3 none none none" "3 optimizer:cpu cpu none" \
+	"3 optimizer:nvme nvme none" "3 optimizer+param:cpu cpu cpu" "3 optimizer+param:nvme nvme nvme"; do
+	set -- $r
+	line=$(row zero "$1" "$2")
+	printf '%s\n' "$line" | grep -q "\"variant\":\"s$1 opt=$3 param=$4 w8 u2 n3 k2 bf16\"" ||
+		fail "zero stage $1 offload $2: the strategy was asked something else: $line"
+	printf '%s\n' "$line" | grep -q "\"offload_optimizer\":\"$3\",\"offload_param\":\"$4\"" ||
+		fail "zero stage $1 offload $2: offload fields: $line"
+	# 25 elements: params 25 (where the parameters go), grads 50 on the
+	# device, master 75 + optimizer 100 where the optimizer goes, buffers 5
+	# on the device, offload 7 on the host
+	printf '%s\n' "$line" | grep -q '"params_bytes":25,"grads_bytes":50,"master_bytes":75,"optimizer_bytes":100,"buffers_bytes":5,"model_states_bytes":250,"offload_bytes":7,' ||
+		fail "zero stage $1 offload $2: categories: $line"
+	dev=$((50 + 5)); host=7; nvme=0
+	case $4 in none) dev=$((dev + 25)) ;; cpu) host=$((host + 25)) ;; nvme) nvme=$((nvme + 25)) ;; esac
+	case $3 in none) dev=$((dev + 175)) ;; cpu) host=$((host + 175)) ;; nvme) nvme=$((nvme + 175)) ;; esac
+	printf '%s\n' "$line" | grep -q "\"device_bytes\":$dev,\"host_bytes\":$host,\"nvme_bytes\":$nvme," ||
+		fail "zero stage $1 offload $2: places (want device $dev, host $host, nvme $nvme): $line"
+done
+run 0 "$A" estimate-memory --model model.safetensors --world 8 --config fxest.json
+has out "^zero     3     optimizer+param:nvme  *25 B  *50 B  *75 B  *100 B  *5 B  *7 B  *250 B  *55 B  *7 B  *200 B$"
+
 if [ "$zero" != zero ]; then
 	# zero not built: its rows are one note, in the table and on stderr for --json
 	run 0 "$A" estimate-memory --params 7.5B --world 64
