@@ -773,6 +773,12 @@ static const accel_host_v1 host_table = {
 	.op_sumsq_acc = host_op_sumsq_acc,
 	/* ABI minor 6: the optimizer on many threads (core/optim_pool.c) */
 	.optim_step_n = host_optim_step_n,
+	/* ABI minor 6: host waits on stream work (core/stream.c) */
+	.stream_sync = accelp_host_stream_sync,
+	.event_record = accelp_host_event_record,
+	.event_sync = accelp_host_event_sync,
+	.event_query = accelp_host_event_query,
+	.event_free = accelp_host_event_free,
 };
 
 const accel_host_v1 *accelp_host_table(void)

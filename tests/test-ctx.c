@@ -407,6 +407,59 @@ END_TEST
  * pinned memory are refused with the same reasons, waiting for the stream
  * is a no-op, and the host table's minor-4 members behave as their host
  * counterparts (wait_stream of a host collective is a host wait). */
+/* Host waits on stream work (ABI 1.6) for a context whose stream is NULL
+ * before any device module was loaded: stream_sync returns at once, an
+ * event is complete when recorded; NULL arguments are refused. */
+START_TEST(events_without_a_device)
+{
+	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
+	const accel_host_v1 *H = accelp_host_table();
+	accel_host *h = &ctx->active[0].host;
+	uint32_t n = 0;
+	ck_assert(ACCEL_HOST_HAS(H, stream_sync) && ACCEL_HOST_HAS(H, event_free));
+	if (accelp_device_module_path(ACCEL_DEVICE_CUDA, &n)) {
+		/* another test of this process loaded the module (forked: not expected) */
+		accel_ctx_free(ctx);
+		return;
+	}
+	ck_assert_int_eq(H->stream_sync(h), ACCEL_OK);
+	void *ev = NULL, *ev2 = NULL;
+	ck_assert_int_eq(H->event_record(h, &ev), ACCEL_OK);
+	ck_assert_ptr_nonnull(ev);
+	ck_assert_int_eq(H->event_record(h, &ev2), ACCEL_OK);
+	ck_assert_ptr_ne(ev, ev2);   /* each owned on its own */
+	int32_t done = 0;
+	ck_assert_int_eq(H->event_query(h, ev, &done), ACCEL_OK);
+	ck_assert_int_eq(done, 1);
+	ck_assert_int_eq(H->event_sync(h, ev), ACCEL_OK);
+	H->event_free(h, ev);
+	H->event_free(h, NULL);
+	static const struct {
+		int which;
+		const char *msg;
+	} bad[] = {
+		{0, "event_record: ret_event is NULL"},
+		{1, "event_sync: event is NULL"},
+		{2, "event_query: event is NULL"},
+		{3, "event_query: ret_done is NULL"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int r = bad[i].which == 0   ? H->event_record(h, NULL)
+		        : bad[i].which == 1 ? H->event_sync(h, NULL)
+		        : bad[i].which == 2 ? H->event_query(h, NULL, &done)
+		                            : H->event_query(h, ev2, NULL);
+		ck_assert_int_eq(r, ACCEL_ERR_INVALID_ARG);
+		ck_assert_msg(strstr(accel_errmsg(ctx), bad[i].msg), "row %zu: %s", i,
+		              accel_errmsg(ctx));
+		accel_clear_error(ctx);
+	}
+	H->event_free(h, ev2);
+	/* still nothing loaded: none of this needed a device */
+	ck_assert_ptr_null(accelp_device_module_path(ACCEL_DEVICE_CUDA, &n));
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(streams_without_a_device)
 {
 	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
@@ -548,6 +601,7 @@ static Suite *ctx_suite(void)
 	tcase_add_test(tc, cpu_ops);
 	tcase_add_test(tc, extension_lookup);
 	tcase_add_test(tc, streams_without_a_device);
+	tcase_add_test(tc, events_without_a_device);
 	suite_add_tcase(s, tc);
 	return s;
 }

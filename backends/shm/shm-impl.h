@@ -163,6 +163,8 @@ typedef struct shm_comm {
 	uint64_t small_bytes;       /* one-shot limit = slot size */
 	uint64_t chunk_bytes;       /* pipeline slice per rank and round */
 	uint32_t depth;             /* staging buffers in the ring */
+	uint64_t stream_bytes;      /* results from this size on are written into user
+	                               buffers with streaming stores (0: never) */
 	int oversubscribed;         /* more local ranks than CPUs */
 	uint64_t last_move_ns;      /* see move_away() in shm_wait.c */
 	uint64_t lazy_probe_ns;     /* last liveness probe from test() (lazy_finish) */

@@ -49,6 +49,10 @@ static const accel_param_schema_v1 shm_params[] = {
 	 "within 8 MiB per rank)."},
 	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "depth", "4", 3, 64, NULL,
 	 "Staging buffers in the pipeline ring: how many rounds ranks may drift apart."},
+	{sizeof(accel_param_schema_v1), ACCEL_CFG_INT, "stream_kb", "32768", 0, INT64_C(1) << 40, NULL,
+	 "Size in KiB of a pipelined all-gather's result from which it is written into user "
+	 "buffers with streaming (non-temporal) stores, which skip reading each destination "
+	 "line first and leave the result out of the caches (0: never)."},
 };
 
 static const accel_comm_desc_v1 shm_desc = {
@@ -463,6 +467,7 @@ static int comm_open(const accel_host_v1 *host, accel_host *h, int32_t rank, int
 	c->yield_ns = 0;
 	c->small_bytes = (uint64_t)cfg_int(host, h, "small_kb", 64) * 1024;
 	c->depth = (uint32_t)cfg_int(host, h, "depth", 4);
+	c->stream_bytes = (uint64_t)cfg_int(host, h, "stream_kb", 32768) * 1024;
 	if (c->depth < 3)
 		c->depth = 3;   /* the deferred all-gather needs three buffers in flight */
 	uint64_t chunk = (uint64_t)cfg_int(host, h, "chunk_kb", 64) * 1024;

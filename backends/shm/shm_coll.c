@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/common/coll-copy.h"
 #include "shm-impl.h"
 
 static uint64_t op_payload(const shm_comm *c, const shm_op *op)
@@ -419,6 +420,7 @@ static int run_zero_copy(run_ctx *r, const shm_alloc *sa, const shm_alloc *ra, c
 typedef struct gather_job {
 	int valid;
 	uint64_t base, len, b, p_red;
+	int stream;               /* all-gather: results with streaming stores */
 } gather_job;
 
 static int allreduce_gather(run_ctx *r, const gather_job *g)
@@ -494,7 +496,7 @@ static int staged_allreduce(run_ctx *r)
 		next_phase(r);
 		if (prev.valid && (st = allreduce_gather(r, &prev)))
 			return st;
-		prev = (gather_job){1, base, len, b, c->phase};
+		prev = (gather_job){1, base, len, b, c->phase, 0};
 		base += len;
 	}
 	if (prev.valid) {
@@ -593,15 +595,25 @@ static int staged_reduce_scatter(run_ctx *r)
 	return ACCEL_OK;
 }
 
-/* dst_a = dst_b = src, reading src from memory once: block by block, the
- * second copy reads the block the first just brought into the cache. */
-static void copy2(char *dst_a, char *dst_b, const char *src, uint64_t bytes)
+/* Results into user buffers: streaming stores for large ones (see
+ * shm.stream_kb and backends/common/coll_copy.c), memcpy otherwise. */
+static void copy_result(int stream, void *dst, const void *src, uint64_t bytes)
+{
+	if (stream)
+		coll_copy_stream(dst, src, bytes);
+	else
+		memcpy(dst, src, bytes);
+}
+
+/* dst_stage = dst_res = src, reading src from memory once: block by block,
+ * the second copy reads the block the first just brought into the cache. */
+static void copy2(char *dst_stage, char *dst_res, const char *src, uint64_t bytes, int stream)
 {
 	const uint64_t blk = 16384;
 	for (uint64_t o = 0; o < bytes; o += blk) {
 		uint64_t k = bytes - o < blk ? bytes - o : blk;
-		memcpy(dst_a + o, src + o, k);
-		memcpy(dst_b + o, src + o, k);
+		memcpy(dst_stage + o, src + o, k);
+		copy_result(stream, dst_res + o, src + o, k);
 	}
 }
 
@@ -619,7 +631,8 @@ static int allgather_out(run_ctx *r, const gather_job *g)
 		int32_t q = (me + k) % w;
 		if ((st = wait_phase(r, g->p_red, q)))
 			return st;
-		memcpy(recv + ((uint64_t)q * op->count + g->base) * es, stage(c, q, g->b), g->len * es);
+		copy_result(g->stream, recv + ((uint64_t)q * op->count + g->base) * es,
+		            stage(c, q, g->b), g->len * es);
 	}
 	c->reuse[g->b] = c->phase + 1;   /* our next post: done reading buffer b */
 	return ACCEL_OK;
@@ -638,6 +651,10 @@ static int staged_allgather(run_ctx *r)
 	const char *send = op->send.data;
 	char *recv = op->recv.data;
 	gather_job prev = {0};
+	/* A large result goes past the caches: it does not fit, and the lines
+	 * it replaces need not be read first (measured: the 64 MiB all-gather
+	 * on 2 ranks, see docs/comm.md, "Streaming stores"). */
+	int stream = c->stream_bytes && n * es * (uint64_t)c->world >= c->stream_bytes;
 	int st;
 
 	for (uint64_t base = 0; base < n;) {
@@ -648,7 +665,7 @@ static int staged_allgather(run_ctx *r)
 		char *own = recv + ((uint64_t)me * n + base) * es;
 		const char *src = send + base * es;
 		if (own != src && !ranges_overlap(own, len * es, src, len * es)) {
-			copy2(stage(c, me, b), own, src, len * es);   /* one read of src */
+			copy2(stage(c, me, b), own, src, len * es, stream);   /* one read of src */
 			next_phase(r);
 		} else {
 			memcpy(stage(c, me, b), src, len * es);
@@ -659,7 +676,7 @@ static int staged_allgather(run_ctx *r)
 		uint64_t p_in = c->phase;
 		if (prev.valid && (st = allgather_out(r, &prev)))
 			return st;
-		prev = (gather_job){1, base, len, b, p_in};
+		prev = (gather_job){1, base, len, b, p_in, stream};
 		base += len;
 	}
 	if (prev.valid) {
