@@ -24,7 +24,8 @@
  *          for what the arithmetic alone costs.
  * The host table here is the bench's own (the store's contract is the host
  * table, not the core): mem_alloc is malloc, op_copy the core's, optim_step
- * the core's AdamW kernel, optim_step_n that kernel on --threads threads.
+ * the core's AdamW kernel, optim_step_n the core's thread pool
+ * (core/optim_pool.c, what host->optim_step_n runs) on --threads threads.
  * One JSON line per result on stdout. */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +43,7 @@
 #include "error.h"
 #include "ops.h"
 #include "optim.h"
+#include "optim_pool.h"
 #include "zero_store.h"
 
 static double now(void)
@@ -94,6 +96,7 @@ typedef struct bench_host {
 	accel_model_v1 model;
 	accel_param_info_v1 param;
 	accel_optim *opt;
+	accel_optim_pool *pool;
 	uint64_t t;
 	uint32_t threads;
 	char err[1024];
@@ -167,63 +170,27 @@ static int h_optim_step(accel_host *h, const accel_optim_args_v1 *a)
 	return r ? h_error(h, r, "%s", e.msg) : ACCEL_OK;
 }
 
-typedef struct chunk {
-	const accel_optim_args_v1 *args;
-	uint32_t n;
-	uint64_t lo, hi;   /* elements of the concatenated ranges */
-	int r;
-} chunk;
-
-static void *chunk_run(void *arg)
-{
-	chunk *c = arg;
-	uint64_t at = 0;
-	for (uint32_t i = 0; i < c->n && at < c->hi; i++) {
-		const accel_optim_args_v1 *a = &c->args[i];
-		uint64_t n = a->master.numel, lo = c->lo > at ? c->lo - at : 0;
-		uint64_t hi = c->hi - at < n ? c->hi - at : n;
-		if (lo < hi) {
-			accel_optim_args_v1 p = *a;
-			size_t gs = accel_abi_dtype_size(a->grad.dtype);
-			p.master.data = (float *)a->master.data + lo;
-			p.master.numel = p.grad.numel = hi - lo;
-			p.grad.data = (char *)a->grad.data + lo * gs;
-			p.state[0] = a->state[0] + lo;
-			p.state[1] = a->state[1] + lo;
-			if ((c->r = h_optim_step(NULL, &p)))
-				return NULL;
-		}
-		at += n;
-	}
-	return NULL;
-}
-
-/* The ranges on `threads` threads, each a contiguous share of the elements. */
+/* The core's thread pool (core/optim_pool.c), as host->optim_step_n runs it. */
 static int h_optim_step_n(accel_host *h, const accel_optim_args_v1 *args, uint32_t n,
                           uint32_t n_threads)
 {
-	uint32_t T = n_threads ? n_threads : B.threads;
-	uint64_t total = 0;
-	for (uint32_t i = 0; i < n; i++)
-		total += args[i].master.numel;
-	if (T > 64)
-		T = 64;
-	chunk c[64];
-	pthread_t th[64];
-	for (uint32_t t = 0; t < T; t++) {
-		/* multiples of 16 elements: whole vectors, the kernel's bits either way */
-		uint64_t lo = total * t / T / 16 * 16, hi = t + 1 == T ? total : total * (t + 1) / T / 16 * 16;
-		c[t] = (chunk){args, n, lo, hi, 0};
-		if (t && pthread_create(&th[t], NULL, chunk_run, &c[t]))
-			return h_error(h, ACCEL_ERR_SYSTEM, "pthread_create failed");
+	accel_optim_task *t = calloc(n ? n : 1, sizeof(*t));
+	if (!t)
+		return h_error(h, ACCEL_ERR_NOMEM, "out of memory");
+	for (uint32_t i = 0; i < n; i++) {
+		t[i].param = args[i].master.data;
+		t[i].grad = args[i].grad.data;
+		t[i].gdtype = args[i].grad.dtype;
+		t[i].state[0] = args[i].state[0];
+		t[i].state[1] = args[i].state[1];
+		t[i].numel = args[i].master.numel;
+		t[i].grad_scale = args[i].grad_scale;
 	}
-	chunk_run(&c[0]);
-	int r = c[0].r;
-	for (uint32_t t = 1; t < T; t++) {
-		pthread_join(th[t], NULL);
-		r = r ? r : c[t].r;
-	}
-	return r;
+	accel_err e = {0};
+	int r = accelp_optim_pool_step(B.pool, B.opt, B.t, 1e-3, t, n,
+	                              n_threads ? n_threads : B.threads, &e);
+	free(t);
+	return r ? h_error(h, r, "%s", e.msg) : ACCEL_OK;
 }
 
 static accel_host_v1 host_table(void)
@@ -446,7 +413,7 @@ int main(int argc, char **argv)
 	accel_err err = {0};
 	accel_optim_opts oo;
 	accelp_optim_opts_init(&oo, ACCEL_OPTIM_ADAMW);
-	if (accelp_optim_new(&oo, &B.opt, &err)) {
+	if (accelp_optim_new(&oo, &B.opt, &err) || accelp_optim_pool_new(&B.pool)) {
 		fprintf(stderr, "bench-nvme-swap: %s\n", err.msg);
 		return 1;
 	}
@@ -563,6 +530,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	free(work);
 	free(grad);
+	accelp_optim_pool_free(B.pool);
 	accelp_optim_free(B.opt);
 	return 0;
 }

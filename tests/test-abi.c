@@ -194,6 +194,9 @@ START_TEST(abi12_strategy_trains)
 	accel_ctx *ctx = ctx_cfg("\"strategy\": \"localsgd\", \"gradient_accumulation_steps\": 2, "
 	                         "\"localsgd\": {\"sync_every\": 1}", 1);
 	ck_assert_uint_eq(ctx->active[0].module->abi_minor, 2);
+	/* no instance_caps slot before minor 6: the descriptor's caps */
+	ck_assert_ptr_null(ctx->active[0].vt->instance_caps);
+	ck_assert_uint_eq(ctx->active[0].caps, ctx->active[0].vt->desc->caps);
 	add_model(ctx, ACCEL_DTYPE_F32, 0);
 	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
 	/* It sees the 1.2 layout: params[] entries at the 1.2 stride. */

@@ -90,7 +90,8 @@ struct zero_swap {
 	int mu_init;
 	xfer *xfers;
 	uint64_t next_ticket;
-	uint32_t nring, rr;
+	uint32_t nring;
+	uint64_t rr;         /* requests handed out, round-robin over the rings */
 	ring *rings;
 	int stop;
 	zero_swap_stats stats;
@@ -681,7 +682,7 @@ static int start(zero_swap *sw, int is_write, uint64_t offset, void *buf, uint64
 	}
 	/* wake every ring that got work (all of them when nreq >= nring) */
 	woke = nreq < sw->nring ? (uint32_t)nreq : sw->nring;
-	uint32_t first = (uint32_t)((sw->rr - nreq) % sw->nring);
+	uint32_t first = (uint32_t)((sw->rr - nreq) % sw->nring);   /* the first one's ring */
 	pthread_mutex_unlock(&sw->mu);
 	free(qs);
 	for (uint32_t i = 0; i < woke; i++) {
