@@ -1,13 +1,16 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # tests/test-zero-ckpt.sh TRAIN_MLP: checkpoints of the zero strategy with
-# examples/train_mlp.  For each saving stage in STAGES: 10 steps under zero
-# at 4 processes with --checkpoint-every 5 (the reference run); then from
-# its step-5 checkpoint, 5 more steps under ddp at 2 processes and under
-# zero stage 1 at 3 (--resume): their final weights equal the reference's
-# within RTOL (other world sizes reassociate the sums).  `accel checkpoint
-# show --verify` passes on every checkpoint, and `accel merge-weights` of
-# the step-10 checkpoint equals the reference's --save-final exactly.
+# examples/train_mlp.  For each saving variant (stage 2; stage 3; stage 3
+# with optimizer and parameter shards in NVMe swap files): 10 steps under
+# zero at 4 processes with --checkpoint-every 5 (the reference run); then
+# from its step-5 checkpoint, 5 more steps under ddp at 2 processes, under
+# zero stage 1 at 3 and under zero stage 3 at 3 (--resume; the core writes
+# the working weights through the strategy's materialize slot): their final
+# weights equal the reference's within RTOL (other world sizes reassociate
+# the sums).  `accel checkpoint show --verify` passes on every checkpoint,
+# and `accel merge-weights` of the step-10 checkpoint equals the
+# reference's --save-final exactly.
 # Exits 77 only when `accel launch` cannot start two processes.
 set -u
 
@@ -23,9 +26,7 @@ fails=0
 # resumed at another world size / strategy vs uninterrupted: observed
 # 8.7e-8 (stage 2 at 4 -> ddp at 2 and zero 1 at 3); about 2.5x
 RTOL=2.2e-7
-# Stage 3 needs the core to gather working weights through the strategy's
-# materialize slot (ABI 1.6 B) to save param/<name>.
-STAGES=${ZERO_CKPT_STAGES:-2}
+STAGES=${ZERO_CKPT_STAGES:-2 3 3nvme}
 
 fail() {
 	echo "FAIL: $*"
@@ -41,12 +42,18 @@ fi
 
 ARGS="--hidden 48 --layers 2 --inputs 24 --classes 6 --samples 768 --test-samples 0 \
 --batch-size 96 --log-every 1000 --no-eval"
-# cfg FILE STRATEGY STAGE
+mkdir -p "$tmp/nvme"
+# cfg FILE STRATEGY STAGE (3nvme: stage 3, optimizer and parameters in swap files)
 cfg() {
+	off=
+	case $3 in
+	3nvme) off=", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"},
+	  \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"}" ;;
+	esac
 	cat > "$1" <<EOF
 {"strategy": "$2", "max_grad_norm": 1.0,
  "optimizer": {"type": "adamw", "params": {"lr": 0.003, "weight_decay": 0.01}},
- "zero_optimization": {"stage": $3, "reduce_bucket_size": 2000,
+ "zero_optimization": {"stage": ${3%nvme}, "reduce_bucket_size": 2000 $off,
                        "stage3_param_persistence_threshold": 100}}
 EOF
 	[ "$2" = zero ] || sed -i 's/^ "zero_optimization".*$/ "ddp": {}}/; /^  *"stage3_param/d' "$1"
@@ -80,7 +87,8 @@ for st in $STAGES; do
 	cmp_st "$d/ref.st" "$d/merged.st" 0 "stage $st: merge-weights of step 10 == --save-final"
 	cfg "$d/ddp.json" ddp 0
 	cfg "$d/z1.json" zero 1
-	for target in "ddp 2 $d/ddp.json" "zero1 3 $d/z1.json"; do
+	cfg "$d/z3.json" zero 3
+	for target in "ddp 2 $d/ddp.json" "zero1 3 $d/z1.json" "zero3 3 $d/z3.json"; do
 		set -- $target
 		if ! "$A" launch -n "$2" --config "$3" -- "$T" $ARGS --steps 10 \
 			--resume "$d/ck/checkpoint_5" --save-final "$d/$1.st" > "$d/$1.log" 2>&1; then
@@ -90,6 +98,8 @@ for st in $STAGES; do
 		fi
 		cmp_st "$d/ref.st" "$d/$1.st" "$RTOL" "stage $st at 4 -> $1 at $2: final weights"
 	done
+	left=$(ls -A "$tmp/nvme" | head -3)
+	[ -z "$left" ] || fail "stage $st: files left in nvme_path: $left"
 done
 
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }

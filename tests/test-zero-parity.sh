@@ -6,13 +6,15 @@
 #
 #   matrix: N ranks equal 1 rank (ddp at world 1, same config, 20 steps,
 #           max_grad_norm set) within RTOL for stages 1, 2, 3 x offload
-#           none, cpu, nvme x gradient_accumulation_steps 1 and 4 x world
+#           none, cpu, nvme (and at stage 3 optimizer and parameters both
+#           in NVMe swap files) x gradient_accumulation_steps 1 and 4 x world
 #           2, 3 and 4; every rank's final weights are compared (not rank
 #           0's), and every run must have trained.  ZERO_TEST_SUBSET=1
 #           (meson sets it in sanitizer builds) runs a representative
 #           subset: each stage and offload once, each world and
 #           accumulation at least once.
-#   checks: the defects a parity test easily misses:
+#   checks: bf16 stages 1-3 bitwise equal to ddp at world 2; and the
+#           defects a parity test easily misses:
 #           - SGD (gradient scale matters, unlike AdamW) at world 3, stages
 #             0-3: gradients summed instead of averaged fail here;
 #           - a rank-dependent initialisation (--rank-init) must give rank
@@ -23,6 +25,8 @@
 #             rank (the estimate_memory slot's rules, logged after the first
 #             step) within 5%, per category, for stages 0-3 and each
 #             offload (buffers excepted: comm staging is the backend's);
+#           - stages 0-2: a group's reduction is issued during backward,
+#             before the last unit's backward began (ACCEL_TEST_COMM_TRACE);
 #           - stage 3 at world 4: the peak of parameter bytes accel counted
 #             is at most the own shards + the two largest units + the
 #             prefetch budget; with prefetch on, the gather of
@@ -121,6 +125,9 @@ offload_json() {
 	case $1 in
 	cpu) echo ', "offload_optimizer": {"device": "cpu"}' ;;
 	nvme) echo ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"}" ;;
+	# stage 3: optimizer and parameter shards in swap files
+	pnvme) echo ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"},
+		\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"}" ;;
 	*) echo '' ;;
 	esac
 }
@@ -138,7 +145,9 @@ if [ "$mode" = matrix ]; then
 	for gas in 1 4; do
 		reference "$tmp/ref$gas" adamw $gas || continue
 		for st in 1 2 3; do
-			for off in none cpu nvme; do
+			offs="none cpu nvme"
+			[ "$st" = 3 ] && offs="$offs pnvme"
+			for off in $offs; do
 				for n in 2 3 4; do
 					if [ "${ZERO_TEST_SUBSET:-0}" = 1 ]; then
 						# one world per (stage, offload, gas), all worlds covered
@@ -174,6 +183,19 @@ for st in 0 1 2 3; do
 	every_rank "$tmp/sgdref" "$tmp/sgd$st" 3 "$RTOL" "sgd stage $st world 3 vs ddp world 1"
 done
 
+# bf16 working weights and gradients: at world 2 without accumulation every
+# stage computes what ddp at world 2 does (the same reductions in bf16, the
+# same f32 masters): bitwise (observed 0 difference).
+cfg "$tmp/c.json" ddp adamw 1 ""
+runn 2 "$tmp/c.json" "$tmp/bfddp" --steps $STEPS --batch $BATCH --dtype bf16 ||
+	{ fail "bf16 ddp world 2"; tail -20 "$tmp/bfddp.log"; }
+for st in 1 2 3; do
+	cfg "$tmp/c.json" zero adamw 1 ", \"stage\": $st"
+	runn 2 "$tmp/c.json" "$tmp/bf$st" --steps $STEPS --batch $BATCH --dtype bf16 ||
+		{ fail "bf16 stage $st world 2"; tail -20 "$tmp/bf$st.log"; continue; }
+	every_rank "$tmp/bfddp.0" "$tmp/bf$st" 2 0 "bf16 stage $st world 2 vs ddp world 2 (bitwise)"
+done
+
 # A rank-dependent init: every rank starts from rank 0's values (rank 0's
 # shift is 0, so the one-process run is the reference).
 ACCEL_CONFIG=$tmp/empty.json "$prog" --out "$tmp/rinit" --steps 0 --rank-init \
@@ -186,8 +208,8 @@ for st in 0 1 2 3; do
 done
 
 # Measured (accel_memory_stats) against the plugin's estimate, every rank.
-for v in "0 none" "1 none" "2 none" "3 none" "2 cpu" "3 cpu" "1 nvme" "3 nvme" "1 none bf16" \
-	"3 none bf16" "2 cpu bf16"; do
+for v in "0 none" "1 none" "2 none" "3 none" "2 cpu" "3 cpu" "1 nvme" "3 nvme" "3 pnvme" \
+	"1 none bf16" "3 none bf16" "2 cpu bf16" "3 pnvme bf16"; do
 	set -- $v f32
 	cfg "$tmp/c.json" zero adamw 1 ", \"stage\": $1 $(offload_json $2)"
 	ACCEL_LOG_LEVEL=info ACCEL_LOG_ALL_RANKS=1 \
@@ -255,6 +277,29 @@ runn 3 "$tmp/c.json" "$tmp/nors" --steps $STEPS --batch $BATCH ||
 	{ fail "reduce_scatter false"; tail -20 "$tmp/nors.log"; }
 reference "$tmp/adref" adamw 1 && every_rank "$tmp/adref" "$tmp/nors" 3 "$RTOL" "stage 1 reduce_scatter false world 3 vs ddp world 1"
 
+# Stages 0-2: the reduction of the last units' group (fc3 alone; fc1 and
+# fc2 form the other) is issued while backward still runs: before the
+# backward of the last unit (fc1) began, on every rank and micro-step.
+for st in 0 1 2; do
+	[ $st = 0 ] && op=allreduce || op=reduce_scatter
+	cfg "$tmp/c.json" zero adamw 4 ", \"stage\": $st"
+	ACCEL_TEST_COMM_TRACE=$tmp/ov$st runn 2 "$tmp/c.json" "$tmp/ov$st" --steps 2 --batch $BATCH \
+		--trace "$tmp/ovbw$st" || { fail "overlap stage $st"; tail -20 "$tmp/ov$st.log"; continue; }
+	for r in 0 1; do
+		# micro-steps whose reduction is due: all at stage 2, the 4th of 4 at 0-1
+		res=$(awk -v op=$op -v st=$st 'FNR == NR { if ($1 == "backward" && (st == 2 || $2 % 4 == 3)) { k++; b[k] = $3; l[k] = $4 } next }
+			$2 == op { for (s = 1; s <= k; s++) if ($3 >= b[s] && $3 < l[s]) early[s] = 1 }
+			END { for (s = 1; s <= k; s++) n += early[s]; printf "%d %d", n, k }' \
+			"$tmp/ovbw$st.$r" "$tmp/ov$st.$r")
+		set -- $res
+		if [ "$2" -gt 0 ] && [ "$1" = "$2" ]; then
+			echo "ok: stage $st rank $r: $op issued during backward in all $2 reducing micro-steps"
+		else
+			fail "stage $st rank $r: $op issued during backward in ${1:-?} of ${2:-?} reducing micro-steps"
+		fi
+	done
+done
+
 # Stage 3 at world 4: peak gathered parameters, and prefetch overlap.
 for pf in on off; do
 	[ $pf = on ] && b=1000000 || b=0
@@ -264,13 +309,13 @@ for pf in on off; do
 			--memory "$tmp/pm$pf" ||
 		{ fail "stage 3 prefetch $pf"; tail -20 "$tmp/pf$pf.log"; continue; }
 	for r in 0 1 2 3; do
-		# fc1 144 -> padded 192, fc2 272 -> 320, fc3 68 -> 128 (world 4 x 16):
-		# own shards (192+320+128)/4 x 4 bytes = 640; two largest units
-		# (320+192) x 4 = 2048; prefetch budget 1000000 elements, but at most
-		# the model (640 x 4 bytes = 2560): bound 640 + 2048 + 2560 with
-		# prefetch, 640 + 2048 without.
+		# fc1 144, fc2 272, fc3 68 elements (each divisible by 4: no
+		# padding): own shards (144+272+68)/4 x 4 bytes = 484; two largest
+		# units (272+144) x 4 = 1664; prefetch budget 1000000 elements, but
+		# at most the model (484 x 4 bytes = 1936): bound 484 + 1664 + 1936
+		# with prefetch, 484 + 1664 without.
 		peak=$(awk '$1 == "params" { print $3 }' "$tmp/pm$pf.$r" 2>/dev/null)
-		[ $pf = on ] && bound=$((640 + 2048 + 2560)) || bound=$((640 + 2048))
+		[ $pf = on ] && bound=$((484 + 1664 + 1936)) || bound=$((484 + 1664))
 		if [ -z "$peak" ]; then
 			fail "stage 3 prefetch $pf rank $r: no memory report"
 		elif [ "$peak" -gt "$bound" ]; then
@@ -310,11 +355,12 @@ done <<EOF
 "stage": 2, "offload_optimizer": {"device": "nvme"}|nvme_path is not set
 "stage": 2, "offload_param": {"device": "cpu"}|offload_param.device 'cpu' needs stage 3
 "stage": 0, "offload_optimizer": {"device": "cpu"}|needs stage 1, 2 or 3
-"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}|offload_param.device "nvme": not implemented
+"stage": 3, "offload_param": {"device": "nvme"}|offload_param.nvme_path is not set
 "stage": 1, "zero_quantized_weights": true|zero_quantized_weights: not implemented by accel's zero plugin
 "stage": 1, "zero_hpz_partition_size": 2|zero_hpz_partition_size: not implemented
 "stage": 1, "mics_shard_size": 4|mics_shard_size: not implemented
 "stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/missing"}|$tmp/missing
+"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "$tmp/missing"}|$tmp/missing
 EOF
 nvme_clean "$tmp/nvme" "bad configs"
 

@@ -72,7 +72,7 @@ static const accel_param_schema_v1 zero_params[] = {
 	KEY(ACCEL_CFG_DOUBLE, "offload_optimizer.ratio", "1", 0, 1, NULL,
 	    "Fraction of the optimizer offloaded (only 1 is implemented)"),
 	KEY(ACCEL_CFG_ENUM, "offload_param.device", "\"none\"", 1, 0, "none|cpu|nvme",
-	    "Stage 3: where the parameter shards live (nvme is not implemented)"),
+	    "Stage 3: where the parameter shards live between uses"),
 	KEY(ACCEL_CFG_STRING, "offload_param.nvme_path", NULL, 1, 0, NULL,
 	    "Directory of the parameters' swap file (device nvme)"),
 	KEY(ACCEL_CFG_BOOL, "offload_param.pin_memory", "false", 1, 0, NULL,
@@ -220,7 +220,7 @@ static uint32_t place_of(const char *s)
 			return r;                                               \
 	} while (0)
 
-int zero_read_config(const accel_host_v1 *H, accel_host *h, zero_cfg *c)
+int zero_read_config(const accel_host_v1 *H, accel_host *h, zero_cfg *c, int for_estimate)
 {
 	const char *dev = "none", *pdev = "none";
 	int64_t v;
@@ -285,7 +285,11 @@ int zero_read_config(const accel_host_v1 *H, accel_host *h, zero_cfg *c)
 		                "'%s' needs stage 1, 2 or 3 (stage is 0: nothing is partitioned to "
 		                "offload); raise zero_optimization.stage or set the device to "
 		                "\"none\"", dev);
-	if (c->opt_place == ZERO_PLACE_NVME && (!c->opt_nvme_path || !*c->opt_nvme_path))
+	c->grad_accum = 1;
+	GET(cfg_int, "/gradient_accumulation_steps", &c->grad_accum);
+	/* an estimate touches no disk: nvme_path may be left unset there */
+	if (c->opt_place == ZERO_PLACE_NVME && !for_estimate &&
+	    (!c->opt_nvme_path || !*c->opt_nvme_path))
 		return H->error(h, ACCEL_ERR_CONFIG, "zero_optimization.offload_optimizer.device is "
 		                "\"nvme\" but zero_optimization.offload_optimizer.nvme_path is not "
 		                "set; name a directory on a fast local disk");
@@ -294,10 +298,11 @@ int zero_read_config(const accel_host_v1 *H, accel_host *h, zero_cfg *c)
 		                "needs stage 3 (stage is %lld: parameters are not partitioned); set "
 		                "zero_optimization.stage to 3 or offload_param.device to \"none\"",
 		                pdev, (long long)c->stage);
-	if (c->param_place == ZERO_PLACE_NVME)
-		return H->error(h, ACCEL_ERR_CONFIG, "zero_optimization.offload_param.device "
-		                "\"nvme\": not implemented by accel's zero plugin (parameter shards "
-		                "can live in host memory: use \"cpu\")");
+	if (c->param_place == ZERO_PLACE_NVME && !for_estimate &&
+	    (!c->param_nvme_path || !*c->param_nvme_path))
+		return H->error(h, ACCEL_ERR_CONFIG, "zero_optimization.offload_param.device is "
+		                "\"nvme\" but zero_optimization.offload_param.nvme_path is not set; "
+		                "name a directory on a fast local disk");
 	return ACCEL_OK;
 }
 
@@ -328,7 +333,7 @@ static int zero_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 	s->host = host;
 	s->h = h;
 	s->world.struct_size = sizeof(s->world);
-	if ((r = host->world(h, &s->world)) || (r = zero_read_config(host, h, &s->cfg))) {
+	if ((r = host->world(h, &s->world)) || (r = zero_read_config(host, h, &s->cfg, 0))) {
 		free(s);
 		return r;
 	}

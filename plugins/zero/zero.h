@@ -17,7 +17,11 @@
 #include "shard.h"
 #include "zero_store.h"
 
-#define ZERO_ALIGN 16            /* elements: a block starts on 64 bytes (f32) */
+/* Elements a group is padded to a multiple of, times the world size.  1:
+ * blocks as DeepSpeed's flat partitions, and the ZeRO paper's per-rank
+ * bytes exactly when the world divides the size (docs/zero.md,
+ * "Decisions"). */
+#define ZERO_ALIGN 1
 #define ZERO_MAX_STATE_ARRAYS 4
 
 typedef struct zero_state zero_state;
@@ -39,7 +43,10 @@ typedef struct zero_group {
 	 * during its backward. */
 	void *work, *grad;
 	void *shard_work;                 /* stage 3: this rank's block of weights    */
-	float *acc;                       /* stages 2, 3: the f32 gradient shard      */
+	void *acc;                        /* stages 2, 3: the gradient shard (acc_dtype) */
+	uint32_t acc_dtype;               /* f32, or the gradient dtype when nothing
+	                                     accumulates in it (docs/zero.md)      */
+	uint32_t reserved;
 	accel_bucket_entry_v1 *entries;   /* n_params runs of the gradient bucket     */
 	uint32_t n_entries;
 	accel_bucket_v1 desc;
@@ -51,6 +58,7 @@ typedef struct zero_group {
 	int persistent;                   /* stage 3: stays gathered                  */
 	int in_forward, in_backward;      /* stage 3: inside the unit's hooks         */
 	int materialized;                 /* stage 3: gathered by materialize()       */
+	uint64_t pswap_off;               /* offload_param nvme: its block in the swap */
 } zero_group;
 
 typedef struct zero_cfg {
@@ -65,6 +73,7 @@ typedef struct zero_cfg {
 	const char *opt_nvme_path, *param_nvme_path;
 	int32_t opt_pin_memory;
 	int64_t opt_buffer_count;
+	int64_t grad_accum;               /* /gradient_accumulation_steps           */
 	zero_aio_opts aio;
 } zero_cfg;
 
@@ -86,6 +95,15 @@ struct zero_state {
 	uint32_t n_pieces;
 	uint64_t *piece_at;               /* n_pieces: where each starts in the store */
 	zero_store *store;
+	uint32_t *piece_group;            /* n_pieces: the group of each piece        */
+	uint64_t *piece_boff;             /* n_pieces: where it starts in the block   */
+
+	/* offload_param nvme (zero_param_nvme.c) */
+	zero_swap *pswap;
+	void *pstage_raw, *pstage;        /* one block, 4096-aligned                  */
+	uint64_t pstage_bytes;
+	void *pshards_raw;                /* every block, during a step               */
+	uint64_t pshards_bytes;
 
 	/* checkpoint ranges this rank writes (stage 0 splits the replicas) */
 	zero_piece *save;
@@ -131,9 +149,24 @@ static inline void *zero_at(void *base, uint32_t dtype, uint64_t elems)
 	return (char *)base + elems * accel_abi_dtype_size(dtype);
 }
 
+/* The gradient shard's dtype (stages 2, 3): f32 when the gradients are f32
+ * or when micro-steps accumulate into it (gradient_accumulation_steps > 1);
+ * else the gradient dtype, the reduced gradient as it arrives (the ZeRO
+ * paper's 2 bytes per element for 16-bit gradients). */
+static inline uint32_t zero_acc_dtype(uint32_t grad_dtype, int64_t grad_accum)
+{
+	return grad_accum > 1 ? (uint32_t)ACCEL_DTYPE_F32 : grad_dtype;
+}
+
+/* The category of the full-size gradient buffers the program writes into:
+ * gradients at stages 0-1 (they are the accumulated gradients); a reused
+ * buffer at stage 2 (cleared after every micro-step's reduce-scatter) and
+ * stage 3 (a unit's, from its pre_backward to its reduce-scatter). */
+#define zero_grad_category(s) ((s)->cfg.stage >= 2 ? ACCEL_MEM_BUFFERS : ACCEL_MEM_GRADS)
+
 /* zero.c */
 extern const accel_plugin_desc_v1 zero_desc;
-int zero_read_config(const accel_host_v1 *H, accel_host *h, zero_cfg *c);
+int zero_read_config(const accel_host_v1 *H, accel_host *h, zero_cfg *c, int for_estimate);
 
 /* zero_partition.c: layout, stages 0-2, the step */
 int zero_alloc(zero_state *s, uint32_t category, int32_t device, int32_t device_index,
@@ -161,6 +194,16 @@ int zero3_post_backward(void *state, uint32_t unit);
 int zero3_materialize(void *state, uint32_t unit, uint32_t flags);
 int zero3_regather_persistent(zero_state *s);
 int zero3_end_micro(zero_state *s);
+
+/* zero_param_nvme.c */
+#define zero_param_nvme(s) ((s)->cfg.stage == 3 && (s)->cfg.param_place == ZERO_PLACE_NVME)
+uint64_t zero3p_layout(zero_state *s, uint64_t *ret_largest);
+int zero3p_open(zero_state *s);
+void zero3p_close(zero_state *s);
+int zero3p_read_block(zero_state *s, zero_group *g, void *dst);
+int zero3p_write_block(zero_state *s, zero_group *g, const void *src);
+int zero3p_shards_in(zero_state *s, int read);
+int zero3p_shards_out(zero_state *s);
 
 /* zero_ckpt.c */
 int zero_save_state(void *state, accel_ckpt_writer *w);

@@ -85,7 +85,14 @@ static int walk(zero_state *s, int save)
 	if (r || save)
 		return r;
 	/* the working weights follow the masters, on every rank */
-	if ((r = zero_store_refresh_work(s->store)))
+	if (zero_param_nvme(s) && (r = zero3p_shards_in(s, 1)))
+		return r;
+	r = zero_store_refresh_work(s->store);
+	if (zero_param_nvme(s)) {
+		int r2 = zero3p_shards_out(s);
+		r = r ? r : r2;
+	}
+	if (r)
 		return r;
 	return zero_publish(s);
 }

@@ -82,7 +82,7 @@ static int estimate(const zero_cfg *c, const est_model *m, uint32_t W, uint32_t 
 	memset(bytes, 0, sizeof(uint64_t) * ACCEL_EST_PLACES * ACCEL_EST_CATEGORIES);
 	/* units -> parameter runs (consecutive, their numel summing to the unit's) */
 	uint32_t pi = 0, u = 0, nu = m->n_units ? m->n_units : 1;
-	uint64_t owned = 0, owned_f32 = 0;
+	uint64_t owned = 0, owned_f32 = 0, pstage = 0;
 	while (pi < np) {
 		/* one group: units until target */
 		uint32_t g0 = pi, dt = dt_of(m, pi);
@@ -116,22 +116,33 @@ static int estimate(const zero_cfg *c, const est_model *m, uint32_t W, uint32_t 
 		uint64_t ds = accel_abi_dtype_size(dt);
 		if (c->stage < 3) {
 			bytes[ACCEL_EST_DEVICE][ACCEL_MEM_PARAMS] += padded * ds;
-			bytes[ACCEL_EST_DEVICE][ACCEL_MEM_GRADS] += padded * ds;
+			bytes[ACCEL_EST_DEVICE][c->stage == 2 ? ACCEL_MEM_BUFFERS : ACCEL_MEM_GRADS] +=
+				padded * ds;
 		} else {
-			bytes[ACCEL_EST_DEVICE][ACCEL_MEM_PARAMS] += blk * ds;
+			if (c->param_place == ZERO_PLACE_NVME) {
+				/* zero_param_nvme.c: the block in the swap, one staging block */
+				uint64_t b = align_up(blk * ds, SWAP_ALIGN);
+				bytes[ACCEL_EST_NVME][ACCEL_MEM_PARAMS] += b;
+				if (b + SWAP_ALIGN > pstage)
+					pstage = b + SWAP_ALIGN;
+			} else {
+				bytes[ACCEL_EST_DEVICE][ACCEL_MEM_PARAMS] += blk * ds;
+			}
 			if ((double)gnumel <= c->persistence_threshold)
 				bytes[ACCEL_EST_DEVICE][ACCEL_MEM_PARAMS] += padded * ds;
 		}
 		if (c->stage >= 2)
-			bytes[ACCEL_EST_DEVICE][ACCEL_MEM_GRADS] += blk * 4;
+			bytes[ACCEL_EST_DEVICE][ACCEL_MEM_GRADS] +=
+				blk * accel_abi_dtype_size(zero_acc_dtype(dt, c->grad_accum));
 		uint64_t own = c->stage == 0 ? gnumel : mine;
 		owned += own;
-		if (dt == ACCEL_DTYPE_F32)
+		if (dt == ACCEL_DTYPE_F32 && !(c->stage == 3 && c->param_place == ZERO_PLACE_NVME))
 			owned_f32 += own;
 	}
 	free(at);
 	free(sp);
 	bytes[ACCEL_EST_DEVICE][ACCEL_MEM_BUFFERS] += 2 * sizeof(double);
+	bytes[ACCEL_EST_HOST][ACCEL_MEM_OFFLOAD] += pstage;
 	store_bytes(c, owned, owned_f32, n_state, on_device, bytes);
 	return ACCEL_OK;
 }
@@ -151,7 +162,7 @@ int zero_estimate_memory(const accel_host_v1 *host, accel_host *h, const accel_e
 	if (!in || !out || in->world_size < 1)
 		return host->error(h, ACCEL_ERR_INVALID_ARG, "estimate_memory needs a world "
 		                   "size >= 1");
-	if ((r = zero_read_config(host, h, &c)))
+	if ((r = zero_read_config(host, h, &c, 1)))
 		return r;
 	est_model m = {in->n_params, in->n_units, in->numel, in->dtype, in->default_dtype,
 	               in->unit_numel, in->total_numel};

@@ -55,14 +55,20 @@ void zero_release_all(zero_state *s)
 			H->wait(s->h, g->req);
 		g->req = NULL;
 		zero_free(s, g->work, ACCEL_MEM_PARAMS, g->device, group_bytes(g, g->dtype, g->padded));
-		zero_free(s, g->grad, ACCEL_MEM_GRADS, g->device, group_bytes(g, g->grad_dtype, g->padded));
-		zero_free(s, g->shard_work, ACCEL_MEM_PARAMS, g->device,
-		          group_bytes(g, g->dtype, g->block));
-		zero_free(s, g->acc, ACCEL_MEM_GRADS, g->device, g->block * 4);
+		zero_free(s, g->grad, zero_grad_category(s), g->device,
+		          group_bytes(g, g->grad_dtype, g->padded));
+		if (!zero_param_nvme(s))
+			zero_free(s, g->shard_work, ACCEL_MEM_PARAMS, g->device,
+			          group_bytes(g, g->dtype, g->block));
+		zero_free(s, g->acc, ACCEL_MEM_GRADS, g->device,
+		          g->block * accel_abi_dtype_size(g->acc_dtype));
 		free(g->at);
 		free(g->entries);
 	}
 	s->store = zero_store_free(s->store);
+	zero3p_close(s);
+	free(s->piece_group);
+	free(s->piece_boff);
 	if (s->stats)
 		H->mem_free(s->h, s->stats);
 	free(s->groups);
@@ -202,9 +208,12 @@ static int build_pieces(zero_state *s)
 	s->piece_at = calloc(cap, sizeof(uint64_t));
 	s->save = calloc(cap, sizeof(*s->save));
 	s->save_at = calloc(cap, sizeof(uint64_t));
+	s->piece_group = calloc(cap, sizeof(uint32_t));
+	s->piece_boff = calloc(cap, sizeof(uint64_t));
 	shard_piece *sp = calloc(cap, sizeof(*sp));
 	uint64_t *numel = calloc(cap, sizeof(uint64_t));
-	if (!s->pieces || !s->piece_at || !s->save || !s->save_at || !sp || !numel) {
+	if (!s->pieces || !s->piece_at || !s->save || !s->save_at || !s->piece_group ||
+	    !s->piece_boff || !sp || !numel) {
 		free(sp);
 		free(numel);
 		return s->host->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
@@ -250,18 +259,22 @@ static int build_pieces(zero_state *s)
 			uint32_t k = sp[j].item;
 			if (!ACCEL_MODEL_PARAM(m, g->first_param + k)->requires_grad)
 				continue;
-			void *work = s->cfg.stage == 3
-			                     ? zero_at(g->shard_work, g->dtype, sp[j].block_offset)
-			                     : zero_at(g->work, g->dtype, g->lo + sp[j].block_offset);
+			/* offload_param nvme: no shard in memory until zero3p_shards_in() */
+			void *work = s->cfg.stage < 3 ? zero_at(g->work, g->dtype, g->lo + sp[j].block_offset)
+			             : g->shard_work ? zero_at(g->shard_work, g->dtype, sp[j].block_offset)
+			                             : NULL;
 			const void *grad = s->cfg.stage >= 2
-			                     ? (const void *)(g->acc + sp[j].block_offset)
+			                     ? zero_at(g->acc, g->acc_dtype, sp[j].block_offset)
 			                     : zero_at(g->grad, g->grad_dtype, g->lo + sp[j].block_offset);
 			zero_piece *z = &s->pieces[s->n_pieces];
 			*z = (zero_piece){g->first_param + k,
-			                  s->cfg.stage >= 2 ? (uint32_t)ACCEL_DTYPE_F32 : g->grad_dtype,
+			                  s->cfg.stage >= 2 ? g->acc_dtype : g->grad_dtype,
 			                  sp[j].item_offset, sp[j].numel, work, grad,
-			                  g->dtype == ACCEL_DTYPE_F32 && s->cfg.opt_place == ZERO_PLACE_DEVICE,
+			                  g->dtype == ACCEL_DTYPE_F32 && s->cfg.opt_place == ZERO_PLACE_DEVICE &&
+			                          !zero_param_nvme(s),
 			                  0};
+			s->piece_group[s->n_pieces] = i;
+			s->piece_boff[s->n_pieces] = sp[j].block_offset;
 			s->piece_at[s->n_pieces] = at;
 			s->save[s->n_save] = *z;
 			s->save_at[s->n_save++] = at;
@@ -288,18 +301,21 @@ static int alloc_group(zero_state *s, zero_group *g)
 		                    &g->work)))
 			return r;
 		if (g->trainable &&
-		    (r = zero_alloc(s, ACCEL_MEM_GRADS, g->device, g->device_index,
+		    (r = zero_alloc(s, zero_grad_category(s), g->device, g->device_index,
 		                    group_bytes(g, g->grad_dtype, g->padded),
 		                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &g->grad)))
 			return r;
-	} else if ((r = zero_alloc(s, ACCEL_MEM_PARAMS, g->device, g->device_index,
+	} else if (!zero_param_nvme(s) &&
+	           (r = zero_alloc(s, ACCEL_MEM_PARAMS, g->device, g->device_index,
 	                           group_bytes(g, g->dtype, g->block), ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO,
 	                           &g->shard_work))) {
 		return r;
 	}
+	g->acc_dtype = zero_acc_dtype(g->grad_dtype, s->cfg.grad_accum);
 	if (st >= 2 && g->trainable &&
-	    (r = zero_alloc(s, ACCEL_MEM_GRADS, g->device, g->device_index, g->block * 4,
-	                    ACCEL_MEMF_ZERO, (void **)&g->acc)))
+	    (r = zero_alloc(s, ACCEL_MEM_GRADS, g->device, g->device_index,
+	                    g->block * accel_abi_dtype_size(g->acc_dtype), ACCEL_MEMF_ZERO,
+	                    &g->acc)))
 		return r;
 	g->desc.view.data = g->grad;
 	return ACCEL_OK;
@@ -405,12 +421,11 @@ int zero_wrap(void *state)
 		                "arrays; zero supports up to %d", s->n_state, ZERO_MAX_STATE);
 	if ((r = build_groups(s)))
 		return r;
-	if (s->cfg.param_place == ZERO_PLACE_CPU && s->groups[0].device != ACCEL_DEVICE_CPU)
+	if (s->cfg.param_place != ZERO_PLACE_DEVICE && s->groups[0].device != ACCEL_DEVICE_CPU)
 		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "zero_optimization.offload_param.device "
-		                "\"cpu\" with parameters on a GPU is not implemented (gathers would "
-		                "need a host-to-device staging copy); set it to \"none\" (a job "
-		                "whose parameters are in host memory keeps its shards there "
-		                "either way)");
+		                "\"%s\" with parameters on a GPU is not implemented (gathers would "
+		                "need a host-to-device staging copy); set it to \"none\"",
+		                s->cfg.param_place == ZERO_PLACE_CPU ? "cpu" : "nvme");
 	for (uint32_t i = 0; i < s->n_groups; i++)
 		if ((r = alloc_group(s, &s->groups[i])))
 			return r;
@@ -433,9 +448,15 @@ int zero_wrap(void *state)
 		.nvme_key = "zero_optimization.offload_optimizer.nvme_path",
 		.aio = s->cfg.aio,
 	};
-	if ((r = zero_store_new(H, s->h, &o, s->pieces, s->n_pieces, &s->store)))
+	/* offload_param nvme: the shards are in memory while the store is made
+	 * and the initial values written, then in the swap (the store's
+	 * pointers to them are renewed by every zero3p_shards_in()) */
+	if (zero_param_nvme(s) && ((r = zero3p_open(s)) || (r = zero3p_shards_in(s, 0))))
 		return r;
-	if ((r = init_values(s)))
+	if ((r = zero_store_new(H, s->h, &o, s->pieces, s->n_pieces, &s->store)) ||
+	    (r = init_values(s)))
+		return r;
+	if (zero_param_nvme(s) && (r = zero3p_shards_out(s)))
 		return r;
 	if (s->cfg.stage < 3)
 		r = bind_all(s);
@@ -481,16 +502,19 @@ static int fifo_pop(zero_state *s)
 	if (s->cfg.stage >= 2) {
 		accel_view blk = zero_view(g->grad_dtype, g->device, g->device_index,
 		                           zero_at(g->grad, g->grad_dtype, g->lo), g->block);
-		accel_view acc = zero_view(ACCEL_DTYPE_F32, g->device, g->device_index, g->acc,
-		                           g->block);
-		if ((r = H->op_axpy(s->h, &acc, 1.0, &blk)))
+		accel_view acc = zero_view(g->acc_dtype, g->device, g->device_index, g->acc, g->block);
+		/* an f32 shard accumulates; one in the gradient dtype holds the
+		 * one micro-step of a step (zero_acc_dtype) */
+		r = g->acc_dtype == ACCEL_DTYPE_F32 ? H->op_axpy(s->h, &acc, 1.0, &blk)
+		                                     : H->op_copy(s->h, &acc, &blk);
+		if (r)
 			return r;
 		if (s->cfg.stage == 2) {
 			accel_view all = zero_view(g->grad_dtype, g->device, g->device_index, g->grad,
 			                           g->padded);
 			r = H->op_fill(s->h, &all, 0);
 		} else {
-			zero_free(s, g->grad, ACCEL_MEM_GRADS, g->device,
+			zero_free(s, g->grad, zero_grad_category(s), g->device,
 			          group_bytes(g, g->grad_dtype, g->padded));
 			g->grad = NULL;
 		}
@@ -627,7 +651,7 @@ static accel_view reduced_view(zero_state *s, zero_group *g)
 	if (s->cfg.stage == 1)
 		return zero_view(g->grad_dtype, g->device, g->device_index,
 		                 zero_at(g->grad, g->grad_dtype, g->lo), g->block);
-	return zero_view(ACCEL_DTYPE_F32, g->device, g->device_index, g->acc, g->block);
+	return zero_view(g->acc_dtype, g->device, g->device_index, g->acc, g->block);
 }
 
 int zero_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
@@ -734,7 +758,14 @@ int zero_step(void *state, const accel_step_info_v1 *info)
 	                            : NULL;
 	int r;
 	if (!info->skip) {
-		if ((r = zero_store_step(s->store, info->grad_scale, gsd)) || (r = zero_publish(s)))
+		if (zero_param_nvme(s) && (r = zero3p_shards_in(s, 1)))
+			return r;
+		r = zero_store_step(s->store, info->grad_scale, gsd);
+		if (zero_param_nvme(s)) {
+			int r2 = zero3p_shards_out(s);
+			r = r ? r : r2;
+		}
+		if (r || (r = zero_publish(s)))
 			return r;
 	}
 	int keep = info->struct_size >= offsetof(accel_step_info_v1, flags) + sizeof(info->flags) &&
@@ -744,7 +775,7 @@ int zero_step(void *state, const accel_step_info_v1 *info)
 		if (!g->trainable)
 			continue;
 		if (s->cfg.stage >= 2) {
-			accel_view a = zero_view(ACCEL_DTYPE_F32, g->device, g->device_index, g->acc,
+			accel_view a = zero_view(g->acc_dtype, g->device, g->device_index, g->acc,
 			                         g->block);
 			if ((r = H->op_fill(s->h, &a, 0)))
 				return r;

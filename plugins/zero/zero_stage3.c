@@ -42,10 +42,16 @@ static int gather_start(zero_state *s, zero_group *g, int async)
 {
 	int r;
 	if ((r = zero_alloc(s, ACCEL_MEM_PARAMS, g->device, g->device_index, wbytes(g),
-	                    ACCEL_MEMF_COMM, &g->work)))
+	                    0, &g->work)))
 		return r;
 	accel_view all = zero_view(g->dtype, g->device, g->device_index, g->work, g->padded);
 	accel_view mine = zero_view(g->dtype, g->device, g->device_index, g->shard_work, g->block);
+	if (zero_param_nvme(s)) {
+		/* the block from the swap into its place; all-gather in place */
+		mine.data = zero_at(g->work, g->dtype, g->lo);
+		if ((r = zero3p_read_block(s, g, mine.data)))
+			return r;
+	}
 	g->gathered = 1;
 	if (!g->persistent)
 		s->live_numel += g->padded;
@@ -190,9 +196,9 @@ int zero3_pre_backward(void *state, uint32_t unit)
 	    (r = trace_note(s, unit | TRACE_BACKWARD)) || (r = zero3_gather(s, g, 0)))
 		return r;
 	if (g->trainable && !g->grad &&
-	    (r = zero_alloc(s, ACCEL_MEM_GRADS, g->device, g->device_index,
+	    (r = zero_alloc(s, zero_grad_category(s), g->device, g->device_index,
 	                    g->padded * accel_abi_dtype_size(g->grad_dtype),
-	                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &g->grad)))
+	                    ACCEL_MEMF_ZERO, &g->grad)))
 		return r;
 	g->in_backward = 1;
 	if ((r = bind_unit(s, g, 1)))
@@ -250,6 +256,11 @@ int zero3_regather_persistent(zero_state *s)
 		accel_view all = zero_view(g->dtype, g->device, g->device_index, g->work, g->padded);
 		accel_view mine = zero_view(g->dtype, g->device, g->device_index, g->shard_work,
 		                            g->block);
+		if (zero_param_nvme(s)) {
+			mine.data = zero_at(g->work, g->dtype, g->lo);
+			if ((r = zero3p_read_block(s, g, mine.data)))
+				return r;
+		}
 		if ((r = s->host->allgather(s->h, &mine, &all, NULL)))
 			return r;
 	}
@@ -279,7 +290,11 @@ int zero3_materialize(void *state, uint32_t unit, uint32_t flags)
 			                            zero_at(g->work, g->dtype, g->lo), g->block);
 			accel_view sh = zero_view(g->dtype, g->device, g->device_index, g->shard_work,
 			                          g->block);
-			if ((r = s->host->op_copy(s->h, &sh, &mine)))
+			if (zero_param_nvme(s))
+				r = zero3p_write_block(s, g, mine.data);
+			else
+				r = s->host->op_copy(s->h, &sh, &mine);
+			if (r)
 				return r;
 		}
 		if (g->materialized) {
