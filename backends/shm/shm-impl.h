@@ -166,6 +166,9 @@ typedef struct shm_comm {
 	uint64_t stream_bytes;      /* results from this size on are written into user
 	                               buffers with streaming stores (0: never) */
 	int oversubscribed;         /* more local ranks than CPUs */
+	int ncpus;                  /* CPUs this process may run on */
+	int loadavg_fd;             /* /proc/loadavg (-1: unavailable), see shm_cpus_busy() */
+	uint64_t n_busy;            /* large ops run without polling (CPUs busy) */
 	uint64_t last_move_ns;      /* see move_away() in shm_wait.c */
 	uint64_t lazy_probe_ns;     /* last liveness probe from test() (lazy_finish) */
 	uint64_t n_moves;
@@ -297,5 +300,8 @@ int shm_coll_arrived(shm_comm *c, const shm_op *op);
  * by the comm thread (shorter spinning). */
 int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap);
 #define SHM_THREAD_SPIN_NS 20000
+/* More threads of this machine are runnable than this process has CPUs
+ * (/proc/loadavg); 0 when that cannot be read. */
+int shm_cpus_busy(shm_comm *c);
 
 #endif
