@@ -33,7 +33,8 @@ int accelp_ckpt_check_ready(accel_ctx *ctx, const char *dir, const char *fn)
 	if (!ctx->train || !accelp_train_prepared(ctx->train))
 		return accelp_err_set(&ctx->err, ACCEL_ERR_STATE, "%s(\"%s\") before accel_prepare()",
 		                      fn, dir);
-	return ACCEL_OK;
+	/* the same on every rank (one strategy): refused before anything is written */
+	return accelp_ckpt_params_usable(ctx, fn);
 }
 
 /* Every rank learns the worst status (as a positive number: statuses are
@@ -57,51 +58,57 @@ const char *accelp_ckpt_strategy_name(const accel_ctx *ctx)
 
 /* ---- weights only ----------------------------------------------------------------- */
 
-/* Rank 0: every parameter under its own name, one tensor staged at a time. */
+typedef struct model_out {
+	accel_st_writer *w;
+	void *stage;
+} model_out;
+
+static int write_param(accel_ctx *ctx, uint32_t i, const accel_view *data, int transient,
+                       void *arg)
+{
+	model_out *o = arg;
+	accel_err *err = &ctx->err;
+	const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(accelp_train_model(ctx->train), i);
+	(void)transient;
+	if (!data->data && p->numel)
+		return accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "accel_save_model: parameter '%s' "
+		                      "is not held whole on rank 0 by strategy '%s'", p->name,
+		                      accelp_ckpt_strategy_name(ctx));
+	size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
+	free(o->stage);
+	if (!(o->stage = malloc(bytes ? bytes : 1)))
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory staging '%s'", p->name);
+	accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, o->stage, p->numel};
+	int rc = accelp_ops_copy(&hv, data, err);
+	return rc ? rc : accelp_st_writer_write(o->w, p->name, o->stage, bytes, err);
+}
+
+/* Rank 0 writes every parameter under its own name, one tensor staged at a
+ * time (file NULL on the other ranks, which take part in the gathers of a
+ * strategy that shards parameters: one unit at a time). */
 static int write_model(accel_ctx *ctx, const char *file)
 {
 	accel_err *err = &ctx->err;
 	const accel_model_v1 *m = accelp_train_model(ctx->train);
-	accel_st_writer *w = NULL;
-	void *stage = NULL;
-	int rc;
-	if ((rc = accelp_st_writer_new(file, &w, err)) ||
-	    (rc = accelp_st_writer_set_metadata(w, "format", "pt", err)))
-		goto out;
-	for (uint32_t i = 0; i < m->n_params; i++) {
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
-		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
-		for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
-			shape[d] = (uint64_t)p->shape[d];
-		if ((rc = accelp_st_writer_add(w, p->name, p->dtype, p->ndim, shape, NULL, err)))
-			goto out;
-	}
-	for (uint32_t i = 0; i < m->n_params; i++) {
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
-		accel_view data, grad;
-		if ((rc = accelp_train_param_view(ctx->train, i, &data, &grad)))
-			goto out;
-		if (!data.data && p->numel) {
-			rc = accelp_err_set(err, ACCEL_ERR_UNSUPPORTED, "accel_save_model: parameter '%s' "
-			                    "is not held whole on rank 0 by strategy '%s'", p->name,
-			                    accelp_ckpt_strategy_name(ctx));
-			goto out;
+	model_out o = {0};
+	int rc = ACCEL_OK;
+	if (file && !(rc = accelp_st_writer_new(file, &o.w, err)) &&
+	    !(rc = accelp_st_writer_set_metadata(o.w, "format", "pt", err))) {
+		for (uint32_t i = 0; !rc && i < m->n_params; i++) {
+			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
+			uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+			for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+				shape[d] = (uint64_t)p->shape[d];
+			rc = accelp_st_writer_add(o.w, p->name, p->dtype, p->ndim, shape, NULL, err);
 		}
-		size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
-		free(stage);
-		if (!(stage = malloc(bytes ? bytes : 1))) {
-			rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory staging '%s'", p->name);
-			goto out;
-		}
-		accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, stage, p->numel};
-		if ((rc = accelp_ops_copy(&hv, &data, err)) ||
-		    (rc = accelp_st_writer_write(w, p->name, stage, bytes, err)))
-			goto out;
 	}
-	rc = accelp_st_writer_commit(w, err);
-out:
-	free(stage);
-	accelp_st_writer_free(w);
+	/* the tensors are streamed in the order the walk visits them */
+	int walk = accelp_ckpt_each_param(ctx, "accel_save_model", 0,
+	                                  file && !rc ? write_param : NULL, &o);
+	if (!rc && !(rc = walk) && file)
+		rc = accelp_st_writer_commit(o.w, err);
+	free(o.stage);
+	accelp_st_writer_free(o.w);
 	return rc;
 }
 
@@ -112,6 +119,8 @@ int accel_save_model(accel_ctx *ctx, const char *file)
 		return rc;
 	if (ctx->world.rank == 0)
 		rc = write_model(ctx, file);
+	else if (accelp_ckpt_params_sharded(ctx))
+		rc = write_model(ctx, NULL);
 	return accelp_ckpt_agree(ctx, rc, "accel_save_model");
 }
 

@@ -67,6 +67,29 @@ void accelp_ckpt_writer_clear(accel_ckpt_writer *w);
 /* ckpt_save.c: save into dir (collective; dir is new). */
 int accelp_ckpt_save_at(accel_ctx *ctx, const char *dir);
 
+/* core/ckpt_params.c: whether the strategy shards parameters (its instance
+ * caps have ACCEL_CAP_SHARD_PARAMS): then reading or writing the working
+ * weights is collective. */
+int accelp_ckpt_params_sharded(const accel_ctx *ctx);
+/* ACCEL_ERR_UNSUPPORTED, naming the strategy, when it shards parameters
+ * but has no materialize slot (`who` names the call; a name with "load" in
+ * it says the weights cannot be loaded, else saved). */
+int accelp_ckpt_params_usable(accel_ctx *ctx, const char *who);
+/* fn(ctx, param, data, transient, arg) for every parameter: data is its
+ * bound view; transient 1 when it is valid only during the call (a
+ * materialized unit, released after).  Not sharded: parameters in index
+ * order, fn NULL does nothing.  Sharded: unit by unit in unit order,
+ * materialize(u, GATHER), fn on the unit's parameters, materialize(u,
+ * RELEASE | release_flags) (ACCEL_MATERIALIZE_WRITEBACK after writing into
+ * the views); collective, so every rank calls it, with fn NULL on a rank
+ * that only takes part.  After fn fails the walk goes on without it (the
+ * other ranks are in the same gathers) and returns fn's status.  Without a
+ * materialize slot: ACCEL_ERR_UNSUPPORTED naming the strategy. */
+typedef int (*accelp_ckpt_param_fn)(accel_ctx *ctx, uint32_t param, const accel_view *data,
+                                    int transient, void *arg);
+int accelp_ckpt_each_param(accel_ctx *ctx, const char *who, uint32_t release_flags,
+                           accelp_ckpt_param_fn fn, void *arg);
+
 /* ckpt_load.c: load dir (collective); record ACCEL_ERR_CHECKPOINT with a
  * message and return it. */
 int accelp_ckpt_load_at(accel_ctx *ctx, const char *dir);

@@ -275,42 +275,45 @@ static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m, uint64_t *r
 	return ACCEL_OK;
 }
 
+typedef struct params_in {
+	accelp_ckpt_manifest *m;
+	void *stage;
+} params_in;
+
+/* One param/<name> tensor into the parameter's bound view: host memory of
+ * the right dtype directly, anything else through a staging buffer. */
+static int load_param(accel_ctx *ctx, uint32_t i, const accel_view *data, int transient,
+                      void *arg)
+{
+	params_in *in = arg;
+	accel_err *err = &ctx->err;
+	const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(accelp_train_model(ctx->train), i);
+	char name[600];
+	(void)transient;
+	snprintf(name, sizeof(name), "param/%s", p->name);
+	const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(in->m, name);
+	if (!t)   /* check_model saw it */
+		return accelp_ckpt_bad(ctx, "%s: no tensor '%s'", in->m->path, name);
+	if (data->device == ACCEL_DEVICE_CPU && data->dtype == p->dtype && data->data &&
+	    data->numel == p->numel)   /* straight into the parameter */
+		return accelp_ckpt_manifest_read(in->m, t, 0, p->numel, data->data, err);
+	free(in->stage);
+	size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
+	if (!(in->stage = malloc(bytes ? bytes : 1)))
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, in->stage, p->numel};
+	int rc = accelp_ckpt_manifest_read(in->m, t, 0, p->numel, in->stage, err);
+	return rc ? rc : accelp_ops_copy(data, &hv, err);
+}
+
+/* Every rank reads every param/ tensor; a strategy that shards parameters
+ * takes back its owned range of each materialized unit (WRITEBACK). */
 static int load_params(accel_ctx *ctx, accelp_ckpt_manifest *m)
 {
-	accel_err *err = &ctx->err;
-	const accel_model_v1 *model = accelp_train_model(ctx->train);
-	void *stage = NULL;
-	int rc = ACCEL_OK;
-	for (uint32_t i = 0; !rc && i < model->n_params; i++) {
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
-		char name[600];
-		snprintf(name, sizeof(name), "param/%s", p->name);
-		const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(m, name);
-		if (!t) {   /* check_model saw it */
-			rc = accelp_ckpt_bad(ctx, "%s: no tensor '%s'", m->path, name);
-			break;
-		}
-		accel_view data, grad;
-		if ((rc = accelp_train_param_view(ctx->train, i, &data, &grad)))
-			break;
-		if (data.device == ACCEL_DEVICE_CPU && data.dtype == p->dtype && data.data &&
-		    data.numel == p->numel) {   /* straight into the parameter */
-			if ((rc = accelp_ckpt_manifest_read(m, t, 0, p->numel, data.data, err)))
-				break;
-			continue;
-		}
-		free(stage);
-		size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
-		if (!(stage = malloc(bytes ? bytes : 1))) {
-			rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
-			break;
-		}
-		accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, stage, p->numel};
-		if ((rc = accelp_ckpt_manifest_read(m, t, 0, p->numel, stage, err)) ||
-		    (rc = accelp_ops_copy(&data, &hv, err)))
-			break;
-	}
-	free(stage);
+	params_in in = {.m = m};
+	int rc = accelp_ckpt_each_param(ctx, "accel_load_state", ACCEL_MATERIALIZE_WRITEBACK,
+	                                load_param, &in);
+	free(in.stage);
 	return rc;
 }
 

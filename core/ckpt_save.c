@@ -56,57 +56,69 @@ static void writer_sums(const accel_ckpt_writer *w, int64_t *sums)
 		memcpy(sums, v, sizeof(v));
 }
 
+typedef struct params_out {
+	accel_ckpt_writer cw;
+	void **stage;
+} params_out;
+
+/* One param/<name> tensor: host memory of the right dtype that stays bound
+ * is written as it is (no step runs during the save); device memory and a
+ * materialized unit's views (released before the commit) are staged. */
+static int save_param(accel_ctx *ctx, uint32_t i, const accel_view *data, int transient,
+                      void *arg)
+{
+	params_out *o = arg;
+	accel_err *err = &ctx->err;
+	const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(accelp_train_model(ctx->train), i);
+	size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
+	const void *src = data->data;
+	int rc;
+	if (transient || data->device != ACCEL_DEVICE_CPU || data->dtype != p->dtype ||
+	    !data->data || data->numel != p->numel) {
+		if (!(o->stage[i] = malloc(bytes ? bytes : 1)))
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory staging '%s'", p->name);
+		accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, o->stage[i], p->numel};
+		if ((rc = accelp_ops_copy(&hv, data, err)))
+			return rc;
+		src = o->stage[i];
+	}
+	char name[600];
+	uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+	for (uint32_t d = 0; d < p->ndim; d++)
+		shape[d] = (uint64_t)p->shape[d];
+	snprintf(name, sizeof(name), "param/%s", p->name);
+	accel_ckpt_slice_v1 sl = {sizeof(sl), p->dtype, p->ndim, ACCEL_CKPT_BORROW, name, shape,
+	                          0, p->numel, src};
+	return accelp_ckpt_write_tensor(&o->cw, "core", &sl, 1, err);
+}
+
+/* model.safetensors (param/<name>) into `path` on rank 0.  Under a strategy
+ * that shards parameters every rank calls it (path NULL but on rank 0):
+ * the units are gathered collectively. */
 static int save_params(accel_ctx *ctx, const char *path, int64_t *sums)
 {
 	accel_err *err = &ctx->err;
 	const accel_model_v1 *m = accelp_train_model(ctx->train);
-	accel_ckpt_writer cw = {.err = err};
-	void **stage = calloc(m->n_params ? m->n_params : 1, sizeof(void *));
+	params_out o = {.cw = {.err = err}};
 	int rc;
-	if (!stage)
-		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
-	if ((rc = accelp_st_writer_new(path, &cw.st, err)) ||
-	    (rc = accelp_st_writer_set_metadata(cw.st, "format", "pt", err)))
-		goto out;
-	for (uint32_t i = 0; i < m->n_params; i++) {
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
-		accel_view data, grad;
-		if ((rc = accelp_train_param_view(ctx->train, i, &data, &grad)))
-			goto out;
-		size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
-		const void *src = data.data;
-		/* host memory of the right dtype is written as it is (no step runs
-		 * during the save); device memory is staged */
-		if (data.device != ACCEL_DEVICE_CPU || data.dtype != p->dtype || !data.data ||
-		    data.numel != p->numel) {
-			if (!(stage[i] = malloc(bytes ? bytes : 1))) {
-				rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory staging '%s'",
-				                    p->name);
-				goto out;
-			}
-			accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, stage[i], p->numel};
-			if ((rc = accelp_ops_copy(&hv, &data, err)))
-				goto out;
-			src = stage[i];
-		}
-		char name[600];
-		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
-		for (uint32_t d = 0; d < p->ndim; d++)
-			shape[d] = (uint64_t)p->shape[d];
-		snprintf(name, sizeof(name), "param/%s", p->name);
-		accel_ckpt_slice_v1 sl = {sizeof(sl), p->dtype, p->ndim, ACCEL_CKPT_BORROW, name, shape,
-		                          0, p->numel, src};
-		if ((rc = accelp_ckpt_write_tensor(&cw, "core", &sl, 1, err)))
-			goto out;
+	if (!path)
+		return accelp_ckpt_each_param(ctx, "accel_save_state", 0, NULL, NULL);
+	if (!(o.stage = calloc(m->n_params ? m->n_params : 1, sizeof(void *))))
+		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	else if (!(rc = accelp_st_writer_new(path, &o.cw.st, err)))
+		rc = accelp_st_writer_set_metadata(o.cw.st, "format", "pt", err);
+	/* a sharding strategy's gathers run on every rank even after a failure here */
+	int walk = accelp_ckpt_each_param(ctx, "accel_save_state", 0, rc ? NULL : save_param, &o);
+	if (!rc && !(rc = walk)) {
+		accelp_st_writer_skip_dir_sync(o.cw.st);   /* commit() fsyncs the directory */
+		if (!(rc = accelp_ckpt_set_slices_meta(&o.cw, err)) &&
+		    !(rc = accelp_st_writer_commit(o.cw.st, err)))
+			writer_sums(&o.cw, sums);
 	}
-	accelp_st_writer_skip_dir_sync(cw.st);   /* commit() fsyncs the directory */
-	if (!(rc = accelp_ckpt_set_slices_meta(&cw, err)) && !(rc = accelp_st_writer_commit(cw.st, err)))
-		writer_sums(&cw, sums);
-out:
-	accelp_ckpt_writer_clear(&cw);
-	for (uint32_t i = 0; i < m->n_params; i++)
-		free(stage[i]);
-	free(stage);
+	accelp_ckpt_writer_clear(&o.cw);
+	for (uint32_t i = 0; o.stage && i < m->n_params; i++)
+		free(o.stage[i]);
+	free(o.stage);
 	return rc;
 }
 
@@ -424,8 +436,13 @@ int accelp_ckpt_save_at(accel_ctx *ctx, const char *dir_arg)
 	if (!sums)
 		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	rc = save_rank(ctx, path, sums + 3 * rank);
-	if (!rc && rank == 0) {
-		accelp_ckpt_pjoin(path, sizeof(path), tmp, "model.safetensors");
+	accelp_ckpt_pjoin(path, sizeof(path), tmp, "model.safetensors");
+	if (accelp_ckpt_params_sharded(ctx)) {
+		/* the parameters are gathered unit by unit on every rank: all go
+		 * in or none */
+		if (!(rc = accelp_ckpt_agree(ctx, rc, "accel_save_state")))
+			rc = save_params(ctx, rank == 0 ? path : NULL, sums + 3 * W);
+	} else if (!rc && rank == 0) {
 		rc = save_params(ctx, path, sums + 3 * W);
 	}
 	crash_point(ctx, "before-barrier");

@@ -20,6 +20,7 @@ typedef struct accel_comm accel_comm;
 typedef struct accel_train accel_train;
 typedef struct accel_mem accel_mem;
 typedef struct accel_kv accel_kv;
+typedef struct accel_optim_pool accel_optim_pool;
 
 /* What a plugin or backend instance gets as its `accel_host *`. */
 struct accel_host {
@@ -37,6 +38,10 @@ typedef struct accel_active {
 	struct accel_host host;
 	void *state;                  /* from init(); NULL until then */
 	int inited;
+	/* this instance's capabilities: desc->caps until init(), then what
+	 * instance_caps() (ABI minor 6) reported, or desc->caps without that
+	 * slot.  Every core check of a plugin's caps reads this. */
+	uint32_t caps;
 } accel_active;
 
 struct accel_ctx {
@@ -73,6 +78,9 @@ struct accel_ctx {
 	 * stream) and its device (-1 for NULL); core/stream.c */
 	void *stream;
 	int32_t stream_device;
+	/* host->optim_step_n's threads (core/optim_pool.c): created on first
+	 * use, joined by accel_ctx_free */
+	accel_optim_pool *optim_pool;
 };
 
 /* The host table the core hands to every plugin and backend (core/host.c). */

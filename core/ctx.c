@@ -17,6 +17,7 @@
 #include "log.h"
 #include "mem.h"
 #include "mpi_store.h"
+#include "optim_pool.h"
 #include "sampler.h"
 #include "select.h"
 #include "setup.h"
@@ -47,6 +48,42 @@ static int plugin_status(accel_ctx *ctx, const accel_module *m, const char *slot
 	return r;
 }
 
+/* Each plugin's caps for this configuration (ABI minor 6), a subset of
+ * its descriptor's; then the reduce-hook check that needs the strategy's. */
+static int instance_caps(accel_ctx *ctx)
+{
+	int r;
+	for (uint32_t i = 0; i < ctx->n_active; i++) {
+		accel_active *a = &ctx->active[i];
+		uint32_t caps = 0, all = a->vt->desc->caps;
+		if (!a->vt->instance_caps)
+			continue;  /* older than minor 6 (zero-padded by the loader) or static */
+		r = plugin_status(ctx, a->module, "instance_caps", a->vt->instance_caps(a->state, &caps));
+		if (r)
+			return ctx->err.code ? ctx->err.code
+			                     : accelp_err_set(&ctx->err, r, "plugin '%s' (%s): "
+			                                     "instance_caps failed with %s and no message",
+			                                     a->module->name, a->module->path,
+			                                     accel_status_str(r));
+		if (caps & ~all)
+			return accelp_err_set(&ctx->err, ACCEL_ERR_PLUGIN,
+			                     "plugin '%s' (%s): instance_caps reported 0x%x, which has bits "
+			                     "0x%x outside its descriptor's caps 0x%x (desc->caps must be "
+			                     "the union over every configuration): fix the plugin",
+			                     a->module->name, a->module->path, caps, caps & ~all, all);
+		a->caps = caps;
+		if (caps != all)
+			accelp_log(ACCEL_LOG_DEBUG, "plugin '%s': instance caps 0x%x (descriptor 0x%x)",
+			          a->module->name, caps, all);
+	}
+	for (uint32_t i = 1; i < ctx->n_active; i++)
+		if (ctx->active[i].vt->desc->role == ACCEL_ROLE_REDUCE_HOOK &&
+		    (r = accelp_select_check_reduce_hook(ctx->active[0].module, ctx->active[0].caps,
+		                                        ctx->active[i].module, &ctx->err)))
+			return r;
+	return ACCEL_OK;
+}
+
 static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel_module **mods)
 {
 	int r;
@@ -62,6 +99,7 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 		a->host.module = m;
 		a->host.name = m->name;
 		a->host.section = m->plugin->desc->config_section;
+		a->caps = m->plugin->desc->caps;
 	}
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
@@ -103,12 +141,14 @@ static int activate_plugins(accel_ctx *ctx, const accel_select *sel, const accel
 		a->state = state;
 		a->inited = 1;
 	}
+	if ((r = instance_caps(ctx)))
+		return r;
 	const char *names[ACCEL_SELECT_MAX];
 	uint32_t roles[ACCEL_SELECT_MAX], caps[ACCEL_SELECT_MAX];
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		names[i] = ctx->active[i].module->name;
 		roles[i] = ctx->active[i].vt->desc->role;
-		caps[i] = ctx->active[i].vt->desc->caps;
+		caps[i] = ctx->active[i].caps;
 	}
 	accel_selection_v1 s = {
 		.struct_size = sizeof(s),
@@ -258,6 +298,7 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 		if (ctx->active[i].inited)
 			ctx->active[i].vt->fini(ctx->active[i].state);
 	free(ctx->active);
+	ctx->optim_pool = accelp_optim_pool_free(ctx->optim_pool);
 	for (uint32_t i = 0; i < ctx->n_samplers; i++)
 		accelp_sampler_detach(ctx->samplers[i]);
 	free(ctx->samplers);

@@ -695,6 +695,15 @@ static int host_store_add(accel_host *h, const char *key, int64_t delta, int64_t
 	return accelp_kv_add(ctx->local_store, key, delta, ret_value, &ctx->err);
 }
 
+static int host_optim_step_n(accel_host *h, const accel_optim_args_v1 *args, uint32_t n,
+                             uint32_t n_threads)
+{
+	int r = need_train(h, "optim_step_n");
+	if (r)
+		return r;
+	return accelp_train_optim_step_n(h->ctx->train, args, n, n_threads);
+}
+
 static const accel_host_v1 host_table = {
 	.struct_size = sizeof(accel_host_v1),
 	.abi_major = ACCEL_ABI_MAJOR,
@@ -762,6 +771,14 @@ static const accel_host_v1 host_table = {
 	.wait_stream = accelp_host_wait_stream,
 	.op_copy_async = accelp_host_op_copy_async,
 	.op_sumsq_acc = host_op_sumsq_acc,
+	/* ABI minor 6: the optimizer on many threads (core/optim_pool.c) */
+	.optim_step_n = host_optim_step_n,
+	/* ABI minor 6: host waits on stream work (core/stream.c) */
+	.stream_sync = accelp_host_stream_sync,
+	.event_record = accelp_host_event_record,
+	.event_sync = accelp_host_event_sync,
+	.event_query = accelp_host_event_query,
+	.event_free = accelp_host_event_free,
 };
 
 const accel_host_v1 *accelp_host_table(void)

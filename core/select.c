@@ -263,17 +263,31 @@ int accelp_select_modules(const accel_select *sel, accel_loader *ld, int allow_u
 				                     "select one", ret_mods[j]->name, m->name,
 				                     accelp_loader_role_name(role));
 		ret_mods[i] = m;
-		/* A reduce hook must serve the way the strategy reduces. */
-		const accel_plugin_v1 *vt = m->plugin;
-		int scatter = (ret_mods[0]->plugin->desc->caps & ACCEL_CAP_REDUCE_SCATTER) != 0;
-		if (role == ACCEL_ROLE_REDUCE_HOOK &&
-		    (scatter ? !vt->reduce_scatter_bucket : !vt->reduce_bucket && !vt->reduce_bucket_v2))
-			return accelp_err_set(err, ACCEL_ERR_CONFIG,
-			                     "reduce hook '%s' (%s) has no %s, and strategy '%s' reduces "
-			                     "gradients with %s: select a hook that supports it or none",
-			                     m->name, m->path,
-			                     scatter ? "reduce_scatter_bucket" : "all-reduce slot",
-			                     ret_mods[0]->name, scatter ? "reduce-scatter" : "all-reduce");
+		/* A reduce hook must serve the way the strategy reduces.  With
+		 * per-instance caps (ABI minor 6) that is known only after init:
+		 * the context checks it then (core/ctx.c). */
+		const accel_plugin_v1 *svt = ret_mods[0]->plugin;
+		if (role == ACCEL_ROLE_REDUCE_HOOK && !svt->instance_caps) {
+			int r2 = accelp_select_check_reduce_hook(ret_mods[0], svt->desc->caps, m, err);
+			if (r2)
+				return r2;
+		}
 	}
 	return ACCEL_OK;
+}
+
+int accelp_select_check_reduce_hook(const accel_module *strat, uint32_t strat_caps,
+                                   const accel_module *hook, accel_err *err)
+{
+	const accel_plugin_v1 *vt = hook->plugin;
+	int scatter = (strat_caps & ACCEL_CAP_REDUCE_SCATTER) != 0;
+	if (scatter ? vt->reduce_scatter_bucket != NULL
+	            : vt->reduce_bucket != NULL || vt->reduce_bucket_v2 != NULL)
+		return ACCEL_OK;
+	return accelp_err_set(err, ACCEL_ERR_CONFIG,
+	                     "reduce hook '%s' (%s) has no %s, and strategy '%s' reduces "
+	                     "gradients with %s: select a hook that supports it or none",
+	                     hook->name, hook->path,
+	                     scatter ? "reduce_scatter_bucket" : "all-reduce slot", strat->name,
+	                     scatter ? "reduce-scatter" : "all-reduce");
 }

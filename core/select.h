@@ -69,4 +69,13 @@ int accelp_select_comm_auto(const accel_loader *ld, int device, int32_t num_node
 int accelp_select_modules(const accel_select *sel, accel_loader *ld, int allow_unmet,
                          const accel_module **ret_mods, accel_err *err);
 
+/* Whether reduce hook `hook` has the slot for how strategy `strat` reduces
+ * given the strategy's capabilities `strat_caps` (ACCEL_CAP_REDUCE_SCATTER:
+ * reduce_scatter_bucket, else an all-reduce slot); ACCEL_ERR_CONFIG with a
+ * message naming both otherwise.  accelp_select_modules() runs it for a
+ * strategy whose caps are static (no instance_caps slot); the context runs
+ * it again with the instance caps once the plugins are initialised. */
+int accelp_select_check_reduce_hook(const accel_module *strat, uint32_t strat_caps,
+                                   const accel_module *hook, accel_err *err);
+
 #endif

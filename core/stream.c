@@ -10,6 +10,7 @@
  * program that never sets one behaves as before.  Setting one needs the
  * cuda device module (it checks the handle and finds its device); on a
  * context without a device the only stream is NULL. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "accel/accel.h"
@@ -143,26 +144,29 @@ int accel_copy_async(accel_ctx *ctx, const accel_view *dst, const accel_view *sr
 	return ctx ? copy_async(ctx, dst, src, "accel_copy_async") : ACCEL_ERR_INVALID_ARG;
 }
 
-int accel_stream_synchronize(accel_ctx *ctx)
+static int stream_sync(accel_ctx *ctx, const char *what)
 {
 	const accel_device_v1 *d;
 	char buf[1024] = "";
 	accel_device_err_v1 de = MSG_INIT(buf);
 	uint32_t count = 0;
 	int r;
-	if (!ctx)
-		return ACCEL_ERR_INVALID_ARG;
 	/* nothing can be queued for a context before the module is loaded */
 	if (!ctx->stream && !accelp_device_module_path(ACCEL_DEVICE_CUDA, &count))
 		return ACCEL_OK;
-	if ((r = stream_module(ctx, "accel_stream_synchronize", &d)))
+	if ((r = stream_module(ctx, what, &d)))
 		return r;
 	if (ctx->stream)
 		r = d->stream_sync(ctx->stream_device, ctx->stream, &de);
 	else   /* the legacy default stream of every device */
 		for (uint32_t i = 0; i < count && !r; i++)
 			r = d->stream_sync((int32_t)i, NULL, &de);
-	return r ? accelp_device_fail(&ctx->err, r, "accel_stream_synchronize", buf) : ACCEL_OK;
+	return r ? accelp_device_fail(&ctx->err, r, what, buf) : ACCEL_OK;
+}
+
+int accel_stream_synchronize(accel_ctx *ctx)
+{
+	return ctx ? stream_sync(ctx, "accel_stream_synchronize") : ACCEL_ERR_INVALID_ARG;
 }
 
 int accel_pinned_alloc(accel_ctx *ctx, uint64_t bytes, void **ret_ptr)
@@ -206,4 +210,132 @@ int accelp_host_wait_stream(accel_host *h, accel_req *req)
 int accelp_host_op_copy_async(accel_host *h, const accel_view *dst, const accel_view *src)
 {
 	return copy_async(h->ctx, dst, src, "op_copy_async");
+}
+
+/* ---- host table, ABI minor 6: host waits on stream work ------------------------------ */
+
+/* What event_record hands out: the device events of the context's stream
+ * (one; or, for the legacy default stream, one per device, as
+ * accel_stream_synchronize waits for all of them), none when nothing can
+ * be queued (no device module loaded): a token that is already complete. */
+typedef struct host_event {
+	uint32_t n;
+	void *ev[];
+} host_event;
+
+int accelp_host_stream_sync(accel_host *h)
+{
+	return stream_sync(h->ctx, "stream_sync");
+}
+
+/* The module for the event members: minor 1 (streams) and minor 3. */
+static int event_module(accel_ctx *ctx, const char *what, const accel_device_v1 **ret_dev)
+{
+	int r = stream_module(ctx, what, ret_dev);
+	if (r)
+		return r;
+	const accel_device_v1 *d = *ret_dev;
+	if (!d->event_record || !d->event_sync || !d->event_query || !d->event_free) {
+		uint32_t n;
+		return accelp_err_set(&ctx->err, ACCEL_ERR_UNSUPPORTED, "%s: the %s device module (%s) "
+		                     "is of device ABI 1.%u, which has no events; install the module "
+		                     "of this accel (device ABI 1.%u), or wait with stream_sync",
+		                     what, d->desc->name,
+		                     accelp_device_module_path(ACCEL_DEVICE_CUDA, &n),
+		                     d->desc->abi_minor, ACCEL_DEVICE_ABI_MINOR);
+	}
+	return ACCEL_OK;
+}
+
+static void free_events(const accel_device_v1 *d, host_event *e)
+{
+	for (uint32_t i = 0; d && i < e->n; i++)
+		d->event_free(e->ev[i]);
+	free(e);
+}
+
+int accelp_host_event_record(accel_host *h, void **ret_event)
+{
+	accel_ctx *ctx = h->ctx;
+	const accel_device_v1 *d = NULL;
+	char buf[1024] = "";
+	accel_device_err_v1 de = MSG_INIT(buf);
+	uint32_t count = 0;
+	int r;
+	if (!ret_event)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s%sevent_record: ret_event "
+		                     "is NULL", h->name ? h->name : "", h->name ? ": " : "");
+	int none = !ctx->stream && !accelp_device_module_path(ACCEL_DEVICE_CUDA, &count);
+	if (!none && (r = event_module(ctx, "event_record", &d)))
+		return r;
+	uint32_t n = none ? 0 : ctx->stream ? 1 : count;
+	host_event *e = calloc(1, sizeof(*e) + n * sizeof(void *));
+	if (!e)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "event_record: out of memory");
+	for (; e->n < n; e->n++) {
+		int32_t dev = ctx->stream ? ctx->stream_device : (int32_t)e->n;
+		if ((r = d->event_record(dev, ctx->stream, &e->ev[e->n], &de))) {
+			free_events(d, e);
+			return accelp_device_fail(&ctx->err, r, "event_record", buf);
+		}
+	}
+	*ret_event = e;
+	return ACCEL_OK;
+}
+
+/* The module of an event's device events (loaded, since it made them). */
+static const accel_device_v1 *events_module(const host_event *e)
+{
+	const accel_device_v1 *d = NULL;
+	if (e->n && accelp_device_get(ACCEL_DEVICE_CUDA, &d, NULL))
+		d = NULL;
+	return d;
+}
+
+int accelp_host_event_sync(accel_host *h, void *event)
+{
+	accel_ctx *ctx = h->ctx;
+	host_event *e = event;
+	char buf[1024] = "";
+	accel_device_err_v1 de = MSG_INIT(buf);
+	if (!e)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s%sevent_sync: event is "
+		                     "NULL", h->name ? h->name : "", h->name ? ": " : "");
+	const accel_device_v1 *d = events_module(e);
+	for (uint32_t i = 0; d && i < e->n; i++) {
+		int r = d->event_sync(e->ev[i], &de);
+		if (r)
+			return accelp_device_fail(&ctx->err, r, "event_sync", buf);
+	}
+	return ACCEL_OK;
+}
+
+int accelp_host_event_query(accel_host *h, void *event, int32_t *ret_done)
+{
+	accel_ctx *ctx = h->ctx;
+	host_event *e = event;
+	char buf[1024] = "";
+	accel_device_err_v1 de = MSG_INIT(buf);
+	int32_t all = 1;
+	if (!e || !ret_done)
+		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "%s%sevent_query: %s is NULL",
+		                     h->name ? h->name : "", h->name ? ": " : "",
+		                     e ? "ret_done" : "event");
+	const accel_device_v1 *d = events_module(e);
+	for (uint32_t i = 0; d && i < e->n && all; i++) {
+		int32_t done = 0;
+		int r = d->event_query(e->ev[i], &done, &de);
+		if (r)
+			return accelp_device_fail(&ctx->err, r, "event_query", buf);
+		all = done;
+	}
+	*ret_done = all;
+	return ACCEL_OK;
+}
+
+void accelp_host_event_free(accel_host *h, void *event)
+{
+	(void)h;
+	if (event)
+		free_events(events_module(event), event);
 }

@@ -23,6 +23,7 @@
 #include "ops.h"
 #include "train-impl.h"
 #include "train.h"
+#include "optim_pool.h"
 
 #define MAX_NDIM 8
 #define INIT_CHUNK 65536u  /* f32 staging elements for non-f32 / device inits */
@@ -608,7 +609,7 @@ static accel_active *strategy(accel_train *t)
 static int shards_params(accel_train *t)
 {
 	accel_active *s = strategy(t);
-	return s && (s->vt->desc->caps & ACCEL_CAP_SHARD_PARAMS);
+	return s && (s->caps & ACCEL_CAP_SHARD_PARAMS);
 }
 
 int accel_prepare(accel_ctx *ctx)
@@ -997,7 +998,7 @@ int accelp_train_check_reduce(accel_train *t, const char *who, const char *call)
 	if (!t || accelp_train_sync_step(t))
 		return ACCEL_OK;
 	accel_active *s = t->ctx->n_active ? &t->ctx->active[0] : NULL;
-	if (s && (s->vt->desc->caps & ACCEL_CAP_MICRO_REDUCE))
+	if (s && (s->caps & ACCEL_CAP_MICRO_REDUCE))
 		return ACCEL_OK;
 	return terr(t, ACCEL_ERR_STATE, "%s: %s on micro-step %u of %u, which is not a sync step, "
 	            "under strategy '%s' without ACCEL_CAP_MICRO_REDUCE: a strategy reduces "
@@ -1532,47 +1533,64 @@ uint32_t accelp_train_optim_state_count(accel_train *t)
 	return o ? accelp_optim_state_count(o->optim) : 0;
 }
 
-int accelp_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
+/* The checks of one optim_step range (optim_step and each range of
+ * optim_step_n): `who` names the call in messages.  *ret_p and *ret_gsd
+ * (the gradient factor in device memory, or NULL) on success. */
+static int optim_args_check(accel_train *t, const accel_optim_args_v1 *a, const char *who,
+                            param_rec **ret_p, const double **ret_gsd)
 {
-	optim_state *o;
 	param_rec *p;
-	uint32_t ns;
-	if (!t || !a)
-		return ACCEL_ERR_INVALID_ARG;
-	o = t->optim;
 	if (!t->in_step)
-		return terr(t, ACCEL_ERR_STATE, "optim_step called outside accel_step()");
+		return terr(t, ACCEL_ERR_STATE, "%s called outside accel_step()", who);
 	if (a->struct_size < ACCEL_ABI_END(accel_optim_args_v1, grad_scale) ||
 	    a->param >= t->n_params)
-		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step: bad arguments (struct_size %u, "
-		            "param %u of %u)", a->struct_size, a->param, t->n_params);
+		return terr(t, ACCEL_ERR_INVALID_ARG, "%s: bad arguments (struct_size %u, "
+		            "param %u of %u)", who, a->struct_size, a->param, t->n_params);
 	p = &t->params[a->param];
 	if (p->frozen)
-		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): the parameter is frozen",
+		return terr(t, ACCEL_ERR_INVALID_ARG, "%s('%s'): the parameter is frozen", who,
 		            p->name);
 	if (a->master.dtype != ACCEL_DTYPE_F32 || a->master.numel != a->grad.numel ||
 	    a->offset > p->numel || a->master.numel > p->numel - a->offset)
-		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): range [%llu, +%llu) with "
+		return terr(t, ACCEL_ERR_INVALID_ARG, "%s('%s'): range [%llu, +%llu) with "
 		            "%s master and %llu gradients does not fit the parameter (%llu elements; "
-		            "master must be f32 and as long as the gradient)", p->name,
+		            "master must be f32 and as long as the gradient)", who, p->name,
 		            (unsigned long long)a->offset, (unsigned long long)a->master.numel,
 		            accel_dtype_name(a->master.dtype) ? accel_dtype_name(a->master.dtype)
 		                                              : "?",
 		            (unsigned long long)a->grad.numel, (unsigned long long)p->numel);
-	ns = accelp_optim_state_count(o->optim);
 	if (a->master.device != a->grad.device || a->master.device_index != a->grad.device_index)
-		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): master and gradient are on "
-		            "different devices", p->name);
+		return terr(t, ACCEL_ERR_INVALID_ARG, "%s('%s'): master and gradient are on "
+		            "different devices", who, p->name);
 	const double *gsd = ACCEL_STRUCT_HAS(a, accel_optim_args_v1, grad_scale_dev)
 	                    ? a->grad_scale_dev : NULL;
 	const accel_step_info_v1 *si = t->step_info;
 	if (!gsd && si && si->grad_scale_dev)
-		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): this step's gradient factor "
+		return terr(t, ACCEL_ERR_INVALID_ARG, "%s('%s'): this step's gradient factor "
 		            "is in device memory (info->grad_scale_dev, after grad_stats_device) but "
-		            "the strategy did not pass it: the update would not be clipped", p->name);
+		            "the strategy did not pass it: the update would not be clipped", who,
+		            p->name);
 	if (gsd && a->master.device == ACCEL_DEVICE_CPU)
-		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step('%s'): grad_scale_dev (a factor in "
-		            "device memory) for parameters in host memory", p->name);
+		return terr(t, ACCEL_ERR_INVALID_ARG, "%s('%s'): grad_scale_dev (a factor in "
+		            "device memory) for parameters in host memory", who, p->name);
+	*ret_p = p;
+	*ret_gsd = gsd;
+	return ACCEL_OK;
+}
+
+int accelp_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
+{
+	optim_state *o;
+	param_rec *p;
+	const double *gsd;
+	uint32_t ns;
+	int r;
+	if (!t || !a)
+		return ACCEL_ERR_INVALID_ARG;
+	o = t->optim;
+	if ((r = optim_args_check(t, a, "optim_step", &p, &gsd)))
+		return r;
+	ns = accelp_optim_state_count(o->optim);
 	/* Device ranges: the device module's fused kernel, enqueued (no wait). */
 	if (a->master.device != ACCEL_DEVICE_CPU) {
 		accel_optim_range q = {a->master.data, a->grad.data, {NULL, NULL}, a->master.numel};
@@ -1587,4 +1605,62 @@ int accelp_train_optim_step(accel_train *t, const accel_optim_args_v1 *a)
 	                              t->step + 1, t->lr, a->master.data, a->grad.data,
 	                              a->grad.dtype, ns ? (float *const *)a->state : NULL,
 	                              a->master.numel, a->grad_scale, &t->ctx->err);
+}
+
+int accelp_train_optim_step_n(accel_train *t, const accel_optim_args_v1 *args, uint32_t n,
+                             uint32_t n_threads)
+{
+	accel_optim_task *tasks = NULL;
+	accel_ctx *ctx;
+	int r;
+	if (!t)
+		return ACCEL_ERR_INVALID_ARG;
+	ctx = t->ctx;
+	if (n && !args)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "optim_step_n: args is NULL with n = %u", n);
+	if (!t->in_step)
+		return terr(t, ACCEL_ERR_STATE, "optim_step_n called outside accel_step()");
+	if (!n)
+		return ACCEL_OK;
+	if (!(tasks = calloc(n, sizeof(*tasks))))
+		return terr(t, ACCEL_ERR_NOMEM, "optim_step_n: out of memory");
+	const accel_optim *optim = ((optim_state *)t->optim)->optim;
+	uint32_t ns = accelp_optim_state_count(optim);
+	for (uint32_t i = 0; i < n; i++) {
+		const accel_optim_args_v1 *a = &args[i];
+		param_rec *p;
+		const double *gsd;
+		char who[48];
+		snprintf(who, sizeof(who), "optim_step_n (range %u of %u)", i, n);
+		if ((r = optim_args_check(t, a, who, &p, &gsd)))
+			goto out;
+		if (a->master.device != ACCEL_DEVICE_CPU) {
+			r = terr(t, ACCEL_ERR_INVALID_ARG, "%s('%s'): master and gradient are on device "
+			         "%d:%d; optim_step_n takes host (ACCEL_DEVICE_CPU) views only: step "
+			         "device ranges with optim_step", who, p->name, a->master.device,
+			         a->master.device_index);
+			goto out;
+		}
+		accel_optim_task *q = &tasks[i];
+		q->grp = accelp_optim_get_group(optim, p->group);
+		q->param = a->master.data;
+		q->grad = a->grad.data;
+		q->gdtype = a->grad.dtype;
+		for (uint32_t k = 0; k < ns && k < ACCEL_OPTIM_MAX_STATE; k++)
+			q->state[k] = a->state[k];
+		q->numel = a->master.numel;
+		q->grad_scale = a->grad_scale;
+	}
+	if (!n_threads)
+		n_threads = accelp_optim_pool_default_threads(ctx->world.local_world_size);
+	if (!ctx->optim_pool && (r = accelp_optim_pool_new(&ctx->optim_pool))) {
+		r = terr(t, r, "optim_step_n: cannot create the optimizer thread pool (%s)",
+		         accel_status_str(r));
+		goto out;
+	}
+	r = accelp_optim_pool_step(ctx->optim_pool, optim, t->step + 1, t->lr, tasks, n, n_threads,
+	                           &ctx->err);
+out:
+	free(tasks);
+	return r;
 }

@@ -47,6 +47,11 @@ uint32_t accelp_train_optim_state_count(accel_train *t);
  * parameter's group hyper-parameters, the current learning rate and the
  * step count. */
 int accelp_train_optim_step(accel_train *t, const accel_optim_args_v1 *args);
+/* host->optim_step_n (ABI minor 6): each range checked as optim_step checks
+ * it, host views only, stepped on the context's optimizer pool
+ * (core/optim_pool.c) with n_threads threads (0: the rank's share). */
+int accelp_train_optim_step_n(accel_train *t, const accel_optim_args_v1 *args, uint32_t n,
+                             uint32_t n_threads);
 /* Nonzero when the current micro-step ends an accumulation cycle. */
 int32_t accelp_train_sync_step(accel_train *t);
 

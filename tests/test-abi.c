@@ -19,7 +19,10 @@
  *    f32 reference; f32 gradients reduced as bf16 (reduce_dtype);
  *  - available(): runs before init, sees device_info, can refuse;
  *  - roles: a loss scaler and an fp8 recipe together, two scalers not;
- *    validate() gets every plugin's caps. */
+ *    validate() gets every plugin's caps;
+ *  - instance_caps (ABI 1.6): the caps of fx-strat-inst follow its config;
+ *    validate(), the reduce-hook check and the accumulation contract use
+ *    them; bits outside desc->caps are refused. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -191,6 +194,9 @@ START_TEST(abi12_strategy_trains)
 	accel_ctx *ctx = ctx_cfg("\"strategy\": \"localsgd\", \"gradient_accumulation_steps\": 2, "
 	                         "\"localsgd\": {\"sync_every\": 1}", 1);
 	ck_assert_uint_eq(ctx->active[0].module->abi_minor, 2);
+	/* no instance_caps slot before minor 6: the descriptor's caps */
+	ck_assert_ptr_null(ctx->active[0].vt->instance_caps);
+	ck_assert_uint_eq(ctx->active[0].caps, ctx->active[0].vt->desc->caps);
 	add_model(ctx, ACCEL_DTYPE_F32, 0);
 	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
 	/* It sees the 1.2 layout: params[] entries at the 1.2 stride. */
@@ -413,6 +419,81 @@ START_TEST(old_hook_and_selection)
 	ck_assert_msg(strstr(accel_errmsg(ctx), "reduce hook 'sum-hook'") &&
 	              strstr(accel_errmsg(ctx), "no reduce_scatter_bucket") &&
 	              strstr(accel_errmsg(ctx), "fx-strat-zero"), "%s", accel_errmsg(ctx));
+	accel_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- instance_caps (ABI minor 6) ------------------------------------------------ */
+
+START_TEST(instance_caps_follow_config)
+{
+	float ref[NTOT], got[NTOT];
+	static const uint32_t rs_mr = ACCEL_CAP_REDUCE_SCATTER | ACCEL_CAP_MICRO_REDUCE;
+	/* scatter off: the instance all-reduces, so a hook with only an
+	 * all-reduce slot is accepted (desc->caps, the union, would refuse it)
+	 * and validate() sees the instance's caps; training equals ddp. */
+	ddp_reference("", 2, ref);
+	accel_ctx *ctx = ctx_cfg("\"strategy\": \"fx-strat-inst\", \"plugins\": [\"sum-hook\", "
+	                         "\"fx-hook\"]", 1);
+	ck_assert_uint_eq(ctx->active[0].vt->desc->caps, ACCEL_CAP_CPU | rs_mr);
+	ck_assert_uint_eq(ctx->active[0].caps, ACCEL_CAP_CPU);
+	const fx_record *h = record(ctx, "fx-hook");
+	ck_assert_uint_eq(h->validate_calls, 1);
+	ck_assert_uint_eq(h->sel_caps[0], ACCEL_CAP_CPU);
+	ck_assert_uint_eq(record(ctx, "fx-strat-inst")->instance_caps_calls, 1);
+	add_model(ctx, ACCEL_DTYPE_F32, 0);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	train(ctx, 2, got);
+	expect_close(got, ref, 1e-6);
+	accel_ctx_free(ctx);
+
+	/* scatter on: the same hook is refused after init, naming both. */
+	ctx = ctx_cfg("\"strategy\": \"fx-strat-inst\", \"plugins\": [\"sum-hook\"], "
+	              "\"fx_strat_inst\": {\"scatter\": true}", 0);
+	ck_assert_int_eq(accel_errcode(ctx), ACCEL_ERR_CONFIG);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "reduce hook 'sum-hook'") &&
+	              strstr(accel_errmsg(ctx), "no reduce_scatter_bucket") &&
+	              strstr(accel_errmsg(ctx), "strategy 'fx-strat-inst'"), "%s",
+	              accel_errmsg(ctx));
+	accel_ctx_free(ctx);
+
+	/* scatter on with a hook that has the slot: validate() sees the
+	 * instance caps, and reducing on every micro-step is allowed
+	 * (ACCEL_CAP_MICRO_REDUCE from the instance); equals ddp. */
+	ddp_reference(", \"gradient_accumulation_steps\": 2", 4, ref);
+	ctx = ctx_cfg("\"strategy\": \"fx-strat-inst\", \"plugins\": [\"fx-reduce\", \"fx-hook\"], "
+	              "\"gradient_accumulation_steps\": 2, \"fx_strat_inst\": {\"scatter\": true}", 1);
+	ck_assert_uint_eq(ctx->active[0].caps, ACCEL_CAP_CPU | rs_mr);
+	ck_assert_uint_eq(record(ctx, "fx-hook")->sel_caps[0], ACCEL_CAP_CPU | rs_mr);
+	add_model(ctx, ACCEL_DTYPE_F32, 0);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	train(ctx, 4, got);
+	expect_close(got, ref, 1e-6);
+	ck_assert_uint_eq(record(ctx, "fx-reduce")->scatter_calls, 3 * 4);
+	accel_ctx_free(ctx);
+
+	/* scatter off but reducing on every micro-step: the contract follows
+	 * the instance caps (no ACCEL_CAP_MICRO_REDUCE), though desc->caps has it. */
+	ctx = ctx_cfg("\"strategy\": \"fx-strat-inst\", \"gradient_accumulation_steps\": 2, "
+	              "\"fx_strat_inst\": {\"every_micro\": true}", 1);
+	add_model(ctx, ACCEL_DTYPE_F32, 0);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	for (uint32_t u = 0; u < 2; u++)
+		ck_assert_int_eq(accel_unit_pre_forward(ctx, u), ACCEL_OK);
+	ck_assert_int_eq(accel_unit_pre_backward(ctx, 1), ACCEL_OK);
+	ck_assert_int_eq(accel_unit_post_backward(ctx, 1), ACCEL_ERR_STATE);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "without ACCEL_CAP_MICRO_REDUCE") &&
+	              strstr(accel_errmsg(ctx), "fx-strat-inst"), "%s", accel_errmsg(ctx));
+	ck_assert_uint_eq(record(ctx, "fx-strat-inst")->reductions, 0);
+	accel_ctx_free(ctx);
+
+	/* a bit outside desc->caps (ACCEL_CAP_SHARD_PARAMS, 0x10) */
+	ctx = ctx_cfg("\"strategy\": \"fx-strat-inst\", \"fx_strat_inst\": {\"extra_caps\": true}",
+	              0);
+	ck_assert_int_eq(accel_errcode(ctx), ACCEL_ERR_PLUGIN);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "plugin 'fx-strat-inst'") &&
+	              strstr(accel_errmsg(ctx), "instance_caps reported 0x") &&
+	              strstr(accel_errmsg(ctx), "bits 0x10 outside"), "%s", accel_errmsg(ctx));
 	accel_ctx_free(ctx);
 }
 END_TEST
@@ -678,6 +759,7 @@ static Suite *abi_suite(void)
 	tcase_add_test(tc, reduce_hook_v2_callback);
 	tcase_add_test(tc, bucket_over_a_group);
 	tcase_add_test(tc, old_hook_and_selection);
+	tcase_add_test(tc, instance_caps_follow_config);
 	tcase_add_test(tc, grad_disabled_forward_only);
 	tcase_add_test(tc, f32_grads_of_bf16_weights);
 	tcase_add_test(tc, reduce_dtype_bf16);

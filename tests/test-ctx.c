@@ -277,6 +277,94 @@ START_TEST(mem_accounting)
 }
 END_TEST
 
+/* accel_memory_stats: host->mem_alloc of a plugin (the strategy's host
+ * handle) per category and for all, current and peak; bad arguments. */
+START_TEST(memory_stats)
+{
+	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
+	const accel_host_v1 *H = accelp_host_table();
+	accel_host *h = &ctx->active[0].host;
+	uint64_t cur = 1, peak = 1, base_cur = 0, base_peak = 0;
+	/* what the core and ddp hold before (nothing is expected, but the
+	 * test does not depend on it) */
+	ck_assert_int_eq(accel_memory_stats(ctx, ACCEL_MEM_ALL, ACCEL_DEVICE_CPU, 0, &base_cur,
+	                                    &base_peak), ACCEL_OK);
+	ck_assert_int_eq(accel_memory_stats(ctx, ACCEL_MEM_OPTIMIZER, ACCEL_DEVICE_CPU, 0, &cur,
+	                                    &peak), ACCEL_OK);
+	ck_assert_uint_eq(cur, 0);
+	ck_assert_uint_eq(peak, 0);
+	void *a = NULL, *b = NULL, *c = NULL;
+	ck_assert_int_eq(H->mem_alloc(h, ACCEL_MEM_OPTIMIZER, ACCEL_DEVICE_CPU, 0, 4000, 0, &a),
+	                 ACCEL_OK);
+	ck_assert_int_eq(H->mem_alloc(h, ACCEL_MEM_OPTIMIZER, ACCEL_DEVICE_CPU, 0, 1000,
+	                              ACCEL_MEMF_ZERO, &b), ACCEL_OK);
+	ck_assert_int_eq(H->mem_alloc(h, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, 300, 0, &c),
+	                 ACCEL_OK);
+	ck_assert_int_eq(accel_memory_stats(ctx, ACCEL_MEM_OPTIMIZER, ACCEL_DEVICE_CPU, 0, &cur,
+	                                    &peak), ACCEL_OK);
+	ck_assert_uint_eq(cur, 5000);
+	ck_assert_uint_eq(peak, 5000);
+	H->mem_free(h, a);
+	ck_assert_int_eq(accel_memory_stats(ctx, ACCEL_MEM_OPTIMIZER, ACCEL_DEVICE_CPU, 0, &cur,
+	                                    &peak), ACCEL_OK);
+	ck_assert_uint_eq(cur, 1000);
+	ck_assert_uint_eq(peak, 5000);
+	ck_assert_int_eq(accel_memory_stats(ctx, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, &cur, NULL),
+	                 ACCEL_OK);
+	ck_assert_uint_eq(cur, 300);
+	/* all categories: the sum now, and the peak of the sum */
+	ck_assert_int_eq(accel_memory_stats(ctx, ACCEL_MEM_ALL, ACCEL_DEVICE_CPU, 0, &cur, &peak),
+	                 ACCEL_OK);
+	ck_assert_uint_eq(cur, base_cur + 1300);
+	ck_assert_uint_eq(peak, (base_peak > base_cur + 5300 ? base_peak : base_cur + 5300));
+	/* a CUDA device nothing was allocated on */
+	ck_assert_int_eq(accel_memory_stats(ctx, ACCEL_MEM_ALL, ACCEL_DEVICE_CUDA, 3, &cur, &peak),
+	                 ACCEL_OK);
+	ck_assert_uint_eq(cur, 0);
+	ck_assert_uint_eq(peak, 0);
+	/* the internal per-kind counters agree */
+	ck_assert_uint_eq(accelp_mem_current(ctx, ACCEL_MEM_OPTIMIZER, ACCEL_DEVICE_CPU), 1000);
+	ck_assert_uint_eq(accelp_mem_peak(ctx, ACCEL_MEM_OPTIMIZER, ACCEL_DEVICE_CPU), 5000);
+	H->mem_free(h, b);
+	H->mem_free(h, c);
+	ck_assert_int_eq(accel_memory_stats(ctx, ACCEL_MEM_ALL, ACCEL_DEVICE_CPU, 0, &cur, &peak),
+	                 ACCEL_OK);
+	ck_assert_uint_eq(cur, base_cur);
+
+	static const struct {
+		uint32_t category;
+		int32_t device, index;
+		int null_out;
+		const char *msg;
+	} bad[] = {
+		{ACCEL_MEM_CATEGORY_COUNT, ACCEL_DEVICE_CPU, 0, 0,
+		 "accel_memory_stats: unknown category 6 (ACCEL_MEM_PARAMS .. ACCEL_MEM_OFFLOAD"},
+		{ACCEL_MEM_PARAMS, 7, 0, 0,
+		 "accel_memory_stats: unknown device 7 (ACCEL_DEVICE_CPU or ACCEL_DEVICE_CUDA)"},
+		{ACCEL_MEM_PARAMS, ACCEL_DEVICE_CPU, 1, 0,
+		 "accel_memory_stats: device index 1 for the CPU (host memory is index 0)"},
+		{ACCEL_MEM_PARAMS, ACCEL_DEVICE_CUDA, -1, 0,
+		 "accel_memory_stats: device index -1 for a CUDA device"},
+		{ACCEL_MEM_PARAMS, ACCEL_DEVICE_CPU, 0, 1,
+		 "accel_memory_stats: ret_current and ret_peak are both NULL"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cur = peak = 77;
+		int r = accel_memory_stats(ctx, bad[i].category, bad[i].device, bad[i].index,
+		                           bad[i].null_out ? NULL : &cur,
+		                           bad[i].null_out ? NULL : &peak);
+		ck_assert_int_eq(r, ACCEL_ERR_INVALID_ARG);
+		ck_assert_msg(strstr(accel_errmsg(ctx), bad[i].msg), "row %zu: %s", i,
+		              accel_errmsg(ctx));
+		ck_assert_uint_eq(cur, 77);  /* outputs untouched on failure */
+		accel_clear_error(ctx);
+	}
+	ck_assert_int_eq(accel_memory_stats(NULL, ACCEL_MEM_ALL, ACCEL_DEVICE_CPU, 0, &cur, &peak),
+	                 ACCEL_ERR_INVALID_ARG);
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(cpu_ops)
 {
 	accel_err e = {0};
@@ -319,6 +407,59 @@ END_TEST
  * pinned memory are refused with the same reasons, waiting for the stream
  * is a no-op, and the host table's minor-4 members behave as their host
  * counterparts (wait_stream of a host collective is a host wait). */
+/* Host waits on stream work (ABI 1.6) for a context whose stream is NULL
+ * before any device module was loaded: stream_sync returns at once, an
+ * event is complete when recorded; NULL arguments are refused. */
+START_TEST(events_without_a_device)
+{
+	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
+	const accel_host_v1 *H = accelp_host_table();
+	accel_host *h = &ctx->active[0].host;
+	uint32_t n = 0;
+	ck_assert(ACCEL_HOST_HAS(H, stream_sync) && ACCEL_HOST_HAS(H, event_free));
+	if (accelp_device_module_path(ACCEL_DEVICE_CUDA, &n)) {
+		/* another test of this process loaded the module (forked: not expected) */
+		accel_ctx_free(ctx);
+		return;
+	}
+	ck_assert_int_eq(H->stream_sync(h), ACCEL_OK);
+	void *ev = NULL, *ev2 = NULL;
+	ck_assert_int_eq(H->event_record(h, &ev), ACCEL_OK);
+	ck_assert_ptr_nonnull(ev);
+	ck_assert_int_eq(H->event_record(h, &ev2), ACCEL_OK);
+	ck_assert_ptr_ne(ev, ev2);   /* each owned on its own */
+	int32_t done = 0;
+	ck_assert_int_eq(H->event_query(h, ev, &done), ACCEL_OK);
+	ck_assert_int_eq(done, 1);
+	ck_assert_int_eq(H->event_sync(h, ev), ACCEL_OK);
+	H->event_free(h, ev);
+	H->event_free(h, NULL);
+	static const struct {
+		int which;
+		const char *msg;
+	} bad[] = {
+		{0, "event_record: ret_event is NULL"},
+		{1, "event_sync: event is NULL"},
+		{2, "event_query: event is NULL"},
+		{3, "event_query: ret_done is NULL"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int r = bad[i].which == 0   ? H->event_record(h, NULL)
+		        : bad[i].which == 1 ? H->event_sync(h, NULL)
+		        : bad[i].which == 2 ? H->event_query(h, NULL, &done)
+		                            : H->event_query(h, ev2, NULL);
+		ck_assert_int_eq(r, ACCEL_ERR_INVALID_ARG);
+		ck_assert_msg(strstr(accel_errmsg(ctx), bad[i].msg), "row %zu: %s", i,
+		              accel_errmsg(ctx));
+		accel_clear_error(ctx);
+	}
+	H->event_free(h, ev2);
+	/* still nothing loaded: none of this needed a device */
+	ck_assert_ptr_null(accelp_device_module_path(ACCEL_DEVICE_CUDA, &n));
+	accel_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(streams_without_a_device)
 {
 	accel_ctx *ctx = ctx_json("{}", ACCEL_OK);
@@ -456,9 +597,11 @@ static Suite *ctx_suite(void)
 	tcase_add_test(tc, cpu_backend_sections_under_nccl);
 	tcase_add_test(tc, request_waited_twice);
 	tcase_add_test(tc, mem_accounting);
+	tcase_add_test(tc, memory_stats);
 	tcase_add_test(tc, cpu_ops);
 	tcase_add_test(tc, extension_lookup);
 	tcase_add_test(tc, streams_without_a_device);
+	tcase_add_test(tc, events_without_a_device);
 	suite_add_tcase(s, tc);
 	return s;
 }

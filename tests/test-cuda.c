@@ -910,6 +910,57 @@ START_TEST(async_copies_round_trip)
 }
 END_TEST
 
+/* Host waits on stream work (plugin ABI 1.6, device ABI 1.3): an event
+ * recorded behind a 200 ms host function is not done until that ran;
+ * event_sync and stream_sync wait for the fill queued before them; on the
+ * legacy default stream an event covers every device. */
+START_TEST(events_follow_the_stream)
+{
+	enum { N = 1 << 16 };
+	accel_ctx *ctx = gpu_ctx("{}");
+	cudaStream_t st = new_stream();
+	const accel_host_v1 *H = accelp_host_table();
+	accel_host *hh = &ctx->active[0].host;
+	float *x = dmalloc(N * sizeof(float)), *h = malloc(N * sizeof(float));
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+	ck_assert_int_eq(accel_set_stream(ctx, st), ACCEL_OK);
+	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0, x, N};
+	void *ev = NULL;
+	int32_t done = 1;
+	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
+	ck_assert_int_eq(H->op_fill(hh, &v, 3.0), ACCEL_OK);
+	ck_assert_msg(H->event_record(hh, &ev) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert_int_eq(H->event_query(hh, ev, &done), ACCEL_OK);
+	ck_assert_int_eq(done, 0);   /* the host function sleeps 200 ms */
+	ck_assert_int_eq(H->event_sync(hh, ev), ACCEL_OK);
+	ck_assert_int_eq(H->event_query(hh, ev, &done), ACCEL_OK);
+	ck_assert_int_eq(done, 1);
+	ck_assert_int_eq(cudaMemcpy(h, x, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+	ck_assert_uint_eq(count_not(h, N, 3.0f), 0);
+	H->event_free(hh, ev);
+	/* stream_sync: the whole stream */
+	ck_assert_int_eq(cudaLaunchHostFunc(st, sleep_200ms, NULL), cudaSuccess);
+	ck_assert_int_eq(H->op_fill(hh, &v, 4.0), ACCEL_OK);
+	ck_assert_int_eq(H->stream_sync(hh), ACCEL_OK);
+	ck_assert_int_eq(cudaMemcpy(h, x, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+	ck_assert_uint_eq(count_not(h, N, 4.0f), 0);
+	/* the legacy default stream */
+	ck_assert_int_eq(accel_set_stream(ctx, NULL), ACCEL_OK);
+	ck_assert_int_eq(H->op_fill(hh, &v, 5.0), ACCEL_OK);
+	ck_assert_int_eq(H->event_record(hh, &ev), ACCEL_OK);
+	ck_assert_int_eq(H->event_sync(hh, ev), ACCEL_OK);
+	ck_assert_int_eq(H->event_query(hh, ev, &done), ACCEL_OK);
+	ck_assert_int_eq(done, 1);
+	H->event_free(hh, ev);
+	ck_assert_int_eq(cudaMemcpy(h, x, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+	ck_assert_uint_eq(count_not(h, N, 5.0f), 0);
+	accel_ctx_free(ctx);
+	cudaStreamDestroy(st);
+	dfree(x);
+	free(h);
+}
+END_TEST
+
 /* backend: "shm" stages device buffers through pinned memory; "nccl" runs
  * the collective on its own stream.  Either way the collective must see
  * the fill queued before it on the context's stream, behind a 200 ms host
@@ -1184,6 +1235,7 @@ static Suite *cuda_suite(void)
 	tcase_set_timeout(tc, API_TIMEOUT);
 	tcase_add_test(tc, ops_run_on_the_context_stream);
 	tcase_add_test(tc, async_copies_round_trip);
+	tcase_add_test(tc, events_follow_the_stream);
 	tcase_add_test(tc, collective_after_fill_staged);
 	tcase_add_test(tc, collective_after_fill_nccl);
 	tcase_add_test(tc, ddp_on_a_stream_staged);

@@ -3,7 +3,9 @@
 # Every built plugin and comm backend (each *.so in the module directories
 # of ACCEL_PLUGIN_PATH) exports exactly one dynamic symbol, its entry
 # (accel_plugin_entry_v1 or accel_comm_entry_v1), and does not link
-# libaccel: plugins reach the core only through the host table.
+# libaccel: plugins reach the core only through the host table.  libaccel
+# exports every function core/include/accel/accel.h declares ACCEL_API
+# (accel_memory_stats among them) and no name outside the accel_ prefix.
 set -eu
 
 : "${ACCEL_PLUGIN_PATH:?ACCEL_PLUGIN_PATH is not set (run through meson test)}"
@@ -49,6 +51,25 @@ for dir in $ACCEL_PLUGIN_PATH; do
 done
 IFS=$old_ifs
 set +f
+
+# libaccel's public API
+if [ -n "${ACCEL_TEST_BUILDDIR:-}" ] && [ -n "${ACCEL_TEST_SRCDIR:-}" ]; then
+	lib="$ACCEL_TEST_BUILDDIR/core/libaccel.so"
+	hdr="$ACCEL_TEST_SRCDIR/core/include/accel/accel.h"
+	exported=$("$NM" -D --defined-only "$lib" | awk 'NF { print $NF }' | sort)
+	declared=$(grep '^ACCEL_API' "$hdr" | grep -o 'accel_[a-z0-9_]*(' | tr -d '(' | sort -u)
+	missing=$(printf '%s\n' "$declared" | while read -r fn; do
+		printf '%s\n' "$exported" | grep -qx "$fn" || echo "$fn"
+	done)
+	stray=$(printf '%s\n' "$exported" | grep -v '^accel_' || true)
+	if [ -n "$missing" ] || [ -n "$stray" ] || ! printf '%s\n' "$declared" | grep -qx accel_memory_stats; then
+		echo "FAIL: $lib: declared in accel.h but not exported: ${missing:-none}; exported outside accel_*: ${stray:-none}"
+		failed=$((failed + 1))
+	else
+		echo "ok: $lib exports the $(printf '%s\n' "$declared" | wc -l) functions accel.h declares"
+	fi
+	checked=$((checked + 1))
+fi
 
 if [ "$checked" -eq 0 ]; then
 	echo "FAIL: no modules (*.so) found in ACCEL_PLUGIN_PATH=$ACCEL_PLUGIN_PATH"

@@ -47,7 +47,7 @@ extern "C" {
 
 #define ACCEL_DEVICE_ENTRY_V1 "accel_device_entry_v1"
 /* Minor of this header's device ABI (independent of ACCEL_ABI_MINOR). */
-#define ACCEL_DEVICE_ABI_MINOR 2
+#define ACCEL_DEVICE_ABI_MINOR 3
 
 /* What the core gives the module (borrowed, valid for the process). */
 typedef struct accel_device_host_v1 {
@@ -233,6 +233,24 @@ typedef struct accel_device_v1 {
 	 * on device_index's current stream of this thread.  No wait. */
 	int (*clip_scale)(int32_t device_index, double *stats, double max_norm, double unscale,
 	                  accel_device_err_v1 *err);
+
+	/* ---- device ABI minor 3: events, for host waits on part of a stream's
+	 * work (plugin ABI 1.6 host->event_*; NULL in an older module: the core
+	 * refuses event_record with ACCEL_ERR_UNSUPPORTED naming the module) ---- */
+
+	/* Record a new event on `stream` of device_index (NULL: its legacy
+	 * default stream) after the work enqueued there so far.  *ret_event:
+	 * the runtime's handle (the cuda module: a cudaEvent_t), owned by the
+	 * caller, released with event_free. */
+	int (*event_record)(int32_t device_index, void *stream, void **ret_event,
+	                    accel_device_err_v1 *err);
+	/* Block the calling thread until the event's work ran; reports the
+	 * error of a failed enqueued op. */
+	int (*event_sync)(void *event, accel_device_err_v1 *err);
+	/* No wait: *ret_done = 1 when the event's work ran, else 0. */
+	int (*event_query)(void *event, int32_t *ret_done, accel_device_err_v1 *err);
+	/* Destroy an event (NULL: no-op); pending work is not waited for. */
+	void (*event_free)(void *event);
 	/* Appended members go here. */
 } accel_device_v1;
 

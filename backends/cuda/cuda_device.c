@@ -564,6 +564,58 @@ static int cu_stream_sync(int32_t device_index, void *stream, accel_device_err_v
 	return ACCEL_OK;
 }
 
+/* ---- events (device ABI minor 3) ----------------------------------------------------------- */
+
+static int cu_event_record(int32_t device_index, void *stream, void **ret_event,
+                           accel_device_err_v1 *err)
+{
+	cudaEvent_t ev = NULL;
+	int r = set_device(device_index, err);
+	if (r)
+		return r;
+	if (!ret_event)
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: event_record: ret_event is NULL");
+	CU_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+	cudaError_t e = cudaEventRecord(ev, (cudaStream_t)stream);
+	if (e != cudaSuccess) {
+		cudaEventDestroy(ev);
+		return cuda_fail(err, "cudaEventRecord(ev, (cudaStream_t)stream)", e);
+	}
+	*ret_event = ev;
+	return ACCEL_OK;
+}
+
+static int cu_event_sync(void *event, accel_device_err_v1 *err)
+{
+	if (!event)
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: event_sync: NULL event");
+	CU_TRY(cudaEventSynchronize((cudaEvent_t)event));
+	return ACCEL_OK;
+}
+
+static int cu_event_query(void *event, int32_t *ret_done, accel_device_err_v1 *err)
+{
+	if (!event || !ret_done)
+		return fail(err, ACCEL_ERR_INVALID_ARG, "cuda: event_query: NULL %s",
+		            event ? "ret_done" : "event");
+	cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+	if (e == cudaErrorNotReady) {
+		cudaGetLastError();   /* not an error: clear it */
+		*ret_done = 0;
+		return ACCEL_OK;
+	}
+	if (e != cudaSuccess)
+		return cuda_fail(err, "cudaEventQuery(event)", e);
+	*ret_done = 1;
+	return ACCEL_OK;
+}
+
+static void cu_event_free(void *event)
+{
+	if (event)
+		cudaEventDestroy((cudaEvent_t)event);
+}
+
 /* ---- entry ------------------------------------------------------------------------------ */
 
 static const accel_device_desc_v1 desc = {
@@ -598,6 +650,10 @@ static const accel_device_v1 vtable = {
 	.stream_sync = cu_stream_sync,
 	.sumsq_acc = cu_sumsq_acc,
 	.clip_scale = cu_clip_scale,
+	.event_record = cu_event_record,
+	.event_sync = cu_event_sync,
+	.event_query = cu_event_query,
+	.event_free = cu_event_free,
 };
 
 ACCEL_EXPORT const accel_device_v1 *accel_device_entry_v1(const accel_device_host_v1 *host)

@@ -440,6 +440,26 @@ typedef struct accel_step_report {
  * host synchronisation, made only here. */
 ACCEL_API int accel_last_step(const accel_ctx *ctx, accel_step_report *ret_report);
 
+/* ---- memory report (docs/api.md, "Memory") ------------------------------------ */
+
+/* Every category together, for accel_memory_stats(). */
+#define ACCEL_MEM_ALL UINT32_MAX
+
+/* Bytes accel allocated for this context (everything plugins and the core
+ * allocate through host->mem_alloc) of `category` (ACCEL_MEM_PARAMS ..
+ * ACCEL_MEM_OFFLOAD, or ACCEL_MEM_ALL for their sum) on one device:
+ * ACCEL_DEVICE_CPU with device_index 0 (host memory, pinned included), or
+ * ACCEL_DEVICE_CUDA with the device's index.  *ret_current: live now;
+ * *ret_peak: the most live at any time since the context was made (for
+ * ACCEL_MEM_ALL the peak of the sum, not the sum of the peaks).  A device
+ * nothing was allocated on reads 0.  Either output may be NULL, not both.
+ * ACCEL_ERR_INVALID_ARG with a message (accel_errmsg) for an unknown
+ * category or device or a bad index.  The program's own buffers and
+ * libraries' internal memory (CUDA's context, NCCL) are not counted. */
+ACCEL_API int accel_memory_stats(const accel_ctx *ctx, uint32_t category, int32_t device,
+                                 int32_t device_index, uint64_t *ret_current,
+                                 uint64_t *ret_peak);
+
 /* ---- metrics ------------------------------------------------------------------
  * JSON lines written by the main process only: {"step":N,"time":T,...}.
  * Destination: the file set by accel_metrics_open(), else the config key
