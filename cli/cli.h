@@ -15,6 +15,7 @@ int accelp_cli_checkpoint(int argc, char **argv);     /* cmd-checkpoint.c */
 int accelp_cli_merge_weights(int argc, char **argv);  /* cmd-checkpoint.c */
 int accelp_cli_doctor(int argc, char **argv);
 int accelp_cli_test(int argc, char **argv);
+int accelp_cli_estimate(int argc, char **argv);       /* cmd-estimate.c */
 
 /* Print "accel SUB: message\nTry 'accel SUB --help'." and return 2. */
 int accelp_cli_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

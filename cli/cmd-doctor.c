@@ -49,9 +49,11 @@ static void help(void)
 		"  port       the launcher's rendezvous port is free (--port, else\n"
 		"             ACCEL_MASTER_PORT; without either, that a free port can be had)\n"
 		"  shm        /dev/shm exists, is writable, and its free space\n"
-		"  offload    the offload directory (--offload-dir, else the config's ZeRO\n"
-		"             nvme_path, else a temporary directory) is writable; its measured\n"
-		"             write bandwidth (--offload-mib MiB written and fsync'ed)\n"
+		"  offload    the offload directory (--offload-dir, else each of the config's\n"
+		"             zero_optimization.offload_optimizer.nvme_path and\n"
+		"             offload_param.nvme_path, else a temporary directory) is\n"
+		"             writable; its measured write bandwidth (--offload-mib MiB\n"
+		"             written and fsync'ed)\n"
 		"  gpu        GPUs through the cuda device module (\"no GPU\" is fine on a CPU\n"
 		"             machine)\n"
 		"  nccl       libnccl found (where from, version) and the nccl backend module\n"
@@ -541,17 +543,29 @@ int accelp_cli_doctor(int argc, char **argv)
 
 	check_shm(&d);
 
-	if (!offload && setup_ok) {
-		static const char *const keys[] = {"zero.offload_optimizer.nvme_path",
-		                                   "zero.offload_param.nvme_path", "zero.nvme_path",
-		                                   "zero.offload_path"};
-		for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && !offload; i++)
-			if (accelp_config_get_string(s.cfg, keys[i], &offload) == ACCEL_OK && *offload)
-				offload_from = keys[i];
-			else
-				offload = NULL;
+	/* ZeRO's NVMe swap directories (DeepSpeed's keys, the zero plugin's
+	 * section): each one given, once.  From the resolved config, or from
+	 * the raw layers when it does not resolve (the zero plugin missing, a
+	 * typo elsewhere): the disk is worth checking all the same. */
+	const char *paths[2] = {NULL, NULL}, *froms[2] = {NULL, NULL};
+	int n_paths = 0;
+	if (!offload && s.cfg) {
+		static const char *const keys[] = {"zero_optimization.offload_optimizer.nvme_path",
+		                                   "zero_optimization.offload_param.nvme_path"};
+		for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+			const char *p = NULL;
+			int r = setup_ok ? accelp_config_get_string(s.cfg, keys[i], &p)
+			                 : accelp_config_peek_string(s.cfg, keys[i], &p);
+			if (r != ACCEL_OK || !p || !*p || (n_paths && !strcmp(paths[0], p)))
+				continue;
+			paths[n_paths] = p;
+			froms[n_paths++] = keys[i];
+		}
 	}
-	check_offload(&d, offload, offload_from, mib);
+	if (offload || !n_paths)
+		check_offload(&d, offload, offload_from, mib);
+	for (int i = 0; i < n_paths; i++)
+		check_offload(&d, paths[i], froms[i], mib);
 
 	if (s.cuda.n_gpus < 0 && !s.cuda.driver_lib[0] && !s.cuda.driver_error[0])
 		accelp_cuda_probe(&s.cuda);   /* the set-up stopped before its probe */

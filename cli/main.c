@@ -23,6 +23,7 @@ static const subcommand subcommands[] = {
 	{"bench", accelp_cli_bench, "benchmarks (comm)"},
 	{"checkpoint", accelp_cli_checkpoint, "show a checkpoint's manifest, verify its checksums"},
 	{"merge-weights", accelp_cli_merge_weights, "a checkpoint's weights as one safetensors file"},
+	{"estimate-memory", accelp_cli_estimate, "per-rank memory of a model under ddp and each ZeRO stage"},
 	{"test", accelp_cli_test, "a short sanity run on N processes with the current config"},
 	{"doctor", accelp_cli_doctor, "check this machine: port, /dev/shm, offload disk, GPUs, NCCL"},
 };
@@ -38,7 +39,7 @@ static void usage(FILE *out)
 		"\n"
 		"Commands:\n");
 	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
-		fprintf(out, "  %-13s %s\n", subcommands[i].name, subcommands[i].summary);
+		fprintf(out, "  %-15s %s\n", subcommands[i].name, subcommands[i].summary);
 	fprintf(out, "\n'accel COMMAND --help' describes a command.\n");
 }
 

@@ -270,6 +270,34 @@ static int map_zero(accelp_import *imp, json_t *z)
 	return r;
 }
 
+/* DeepSpeed's top-level `aio` (the NVMe swapper's I/O settings) belongs to
+ * ZeRO's offload, and a plugin has one config section: it goes under
+ * zero_optimization.aio (checked against the installed plugin's schema as
+ * the rest of the section is). */
+static int map_aio(accelp_import *imp, json_t *aio)
+{
+	if (!json_is_object(aio)) {
+		unsupported(imp, "aio", aio, "expected an object (block_size, queue_depth, ...)");
+		return ACCEL_OK;
+	}
+	if (strcmp(imp->strategy, "zero")) {
+		rest_unsupported(imp, "aio", aio, NULL, "ZeRO is off; aio configures the NVMe "
+		                 "offload of strategy zero");
+		return ACCEL_OK;
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach(aio, k, v) {
+		char from[256], key[256];
+		snprintf(from, sizeof(from), "aio.%s", k);
+		snprintf(key, sizeof(key), "aio.%s", k);
+		int r = accelp_import_section_value(imp, from, "zero_optimization", key, v);
+		if (r)
+			return r;
+	}
+	return ACCEL_OK;
+}
+
 int accelp_import_deepspeed(accelp_import *imp, json_t *ds, const char *name, accel_err *err)
 {
 	if (!json_is_object(ds))
@@ -298,13 +326,15 @@ int accelp_import_deepspeed(accelp_import *imp, json_t *ds, const char *name, ac
 		r = map_scheduler(imp, ds, v);
 	if (!r && (v = json_object_get(ds, "zero_optimization")))
 		r = map_zero(imp, v);
+	if (!r && (v = json_object_get(ds, "aio")))
+		r = map_aio(imp, v);
 	if (r)
 		return accelp_err_set(err, r, "%s: out of memory while importing", name);
 	static const char *const done[] = {"gradient_accumulation_steps", "gradient_clipping",
 	                                   "fp16", "bf16", "bfloat16", "optimizer", "scheduler",
-	                                   "zero_optimization", "train_batch_size",
+	                                   "zero_optimization", "aio", "train_batch_size",
 	                                   "train_micro_batch_size_per_gpu", NULL};
-	for (const char *const *b = done + 8; *b; b++)
+	for (const char *const *b = done + 9; *b; b++)
 		if ((v = json_object_get(ds, *b)))
 			unsupported(imp, *b, v, "the program chooses its batch size (accel_dataloader; "
 			            "with dataloader.split_batches it is the global one)");

@@ -511,6 +511,25 @@ has err "strategy ddp (zero_optimization.stage 0 (ZeRO off))"
 has err "not supported, left out: zero_optimization.reduce_bucket_size = 500000000.0: ZeRO is off"
 has err "auto: optimizer.params.weight_decay: \"auto\" -> 0 (accel's default for sgd)"
 run 0 config validate s0.json
+# DeepSpeed's top-level aio goes under zero_optimization.aio (the zero
+# plugin's one section); "auto" keeps the plugin's default
+run 1 config import-deepspeed "$data/ds-zero3-nvme.json" -o z3.json
+has err "aio.block_size -> zero_optimization.aio.block_size = 1048576"
+has err "aio.overlap_events -> zero_optimization.aio.overlap_events = true"
+has err "auto: aio.use_gds: \"auto\" -> left out"
+hasnt err "not supported, left out: aio"
+json z3.json 'c["strategy"] == "zero"' 'c["zero_optimization"]["stage"] == 3' \
+	'c["zero_optimization"]["offload_param"] == {"device": "nvme", "nvme_path": "/local_nvme"}' \
+	'c["zero_optimization"]["aio"] == {"block_size": 1048576, "queue_depth": 8, "thread_count": 1, "single_submit": False, "overlap_events": True}' \
+	'"aio" not in c'
+# without ZeRO, aio has nothing to configure: listed
+printf '{"zero_optimization": {"stage": 0}, "aio": {"queue_depth": 4}}\n' >aio0.json
+run 0 config import-deepspeed aio0.json -o aio0-out.json
+has err "not supported, left out: aio.queue_depth = 4: ZeRO is off"
+json aio0-out.json '"aio" not in c' '"zero_optimization" not in c'
+printf '{"zero_optimization": {"stage": 1}, "aio": 3}\n' >aio3.json
+run 1 config import-deepspeed aio3.json -o aio3-out.json
+has err "not supported, left out: aio = 3: expected an object"
 # a strategy found through the plugin_dirs of the user's config (here
 # ACCEL_CONFIG's): the config written names that folder, so it validates
 # (and runs) with that plugin
@@ -556,6 +575,11 @@ has out "z2i.json: ok"
 json z2i.json 'c["strategy"] == "zero"' \
 	'c["zero_optimization"] == {"stage": 2, "offload_optimizer": {"device": "cpu"}, "overlap_comm": True}'
 run 0 config validate z2i.json
+# aio against the plugin's schema: a declared key is copied, the others listed
+run 0 config import-deepspeed "$data/ds-zero3-nvme.json" -o z3i.json
+has err "aio.queue_depth -> zero_optimization.aio.queue_depth = 8"
+has err "not supported, left out: aio.block_size = 1048576: the installed plugin zero has no key zero_optimization.aio.block_size"
+json z3i.json 'c["zero_optimization"]["aio"] == {"queue_depth": 8}' '"aio" not in c' 
 ACCEL_PLUGIN_PATH=$saved_path
 
 # ---- deepspeed_config_file: mapped at load time, the file's keys win --------------------

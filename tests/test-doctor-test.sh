@@ -97,6 +97,30 @@ run 1 "$A" doctor --config "$tmp/bad.json"
 has "^FAIL  config     "
 has "nosuch"
 has "^FAIL  allreduce  not tried: the configuration does not resolve"
+# the offload check reads ZeRO's nvme_path keys (DeepSpeed's names), each
+# path once, also when the config does not resolve (no zero plugin here)
+mkdir "$tmp/nvme"
+cat >"$tmp/zero-nvme.json" <<EOF
+{"strategy": "zero", "zero_optimization": {"stage": 3,
+  "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/file"},
+  "offload_param": {"device": "nvme", "nvme_path": "$tmp/nvme"}}}
+EOF
+run 1 "$A" doctor --config "$tmp/zero-nvme.json" --offload-mib 1 --no-allreduce
+has "^FAIL  offload    $tmp/file (zero_optimization.offload_optimizer.nvme_path) is not a directory"
+has "^OK    offload    $tmp/nvme (zero_optimization.offload_param.nvme_path): writable, [0-9]* MiB/s (1 MiB written"
+[ "$(grep -c "offload " "$tmp/out")" -eq 2 ] || { cat "$tmp/out" >&2; fail "not two offload lines"; }
+cat >"$tmp/zero-one.json" <<EOF
+{"strategy": "zero", "zero_optimization": {"stage": 3,
+  "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme"},
+  "offload_param": {"device": "nvme", "nvme_path": "$tmp/nvme"}}}
+EOF
+run 1 "$A" doctor --config "$tmp/zero-one.json" --offload-mib 1 --no-allreduce
+has "^OK    offload    $tmp/nvme (zero_optimization.offload_optimizer.nvme_path): writable"
+[ "$(grep -c "offload " "$tmp/out")" -eq 1 ] || { cat "$tmp/out" >&2; fail "one path, not one offload line"; }
+# --offload-dir wins over the config
+run 1 "$A" doctor --config "$tmp/zero-nvme.json" --offload-dir "$tmp/nvme" --offload-mib 1 --no-allreduce
+has "^OK    offload    $tmp/nvme (--offload-dir): writable"
+[ "$(grep -c "offload " "$tmp/out")" -eq 1 ] || { cat "$tmp/out" >&2; fail "--offload-dir: not one offload line"; }
 run 2 "$A" doctor --port 0
 has "expected a port number, 1..65535"
 echo "accel test and accel doctor: all checks passed"

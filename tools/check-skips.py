@@ -65,7 +65,7 @@ def probe_ipv6():
                    "s.bind(('::1', 0))"])[0]
 
 
-# The probes mirror the tests' own (tests/test-shm-ns.sh, test-tcp-vanish.sh,
+# The probes mirror the tests' own (tests/test-shm-ns.sh, test-zero-nvme.c --ns, test-tcp-vanish.sh,
 # test-mpi-host.sh, test-store.c --ipv6, test-nccl.c --gpu, the Python
 # checks' imports, optim_torch_check.py's CPU check).
 FACTS = {
@@ -79,6 +79,9 @@ FACTS = {
                      lambda: run_ok(["unshare", "-Urpf", "--mount-proc", "true"])[0] and
                      run_ok(["unshare", "-rm", "sh", "-c",
                              "mount -t tmpfs -o size=1m tmpfs /dev/shm"])[0]),
+    "mount_ns": ("a private mount namespace to mount ramfs in [probe: unshare -m, or unshare -rm]",
+                 lambda: any(run_ok(["unshare", flag, "sh", "-c",
+                                     "mount -t ramfs none /mnt"])[0] for flag in ("-m", "-rm"))),
     "net_ns": ("a private network namespace with ip [probe: unshare -rn; iproute2]",
                lambda: bool(shutil.which("ip")) and
                run_ok(["unshare", "-rn", "sh", "-c", "ip link set lo up"])[0]),
@@ -105,6 +108,7 @@ MAY_SKIP = {
     "checkpoint-python": ["torch"],
     "localsgd-numpy": ["numpy"],
     "shm-ns": ["pid_mount_ns"],
+    "zero-nvme-ns": ["mount_ns"],
     "tcp-vanish": ["net_ns"],
     "mpi-store-remote": ["uts_ns"],
     "mpi-store-unreachable": ["uts_ns"],

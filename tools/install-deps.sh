@@ -7,9 +7,10 @@ set -eu
 # example (oneDNN, OpenBLAS, BLIS); PyTorch for the cross-checks against
 # torch.optim and safetensors, and for the benchmark peers; iproute2 (ip) for
 # the vanished-node tests (tests/test-tcp-vanish.sh); libyaml for `accel config
-# import-accelerate`; matplotlib for the benchmark charts (bench/plot.py).
+# import-accelerate`; matplotlib for the benchmark charts (bench/plot.py);
+# liburing for ZeRO's NVMe offload (io_uring).
 PKGS="build-essential meson ninja-build pkg-config libjansson-dev libxxhash-dev check libsubunit-dev iproute2 \
-libyaml-dev \
+libyaml-dev liburing-dev \
 libopenmpi-dev openmpi-bin libopenblas-dev libblis-dev libdnnl-dev \
 python3 python3-numpy python3-torch python3-matplotlib $*"
 missing=""

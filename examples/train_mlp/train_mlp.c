@@ -525,7 +525,8 @@ static int load_batch(trainer *t, const mlp_data *d, const int64_t *idx, int n)
 
 /* Loss and accuracy over a data set, split evenly over the ranks in
  * contiguous slices; sums are reduced so every rank gets the totals. */
-static int evaluate(trainer *t, const mlp_data *d, int set, double *ret_loss, double *ret_acc)
+static int evaluate_pass(trainer *t, const mlp_data *d, int set, double *ret_loss,
+                         double *ret_acc)
 {
 	int rank = accel_rank(t->ctx), world = accel_world_size(t->ctx);
 	int64_t lo = d->n * rank / world, hi = d->n * (rank + 1) / world;
@@ -568,12 +569,35 @@ static int evaluate(trainer *t, const mlp_data *d, int set, double *ret_loss, do
 	return 0;
 }
 
+/* A forward-only pass (accel_set_grad_enabled(ctx, 0)) around `rc = call`:
+ * the unit hooks then tell a sharded strategy that no backward follows, so
+ * it gathers each unit and frees it again (nothing kept or prefetched for
+ * a backward). */
+#define FORWARD_ONLY(t, rc, call)                                                   \
+	do {                                                                            \
+		int fo_rc_;                                                                 \
+		if ((fo_rc_ = accel_set_grad_enabled((t)->ctx, 0))) {                       \
+			(rc) = fail((t), "starting a forward-only pass", fo_rc_);                \
+			break;                                                                  \
+		}                                                                           \
+		(rc) = (call);                                                              \
+		if ((fo_rc_ = accel_set_grad_enabled((t)->ctx, 1)) && !(rc))                 \
+			(rc) = fail((t), "ending a forward-only pass", fo_rc_);                  \
+	} while (0)
+
+static int evaluate(trainer *t, const mlp_data *d, int set, double *ret_loss, double *ret_acc)
+{
+	int rc;
+	FORWARD_ONLY(t, rc, evaluate_pass(t, d, set, ret_loss, ret_acc));
+	return rc;
+}
+
 /* Full parameters to a safetensors file, written by the main process, or
  * by every process when `every_rank` (each to its own path).  The unit
  * hooks make sharded strategies gather each unit's parameters; every
  * process calls this either way, since the gathering is collective. */
-static int save_params(trainer *t, const char *path, const char *const *meta, int n_meta,
-                       int every_rank)
+static int save_params_pass(trainer *t, const char *path, const char *const *meta, int n_meta,
+                            int every_rank)
 {
 	int writer = every_rank || accel_is_main(t->ctx), rc, ret = -1,
 	    n = 2 * t->shape.n_layers;
@@ -638,6 +662,16 @@ out:
 	free(ts);
 	free(names);
 	return ret;
+}
+
+/* save_params_pass in a forward-only pass (the gathers are not for a
+ * backward). */
+static int save_params(trainer *t, const char *path, const char *const *meta, int n_meta,
+                       int every_rank)
+{
+	int rc;
+	FORWARD_ONLY(t, rc, save_params_pass(t, path, meta, n_meta, every_rank));
+	return rc;
 }
 
 static int save_data(const char *dir, const mlp_data *d, const char *const *meta, int n_meta)

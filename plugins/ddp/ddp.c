@@ -550,6 +550,7 @@ static const accel_plugin_v1 ddp_plugin = {
 	.load_state = ddp_load_state,
 	.post_backward = ddp_post_backward,
 	.extension = ddp_extension,
+	.estimate_memory = ddp_estimate_memory,
 };
 
 ACCEL_EXPORT const accel_plugin_v1 *accel_plugin_entry_v1(const accel_host_v1 *host)

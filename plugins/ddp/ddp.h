@@ -98,4 +98,8 @@ int ddp_post_backward(void *state, uint32_t unit);
 int ddp_reduce(void *state);
 int ddp_zero_grads(ddp_state *s);
 
+/* ddp_estimate.c */
+int ddp_estimate_memory(const accel_host_v1 *host, accel_host *h, const accel_estimate_in_v1 *in,
+                        accel_estimate_out_v1 *out);
+
 #endif

@@ -1,0 +1,307 @@
+/* SPDX-License-Identifier: MIT */
+/* plugins/zero/zero_stage3.c: ZeRO stage 3's unit hooks.  Every rank keeps
+ * its block of each unit's working weights (shard_work); a unit is gathered
+ * (all-gather into a full buffer, param_bind) in pre_forward/pre_backward
+ * and released in post_forward/post_backward, unless it is persistent
+ * (stage3_param_persistence_threshold).  The order in which units are
+ * entered is recorded in the first training micro-step; later micro-steps
+ * prefetch the next units of that order with asynchronous all-gathers,
+ * within stage3_prefetch_bucket_size elements ahead and
+ * stage3_max_live_parameters gathered at once.  A unit's gradient is
+ * bound from pre_backward to post_backward, then reduce-scattered into the
+ * rank's f32 gradient shard and freed (zero_partition.c, fifo). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zero.h"
+
+
+static uint64_t wbytes(const zero_group *g)
+{
+	return g->padded * accel_abi_dtype_size(g->dtype);
+}
+
+static int bind_unit(zero_state *s, zero_group *g, int with_grad)
+{
+	for (uint32_t k = 0; k < g->n_params; k++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, g->first_param + k);
+		void *data = g->gathered ? zero_at(g->work, g->dtype, g->at[k]) : NULL;
+		void *grad = with_grad && g->grad && p->requires_grad
+		                     ? zero_at(g->grad, g->grad_dtype, g->at[k])
+		                     : NULL;
+		int r = s->host->param_bind(s->h, g->first_param + k, data, grad);
+		if (r)
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+/* Start gathering g into a new full buffer (async: g->req). */
+static int gather_start(zero_state *s, zero_group *g, int async)
+{
+	int r;
+	if ((r = zero_alloc(s, ACCEL_MEM_PARAMS, g->device, g->device_index, wbytes(g),
+	                    ACCEL_MEMF_COMM, &g->work)))
+		return r;
+	accel_view all = zero_view(g->dtype, g->device, g->device_index, g->work, g->padded);
+	accel_view mine = zero_view(g->dtype, g->device, g->device_index, g->shard_work, g->block);
+	if (zero_param_nvme(s)) {
+		/* the block from the swap into its place; all-gather in place */
+		mine.data = zero_at(g->work, g->dtype, g->lo);
+		if ((r = zero3p_read_block(s, g, mine.data)))
+			return r;
+	}
+	g->gathered = 1;
+	if (!g->persistent)
+		s->live_numel += g->padded;
+	if (async) {
+		g->gathering = 1;
+		return s->host->allgather(s->h, &mine, &all, &g->req);
+	}
+	return s->host->allgather(s->h, &mine, &all, NULL);
+}
+
+static int gather_finish(zero_state *s, zero_group *g)
+{
+	if (!g->gathering)
+		return ACCEL_OK;
+	accel_req *q = g->req;
+	g->req = NULL;
+	g->gathering = 0;
+	/* on a device: the stream waits, the host goes on */
+	if (ACCEL_HOST_HAS(s->host, wait_stream) && g->device != ACCEL_DEVICE_CPU)
+		return s->host->wait_stream(s->h, q);
+	return s->host->wait(s->h, q);
+}
+
+int zero3_gather(zero_state *s, zero_group *g, int bind)
+{
+	int r;
+	if (!g->gathered)
+		r = gather_start(s, g, 0);
+	else
+		r = gather_finish(s, g);
+	if (!r && bind)
+		r = bind_unit(s, g, 0);
+	return r;
+}
+
+int zero3_release(zero_state *s, zero_group *g)
+{
+	int r;
+	if (!g->gathered || g->persistent || g->in_forward || g->in_backward || g->materialized)
+		return ACCEL_OK;
+	if ((r = gather_finish(s, g)))
+		return r;
+	g->gathered = 0;
+	if ((r = bind_unit(s, g, 0)))
+		return r;
+	zero_free(s, g->work, ACCEL_MEM_PARAMS, g->device, wbytes(g));
+	g->work = NULL;
+	s->live_numel -= g->padded;
+	return ACCEL_OK;
+}
+
+/* ---- the recorded order and prefetch -------------------------------------------- */
+
+#define TRACE_BACKWARD 0x80000000u
+
+static int trace_note(zero_state *s, uint32_t entry)
+{
+	if (!s->host->grad_enabled(s->h))
+		return ACCEL_OK;
+	if (!s->trace_done) {
+		if (s->n_trace == s->cap_trace) {
+			uint32_t cap = s->cap_trace ? 2 * s->cap_trace : 64;
+			uint32_t *t = realloc(s->trace, cap * sizeof(*t));
+			if (!t)
+				return s->host->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
+			s->trace = t;
+			s->cap_trace = cap;
+		}
+		s->trace[s->n_trace++] = entry;
+		return ACCEL_OK;
+	}
+	/* later micro-steps: follow the recorded order; a program that goes
+	 * another way only loses the prefetch (every rank sees the same) */
+	if (s->trace_pos < s->n_trace && s->trace[s->trace_pos] == entry)
+		s->trace_pos++;
+	else
+		s->trace_pos = UINT32_MAX;
+	return ACCEL_OK;
+}
+
+static int prefetch(zero_state *s)
+{
+	if (!s->trace_done || s->trace_pos == UINT32_MAX || s->cfg.prefetch_bucket_size <= 0 ||
+	    !s->host->grad_enabled(s->h))
+		return ACCEL_OK;
+	uint64_t ahead = 0;
+	for (uint32_t i = s->trace_pos; i < s->n_trace; i++) {
+		zero_group *g = &s->groups[s->unit_group[s->trace[i] & ~TRACE_BACKWARD]];
+		if (g->gathered || g->persistent)
+			continue;
+		if ((double)(ahead + g->padded) > s->cfg.prefetch_bucket_size ||
+		    (double)(s->live_numel + g->padded) > s->cfg.max_live_parameters)
+			break;
+		ahead += g->padded;
+		int r = gather_start(s, g, 1);
+		if (r)
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+/* ---- hooks --------------------------------------------------------------------------- */
+
+static int unit_group(zero_state *s, uint32_t unit, const char *hook, zero_group **ret)
+{
+	if (!s->model || unit >= s->model->n_units)
+		return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "%s of unit %u out of "
+		                      "range", hook, unit);
+	*ret = &s->groups[s->unit_group[unit]];
+	return ACCEL_OK;
+}
+
+int zero3_pre_forward(void *state, uint32_t unit)
+{
+	zero_state *s = state;
+	zero_group *g = NULL;
+	int r;
+	if ((r = unit_group(s, unit, "pre_forward", &g)) || (r = trace_note(s, unit)) ||
+	    (r = zero3_gather(s, g, 1)))
+		return r;
+	g->in_forward = 1;
+	return prefetch(s);
+}
+
+int zero3_post_forward(void *state, uint32_t unit)
+{
+	zero_state *s = state;
+	zero_group *g = NULL;
+	int r;
+	if ((r = unit_group(s, unit, "post_forward", &g)))
+		return r;
+	g->in_forward = 0;
+	return zero3_release(s, g);
+}
+
+int zero3_pre_backward(void *state, uint32_t unit)
+{
+	zero_state *s = state;
+	zero_group *g = NULL;
+	int r;
+	if ((r = unit_group(s, unit, "pre_backward", &g)) ||
+	    (r = trace_note(s, unit | TRACE_BACKWARD)) || (r = zero3_gather(s, g, 0)))
+		return r;
+	if (g->trainable && !g->grad &&
+	    (r = zero_alloc(s, zero_grad_category(s), g->device, g->device_index,
+	                    g->padded * accel_abi_dtype_size(g->grad_dtype),
+	                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &g->grad)))
+		return r;
+	g->in_backward = 1;
+	if ((r = bind_unit(s, g, 1)))
+		return r;
+	return prefetch(s);
+}
+
+int zero3_post_backward(void *state, uint32_t unit)
+{
+	zero_state *s = state;
+	zero_group *g = NULL;
+	int r;
+	if ((r = unit_group(s, unit, "post_backward", &g)))
+		return r;
+	if (s->unit_done[unit] || !g->in_backward)
+		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward for "
+		                      "unit '%s' %s", s->model->units[unit].name,
+		                      s->unit_done[unit] ? "called twice in one micro-step"
+		                                         : "without accel_unit_pre_backward");
+	s->unit_done[unit] = 1;
+	g->in_backward = 0;
+	if ((r = bind_unit(s, g, 0)))   /* the gradient leaves the program's hands */
+		return r;
+	if ((r = zero_issue(s, g, 1)) || (r = zero3_release(s, g)))
+		return r;
+	return zero_drain(s, 1);
+}
+
+/* After a micro-step: the recorded order is complete; anything a
+ * prefetch gathered that was not used is released. */
+int zero3_end_micro(zero_state *s)
+{
+	int r;
+	if (s->n_trace)
+		s->trace_done = 1;
+	s->trace_pos = 0;
+	for (uint32_t i = 0; i < s->n_groups; i++)
+		if ((r = zero3_release(s, &s->groups[i])))
+			return r;
+	return ACCEL_OK;
+}
+
+int zero3_regather_persistent(zero_state *s)
+{
+	int r;
+	for (uint32_t i = 0; i < s->n_groups; i++) {
+		zero_group *g = &s->groups[i];
+		if (!g->persistent)
+			continue;
+		if (!g->gathered) {
+			if ((r = zero3_gather(s, g, 1)))
+				return r;
+			continue;
+		}
+		accel_view all = zero_view(g->dtype, g->device, g->device_index, g->work, g->padded);
+		accel_view mine = zero_view(g->dtype, g->device, g->device_index, g->shard_work,
+		                            g->block);
+		if (zero_param_nvme(s)) {
+			mine.data = zero_at(g->work, g->dtype, g->lo);
+			if ((r = zero3p_read_block(s, g, mine.data)))
+				return r;
+		}
+		if ((r = s->host->allgather(s->h, &mine, &all, NULL)))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+/* ABI 1.6 slot B: the working weights outside the hooks, unit by unit. */
+int zero3_materialize(void *state, uint32_t unit, uint32_t flags)
+{
+	zero_state *s = state;
+	zero_group *g = NULL;
+	int r;
+	if (s->cfg.stage < 3)
+		return ACCEL_OK;   /* always materialized */
+	if ((r = unit_group(s, unit, "materialize", &g)))
+		return r;
+	if (flags & ACCEL_MATERIALIZE_GATHER) {
+		int had = g->gathered;
+		if ((r = zero3_gather(s, g, 1)))
+			return r;
+		if (!had)
+			g->materialized = 1;
+	}
+	if (flags & ACCEL_MATERIALIZE_RELEASE) {
+		if ((flags & ACCEL_MATERIALIZE_WRITEBACK) && g->gathered) {
+			accel_view mine = zero_view(g->dtype, g->device, g->device_index,
+			                            zero_at(g->work, g->dtype, g->lo), g->block);
+			accel_view sh = zero_view(g->dtype, g->device, g->device_index, g->shard_work,
+			                          g->block);
+			if (zero_param_nvme(s))
+				r = zero3p_write_block(s, g, mine.data);
+			else
+				r = s->host->op_copy(s->h, &sh, &mine);
+			if (r)
+				return r;
+		}
+		if (g->materialized) {
+			g->materialized = 0;
+			if ((r = zero3_release(s, g)))
+				return r;
+		}
+	}
+	return ACCEL_OK;
+}
