@@ -57,7 +57,7 @@ fi
 
 echo "# optim-peers: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname) cpus $(nproc)" \
 	"load $(cut -d' ' -f1-3 /proc/loadavg)"
-ALLCPUS=$(nproc)   # the CPUs this shell may run on (its affinity)
+ALLCPUS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)   # the CPUs this shell may use (affinity)
 TLIST=""
 for t in $THREADS; do
 	case $t in

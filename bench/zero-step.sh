@@ -96,7 +96,7 @@ MLP="--steps $STEPS --warmup $WARMUP --hidden $HIDDEN --layers $LAYERS --test-sa
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/zero-step.XXXXXX")
 trap 'rm -rf "$OUT"' EXIT INT TERM
 
-echo "# zero-step: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname) cpus $(nproc)" \
+echo "# zero-step: $(date -u +%Y-%m-%dT%H:%M:%SZ) host $(hostname) cpus $(nproc --all)" \
 	"($(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)) load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $("$ACCEL" --version 2>/dev/null | head -1)"
 echo "# NP=$NP BATCH=$BATCH (per rank) STEPS=$STEPS WARMUP=$WARMUP REPEATS=$REPEATS" \

@@ -484,6 +484,10 @@ static int comm_open(const accel_host_v1 *host, accel_host *h, int32_t rank, int
 	c->chunk_bytes = chunk < SHM_PAGE ? SHM_PAGE : chunk;
 	c->small_bytes = (c->small_bytes + SHM_LINE - 1) / SHM_LINE * SHM_LINE;
 	c->stage_rank_bytes = (uint64_t)c->depth * (uint64_t)c->world * c->chunk_bytes;
+	/* two rounds' worth of bytes at 1 GB/s (1 ns per byte), at least 100 us */
+	c->stall_ns = 2 * (uint64_t)c->world * c->chunk_bytes;
+	if (c->stall_ns < 100000)
+		c->stall_ns = 100000;
 	c->ncpus = online_cpus();
 	c->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 	if (c->world > c->ncpus) {

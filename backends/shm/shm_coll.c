@@ -763,8 +763,9 @@ int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap)
 	 * a rank we wait for is often off the CPU, and polling for it keeps
 	 * our CPU from it, or from whoever holds the one it waits for, while a
 	 * rank that sleeps at once is woken by the post and, having slept,
-	 * gets the CPU back ahead of the busy processes.  A pipelined op runs
-	 * for tens of microseconds at least, so it does not poll then.  The
+	 * gets the CPU back ahead of the busy processes.  An op of 1 MiB or
+	 * more runs for 100 us at least, against tens for a wake-up, so it
+	 * does not poll then.  The
 	 * 64 MiB all-gather on 2 ranks with 8-9 runnable threads on the 2
 	 * vCPUs: 18-22 ms without polling, 46-67 ms polling (Open MPI 44-49
 	 * ms); in the quiet minutes of the same runs polling was the faster,
@@ -773,7 +774,8 @@ int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap)
 	int64_t spin = c->spin_ns, phase_spin = c->spin_ns;
 	if (on_thread && spin > SHM_THREAD_SPIN_NS)
 		spin = SHM_THREAD_SPIN_NS;
-	if (c->world > 1 && !shm_coll_is_small(c, op) && shm_cpus_busy(c)) {
+	if (c->world > 1 && op_payload(c, op) >= SHM_BUSY_MIN_BYTES &&
+	    op_payload(c, op) > c->small_bytes && shm_cpus_busy(c)) {
 		spin = phase_spin = 0;
 		c->n_busy++;
 	}

@@ -28,9 +28,6 @@
 
 #define SLEEP_SLICE_NS 50000000ull      /* futex sleep slice */
 #define LIVENESS_EVERY_NS 100000000ull  /* check peers' processes this often */
-/* Inside an op, a waiter stops polling once the ranks it waits for have not
- * moved their phase counters for this long (see shm_wait()). */
-#define STALL_NS 30000ull
 
 int shm_fmt(char *buf, size_t cap, const char *fmt, ...)
 {
@@ -166,10 +163,16 @@ int shm_cpus_busy(shm_comm *c)
 {
 	/* "0.52 0.58 0.59 3/456 12345": the fourth field is runnable / all
 	 * threads, counted now (the averages lag by seconds).  pread at 0
-	 * regenerates the file: one system call, about a microsecond. */
+	 * regenerates the file, one system call, but it took 9-15 us on the
+	 * busy 2-vCPU VM: hence at most one read per SHM_BUSY_READ_NS. */
 	char buf[128];
 	if (c->loadavg_fd < 0)
 		return 0;
+	uint64_t now = shm_now_ns();
+	if (c->busy_read_ns && now - c->busy_read_ns < SHM_BUSY_READ_NS)
+		return c->busy;
+	c->busy_read_ns = now;
+	c->busy = 0;
 	ssize_t n = pread(c->loadavg_fd, buf, sizeof(buf) - 1, 0);
 	if (n <= 0)
 		return 0;
@@ -183,7 +186,8 @@ int shm_cpus_busy(shm_comm *c)
 	if (!p)
 		return 0;
 	long running = strtol(p, NULL, 10);
-	return running > c->ncpus;
+	c->busy = running > c->ncpus;
+	return c->busy;
 }
 
 /* Does a rank we still wait for sit on CPU `cpu`? */
@@ -376,11 +380,11 @@ int shm_wait(shm_comm *c, const shm_op *op, int use_sig, uint64_t target, int32_
 	 * microseconds).  One whose counter stood still for STALL_NS is not
 	 * running: another process has its CPU.  Polling on would keep our
 	 * CPU from it (or from whoever holds the CPU it waits for) for the
-	 * rest of spin_us, so sleep at once and let the post wake us.  With 2
-	 * ranks and one busy process on the 2 vCPUs, the 64 MiB all-gather
-	 * took 130-170 ms polling the full millisecond and 20-40 ms sleeping
-	 * at once (Open MPI 43-90 ms); on an idle machine the counters move
-	 * every round and nothing changes. */
+	 * rest of spin_us, so sleep at once and let the post wake us.
+	 * c->stall_ns is twice a round at 1 GB/s, at least 100 us (262 us
+	 * with the defaults), so a peer that runs, even slowly, is polled
+	 * for; shm_coll_run() stops polling altogether for large ops while
+	 * the CPUs are busy. */
 	uint64_t last_progress = use_sig ? progress(c, target, which) : 0, last_change = start;
 	note_cpu(c);
 	for (unsigned i = 1;; i++) {
@@ -402,7 +406,7 @@ int shm_wait(shm_comm *c, const shm_op *op, int use_sig, uint64_t target, int32_
 				if (p != last_progress) {
 					last_progress = p;
 					last_change = now;
-				} else if (now - last_change >= STALL_NS) {
+				} else if (now - last_change >= c->stall_ns) {
 					break;
 				}
 			}
