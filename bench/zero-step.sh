@@ -137,15 +137,21 @@ for path in glob.glob(os.path.join(out, "*.[0-9]*")):
         for line in f:
             rows.setdefault(name, {})[int(rnd)] = json.loads(line)
 
-med = {}
+med, cpu = {}, {}
 for n in names:
     ms = [r["ms_per_step"] for r in rows.get(n, {}).values()]
     if not ms:
         continue
     med[n] = statistics.median(ms)
-    print(json.dumps({"bench": "zero-step-summary", "run": n, "world": np_, "runs": len(ms),
-                      "ms_per_step": round(med[n], 2), "ms_min": round(min(ms), 2),
-                      "ms_max": round(max(ms), 2)}, separators=(",", ":")))
+    line = {"bench": "zero-step-summary", "run": n, "world": np_, "runs": len(ms),
+            "ms_per_step": round(med[n], 2), "ms_min": round(min(ms), 2),
+            "ms_max": round(max(ms), 2)}
+    for k in ("ms_forward", "ms_backward", "ms_step", "cpu_ms_per_step"):
+        vals = [r[k] for r in rows[n].values() if k in r]
+        if vals:
+            line[k] = round(statistics.median(vals), 2)
+    cpu[n] = line.get("cpu_ms_per_step")
+    print(json.dumps(line, separators=(",", ":")))
 
 targets = {"zero1": 1.10, "zero2": 1.10, "zero3": 1.30}
 lines = []
@@ -161,21 +167,27 @@ for n in names:
             "per_round_median": round(pr, 3), "per_round_min": round(paired[0], 3),
             "per_round_max": round(paired[-1], 3), "rounds": len(paired),
             "rounds_met": sum(x <= need for x in paired) if need else None,
+            # for information: rank 0's CPU time per step (all its threads),
+            # less sensitive to other load than wall time, blind to waiting
+            "cpu_ratio_of_medians": round(cpu[n] / cpu["ddp"], 3)
+            if cpu.get(n) and cpu.get("ddp") else None,
             "target": "<= %g" % need if need else None,
             "met": pr <= need if need else None}
     print(json.dumps(line, separators=(",", ":")))
     lines.append(line)
 print()
-print("# step time, median over rounds (ms); ratio = run / ddp, median of the rounds' ratios")
-print("# %-8s %10s %10s %10s %9s %8s %10s" % ("run", "ms/step", "min", "max", "ratio", "rounds",
-                                              "target"))
+print("# step time, median over rounds (ms); ratio = run / ddp, median of the rounds' ratios;")
+print("# cpu = rank 0's CPU ms per step (median), for information")
+print("# %-8s %10s %10s %10s %9s %8s %14s %8s" % ("run", "ms/step", "min", "max", "ratio",
+                                                  "rounds", "target", "cpu"))
 for n in names:
     if n not in med:
         continue
     l = next((x for x in lines if x["run"] == n), None)
     ms = [r["ms_per_step"] for r in rows[n].values()]
-    print("  %-8s %10.2f %10.2f %10.2f %9s %8s %10s" % (
+    print("  %-8s %10.2f %10.2f %10.2f %9s %8s %14s %8s" % (
         n, med[n], min(ms), max(ms), "%.3f" % l["per_round_median"] if l else "-",
         "%d/%d" % (l["rounds_met"], l["rounds"]) if l and l["target"] else "-",
-        ("%s %s" % (l["target"], "met" if l["met"] else "MISSED")) if l and l["target"] else "-"))
+        ("%s %s" % (l["target"], "met" if l["met"] else "MISSED")) if l and l["target"] else "-",
+        "%.1f" % cpu[n] if cpu.get(n) else "-"))
 EOF
