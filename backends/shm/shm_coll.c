@@ -765,12 +765,11 @@ int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap)
 	 * rank that sleeps at once is woken by the post and, having slept,
 	 * gets the CPU back ahead of the busy processes.  An op of 1 MiB or
 	 * more runs for 100 us at least, against tens for a wake-up, so it
-	 * does not poll then.  The
-	 * 64 MiB all-gather on 2 ranks with 8-9 runnable threads on the 2
-	 * vCPUs: 18-22 ms without polling, 46-67 ms polling (Open MPI 44-49
-	 * ms); in the quiet minutes of the same runs polling was the faster,
-	 * 8.6-10 ms against 16-19 ms, hence the check per op (docs/comm.md,
-	 * "Waiting"). */
+	 * does not poll then.  The 64 MiB all-gather on 2 ranks with 8-9
+	 * runnable threads on the 2 vCPUs: 18-23 ms without polling, 46-67 ms
+	 * polling (Open MPI 44-49 ms); in quieter minutes of the same runs
+	 * polling was the faster, 8.6-10 ms against 16-19 ms at best, hence
+	 * the check (docs/comm.md, "Waiting"). */
 	int64_t spin = c->spin_ns, phase_spin = c->spin_ns;
 	if (on_thread && spin > SHM_THREAD_SPIN_NS)
 		spin = SHM_THREAD_SPIN_NS;

@@ -377,14 +377,16 @@ int shm_wait(shm_comm *c, const shm_op *op, int use_sig, uint64_t target, int32_
 	int yielding = 0;
 	/* Inside an op (use_sig) every rank waited for is in the same op, and
 	 * one that runs posts a phase every pipeline round (tens of
-	 * microseconds).  One whose counter stood still for STALL_NS is not
-	 * running: another process has its CPU.  Polling on would keep our
+	 * microseconds).  One whose counter stood still for c->stall_ns is
+	 * not running: another process has its CPU.  Polling on would keep our
 	 * CPU from it (or from whoever holds the CPU it waits for) for the
 	 * rest of spin_us, so sleep at once and let the post wake us.
-	 * c->stall_ns is twice a round at 1 GB/s, at least 100 us (262 us
-	 * with the defaults), so a peer that runs, even slowly, is polled
-	 * for; shm_coll_run() stops polling altogether for large ops while
-	 * the CPUs are busy. */
+	 * c->stall_ns is two rounds' bytes at 1 GB/s, at least 100 us (262
+	 * us with the defaults), so a peer that runs, even slowly, is polled
+	 * for.  (The zero-copy ops post once, at their end: a waiter there
+	 * sleeps after c->stall_ns and costs one wake-up per op.)
+	 * shm_coll_run() stops polling altogether for large ops while the
+	 * CPUs are busy. */
 	uint64_t last_progress = use_sig ? progress(c, target, which) : 0, last_change = start;
 	note_cpu(c);
 	for (unsigned i = 1;; i++) {
