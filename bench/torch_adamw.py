@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """The PyTorch peer of bench-optim: torch.optim.AdamW stepping one f32
-parameter of N elements on one thread.
+parameter of N elements on T threads (torch.set_num_threads(T)).
 
 Same method as bench/optim.c: every step() is timed on its own for
 --min-time seconds per round, foreach=False and foreach=True take turns for
@@ -9,7 +9,7 @@ Same method as bench/optim.c: every step() is timed on its own for
 Gradients are f32 and fixed (set once), the hyper-parameters torch's
 defaults.  One JSON line per variant, the keys of bench-optim's.
 
-    OMP_NUM_THREADS=1 /usr/bin/python3 bench/torch_adamw.py --n 16777216
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/torch_adamw.py --n 16777216 --threads 2
 """
 import argparse
 import json
@@ -34,6 +34,8 @@ def main():
     ap.add_argument("--n", type=int, default=16 << 20)
     ap.add_argument("--min-time", type=float, default=0.5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch.set_num_threads (set OMP_NUM_THREADS to the same)")
     ap.add_argument("--foreach", choices=["both", "false", "true"], default="both")
     a = ap.parse_args()
     try:
@@ -41,7 +43,10 @@ def main():
     except ImportError as e:
         print(f"torch_adamw: no torch ({e})", file=sys.stderr)
         return 77
-    torch.set_num_threads(1)
+    if a.threads < 1:
+        print("torch_adamw: --threads must be at least 1, not %d" % a.threads, file=sys.stderr)
+        return 2
+    torch.set_num_threads(a.threads)
     variants = {"both": [False, True], "false": [False], "true": [True]}[a.foreach]
     gen = torch.Generator().manual_seed(12345)
     state = {}

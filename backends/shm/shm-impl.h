@@ -163,9 +163,16 @@ typedef struct shm_comm {
 	uint64_t small_bytes;       /* one-shot limit = slot size */
 	uint64_t chunk_bytes;       /* pipeline slice per rank and round */
 	uint32_t depth;             /* staging buffers in the ring */
+	uint64_t stall_ns;          /* a peer whose phase counter stood still this long
+	                               inside an op is not running (shm_wait()) */
 	uint64_t stream_bytes;      /* results from this size on are written into user
 	                               buffers with streaming stores (0: never) */
 	int oversubscribed;         /* more local ranks than CPUs */
+	int ncpus;                  /* CPUs this process may run on */
+	int loadavg_fd;             /* /proc/loadavg (-1: unavailable), see shm_cpus_busy() */
+	uint64_t busy_read_ns;      /* when shm_cpus_busy() last read it (0: never) */
+	int busy;                   /* what it found then */
+	uint64_t n_busy;            /* large ops run without polling (CPUs busy) */
 	uint64_t last_move_ns;      /* see move_away() in shm_wait.c */
 	uint64_t lazy_probe_ns;     /* last liveness probe from test() (lazy_finish) */
 	uint64_t n_moves;
@@ -297,5 +304,12 @@ int shm_coll_arrived(shm_comm *c, const shm_op *op);
  * by the comm thread (shorter spinning). */
 int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap);
 #define SHM_THREAD_SPIN_NS 20000
+/* More threads of this machine are runnable than this process has CPUs
+ * (/proc/loadavg, read at most every SHM_BUSY_READ_NS); 0 when that
+ * cannot be read.  Called by whoever runs ops (one at a time). */
+#define SHM_BUSY_READ_NS 10000000ull
+/* Ops from this payload on do not poll while the CPUs are busy. */
+#define SHM_BUSY_MIN_BYTES (1u << 20)
+int shm_cpus_busy(shm_comm *c);
 
 #endif

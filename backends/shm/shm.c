@@ -13,6 +13,7 @@
  * take queued ops under one lock (exec_busy), so one executes at a time. */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/common/coll.h"
 #include "backends/common/store-keys.h"
@@ -443,6 +445,7 @@ static int comm_open(const accel_host_v1 *host, accel_host *h, int32_t rank, int
 	c->h = h;
 	c->rank = rank;
 	c->world = world;
+	c->loadavg_fd = -1;
 	if (group_tag) {
 		/* under the parent communicator's keys, which its instance number
 		 * made unique in the job (a later context may split the same way) */
@@ -481,7 +484,13 @@ static int comm_open(const accel_host_v1 *host, accel_host *h, int32_t rank, int
 	c->chunk_bytes = chunk < SHM_PAGE ? SHM_PAGE : chunk;
 	c->small_bytes = (c->small_bytes + SHM_LINE - 1) / SHM_LINE * SHM_LINE;
 	c->stage_rank_bytes = (uint64_t)c->depth * (uint64_t)c->world * c->chunk_bytes;
-	if (c->world > online_cpus()) {
+	/* two rounds' worth of bytes at 1 GB/s (1 ns per byte), at least 100 us */
+	c->stall_ns = 2 * (uint64_t)c->world * c->chunk_bytes;
+	if (c->stall_ns < 100000)
+		c->stall_ns = 100000;
+	c->ncpus = online_cpus();
+	c->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+	if (c->world > c->ncpus) {
 		/* Spinning would steal the CPU of the rank we wait for. */
 		c->oversubscribed = 1;
 		if (c->spin_ns > 2000)
@@ -588,11 +597,12 @@ static void shm_fini(void *state)
 		c->host->log(c->h, ACCEL_LOG_DEBUG,
 		             "%llu ops: %llu finished inline, %llu later by wait/test (%llu of them "
 		             "queued), %llu run from the queue by a waiting caller, %llu by the comm "
-		             "thread; moved off a peer's CPU %llu times",
+		             "thread; moved off a peer's CPU %llu times; %llu large ops on busy CPUs "
+		             "(no polling)",
 		             (unsigned long long)c->next_seq, (unsigned long long)c->n_inline,
 		             (unsigned long long)c->n_lazy, (unsigned long long)c->n_lazy_queued,
 		             (unsigned long long)c->n_by_caller, (unsigned long long)c->n_by_thread,
-		             (unsigned long long)c->n_moves);
+		             (unsigned long long)c->n_moves, (unsigned long long)c->n_busy);
 	shm_seg_leave(c);
 	while (c->live) {
 		struct accel_comm_req *r = c->live;
@@ -606,6 +616,8 @@ static void shm_fini(void *state)
 	}
 	shm_mem_close_all(c);
 	shm_seg_close(c);
+	if (c->loadavg_fd >= 0)
+		close(c->loadavg_fd);
 	free(c->in_ptrs);
 	free(c->out_ptrs);
 	free(c->zc_soff);

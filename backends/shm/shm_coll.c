@@ -211,6 +211,7 @@ typedef struct run_ctx {
 	const shm_op *op;
 	uint64_t deadline;
 	int64_t spin_ns;          /* for the arrival */
+	int64_t phase_spin_ns;    /* for the phase waits inside the op */
 	char *msg;
 	size_t cap;
 } run_ctx;
@@ -225,7 +226,7 @@ static int next_phase(run_ctx *r)
 
 static int wait_phase(run_ctx *r, uint64_t phase, int32_t which)
 {
-	return shm_wait(r->c, r->op, 1, phase, which, r->deadline, r->c->spin_ns, r->msg, r->cap);
+	return shm_wait(r->c, r->op, 1, phase, which, r->deadline, r->phase_spin_ns, r->msg, r->cap);
 }
 
 /* Take the next staging buffer once every rank is done reading its last
@@ -755,11 +756,30 @@ int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap)
 	 * briefly: it shares its CPU with the computation it overlaps, and the
 	 * others may still be computing.  Once every rank is in the op, the
 	 * phase waits between rounds are short and frequent, and sleeping in
-	 * them would cost a wake-up per round: they spin the full spin_us. */
-	int64_t spin = c->spin_ns;
+	 * them would cost a wake-up per round: they spin the full spin_us
+	 * (while the others' counters move, shm_wait()).
+	 *
+	 * Unless the machine has more runnable threads than we have CPUs: then
+	 * a rank we wait for is often off the CPU, and polling for it keeps
+	 * our CPU from it, or from whoever holds the one it waits for, while a
+	 * rank that sleeps at once is woken by the post and, having slept,
+	 * gets the CPU back ahead of the busy processes.  An op of 1 MiB or
+	 * more runs for 100 us at least, against tens for a wake-up, so it
+	 * does not poll then.  The 64 MiB all-gather on 2 ranks with 8-9
+	 * runnable threads on the 2 vCPUs: 18-23 ms without polling, 46-67 ms
+	 * polling (Open MPI 44-49 ms); in quieter minutes of the same runs
+	 * polling was the faster, 8.6-10 ms against 16-19 ms at best, hence
+	 * the check (docs/comm.md, "Waiting"). */
+	int64_t spin = c->spin_ns, phase_spin = c->spin_ns;
 	if (on_thread && spin > SHM_THREAD_SPIN_NS)
 		spin = SHM_THREAD_SPIN_NS;
-	run_ctx r = {.c = c, .op = op, .msg = msg, .cap = cap, .spin_ns = spin};
+	if (c->world > 1 && op_payload(c, op) >= SHM_BUSY_MIN_BYTES &&
+	    op_payload(c, op) > c->small_bytes && shm_cpus_busy(c)) {
+		spin = phase_spin = 0;
+		c->n_busy++;
+	}
+	run_ctx r = {.c = c, .op = op, .msg = msg, .cap = cap, .spin_ns = spin,
+	             .phase_spin_ns = phase_spin};
 	int st;
 
 	r.deadline = op->deadline_ns ? op->deadline_ns

@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -141,6 +142,52 @@ static void move_away(shm_comm *c, int here)
 		}
 		return;
 	}
+}
+
+/* The sum of the phase counters of the ranks still below target: it moves
+ * whenever one of them moves. */
+static uint64_t progress(const shm_comm *c, uint64_t target, int32_t which)
+{
+	uint64_t sum = 0;
+	for (int32_t q = 0; q < c->world; q++) {
+		if (q == c->rank || (which >= 0 && q != which))
+			continue;
+		uint64_t v = counter(c, 1, q);
+		if (v < target)
+			sum += v;
+	}
+	return sum;
+}
+
+int shm_cpus_busy(shm_comm *c)
+{
+	/* "0.52 0.58 0.59 3/456 12345": the fourth field is runnable / all
+	 * threads, counted now (the averages lag by seconds).  pread at 0
+	 * regenerates the file, one system call, but it took 9-15 us on the
+	 * busy 2-vCPU VM: hence at most one read per SHM_BUSY_READ_NS. */
+	char buf[128];
+	if (c->loadavg_fd < 0)
+		return 0;
+	uint64_t now = shm_now_ns();
+	if (c->busy_read_ns && now - c->busy_read_ns < SHM_BUSY_READ_NS)
+		return c->busy;
+	c->busy_read_ns = now;
+	c->busy = 0;
+	ssize_t n = pread(c->loadavg_fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	const char *p = buf;
+	for (int field = 0; field < 3 && p; field++) {
+		p = strchr(p, ' ');
+		if (p)
+			p++;
+	}
+	if (!p)
+		return 0;
+	long running = strtol(p, NULL, 10);
+	c->busy = running > c->ncpus;
+	return c->busy;
 }
 
 /* Does a rank we still wait for sit on CPU `cpu`? */
@@ -328,6 +375,19 @@ int shm_wait(shm_comm *c, const shm_op *op, int use_sig, uint64_t target, int32_
 	uint64_t spin_end = start + (uint64_t)(spin_ns > 0 ? spin_ns : 0);
 	uint64_t poll_end = spin_end + (uint64_t)(c->yield_ns > 0 ? c->yield_ns : 0);
 	int yielding = 0;
+	/* Inside an op (use_sig) every rank waited for is in the same op, and
+	 * one that runs posts a phase every pipeline round (tens of
+	 * microseconds).  One whose counter stood still for c->stall_ns is
+	 * not running: another process has its CPU.  Polling on would keep our
+	 * CPU from it (or from whoever holds the CPU it waits for) for the
+	 * rest of spin_us, so sleep at once and let the post wake us.
+	 * c->stall_ns is two rounds' bytes at 1 GB/s, at least 100 us (262
+	 * us with the defaults), so a peer that runs, even slowly, is polled
+	 * for.  (The zero-copy ops post once, at their end: a waiter there
+	 * sleeps after c->stall_ns and costs one wake-up per op.)
+	 * shm_coll_run() stops polling altogether for large ops while the
+	 * CPUs are busy. */
+	uint64_t last_progress = use_sig ? progress(c, target, which) : 0, last_change = start;
 	note_cpu(c);
 	for (unsigned i = 1;; i++) {
 		if (yielding)
@@ -343,6 +403,15 @@ int shm_wait(shm_comm *c, const shm_op *op, int use_sig, uint64_t target, int32_
 			uint64_t now = shm_now_ns();
 			if (now >= poll_end)
 				break;
+			if (use_sig) {
+				uint64_t p = progress(c, target, which);
+				if (p != last_progress) {
+					last_progress = p;
+					last_change = now;
+				} else if (now - last_change >= c->stall_ns) {
+					break;
+				}
+			}
 			int here = note_cpu(c);
 			int shared = colocated(c, use_sig, target, which, here);
 			if (shared)
