@@ -20,6 +20,16 @@ int accelp_ckpt_read(accel_ckpt_reader *r, const char *plugin, const char *name,
  * alive by the caller until commit), ckpt_tensor_info, ckpt_read_tensor. */
 int accelp_ckpt_write_tensor(accel_ckpt_writer *w, const char *plugin,
                              const accel_ckpt_slice_v1 *s, int borrow, accel_err *err);
+/* The core's whole tensors streamed into the file (param/ of a strategy
+ * that shards parameters: one unit at a time in memory).  declare: tensor
+ * s->name whole (s->offset 0, s->count its numel; s->data ignored), before
+ * accelp_ckpt_set_slices_meta; *ret_index names it to stream_tensor, which
+ * writes all its bytes at once, in any order of tensors, and checksums
+ * them.  A declared tensor never streamed fails the commit. */
+int accelp_ckpt_declare_tensor(accel_ckpt_writer *w, const accel_ckpt_slice_v1 *s,
+                               uint32_t *ret_index, accel_err *err);
+int accelp_ckpt_stream_tensor(accel_ckpt_writer *w, uint32_t index, const void *data,
+                              uint64_t bytes, accel_err *err);
 int accelp_ckpt_tensor_info(accel_ckpt_reader *r, const char *plugin, const char *name,
                             accel_ckpt_tensor_info_v1 *ret, accel_err *err);
 int accelp_ckpt_read_tensor(accel_ckpt_reader *r, const char *plugin, const char *name,

@@ -26,8 +26,9 @@ typedef struct ckpt_rec {
 	char *name, *key;
 	uint32_t dtype, ndim;
 	uint64_t shape[ACCEL_CKPT_MAX_DIMS];
-	uint64_t offset, count, xxh64;
-	const void *data;         /* the slice's bytes, until commit (hashed then) */
+	uint64_t offset, count, xxh64;  /* xxh64: of a streamed slice, as it came */
+	const void *data;         /* the slice's bytes, until commit (hashed then);
+	                             NULL: streamed (accelp_ckpt_stream_tensor) */
 } ckpt_rec;
 
 struct accel_ckpt_writer {

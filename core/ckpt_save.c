@@ -58,7 +58,9 @@ static void writer_sums(const accel_ckpt_writer *w, int64_t *sums)
 
 typedef struct params_out {
 	accel_ckpt_writer cw;
-	void **stage;
+	void **stage;             /* per parameter, until commit (borrowed) */
+	uint32_t *rec;            /* streamed: each parameter's declared tensor */
+	void *buf;                /* streamed: one parameter staged at a time */
 } params_out;
 
 /* One param/<name> tensor: host memory of the right dtype that stays bound
@@ -92,6 +94,61 @@ static int save_param(accel_ctx *ctx, uint32_t i, const accel_view *data, int tr
 	return accelp_ckpt_write_tensor(&o->cw, "core", &sl, 1, err);
 }
 
+/* A materialized parameter (valid during the call): streamed into the file
+ * at once, through a staging buffer unless it is host memory of its dtype,
+ * so rank 0 holds one parameter of the unit beyond what the strategy
+ * gathered. */
+static int stream_param(accel_ctx *ctx, uint32_t i, const accel_view *data, int transient,
+                        void *arg)
+{
+	params_out *o = arg;
+	accel_err *err = &ctx->err;
+	const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(accelp_train_model(ctx->train), i);
+	size_t bytes = (size_t)p->numel * accel_dtype_size(p->dtype);
+	const void *src = data->data;
+	int rc;
+	(void)transient;
+	if (!p->numel)
+		return ACCEL_OK;   /* declared nothing: a tensor of no elements has no slice */
+	if (data->device != ACCEL_DEVICE_CPU || data->dtype != p->dtype || !data->data ||
+	    data->numel != p->numel) {
+		free(o->buf);
+		if (!(o->buf = malloc(bytes)))
+			return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory staging '%s'", p->name);
+		accel_view hv = {sizeof(hv), p->dtype, ACCEL_DEVICE_CPU, 0, o->buf, p->numel};
+		if ((rc = accelp_ops_copy(&hv, data, err)))
+			return rc;
+		src = o->buf;
+	}
+	return accelp_ckpt_stream_tensor(&o->cw, o->rec[i], src, bytes, err);
+}
+
+/* Rank 0 under a strategy that shards parameters: every param/ tensor
+ * declared, then streamed unit by unit as the walk gathers them; the file's
+ * checksum is computed from the file (writer_sums finds none). */
+static int declare_params(accel_ctx *ctx, params_out *o)
+{
+	const accel_model_v1 *m = accelp_train_model(ctx->train);
+	accel_err *err = &ctx->err;
+	int rc = ACCEL_OK;
+	if (!(o->rec = calloc(m->n_params ? m->n_params : 1, sizeof(*o->rec))))
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	for (uint32_t i = 0; !rc && i < m->n_params; i++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, i);
+		char name[600];
+		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
+		if (!p->numel)
+			continue;
+		for (uint32_t d = 0; d < p->ndim; d++)
+			shape[d] = (uint64_t)p->shape[d];
+		snprintf(name, sizeof(name), "param/%s", p->name);
+		accel_ckpt_slice_v1 sl = {sizeof(sl), p->dtype, p->ndim, 0, name, shape, 0, p->numel,
+		                          NULL};
+		rc = accelp_ckpt_declare_tensor(&o->cw, &sl, &o->rec[i], err);
+	}
+	return rc ? rc : accelp_ckpt_set_slices_meta(&o->cw, err);
+}
+
 /* model.safetensors (param/<name>) into `path` on rank 0.  Under a strategy
  * that shards parameters every rank calls it (path NULL but on rank 0):
  * the units are gathered collectively. */
@@ -103,15 +160,18 @@ static int save_params(accel_ctx *ctx, const char *path, int64_t *sums)
 	int rc;
 	if (!path)
 		return accelp_ckpt_each_param(ctx, "accel_save_state", 0, NULL, NULL);
+	int streamed = accelp_ckpt_params_sharded(ctx);
 	if (!(o.stage = calloc(m->n_params ? m->n_params : 1, sizeof(void *))))
 		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
-	else if (!(rc = accelp_st_writer_new(path, &o.cw.st, err)))
-		rc = accelp_st_writer_set_metadata(o.cw.st, "format", "pt", err);
+	else if (!(rc = accelp_st_writer_new(path, &o.cw.st, err)) &&
+	         !(rc = accelp_st_writer_set_metadata(o.cw.st, "format", "pt", err)) && streamed)
+		rc = declare_params(ctx, &o);
 	/* a sharding strategy's gathers run on every rank even after a failure here */
-	int walk = accelp_ckpt_each_param(ctx, "accel_save_state", 0, rc ? NULL : save_param, &o);
+	int walk = accelp_ckpt_each_param(ctx, "accel_save_state", 0,
+	                                  rc ? NULL : streamed ? stream_param : save_param, &o);
 	if (!rc && !(rc = walk)) {
 		accelp_st_writer_skip_dir_sync(o.cw.st);   /* commit() fsyncs the directory */
-		if (!(rc = accelp_ckpt_set_slices_meta(&o.cw, err)) &&
+		if ((streamed || !(rc = accelp_ckpt_set_slices_meta(&o.cw, err))) &&
 		    !(rc = accelp_st_writer_commit(o.cw.st, err)))
 			writer_sums(&o.cw, sums);
 	}
@@ -119,6 +179,8 @@ static int save_params(accel_ctx *ctx, const char *path, int64_t *sums)
 	for (uint32_t i = 0; o.stage && i < m->n_params; i++)
 		free(o.stage[i]);
 	free(o.stage);
+	free(o.rec);
+	free(o.buf);
 	return rc;
 }
 

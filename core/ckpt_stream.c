@@ -148,6 +148,32 @@ int accelp_ckpt_write_tensor(accel_ckpt_writer *w, const char *plugin,
 	return rc ? rc : add_rec(w, s, key, data, err);
 }
 
+int accelp_ckpt_declare_tensor(accel_ckpt_writer *w, const accel_ckpt_slice_v1 *s,
+                               uint32_t *ret_index, accel_err *err)
+{
+	if (!w || !s || !s->name || (s->ndim && !s->shape) || s->offset ||
+	    s->ndim > ACCEL_CKPT_MAX_DIMS)
+		return accelp_err_set(err, ACCEL_ERR_INTERNAL, "declare_tensor: bad arguments");
+	int rc = accelp_st_writer_add(w->st, s->name, s->dtype, s->ndim, s->shape, NULL, err);
+	if (rc || (rc = add_rec(w, s, s->name, NULL, err)))
+		return rc;
+	*ret_index = w->n_recs - 1;
+	return ACCEL_OK;
+}
+
+int accelp_ckpt_stream_tensor(accel_ckpt_writer *w, uint32_t index, const void *data,
+                              uint64_t bytes, accel_err *err)
+{
+	if (!w || index >= w->n_recs || w->recs[index].data ||
+	    bytes != w->recs[index].count * accel_dtype_size(w->recs[index].dtype))
+		return accelp_err_set(err, ACCEL_ERR_INTERNAL, "stream_tensor: bad arguments");
+	ckpt_rec *r = &w->recs[index];
+	int rc = accelp_st_writer_write(w->st, r->key, data, bytes, err);
+	if (!rc)
+		r->xxh64 = XXH64(data, (size_t)bytes, 0);
+	return rc;
+}
+
 /* The writer's slices as JSON text (malloc'ed; NULL: out of memory); with
  * hashes 0 every xxh64 is a placeholder of the same length. */
 static char *slices_json(const accel_ckpt_writer *w, int hashes)
@@ -159,8 +185,9 @@ static char *slices_json(const accel_ckpt_writer *w, int hashes)
 		char hex[20];
 		for (uint32_t d = 0; shape && d < r->ndim; d++)
 			json_array_append_new(shape, json_integer((json_int_t)r->shape[d]));
-		uint64_t h = hashes ? XXH64(r->data, (size_t)(r->count * accel_dtype_size(r->dtype)), 0)
-		                    : 0;
+		uint64_t h = !hashes ? 0
+		             : r->data ? XXH64(r->data, (size_t)(r->count * accel_dtype_size(r->dtype)), 0)
+		                       : r->xxh64;
 		snprintf(hex, sizeof(hex), "%016" PRIx64, h);
 		json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:s}", "name", r->name, "key", r->key,
 		                      "dtype", accelp_st_dtype_name(r->dtype), "shape", shape,

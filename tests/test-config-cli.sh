@@ -24,6 +24,13 @@ unset ACCEL_CONFIG ACCEL_SET
 export HOME="$tmp"
 cd "$tmp"
 command -v python3 >/dev/null 2>&1 || { echo "skipped: no python3"; exit 77; }
+# The installed strategies are ddp, and the fixture named zero where a
+# check installs one: the zero plugin the build makes too is taken off the
+# search path, and checked on its own at the end.
+zero_dir=$ACCEL_TEST_BUILDDIR/plugins/zero
+ACCEL_PLUGIN_PATH=$(printf '%s\n' "$ACCEL_PLUGIN_PATH" | tr ':' '\n' | grep -vxF "$zero_dir" |
+	paste -sd: -)
+export ACCEL_PLUGIN_PATH
 
 fail() {
 	echo "FAIL: $*" >&2
@@ -605,4 +612,19 @@ st=$?
 set -e
 [ "$st" -eq 1 ] || fail "ACCEL_DEEPSPEED_CONFIG_FILE exited $st"
 has err "deepspeed_config_file is read from a config file only"
+# ---- with the zero plugin this build made, when it made one ---------------------------
+# DeepSpeed's aio lands in the plugin's own aio keys, "auto" takes its
+# default, and the written config validates
+if [ -f "$zero_dir/zero.so" ]; then
+	ACCEL_PLUGIN_PATH=$zero_dir:$ACCEL_PLUGIN_PATH
+	run 0 config import-deepspeed "$data/ds-zero3-nvme.json" -o z3r.json
+	has out "z3r.json: ok"
+	has err "aio.thread_count -> zero_optimization.aio.thread_count = 1"
+	has err "auto: aio.use_gds: \"auto\" -> false (zero's default for zero_optimization.aio.use_gds)"
+	hasnt err "not supported"
+	json z3r.json 'c["zero_optimization"]["aio"] == {"block_size": 1048576, "queue_depth": 8, "thread_count": 1, "single_submit": False, "overlap_events": True}'
+	run 0 config validate z3r.json
+	ACCEL_PLUGIN_PATH=$saved_path
+	echo "ok: import-deepspeed with the zero plugin"
+fi
 echo "ok: show, init, comments, wizard, import-deepspeed, deepspeed_config_file"

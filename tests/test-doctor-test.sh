@@ -98,7 +98,8 @@ has "^FAIL  config     "
 has "nosuch"
 has "^FAIL  allreduce  not tried: the configuration does not resolve"
 # the offload check reads ZeRO's nvme_path keys (DeepSpeed's names), each
-# path once, also when the config does not resolve (no zero plugin here)
+# path once: from the resolved config with the zero plugin installed, from
+# the file when the config does not resolve (without it)
 mkdir "$tmp/nvme"
 cat >"$tmp/zero-nvme.json" <<EOF
 {"strategy": "zero", "zero_optimization": {"stage": 3,
@@ -114,11 +115,15 @@ cat >"$tmp/zero-one.json" <<EOF
   "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme"},
   "offload_param": {"device": "nvme", "nvme_path": "$tmp/nvme"}}}
 EOF
-run 1 "$A" doctor --config "$tmp/zero-one.json" --offload-mib 1 --no-allreduce
+# (seed -1 fails the config check whether or not the zero plugin is
+# installed: the status is 1 either way, and the paths come from the file)
+run 1 "$A" doctor --config "$tmp/zero-one.json" --set seed=-1 --offload-mib 1 --no-allreduce
+has "^FAIL  config     .*seed"
 has "^OK    offload    $tmp/nvme (zero_optimization.offload_optimizer.nvme_path): writable"
 [ "$(grep -c "offload " "$tmp/out")" -eq 1 ] || { cat "$tmp/out" >&2; fail "one path, not one offload line"; }
 # --offload-dir wins over the config
-run 1 "$A" doctor --config "$tmp/zero-nvme.json" --offload-dir "$tmp/nvme" --offload-mib 1 --no-allreduce
+run 1 "$A" doctor --config "$tmp/zero-nvme.json" --set seed=-1 --offload-dir "$tmp/nvme" \
+	--offload-mib 1 --no-allreduce
 has "^OK    offload    $tmp/nvme (--offload-dir): writable"
 [ "$(grep -c "offload " "$tmp/out")" -eq 1 ] || { cat "$tmp/out" >&2; fail "--offload-dir: not one offload line"; }
 run 2 "$A" doctor --port 0

@@ -7,7 +7,8 @@
  * refusals of misaligned transfers and bad aio settings; preflight
  * refusals (missing, not a directory, unwritable, too small); the
  * directory empty while a swap is open, after close and after a child
- * holding one is SIGKILLed.
+ * holding one is SIGKILLed, with O_TMPFILE and with the named file
+ * unlinked at once that replaces it where a file system refuses it.
  *
  * `test-zero-nvme --ns` runs the cases that need a private mount namespace
  * (root, or unprivileged user namespaces; exit 77 without): the buffered
@@ -329,8 +330,30 @@ START_TEST(preflight)
 }
 END_TEST
 
-/* A process holding an open swap is killed: nothing is left behind. */
-START_TEST(killed_child)
+/* Where O_TMPFILE is refused: a named file unlinked at once (forced with
+ * ACCEL_ZERO_NVME_NO_TMPFILE); the same round trip, the directory empty
+ * while the swap is open (round_trip checks) and after. */
+START_TEST(named_unlinked)
+{
+	char dir[512];
+	mkdir_in(dir, sizeof(dir), tmp_parent());
+	setenv("ACCEL_ZERO_NVME_NO_TMPFILE", "1", 1);
+	fake_host fh;
+	fake_host_init(&fh, 2);
+	zero_aio_opts o;
+	aio_row(0, &o);
+	round_trip(&fh, dir, &o, 20, 10, -1);
+	ck_assert_int_eq(zero_nvme_preflight(&fh.H, fake_h(&fh), KEY, dir, 4096), 0);
+	unsetenv("ACCEL_ZERO_NVME_NO_TMPFILE");
+	ck_assert_int_eq(dir_entries(dir), 0);
+	ck_assert_int_eq(rmdir(dir), 0);
+	fake_host_fini(&fh);
+}
+END_TEST
+
+/* A process holding an open swap is killed: nothing is left behind (with
+ * O_TMPFILE, and with the named file unlinked at once). */
+static void kill_child(int tmpfile)
 {
 	char dir[512];
 	mkdir_in(dir, sizeof(dir), access("/dev/shm", W_OK) ? tmp_parent() : "/dev/shm");
@@ -339,6 +362,8 @@ START_TEST(killed_child)
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
+		if (!tmpfile)
+			setenv("ACCEL_ZERO_NVME_NO_TMPFILE", "1", 1);
 		fake_host fh;
 		fake_host_init(&fh, 2);
 		zero_swap *sw = NULL;
@@ -368,6 +393,12 @@ START_TEST(killed_child)
 	close(p[0]);
 	ck_assert_int_eq(dir_entries(dir), 0);
 	ck_assert_int_eq(rmdir(dir), 0);
+}
+
+START_TEST(killed_child)
+{
+	kill_child(1);
+	kill_child(0);
 }
 END_TEST
 
@@ -495,6 +526,7 @@ static Suite *zero_nvme_suite(int ns)
 		tcase_add_test(tc, round_trips);
 		tcase_add_test(tc, refusals);
 		tcase_add_test(tc, preflight);
+		tcase_add_test(tc, named_unlinked);
 		tcase_add_test(tc, killed_child);
 	}
 	suite_add_tcase(s, tc);

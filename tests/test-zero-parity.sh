@@ -25,6 +25,8 @@
 #             rank (the estimate_memory slot's rules, logged after the first
 #             step) within 5%, per category, for stages 0-3 and each
 #             offload (buffers excepted: comm staging is the backend's);
+#           - stages 0-2: a group's reduction is issued during backward,
+#             before the last unit's backward began (ACCEL_TEST_COMM_TRACE);
 #           - stage 3 at world 4: the peak of parameter bytes accel counted
 #             is at most the own shards + the two largest units + the
 #             prefetch budget; with prefetch on, the gather of
@@ -274,6 +276,29 @@ cfg "$tmp/c.json" zero adamw 1 ', "stage": 1, "reduce_scatter": false'
 runn 3 "$tmp/c.json" "$tmp/nors" --steps $STEPS --batch $BATCH ||
 	{ fail "reduce_scatter false"; tail -20 "$tmp/nors.log"; }
 reference "$tmp/adref" adamw 1 && every_rank "$tmp/adref" "$tmp/nors" 3 "$RTOL" "stage 1 reduce_scatter false world 3 vs ddp world 1"
+
+# Stages 0-2: the reduction of the last units' group (fc3 alone; fc1 and
+# fc2 form the other) is issued while backward still runs: before the
+# backward of the last unit (fc1) began, on every rank and micro-step.
+for st in 0 1 2; do
+	[ $st = 0 ] && op=allreduce || op=reduce_scatter
+	cfg "$tmp/c.json" zero adamw 4 ", \"stage\": $st"
+	ACCEL_TEST_COMM_TRACE=$tmp/ov$st runn 2 "$tmp/c.json" "$tmp/ov$st" --steps 2 --batch $BATCH \
+		--trace "$tmp/ovbw$st" || { fail "overlap stage $st"; tail -20 "$tmp/ov$st.log"; continue; }
+	for r in 0 1; do
+		# micro-steps whose reduction is due: all at stage 2, the 4th of 4 at 0-1
+		res=$(awk -v op=$op -v st=$st 'FNR == NR { if ($1 == "backward" && (st == 2 || $2 % 4 == 3)) { k++; b[k] = $3; l[k] = $4 } next }
+			$2 == op { for (s = 1; s <= k; s++) if ($3 >= b[s] && $3 < l[s]) early[s] = 1 }
+			END { for (s = 1; s <= k; s++) n += early[s]; printf "%d %d", n, k }' \
+			"$tmp/ovbw$st.$r" "$tmp/ov$st.$r")
+		set -- $res
+		if [ "$2" -gt 0 ] && [ "$1" = "$2" ]; then
+			echo "ok: stage $st rank $r: $op issued during backward in all $2 reducing micro-steps"
+		else
+			fail "stage $st rank $r: $op issued during backward in ${1:-?} of ${2:-?} reducing micro-steps"
+		fi
+	done
+done
 
 # Stage 3 at world 4: peak gathered parameters, and prefetch overlap.
 for pf in on off; do

@@ -87,6 +87,7 @@ typedef struct result {
 	float *arr[3];        /* masters, state 0, state 1 */
 	void *work[N_PIECES];
 	uint64_t async_copies;
+	uint64_t optim_n_calls;   /* host->optim_step_n calls */
 } result;
 
 typedef struct rig {
@@ -239,6 +240,7 @@ static void run_cfg(const cfg *c, result *res)
 		memcpy(res->work[i], g.pc[i].work, b);
 	}
 	res->async_copies = g.fh.async_copies;
+	res->optim_n_calls = g.fh.optim_n_calls;
 	if (sdev)
 		fake_mem_free(h, sdev);
 	rig_free(&g);
@@ -352,6 +354,18 @@ START_TEST(parity)
 		/* on a GPU with events, the offloaded step's copies are asynchronous */
 		if (cs[i].dev == ACCEL_DEVICE_CUDA && cs[i].place != ZERO_PLACE_DEVICE)
 			ck_assert_msg(cs[i].minimal ? r.async_copies == 0 : r.async_copies > 0, "%s", name);
+		/* the host's threads (optim_step_n) wherever the step runs on the
+		 * host and the host has them: once a step on the device
+		 * placement, once per sub-group offloaded */
+		uint64_t want = 0;
+		if (!cs[i].minimal && cs[i].place == ZERO_PLACE_DEVICE && cs[i].dev == ACCEL_DEVICE_CPU)
+			want = N_STEPS;
+		if (!cs[i].minimal && cs[i].place != ZERO_PLACE_DEVICE) {
+			uint64_t sg = cs[i].sg < total() ? cs[i].sg : total();
+			want = N_STEPS * ((total() + sg - 1) / sg);
+		}
+		ck_assert_msg(r.optim_n_calls == want, "%s: %llu optim_step_n calls, not %llu", name,
+		              (unsigned long long)r.optim_n_calls, (unsigned long long)want);
 		result_free(&r);
 	}
 	result_free(&ref);
@@ -368,22 +382,28 @@ START_TEST(categories)
 		int32_t dev;
 		int pin;
 		int master_dev, optim_dev, offload_host, offload_pinned;
+		uint64_t sg;   /* 0: 4096 (4 sub-groups) */
 	} rows[] = {
 		/* device: masters (3 non-f32 or not master_is_work pieces: 2 with
 		 * miw on a and d) and 2 state arrays where the parameters are */
-		{ZERO_PLACE_DEVICE, ACCEL_DEVICE_CUDA, 1, 1, 2, 0, 0},
-		{ZERO_PLACE_DEVICE, ACCEL_DEVICE_CPU, 1, 1, 2, 0, 0},
+		{ZERO_PLACE_DEVICE, ACCEL_DEVICE_CUDA, 1, 1, 2, 0, 0, 0},
+		{ZERO_PLACE_DEVICE, ACCEL_DEVICE_CPU, 1, 1, 2, 0, 0, 0},
 		/* cpu on a GPU: masters + 2 states + 2x2 staging, pinned */
-		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 1, 0, 0, 7, 7},
-		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 0, 0, 0, 7, 0},
+		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 1, 0, 0, 7, 7, 0},
+		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 0, 0, 0, 7, 0, 0},
 		/* cpu with host parameters: nothing to pin, no staging */
-		{ZERO_PLACE_CPU, ACCEL_DEVICE_CPU, 1, 0, 0, 3, 0},
+		{ZERO_PLACE_CPU, ACCEL_DEVICE_CPU, 1, 0, 0, 3, 0, 0},
 		/* nvme: 4 swap buffers (+ 4 staging on a GPU), no masters in memory */
-		{ZERO_PLACE_NVME, ACCEL_DEVICE_CPU, 1, 0, 0, 4, 0},
-		{ZERO_PLACE_NVME, ACCEL_DEVICE_CUDA, 1, 0, 0, 8, 4},
+		{ZERO_PLACE_NVME, ACCEL_DEVICE_CPU, 1, 0, 0, 4, 0, 0},
+		{ZERO_PLACE_NVME, ACCEL_DEVICE_CUDA, 1, 0, 0, 8, 4, 0},
+		/* one sub-group: three swap buffers (min(buffer_count, sub-groups
+		 * + 2), as zero_estimate.c counts them) */
+		{ZERO_PLACE_NVME, ACCEL_DEVICE_CPU, 1, 0, 0, 3, 0, SG_HUGE},
+		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 1, 0, 0, 7, 7, SG_HUGE},
 	};
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-		cfg c = {rows[i].place, rows[i].dev, 0, 4096, rows[i].place == ZERO_PLACE_DEVICE, 4, 0};
+		cfg c = {rows[i].place, rows[i].dev, 0, rows[i].sg ? rows[i].sg : 4096,
+		         rows[i].place == ZERO_PLACE_DEVICE, 4, 0};
 		rig g;
 		rig_init(&g, &c);
 		g.o.pin_memory = rows[i].pin;

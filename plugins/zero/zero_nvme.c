@@ -20,7 +20,8 @@
  *    container runtimes' defaults do), the same threads run pread/pwrite,
  *    with one warning; so does a build without liburing (meson -During).
  *    ACCEL_ZERO_NVME_NO_URING=1 chooses that path (tests, and hosts whose
- *    io_uring misbehaves). */
+ *    io_uring misbehaves); ACCEL_ZERO_NVME_NO_TMPFILE=1 the named file
+ *    unlinked at once in place of O_TMPFILE (the same reasons). */
 #include "accel-build-config.h"
 
 #include <errno.h>
@@ -122,9 +123,15 @@ void zero_aio_opts_default(zero_aio_opts *o)
  * once.  Returns the fd or -1 with errno set. */
 static int open_unlinked(const char *dir, int flags)
 {
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC | flags, 0600);
-	if (fd >= 0)
-		return fd;
+	const char *no = getenv("ACCEL_ZERO_NVME_NO_TMPFILE");
+	int fd = -1;
+	if (no && *no && strcmp(no, "0")) {
+		errno = EOPNOTSUPP;   /* as a file system without O_TMPFILE says */
+	} else {
+		fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC | flags, 0600);
+		if (fd >= 0)
+			return fd;
+	}
 	/* O_TMPFILE not supported by this file system (or this kernel) */
 	if (errno != EOPNOTSUPP && errno != EISDIR && errno != ENOENT)
 		return -1;

@@ -42,7 +42,7 @@ static int gather_start(zero_state *s, zero_group *g, int async)
 {
 	int r;
 	if ((r = zero_alloc(s, ACCEL_MEM_PARAMS, g->device, g->device_index, wbytes(g),
-	                    ACCEL_MEMF_COMM, &g->work)))
+	                    0, &g->work)))
 		return r;
 	accel_view all = zero_view(g->dtype, g->device, g->device_index, g->work, g->padded);
 	accel_view mine = zero_view(g->dtype, g->device, g->device_index, g->shard_work, g->block);
@@ -198,7 +198,7 @@ int zero3_pre_backward(void *state, uint32_t unit)
 	if (g->trainable && !g->grad &&
 	    (r = zero_alloc(s, zero_grad_category(s), g->device, g->device_index,
 	                    g->padded * accel_abi_dtype_size(g->grad_dtype),
-	                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &g->grad)))
+	                    ACCEL_MEMF_ZERO, &g->grad)))
 		return r;
 	g->in_backward = 1;
 	if ((r = bind_unit(s, g, 1)))

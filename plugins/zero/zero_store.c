@@ -254,6 +254,8 @@ static int store_alloc(zero_store *st)
 	const accel_host_v1 *H = st->H;
 	int r;
 	int32_t dev = st->o.device, di = st->o.device_index;
+	if (st->n && !(st->args = calloc(st->n, sizeof(*st->args))))
+		return H->error(st->h, ACCEL_ERR_NOMEM, "zero store: out of memory");
 	if (st->o.place == ZERO_PLACE_DEVICE) {
 		uint64_t own = 0;
 		for (uint32_t i = 0; i < st->n; i++)
@@ -284,8 +286,6 @@ static int store_alloc(zero_store *st)
 	if (st->sg > st->numel)
 		st->sg = st->numel;
 	st->n_sg = st->sg ? (st->numel + st->sg - 1) / st->sg : 0;
-	if (st->n && !(st->args = calloc(st->n, sizeof(*st->args))))
-		return H->error(st->h, ACCEL_ERR_NOMEM, "zero store: out of memory");
 	if (st->o.place == ZERO_PLACE_NVME && st->numel) {
 		/* the directory checked before any memory is taken */
 		st->blk_stride = align_up((uint64_t)(1 + st->o.n_state) * st->sg * 4, SWAP_ALIGN);
@@ -296,6 +296,8 @@ static int store_alloc(zero_store *st)
 	st->async = st->on_gpu && ACCEL_HOST_HAS(H, op_copy_async) &&
 	            ACCEL_HOST_HAS(H, event_record) && ACCEL_HOST_HAS(H, event_sync) &&
 	            ACCEL_HOST_HAS(H, event_free);
+	/* two staging slots overlap neighbouring sub-groups (zero_estimate.c
+	 * counts them: change both together) */
 	if (st->on_gpu && st->numel)
 		for (int i = 0; i < 2; i++)
 			if ((r = H->mem_alloc(st->h, ACCEL_MEM_OFFLOAD, ACCEL_DEVICE_CPU, 0, st->sg * 4, pin,
@@ -498,7 +500,8 @@ static int alloc_swap_bufs(zero_store *st)
 		snprintf(tag, sizeof(tag), "optimizer state");
 	if ((r = zero_swap_open(H, st->h, st->o.nvme_path, tag, bytes, &st->o.aio, &st->sw)))
 		return r;
-	/* more buffers than sub-groups would never be used */
+	/* more buffers than sub-groups + 2 would never be used (zero_estimate.c
+	 * counts min(buffer_count, sub-groups + 2): change both together) */
 	st->nbuf = st->o.buffer_count;
 	if (st->nbuf > st->n_sg + 2)
 		st->nbuf = (uint32_t)(st->n_sg + 2);
@@ -516,10 +519,12 @@ static int alloc_swap_bufs(zero_store *st)
 		       "zero store: %u NVMe buffers: the next sub-group's read waits for the "
 		       "step (no read-ahead; 3 or more buffers overlap reads and writes with it)",
 		       st->o.buffer_count);
-	H->log(st->h, ACCEL_LOG_DEBUG,
-	       "zero store: swap of %llu bytes under %s, %u buffers of %llu bytes, %s I/O",
-	       (unsigned long long)bytes, st->o.nvme_path, st->nbuf,
-	       (unsigned long long)st->blk_stride, zero_swap_direct(st->sw) ? "O_DIRECT" : "buffered");
+	H->log(st->h, ACCEL_LOG_INFO,
+	       "zero store: optimizer state in a %.2f GiB swap under %s (%s I/O), %u host "
+	       "buffers of one sub-group (%.2f GiB; sub_group_size sets it)",
+	       (double)bytes / 1073741824.0, st->o.nvme_path,
+	       zero_swap_direct(st->sw) ? "O_DIRECT" : "buffered", st->nbuf,
+	       (double)st->nbuf * (double)(st->blk_stride + align) / 1073741824.0);
 	return ACCEL_OK;
 }
 
@@ -714,30 +719,45 @@ int zero_store_refresh_work(zero_store *st)
 
 /* ---- the step ------------------------------------------------------------------------ */
 
+/* Device placement: every piece at once.  On the host (CPU training
+ * without offload) the pieces go to optim_step_n together, so the step
+ * runs on the rank's threads too; on a GPU one optim_step per piece
+ * (enqueued on the stream). */
 static int step_device(zero_store *st, double grad_scale, const double *grad_scale_dev)
 {
 	const accel_host_v1 *H = st->H;
 	int r;
+	int batch = !st->on_gpu && ACCEL_HOST_HAS(H, optim_step_n);
+	uint32_t na = 0;
 	for (uint32_t i = 0; i < st->n; i++) {
 		piece_rt *p = &st->pc[i];
 		if (!p->p.numel)
 			continue;
-		accel_optim_args_v1 a;
-		memset(&a, 0, sizeof(a));
-		a.struct_size = sizeof(a);
-		a.param = p->p.param;
-		a.offset = p->p.param_offset;
-		a.master = mkview(ACCEL_DTYPE_F32, st->o.device, st->o.device_index, p->master,
-		                  p->p.numel);
-		a.grad = mkview(p->p.grad_dtype, st->o.device, st->o.device_index, (void *)p->p.grad,
-		                p->p.numel);
+		if (!p->p.grad)
+			return H->error(st->h, ACCEL_ERR_STATE,
+			                "zero store: piece %u (parameter %u) has no gradient to step "
+			                "with (zero_store_set_pieces)", i, p->p.param);
+		accel_optim_args_v1 *a = &st->args[batch ? na++ : 0];
+		memset(a, 0, sizeof(*a));
+		a->struct_size = sizeof(*a);
+		a->param = p->p.param;
+		a->offset = p->p.param_offset;
+		a->master = mkview(ACCEL_DTYPE_F32, st->o.device, st->o.device_index, p->master,
+		                   p->p.numel);
+		a->grad = mkview(p->p.grad_dtype, st->o.device, st->o.device_index, (void *)p->p.grad,
+		                 p->p.numel);
 		for (uint32_t k = 0; k < st->o.n_state; k++)
-			a.state[k] = st->state[k] + p->at;
-		a.grad_scale = grad_scale;
-		a.grad_scale_dev = grad_scale_dev;
-		if ((r = H->optim_step(st->h, &a)))
+			a->state[k] = st->state[k] + p->at;
+		a->grad_scale = grad_scale;
+		a->grad_scale_dev = grad_scale_dev;
+		if (!batch && (r = H->optim_step(st->h, a)))
 			return r;
-		if (!p->p.master_is_work &&
+	}
+	if (batch && na && (r = H->optim_step_n(st->h, st->args, na, st->o.n_threads)))
+		return r;
+	for (uint32_t i = 0; i < st->n; i++) {
+		piece_rt *p = &st->pc[i];
+		if (p->p.numel && !p->p.master_is_work &&
 		    (r = work_from(st, p, p->at, p->at + p->p.numel, p->master, st->o.device,
 		                   st->o.device_index)))
 			return r;
@@ -841,6 +861,9 @@ static int step_offload(zero_store *st, double grad_scale)
 	uint64_t G = st->n_sg;
 	float *state[ZERO_MAX_STATE] = {0};
 	int nvme = st->o.place == ZERO_PLACE_NVME;
+	/* read-ahead: as far as the buffers allow (sub-group j goes to
+	 * buffer j mod nbuf, whose last sub-group, j - nbuf <= g - 2, was
+	 * written out) */
 	uint64_t next_read = 0, depth = nvme && st->nbuf >= 3 ? st->nbuf - 2 : 0;
 
 	if (st->on_gpu && G && (r = grads_fetch(st, 0, 0)))

@@ -120,6 +120,10 @@ int main(int argc, char **argv)
 		accel_clear_error(ctx);
 		rc = accel_load_state(ctx, dir);
 		printf("refused: %s\n", rc == ACCEL_ERR_UNSUPPORTED ? accel_errmsg(ctx) : "NO");
+		for (uint32_t i = 0; i < NP; i++) {
+			free(fresh[i]);
+			free(now[i]);
+		}
 		accel_ctx_free(ctx);
 		return 0;
 	}
