@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # tests/test-fsdp-ckpt.sh TRAIN_MLP: checkpoints of the fsdp strategy with
 # examples/train_mlp.  For each saving sharding strategy (FULL_SHARD,
-# SHARD_GRAD_OP, NO_SHARD; SHARDED_STATE_DICT, and FULL_SHARD with
+# SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD on one node; SHARDED_STATE_DICT, and FULL_SHARD with
 # FULL_STATE_DICT): 10 steps under fsdp at 4 processes with
 # --checkpoint-every 5 (the reference run); then from its step-5
 # checkpoint, 5 more steps under ddp at 2 processes, zero stage 3 at 3 and
@@ -27,7 +27,7 @@ fails=0
 # resumed at another world size / strategy vs uninterrupted: observed
 # 8.67e-8 (every variant at 4 -> ddp at 2, zero 3 and fsdp at 3); about 2.5x
 RTOL=2.2e-7
-VARIANTS=${FSDP_CKPT_VARIANTS:-FULL_SHARD SHARD_GRAD_OP NO_SHARD FULL_SHARD/FULL_STATE_DICT}
+VARIANTS=${FSDP_CKPT_VARIANTS:-FULL_SHARD SHARD_GRAD_OP NO_SHARD HYBRID_SHARD FULL_SHARD/FULL_STATE_DICT}
 
 fail() {
 	echo "FAIL: $*"

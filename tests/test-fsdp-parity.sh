@@ -29,11 +29,15 @@
 #             two largest units (+ one prefetched unit with prefetch on);
 #           - bad configs are refused with messages naming the key and the
 #             allowed values (table-driven).
+#   hybrid: HYBRID_SHARD with two launchers as two nodes of two ranks each
+#           (accel launch --nnodes 2 --node-rank R --master-addr 127.0.0.1):
+#           every rank equals ddp at one process (AdamW, accumulation 1 and
+#           4; SGD without clipping).
 # Exits 77 (skipped) only when `accel launch` cannot start two processes.
 set -u
 
-prog=${1:?usage: test-fsdp-parity.sh PROG matrix|checks}
-mode=${2:?usage: test-fsdp-parity.sh PROG matrix|checks}
+prog=${1:?usage: test-fsdp-parity.sh PROG matrix|checks|hybrid}
+mode=${2:?usage: test-fsdp-parity.sh PROG matrix|checks|hybrid}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-fsdp-parity.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 export ACCEL_LOG_LEVEL=warn
@@ -41,7 +45,8 @@ unset ACCEL_CONFIG ACCEL_SET
 fails=0
 
 # Tolerance: about 2.5 times the largest deviation observed (x86-64, shm).
-RTOL=6e-7
+RTOL=6e-7        # observed 1.98e-7 (adamw), 2.55e-7 (sgd without clipping, world 3)
+HRTOL=1.1e-6     # HYBRID_SHARD (mean of node means): observed 4.34e-7 (sgd), 2.47e-7 (adamw gas 4)
 MOVED=1e-2       # smallest relative move of a tensor: observed > 5e-2
 STEPS=20
 BATCH=48         # divisible by 2, 3, 4 ranks x 4 micro-steps
@@ -154,6 +159,41 @@ if [ "$mode" = matrix ]; then
 	exit 0
 fi
 
+if [ "$mode" = hybrid ]; then
+	# HYBRID_SHARD as two nodes of two ranks: two launchers on this machine
+	# (tcp between them); sharded within a node (2 ranks), replicated across
+	# the two nodes.  Every rank equals ddp at one process: AdamW with
+	# accumulation 1 and 4, SGD without clipping (a sum across nodes
+	# instead of the mean fails there).
+	command -v python3 > /dev/null 2>&1 || { echo "skipped: no python3 to pick a free port"; exit 77; }
+	for v in "adamw 1" "adamw 4" "sgd 1"; do
+		set -- $v
+		reference "$tmp/href" "$1" "$2" || continue
+		cfg "$tmp/h.json" fsdp "$1" "$2" '"sharding_strategy": "HYBRID_SHARD"'
+		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+		for node in 1 0; do
+			ACCEL_LOG_LEVEL=debug ACCEL_LOG_ALL_RANKS=1 "$ACCEL_CLI" launch -n 2 --nnodes 2 --node-rank $node \
+				--master-addr 127.0.0.1 --master-port "$port" --config "$tmp/h.json" -- \
+				"$prog" --out-ranks "$tmp/h" --steps $STEPS --batch $BATCH \
+				> "$tmp/h$node.log" 2>&1 &
+			eval "pid$node=\$!"
+		done
+		st0=0 st1=0
+		wait "$pid0" || st0=$?
+		wait "$pid1" || st1=$?
+		if [ "$st0" -ne 0 ] || [ "$st1" -ne 0 ]; then
+			fail "HYBRID_SHARD $v: the 2-node job failed ($st0, $st1)"
+			tail -20 "$tmp/h0.log" "$tmp/h1.log"
+			continue
+		fi
+		n=$(cat "$tmp/h0.log" "$tmp/h1.log" | grep -c "HYBRID_SHARD: rank [01] of 2 in the node's shard group, [01] in the replica group")
+		[ "$n" = 4 ] || fail "HYBRID_SHARD $v: $n of 4 ranks report a node shard group of 2"
+		every_rank "$tmp/href" "$tmp/h" 4 "$HRTOL" "HYBRID_SHARD $1 gas $2, 2 nodes x 2 ranks vs ddp world 1"
+	done
+	[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+	exit 0
+fi
+
 [ "$mode" = checks ] || { echo "unknown mode $mode"; exit 2; }
 
 # SGD without clipping: a gradient summed over ranks instead of averaged
@@ -259,7 +299,6 @@ done <<EOF
 "mixed_precision_policy": {"reduce_dtype": "bfloat16"}|fsdp.mixed_precision_policy.reduce_dtype: 'bfloat16' is not implemented
 "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"|fsdp.transformer_cls_names_to_wrap is not set
 "min_num_params": 0|fsdp.min_num_params
-"sharding_strategy": "HYBRID_SHARD"|fsdp.sharding_strategy: HYBRID_SHARD is not implemented
 "cpu_offload": true|fsdp.cpu_offload: true is not implemented
 "use_orig_params": false|fsdp.use_orig_params: false is not implemented
 "forward_prefetch": 1|fsdp.forward_prefetch

@@ -26,7 +26,8 @@ static const accel_param_schema_v1 fsdp_params[] = {
 	    "How program units are grouped into FSDP units (runs of consecutive units): "
 	    "UNIT_WRAP one per program unit; SIZE_BASED_WRAP a run closes at min_num_params "
 	    "elements; TRANSFORMER_BASED_WRAP a unit whose name matches "
-	    "transformer_cls_names_to_wrap starts a run; NO_WRAP one root unit"),
+	    "transformer_cls_names_to_wrap is an FSDP unit of its own (the units between form runs); "
+	    "NO_WRAP one root unit"),
 	KEY(ACCEL_CFG_INT, "min_num_params", "100000000", 1, (double)(1ll << 53), NULL,
 	    "SIZE_BASED_WRAP: elements at which a run of units becomes an FSDP unit"),
 	KEY(ACCEL_CFG_STRING, "transformer_cls_names_to_wrap", NULL, 1, 0, NULL,
@@ -159,10 +160,6 @@ int fsdp_read_config(const accel_host_v1 *H, accel_host *h, fsdp_cfg *c)
 		                "TRANSFORMER_BASED_WRAP but fsdp.transformer_cls_names_to_wrap is "
 		                "not set; name the units to wrap (comma-separated patterns, e.g. "
 		                "\"block*\")");
-	if (c->sharding == FSDP_HYBRID_SHARD)
-		return H->error(h, ACCEL_ERR_CONFIG, "fsdp.sharding_strategy: HYBRID_SHARD is not "
-		                "implemented by accel's fsdp plugin yet; use one of FULL_SHARD, "
-		                "SHARD_GRAD_OP, NO_SHARD");
 	if (c->cpu_offload)
 		return H->error(h, ACCEL_ERR_CONFIG, "fsdp.cpu_offload: true is not implemented "
 		                "by accel's fsdp plugin yet; set it to false (or use strategy zero "
@@ -204,6 +201,13 @@ static int fsdp_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 	}
 	s->W = (uint32_t)s->world.world_size;
 	s->rank = (uint32_t)s->world.rank;
+	s->S = s->W;
+	s->srank = s->rank;
+	if (s->cfg.sharding == FSDP_HYBRID_SHARD && !ACCEL_HOST_HAS(host, group_split)) {
+		free(s);
+		return host->error(h, ACCEL_ERR_ABI, "fsdp.sharding_strategy HYBRID_SHARD needs "
+		                   "groups (ABI 1.3); this host table is older");
+	}
 	host->log(h, ACCEL_LOG_INFO, "sharding_strategy %s", sharding_name(s->cfg.sharding));
 	*ret_state = s;
 	return ACCEL_OK;

@@ -42,6 +42,9 @@ typedef struct fsdp_unit {
 	uint32_t n_entries;
 	accel_bucket_entry_v1 *entries;
 	accel_bucket_v1 desc;
+	accel_bucket_entry_v1 *rentries;  /* HYBRID_SHARD: the trainable runs of the
+	                                     block, for the all-reduce across nodes */
+	accel_bucket_v1 rdesc;
 	void *shard;                      /* own block of the working weights        */
 	void *work;                       /* the gathered flat parameter (or NULL)   */
 	void *grad;                       /* the full flat gradient (or NULL)        */
@@ -59,6 +62,11 @@ typedef struct fsdp_state {
 	fsdp_cfg cfg;
 	const accel_model_v1 *model;
 	uint32_t W, rank, n_state;
+	/* the shard group (HYBRID_SHARD: the node; else the world, NULL) and
+	 * the replica group (HYBRID_SHARD: equal local ranks across nodes) */
+	accel_group *shard_g, *rep_g;
+	uint32_t S, srank;                /* shard group size, rank in it           */
+	uint32_t rrank;                   /* rank in the replica group (0: saves)    */
 	fsdp_unit *units;
 	uint32_t n_units;
 	uint32_t *unit_of;                /* program unit -> FSDP unit               */
@@ -93,6 +101,20 @@ static inline void *fsdp_at(void *base, uint32_t dtype, uint64_t elems)
 
 /* Whether the strategy keeps parameters sharded between uses. */
 #define fsdp_shards_params(s) ((s)->cfg.sharding != FSDP_NO_SHARD)
+
+/* The collectives of the shard group: the world's, or group_* on the node. */
+static inline int fsdp_allgather(fsdp_state *s, const accel_view *send, const accel_view *recv,
+                                 accel_req **ret_req)
+{
+	return s->shard_g ? s->host->group_allgather(s->h, s->shard_g, send, recv, ret_req)
+	                  : s->host->allgather(s->h, send, recv, ret_req);
+}
+
+static inline int fsdp_allreduce_sum(fsdp_state *s, const accel_view *v)
+{
+	return s->shard_g ? s->host->group_allreduce(s->h, s->shard_g, v, v, ACCEL_RED_SUM, NULL)
+	                  : s->host->allreduce(s->h, v, v, ACCEL_RED_SUM, NULL);
+}
 
 /* fsdp.c */
 extern const accel_plugin_desc_v1 fsdp_desc;

@@ -53,6 +53,11 @@ static int walk_tensors(fsdp_state *s, int save)
 			largest = s->pieces[k].numel;
 	if (!(buf = malloc(largest * 4)))
 		return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory staging checkpoint state");
+	/* HYBRID_SHARD: one replica (node 0's ranks) writes the ranges */
+	if (save && s->rrank != 0) {
+		free(buf);
+		return ACCEL_OK;
+	}
 	for (uint32_t k = 0; !r && k < s->n_pieces; k++) {
 		const zero_piece *z = &s->pieces[k];
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, z->param);

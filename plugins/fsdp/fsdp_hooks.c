@@ -61,7 +61,7 @@ static int gather_start(fsdp_state *s, fsdp_unit *f, int async)
 	if (s->gathered_bytes > s->gathered_peak)
 		s->gathered_peak = s->gathered_bytes;
 	trace(s, async ? "prefetch" : "gather", f);
-	return s->host->allgather(s->h, &mine, &all, async ? &f->greq : NULL);
+	return fsdp_allgather(s, &mine, &all, async ? &f->greq : NULL);
 }
 
 static int gather_finish(fsdp_state *s, fsdp_unit *f)
@@ -139,6 +139,12 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 	}
 	accel_view blk = fsdp_view(f->grad_dtype, f->device, f->device_index,
 	                           fsdp_at(f->grad, f->grad_dtype, f->lo), f->block);
+	if (s->rep_g) {
+		/* HYBRID_SHARD: the node's mean block, averaged across nodes */
+		f->rdesc.view.data = blk.data;
+		if ((r = H->reduce_bucket_v2(s->h, &f->rdesc, 0, NULL)))
+			return r;
+	}
 	accel_view acc = fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
 	if ((r = H->op_copy(s->h, &acc, &blk)))
 		return r;
@@ -189,7 +195,7 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 	f->issued = 1;
 	f->desc.view.data = f->grad;
 	trace(s, "reduce", f);
-	if (!fsdp_shards_params(s) || s->W == 1)
+	if (!fsdp_shards_params(s) || s->S == 1)
 		return H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
 	accel_view shard = fsdp_view(f->grad_dtype, f->device, f->device_index,
 	                             fsdp_at(f->grad, f->grad_dtype, f->lo), f->block);
@@ -354,12 +360,13 @@ int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 		total += sq;
 		bad += (double)nf;
 	}
-	/* every element lies in exactly one rank's block (padding is zero) */
-	if (s->W > 1) {
+	/* every element lies in exactly one block of the shard group (padding
+	 * is zero; HYBRID_SHARD's replicas hold the same blocks) */
+	if (s->S > 1) {
 		s->stats[0] = total;
 		s->stats[1] = bad;
 		accel_view sv = fsdp_view(ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, s->stats, 2);
-		if ((r = H->allreduce(s->h, &sv, &sv, ACCEL_RED_SUM, NULL)))
+		if ((r = fsdp_allreduce_sum(s, &sv)))
 			return r;
 		total = s->stats[0];
 		bad = s->stats[1];
@@ -388,9 +395,9 @@ int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, do
 		if ((r = H->op_sumsq_acc(s->h, &v, stats)))
 			return r;
 	}
-	if (s->W > 1) {
+	if (s->S > 1) {
 		accel_view sv = fsdp_view(ACCEL_DTYPE_F64, device, device_index, stats, 1);
-		if ((r = H->allreduce(s->h, &sv, &sv, ACCEL_RED_SUM, NULL)))
+		if ((r = fsdp_allreduce_sum(s, &sv)))
 			return r;
 	}
 	return ACCEL_OK;

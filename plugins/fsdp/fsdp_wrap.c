@@ -37,8 +37,11 @@ void fsdp_release_all(fsdp_state *s)
 		fsdp_free(s, u->acc);
 		free(u->at);
 		free(u->entries);
+		free(u->rentries);
 	}
 	s->store = zero_store_free(s->store);
+	s->shard_g = s->host->group_free(s->h, s->shard_g);
+	s->rep_g = s->host->group_free(s->h, s->rep_g);
 	fsdp_free(s, s->stats);
 	free(s->units);
 	free(s->unit_of);
@@ -183,9 +186,9 @@ static int build_units(fsdp_state *s)
 		}
 		shard_offsets(numel, f->n_params, f->at);
 		free(numel);
-		if (!(f->padded = shard_padded(f->numel, s->W, 1)))
+		if (!(f->padded = shard_padded(f->numel, s->S, 1)))
 			return H->error(s->h, ACCEL_ERR_INVALID_ARG, "FSDP unit %u has no elements", i);
-		shard_block(f->padded, s->W, s->rank, &f->lo, &f->block);
+		shard_block(f->padded, s->S, s->srank, &f->lo, &f->block);
 		for (uint32_t k = 0; k < f->n_params; k++) {
 			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, f->first_param + k);
 			if (p->requires_grad)
@@ -195,7 +198,7 @@ static int build_units(fsdp_state *s)
 		f->desc = (accel_bucket_v1){sizeof(accel_bucket_v1), i,
 		                            fsdp_view(f->grad_dtype, f->device, f->device_index, NULL,
 		                                      f->padded),
-		                            f->n_entries, 0, f->entries, NULL};
+		                            f->n_entries, 0, f->entries, s->shard_g};
 		H->log(s->h, ACCEL_LOG_DEBUG, "FSDP unit %u: units %s..%s (%u), %llu elements, "
 		       "padded %llu", i, m->units[f->first_unit].name,
 		       m->units[f->first_unit + f->n_units - 1].name, f->n_units,
@@ -225,6 +228,24 @@ static int build_pieces(fsdp_state *s)
 		for (uint32_t k = 0; k < f->n_params; k++)
 			numel[k] = ACCEL_MODEL_PARAM(m, f->first_param + k)->numel;
 		uint32_t n = shard_pieces(f->at, numel, f->n_params, f->lo, f->block, sp);
+		if (s->rep_g) {
+			/* HYBRID_SHARD: the block's trainable runs, reduced across nodes */
+			if (!(f->rentries = calloc(n ? n : 1, sizeof(*f->rentries)))) {
+				free(sp);
+				free(numel);
+				return s->host->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
+			}
+			uint32_t ne = 0;
+			for (uint32_t j = 0; j < n; j++)
+				if (ACCEL_MODEL_PARAM(m, f->first_param + sp[j].item)->requires_grad)
+					f->rentries[ne++] = (accel_bucket_entry_v1){
+						f->first_param + sp[j].item, 0, sp[j].item_offset,
+						sp[j].block_offset, sp[j].numel};
+			f->rdesc = (accel_bucket_v1){sizeof(accel_bucket_v1), s->n_units + i,
+			                             fsdp_view(f->grad_dtype, f->device, f->device_index,
+			                                       NULL, f->block),
+			                             ne, 0, f->rentries, s->rep_g};
+		}
 		for (uint32_t j = 0; j < n; j++) {
 			uint32_t k = sp[j].item;
 			if (!ACCEL_MODEL_PARAM(m, f->first_param + k)->requires_grad)
@@ -332,6 +353,22 @@ int fsdp_wrap(void *state)
 	if (s->n_state > ZERO_MAX_STATE)
 		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the optimizer keeps %u state "
 		                "arrays; fsdp supports up to %d", s->n_state, ZERO_MAX_STATE);
+	if (s->cfg.sharding == FSDP_HYBRID_SHARD) {
+		/* shard within the node, replicate across nodes (docs/comm.md) */
+		int32_t sr = 0, sz = 0, rr = 0;
+		if ((r = H->group_split(s->h, NULL, s->world.node_rank, s->world.local_rank,
+		                        &s->shard_g)) ||
+		    (r = H->group_split(s->h, NULL, s->world.local_rank, s->world.node_rank,
+		                        &s->rep_g)) ||
+		    (r = H->group_info(s->h, s->shard_g, &sr, &sz)) ||
+		    (r = H->group_info(s->h, s->rep_g, &rr, NULL)))
+			return r;
+		s->S = (uint32_t)sz;
+		s->srank = (uint32_t)sr;
+		s->rrank = (uint32_t)rr;
+		H->log(s->h, ACCEL_LOG_DEBUG, "HYBRID_SHARD: rank %d of %d in the node's shard group, "
+		       "%d in the replica group", sr, sz, rr);
+	}
 	if ((r = build_units(s)))
 		return r;
 	for (uint32_t i = 0; i < s->n_units; i++)
