@@ -27,6 +27,8 @@
 #           - FULL_SHARD at world 4: the peak of parameter bytes accel
 #             counted (accel_memory_stats) is at most the own shards + the
 #             two largest units (+ one prefetched unit with prefetch on);
+#           - cpu_offload: the same training, masters and optimizer state
+#             counted as offload memory;
 #           - bad configs are refused with messages naming the key and the
 #             allowed values (table-driven).
 #   hybrid: HYBRID_SHARD with two launchers as two nodes of two ranks each
@@ -225,6 +227,30 @@ else
 	echo "ok: sync_module_states false with a rank-dependent init: each rank's block its own"
 fi
 
+# cpu_offload: the same training with master weights and AdamW state in
+# host memory (accel_memory_stats: the offload category holds them, the
+# optimizer and master categories nothing; FULL_SHARD's rank 0 blocks have
+# no padding: exactly 3 f32 arrays of its shard's elements).
+for st in FULL_SHARD NO_SHARD; do
+	cfg "$tmp/c.json" fsdp adamw 4 "\"sharding_strategy\": \"$st\", \"cpu_offload\": true"
+	reference "$tmp/oref" adamw 4 || break
+	runn 3 "$tmp/c.json" "$tmp/off$st" --steps $STEPS --batch $BATCH --memory "$tmp/offm$st" ||
+		{ fail "cpu_offload $st world 3"; tail -20 "$tmp/off$st.log"; continue; }
+	every_rank "$tmp/oref" "$tmp/off$st" 3 "$RTOL" "cpu_offload $st gas 4 world 3 vs ddp world 1"
+	for r in 0 1 2; do
+		# (FULL_SHARD's params are its blocks alone; NO_SHARD adds the whole)
+		res=$(awk -v r=$r -v st=$st '{ v[$1] = $2 } END {
+			ok = v["offload"] > 0 && v["optimizer"] == 0 && v["master"] == 0
+			if (r == 0 && st == "FULL_SHARD" && v["offload"] != 3 * v["params"]) ok = 0
+			printf "%d offload %d optimizer %d master %d params %d", ok, v["offload"], v["optimizer"], v["master"], v["params"] }' \
+			"$tmp/offm$st.$r")
+		case $res in
+		1*) [ "$r" = 0 ] && echo "ok: cpu_offload $st rank 0: ${res#1 }" ;;
+		*) fail "cpu_offload $st rank $r: ${res#0 }" ;;
+		esac
+	done
+done
+
 # The order of gathers and frees.  One training step at world 2 (one sync
 # micro-step), then zero-train's forward-only pass that writes the
 # parameters; rank 0's trace, "EVENT UNIT" per line.  fc1 fc2 fc3 are FSDP
@@ -299,7 +325,6 @@ done <<EOF
 "mixed_precision_policy": {"reduce_dtype": "bfloat16"}|fsdp.mixed_precision_policy.reduce_dtype: 'bfloat16' is not implemented
 "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"|fsdp.transformer_cls_names_to_wrap is not set
 "min_num_params": 0|fsdp.min_num_params
-"cpu_offload": true|fsdp.cpu_offload: true is not implemented
 "use_orig_params": false|fsdp.use_orig_params: false is not implemented
 "forward_prefetch": 1|fsdp.forward_prefetch
 EOF

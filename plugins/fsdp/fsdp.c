@@ -40,7 +40,9 @@ static const accel_param_schema_v1 fsdp_params[] = {
 	KEY(ACCEL_CFG_BOOL, "limit_all_gathers", "true", 1, 0, NULL,
 	    "At most two gathers in flight"),
 	KEY(ACCEL_CFG_BOOL, "cpu_offload", "false", 1, 0, NULL,
-	    "Parameters and optimizer in host memory (not implemented: must stay false)"),
+	    "Master weights and optimizer state in host memory (pinned with parameters on a "
+	    "GPU), the optimizer step on the CPU threads; the parameter shards stay with the "
+	    "parameters"),
 	KEY(ACCEL_CFG_BOOL, "sync_module_states", "true", 1, 0, NULL,
 	    "Broadcast rank 0's initial values (false: each rank keeps the block of its own "
 	    "initial values)"),
@@ -65,7 +67,7 @@ const accel_plugin_desc_v1 fsdp_desc = {
 	.version = "1.0.0",
 	.summary = "Fully sharded data parallel: a flat parameter per wrapped unit, sharded "
 	           "over the ranks, gathered around its forward and backward",
-	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | FSDP_SHARDED_CAPS,
+	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_OFFLOAD | FSDP_SHARDED_CAPS,
 	.state_version = 1,     /* tensors master/, optim/ (canonical names); local/ blobs */
 	.config_section = "fsdp",
 	.params = fsdp_params,
@@ -160,10 +162,6 @@ int fsdp_read_config(const accel_host_v1 *H, accel_host *h, fsdp_cfg *c)
 		                "TRANSFORMER_BASED_WRAP but fsdp.transformer_cls_names_to_wrap is "
 		                "not set; name the units to wrap (comma-separated patterns, e.g. "
 		                "\"block*\")");
-	if (c->cpu_offload)
-		return H->error(h, ACCEL_ERR_CONFIG, "fsdp.cpu_offload: true is not implemented "
-		                "by accel's fsdp plugin yet; set it to false (or use strategy zero "
-		                "with zero_optimization.offload_optimizer.device \"cpu\")");
 	if (!c->use_orig_params)
 		return H->error(h, ACCEL_ERR_CONFIG, "fsdp.use_orig_params: false is not "
 		                "implemented (accel binds every parameter to its view in the flat "
@@ -230,6 +228,7 @@ static int fsdp_instance_caps(void *state, uint32_t *ret_caps)
 {
 	fsdp_state *s = state;
 	*ret_caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT |
+	            (s->cfg.cpu_offload ? (uint32_t)ACCEL_CAP_OFFLOAD : 0u) |
 	            (s->cfg.sharding == FSDP_NO_SHARD ? 0u : (uint32_t)FSDP_SHARDED_CAPS);
 	return ACCEL_OK;
 }

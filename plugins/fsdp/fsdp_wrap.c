@@ -254,7 +254,7 @@ static int build_pieces(fsdp_state *s)
 				f->first_param + k, f->grad_dtype, sp[j].item_offset, sp[j].numel,
 				fsdp_at(f->shard, f->dtype, sp[j].block_offset),
 				fsdp_at(f->acc, f->grad_dtype, sp[j].block_offset),
-				f->dtype == ACCEL_DTYPE_F32, 0};
+				f->dtype == ACCEL_DTYPE_F32 && !s->cfg.cpu_offload, 0};
 			s->piece_at[s->n_pieces++] = at;
 			at += sp[j].numel;
 		}
@@ -380,12 +380,13 @@ int fsdp_wrap(void *state)
 	                      ACCEL_MEMF_COMM, (void **)&s->stats)))
 		return r;
 	zero_store_opts o = {
-		.place = ZERO_PLACE_DEVICE,
+		.place = s->cfg.cpu_offload ? ZERO_PLACE_CPU : ZERO_PLACE_DEVICE,
 		.n_state = s->n_state,
 		.device = s->units[0].device,
 		.device_index = s->units[0].device_index,
 		.sub_group_size = 1000000000,
 		.buffer_count = 2,
+		.pin_memory = s->units[0].device != ACCEL_DEVICE_CPU,
 	};
 	zero_aio_opts_default(&o.aio);
 	if ((r = zero_store_new(H, s->h, &o, s->pieces, s->n_pieces, &s->store)) ||
