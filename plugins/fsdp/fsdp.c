@@ -53,7 +53,8 @@ static const accel_param_schema_v1 fsdp_params[] = {
 	KEY(ACCEL_CFG_BOOL, "use_orig_params", "true", 1, 0, NULL,
 	    "Parameters are bound to their views in the flat parameter (accel always does)"),
 	KEY(ACCEL_CFG_ENUM, "mixed_precision_policy.reduce_dtype", "\"none\"", 1, 0,
-	    REDUCE_DTYPES, "dtype gradients are reduced in (none: the gradient dtype)"),
+	    REDUCE_DTYPES, "dtype gradients cross ranks in (none: each parameter's "
+	    "reduce_dtype, by default its gradient dtype); the reduced values are cast back"),
 };
 
 #define FSDP_SHARDED_CAPS                                                          \
@@ -166,11 +167,8 @@ int fsdp_read_config(const accel_host_v1 *H, accel_host *h, fsdp_cfg *c)
 		return H->error(h, ACCEL_ERR_CONFIG, "fsdp.use_orig_params: false is not "
 		                "implemented (accel binds every parameter to its view in the flat "
 		                "parameter); set it to true");
-	if (red > 1)
-		return H->error(h, ACCEL_ERR_CONFIG, "fsdp.mixed_precision_policy.reduce_dtype: "
-		                "'%s' is not implemented yet (gradients are reduced in their own "
-		                "dtype); use \"none\" or \"float32\"",
-		                red == 2 ? "float16" : "bfloat16");
+	static const uint32_t red_dtypes[] = {0, ACCEL_DTYPE_F32, ACCEL_DTYPE_F16, ACCEL_DTYPE_BF16};
+	c->reduce_dtype = red_dtypes[red];
 	return ACCEL_OK;
 }
 

@@ -29,12 +29,17 @@ typedef struct fsdp_cfg {
 	const char *cls_names;            /* comma-separated name patterns          */
 	int32_t forward_prefetch, limit_all_gathers, cpu_offload;
 	int32_t sync_module_states, use_orig_params;
+	uint32_t reduce_dtype;            /* ACCEL_DTYPE_*, 0: per parameter         */
 } fsdp_cfg;
 
 typedef struct fsdp_unit {
 	uint32_t first_unit, n_units;     /* program units of this FSDP unit         */
 	uint32_t first_param, n_params;
 	uint32_t dtype, grad_dtype;       /* uniform over the unit                   */
+	uint32_t red_dtype;               /* dtype the gradient crosses ranks in     */
+	uint32_t reserved;
+	void *rbuf;                       /* the gradient cast to red_dtype, while a
+	                                     reduction in another dtype is in flight */
 	int32_t device, device_index;
 	uint64_t numel, padded, block, lo;/* flat size, padded size, own block       */
 	uint64_t *at;                     /* n_params: offset of each in the flat    */

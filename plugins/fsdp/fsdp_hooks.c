@@ -137,8 +137,12 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 		if ((r = H->wait(s->h, q)))
 			return r;
 	}
-	accel_view blk = fsdp_view(f->grad_dtype, f->device, f->device_index,
-	                           fsdp_at(f->grad, f->grad_dtype, f->lo), f->block);
+	/* the reduced block: in the gradient buffer, or in the reduce-dtype
+	 * copy, cast back below */
+	accel_view blk = f->rbuf ? fsdp_view(f->red_dtype, f->device, f->device_index,
+	                                     fsdp_at(f->rbuf, f->red_dtype, f->lo), f->block)
+	                         : fsdp_view(f->grad_dtype, f->device, f->device_index,
+	                                     fsdp_at(f->grad, f->grad_dtype, f->lo), f->block);
 	if (s->rep_g) {
 		/* HYBRID_SHARD: the node's mean block, averaged across nodes */
 		f->rdesc.view.data = blk.data;
@@ -148,6 +152,8 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 	accel_view acc = fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
 	if ((r = H->op_copy(s->h, &acc, &blk)))
 		return r;
+	fsdp_free(s, f->rbuf);
+	f->rbuf = NULL;
 	if (fsdp_shards_params(s)) {
 		if (!f->in_backward && (r = bind_unit(s, f, 0)))
 			return r;
@@ -194,11 +200,25 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 		return r;
 	f->issued = 1;
 	f->desc.view.data = f->grad;
+	if (f->red_dtype != f->grad_dtype) {
+		/* reduced in another dtype: a cast copy crosses ranks
+		 * (MixedPrecision's reduce_dtype); finish_reduce casts back */
+		accel_view g = fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad,
+		                         f->padded);
+		if ((r = fsdp_alloc(s, ACCEL_MEM_BUFFERS, f,
+		                    f->padded * accel_abi_dtype_size(f->red_dtype), ACCEL_MEMF_COMM,
+		                    &f->rbuf)))
+			return r;
+		f->desc.view.data = f->rbuf;
+		accel_view rv = f->desc.view;
+		if ((r = H->op_copy(s->h, &rv, &g)))
+			return r;
+	}
 	trace(s, "reduce", f);
 	if (!fsdp_shards_params(s) || s->S == 1)
 		return H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
-	accel_view shard = fsdp_view(f->grad_dtype, f->device, f->device_index,
-	                             fsdp_at(f->grad, f->grad_dtype, f->lo), f->block);
+	accel_view shard = fsdp_view(f->red_dtype, f->device, f->device_index,
+	                             fsdp_at(f->desc.view.data, f->red_dtype, f->lo), f->block);
 	return H->reduce_scatter_bucket(s->h, &f->desc, &shard, 0, &f->req);
 }
 

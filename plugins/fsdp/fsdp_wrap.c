@@ -35,6 +35,7 @@ void fsdp_release_all(fsdp_state *s)
 		fsdp_free(s, u->work);
 		fsdp_free(s, u->grad);
 		fsdp_free(s, u->acc);
+		fsdp_free(s, u->rbuf);
 		free(u->at);
 		free(u->entries);
 		free(u->rentries);
@@ -181,9 +182,27 @@ static int build_units(fsdp_state *s)
 		}
 		for (uint32_t k = 0; k < f->n_params; k++) {
 			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, f->first_param + k);
+			uint32_t rd = s->cfg.reduce_dtype ? s->cfg.reduce_dtype
+			              : ACCEL_STRUCT_HAS(p, accel_param_info_v1, reduce_dtype) &&
+			                                p->reduce_dtype
+			                        ? p->reduce_dtype
+			                        : fsdp_grad_dtype(p);
 			numel[k] = p->numel;
+			if (p->requires_grad && f->trainable && rd != f->red_dtype) {
+				free(numel);
+				return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "FSDP unit %u: parameter "
+				                "'%s' is reduced in %s, an earlier one in %s; fsdp reduces "
+				                "a unit's flat gradient in one dtype: register them in "
+				                "separate units or set "
+				                "fsdp.mixed_precision_policy.reduce_dtype", i, p->name,
+				                accel_abi_dtype_name(rd), accel_abi_dtype_name(f->red_dtype));
+			}
+			if (p->requires_grad && !f->trainable)
+				f->red_dtype = rd;
 			f->trainable |= p->requires_grad != 0;
 		}
+		if (!f->trainable)
+			f->red_dtype = f->grad_dtype;
 		shard_offsets(numel, f->n_params, f->at);
 		free(numel);
 		if (!(f->padded = shard_padded(f->numel, s->S, 1)))
@@ -196,7 +215,7 @@ static int build_units(fsdp_state *s)
 					f->first_param + k, 0, 0, f->at[k], p->numel};
 		}
 		f->desc = (accel_bucket_v1){sizeof(accel_bucket_v1), i,
-		                            fsdp_view(f->grad_dtype, f->device, f->device_index, NULL,
+		                            fsdp_view(f->red_dtype, f->device, f->device_index, NULL,
 		                                      f->padded),
 		                            f->n_entries, 0, f->entries, s->shard_g};
 		H->log(s->h, ACCEL_LOG_DEBUG, "FSDP unit %u: units %s..%s (%u), %llu elements, "
@@ -242,7 +261,7 @@ static int build_pieces(fsdp_state *s)
 						f->first_param + sp[j].item, 0, sp[j].item_offset,
 						sp[j].block_offset, sp[j].numel};
 			f->rdesc = (accel_bucket_v1){sizeof(accel_bucket_v1), s->n_units + i,
-			                             fsdp_view(f->grad_dtype, f->device, f->device_index,
+			                             fsdp_view(f->red_dtype, f->device, f->device_index,
 			                                       NULL, f->block),
 			                             ne, 0, f->rentries, s->rep_g};
 		}
