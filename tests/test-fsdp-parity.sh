@@ -27,6 +27,8 @@
 #           - FULL_SHARD at world 4: the peak of parameter bytes accel
 #             counted (accel_memory_stats) is at most the own shards + the
 #             two largest units (+ one prefetched unit with prefetch on);
+#           - bf16 weights and gradients: each strategy bitwise equal to
+#             ddp at world 2;
 #           - mixed_precision_policy.reduce_dtype bfloat16: every strategy
 #             bitwise the same at world 2, bf16 rounding away from f32;
 #           - cpu_offload: the same training, masters and optimizer state
@@ -251,6 +253,19 @@ for st in FULL_SHARD NO_SHARD; do
 		*) fail "cpu_offload $st rank $r: ${res#0 }" ;;
 		esac
 	done
+done
+
+# bf16 working weights and gradients (f32 masters): at world 2 without
+# accumulation every strategy computes what ddp at world 2 does (the same
+# bf16 reductions, the same f32 masters): bitwise (observed 0 difference).
+cfg "$tmp/c.json" ddp adamw 1 ""
+runn 2 "$tmp/c.json" "$tmp/bfddp" --steps $STEPS --batch $BATCH --dtype bf16 ||
+	{ fail "bf16 ddp world 2"; tail -20 "$tmp/bfddp.log"; }
+for st in $STRATS; do
+	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"$st\""
+	runn 2 "$tmp/c.json" "$tmp/bf$st" --steps $STEPS --batch $BATCH --dtype bf16 ||
+		{ fail "bf16 $st world 2"; tail -20 "$tmp/bf$st.log"; continue; }
+	every_rank "$tmp/bfddp.0" "$tmp/bf$st" 2 0 "bf16 $st world 2 vs ddp world 2 (bitwise)"
 done
 
 # mixed_precision_policy.reduce_dtype bfloat16 with f32 gradients: the
