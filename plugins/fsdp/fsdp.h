@@ -6,7 +6,8 @@
  * units.  An FSDP unit's parameters lie back to back in one flat space
  * (the flat parameter), padded to a multiple of the world size and cut into
  * `world` equal blocks (plugins/shard); rank r owns block r.  The trainable
- * runs inside a rank's blocks are its `pieces`, for which the optimizer
+ * runs inside a rank's blocks are its `pieces` (NO_SHARD: every trainable
+ * parameter whole, stepped in place as ddp does), for which the optimizer
  * store (plugins/zero/zero_store.h, linked from its source) keeps masters
  * and optimizer state. */
 #ifndef ACCEL_FSDP_H
@@ -78,6 +79,7 @@ typedef struct fsdp_state {
 	uint8_t *unit_done;               /* program units: post_backward seen       */
 	zero_piece *pieces;
 	uint64_t *piece_at;
+	uint32_t *piece_unit;             /* the FSDP unit of each piece             */
 	uint32_t n_pieces;
 	zero_store *store;
 	double *stats;

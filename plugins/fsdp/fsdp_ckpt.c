@@ -59,26 +59,40 @@ static int walk_tensors(fsdp_state *s, int save)
 		return ACCEL_OK;
 	}
 	for (uint32_t k = 0; !r && k < s->n_pieces; k++) {
-		const zero_piece *z = &s->pieces[k];
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, z->param);
+		zero_piece z = s->pieces[k];
+		uint64_t zat = s->piece_at[k];
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, z.param);
 		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
 		for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
 			shape[d] = (uint64_t)p->shape[d];
-		accel_view hv = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, buf, z->numel);
+		if (save && !fsdp_shards_params(s)) {
+			/* NO_SHARD: every rank holds the whole; each writes the part
+			 * of the parameter inside its block of the flat parameter */
+			const fsdp_unit *f = &s->units[s->piece_unit[k]];
+			uint64_t a = f->at[z.param - f->first_param], b = a + z.numel;
+			uint64_t lo = f->lo > a ? f->lo : a;
+			uint64_t hi = f->lo + f->block < b ? f->lo + f->block : b;
+			if (hi <= lo)
+				continue;
+			z.param_offset = lo - a;
+			z.numel = hi - lo;
+			zat += lo - a;
+		}
+		accel_view hv = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, buf, z.numel);
 		for (uint32_t a = 0; !r && a <= s->n_state; a++) {
 			if ((r = tensor_name(s, p, a, name, sizeof(name))))
 				break;
 			if (save) {
-				if ((r = zero_store_read(s->store, a, s->piece_at[k], &hv)))
+				if ((r = zero_store_read(s->store, a, zat, &hv)))
 					break;
 				accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_F32, p->ndim, 0, name,
-				                          shape, z->param_offset, z->numel, buf};
+				                          shape, z.param_offset, z.numel, buf};
 				r = H->ckpt_write_tensor(s->h, s->ckpt_w, &sl);
 			} else {
 				r = H->ckpt_read_tensor(s->h, s->ckpt_r, name, ACCEL_DTYPE_F32,
-				                        z->param_offset, z->numel, buf);
+				                        z.param_offset, z.numel, buf);
 				if (!r)
-					r = zero_store_write(s->store, a, s->piece_at[k], &hv);
+					r = zero_store_write(s->store, a, zat, &hv);
 			}
 		}
 	}

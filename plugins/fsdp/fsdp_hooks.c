@@ -149,20 +149,30 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 		if ((r = H->reduce_bucket_v2(s->h, &f->rdesc, 0, NULL)))
 			return r;
 	}
+	if (!fsdp_shards_params(s)) {
+		/* NO_SHARD: the mean is in the flat gradient the store steps
+		 * (cast back from a reduce-dtype copy) */
+		if (f->rbuf) {
+			accel_view all = fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad,
+			                           f->padded);
+			accel_view rall = fsdp_view(f->red_dtype, f->device, f->device_index, f->rbuf,
+			                            f->padded);
+			r = H->op_copy(s->h, &all, &rall);
+			fsdp_free(s, f->rbuf);
+			f->rbuf = NULL;
+		}
+		return r;
+	}
 	accel_view acc = fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
 	if ((r = H->op_copy(s->h, &acc, &blk)))
 		return r;
 	fsdp_free(s, f->rbuf);
 	f->rbuf = NULL;
-	if (fsdp_shards_params(s)) {
-		if (!f->in_backward && (r = bind_unit(s, f, 0)))
-			return r;
-		fsdp_free(s, f->grad);
-		f->grad = NULL;
-		return ACCEL_OK;
-	}
-	accel_view all = fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad, f->padded);
-	return H->op_fill(s->h, &all, 0);
+	if (!f->in_backward && (r = bind_unit(s, f, 0)))
+		return r;
+	fsdp_free(s, f->grad);
+	f->grad = NULL;
+	return ACCEL_OK;
 }
 
 static int drain(fsdp_state *s, const fsdp_unit *except)
@@ -195,8 +205,10 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 			                s->model->units[f->first_unit].name);
 		return H->error(s->h, ACCEL_ERR_INTERNAL, "fsdp: NO_SHARD unit without gradient");
 	}
-	/* one reduction in flight: finish the earlier ones first */
-	if ((r = drain(s, f)))
+	/* sharded: one reduction in flight, finish the earlier ones first (each
+	 * frees a full gradient); NO_SHARD: all in flight until the end of the
+	 * micro-step, as ddp's buckets */
+	if (fsdp_shards_params(s) && (r = drain(s, f)))
 		return r;
 	f->issued = 1;
 	f->desc.view.data = f->grad;
@@ -360,6 +372,15 @@ int fsdp_reduce(void *state)
 
 /* ---- clipping statistics, step ----------------------------------------------------- */
 
+/* The reduced gradient this rank holds: its block (sharded), or the whole
+ * flat gradient (NO_SHARD: the same on every rank). */
+static accel_view reduced_view(fsdp_state *s, fsdp_unit *f)
+{
+	if (!fsdp_shards_params(s))
+		return fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad, f->padded);
+	return fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+}
+
 int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 {
 	fsdp_state *s = state;
@@ -370,7 +391,7 @@ int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 		fsdp_unit *f = &s->units[i];
 		if (!f->trainable)
 			continue;
-		accel_view v = fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+		accel_view v = reduced_view(s, f);
 		double sq = 0;
 		uint64_t nf = 0;
 		if ((r = H->op_sumsq(s->h, &v, &sq)))
@@ -382,7 +403,7 @@ int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 	}
 	/* every element lies in exactly one block of the shard group (padding
 	 * is zero; HYBRID_SHARD's replicas hold the same blocks) */
-	if (s->S > 1) {
+	if (s->S > 1 && fsdp_shards_params(s)) {
 		s->stats[0] = total;
 		s->stats[1] = bad;
 		accel_view sv = fsdp_view(ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, s->stats, 2);
@@ -411,11 +432,11 @@ int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, do
 		fsdp_unit *f = &s->units[i];
 		if (!f->trainable)
 			continue;
-		accel_view v = fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+		accel_view v = reduced_view(s, f);
 		if ((r = H->op_sumsq_acc(s->h, &v, stats)))
 			return r;
 	}
-	if (s->S > 1) {
+	if (s->S > 1 && fsdp_shards_params(s)) {
 		accel_view sv = fsdp_view(ACCEL_DTYPE_F64, device, device_index, stats, 1);
 		if ((r = fsdp_allreduce_sum(s, &sv)))
 			return r;
@@ -423,20 +444,17 @@ int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, do
 	return ACCEL_OK;
 }
 
-/* NO_SHARD: every rank's updated block to every rank, and the whole flat
- * parameter and gradient bound.  Sharded: nothing (gathered when used). */
+/* NO_SHARD: the whole flat parameter and gradient bound (every rank
+ * stepped the same values in place).  Sharded: nothing (gathered when
+ * used). */
 int fsdp_publish(fsdp_state *s)
 {
 	int r;
 	if (fsdp_shards_params(s))
 		return ACCEL_OK;
-	for (uint32_t i = 0; i < s->n_units; i++) {
-		fsdp_unit *f = &s->units[i];
-		accel_view all = fsdp_view(f->dtype, f->device, f->device_index, f->work, f->padded);
-		accel_view mine = fsdp_view(f->dtype, f->device, f->device_index, f->shard, f->block);
-		if ((r = s->host->allgather(s->h, &mine, &all, NULL)) || (r = bind_unit(s, f, 1)))
+	for (uint32_t i = 0; i < s->n_units; i++)
+		if ((r = bind_unit(s, &s->units[i], 1)))
 			return r;
-	}
 	return ACCEL_OK;
 }
 
@@ -446,16 +464,19 @@ int fsdp_step(void *state, const accel_step_info_v1 *info)
 	const double *gsd = ACCEL_STRUCT_HAS(info, accel_step_info_v1, grad_scale_dev)
 	                            ? info->grad_scale_dev
 	                            : NULL;
+	int keep = info->struct_size >= offsetof(accel_step_info_v1, flags) + sizeof(info->flags) &&
+	           (info->flags & ACCEL_STEP_KEEP_GRADS);
 	int r;
-	if (!info->skip && ((r = zero_store_step(s->store, info->grad_scale, gsd)) ||
-	                    (r = fsdp_publish(s))))
+	if (!info->skip && (r = zero_store_step(s->store, info->grad_scale, gsd)))
 		return r;
+	/* the reduced gradients start again from zero (NO_SHARD: unless the
+	 * core keeps the gradients) */
 	for (uint32_t i = 0; i < s->n_units; i++) {
 		fsdp_unit *f = &s->units[i];
 		f->issued = 0;
-		if (!f->trainable)
+		if (!f->trainable || (!fsdp_shards_params(s) && keep))
 			continue;
-		accel_view a = fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+		accel_view a = reduced_view(s, f);
 		if ((r = s->host->op_fill(s->h, &a, 0)))
 			return r;
 	}
@@ -478,7 +499,7 @@ int fsdp_materialize(void *state, uint32_t unit, uint32_t flags)
 			f->materialized = 1;
 	}
 	if (flags & ACCEL_MATERIALIZE_RELEASE) {
-		if ((flags & ACCEL_MATERIALIZE_WRITEBACK) && f->gathered) {
+		if ((flags & ACCEL_MATERIALIZE_WRITEBACK) && f->gathered && fsdp_shards_params(s)) {
 			accel_view mine = fsdp_view(f->dtype, f->device, f->device_index,
 			                            fsdp_at(f->work, f->dtype, f->lo), f->block);
 			accel_view sh = fsdp_view(f->dtype, f->device, f->device_index, f->shard,

@@ -49,6 +49,7 @@ void fsdp_release_all(fsdp_state *s)
 	free(s->unit_done);
 	free(s->pieces);
 	free(s->piece_at);
+	free(s->piece_unit);
 	s->units = NULL;
 	s->stats = NULL;
 }
@@ -236,7 +237,8 @@ static int build_pieces(fsdp_state *s)
 	uint64_t *numel = calloc(cap, sizeof(uint64_t));
 	s->pieces = calloc(cap, sizeof(*s->pieces));
 	s->piece_at = calloc(cap, sizeof(uint64_t));
-	if (!sp || !numel || !s->pieces || !s->piece_at) {
+	s->piece_unit = calloc(cap, sizeof(uint32_t));
+	if (!sp || !numel || !s->pieces || !s->piece_at || !s->piece_unit) {
 		free(sp);
 		free(numel);
 		return s->host->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
@@ -265,10 +267,29 @@ static int build_pieces(fsdp_state *s)
 			                                       NULL, f->block),
 			                             ne, 0, f->rentries, s->rep_g};
 		}
+		if (!fsdp_shards_params(s)) {
+			/* NO_SHARD: every rank steps every parameter whole, in place
+			 * (ddp's arithmetic); checkpoints write the block's ranges */
+			for (uint32_t k = 0; k < f->n_params; k++) {
+				const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, f->first_param + k);
+				if (!p->requires_grad)
+					continue;
+				s->pieces[s->n_pieces] = (zero_piece){
+					f->first_param + k, f->grad_dtype, 0, p->numel,
+					fsdp_at(f->work, f->dtype, f->at[k]),
+					fsdp_at(f->grad, f->grad_dtype, f->at[k]),
+					f->dtype == ACCEL_DTYPE_F32 && !s->cfg.cpu_offload, 0};
+				s->piece_unit[s->n_pieces] = i;
+				s->piece_at[s->n_pieces++] = at;
+				at += p->numel;
+			}
+			continue;
+		}
 		for (uint32_t j = 0; j < n; j++) {
 			uint32_t k = sp[j].item;
 			if (!ACCEL_MODEL_PARAM(m, f->first_param + k)->requires_grad)
 				continue;
+			s->piece_unit[s->n_pieces] = i;
 			s->pieces[s->n_pieces] = (zero_piece){
 				f->first_param + k, f->grad_dtype, sp[j].item_offset, sp[j].numel,
 				fsdp_at(f->shard, f->dtype, sp[j].block_offset),
@@ -287,13 +308,15 @@ static int alloc_unit(fsdp_state *s, fsdp_unit *f)
 {
 	uint64_t wsz = accel_abi_dtype_size(f->dtype), gsz = accel_abi_dtype_size(f->grad_dtype);
 	int r;
-	if ((r = fsdp_alloc(s, ACCEL_MEM_PARAMS, f, f->block * wsz,
-	                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->shard)))
-		return r;
-	if (f->trainable && (r = fsdp_alloc(s, ACCEL_MEM_GRADS, f, f->block * gsz,
-	                                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->acc)))
-		return r;
-	if (s->cfg.sharding == FSDP_NO_SHARD) {
+	if (fsdp_shards_params(s)) {
+		/* the own block of the weights and of the reduced gradient */
+		if ((r = fsdp_alloc(s, ACCEL_MEM_PARAMS, f, f->block * wsz,
+		                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->shard)))
+			return r;
+		if (f->trainable && (r = fsdp_alloc(s, ACCEL_MEM_GRADS, f, f->block * gsz,
+		                                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->acc)))
+			return r;
+	} else {
 		/* NO_SHARD: the flat parameter and gradient stay whole */
 		if ((r = fsdp_alloc(s, ACCEL_MEM_PARAMS, f, f->padded * wsz,
 		                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->work)))
@@ -307,7 +330,8 @@ static int alloc_unit(fsdp_state *s, fsdp_unit *f)
 }
 
 /* Every parameter whole in f32 from its init (rank 0's, broadcast, with
- * sync_module_states); the rank's block into its shard and the masters. */
+ * sync_module_states); the rank's block into its shard (NO_SHARD: the whole
+ * into the flat parameter) and the masters. */
 static int init_values(fsdp_state *s)
 {
 	const accel_host_v1 *H = s->host;
@@ -337,7 +361,12 @@ static int init_values(fsdp_state *s)
 			uint64_t a = f->at[k], b = a + p->numel;
 			uint64_t lo = f->lo > a ? f->lo : a;
 			uint64_t hi = f->lo + f->block < b ? f->lo + f->block : b;
-			if (hi > lo) {
+			if (!fsdp_shards_params(s)) {
+				accel_view dst = fsdp_view(f->dtype, f->device, f->device_index,
+				                           fsdp_at(f->work, f->dtype, a), p->numel);
+				if ((r = H->op_copy(s->h, &dst, &v)))
+					break;
+			} else if (hi > lo) {
 				accel_view src = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
 				                           tmp + (lo - a), hi - lo);
 				accel_view dst = fsdp_view(f->dtype, f->device, f->device_index,
