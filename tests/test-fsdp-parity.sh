@@ -20,6 +20,7 @@
 #             values on every rank after accel_prepare with
 #             sync_module_states (default), and not without it (FULL_SHARD:
 #             each rank keeps the block of its own values);
+#           - the FSDP units each wrap policy makes;
 #           - the order of gathers, prefetches, reductions and frees per
 #             FSDP unit (the plugin's debug trace) for each backward_prefetch
 #             and forward_prefetch, FULL_SHARD and SHARD_GRAD_OP, against
@@ -285,6 +286,19 @@ for st in NO_SHARD FULL_SHARD SHARD_GRAD_OP; do
 	if "$prog" --compare "$tmp/bref" "$tmp/rbf$st.0" --rtol 1e-5 > /dev/null 2>&1; then
 		fail "reduce_dtype bfloat16 $st: within 1e-5 of the f32 run (no bf16 reduction?)"
 	fi
+done
+
+# The wrapping each policy gives (the debug line per FSDP unit), as the
+# matrix's header says: "first..last" per FSDP unit.
+for v in "UNIT_WRAP|fc1..fc1 fc2..fc2 fc3..fc3" "NO_WRAP|fc1..fc3" \
+	"SIZE_BASED_WRAP|fc1..fc2 fc3..fc3" "TRANSFORMER_BASED_WRAP|fc1..fc1 fc2..fc3"; do
+	wr=${v%%|*} want=${v#*|}
+	cfg "$tmp/c.json" fsdp adamw 1 "$(wrap_json $wr)"
+	ACCEL_LOG_LEVEL=debug runn 2 "$tmp/c.json" "$tmp/wrap" --steps 0 --batch $BATCH ||
+		{ fail "wrap $wr: run failed"; tail -20 "$tmp/wrap.log"; continue; }
+	got=$(grep '^\[rank 0\].*fsdp: FSDP unit [0-9]*: units ' "$tmp/wrap.log" |
+		sed 's/.*: units \([^ ]*\) .*/\1/' | tr '\n' ' ' | sed 's/ $//')
+	[ "$got" = "$want" ] && echo "ok: wrap $wr: $got" || fail "wrap $wr: got '$got', expected '$want'"
 done
 
 # The order of gathers and frees.  One training step at world 2 (one sync
