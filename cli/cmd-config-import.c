@@ -260,11 +260,14 @@ static int map_acc_deepspeed(accelp_import *imp, json_t *dc, const char *yaml_pa
 
 static int map_acc_fsdp(accelp_import *imp, json_t *fc)
 {
-	/* what accel decides from the program's units, or torch-only */
+	/* torch-only settings */
 	static const char *const torch_only[] = {
-		"fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params",
-		"fsdp_use_orig_params", "fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states",
-		"fsdp_activation_checkpointing", "fsdp_version", NULL};
+		"fsdp_cpu_ram_efficient_loading", "fsdp_activation_checkpointing", "fsdp_version", NULL};
+	/* Accelerate's names that are not the fsdp plugin's key without the
+	 * prefix (FullyShardedDataParallelPlugin's own field names) */
+	static const char *const renamed[][2] = {
+		{"fsdp_transformer_layer_cls_to_wrap", "transformer_cls_names_to_wrap"},
+		{"fsdp_offload_params", "cpu_offload"}};
 	static const char *const strategies[] = {NULL, "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD",
 	                                         "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
 	const char *k;
@@ -283,13 +286,34 @@ static int map_acc_fsdp(accelp_import *imp, json_t *fc)
 			note_value(imp->unsupported, from, v, "not an fsdp_* setting");
 			continue;
 		}
+		const char *to = k + 5;
+		for (size_t i = 0; i < sizeof(renamed) / sizeof(renamed[0]); i++)
+			if (!strcmp(k, renamed[i][0]))
+				to = renamed[i][1];
 		json_t *val = json_incref(v);
+		if (!strcmp(k, "fsdp_transformer_layer_cls_to_wrap") && json_is_array(v)) {
+			/* a list of class names: the plugin's comma-separated patterns */
+			char names[1024] = "";
+			size_t i, at = 0;
+			json_t *e;
+			json_array_foreach(v, i, e) {
+				if (!json_is_string(e))
+					continue;
+				int n = snprintf(names + at, sizeof(names) - at, "%s%s", at ? "," : "",
+				                 json_string_value(e));
+				if (n < 0 || (size_t)n >= sizeof(names) - at)
+					break;
+				at += (size_t)n;
+			}
+			json_decref(val);
+			val = json_string(names);
+		}
 		if (!strcmp(k, "fsdp_sharding_strategy") && json_is_integer(v) &&
 		    json_integer_value(v) >= 1 && json_integer_value(v) <= 5) {
 			json_decref(val);
 			val = json_string(strategies[json_integer_value(v)]);
 		}
-		int r = accelp_import_section_value(imp, from, "fsdp", k + 5, val);
+		int r = val ? accelp_import_section_value(imp, from, "fsdp", to, val) : ACCEL_ERR_NOMEM;
 		json_decref(val);
 		if (r)
 			return r;

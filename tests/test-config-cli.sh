@@ -25,11 +25,12 @@ export HOME="$tmp"
 cd "$tmp"
 command -v python3 >/dev/null 2>&1 || { echo "skipped: no python3"; exit 77; }
 # The installed strategies are ddp, and the fixture named zero where a
-# check installs one: the zero plugin the build makes too is taken off the
-# search path, and checked on its own at the end.
+# check installs one: the zero and fsdp plugins the build makes too are
+# taken off the search path, and checked on their own.
 zero_dir=$ACCEL_TEST_BUILDDIR/plugins/zero
+fsdp_dir=$ACCEL_TEST_BUILDDIR/plugins/fsdp
 ACCEL_PLUGIN_PATH=$(printf '%s\n' "$ACCEL_PLUGIN_PATH" | tr ':' '\n' | grep -vxF "$zero_dir" |
-	paste -sd: -)
+	grep -vxF "$fsdp_dir" | paste -sd: -)
 export ACCEL_PLUGIN_PATH
 
 fail() {
@@ -145,13 +146,23 @@ if [ "$part" = accelerate ]; then
 	run 1 config import-accelerate "$data/accelerate-fsdp.yaml" -o fsdp.json
 	has err "distributed_type FSDP selects strategy 'fsdp', which is not installed (plugins found: ddp"
 	has err "fsdp_config.fsdp_sharding_strategy -> fsdp.sharding_strategy = \"FULL_SHARD\""
-	has err "not supported, left out: fsdp_config.fsdp_transformer_layer_cls_to_wrap = \"LlamaDecoderLayer\""
-	has err "not supported, left out: fsdp_config.fsdp_use_orig_params = true"
+	has err "fsdp_config.fsdp_transformer_layer_cls_to_wrap -> fsdp.transformer_cls_names_to_wrap = \"LlamaDecoderLayer\""
+	has err "fsdp_config.fsdp_offload_params -> fsdp.cpu_offload = false"
+	has err "not supported, left out: fsdp_config.fsdp_cpu_ram_efficient_loading = true"
 	json fsdp.json 'c["strategy"] == "fsdp"' 'c["fsdp"]["sharding_strategy"] == "FULL_SHARD"' \
 		'c["fsdp"]["backward_prefetch"] == "BACKWARD_PRE"' \
 		'c["fsdp"]["state_dict_type"] == "SHARDED_STATE_DICT"' \
-		'c["fsdp"]["offload_params"] is False' 'c["mixed_precision"] == "bf16"' \
-		'"use_orig_params" not in c["fsdp"]'
+		'c["fsdp"]["cpu_offload"] is False' 'c["mixed_precision"] == "bf16"' \
+		'c["fsdp"]["use_orig_params"] is True' 'c["fsdp"]["sync_module_states"] is True' \
+		'c["fsdp"]["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"' \
+		'c["fsdp"]["transformer_cls_names_to_wrap"] == "LlamaDecoderLayer"'
+	# with the fsdp plugin installed: every mapped key is one of its keys
+	if [ -e "$fsdp_dir/fsdp.so" ]; then
+		ACCEL_PLUGIN_PATH=$fsdp_dir:$ACCEL_PLUGIN_PATH run 0 config import-accelerate \
+			"$data/accelerate-fsdp.yaml" -o fsdp2.json
+		grep -q "has no key" "$tmp/err" && fail "fsdp keys unknown to the fsdp plugin: $(grep 'has no key' "$tmp/err")"
+		ACCEL_PLUGIN_PATH=$fsdp_dir:$ACCEL_PLUGIN_PATH run 0 config validate fsdp2.json
+	fi
 	# bad input: not YAML, not a mapping, missing
 	printf 'a: [1, 2\n' >bad.yaml
 	run 1 config import-accelerate bad.yaml

@@ -1,0 +1,517 @@
+/* SPDX-License-Identifier: MIT */
+/* plugins/fsdp/fsdp_hooks.c: the fsdp strategy at run time.  A sharded FSDP
+ * unit (FULL_SHARD, SHARD_GRAD_OP) is all-gathered into its flat parameter
+ * in the pre hook of its first program unit and freed after the post hook
+ * of its last: FULL_SHARD after forward and again after backward,
+ * SHARD_GRAD_OP only after backward (or after a forward-only pass).  Its
+ * full flat gradient lives from its first pre_backward to the sync step's
+ * reduce-scatter (non-sync micro-steps accumulate into it: no
+ * ACCEL_CAP_MICRO_REDUCE); the rank's block of the mean lands in `acc`,
+ * which the optimizer store steps.  NO_SHARD keeps both whole, all-reduces
+ * the gradient and all-gathers the updated blocks after the step.
+ *
+ * Debug log lines "fsdp: trace: <event> unit <i>" (gather, prefetch, free,
+ * reduce) record the order of gathers and frees (docs/fsdp.md). */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp.h"
+
+static uint64_t wbytes(const fsdp_unit *f)
+{
+	return f->padded * accel_abi_dtype_size(f->dtype);
+}
+
+static void trace(fsdp_state *s, const char *event, const fsdp_unit *f)
+{
+	s->host->log(s->h, ACCEL_LOG_DEBUG, "trace: %s unit %u", event,
+	             (unsigned)(f - s->units));
+}
+
+static int bind_unit(fsdp_state *s, fsdp_unit *f, int with_grad)
+{
+	for (uint32_t k = 0; k < f->n_params; k++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, f->first_param + k);
+		void *data = f->gathered ? fsdp_at(f->work, f->dtype, f->at[k]) : NULL;
+		void *grad = with_grad && f->grad && p->requires_grad
+		                     ? fsdp_at(f->grad, f->grad_dtype, f->at[k])
+		                     : NULL;
+		int r = s->host->param_bind(s->h, f->first_param + k, data, grad);
+		if (r)
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+/* Start gathering f (async: f->greq, a prefetch). */
+static int gather_start(fsdp_state *s, fsdp_unit *f, int async)
+{
+	int r;
+	if (f->gathered)
+		return ACCEL_OK;
+	if ((r = fsdp_alloc(s, ACCEL_MEM_PARAMS, f, wbytes(f), 0, &f->work)))
+		return r;
+	accel_view all = fsdp_view(f->dtype, f->device, f->device_index, f->work, f->padded);
+	accel_view mine = fsdp_view(f->dtype, f->device, f->device_index, f->shard, f->block);
+	f->gathered = 1;
+	s->gathered_bytes += wbytes(f);
+	if (s->gathered_bytes > s->gathered_peak)
+		s->gathered_peak = s->gathered_bytes;
+	trace(s, async ? "prefetch" : "gather", f);
+	return fsdp_allgather(s, &mine, &all, async ? &f->greq : NULL);
+}
+
+static int gather_finish(fsdp_state *s, fsdp_unit *f)
+{
+	if (!f->greq)
+		return ACCEL_OK;
+	accel_req *q = f->greq;
+	f->greq = NULL;
+	if (ACCEL_HOST_HAS(s->host, wait_stream) && f->device != ACCEL_DEVICE_CPU)
+		return s->host->wait_stream(s->h, q);
+	return s->host->wait(s->h, q);
+}
+
+static int gather(fsdp_state *s, fsdp_unit *f)
+{
+	int r = f->gathered ? gather_finish(s, f) : gather_start(s, f, 0);
+	return r;
+}
+
+static int release(fsdp_state *s, fsdp_unit *f)
+{
+	int r;
+	if (!fsdp_shards_params(s) || !f->gathered || f->in_forward || f->in_backward ||
+	    f->materialized)
+		return ACCEL_OK;
+	if ((r = gather_finish(s, f)))
+		return r;
+	f->gathered = 0;
+	if ((r = bind_unit(s, f, 0)))
+		return r;
+	fsdp_free(s, f->work);
+	f->work = NULL;
+	s->gathered_bytes -= wbytes(f);
+	trace(s, "free", f);
+	return ACCEL_OK;
+}
+
+/* Gathers in flight (prefetches not yet waited for). */
+static uint32_t in_flight(const fsdp_state *s)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < s->n_units; i++)
+		n += s->units[i].greq != NULL;
+	return n;
+}
+
+/* Prefetch FSDP unit i (if it exists and is not gathered), within
+ * limit_all_gathers' two gathers in flight. */
+static int prefetch(fsdp_state *s, int64_t i)
+{
+	if (i < 0 || i >= (int64_t)s->n_units || !fsdp_shards_params(s) ||
+	    !s->host->grad_enabled(s->h))
+		return ACCEL_OK;
+	fsdp_unit *f = &s->units[i];
+	if (f->gathered)
+		return ACCEL_OK;
+	if (s->cfg.limit_all_gathers && in_flight(s) >= 2)
+		return ACCEL_OK;
+	return gather_start(s, f, 1);
+}
+
+/* ---- reductions ------------------------------------------------------------------ */
+
+/* Finish f's reduction: its block of the mean into acc; the full gradient
+ * freed (sharded) or cleared (NO_SHARD). */
+static int finish_reduce(fsdp_state *s, fsdp_unit *f)
+{
+	const accel_host_v1 *H = s->host;
+	int r;
+	if (f->req) {
+		accel_req *q = f->req;
+		f->req = NULL;
+		if ((r = H->wait(s->h, q)))
+			return r;
+	}
+	/* the reduced block: in the gradient buffer, or in the reduce-dtype
+	 * copy, cast back below */
+	accel_view blk = f->rbuf ? fsdp_view(f->red_dtype, f->device, f->device_index,
+	                                     fsdp_at(f->rbuf, f->red_dtype, f->lo), f->block)
+	                         : fsdp_view(f->grad_dtype, f->device, f->device_index,
+	                                     fsdp_at(f->grad, f->grad_dtype, f->lo), f->block);
+	if (s->rep_g) {
+		/* HYBRID_SHARD: the node's mean block, averaged across nodes */
+		f->rdesc.view.data = blk.data;
+		if ((r = H->reduce_bucket_v2(s->h, &f->rdesc, 0, NULL)))
+			return r;
+	}
+	if (!fsdp_shards_params(s)) {
+		/* NO_SHARD: the mean is in the flat gradient the store steps
+		 * (cast back from a reduce-dtype copy) */
+		if (f->rbuf) {
+			accel_view all = fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad,
+			                           f->padded);
+			accel_view rall = fsdp_view(f->red_dtype, f->device, f->device_index, f->rbuf,
+			                            f->padded);
+			r = H->op_copy(s->h, &all, &rall);
+			fsdp_free(s, f->rbuf);
+			f->rbuf = NULL;
+		}
+		return r;
+	}
+	accel_view acc = fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+	if ((r = H->op_copy(s->h, &acc, &blk)))
+		return r;
+	fsdp_free(s, f->rbuf);
+	f->rbuf = NULL;
+	if (!f->in_backward && (r = bind_unit(s, f, 0)))
+		return r;
+	fsdp_free(s, f->grad);
+	f->grad = NULL;
+	return ACCEL_OK;
+}
+
+static int drain(fsdp_state *s, const fsdp_unit *except)
+{
+	int r;
+	for (uint32_t i = 0; i < s->n_units; i++) {
+		fsdp_unit *f = &s->units[i];
+		if (f != except && f->issued == 1) {
+			f->issued = 2;
+			if ((r = finish_reduce(s, f)))
+				return r;
+		}
+	}
+	return ACCEL_OK;
+}
+
+/* Issue f's reduction (sync steps): reduce-scatter of the flat gradient
+ * into its own block (sharded), all-reduce (NO_SHARD); the mean. */
+static int issue(fsdp_state *s, fsdp_unit *f)
+{
+	const accel_host_v1 *H = s->host;
+	int r;
+	if (f->issued || !f->trainable)
+		return ACCEL_OK;
+	if (!f->grad) {
+		if (fsdp_shards_params(s))
+			return H->error(s->h, ACCEL_ERR_STATE, "fsdp needs accel_unit_pre_backward/"
+			                "post_backward around every unit's backward; unit '%s' had "
+			                "none before this sync step",
+			                s->model->units[f->first_unit].name);
+		return H->error(s->h, ACCEL_ERR_INTERNAL, "fsdp: NO_SHARD unit without gradient");
+	}
+	/* sharded: one reduction in flight, finish the earlier ones first (each
+	 * frees a full gradient); NO_SHARD: all in flight until the end of the
+	 * micro-step, as ddp's buckets */
+	if (fsdp_shards_params(s) && (r = drain(s, f)))
+		return r;
+	f->issued = 1;
+	f->desc.view.data = f->grad;
+	if (f->red_dtype != f->grad_dtype) {
+		/* reduced in another dtype: a cast copy crosses ranks
+		 * (MixedPrecision's reduce_dtype); finish_reduce casts back */
+		accel_view g = fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad,
+		                         f->padded);
+		if ((r = fsdp_alloc(s, ACCEL_MEM_BUFFERS, f,
+		                    f->padded * accel_abi_dtype_size(f->red_dtype), ACCEL_MEMF_COMM,
+		                    &f->rbuf)))
+			return r;
+		f->desc.view.data = f->rbuf;
+		accel_view rv = f->desc.view;
+		if ((r = H->op_copy(s->h, &rv, &g)))
+			return r;
+	}
+	trace(s, "reduce", f);
+	if (!fsdp_shards_params(s) || s->S == 1)
+		return H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
+	accel_view shard = fsdp_view(f->red_dtype, f->device, f->device_index,
+	                             fsdp_at(f->desc.view.data, f->red_dtype, f->lo), f->block);
+	return H->reduce_scatter_bucket(s->h, &f->desc, &shard, 0, &f->req);
+}
+
+/* ---- hooks --------------------------------------------------------------------------- */
+
+static int unit_of(fsdp_state *s, uint32_t unit, const char *hook, fsdp_unit **ret)
+{
+	if (!s->model || unit >= s->model->n_units)
+		return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "%s of unit %u out of range",
+		                      hook, unit);
+	*ret = &s->units[s->unit_of[unit]];
+	return ACCEL_OK;
+}
+
+int fsdp_pre_forward(void *state, uint32_t unit)
+{
+	fsdp_state *s = state;
+	fsdp_unit *f = NULL;
+	int r;
+	if ((r = unit_of(s, unit, "pre_forward", &f)))
+		return r;
+	if (!fsdp_shards_params(s) || f->in_forward)
+		return ACCEL_OK;
+	if ((r = gather(s, f)))
+		return r;
+	f->in_forward = 1;
+	if ((r = bind_unit(s, f, 0)))
+		return r;
+	return s->cfg.forward_prefetch ? prefetch(s, (int64_t)(f - s->units) + 1) : ACCEL_OK;
+}
+
+int fsdp_post_forward(void *state, uint32_t unit)
+{
+	fsdp_state *s = state;
+	fsdp_unit *f = NULL;
+	int r;
+	if ((r = unit_of(s, unit, "post_forward", &f)))
+		return r;
+	if (!fsdp_shards_params(s) || unit != f->first_unit + f->n_units - 1)
+		return ACCEL_OK;
+	f->in_forward = 0;
+	/* SHARD_GRAD_OP keeps the parameters for backward, unless there is none */
+	if (s->cfg.sharding == FSDP_SHARD_GRAD_OP && s->host->grad_enabled(s->h))
+		return ACCEL_OK;
+	return release(s, f);
+}
+
+int fsdp_pre_backward(void *state, uint32_t unit)
+{
+	fsdp_state *s = state;
+	fsdp_unit *f = NULL;
+	int r;
+	if ((r = unit_of(s, unit, "pre_backward", &f)))
+		return r;
+	if (!fsdp_shards_params(s) || f->in_backward)
+		return ACCEL_OK;
+	if ((r = gather(s, f)))
+		return r;
+	if (f->trainable && !f->grad &&
+	    (r = fsdp_alloc(s, ACCEL_MEM_GRADS, f, f->padded * accel_abi_dtype_size(f->grad_dtype),
+	                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->grad)))
+		return r;
+	f->in_backward = 1;
+	if ((r = bind_unit(s, f, 1)))
+		return r;
+	return s->cfg.prefetch == FSDP_PREFETCH_PRE ? prefetch(s, (int64_t)(f - s->units) - 1)
+	                                            : ACCEL_OK;
+}
+
+int fsdp_post_backward(void *state, uint32_t unit)
+{
+	fsdp_state *s = state;
+	fsdp_unit *f = NULL;
+	int r;
+	if ((r = unit_of(s, unit, "post_backward", &f)))
+		return r;
+	if (s->unit_done[unit])
+		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward called "
+		                      "twice for unit '%s' in one micro-step",
+		                      s->model->units[unit].name);
+	if (fsdp_shards_params(s) && !f->in_backward)
+		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward for unit "
+		                      "'%s' without accel_unit_pre_backward",
+		                      s->model->units[unit].name);
+	s->unit_done[unit] = 1;
+	if (++f->done < f->n_units)
+		return ACCEL_OK;
+	f->in_backward = 0;
+	if (fsdp_shards_params(s) && (r = bind_unit(s, f, 0)))
+		return r;
+	if (s->host->sync_step(s->h) && (r = issue(s, f)))
+		return r;
+	if ((r = release(s, f)))
+		return r;
+	return s->cfg.prefetch == FSDP_PREFETCH_POST ? prefetch(s, (int64_t)(f - s->units) - 1)
+	                                             : ACCEL_OK;
+}
+
+static int new_micro_step(fsdp_state *s)
+{
+	int r;
+	memset(s->unit_done, 0, s->model->n_units);
+	for (uint32_t i = 0; i < s->n_units; i++) {
+		fsdp_unit *f = &s->units[i];
+		f->done = 0;
+		f->in_forward = f->in_backward = 0;
+		/* a prefetch that was not used */
+		if ((r = release(s, f)))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+int fsdp_micro_step_end(void *state, uint32_t sync)
+{
+	fsdp_state *s = state;
+	int r;
+	if (!s->model)
+		return ACCEL_OK;
+	if (sync) {
+		for (uint32_t i = 0; i < s->n_units; i++)
+			if ((r = issue(s, &s->units[i])))
+				return r;
+		if ((r = drain(s, NULL)))
+			return r;
+	}
+	return new_micro_step(s);
+}
+
+int fsdp_reduce(void *state)
+{
+	fsdp_state *s = state;
+	int r;
+	for (uint32_t i = 0; i < s->n_units; i++)
+		if ((r = issue(s, &s->units[i])))
+			return r;
+	return drain(s, NULL);
+}
+
+/* ---- clipping statistics, step ----------------------------------------------------- */
+
+/* The reduced gradient this rank holds: its block (sharded), or the whole
+ * flat gradient (NO_SHARD: the same on every rank). */
+static accel_view reduced_view(fsdp_state *s, fsdp_unit *f)
+{
+	if (!fsdp_shards_params(s))
+		return fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad, f->padded);
+	return fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+}
+
+int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
+{
+	fsdp_state *s = state;
+	const accel_host_v1 *H = s->host;
+	double total = 0, bad = 0;
+	int r;
+	for (uint32_t i = 0; i < s->n_units; i++) {
+		fsdp_unit *f = &s->units[i];
+		if (!f->trainable)
+			continue;
+		accel_view v = reduced_view(s, f);
+		double sq = 0;
+		uint64_t nf = 0;
+		if ((r = H->op_sumsq(s->h, &v, &sq)))
+			return r;
+		if (!isfinite(sq) && (r = H->op_nonfinite(s->h, &v, &nf)))
+			return r;
+		total += sq;
+		bad += (double)nf;
+	}
+	/* every element lies in exactly one block of the shard group (padding
+	 * is zero; HYBRID_SHARD's replicas hold the same blocks) */
+	if (s->S > 1 && fsdp_shards_params(s)) {
+		s->stats[0] = total;
+		s->stats[1] = bad;
+		accel_view sv = fsdp_view(ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, s->stats, 2);
+		if ((r = fsdp_allreduce_sum(s, &sv)))
+			return r;
+		total = s->stats[0];
+		bad = s->stats[1];
+	}
+	*ret_sumsq = total;
+	*ret_nonfinite = (uint64_t)bad;
+	return ACCEL_OK;
+}
+
+int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, double *stats)
+{
+	fsdp_state *s = state;
+	const accel_host_v1 *H = s->host;
+	int r;
+	if (!ACCEL_HOST_HAS(H, op_sumsq_acc))
+		return ACCEL_ERR_UNSUPPORTED;
+	for (uint32_t i = 0; i < s->n_units; i++)
+		if (s->units[i].trainable &&
+		    (s->units[i].device != device || s->units[i].device_index != device_index))
+			return ACCEL_ERR_UNSUPPORTED;
+	for (uint32_t i = 0; i < s->n_units; i++) {
+		fsdp_unit *f = &s->units[i];
+		if (!f->trainable)
+			continue;
+		accel_view v = reduced_view(s, f);
+		if ((r = H->op_sumsq_acc(s->h, &v, stats)))
+			return r;
+	}
+	if (s->S > 1 && fsdp_shards_params(s)) {
+		accel_view sv = fsdp_view(ACCEL_DTYPE_F64, device, device_index, stats, 1);
+		if ((r = fsdp_allreduce_sum(s, &sv)))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+/* NO_SHARD: the whole flat parameter and gradient bound (every rank
+ * stepped the same values in place).  Sharded: nothing (gathered when
+ * used). */
+int fsdp_publish(fsdp_state *s)
+{
+	int r;
+	if (fsdp_shards_params(s))
+		return ACCEL_OK;
+	for (uint32_t i = 0; i < s->n_units; i++)
+		if ((r = bind_unit(s, &s->units[i], 1)))
+			return r;
+	return ACCEL_OK;
+}
+
+int fsdp_step(void *state, const accel_step_info_v1 *info)
+{
+	fsdp_state *s = state;
+	const double *gsd = ACCEL_STRUCT_HAS(info, accel_step_info_v1, grad_scale_dev)
+	                            ? info->grad_scale_dev
+	                            : NULL;
+	int keep = info->struct_size >= offsetof(accel_step_info_v1, flags) + sizeof(info->flags) &&
+	           (info->flags & ACCEL_STEP_KEEP_GRADS);
+	int r;
+	if (!info->skip && (r = zero_store_step(s->store, info->grad_scale, gsd)))
+		return r;
+	/* the reduced gradients start again from zero (NO_SHARD: unless the
+	 * core keeps the gradients) */
+	for (uint32_t i = 0; i < s->n_units; i++) {
+		fsdp_unit *f = &s->units[i];
+		f->issued = 0;
+		if (!f->trainable || (!fsdp_shards_params(s) && keep))
+			continue;
+		accel_view a = reduced_view(s, f);
+		if ((r = s->host->op_fill(s->h, &a, 0)))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+/* ABI 1.6 slot B: the working weights outside the hooks. */
+int fsdp_materialize(void *state, uint32_t unit, uint32_t flags)
+{
+	fsdp_state *s = state;
+	fsdp_unit *f = NULL;
+	int r;
+	if ((r = unit_of(s, unit, "materialize", &f)))
+		return r;
+	if ((flags & ACCEL_MATERIALIZE_GATHER) && fsdp_shards_params(s)) {
+		int had = f->gathered;
+		if ((r = gather(s, f)) || (r = bind_unit(s, f, f->in_backward)))
+			return r;
+		if (!had)
+			f->materialized = 1;
+	}
+	if (flags & ACCEL_MATERIALIZE_RELEASE) {
+		if ((flags & ACCEL_MATERIALIZE_WRITEBACK) && f->gathered && fsdp_shards_params(s)) {
+			accel_view mine = fsdp_view(f->dtype, f->device, f->device_index,
+			                            fsdp_at(f->work, f->dtype, f->lo), f->block);
+			accel_view sh = fsdp_view(f->dtype, f->device, f->device_index, f->shard,
+			                          f->block);
+			if ((r = s->host->op_copy(s->h, &sh, &mine)))
+				return r;
+		}
+		if (f->materialized) {
+			f->materialized = 0;
+			if ((r = release(s, f)))
+				return r;
+		}
+	}
+	return ACCEL_OK;
+}

@@ -1,0 +1,450 @@
+/* SPDX-License-Identifier: MIT */
+/* plugins/fsdp/fsdp_wrap.c: the wrap policies (program units grouped into
+ * FSDP units), each FSDP unit's flat parameter and its blocks
+ * (plugins/shard), the rank's pieces and optimizer store
+ * (plugins/zero/zero_store.c), and the initial values. */
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp.h"
+
+int fsdp_alloc(fsdp_state *s, uint32_t category, const fsdp_unit *u, uint64_t bytes,
+               uint32_t flags, void **ret)
+{
+	return s->host->mem_alloc(s->h, category, u->device, u->device_index, bytes ? bytes : 1,
+	                          flags, ret);
+}
+
+void fsdp_free(fsdp_state *s, void *p)
+{
+	if (p)
+		s->host->mem_free(s->h, p);
+}
+
+void fsdp_release_all(fsdp_state *s)
+{
+	for (uint32_t i = 0; s->units && i < s->n_units; i++) {
+		fsdp_unit *u = &s->units[i];
+		if (u->req)
+			s->host->wait(s->h, u->req);
+		if (u->greq)
+			s->host->wait(s->h, u->greq);
+		fsdp_free(s, u->shard);
+		fsdp_free(s, u->work);
+		fsdp_free(s, u->grad);
+		fsdp_free(s, u->acc);
+		fsdp_free(s, u->rbuf);
+		free(u->at);
+		free(u->entries);
+		free(u->rentries);
+	}
+	s->store = zero_store_free(s->store);
+	s->shard_g = s->host->group_free(s->h, s->shard_g);
+	s->rep_g = s->host->group_free(s->h, s->rep_g);
+	fsdp_free(s, s->stats);
+	free(s->units);
+	free(s->unit_of);
+	free(s->unit_done);
+	free(s->pieces);
+	free(s->piece_at);
+	free(s->piece_unit);
+	s->units = NULL;
+	s->stats = NULL;
+}
+
+/* ---- wrap policies ----------------------------------------------------------- */
+
+static int name_matches(const char *patterns, const char *name)
+{
+	char pat[256];
+	for (const char *p = patterns; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+		while (n && (*p == ' ' || *p == '\t')) {
+			p++;
+			n--;
+		}
+		while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+			n--;
+		if (n && n < sizeof(pat)) {
+			memcpy(pat, p, n);
+			pat[n] = 0;
+			if (!fnmatch(pat, name, 0))
+				return 1;
+		}
+		p = e ? e + 1 : NULL;
+	}
+	return 0;
+}
+
+/* Whether program unit u starts a new FSDP unit, given the run so far
+ * (run_numel elements; u > 0). */
+static int starts_run(fsdp_state *s, uint32_t u, uint64_t run_numel)
+{
+	const accel_model_v1 *m = s->model;
+	switch (s->cfg.wrap) {
+	case FSDP_WRAP_UNIT:
+		return 1;
+	case FSDP_WRAP_NONE:
+		return 0;
+	case FSDP_WRAP_SIZE:
+		return run_numel >= (uint64_t)s->cfg.min_num_params;
+	default: {
+		/* a matching unit is wrapped alone; the units between matching
+		 * ones form runs of the root */
+		int cur = name_matches(s->cfg.cls_names, m->units[u].name);
+		int prev = name_matches(s->cfg.cls_names, m->units[u - 1].name);
+		return cur || prev;
+	}
+	}
+}
+
+static int unit_uniform(fsdp_state *s, uint32_t u, uint32_t *dt, uint32_t *gdt, int32_t *dev,
+                        int32_t *devi)
+{
+	const accel_unit_info_v1 *ui = &s->model->units[u];
+	for (uint32_t k = 0; k < ui->n_params; k++) {
+		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, ui->first_param + k);
+		if (k == 0) {
+			*dt = p->dtype;
+			*gdt = fsdp_grad_dtype(p);
+			*dev = p->device;
+			*devi = p->device_index;
+		} else if (p->dtype != *dt || fsdp_grad_dtype(p) != *gdt || p->device != *dev ||
+		           p->device_index != *devi) {
+			return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' mixes "
+			                      "parameters of different dtypes or devices ('%s' and "
+			                      "'%s'); fsdp keeps a unit in one flat parameter: register "
+			                      "them in separate units", ui->name,
+			                      ACCEL_MODEL_PARAM(s->model, ui->first_param)->name, p->name);
+		}
+	}
+	return ACCEL_OK;
+}
+
+static int build_units(fsdp_state *s)
+{
+	const accel_model_v1 *m = s->model;
+	const accel_host_v1 *H = s->host;
+	uint32_t expect = 0, n = m->n_units ? m->n_units : 1;
+	int r;
+
+	for (uint32_t u = 0; u < m->n_units; u++) {
+		if (m->units[u].first_param != expect)
+			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' starts at parameter "
+			                "%u, expected %u: fsdp needs units that cover the parameters "
+			                "in registration order", m->units[u].name,
+			                m->units[u].first_param, expect);
+		if (!m->units[u].n_params)
+			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' has no parameters",
+			                m->units[u].name);
+		expect += m->units[u].n_params;
+	}
+	if (!m->n_units || expect != m->n_params)
+		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the units hold %u of the %u "
+		                "parameters; fsdp needs every parameter in a unit (accel_unit_begin)",
+		                expect, m->n_params);
+	s->units = calloc(n, sizeof(*s->units));
+	s->unit_of = calloc(n, sizeof(uint32_t));
+	s->unit_done = calloc(n, 1);
+	if (!s->units || !s->unit_of || !s->unit_done)
+		return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
+	fsdp_unit *f = NULL;
+	for (uint32_t u = 0; u < m->n_units; u++) {
+		uint32_t dt = 0, gdt = 0;
+		int32_t dev = 0, devi = 0;
+		if ((r = unit_uniform(s, u, &dt, &gdt, &dev, &devi)))
+			return r;
+		if (!f || starts_run(s, u, f->numel) || f->dtype != dt || f->grad_dtype != gdt ||
+		    f->device != dev || f->device_index != devi) {
+			f = &s->units[s->n_units++];
+			f->first_unit = u;
+			f->first_param = m->units[u].first_param;
+			f->dtype = dt;
+			f->grad_dtype = gdt;
+			f->device = dev;
+			f->device_index = devi;
+		}
+		f->n_units++;
+		f->n_params += m->units[u].n_params;
+		f->numel += m->units[u].numel;
+		s->unit_of[u] = (uint32_t)(f - s->units);
+	}
+	for (uint32_t i = 0; i < s->n_units; i++) {
+		f = &s->units[i];
+		uint64_t *numel = calloc(f->n_params, sizeof(uint64_t));
+		f->at = calloc(f->n_params, sizeof(uint64_t));
+		f->entries = calloc(f->n_params, sizeof(*f->entries));
+		if (!numel || !f->at || !f->entries) {
+			free(numel);
+			return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
+		}
+		for (uint32_t k = 0; k < f->n_params; k++) {
+			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, f->first_param + k);
+			uint32_t rd = s->cfg.reduce_dtype ? s->cfg.reduce_dtype
+			              : ACCEL_STRUCT_HAS(p, accel_param_info_v1, reduce_dtype) &&
+			                                p->reduce_dtype
+			                        ? p->reduce_dtype
+			                        : fsdp_grad_dtype(p);
+			numel[k] = p->numel;
+			if (p->requires_grad && f->trainable && rd != f->red_dtype) {
+				free(numel);
+				return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "FSDP unit %u: parameter "
+				                "'%s' is reduced in %s, an earlier one in %s; fsdp reduces "
+				                "a unit's flat gradient in one dtype: register them in "
+				                "separate units or set "
+				                "fsdp.mixed_precision_policy.reduce_dtype", i, p->name,
+				                accel_abi_dtype_name(rd), accel_abi_dtype_name(f->red_dtype));
+			}
+			if (p->requires_grad && !f->trainable)
+				f->red_dtype = rd;
+			f->trainable |= p->requires_grad != 0;
+		}
+		if (!f->trainable)
+			f->red_dtype = f->grad_dtype;
+		shard_offsets(numel, f->n_params, f->at);
+		free(numel);
+		if (!(f->padded = shard_padded(f->numel, s->S, 1)))
+			return H->error(s->h, ACCEL_ERR_INVALID_ARG, "FSDP unit %u has no elements", i);
+		shard_block(f->padded, s->S, s->srank, &f->lo, &f->block);
+		for (uint32_t k = 0; k < f->n_params; k++) {
+			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, f->first_param + k);
+			if (p->requires_grad)
+				f->entries[f->n_entries++] = (accel_bucket_entry_v1){
+					f->first_param + k, 0, 0, f->at[k], p->numel};
+		}
+		f->desc = (accel_bucket_v1){sizeof(accel_bucket_v1), i,
+		                            fsdp_view(f->red_dtype, f->device, f->device_index, NULL,
+		                                      f->padded),
+		                            f->n_entries, 0, f->entries, s->shard_g};
+		H->log(s->h, ACCEL_LOG_DEBUG, "FSDP unit %u: units %s..%s (%u), %llu elements, "
+		       "padded %llu", i, m->units[f->first_unit].name,
+		       m->units[f->first_unit + f->n_units - 1].name, f->n_units,
+		       (unsigned long long)f->numel, (unsigned long long)f->padded);
+	}
+	return ACCEL_OK;
+}
+
+/* ---- pieces, buffers, initial values ---------------------------------------- */
+
+static int build_pieces(fsdp_state *s)
+{
+	const accel_model_v1 *m = s->model;
+	uint32_t cap = m->n_params + 1;
+	shard_piece *sp = calloc(cap, sizeof(*sp));
+	uint64_t *numel = calloc(cap, sizeof(uint64_t));
+	s->pieces = calloc(cap, sizeof(*s->pieces));
+	s->piece_at = calloc(cap, sizeof(uint64_t));
+	s->piece_unit = calloc(cap, sizeof(uint32_t));
+	if (!sp || !numel || !s->pieces || !s->piece_at || !s->piece_unit) {
+		free(sp);
+		free(numel);
+		return s->host->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
+	}
+	uint64_t at = 0;
+	for (uint32_t i = 0; i < s->n_units; i++) {
+		fsdp_unit *f = &s->units[i];
+		for (uint32_t k = 0; k < f->n_params; k++)
+			numel[k] = ACCEL_MODEL_PARAM(m, f->first_param + k)->numel;
+		uint32_t n = shard_pieces(f->at, numel, f->n_params, f->lo, f->block, sp);
+		if (s->rep_g) {
+			/* HYBRID_SHARD: the block's trainable runs, reduced across nodes */
+			if (!(f->rentries = calloc(n ? n : 1, sizeof(*f->rentries)))) {
+				free(sp);
+				free(numel);
+				return s->host->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
+			}
+			uint32_t ne = 0;
+			for (uint32_t j = 0; j < n; j++)
+				if (ACCEL_MODEL_PARAM(m, f->first_param + sp[j].item)->requires_grad)
+					f->rentries[ne++] = (accel_bucket_entry_v1){
+						f->first_param + sp[j].item, 0, sp[j].item_offset,
+						sp[j].block_offset, sp[j].numel};
+			f->rdesc = (accel_bucket_v1){sizeof(accel_bucket_v1), s->n_units + i,
+			                             fsdp_view(f->red_dtype, f->device, f->device_index,
+			                                       NULL, f->block),
+			                             ne, 0, f->rentries, s->rep_g};
+		}
+		if (!fsdp_shards_params(s)) {
+			/* NO_SHARD: every rank steps every parameter whole, in place
+			 * (ddp's arithmetic); checkpoints write the block's ranges */
+			for (uint32_t k = 0; k < f->n_params; k++) {
+				const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, f->first_param + k);
+				if (!p->requires_grad)
+					continue;
+				s->pieces[s->n_pieces] = (zero_piece){
+					f->first_param + k, f->grad_dtype, 0, p->numel,
+					fsdp_at(f->work, f->dtype, f->at[k]),
+					fsdp_at(f->grad, f->grad_dtype, f->at[k]),
+					f->dtype == ACCEL_DTYPE_F32 && !s->cfg.cpu_offload, 0};
+				s->piece_unit[s->n_pieces] = i;
+				s->piece_at[s->n_pieces++] = at;
+				at += p->numel;
+			}
+			continue;
+		}
+		for (uint32_t j = 0; j < n; j++) {
+			uint32_t k = sp[j].item;
+			if (!ACCEL_MODEL_PARAM(m, f->first_param + k)->requires_grad)
+				continue;
+			s->piece_unit[s->n_pieces] = i;
+			s->pieces[s->n_pieces] = (zero_piece){
+				f->first_param + k, f->grad_dtype, sp[j].item_offset, sp[j].numel,
+				fsdp_at(f->shard, f->dtype, sp[j].block_offset),
+				fsdp_at(f->acc, f->grad_dtype, sp[j].block_offset),
+				f->dtype == ACCEL_DTYPE_F32 && !s->cfg.cpu_offload, 0};
+			s->piece_at[s->n_pieces++] = at;
+			at += sp[j].numel;
+		}
+	}
+	free(sp);
+	free(numel);
+	return ACCEL_OK;
+}
+
+static int alloc_unit(fsdp_state *s, fsdp_unit *f)
+{
+	uint64_t wsz = accel_abi_dtype_size(f->dtype), gsz = accel_abi_dtype_size(f->grad_dtype);
+	int r;
+	if (fsdp_shards_params(s)) {
+		/* the own block of the weights and of the reduced gradient */
+		if ((r = fsdp_alloc(s, ACCEL_MEM_PARAMS, f, f->block * wsz,
+		                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->shard)))
+			return r;
+		if (f->trainable && (r = fsdp_alloc(s, ACCEL_MEM_GRADS, f, f->block * gsz,
+		                                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->acc)))
+			return r;
+	} else {
+		/* NO_SHARD: the flat parameter and gradient stay whole */
+		if ((r = fsdp_alloc(s, ACCEL_MEM_PARAMS, f, f->padded * wsz,
+		                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->work)))
+			return r;
+		f->gathered = 1;
+		if (f->trainable && (r = fsdp_alloc(s, ACCEL_MEM_GRADS, f, f->padded * gsz,
+		                                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->grad)))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
+/* Every parameter whole in f32 from its init (rank 0's, broadcast, with
+ * sync_module_states); the rank's block into its shard (NO_SHARD: the whole
+ * into the flat parameter) and the masters. */
+static int init_values(fsdp_state *s)
+{
+	const accel_host_v1 *H = s->host;
+	const accel_model_v1 *m = s->model;
+	uint64_t largest = 1;
+	float *tmp = NULL;
+	int r = ACCEL_OK;
+
+	for (uint32_t i = 0; i < m->n_params; i++)
+		if (ACCEL_MODEL_PARAM(m, i)->numel > largest)
+			largest = ACCEL_MODEL_PARAM(m, i)->numel;
+	if ((r = H->mem_alloc(s->h, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, largest * 4, 0,
+	                      (void **)&tmp)))
+		return r;
+	uint32_t pk = 0;
+	for (uint32_t ui = 0; !r && ui < s->n_units; ui++) {
+		fsdp_unit *f = &s->units[ui];
+		for (uint32_t k = 0; !r && k < f->n_params; k++) {
+			uint32_t pi = f->first_param + k;
+			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, pi);
+			accel_view v = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp, p->numel);
+			if ((r = H->param_init(s->h, pi, 0, &v)))
+				break;
+			if (s->cfg.sync_module_states && s->W > 1 &&
+			    (r = H->broadcast(s->h, &v, 0, NULL)))
+				break;
+			uint64_t a = f->at[k], b = a + p->numel;
+			uint64_t lo = f->lo > a ? f->lo : a;
+			uint64_t hi = f->lo + f->block < b ? f->lo + f->block : b;
+			if (!fsdp_shards_params(s)) {
+				accel_view dst = fsdp_view(f->dtype, f->device, f->device_index,
+				                           fsdp_at(f->work, f->dtype, a), p->numel);
+				if ((r = H->op_copy(s->h, &dst, &v)))
+					break;
+			} else if (hi > lo) {
+				accel_view src = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
+				                           tmp + (lo - a), hi - lo);
+				accel_view dst = fsdp_view(f->dtype, f->device, f->device_index,
+				                           fsdp_at(f->shard, f->dtype, lo - f->lo), hi - lo);
+				if ((r = H->op_copy(s->h, &dst, &src)))
+					break;
+			}
+			for (; pk < s->n_pieces && s->pieces[pk].param == pi; pk++) {
+				const zero_piece *z = &s->pieces[pk];
+				accel_view mv = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
+				                          tmp + z->param_offset, z->numel);
+				if ((r = zero_store_write(s->store, 0, s->piece_at[pk], &mv)))
+					break;
+			}
+		}
+	}
+	H->mem_free(s->h, tmp);
+	return r;
+}
+
+int fsdp_wrap(void *state)
+{
+	fsdp_state *s = state;
+	const accel_host_v1 *H = s->host;
+	int r;
+
+	if (s->model)
+		return H->error(s->h, ACCEL_ERR_STATE, "wrap called twice");
+	if (!(s->model = H->model(s->h)))
+		return H->error(s->h, ACCEL_ERR_STATE, "wrap: the host has no model");
+	s->n_state = H->optim_state_count(s->h);
+	if (s->n_state > ZERO_MAX_STATE)
+		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the optimizer keeps %u state "
+		                "arrays; fsdp supports up to %d", s->n_state, ZERO_MAX_STATE);
+	if (s->cfg.sharding == FSDP_HYBRID_SHARD) {
+		/* shard within the node, replicate across nodes (docs/comm.md) */
+		int32_t sr = 0, sz = 0, rr = 0;
+		if ((r = H->group_split(s->h, NULL, s->world.node_rank, s->world.local_rank,
+		                        &s->shard_g)) ||
+		    (r = H->group_split(s->h, NULL, s->world.local_rank, s->world.node_rank,
+		                        &s->rep_g)) ||
+		    (r = H->group_info(s->h, s->shard_g, &sr, &sz)) ||
+		    (r = H->group_info(s->h, s->rep_g, &rr, NULL)))
+			return r;
+		s->S = (uint32_t)sz;
+		s->srank = (uint32_t)sr;
+		s->rrank = (uint32_t)rr;
+		H->log(s->h, ACCEL_LOG_DEBUG, "HYBRID_SHARD: rank %d of %d in the node's shard group, "
+		       "%d in the replica group", sr, sz, rr);
+	}
+	if ((r = build_units(s)))
+		return r;
+	for (uint32_t i = 0; i < s->n_units; i++)
+		if ((r = alloc_unit(s, &s->units[i])))
+			return r;
+	if ((r = build_pieces(s)))
+		return r;
+	if ((r = H->mem_alloc(s->h, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, 2 * sizeof(double),
+	                      ACCEL_MEMF_COMM, (void **)&s->stats)))
+		return r;
+	zero_store_opts o = {
+		.place = s->cfg.cpu_offload ? ZERO_PLACE_CPU : ZERO_PLACE_DEVICE,
+		.n_state = s->n_state,
+		.device = s->units[0].device,
+		.device_index = s->units[0].device_index,
+		.sub_group_size = 1000000000,
+		.buffer_count = 2,
+		.pin_memory = s->units[0].device != ACCEL_DEVICE_CPU,
+	};
+	zero_aio_opts_default(&o.aio);
+	if ((r = zero_store_new(H, s->h, &o, s->pieces, s->n_pieces, &s->store)) ||
+	    (r = init_values(s)) || (r = fsdp_publish(s)))
+		return r;
+	uint64_t owned = 0;
+	for (uint32_t k = 0; k < s->n_pieces; k++)
+		owned += s->pieces[k].numel;
+	H->log(s->h, ACCEL_LOG_DEBUG, "%u FSDP units, %u pieces, %llu of %llu elements owned by "
+	       "rank %u", s->n_units, s->n_pieces, (unsigned long long)owned,
+	       (unsigned long long)s->model->total_numel, s->rank);
+	return ACCEL_OK;
+}
