@@ -763,9 +763,9 @@ int shm_coll_run(shm_comm *c, shm_op *op, int on_thread, char *msg, size_t cap)
 	 * a rank we wait for is often off the CPU, and polling for it keeps
 	 * our CPU from it, or from whoever holds the one it waits for, while a
 	 * rank that sleeps at once is woken by the post and, having slept,
-	 * gets the CPU back ahead of the busy processes.  An op of 1 MiB or
-	 * more runs for 100 us at least, against tens for a wake-up, so it
-	 * does not poll then.  The 64 MiB all-gather on 2 ranks with 8-9
+	 * gets the CPU back ahead of the busy processes.  That pays for ops
+	 * that outlast a time slice (SHM_BUSY_MIN_BYTES, 32 MiB per rank),
+	 * which then do not poll.  The 64 MiB all-gather on 2 ranks with 8-9
 	 * runnable threads on the 2 vCPUs: 18-23 ms without polling, 46-67 ms
 	 * polling (Open MPI 44-49 ms); in quieter minutes of the same runs
 	 * polling was the faster, 8.6-10 ms against 16-19 ms at best, hence
