@@ -57,8 +57,8 @@ static void store_bytes(const zero_cfg *c, uint64_t owned, uint64_t owned_f32, u
 	uint64_t n_sg = (owned + sg - 1) / sg;
 	uint64_t blk = align_up((uint64_t)(1 + n_state) * sg * 4, SWAP_ALIGN);
 	uint64_t nbuf = (uint64_t)c->opt_buffer_count;
-	if (nbuf > n_sg + 2)
-		nbuf = n_sg + 2;
+	if (nbuf > n_sg)
+		nbuf = n_sg;   /* zero_store.c: buffer g mod nbuf for sub-group g */
 	bytes[ACCEL_EST_NVME][ACCEL_MEM_OFFLOAD] += blk * n_sg;
 	bytes[ACCEL_EST_HOST][ACCEL_MEM_OFFLOAD] += nbuf * (blk + SWAP_ALIGN);
 }
