@@ -396,9 +396,9 @@ START_TEST(categories)
 		/* nvme: 4 swap buffers (+ 4 staging on a GPU), no masters in memory */
 		{ZERO_PLACE_NVME, ACCEL_DEVICE_CPU, 1, 0, 0, 4, 0, 0},
 		{ZERO_PLACE_NVME, ACCEL_DEVICE_CUDA, 1, 0, 0, 8, 4, 0},
-		/* one sub-group: three swap buffers (min(buffer_count, sub-groups
-		 * + 2), as zero_estimate.c counts them) */
-		{ZERO_PLACE_NVME, ACCEL_DEVICE_CPU, 1, 0, 0, 3, 0, SG_HUGE},
+		/* one sub-group: one swap buffer (min(buffer_count, sub-groups),
+		 * as zero_estimate.c counts them) */
+		{ZERO_PLACE_NVME, ACCEL_DEVICE_CPU, 1, 0, 0, 1, 0, SG_HUGE},
 		{ZERO_PLACE_CPU, ACCEL_DEVICE_CUDA, 1, 0, 0, 7, 7, SG_HUGE},
 	};
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {

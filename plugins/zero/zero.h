@@ -42,6 +42,10 @@ typedef struct zero_group {
 	 * `work` is the gathered unit while materialized, `grad` its gradient
 	 * during its backward. */
 	void *work, *grad;
+	/* stage 3 with zero3_keeps_units: the unit's gather and gradient
+	 * buffers, allocated once for the job; `work`/`grad` point at them
+	 * while the unit is gathered / its gradient is bound */
+	void *keep_work, *keep_grad;
 	void *shard_work;                 /* stage 3: this rank's block of weights    */
 	void *acc;                        /* stages 2, 3: the gradient shard (acc_dtype) */
 	uint32_t acc_dtype;               /* f32, or the gradient dtype when nothing
@@ -116,6 +120,7 @@ struct zero_state {
 	uint32_t n_trace, cap_trace;
 	int trace_done;
 	uint32_t trace_pos;
+	int keep_units;                   /* stage 3: zero3_keeps_units() held       */
 	uint64_t live_numel;              /* gathered, non-persistent elements        */
 
 	/* reductions in flight (stages 2, 3): groups in issue order */
@@ -162,6 +167,19 @@ static inline uint32_t zero_acc_dtype(uint32_t grad_dtype, int64_t grad_accum)
  * gradients at stages 0-1 (they are the accumulated gradients); a reused
  * buffer at stage 2 (cleared after every micro-step's reduce-scatter) and
  * stage 3 (a unit's, from its pre_backward to its reduce-scatter). */
+/* Stage 3 keeps every unit's gather and gradient buffer for the job
+ * (instead of allocating them per gather) when the non-persistent units
+ * together (`sum` padded elements) fit the peak that gathering one by one
+ * may reach anyway: the two largest units (top1 + top2) and the prefetch
+ * budget, and stage3_max_live_parameters; not with parameters on NVMe. */
+static inline int zero3_keeps_units(const zero_cfg *c, uint64_t sum, uint64_t top1,
+                                    uint64_t top2)
+{
+	return c->stage == 3 && c->param_place != ZERO_PLACE_NVME &&
+	       (double)sum <= (double)(top1 + top2) + c->prefetch_bucket_size &&
+	       (double)sum <= c->max_live_parameters;
+}
+
 #define zero_grad_category(s) ((s)->cfg.stage >= 2 ? ACCEL_MEM_BUFFERS : ACCEL_MEM_GRADS)
 
 /* zero.c */

@@ -57,8 +57,8 @@ static void store_bytes(const zero_cfg *c, uint64_t owned, uint64_t owned_f32, u
 	uint64_t n_sg = (owned + sg - 1) / sg;
 	uint64_t blk = align_up((uint64_t)(1 + n_state) * sg * 4, SWAP_ALIGN);
 	uint64_t nbuf = (uint64_t)c->opt_buffer_count;
-	if (nbuf > n_sg + 2)
-		nbuf = n_sg + 2;
+	if (nbuf > n_sg)
+		nbuf = n_sg;   /* zero_store.c: buffer g mod nbuf for sub-group g */
 	bytes[ACCEL_EST_NVME][ACCEL_MEM_OFFLOAD] += blk * n_sg;
 	bytes[ACCEL_EST_HOST][ACCEL_MEM_OFFLOAD] += nbuf * (blk + SWAP_ALIGN);
 }
@@ -83,6 +83,8 @@ static int estimate(const zero_cfg *c, const est_model *m, uint32_t W, uint32_t 
 	/* units -> parameter runs (consecutive, their numel summing to the unit's) */
 	uint32_t pi = 0, u = 0, nu = m->n_units ? m->n_units : 1;
 	uint64_t owned = 0, owned_f32 = 0, pstage = 0;
+	/* stage 3: the units kept for the job (zero3_keeps_units) */
+	uint64_t k_sum = 0, k_top1 = 0, k_top2 = 0, k_work = 0, k_grad = 0;
 	while (pi < np) {
 		/* one group: units until target */
 		uint32_t g0 = pi, dt = dt_of(m, pi);
@@ -128,8 +130,19 @@ static int estimate(const zero_cfg *c, const est_model *m, uint32_t W, uint32_t 
 			} else {
 				bytes[ACCEL_EST_DEVICE][ACCEL_MEM_PARAMS] += blk * ds;
 			}
-			if ((double)gnumel <= c->persistence_threshold)
+			if ((double)gnumel <= c->persistence_threshold) {
 				bytes[ACCEL_EST_DEVICE][ACCEL_MEM_PARAMS] += padded * ds;
+			} else {
+				k_sum += padded;
+				k_work += padded * ds;
+				if (padded > k_top1) {
+					k_top2 = k_top1;
+					k_top1 = padded;
+				} else if (padded > k_top2) {
+					k_top2 = padded;
+				}
+			}
+			k_grad += padded * ds;   /* gradients in the parameters' dtype */
 		}
 		if (c->stage >= 2)
 			bytes[ACCEL_EST_DEVICE][ACCEL_MEM_GRADS] +=
@@ -141,6 +154,10 @@ static int estimate(const zero_cfg *c, const est_model *m, uint32_t W, uint32_t 
 	}
 	free(at);
 	free(sp);
+	if (zero3_keeps_units(c, k_sum, k_top1, k_top2)) {
+		bytes[ACCEL_EST_DEVICE][ACCEL_MEM_PARAMS] += k_work;
+		bytes[ACCEL_EST_DEVICE][ACCEL_MEM_BUFFERS] += k_grad;
+	}
 	bytes[ACCEL_EST_DEVICE][ACCEL_MEM_BUFFERS] += 2 * sizeof(double);
 	bytes[ACCEL_EST_HOST][ACCEL_MEM_OFFLOAD] += pstage;
 	store_bytes(c, owned, owned_f32, n_state, on_device, bytes);

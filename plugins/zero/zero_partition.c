@@ -54,9 +54,18 @@ void zero_release_all(zero_state *s)
 		if (g->req)
 			H->wait(s->h, g->req);
 		g->req = NULL;
+		if (g->work == g->keep_work)
+			g->work = NULL;
+		if (g->grad == g->keep_grad)
+			g->grad = NULL;
 		zero_free(s, g->work, ACCEL_MEM_PARAMS, g->device, group_bytes(g, g->dtype, g->padded));
 		zero_free(s, g->grad, zero_grad_category(s), g->device,
 		          group_bytes(g, g->grad_dtype, g->padded));
+		zero_free(s, g->keep_work, ACCEL_MEM_PARAMS, g->device,
+		          group_bytes(g, g->dtype, g->padded));
+		zero_free(s, g->keep_grad, zero_grad_category(s), g->device,
+		          group_bytes(g, g->grad_dtype, g->padded));
+		g->work = g->grad = g->keep_work = g->keep_grad = NULL;
 		if (!zero_param_nvme(s))
 			zero_free(s, g->shard_work, ACCEL_MEM_PARAMS, g->device,
 			          group_bytes(g, g->dtype, g->block));
@@ -193,6 +202,20 @@ static int build_groups(zero_state *s)
 		                            g->n_entries, 0, g->entries, NULL};
 		g->persistent = s->cfg.stage == 3 && (double)g->numel <= s->cfg.persistence_threshold;
 	}
+	uint64_t sum = 0, top1 = 0, top2 = 0;
+	for (uint32_t i = 0; i < s->n_groups; i++) {
+		const zero_group *u = &s->groups[i];
+		if (u->persistent)
+			continue;
+		sum += u->padded;
+		if (u->padded > top1) {
+			top2 = top1;
+			top1 = u->padded;
+		} else if (u->padded > top2) {
+			top2 = u->padded;
+		}
+	}
+	s->keep_units = zero3_keeps_units(&s->cfg, sum, top1, top2);
 	return ACCEL_OK;
 }
 
@@ -514,8 +537,9 @@ static int fifo_pop(zero_state *s)
 			                           g->padded);
 			r = H->op_fill(s->h, &all, 0);
 		} else {
-			zero_free(s, g->grad, zero_grad_category(s), g->device,
-			          group_bytes(g, g->grad_dtype, g->padded));
+			if (g->grad != g->keep_grad)
+				zero_free(s, g->grad, zero_grad_category(s), g->device,
+				          group_bytes(g, g->grad_dtype, g->padded));
 			g->grad = NULL;
 		}
 	}

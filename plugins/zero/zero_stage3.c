@@ -9,7 +9,11 @@
  * within stage3_prefetch_bucket_size elements ahead and
  * stage3_max_live_parameters gathered at once.  A unit's gradient is
  * bound from pre_backward to post_backward, then reduce-scattered into the
- * rank's f32 gradient shard and freed (zero_partition.c, fifo). */
+ * rank's f32 gradient shard and freed (zero_partition.c, fifo).  When the
+ * units together fit the peak that gathering one by one may reach anyway
+ * (zero3_keeps_units), each unit's gather and gradient buffer is allocated
+ * at its first use and kept for the job: released units only lose the
+ * binding, and no gather pays for page faults and page clearing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,9 +45,17 @@ static int bind_unit(zero_state *s, zero_group *g, int with_grad)
 static int gather_start(zero_state *s, zero_group *g, int async)
 {
 	int r;
-	if ((r = zero_alloc(s, ACCEL_MEM_PARAMS, g->device, g->device_index, wbytes(g),
-	                    0, &g->work)))
+	if (s->keep_units) {
+		/* the unit's own buffer, allocated at its first gather */
+		if (!g->keep_work &&
+		    (r = zero_alloc(s, ACCEL_MEM_PARAMS, g->device, g->device_index, wbytes(g), 0,
+		                    &g->keep_work)))
+			return r;
+		g->work = g->keep_work;
+	} else if ((r = zero_alloc(s, ACCEL_MEM_PARAMS, g->device, g->device_index, wbytes(g), 0,
+	                           &g->work))) {
 		return r;
+	}
 	accel_view all = zero_view(g->dtype, g->device, g->device_index, g->work, g->padded);
 	accel_view mine = zero_view(g->dtype, g->device, g->device_index, g->shard_work, g->block);
 	if (zero_param_nvme(s)) {
@@ -97,7 +109,8 @@ int zero3_release(zero_state *s, zero_group *g)
 	g->gathered = 0;
 	if ((r = bind_unit(s, g, 0)))
 		return r;
-	zero_free(s, g->work, ACCEL_MEM_PARAMS, g->device, wbytes(g));
+	if (g->work != g->keep_work)
+		zero_free(s, g->work, ACCEL_MEM_PARAMS, g->device, wbytes(g));
 	g->work = NULL;
 	s->live_numel -= g->padded;
 	return ACCEL_OK;
@@ -195,11 +208,21 @@ int zero3_pre_backward(void *state, uint32_t unit)
 	if ((r = unit_group(s, unit, "pre_backward", &g)) ||
 	    (r = trace_note(s, unit | TRACE_BACKWARD)) || (r = zero3_gather(s, g, 0)))
 		return r;
-	if (g->trainable && !g->grad &&
-	    (r = zero_alloc(s, zero_grad_category(s), g->device, g->device_index,
-	                    g->padded * accel_abi_dtype_size(g->grad_dtype),
-	                    ACCEL_MEMF_ZERO, &g->grad)))
-		return r;
+	if (g->trainable && !g->grad && s->keep_units && g->keep_grad) {
+		/* the kept buffer, cleared as a new one would be */
+		accel_view all = zero_view(g->grad_dtype, g->device, g->device_index, g->keep_grad,
+		                           g->padded);
+		if ((r = s->host->op_fill(s->h, &all, 0)))
+			return r;
+		g->grad = g->keep_grad;
+	} else if (g->trainable && !g->grad) {
+		if ((r = zero_alloc(s, zero_grad_category(s), g->device, g->device_index,
+		                    g->padded * accel_abi_dtype_size(g->grad_dtype),
+		                    ACCEL_MEMF_ZERO, &g->grad)))
+			return r;
+		if (s->keep_units)
+			g->keep_grad = g->grad;
+	}
 	g->in_backward = 1;
 	if ((r = bind_unit(s, g, 1)))
 		return r;

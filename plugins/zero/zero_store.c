@@ -500,11 +500,12 @@ static int alloc_swap_bufs(zero_store *st)
 		snprintf(tag, sizeof(tag), "optimizer state");
 	if ((r = zero_swap_open(H, st->h, st->o.nvme_path, tag, bytes, &st->o.aio, &st->sw)))
 		return r;
-	/* more buffers than sub-groups + 2 would never be used (zero_estimate.c
-	 * counts min(buffer_count, sub-groups + 2): change both together) */
+	/* sub-group g uses buffer g mod nbuf: more buffers than sub-groups
+	 * would never be used (with one sub-group, one buffer; zero_estimate.c
+	 * counts min(buffer_count, sub-groups): change both together) */
 	st->nbuf = st->o.buffer_count;
-	if (st->nbuf > st->n_sg + 2)
-		st->nbuf = (uint32_t)(st->n_sg + 2);
+	if (st->nbuf > st->n_sg)
+		st->nbuf = (uint32_t)st->n_sg;
 	if (!(st->buf = calloc(st->nbuf, sizeof(*st->buf))))
 		return H->error(st->h, ACCEL_ERR_NOMEM, "zero store: out of memory");
 	uint64_t align = zero_swap_align(st->sw);
@@ -861,10 +862,13 @@ static int step_offload(zero_store *st, double grad_scale)
 	uint64_t G = st->n_sg;
 	float *state[ZERO_MAX_STATE] = {0};
 	int nvme = st->o.place == ZERO_PLACE_NVME;
-	/* read-ahead: as far as the buffers allow (sub-group j goes to
+	/* read-ahead: as far as buffer_count allows (sub-group j goes to
 	 * buffer j mod nbuf, whose last sub-group, j - nbuf <= g - 2, was
-	 * written out) */
-	uint64_t next_read = 0, depth = nvme && st->nbuf >= 3 ? st->nbuf - 2 : 0;
+	 * written out; with a buffer per sub-group, nbuf = G, no buffer is
+	 * reused and the depth, buffer_count - 2, only bounds the reads in
+	 * flight) */
+	uint64_t next_read = 0,
+	         depth = nvme && st->o.buffer_count >= 3 ? st->o.buffer_count - 2 : 0;
 
 	if (st->on_gpu && G && (r = grads_fetch(st, 0, 0)))
 		goto out;
