@@ -13,31 +13,7 @@
 #include <string.h>
 
 #include "fsdp.h"
-
-static const char *state_name(fsdp_state *s, uint32_t k, char *buf, size_t cap)
-{
-	const char *type = "adamw";
-	if (s->host->cfg_string(s->h, "/optimizer.type", &type) != ACCEL_OK)
-		type = "adamw";
-	const char *name = accel_ckpt_optim_state_name(type, s->n_state, k);
-	if (name)
-		return name;
-	snprintf(buf, cap, "state%u", k);
-	return buf;
-}
-
-static int tensor_name(fsdp_state *s, const accel_param_info_v1 *p, uint32_t array, char *buf,
-                       size_t cap)
-{
-	char sb[16];
-	int n = array == 0 ? snprintf(buf, cap, "master/%s", p->name)
-	                   : snprintf(buf, cap, "optim/%s/%s",
-	                              state_name(s, array - 1, sb, sizeof(sb)), p->name);
-	if (n < 0 || (size_t)n >= cap)
-		return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name '%s' too "
-		                      "long for a checkpoint tensor name", p->name);
-	return ACCEL_OK;
-}
+#include "shard_ckpt.h"
 
 /* SHARDED/FULL: the rank's pieces as ranges of the canonical tensors. */
 static int walk_tensors(fsdp_state *s, int save)
@@ -45,7 +21,6 @@ static int walk_tensors(fsdp_state *s, int save)
 	const accel_host_v1 *H = s->host;
 	uint64_t largest = 1;
 	float *buf = NULL;
-	char name[600];
 	int r = ACCEL_OK;
 
 	for (uint32_t k = 0; k < s->n_pieces; k++)
@@ -58,13 +33,11 @@ static int walk_tensors(fsdp_state *s, int save)
 		free(buf);
 		return ACCEL_OK;
 	}
+	shard_ckpt_io io = {H, s->h, s->ckpt_w, s->ckpt_r, s->n_state, zero_store_copy, s->store,
+	                    buf};
 	for (uint32_t k = 0; !r && k < s->n_pieces; k++) {
 		zero_piece z = s->pieces[k];
 		uint64_t zat = s->piece_at[k];
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, z.param);
-		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
-		for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
-			shape[d] = (uint64_t)p->shape[d];
 		if (save && !fsdp_shards_params(s)) {
 			/* NO_SHARD: every rank holds the whole; each writes the part
 			 * of the parameter inside its block of the flat parameter */
@@ -78,23 +51,8 @@ static int walk_tensors(fsdp_state *s, int save)
 			z.numel = hi - lo;
 			zat += lo - a;
 		}
-		accel_view hv = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, buf, z.numel);
-		for (uint32_t a = 0; !r && a <= s->n_state; a++) {
-			if ((r = tensor_name(s, p, a, name, sizeof(name))))
-				break;
-			if (save) {
-				if ((r = zero_store_read(s->store, a, zat, &hv)))
-					break;
-				accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_F32, p->ndim, 0, name,
-				                          shape, z.param_offset, z.numel, buf};
-				r = H->ckpt_write_tensor(s->h, s->ckpt_w, &sl);
-			} else {
-				r = H->ckpt_read_tensor(s->h, s->ckpt_r, name, ACCEL_DTYPE_F32,
-				                        z.param_offset, z.numel, buf);
-				if (!r)
-					r = zero_store_write(s->store, a, zat, &hv);
-			}
-		}
+		r = shard_ckpt_run(&io, save, ACCEL_MODEL_PARAM(s->model, z.param), z.param_offset,
+		                   z.numel, zat);
 	}
 	free(buf);
 	return r;

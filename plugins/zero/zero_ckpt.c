@@ -10,32 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shard_ckpt.h"
 #include "zero.h"
-
-static const char *state_name(zero_state *s, uint32_t k, char *buf, size_t cap)
-{
-	const char *type = "adamw";
-	if (s->host->cfg_string(s->h, "/optimizer.type", &type) != ACCEL_OK)
-		type = "adamw";
-	const char *name = accel_ckpt_optim_state_name(type, s->n_state, k);
-	if (name)
-		return name;
-	snprintf(buf, cap, "state%u", k);
-	return buf;
-}
-
-static int tensor_name(zero_state *s, const accel_param_info_v1 *p, uint32_t array, char *buf,
-                       size_t cap)
-{
-	char sb[16];
-	int n = array == 0 ? snprintf(buf, cap, "master/%s", p->name)
-	                   : snprintf(buf, cap, "optim/%s/%s",
-	                              state_name(s, array - 1, sb, sizeof(sb)), p->name);
-	if (n < 0 || (size_t)n >= cap)
-		return s->host->error(s->h, ACCEL_ERR_INVALID_ARG, "parameter name '%s' too "
-		                      "long for a checkpoint tensor name", p->name);
-	return ACCEL_OK;
-}
 
 /* The runs (params, offsets, numel) and their store offsets: save uses
  * s->save, load the store's own pieces. */
@@ -47,7 +23,6 @@ static int walk(zero_state *s, int save)
 	uint32_t n = save ? s->n_save : s->n_pieces;
 	uint64_t largest = 1;
 	float *buf = NULL;
-	char name[600];
 	int r = ACCEL_OK;
 
 	if (!s->model)
@@ -58,29 +33,11 @@ static int walk(zero_state *s, int save)
 			largest = runs[k].numel;
 	if (!(buf = malloc(largest * 4)))
 		return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory staging checkpoint state");
-	for (uint32_t k = 0; !r && k < n; k++) {
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, runs[k].param);
-		uint64_t shape[ACCEL_CKPT_MAX_DIMS];
-		for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
-			shape[d] = (uint64_t)p->shape[d];
-		accel_view hv = zero_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, buf, runs[k].numel);
-		for (uint32_t a = 0; !r && a <= s->n_state; a++) {
-			if ((r = tensor_name(s, p, a, name, sizeof(name))))
-				break;
-			if (save) {
-				if ((r = zero_store_read(s->store, a, at[k], &hv)))
-					break;
-				accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_F32, p->ndim, 0, name,
-				                          shape, runs[k].param_offset, runs[k].numel, buf};
-				r = H->ckpt_write_tensor(s->h, s->ckpt_w, &sl);
-			} else {
-				r = H->ckpt_read_tensor(s->h, s->ckpt_r, name, ACCEL_DTYPE_F32,
-				                        runs[k].param_offset, runs[k].numel, buf);
-				if (!r)
-					r = zero_store_write(s->store, a, at[k], &hv);
-			}
-		}
-	}
+	shard_ckpt_io io = {H, s->h, s->ckpt_w, s->ckpt_r, s->n_state, zero_store_copy, s->store,
+	                    buf};
+	for (uint32_t k = 0; !r && k < n; k++)
+		r = shard_ckpt_run(&io, save, ACCEL_MODEL_PARAM(s->model, runs[k].param),
+		                   runs[k].param_offset, runs[k].numel, at[k]);
 	free(buf);
 	if (r || save)
 		return r;

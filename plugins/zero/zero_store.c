@@ -937,3 +937,8 @@ int zero_store_step(zero_store *st, double grad_scale, const double *grad_scale_
 		st->stats.steps++;
 	return r;
 }
+
+int zero_store_copy(void *st, uint32_t array, uint64_t at, const accel_view *v, int to_view)
+{
+	return to_view ? zero_store_read(st, array, at, v) : zero_store_write(st, array, at, v);
+}

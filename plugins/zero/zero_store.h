@@ -95,6 +95,9 @@ uint64_t zero_store_numel(const zero_store *st);
  * master_is_work piece writes its working weights. */
 int zero_store_read(zero_store *st, uint32_t array, uint64_t at, const accel_view *dst);
 int zero_store_write(zero_store *st, uint32_t array, uint64_t at, const accel_view *src);
+/* zero_store_read (to_view nonzero) or zero_store_write on a store passed
+ * as void * (the copy callback of shard_ckpt_io). */
+int zero_store_copy(void *st, uint32_t array, uint64_t at, const accel_view *v, int to_view);
 
 /* Working weights from the masters (after zero_store_write of masters, or
  * a checkpoint load): every piece's `work` = its master, cast. */
