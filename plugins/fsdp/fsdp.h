@@ -17,6 +17,7 @@
 
 #include "accel/plugin.h"
 #include "shard.h"
+#include "shard_util.h"
 #include "zero_store.h"
 
 enum { FSDP_FULL_SHARD, FSDP_SHARD_GRAD_OP, FSDP_NO_SHARD, FSDP_HYBRID_SHARD };
@@ -87,24 +88,6 @@ typedef struct fsdp_state {
 	accel_ckpt_writer *ckpt_w;
 	accel_ckpt_reader *ckpt_r;
 } fsdp_state;
-
-static inline uint32_t fsdp_grad_dtype(const accel_param_info_v1 *p)
-{
-	return ACCEL_STRUCT_HAS(p, accel_param_info_v1, grad_dtype) && p->grad_dtype
-	               ? p->grad_dtype
-	               : p->dtype;
-}
-
-static inline accel_view fsdp_view(uint32_t dtype, int32_t device, int32_t device_index,
-                                   void *data, uint64_t numel)
-{
-	return (accel_view){sizeof(accel_view), dtype, device, device_index, data, numel};
-}
-
-static inline void *fsdp_at(void *base, uint32_t dtype, uint64_t elems)
-{
-	return (char *)base + elems * accel_abi_dtype_size(dtype);
-}
 
 /* Whether the strategy keeps parameters sharded between uses. */
 #define fsdp_shards_params(s) ((s)->cfg.sharding != FSDP_NO_SHARD)

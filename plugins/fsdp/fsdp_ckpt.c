@@ -92,7 +92,7 @@ static int walk_local(fsdp_state *s, int save)
 	}
 	if (!(buf = malloc((n ? n : 1) * 4)))
 		return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory staging checkpoint state");
-	accel_view hv = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, buf, n);
+	accel_view hv = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, buf, n);
 	r = ACCEL_OK;
 	for (uint32_t a = 0; !r && n && a <= s->n_state; a++) {
 		snprintf(name, sizeof(name), "local/%u/array%u", s->rank, a);

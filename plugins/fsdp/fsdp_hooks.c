@@ -35,9 +35,9 @@ static int bind_unit(fsdp_state *s, fsdp_unit *f, int with_grad)
 {
 	for (uint32_t k = 0; k < f->n_params; k++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, f->first_param + k);
-		void *data = f->gathered ? fsdp_at(f->work, f->dtype, f->at[k]) : NULL;
+		void *data = f->gathered ? shard_at(f->work, f->dtype, f->at[k]) : NULL;
 		void *grad = with_grad && f->grad && p->requires_grad
-		                     ? fsdp_at(f->grad, f->grad_dtype, f->at[k])
+		                     ? shard_at(f->grad, f->grad_dtype, f->at[k])
 		                     : NULL;
 		int r = s->host->param_bind(s->h, f->first_param + k, data, grad);
 		if (r)
@@ -54,8 +54,8 @@ static int gather_start(fsdp_state *s, fsdp_unit *f, int async)
 		return ACCEL_OK;
 	if ((r = fsdp_alloc(s, ACCEL_MEM_PARAMS, f, wbytes(f), 0, &f->work)))
 		return r;
-	accel_view all = fsdp_view(f->dtype, f->device, f->device_index, f->work, f->padded);
-	accel_view mine = fsdp_view(f->dtype, f->device, f->device_index, f->shard, f->block);
+	accel_view all = shard_view(f->dtype, f->device, f->device_index, f->work, f->padded);
+	accel_view mine = shard_view(f->dtype, f->device, f->device_index, f->shard, f->block);
 	f->gathered = 1;
 	s->gathered_bytes += wbytes(f);
 	if (s->gathered_bytes > s->gathered_peak)
@@ -139,10 +139,10 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 	}
 	/* the reduced block: in the gradient buffer, or in the reduce-dtype
 	 * copy, cast back below */
-	accel_view blk = f->rbuf ? fsdp_view(f->red_dtype, f->device, f->device_index,
-	                                     fsdp_at(f->rbuf, f->red_dtype, f->lo), f->block)
-	                         : fsdp_view(f->grad_dtype, f->device, f->device_index,
-	                                     fsdp_at(f->grad, f->grad_dtype, f->lo), f->block);
+	accel_view blk = f->rbuf ? shard_view(f->red_dtype, f->device, f->device_index,
+	                                      shard_at(f->rbuf, f->red_dtype, f->lo), f->block)
+	                         : shard_view(f->grad_dtype, f->device, f->device_index,
+	                                      shard_at(f->grad, f->grad_dtype, f->lo), f->block);
 	if (s->rep_g) {
 		/* HYBRID_SHARD: the node's mean block, averaged across nodes */
 		f->rdesc.view.data = blk.data;
@@ -153,17 +153,17 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 		/* NO_SHARD: the mean is in the flat gradient the store steps
 		 * (cast back from a reduce-dtype copy) */
 		if (f->rbuf) {
-			accel_view all = fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad,
-			                           f->padded);
-			accel_view rall = fsdp_view(f->red_dtype, f->device, f->device_index, f->rbuf,
+			accel_view all = shard_view(f->grad_dtype, f->device, f->device_index, f->grad,
 			                            f->padded);
+			accel_view rall = shard_view(f->red_dtype, f->device, f->device_index, f->rbuf,
+			                             f->padded);
 			r = H->op_copy(s->h, &all, &rall);
 			fsdp_free(s, f->rbuf);
 			f->rbuf = NULL;
 		}
 		return r;
 	}
-	accel_view acc = fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+	accel_view acc = shard_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
 	if ((r = H->op_copy(s->h, &acc, &blk)))
 		return r;
 	fsdp_free(s, f->rbuf);
@@ -215,8 +215,8 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 	if (f->red_dtype != f->grad_dtype) {
 		/* reduced in another dtype: a cast copy crosses ranks
 		 * (MixedPrecision's reduce_dtype); finish_reduce casts back */
-		accel_view g = fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad,
-		                         f->padded);
+		accel_view g = shard_view(f->grad_dtype, f->device, f->device_index, f->grad,
+		                          f->padded);
 		if ((r = fsdp_alloc(s, ACCEL_MEM_BUFFERS, f,
 		                    f->padded * accel_abi_dtype_size(f->red_dtype), ACCEL_MEMF_COMM,
 		                    &f->rbuf)))
@@ -229,8 +229,8 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 	trace(s, "reduce", f);
 	if (!fsdp_shards_params(s) || s->S == 1)
 		return H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
-	accel_view shard = fsdp_view(f->red_dtype, f->device, f->device_index,
-	                             fsdp_at(f->desc.view.data, f->red_dtype, f->lo), f->block);
+	accel_view shard = shard_view(f->red_dtype, f->device, f->device_index,
+	                              shard_at(f->desc.view.data, f->red_dtype, f->lo), f->block);
 	return H->reduce_scatter_bucket(s->h, &f->desc, &shard, 0, &f->req);
 }
 
@@ -377,8 +377,8 @@ int fsdp_reduce(void *state)
 static accel_view reduced_view(fsdp_state *s, fsdp_unit *f)
 {
 	if (!fsdp_shards_params(s))
-		return fsdp_view(f->grad_dtype, f->device, f->device_index, f->grad, f->padded);
-	return fsdp_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+		return shard_view(f->grad_dtype, f->device, f->device_index, f->grad, f->padded);
+	return shard_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
 }
 
 int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
@@ -406,7 +406,7 @@ int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 	if (s->S > 1 && fsdp_shards_params(s)) {
 		s->stats[0] = total;
 		s->stats[1] = bad;
-		accel_view sv = fsdp_view(ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, s->stats, 2);
+		accel_view sv = shard_view(ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, s->stats, 2);
 		if ((r = fsdp_allreduce_sum(s, &sv)))
 			return r;
 		total = s->stats[0];
@@ -437,7 +437,7 @@ int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, do
 			return r;
 	}
 	if (s->S > 1 && fsdp_shards_params(s)) {
-		accel_view sv = fsdp_view(ACCEL_DTYPE_F64, device, device_index, stats, 1);
+		accel_view sv = shard_view(ACCEL_DTYPE_F64, device, device_index, stats, 1);
 		if ((r = fsdp_allreduce_sum(s, &sv)))
 			return r;
 	}
@@ -500,10 +500,10 @@ int fsdp_materialize(void *state, uint32_t unit, uint32_t flags)
 	}
 	if (flags & ACCEL_MATERIALIZE_RELEASE) {
 		if ((flags & ACCEL_MATERIALIZE_WRITEBACK) && f->gathered && fsdp_shards_params(s)) {
-			accel_view mine = fsdp_view(f->dtype, f->device, f->device_index,
-			                            fsdp_at(f->work, f->dtype, f->lo), f->block);
-			accel_view sh = fsdp_view(f->dtype, f->device, f->device_index, f->shard,
-			                          f->block);
+			accel_view mine = shard_view(f->dtype, f->device, f->device_index,
+			                             shard_at(f->work, f->dtype, f->lo), f->block);
+			accel_view sh = shard_view(f->dtype, f->device, f->device_index, f->shard,
+			                           f->block);
 			if ((r = s->host->op_copy(s->h, &sh, &mine)))
 				return r;
 		}

@@ -101,29 +101,6 @@ static int starts_run(fsdp_state *s, uint32_t u, uint64_t run_numel)
 	}
 }
 
-static int unit_uniform(fsdp_state *s, uint32_t u, uint32_t *dt, uint32_t *gdt, int32_t *dev,
-                        int32_t *devi)
-{
-	const accel_unit_info_v1 *ui = &s->model->units[u];
-	for (uint32_t k = 0; k < ui->n_params; k++) {
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, ui->first_param + k);
-		if (k == 0) {
-			*dt = p->dtype;
-			*gdt = fsdp_grad_dtype(p);
-			*dev = p->device;
-			*devi = p->device_index;
-		} else if (p->dtype != *dt || fsdp_grad_dtype(p) != *gdt || p->device != *dev ||
-		           p->device_index != *devi) {
-			return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' mixes "
-			                      "parameters of different dtypes or devices ('%s' and "
-			                      "'%s'); fsdp keeps a unit in one flat parameter: register "
-			                      "them in separate units", ui->name,
-			                      ACCEL_MODEL_PARAM(s->model, ui->first_param)->name, p->name);
-		}
-	}
-	return ACCEL_OK;
-}
-
 static int build_units(fsdp_state *s)
 {
 	const accel_model_v1 *m = s->model;
@@ -155,7 +132,9 @@ static int build_units(fsdp_state *s)
 	for (uint32_t u = 0; u < m->n_units; u++) {
 		uint32_t dt = 0, gdt = 0;
 		int32_t dev = 0, devi = 0;
-		if ((r = unit_uniform(s, u, &dt, &gdt, &dev, &devi)))
+		if ((r = shard_unit_uniform(s->host, s->h, s->model, u,
+		                            "fsdp keeps a unit in one flat parameter", &dt, &gdt,
+		                            &dev, &devi)))
 			return r;
 		if (!f || starts_run(s, u, f->numel) || f->dtype != dt || f->grad_dtype != gdt ||
 		    f->device != dev || f->device_index != devi) {
@@ -187,7 +166,7 @@ static int build_units(fsdp_state *s)
 			              : ACCEL_STRUCT_HAS(p, accel_param_info_v1, reduce_dtype) &&
 			                                p->reduce_dtype
 			                        ? p->reduce_dtype
-			                        : fsdp_grad_dtype(p);
+			                        : shard_grad_dtype(p);
 			numel[k] = p->numel;
 			if (p->requires_grad && f->trainable && rd != f->red_dtype) {
 				free(numel);
@@ -216,8 +195,8 @@ static int build_units(fsdp_state *s)
 					f->first_param + k, 0, 0, f->at[k], p->numel};
 		}
 		f->desc = (accel_bucket_v1){sizeof(accel_bucket_v1), i,
-		                            fsdp_view(f->red_dtype, f->device, f->device_index, NULL,
-		                                      f->padded),
+		                            shard_view(f->red_dtype, f->device, f->device_index, NULL,
+		                                       f->padded),
 		                            f->n_entries, 0, f->entries, s->shard_g};
 		H->log(s->h, ACCEL_LOG_DEBUG, "FSDP unit %u: units %s..%s (%u), %llu elements, "
 		       "padded %llu", i, m->units[f->first_unit].name,
@@ -263,8 +242,8 @@ static int build_pieces(fsdp_state *s)
 						f->first_param + sp[j].item, 0, sp[j].item_offset,
 						sp[j].block_offset, sp[j].numel};
 			f->rdesc = (accel_bucket_v1){sizeof(accel_bucket_v1), s->n_units + i,
-			                             fsdp_view(f->red_dtype, f->device, f->device_index,
-			                                       NULL, f->block),
+			                             shard_view(f->red_dtype, f->device, f->device_index,
+			                                        NULL, f->block),
 			                             ne, 0, f->rentries, s->rep_g};
 		}
 		if (!fsdp_shards_params(s)) {
@@ -276,8 +255,8 @@ static int build_pieces(fsdp_state *s)
 					continue;
 				s->pieces[s->n_pieces] = (zero_piece){
 					f->first_param + k, f->grad_dtype, 0, p->numel,
-					fsdp_at(f->work, f->dtype, f->at[k]),
-					fsdp_at(f->grad, f->grad_dtype, f->at[k]),
+					shard_at(f->work, f->dtype, f->at[k]),
+					shard_at(f->grad, f->grad_dtype, f->at[k]),
 					f->dtype == ACCEL_DTYPE_F32 && !s->cfg.cpu_offload, 0};
 				s->piece_unit[s->n_pieces] = i;
 				s->piece_at[s->n_pieces++] = at;
@@ -292,8 +271,8 @@ static int build_pieces(fsdp_state *s)
 			s->piece_unit[s->n_pieces] = i;
 			s->pieces[s->n_pieces] = (zero_piece){
 				f->first_param + k, f->grad_dtype, sp[j].item_offset, sp[j].numel,
-				fsdp_at(f->shard, f->dtype, sp[j].block_offset),
-				fsdp_at(f->acc, f->grad_dtype, sp[j].block_offset),
+				shard_at(f->shard, f->dtype, sp[j].block_offset),
+				shard_at(f->acc, f->grad_dtype, sp[j].block_offset),
 				f->dtype == ACCEL_DTYPE_F32 && !s->cfg.cpu_offload, 0};
 			s->piece_at[s->n_pieces++] = at;
 			at += sp[j].numel;
@@ -352,7 +331,7 @@ static int init_values(fsdp_state *s)
 		for (uint32_t k = 0; !r && k < f->n_params; k++) {
 			uint32_t pi = f->first_param + k;
 			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, pi);
-			accel_view v = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp, p->numel);
+			accel_view v = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp, p->numel);
 			if ((r = H->param_init(s->h, pi, 0, &v)))
 				break;
 			if (s->cfg.sync_module_states && s->W > 1 &&
@@ -362,22 +341,22 @@ static int init_values(fsdp_state *s)
 			uint64_t lo = f->lo > a ? f->lo : a;
 			uint64_t hi = f->lo + f->block < b ? f->lo + f->block : b;
 			if (!fsdp_shards_params(s)) {
-				accel_view dst = fsdp_view(f->dtype, f->device, f->device_index,
-				                           fsdp_at(f->work, f->dtype, a), p->numel);
+				accel_view dst = shard_view(f->dtype, f->device, f->device_index,
+				                            shard_at(f->work, f->dtype, a), p->numel);
 				if ((r = H->op_copy(s->h, &dst, &v)))
 					break;
 			} else if (hi > lo) {
-				accel_view src = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
-				                           tmp + (lo - a), hi - lo);
-				accel_view dst = fsdp_view(f->dtype, f->device, f->device_index,
-				                           fsdp_at(f->shard, f->dtype, lo - f->lo), hi - lo);
+				accel_view src = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
+				                            tmp + (lo - a), hi - lo);
+				accel_view dst = shard_view(f->dtype, f->device, f->device_index,
+				                            shard_at(f->shard, f->dtype, lo - f->lo), hi - lo);
 				if ((r = H->op_copy(s->h, &dst, &src)))
 					break;
 			}
 			for (; pk < s->n_pieces && s->pieces[pk].param == pi; pk++) {
 				const zero_piece *z = &s->pieces[pk];
-				accel_view mv = fsdp_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
-				                          tmp + z->param_offset, z->numel);
+				accel_view mv = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
+				                           tmp + z->param_offset, z->numel);
 				if ((r = zero_store_write(s->store, 0, s->piece_at[pk], &mv)))
 					break;
 			}

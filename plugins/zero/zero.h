@@ -15,6 +15,7 @@
 
 #include "accel/plugin.h"
 #include "shard.h"
+#include "shard_util.h"
 #include "zero_store.h"
 
 /* Elements a group is padded to a multiple of, times the world size.  1:
@@ -134,25 +135,6 @@ struct zero_state {
 	accel_ckpt_writer *ckpt_w;
 	accel_ckpt_reader *ckpt_r;
 };
-
-/* The dtype a parameter's gradient is accumulated and reduced in. */
-static inline uint32_t zero_grad_dtype(const accel_param_info_v1 *p)
-{
-	return ACCEL_STRUCT_HAS(p, accel_param_info_v1, grad_dtype) && p->grad_dtype
-	               ? p->grad_dtype
-	               : p->dtype;
-}
-
-static inline accel_view zero_view(uint32_t dtype, int32_t device, int32_t device_index,
-                                   void *data, uint64_t numel)
-{
-	return (accel_view){sizeof(accel_view), dtype, device, device_index, data, numel};
-}
-
-static inline void *zero_at(void *base, uint32_t dtype, uint64_t elems)
-{
-	return (char *)base + elems * accel_abi_dtype_size(dtype);
-}
 
 /* The gradient shard's dtype (stages 2, 3): f32 when the gradients are f32
  * or when micro-steps accumulate into it (gradient_accumulation_steps > 1);

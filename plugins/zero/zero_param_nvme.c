@@ -88,8 +88,8 @@ int zero3p_read_block(zero_state *s, zero_group *g, void *dst)
 	if ((r = zero_swap_read(s->pswap, g->pswap_off, s->pstage, n, &t)) ||
 	    (r = zero_swap_wait(s->pswap, t)))
 		return r;
-	accel_view d = zero_view(g->dtype, g->device, g->device_index, dst, g->block);
-	accel_view h = zero_view(g->dtype, ACCEL_DEVICE_CPU, 0, s->pstage, g->block);
+	accel_view d = shard_view(g->dtype, g->device, g->device_index, dst, g->block);
+	accel_view h = shard_view(g->dtype, ACCEL_DEVICE_CPU, 0, s->pstage, g->block);
 	return s->host->op_copy(s->h, &d, &h);
 }
 
@@ -98,8 +98,8 @@ int zero3p_write_block(zero_state *s, zero_group *g, const void *src)
 {
 	uint64_t t, n = up(block_bytes(g), PSWAP_ALIGN);
 	int r;
-	accel_view sv = zero_view(g->dtype, g->device, g->device_index, (void *)src, g->block);
-	accel_view h = zero_view(g->dtype, ACCEL_DEVICE_CPU, 0, s->pstage, g->block);
+	accel_view sv = shard_view(g->dtype, g->device, g->device_index, (void *)src, g->block);
+	accel_view h = shard_view(g->dtype, ACCEL_DEVICE_CPU, 0, s->pstage, g->block);
 	if ((r = s->host->op_copy(s->h, &h, &sv)))
 		return r;
 	if ((r = zero_swap_write(s->pswap, g->pswap_off, s->pstage, n, &t)))
@@ -128,7 +128,7 @@ int zero3p_shards_in(zero_state *s, int read)
 	}
 	for (uint32_t k = 0; k < s->n_pieces; k++) {
 		zero_group *g = &s->groups[s->piece_group[k]];
-		s->pieces[k].work = zero_at(g->shard_work, g->dtype, s->piece_boff[k]);
+		s->pieces[k].work = shard_at(g->shard_work, g->dtype, s->piece_boff[k]);
 	}
 	return s->store ? zero_store_set_pieces(s->store, s->pieces, s->n_pieces) : ACCEL_OK;
 }

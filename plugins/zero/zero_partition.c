@@ -95,29 +95,6 @@ void zero_release_all(zero_state *s)
 
 /* ---- layout ------------------------------------------------------------------- */
 
-static int unit_uniform(zero_state *s, uint32_t u, uint32_t *dt, uint32_t *gdt, int32_t *dev,
-                        int32_t *devi)
-{
-	const accel_unit_info_v1 *ui = &s->model->units[u];
-	for (uint32_t k = 0; k < ui->n_params; k++) {
-		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, ui->first_param + k);
-		if (k == 0) {
-			*dt = p->dtype;
-			*gdt = zero_grad_dtype(p);
-			*dev = p->device;
-			*devi = p->device_index;
-		} else if (p->dtype != *dt || zero_grad_dtype(p) != *gdt || p->device != *dev ||
-		           p->device_index != *devi) {
-			return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' mixes "
-			                      "parameters of different dtypes or devices ('%s' and "
-			                      "'%s'); zero keeps a unit in one flat buffer: register "
-			                      "them in separate units", ui->name,
-			                      ACCEL_MODEL_PARAM(s->model, ui->first_param)->name, p->name);
-		}
-	}
-	return ACCEL_OK;
-}
-
 static int build_groups(zero_state *s)
 {
 	const accel_model_v1 *m = s->model;
@@ -150,7 +127,9 @@ static int build_groups(zero_state *s)
 		if (!m->units[u].n_params)
 			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' has no "
 			                "parameters", m->units[u].name);
-		if ((r = unit_uniform(s, u, &dt, &gdt, &dev, &devi)))
+		if ((r = shard_unit_uniform(s->host, s->h, s->model, u,
+		                            "zero keeps a unit in one flat buffer", &dt, &gdt,
+		                            &dev, &devi)))
 			return r;
 		if (!g || g->numel >= target || target == 0 || g->dtype != dt ||
 		    g->grad_dtype != gdt || g->device != dev || g->device_index != devi) {
@@ -197,8 +176,8 @@ static int build_groups(zero_state *s)
 				g->first_param + k, 0, 0, g->at[k], p->numel};
 		}
 		g->desc = (accel_bucket_v1){sizeof(accel_bucket_v1), i,
-		                            zero_view(g->grad_dtype, g->device, g->device_index, NULL,
-		                                      g->padded),
+		                            shard_view(g->grad_dtype, g->device, g->device_index, NULL,
+		                                       g->padded),
 		                            g->n_entries, 0, g->entries, NULL};
 		g->persistent = s->cfg.stage == 3 && (double)g->numel <= s->cfg.persistence_threshold;
 	}
@@ -256,8 +235,8 @@ static int build_pieces(zero_state *s)
 					continue;
 				zero_piece *z = &s->pieces[s->n_pieces];
 				*z = (zero_piece){g->first_param + k, g->grad_dtype, 0, p->numel,
-				                  zero_at(g->work, g->dtype, g->at[k]),
-				                  zero_at(g->grad, g->grad_dtype, g->at[k]),
+				                  shard_at(g->work, g->dtype, g->at[k]),
+				                  shard_at(g->grad, g->grad_dtype, g->at[k]),
 				                  g->dtype == ACCEL_DTYPE_F32, 0};
 				s->piece_at[s->n_pieces++] = at;
 				at += p->numel;
@@ -283,12 +262,12 @@ static int build_pieces(zero_state *s)
 			if (!ACCEL_MODEL_PARAM(m, g->first_param + k)->requires_grad)
 				continue;
 			/* offload_param nvme: no shard in memory until zero3p_shards_in() */
-			void *work = s->cfg.stage < 3 ? zero_at(g->work, g->dtype, g->lo + sp[j].block_offset)
-			             : g->shard_work ? zero_at(g->shard_work, g->dtype, sp[j].block_offset)
+			void *work = s->cfg.stage < 3 ? shard_at(g->work, g->dtype, g->lo + sp[j].block_offset)
+			             : g->shard_work ? shard_at(g->shard_work, g->dtype, sp[j].block_offset)
 			                             : NULL;
 			const void *grad = s->cfg.stage >= 2
-			                     ? zero_at(g->acc, g->acc_dtype, sp[j].block_offset)
-			                     : zero_at(g->grad, g->grad_dtype, g->lo + sp[j].block_offset);
+			                     ? shard_at(g->acc, g->acc_dtype, sp[j].block_offset)
+			                     : shard_at(g->grad, g->grad_dtype, g->lo + sp[j].block_offset);
 			zero_piece *z = &s->pieces[s->n_pieces];
 			*z = (zero_piece){g->first_param + k,
 			                  s->cfg.stage >= 2 ? g->acc_dtype : g->grad_dtype,
@@ -378,30 +357,30 @@ static int init_values(zero_state *s)
 				pn = hi > lo ? hi - lo : 0;
 			}
 			if (own_only) {
-				accel_view v = zero_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp + plo, pn);
+				accel_view v = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp + plo, pn);
 				if (pn && (r = H->param_init(s->h, pi, plo, &v)))
 					break;
 			} else {
-				accel_view v = zero_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp, p->numel);
+				accel_view v = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp, p->numel);
 				if ((r = H->param_init(s->h, pi, 0, &v)))
 					break;
 				/* Every rank starts from rank 0's values, whatever the init did. */
 				if (s->W > 1 && (r = H->broadcast(s->h, &v, 0, NULL)))
 					break;
 			}
-			accel_view src = zero_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp + plo, pn);
+			accel_view src = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, tmp + plo, pn);
 			accel_view dst = s->cfg.stage == 3
-			        ? zero_view(g->dtype, g->device, g->device_index,
-			                    zero_at(g->shard_work, g->dtype, g->at[k] + plo - g->lo), pn)
-			        : zero_view(g->dtype, g->device, g->device_index,
-			                    zero_at(g->work, g->dtype, g->at[k]), pn);
+			        ? shard_view(g->dtype, g->device, g->device_index,
+			                     shard_at(g->shard_work, g->dtype, g->at[k] + plo - g->lo), pn)
+			        : shard_view(g->dtype, g->device, g->device_index,
+			                     shard_at(g->work, g->dtype, g->at[k]), pn);
 			if (pn && (r = H->op_copy(s->h, &dst, &src)))
 				break;
 			/* masters of this parameter's pieces, from the f32 values */
 			for (; pk < s->n_pieces && s->pieces[pk].param == pi; pk++) {
 				const zero_piece *z = &s->pieces[pk];
-				accel_view mv = zero_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
-				                          tmp + z->param_offset, z->numel);
+				accel_view mv = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
+				                           tmp + z->param_offset, z->numel);
 				if ((r = zero_store_write(s->store, 0, s->piece_at[pk], &mv)))
 					break;
 			}
@@ -418,8 +397,8 @@ static int bind_all(zero_state *s)
 		for (uint32_t k = 0; k < g->n_params; k++) {
 			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, g->first_param + k);
 			int r = s->host->param_bind(s->h, g->first_param + k,
-			                            zero_at(g->work, g->dtype, g->at[k]),
-			                            p->requires_grad ? zero_at(g->grad, g->grad_dtype, g->at[k])
+			                            shard_at(g->work, g->dtype, g->at[k]),
+			                            p->requires_grad ? shard_at(g->grad, g->grad_dtype, g->at[k])
 			                                             : NULL);
 			if (r)
 				return r;
@@ -523,9 +502,9 @@ static int fifo_pop(zero_state *s)
 			return r;
 	}
 	if (s->cfg.stage >= 2) {
-		accel_view blk = zero_view(g->grad_dtype, g->device, g->device_index,
-		                           zero_at(g->grad, g->grad_dtype, g->lo), g->block);
-		accel_view acc = zero_view(g->acc_dtype, g->device, g->device_index, g->acc, g->block);
+		accel_view blk = shard_view(g->grad_dtype, g->device, g->device_index,
+		                            shard_at(g->grad, g->grad_dtype, g->lo), g->block);
+		accel_view acc = shard_view(g->acc_dtype, g->device, g->device_index, g->acc, g->block);
 		/* an f32 shard accumulates; one in the gradient dtype holds the
 		 * one micro-step of a step (zero_acc_dtype) */
 		r = g->acc_dtype == ACCEL_DTYPE_F32 ? H->op_axpy(s->h, &acc, 1.0, &blk)
@@ -533,8 +512,8 @@ static int fifo_pop(zero_state *s)
 		if (r)
 			return r;
 		if (s->cfg.stage == 2) {
-			accel_view all = zero_view(g->grad_dtype, g->device, g->device_index, g->grad,
-			                           g->padded);
+			accel_view all = shard_view(g->grad_dtype, g->device, g->device_index, g->grad,
+			                            g->padded);
 			r = H->op_fill(s->h, &all, 0);
 		} else {
 			if (g->grad != g->keep_grad)
@@ -571,8 +550,8 @@ int zero_issue(zero_state *s, zero_group *g, int async)
 	if (s->cfg.stage == 0 || !s->cfg.reduce_scatter || s->W == 1) {
 		r = H->reduce_bucket_v2(s->h, &g->desc, 0, rq);
 	} else {
-		accel_view shard = zero_view(g->grad_dtype, g->device, g->device_index,
-		                             zero_at(g->grad, g->grad_dtype, g->lo), g->block);
+		accel_view shard = shard_view(g->grad_dtype, g->device, g->device_index,
+		                              shard_at(g->grad, g->grad_dtype, g->lo), g->block);
 		r = H->reduce_scatter_bucket(s->h, &g->desc, &shard, 0, rq);
 	}
 	if (r)
@@ -671,11 +650,11 @@ int zero_reduce(void *state)
 static accel_view reduced_view(zero_state *s, zero_group *g)
 {
 	if (s->cfg.stage == 0)
-		return zero_view(g->grad_dtype, g->device, g->device_index, g->grad, g->padded);
+		return shard_view(g->grad_dtype, g->device, g->device_index, g->grad, g->padded);
 	if (s->cfg.stage == 1)
-		return zero_view(g->grad_dtype, g->device, g->device_index,
-		                 zero_at(g->grad, g->grad_dtype, g->lo), g->block);
-	return zero_view(g->acc_dtype, g->device, g->device_index, g->acc, g->block);
+		return shard_view(g->grad_dtype, g->device, g->device_index,
+		                  shard_at(g->grad, g->grad_dtype, g->lo), g->block);
+	return shard_view(g->acc_dtype, g->device, g->device_index, g->acc, g->block);
 }
 
 int zero_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
@@ -703,7 +682,7 @@ int zero_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 	if (s->cfg.stage >= 1 && s->W > 1) {
 		s->stats[0] = total;
 		s->stats[1] = bad;
-		accel_view sv = zero_view(ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, s->stats, 2);
+		accel_view sv = shard_view(ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, s->stats, 2);
 		if ((r = H->allreduce(s->h, &sv, &sv, ACCEL_RED_SUM, NULL)))
 			return r;
 		total = s->stats[0];
@@ -734,7 +713,7 @@ int zero_grad_stats_device(void *state, int32_t device, int32_t device_index, do
 			return r;
 	}
 	if (s->cfg.stage >= 1 && s->W > 1) {
-		accel_view sv = zero_view(ACCEL_DTYPE_F64, device, device_index, stats, 1);
+		accel_view sv = shard_view(ACCEL_DTYPE_F64, device, device_index, stats, 1);
 		if ((r = H->allreduce(s->h, &sv, &sv, ACCEL_RED_SUM, NULL)))
 			return r;
 	}
@@ -755,9 +734,9 @@ int zero_publish(zero_state *s)
 		zero_group *g = &s->groups[i];
 		if (!g->trainable)
 			continue;
-		accel_view all = zero_view(g->dtype, g->device, g->device_index, g->work, g->padded);
-		accel_view mine = zero_view(g->dtype, g->device, g->device_index,
-		                            zero_at(g->work, g->dtype, g->lo), g->block);
+		accel_view all = shard_view(g->dtype, g->device, g->device_index, g->work, g->padded);
+		accel_view mine = shard_view(g->dtype, g->device, g->device_index,
+		                             shard_at(g->work, g->dtype, g->lo), g->block);
 		if ((r = H->allgather(s->h, &mine, &all, &g->req)))
 			return r;
 	}
@@ -799,13 +778,13 @@ int zero_step(void *state, const accel_step_info_v1 *info)
 		if (!g->trainable)
 			continue;
 		if (s->cfg.stage >= 2) {
-			accel_view a = zero_view(g->acc_dtype, g->device, g->device_index, g->acc,
-			                         g->block);
+			accel_view a = shard_view(g->acc_dtype, g->device, g->device_index, g->acc,
+			                          g->block);
 			if ((r = H->op_fill(s->h, &a, 0)))
 				return r;
 		} else if (!keep) {
-			accel_view a = zero_view(g->grad_dtype, g->device, g->device_index, g->grad,
-			                         g->padded);
+			accel_view a = shard_view(g->grad_dtype, g->device, g->device_index, g->grad,
+			                          g->padded);
 			if ((r = H->op_fill(s->h, &a, 0)))
 				return r;
 		}

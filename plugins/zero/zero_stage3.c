@@ -30,9 +30,9 @@ static int bind_unit(zero_state *s, zero_group *g, int with_grad)
 {
 	for (uint32_t k = 0; k < g->n_params; k++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(s->model, g->first_param + k);
-		void *data = g->gathered ? zero_at(g->work, g->dtype, g->at[k]) : NULL;
+		void *data = g->gathered ? shard_at(g->work, g->dtype, g->at[k]) : NULL;
 		void *grad = with_grad && g->grad && p->requires_grad
-		                     ? zero_at(g->grad, g->grad_dtype, g->at[k])
+		                     ? shard_at(g->grad, g->grad_dtype, g->at[k])
 		                     : NULL;
 		int r = s->host->param_bind(s->h, g->first_param + k, data, grad);
 		if (r)
@@ -56,11 +56,11 @@ static int gather_start(zero_state *s, zero_group *g, int async)
 	                           &g->work))) {
 		return r;
 	}
-	accel_view all = zero_view(g->dtype, g->device, g->device_index, g->work, g->padded);
-	accel_view mine = zero_view(g->dtype, g->device, g->device_index, g->shard_work, g->block);
+	accel_view all = shard_view(g->dtype, g->device, g->device_index, g->work, g->padded);
+	accel_view mine = shard_view(g->dtype, g->device, g->device_index, g->shard_work, g->block);
 	if (zero_param_nvme(s)) {
 		/* the block from the swap into its place; all-gather in place */
-		mine.data = zero_at(g->work, g->dtype, g->lo);
+		mine.data = shard_at(g->work, g->dtype, g->lo);
 		if ((r = zero3p_read_block(s, g, mine.data)))
 			return r;
 	}
@@ -210,8 +210,8 @@ int zero3_pre_backward(void *state, uint32_t unit)
 		return r;
 	if (g->trainable && !g->grad && s->keep_units && g->keep_grad) {
 		/* the kept buffer, cleared as a new one would be */
-		accel_view all = zero_view(g->grad_dtype, g->device, g->device_index, g->keep_grad,
-		                           g->padded);
+		accel_view all = shard_view(g->grad_dtype, g->device, g->device_index, g->keep_grad,
+		                            g->padded);
 		if ((r = s->host->op_fill(s->h, &all, 0)))
 			return r;
 		g->grad = g->keep_grad;
@@ -276,11 +276,11 @@ int zero3_regather_persistent(zero_state *s)
 				return r;
 			continue;
 		}
-		accel_view all = zero_view(g->dtype, g->device, g->device_index, g->work, g->padded);
-		accel_view mine = zero_view(g->dtype, g->device, g->device_index, g->shard_work,
-		                            g->block);
+		accel_view all = shard_view(g->dtype, g->device, g->device_index, g->work, g->padded);
+		accel_view mine = shard_view(g->dtype, g->device, g->device_index, g->shard_work,
+		                             g->block);
 		if (zero_param_nvme(s)) {
-			mine.data = zero_at(g->work, g->dtype, g->lo);
+			mine.data = shard_at(g->work, g->dtype, g->lo);
 			if ((r = zero3p_read_block(s, g, mine.data)))
 				return r;
 		}
@@ -309,10 +309,10 @@ int zero3_materialize(void *state, uint32_t unit, uint32_t flags)
 	}
 	if (flags & ACCEL_MATERIALIZE_RELEASE) {
 		if ((flags & ACCEL_MATERIALIZE_WRITEBACK) && g->gathered) {
-			accel_view mine = zero_view(g->dtype, g->device, g->device_index,
-			                            zero_at(g->work, g->dtype, g->lo), g->block);
-			accel_view sh = zero_view(g->dtype, g->device, g->device_index, g->shard_work,
-			                          g->block);
+			accel_view mine = shard_view(g->dtype, g->device, g->device_index,
+			                             shard_at(g->work, g->dtype, g->lo), g->block);
+			accel_view sh = shard_view(g->dtype, g->device, g->device_index, g->shard_work,
+			                           g->block);
 			if (zero_param_nvme(s))
 				r = zero3p_write_block(s, g, mine.data);
 			else
