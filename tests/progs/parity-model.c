@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/progs/parity-model.c: the model, data and training micro-step of
+ * tests/progs/train-parity.c and tests/progs/zero-train.c (parity-model.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "parity-model.h"
+
+const int dims[NL + 1] = {8, 16, 16, 4};
+
+void input(long i, double *x)
+{
+	for (int j = 0; j < dims[0]; j++)
+		x[j] = sin(0.37 * (double)i + 1.3 * j) + 0.25 * cos(0.11 * (double)i * (j + 1));
+}
+
+void target(long i, double *t)
+{
+	double x[DMAX];
+	input(i, x);
+	for (int o = 0; o < dims[NL]; o++) {
+		double s = 0;
+		for (int j = 0; j < dims[0]; j++)
+			s += sin(0.5 * (o + 1) + j) * x[j];
+		t[o] = tanh(s) + 0.1 * o;
+	}
+}
+
+int bias_init(void *user, const char *name, uint64_t offset, uint64_t count, float *dst)
+{
+	const long *rank_shift = user;   /* NULL, or zero-train --rank-init: the rank's offset */
+	if (strcmp(name, "fc1.bias"))
+		return 7;
+	for (uint64_t i = 0; i < count; i++) {
+		if (rank_shift)
+			dst[i] = 0.05f * (float)cos((double)(offset + i)) + 0.5f * (float)*rank_shift;
+		else
+			dst[i] = 0.05f * (float)cos((double)(offset + i));
+	}
+	return 0;
+}
+
+double pget(const model *m, const void *p, long i)
+{
+	if (m->dtype == ACCEL_DTYPE_F32)
+		return ((const float *)p)[i];
+	uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+void gadd(const model *m, void *g, long i, double v)
+{
+	if (m->dtype == ACCEL_DTYPE_F32) {
+		((float *)g)[i] += (float)v;
+		return;
+	}
+	/* bf16 += v, round to nearest even */
+	uint16_t *h = g;
+	uint32_t u = (uint32_t)h[i] << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	f += (float)v;
+	memcpy(&u, &f, 4);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	h[i] = (uint16_t)(u >> 16);
+}
+
+FILE *g_trace;      /* --trace: this rank's backward windows */
+long g_micro;       /* micro-steps run so far */
+
+long long now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int fail(accel_ctx *ctx, const char *what)
+{
+	fprintf(stderr, "%s: %s: %s\n", parity_prog, what, ctx ? accel_errmsg(ctx) : "no context");
+	return 1;
+}
+
+/* One micro-batch: samples [first, first + n).  Returns the mean loss. */
+int micro_step(model *m, long first, long n, const char *hooks, double *ret_loss)
+{
+	static double act[NL + 1][64][DMAX];
+	double loss = 0;
+	int partial = !strcmp(hooks, "partial"), use = strcmp(hooks, "none") != 0;
+	int twice = !strcmp(hooks, "twice");
+
+	if (n > 64)
+		return fprintf(stderr, "%s: micro-batch %ld > 64\n", parity_prog, n), 2;
+	for (long s = 0; s < n; s++)
+		input(first + s, act[0][s]);
+	for (int l = 0; l < NL; l++) {
+		if (use && accel_unit_pre_forward(m->ctx, (uint32_t)l))
+			return fail(m->ctx, "pre_forward");
+		const void *W = accel_param_data(m->ctx, m->w[l]);
+		const void *B = accel_param_data(m->ctx, m->b[l]);
+		if (!W || !B)
+			return fail(m->ctx, "accel_param_data returned NULL");
+		for (long s = 0; s < n; s++)
+			for (int o = 0; o < dims[l + 1]; o++) {
+				double z = pget(m, B, o);
+				for (int i = 0; i < dims[l]; i++)
+					z += pget(m, W, (long)o * dims[l] + i) * act[l][s][i];
+				act[l + 1][s][o] = l + 1 < NL ? tanh(z) : z;
+			}
+		if (use && accel_unit_post_forward(m->ctx, (uint32_t)l))
+			return fail(m->ctx, "post_forward");
+	}
+	/* dL/dy for the mean loss, times the loss scale. */
+	double scale = accel_loss_scale(m->ctx);
+	static double d[64][DMAX], dprev[64][DMAX];
+	for (long s = 0; s < n; s++) {
+		double t[DMAX];
+		target(first + s, t);
+		for (int o = 0; o < dims[NL]; o++) {
+			double e = act[NL][s][o] - t[o];
+			loss += 0.5 * e * e / (double)n;
+			d[s][o] = e / (double)n * scale;
+		}
+	}
+	long long t_begin = now_ns(), t_last = 0;
+	for (int l = NL - 1; l >= 0; l--) {
+		if (l == 0)
+			t_last = now_ns();
+		if (use && accel_unit_pre_backward(m->ctx, (uint32_t)l))
+			return fail(m->ctx, "pre_backward");
+		const void *W = accel_param_data(m->ctx, m->w[l]);
+		void *gW = accel_param_grad(m->ctx, m->w[l]);
+		void *gB = accel_param_grad(m->ctx, m->b[l]);
+		if (!W || !gW || !gB)
+			return fail(m->ctx, "accel_param_grad returned NULL");
+		for (int o = 0; o < dims[l + 1]; o++) {
+			double gb = 0;
+			for (long s = 0; s < n; s++)
+				gb += d[s][o];
+			gadd(m, gB, o, gb);
+			for (int i = 0; i < dims[l]; i++) {
+				double gw = 0;
+				for (long s = 0; s < n; s++)
+					gw += d[s][o] * act[l][s][i];
+				gadd(m, gW, (long)o * dims[l] + i, gw);
+			}
+		}
+		if (l > 0) {
+			for (long s = 0; s < n; s++)
+				for (int i = 0; i < dims[l]; i++) {
+					double v = 0;
+					for (int o = 0; o < dims[l + 1]; o++)
+						v += pget(m, W, (long)o * dims[l] + i) * d[s][o];
+					double a = act[l][s][i];
+					dprev[s][i] = v * (1 - a * a);
+				}
+			memcpy(d, dprev, sizeof(d));
+		}
+		/* partial: the first unit (last in backward) never reports. */
+		if (use && !(partial && l == 0)) {
+			if (accel_unit_post_backward(m->ctx, (uint32_t)l))
+				return fail(m->ctx, "post_backward");
+			if (twice && l == NL - 1 && accel_unit_post_backward(m->ctx, (uint32_t)l))
+				return fail(m->ctx, "post_backward");
+		}
+	}
+	if (g_trace)
+		fprintf(g_trace, "backward %ld %lld %lld %lld\n", g_micro, t_begin, t_last, now_ns());
+	g_micro++;
+	*ret_loss = loss;
+	return 0;
+}
