@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/progs/parity-model.c: the model, data and training micro-step of
- * tests/progs/train-parity.c and tests/progs/zero-train.c (parity-model.h). */
+ * tests/progs/train-parity.c and tests/progs/zero-train.c, and their
+ * --compare of written parameters (parity-model.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,4 +175,76 @@ int micro_step(model *m, long first, long n, const char *hooks, double *ret_loss
 	g_micro++;
 	*ret_loss = loss;
 	return 0;
+}
+
+/* Per parameter tensor: max |a - b| <= rtol * max |a| + atol.  Relative to
+ * the tensor's scale rather than to each element, so elements that happen to
+ * be near zero do not turn reassociation noise into a failure; rtol 0
+ * demands identical values. */
+typedef struct tstat {
+	char name[128];
+	double maxdiff, maxabs;
+	long n;
+} tstat;
+
+static int tensor_check(const tstat *t, double rtol, double atol, double *worst)
+{
+	double rel = t->maxabs > 0 ? t->maxdiff / t->maxabs : t->maxdiff;
+	if (rel > *worst)
+		*worst = rel;
+	if (t->maxdiff <= rtol * t->maxabs + atol)
+		return 0;
+	fprintf(stderr, "compare: %s (%ld values): max difference %.3e, max |value| %.3e, "
+	        "relative %.3e > %.1e\n", t->name, t->n, t->maxdiff, t->maxabs, rel, rtol);
+	return 1;
+}
+
+int compare(const char *a, const char *b, double rtol, double atol)
+{
+	FILE *fa = fopen(a, "r"), *fb = fopen(b, "r");
+	char na[128], nb[128];
+	unsigned long long ia, ib;
+	double va, vb, worst = 0;
+	long n = 0, bad = 0, tensors = 0;
+	tstat cur = {{0}, 0, 0, 0};
+	if (!fa || !fb)
+		return fprintf(stderr, "compare: cannot open %s\n", fa ? b : a), 2;
+	for (;;) {
+		int ra = fscanf(fa, "%127s %llu %lf", na, &ia, &va);
+		int rb = fscanf(fb, "%127s %llu %lf", nb, &ib, &vb);
+		if (ra != 3 || rb != 3) {
+			if (ra != rb)
+				return fprintf(stderr, "compare: %s and %s differ in length\n", a, b), 3;
+			break;
+		}
+		if (strcmp(na, nb) || ia != ib)
+			return fprintf(stderr, "compare: line %ld: %s[%llu] vs %s[%llu]\n", n + 1, na, ia,
+			               nb, ib), 3;
+		if (strcmp(na, cur.name)) {
+			if (cur.n) {
+				bad += tensor_check(&cur, rtol, atol, &worst);
+				tensors++;
+			}
+			memset(&cur, 0, sizeof(cur));
+			snprintf(cur.name, sizeof(cur.name), "%s", na);
+		}
+		double diff = fabs(va - vb);
+		if (!(diff == diff) || !(va == va))
+			diff = INFINITY;  /* NaN anywhere is a failure */
+		cur.maxdiff = fmax(cur.maxdiff, diff);
+		cur.maxabs = fmax(cur.maxabs, fabs(va));
+		cur.n++;
+		n++;
+	}
+	if (cur.n) {
+		bad += tensor_check(&cur, rtol, atol, &worst);
+		tensors++;
+	}
+	fclose(fa);
+	fclose(fb);
+	if (!n)
+		return fprintf(stderr, "compare: %s is empty\n", a), 3;
+	printf("compare: %ld values in %ld tensors, %ld outside tolerance, max relative "
+	       "difference %.3g\n", n, tensors, bad, worst);
+	return bad ? 3 : 0;
 }

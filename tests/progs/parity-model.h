@@ -39,5 +39,9 @@ long long now_ns(void);
 int fail(accel_ctx *ctx, const char *what);
 /* One micro-batch: samples [first, first + n).  Returns the mean loss. */
 int micro_step(model *m, long first, long n, const char *hooks, double *ret_loss);
+/* --compare A B: per parameter tensor, max |a - b| <= rtol * max |a| + atol;
+ * prints a summary; returns 0 when all pass, 3 when not (or the files do
+ * not match up), 2 when one cannot be opened. */
+int compare(const char *a, const char *b, double rtol, double atol);
 
 #endif
