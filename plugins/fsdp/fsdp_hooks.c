@@ -381,67 +381,42 @@ static accel_view reduced_view(fsdp_state *s, fsdp_unit *f)
 	return shard_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
 }
 
+static int grad_view(void *ctx, uint32_t i, accel_view *ret_v)
+{
+	fsdp_state *s = ctx;
+	fsdp_unit *u = &s->units[i];
+	if (!u->trainable)
+		return 0;
+	*ret_v = reduced_view(s, u);
+	return 1;
+}
+
+static int stats_sum(void *ctx, const accel_view *v)
+{
+	fsdp_state *s = ctx;
+	return fsdp_allreduce_sum(s, v);
+}
+
+/* Every element lies in exactly one block of the shard group (padding is
+ * zero; HYBRID_SHARD's replicas hold the same blocks); NO_SHARD: every
+ * rank holds the same whole gradients. */
+static shard_sum_fn stats_reduce(fsdp_state *s)
+{
+	return s->S > 1 && fsdp_shards_params(s) ? stats_sum : NULL;
+}
+
 int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 {
 	fsdp_state *s = state;
-	const accel_host_v1 *H = s->host;
-	double total = 0, bad = 0;
-	int r;
-	for (uint32_t i = 0; i < s->n_units; i++) {
-		fsdp_unit *f = &s->units[i];
-		if (!f->trainable)
-			continue;
-		accel_view v = reduced_view(s, f);
-		double sq = 0;
-		uint64_t nf = 0;
-		if ((r = H->op_sumsq(s->h, &v, &sq)))
-			return r;
-		if (!isfinite(sq) && (r = H->op_nonfinite(s->h, &v, &nf)))
-			return r;
-		total += sq;
-		bad += (double)nf;
-	}
-	/* every element lies in exactly one block of the shard group (padding
-	 * is zero; HYBRID_SHARD's replicas hold the same blocks) */
-	if (s->S > 1 && fsdp_shards_params(s)) {
-		s->stats[0] = total;
-		s->stats[1] = bad;
-		accel_view sv = shard_view(ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, s->stats, 2);
-		if ((r = fsdp_allreduce_sum(s, &sv)))
-			return r;
-		total = s->stats[0];
-		bad = s->stats[1];
-	}
-	*ret_sumsq = total;
-	*ret_nonfinite = (uint64_t)bad;
-	return ACCEL_OK;
+	return shard_grad_stats(s->host, s->h, s->n_units, grad_view, stats_reduce(s), s, s->stats,
+	                        ret_sumsq, ret_nonfinite);
 }
 
 int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, double *stats)
 {
 	fsdp_state *s = state;
-	const accel_host_v1 *H = s->host;
-	int r;
-	if (!ACCEL_HOST_HAS(H, op_sumsq_acc))
-		return ACCEL_ERR_UNSUPPORTED;
-	for (uint32_t i = 0; i < s->n_units; i++)
-		if (s->units[i].trainable &&
-		    (s->units[i].device != device || s->units[i].device_index != device_index))
-			return ACCEL_ERR_UNSUPPORTED;
-	for (uint32_t i = 0; i < s->n_units; i++) {
-		fsdp_unit *f = &s->units[i];
-		if (!f->trainable)
-			continue;
-		accel_view v = reduced_view(s, f);
-		if ((r = H->op_sumsq_acc(s->h, &v, stats)))
-			return r;
-	}
-	if (s->S > 1 && fsdp_shards_params(s)) {
-		accel_view sv = shard_view(ACCEL_DTYPE_F64, device, device_index, stats, 1);
-		if ((r = fsdp_allreduce_sum(s, &sv)))
-			return r;
-	}
-	return ACCEL_OK;
+	return shard_grad_stats_device(s->host, s->h, s->n_units, grad_view, stats_reduce(s), s,
+	                               device, device_index, stats);
 }
 
 /* NO_SHARD: the whole flat parameter and gradient bound (every rank

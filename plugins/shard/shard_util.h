@@ -36,4 +36,24 @@ int shard_unit_uniform(const accel_host_v1 *H, accel_host *h, const accel_model_
                        uint32_t u, const char *keeps, uint32_t *dt, uint32_t *gdt, int32_t *dev,
                        int32_t *devi);
 
+/* The reduced gradient a strategy holds in its buffer i (its block, or the
+ * whole when not sharded): *ret_v; returns 0 for a buffer not trained. */
+typedef int (*shard_grad_view_fn)(void *ctx, uint32_t i, accel_view *ret_v);
+/* Sum an f64 view in place over the ranks holding different blocks. */
+typedef int (*shard_sum_fn)(void *ctx, const accel_view *v);
+
+/* grad_stats over buffers 0..n-1 (plugin ABI): the squared norm and count
+ * of non-finite elements of the reduced gradients, summed by `sum` (NULL:
+ * every rank holds the same whole gradients) through scratch[2]. */
+int shard_grad_stats(const accel_host_v1 *H, accel_host *h, uint32_t n,
+                     shard_grad_view_fn view, shard_sum_fn sum, void *ctx, double *scratch,
+                     double *ret_sumsq, uint64_t *ret_nonfinite);
+
+/* grad_stats_device: the squared norm accumulated into stats[0] on the
+ * device; ACCEL_ERR_UNSUPPORTED (not reported) without op_sumsq_acc or
+ * when a trained buffer lies on another device. */
+int shard_grad_stats_device(const accel_host_v1 *H, accel_host *h, uint32_t n,
+                            shard_grad_view_fn view, shard_sum_fn sum, void *ctx,
+                            int32_t device, int32_t device_index, double *stats);
+
 #endif

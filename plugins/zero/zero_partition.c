@@ -657,67 +657,41 @@ static accel_view reduced_view(zero_state *s, zero_group *g)
 	return shard_view(g->acc_dtype, g->device, g->device_index, g->acc, g->block);
 }
 
+static int grad_view(void *ctx, uint32_t i, accel_view *ret_v)
+{
+	zero_state *s = ctx;
+	zero_group *u = &s->groups[i];
+	if (!u->trainable)
+		return 0;
+	*ret_v = reduced_view(s, u);
+	return 1;
+}
+
+static int stats_sum(void *ctx, const accel_view *v)
+{
+	zero_state *s = ctx;
+	return s->host->allreduce(s->h, v, v, ACCEL_RED_SUM, NULL);
+}
+
+/* Stage 0: every rank holds the same whole gradients.  Stages 1-3: each
+ * element lies in exactly one rank's block (padding is zero). */
+static shard_sum_fn stats_reduce(zero_state *s)
+{
+	return s->cfg.stage >= 1 && s->W > 1 ? stats_sum : NULL;
+}
+
 int zero_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 {
 	zero_state *s = state;
-	const accel_host_v1 *H = s->host;
-	double total = 0, bad = 0;
-	int r;
-	for (uint32_t i = 0; i < s->n_groups; i++) {
-		zero_group *g = &s->groups[i];
-		if (!g->trainable)
-			continue;
-		accel_view v = reduced_view(s, g);
-		double sq = 0;
-		uint64_t nf = 0;
-		if ((r = H->op_sumsq(s->h, &v, &sq)))
-			return r;
-		if (!isfinite(sq) && (r = H->op_nonfinite(s->h, &v, &nf)))
-			return r;
-		total += sq;
-		bad += (double)nf;
-	}
-	/* Stage 0: every rank holds the same whole gradients.  Stages 1-3: each
-	 * element lies in exactly one rank's block (padding is zero). */
-	if (s->cfg.stage >= 1 && s->W > 1) {
-		s->stats[0] = total;
-		s->stats[1] = bad;
-		accel_view sv = shard_view(ACCEL_DTYPE_F64, ACCEL_DEVICE_CPU, 0, s->stats, 2);
-		if ((r = H->allreduce(s->h, &sv, &sv, ACCEL_RED_SUM, NULL)))
-			return r;
-		total = s->stats[0];
-		bad = s->stats[1];
-	}
-	*ret_sumsq = total;
-	*ret_nonfinite = (uint64_t)bad;
-	return ACCEL_OK;
+	return shard_grad_stats(s->host, s->h, s->n_groups, grad_view, stats_reduce(s), s, s->stats,
+	                        ret_sumsq, ret_nonfinite);
 }
 
 int zero_grad_stats_device(void *state, int32_t device, int32_t device_index, double *stats)
 {
 	zero_state *s = state;
-	const accel_host_v1 *H = s->host;
-	int r;
-	if (!ACCEL_HOST_HAS(H, op_sumsq_acc))
-		return ACCEL_ERR_UNSUPPORTED;
-	for (uint32_t i = 0; i < s->n_groups; i++)
-		if (s->groups[i].trainable &&
-		    (s->groups[i].device != device || s->groups[i].device_index != device_index))
-			return ACCEL_ERR_UNSUPPORTED;
-	for (uint32_t i = 0; i < s->n_groups; i++) {
-		zero_group *g = &s->groups[i];
-		if (!g->trainable)
-			continue;
-		accel_view v = reduced_view(s, g);
-		if ((r = H->op_sumsq_acc(s->h, &v, stats)))
-			return r;
-	}
-	if (s->cfg.stage >= 1 && s->W > 1) {
-		accel_view sv = shard_view(ACCEL_DTYPE_F64, device, device_index, stats, 1);
-		if ((r = H->allreduce(s->h, &sv, &sv, ACCEL_RED_SUM, NULL)))
-			return r;
-	}
-	return ACCEL_OK;
+	return shard_grad_stats_device(s->host, s->h, s->n_groups, grad_view, stats_reduce(s), s,
+	                               device, device_index, stats);
 }
 
 /* Stages 1-2: every rank's updated block to every rank (all-gather in
