@@ -161,7 +161,7 @@ static int cz_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 	s->stats.struct_size = sizeof(s->stats);
 	s->stats.method = s->method;
 	s->ext = (accel_compress_ext_v1){.struct_size = sizeof(s->ext), .self = s};
-	host->log(h, ACCEL_LOG_INFO, "compress: method %s, warm-up %lld steps%s", m,
+	host->log(h, ACCEL_LOG_INFO, "method %s, warm-up %lld steps%s", m,
 	          (long long)s->start_iter,
 	          s->method == CZ_TOPK ? (s->tensor_granularity ? ", top-k per tensor"
 	                                                        : ", top-k per bucket")
@@ -310,7 +310,7 @@ static int cz_post_step(void *state, const accel_step_info_v1 *info)
 	s->stats.compressing = compressing(s);
 	s->cur_sent = s->cur_dense = s->cur_comp = s->cur_plain = 0;
 	if (s->resume_zeroed && !s->resume_said) {
-		s->host->log(s->h, ACCEL_LOG_INFO, "compress: %u bucket(s) had no matching residual "
+		s->host->log(s->h, ACCEL_LOG_INFO, "%u bucket(s) had no matching residual "
 		             "in the checkpoint (the bucket layout differs from the saving run's): "
 		             "they started from zero residuals", s->resume_zeroed);
 		s->resume_said = 1;

@@ -154,7 +154,7 @@ int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
 	s->resume_said = 0;
 	int same_world = v[0] == s->world.world_size;
 	if (!same_world && s->error_feedback)
-		H->log(s->h, ACCEL_LOG_INFO, "compress: the checkpoint was saved at world size %lld; "
+		H->log(s->h, ACCEL_LOG_INFO, "the checkpoint was saved at world size %lld; "
 		       "this run has %d ranks: error-feedback residuals (one per rank) start from "
 		       "zero%s", (long long)v[0], s->world.world_size,
 		       s->method == CZ_POWERSGD ? "; PowerSGD's Q is kept" : "");

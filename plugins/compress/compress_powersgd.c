@@ -70,12 +70,24 @@ static void randn(float *q, uint64_t n, uint64_t seed, uint32_t bucket, uint64_t
 	}
 }
 
-/* Gram-Schmidt on the columns of a (rows x r, row-major), in place, as
- * PyTorch's _orthogonalize_gram_schmidt (a zero column stays zero instead
- * of turning into NaN when epsilon is 0). */
+/* Gram-Schmidt on the columns of a (rows x r, row-major), in place: what
+ * PyTorch's _orthogonalize_gram_schmidt computes in exact arithmetic, with
+ * each column's projections removed twice ("twice is enough", Giraud et
+ * al.): when r exceeds the rank of the matrix, a column is left with
+ * rounding noise only, and one pass would leave that noise far from
+ * orthogonal to the others, so P P^T would not be a projection.  A zero
+ * column stays zero instead of turning into NaN when epsilon is 0. */
 static void orthogonalize(float *a, uint32_t rows, uint32_t r, double eps)
 {
 	for (uint32_t i = 0; i < r; i++) {
+		for (int pass = 0; pass < 2; pass++)
+			for (uint32_t c = 0; c < i; c++) {
+				double dot = 0;
+				for (uint32_t j = 0; j < rows; j++)
+					dot += (double)a[(uint64_t)j * r + c] * a[(uint64_t)j * r + i];
+				for (uint32_t j = 0; j < rows; j++)
+					a[(uint64_t)j * r + i] -= (float)(dot * a[(uint64_t)j * r + c]);
+			}
 		double nn = 0;
 		for (uint32_t j = 0; j < rows; j++)
 			nn += (double)a[(uint64_t)j * r + i] * a[(uint64_t)j * r + i];
@@ -83,13 +95,6 @@ static void orthogonalize(float *a, uint32_t rows, uint32_t r, double eps)
 		if (d > 0)
 			for (uint32_t j = 0; j < rows; j++)
 				a[(uint64_t)j * r + i] = (float)(a[(uint64_t)j * r + i] / d);
-		for (uint32_t c = i + 1; c < r; c++) {
-			double dot = 0;
-			for (uint32_t j = 0; j < rows; j++)
-				dot += (double)a[(uint64_t)j * r + i] * a[(uint64_t)j * r + c];
-			for (uint32_t j = 0; j < rows; j++)
-				a[(uint64_t)j * r + c] -= (float)(dot * a[(uint64_t)j * r + i]);
-		}
 	}
 }
 
