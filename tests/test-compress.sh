@@ -134,7 +134,8 @@ invariants)
 	;;
 refusals)
 	Z2='"strategy": "zero", "zero_optimization": {"stage": 2}'
-	Z1='"strategy": "zero", "zero_optimization": {"stage": 1}'
+	Z1='"strategy": "zero", "zero_optimization": {"stage": 1, "reduce_scatter": false}'
+	Z1RS='"strategy": "zero", "zero_optimization": {"stage": 1}'
 	FS='"strategy": "fsdp", "fsdp": {"sharding_strategy": "FULL_SHARD"}'
 	NS='"strategy": "fsdp", "fsdp": {"sharding_strategy": "NO_SHARD"}'
 	cfg "$tmp/z2t.json" "$Z2" '"method": "topk"'
@@ -143,12 +144,15 @@ refusals)
 	refuse powersgd-fsdp-full "$tmp/fst.json" "compress: PowerSGD needs all-reduce; strategy 'fsdp' reduces with reduce-scatter" "FULL_SHARD"
 	cfg "$tmp/psi.json" "$DDP" '"method": "powersgd", "start_iter": 5'
 	refuse powersgd-start-iter "$tmp/psi.json" "compress.start_iter" "start_powerSGD_iter"
+	cfg "$tmp/z1rs.json" "$Z1RS" '"method": "topk"'
+	refuse topk-zero1-reduce-scatter "$tmp/z1rs.json" "top-k needs all-reduce" "reduce_scatter false"
+	# accepted: run 3 steps (the exact checks are ddp's, above)
 	cfg "$tmp/z1t.json" "$Z1" '"method": "topk", "ratio": 0.05'
-	check topk-zero1 2 "$tmp/z1t.json" topk 3
+	check topk-zero1 2 "$tmp/z1t.json" none 3
 	cfg "$tmp/nst.json" "$NS" '"method": "topk", "ratio": 0.05'
-	check topk-fsdp-noshard 2 "$tmp/nst.json" topk 3
+	check topk-fsdp-noshard 2 "$tmp/nst.json" none 3
 	cfg "$tmp/nsp.json" "$NS" '"method": "powersgd", "matrix_approximation_rank": 2, "start_powerSGD_iter": 0'
-	check powersgd-fsdp-noshard 2 "$tmp/nsp.json" powersgd 3
+	check powersgd-fsdp-noshard 2 "$tmp/nsp.json" none 3
 	cfg "$tmp/z2h.json" "$Z2" '"method": "fp16"'
 	check fp16-zero2 2 "$tmp/z2h.json" fp16 3
 	cfg "$tmp/fsh.json" "$FS" '"method": "bf16"'

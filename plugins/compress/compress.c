@@ -78,7 +78,7 @@ static const char *method_name(uint32_t m)
 
 int cz_error_nomem(cz_state *s, const char *what)
 {
-	return s->host->error(s->h, ACCEL_ERR_NOMEM, "compress: out of memory for %s", what);
+	return s->host->error(s->h, ACCEL_ERR_NOMEM, "out of memory for %s", what);
 }
 
 static int cfg_int(cz_state *s, const char *key, int64_t *v)
@@ -107,7 +107,7 @@ static int cz_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 	int r;
 	cz_state *s = calloc(1, sizeof(*s));
 	if (!s)
-		return host->error(h, ACCEL_ERR_NOMEM, "compress: out of memory");
+		return host->error(h, ACCEL_ERR_NOMEM, "out of memory");
 	s->host = host;
 	s->h = h;
 	s->world.struct_size = sizeof(s->world);
@@ -203,13 +203,13 @@ static int cz_validate(void *state, const accel_selection_v1 *sel)
 	const char *shard;
 	if (!strcmp(name, "zero") &&
 	    s->host->cfg_int(s->h, "/zero_optimization.stage", &stage) == ACCEL_OK)
-		snprintf(how, sizeof(how), " (zero_optimization.stage %lld; stages 0 and 1 "
-		         "all-reduce)", (long long)stage);
+		snprintf(how, sizeof(how), " (zero_optimization.stage %lld; stage 0, and stage 1 "
+		         "with reduce_scatter false, all-reduce)", (long long)stage);
 	else if (!strcmp(name, "fsdp") &&
 	         s->host->cfg_string(s->h, "/fsdp.sharding_strategy", &shard) == ACCEL_OK)
 		snprintf(how, sizeof(how), " (fsdp.sharding_strategy %s; NO_SHARD all-reduces)",
 		         shard);
-	return s->host->error(s->h, ACCEL_ERR_CONFIG, "compress: %s needs all-reduce; strategy "
+	return s->host->error(s->h, ACCEL_ERR_CONFIG, "%s needs all-reduce; strategy "
 	                      "'%s' reduces with reduce-scatter%s: choose method fp16 or bf16, "
 	                      "or a strategy that all-reduces", method_name(s->method), name,
 	                      how);
@@ -235,9 +235,8 @@ static int cz_reduce_bucket_v2(void *state, const accel_bucket_v1 *b, accel_req 
 	uint64_t dense = b->view.numel * accel_abi_dtype_size(b->view.dtype);
 	s->cur_dense += dense;
 	int comp = compressing(s) && (int64_t)b->view.numel >= s->min_numel;
-	if (comp && ((s->method == CZ_TOPK && cb->k_total == 0) ||
-	             (s->method == CZ_POWERSGD && cb->q_numel == 0)))
-		comp = 0;  /* no run compresses (min_numel, 1-D, min_compression_rate) */
+	if (comp && s->method == CZ_TOPK && cb->k_total == 0)
+		comp = 0;  /* no run compresses (min_numel) */
 	if (comp && (s->method == CZ_FP16 || s->method == CZ_BF16) &&
 	    b->view.dtype == (s->method == CZ_FP16 ? ACCEL_DTYPE_F16 : ACCEL_DTYPE_BF16))
 		comp = 0;  /* already half */
@@ -263,7 +262,7 @@ static int cz_reduce_scatter_bucket(void *state, const accel_bucket_v1 *b,
 	cz_bucket *cb;
 	int r;
 	if (s->method != CZ_FP16 && s->method != CZ_BF16)
-		return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "compress: %s needs all-reduce; "
+		return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "%s needs all-reduce; "
 		                      "bucket %u came to be reduce-scattered (validate should have "
 		                      "refused this strategy)", method_name(s->method), b->bucket_id);
 	if ((r = cz_bucket_get(s, b, CZ_KIND_SCATTER, &cb)))
@@ -378,7 +377,7 @@ static int cz_load_state_slot(void *state, accel_ckpt_reader *r, uint32_t versio
 {
 	cz_state *s = state;
 	if (version != cz_desc.state_version)
-		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "compress: the checkpoint holds "
+		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint holds "
 		                      "compress state version %u; this plugin reads version %u",
 		                      version, cz_desc.state_version);
 	return cz_load_state(s, r);

@@ -85,7 +85,7 @@ int cz_load(cz_bucket *cb, float *dst)
 	uint64_t have = 0;
 	int r;
 	if (!ACCEL_HOST_HAS(s->host, stream_sync))
-		return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "compress: bucket %u is in device "
+		return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "bucket %u is in device "
 		                      "memory and this host has no stream_sync (ABI 1.6)", cb->id);
 	if (!cb->stage && (r = cz_buf(s, &cb->stage, &have,
 	                              v->numel * accel_abi_dtype_size(v->dtype))))
@@ -158,7 +158,7 @@ int cz_bucket_get(cz_state *s, const accel_bucket_v1 *b, uint32_t kind, cz_bucke
 		if (cb->id != b->bucket_id || cb->kind != kind)
 			continue;
 		if (cb->hash != hash || cb->dtype != b->view.dtype)
-			return s->host->error(s->h, ACCEL_ERR_STATE, "compress: bucket %u changed its "
+			return s->host->error(s->h, ACCEL_ERR_STATE, "bucket %u changed its "
 			                      "layout (%llu elements of %s now) since its first reduction; "
 			                      "bucket_id must name the same bucket every step",
 			                      b->bucket_id, (unsigned long long)b->view.numel,

@@ -129,12 +129,12 @@ int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
 	int64_t *v = NULL;
 	int r = H->ckpt_tensor_info(s->h, rd, LAYOUT, &ti);
 	if (r == ACCEL_ERR_NOT_FOUND)
-		return H->error(s->h, ACCEL_ERR_CHECKPOINT, "compress: the checkpoint has compress "
+		return H->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint has compress "
 		                "state but no %s tensor: it is damaged", LAYOUT);
 	if (r)
 		return r;
 	if (ti.dtype != ACCEL_DTYPE_I64 || ti.numel < 3 || (ti.numel - 3) % 2)
-		return H->error(s->h, ACCEL_ERR_CHECKPOINT, "compress: %s is %s[%llu]; expected "
+		return H->error(s->h, ACCEL_ERR_CHECKPOINT, "%s is %s[%llu]; expected "
 		                "i64[3 + 2 x buckets]", LAYOUT, accel_abi_dtype_name(ti.dtype),
 		                (unsigned long long)ti.numel);
 	if (!(v = malloc(ti.numel * sizeof(*v))))

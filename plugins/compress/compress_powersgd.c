@@ -150,6 +150,10 @@ static int first(void *arg)
 	int r;
 	float *P = (float *)cb->send + cb->n_dense, *q = cb->q[!cb->cur];
 	const float *M = cb->orig;
+	/* a bucket of uncompressed runs only (1-D, small): PyTorch still
+	 * keeps its error feedback, so it comes through here too */
+	if (!cb->q_numel)
+		return second(cb);
 	for (uint32_t i = 0; i < cb->n_segs; i++) {
 		const cz_seg *g = &cb->segs[i];
 		if (g->dense)

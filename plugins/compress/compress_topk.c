@@ -17,7 +17,7 @@ int cz_topk_plan(cz_state *s, cz_bucket *cb)
 {
 	uint64_t total = 0;
 	if (cb->numel > INT32_MAX)
-		return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "compress: top-k bucket %u has "
+		return s->host->error(s->h, ACCEL_ERR_UNSUPPORTED, "top-k bucket %u has "
 		                      "%llu elements; indices are 32-bit (at most %d): use smaller "
 		                      "buckets", cb->id, (unsigned long long)cb->numel, INT32_MAX);
 	for (uint32_t i = 0; i < cb->n_segs; i++) {

@@ -152,7 +152,8 @@ int main(int argc, char **argv)
 	double cast_tol = !strcmp(mode, "fp16") ? 1.5e-3 : !strcmp(mode, "bf16") ? 1.2e-2 : 0;
 	accel_ctx *ctx = NULL;
 	int st = accel_ctx_new(NULL, &ctx), rc = 1;
-	float *x[NP] = {0}, *eold[NP] = {0}, *enew[NP] = {0}, *res[NP] = {0}, *all = NULL;
+	float *x[NP] = {0}, *eold[NP] = {0}, *enew[NP] = {0}, *res[NP] = {0}, *pb[NP] = {0};
+	float *all = NULL;
 	FILE *rec = NULL, *cmpf = NULL;
 	if (st) {
 		fprintf(stderr, "accel_ctx_new: %s\n", ctx ? accel_errmsg(ctx) : accel_status_str(st));
@@ -178,6 +179,7 @@ int main(int argc, char **argv)
 		eold[p] = calloc(numel[p], sizeof(float));
 		enew[p] = calloc(numel[p], sizeof(float));
 		res[p] = calloc(numel[p], sizeof(float));
+		pb[p] = calloc(numel[p], sizeof(float));
 	}
 	all = calloc(total * (size_t)g_world, sizeof(float));
 	if ((st = accel_prepare(ctx))) {
@@ -202,6 +204,17 @@ int main(int argc, char **argv)
 	else
 		accel_config_int(ctx, "compress.start_iter", &start);
 	int per_tensor = !strcmp(gran, "tensor");
+	/* Under ddp the parameters are the f32 masters, so setting them to 0
+	 * makes the result exact; sharded strategies keep masters of their
+	 * own, and the result is read as the difference (inexact checks only) */
+	const char *strategy = "ddp";
+	accel_config_string(ctx, "strategy", &strategy);
+	int exact = !strcmp(strategy, "ddp");
+	if ((topk || psgd) && !exact) {
+		rc = fail("the exact checks need strategy ddp (this is %s): run mode none, fp16 or "
+		          "bf16", strategy);
+		goto out;
+	}
 	if (load_dir) {
 		if ((st = accel_load_state(ctx, load_dir))) {
 			rc = fail("accel_load_state(%s): %s", load_dir, accel_errmsg(ctx));
@@ -247,18 +260,25 @@ int main(int argc, char **argv)
 		/* the reductions start in post_backward: count from here */
 		uint64_t b0 = 0, b1 = 0;
 		accel_comm_stats(ctx, ACCEL_COLL_ALL, &b0, NULL);
-		/* forward is nothing; backward writes the scripted gradients */
-		for (uint32_t u = 0; u < 2; u++)
-			if ((st = accel_unit_pre_forward(ctx, u)) || (st = accel_unit_post_forward(ctx, u)))
+		/* forward reads the parameters (and, under ddp, sets them to 0);
+		 * backward writes the scripted gradients */
+		for (uint32_t u = 0; u < 2; u++) {
+			if ((st = accel_unit_pre_forward(ctx, u)))
 				goto api_fail;
+			for (int p = 2 * (int)u; p < 2 * (int)u + 2; p++) {
+				float *w = accel_param_data(ctx, pidx[p]);
+				if (exact)
+					memset(w, 0, numel[p] * sizeof(float));
+				memcpy(pb[p], w, numel[p] * sizeof(float));
+			}
+			if ((st = accel_unit_post_forward(ctx, u)))
+				goto api_fail;
+		}
 		for (int u = 1; u >= 0; u--) {
 			if ((st = accel_unit_pre_backward(ctx, (uint32_t)u)))
 				goto api_fail;
-			for (int p = 2 * u; p < 2 * u + 2; p++) {
-				float *g = accel_param_grad(ctx, pidx[p]), *w = accel_param_data(ctx, pidx[p]);
-				memcpy(g, x[p], numel[p] * sizeof(float));
-				memset(w, 0, numel[p] * sizeof(float));
-			}
+			for (int p = 2 * u; p < 2 * u + 2; p++)
+				memcpy(accel_param_grad(ctx, pidx[p]), x[p], numel[p] * sizeof(float));
 			if ((st = accel_unit_post_backward(ctx, (uint32_t)u)))
 				goto api_fail;
 		}
@@ -273,19 +293,31 @@ int main(int argc, char **argv)
 		}
 		if (b1 - b0 > max_bytes)
 			max_bytes = b1 - b0;
-		/* R = -param; the script's x becomes x + old residual below */
+		/* R = before - after (= -after under ddp, exactly); the script's x
+		 * becomes x + old residual below */
 		float *R = all;  /* first `total` floats: this rank's result */
 		uint64_t o = 0;
-		for (int p = 0; p < NP; p++) {
-			const float *w = accel_param_data(ctx, pidx[p]);
-			for (uint64_t i = 0; i < numel[p]; i++)
-				R[o + i] = -w[i];
-			o += numel[p];
+		if ((st = accel_set_grad_enabled(ctx, 0)))
+			goto api_fail;
+		for (uint32_t u = 0; u < 2; u++) {
+			if ((st = accel_unit_pre_forward(ctx, u)))
+				goto api_fail;
+			for (int p = 2 * (int)u; p < 2 * (int)u + 2; p++) {
+				const float *w = accel_param_data(ctx, pidx[p]);
+				for (uint64_t i = 0; i < numel[p]; i++)
+					R[o + i] = exact ? -w[i] : pb[p][i] - w[i];
+				o += numel[p];
+			}
+			if ((st = accel_unit_post_forward(ctx, u)))
+				goto api_fail;
+		}
+		if ((st = accel_set_grad_enabled(ctx, 1)))
+			goto api_fail;
+		for (int p = 0; p < NP; p++)
 			if (ext && (st = ext->residual(ext->self, pidx[p], enew[p], numel[p]))) {
 				rc = fail("residual: %s", accel_errmsg(ctx));
 				goto out;
 			}
-		}
 		if (rec && (save_at < 0 || t + 1 > save_at))
 			fwrite(R, sizeof(float), total, rec);
 		if (cmpf) {
@@ -557,6 +589,7 @@ out:
 		free(eold[p]);
 		free(enew[p]);
 		free(res[p]);
+		free(pb[p]);
 	}
 	free(all);
 	accel_ctx_free(ctx);
