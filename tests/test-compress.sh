@@ -111,7 +111,10 @@ invariants)
 	check topk-tensor 2 "$tmp/topkt.json" topk 6
 	cfg "$tmp/psgd.json" "$DDP" \
 		'"method": "powersgd", "matrix_approximation_rank": 2, "start_powerSGD_iter": 2'
-	check powersgd-rank2 2 "$tmp/psgd.json" powersgd 8
+	check powersgd-rank2-warm 2 "$tmp/psgd.json" powersgd 8
+	cfg "$tmp/psgdc2.json" "$DDP" '"method": "powersgd", "matrix_approximation_rank": 2,
+	 "start_powerSGD_iter": 0, "warm_start": false'
+	check powersgd-rank2-cold 2 "$tmp/psgdc2.json" powersgd 12
 	cfg "$tmp/psgdcold.json" "$DDP" '"method": "powersgd", "matrix_approximation_rank": 3,
 	 "start_powerSGD_iter": 0, "warm_start": false, "seed": 7'
 	check powersgd-rank3-cold 2 "$tmp/psgdcold.json" powersgd 4
@@ -160,20 +163,20 @@ refusals)
 	;;
 resume)
 	for m in topk powersgd; do
-		if [ $m = topk ]; then mc='"method": "topk", "ratio": 0.05'
-		else mc='"method": "powersgd", "matrix_approximation_rank": 1, "start_powerSGD_iter": 2'; fi
+		if [ $m = topk ]; then mc='"method": "topk", "ratio": 0.05, "granularity": "tensor"'
+		else mc='"method": "powersgd", "matrix_approximation_rank": 2, "start_powerSGD_iter": 2'; fi
 		cfg "$tmp/$m.json" "$DDP" "$mc"
 		check "$m-full" 2 "$tmp/$m.json" $m 10 --save-at 5 "$tmp/$m.ckpt" \
-			--record "$tmp/$m.ref" || continue
+			--record "$tmp/$m.ref" --no-exact || continue
 		check "$m-resumed" 2 "$tmp/$m.json" $m 5 --first 5 --load "$tmp/$m.ckpt" \
-			--compare "$tmp/$m.ref"
+			--compare "$tmp/$m.ref" --no-exact
 		ACCEL_LOG_LEVEL=info check "$m-other-world" 1 "$tmp/$m.json" $m 3 --first 5 \
-			--load "$tmp/$m.ckpt" --zero-after-load &&
+			--load "$tmp/$m.ckpt" --zero-after-load --no-exact &&
 			{ grep -q "saved at world size 2; this run has 1 ranks: error-feedback residuals (one per rank) start from zero" \
 				"$tmp/$m-other-world/launch.log" || fail "$m-other-world: no info line"; }
 		cfg "$tmp/$m.small.json" '"strategy": "ddp", "ddp": {"bucket_cap_mb": 0.0002, "first_bucket_mb": 0.0002}' "$mc"
 		ACCEL_LOG_LEVEL=info check "$m-other-layout" 2 "$tmp/$m.small.json" $m 3 --first 5 \
-			--load "$tmp/$m.ckpt" --zero-after-load &&
+			--load "$tmp/$m.ckpt" --zero-after-load --no-exact &&
 			{ grep -q "had no matching residual in the checkpoint" \
 				"$tmp/$m-other-layout/launch.log" || fail "$m-other-layout: no info line"; }
 	done

@@ -11,6 +11,8 @@
  *     --record FILE    write every step's reduced gradient to FILE.<rank>
  *     --compare FILE   ... and require it to equal FILE.<rank> bit for bit
  *     --zero-after-load  every residual must read zero after --load
+ *     --no-exact       powersgd: skip the exact-mean check (warm start over
+ *                      many steps: see PCOMP_TOL; --compare still checks)
  *
  * The model: w0 [16 x 12], b0 [12] (unit u0), w1 [12 x 6], b1 [6] (u1).
  * Parameters are set to 0 before each step under SGD with lr 1 and no
@@ -41,11 +43,14 @@
 #include "accel-compress.h"
 
 #define NP 4
-/* powersgd, rank >= the matrix's rank: exact in exact arithmetic.  In f32
- * the error grows with the residuals, which with error feedback are a
- * random walk of (local - mean): observed worst relative error 8.1e-5
- * (rank 2, warm start, 6 compressed steps), 4.2e-7 (cold start, 4 steps);
- * bound 3x */
+/* powersgd, rank >= the matrix's rank: exact in exact arithmetic.  In f32,
+ * with a fresh random Q each step (warm_start false), observed worst
+ * relative error 4.2e-7 (rank 3, 4 steps) .. see the test's log; with
+ * warm start the last step's Q can be nearly blind to a direction of the
+ * new gradient, and rounding noise of the residuals (which error feedback
+ * makes a random walk of local - mean) then fills that direction: 8.1e-5
+ * after 6 compressed steps, 1.3e-3 after 8.  Bound about 3x the 6-step
+ * warm figure; longer warm runs use --no-exact. */
 #define PCOMP_TOL 2.5e-4
 
 static const char *g_out;
@@ -124,7 +129,7 @@ int main(int argc, char **argv)
 	g_out = argv[2];
 	long steps = atol(argv[3]), first = 0, save_at = -1;
 	const char *save_dir = NULL, *load_dir = NULL, *record = NULL, *compare = NULL;
-	int zero_after_load = 0;
+	int zero_after_load = 0, no_exact = 0;
 	for (int i = 4; i < argc; i++) {
 		if (!strcmp(argv[i], "--first") && i + 1 < argc)
 			first = atol(argv[++i]);
@@ -139,6 +144,8 @@ int main(int argc, char **argv)
 			compare = argv[++i];
 		else if (!strcmp(argv[i], "--zero-after-load"))
 			zero_after_load = 1;
+		else if (!strcmp(argv[i], "--no-exact"))
+			no_exact = 1;
 		else {
 			fprintf(stderr, "compress-check: unknown argument '%s'\n", argv[i]);
 			return 2;
@@ -542,7 +549,7 @@ int main(int argc, char **argv)
 			}
 			if (err / scale > worst_psgd)
 				worst_psgd = err / scale;
-			if (err > PCOMP_TOL * scale) {
+			if (!no_exact && err > PCOMP_TOL * scale) {
 				rc = fail("step %ld: PowerSGD of rank >= the gradient's: max error %.3g "
 				          "relative to the mean's max %.3g (bound %g)", it, err, scale,
 				          PCOMP_TOL);
