@@ -45,13 +45,14 @@
 #define NP 4
 /* powersgd, rank >= the matrix's rank: exact in exact arithmetic.  In f32,
  * with a fresh random Q each step (warm_start false), observed worst
- * relative error 4.2e-7 (rank 3, 4 steps) .. see the test's log; with
+ * relative error 4.2e-7 (rank 3, 4 steps), 1.55e-4 (rank 2, 12 steps: the
+ * residuals grow, and rounding with them); with
  * warm start the last step's Q can be nearly blind to a direction of the
  * new gradient, and rounding noise of the residuals (which error feedback
  * makes a random walk of local - mean) then fills that direction: 8.1e-5
- * after 6 compressed steps, 1.3e-3 after 8.  Bound about 3x the 6-step
- * warm figure; longer warm runs use --no-exact. */
-#define PCOMP_TOL 2.5e-4
+ * after 6 compressed steps, 1.3e-3 after 8.  Bound about 3x the 12-step
+ * cold figure; longer warm runs use --no-exact. */
+#define PCOMP_TOL 5e-4
 
 static const char *g_out;
 static int g_rank, g_world;
