@@ -2,8 +2,9 @@
 /* plugins/compress/compress_ckpt.c: checkpoints (docs/compress.md).
  *
  *   compress/layout            i64 tensor, rank 0: [saving world size,
- *                              layout hash, steps counted, then per bucket
- *                              with state: bucket_id, its layout hash]
+ *                              layout hash, steps counted, 1 when residual
+ *                              blobs were written, then per bucket with
+ *                              state: bucket_id, its layout hash]
  *   residual.<bucket_id>       blob per rank: its error-feedback residual
  *   compress/powersgd_q/<id>   f32 tensor, rank 0: PowerSGD's Q (equal on
  *                              every rank)
@@ -22,6 +23,7 @@
 #include "compress.h"
 
 #define LAYOUT "compress/layout"
+#define HDR 4   /* elements of the layout tensor before the buckets */
 
 static int has_state(const cz_state *s, const cz_bucket *cb)
 {
@@ -35,12 +37,12 @@ int cz_save(cz_state *s, accel_ckpt_writer *w)
 	int r;
 	for (uint32_t i = 0; i < s->n_buckets; i++)
 		nb += has_state(s, s->buckets[i]);
-	uint64_t n = 3 + 2 * (uint64_t)nb;
+	uint64_t n = HDR + 2 * (uint64_t)nb;
 	int64_t *v = calloc(n, sizeof(*v));
 	if (!v)
 		return cz_error_nomem(s, "the checkpoint layout");
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
-	uint64_t k = 3;
+	uint64_t k = HDR;
 	for (uint32_t i = 0; i < s->n_buckets; i++) {
 		const cz_bucket *cb = s->buckets[i];
 		if (!has_state(s, cb))
@@ -52,6 +54,7 @@ int cz_save(cz_state *s, accel_ckpt_writer *w)
 	v[0] = s->world.world_size;
 	v[1] = (int64_t)h;
 	v[2] = (int64_t)s->step;
+	v[3] = s->error_feedback && (s->method == CZ_TOPK || s->method == CZ_POWERSGD);
 	if (s->world.rank == 0) {
 		uint64_t shape[1] = {n};
 		accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_I64, 1, 0, LAYOUT, shape, 0, n, v};
@@ -133,16 +136,16 @@ int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
 		                "state but no %s tensor: it is damaged", LAYOUT);
 	if (r)
 		return r;
-	if (ti.dtype != ACCEL_DTYPE_I64 || ti.numel < 3 || (ti.numel - 3) % 2)
+	if (ti.dtype != ACCEL_DTYPE_I64 || ti.numel < HDR || (ti.numel - HDR) % 2)
 		return H->error(s->h, ACCEL_ERR_CHECKPOINT, "%s is %s[%llu]; expected "
-		                "i64[3 + 2 x buckets]", LAYOUT, accel_abi_dtype_name(ti.dtype),
+		                "i64[4 + 2 x buckets]", LAYOUT, accel_abi_dtype_name(ti.dtype),
 		                (unsigned long long)ti.numel);
 	if (!(v = malloc(ti.numel * sizeof(*v))))
 		return cz_error_nomem(s, "the checkpoint layout");
 	if ((r = H->ckpt_read_tensor(s->h, rd, LAYOUT, ACCEL_DTYPE_I64, 0, ti.numel, v)))
 		goto out;
 	cz_saved_free(s);
-	uint32_t nb = (uint32_t)((ti.numel - 3) / 2);
+	uint32_t nb = (uint32_t)((ti.numel - HDR) / 2);
 	s->saved = calloc(nb ? nb : 1, sizeof(*s->saved));
 	if (!s->saved) {
 		r = cz_error_nomem(s, "the checkpoint's buckets");
@@ -162,12 +165,20 @@ int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
 		cz_saved *sv = &s->saved[i];
 		char name[96];
 		uint64_t bytes = 0;
-		sv->id = (uint32_t)v[3 + 2 * i];
-		sv->hash = (uint64_t)v[4 + 2 * i];
+		sv->id = (uint32_t)v[HDR + 2 * i];
+		sv->hash = (uint64_t)v[HDR + 1 + 2 * i];
 		snprintf(name, sizeof(name), "residual.%u", sv->id);
-		if (same_world && s->error_feedback &&
-		    H->ckpt_size(s->h, rd, name, &bytes) == ACCEL_OK && bytes % sizeof(float) == 0) {
+		/* only blobs that were written: a missing one is an error */
+		if (same_world && s->error_feedback && v[3]) {
+			if ((r = H->ckpt_size(s->h, rd, name, &bytes)))
+				goto out;
 			sv->numel = bytes / sizeof(float);
+			if (bytes % sizeof(float)) {
+				r = H->error(s->h, ACCEL_ERR_CHECKPOINT, "residual of bucket %u is %llu "
+				             "bytes, not a whole number of f32", sv->id,
+				             (unsigned long long)bytes);
+				goto out;
+			}
 			if (!(sv->res = malloc(bytes ? bytes : 1))) {
 				r = cz_error_nomem(s, "a saved residual");
 				goto out;
