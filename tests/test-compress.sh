@@ -16,7 +16,8 @@
 #               uninterrupted run's bit for bit (top-k and PowerSGD); at 1
 #               rank and with another bucket layout the residuals start
 #               from zero and the log says so
-#   mlp         examples/train_mlp (TRAIN_MLP) at 2 ranks: top-k 1% with
+#   mlp         examples/train_mlp (TRAIN_MLP) at 2 ranks, 300 steps (100
+#               with COMPRESS_TEST_SUBSET=1, under the sanitizers): top-k 1% with
 #               error feedback and PowerSGD rank 2 reach >= 90% of the
 #               uncompressed final accuracy in the same steps, fp16/bf16
 #               within one point; --metrics lines carry the compress stats
@@ -186,8 +187,10 @@ mlp)
 		echo "skipped: train_mlp is not built"
 		exit 77
 	fi
+	steps=300
+	[ "${COMPRESS_TEST_SUBSET:-0}" = 1 ] && steps=100   # under the sanitizers
 	ARGS="--hidden 64 --layers 2 --inputs 32 --classes 8 --samples 4096 --test-samples 1024 \
---batch-size 64 --steps 300 --log-every 100"
+--batch-size 64 --steps $steps --log-every 50"
 	for m in none fp16 bf16 topk powersgd; do
 		case $m in
 		none) c= ;;
