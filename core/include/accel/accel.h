@@ -145,7 +145,8 @@ ACCEL_API int accel_reduce_scatter(accel_ctx *ctx, const void *send, void *recv,
  * What this rank handed to the comm layer for this context, per kind of
  * collective, counting every collective the backend accepted: the
  * program's (above), the strategy's and the hooks' (gradient buckets,
- * parameter gathers, compressed payloads), on the world and on groups. */
+ * parameter gathers, compressed payloads), on the world and on groups;
+ * not a backend's own bootstrap traffic. */
 #define ACCEL_COLL_ALLREDUCE      0  /* bytes of the send view                   */
 #define ACCEL_COLL_REDUCE_SCATTER 1  /* bytes of the send view (all blocks)      */
 #define ACCEL_COLL_ALLGATHER      2  /* bytes of this rank's contribution (send) */
