@@ -26,11 +26,12 @@ cd "$tmp"
 command -v python3 >/dev/null 2>&1 || { echo "skipped: no python3"; exit 77; }
 # The installed strategies are ddp, and the fixture named zero where a
 # check installs one: the zero and fsdp plugins the build makes too are
-# taken off the search path, and checked on their own.
+# taken off the search path, and checked on their own (the compress hook,
+# whose template would join the list of installed ones, too).
 zero_dir=$ACCEL_TEST_BUILDDIR/plugins/zero
 fsdp_dir=$ACCEL_TEST_BUILDDIR/plugins/fsdp
 ACCEL_PLUGIN_PATH=$(printf '%s\n' "$ACCEL_PLUGIN_PATH" | tr ':' '\n' | grep -vxF "$zero_dir" |
-	grep -vxF "$fsdp_dir" | paste -sd: -)
+	grep -vxF "$fsdp_dir" | grep -vxF "$ACCEL_TEST_BUILDDIR/plugins/compress" | paste -sd: -)
 export ACCEL_PLUGIN_PATH
 
 fail() {
