@@ -172,5 +172,23 @@ run1 hyst "$S1" --stop 13 --save "$tmp/ck1" &&
 	runn 2 hyst "$S1" --start 13 --load "$tmp/ck1" --saved-world 1 &&
 	want hyst 2 'step 13 script I' "resumed at 2 ranks from 1 (mid-hysteresis)"
 
+# a DeepSpeed config imported (accel config import-deepspeed) runs
+# DeepSpeed's rule: its defaults hysteresis 2 and min_loss_scale 1 written
+# by the import, checked step by step against DeepSpeed's formulation
+cat > "$tmp/ds.json" <<EOF
+{"fp16": {"enabled": true, "initial_scale_power": 10, "loss_scale_window": 3},
+ "optimizer": {"type": "SGD", "params": {"lr": 0.25, "momentum": 0, "weight_decay": 0}}}
+EOF
+if "$ACCEL_CLI" config import-deepspeed "$tmp/ds.json" -o "$tmp/dsimp.json" \
+	> "$tmp/dsimp.log" 2>&1
+then
+	runn 2 dsimp "$S1" &&
+		want dsimp 2 'step 3 script i scale 2048 skipped 1 next 2048' \
+			"imported DeepSpeed config: hysteresis 2 absorbs the first overflow"
+else
+	fail "import-deepspeed of an fp16 config"
+	cat "$tmp/dsimp.log"
+fi
+
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all scaler checks passed"
