@@ -182,9 +182,12 @@ static int map_precision(accelp_import *imp, json_t *ds)
 			unsupported(imp, from, en, "expected true, false or \"auto\"");
 		}
 		rest_unsupported(imp, names[i], sec, done,
-		                 i == 0 ? "fp16 is not enabled (fp16.enabled true selects the loss "
-		                          "scaler these settings are for)"
-		                        : "accel's bf16 has no settings");
+		                 i > 0 ? "accel's bf16 has no settings"
+		                 : is_auto(en) ? "fp16.enabled is \"auto\", which leaves "
+		                                 "mixed_precision at accel's default (no): no loss "
+		                                 "scaler is selected for these settings"
+		                               : "fp16 is not enabled (fp16.enabled true selects the "
+		                                 "loss scaler these settings are for)");
 	}
 	return ACCEL_OK;
 }

@@ -499,7 +499,7 @@ has err "auto: zero_optimization.reduce_bucket_size: \"auto\" -> left out"
 has err "auto: scheduler.params.warmup_max_lr: \"auto\" -> optimizer.params.lr"
 has err "not supported, left out: train_micro_batch_size_per_gpu = 4: the program chooses its batch size"
 has err "not supported, left out: steps_per_print = 2000: no accel equivalent"
-has err "not supported, left out: fp16.loss_scale_window = 1000"
+has err "not supported, left out: fp16.loss_scale_window = 1000: fp16.enabled is \"auto\""
 has err "bf16.enabled -> mixed_precision = \"bf16\""
 has err "scheduler.params.total_num_steps -> scheduler.total_steps = 1000"
 for k in fp16 bf16 optimizer scheduler zero_optimization gradient_accumulation_steps \
