@@ -10,8 +10,9 @@
 # floor).  Rows: torch's rule at 1 and 2 ranks (ddp; zero stage 2 at 2 when
 # that plugin is built), other factors, accumulation, hysteresis (refilled
 # on growth and on every good step), a floor, a static scale, a disabled
-# scaler (a pass-through: non-finite steps are applied, as torch's), and a
-# state saved at one world size resumed at another.  Also: bad settings are
+# scaler (a pass-through: non-finite steps are applied, as torch's), f16
+# weights whose scaled gradients overflow f16 by themselves, and a state
+# saved at one world size resumed at another.  Also: bad settings are
 # refused with messages naming the key.
 #
 # Exits 77 (skipped) only when `accel launch` cannot start two processes of
@@ -48,6 +49,8 @@ cfg floor '"mixed_precision": "fp16", "scaler": {"init_scale": 1024, "growth_int
 cfg static '"mixed_precision": "fp16", "scaler": {"init_scale": 512, "dynamic": false, "growth_interval": 2}'
 cfg off '"mixed_precision": "fp16", "scaler": {"enabled": false}'
 cfg defaults '"mixed_precision": "fp16"'
+cfg f16 '"mixed_precision": "fp16", "scaler": {"init_scale": 131072, "growth_interval": 3}'
+cfg f16acc '"mixed_precision": "fp16", "gradient_accumulation_steps": 2, "scaler": {"init_scale": 131072, "growth_interval": 3}'
 cfg zero '"strategy": "zero", "zero_optimization": {"stage": 2}, "mixed_precision": "fp16", "scaler": {"init_scale": 1024, "growth_interval": 3}'
 
 # run1 NAME SCRIPT [ARGS]: one process, no launcher.
@@ -116,6 +119,17 @@ run1 off '..i.' && want off 1 'step 2 script i scale 1 skipped 0 next 1 applied 
 	"disabled: an Inf step is applied"
 run1 defaults '..i..'
 want defaults 1 'step 2 script i scale 65536 skipped 1 next 32768' "defaults: 65536, halved"
+
+# f16 weights and gradients: scale x gradient overflows f16 by itself at
+# 131072 (step 1: 5 elements reach 65536), the step is skipped and the
+# scale halves, as in a real fp16 run; with accumulation the sum of the
+# micro-steps overflows too
+run1 f16 "$S1" --dtype f16
+want f16 1 'step 1 script \. scale 131072 skipped 1 next 65536 applied 1 nonfinite 5' \
+	"f16: a natural overflow is skipped and backs off"
+run1 f16acc "$S1" --dtype f16
+grep -q 'script \. scale [0-9]* skipped 1' "$tmp/f16acc.1.log" ||
+	fail "f16acc: no natural overflow"
 
 # bad settings: refused at context creation, naming the key
 bad() {

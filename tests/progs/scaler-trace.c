@@ -5,7 +5,7 @@
  * computed here, independently of the plugin (tests/test-scaler.sh).
  *
  *   scaler-trace --script S [--start K] [--stop K] [--saved-world N]
- *                [--save DIR] [--load DIR]
+ *                [--save DIR] [--load DIR] [--dtype f32|f16]
  *
  * One character of S per optimizer step:
  *   .  every gradient finite
@@ -15,7 +15,10 @@
  * With gradient_accumulation_steps > 1 the non-finite value goes into the
  * last micro-step only.  --start K runs S from step K (after --load of a
  * checkpoint saved at step K by --saved-world ranks), --stop K stops before
- * step K (then --save).
+ * step K (then --save).  --dtype f16 registers f16 weights with f16
+ * gradients (at one rank): scale × gradient then overflows f16 by itself
+ * when the scale is too large (|x| >= 65520 rounds to Inf), the case a
+ * loss scaler exists for, and the reference counts those elements too.
  *
  * The model: two units of one f32 parameter each (a.w 6 elements, b.w 10),
  * SGD with lr 0.25 and no momentum (config), so the update is
@@ -42,6 +45,7 @@
 #include <string.h>
 
 #include "accel/accel.h"
+#include "half.h"
 
 #define NP 2
 static const int numel[NP] = {6, 10};
@@ -51,6 +55,13 @@ static const char *const uname[NP] = {"a", "b"};
 #define LR 0.25
 
 static accel_ctx *ctx;
+static int f16;   /* --dtype f16 */
+
+/* What the program stores into a gradient or weight of the working dtype. */
+static float rnd(double x)
+{
+	return f16 ? accel_f16_to_f32(accel_f32_to_f16((float)x)) : (float)x;
+}
 
 /* The reference's settings, read from the resolved config. */
 typedef struct ref_cfg {
@@ -97,36 +108,43 @@ static int bad_elem(char c, int r, int world, int g, int gas, double *ret_v)
 	return -1;
 }
 
-static long expect_nonfinite(char c, int world)
-{
-	return c == 'i' || c == 'n' ? 1 : c == 'I' ? world : 0;
-}
 
 static double w0(int e)
 {
 	return (double)(e + 1) / 4.0;
 }
 
-/* One step of the reference: found_inf over all ranks; weights. */
+/* One step of the reference: the gradients as the program accumulates
+ * them (scaled, in the working dtype) and as the ranks' mean; found_inf
+ * and the count of non-finite elements; the weights; the scale. */
 static void ref_step(const ref_cfg *c, ref *R, long s, char ch, int world, int gas,
-                     int *ret_skip)
+                     int *ret_skip, long *ret_nonfinite)
 {
-	int found = expect_nonfinite(ch, world) > 0;
+	double scale = c->enabled ? (double)R->scale : 1.0, mean[NTOT];
+	long nonfinite = 0;
+	for (int e = 0; e < NTOT; e++) {
+		double sum = 0;
+		for (int r = 0; r < world; r++) {
+			double acc = 0;
+			for (int g = 0; g < gas; g++) {
+				double v;
+				int be = bad_elem(ch, r, world, g, gas, &v);
+				acc = rnd(acc + rnd(scale * (be == e ? v : grad_of(s, e, r, g))));
+			}
+			sum += acc;
+		}
+		mean[e] = sum / (double)world;
+		nonfinite += !isfinite(mean[e]);
+	}
+	int found = nonfinite > 0;
 	int skip = c->enabled && found;
 	if (!skip) {
-		for (int e = 0; e < NTOT; e++) {
-			double sum = 0;
-			for (int r = 0; r < world; r++)
-				for (int g = 0; g < gas; g++) {
-					double v;
-					int be = bad_elem(ch, r, world, g, gas, &v);
-					sum += be == e ? v : grad_of(s, e, r, g);
-				}
-			R->w[e] -= LR * (sum / (double)(world * gas));
-		}
+		for (int e = 0; e < NTOT; e++)
+			R->w[e] -= LR * (mean[e] / (scale * (double)gas));
 		R->applied++;
 	}
 	*ret_skip = skip;
+	*ret_nonfinite = nonfinite;
 	if (!c->enabled || !c->dynamic)
 		return;
 	/* DeepSpeed's DynamicLossScaler.update_scale, with torch's f32 scale */
@@ -161,17 +179,21 @@ static int check_weights(const ref *R, int rank, long s, const char *when)
 {
 	int e = 0;
 	for (int p = 0; p < NP; p++) {
-		const float *w = accel_param_data(ctx, (uint32_t)p);
+		const void *w = accel_param_data(ctx, (uint32_t)p);
 		if (!w) {
 			fprintf(stderr, "scaler-trace: rank %d: no data for %s\n", rank, pname[p]);
 			return 3;
 		}
-		for (int i = 0; i < numel[p]; i++, e++)
-			if (!same((double)w[i], R->w[e])) {
+		for (int i = 0; i < numel[p]; i++, e++) {
+			double got = f16 ? (double)accel_f16_to_f32(((const uint16_t *)w)[i])
+			                 : (double)((const float *)w)[i];
+			/* f16: the working copy of the f32 master; the values stay exact */
+			if (!same(got, f16 ? (double)rnd(R->w[e]) : R->w[e])) {
 				fprintf(stderr, "scaler-trace: rank %d step %ld (%s): %s[%d] = %.9g, expected "
-				        "%.9g\n", rank, s, when, pname[p], i, (double)w[i], R->w[e]);
+				        "%.9g\n", rank, s, when, pname[p], i, got, R->w[e]);
 				return 3;
 			}
+		}
 	}
 	return 0;
 }
@@ -216,12 +238,14 @@ int main(int argc, char **argv)
 			save = argv[++i];
 		else if (!strcmp(argv[i], "--load") && i + 1 < argc)
 			load = argv[++i];
+		else if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
+			f16 = !strcmp(argv[++i], "f16");
 		else
 			script = NULL, i = argc;
 	}
 	if (!script || !*script || start < 0 || (load && !saved_world) || (start && !load)) {
 		fprintf(stderr, "usage: scaler-trace --script [.inI]+ [--start K --load DIR "
-		        "--saved-world N] [--stop K] [--save DIR]\n");
+		        "--saved-world N] [--stop K] [--save DIR] [--dtype f32|f16]\n");
 		return 2;
 	}
 	long n = (long)strlen(script);
@@ -244,14 +268,24 @@ int main(int argc, char **argv)
 	}
 	if ((r = read_cfg(&c)))
 		goto done;
+	if (f16 && world > 1) {
+		/* how ranks' f16 gradients are summed (pre-divided or not) is
+		 * the backend's: the reference is exact only at one rank */
+		fprintf(stderr, "scaler-trace: --dtype f16 is checked at one rank\n");
+		r = 2;
+		goto done;
+	}
 	for (int p = 0, e = 0; p < NP; p++) {
 		float init[16];
 		int64_t shape[1] = {numel[p]};
 		for (int i = 0; i < numel[p]; i++, e++)
 			init[i] = (float)(R.w[e] = w0(e));
 		accel_init in = accel_init_data(init);
-		if (accel_model_add_param(ctx, uname[p], pname[p], ACCEL_DTYPE_F32, 1, shape, &in,
-		                          &idx[p])) {
+		accel_param_desc d = {.struct_size = sizeof(d), .unit = uname[p], .name = pname[p],
+		                      .ndim = 1, .shape = shape, .init = &in,
+		                      .dtype = f16 ? ACCEL_DTYPE_F16 : ACCEL_DTYPE_F32,
+		                      .grad_dtype = f16 ? ACCEL_DTYPE_F16 : ACCEL_DTYPE_F32};
+		if (accel_model_add(ctx, &d, &idx[p])) {
 			r = fail("accel_model_add_param");
 			goto done;
 		}
@@ -266,7 +300,8 @@ int main(int argc, char **argv)
 	/* the steps before --start ran in the saving job, at its world size */
 	for (long s = 0; s < start && s < n; s++) {
 		int skip;
-		ref_step(&c, &R, s, script[s], saved_world, (int)gas, &skip);
+		long nf;
+		ref_step(&c, &R, s, script[s], saved_world, (int)gas, &skip, &nf);
 	}
 	if (load && accel_load_state(ctx, load)) {
 		r = fail("accel_load_state");
@@ -310,13 +345,20 @@ int main(int argc, char **argv)
 					r = fail("accel_unit_pre_backward");
 					goto done;
 				}
-				float *gp = accel_param_grad(ctx, idx[p]);
+				void *gp = accel_param_grad(ctx, idx[p]);
 				int e0 = p ? numel[0] : 0;
 				for (int i = 0; i < numel[p]; i++) {
 					int e = e0 + i;
 					/* what a program does: the loss (so each gradient)
-					 * multiplied by accel_loss_scale() */
-					gp[i] += (float)(scale * (be == e ? bv : grad_of(s, e, rank, g)));
+					 * multiplied by accel_loss_scale(), added in the
+					 * gradient's dtype */
+					double v = rnd(scale * (be == e ? bv : grad_of(s, e, rank, g)));
+					if (f16) {
+						uint16_t *h = gp;
+						h[i] = accel_f32_to_f16(accel_f16_to_f32(h[i]) + (float)v);
+					} else {
+						((float *)gp)[i] += (float)v;
+					}
 				}
 				if (accel_unit_post_backward(ctx, (uint32_t)p)) {
 					r = fail("accel_unit_post_backward");
@@ -329,7 +371,8 @@ int main(int argc, char **argv)
 			}
 		}
 		int skip;
-		ref_step(&c, &R, s, ch, world, (int)gas, &skip);
+		long want_nf;
+		ref_step(&c, &R, s, ch, world, (int)gas, &skip, &want_nf);
 		accel_step_report rep = {.struct_size = sizeof(rep)};
 		if (accel_last_step(ctx, &rep)) {
 			r = fail("accel_last_step");
@@ -337,7 +380,6 @@ int main(int argc, char **argv)
 		}
 		double next = accel_loss_scale(ctx);
 		double want_next = c.enabled ? (double)R.scale : 1.0;
-		long want_nf = expect_nonfinite(ch, world);
 		if ((int)rep.skipped != skip || rep.loss_scale != want || next != want_next ||
 		    rep.step != (uint64_t)R.applied || (long)rep.nonfinite != want_nf ||
 		    !rep.has_grad_norm) {
