@@ -142,7 +142,7 @@ static int fp8_available(const accel_host_v1 *host, accel_host *h)
 	int hw = hardware(host, h, &info, &dl, &api, why, sizeof(why));
 	if (hw) {
 		dlclose(dl);
-		host->log(h, ACCEL_LOG_INFO, "fp8: GEMMs on FP8 tensor cores with cuBLASLt "
+		host->log(h, ACCEL_LOG_INFO, "GEMMs on FP8 tensor cores with cuBLASLt "
 		          "(compute capability %d.%d)", info.compute_capability / 10,
 		          info.compute_capability % 10);
 		return ACCEL_OK;
@@ -154,7 +154,7 @@ static int fp8_available(const accel_host_v1 *host, accel_host *h)
 		                   why, info.cuda_present && info.device_count > 0 ? "the most capable CUDA device"
 		                                                                 : "none (CPU only)",
 		                   info.compute_capability / 10, info.compute_capability % 10);
-	host->log(h, ACCEL_LOG_INFO, "fp8: emulates the FP8 GEMMs (quantize, dequantize, f32 "
+	host->log(h, ACCEL_LOG_INFO, "emulates the FP8 GEMMs (quantize, dequantize, f32 "
 	          "GEMM on the CPU): %s", why);
 	return ACCEL_OK;
 }
