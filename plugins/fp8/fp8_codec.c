@@ -10,10 +10,11 @@ typedef struct fmt_desc {
 	int mbits, bias;
 	float max;
 	uint8_t max_code;
+	float sub_scale;   /* 2^(mbits - emin): subnormal values to integers */
 } fmt_desc;
 
-static const fmt_desc E4M3 = {3, 7, FP8_E4M3_MAX, 0x7e};
-static const fmt_desc E5M2 = {2, 15, FP8_E5M2_MAX, 0x7b};
+static const fmt_desc E4M3 = {3, 7, FP8_E4M3_MAX, 0x7e, 512.0f};     /* 2^(3+6)  */
+static const fmt_desc E5M2 = {2, 15, FP8_E5M2_MAX, 0x7b, 65536.0f};  /* 2^(2+14) */
 
 static const fmt_desc *desc_of(uint32_t fmt)
 {
@@ -25,31 +26,32 @@ float fp8_max(uint32_t fmt)
 	return desc_of(fmt)->max;
 }
 
-static uint8_t encode(const fmt_desc *d, float x)
+/* Round to nearest even on the f32 bits: no libm call per element (this
+ * runs for every element of every emulated GEMM operand). */
+static inline uint8_t encode(const fmt_desc *d, float x)
 {
-	uint32_t u;
+	uint32_t u, maxbits;
 	memcpy(&u, &x, sizeof(u));
+	memcpy(&maxbits, &d->max, sizeof(maxbits));
 	uint8_t sign = (uint8_t)((u >> 31) << 7);
-	if (isnan(x))
-		return 0x7f;
-	float a = fabsf(x);
-	if (a >= d->max)   /* saturate, infinities included */
-		return sign | d->max_code;
-	/* The quantum of a's binade (or of the subnormal range): a / q is
-	 * exact in f32 (a power-of-two division of a value far from f32's own
-	 * limits), so rounding it to an integer is the one rounding. */
-	int e;
-	(void)frexpf(a, &e);                  /* a = f * 2^e, f in [0.5, 1) */
-	int ebin = e - 1;                       /* a in [2^ebin, 2^(ebin+1)) */
+	uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return 0x7f;                       /* NaN */
+	if (a >= maxbits)
+		return sign | d->max_code;         /* saturate, infinities included */
 	int emin = 1 - d->bias;
-	if (a == 0.0f || ebin < emin)
-		ebin = emin;
-	float n = nearbyintf(ldexpf(a, d->mbits - ebin)); /* ties to even */
-	uint32_t code;
-	if (ebin == emin && n <= (float)(1 << d->mbits))
-		code = (uint32_t)n;   /* subnormal, or rounded up to the smallest normal */
-	else
-		code = ((uint32_t)(ebin + d->bias) << d->mbits) + (uint32_t)n - (1u << d->mbits);
+	if (a < (uint32_t)(127 + emin) << 23) {
+		/* below the smallest normal: multiples of 2^(emin - mbits).  The
+		 * scaled value is < 2^mbits, and adding 1.5 * 2^23 rounds it to an
+		 * integer, ties to even, in f32 arithmetic */
+		float f;
+		memcpy(&f, &a, sizeof(f));
+		float t = f * d->sub_scale + 12582912.0f;
+		return sign | (uint8_t)(uint32_t)(t - 12582912.0f);
+	}
+	int shift = 23 - d->mbits;
+	uint32_t r = (a + ((1u << (shift - 1)) - 1u) + ((a >> shift) & 1u)) >> shift;
+	uint32_t code = r - ((uint32_t)(127 - d->bias) << d->mbits);
 	if (code > d->max_code)   /* rounded up past the largest finite value */
 		code = d->max_code;
 	return sign | (uint8_t)code;

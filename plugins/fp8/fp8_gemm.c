@@ -8,6 +8,7 @@
  * members valid from any thread (stream, log, error).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fp8.h"
@@ -24,6 +25,12 @@ static int is_fp8(uint32_t dt)
 	return dt == ACCEL_DTYPE_F8E4M3 || dt == ACCEL_DTYPE_F8E5M2;
 }
 
+/* The loops keep each D[i, j] a plain in-order f32 sum over k (what the
+ * reference computes) while running over a block of j at once: B is
+ * dequantized transposed, so the innermost loop is over contiguous j and
+ * vectorizes without reassociating any sum. */
+#define EMU_JB 64
+
 void fp8_gemm_emulate(uint64_t m, uint64_t n, uint64_t k, const uint8_t *a, uint32_t afmt,
                       float a_scale_inv, const uint8_t *b, uint32_t bfmt, float b_scale_inv,
                       float alpha, float *d, int accumulate)
@@ -35,17 +42,53 @@ void fp8_gemm_emulate(uint64_t m, uint64_t n, uint64_t k, const uint8_t *a, uint
 		la[c] = fp8_decode(afmt, (uint8_t)c) * a_scale_inv;
 		lb[c] = fp8_decode(bfmt, (uint8_t)c) * b_scale_inv;
 	}
+	float *bt = malloc((size_t)(n * k + 1) * sizeof(float));
+	float *ar = malloc((size_t)(k + 1) * sizeof(float));
+	if (!bt || !ar) {   /* no memory for the fast layout: the same sums, slower */
+		free(bt);
+		free(ar);
+		for (uint64_t i = 0; i < m; i++)
+			for (uint64_t j = 0; j < n; j++) {
+				float acc = 0.0f;
+				for (uint64_t t = 0; t < k; t++)
+					acc += la[a[i * k + t]] * lb[b[j * k + t]];
+				float v = alpha * acc;
+				d[i * n + j] = accumulate ? d[i * n + j] + v : v;
+			}
+		return;
+	}
+	for (uint64_t j = 0; j < n; j++)
+		for (uint64_t t = 0; t < k; t++)
+			bt[t * n + j] = lb[b[j * k + t]];
 	for (uint64_t i = 0; i < m; i++) {
-		const uint8_t *ar = a + i * k;
-		for (uint64_t j = 0; j < n; j++) {
-			const uint8_t *br = b + j * k;
-			float acc = 0.0f;
-			for (uint64_t t = 0; t < k; t++)
-				acc += la[ar[t]] * lb[br[t]];
-			float v = alpha * acc;
-			d[i * n + j] = accumulate ? d[i * n + j] + v : v;
+		for (uint64_t t = 0; t < k; t++)
+			ar[t] = la[a[i * k + t]];
+		for (uint64_t j0 = 0; j0 < n; j0 += EMU_JB) {
+			uint64_t jn = n - j0 < EMU_JB ? n - j0 : EMU_JB;
+			float acc[EMU_JB];
+			for (uint64_t j = 0; j < jn; j++)
+				acc[j] = 0.0f;
+			if (jn == EMU_JB)   /* a constant trip count: the compiler vectorizes it */
+				for (uint64_t t = 0; t < k; t++) {
+					const float av = ar[t], *brow = bt + t * n + j0;
+					for (int j = 0; j < EMU_JB; j++)
+						acc[j] += av * brow[j];
+				}
+			else
+				for (uint64_t t = 0; t < k; t++) {
+					const float av = ar[t], *brow = bt + t * n + j0;
+					for (uint64_t j = 0; j < jn; j++)
+						acc[j] += av * brow[j];
+				}
+			float *dr = d + i * n + j0;
+			for (uint64_t j = 0; j < jn; j++) {
+				float v = alpha * acc[j];
+				dr[j] = accumulate ? dr[j] + v : v;
+			}
 		}
 	}
+	free(bt);
+	free(ar);
 }
 
 static int cuda_fail(fp8_state *s, const char *what, const char *err)
