@@ -51,10 +51,8 @@ static inline uint8_t encode(const fmt_desc *d, float x)
 	}
 	int shift = 23 - d->mbits;
 	uint32_t r = (a + ((1u << (shift - 1)) - 1u) + ((a >> shift) & 1u)) >> shift;
-	uint32_t code = r - ((uint32_t)(127 - d->bias) << d->mbits);
-	if (code > d->max_code)   /* rounded up past the largest finite value */
-		code = d->max_code;
-	return sign | (uint8_t)code;
+	/* a < max: rounding lands at most on max_code */
+	return sign | (uint8_t)(r - ((uint32_t)(127 - d->bias) << d->mbits));
 }
 
 uint8_t fp8_encode(uint32_t fmt, float x)
