@@ -109,6 +109,25 @@ static __global__ void dequantize_kernel(const unsigned char *q, size_t n, uint3
 	}
 }
 
+/* Run on the context's device and give the caller's current device back:
+ * the program may compute on another one. */
+struct device_guard {
+	int prev, ok;
+	explicit device_guard(int dev) : prev(-1), ok(1)
+	{
+		if (cudaGetDevice(&prev) != cudaSuccess)
+			prev = -1;
+		if (prev != dev)
+			ok = cudaSetDevice(dev) == cudaSuccess;
+	}
+	~device_guard()
+	{
+		int cur = -1;
+		if (prev >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev)
+			cudaSetDevice(prev);
+	}
+};
+
 static unsigned blocks_for(size_t n)
 {
 	size_t b = (n + 255) / 256;
@@ -143,8 +162,13 @@ static int ctx_new(int device, fp8_cuda_ctx **ret, char *err, size_t cap)
 		return 1;
 	}
 	c->device = device;
-	if (cuda_err(cudaSetDevice(device), "cudaSetDevice", err, cap) ||
-	    lt_err(cublasLtCreate(&c->lt), "cublasLtCreate", err, cap) ||
+	device_guard dg(device);
+	if (!dg.ok) {
+		snprintf(err, cap, "cudaSetDevice(%d) failed", device);
+		free(c);
+		return 1;
+	}
+	if (lt_err(cublasLtCreate(&c->lt), "cublasLtCreate", err, cap) ||
 	    cuda_err(cudaMalloc(&c->workspace, WORKSPACE_BYTES), "cudaMalloc (workspace)", err,
 	             cap) ||
 	    cuda_err(cudaMalloc((void **)&c->scalars, 4 * sizeof(float)), "cudaMalloc", err, cap)) {
@@ -168,6 +192,7 @@ static int quantize(fp8_cuda_ctx *c, void *stream, uint32_t fmt, uint32_t src_dt
 	cudaStream_t st = (cudaStream_t)stream;
 	if (!n)
 		return 0;
+	device_guard dg(c->device);
 	if (src_dtype == ACCEL_DTYPE_BF16)
 		quantize_kernel<__nv_bfloat16><<<blocks_for(n), 256, 0, st>>>(
 		        (const __nv_bfloat16 *)x, rows, cols, scale, fmt, q, qt, amax_dev);
@@ -182,6 +207,7 @@ static int dequantize(fp8_cuda_ctx *c, void *stream, uint32_t fmt, const uint8_t
 {
 	if (!n)
 		return 0;
+	device_guard dg(c->device);
 	dequantize_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(q, n, fmt, scale_inv, y);
 	return cuda_err(cudaGetLastError(), "dequantize kernel", err, cap);
 }
@@ -215,6 +241,7 @@ static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t 
 
 	if (!m || !n)
 		return 0;
+	device_guard dg(c->device);
 	/* the scalars are copied in stream order: a later call's copy runs
 	 * after this matmul has read them */
 	if (cuda_err(cudaMemcpyAsync(c->scalars, sc, sizeof(sc), cudaMemcpyHostToDevice, st),
