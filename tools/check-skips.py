@@ -119,6 +119,7 @@ MAY_SKIP = {
     "train-mlp-gpu": ["gpu"],
     "checkpoint-gpu": ["gpu"],
     "fp8-gpu": ["fp8_gpu"],
+    "fp8-recipe-gpu": ["fp8_gpu"],
     "optim-torch": ["torch", "avx2_fma"],
     "safetensors-python": ["torch"],
     "train-mlp-parity": ["torch"],
