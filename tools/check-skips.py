@@ -120,6 +120,7 @@ MAY_SKIP = {
     "checkpoint-gpu": ["gpu"],
     "fp8-gpu": ["fp8_gpu"],
     "fp8-recipe-gpu": ["fp8_gpu"],
+    "train-mlp-fp8-gpu": ["fp8_gpu"],
     "optim-torch": ["torch", "avx2_fma"],
     "safetensors-python": ["torch"],
     "train-mlp-parity": ["torch"],
