@@ -75,7 +75,10 @@ typedef struct accel_fp8_gemm_args_v1 {
 typedef struct accel_fp8_gemm_v1 accel_fp8_gemm_v1;
 struct accel_fp8_gemm_v1 {
 	uint32_t struct_size;      /* sizeof(accel_fp8_gemm_v1) of the plugin      */
-	uint32_t path;             /* ACCEL_FP8_PATH_* this process runs           */
+	uint32_t path;             /* ACCEL_FP8_PATH_* of CUDA operands in this
+	                              process (CUBLASLT on a GPU of compute
+	                              capability >= 8.9); host operands are
+	                              always emulated                              */
 
 	/* dst[i] = encode(src[i] * scale) (round to nearest even, saturating
 	 * to +-max, NaN to 0x7f); src f32 (or bf16/f16 on the CPU), dst
