@@ -3,7 +3,8 @@
 # tests/test-fp8-recipe.sh PROG: the fp8 plugin through accel with
 # tests/progs/fp8-check (one fp8 linear layer, emulated GEMMs):
 #  - one process: the GEMM equals the quantize-dequantize reference, the
-#    scales follow delayed scaling, and the log says that it emulates;
+#    scales follow delayed scaling (also with margin 2 and interval 3),
+#    and the log says that it emulates;
 #  - 2 ranks with different input amax per rank: every rank holds the
 #    scales of the maximum (fp8-check checks each step); the state saved
 #    after step 2 resumes at 1 and 3 ranks with the same scales;
@@ -37,6 +38,17 @@ if ACCEL_CONFIG="$tmp/cfg.json" ACCEL_LOG_LEVEL=info "$prog" train 4 >"$tmp/one.
 	[ "$(grep -c '^scales ' "$tmp/one.out")" = 4 ] || fail "1 process: expected 4 scale lines"
 else
 	fail "1 process: $(cat "$tmp/one.err")"
+fi
+
+# margin 2 and interval 3: the scales move only on every third step, by 1/4
+if ACCEL_CONFIG="$tmp/cfg.json" ACCEL_SET="fp8.margin=2
+fp8.interval=3" "$prog" train 7 >"$tmp/mi.out" 2>"$tmp/mi.err"; then
+	a=$(sed -n 's/^scales 0 //p' "$tmp/mi.out") b=$(sed -n 's/^scales 1 //p' "$tmp/mi.out")
+	c=$(sed -n 's/^scales 2 //p' "$tmp/mi.out")
+	[ "$a" = "$b" ] && [ "$b" != "$c" ] ||
+		fail "interval 3: scales after steps 0, 1, 2: '$a', '$b', '$c'"
+else
+	fail "margin 2, interval 3: $(cat "$tmp/mi.err")"
 fi
 
 if ! "$ACCEL_CLI" launch -n 2 --config "$tmp/cfg.json" -- /bin/true >"$tmp/probe.log" 2>&1; then

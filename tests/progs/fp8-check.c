@@ -14,6 +14,8 @@
  *          over all ranks' amax (computed here from the known inputs), so
  *          ranks agree and the all-reduce is a max;
  *        - scale * amax <= fp8_max.
+ *       The expected scales follow the config's fp8.margin and
+ *       fp8.interval (recomputed only on every interval-th step).
  *       Prints "scales STEP X W DY" (rank 0, %a).  With SAVE_DIR, saves
  *       the state after step SAVE_AT.
  *   fp8-check resume DIR
@@ -98,6 +100,12 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	int steps = atoi(argv[2]);
+	int64_t margin = 0, interval = 1;
+	if (accel_config_int(ctx, "fp8.margin", &margin) ||
+	    accel_config_int(ctx, "fp8.interval", &interval)) {
+		bad(ctx, "reading fp8.margin / fp8.interval");
+		goto out;
+	}
 	const char *save_dir = argc > 4 ? argv[3] : NULL;
 	int save_at = argc > 4 ? atoi(argv[4]) : -1;
 	uint64_t ws_bytes;
@@ -185,10 +193,12 @@ int main(int argc, char **argv)
 		 * 57344 / amax(dY) (HYBRID: E5M2 gradients) */
 		float xa = (float)world * (float)(1 + t % 3);
 		float fm[3] = {448.0f, 448.0f, 57344.0f}, am[3] = {xa, w_amax, amax_of(dy, ROWS * OUT)};
-		/* amax_history_len 1 in this test's config: the latest step only */
-		for (int j = 0; j < 3; j++) {
-			float s = (float)((double)fm[j] / am[j]);
-			while ((double)s * am[j] > fm[j])
+		/* amax_history_len 1 in this test's config: the latest step only;
+		 * (fp8_max / amax) / 2^margin, on every interval-th step */
+		for (int j = 0; j < 3 && (t + 1) % interval == 0; j++) {
+			double bound = ldexp(fm[j], -(int)margin);
+			float s = (float)(bound / am[j]);
+			while ((double)s * am[j] > bound)
 				s = nextafterf(s, 0.0f);
 			expect[j] = s;
 		}
