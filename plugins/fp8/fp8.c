@@ -147,13 +147,14 @@ static int fp8_available(const accel_host_v1 *host, accel_host *h)
 		          info.compute_capability % 10);
 		return ACCEL_OK;
 	}
-	if (require)
+	if (require) {
+		int gpu = info.cuda_present && info.device_count > 0;
 		return host->error(h, ACCEL_ERR_UNSUPPORTED, "fp8.require_hardware is true, but %s "
 		                   "(device: %s, compute capability %d.%d): run on an Ada or Hopper "
 		                   "GPU (sm_89/sm_90) or set fp8.require_hardware to false to emulate",
-		                   why, info.cuda_present && info.device_count > 0 ? "the most capable CUDA device"
-		                                                                 : "none (CPU only)",
+		                   why, gpu ? "the most capable CUDA device" : "none (CPU only)",
 		                   info.compute_capability / 10, info.compute_capability % 10);
+	}
 	host->log(h, ACCEL_LOG_INFO, "emulates the FP8 GEMMs (quantize, dequantize, f32 "
 	          "GEMM on the CPU): %s", why);
 	return ACCEL_OK;
