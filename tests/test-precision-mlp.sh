@@ -5,7 +5,8 @@
 # the scaler plugin) on the CPU, against the f32 run (mixed_precision=no,
 # ddp, 1 process):
 #   - the held-out accuracy ("final accuracy") within one point of the f32
-#     run's, under ddp and zero stage 2, at 1 and 2 processes;
+#     run's, under ddp and zero stage 2 (AdamW) at 1 and 2 processes, and
+#     ddp with SGD at 1;
 #   - 2 processes equal 1 process within the 16-bit tolerance (below), final
 #     weights and held-out accuracy, for each strategy, and zero equals ddp;
 #   - the run holds 16-bit working weights and f32 masters: its checkpoint
@@ -32,7 +33,8 @@ unset ACCEL_CONFIG ACCEL_SET
 fails=0
 
 # Held-out accuracy of a 16-bit run against the f32 run: the issue's one
-# point.  Observed (seeds 1..5, 60 steps): bf16 0.9745 against f32 0.9750.
+# point.  Observed (60 steps): AdamW bf16 0.9745, fp16 0.9750 and 0.9755,
+# f32 0.9750; SGD bf16 and fp16 0.9735, f32 0.9740.
 ACC_POINTS=0.01
 # 2 processes against 1, per tensor max|a - b| / max|a| of the final
 # weights (tests/st_compare.py).  The f32 gradients of the two orders
@@ -69,6 +71,12 @@ fi
 cat > "$tmp/ddp.json" <<EOF
 {"strategy": "ddp", "optimizer": {"type": "adamw", "params": {"lr": 0.003, "weight_decay": 0.01}}}
 EOF
+# plain SGD too: AdamW's update does not depend on the gradients' scale, so
+# only SGD shows a loss scale that is not divided out again (or a loss not
+# multiplied by it, whose f16 gradients underflow)
+cat > "$tmp/sgd.json" <<EOF
+{"strategy": "ddp", "optimizer": {"type": "sgd", "params": {"lr": 0.05, "momentum": 0.9}}}
+EOF
 cat > "$tmp/zero2.json" <<EOF
 {"strategy": "zero", "optimizer": {"type": "adamw", "params": {"lr": 0.003, "weight_decay": 0.01}},
  "zero_optimization": {"stage": 2, "reduce_bucket_size": 1500}}
@@ -95,6 +103,10 @@ run ref ddp 1 no || exit 1
 ref_acc=$(accuracy "$tmp/ref.log")
 [ -n "$ref_acc" ] || { fail "the f32 run printed no final accuracy"; exit 1; }
 echo "f32 (ddp, 1 process): final accuracy $ref_acc"
+run ref-sgd sgd 1 no || exit 1
+ref_sgd_acc=$(accuracy "$tmp/ref-sgd.log")
+[ -n "$ref_sgd_acc" ] || { fail "the f32 SGD run printed no final accuracy"; exit 1; }
+echo "f32 (ddp, SGD, 1 process): final accuracy $ref_sgd_acc"
 
 cmp_st() {   # A B RTOL WHAT
 	if python3 "$S/st_compare.py" "$tmp/$1.st" "$tmp/$2.st" "$3" > "$tmp/cmp.log" 2>&1; then
@@ -108,7 +120,7 @@ cmp_st() {   # A B RTOL WHAT
 if [ "${PRECISION_MLP_LEAN:-0}" = 1 ]; then
 	CASES="ddp:1 zero2:2"
 else
-	CASES="ddp:1 ddp:2 zero2:1 zero2:2"
+	CASES="ddp:1 ddp:2 zero2:1 zero2:2 sgd:1"
 fi
 for mp in $PRECS; do
 	case $mp in
@@ -119,12 +131,13 @@ for mp in $PRECS; do
 	for c in $CASES; do
 		cfg=${c%:*} n=${c#*:} name=$mp-${c%:*}-$n
 		run "$name" "$cfg" "$n" "$mp" || continue
-		acc=$(accuracy "$tmp/$name.log")
-		if [ -z "$acc" ] || ! awk -v a="$acc" -v r="$ref_acc" -v t="$ACC_POINTS" \
+		acc=$(accuracy "$tmp/$name.log") ra=$ref_acc
+		[ "$cfg" = sgd ] && ra=$ref_sgd_acc
+		if [ -z "$acc" ] || ! awk -v a="$acc" -v r="$ra" -v t="$ACC_POINTS" \
 			'BEGIN { d = a - r; exit !(d <= t + 1e-9 && -d <= t + 1e-9) }'; then
-			fail "$name: final accuracy '$acc', f32 $ref_acc (within $ACC_POINTS)"
+			fail "$name: final accuracy '$acc', f32 $ra (within $ACC_POINTS)"
 		else
-			echo "ok: $name: final accuracy $acc (f32 $ref_acc)"
+			echo "ok: $name: final accuracy $acc (f32 $ra)"
 		fi
 		grep -q "BLAS .*, $fmt weights" "$tmp/$name.log" ||
 			fail "$name: the start line does not say $fmt weights"
