@@ -41,9 +41,9 @@ ACC_POINTS=0.01
 # differ in their last bits, which a 16-bit working copy does not see until
 # a master crosses a rounding boundary; one crossing moves a weight by a
 # 16-bit ulp and the runs drift apart from there (AdamW magnifies small
-# gradients).  f16 sees the masters 8x finer than bf16, and its subnormals
-# round the activation gradients of a half batch (twice the scale) other
-# than a whole one.  Observed at these 60 steps: bf16 0 (bitwise) for seeds
+# gradients).  f16 sees the masters 8x finer than bf16 (so crossings come
+# sooner), and its subnormals may round the smallest activation gradients
+# of a half batch (twice the scale) other than a whole batch's.  Observed at these 60 steps: bf16 0 (bitwise) for seeds
 # 1..6 and 42 (at 200 steps 1.2e-3 and 5.8e-3 for seeds 1 and 7, so the
 # bound is one bf16 ulp, 2^-8); fp16 3.4e-2 for seed 42 (this test's), at
 # most 5.5e-3 for seeds 1..6.
