@@ -371,9 +371,10 @@ typedef struct trainer {
  * (the loss scaled by the scaler plugin's accel_loss_scale()).  Weights
  * and activations are held in it; accel keeps f32 masters and optimizer
  * state, and on the CPU the gradients are f32 (grad_dtype), on the GPU
- * the working dtype.  -1 (said on stderr) for a value train_mlp does not
- * compute in. */
-static int choose_dtype(trainer *t, const options *o)
+ * the working dtype.  fp8 on the CPU: f32 weights, whose linear layers
+ * the fp8 plugin's GEMM computes.  -1 (said on stderr) for a value
+ * train_mlp does not compute in. */
+static int choose_dtype(trainer *t, const options *o, int on_gpu)
 {
 	const char *mp = "no";
 	if (accel_config_string(t->ctx, "mixed_precision", &mp) != ACCEL_OK)
@@ -387,10 +388,14 @@ static int choose_dtype(trainer *t, const options *o)
 	} else if (!strcmp(mp, "fp16")) {
 		t->dtype = ACCEL_DTYPE_F16;
 		t->prec = MLP_F16;
+	} else if (!strcmp(mp, "fp8") && !on_gpu) {
+		t->dtype = ACCEL_DTYPE_F32;
+		t->prec = MLP_F32;
 	} else {
 		fprintf(stderr, "train_mlp: --device %s computes in f32 (mixed_precision=no), bf16 "
-		        "(mixed_precision=bf16) or f16 (mixed_precision=fp16), not "
-		        "mixed_precision=%s\n", o->device ? o->device : "cpu", mp);
+		        "(mixed_precision=bf16) or f16 (mixed_precision=fp16)%s, not "
+		        "mixed_precision=%s\n", o->device ? o->device : "cpu",
+		        on_gpu ? "" : ", or fp8 through the fp8 plugin", mp);
 		return -1;
 	}
 	return 0;
@@ -994,7 +999,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	int on_gpu = o.device && strcmp(o.device, "cpu") != 0;
-	if (choose_dtype(&t, &o) || (on_gpu && gpu_choose(&t, &o)))
+	if (choose_dtype(&t, &o, on_gpu) || (on_gpu && gpu_choose(&t, &o)))
 		goto out;
 	if (mlp_shape_init(&t.shape, o.inputs, o.hidden, o.layers, o.classes) ||
 	    (!on_gpu && mlp_work_init(&t.work, &t.shape, (int)(o.batch / world)))) {
