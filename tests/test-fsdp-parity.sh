@@ -20,7 +20,11 @@
 #             values on every rank after accel_prepare with
 #             sync_module_states (default), and not without it (FULL_SHARD:
 #             each rank keeps the block of its own values);
-#           - the FSDP units each wrap policy makes;
+#           - the FSDP units each wrap policy makes, TRANSFORMER_BASED_WRAP
+#             also by unit kind (zero-train --unit-kind, ABI 1.6 gap F:
+#             fc1's kind "Block" matched by "Bl?ck" wraps as the name "fc1"
+#             does, and trains as ddp does at world 3; without the kind
+#             nothing matches: one root run);
 #           - the order of gathers, prefetches, reductions and frees per
 #             FSDP unit (the plugin's debug trace) for each backward_prefetch
 #             and forward_prefetch, FULL_SHARD and SHARD_GRAD_OP, against
@@ -300,6 +304,28 @@ for v in "UNIT_WRAP|fc1..fc1 fc2..fc2 fc3..fc3" "NO_WRAP|fc1..fc3" \
 		sed 's/.*: units \([^ ]*\) .*/\1/' | tr '\n' ' ' | sed 's/ $//')
 	[ "$got" = "$want" ] && echo "ok: wrap $wr: $got" || fail "wrap $wr: got '$got', expected '$want'"
 done
+# By kind: the program says fc1 is a "Block"; the pattern names no unit.
+kind_json='"auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": "Bl?ck"'
+for v in "--unit-kind fc1=Block|fc1..fc1 fc2..fc3" "|fc1..fc3" \
+	"--unit-kind fc2=Block --unit-kind fc3=Layer|fc1..fc1 fc2..fc2 fc3..fc3"; do
+	args=${v%%|*} want=${v#*|}
+	cfg "$tmp/c.json" fsdp adamw 1 "$kind_json"
+	# shellcheck disable=SC2086 # args is a word list
+	ACCEL_LOG_LEVEL=debug runn 2 "$tmp/c.json" "$tmp/wrap" --steps 0 --batch $BATCH $args ||
+		{ fail "wrap by kind ($args): run failed"; tail -20 "$tmp/wrap.log"; continue; }
+	got=$(grep '^\[rank 0\].*fsdp: FSDP unit [0-9]*: units ' "$tmp/wrap.log" |
+		sed 's/.*: units \([^ ]*\) .*/\1/' | tr '\n' ' ' | sed 's/ $//')
+	[ "$got" = "$want" ] && echo "ok: wrap by kind (${args:-no kinds}): $got" ||
+		fail "wrap by kind (${args:-no kinds}): got '$got', expected '$want'"
+done
+reference "$tmp/kref" adamw 4 &&
+	cfg "$tmp/c.json" fsdp adamw 4 "$kind_json" &&
+	if runn 3 "$tmp/c.json" "$tmp/kind" --steps $STEPS --batch $BATCH --unit-kind fc1=Block; then
+		every_rank "$tmp/kref" "$tmp/kind" 3 "$RTOL" "TRANSFORMER_BASED_WRAP by kind gas 4 world 3 vs ddp world 1"
+	else
+		fail "TRANSFORMER_BASED_WRAP by kind: run failed"
+		tail -20 "$tmp/kind.log"
+	fi
 
 # The order of gathers and frees.  One training step at world 2 (one sync
 # micro-step), then zero-train's forward-only pass that writes the

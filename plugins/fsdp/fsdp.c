@@ -25,14 +25,15 @@ static const accel_param_schema_v1 fsdp_params[] = {
 	KEY(ACCEL_CFG_ENUM, "auto_wrap_policy", "\"UNIT_WRAP\"", 1, 0, WRAPS,
 	    "How program units are grouped into FSDP units (runs of consecutive units): "
 	    "UNIT_WRAP one per program unit; SIZE_BASED_WRAP a run closes at min_num_params "
-	    "elements; TRANSFORMER_BASED_WRAP a unit whose name matches "
+	    "elements; TRANSFORMER_BASED_WRAP a unit whose name or kind matches "
 	    "transformer_cls_names_to_wrap is an FSDP unit of its own (the units between form runs); "
 	    "NO_WRAP one root unit"),
 	KEY(ACCEL_CFG_INT, "min_num_params", "100000000", 1, (double)(1ll << 53), NULL,
 	    "SIZE_BASED_WRAP: elements at which a run of units becomes an FSDP unit"),
 	KEY(ACCEL_CFG_STRING, "transformer_cls_names_to_wrap", NULL, 1, 0, NULL,
 	    "TRANSFORMER_BASED_WRAP: comma-separated patterns (fnmatch) matched against "
-	    "unit names; each matching unit starts an FSDP unit"),
+	    "unit names and kinds (accel_unit_set_kind, e.g. \"Block\"); each matching unit "
+	    "is an FSDP unit"),
 	KEY(ACCEL_CFG_ENUM, "backward_prefetch", "\"BACKWARD_PRE\"", 1, 0, PREFETCHES,
 	    "When the next unit's gather for backward is issued"),
 	KEY(ACCEL_CFG_BOOL, "forward_prefetch", "false", 1, 0, NULL,

@@ -202,7 +202,7 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 			return H->error(s->h, ACCEL_ERR_STATE, "fsdp needs accel_unit_pre_backward/"
 			                "post_backward around every unit's backward; unit '%s' had "
 			                "none before this sync step",
-			                s->model->units[f->first_unit].name);
+			                ACCEL_MODEL_UNIT(s->model, f->first_unit)->name);
 		return H->error(s->h, ACCEL_ERR_INTERNAL, "fsdp: NO_SHARD unit without gradient");
 	}
 	/* sharded: one reduction in flight, finish the earlier ones first (each
@@ -310,11 +310,11 @@ int fsdp_post_backward(void *state, uint32_t unit)
 	if (s->unit_done[unit])
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward called "
 		                      "twice for unit '%s' in one micro-step",
-		                      s->model->units[unit].name);
+		                      ACCEL_MODEL_UNIT(s->model, unit)->name);
 	if (fsdp_shards_params(s) && !f->in_backward)
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward for unit "
 		                      "'%s' without accel_unit_pre_backward",
-		                      s->model->units[unit].name);
+		                      ACCEL_MODEL_UNIT(s->model, unit)->name);
 	s->unit_done[unit] = 1;
 	if (++f->done < f->n_units)
 		return ACCEL_OK;

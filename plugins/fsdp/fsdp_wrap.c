@@ -79,11 +79,21 @@ static int name_matches(const char *patterns, const char *name)
 	return 0;
 }
 
+/* TRANSFORMER_BASED_WRAP: whether a pattern matches the unit's name or its
+ * kind (ABI minor 6, accel_unit_info_v1.kind: the class name a PyTorch
+ * policy matches). */
+static int unit_matches(const fsdp_state *s, uint32_t u)
+{
+	const accel_unit_info_v1 *ui = ACCEL_MODEL_UNIT(s->model, u);
+	const char *kind = ACCEL_STRUCT_HAS(ui, accel_unit_info_v1, kind) ? ui->kind : NULL;
+	return name_matches(s->cfg.cls_names, ui->name) ||
+	       (kind && name_matches(s->cfg.cls_names, kind));
+}
+
 /* Whether program unit u starts a new FSDP unit, given the run so far
  * (run_numel elements; u > 0). */
 static int starts_run(fsdp_state *s, uint32_t u, uint64_t run_numel)
 {
-	const accel_model_v1 *m = s->model;
 	switch (s->cfg.wrap) {
 	case FSDP_WRAP_UNIT:
 		return 1;
@@ -94,9 +104,7 @@ static int starts_run(fsdp_state *s, uint32_t u, uint64_t run_numel)
 	default: {
 		/* a matching unit is wrapped alone; the units between matching
 		 * ones form runs of the root */
-		int cur = name_matches(s->cfg.cls_names, m->units[u].name);
-		int prev = name_matches(s->cfg.cls_names, m->units[u - 1].name);
-		return cur || prev;
+		return unit_matches(s, u) || unit_matches(s, u - 1);
 	}
 	}
 }
@@ -109,15 +117,15 @@ static int build_units(fsdp_state *s)
 	int r;
 
 	for (uint32_t u = 0; u < m->n_units; u++) {
-		if (m->units[u].first_param != expect)
+		if (ACCEL_MODEL_UNIT(m, u)->first_param != expect)
 			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' starts at parameter "
 			                "%u, expected %u: fsdp needs units that cover the parameters "
-			                "in registration order", m->units[u].name,
-			                m->units[u].first_param, expect);
-		if (!m->units[u].n_params)
+			                "in registration order", ACCEL_MODEL_UNIT(m, u)->name,
+			                ACCEL_MODEL_UNIT(m, u)->first_param, expect);
+		if (!ACCEL_MODEL_UNIT(m, u)->n_params)
 			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' has no parameters",
-			                m->units[u].name);
-		expect += m->units[u].n_params;
+			                ACCEL_MODEL_UNIT(m, u)->name);
+		expect += ACCEL_MODEL_UNIT(m, u)->n_params;
 	}
 	if (!m->n_units || expect != m->n_params)
 		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the units hold %u of the %u "
@@ -140,15 +148,15 @@ static int build_units(fsdp_state *s)
 		    f->device != dev || f->device_index != devi) {
 			f = &s->units[s->n_units++];
 			f->first_unit = u;
-			f->first_param = m->units[u].first_param;
+			f->first_param = ACCEL_MODEL_UNIT(m, u)->first_param;
 			f->dtype = dt;
 			f->grad_dtype = gdt;
 			f->device = dev;
 			f->device_index = devi;
 		}
 		f->n_units++;
-		f->n_params += m->units[u].n_params;
-		f->numel += m->units[u].numel;
+		f->n_params += ACCEL_MODEL_UNIT(m, u)->n_params;
+		f->numel += ACCEL_MODEL_UNIT(m, u)->numel;
 		s->unit_of[u] = (uint32_t)(f - s->units);
 	}
 	for (uint32_t i = 0; i < s->n_units; i++) {
@@ -199,8 +207,8 @@ static int build_units(fsdp_state *s)
 		                                       f->padded),
 		                            f->n_entries, 0, f->entries, s->shard_g};
 		H->log(s->h, ACCEL_LOG_DEBUG, "FSDP unit %u: units %s..%s (%u), %llu elements, "
-		       "padded %llu", i, m->units[f->first_unit].name,
-		       m->units[f->first_unit + f->n_units - 1].name, f->n_units,
+		       "padded %llu", i, ACCEL_MODEL_UNIT(m, f->first_unit)->name,
+		       ACCEL_MODEL_UNIT(m, f->first_unit + f->n_units - 1)->name, f->n_units,
 		       (unsigned long long)f->numel, (unsigned long long)f->padded);
 	}
 	return ACCEL_OK;
