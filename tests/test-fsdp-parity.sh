@@ -38,6 +38,10 @@
 #             bitwise the same at world 2, bf16 rounding away from f32;
 #           - cpu_offload: the same training, masters and optimizer state
 #             counted as offload memory;
+#           - use_orig_params false: accepted, logged as trained exactly
+#             as true, and bitwise the run with true (FULL_SHARD, NO_SHARD,
+#             world 3, AdamW with optimizer.no_decay, so two optimizer groups
+#             share each FSDP unit);
 #           - bad configs are refused with messages naming the key and the
 #             allowed values (table-driven).
 #   hybrid: HYBRID_SHARD with two launchers as two nodes of two ranks each
@@ -380,6 +384,25 @@ for pf in NO_PREFETCH BACKWARD_PRE; do
 	done
 done
 
+# use_orig_params false: the same training as true, bit for bit, with two
+# optimizer groups in each flat parameter (PyTorch's FlatParameter would
+# need one; accel's optimizer is per original parameter).
+for st in FULL_SHARD NO_SHARD; do
+	for uop in true false; do
+		cat > "$tmp/c.json" <<EOF
+{"strategy": "fsdp", "optimizer": {"type": "adamw", "params": {"lr": 0.01, "weight_decay": 0.1},
+ "no_decay": [".bias"]}, "max_grad_norm": 0.05,
+ "fsdp": {"sharding_strategy": "$st", "use_orig_params": $uop}}
+EOF
+		ACCEL_LOG_LEVEL=info runn 3 "$tmp/c.json" "$tmp/uop$uop" --steps $STEPS --batch $BATCH ||
+			{ fail "use_orig_params $uop $st: run failed"; tail -20 "$tmp/uop$uop.log"; }
+	done
+	grep -q 'use_orig_params false: trained exactly as true' "$tmp/uopfalse.log" ||
+		fail "use_orig_params false $st: no log line saying how it trains"
+	every_rank "$tmp/uoptrue.0" "$tmp/uopfalse" 3 0 "use_orig_params false $st world 3 vs true (bitwise)"
+	moved "$tmp/rinit" "$tmp/uopfalse.0" "use_orig_params false $st"
+done
+
 # Bad configs: refused with a message naming the key and the allowed values.
 while IFS='|' read -r z want; do
 	[ -n "$z" ] || continue
@@ -400,7 +423,6 @@ done <<EOF
 "mixed_precision_policy": {"reduce_dtype": "fp8"}|fsdp.mixed_precision_policy.reduce_dtype.*float32
 "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"|fsdp.transformer_cls_names_to_wrap is not set
 "min_num_params": 0|fsdp.min_num_params
-"use_orig_params": false|fsdp.use_orig_params: false is not implemented
 "forward_prefetch": 1|fsdp.forward_prefetch
 EOF
 

@@ -52,7 +52,9 @@ static const accel_param_schema_v1 fsdp_params[] = {
 	    "size and under ddp or zero); FULL the same (accel_save_model gathers the full "
 	    "weights); LOCAL the flat shards as per-rank blobs (same world size only)"),
 	KEY(ACCEL_CFG_BOOL, "use_orig_params", "true", 1, 0, NULL,
-	    "Parameters are bound to their views in the flat parameter (accel always does)"),
+	    "Accepted both ways, with the same training: accel's optimizer is the core's, "
+	    "per original parameter and element-wise, and the program computes with each "
+	    "parameter's view in the gathered flat parameter either way (docs/fsdp.md)"),
 	KEY(ACCEL_CFG_ENUM, "mixed_precision_policy.reduce_dtype", "\"none\"", 1, 0,
 	    REDUCE_DTYPES, "dtype gradients cross ranks in (none: each parameter's "
 	    "reduce_dtype, by default its gradient dtype); the reduced values are cast back"),
@@ -164,10 +166,6 @@ int fsdp_read_config(const accel_host_v1 *H, accel_host *h, fsdp_cfg *c)
 		                "TRANSFORMER_BASED_WRAP but fsdp.transformer_cls_names_to_wrap is "
 		                "not set; name the units to wrap (comma-separated patterns, e.g. "
 		                "\"block*\")");
-	if (!c->use_orig_params)
-		return H->error(h, ACCEL_ERR_CONFIG, "fsdp.use_orig_params: false is not "
-		                "implemented (accel binds every parameter to its view in the flat "
-		                "parameter); set it to true");
 	static const uint32_t red_dtypes[] = {0, ACCEL_DTYPE_F32, ACCEL_DTYPE_F16, ACCEL_DTYPE_BF16};
 	c->reduce_dtype = red_dtypes[red];
 	return ACCEL_OK;
@@ -206,6 +204,11 @@ static int fsdp_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 		                   "groups (ABI 1.3); this host table is older");
 	}
 	host->log(h, ACCEL_LOG_INFO, "sharding_strategy %s", sharding_name(s->cfg.sharding));
+	if (!s->cfg.use_orig_params)
+		host->log(h, ACCEL_LOG_INFO, "use_orig_params false: trained exactly as true (the "
+		          "core's optimizer steps each original parameter's range of the flat "
+		          "parameter element-wise; parameters are bound to their views in the "
+		          "gathered flat parameter inside the unit hooks either way)");
 	*ret_state = s;
 	return ACCEL_OK;
 }
