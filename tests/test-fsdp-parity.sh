@@ -35,7 +35,8 @@
 #           - bf16 weights and gradients: each strategy bitwise equal to
 #             ddp at world 2;
 #           - mixed_precision_policy.reduce_dtype bfloat16: every strategy
-#             bitwise the same at world 2, bf16 rounding away from f32;
+#             bitwise the same at world 2, bf16 rounding away from f32,
+#             cast back in the reductions' req_on_done callbacks;
 #           - cpu_offload: the same training, masters and optimizer state
 #             counted as offload memory;
 #           - use_orig_params false: accepted, logged as trained exactly
@@ -287,8 +288,12 @@ reference "$tmp/bref" adamw 1 || true
 for st in NO_SHARD FULL_SHARD SHARD_GRAD_OP; do
 	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"$st\",
 		\"mixed_precision_policy\": {\"reduce_dtype\": \"bfloat16\"}"
-	runn 2 "$tmp/c.json" "$tmp/rbf$st" --steps $STEPS --batch $BATCH ||
+	ACCEL_LOG_LEVEL=debug runn 2 "$tmp/c.json" "$tmp/rbf$st" --steps $STEPS --batch $BATCH ||
 		{ fail "reduce_dtype bfloat16 $st"; tail -20 "$tmp/rbf$st.log"; continue; }
+	# the cast back runs in the reduction's req_on_done callback: 3 units
+	# x 20 sync steps on rank 0
+	nc=$(grep -c '^\[rank 0\].*fsdp: reduce_dtype: unit [0-2] cast back from bf16 in req_on_done' "$tmp/rbf$st.log")
+	[ "$nc" = $((3 * STEPS)) ] || fail "reduce_dtype bfloat16 $st: $nc casts back in req_on_done on rank 0, expected $((3 * STEPS))"
 	every_rank "$tmp/rbfNO_SHARD.0" "$tmp/rbf$st" 2 0 "reduce_dtype bfloat16 $st world 2 vs NO_SHARD (bitwise)"
 	every_rank "$tmp/bref" "$tmp/rbf$st" 2 3.3e-3 "reduce_dtype bfloat16 $st world 2 vs f32 ddp world 1"
 	if "$prog" --compare "$tmp/bref" "$tmp/rbf$st.0" --rtol 1e-5 > /dev/null 2>&1; then

@@ -60,6 +60,9 @@ typedef struct fsdp_unit {
 	accel_req *greq;                  /* prefetch gather in flight               */
 	int gathered, in_forward, in_backward, materialized, issued;
 	uint32_t done;                    /* program units done with backward        */
+	struct fsdp_state *owner;         /* for the req_on_done cast-back            */
+	int cast_done;                    /* the reduce-dtype copy was cast back      */
+	int cb_pending;                   /* cast_back registered with req_on_done    */
 } fsdp_unit;
 
 typedef struct fsdp_state {

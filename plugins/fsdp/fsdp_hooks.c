@@ -125,6 +125,43 @@ static int prefetch(fsdp_state *s, int64_t i)
 
 /* ---- reductions ------------------------------------------------------------------ */
 
+/* A reduction in another dtype than the gradient's (reduce_dtype) is
+ * done: cast the reduced values back where the step reads them, and free
+ * the copy.  Run by the host inside the wait() or test() that finds the
+ * request complete (req_on_done), or right after a reduction that
+ * blocked.  Sharded: the rank's block into acc; NO_SHARD: the whole flat
+ * gradient.  HYBRID_SHARD reduces the node's block once more across nodes
+ * in reduce_dtype first: finish_reduce casts it back after that. */
+static int cast_back(void *arg)
+{
+	fsdp_unit *f = arg;
+	fsdp_state *s = f->owner;
+	int r;
+	if (!f->rbuf || s->rep_g)
+		return ACCEL_OK;
+	if (fsdp_shards_params(s)) {
+		accel_view acc = shard_view(f->grad_dtype, f->device, f->device_index, f->acc,
+		                            f->block);
+		accel_view blk = shard_view(f->red_dtype, f->device, f->device_index,
+		                            shard_at(f->rbuf, f->red_dtype, f->lo), f->block);
+		r = s->host->op_copy(s->h, &acc, &blk);
+	} else {
+		accel_view all = shard_view(f->grad_dtype, f->device, f->device_index, f->grad,
+		                            f->padded);
+		accel_view rall = shard_view(f->red_dtype, f->device, f->device_index, f->rbuf,
+		                             f->padded);
+		r = s->host->op_copy(s->h, &all, &rall);
+	}
+	fsdp_free(s, f->rbuf);
+	f->rbuf = NULL;
+	f->cast_done = 1;
+	s->host->log(s->h, ACCEL_LOG_DEBUG, "reduce_dtype: unit %u cast back from %s %s",
+	             (unsigned)(f - s->units), accel_abi_dtype_name(f->red_dtype),
+	             f->cb_pending ? "in req_on_done" : "after a blocking reduction");
+	f->cb_pending = 0;
+	return r;
+}
+
 /* Finish f's reduction: its block of the mean into acc; the full gradient
  * freed (sharded) or cleared (NO_SHARD). */
 static int finish_reduce(fsdp_state *s, fsdp_unit *f)
@@ -136,6 +173,17 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 		f->req = NULL;
 		if ((r = H->wait(s->h, q)))
 			return r;
+	}
+	if (f->cast_done) {
+		/* req_on_done cast the reduced values back and freed the copy */
+		f->cast_done = 0;
+		if (!fsdp_shards_params(s))
+			return ACCEL_OK;
+		if (!f->in_backward && (r = bind_unit(s, f, 0)))
+			return r;
+		fsdp_free(s, f->grad);
+		f->grad = NULL;
+		return ACCEL_OK;
 	}
 	/* the reduced block: in the gradient buffer, or in the reduce-dtype
 	 * copy, cast back below */
@@ -227,11 +275,23 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 			return r;
 	}
 	trace(s, "reduce", f);
-	if (!fsdp_shards_params(s) || s->S == 1)
-		return H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
-	accel_view shard = shard_view(f->red_dtype, f->device, f->device_index,
-	                              shard_at(f->desc.view.data, f->red_dtype, f->lo), f->block);
-	return H->reduce_scatter_bucket(s->h, &f->desc, &shard, 0, &f->req);
+	f->cast_done = 0;
+	if (!fsdp_shards_params(s) || s->S == 1) {
+		r = H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
+	} else {
+		accel_view shard = shard_view(f->red_dtype, f->device, f->device_index,
+		                              shard_at(f->desc.view.data, f->red_dtype, f->lo),
+		                              f->block);
+		r = H->reduce_scatter_bucket(s->h, &f->desc, &shard, 0, &f->req);
+	}
+	if (r || !f->rbuf || s->rep_g)
+		return r;
+	/* the cast back of the reduce-dtype copy runs when the reduction
+	 * completes (inside the wait() that finds it done), not later */
+	if (!f->req)
+		return cast_back(f);
+	f->cb_pending = 1;
+	return H->req_on_done(s->h, f->req, cast_back, f);
 }
 
 /* ---- hooks --------------------------------------------------------------------------- */

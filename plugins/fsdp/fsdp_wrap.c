@@ -161,6 +161,7 @@ static int build_units(fsdp_state *s)
 	}
 	for (uint32_t i = 0; i < s->n_units; i++) {
 		f = &s->units[i];
+		f->owner = s;
 		uint64_t *numel = calloc(f->n_params, sizeof(uint64_t));
 		f->at = calloc(f->n_params, sizeof(uint64_t));
 		f->entries = calloc(f->n_params, sizeof(*f->entries));
