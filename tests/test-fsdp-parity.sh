@@ -32,13 +32,15 @@
 #           - FULL_SHARD at world 4: the peak of parameter bytes accel
 #             counted (accel_memory_stats) is at most the own shards + the
 #             two largest units (+ one prefetched unit with prefetch on);
-#           - bf16 weights and gradients: each strategy bitwise equal to
-#             ddp at world 2;
+#           - bf16 weights and gradients: each strategy (and FULL_SHARD
+#             with cpu_offload) bitwise equal to ddp at world 2;
 #           - mixed_precision_policy.reduce_dtype bfloat16: every strategy
-#             bitwise the same at world 2, bf16 rounding away from f32,
+#             bitwise the same at world 2 (HYBRID_SHARD as one node, and
+#             FULL_SHARD with cpu_offload), bf16 rounding away from f32,
 #             cast back in the reductions' req_on_done callbacks;
 #           - cpu_offload: the same training, masters and optimizer state
-#             counted as offload memory;
+#             (FULL_SHARD: also the parameter and gradient blocks) counted
+#             as offload memory;
 #           - use_orig_params false: accepted, logged as trained exactly
 #             as true, and bitwise the run with true (FULL_SHARD, NO_SHARD,
 #             world 3, AdamW with optimizer.no_decay, so two optimizer groups
@@ -48,7 +50,7 @@
 #   hybrid: HYBRID_SHARD with two launchers as two nodes of two ranks each
 #           (accel launch --nnodes 2 --node-rank R --master-addr 127.0.0.1):
 #           every rank equals ddp at one process (AdamW, accumulation 1 and
-#           4; SGD without clipping).
+#           4, and 4 with cpu_offload; SGD without clipping).
 # Exits 77 (skipped) only when `accel launch` cannot start two processes.
 set -u
 
@@ -182,10 +184,12 @@ if [ "$mode" = hybrid ]; then
 	# accumulation 1 and 4, SGD without clipping (a sum across nodes
 	# instead of the mean fails there).
 	command -v python3 > /dev/null 2>&1 || { echo "skipped: no python3 to pick a free port"; exit 77; }
-	for v in "adamw 1" "adamw 4" "sgd 1"; do
+	for v in "adamw 1" "adamw 4" "sgd 1" "adamw 4 offload"; do
 		set -- $v
 		reference "$tmp/href" "$1" "$2" || continue
-		cfg "$tmp/h.json" fsdp "$1" "$2" '"sharding_strategy": "HYBRID_SHARD"'
+		off=''
+		[ "${3:-}" = offload ] && off=', "cpu_offload": true'
+		cfg "$tmp/h.json" fsdp "$1" "$2" "\"sharding_strategy\": \"HYBRID_SHARD\"$off"
 		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 		for node in 1 0; do
 			ACCEL_LOG_LEVEL=debug ACCEL_LOG_ALL_RANKS=1 "$ACCEL_CLI" launch -n 2 --nnodes 2 --node-rank $node \
@@ -204,7 +208,7 @@ if [ "$mode" = hybrid ]; then
 		fi
 		n=$(cat "$tmp/h0.log" "$tmp/h1.log" | grep -c "HYBRID_SHARD: rank [01] of 2 in the node's shard group, [01] in the replica group")
 		[ "$n" = 4 ] || fail "HYBRID_SHARD $v: $n of 4 ranks report a node shard group of 2"
-		every_rank "$tmp/href" "$tmp/h" 4 "$HRTOL" "HYBRID_SHARD $1 gas $2, 2 nodes x 2 ranks vs ddp world 1"
+		every_rank "$tmp/href" "$tmp/h" 4 "$HRTOL" "HYBRID_SHARD $1 gas $2${3:+ $3}, 2 nodes x 2 ranks vs ddp world 1"
 	done
 	[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 	exit 0
@@ -243,8 +247,11 @@ fi
 
 # cpu_offload: the same training with master weights and AdamW state in
 # host memory (accel_memory_stats: the offload category holds them, the
-# optimizer and master categories nothing; FULL_SHARD's rank 0 blocks have
-# no padding: exactly 3 f32 arrays of its shard's elements).
+# optimizer and master categories nothing).  FULL_SHARD also keeps its
+# parameter and gradient blocks there (nothing of the params category
+# stays once the units are freed): rank 0's blocks at world 3 are 48 + 91
+# + 23 = 162 elements (no padding), so exactly 5 f32 arrays of them, block,
+# reduced gradient, master, exp_avg, exp_avg_sq: 3240 bytes.
 for st in FULL_SHARD NO_SHARD; do
 	cfg "$tmp/c.json" fsdp adamw 4 "\"sharding_strategy\": \"$st\", \"cpu_offload\": true"
 	reference "$tmp/oref" adamw 4 || break
@@ -255,7 +262,8 @@ for st in FULL_SHARD NO_SHARD; do
 		# (FULL_SHARD's params are its blocks alone; NO_SHARD adds the whole)
 		res=$(awk -v r=$r -v st=$st '{ v[$1] = $2 } END {
 			ok = v["offload"] > 0 && v["optimizer"] == 0 && v["master"] == 0
-			if (r == 0 && st == "FULL_SHARD" && v["offload"] != 3 * v["params"]) ok = 0
+			if (st == "FULL_SHARD" && v["params"] != 0) ok = 0
+			if (r == 0 && st == "FULL_SHARD" && v["offload"] != 5 * 162 * 4) ok = 0
 			printf "%d offload %d optimizer %d master %d params %d", ok, v["offload"], v["optimizer"], v["master"], v["params"] }' \
 			"$tmp/offm$st.$r")
 		case $res in
@@ -271,8 +279,10 @@ done
 cfg "$tmp/c.json" ddp adamw 1 ""
 runn 2 "$tmp/c.json" "$tmp/bfddp" --steps $STEPS --batch $BATCH --dtype bf16 ||
 	{ fail "bf16 ddp world 2"; tail -20 "$tmp/bfddp.log"; }
-for st in $STRATS; do
-	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"$st\""
+for st in $STRATS FULL_SHARD+offload; do
+	off=''
+	case $st in *+offload) off=', "cpu_offload": true' ;; esac
+	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"${st%+offload}\"$off"
 	runn 2 "$tmp/c.json" "$tmp/bf$st" --steps $STEPS --batch $BATCH --dtype bf16 ||
 		{ fail "bf16 $st world 2"; tail -20 "$tmp/bf$st.log"; continue; }
 	every_rank "$tmp/bfddp.0" "$tmp/bf$st" 2 0 "bf16 $st world 2 vs ddp world 2 (bitwise)"
@@ -285,15 +295,20 @@ done
 # 1.3e-3 relative at most: RTOL 3.3e-3) but not within 1e-5 (the cast
 # happened).
 reference "$tmp/bref" adamw 1 || true
-for st in NO_SHARD FULL_SHARD SHARD_GRAD_OP; do
-	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"$st\",
+for st in NO_SHARD FULL_SHARD SHARD_GRAD_OP HYBRID_SHARD FULL_SHARD+offload; do
+	off=''
+	case $st in *+offload) off=', "cpu_offload": true' ;; esac
+	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"${st%+offload}\"$off,
 		\"mixed_precision_policy\": {\"reduce_dtype\": \"bfloat16\"}"
 	ACCEL_LOG_LEVEL=debug runn 2 "$tmp/c.json" "$tmp/rbf$st" --steps $STEPS --batch $BATCH ||
 		{ fail "reduce_dtype bfloat16 $st"; tail -20 "$tmp/rbf$st.log"; continue; }
 	# the cast back runs in the reduction's req_on_done callback: 3 units
-	# x 20 sync steps on rank 0
+	# x 20 sync steps on rank 0 (HYBRID_SHARD: after the cross-node
+	# reduction of the block, also in bf16, instead)
+	want=$((3 * STEPS))
+	[ "$st" = HYBRID_SHARD ] && want=0
 	nc=$(grep -c '^\[rank 0\].*fsdp: reduce_dtype: unit [0-2] cast back from bf16 in req_on_done' "$tmp/rbf$st.log")
-	[ "$nc" = $((3 * STEPS)) ] || fail "reduce_dtype bfloat16 $st: $nc casts back in req_on_done on rank 0, expected $((3 * STEPS))"
+	[ "$nc" = "$want" ] || fail "reduce_dtype bfloat16 $st: $nc casts back in req_on_done on rank 0, expected $want"
 	every_rank "$tmp/rbfNO_SHARD.0" "$tmp/rbf$st" 2 0 "reduce_dtype bfloat16 $st world 2 vs NO_SHARD (bitwise)"
 	every_rank "$tmp/bref" "$tmp/rbf$st" 2 3.3e-3 "reduce_dtype bfloat16 $st world 2 vs f32 ddp world 1"
 	if "$prog" --compare "$tmp/bref" "$tmp/rbf$st.0" --rtol 1e-5 > /dev/null 2>&1; then

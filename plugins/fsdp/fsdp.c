@@ -41,9 +41,9 @@ static const accel_param_schema_v1 fsdp_params[] = {
 	KEY(ACCEL_CFG_BOOL, "limit_all_gathers", "true", 1, 0, NULL,
 	    "At most two gathers in flight"),
 	KEY(ACCEL_CFG_BOOL, "cpu_offload", "false", 1, 0, NULL,
-	    "Master weights and optimizer state in host memory (pinned with parameters on a "
-	    "GPU), the optimizer step on the CPU threads; the parameter shards stay with the "
-	    "parameters"),
+	    "The rank's parameter and gradient blocks, master weights and optimizer state in "
+	    "host memory (pinned with parameters on a GPU), copied to the device for each "
+	    "gather; the optimizer step on the CPU threads (NO_SHARD: masters and state only)"),
 	KEY(ACCEL_CFG_BOOL, "sync_module_states", "true", 1, 0, NULL,
 	    "Broadcast rank 0's initial values (false: each rank keeps the block of its own "
 	    "initial values)"),

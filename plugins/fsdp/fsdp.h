@@ -88,12 +88,29 @@ typedef struct fsdp_state {
 	zero_store *store;
 	double *stats;
 	uint64_t gathered_bytes, gathered_peak;
+	int said_host_stats;              /* the debug line of grad_stats_device     */
 	accel_ckpt_writer *ckpt_w;
 	accel_ckpt_reader *ckpt_r;
 } fsdp_state;
 
 /* Whether the strategy keeps parameters sharded between uses. */
 #define fsdp_shards_params(s) ((s)->cfg.sharding != FSDP_NO_SHARD)
+
+/* cpu_offload of a sharded strategy: the rank's blocks of the weights and
+ * of the reduced gradient live in host memory (ACCEL_MEM_OFFLOAD, pinned
+ * when the parameters are on a GPU); a gather copies the block into the
+ * gathered flat parameter on the parameters' device and all-gathers in
+ * place, and the optimizer steps the blocks on the CPU threads. */
+#define fsdp_offloaded(s) ((s)->cfg.cpu_offload && fsdp_shards_params(s))
+
+/* A view of n elements at p of f's own blocks (shard, acc): host memory
+ * under fsdp_offloaded, else the parameters' device. */
+static inline accel_view fsdp_block_view(const fsdp_state *s, const fsdp_unit *f,
+                                         uint32_t dtype, void *p, uint64_t n)
+{
+	return fsdp_offloaded(s) ? shard_view(dtype, ACCEL_DEVICE_CPU, 0, p, n)
+	                         : shard_view(dtype, f->device, f->device_index, p, n);
+}
 
 /* The collectives of the shard group: the world's, or group_* on the node. */
 static inline int fsdp_allgather(fsdp_state *s, const accel_view *send, const accel_view *recv,

@@ -56,6 +56,15 @@ static int gather_start(fsdp_state *s, fsdp_unit *f, int async)
 		return r;
 	accel_view all = shard_view(f->dtype, f->device, f->device_index, f->work, f->padded);
 	accel_view mine = shard_view(f->dtype, f->device, f->device_index, f->shard, f->block);
+	if (fsdp_offloaded(s)) {
+		/* the block from host memory into its place in the gathered flat
+		 * parameter (on the stream, before the collective), gathered in
+		 * place there */
+		accel_view host = fsdp_block_view(s, f, f->dtype, f->shard, f->block);
+		mine.data = shard_at(f->work, f->dtype, f->lo);
+		if ((r = s->host->op_copy_async(s->h, &mine, &host)))
+			return r;
+	}
 	f->gathered = 1;
 	s->gathered_bytes += wbytes(f);
 	if (s->gathered_bytes > s->gathered_peak)
@@ -125,6 +134,24 @@ static int prefetch(fsdp_state *s, int64_t i)
 
 /* ---- reductions ------------------------------------------------------------------ */
 
+/* The rank's reduced block `blk` (on the parameters' device, in the
+ * gradient's or the reduce dtype) into acc.  Offloaded, acc is in host
+ * memory, and a copy between the host and a device keeps the dtype: the
+ * cast runs on the device first, into the gradient's own block. */
+static int to_acc(fsdp_state *s, fsdp_unit *f, const accel_view *blk)
+{
+	accel_view acc = fsdp_block_view(s, f, f->grad_dtype, f->acc, f->block);
+	int r;
+	if (fsdp_offloaded(s) && blk->dtype != f->grad_dtype) {
+		accel_view g = shard_view(f->grad_dtype, f->device, f->device_index,
+		                          shard_at(f->grad, f->grad_dtype, f->lo), f->block);
+		if ((r = s->host->op_copy(s->h, &g, blk)))
+			return r;
+		return s->host->op_copy(s->h, &acc, &g);
+	}
+	return s->host->op_copy(s->h, &acc, blk);
+}
+
 /* A reduction in another dtype than the gradient's (reduce_dtype) is
  * done: cast the reduced values back where the step reads them, and free
  * the copy.  Run by the host inside the wait() or test() that finds the
@@ -140,11 +167,9 @@ static int cast_back(void *arg)
 	if (!f->rbuf || s->rep_g)
 		return ACCEL_OK;
 	if (fsdp_shards_params(s)) {
-		accel_view acc = shard_view(f->grad_dtype, f->device, f->device_index, f->acc,
-		                            f->block);
 		accel_view blk = shard_view(f->red_dtype, f->device, f->device_index,
 		                            shard_at(f->rbuf, f->red_dtype, f->lo), f->block);
-		r = s->host->op_copy(s->h, &acc, &blk);
+		r = to_acc(s, f, &blk);
 	} else {
 		accel_view all = shard_view(f->grad_dtype, f->device, f->device_index, f->grad,
 		                            f->padded);
@@ -211,8 +236,7 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 		}
 		return r;
 	}
-	accel_view acc = shard_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
-	if ((r = H->op_copy(s->h, &acc, &blk)))
+	if ((r = to_acc(s, f, &blk)))
 		return r;
 	fsdp_free(s, f->rbuf);
 	f->rbuf = NULL;
@@ -438,7 +462,7 @@ static accel_view reduced_view(fsdp_state *s, fsdp_unit *f)
 {
 	if (!fsdp_shards_params(s))
 		return shard_view(f->grad_dtype, f->device, f->device_index, f->grad, f->padded);
-	return shard_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+	return fsdp_block_view(s, f, f->grad_dtype, f->acc, f->block);
 }
 
 static int grad_view(void *ctx, uint32_t i, accel_view *ret_v)
@@ -475,6 +499,14 @@ int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, double *stats)
 {
 	fsdp_state *s = state;
+	if (fsdp_offloaded(s)) {
+		/* the reduced blocks are in host memory: the core asks grad_stats */
+		if (!s->said_host_stats)
+			s->host->log(s->h, ACCEL_LOG_DEBUG, "cpu_offload: the gradient blocks are in "
+			             "host memory, so their statistics are computed on the host");
+		s->said_host_stats = 1;
+		return ACCEL_ERR_UNSUPPORTED;
+	}
 	return shard_grad_stats_device(s->host, s->h, s->n_units, grad_view, stats_reduce(s), s,
 	                               device, device_index, stats);
 }
@@ -537,8 +569,7 @@ int fsdp_materialize(void *state, uint32_t unit, uint32_t flags)
 		if ((flags & ACCEL_MATERIALIZE_WRITEBACK) && f->gathered && fsdp_shards_params(s)) {
 			accel_view mine = shard_view(f->dtype, f->device, f->device_index,
 			                             shard_at(f->work, f->dtype, f->lo), f->block);
-			accel_view sh = shard_view(f->dtype, f->device, f->device_index, f->shard,
-			                           f->block);
+			accel_view sh = fsdp_block_view(s, f, f->dtype, f->shard, f->block);
 			if ((r = s->host->op_copy(s->h, &sh, &mine)))
 				return r;
 		}

@@ -296,7 +296,18 @@ static int alloc_unit(fsdp_state *s, fsdp_unit *f)
 {
 	uint64_t wsz = accel_abi_dtype_size(f->dtype), gsz = accel_abi_dtype_size(f->grad_dtype);
 	int r;
-	if (fsdp_shards_params(s)) {
+	if (fsdp_offloaded(s)) {
+		/* cpu_offload: both blocks in host memory, pinned for the copies
+		 * to and from a GPU; collectives never run on them */
+		uint32_t fl = ACCEL_MEMF_ZERO |
+		              (f->device != ACCEL_DEVICE_CPU ? (uint32_t)ACCEL_MEMF_PINNED : 0u);
+		if ((r = s->host->mem_alloc(s->h, ACCEL_MEM_OFFLOAD, ACCEL_DEVICE_CPU, 0,
+		                            f->block * wsz, fl, &f->shard)))
+			return r;
+		if (f->trainable && (r = s->host->mem_alloc(s->h, ACCEL_MEM_OFFLOAD, ACCEL_DEVICE_CPU,
+		                                            0, f->block * gsz, fl, &f->acc)))
+			return r;
+	} else if (fsdp_shards_params(s)) {
 		/* the own block of the weights and of the reduced gradient */
 		if ((r = fsdp_alloc(s, ACCEL_MEM_PARAMS, f, f->block * wsz,
 		                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->shard)))
@@ -357,8 +368,9 @@ static int init_values(fsdp_state *s)
 			} else if (hi > lo) {
 				accel_view src = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
 				                            tmp + (lo - a), hi - lo);
-				accel_view dst = shard_view(f->dtype, f->device, f->device_index,
-				                            shard_at(f->shard, f->dtype, lo - f->lo), hi - lo);
+				accel_view dst = fsdp_block_view(s, f, f->dtype,
+				                                 shard_at(f->shard, f->dtype, lo - f->lo),
+				                                 hi - lo);
 				if ((r = H->op_copy(s->h, &dst, &src)))
 					break;
 			}
@@ -415,11 +427,13 @@ int fsdp_wrap(void *state)
 	if ((r = H->mem_alloc(s->h, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, 2 * sizeof(double),
 	                      ACCEL_MEMF_COMM, (void **)&s->stats)))
 		return r;
+	/* the store's pieces are the blocks: in host memory when offloaded
+	 * (the store then steps them where they are, on the CPU threads) */
 	zero_store_opts o = {
 		.place = s->cfg.cpu_offload ? ZERO_PLACE_CPU : ZERO_PLACE_DEVICE,
 		.n_state = s->n_state,
-		.device = s->units[0].device,
-		.device_index = s->units[0].device_index,
+		.device = fsdp_offloaded(s) ? ACCEL_DEVICE_CPU : s->units[0].device,
+		.device_index = fsdp_offloaded(s) ? 0 : s->units[0].device_index,
 		.sub_group_size = 1000000000,
 		.buffer_count = 2,
 		.pin_memory = s->units[0].device != ACCEL_DEVICE_CPU,
@@ -428,6 +442,18 @@ int fsdp_wrap(void *state)
 	if ((r = zero_store_new(H, s->h, &o, s->pieces, s->n_pieces, &s->store)) ||
 	    (r = init_values(s)) || (r = fsdp_publish(s)))
 		return r;
+	if (fsdp_offloaded(s)) {
+		uint64_t b = 0;
+		for (uint32_t i = 0; i < s->n_units; i++)
+			b += s->units[i].block * (accel_abi_dtype_size(s->units[i].dtype) +
+			                          (s->units[i].trainable
+			                                   ? accel_abi_dtype_size(s->units[i].grad_dtype)
+			                                   : 0));
+		H->log(s->h, ACCEL_LOG_INFO, "cpu_offload: the parameter and gradient blocks of %u "
+		       "FSDP units in %shost memory (%llu bytes), the optimizer on the CPU threads",
+		       s->n_units, s->units[0].device != ACCEL_DEVICE_CPU ? "pinned " : "",
+		       (unsigned long long)b);
+	}
 	uint64_t owned = 0;
 	for (uint32_t k = 0; k < s->n_pieces; k++)
 		owned += s->pieces[k].numel;
