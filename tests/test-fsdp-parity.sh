@@ -41,6 +41,10 @@
 #           - cpu_offload: the same training, masters and optimizer state
 #             (FULL_SHARD: also the parameter and gradient blocks) counted
 #             as offload memory;
+#           - the memory estimate (estimate_memory's arithmetic for the
+#             rank's layout) equals accel_memory_stats at the end of a run,
+#             per category, every rank, for sharding strategies, cpu_offload,
+#             bf16 and wrap policies;
 #           - use_orig_params false: accepted, logged as trained exactly
 #             as true, and bitwise the run with true (FULL_SHARD, NO_SHARD,
 #             world 3, AdamW with optimizer.no_decay, so two optimizer groups
@@ -401,6 +405,43 @@ for pf in NO_PREFETCH BACKWARD_PRE; do
 		else
 			[ "$r" = 0 ] && echo "ok: FULL_SHARD $pf: peak params $peak <= $bound bytes (rank 0; all 4 checked)"
 		fi
+	done
+done
+
+# The memory estimate (estimate_memory's arithmetic, logged at wrap for
+# the rank's own layout) equals what accel_memory_stats counts at the end
+# of a run, per category, on every rank (world 3: rank 2's blocks hold the
+# padding).  Observed: equal to the byte.
+for v in "FULL_SHARD false f32 UNIT_WRAP" "FULL_SHARD true f32 UNIT_WRAP" \
+	"FULL_SHARD false bf16 UNIT_WRAP" "FULL_SHARD true bf16 UNIT_WRAP" \
+	"SHARD_GRAD_OP true f32 UNIT_WRAP" "HYBRID_SHARD true f32 UNIT_WRAP" \
+	"NO_SHARD false f32 UNIT_WRAP" "NO_SHARD true bf16 UNIT_WRAP" \
+	"FULL_SHARD false f32 NO_WRAP" "FULL_SHARD true f32 SIZE_BASED_WRAP"; do
+	set -- $v
+	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"$1\", \"cpu_offload\": $2, $(wrap_json $4)"
+	ACCEL_LOG_LEVEL=info ACCEL_LOG_ALL_RANKS=1 runn 3 "$tmp/c.json" "$tmp/est" --steps 3 \
+		--batch $BATCH --dtype "$3" --memory "$tmp/estm" ||
+		{ fail "memory estimate $v: run failed"; tail -20 "$tmp/est.log"; continue; }
+	for r in 0 1 2; do
+		line=$(grep "fsdp: memory estimate for rank $r, " "$tmp/est.log" | head -1)
+		[ -n "$line" ] || { fail "memory estimate $v rank $r: no estimate line"; continue; }
+		res=$(echo "$line" | awk -v mf="$tmp/estm.$r" '{
+			s = $0; sub(/.*between steps: /, "", s)
+			n = split(s, parts, ", ")
+			for (i = 1; i <= n; i++) { split(parts[i], w, " "); est[w[1]] = w[2] }
+			while ((getline l < mf) > 0) { split(l, f, " "); cur[f[1]] = f[2] }
+			ok = 1
+			split("params grads master optimizer buffers offload", cats, " ")
+			for (i = 1; i <= 6; i++) {
+				c = cats[i]
+				if (cur[c] + 0 != est[c] + 0) ok = 0
+				out = out sprintf(" %s %d/%d", c, cur[c], est[c])
+			}
+			print ok out }')
+		case $res in
+		1*) [ "$r" = 2 ] && echo "ok: memory estimate $v (rank 2, measured/estimated):${res#1}" ;;
+		*) fail "memory estimate $v rank $r (measured/estimated):${res#0}" ;;
+		esac
 	done
 done
 

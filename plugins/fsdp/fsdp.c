@@ -255,6 +255,7 @@ static const accel_plugin_v1 fsdp_plugin = {
 	.micro_step_end = fsdp_micro_step_end,
 	.instance_caps = fsdp_instance_caps,
 	.materialize = fsdp_materialize,
+	.estimate_memory = fsdp_estimate_memory,
 };
 
 ACCEL_EXPORT const accel_plugin_v1 *accel_plugin_entry_v1(const accel_host_v1 *host)

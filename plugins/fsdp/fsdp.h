@@ -150,6 +150,14 @@ int fsdp_step(void *state, const accel_step_info_v1 *info);
 int fsdp_materialize(void *state, uint32_t unit, uint32_t flags);
 int fsdp_publish(fsdp_state *s);
 
+/* fsdp_estimate.c: bytes kept between steps (estimate_memory, ABI 1.6) */
+int fsdp_estimate_bytes(const fsdp_cfg *c, const accel_estimate_in_v1 *in, uint32_t S,
+                        uint32_t srank, uint32_t n_state,
+                        uint64_t bytes[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES]);
+int fsdp_estimate_memory(const accel_host_v1 *host, accel_host *h,
+                         const accel_estimate_in_v1 *in, accel_estimate_out_v1 *out);
+void fsdp_log_estimate(fsdp_state *s);
+
 /* fsdp_ckpt.c */
 int fsdp_save_state(void *state, accel_ckpt_writer *w);
 int fsdp_load_state(void *state, accel_ckpt_reader *r, uint32_t state_version);

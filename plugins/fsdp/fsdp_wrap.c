@@ -460,5 +460,6 @@ int fsdp_wrap(void *state)
 	H->log(s->h, ACCEL_LOG_DEBUG, "%u FSDP units, %u pieces, %llu of %llu elements owned by "
 	       "rank %u", s->n_units, s->n_pieces, (unsigned long long)owned,
 	       (unsigned long long)s->model->total_numel, s->rank);
+	fsdp_log_estimate(s);
 	return ACCEL_OK;
 }
