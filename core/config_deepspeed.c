@@ -4,6 +4,7 @@
  * is in docs/config.md ("Importing DeepSpeed and Accelerate configs"). */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,95 @@ static double num(const json_t *v, double dflt)
 	return json_is_number(v) ? json_number_value(v) : dflt;
 }
 
+/* DeepSpeed's fp16 loss scaler settings onto the scaler plugin's section
+ * (docs/scaler.md).  An import reproduces DeepSpeed's behaviour, so a
+ * setting the file leaves out takes DeepSpeed's default, written
+ * explicitly where it differs from the plugin's (which are torch's):
+ * loss_scale_window 1000, hysteresis 2, min_loss_scale 1. */
+static int fp16_put(accelp_import *imp, const char *from, const char *key, json_t *v)
+{
+	if (!v)
+		return ACCEL_ERR_NOMEM;
+	int r = accelp_import_section_value(imp, from, "scaler", key, v);
+	json_decref(v);
+	return r;
+}
+
+static int map_fp16(accelp_import *imp, json_t *sec)
+{
+	static const struct {
+		const char *ds, *key, *dflt_json;
+	} keys[] = {
+		{"loss_scale_window", "growth_interval", "1000"},
+		{"hysteresis", "hysteresis", "2"},
+		{"consecutive_hysteresis", "consecutive_hysteresis", "false"},
+		{"min_loss_scale", "min_loss_scale", "1"},
+	};
+	json_t *ls = json_object_get(sec, "loss_scale");
+	json_t *isp = json_object_get(sec, "initial_scale_power");
+	char from[128];
+	int r = ACCEL_OK, dynamic = 1;
+
+	if (ls && is_auto(ls)) {
+		accelp_import_auto(imp, "fp16.loss_scale", "scaler.dynamic");
+	} else if (ls && json_is_number(ls) && json_number_value(ls) > 0) {
+		dynamic = 0;
+		if ((r = fp16_put(imp, "fp16.loss_scale (> 0: static)", "dynamic", json_false())) ||
+		    (r = fp16_put(imp, "fp16.loss_scale", "init_scale", json_incref(ls))))
+			return r;
+	} else if (ls && !(json_is_number(ls) && json_number_value(ls) == 0)) {
+		unsupported(imp, "fp16.loss_scale", ls, "expected 0 (dynamic) or a static scale > 0");
+	} else if ((r = fp16_put(imp, ls ? "fp16.loss_scale (0: dynamic)"
+	                                 : "fp16.loss_scale (not given: DeepSpeed's 0, dynamic)",
+	                         "dynamic", json_true()))) {
+		return r;
+	}
+	if (!dynamic) {
+		/* DeepSpeed's static LossScaler reads none of the dynamic settings */
+		static const char *const done[] = {"enabled", "loss_scale", "auto_cast", NULL};
+		rest_unsupported(imp, "fp16", sec, done, "DeepSpeed ignores it with a static "
+		                 "loss_scale (> 0), and so does accel");
+	} else {
+		if (isp && is_auto(isp)) {
+			accelp_import_auto(imp, "fp16.initial_scale_power", "scaler.init_scale");
+		} else if (isp && !(json_is_integer(isp) && json_integer_value(isp) >= -126 &&
+		                    json_integer_value(isp) <= 127)) {
+			unsupported(imp, "fp16.initial_scale_power", isp, "expected an integer power of "
+			            "two that an f32 scale can hold (-126 .. 127)");
+		} else {
+			int p = isp ? (int)json_integer_value(isp) : 16;
+			snprintf(from, sizeof(from), "fp16.initial_scale_power%s %d (2^%d)",
+			         isp ? "" : " (not given: DeepSpeed's)", p, p);
+			if ((r = fp16_put(imp, from, "init_scale", json_real(ldexp(1.0, p)))))
+				return r;
+		}
+		for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+			json_t *v = json_object_get(sec, keys[i].ds);
+			if (v) {
+				snprintf(from, sizeof(from), "fp16.%s", keys[i].ds);
+				r = accelp_import_section_value(imp, from, "scaler", keys[i].key, v);
+			} else {
+				snprintf(from, sizeof(from), "fp16.%s (not given: DeepSpeed's default)",
+				         keys[i].ds);
+				r = fp16_put(imp, from, keys[i].key, json_loads(keys[i].dflt_json,
+				                                                JSON_DECODE_ANY, NULL));
+			}
+			if (r)
+				return r;
+		}
+		static const char *const done[] = {"enabled", "loss_scale", "initial_scale_power",
+		                                   "loss_scale_window", "hysteresis",
+		                                   "consecutive_hysteresis", "min_loss_scale",
+		                                   "auto_cast", NULL};
+		rest_unsupported(imp, "fp16", sec, done, "not a loss scaler setting accel has");
+	}
+	json_t *ac = json_object_get(sec, "auto_cast");
+	if (ac && !json_is_false(ac))
+		unsupported(imp, "fp16.auto_cast", ac, "the program casts its inputs itself (accel "
+		            "has no autocast)");
+	return ACCEL_OK;
+}
+
 static int map_precision(accelp_import *imp, json_t *ds)
 {
 	static const char *const names[] = {"fp16", "bf16", "bfloat16"};
@@ -83,13 +173,21 @@ static int map_precision(accelp_import *imp, json_t *ds)
 			int r = accelp_import_put(imp, from, "mixed_precision", json_string(mode));
 			if (r)
 				return r;
+			if (i == 0) {
+				if ((r = map_fp16(imp, sec)))
+					return r;
+				continue;
+			}
 		} else if (en && !json_is_false(en)) {
 			unsupported(imp, from, en, "expected true, false or \"auto\"");
 		}
 		rest_unsupported(imp, names[i], sec, done,
-		                 i == 0 ? "the fp16 loss scaler's settings (the 'scaler' plugin's) "
-		                          "are not mapped"
-		                        : "accel's bf16 has no settings");
+		                 i > 0 ? "accel's bf16 has no settings"
+		                 : is_auto(en) ? "fp16.enabled is \"auto\", which leaves "
+		                                 "mixed_precision at accel's default (no): no loss "
+		                                 "scaler is selected for these settings"
+		                               : "fp16 is not enabled (fp16.enabled true selects the "
+		                                 "loss scaler these settings are for)");
 	}
 	return ACCEL_OK;
 }

@@ -25,12 +25,15 @@ export HOME="$tmp"
 cd "$tmp"
 command -v python3 >/dev/null 2>&1 || { echo "skipped: no python3"; exit 77; }
 # The installed strategies are ddp, and the fixture named zero where a
-# check installs one: the zero and fsdp plugins the build makes too are
-# taken off the search path, and checked on their own.
+# check installs one: the zero, fsdp and fp8 plugins the build makes too
+# are taken off the search path, and checked on their own; so is the scaler
+# (fp16 without it is checked first, with it at the end).
 zero_dir=$ACCEL_TEST_BUILDDIR/plugins/zero
 fsdp_dir=$ACCEL_TEST_BUILDDIR/plugins/fsdp
+fp8_dir=$ACCEL_TEST_BUILDDIR/plugins/fp8
+scaler_dir=$ACCEL_TEST_BUILDDIR/plugins/scaler
 ACCEL_PLUGIN_PATH=$(printf '%s\n' "$ACCEL_PLUGIN_PATH" | tr ':' '\n' | grep -vxF "$zero_dir" |
-	grep -vxF "$fsdp_dir" | paste -sd: -)
+	grep -vxF "$fsdp_dir" | grep -vxF "$fp8_dir" | grep -vxF "$scaler_dir" | paste -sd: -)
 export ACCEL_PLUGIN_PATH
 
 fail() {
@@ -243,6 +246,13 @@ run 0 config init --template bf16 -o -
 cmp -s "$tmp/out" t-bf16.json || fail "-o - is not the template"
 run 1 config init --template zero
 has err "no template named 'zero' (installed: bf16, ddp)"
+# the fp8 plugin's template (fp8 is off the path above): written and valid
+path_without_fp8=$ACCEL_PLUGIN_PATH
+ACCEL_PLUGIN_PATH=$fp8_dir:$ACCEL_PLUGIN_PATH
+run 0 config init --template fp8 -o t-fp8.json
+json t-fp8.json 'c["mixed_precision"] == "fp8"' 'c["fp8"]["amax_history_len"] == 1024'
+run 0 config validate t-fp8.json
+ACCEL_PLUGIN_PATH=$path_without_fp8
 run 2 config init --bogus
 run 2 config init --template
 rm accel.json
@@ -497,7 +507,7 @@ has err "auto: zero_optimization.reduce_bucket_size: \"auto\" -> left out"
 has err "auto: scheduler.params.warmup_max_lr: \"auto\" -> optimizer.params.lr"
 has err "not supported, left out: train_micro_batch_size_per_gpu = 4: the program chooses its batch size"
 has err "not supported, left out: steps_per_print = 2000: no accel equivalent"
-has err "not supported, left out: fp16.loss_scale_window = 1000"
+has err "not supported, left out: fp16.loss_scale_window = 1000: fp16.enabled is \"auto\""
 has err "bf16.enabled -> mixed_precision = \"bf16\""
 has err "scheduler.params.total_num_steps -> scheduler.total_steps = 1000"
 for k in fp16 bf16 optimizer scheduler zero_optimization gradient_accumulation_steps \
@@ -637,5 +647,65 @@ if [ -f "$zero_dir/zero.so" ]; then
 	run 0 config validate z3r.json
 	ACCEL_PLUGIN_PATH=$saved_path
 	echo "ok: import-deepspeed with the zero plugin"
+fi
+# ---- with the scaler plugin this build made: DeepSpeed's fp16 section ------------------
+# mapped onto scaler.*, DeepSpeed's defaults written for what the file
+# leaves out, a static loss_scale, bad values listed; the fp16 template
+if [ -f "$scaler_dir/scaler.so" ]; then
+	saved_path=$ACCEL_PLUGIN_PATH
+	ACCEL_PLUGIN_PATH=$scaler_dir:$ACCEL_PLUGIN_PATH
+	run 0 config import-deepspeed "$data/ds-fp16.json" -o f16.json
+	has out "f16.json: ok"
+	has err "fp16.enabled -> mixed_precision = \"fp16\""
+	has err "fp16.loss_scale (0: dynamic) -> scaler.dynamic = true"
+	has err "fp16.initial_scale_power 12 (2^12) -> scaler.init_scale = 4096.0"
+	has err "fp16.loss_scale_window -> scaler.growth_interval = 500"
+	has err "fp16.hysteresis -> scaler.hysteresis = 3"
+	has err "fp16.consecutive_hysteresis -> scaler.consecutive_hysteresis = true"
+	has err "fp16.min_loss_scale -> scaler.min_loss_scale = 0.5"
+	has err "not supported, left out: fp16.auto_cast = true: the program casts its inputs itself"
+	has err "not supported, left out: fp16.fp16_master_weights_and_grads = false: not a loss scaler setting accel has"
+	json f16.json 'c["mixed_precision"] == "fp16"' \
+		'c["scaler"] == {"dynamic": True, "init_scale": 4096.0, "growth_interval": 500, "hysteresis": 3, "consecutive_hysteresis": True, "min_loss_scale": 0.5}'
+	run 0 config validate f16.json
+	# only enabled: DeepSpeed's defaults, written (torch's differ)
+	echo '{"fp16": {"enabled": true}}' >f16min.json
+	run 0 config import-deepspeed f16min.json -o f16min-out.json
+	has err "fp16.loss_scale (not given: DeepSpeed's 0, dynamic) -> scaler.dynamic = true"
+	has err "fp16.initial_scale_power (not given: DeepSpeed's) 16 (2^16) -> scaler.init_scale = 65536.0"
+	has err "fp16.loss_scale_window (not given: DeepSpeed's default) -> scaler.growth_interval = 1000"
+	has err "fp16.hysteresis (not given: DeepSpeed's default) -> scaler.hysteresis = 2"
+	has err "fp16.min_loss_scale (not given: DeepSpeed's default) -> scaler.min_loss_scale = 1"
+	json f16min-out.json \
+		'c["scaler"] == {"dynamic": True, "init_scale": 65536.0, "growth_interval": 1000, "hysteresis": 2, "consecutive_hysteresis": False, "min_loss_scale": 1}'
+	# a static scale: the dynamic settings are listed, as DeepSpeed ignores them
+	echo '{"fp16": {"enabled": true, "loss_scale": 128, "loss_scale_window": 100, "initial_scale_power": 8}}' >f16st.json
+	run 0 config import-deepspeed f16st.json -o f16st-out.json
+	has err "fp16.loss_scale (> 0: static) -> scaler.dynamic = false"
+	has err "fp16.loss_scale -> scaler.init_scale = 128"
+	has err "not supported, left out: fp16.loss_scale_window = 100: DeepSpeed ignores it with a static loss_scale"
+	has err "not supported, left out: fp16.initial_scale_power = 8: DeepSpeed ignores it"
+	json f16st-out.json 'c["scaler"] == {"dynamic": False, "init_scale": 128}'
+	run 0 config validate f16st-out.json
+	# bad values listed; "auto" takes the plugin's default
+	echo '{"fp16": {"enabled": true, "loss_scale": -1, "initial_scale_power": 200, "hysteresis": "auto"}}' >f16bad.json
+	run 0 config import-deepspeed f16bad.json -o f16bad-out.json
+	has err "not supported, left out: fp16.loss_scale = -1: expected 0 (dynamic) or a static scale > 0"
+	has err "not supported, left out: fp16.initial_scale_power = 200: expected an integer power of two"
+	has err "auto: fp16.hysteresis: \"auto\" -> 1 (scaler's default for scaler.hysteresis)"
+	json f16bad-out.json '"hysteresis" not in c["scaler"]' '"init_scale" not in c["scaler"]'
+	# fp16 off: its settings are listed, no scaler section
+	echo '{"fp16": {"enabled": false, "hysteresis": 4}}' >f16off.json
+	run 0 config import-deepspeed f16off.json -o f16off-out.json
+	has err "not supported, left out: fp16.hysteresis = 4: fp16 is not enabled"
+	json f16off-out.json '"scaler" not in c' '"mixed_precision" not in c'
+	# the template is listed with the plugin, written and valid
+	run 0 config init --list
+	has out "fp16"
+	run 0 config init --template fp16 --output t16.json
+	json t16.json 'c["mixed_precision"] == "fp16"' 'c["scaler"]["init_scale"] == 65536'
+	run 0 config validate t16.json
+	ACCEL_PLUGIN_PATH=$saved_path
+	echo "ok: import-deepspeed fp16 and the fp16 template with the scaler plugin"
 fi
 echo "ok: show, init, comments, wizard, import-deepspeed, deepspeed_config_file"

@@ -104,8 +104,8 @@ has out '"variant":"ddp","dtype":"bf16","optimizer_states":2}$'
 # f32 AdamW, 1001 elements: the gradient padded to 1008 (64-byte lines)
 run 0 "$A" estimate-memory --params 1001 --strategy ddp --json
 has out '"params_bytes":4004,"grads_bytes":4032,"master_bytes":0,"optimizer_bytes":8008,"buffers_bytes":0,"model_states_bytes":16044,'
-# fp16 and fp8 imply the scaler and fp8 plugins, which are not installed
-# here: the estimate needs only their working dtype (f16, bf16)
+# fp16 and fp8 imply the scaler and fp8 plugins, which the estimate does
+# not load (installed or not): it needs only their working dtype (f16, bf16)
 run 0 "$A" estimate-memory --params 1k --strategy ddp --json --set mixed_precision=fp16
 has out '"params_bytes":2000,"grads_bytes":2048,"master_bytes":4000,"optimizer_bytes":8000,'
 has out '"dtype":"f16"'

@@ -10,10 +10,10 @@ int mlp_cuda_device_count(void)
 	return -1;
 }
 
-int mlp_cuda_new(const mlp_shape *s, int cap, int device, int bf16, const mlp_data *train,
+int mlp_cuda_new(const mlp_shape *s, int cap, int device, int half, const mlp_data *train,
                  const mlp_data *test, mlp_cuda **ret, char *err, size_t errcap)
 {
-	(void)s, (void)cap, (void)device, (void)bf16, (void)train, (void)test;
+	(void)s, (void)cap, (void)device, (void)half, (void)train, (void)test;
 	*ret = NULL;
 	snprintf(err, errcap, "this train_mlp was built without CUDA (meson found no CUDA toolkit "
 	         "with cuBLASLt; configure with -Dcuda=enabled -Dcublaslt=enabled)");
@@ -61,3 +61,10 @@ int mlp_cuda_take_eval(mlp_cuda *g, double *ret_loss, double *ret_hits) NONE()
 int mlp_cuda_to_host(mlp_cuda *g, float *dst, const void *src, size_t n) NONE()
 int mlp_cuda_sync(mlp_cuda *g) NONE()
 int mlp_cuda_use_stream(mlp_cuda *g, int own) NONE()
+int mlp_cuda_set_gemm_hooks(mlp_cuda *g, mlp_cuda_fwd_fn fwd, mlp_cuda_bwd_fn bwd, void *user)
+        NONE()
+int mlp_cuda_alloc(mlp_cuda *g, size_t bytes, void **ret) NONE()
+void mlp_cuda_free_mem(void *p)
+{
+	(void)p;
+}
