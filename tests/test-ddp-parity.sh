@@ -21,9 +21,7 @@
 #           A rank-dependent initialisation (--rank-init) ends, after
 #           accel_prepare, bitwise equal to the one-process run on every
 #           rank (ddp broadcasts rank 0's values), and trains to the
-#           one-process result.  One SGD row runs with shm's one-shot
-#           limit below the bucket size, so its all-reduces go through the
-#           staged rounds, the last one partial.
+#           one-process result.
 #           Exits 77 (skipped) only when `accel launch` cannot start two
 #           processes of /bin/true here; a failing training run is a FAIL.
 #
@@ -270,19 +268,6 @@ for n in 2 4; do
 done
 runn 2 "$tmp/sgd.json" "$tmp/ri.2" --rank-init || { fail "rank-init: world 2"; tail -20 "$tmp/ri.2.log"; }
 same "$tmp/ri.1" "$tmp/ri.2" "$RTOL" "rank-init: world 1 vs world 2 trained"
-
-# shm's staged all-reduce with a partial last round: with a one-shot limit
-# of 1 KiB and one bucket for the whole model (484 floats, 1936 bytes) the
-# all-reduce goes through rounds of world x 4 KiB: a single, partial round.
-sed 's/^{/{"backend": "shm", "shm": {"small_kb": 1, "chunk_kb": 4}, /; s/"ddp": {[^}]*}/"ddp": {"first_bucket_mb": 1, "bucket_cap_mb": 1}/' \
-	"$tmp/sgd.json" > "$tmp/staged.json"
-run1 "$tmp/staged.json" "$tmp/staged.1" --batch 48 ||
-	{ fail "sgd: world 1, batch 48"; cat "$tmp/staged.1.log"; }
-for n in 2 3; do
-	runn "$n" "$tmp/staged.json" "$tmp/staged.$n" --batch 48 ||
-		{ fail "sgd: world $n, shm staged"; tail -20 "$tmp/staged.$n.log"; continue; }
-	same "$tmp/staged.1" "$tmp/staged.$n" "$RTOL" "sgd: world 1 vs world $n, shm staged rounds"
-done
 
 # A reduce hook gets pre-divided buckets and sums them (the host divides for
 # it; without one the backend averages): the same numbers either way.  SGD,
