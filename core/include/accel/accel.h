@@ -401,6 +401,14 @@ ACCEL_API int accel_save_state(accel_ctx *ctx, const char *dir);
  * project_dir/checkpoints/latest names.  Errors: ACCEL_ERR_CHECKPOINT
  * naming the file, the tensor and what was expected. */
 ACCEL_API int accel_load_state(accel_ctx *ctx, const char *dir);
+/* The newest committed checkpoint of directory `root` (where checkpoints
+ * checkpoint_<n> and `latest` are), as "root/<name>" into buf (cap bytes;
+ * written only on success): the one `root/latest` names, unless a newer
+ * committed checkpoint_<n> exists or `latest` is missing (a save whose
+ * update of `latest` failed: a warning says which is used).  Does not need
+ * accel_prepare.  Errors: ACCEL_ERR_CHECKPOINT when root holds no
+ * committed checkpoint, ACCEL_ERR_INVALID_ARG when buf is too small. */
+ACCEL_API int accel_latest_checkpoint(accel_ctx *ctx, const char *root, char *buf, size_t cap);
 /* Write the model's weights only, as one safetensors file `file` (metadata
  * format "pt", each parameter under its own name in its working dtype:
  * safetensors.torch.load_file + load_state_dict read it).  Consolidated one
