@@ -58,7 +58,7 @@ typedef struct options {
 	const char *config;
 	const char *metrics;
 	const char *device;     /* NULL / "cpu", "cuda" or "cuda:N" */
-	const char *sets[36];
+	const char *sets[40];   /* 32 --set, lr, shuffle, seed, project_dir, NULL */
 	int n_sets;
 } options;
 
