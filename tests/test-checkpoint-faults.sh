@@ -193,7 +193,20 @@ expect 1 "p/checkpoint_10/manifest.json: saved with optimizer 'adamw' (state exp
 expect 0 "accel_load_state: p/checkpoint_10: saved with optimizer 'adamw' (state exp_avg, exp_avg_sq); this job's is 'sgd' (state momentum_buffer) (checkpoint.allow_optimizer_change): dropping optim/exp_avg/*, optim/exp_avg_sq/*; momentum_buffer start from zero" \
 	--steps 20 --resume p/checkpoint_10 $SGD --set checkpoint.allow_optimizer_change=true \
 	--save-final sgd-resumed.st
-echo "  ok: refused, then dropped by name"
+# the new state starts from zero: with dampening 0 the first step of SGD
+# with momentum from a zero buffer is plain SGD's (0.9 * 0 + g = g), so one
+# step from the checkpoint ends bitwise equal to SGD without momentum
+# (whose state is none: also an optimizer change); a buffer read from the
+# dropped AdamW moments, or left unset, would not
+run 1 --steps 11 --resume p/checkpoint_10 $SGD --set checkpoint.allow_optimizer_change=true \
+	--save-final sgd-m.st >out 2>&1 || { cat out; fail "sgd with momentum, 1 step"; }
+run 1 --steps 11 --resume p/checkpoint_10 --set optimizer.type=sgd \
+	--set checkpoint.allow_optimizer_change=true --save-final sgd-0.st >out 2>&1 ||
+	{ cat out; fail "sgd without momentum, 1 step"; }
+grep -qF "this job's is 'sgd' (no state) (checkpoint.allow_optimizer_change): dropping optim/exp_avg/*, optim/exp_avg_sq/*" out ||
+	{ cat out; fail "sgd without momentum: warning"; }
+cmp sgd-m.st sgd-0.st || fail "momentum did not start from zero (the step differs from plain SGD's)"
+echo "  ok: refused, then dropped by name; the new state starts from zero"
 
 echo "== another gradient_accumulation_steps or LR schedule is said"
 expect 0 "accel_load_state: p/checkpoint_10: saved with gradient_accumulation_steps 1; this job uses 2: an optimizer step now takes 2 micro-batches" \
