@@ -288,7 +288,11 @@ ACCEL_API const char *accel_unit_name(const accel_ctx *ctx, uint32_t unit);
  * gradients, master weights and optimizer state, initialises them and makes
  * every rank start from rank 0's values.  Call once, on every rank, after
  * registering the whole model and before the first forward.  Gradients
- * start at zero. */
+ * start at zero.  When checkpoints are in play (automatic_checkpoint_naming,
+ * or project_dir set), it first checks the project directory (a writable
+ * directory with room for one checkpoint: ACCEL_ERR_IO naming the reason)
+ * and locks it for this job until the context is freed (another job's
+ * lock: ACCEL_ERR_STATE naming that job); docs/checkpoints.md. */
 ACCEL_API int accel_prepare(accel_ctx *ctx);
 
 /* Working-dtype values and gradient of a parameter (numel elements, row
