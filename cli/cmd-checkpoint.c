@@ -4,13 +4,19 @@
  * CKPT_DIR OUT.safetensors` (one consolidated weights file, assembled one
  * tensor at a time from its slices: memory bounded by the largest tensor).
  * docs/cli.md, docs/checkpoints.md. */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
+#include "ckpt_impl.h"
 #include "ckpt_manifest.h"
 #include "cli.h"
 #include "safetensors.h"
@@ -22,7 +28,9 @@ static void show_usage(FILE *out)
 		"\n"
 		"Print a checkpoint's manifest (written by accel_save_state) as a table: format,\n"
 		"world size, strategy and plugins, step, files, and every tensor with its\n"
-		"dtype, global shape and slices.\n"
+		"dtype, global shape and slices.  DIR a project directory (checkpoint_<n>\n"
+		"directories, latest): list its checkpoints, the ones of abandoned timelines,\n"
+		"leftovers of saves that did not finish, and the job that last held it.\n"
 		"\n"
 		"Options:\n"
 		"  --verify    also read every slice and file and check its XXH64 checksum;\n"
@@ -56,11 +64,114 @@ static int is_help(const char *a)
 	return !strcmp(a, "--help") || !strcmp(a, "-h");
 }
 
+static int by_number(const void *a, const void *b)
+{
+	const char *x = *(char *const *)a, *y = *(char *const *)b;
+	long long p = strtoll(x + 11, NULL, 10), q = strtoll(y + 11, NULL, 10);
+	return p < q ? -1 : p > q ? 1 : strcmp(x, y);
+}
+
+/* A project directory: its checkpoint_* entries, latest, the lock file. */
+static int show_project(const char *dir)
+{
+	char path[4096], line[512] = "", latest[4096];
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	accel_err err = {0};
+	if (!d) {
+		fprintf(stderr, "accel checkpoint show: %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, "checkpoint_", 11) || !e->d_name[11])
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			char **t = realloc(names, cap * sizeof(*t));
+			if (!t)
+				break;
+			names = t;
+		}
+		if ((names[n] = strdup(e->d_name)))
+			n++;
+	}
+	closedir(d);
+	if (n)
+		qsort(names, n, sizeof(*names), by_number);
+	printf("project      %s\n", dir);
+	snprintf(path, sizeof(path), "%s/.accel-lock", dir);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		char job[128] = "?", host[256] = "?", me[256] = "";
+		long pid = 0;
+		if (!fgets(line, sizeof(line), f))
+			line[0] = '\0';
+		fclose(f);
+		gethostname(me, sizeof(me) - 1);
+		if (sscanf(line, "job %127s pid %ld host %255s", job, &pid, host) == 3)
+			printf("job          %s (pid %ld on host %s)%s\n", job, pid, host,
+			       strcmp(host, me) ? "" : pid > 0 && kill((pid_t)pid, 0) == 0 ?
+			                         ": running" : ": ended");
+	}
+	snprintf(path, sizeof(path), "%s/latest", dir);
+	line[0] = '\0';
+	if ((f = fopen(path, "r"))) {
+		if (!fgets(line, sizeof(line), f))
+			line[0] = '\0';
+		fclose(f);
+		line[strcspn(line, "\r\n")] = '\0';
+	}
+	printf("latest       %s", *line ? line : "(none)");
+	if (!accelp_ckpt_find_latest(&err, dir, latest, sizeof(latest)))
+		printf(" (--resume latest: %s)", strrchr(latest, '/') + 1);
+	printf("\n\n%-44s  %8s  %s\n", "checkpoint", "step", "state");
+	for (size_t i = 0; i < n; i++) {
+		accelp_ckpt_manifest *m = NULL;
+		accel_err me = {0};
+		char step[32] = "-";
+		const char *state;
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		int ok = !accelp_ckpt_manifest_open(path, &m, &me);
+		if (ok)
+			snprintf(step, sizeof(step), "%" PRId64, m->step);
+		if (strstr(names[i], ".abandoned-"))
+			state = "abandoned timeline (moved aside by a resumed job; total_limit prunes it first)";
+		else if (strstr(names[i], ".tmp-"))
+			state = "leftover of a save that did not finish (the next save removes it)";
+		else if (ok)
+			state = strcmp(names[i], line) ? "committed" : "committed, latest";
+		else
+			state = "not a committed checkpoint (no valid manifest)";
+		printf("%-44s  %8s  %s\n", names[i], step, state);
+		accelp_ckpt_manifest_free(m);
+		free(names[i]);
+	}
+	free(names);
+	return 0;
+}
+
 static int show(const char *dir, int verify)
 {
 	accelp_ckpt_manifest *m = NULL;
 	accel_err err = {0};
 	char shp[256];
+	char mpath[4096];
+	struct stat sb;
+	snprintf(mpath, sizeof(mpath), "%s/manifest.json", dir);
+	if (!verify && stat(mpath, &sb) != 0 && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		snprintf(mpath, sizeof(mpath), "%s/latest", dir);
+		DIR *d = opendir(dir);
+		struct dirent *e;
+		int project = stat(mpath, &sb) == 0;
+		while (!project && d && (e = readdir(d)))
+			project = !strncmp(e->d_name, "checkpoint_", 11);
+		if (d)
+			closedir(d);
+		if (project)
+			return show_project(dir);
+	}
 	if (accelp_ckpt_manifest_open(dir, &m, &err)) {
 		fprintf(stderr, "accel checkpoint show: %s\n", err.msg);
 		return 1;
@@ -73,6 +184,12 @@ static int show(const char *dir, int verify)
 	printf("checkpoint   %s\n", dir);
 	printf("format       %" PRId64 " (accel %s)\n", m->version,
 	       m->accel_version ? m->accel_version : "?");
+	if (m->unsealed)
+		printf("manifest     no manifest_xxh64 (an accel before the manifest checksum wrote "
+		       "it)\n");
+	else
+		printf("manifest     xxh64 %016" PRIx64 " (its own checksum: verified)\n",
+		       m->self_xxh64);
 	printf("world size   %" PRId64 "\n", m->world_size);
 	printf("strategy     %s\n", m->strategy);
 	printf("plugins     ");

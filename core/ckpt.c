@@ -176,6 +176,7 @@ int accel_load_state(accel_ctx *ctx, const char *dir)
 	if ((rc = accelp_ckpt_check_ready(ctx, dir, "accel_load_state")) ||
 	    (rc = accelp_ckpt_load_at(ctx, dir)))
 		return rc;
+	accelp_ckpt_project_loaded(ctx, dir);
 	/* the next automatic checkpoint follows the loaded one */
 	int64_t k = accelp_ckpt_auto_number(accelp_ckpt_base_of(dir, base, sizeof(base)));
 	int32_t on = 0;

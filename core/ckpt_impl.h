@@ -48,6 +48,10 @@ struct accel_ckpt_reader {
 	int file;                 /* st's index in m->files */
 	int saved_world, world;
 	const char *strategy;     /* this job's strategy (the saving one's: m->strategy) */
+	/* optimizer states the job keeps but the checkpoint lacks, accepted by
+	 * checkpoint.allow_optimizer_change: read as zeros (NULL: none) */
+	const char *fresh[2];
+	const accel_model_v1 *model;
 };
 
 
@@ -105,6 +109,30 @@ int64_t accelp_ckpt_next_iteration(accel_ctx *ctx);
 int64_t accelp_ckpt_auto_number(const char *name);
 void accelp_ckpt_prune(accel_ctx *ctx, const char *root, int64_t keep);
 int accelp_ckpt_latest(accel_ctx *ctx, char *buf, size_t cap);
+
+/* ckpt_resume.c: the saving job's settings the manifest records
+ * (optimizer, gradient_accumulation_steps, lr_schedule; owned JSON, NULL
+ * when out of memory); the checks of a load against them: refuse another
+ * optimizer unless checkpoint.allow_optimizer_change, then name what is
+ * dropped and fill fresh[0..1] with the states that start from zero; warn
+ * of another accumulation or schedule (rank 0).  *ret_changed: the
+ * optimizer changed. */
+json_t *accelp_ckpt_job_settings(accel_ctx *ctx);
+int accelp_ckpt_check_resume(accel_ctx *ctx, const accelp_ckpt_manifest *m, const char **fresh,
+                             int *ret_changed);
+
+/* ckpt_project.c: at accel_prepare (collective): check and lock the
+ * project directory when checkpoints are in play (automatic naming, or
+ * project_dir set); at context free: release it.  Rank 0 before a save
+ * into dir: remove leftovers (*.tmp-*) in a directory this job holds, move
+ * the abandoned timeline aside after a resume.  After a load of dir:
+ * remember it.  The newest committed checkpoint of root (what latest names
+ * unless a newer committed checkpoint_<n> exists) into buf. */
+int accelp_ckpt_project_prepare(accel_ctx *ctx);
+void accelp_ckpt_project_release(accel_ctx *ctx);
+void accelp_ckpt_project_before_save(accel_ctx *ctx, const char *dir);
+void accelp_ckpt_project_loaded(accel_ctx *ctx, const char *dir);
+int accelp_ckpt_find_latest(accel_err *err, const char *root, char *buf, size_t cap);
 
 /* ckpt_fs.c */
 void accelp_ckpt_pjoin(char *buf, size_t cap, const char *dir, const char *name);

@@ -30,6 +30,19 @@ int accelp_ckpt_bad(accel_ctx *ctx, const char *fmt, ...)
 	return ACCEL_ERR_CHECKPOINT;
 }
 
+/* Whether the manifest's plugins list `name`. */
+static int listed(const accelp_ckpt_manifest *m, const char *name)
+{
+	json_t *p;
+	size_t i;
+	json_array_foreach(json_object_get(m->root, "plugins"), i, p) {
+		json_t *n = json_object_get(p, "name");
+		if (json_is_string(n) && !strcmp(json_string_value(n), name))
+			return 1;
+	}
+	return 0;
+}
+
 /* The state version handed to active plugin `a`'s load_state: the one
  * the manifest lists for it; 0 for the strategy when the checkpoint was
  * saved under another one (no state of its own: it reads the canonical
@@ -46,10 +59,14 @@ static uint32_t plugin_version(accel_ctx *ctx, const accelp_ckpt_manifest *m,
 			return (uint32_t)json_integer_value(v);
 	}
 	if (a == &ctx->active[0] && a->vt->desc->role == ACCEL_ROLE_STRATEGY &&
-	    strcmp(m->strategy, name))
-		return 0;
-	*ret_rc = accelp_ckpt_bad(ctx, "%s: no state of plugin '%s', which this job runs (the "
-	                          "checkpoint was saved without it)", m->path, name);
+	    !strcmp(m->strategy, name))
+		/* its own checkpoint lists it: an edited manifest (the checksum
+		 * passed: an older accel's) */
+		*ret_rc = accelp_ckpt_bad(ctx, "%s: no state of plugin '%s', the strategy that saved "
+		                          "the checkpoint (plugins does not list it)", m->path, name);
+	/* another strategy, or a plugin switched on since the save (a reduce
+	 * hook added mid-run): state_version 0, "no state", and it starts as
+	 * it would without a checkpoint (docs/abi.md) */
 	return 0;
 }
 
@@ -104,7 +121,7 @@ static int same_shape(const accelp_ckpt_tensor *t, const accel_param_info_v1 *p)
 
 /* The tensors of parameter p in the manifest (param/, master/, optim/.../)
  * have its shape; param/ also its dtype. */
-static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m)
+static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m, const char **fresh)
 {
 	const accel_model_v1 *model = accelp_train_model(ctx->train);
 	char s1[256], s2[256];
@@ -148,7 +165,9 @@ static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m)
 		for (uint32_t k = 0; p->requires_grad && k < 2 && states[k]; k++) {
 			char name[600];
 			snprintf(name, sizeof(name), "optim/%s/%s", states[k], p->name);
-			if (accelp_ckpt_manifest_find(m, name))
+			if (accelp_ckpt_manifest_find(m, name) ||
+			    (fresh[0] && !strcmp(fresh[0], states[k])) ||
+			    (fresh[1] && !strcmp(fresh[1], states[k])))
 				continue;
 			if (strcmp(strat, m->strategy))
 				return accelp_ckpt_bad(ctx, "%s: no tensor '%s', which this job's strategy "
@@ -232,16 +251,29 @@ static int check_rngs(accel_ctx *ctx, accelp_ckpt_manifest *m, uint64_t *ret_pos
 
 /* Checks that need no change to the job: manifest against the job, files;
  * the registered generators' saved positions into rng_pos. */
-static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m, uint64_t *rng_pos)
+static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m, uint64_t *rng_pos,
+                            const char **fresh)
 {
-	int rc = ACCEL_OK;
+	int rc = ACCEL_OK, changed = 0;
+	if (m->unsealed && ctx->world.rank == 0)
+		accelp_log(ACCEL_LOG_WARN, "accel_load_state: %s has no %s (an accel before the "
+		           "manifest checksum wrote it): its fields are checked, but an edit of them "
+		           "cannot be detected; a new save writes one", m->path, ACCELP_CKPT_SELF_KEY);
 	for (uint32_t i = 0; i < ctx->n_active; i++) {
 		accel_active *a = &ctx->active[i];
+		if (a->inited && a->vt->load_state && !listed(m, a->vt->desc->name) && !rc &&
+		    ctx->world.rank == 0 && i > 0)
+			accelp_log(ACCEL_LOG_INFO, "accel_load_state: %s: no state of plugin '%s', which "
+			           "this job runs (the checkpoint was saved without it): its load_state "
+			           "gets state_version 0 and it starts as without a checkpoint", m->dir,
+			           a->vt->desc->name);
 		if (a->inited && a->vt->load_state)
 			plugin_version(ctx, m, a, &rc);
 		if (rc)
 			return rc;
 	}
+	if ((rc = accelp_ckpt_check_resume(ctx, m, fresh, &changed)))
+		return rc;
 	if (m->samplers != (int64_t)ctx->n_samplers)
 		return accelp_ckpt_bad(ctx, "%s: %" PRId64 " samplers saved; this job has %u (create the same "
 		                       "samplers before loading)", m->path, m->samplers, ctx->n_samplers);
@@ -261,7 +293,7 @@ static int check_checkpoint(accel_ctx *ctx, accelp_ckpt_manifest *m, uint64_t *r
 	}
 	if ((rc = accelp_ckpt_manifest_check_files(m, &ctx->err)))
 		return rc;
-	if ((rc = check_model(ctx, m)))
+	if ((rc = check_model(ctx, m, fresh)))
 		return rc;
 	/* every file's header; the data is checked slice by slice and blob by
 	 * blob as it is read (one pass over the bytes) */
@@ -317,12 +349,14 @@ static int load_params(accel_ctx *ctx, accelp_ckpt_manifest *m)
 	return rc;
 }
 
-static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m)
+static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m, const char **fresh)
 {
 	accel_err *err = &ctx->err;
 	accel_ckpt_reader cr = {.err = err, .m = m, .saved_world = (int)m->world_size,
 	                        .world = ctx->world.world_size,
-	                        .strategy = accelp_ckpt_strategy_name(ctx)};
+	                        .strategy = accelp_ckpt_strategy_name(ctx),
+	                        .fresh = {fresh[0], fresh[1]},
+	                        .model = accelp_train_model(ctx->train)};
 	accel_st_reader *r0 = NULL;
 	char name[64], path[PATH_CAP];
 	int rc = ACCEL_OK;
@@ -377,15 +411,16 @@ out:
 int accelp_ckpt_load_at(accel_ctx *ctx, const char *dir)
 {
 	accelp_ckpt_manifest *m = NULL;
+	const char *fresh[2] = {NULL, NULL};
 	uint64_t *rng_pos = calloc(ctx->n_rngs ? ctx->n_rngs : 1, sizeof(*rng_pos));
 	int rc = rng_pos ? ACCEL_OK : accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	if (!rc && !(rc = accelp_ckpt_manifest_open(dir, &m, &ctx->err)))
-		rc = check_checkpoint(ctx, m, rng_pos);
+		rc = check_checkpoint(ctx, m, rng_pos, fresh);
 	if ((rc = accelp_ckpt_agree(ctx, rc, "accel_load_state (checking the checkpoint)")))
 		goto out;
 	rc = load_params(ctx, m);
 	if (!rc)
-		rc = load_rank(ctx, m);
+		rc = load_rank(ctx, m, fresh);
 	/* the program's generators, read by check_rngs: each rank's own
 	 * position at the saving world size; at another, rank 0's in every
 	 * rank's own lane (docs/rng.md) */

@@ -254,6 +254,117 @@ static int parse_tensor(accelp_ckpt_manifest *m, const char *name, json_t *v,
 	return ACCEL_OK;
 }
 
+/* ---- the manifest's own checksum and its fields ------------------------------------- */
+
+int accelp_ckpt_manifest_hash(void *root_json, uint64_t *ret_hash)
+{
+	json_t *root = root_json;
+	json_t *own = json_object_get(root, ACCELP_CKPT_SELF_KEY);
+	if (own)
+		json_incref(own);
+	json_object_del(root, ACCELP_CKPT_SELF_KEY);
+	char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+	if (own)
+		json_object_set_new(root, ACCELP_CKPT_SELF_KEY, own);
+	if (!text)
+		return ACCEL_ERR_NOMEM;
+	*ret_hash = XXH64(text, strlen(text), 0);
+	free(text);
+	return ACCEL_OK;
+}
+
+/* manifest_xxh64, before any other field is used: a one-character edit of
+ * `step` is refused like a flipped byte of a tensor file.  A manifest
+ * without one (an accel before 0.1.0's checksum) is read, with m->unsealed
+ * set for the caller to warn. */
+static int check_self(accelp_ckpt_manifest *m, json_t *root, accel_err *err)
+{
+	json_t *j = json_object_get(root, ACCELP_CKPT_SELF_KEY);
+	uint64_t want, got;
+	if (!j) {
+		m->unsealed = 1;
+		return ACCEL_OK;
+	}
+	if (parse_hex(j, &want))
+		return bad(err, "%s: %s is not 16 hex digits", m->path, ACCELP_CKPT_SELF_KEY);
+	if (accelp_ckpt_manifest_hash(root, &got))
+		return accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+	if (got != want)
+		return bad(err, "%s: its content has checksum xxh64 %016" PRIx64 "; its %s says %016"
+		           PRIx64 " (the manifest was edited or is corrupt: checkpoints are not edited "
+		           "by hand)", m->path, got, ACCELP_CKPT_SELF_KEY, want);
+	m->self_xxh64 = got;
+	return ACCEL_OK;
+}
+
+/* "manifest.json: step: -5 is not a step" */
+static int bad_field(accelp_ckpt_manifest *m, const char *key, json_t *j, const char *what,
+                     accel_err *err)
+{
+	if (!j)
+		return bad(err, "%s: %s missing (it must be there: %s)", m->path, key, what);
+	char *v = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+	int rc = bad(err, "%s: %s: %s %s", m->path, key, v ? v : "?", what);
+	free(v);
+	return rc;
+}
+
+/* An integer in [lo, hi]: required, or 0 when absent (older manifests). */
+static int field_int(accelp_ckpt_manifest *m, json_t *root, const char *key, int required,
+                     int64_t lo, int64_t hi, const char *what, int64_t *ret, accel_err *err)
+{
+	json_t *j = json_object_get(root, key);
+	if (!j && !required) {
+		*ret = 0;
+		return ACCEL_OK;
+	}
+	if (!json_is_integer(j) || json_integer_value(j) < lo || json_integer_value(j) > hi)
+		return bad_field(m, key, j, what, err);
+	*ret = json_integer_value(j);
+	return ACCEL_OK;
+}
+
+static int check_fields(accelp_ckpt_manifest *m, json_t *root, accel_err *err)
+{
+	json_t *j;
+	int rc;
+	if ((rc = field_int(m, root, "world_size", 1, 1, 1 << 20, "is not a process count "
+	                    "(1 to 1048576)", &m->world_size, err)) ||
+	    (rc = field_int(m, root, "step", 1, 0, INT64_MAX / 2, "is not a step",
+	                    &m->step, err)) ||
+	    (rc = field_int(m, root, "micro_step", 0, 0, UINT32_MAX, "is not a micro-step",
+	                    &m->micro_step, err)) ||
+	    (rc = field_int(m, root, "samplers", 0, 0, UINT32_MAX, "is not a number of samplers",
+	                    &m->samplers, err)) ||
+	    (rc = field_int(m, root, "rngs", 0, 0, UINT32_MAX, "is not a number of generators",
+	                    &m->rngs, err)))
+		return rc;
+	if (!json_is_string(j = json_object_get(root, "strategy")) || !*json_string_value(j))
+		return bad_field(m, "strategy", j, "is not a plugin name", err);
+	m->strategy = json_string_value(j);
+	if (!json_is_array(j = json_object_get(root, "plugins")))
+		return bad_field(m, "plugins", j, "is not an array of plugins", err);
+	size_t i;
+	json_t *p;
+	json_array_foreach(j, i, p) {
+		json_t *n = json_object_get(p, "name"), *v = json_object_get(p, "state_version");
+		char key[64];
+		snprintf(key, sizeof(key), "plugins[%zu]", i);
+		if (!json_is_string(n) || !json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) > UINT32_MAX)
+			return bad_field(m, key, p, "is not {\"name\": string, \"state_version\": "
+			                 "0 to 4294967295}", err);
+	}
+	if (!json_is_object(j = json_object_get(root, "files")))
+		return bad_field(m, "files", j, "is not an object of files", err);
+	if (!json_is_object(j = json_object_get(root, "tensors")))
+		return bad_field(m, "tensors", j, "is not an object of tensors", err);
+	if ((j = json_object_get(root, "accel_version")) && !json_is_string(j))
+		return bad_field(m, "accel_version", j, "is not a version string", err);
+	m->accel_version = json_string_value(j);
+	return ACCEL_OK;
+}
+
 int accelp_ckpt_manifest_parse(const char *text, size_t len, const char *dir,
                                accelp_ckpt_manifest **ret, accel_err *err)
 {
@@ -290,23 +401,9 @@ int accelp_ckpt_manifest_parse(const char *text, size_t len, const char *dir,
 		                 : "an older accel wrote it: resume with that accel, or train again");
 		goto fail;
 	}
-	json_t *jw = json_object_get(root, "world_size"), *jst = json_object_get(root, "strategy");
-	json_t *jfiles = json_object_get(root, "files"), *jt = json_object_get(root, "tensors");
-	uint64_t u;
-	if (!json_is_integer(jw) || json_integer_value(jw) < 1 || json_integer_value(jw) > 1 << 20 ||
-	    !json_is_string(jst) || !json_is_array(json_object_get(root, "plugins")) ||
-	    get_u64(root, "step", &u) || !json_is_object(jfiles) || !json_is_object(jt)) {
-		rc = bad(err, "%s: world_size, strategy, plugins, step, files or tensors missing or "
-		         "of the wrong type", m->path);
+	if ((rc = check_self(m, root, err)) || (rc = check_fields(m, root, err)))
 		goto fail;
-	}
-	m->world_size = json_integer_value(jw);
-	m->strategy = json_string_value(jst);
-	m->step = (int64_t)u;
-	m->micro_step = get_u64(root, "micro_step", &u) ? 0 : (int64_t)u;
-	m->samplers = get_u64(root, "samplers", &u) ? 0 : (int64_t)u;
-	m->rngs = get_u64(root, "rngs", &u) ? 0 : (int64_t)u;
-	m->accel_version = json_string_value(json_object_get(root, "accel_version"));
+	json_t *jfiles = json_object_get(root, "files"), *jt = json_object_get(root, "tensors");
 	if ((rc = parse_files(m, jfiles, err)))
 		goto fail;
 	size_t nt = json_object_size(jt);

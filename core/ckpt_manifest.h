@@ -19,6 +19,9 @@
 
 #define ACCELP_CKPT_FORMAT_VERSION 2
 #define ACCELP_CKPT_MAX_DIMS 8
+/* the manifest's own checksum: XXH64 (seed 0) of the manifest without this
+ * key, dumped by jansson compact with sorted keys (its canonical content) */
+#define ACCELP_CKPT_SELF_KEY "manifest_xxh64"
 
 typedef struct accelp_ckpt_file {
 	const char *name;         /* "rank1.safetensors" (borrowed from the JSON) */
@@ -52,6 +55,8 @@ typedef struct accelp_ckpt_manifest {
 	void *root;               /* json_t, owns the strings above              */
 	int64_t version, world_size, step, micro_step, samplers, rngs;
 	const char *strategy, *accel_version;
+	int unsealed;             /* no manifest_xxh64 (an older accel): warn    */
+	uint64_t self_xxh64;      /* the verified manifest_xxh64 (0: unsealed)   */
 	accelp_ckpt_file *files;
 	uint32_t n_files;
 	accelp_ckpt_tensor *tensors; /* sorted by name                           */
@@ -62,6 +67,9 @@ typedef struct accelp_ckpt_manifest {
  * and in later reads.  Owned. */
 int accelp_ckpt_manifest_parse(const char *text, size_t len, const char *dir,
                                accelp_ckpt_manifest **ret, accel_err *err);
+/* The canonical checksum of a manifest's JSON (a json_t *; the key
+ * ACCELP_CKPT_SELF_KEY left out).  ACCEL_ERR_NOMEM. */
+int accelp_ckpt_manifest_hash(void *root_json, uint64_t *ret_hash);
 /* Read dir/manifest.json: "no such checkpoint directory", "missing: not a
  * committed checkpoint", "not valid JSON", then parse. */
 int accelp_ckpt_manifest_open(const char *dir, accelp_ckpt_manifest **ret, accel_err *err);

@@ -64,6 +64,65 @@ static int cmp_i64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The checkpoints of an abandoned timeline (checkpoint_<n>.abandoned-<time>)
+ * count against total_limit with the `kept` current ones and go first,
+ * the earliest abandoned first; each removal is a warning naming it. */
+static void prune_abandoned(const char *root, int64_t limit, size_t kept)
+{
+	DIR *d = opendir(root);
+	char **names = NULL, path[PATH_CAP];
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char *at = strstr(e->d_name, ".abandoned-");
+		if (!at || strncmp(e->d_name, "checkpoint_", 11))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 8;
+			char **t = realloc(names, cap * sizeof(*t));
+			if (!t)
+				break;
+			names = t;
+		}
+		if (!(names[n] = strdup(e->d_name)))
+			break;
+		n++;
+	}
+	closedir(d);
+	/* by the time they were moved aside (the suffix), then by name */
+	for (size_t i = 0; i < n; i++) {
+		char *at = strstr(names[i], ".abandoned-");
+		size_t len = strlen(names[i]), tail = strlen(at);
+		char *r = malloc(len + 2);
+		if (!r)
+			continue;
+		snprintf(r, len + 2, "%s|%.*s", at, (int)(len - tail), names[i]);
+		free(names[i]);
+		names[i] = r;
+	}
+	if (n)
+		qsort(names, n, sizeof(*names), cmp_str);
+	for (size_t i = 0; i < n; i++) {
+		if (kept + (n - i) > (size_t)limit) {
+			char *bar = strchr(names[i], '|'), name[600];
+			snprintf(name, sizeof(name), "%s%.*s", bar + 1, (int)(bar - names[i]), names[i]);
+			accelp_ckpt_pjoin(path, sizeof(path), root, name);
+			accelp_ckpt_remove_tree(path);
+			accelp_log(ACCEL_LOG_WARN, "total_limit %" PRId64 ": removed %s, a checkpoint of "
+			           "an abandoned timeline", limit, path);
+		}
+		free(names[i]);
+	}
+	free(names);
+}
+
 /* Rank 0, after committing checkpoint_<keep>: keep the newest total_limit
  * committed checkpoint_<n> (with a manifest) under root, the one just
  * committed always among them (numbering may have been restarted lower
@@ -115,27 +174,18 @@ void accelp_ckpt_prune(accel_ctx *ctx, const char *root, int64_t keep)
 			accelp_log(ACCEL_LOG_DEBUG, "total_limit %" PRId64 ": removed %s", limit, path);
 	}
 	free(nums);
+	prune_abandoned(root, limit, n > (size_t)limit - 1 ? (size_t)limit : n + 1);
 }
 
 
-/* The directory checkpoints/latest names, into buf (PATH_CAP bytes). */
+/* The directory checkpoints/latest names, into buf (PATH_CAP bytes); a
+ * newer committed checkpoint_<n> wins (a save whose `latest` update
+ * failed). */
 int accelp_ckpt_latest(accel_ctx *ctx, char *buf, size_t cap)
 {
-	char root[PATH_CAP], lpath[PATH_CAP], line[512] = "";
+	char root[PATH_CAP];
 	int rc = accelp_ckpt_auto_root(ctx, "accel_load_state", root, sizeof(root));
 	if (rc)
 		return rc;
-	accelp_ckpt_pjoin(lpath, sizeof(lpath), root, "latest");
-	FILE *f = fopen(lpath, "r");
-	if (!f)
-		return accelp_ckpt_bad(ctx, "accel_load_state: cannot read %s: %s (no checkpoint was "
-		                       "committed there)", lpath, strerror(errno));
-	if (!fgets(line, sizeof(line), f))
-		line[0] = '\0';
-	fclose(f);
-	line[strcspn(line, "\r\n")] = '\0';
-	if (!*line || strchr(line, '/'))
-		return accelp_ckpt_bad(ctx, "%s: does not name a checkpoint directory", lpath);
-	accelp_ckpt_pjoin(buf, cap, root, line);
-	return ACCEL_OK;
+	return accelp_ckpt_find_latest(&ctx->err, root, buf, cap);
 }

@@ -378,10 +378,26 @@ static int write_manifest(accel_ctx *ctx, const char *tmp, const int64_t *sums)
 	                                                 "lr", accel_get_lr(ctx)));
 	json_object_set_new(root, "samplers", json_integer(ctx->n_samplers));
 	json_object_set_new(root, "rngs", json_integer(ctx->n_rngs));
+	json_t *settings = accelp_ckpt_job_settings(ctx);
+	if (!settings || json_object_update(root, settings)) {
+		json_decref(settings);
+		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	json_decref(settings);
 	json_object_set_new(root, "files", files);
 	files = NULL;
 	json_object_set_new(root, "tensors", tensors);
 	tensors = NULL;
+	/* the manifest's own checksum over its canonical content */
+	uint64_t self;
+	char hex[20];
+	if (accelp_ckpt_manifest_hash(root, &self)) {
+		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	snprintf(hex, sizeof(hex), "%016" PRIx64, self);
+	json_object_set_new(root, ACCELP_CKPT_SELF_KEY, json_string(hex));
 	char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
 	if (!text) {
 		rc = accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
@@ -475,6 +491,7 @@ int accelp_ckpt_save_at(accel_ctx *ctx, const char *dir_arg)
 		return accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_save_state: "
 		                      "directory name too long");
 	if (rank == 0) {
+		accelp_ckpt_project_before_save(ctx, dir);
 		if (stat(dir, &sb) == 0)
 			rc = accelp_err_set(&ctx->err, ACCEL_ERR_INVALID_ARG, "accel_save_state: %s already "
 			                    "exists; save into a new directory (checkpoints are never "

@@ -293,6 +293,24 @@ int accelp_ckpt_read(accel_ckpt_reader *r, const char *plugin, const char *name,
 	return accelp_ckpt_manifest_verify_blob(r->m, (uint32_t)r->file, t->name, buf, bytes, err);
 }
 
+/* optim/<state>/<param> of a state the job's new optimizer keeps and the
+ * checkpoint lacks (checkpoint.allow_optimizer_change): the parameter, or
+ * NULL. */
+static const accel_param_info_v1 *fresh_param(const accel_ckpt_reader *r, const char *name)
+{
+	if (!r->model || strncmp(name, "optim/", 6))
+		return NULL;
+	for (int k = 0; k < 2 && r->fresh[k]; k++) {
+		size_t n = strlen(r->fresh[k]);
+		if (strncmp(name + 6, r->fresh[k], n) || name[6 + n] != '/')
+			continue;
+		for (uint32_t i = 0; i < r->model->n_params; i++)
+			if (!strcmp(ACCEL_MODEL_PARAM(r->model, i)->name, name + 7 + n))
+				return ACCEL_MODEL_PARAM(r->model, i);
+	}
+	return NULL;
+}
+
 int accelp_ckpt_tensor_info(accel_ckpt_reader *r, const char *plugin, const char *name,
                             accel_ckpt_tensor_info_v1 *ret, accel_err *err)
 {
@@ -303,6 +321,17 @@ int accelp_ckpt_tensor_info(accel_ckpt_reader *r, const char *plugin, const char
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_tensor_info: NULL name "
 		                      "or ret, or ret->struct_size not set", plugin);
 	const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(r->m, name);
+	const accel_param_info_v1 *fp = t ? NULL : fresh_param(r, name);
+	if (fp) {   /* a fresh optimizer state: f32 zeros of the parameter's shape */
+		accel_ckpt_tensor_info_v1 z = {.struct_size = ret->struct_size,
+		                               .dtype = ACCEL_DTYPE_F32, .ndim = fp->ndim,
+		                               .numel = fp->numel};
+		for (uint32_t d = 0; d < fp->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
+			z.shape[d] = (uint64_t)fp->shape[d];
+		uint32_t size = ret->struct_size < sizeof(z) ? ret->struct_size : (uint32_t)sizeof(z);
+		memcpy(ret, &z, size);
+		return ACCEL_OK;
+	}
 	if (!t)
 		return ACCEL_ERR_NOT_FOUND;
 	accel_ckpt_tensor_info_v1 in = {.struct_size = ret->struct_size, .dtype = t->dtype,
@@ -325,6 +354,11 @@ int accelp_ckpt_read_tensor(accel_ckpt_reader *r, const char *plugin, const char
 		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG, "%s: ckpt_read_tensor: NULL name or "
 		                      "buf", plugin);
 	const accelp_ckpt_tensor *t = accelp_ckpt_manifest_find(r->m, name);
+	const accel_param_info_v1 *fp = t ? NULL : fresh_param(r, name);
+	if (fp && dtype == ACCEL_DTYPE_F32 && offset <= fp->numel && count <= fp->numel - offset) {
+		memset(buf, 0, count * sizeof(float));
+		return ACCEL_OK;
+	}
 	if (!t && r->strategy && strcmp(r->strategy, r->m->strategy))
 		return accelp_err_set(err, ACCEL_ERR_CHECKPOINT, "%s: no tensor '%s', which this "
 		                      "job's strategy '%s' (plugin %s) reads: the checkpoint was saved "

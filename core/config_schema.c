@@ -122,6 +122,9 @@ static const core_param core_params[] = {
 	 "all"},
 	{"iteration", ACCEL_CFG_INT, "0", GE(0), 0, NULL, 0, NULL,
 	 "number of the next automatic checkpoint (checkpoint_<iteration>)"},
+	{"checkpoint.allow_optimizer_change", ACCEL_CFG_BOOL, "false", NORANGE, 0, NULL, 0, NULL,
+	 "accel_load_state of a checkpoint saved with another optimizer drops its state (a "
+	 "warning names it) instead of refusing"},
 };
 
 /* ACCEL_* variables that are not configuration. */

@@ -74,6 +74,14 @@ struct accel_ctx {
 	 * from the config key `iteration` until the first save or load) */
 	int64_t ckpt_iteration;
 	int ckpt_iteration_set;
+	/* the project directory (core/ckpt_project.c): its lock's fd + 1 (0:
+	 * none, rank 0 only) and real path; the directory and n of the
+	 * checkpoint_<n> last loaded, until the next save moves the abandoned
+	 * timeline aside */
+	int ckpt_lock_fd;
+	char *ckpt_project;
+	char *ckpt_resumed_root;
+	int64_t ckpt_resumed_n;
 	/* the compute stream (accel_set_stream; NULL: the legacy default
 	 * stream) and its device (-1 for NULL); core/stream.c */
 	void *stream;

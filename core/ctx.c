@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "accel/accel.h"
+#include "ckpt_impl.h"
 #include "comm.h"
 #include "config.h"
 #include "ctx-impl.h"
@@ -303,6 +304,7 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 		accelp_sampler_detach(ctx->samplers[i]);
 	free(ctx->samplers);
 	free(ctx->rngs);
+	accelp_ckpt_project_release(ctx);   /* the project directory's lock */
 	ctx->train = accelp_train_free(ctx->train);
 	/* Buffers from the backend go back before the backend goes away. */
 	ctx->mem = accelp_mem_free_all(ctx->mem, ctx);

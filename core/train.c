@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "accel/accel.h"
+#include "ckpt_impl.h"
 #include "config.h"
 #include "device.h"
 #include "ctx-impl.h"
@@ -727,6 +728,12 @@ int accel_prepare(accel_ctx *ctx)
 	          "%u optimizer groups, strategy %s", t->n_params,
 	          (unsigned long long)t->model.total_numel, t->n_units, t->model.n_groups,
 	          s->host.name);
+	/* the project directory, before the first step: not at the first save */
+	if ((r = accelp_ckpt_project_prepare(ctx))) {
+		t->preparing = 0;
+		t->prepare_failed = 1;
+		return r;
+	}
 	r = s->vt->wrap(s->state);
 	t->preparing = 0;
 	if (r) {

@@ -4,6 +4,7 @@
  * checkpoint naming with project_dir / iteration / total_limit,
  * accel_load_state(ctx, NULL), accel_save_model, and the manifest parser's
  * refusals. */
+#include <dirent.h>
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,62 @@ START_TEST(automatic_naming)
 	ck_assert(!exists("checkpoints/checkpoint_6"));
 	read_latest(latest, sizeof(latest));
 	ck_assert_str_eq(latest, "checkpoint_0");
+	accel_ctx_free(ctx);
+	rm_tmp();
+}
+END_TEST
+
+/* entries of checkpoints/ whose name starts with `prefix` */
+static int count_prefix(const char *prefix)
+{
+	char p[600];
+	snprintf(p, sizeof(p), "%s/checkpoints", tmpdir);
+	DIR *d = opendir(p);
+	struct dirent *e;
+	int n = 0;
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += !strncmp(e->d_name, prefix, strlen(prefix));
+	closedir(d);
+	return n;
+}
+
+/* Resuming an older checkpoint: the first save moves the newer ones aside
+ * (checkpoint_<n>.abandoned-<time>), total_limit prunes them first. */
+START_TEST(abandoned_timeline)
+{
+	make_tmp();
+	const char *cfg = ", \"automatic_checkpoint_naming\": true, \"total_limit\": 3";
+	accel_ctx *ctx = model(cfg);
+	for (int k = 0; k < 4; k++) {
+		train_step(ctx, 0.5f + (float)k);
+		ck_assert_msg(accel_save_state(ctx, NULL) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	}
+	ck_assert(!exists("checkpoints/checkpoint_0"));   /* 1, 2, 3 kept */
+	accel_ctx_free(ctx);
+	ctx = model(cfg);
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/checkpoints/checkpoint_1", tmpdir);
+	ck_assert_msg(accel_load_state(ctx, dir) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	train_step(ctx, 3.0f);
+	/* checkpoint_2: 2 and 3 moved aside; 1 and the new 2 kept with one
+	 * abandoned (the limit is 3): the earlier abandoned, _2, goes first */
+	ck_assert_msg(accel_save_state(ctx, NULL) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert(exists("checkpoints/checkpoint_2/manifest.json"));
+	ck_assert(exists("checkpoints/checkpoint_1/manifest.json"));
+	ck_assert_int_eq(count_prefix("checkpoint_2.abandoned-"), 0);
+	ck_assert_int_eq(count_prefix("checkpoint_3.abandoned-"), 1);
+	ck_assert(!exists("checkpoints/checkpoint_3"));
+	/* the new checkpoint_2 is the resumed timeline's: step 2 */
+	char latest[64];
+	read_latest(latest, sizeof(latest));
+	ck_assert_str_eq(latest, "checkpoint_2");
+	/* checkpoint_3 of the new timeline: three current ones, no room left */
+	train_step(ctx, 3.5f);
+	ck_assert_msg(accel_save_state(ctx, NULL) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	ck_assert(exists("checkpoints/checkpoint_3/manifest.json"));
+	ck_assert_int_eq(count_prefix("checkpoint_3.abandoned-"), 0);
+	ck_assert_int_eq(count_prefix("checkpoint_"), 3);
 	accel_ctx_free(ctx);
 	rm_tmp();
 }
@@ -338,6 +395,7 @@ int main(void)
 	Suite *s = suite_create("checkpoint-api");
 	TCase *tc = tcase_create("api");
 	tcase_add_test(tc, automatic_naming);
+	tcase_add_test(tc, abandoned_timeline);
 	tcase_add_test(tc, no_directory_without_automatic_naming);
 	tcase_add_test(tc, save_model);
 	tcase_add_test(tc, manifest_refusals);

@@ -106,22 +106,37 @@ for want in "[rank 0] generators: data at 1 lane 0, rank at 1 lane 0" \
 done
 echo "  ok: registered generators resume by the rule of docs/rng.md"
 
+echo "== another optimizer is refused by name (checkpoint.allow_optimizer_change)"
+for s in localsgd ddp; do
+	set +e
+	run 2 "$R" $s sgd reload d2 z 1 >out 2>&1
+	rc=$?
+	set -e
+	[ "$rc" = 1 ] || { cat out; fail "another optimizer under $s: exited $rc"; }
+	grep -qF "accel_load_state: d2/manifest.json: saved with optimizer 'adamw' (state exp_avg, exp_avg_sq); this job's is 'sgd' (state momentum_buffer): set checkpoint.allow_optimizer_change=true" out ||
+		{ cat out; fail "another optimizer under $s: message"; }
+	[ ! -e z ] || fail "a failed load saved"
+done
 echo "== a tensor the new strategy needs but the checkpoint lacks"
+# a checkpoint of an accel that recorded no optimizer (nor manifest
+# checksum): the tensors it holds say what is missing
+rm -rf d2old && cp -r d2 d2old
+python3 -c "import json; m=json.load(open('d2old/manifest.json')); [m.pop(k) for k in ('optimizer', 'manifest_xxh64')]; json.dump(m, open('d2old/manifest.json','w'))"
 set +e
-run 2 "$R" localsgd sgd reload d2 z 1 >out 2>&1
+run 2 "$R" localsgd sgd reload d2old z 1 >out 2>&1
 rc=$?
 set -e
 [ "$rc" = 1 ] || { cat out; fail "a missing tensor: exited $rc"; }
-grep -qF "accel_load_state: d2/manifest.json: no tensor 'optim/momentum_buffer/a', which this job's strategy 'localsgd' reads: the checkpoint was saved under strategy 'ddp', which did not write it" out ||
+grep -qF "accel_load_state: d2old/manifest.json: no tensor 'optim/momentum_buffer/a', which this job's strategy 'localsgd' reads: the checkpoint was saved under strategy 'ddp', which did not write it" out ||
 	{ cat out; fail "a missing tensor: message"; }
 [ ! -e z ] || fail "a failed load saved"
 # and under the saving strategy: the other optimizer is named
 set +e
-run 2 "$R" ddp sgd reload d2 z 1 >out 2>&1
+run 2 "$R" ddp sgd reload d2old z 1 >out 2>&1
 rc=$?
 set -e
 [ "$rc" = 1 ] || { cat out; fail "another optimizer: exited $rc"; }
-grep -qF "accel_load_state: d2/manifest.json: no tensor 'optim/momentum_buffer/a': this job's optimizer 'sgd' keeps state 'momentum_buffer' (was the checkpoint saved with another optimizer?)" out ||
+grep -qF "accel_load_state: d2old/manifest.json: no tensor 'optim/momentum_buffer/a': this job's optimizer 'sgd' keeps state 'momentum_buffer' (was the checkpoint saved with another optimizer?)" out ||
 	{ cat out; fail "another optimizer: message"; }
 echo "  ok: missing tensor"
 

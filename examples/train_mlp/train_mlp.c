@@ -60,7 +60,7 @@ typedef struct options {
 	const char *config;
 	const char *metrics;
 	const char *device;     /* NULL / "cpu", "cuda" or "cuda:N" */
-	const char *sets[36];
+	const char *sets[40];   /* 32 --set, lr, shuffle, seed, project_dir, NULL */
 	int n_sets;
 } options;
 
@@ -776,31 +776,20 @@ static int make_dir(const char *dir)
 	return 0;
 }
 
-/* --resume DIR, or "latest": the directory the project directory's
- * "latest" file names (written by accel_save_state). */
-static int resume_dir(const options *o, char *buf, size_t cap)
+/* --resume DIR, or "latest": the newest committed checkpoint of the
+ * project directory (what its "latest" names, unless a save's update of
+ * it failed: accel_latest_checkpoint). */
+static int resume_dir(accel_ctx *ctx, const options *o, char *buf, size_t cap)
 {
 	if (strcmp(o->resume, "latest")) {
 		snprintf(buf, cap, "%s", o->resume);
 		return 0;
 	}
-	char path[4096], name[1024];
-	snprintf(path, sizeof(path), "%s/latest", o->project_dir);
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		fprintf(stderr, "train_mlp: --resume latest: cannot read %s: %s (no checkpoint was "
-		        "saved into --project-dir %s?)\n", path, strerror(errno), o->project_dir);
+	if (accel_latest_checkpoint(ctx, o->project_dir, buf, cap) != ACCEL_OK) {
+		fprintf(stderr, "train_mlp: --resume latest: %s (no checkpoint was saved into "
+		        "--project-dir %s?)\n", accel_errmsg(ctx), o->project_dir);
 		return -1;
 	}
-	int ok = fgets(name, sizeof(name), f) != NULL;
-	fclose(f);
-	name[strcspn(name, "\n")] = '\0';
-	if (!ok || !*name || strchr(name, '/')) {
-		fprintf(stderr, "train_mlp: --resume latest: %s does not name a checkpoint directory\n",
-		        path);
-		return -1;
-	}
-	snprintf(buf, cap, "%s/%s", o->project_dir, name);
 	return 0;
 }
 
@@ -918,7 +907,7 @@ int main(int argc, char **argv)
 	mlp_data train = {0}, test = {0};
 	accel_sampler *sampler = NULL;
 	int ret = EXIT_FAILURE, rc;
-	char lr_set[64], seed_set[64];
+	char lr_set[64], seed_set[64], pd_set[4200];
 
 	switch (parse_args(argc, argv, &o)) {
 	case 1: return EXIT_SUCCESS;
@@ -930,6 +919,11 @@ int main(int argc, char **argv)
 	}
 	if (o.no_shuffle)
 		o.sets[o.n_sets++] = "dataloader.shuffle=false";
+	/* the project directory accel checks and locks at accel_prepare */
+	if (o.checkpoint_every || o.resume) {
+		snprintf(pd_set, sizeof(pd_set), "project_dir=%s", o.project_dir);
+		o.sets[o.n_sets++] = pd_set;
+	}
 	if (o.seed >= 0) {
 		snprintf(seed_set, sizeof(seed_set), "seed=%lld", o.seed);
 		o.sets[o.n_sets++] = seed_set;
@@ -1161,7 +1155,7 @@ int main(int argc, char **argv)
 	long done = 0, micro = 0, logged_at = 0;
 	if (o.resume) {
 		char dir[4096];
-		int32_t bad = resume_dir(&o, dir, sizeof(dir)) ? 1 : 0;
+		int32_t bad = resume_dir(t.ctx, &o, dir, sizeof(dir)) ? 1 : 0;
 		if ((rc = accel_allreduce(t.ctx, &bad, &bad, 1, ACCEL_DTYPE_I32, ACCEL_RED_MAX))) {
 			fail(&t, "agreeing on --resume", rc);
 			goto out;

@@ -325,7 +325,11 @@ ACCEL_API const char *accel_unit_kind(const accel_ctx *ctx, uint32_t unit);
  * gradients, master weights and optimizer state, initialises them and makes
  * every rank start from rank 0's values.  Call once, on every rank, after
  * registering the whole model and before the first forward.  Gradients
- * start at zero. */
+ * start at zero.  When checkpoints are in play (automatic_checkpoint_naming,
+ * or project_dir set), it first checks the project directory (a writable
+ * directory with room for one checkpoint: ACCEL_ERR_IO naming the reason)
+ * and locks it for this job until the context is freed (another job's
+ * lock: ACCEL_ERR_STATE naming that job); docs/checkpoints.md. */
 ACCEL_API int accel_prepare(accel_ctx *ctx);
 
 /* Working-dtype values and gradient of a parameter (numel elements, row
@@ -438,6 +442,14 @@ ACCEL_API int accel_save_state(accel_ctx *ctx, const char *dir);
  * project_dir/checkpoints/latest names.  Errors: ACCEL_ERR_CHECKPOINT
  * naming the file, the tensor and what was expected. */
 ACCEL_API int accel_load_state(accel_ctx *ctx, const char *dir);
+/* The newest committed checkpoint of directory `root` (where checkpoints
+ * checkpoint_<n> and `latest` are), as "root/<name>" into buf (cap bytes;
+ * written only on success): the one `root/latest` names, unless a newer
+ * committed checkpoint_<n> exists or `latest` is missing (a save whose
+ * update of `latest` failed: a warning says which is used).  Does not need
+ * accel_prepare.  Errors: ACCEL_ERR_CHECKPOINT when root holds no
+ * committed checkpoint, ACCEL_ERR_INVALID_ARG when buf is too small. */
+ACCEL_API int accel_latest_checkpoint(accel_ctx *ctx, const char *root, char *buf, size_t cap);
 /* Write the model's weights only, as one safetensors file `file` (metadata
  * format "pt", each parameter under its own name in its working dtype:
  * safetensors.torch.load_file + load_state_dict read it).  Consolidated one
