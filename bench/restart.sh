@@ -25,7 +25,7 @@ STEPS=${STEPS:-40}
 EVERY=${EVERY:-10}
 DIE=${DIE:-25}
 A=$BUILD/cli/accel
-T=$BUILD/examples/train_mlp/train_mlp
+T=$BUILD/examples/train_mlp
 [ -x "$A" ] && [ -x "$T" ] || { echo "bench/restart.sh: build $BUILD first" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "bench/restart.sh: needs python3" >&2; exit 2; }
 A=$(cd "$(dirname "$A")" && pwd)/accel

@@ -64,6 +64,7 @@ typedef struct options {
 	int n_sets;
 	long die_rank, die_step;   /* --die-at; die_step 0: never */
 	const char *die_marker;
+	int hang;                  /* --hang-at: stop there instead of dying */
 } options;
 
 static void usage(FILE *out)
@@ -109,6 +110,7 @@ static void usage(FILE *out)
 	        "  --die-at R:S[:FILE]  fault drill: rank R kills itself (SIGKILL) after step S;\n"
 	        "                     with FILE, only while FILE does not exist (it is created\n"
 	        "                     first: once per FILE), for accel launch --max-restarts\n"
+	        "  --hang-at R:S[:FILE]  the same, but rank R stops responding (sleeps) instead\n"
 	        "  --metrics FILE     also write the progress as JSON lines to FILE ('-': stdout)\n"
 	        "  --config FILE      accel configuration (default: ACCEL_CONFIG, ./accel.json, ...)\n"
 	        "  --set KEY=VALUE    override a configuration key (repeatable)\n");
@@ -210,7 +212,8 @@ static int parse_args(int argc, char **argv, options *o)
 			if (!strncmp(v, "cuda:", 5) && parse_long(a, v + 5, 0, 1023, &x))
 				return -1;
 			o->device = v;
-		} else if (!strcmp(a, "--die-at")) {
+		} else if (!strcmp(a, "--die-at") || !strcmp(a, "--hang-at")) {
+			o->hang = !strcmp(a, "--hang-at");
 			char *end = NULL;
 			errno = 0;
 			o->die_rank = v ? strtol(v, &end, 10) : -1;
@@ -218,8 +221,8 @@ static int parse_args(int argc, char **argv, options *o)
 				o->die_step = strtol(end + 1, &end, 10);
 			if (!v || errno || !end || (*end && *end != ':') || o->die_rank < 0 ||
 			    o->die_step < 1 || (*end == ':' && !end[1])) {
-				fprintf(stderr, "train_mlp: --die-at needs RANK:STEP[:FILE] (rank >= 0, step "
-				        ">= 1), got '%s'\n", v ? v : "(nothing)");
+				fprintf(stderr, "train_mlp: %s needs RANK:STEP[:FILE] (rank >= 0, step "
+				        ">= 1), got '%s'\n", a, v ? v : "(nothing)");
 				return -1;
 			}
 			o->die_marker = *end == ':' ? end + 1 : NULL;
@@ -283,10 +286,14 @@ static void die_drill(const options *o)
 			return;   /* died here before (or cannot say so: no drill) */
 		close(fd);
 	}
-	fprintf(stderr, "train_mlp: --die-at %ld:%ld: rank %ld kills itself after step %ld\n",
-	        o->die_rank, o->die_step, o->die_rank, o->die_step);
+	fprintf(stderr, "train_mlp: --%s-at %ld:%ld: rank %ld %s after step %ld\n",
+	        o->hang ? "hang" : "die", o->die_rank, o->die_step, o->die_rank,
+	        o->hang ? "stops responding" : "kills itself", o->die_step);
 	fflush(NULL);
-	raise(SIGKILL);
+	if (!o->hang)
+		raise(SIGKILL);
+	for (;;)
+		pause();   /* until a signal ends it: the launcher's SIGTERM */
 }
 
 static double now(void)
