@@ -43,12 +43,14 @@ for line in sys.stdin:
 }
 F="--steps $STEPS --checkpoint-every $EVERY --log-every 1 --no-eval --test-samples 0 ${ARGS:-}"
 
-# seconds from the death to the first step line after "resumed from"
+# seconds from the death to the first step line after "resumed from", and
+# the part of it until the "resumed from" line (detection, stopping the
+# other rank, starting the job again, the checkpoint load)
 gap() {
 	awk '/--die-at/ && !d { d = $1 }
-	     /resumed from/ { r = 1 }
+	     /resumed from/ && !r { r = $1 }
 	     r && d && / step[s]? / && /loss/ && !t { t = $1 }
-	     END { if (!d || !t) exit 1; printf "%.2f\n", t - d }' "$1"
+	     END { if (!d || !t) exit 1; printf "%.2f %.2f\n", t - d, r - d }' "$1"
 }
 lost() {
 	sed -n 's/.*; \([0-9]*\) steps\{0,1\} lost.*/\1/p' "$1" | head -1
@@ -69,9 +71,11 @@ for r in $(seq "$ROUNDS"); do
 	echo "$g $((DIE - DIE / EVERY * EVERY))" >>manual.txt
 	echo "round $r: auto $(cat auto.txt | tail -1) manual $(tail -1 manual.txt)" >&2
 done
-step=$(awk '/ step[s]? / && /loss/ { if (p) { s += $1 - p; n++ } p = $1 } END { if (n) printf "%.3f", s / n }' auto.log)
+# the median time of one step (between consecutive step lines of rank 0)
+step=$(awk '/\[rank 0\] step / && /loss/ { if (p) print $1 - p; p = $1 }' auto.log | sort -n |
+	awk '{ v[NR] = $1 } END { if (NR) printf "%.3f", v[int((NR + 1) / 2)] }')
 for k in auto manual; do
-	sort -n "$k.txt" | awk -v k="$k" -v step="$step" '{ g[NR] = $1; l = $2 }
-		END { printf "%-6s death -> training again: median %.2f s (range %.2f..%.2f, %d runs); steps lost %s; one step %.3f s\n",
-		      k, g[int((NR + 1) / 2)], g[1], g[NR], NR, l, step }'
+	sort -n "$k.txt" | awk -v k="$k" -v step="$step" '{ g[NR] = $1; r[NR] = $2; l = $3 }
+		END { printf "%-6s death -> training again: median %.2f s (range %.2f..%.2f, %d runs), of which until resumed %.2f s; steps lost %s; one step %s s\n",
+		      k, g[int((NR + 1) / 2)], g[1], g[NR], NR, r[int((NR + 1) / 2)], l, step }'
 done

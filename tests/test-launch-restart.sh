@@ -11,6 +11,9 @@
 #  - the same with --min-nproc 1 and a --restart-filter that drops slot 1:
 #    the job finishes at world size 1, bitwise equal to a run at world size
 #    1 resumed from the same checkpoint by hand;
+#  - ACCEL_RESUME=DIR on a plain run resumes at accel_prepare, equal to
+#    --resume DIR; ACCEL_RESUME=latest with nothing saved says it starts
+#    from the beginning; a malformed ACCEL_RESTART_COUNT is named;
 #  - a rank that dies every time: N restarts, then the launcher exits with
 #    its status (137, SIGKILL), naming the rank each time; no checkpoint
 #    was saved, and the launcher says the job starts from the beginning.
@@ -73,6 +76,19 @@ cmp byhand.st shrunk.st || fail "world-1 restart differs from a world-1 resume o
 # and it is not the uninterrupted 2-rank run bitwise (the reductions'
 # order differs), only close to it
 cmp -s straight.st shrunk.st && fail "world-1 continuation bitwise equal to the 2-rank run: the test cannot tell"
+
+echo "== ACCEL_RESUME without the launcher: DIR, and latest with nothing saved"
+ACCEL_RESUME=p2/checkpoint_5 "$T" $F --save-final env.st >out1 2>&1 || { cat out1; fail "ACCEL_RESUME=DIR"; }
+grep -q "resumed from p2/checkpoint_5 at step 5" out1 || { cat out1; fail "ACCEL_RESUME=DIR: no resume line"; }
+cmp byhand.st env.st || fail "ACCEL_RESUME=DIR differs from --resume DIR"
+mkdir empty
+(cd empty && ACCEL_RESUME=latest "$T" $F --steps 2 >out1 2>&1) || { cat empty/out1; fail "ACCEL_RESUME=latest, nothing saved"; }
+grep -q "no checkpoint in ./checkpoints (no 'latest' file): starting from the beginning" empty/out1 ||
+	{ cat empty/out1; fail "ACCEL_RESUME=latest, nothing saved: no message"; }
+rc=0
+ACCEL_RESTART_COUNT=x "$T" $F --steps 2 >out1 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "ACCEL_RESTART_COUNT='x': expected the number of restarts" out1 ||
+	{ cat out1; fail "ACCEL_RESTART_COUNT=x: rc $rc"; }
 
 echo "== a rank that dies every time exhausts --max-restarts 2"
 rc=0
