@@ -288,7 +288,10 @@ ACCEL_API const char *accel_unit_name(const accel_ctx *ctx, uint32_t unit);
  * gradients, master weights and optimizer state, initialises them and makes
  * every rank start from rank 0's values.  Call once, on every rank, after
  * registering the whole model and before the first forward.  Gradients
- * start at zero. */
+ * start at zero.  With ACCEL_RESUME set (accel launch --max-restarts sets it
+ * on a restart; docs/launch.md, "Automatic restart") it then loads that
+ * checkpoint, as accel_load_state() would: accel_get_step() says where the
+ * program resumes. */
 ACCEL_API int accel_prepare(accel_ctx *ctx);
 
 /* Working-dtype values and gradient of a parameter (numel elements, row
