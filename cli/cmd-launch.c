@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +52,14 @@ static const char *const help_text =
 	"                          print only the launcher's own messages\n"
 	"      --grace-s S         seconds between SIGTERM and SIGKILL when stopping ranks\n"
 	"                          (default 5)\n"
+	"      --max-restarts N    when a rank fails, stop the others and start the job\n"
+	"                          again, up to N times (default 0); the ranks resume from\n"
+	"                          the newest checkpoint the job saved (ACCEL_RESUME)\n"
+	"      --min-nproc M       restart with fewer processes, down to M, when slots are\n"
+	"                          dropped by --restart-filter (default: -n; one node only)\n"
+	"      --restart-filter CMD  before a restart, run /bin/sh -c CMD for each slot,\n"
+	"                          with SLOT RESTART FAILED_RANK as $1 $2 $3; a non-zero\n"
+	"                          exit drops the slot\n"
 	"      --dry-run           print each rank's environment and command; start nothing\n"
 	"  -h, --help              show this help\n"
 	"\n"
@@ -63,7 +72,8 @@ static const char *const help_text =
 	"with a non-zero code (the message names the rank and the code), 128+N when it\n"
 	"was killed by signal N; 128+N when the launcher itself was stopped by signal N\n"
 	"(SIGINT, SIGTERM, SIGHUP); 127 (not found) or 126 (not executable) when\n"
-	"PROGRAM cannot be run; 2 for bad usage; 1 for other launcher errors.\n";
+	"PROGRAM cannot be run; 2 for bad usage; 1 for other launcher errors.  With\n"
+	"--max-restarts, the status of the last attempt.\n";
 
 typedef struct opts {
 	int nproc, nnodes, node_rank, port;
@@ -74,6 +84,8 @@ typedef struct opts {
 	int nsets;
 	char **prog;
 	int have_nproc, have_node_rank;
+	int max_restarts, min_nproc, have_min_nproc;
+	const char *restart_filter;
 } opts;
 
 #define USAGE(...) accelp_cli_usage_error("launch", __VA_ARGS__)
@@ -217,6 +229,25 @@ static int parse(int argc, char **argv, opts *o)
 			if (!*v)
 				return USAGE("--log-dir: empty directory name");
 			o->log_dir = v;
+		} else if ((m = take_value(argc, argv, &i, "--max-restarts", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (parse_int(v, 0, 1000000, &o->max_restarts) < 0)
+				return USAGE("--max-restarts '%s': expected a whole number of restarts, "
+				             "0..1000000", v);
+		} else if ((m = take_value(argc, argv, &i, "--min-nproc", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (parse_int(v, 1, MAX_NPROC, &o->min_nproc) < 0)
+				return USAGE("--min-nproc '%s': expected a whole number of processes, "
+				             "1..1024", v);
+			o->have_min_nproc = 1;
+		} else if ((m = take_value(argc, argv, &i, "--restart-filter", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (!*v)
+				return USAGE("--restart-filter: empty command");
+			o->restart_filter = v;
 		} else if ((m = take_value(argc, argv, &i, "--grace-s", NULL, &v)) != 0) {
 			if (m < 0)
 				return 2;
@@ -248,6 +279,18 @@ static int parse(int argc, char **argv, opts *o)
 	}
 	if (o->node_rank >= o->nnodes)
 		return USAGE("--node-rank %d is not below --nnodes %d", o->node_rank, o->nnodes);
+	if (!o->have_min_nproc)
+		o->min_nproc = o->nproc;
+	if (o->min_nproc > o->nproc)
+		return USAGE("--min-nproc %d is larger than -n/--nproc-per-node %d", o->min_nproc,
+		             o->nproc);
+	if (o->min_nproc < o->nproc && o->nnodes > 1)
+		return USAGE("--min-nproc %d with --nnodes %d: restarting with fewer processes works "
+		             "on one node only (every node's launcher would have to agree on the new "
+		             "world size)", o->min_nproc, o->nnodes);
+	if ((o->have_min_nproc || o->restart_filter) && o->max_restarts == 0)
+		return USAGE("%s applies to restarts: give --max-restarts N too",
+		             o->restart_filter ? "--restart-filter" : "--min-nproc");
 	if ((long)o->nproc * o->nnodes > MAX_WORLD)
 		return USAGE("world size (-n x --nnodes) is larger than 1048576");
 	return 0;
@@ -438,6 +481,10 @@ typedef struct job {
 	char *config_abs;         /* --config made absolute (owned)  */
 	char *sets;               /* --set lines joined by '\n' (owned) */
 	const char *log_dir;
+	int restart;              /* attempt number: ACCEL_RESTART_COUNT */
+	int max_restarts;
+	const char *resume_root;  /* ACCEL_RESUME_ROOT on a restart, NULL: no checkpoint */
+	const char *state_path;   /* ACCEL_LAUNCH_STATE, NULL */
 } job;
 
 /* --config as an absolute path to a readable regular file; 0, or the usage
@@ -481,10 +528,11 @@ static char *joined_sets(const opts *o)
 	return s;
 }
 
-/* The variables of local rank l; nonzero when out of memory. */
-static int rank_env(envlist *e, const opts *o, const job *j, int l)
+/* The variables of local rank l of n, started in slot `slot`; nonzero when
+ * out of memory. */
+static int rank_env(envlist *e, const opts *o, const job *j, int n, int l, int slot)
 {
-	int n = o->nproc, r = o->node_rank * n + l, bad = 0;
+	int r = o->node_rank * n + l, bad = 0;
 	bad |= env_add(e, ACCEL_ENV_RANK, "%d", r);
 	bad |= env_add(e, ACCEL_ENV_LOCAL_RANK, "%d", l);
 	bad |= env_add(e, ACCEL_ENV_WORLD_SIZE, "%d", j->world);
@@ -506,6 +554,16 @@ static int rank_env(envlist *e, const opts *o, const job *j, int l)
 	bad |= env_add(e, ACCEL_ENV_TORCH_MASTER_PORT, "%d", j->port);
 	if (j->omp)
 		bad |= env_add(e, "OMP_NUM_THREADS", "%d", j->omp);
+	if (j->max_restarts > 0) {
+		bad |= env_add(e, ACCEL_ENV_RESTART_COUNT, "%d", j->restart);
+		bad |= env_add(e, ACCEL_ENV_LAUNCH_SLOT, "%d", slot);
+		if (j->state_path)
+			bad |= env_add(e, ACCEL_ENV_LAUNCH_STATE, "%s", j->state_path);
+		if (j->resume_root) {
+			bad |= env_add(e, ACCEL_ENV_RESUME, "latest");
+			bad |= env_add(e, ACCEL_ENV_RESUME_ROOT, "%s", j->resume_root);
+		}
+	}
 	return bad;
 }
 
@@ -555,15 +613,97 @@ static int dry_run(const opts *o, const job *j, const envlist *adds)
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/* Free the environments of the n ranks of an attempt. */
+static void envs_free(envlist *adds, char ***envp, int n)
+{
+	for (int l = 0; adds && l < n; l++)
+		env_free(&adds[l]);
+	for (int l = 0; envp && l < n; l++)
+		free(envp[l]);
+	free(adds);
+	free(envp);
+}
+
+/* The environments of the n ranks started in slots[]; nonzero when out of
+ * memory. */
+static int envs_make(const opts *o, const job *j, const int *slots, int n, envlist **ret_adds,
+                     char ***ret_envp[])
+{
+	envlist *adds = calloc((size_t)n, sizeof(*adds));
+	char ***envp = calloc((size_t)n, sizeof(*envp));
+	*ret_adds = adds;
+	*ret_envp = envp;
+	if (!adds || !envp)
+		return -1;
+	for (int l = 0; l < n; l++)
+		if (rank_env(&adds[l], o, j, n, l, slots[l]) ||
+		    !(envp[l] = env_merge(adds[l].v, adds[l].n)))
+			return -1;
+	return 0;
+}
+
+/* After a failed attempt: which slots the next one starts (--restart-filter),
+ * into slots[]; returns their number. */
+static int filter_slots(const opts *o, int *slots, int n, int restart, const launch_result *res)
+{
+	if (!o->restart_filter)
+		return n;
+	int kept = 0;
+	for (int l = 0; l < n; l++) {
+		int st = accelp_launch_filter(o->restart_filter, slots[l], restart, res);
+		if (st == 0) {
+			slots[kept++] = slots[l];
+			continue;
+		}
+		if (st < 0)
+			fprintf(stderr, "accel launch: --restart-filter: cannot run it for slot %d: %s; "
+			        "dropping the slot\n", slots[l], strerror(errno));
+		else if (WIFEXITED(st))
+			fprintf(stderr, "accel launch: --restart-filter dropped slot %d (exit code %d)\n",
+			        slots[l], WEXITSTATUS(st));
+		else
+			fprintf(stderr, "accel launch: --restart-filter dropped slot %d (killed by signal "
+			        "%d)\n", slots[l], WTERMSIG(st));
+	}
+	return kept;
+}
+
+/* The line that says what a restart resumes from and what it costs. */
+static void say_restart(const opts *o, const job *j, const launch_result *res,
+                        const launch_state *st, int world)
+{
+	char lost[96];
+	long long from = st->ckpt_dir[0] ? st->ckpt_step : 0;
+	if (st->step < 0)
+		snprintf(lost, sizeof(lost), "no step was done in the failed attempt");
+	else
+		snprintf(lost, sizeof(lost), "%lld step%s lost (rank 0 had done %lld)",
+		         st->step > from ? st->step - from : 0, st->step - from == 1 ? "" : "s",
+		         st->step);
+	if (st->ckpt_dir[0])
+		fprintf(stderr, "accel launch: restart %d of %d after %s: resuming from %s (step %lld) "
+		        "at world size %d; %s\n", j->restart, o->max_restarts, res->reason,
+		        st->ckpt_dir, st->ckpt_step, world, lost);
+	else
+		fprintf(stderr, "accel launch: restart %d of %d after %s: the job saved no checkpoint, "
+		        "so it starts from the beginning at world size %d; %s\n", j->restart,
+		        o->max_restarts, res->reason, world, lost);
+}
+
 int accelp_cli_launch(int argc, char **argv)
 {
 	opts o;
 	int rc = parse(argc, argv, &o);
-	int n = o.nproc;
+	int n = o.nproc, cur = n;
 	envlist *adds = NULL;
 	char ***envp = NULL;
-	char *tee_dir = NULL;
-	job j = {.addr = o.addr ? o.addr : "127.0.0.1", .port = o.port, .world = n * o.nnodes};
+	char *tee_dir = NULL, *state_path = NULL;
+	int *slots = NULL;
+	char base_id[64], root[4096];
+	launch_state st;
+	memset(&st, 0, sizeof(st));
+	job j = {.addr = o.addr ? o.addr : "127.0.0.1", .port = o.port, .world = n * o.nnodes,
+	         .max_restarts = o.max_restarts};
 	if (rc != 0) {
 		rc = rc < 0 ? 0 : rc;
 		goto out;
@@ -579,6 +719,7 @@ int accelp_cli_launch(int argc, char **argv)
 		goto out;
 	}
 	make_job_id(&o, j.id, sizeof(j.id));
+	snprintf(base_id, sizeof(base_id), "%s", j.id);
 	j.log_dir = o.log_dir;
 	if (o.tee && !j.log_dir) {
 		if (asprintf(&tee_dir, "accel-logs/%s", j.id) < 0)
@@ -591,56 +732,113 @@ int accelp_cli_launch(int argc, char **argv)
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 		j.omp = cpus > n ? (int)(cpus / n) : 1;
 	}
-	adds = calloc((size_t)n, sizeof(*adds));
-	envp = calloc((size_t)n, sizeof(*envp));
-	if (!adds || !envp)
+	if (!(slots = calloc((size_t)n, sizeof(*slots))))
 		goto oom;
 	for (int l = 0; l < n; l++)
-		if (rank_env(&adds[l], &o, &j, l) || !(envp[l] = env_merge(adds[l].v, adds[l].n)))
-			goto oom;
-	if (o.dry_run) {
-		rc = dry_run(&o, &j, adds);
-		goto out;
+		slots[l] = l;
+	if (o.max_restarts > 0 && !o.dry_run) {
+		int e = accelp_launch_state_create(&state_path);
+		if (e)
+			fprintf(stderr, "accel launch: cannot create the file the ranks record their "
+			        "steps and checkpoints in: %s; restarts will not know the checkpoint to "
+			        "resume from, and start from the beginning\n", strerror(e));
+		j.state_path = state_path;
 	}
-	if (j.log_dir) {
-		if (make_dirs(j.log_dir) < 0) {
-			fprintf(stderr, "accel launch: cannot create the log directory '%s': %s\n",
-			        j.log_dir, strerror(errno));
-			rc = 1;
+	for (;;) {
+		if (envs_make(&o, &j, slots, cur, &adds, &envp))
+			goto oom;
+		if (o.dry_run) {
+			rc = dry_run(&o, &j, adds);
 			goto out;
 		}
-		fprintf(stderr, "accel launch: writing rank output to %s/rank-{%d..%d}.log\n",
-		        j.log_dir, o.node_rank * n, o.node_rank * n + n - 1);
+		if (j.log_dir && !j.restart) {
+			if (make_dirs(j.log_dir) < 0) {
+				fprintf(stderr, "accel launch: cannot create the log directory '%s': %s\n",
+				        j.log_dir, strerror(errno));
+				rc = 1;
+				goto out;
+			}
+			fprintf(stderr, "accel launch: writing rank output to %s/rank-{%d..%d}.log\n",
+			        j.log_dir, o.node_rank * n, o.node_rank * n + n - 1);
+		}
+		if (state_path)
+			accelp_launch_state_reset_step(state_path);
+		fflush(stdout);
+		fflush(stderr);
+		launch_result res;
+		launch_spec spec = {
+			.nproc = cur,
+			.first_rank = o.node_rank * cur,
+			.argv = o.prog,
+			.envp = envp,
+			.prefix = !o.log_dir || o.tee,
+			.log_dir = j.log_dir,
+			.log_append = j.restart > 0,
+			.grace_s = o.grace_s,
+			.master_addr = j.addr,
+			.master_port = j.port,
+			.world_size = j.world,
+			.result = &res,
+		};
+		rc = accelp_launch_run(&spec);
+		envs_free(adds, envp, cur);
+		adds = NULL;
+		envp = NULL;
+		if (rc == 0 || o.max_restarts == 0)
+			break;
+		/* a rank failed: restart unless the job was stopped, PROGRAM cannot
+		 * run, or the launcher itself failed */
+		if (res.got_signal || res.cannot_start || res.failed_rank < 0)
+			break;
+		if (j.restart >= o.max_restarts) {
+			fprintf(stderr, "accel launch: %s; no restart left (--max-restarts %d): exiting "
+			        "with its status %d\n", res.reason, o.max_restarts, rc);
+			break;
+		}
+		if (state_path)
+			accelp_launch_state_read(state_path, &st);
+		int kept = filter_slots(&o, slots, cur, j.restart + 1, &res);
+		if (kept < o.min_nproc) {
+			fprintf(stderr, "accel launch: %s; only %d of the %d slot%s passed "
+			        "--restart-filter, fewer than --min-nproc %d: not restarting (exit "
+			        "status %d)\n", res.reason, kept, cur, cur == 1 ? "" : "s", o.min_nproc, rc);
+			break;
+		}
+		cur = kept;
+		j.restart++;
+		j.world = cur * o.nnodes;
+		/* a fresh job id and, on one node, a fresh port: nothing of the
+		 * failed attempt (its store, its shared memory) is in the way */
+		snprintf(j.id, sizeof(j.id), "%.50s.r%d", base_id, j.restart);
+		if (!o.port && (j.port = free_port()) < 0) {
+			fprintf(stderr, "accel launch: cannot find a free TCP port for the rendezvous "
+			        "store of restart %d: %s\n", j.restart, strerror(errno));
+			rc = 1;
+			break;
+		}
+		j.resume_root = NULL;
+		if (st.ckpt_dir[0]) {
+			snprintf(root, sizeof(root), "%s", st.ckpt_dir);
+			char *slash = strrchr(root, '/');
+			if (slash && slash != root)
+				*slash = '\0';
+			j.resume_root = root;
+		}
+		say_restart(&o, &j, &res, &st, j.world);
 	}
-	fflush(stdout);
-	fflush(stderr);
-	launch_spec spec = {
-		.nproc = n,
-		.first_rank = o.node_rank * n,
-		.argv = o.prog,
-		.envp = envp,
-		.prefix = !o.log_dir || o.tee,
-		.log_dir = j.log_dir,
-		.grace_s = o.grace_s,
-		.master_addr = j.addr,
-		.master_port = j.port,
-		.world_size = j.world,
-	};
-	rc = accelp_launch_run(&spec);
 	goto out;
 oom:
 	fprintf(stderr, "accel launch: out of memory\n");
 	rc = 1;
 out:
-	for (int l = 0; adds && l < n; l++)
-		env_free(&adds[l]);
-	for (int l = 0; envp && l < n; l++)
-		free(envp[l]);
-	free(adds);
-	free(envp);
+	envs_free(adds, envp, cur);
+	free(slots);
 	free(o.sets);
 	free(j.config_abs);
 	free(j.sets);
 	free(tee_dir);
+	if (state_path)
+		unlink(state_path);
+	free(state_path);
 	return rc;
 }

@@ -637,7 +637,8 @@ static int open_logs(launcher *L)
 	for (int i = 0; i < L->n; i++) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/rank-%d.log", L->spec->log_dir, L->p[i].rank);
-		L->p[i].logfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		L->p[i].logfd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC |
+		                     (L->spec->log_append ? O_APPEND : O_TRUNC), 0644);
 		if (L->p[i].logfd < 0) {
 			say(L, "cannot write the log file '%s': %s", path, strerror(errno));
 			return -1;
@@ -964,6 +965,8 @@ int accelp_launch_run(const launch_spec *spec)
 	L.first_failed = -1;
 	L.devnull = -1;
 	int rc = 1;
+	if (spec->result)
+		*spec->result = (launch_result){.failed_rank = -1, .cannot_start = 1};
 	struct sigaction old[N_HANDLED], oldpipe;
 	int installed = 0;
 	ensure_std_fds();
@@ -1024,6 +1027,19 @@ int accelp_launch_run(const launch_spec *spec)
 	if (L.first_failed >= 0)
 		print_tails(&L);
 	rc = exit_code(&L);
+	if (spec->result) {
+		launch_result *res = spec->result;
+		res->got_signal = L.got_signal;
+		res->cannot_start = L.start_errno || L.exec_errno;
+		res->failed_rank = L.first_failed >= 0 ? L.p[L.first_failed].rank : -1;
+		res->reason[0] = '\0';
+		if (L.first_failed >= 0) {
+			char d[128];
+			describe_status(L.p[L.first_failed].status, d, sizeof(d));
+			snprintf(res->reason, sizeof(res->reason), "rank %d failed: %s",
+			         res->failed_rank, d);
+		}
+	}
 out:
 	rc = reap_stragglers(&L, rc);
 	/* Our own output last: the thread writes out what is queued.  While its

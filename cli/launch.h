@@ -5,6 +5,14 @@
 #ifndef ACCEL_CLI_LAUNCH_H
 #define ACCEL_CLI_LAUNCH_H
 
+/* How an attempt ended, for the restart decision (cmd-launch.c). */
+typedef struct launch_result {
+	int got_signal;        /* the launcher was stopped by this signal, 0     */
+	int failed_rank;       /* global rank of the first rank to fail, -1      */
+	int cannot_start;      /* PROGRAM could not be run, or a fork failed     */
+	char reason[160];      /* "rank 1 failed: exit code 3", "" when none     */
+} launch_result;
+
 /* Everything the supervisor needs; owned by cmd-launch.c. */
 typedef struct launch_spec {
 	int nproc;             /* processes on this node                         */
@@ -13,15 +21,37 @@ typedef struct launch_spec {
 	char ***envp;          /* [nproc] complete environments, NULL-terminated */
 	int prefix;            /* copy output to our stdout/stderr, "[rank R] "  */
 	const char *log_dir;   /* (optional) also write log_dir/rank-R.log       */
+	int log_append;        /* add to the logs (a restart), do not truncate   */
 	double grace_s;        /* SIGTERM -> SIGKILL delay when stopping ranks    */
 	const char *master_addr; /* the rendezvous store, told about ranks that  */
 	int master_port;         /* exit while others run (accelp_store_report_exit) */
 	int world_size;
+	launch_result *result;   /* (optional) filled in before accelp_launch_run returns */
 } launch_spec;
 
 /* Start spec->nproc processes and supervise them until all have exited.
  * Returns the launcher's exit status (docs/launch.md, "Exit status"). */
 int accelp_launch_run(const launch_spec *spec);
+
+/* launch-restart.c: between the attempts of --max-restarts. */
+typedef struct launch_state {
+	long long step;          /* optimizer steps rank 0 had done, -1: unknown */
+	long long ckpt_step;     /* the step of ckpt_dir                        */
+	char ckpt_dir[4096];     /* the newest committed checkpoint, "" if none */
+} launch_state;
+/* A zero-filled state file in $TMPDIR (or /tmp) for the ranks'
+ * ACCEL_LAUNCH_STATE: 0, or an errno value. */
+int accelp_launch_state_create(char **ret_path);
+/* What rank 0 recorded there (st zeroed by the caller keeps what an
+ * earlier attempt saved when this one recorded nothing). */
+void accelp_launch_state_read(const char *path, launch_state *st);
+/* Forget the steps recorded (before each attempt). */
+void accelp_launch_state_reset_step(const char *path);
+/* Run the --restart-filter command for slot: /bin/sh -c CMD with
+ * SLOT RESTART FAILED_RANK as its $1 $2 $3, and the same in ACCEL_RESTART_SLOT,
+ * ACCEL_RESTART_COUNT, ACCEL_RESTART_FAILED_RANK (+ ACCEL_RESTART_REASON).
+ * Returns its wait status, or -1 when it could not be started. */
+int accelp_launch_filter(const char *cmd, int slot, int restart, const launch_result *res);
 
 /* launch-out.c: the launcher's stdout or stderr, written by a thread from a
  * queue so that the supervising loop never blocks on its reader. */

@@ -20,6 +20,7 @@
 #include "ops.h"
 #include "safetensors.h"
 #include "train.h"
+#include "restart.h"
 
 int accelp_ckpt_check_ready(accel_ctx *ctx, const char *dir, const char *fn)
 {
@@ -128,8 +129,12 @@ int accel_save_state(accel_ctx *ctx, const char *dir_arg)
 {
 	if (!ctx)
 		return ACCEL_ERR_INVALID_ARG;
-	if (dir_arg)
-		return accelp_ckpt_save_at(ctx, dir_arg);
+	if (dir_arg) {
+		int r = accelp_ckpt_save_at(ctx, dir_arg);
+		if (!r)
+			accelp_restart_note_saved(ctx, dir_arg, accel_get_step(ctx));
+		return r;
+	}
 	char root[PATH_CAP], dir[PATH_CAP];
 	struct stat sb;
 	int rc = accelp_ckpt_auto_root(ctx, "accel_save_state", root, sizeof(root));
@@ -157,6 +162,7 @@ int accel_save_state(accel_ctx *ctx, const char *dir_arg)
 		return rc;
 	}
 	int64_t done = ctx->ckpt_iteration++;
+	accelp_restart_note_saved(ctx, dir, accel_get_step(ctx));
 	if (ctx->world.rank == 0)
 		accelp_ckpt_prune(ctx, root, done);
 	return ACCEL_OK;
@@ -168,7 +174,9 @@ int accel_load_state(accel_ctx *ctx, const char *dir)
 	int rc;
 	if (!ctx)
 		return ACCEL_ERR_INVALID_ARG;
-	if (!dir) {   /* the newest automatic checkpoint: what checkpoints/latest names */
+	if (!dir && accelp_restart_dir(ctx, auto_dir, sizeof(auto_dir))) {
+		dir = auto_dir;   /* a restarted job: the checkpoint accel_prepare resumed */
+	} else if (!dir) {   /* the newest automatic checkpoint: what checkpoints/latest names */
 		if ((rc = accelp_ckpt_latest(ctx, auto_dir, sizeof(auto_dir))))
 			return rc;
 		dir = auto_dir;

@@ -23,6 +23,7 @@
 #include "loader.h"
 #include "log.h"
 #include "select.h"
+#include "store.h"
 #include "train.h"
 
 #define GROUP_TAG_MAX 96
@@ -81,6 +82,7 @@ struct accel_comm {
 	comm_stage_pool *stage;
 	char dev_why[ACCEL_ERRMSG_MAX]; /* without one: why none can be used, or "" */
 	accel_group world;
+	int reported;           /* a collective timed out or lost a peer: told the store */
 	accel_group *groups;    /* every group split and not freed */
 	comm_alloc *allocs;
 	size_t n_allocs, cap_allocs;
@@ -583,6 +585,20 @@ static uint64_t view_bytes(const accel_view *v)
 	return v ? v->numel * accel_abi_dtype_size(v->dtype) : 0;
 }
 
+/* A collective timed out or lost a peer: the job cannot go on.  Tell the
+ * rendezvous store at once (once), so that the ranks waiting in it learn
+ * it and rank 0's store, at its teardown, does not wait another
+ * comm.timeout_s for ranks that will not come (a hung rank is stopped by
+ * the launcher as soon as this rank exits). */
+static void report_failure(accel_comm *c, int r)
+{
+	accel_ctx *ctx = c->ctx;
+	if ((r != ACCEL_ERR_TIMEOUT && r != ACCEL_ERR_PEER) || c->reported || !ctx->store)
+		return;
+	c->reported = 1;
+	accelp_store_fail(ctx->store, ctx->err.msg);
+}
+
 /* Issue through the backend; wait at once when the caller wants a blocking
  * call.  `coll` (ACCEL_COLL_*) and `bytes` count a collective the backend
  * took in accel_comm_stats(). */
@@ -612,6 +628,7 @@ static int finish(accel_comm *c, accel_group *g, comm_backend *be, void *state, 
 			accelp_err_set(&ctx->err, r, "%s #%llu%s failed in backend %s: %s", op,
 			              (unsigned long long)seq, on_group(g), be->module->name,
 			              accel_status_str(r));
+		report_failure(c, r);
 		int s = comm_stage_out(st, r == ACCEL_OK, &ctx->err);
 		return r ? r : s;
 	}
@@ -856,6 +873,7 @@ static int wait_req(accel_comm *c, accel_req *req, int on_stream, void *stream)
 		accelp_err_set(&c->ctx->err, r, "%s #%llu%s failed in backend %s: %s", req->op,
 		              (unsigned long long)req->seq, on_group(req->g), req->be->module->name,
 		              accel_status_str(r));
+	report_failure(c, r);
 	int s = comm_stage_out(&req->stage, r == ACCEL_OK, &c->ctx->err);
 	free(req);
 	return r ? r : s;

@@ -82,6 +82,9 @@ struct accel_ctx {
 	char *ckpt_project;
 	char *ckpt_resumed_root;
 	int64_t ckpt_resumed_n;
+	/* accel launch --max-restarts: ACCEL_RESUME and rank 0's state file
+	 * (core/restart.c); NULL when the launcher set none of it */
+	struct accelp_restart *restart;
 	/* the compute stream (accel_set_stream; NULL: the legacy default
 	 * stream) and its device (-1 for NULL); core/stream.c */
 	void *stream;

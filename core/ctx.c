@@ -26,6 +26,7 @@
 #include "stream.h"
 #include "train.h"
 #include "world.h"
+#include "restart.h"
 
 /* ---- creation ------------------------------------------------------------------ */
 
@@ -261,6 +262,8 @@ int accel_ctx_new(const accel_opts *opts, accel_ctx **ret_ctx)
 		accelp_log_set_level(accelp_log_level_parse(lv));
 	if ((r = setup_processes(ctx)))
 		goto fail;
+	if ((r = accelp_restart_init(ctx, opts && opts->skip_env)))
+		goto fail;
 	/* After the store is up: a plugin missing on this node only must be
 	 * reported to the other ranks (the fail path below), not leave them
 	 * waiting until comm.timeout_s. */
@@ -315,6 +318,7 @@ accel_ctx *accel_ctx_free(accel_ctx *ctx)
 	ctx->loader = accelp_loader_free(ctx->loader);
 	ctx->cfg = accelp_config_free(ctx->cfg);
 	accelp_stream_forget(ctx);
+	accelp_restart_free(ctx);
 	free(ctx);
 	return NULL;
 }

@@ -25,6 +25,7 @@
 #include "train-impl.h"
 #include "train.h"
 #include "optim_pool.h"
+#include "restart.h"
 
 #define MAX_NDIM 8
 #define INIT_CHUNK 65536u  /* f32 staging elements for non-f32 / device inits */
@@ -757,7 +758,10 @@ int accel_prepare(accel_ctx *ctx)
 	}
 	t->prepared = 1;
 	t->micro = 0;
-	return accelp_train_sched_update(t);
+	if ((r = accelp_train_sched_update(t)))
+		return r;
+	/* a restarted job (ACCEL_RESUME) goes on from its checkpoint */
+	return accelp_restart_resume(ctx);
 }
 
 /* ---- bindings -------------------------------------------------------------------- */
@@ -1500,6 +1504,7 @@ int accel_step(accel_ctx *ctx)
 	t->micro = 0;
 	if (!info.skip)
 		t->step++;
+	accelp_restart_note_step(ctx, t->step);
 	t->last = (accel_step_report){
 		.struct_size = sizeof(t->last),
 		.skipped = info.skip ? 1 : 0,

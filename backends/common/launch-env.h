@@ -24,6 +24,13 @@
 #define ACCEL_ENV_CONFIG           "ACCEL_CONFIG"   /* the config file, made absolute */
 #define ACCEL_ENV_SET              "ACCEL_SET"      /* --set assignments, one a line */
 
+/* set by `accel launch --max-restarts` (docs/launch.md, "Automatic restart") */
+#define ACCEL_ENV_RESTART_COUNT    "ACCEL_RESTART_COUNT" /* 0 on the first attempt */
+#define ACCEL_ENV_RESUME           "ACCEL_RESUME"      /* "latest" or a checkpoint dir */
+#define ACCEL_ENV_RESUME_ROOT      "ACCEL_RESUME_ROOT" /* the directory whose "latest" */
+#define ACCEL_ENV_LAUNCH_STATE     "ACCEL_LAUNCH_STATE" /* rank 0 records steps, saves */
+#define ACCEL_ENV_LAUNCH_SLOT      "ACCEL_LAUNCH_SLOT"  /* the slot a rank was started in */
+
 /* read by the library, set by the user (passed through by the launcher) */
 #define ACCEL_ENV_PLUGIN_PATH      "ACCEL_PLUGIN_PATH"
 #define ACCEL_ENV_DEVICE_PATH      "ACCEL_DEVICE_PATH" /* device modules, before the install dir */

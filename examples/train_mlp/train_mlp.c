@@ -18,6 +18,8 @@
  * line.  See examples/README.md.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -62,6 +64,9 @@ typedef struct options {
 	const char *device;     /* NULL / "cpu", "cuda" or "cuda:N" */
 	const char *sets[40];   /* 32 --set, lr, shuffle, seed, project_dir, NULL */
 	int n_sets;
+	long die_rank, die_step;   /* --die-at; die_step 0: never */
+	const char *die_marker;
+	int hang;                  /* --hang-at: stop there instead of dying */
 } options;
 
 static void usage(FILE *out)
@@ -105,6 +110,10 @@ static void usage(FILE *out)
 	        "  --project-dir DIR  where checkpoints go (default ./checkpoints)\n"
 	        "  --resume DIR       continue from checkpoint DIR ('latest': the one the project\n"
 	        "                     directory's 'latest' file names); --steps stays the total\n"
+	        "  --die-at R:S[:FILE]  fault drill: rank R kills itself (SIGKILL) after step S;\n"
+	        "                     with FILE, only while FILE does not exist (it is created\n"
+	        "                     first: once per FILE), for accel launch --max-restarts\n"
+	        "  --hang-at R:S[:FILE]  the same, but rank R stops responding (sleeps) instead\n"
 	        "  --metrics FILE     also write the progress as JSON lines to FILE ('-': stdout)\n"
 	        "  --config FILE      accel configuration (default: ACCEL_CONFIG, ./accel.json, ...)\n"
 	        "  --set KEY=VALUE    override a configuration key (repeatable)\n");
@@ -206,6 +215,20 @@ static int parse_args(int argc, char **argv, options *o)
 			if (!strncmp(v, "cuda:", 5) && parse_long(a, v + 5, 0, 1023, &x))
 				return -1;
 			o->device = v;
+		} else if (!strcmp(a, "--die-at") || !strcmp(a, "--hang-at")) {
+			o->hang = !strcmp(a, "--hang-at");
+			char *end = NULL;
+			errno = 0;
+			o->die_rank = v ? strtol(v, &end, 10) : -1;
+			if (end && *end == ':')
+				o->die_step = strtol(end + 1, &end, 10);
+			if (!v || errno || !end || (*end && *end != ':') || o->die_rank < 0 ||
+			    o->die_step < 1 || (*end == ':' && !end[1])) {
+				fprintf(stderr, "train_mlp: %s needs RANK:STEP[:FILE] (rank >= 0, step "
+				        ">= 1), got '%s'\n", a, v ? v : "(nothing)");
+				return -1;
+			}
+			o->die_marker = *end == ':' ? end + 1 : NULL;
 		} else if (!strcmp(a, "--checkpoint-every")) {
 			r = parse_long(a, v, 1, 100000000, &o->checkpoint_every);
 		} else if (!strcmp(a, "--log-every")) {
@@ -254,6 +277,26 @@ static int parse_args(int argc, char **argv, options *o)
 		return -1;
 	}
 	return 0;
+}
+
+/* --die-at: this rank dies here, as a crashed process would (once per
+ * marker file when one is given). */
+static void die_drill(const options *o)
+{
+	if (o->die_marker) {
+		int fd = open(o->die_marker, O_WRONLY | O_CREAT | O_EXCL, 0644);
+		if (fd < 0)
+			return;   /* died here before (or cannot say so: no drill) */
+		close(fd);
+	}
+	fprintf(stderr, "train_mlp: --%s-at %ld:%ld: rank %ld %s after step %ld\n",
+	        o->hang ? "hang" : "die", o->die_rank, o->die_step, o->die_rank,
+	        o->hang ? "stops responding" : "kills itself", o->die_step);
+	fflush(NULL);
+	if (!o->hang)
+		raise(SIGKILL);
+	for (;;)
+		pause();   /* until a signal ends it: the launcher's SIGTERM */
 }
 
 static double now(void)
@@ -1152,7 +1195,9 @@ int main(int argc, char **argv)
 	/* --warmup steps first, then the --steps timed ones. */
 	long total = o.warmup + o.steps;
 	double t0 = now(), t_log = t0, window[2] = {0, 0};   /* loss sum, steps */
-	long done = 0, micro = 0, logged_at = 0;
+	/* a job restarted by accel launch --max-restarts is at the step of the
+	 * checkpoint accel_prepare resumed (ACCEL_RESUME); 0 otherwise */
+	long done = (long)accel_get_step(t.ctx), micro = 0, logged_at = 0;
 	if (o.resume) {
 		char dir[4096];
 		int32_t bad = resume_dir(t.ctx, &o, dir, sizeof(dir)) ? 1 : 0;
@@ -1292,6 +1337,8 @@ int main(int argc, char **argv)
 			}
 			accel_print(t.ctx, "saved checkpoint %s\n", dir);
 		}
+		if (o.die_step && done == o.die_step && accel_rank(t.ctx) == o.die_rank)
+			die_drill(&o);
 		if (tm.on)
 			timing_step(&tm);
 		else if (done == o.warmup && timing_start(&t, &tm))

@@ -329,7 +329,10 @@ ACCEL_API const char *accel_unit_kind(const accel_ctx *ctx, uint32_t unit);
  * or project_dir set), it first checks the project directory (a writable
  * directory with room for one checkpoint: ACCEL_ERR_IO naming the reason)
  * and locks it for this job until the context is freed (another job's
- * lock: ACCEL_ERR_STATE naming that job); docs/checkpoints.md. */
+ * lock: ACCEL_ERR_STATE naming that job); docs/checkpoints.md.  With ACCEL_RESUME set (accel launch --max-restarts
+ * sets it on a restart; docs/launch.md, "Automatic restart") it then loads
+ * that checkpoint, as accel_load_state() would: accel_get_step() says where
+ * the program resumes. */
 ACCEL_API int accel_prepare(accel_ctx *ctx);
 
 /* Working-dtype values and gradient of a parameter (numel elements, row
