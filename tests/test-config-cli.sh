@@ -25,14 +25,15 @@ export HOME="$tmp"
 cd "$tmp"
 command -v python3 >/dev/null 2>&1 || { echo "skipped: no python3"; exit 77; }
 # The installed strategies are ddp, and the fixture named zero where a
-# check installs one: the zero and fsdp plugins the build makes too are
-# taken off the search path, and checked on their own; so is the scaler
+# check installs one: the zero, fsdp and fp8 plugins the build makes too
+# are taken off the search path, and checked on their own; so is the scaler
 # (fp16 without it is checked first, with it at the end).
 zero_dir=$ACCEL_TEST_BUILDDIR/plugins/zero
 fsdp_dir=$ACCEL_TEST_BUILDDIR/plugins/fsdp
+fp8_dir=$ACCEL_TEST_BUILDDIR/plugins/fp8
 scaler_dir=$ACCEL_TEST_BUILDDIR/plugins/scaler
 ACCEL_PLUGIN_PATH=$(printf '%s\n' "$ACCEL_PLUGIN_PATH" | tr ':' '\n' | grep -vxF "$zero_dir" |
-	grep -vxF "$fsdp_dir" | grep -vxF "$scaler_dir" | paste -sd: -)
+	grep -vxF "$fsdp_dir" | grep -vxF "$fp8_dir" | grep -vxF "$scaler_dir" | paste -sd: -)
 export ACCEL_PLUGIN_PATH
 
 fail() {
@@ -275,6 +276,13 @@ run 0 config init --template bf16 -o -
 cmp -s "$tmp/out" t-bf16.json || fail "-o - is not the template"
 run 1 config init --template zero
 has err "no template named 'zero' (installed: bf16, ddp)"
+# the fp8 plugin's template (fp8 is off the path above): written and valid
+path_without_fp8=$ACCEL_PLUGIN_PATH
+ACCEL_PLUGIN_PATH=$fp8_dir:$ACCEL_PLUGIN_PATH
+run 0 config init --template fp8 -o t-fp8.json
+json t-fp8.json 'c["mixed_precision"] == "fp8"' 'c["fp8"]["amax_history_len"] == 1024'
+run 0 config validate t-fp8.json
+ACCEL_PLUGIN_PATH=$path_without_fp8
 run 2 config init --bogus
 run 2 config init --template
 rm accel.json

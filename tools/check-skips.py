@@ -44,6 +44,20 @@ def probe_gpu():
     return ok and any(line.startswith("GPU ") for line in out.splitlines())
 
 
+def probe_fp8_gpu():
+    """A GPU of compute capability >= 8.9 (FP8 tensor cores: Ada, Hopper)."""
+    if not shutil.which("nvidia-smi"):
+        return False
+    ok, out = run_ok(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])
+    caps = []
+    for line in out.splitlines() if ok else []:
+        try:
+            caps.append(float(line.strip()))
+        except ValueError:
+            pass
+    return any(c >= 8.9 for c in caps)
+
+
 def probe_import(module):
     return run_ok([PYTHON, "-c", f"import {module}"])[0]
 
@@ -70,6 +84,8 @@ def probe_ipv6():
 # checks' imports, optim_torch_check.py's CPU check).
 FACTS = {
     "gpu": ("a GPU [probe: nvidia-smi -L]", probe_gpu),
+    "fp8_gpu": ("a GPU of compute capability >= 8.9 [probe: nvidia-smi --query-gpu=compute_cap]",
+                probe_fp8_gpu),
     "torch": (f"PyTorch [probe: {PYTHON} -c 'import torch'; Debian python3-torch]",
               lambda: probe_import("torch")),
     "numpy": (f"numpy [probe: {PYTHON} -c 'import numpy'; Debian python3-numpy]",
@@ -102,6 +118,9 @@ MAY_SKIP = {
     "mlp-cuda": ["gpu"],
     "train-mlp-gpu": ["gpu"],
     "checkpoint-gpu": ["gpu"],
+    "fp8-gpu": ["fp8_gpu"],
+    "fp8-recipe-gpu": ["fp8_gpu"],
+    "train-mlp-fp8-gpu": ["fp8_gpu"],
     "optim-torch": ["torch", "avx2_fma"],
     "safetensors-python": ["torch"],
     "train-mlp-parity": ["torch"],

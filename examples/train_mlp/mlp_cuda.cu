@@ -63,6 +63,9 @@ struct mlp_cuda {
 	int own_stream;                  /* stream is ours (non-blocking)       */
 	double *sums;                    /* [0] train loss, [1] eval loss, [2] hits */
 	plan plans[MAX_PLANS];
+	mlp_cuda_fwd_fn hook_fwd;        /* fp8 GEMMs (mlp_cuda_set_gemm_hooks) */
+	mlp_cuda_bwd_fn hook_bwd;
+	void *hook_user;
 	char name[160];
 	char err[512];
 };
@@ -562,6 +565,15 @@ extern "C" int mlp_cuda_forward_layer(mlp_cuda *g, int l, const void *W, const v
 {
 	const mlp_shape *s = &g->shape;
 	int in = s->dims[l], out = s->dims[l + 1];
+	int h = g->hook_fwd ? g->hook_fwd(g->hook_user, l, g->act[l], g->act[l + 1], n) : 1;
+	if (h < 0)
+		return fail(g, "the fp8 GEMM of fc%d failed", l);
+	if (h == 0) {   /* the GEMM was the hook's: bias and ReLU here */
+		bias_k<<<blocks_for((size_t)n * out, 256), 256, 0, g->stream>>>(
+		        (float *)g->act[l + 1], (const float *)b, n, out, l < s->n_layers - 1);
+		LAUNCHED(g, "bias kernel");
+		return 0;
+	}
 	/* y[n, out] = x[n, in] W[out, in]^T + b, ReLU unless last */
 	return gemm(g, 0, 1, n, out, in, g->act[l], in, W, in, 0.0f, g->act[l + 1], out,
 	            l < s->n_layers - 1 ? 2 : 1, b);
@@ -603,9 +615,12 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 	int cur = (s->n_layers - 1 - l) & 1;   /* as mlp.c: layers alternate buffers */
 	const void *dy = g->dact[cur];
 	void *dx = g->dact[cur ^ 1];
+	int h = g->hook_bwd ? g->hook_bwd(g->hook_user, l, dy, l ? dx : NULL, dW, n, accumulate) : 1;
+	if (h < 0)
+		return fail(g, "the fp8 GEMMs of fc%d's backward failed", l);
 	/* dW[out, in] (+)= dY[n, out]^T X[n, in] */
-	if (gemm(g, 1, 0, out, in, n, dy, out, g->act[l], in, accumulate ? 1.0f : 0.0f, dW, in, 0,
-	         NULL))
+	if (h && gemm(g, 1, 0, out, in, n, dy, out, g->act[l], in, accumulate ? 1.0f : 0.0f, dW, in,
+	              0, NULL))
 		return -1;
 	/* db (+)= column sums of dY */
 	unsigned chunks = (unsigned)((n + COLSUM_ROWS - 1) / COLSUM_ROWS);
@@ -623,7 +638,7 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 	if (l == 0)
 		return 0;
 	/* dX[n, in] = dY[n, out] W[out, in], then through fc{l-1}'s ReLU */
-	if (gemm(g, 0, 0, n, in, out, dy, out, W, in, 0.0f, dx, in, 0, NULL))
+	if (h && gemm(g, 0, 0, n, in, out, dy, out, W, in, 0.0f, dx, in, 0, NULL))
 		return -1;
 	size_t total = (size_t)n * (size_t)in;
 	unsigned nb = blocks_for(total, 256);
@@ -634,6 +649,29 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 		drelu_k<<<nb, 256, 0, g->stream>>>((float *)dx, (const float *)g->act[l], total);
 	LAUNCHED(g, "ReLU gradient kernel");
 	return 0;
+}
+
+extern "C" int mlp_cuda_set_gemm_hooks(mlp_cuda *g, mlp_cuda_fwd_fn fwd, mlp_cuda_bwd_fn bwd,
+                                       void *user)
+{
+	if (g->bf16 && (fwd || bwd))
+		return fail(g, "GEMM hooks need f32 activations");
+	g->hook_fwd = fwd;
+	g->hook_bwd = bwd;
+	g->hook_user = user;
+	return 0;
+}
+
+extern "C" int mlp_cuda_alloc(mlp_cuda *g, size_t bytes, void **ret)
+{
+	CU(g, cudaSetDevice(g->device));
+	CU(g, cudaMalloc(ret, bytes ? bytes : 1));
+	return 0;
+}
+
+extern "C" void mlp_cuda_free_mem(void *p)
+{
+	cudaFree(p);
 }
 
 extern "C" int mlp_cuda_sync(mlp_cuda *g)

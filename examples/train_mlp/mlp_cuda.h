@@ -89,6 +89,22 @@ int mlp_cuda_to_host(mlp_cuda *g, float *dst, const void *src, size_t n);
 /* Wait for everything enqueued on the device (every stream). */
 int mlp_cuda_sync(mlp_cuda *g);
 
+/* mixed_precision fp8 (mlp_fp8.c): the GEMMs of chosen layers through the
+ * caller.  fwd computes y[n, out] = x[n, in] . W^T of fc{l}; bwd computes
+ * dW (+)= dY^T X (accumulate) and, when dx is not NULL, dX = dY . W; all
+ * f32 device buffers, on mlp_cuda_stream().  Each returns 0 when it did
+ * the layer, 1 to leave it to this file's cuBLASLt GEMMs, -1 on failure
+ * (after printing why).  The bias, ReLU and their gradients stay here.
+ * f32 work spaces only (bf16 0 in mlp_cuda_new). */
+typedef int (*mlp_cuda_fwd_fn)(void *user, int l, const void *x, void *y, int n);
+typedef int (*mlp_cuda_bwd_fn)(void *user, int l, const void *dy, void *dx, void *dW, int n,
+                               int accumulate);
+int mlp_cuda_set_gemm_hooks(mlp_cuda *g, mlp_cuda_fwd_fn fwd, mlp_cuda_bwd_fn bwd, void *user);
+/* bytes of device memory on g's GPU (a hook's work space); freed with
+ * mlp_cuda_free_mem, also after mlp_cuda_free. */
+int mlp_cuda_alloc(mlp_cuda *g, size_t bytes, void **ret);
+void mlp_cuda_free_mem(void *p);
+
 #ifdef __cplusplus
 }
 #endif

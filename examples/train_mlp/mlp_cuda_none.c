@@ -61,3 +61,10 @@ int mlp_cuda_take_eval(mlp_cuda *g, double *ret_loss, double *ret_hits) NONE()
 int mlp_cuda_to_host(mlp_cuda *g, float *dst, const void *src, size_t n) NONE()
 int mlp_cuda_sync(mlp_cuda *g) NONE()
 int mlp_cuda_use_stream(mlp_cuda *g, int own) NONE()
+int mlp_cuda_set_gemm_hooks(mlp_cuda *g, mlp_cuda_fwd_fn fwd, mlp_cuda_bwd_fn bwd, void *user)
+        NONE()
+int mlp_cuda_alloc(mlp_cuda *g, size_t bytes, void **ret) NONE()
+void mlp_cuda_free_mem(void *p)
+{
+	(void)p;
+}

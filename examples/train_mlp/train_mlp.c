@@ -32,6 +32,7 @@
 #include "blas.h"
 #include "mlp.h"
 #include "mlp_cuda.h"
+#include "mlp_fp8.h"
 #include "st_write.h"
 
 typedef struct options {
@@ -361,6 +362,8 @@ typedef struct trainer {
 	mlp_cuda *gpu;                     /* --device cuda, else NULL    */
 	int32_t dev_index;                 /* its CUDA ordinal            */
 	uint32_t dtype;                    /* working dtype on the GPU    */
+	int fp8_on;                        /* mixed_precision fp8         */
+	mlp_fp8 *fp8;                      /* its GEMMs, after prepare    */
 } trainer;
 
 /* Report a failure of the GPU math; returns -1. */
@@ -404,9 +407,12 @@ static int gpu_choose(trainer *t, const options *o)
 		t->dtype = ACCEL_DTYPE_F32;
 	} else if (!strcmp(mp, "bf16")) {
 		t->dtype = ACCEL_DTYPE_BF16;
+	} else if (!strcmp(mp, "fp8")) {   /* f32 weights, GEMMs in fp8 (mlp_fp8.c) */
+		t->dtype = ACCEL_DTYPE_F32;
 	} else {
-		fprintf(stderr, "train_mlp: --device %s computes in f32 (mixed_precision=no) or bf16 "
-		        "(mixed_precision=bf16), not mixed_precision=%s\n", o->device, mp);
+		fprintf(stderr, "train_mlp: --device %s computes in f32 (mixed_precision=no), bf16 "
+		        "(mixed_precision=bf16) or fp8 GEMMs (mixed_precision=fp8), not "
+		        "mixed_precision=%s\n", o->device, mp);
 		return -1;
 	}
 	return 0;
@@ -438,17 +444,22 @@ static int register_model(trainer *t)
 			accel_param_desc d = {.struct_size = sizeof(d), .dtype = t->dtype, .unit = name,
 			                      .name = pname, .ndim = 2, .shape = wshape,
 			                      .device = ACCEL_DEVICE_CUDA, .device_index = t->dev_index,
-			                      .init = &init};
+			                      .init = &init,
+			                      .compute_dtype =
+			                              t->fp8_on ? mlp_fp8_compute_dtype(out, in) : 0};
 			if ((rc = accel_model_add(t->ctx, &d, &t->weight[l])))
 				return fail(t, "registering the model", rc);
+			d.compute_dtype = 0;
 			snprintf(pname, sizeof(pname), "fc%d.bias", l);
 			d.ndim = 1;
 			d.shape = bshape;
 			if ((rc = accel_model_add(t->ctx, &d, &t->bias[l])))
 				return fail(t, "registering the model", rc);
 		} else {
-			if ((rc = accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 2, wshape,
-			                                &init, &t->weight[l])))
+			if ((rc = t->fp8_on ? mlp_fp8_add_weight(t->ctx, name, pname, wshape, &init,
+			                                         &t->weight[l])
+			                    : accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 2,
+			                                            wshape, &init, &t->weight[l])))
 				return fail(t, "registering the model", rc);
 			snprintf(pname, sizeof(pname), "fc%d.bias", l);
 			if ((rc = accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 1, bshape,
@@ -475,6 +486,9 @@ static int forward(trainer *t, int n)
 		if (n > 0 && t->gpu) {
 			if (mlp_cuda_forward_layer(t->gpu, l, W, b, n))
 				return gpu_fail(t, "forward");
+		} else if (n > 0 && t->fp8) {
+			if ((rc = mlp_fp8_forward_layer(t->fp8, &t->shape, &t->work, l, W, b, n)))
+				return fail(t, "fp8 forward", rc);
 		} else if (n > 0) {
 			mlp_forward_layer(&t->shape, &t->work, l, W, b, n);
 		}
@@ -501,6 +515,9 @@ static int backward(trainer *t, int n)
 		if (t->gpu) {
 			if (mlp_cuda_backward_layer(t->gpu, l, W, dW, db, n, acc))
 				return gpu_fail(t, "backward");
+		} else if (t->fp8) {
+			if ((rc = mlp_fp8_backward_layer(t->fp8, &t->shape, &t->work, l, W, dW, db, n, acc)))
+				return fail(t, "fp8 backward", rc);
 		} else {
 			mlp_backward_layer(&t->shape, &t->work, l, W, dW, db, n, acc);
 		}
@@ -988,6 +1005,7 @@ int main(int argc, char **argv)
 			}
 		}
 	}
+	t.fp8_on = mlp_fp8_wanted(t.ctx);
 	if (register_model(&t))
 		goto out;
 	/* backward() writes every gradient on a step's first micro-step (GEMM
@@ -996,7 +1014,9 @@ int main(int argc, char **argv)
 		fail(&t, "accel_set_grad_overwrite", rc);
 		goto out;
 	}
-	if ((rc = accel_prepare(t.ctx))) {
+	if ((rc = accel_prepare(t.ctx)) ||
+	    (t.fp8_on && (rc = mlp_fp8_new(t.ctx, &t.shape, t.weight, t.work.cap, t.gpu, t.dev_index,
+	                                   &t.fp8)))) {
 		fail(&t, "accel_prepare", rc);
 		goto out;
 	}
@@ -1238,6 +1258,7 @@ out:
 	/* the model's device memory and the context's use of the stream go
 	 * with the context; then the work space and its stream */
 	t.ctx = accel_ctx_free(t.ctx);
+	t.fp8 = mlp_fp8_free(t.fp8);   /* unhooks from t.gpu: first */
 	mlp_cuda_free(t.gpu);
 	free(t.xb);
 	free(t.yb);

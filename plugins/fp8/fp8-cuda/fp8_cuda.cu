@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * plugins/fp8/fp8-cuda/fp8_cuda.cu: fp8-cuda.so, the CUDA part of the fp8
+ * plugin (fp8_cuda_api.h): quantize kernels (with amax), dequantize, and
+ * the cuBLASLt FP8 matmul.  fp8.so dlopen()s it only when a device of
+ * compute capability >= 8.9 is present, so fp8.so loads without CUDA.
+ */
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "accel/types.h"
+#include "fp8_cuda_api.h"
+}
+
+#define WORKSPACE_BYTES (32u << 20)  /* cuBLASLt's recommended size on Hopper */
+
+struct fp8_cuda_ctx {
+	int device;
+	cublasLtHandle_t lt;
+	void *workspace;
+	float *scalars;   /* device: a_scale_inv, b_scale_inv, amax scratch */
+};
+
+static int cuda_err(cudaError_t e, const char *what, char *err, size_t cap)
+{
+	if (e == cudaSuccess)
+		return 0;
+	snprintf(err, cap, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+	return 1;
+}
+
+static int lt_err(cublasStatus_t st, const char *what, char *err, size_t cap)
+{
+	if (st == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	snprintf(err, cap, "%s: cuBLAS status %d%s", what, (int)st,
+	         st == CUBLAS_STATUS_NOT_SUPPORTED ? " (not supported: FP8 needs sm_89 or newer, "
+	                                             "dimensions multiple of 16, not both E5M2)"
+	                                           : "");
+	return 1;
+}
+
+static __device__ __forceinline__ unsigned char enc(float v, uint32_t fmt)
+{
+	/* saturating, round to nearest even; NaN -> 0x7f (fp8_codec.h) */
+	__nv_fp8_interpretation_t k = fmt == ACCEL_DTYPE_F8E5M2 ? __NV_E5M2 : __NV_E4M3;
+	return (unsigned char)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, k);
+}
+
+template <typename T> static __device__ __forceinline__ float ld(const T *p, size_t i);
+template <> __device__ __forceinline__ float ld<float>(const float *p, size_t i)
+{
+	return p[i];
+}
+template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16 *p, size_t i)
+{
+	return __bfloat162float(p[i]);
+}
+
+/* amax as the bits of a non-negative float: integer order is float order,
+ * and NaN (0x7fc00000) is above inf, so it wins as in the CPU code. */
+static __device__ __forceinline__ void amax_add(float *amax, float v)
+{
+	atomicMax((unsigned int *)amax, __float_as_uint(fabsf(v)));
+}
+
+template <typename T>
+static __global__ void quantize_kernel(const T *x, size_t rows, size_t cols, float scale,
+                                       uint32_t fmt, unsigned char *q, unsigned char *qt,
+                                       float *amax)
+{
+	size_t n = rows * cols;
+	float m = 0.0f;
+	bool nan = false;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float v = ld<T>(x, i);
+		unsigned char c = enc(v * scale, fmt);
+		q[i] = c;
+		if (qt)
+			qt[(i % cols) * rows + i / cols] = c;
+		nan |= v != v;
+		m = fmaxf(m, fabsf(v));
+	}
+	if (amax) {
+		/* warp max, then one atomic per warp */
+		for (int o = 16; o > 0; o >>= 1)
+			m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
+		nan = __any_sync(0xffffffffu, nan);
+		if ((threadIdx.x & 31) == 0)
+			amax_add(amax, nan ? __int_as_float(0x7fc00000) : m);
+	}
+}
+
+static __global__ void dequantize_kernel(const unsigned char *q, size_t n, uint32_t fmt,
+                                         float scale_inv, float *y)
+{
+	__nv_fp8_interpretation_t k = fmt == ACCEL_DTYPE_F8E5M2 ? __NV_E5M2 : __NV_E4M3;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		__half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)q[i], k);
+		y[i] = __half2float(__half(h)) * scale_inv;
+	}
+}
+
+/* Run on the context's device and give the caller's current device back:
+ * the program may compute on another one. */
+struct device_guard {
+	int prev, ok;
+	explicit device_guard(int dev) : prev(-1), ok(1)
+	{
+		if (cudaGetDevice(&prev) != cudaSuccess)
+			prev = -1;
+		if (prev != dev)
+			ok = cudaSetDevice(dev) == cudaSuccess;
+	}
+	~device_guard()
+	{
+		int cur = -1;
+		if (prev >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev)
+			cudaSetDevice(prev);
+	}
+};
+
+static unsigned blocks_for(size_t n)
+{
+	size_t b = (n + 255) / 256;
+	return (unsigned)(b < 4096 ? (b ? b : 1) : 4096);
+}
+
+static int probe(int device, int *ret_cc, char *err, size_t cap)
+{
+	cudaDeviceProp prop;
+	if (cuda_err(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", err, cap))
+		return 1;
+	*ret_cc = prop.major * 10 + prop.minor;
+	return 0;
+}
+
+static void ctx_free(fp8_cuda_ctx *c)
+{
+	if (!c)
+		return;
+	if (c->lt)
+		cublasLtDestroy(c->lt);
+	cudaFree(c->workspace);
+	cudaFree(c->scalars);
+	free(c);
+}
+
+static int ctx_new(int device, fp8_cuda_ctx **ret, char *err, size_t cap)
+{
+	fp8_cuda_ctx *c = (fp8_cuda_ctx *)calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, cap, "out of memory");
+		return 1;
+	}
+	c->device = device;
+	device_guard dg(device);
+	if (!dg.ok) {
+		snprintf(err, cap, "cudaSetDevice(%d) failed", device);
+		free(c);
+		return 1;
+	}
+	if (lt_err(cublasLtCreate(&c->lt), "cublasLtCreate", err, cap) ||
+	    cuda_err(cudaMalloc(&c->workspace, WORKSPACE_BYTES), "cudaMalloc (workspace)", err,
+	             cap) ||
+	    cuda_err(cudaMalloc((void **)&c->scalars, 4 * sizeof(float)), "cudaMalloc", err, cap)) {
+		ctx_free(c);
+		return 1;
+	}
+	*ret = c;
+	return 0;
+}
+
+static float *amax_scratch(fp8_cuda_ctx *c)
+{
+	return c->scalars + 2;
+}
+
+static int quantize(fp8_cuda_ctx *c, void *stream, uint32_t fmt, uint32_t src_dtype,
+                    const void *x, uint64_t rows, uint64_t cols, float scale, uint8_t *q,
+                    uint8_t *qt, float *amax_dev, char *err, size_t cap)
+{
+	size_t n = (size_t)rows * cols;
+	cudaStream_t st = (cudaStream_t)stream;
+	if (!n)
+		return 0;
+	device_guard dg(c->device);
+	if (src_dtype == ACCEL_DTYPE_BF16)
+		quantize_kernel<__nv_bfloat16><<<blocks_for(n), 256, 0, st>>>(
+		        (const __nv_bfloat16 *)x, rows, cols, scale, fmt, q, qt, amax_dev);
+	else
+		quantize_kernel<float><<<blocks_for(n), 256, 0, st>>>((const float *)x, rows, cols,
+		                                                       scale, fmt, q, qt, amax_dev);
+	return cuda_err(cudaGetLastError(), "quantize kernel", err, cap);
+}
+
+static int dequantize(fp8_cuda_ctx *c, void *stream, uint32_t fmt, const uint8_t *q, uint64_t n,
+                      float scale_inv, float *y, char *err, size_t cap)
+{
+	if (!n)
+		return 0;
+	device_guard dg(c->device);
+	dequantize_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(q, n, fmt, scale_inv, y);
+	return cuda_err(cudaGetLastError(), "dequantize kernel", err, cap);
+}
+
+static cudaDataType_t lt_type(uint32_t fmt)
+{
+	return fmt == ACCEL_DTYPE_F8E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
+/* Row-major D[m,n] = A[m,k] . B[n,k]^T is column-major D^T[n,m] =
+ * B'^T . A' with B' = B as a column-major [k, n] matrix and A' = A as
+ * [k, m]: cuBLASLt's "TN" (transa T, transb N), the one layout its FP8
+ * kernels take. */
+static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t k,
+                const uint8_t *a, uint32_t afmt, float a_scale_inv, const uint8_t *b,
+                uint32_t bfmt, float b_scale_inv, float alpha, float *d, int accumulate,
+                int fast_accum, char *err, size_t cap)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	cublasLtMatmulDesc_t op = NULL;
+	cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t heur;
+	int found = 0, rc = 1;
+	float beta = accumulate ? 1.0f : 0.0f;
+	float sc[2] = {b_scale_inv, a_scale_inv};   /* cuBLASLt's A is our B */
+	cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
+	int8_t fast = fast_accum ? 1 : 0;
+	uint64_t ws = WORKSPACE_BYTES;
+	const float *sa = c->scalars, *sb = c->scalars + 1;
+
+	if (!m || !n)
+		return 0;
+	device_guard dg(c->device);
+	/* the scalars are copied in stream order: a later call's copy runs
+	 * after this matmul has read them */
+	if (cuda_err(cudaMemcpyAsync(c->scalars, sc, sizeof(sc), cudaMemcpyHostToDevice, st),
+	             "cudaMemcpyAsync (scales)", err, cap))
+		return 1;
+	if (lt_err(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+	           "cublasLtMatmulDescCreate", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof(tA)),
+	           "TRANSA", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof(tB)),
+	           "TRANSB", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa,
+	                                          sizeof(sa)), "A_SCALE_POINTER", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb,
+	                                          sizeof(sb)), "B_SCALE_POINTER", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+	                                          sizeof(fast)), "FAST_ACCUM", err, cap))
+		goto out;
+	if (lt_err(cublasLtMatrixLayoutCreate(&la, lt_type(bfmt), k, n, k), "layout A", err, cap) ||
+	    lt_err(cublasLtMatrixLayoutCreate(&lb, lt_type(afmt), k, m, k), "layout B", err, cap) ||
+	    lt_err(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, n), "layout D", err, cap))
+		goto out;
+	if (lt_err(cublasLtMatmulPreferenceCreate(&pref), "preference", err, cap) ||
+	    lt_err(cublasLtMatmulPreferenceSetAttribute(pref,
+	                                                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+	                                                &ws, sizeof(ws)), "workspace", err, cap))
+		goto out;
+	if (lt_err(cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &heur,
+	                                          &found), "cublasLtMatmulAlgoGetHeuristic", err,
+	           cap))
+		goto out;
+	if (!found) {
+		snprintf(err, cap, "cuBLASLt has no FP8 algorithm for m %llu n %llu k %llu (FP8 "
+		         "needs k and the leading dimensions multiple of 16)", (unsigned long long)m,
+		         (unsigned long long)n, (unsigned long long)k);
+		goto out;
+	}
+	if (lt_err(cublasLtMatmul(c->lt, op, &alpha, b, la, a, lb, &beta, d, lc, d, lc,
+	                          &heur.algo, c->workspace, WORKSPACE_BYTES, st),
+	           "cublasLtMatmul", err, cap))
+		goto out;
+	rc = 0;
+out:
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (lc)
+		cublasLtMatrixLayoutDestroy(lc);
+	if (lb)
+		cublasLtMatrixLayoutDestroy(lb);
+	if (la)
+		cublasLtMatrixLayoutDestroy(la);
+	if (op)
+		cublasLtMatmulDescDestroy(op);
+	return rc;
+}
+
+static int upload(void *stream, void *dst, const void *src, size_t bytes, char *err, size_t cap)
+{
+	return cuda_err(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+	                                (cudaStream_t)stream), "cudaMemcpyAsync", err, cap);
+}
+
+static int download(void *stream, void *dst, const void *src, size_t bytes, char *err,
+                    size_t cap)
+{
+	return cuda_err(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+	                                (cudaStream_t)stream), "cudaMemcpyAsync", err, cap) ||
+	       cuda_err(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize", err,
+	                cap);
+}
+
+static int encode_host(int device, uint32_t fmt, const float *in, size_t n, float scale,
+                       uint8_t *out, char *err, size_t cap)
+{
+	float *din = NULL;
+	uint8_t *dout = NULL;
+	int rc = 1;
+	if (cuda_err(cudaSetDevice(device), "cudaSetDevice", err, cap) ||
+	    cuda_err(cudaMalloc((void **)&din, n * sizeof(float)), "cudaMalloc", err, cap) ||
+	    cuda_err(cudaMalloc((void **)&dout, n ? n : 1), "cudaMalloc", err, cap) ||
+	    cuda_err(cudaMemcpy(din, in, n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy",
+	             err, cap))
+		goto out;
+	if (n)
+		quantize_kernel<float><<<blocks_for(n), 256>>>(din, 1, n, scale, fmt, dout, NULL, NULL);
+	if (cuda_err(cudaGetLastError(), "quantize kernel", err, cap) ||
+	    cuda_err(cudaMemcpy(out, dout, n, cudaMemcpyDeviceToHost), "cudaMemcpy", err, cap))
+		goto out;
+	rc = 0;
+out:
+	cudaFree(din);
+	cudaFree(dout);
+	return rc;
+}
+
+static const fp8_cuda_api api = {
+	sizeof(fp8_cuda_api), FP8_CUDA_API_VERSION, probe, ctx_new, ctx_free, amax_scratch,
+	quantize, dequantize, gemm, upload, download, encode_host,
+};
+
+extern "C" __attribute__((visibility("default"))) const fp8_cuda_api *fp8_cuda_entry(void)
+{
+	return &api;
+}
