@@ -6,6 +6,8 @@
  *   values that overflow f16, at odd lengths and at odd element offsets,
  *   against the CPU op on the same data: the same bits (NaN: any NaN where
  *   the conversion may drop the payload), sumsq to 1e-12 relative;
+ * - copy f32 -> bf16 / f16 against the independent reference of
+ *   tests/half-ref.h on every rounding boundary (as tests/test-ops.c);
  * - the fused multi-tensor SGD and AdamW step against the CPU optimizer
  *   (accelp_optim_step_ranges on the host) for every option combination of
  *   tests/test-optim.c, 25 steps, at most 2 ulp apart per value (observed:
@@ -60,6 +62,7 @@
 #include "optim.h"
 #include "cuda_probe.h"
 #include "select.h"
+#include "half-ref.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -282,6 +285,48 @@ START_TEST(copy_matches_cpu)
 				}
 		bufs_free(&B);
 		progress("copy: length %llu done", (unsigned long long)n);
+	}
+}
+END_TEST
+
+/* f32 -> bf16 / f16 on the device against the reference of
+ * tests/half-ref.h (the probes of tests/test-ops.c): up, converted by the
+ * device kernel, down. */
+START_TEST(copy_rounds_like_reference)
+{
+	static const struct {
+		const half_fmt *fmt;
+		uint32_t dtype;
+	} fmts[] = {{&half_fmt_bf16, ACCEL_DTYPE_BF16}, {&half_fmt_f16, ACCEL_DTYPE_F16}};
+	accel_err e = {0};
+	for (size_t k = 0; k < 2; k++) {
+		const half_fmt *f = fmts[k].fmt;
+		size_t n = 0;
+		half_probe *p = half_ref_probes(f, (size_t)1 << 20, &n);
+		ck_assert_msg(p != NULL, "%s: building the probes failed (see stderr)", f->name);
+		progress("copy f32 -> %s: %zu probes ...", f->name, n);
+		float *x = malloc(n * sizeof(*x));
+		uint16_t *out = malloc(n * sizeof(*out));
+		ck_assert(x && out);
+		for (size_t i = 0; i < n; i++)
+			x[i] = p[i].x;
+		void *dx = dmalloc(n * sizeof(float)), *dh = dmalloc(n * 2);
+		accel_view hx = view(ACCEL_DEVICE_CPU, ACCEL_DTYPE_F32, x, 0, n);
+		accel_view dxv = view(ACCEL_DEVICE_CUDA, ACCEL_DTYPE_F32, dx, 0, n);
+		accel_view dhv = view(ACCEL_DEVICE_CUDA, fmts[k].dtype, dh, 0, n);
+		accel_view ho = view(ACCEL_DEVICE_CPU, fmts[k].dtype, out, 0, n);
+		ck_assert_msg(accelp_ops_copy(&dxv, &hx, &e) == ACCEL_OK, "%s", e.msg);
+		ck_assert_msg(accelp_ops_copy(&dhv, &dxv, &e) == ACCEL_OK, "%s", e.msg);
+		ck_assert_msg(accelp_ops_copy(&ho, &dhv, &e) == ACCEL_OK, "%s", e.msg);
+		char msg[256];
+		size_t bad = half_ref_compare(f, p, out, n, msg, sizeof(msg));
+		ck_assert_msg(bad == 0, "device: %zu of %zu conversions wrong; first: %s", bad, n, msg);
+		dfree(dx);
+		dfree(dh);
+		free(p);
+		free(x);
+		free(out);
+		progress("copy f32 -> %s done", f->name);
 	}
 }
 END_TEST
@@ -1214,6 +1259,7 @@ static Suite *cuda_suite(void)
 	tcase_add_checked_fixture(tc, test_setup, NULL);
 	tcase_set_timeout(tc, OPS_TIMEOUT);
 	tcase_add_test(tc, copy_matches_cpu);
+	tcase_add_test(tc, copy_rounds_like_reference);
 	tcase_add_test(tc, fill_scale_axpy_match_cpu);
 	tcase_add_test(tc, reductions_match_cpu);
 	tcase_add_test(tc, stats_on_device_match_host);

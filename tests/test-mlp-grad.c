@@ -3,7 +3,10 @@
  * against central finite differences, the loss on known inputs, the
  * data-parallel identity the example relies on (the mean of N per-slice
  * mean-loss gradients equals the gradient of the mean over the whole batch),
- * and the data set's determinism. */
+ * the data set's determinism, and the 16-bit precision mode (mlp.h,
+ * "precision"): the example's own f32 <-> bf16/f16 conversions against the
+ * reference of tests/half-ref.h, and a bf16/f16 pass that rounds exactly
+ * the activations and activation gradients a 16-bit program holds. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 
 #include "blas.h"
 #include "mlp.h"
+#include "half-ref.h"
 
 typedef struct model {
 	mlp_shape s;
@@ -307,6 +311,102 @@ START_TEST(data_deterministic)
 }
 END_TEST
 
+/* mlp_to_half on every rounding boundary of tests/half-ref.h, and
+ * mlp_from_half on every pattern (the example has its own copies of the
+ * conversions: it is built from accel's public headers only). */
+START_TEST(half_conversions_match_reference)
+{
+	const half_fmt *f = _i ? &half_fmt_f16 : &half_fmt_bf16;
+	int prec = _i ? MLP_F16 : MLP_BF16;
+	size_t n = 0;
+	half_probe *p = half_ref_probes(f, (size_t)1 << 18, &n);
+	ck_assert_msg(p != NULL, "%s: building the probes failed (see stderr)", f->name);
+	uint16_t *out = malloc(n * sizeof(*out));
+	ck_assert(out != NULL);
+	for (size_t i = 0; i < n; i++)
+		out[i] = mlp_to_half(p[i].x, prec);
+	char msg[256];
+	size_t bad = half_ref_compare(f, p, out, n, msg, sizeof(msg));
+	ck_assert_msg(bad == 0, "mlp_to_half: %zu of %zu wrong; first: %s", bad, n, msg);
+	for (uint32_t h = 0; h < 65536; h++) {
+		double want = half_ref_decode(f, (uint16_t)h);
+		float got = mlp_from_half((uint16_t)h, prec);
+		if (isnan(want))
+			ck_assert_msg(isnan(got), "%s 0x%04x: %a, want NaN", f->name, h, (double)got);
+		else
+			ck_assert_msg((double)got == want && !signbit(got) == !signbit(want),
+			              "%s 0x%04x: %a, want %a", f->name, h, (double)got, want);
+	}
+	free(out);
+	free(p);
+}
+END_TEST
+
+static int all_representable(const float *x, size_t n, int prec)
+{
+	for (size_t i = 0; i < n; i++)
+		if (mlp_from_half(mlp_to_half(x[i], prec), prec) != x[i])
+			return 0;
+	return 1;
+}
+
+/* prec bf16/f16: each layer's output is the f32 layer's output rounded
+ * once (not rounded before the bias or the ReLU), and the logits'
+ * gradient and every activation gradient are 16-bit values; the weight
+ * gradients stay f32 (they are not all 16-bit values). */
+START_TEST(half_pass_rounds_what_a_16bit_program_holds)
+{
+	int prec = _i ? MLP_F16 : MLP_BF16, n = 17;
+	model m;
+	uint64_t seed = 99;
+	model_init(&m, 12, 20, 2, 5, seed);
+	for (int l = 0; l < m.s.n_layers; l++) {   /* 16-bit weights */
+		mlp_round(m.W[l], wsize(&m, l), prec);
+		mlp_round(m.b[l], (size_t)m.s.dims[l + 1], prec);
+	}
+	float *x = malloc((size_t)n * 12 * sizeof(float));
+	int64_t y[17];
+	for (int i = 0; i < n * 12; i++)
+		x[i] = 2.0f * urand(&seed);
+	mlp_round(x, (size_t)n * 12, prec);
+	for (int i = 0; i < n; i++)
+		y[i] = i % 5;
+	mlp_work w32, w16;
+	ck_assert_int_eq(mlp_work_init(&w32, &m.s, n), 0);
+	ck_assert_int_eq(mlp_work_init(&w16, &m.s, n), 0);
+	w16.prec = prec;
+	w32.act[0] = w16.act[0] = x;
+	for (int l = 0; l < m.s.n_layers; l++) {
+		mlp_forward_layer(&m.s, &w16, l, m.W[l], m.b[l], n);
+		/* the f32 layer on the 16-bit layer's input (act[0] is x in both) */
+		if (l > 0)
+			memcpy(w32.act[l], w16.act[l], (size_t)n * (size_t)m.s.dims[l] * sizeof(float));
+		mlp_forward_layer(&m.s, &w32, l, m.W[l], m.b[l], n);
+		size_t cnt = (size_t)n * (size_t)m.s.dims[l + 1];
+		mlp_round(w32.act[l + 1], cnt, prec);
+		ck_assert_msg(!memcmp(w32.act[l + 1], w16.act[l + 1], cnt * sizeof(float)),
+		              "layer %d: the 16-bit output is not the f32 output rounded once", l);
+	}
+	mlp_loss(&m.s, &w16, y, n, n / 1024.0, NULL);   /* a scaled loss, as fp16 uses */
+	ck_assert(all_representable(w16.dact[0], (size_t)n * 5, prec));
+	int f32_grads = 0;
+	for (int l = m.s.n_layers - 1; l >= 0; l--) {
+		mlp_backward_layer(&m.s, &w16, l, m.W[l], m.dW[l], m.db[l], n, 0);
+		if (l > 0) {
+			int cur = (m.s.n_layers - 1 - l) & 1;
+			ck_assert_msg(all_representable(w16.dact[cur ^ 1], (size_t)n * m.s.dims[l], prec),
+			              "layer %d: the input gradient holds values finer than 16 bits", l);
+		}
+		f32_grads += !all_representable(m.dW[l], wsize(&m, l), prec);
+	}
+	ck_assert_msg(f32_grads > 0, "every weight gradient is a 16-bit value: not accumulated in f32?");
+	mlp_work_free(&w32);
+	mlp_work_free(&w16);
+	free(x);
+	model_free(&m);
+}
+END_TEST
+
 static Suite *mlp_grad_suite(void)
 {
 	Suite *s = suite_create("mlp-grad");
@@ -318,6 +418,8 @@ static Suite *mlp_grad_suite(void)
 	tcase_add_test(tc, loss_known_values);
 	tcase_add_test(tc, data_parallel_identity);
 	tcase_add_test(tc, data_deterministic);
+	tcase_add_loop_test(tc, half_conversions_match_reference, 0, 2);
+	tcase_add_loop_test(tc, half_pass_rounds_what_a_16bit_program_holds, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -47,7 +47,7 @@ assert [r["step"] for r in jl] == [4, 8, 12], [r["step"] for r in jl]
 rows = list(csv.DictReader(open(d + "/metrics.csv")))
 assert [int(r["step"]) for r in rows] == [4, 8, 12], rows
 tb = [json.loads(l) for l in open(tbfile)]
-assert len(tb) == 3 * 3, tb            # loss, lr, samples_per_s at 3 steps
+assert len(tb) == 3 * 5, tb   # loss, lr, samples_per_s, loss_scale, skipped at 3 steps
 for j, c in zip(jl, rows):
     for k in ("loss", "lr", "samples_per_s"):
         assert float(c[k]) == j[k], (k, c[k], j[k])       # %.17g: exact

@@ -253,7 +253,18 @@ typedef struct accel_unit_info_v1 {
 	uint32_t reserved;
 	const char *name;
 	uint64_t numel;           /* total elements of its parameters */
+	/* ABI minor 6 (read only when ACCEL_STRUCT_HAS(u, accel_unit_info_v1,
+	 * kind); index units only through ACCEL_MODEL_UNIT()): */
+	const char *kind;         /* what the program says the unit is ("Block",
+	                             "Embedding"; accel_param_desc.unit_kind or
+	                             accel_unit_set_kind()), NULL when it said
+	                             nothing.  Borrowed, valid while the model is.
+	                             FSDP's transformer_cls_names_to_wrap matches it */
 } accel_unit_info_v1;
+
+/* Size of an accel_unit_info_v1 before minor 6 (its stride in
+ * accel_model_v1.units for a core or plugin older than minor 6). */
+#define ACCEL_UNIT_INFO_V1_SIZE_MINOR5 offsetof(accel_unit_info_v1, kind)
 
 typedef struct accel_model_v1 {
 	uint32_t struct_size;
@@ -269,6 +280,12 @@ typedef struct accel_model_v1 {
 	                             array at that minor's stride, so index
 	                             params only through ACCEL_MODEL_PARAM()     */
 	uint32_t reserved;        /* 0 */
+	/* ABI minor 6: */
+	uint32_t unit_info_size;  /* bytes from one units[] entry to the next; a
+	                             core serves a plugin built before minor 6 an
+	                             array at that minor's stride, so index units
+	                             only through ACCEL_MODEL_UNIT()             */
+	uint32_t reserved2;       /* 0 */
 } accel_model_v1;
 
 /* Parameter i of a model, at the stride the running core laid the array
@@ -283,6 +300,20 @@ static inline const accel_param_info_v1 *accel_model_param(const accel_model_v1 
 	return (const accel_param_info_v1 *)(const void *)((const char *)m->params + stride * i);
 }
 #define ACCEL_MODEL_PARAM(model, i) accel_model_param((model), (i))
+
+/* Unit i of a model, at the stride the running core laid the array out
+ * with (ACCEL_UNIT_INFO_V1_SIZE_MINOR5 under a core older than minor 6,
+ * whose model has no unit_info_size or leaves it 0).  `units[i]` is right
+ * only for a plugin built before minor 6; read `kind` only when
+ * ACCEL_STRUCT_HAS(unit, accel_unit_info_v1, kind). */
+static inline const accel_unit_info_v1 *accel_model_unit(const accel_model_v1 *m, uint32_t i)
+{
+	size_t stride = ACCEL_STRUCT_HAS(m, accel_model_v1, unit_info_size) && m->unit_info_size
+	                        ? m->unit_info_size
+	                        : ACCEL_UNIT_INFO_V1_SIZE_MINOR5;
+	return (const accel_unit_info_v1 *)(const void *)((const char *)m->units + stride * i);
+}
+#define ACCEL_MODEL_UNIT(model, i) accel_model_unit((model), (i))
 
 /* One call of the core's optimizer on a flat range of one parameter.  The
  * core knows the optimizer, its hyper-parameters, the parameter's group, the

@@ -7,6 +7,75 @@
 #include "blas.h"
 #include "mlp.h"
 
+/* ---- precision ------------------------------------------------------------ */
+
+static uint32_t f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* Round to nearest even on the bits (the program is built from accel's
+ * public headers only, so it has its own copy of the conversions). */
+uint16_t mlp_to_half(float x, int prec)
+{
+	uint32_t u = f32_bits(x);
+	if (prec == MLP_BF16) {
+		if ((u & 0x7fffffffu) > 0x7f800000u)
+			return (uint16_t)((u >> 16) | 0x40u);
+		u += 0x7fffu + ((u >> 16) & 1u);
+		return (uint16_t)(u >> 16);
+	}
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+	uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return (uint16_t)(sign | 0x7e00u);
+	if (a >= 0x477ff000u)                 /* 65520 and up: infinity */
+		return (uint16_t)(sign | 0x7c00u);
+	if (a < 0x38800000u) {                /* f16 subnormal: multiples of 2^-24 */
+		float q = bits_f32(a) * 16777216.0f;   /* exact: a power-of-two scale */
+		return (uint16_t)(sign | (uint16_t)nearbyintf(q));
+	}
+	a += 0xfffu + ((a >> 13) & 1u);
+	return (uint16_t)(sign | ((a - 0x38000000u) >> 13));
+}
+
+float mlp_from_half(uint16_t h, int prec)
+{
+	if (prec == MLP_BF16)
+		return bits_f32((uint32_t)h << 16);
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+	if (e == 0)   /* zero or subnormal: m * 2^-24, exact in f32 */
+		return bits_f32(f32_bits((float)m * 0x1p-24f) | sign);
+	if (e == 0x1f)
+		return bits_f32(sign | 0x7f800000u | (m << 13));
+	return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+void mlp_round(float *x, size_t n, int prec)
+{
+	if (prec == MLP_F32)
+		return;
+	for (size_t i = 0; i < n; i++)
+		x[i] = mlp_from_half(mlp_to_half(x[i], prec), prec);
+}
+
+void mlp_widen(float *dst, const uint16_t *src, size_t n, int prec)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = mlp_from_half(src[i], prec);
+}
+
+/* ---- shapes and work space ------------------------------------------------- */
+
 int mlp_shape_init(mlp_shape *s, int inputs, int hidden, int n_hidden, int classes)
 {
 	if (inputs < 1 || classes < 2 || n_hidden < 0 || n_hidden >= MLP_MAX_LAYERS ||
@@ -66,6 +135,9 @@ void mlp_forward_layer(const mlp_shape *s, mlp_work *w, int l, const float *W, c
 	if (l < s->n_layers - 1)
 		for (size_t i = 0; i < (size_t)n * out; i++)
 			y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+	/* after the ReLU, which commutes with rounding: one rounding of the
+	 * f32 sum, as a 16-bit GEMM with a bias (and ReLU) epilogue stores it */
+	mlp_round(y, (size_t)n * out, w->prec);
 }
 
 /* Loss of one row; writes softmax into p when p != NULL. */
@@ -103,6 +175,7 @@ double mlp_loss(const mlp_shape *s, mlp_work *w, const int64_t *labels, int n, d
 		for (int j = 0; j < c; j++)
 			gi[j] = (float)(gi[j] / denom);
 	}
+	mlp_round(g, (size_t)n * c, w->prec);
 	if (ret_correct)
 		*ret_correct = correct;
 	return total;
@@ -144,6 +217,7 @@ void mlp_backward_layer(const mlp_shape *s, mlp_work *w, int l, const float *W, 
 	/* dX[n,in] = dY[n,out] . W[out,in], then through fc{l-1}'s ReLU: its
 	 * output x is positive exactly where its input was. */
 	blas_sgemm(0, 0, n, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
+	mlp_round(dx, (size_t)n * in, w->prec);
 	const float *x = w->act[l];
 	for (size_t i = 0; i < (size_t)n * in; i++)
 		if (!(x[i] > 0.0f))

@@ -16,6 +16,7 @@
 #ifndef TRAIN_MLP_MLP_H
 #define TRAIN_MLP_MLP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define MLP_MAX_LAYERS 16
@@ -29,9 +30,30 @@ typedef struct mlp_shape {
 int mlp_shape_init(mlp_shape *s, int inputs, int hidden, int n_hidden, int classes);
 int mlp_max_dim(const mlp_shape *s);
 
+/* ---- precision -------------------------------------------------------------
+ * A bf16 or f16 program holds its weights, activations and activation
+ * gradients in that dtype and computes each product in f32 (the f32
+ * accumulation of a tensor-core GEMM).  On the CPU that is emulated
+ * exactly: the 16-bit weights widen to f32 (exact), the SGEMM runs in f32,
+ * and each result the program would store in 16 bits is rounded to the
+ * nearest bf16/f16 value (ties to even, overflow to infinity) and kept in
+ * an f32 slot.  Weight gradients stay f32 (accel's grad_dtype f32). */
+enum { MLP_F32 = 0, MLP_BF16 = 1, MLP_F16 = 2 };
+
+/* x[0..n) rounded in place to the nearest value of `prec` (no-op for f32). */
+void mlp_round(float *x, size_t n, int prec);
+/* dst[0..n) = the bf16 (prec MLP_BF16) or f16 (MLP_F16) values src[0..n). */
+void mlp_widen(float *dst, const uint16_t *src, size_t n, int prec);
+/* One value: f32 -> the bf16/f16 bit pattern, and back. */
+uint16_t mlp_to_half(float x, int prec);
+float mlp_from_half(uint16_t h, int prec);
+
 /* Activations and gradients for batches of up to `cap` samples. */
 typedef struct mlp_work {
 	int cap;
+	int prec;                        /* MLP_F32 (mlp_work_init), _BF16, _F16:
+	                                    what activations and their gradients
+	                                    are rounded to                       */
 	float *act[MLP_MAX_LAYERS + 1];  /* act[l+1]: output of fc{l} (after ReLU
 	                                    for hidden layers, logits for the
 	                                    last); act[0] is the input (borrowed) */
@@ -42,14 +64,16 @@ int mlp_work_init(mlp_work *w, const mlp_shape *s, int cap);
 void mlp_work_free(mlp_work *w);
 
 /* fc{l} forward on n samples: y = x . W^T + b, then ReLU unless last.
- * x is w->act[l] (set w->act[0] to the input first); writes w->act[l+1]. */
+ * x is w->act[l] (set w->act[0] to the input first); writes w->act[l+1],
+ * rounded to w->prec. */
 void mlp_forward_layer(const mlp_shape *s, mlp_work *w, int l, const float *W, const float *b,
                        int n);
 
 /* Softmax cross-entropy of the logits w->act[n_layers] against labels.
  * Returns the SUM over the n samples of -log p(label) (double).  Writes
  * dlogits = (softmax - onehot) / denom into w->dact for backward: pass
- * denom = n for the gradient of the mean over these n samples.  correct
+ * denom = n for the gradient of the mean over these n samples; dlogits
+ * are rounded to w->prec (the softmax and the loss are f32/f64).  correct
  * (optional) receives the number of argmax hits. */
 double mlp_loss(const mlp_shape *s, mlp_work *w, const int64_t *labels, int n, double denom,
                 int *ret_correct);
@@ -62,7 +86,7 @@ double mlp_eval_loss(const mlp_shape *s, const mlp_work *w, const int64_t *label
  * above): dW += dY^T . X, db += sum over rows of dY (with accumulate 0:
  * dW = ..., db = ..., overwriting them), and for l > 0 the gradient wrt
  * fc{l}'s input, through the ReLU of fc{l-1}, is left in w->dact for the
- * next (lower) layer. */
+ * next (lower) layer, rounded to w->prec. */
 void mlp_backward_layer(const mlp_shape *s, mlp_work *w, int l, const float *W, float *dW,
                         float *db, int n, int accumulate);
 

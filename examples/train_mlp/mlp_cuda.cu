@@ -13,6 +13,7 @@
  * loss sums (read for the log) are added with atomics. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -43,7 +44,7 @@ typedef struct plan {
 
 struct mlp_cuda {
 	mlp_shape shape;
-	int cap, device, bf16;
+	int cap, device, half;            /* half: MLP_F32, MLP_BF16, MLP_F16  */
 	size_t es;                       /* bytes per activation element      */
 	cublasLtHandle_t lt;
 	void *workspace;
@@ -115,6 +116,29 @@ __device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v)
 {
 	p[i] = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ void st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+
+/* A kernel launch for the work space's dtype: KERNEL<T><<<...>>>(ARGS),
+ * where ARGS may name T (the element type of activations and parameters). */
+#define LAUNCH_T(g, kernel, grid, block, ...)                                          \
+	do {                                                                            \
+		if ((g)->half == MLP_BF16) {                                                \
+			typedef __nv_bfloat16 T;                                                \
+			kernel<T><<<grid, block, 0, (g)->stream>>>(__VA_ARGS__);                \
+		} else if ((g)->half == MLP_F16) {                                          \
+			typedef __half T;                                                       \
+			kernel<T><<<grid, block, 0, (g)->stream>>>(__VA_ARGS__);                \
+		} else {                                                                    \
+			typedef float T;                                                        \
+			kernel<T><<<grid, block, 0, (g)->stream>>>(__VA_ARGS__);                \
+		}                                                                           \
+	} while (0)
+
+static const char *dtype_name(int half)
+{
+	return half == MLP_BF16 ? "bf16" : half == MLP_F16 ? "f16" : "f32";
 }
 
 static unsigned blocks_for(size_t n, unsigned threads)
@@ -250,7 +274,9 @@ __global__ void xent_k(T *dz, const T *z, const int64_t *y, int n, int classes, 
  * (leading dimension ld), as cuBLASLt sees it: cols x rows. */
 static int layout(mlp_cuda *g, cublasLtMatrixLayout_t *l, int rows, int cols, int ldm)
 {
-	LT(g, cublasLtMatrixLayoutCreate(l, g->bf16 ? CUDA_R_16BF : CUDA_R_32F, (uint64_t)cols,
+	cudaDataType_t t = g->half == MLP_BF16 ? CUDA_R_16BF : g->half == MLP_F16 ? CUDA_R_16F
+	                                                                        : CUDA_R_32F;
+	LT(g, cublasLtMatrixLayoutCreate(l, t, (uint64_t)cols,
 	                                 (uint64_t)rows, ldm));
 	return 0;
 }
@@ -374,7 +400,7 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
 			return -1;
 		if (made == 0)
 			return fail(g, "cuBLASLt has no algorithm for a %s GEMM of %d x %d x %d",
-			            g->bf16 ? "bf16" : "f32", m, n, k);
+			            dtype_name(g->half), m, n, k);
 		p->used = 1;
 	}
 	if (p->fused)
@@ -386,11 +412,7 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
 	if (epi && !p->fused) {
 		size_t total = (size_t)m * (size_t)n;
 		unsigned nb = blocks_for(total, 256);
-		if (g->bf16)
-			bias_k<<<nb, 256, 0, g->stream>>>((__nv_bfloat16 *)C, (const __nv_bfloat16 *)bias,
-			                                  m, n, epi == 2);
-		else
-			bias_k<<<nb, 256, 0, g->stream>>>((float *)C, (const float *)bias, m, n, epi == 2);
+		LAUNCH_T(g, bias_k, nb, 256, (T *)C, (const T *)bias, m, n, epi == 2);
 		LAUNCHED(g, "bias kernel");
 	}
 	return 0;
@@ -469,8 +491,8 @@ static int setup(mlp_cuda *g, const mlp_data *train, const mlp_data *test)
 	cudaDeviceProp prop;
 	CU(g, cudaSetDevice(g->device));
 	CU(g, cudaGetDeviceProperties(&prop, g->device));
-	snprintf(g->name, sizeof(g->name), "cuBLASLt %s on cuda:%d (%s)",
-	         g->bf16 ? "bf16 (f32 accumulation)" : "f32", g->device, prop.name);
+	snprintf(g->name, sizeof(g->name), "cuBLASLt %s%s on cuda:%d (%s)", dtype_name(g->half),
+	         g->half != MLP_F32 ? " (f32 accumulation)" : "", g->device, prop.name);
 	LT(g, cublasLtCreate(&g->lt));
 	CU(g, cudaMalloc(&g->workspace, WORKSPACE_BYTES));
 	for (int l = 0; l <= s->n_layers; l++)
@@ -496,7 +518,7 @@ static int setup(mlp_cuda *g, const mlp_data *train, const mlp_data *test)
 	return 0;
 }
 
-extern "C" int mlp_cuda_new(const mlp_shape *s, int cap, int device, int bf16,
+extern "C" int mlp_cuda_new(const mlp_shape *s, int cap, int device, int half,
                             const mlp_data *train, const mlp_data *test, mlp_cuda **ret,
                             char *err, size_t errcap)
 {
@@ -509,8 +531,13 @@ extern "C" int mlp_cuda_new(const mlp_shape *s, int cap, int device, int bf16,
 	g->shape = *s;
 	g->cap = cap;
 	g->device = device;
-	g->bf16 = bf16;
-	g->es = bf16 ? 2 : 4;
+	if (half != MLP_F32 && half != MLP_BF16 && half != MLP_F16) {
+		snprintf(err, errcap, "working dtype %d is not f32, bf16 or f16", half);
+		free(g);
+		return -1;
+	}
+	g->half = half;
+	g->es = half != MLP_F32 ? 2 : 4;
 	if (setup(g, train, test)) {
 		snprintf(err, errcap, "%s", g->err);
 		mlp_cuda_free(g);
@@ -524,12 +551,8 @@ static int gather(mlp_cuda *g, const int64_t *idx_dev, int set, int64_t first, i
 {
 	size_t total = (size_t)n * (size_t)g->dim;
 	unsigned nb = blocks_for(total, 256);
-	if (g->bf16)
-		gather_k<<<nb, 256, 0, g->stream>>>((__nv_bfloat16 *)g->act[0], g->yb, g->x[set],
-		                                    g->y[set], idx_dev, first, n, g->dim);
-	else
-		gather_k<<<nb, 256, 0, g->stream>>>((float *)g->act[0], g->yb, g->x[set], g->y[set],
-		                                    idx_dev, first, n, g->dim);
+	LAUNCH_T(g, gather_k, nb, 256, (T *)g->act[0], g->yb, g->x[set], g->y[set], idx_dev, first,
+	         n, g->dim);
 	LAUNCHED(g, "gather kernel");
 	return 0;
 }
@@ -585,14 +608,8 @@ static int xent(mlp_cuda *g, int n, double denom, double weight, int grad)
 	int c = s->dims[s->n_layers];
 	unsigned threads = 256, blocks = (unsigned)(((size_t)n * 32 + threads - 1) / threads);
 	double *loss = grad ? &g->sums[0] : &g->sums[1], *hits = grad ? NULL : &g->sums[2];
-	if (g->bf16)
-		xent_k<<<blocks, threads, 0, g->stream>>>(grad ? (__nv_bfloat16 *)g->dact[0] : NULL,
-		                            (const __nv_bfloat16 *)g->act[s->n_layers], g->yb, n, c,
-		                            denom, weight, loss, hits);
-	else
-		xent_k<<<blocks, threads, 0, g->stream>>>(grad ? (float *)g->dact[0] : NULL,
-		                            (const float *)g->act[s->n_layers], g->yb, n, c, denom,
-		                            weight, loss, hits);
+	LAUNCH_T(g, xent_k, blocks, threads, grad ? (T *)g->dact[0] : NULL,
+	         (const T *)g->act[s->n_layers], g->yb, n, c, denom, weight, loss, hits);
 	LAUNCHED(g, "cross-entropy kernel");
 	return 0;
 }
@@ -625,15 +642,9 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 	/* db (+)= column sums of dY */
 	unsigned chunks = (unsigned)((n + COLSUM_ROWS - 1) / COLSUM_ROWS);
 	dim3 grid((unsigned)((out + 127) / 128), chunks);
-	if (g->bf16) {
-		colsum_part_k<<<grid, 128, 0, g->stream>>>(g->colsum, (const __nv_bfloat16 *)dy, n, out);
-		colsum_done_k<<<(out + 127) / 128, 128, 0, g->stream>>>((__nv_bfloat16 *)db, g->colsum,
-		                                                        (int)chunks, out, accumulate);
-	} else {
-		colsum_part_k<<<grid, 128, 0, g->stream>>>(g->colsum, (const float *)dy, n, out);
-		colsum_done_k<<<(out + 127) / 128, 128, 0, g->stream>>>((float *)db, g->colsum,
-		                                                        (int)chunks, out, accumulate);
-	}
+	LAUNCH_T(g, colsum_part_k, grid, 128, g->colsum, (const T *)dy, n, out);
+	LAUNCH_T(g, colsum_done_k, (out + 127) / 128, 128, (T *)db, g->colsum, (int)chunks, out,
+	         accumulate);
 	LAUNCHED(g, "bias gradient kernels");
 	if (l == 0)
 		return 0;
@@ -642,11 +653,7 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 		return -1;
 	size_t total = (size_t)n * (size_t)in;
 	unsigned nb = blocks_for(total, 256);
-	if (g->bf16)
-		drelu_k<<<nb, 256, 0, g->stream>>>((__nv_bfloat16 *)dx,
-		                                   (const __nv_bfloat16 *)g->act[l], total);
-	else
-		drelu_k<<<nb, 256, 0, g->stream>>>((float *)dx, (const float *)g->act[l], total);
+	LAUNCH_T(g, drelu_k, nb, 256, (T *)dx, (const T *)g->act[l], total);
 	LAUNCHED(g, "ReLU gradient kernel");
 	return 0;
 }
@@ -654,7 +661,7 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 extern "C" int mlp_cuda_set_gemm_hooks(mlp_cuda *g, mlp_cuda_fwd_fn fwd, mlp_cuda_bwd_fn bwd,
                                        void *user)
 {
-	if (g->bf16 && (fwd || bwd))
+	if (g->half != MLP_F32 && (fwd || bwd))
 		return fail(g, "GEMM hooks need f32 activations");
 	g->hook_fwd = fwd;
 	g->hook_bwd = bwd;
@@ -740,7 +747,7 @@ extern "C" int mlp_cuda_take_eval(mlp_cuda *g, double *ret_loss, double *ret_hit
 
 extern "C" int mlp_cuda_to_host(mlp_cuda *g, float *dst, const void *src, size_t n)
 {
-	if (!g->bf16)
+	if (g->half == MLP_F32)
 		return read_back(g, dst, src, n * sizeof(float));
 	uint16_t *tmp = (uint16_t *)malloc(n ? n * 2 : 1);
 	if (!tmp)
@@ -749,10 +756,8 @@ extern "C" int mlp_cuda_to_host(mlp_cuda *g, float *dst, const void *src, size_t
 		free(tmp);
 		return -1;
 	}
-	for (size_t i = 0; i < n; i++) {
-		uint32_t bits = (uint32_t)tmp[i] << 16;
-		memcpy(&dst[i], &bits, 4);
-	}
+	for (size_t i = 0; i < n; i++)   /* exact: f32 holds every bf16/f16 value */
+		dst[i] = mlp_from_half(tmp[i], g->half);
 	free(tmp);
 	return 0;
 }

@@ -3,7 +3,7 @@
  * examples/train_mlp/mlp_cuda.h: the math of mlp.h on a CUDA GPU, for
  * train_mlp --device cuda.  The same model, loss and layouts (weights
  * [out, in] row-major, one sample per row); GEMMs through cuBLASLt in f32
- * (exact f32 arithmetic, no TF32) or bf16 with f32 accumulation, and small
+ * (exact f32 arithmetic, no TF32) or bf16/f16 with f32 accumulation, and small
  * kernels for the bias, ReLU, softmax cross-entropy, the bias gradient and
  * the batch gather.  Parameters and gradients are device pointers that
  * accel owns (of the working dtype); activations, the data set and the
@@ -39,10 +39,11 @@ typedef struct mlp_cuda mlp_cuda;
 int mlp_cuda_device_count(void);
 
 /* Work space for batches of up to cap samples on device `device`, in f32
- * (bf16 0) or bf16 (1), with the training and test sets copied to the
- * device (test may have n 0).  On failure *ret is NULL and err (errcap
+ * (half MLP_F32), bf16 (MLP_BF16) or f16 (MLP_F16): activations,
+ * parameters and gradients in that dtype.  The training and test sets are
+ * copied to the device (test may have n 0).  On failure *ret is NULL and err (errcap
  * bytes) says why. */
-int mlp_cuda_new(const mlp_shape *s, int cap, int device, int bf16, const mlp_data *train,
+int mlp_cuda_new(const mlp_shape *s, int cap, int device, int half, const mlp_data *train,
                  const mlp_data *test, mlp_cuda **ret, char *err, size_t errcap);
 void mlp_cuda_free(mlp_cuda *g);
 /* own 1: from now on compute on a new non-blocking stream of the device
@@ -55,7 +56,7 @@ int mlp_cuda_use_stream(mlp_cuda *g, int own);
 void *mlp_cuda_stream(const mlp_cuda *g);
 /* The last failure's message. */
 const char *mlp_cuda_error(const mlp_cuda *g);
-/* "cuBLASLt f32 on <device name>" (or bf16). */
+/* "cuBLASLt f32 on <device name>" (or bf16, f16). */
 const char *mlp_cuda_name(const mlp_cuda *g);
 
 /* The input of the next forward: training samples idx[0..n) (host

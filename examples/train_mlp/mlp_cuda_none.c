@@ -10,10 +10,10 @@ int mlp_cuda_device_count(void)
 	return -1;
 }
 
-int mlp_cuda_new(const mlp_shape *s, int cap, int device, int bf16, const mlp_data *train,
+int mlp_cuda_new(const mlp_shape *s, int cap, int device, int half, const mlp_data *train,
                  const mlp_data *test, mlp_cuda **ret, char *err, size_t errcap)
 {
-	(void)s, (void)cap, (void)device, (void)bf16, (void)train, (void)test;
+	(void)s, (void)cap, (void)device, (void)half, (void)train, (void)test;
 	*ret = NULL;
 	snprintf(err, errcap, "this train_mlp was built without CUDA (meson found no CUDA toolkit "
 	         "with cuBLASLt; configure with -Dcuda=enabled -Dcublaslt=enabled)");

@@ -82,8 +82,9 @@ static void usage(FILE *out)
 	        "  --test-samples N   held-out samples for the final accuracy (default 2048)\n"
 	        "  --inputs D         input dimension (default 784)\n"
 	        "  --classes C        classes (default 10)\n"
-	        "  --device D         cpu (default), cuda (GPU local rank %% count) or cuda:N; on\n"
-	        "                     a GPU mixed_precision=bf16 computes in bf16\n"
+	        "  --device D         cpu (default), cuda (GPU local rank %% count) or cuda:N;\n"
+	        "                     mixed_precision=bf16 or fp16 holds the weights and\n"
+	        "                     activations in bf16 or f16 on either (f32 masters)\n"
 	        "  --legacy-stream    on a GPU, compute on CUDA's legacy default stream instead\n"
 	        "                     of a non-blocking stream of its own (for comparison)\n"
 	        "  --no-shuffle       global batch k of an epoch is samples k*B .. (k+1)*B-1 (sets\n"
@@ -361,10 +362,47 @@ typedef struct trainer {
 	int64_t *idx;
 	mlp_cuda *gpu;                     /* --device cuda, else NULL    */
 	int32_t dev_index;                 /* its CUDA ordinal            */
-	uint32_t dtype;                    /* working dtype on the GPU    */
+	uint32_t dtype;                    /* working dtype (mixed_precision) */
 	int fp8_on;                        /* mixed_precision fp8         */
 	mlp_fp8 *fp8;                      /* its GEMMs, after prepare    */
+	int prec;                          /* the same as MLP_F32/_BF16/_F16 */
+	float *wf, *bf;                    /* CPU, 16-bit: a layer's weight and
+	                                      bias widened to f32 for the BLAS */
 } trainer;
+
+/* The working dtype mixed_precision asks for: no -> f32, bf16, fp16 -> f16
+ * (the loss scaled by the scaler plugin's accel_loss_scale()).  Weights
+ * and activations are held in it; accel keeps f32 masters and optimizer
+ * state, and on the CPU the gradients are f32 (grad_dtype), on the GPU
+ * the working dtype.  fp8 on the CPU: f32 weights, whose linear layers
+ * the fp8 plugin's GEMM computes (on either device).  -1 (said on stderr) for a value
+ * train_mlp does not compute in. */
+static int choose_dtype(trainer *t, const options *o, int on_gpu)
+{
+	const char *mp = "no";
+	if (accel_config_string(t->ctx, "mixed_precision", &mp) != ACCEL_OK)
+		mp = "no";
+	if (!strcmp(mp, "no")) {
+		t->dtype = ACCEL_DTYPE_F32;
+		t->prec = MLP_F32;
+	} else if (!strcmp(mp, "bf16")) {
+		t->dtype = ACCEL_DTYPE_BF16;
+		t->prec = MLP_BF16;
+	} else if (!strcmp(mp, "fp16")) {
+		t->dtype = ACCEL_DTYPE_F16;
+		t->prec = MLP_F16;
+	} else if (!strcmp(mp, "fp8")) {   /* f32 weights, GEMMs in fp8 (mlp_fp8.c) */
+		t->dtype = ACCEL_DTYPE_F32;
+		t->prec = MLP_F32;
+	} else {
+		fprintf(stderr, "train_mlp: --device %s computes in f32 (mixed_precision=no), bf16 "
+		        "(mixed_precision=bf16), f16 (mixed_precision=fp16) or fp8 GEMMs "
+		        "(mixed_precision=fp8), not mixed_precision=%s\n",
+		        o->device ? o->device : "cpu", mp);
+		return -1;
+	}
+	return 0;
+}
 
 /* Report a failure of the GPU math; returns -1. */
 static int gpu_fail(const trainer *t, const char *what)
@@ -375,10 +413,9 @@ static int gpu_fail(const trainer *t, const char *what)
 
 /* --device cuda[:N]: the GPU of this process (cuda: local rank modulo the
  * GPUs, so `accel launch -n N` spreads the ranks, and several ranks may
- * share one) and the working dtype (mixed_precision: no -> f32, bf16). */
+ * share one). */
 static int gpu_choose(trainer *t, const options *o)
 {
-	const char *mp = "no";
 	int n = mlp_cuda_device_count();
 	if (n < 0) {
 		fprintf(stderr, "train_mlp: --device %s: this train_mlp was built without CUDA "
@@ -400,20 +437,6 @@ static int gpu_choose(trainer *t, const options *o)
 		}
 	} else {
 		t->dev_index = (int32_t)(accel_local_rank(t->ctx) % n);
-	}
-	if (accel_config_string(t->ctx, "mixed_precision", &mp) != ACCEL_OK)
-		mp = "no";
-	if (!strcmp(mp, "no")) {
-		t->dtype = ACCEL_DTYPE_F32;
-	} else if (!strcmp(mp, "bf16")) {
-		t->dtype = ACCEL_DTYPE_BF16;
-	} else if (!strcmp(mp, "fp8")) {   /* f32 weights, GEMMs in fp8 (mlp_fp8.c) */
-		t->dtype = ACCEL_DTYPE_F32;
-	} else {
-		fprintf(stderr, "train_mlp: --device %s computes in f32 (mixed_precision=no), bf16 "
-		        "(mixed_precision=bf16) or fp8 GEMMs (mixed_precision=fp8), not "
-		        "mixed_precision=%s\n", o->device, mp);
-		return -1;
 	}
 	return 0;
 }
@@ -456,20 +479,41 @@ static int register_model(trainer *t)
 			if ((rc = accel_model_add(t->ctx, &d, &t->bias[l])))
 				return fail(t, "registering the model", rc);
 		} else {
+			/* in the working dtype, gradients in f32 (mlp.c's SGEMM writes
+			 * f32; accel keeps f32 masters and refreshes the 16-bit copy) */
+			accel_param_desc d = {.struct_size = sizeof(d), .dtype = t->dtype, .unit = name,
+			                      .name = pname, .ndim = 2, .shape = wshape,
+			                      .device = ACCEL_DEVICE_CPU, .init = &init,
+			                      .grad_dtype = ACCEL_DTYPE_F32};
 			if ((rc = t->fp8_on ? mlp_fp8_add_weight(t->ctx, name, pname, wshape, &init,
 			                                         &t->weight[l])
-			                    : accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 2,
-			                                            wshape, &init, &t->weight[l])))
+			                    : accel_model_add(t->ctx, &d, &t->weight[l])))
 				return fail(t, "registering the model", rc);
 			snprintf(pname, sizeof(pname), "fc%d.bias", l);
-			if ((rc = accel_model_add_param(t->ctx, name, pname, ACCEL_DTYPE_F32, 1, bshape,
-			                                &init, &t->bias[l])))
+			d.ndim = 1;
+			d.shape = bshape;
+			if ((rc = accel_model_add(t->ctx, &d, &t->bias[l])))
 				return fail(t, "registering the model", rc);
 		}
 		if ((rc = accel_model_find_unit(t->ctx, name, &t->unit[l])))
 			return fail(t, "looking up a unit", rc);
 	}
 	return 0;
+}
+
+/* CPU, 16-bit working weights: fc{l}'s weight (and bias, when b is not
+ * NULL) widened into t->wf (t->bf), exactly, for the f32 BLAS. */
+static void widen_layer(trainer *t, int l, const float **W, const float **b)
+{
+	if (t->prec == MLP_F32)
+		return;
+	size_t in = (size_t)t->shape.dims[l], out = (size_t)t->shape.dims[l + 1];
+	mlp_widen(t->wf, (const uint16_t *)*W, out * in, t->prec);
+	*W = t->wf;
+	if (b) {
+		mlp_widen(t->bf, (const uint16_t *)*b, out, t->prec);
+		*b = t->bf;
+	}
 }
 
 /* Forward through every unit on n samples in t->work.act[0]. */
@@ -483,6 +527,8 @@ static int forward(trainer *t, int n)
 		const float *b = accel_param_data(t->ctx, t->bias[l]);
 		if (!W || !b)
 			return fail(t, "parameters not available in forward", ACCEL_ERR_STATE);
+		if (!t->gpu && n > 0)
+			widen_layer(t, l, &W, &b);
 		if (n > 0 && t->gpu) {
 			if (mlp_cuda_forward_layer(t->gpu, l, W, b, n))
 				return gpu_fail(t, "forward");
@@ -512,6 +558,8 @@ static int backward(trainer *t, int n)
 		float *db = accel_param_grad(t->ctx, t->bias[l]);
 		if (!W || !dW || !db)
 			return fail(t, "gradients not available in backward", ACCEL_ERR_STATE);
+		if (!t->gpu)
+			widen_layer(t, l, &W, NULL);
 		if (t->gpu) {
 			if (mlp_cuda_backward_layer(t->gpu, l, W, dW, db, n, acc))
 				return gpu_fail(t, "backward");
@@ -536,6 +584,8 @@ static int load_batch(trainer *t, const mlp_data *d, const int64_t *idx, int n)
 		       (size_t)d->dim * sizeof(float));
 		t->yb[i] = d->y[idx[i]];
 	}
+	/* the input in the working dtype, as a 16-bit program holds it */
+	mlp_round(t->xb, (size_t)n * (size_t)d->dim, t->prec);
 	t->work.act[0] = t->xb;
 	return 0;
 }
@@ -562,6 +612,11 @@ static int evaluate_pass(trainer *t, const mlp_data *d, int set, double *ret_los
 			continue;
 		}
 		t->work.act[0] = d->x + (size_t)i * d->dim;
+		if (t->prec != MLP_F32) {
+			memcpy(t->xb, t->work.act[0], (size_t)n * (size_t)d->dim * sizeof(float));
+			mlp_round(t->xb, (size_t)n * (size_t)d->dim, t->prec);
+			t->work.act[0] = t->xb;
+		}
 		if (forward(t, n))
 			return -1;
 		int correct;
@@ -647,6 +702,8 @@ static int save_params_pass(trainer *t, const char *path, const char *const *met
 				gpu_fail(t, "copying the parameters to the host");
 				accel_unit_post_forward(t->ctx, t->unit[l]);
 				goto out;
+			} else if (!t->gpu && t->prec != MLP_F32) {
+				mlp_widen(copies[k], (const uint16_t *)src, numel, t->prec);
 			} else if (!t->gpu) {
 				memcpy(copies[k], src, numel * sizeof(float));
 			}
@@ -820,10 +877,11 @@ static void timing_json(const trainer *t, timing *tm, const options *o, int rank
 	printf(",\"t_start\":%.6f,\"t_end\":%.6f", tm->t0, tm->last);
 	if (t->gpu)   /* the GPU's step times are wall times between device syncs */
 		printf(",\"device\":\"cuda:%d\",\"dtype\":\"%s\",\"gemm\":\"%s\",\"stream\":\"%s\"",
-		       (int)t->dev_index, t->dtype == ACCEL_DTYPE_BF16 ? "bf16" : "f32",
+		       (int)t->dev_index, accel_dtype_name(t->dtype),
 		       mlp_cuda_name(t->gpu), mlp_cuda_stream(t->gpu) ? "own" : "legacy");
 	else
-		printf(",\"device\":\"cpu\",\"blas\":\"%s\"", blas_name());
+		printf(",\"device\":\"cpu\",\"dtype\":\"%s\",\"blas\":\"%s\"",
+		       accel_dtype_name(t->dtype), blas_name());
 	printf(",\"host\":\"%s\"}\n", host);
 	fflush(stdout);
 }
@@ -955,12 +1013,27 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	int on_gpu = o.device && strcmp(o.device, "cpu") != 0;
-	if (on_gpu && gpu_choose(&t, &o))
+	if (choose_dtype(&t, &o, on_gpu) || (on_gpu && gpu_choose(&t, &o)))
 		goto out;
 	if (mlp_shape_init(&t.shape, o.inputs, o.hidden, o.layers, o.classes) ||
 	    (!on_gpu && mlp_work_init(&t.work, &t.shape, (int)(o.batch / world)))) {
 		fprintf(stderr, "train_mlp: out of memory for the model's activations\n");
 		goto out;
+	}
+	t.work.prec = t.prec;
+	if (!on_gpu && t.prec != MLP_F32) {
+		size_t wmax = 0, bmax = 0;
+		for (int l = 0; l < t.shape.n_layers; l++) {
+			size_t wn = (size_t)t.shape.dims[l] * (size_t)t.shape.dims[l + 1];
+			wmax = wn > wmax ? wn : wmax;
+			bmax = (size_t)t.shape.dims[l + 1] > bmax ? (size_t)t.shape.dims[l + 1] : bmax;
+		}
+		t.wf = malloc(wmax * sizeof(float));
+		t.bf = malloc(bmax * sizeof(float));
+		if (!t.wf || !t.bf) {
+			fprintf(stderr, "train_mlp: out of memory for the f32 copy of a layer\n");
+			goto out;
+		}
 	}
 	if (on_gpu)   /* activations live on the GPU (mlp_cuda) */
 		t.work.cap = (int)(o.batch / world);
@@ -978,7 +1051,7 @@ int main(int argc, char **argv)
 	if (on_gpu) {
 		char err[600];
 		int32_t bad = 0;
-		if (mlp_cuda_new(&t.shape, t.work.cap, t.dev_index, t.dtype == ACCEL_DTYPE_BF16, &train,
+		if (mlp_cuda_new(&t.shape, t.work.cap, t.dev_index, t.prec, &train,
 		                 &test, &t.gpu, err, sizeof(err))) {
 			fprintf(stderr, "train_mlp: --device %s: %s\n", o.device, err);
 			bad = 1;
@@ -1053,8 +1126,10 @@ int main(int argc, char **argv)
 		            mlp_cuda_name(t.gpu), accel_get_lr(t.ctx));
 	else
 		accel_print(t.ctx, "train_mlp: %s, %d process%s, global batch %ld, %ld samples, "
-		            "BLAS %s, lr %g\n", dims, world, world > 1 ? "es" : "", o.batch,
-		            o.samples, blas_name(), accel_get_lr(t.ctx));
+		            "BLAS %s%s, lr %g\n", dims, world, world > 1 ? "es" : "", o.batch,
+		            o.samples, blas_name(), t.prec == MLP_BF16  ? ", bf16 weights"
+		                                    : t.prec == MLP_F16 ? ", f16 weights" : "",
+		            accel_get_lr(t.ctx));
 
 	/* --warmup steps first, then the --steps timed ones. */
 	long total = o.warmup + o.steps;
@@ -1166,9 +1241,17 @@ int main(int argc, char **argv)
 				goto out;
 			}
 			if (log_metrics) {
-				const char *keys[] = {"loss", "lr", "samples_per_s"};
-				double vals[] = {mean, accel_get_lr(t.ctx), sps};
-				if ((rc = accel_log_scalars(t.ctx, (uint64_t)done, 3, keys, vals))) {
+				/* the loss scale and whether the last step was skipped
+				 * (a scaler's found_inf); 1 and 0 without a scaler */
+				accel_step_report rep = {.struct_size = sizeof(rep)};
+				if ((rc = accel_last_step(t.ctx, &rep))) {
+					fail(&t, "accel_last_step", rc);
+					goto out;
+				}
+				const char *keys[] = {"loss", "lr", "samples_per_s", "loss_scale", "skipped"};
+				double vals[] = {mean, accel_get_lr(t.ctx), sps, rep.loss_scale,
+				                 (double)rep.skipped};
+				if ((rc = accel_log_scalars(t.ctx, (uint64_t)done, 5, keys, vals))) {
 					fail(&t, "writing metrics", rc);
 					goto out;
 				}
@@ -1263,6 +1346,8 @@ out:
 	free(t.xb);
 	free(t.yb);
 	free(t.idx);
+	free(t.wf);
+	free(t.bf);
 	free(tm.step_s);
 	mlp_work_free(&t.work);
 	mlp_data_free(&train);

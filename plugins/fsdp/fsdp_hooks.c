@@ -56,6 +56,15 @@ static int gather_start(fsdp_state *s, fsdp_unit *f, int async)
 		return r;
 	accel_view all = shard_view(f->dtype, f->device, f->device_index, f->work, f->padded);
 	accel_view mine = shard_view(f->dtype, f->device, f->device_index, f->shard, f->block);
+	if (fsdp_offloaded(s)) {
+		/* the block from host memory into its place in the gathered flat
+		 * parameter (on the stream, before the collective), gathered in
+		 * place there */
+		accel_view host = fsdp_block_view(s, f, f->dtype, f->shard, f->block);
+		mine.data = shard_at(f->work, f->dtype, f->lo);
+		if ((r = s->host->op_copy_async(s->h, &mine, &host)))
+			return r;
+	}
 	f->gathered = 1;
 	s->gathered_bytes += wbytes(f);
 	if (s->gathered_bytes > s->gathered_peak)
@@ -125,6 +134,59 @@ static int prefetch(fsdp_state *s, int64_t i)
 
 /* ---- reductions ------------------------------------------------------------------ */
 
+/* The rank's reduced block `blk` (on the parameters' device, in the
+ * gradient's or the reduce dtype) into acc.  Offloaded, acc is in host
+ * memory, and a copy between the host and a device keeps the dtype: the
+ * cast runs on the device first, into the gradient's own block. */
+static int to_acc(fsdp_state *s, fsdp_unit *f, const accel_view *blk)
+{
+	accel_view acc = fsdp_block_view(s, f, f->grad_dtype, f->acc, f->block);
+	int r;
+	if (fsdp_offloaded(s) && blk->dtype != f->grad_dtype) {
+		accel_view g = shard_view(f->grad_dtype, f->device, f->device_index,
+		                          shard_at(f->grad, f->grad_dtype, f->lo), f->block);
+		if ((r = s->host->op_copy(s->h, &g, blk)))
+			return r;
+		return s->host->op_copy(s->h, &acc, &g);
+	}
+	return s->host->op_copy(s->h, &acc, blk);
+}
+
+/* A reduction in another dtype than the gradient's (reduce_dtype) is
+ * done: cast the reduced values back where the step reads them, and free
+ * the copy.  Run by the host inside the wait() or test() that finds the
+ * request complete (req_on_done), or right after a reduction that
+ * blocked.  Sharded: the rank's block into acc; NO_SHARD: the whole flat
+ * gradient.  HYBRID_SHARD reduces the node's block once more across nodes
+ * in reduce_dtype first: finish_reduce casts it back after that. */
+static int cast_back(void *arg)
+{
+	fsdp_unit *f = arg;
+	fsdp_state *s = f->owner;
+	int r;
+	if (!f->rbuf || s->rep_g)
+		return ACCEL_OK;
+	if (fsdp_shards_params(s)) {
+		accel_view blk = shard_view(f->red_dtype, f->device, f->device_index,
+		                            shard_at(f->rbuf, f->red_dtype, f->lo), f->block);
+		r = to_acc(s, f, &blk);
+	} else {
+		accel_view all = shard_view(f->grad_dtype, f->device, f->device_index, f->grad,
+		                            f->padded);
+		accel_view rall = shard_view(f->red_dtype, f->device, f->device_index, f->rbuf,
+		                             f->padded);
+		r = s->host->op_copy(s->h, &all, &rall);
+	}
+	fsdp_free(s, f->rbuf);
+	f->rbuf = NULL;
+	f->cast_done = 1;
+	s->host->log(s->h, ACCEL_LOG_DEBUG, "reduce_dtype: unit %u cast back from %s %s",
+	             (unsigned)(f - s->units), accel_abi_dtype_name(f->red_dtype),
+	             f->cb_pending ? "in req_on_done" : "after a blocking reduction");
+	f->cb_pending = 0;
+	return r;
+}
+
 /* Finish f's reduction: its block of the mean into acc; the full gradient
  * freed (sharded) or cleared (NO_SHARD). */
 static int finish_reduce(fsdp_state *s, fsdp_unit *f)
@@ -136,6 +198,17 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 		f->req = NULL;
 		if ((r = H->wait(s->h, q)))
 			return r;
+	}
+	if (f->cast_done) {
+		/* req_on_done cast the reduced values back and freed the copy */
+		f->cast_done = 0;
+		if (!fsdp_shards_params(s))
+			return ACCEL_OK;
+		if (!f->in_backward && (r = bind_unit(s, f, 0)))
+			return r;
+		fsdp_free(s, f->grad);
+		f->grad = NULL;
+		return ACCEL_OK;
 	}
 	/* the reduced block: in the gradient buffer, or in the reduce-dtype
 	 * copy, cast back below */
@@ -163,8 +236,7 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 		}
 		return r;
 	}
-	accel_view acc = shard_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
-	if ((r = H->op_copy(s->h, &acc, &blk)))
+	if ((r = to_acc(s, f, &blk)))
 		return r;
 	fsdp_free(s, f->rbuf);
 	f->rbuf = NULL;
@@ -202,7 +274,7 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 			return H->error(s->h, ACCEL_ERR_STATE, "fsdp needs accel_unit_pre_backward/"
 			                "post_backward around every unit's backward; unit '%s' had "
 			                "none before this sync step",
-			                s->model->units[f->first_unit].name);
+			                ACCEL_MODEL_UNIT(s->model, f->first_unit)->name);
 		return H->error(s->h, ACCEL_ERR_INTERNAL, "fsdp: NO_SHARD unit without gradient");
 	}
 	/* sharded: one reduction in flight, finish the earlier ones first (each
@@ -227,11 +299,23 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 			return r;
 	}
 	trace(s, "reduce", f);
-	if (!fsdp_shards_params(s) || s->S == 1)
-		return H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
-	accel_view shard = shard_view(f->red_dtype, f->device, f->device_index,
-	                              shard_at(f->desc.view.data, f->red_dtype, f->lo), f->block);
-	return H->reduce_scatter_bucket(s->h, &f->desc, &shard, 0, &f->req);
+	f->cast_done = 0;
+	if (!fsdp_shards_params(s) || s->S == 1) {
+		r = H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
+	} else {
+		accel_view shard = shard_view(f->red_dtype, f->device, f->device_index,
+		                              shard_at(f->desc.view.data, f->red_dtype, f->lo),
+		                              f->block);
+		r = H->reduce_scatter_bucket(s->h, &f->desc, &shard, 0, &f->req);
+	}
+	if (r || !f->rbuf || s->rep_g)
+		return r;
+	/* the cast back of the reduce-dtype copy runs when the reduction
+	 * completes (inside the wait() that finds it done), not later */
+	if (!f->req)
+		return cast_back(f);
+	f->cb_pending = 1;
+	return H->req_on_done(s->h, f->req, cast_back, f);
 }
 
 /* ---- hooks --------------------------------------------------------------------------- */
@@ -310,11 +394,11 @@ int fsdp_post_backward(void *state, uint32_t unit)
 	if (s->unit_done[unit])
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward called "
 		                      "twice for unit '%s' in one micro-step",
-		                      s->model->units[unit].name);
+		                      ACCEL_MODEL_UNIT(s->model, unit)->name);
 	if (fsdp_shards_params(s) && !f->in_backward)
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward for unit "
 		                      "'%s' without accel_unit_pre_backward",
-		                      s->model->units[unit].name);
+		                      ACCEL_MODEL_UNIT(s->model, unit)->name);
 	s->unit_done[unit] = 1;
 	if (++f->done < f->n_units)
 		return ACCEL_OK;
@@ -378,7 +462,7 @@ static accel_view reduced_view(fsdp_state *s, fsdp_unit *f)
 {
 	if (!fsdp_shards_params(s))
 		return shard_view(f->grad_dtype, f->device, f->device_index, f->grad, f->padded);
-	return shard_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+	return fsdp_block_view(s, f, f->grad_dtype, f->acc, f->block);
 }
 
 static int grad_view(void *ctx, uint32_t i, accel_view *ret_v)
@@ -415,6 +499,14 @@ int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, double *stats)
 {
 	fsdp_state *s = state;
+	if (fsdp_offloaded(s)) {
+		/* the reduced blocks are in host memory: the core asks grad_stats */
+		if (!s->said_host_stats)
+			s->host->log(s->h, ACCEL_LOG_DEBUG, "cpu_offload: the gradient blocks are in "
+			             "host memory, so their statistics are computed on the host");
+		s->said_host_stats = 1;
+		return ACCEL_ERR_UNSUPPORTED;
+	}
 	return shard_grad_stats_device(s->host, s->h, s->n_units, grad_view, stats_reduce(s), s,
 	                               device, device_index, stats);
 }
@@ -477,8 +569,7 @@ int fsdp_materialize(void *state, uint32_t unit, uint32_t flags)
 		if ((flags & ACCEL_MATERIALIZE_WRITEBACK) && f->gathered && fsdp_shards_params(s)) {
 			accel_view mine = shard_view(f->dtype, f->device, f->device_index,
 			                             shard_at(f->work, f->dtype, f->lo), f->block);
-			accel_view sh = shard_view(f->dtype, f->device, f->device_index, f->shard,
-			                           f->block);
+			accel_view sh = fsdp_block_view(s, f, f->dtype, f->shard, f->block);
 			if ((r = s->host->op_copy(s->h, &sh, &mine)))
 				return r;
 		}
