@@ -19,6 +19,7 @@
 #include "config.h"
 #include "loader.h"
 #include "setup.h"
+#include "world.h"
 
 static void usage_main(FILE *out)
 {
@@ -51,7 +52,10 @@ static void usage_validate(FILE *out)
 		"must exist (whether this machine meets their needs is `accel plugins list`'s\n"
 		"business).  Prints 'FILE: ok', or one 'FILE: error: ...' line per problem\n"
 		"found: every bad key or value (up to 20, each with its position), a selected\n"
-		"plugin or backend that cannot be used.\n"
+		"plugin or backend that cannot be used, a bad plugin_dirs entry.  When nothing\n"
+		"else is wrong and this machine can run them, a one-process context starts the\n"
+		"selected plugins and runs their validate checks (a hook that cannot work with\n"
+		"the strategy); otherwise a note says why they were not run.\n"
 		"\n"
 		"Options:\n"
 		"  --set KEY=VALUE   override a key (repeatable; VALUE is JSON or a plain string)\n"
@@ -177,8 +181,10 @@ static void opts_free(opts *o)
 }
 
 /* The set-up a context runs (core/setup.c), on FILE (NULL: the usual
- * lookup) and the command's --set and --no-env. */
-static int setup(const opts *o, const char *file, accelp_setup *s, accel_err *err)
+ * lookup) and the command's --set and --no-env.  all_errors: a bad
+ * plugin_dirs entry does not stop the rest (validate). */
+static int setup(const opts *o, const char *file, int all_errors, accelp_setup *s,
+                 accel_err *err)
 {
 	accelp_setup_opts so = {
 		.config_path = file,
@@ -186,6 +192,7 @@ static int setup(const opts *o, const char *file, accelp_setup *s, accel_err *er
 		.skip_env = o->no_env,
 		.sets = o->sets,
 		.resolve = 1,
+		.all_errors = all_errors,
 	};
 	return accelp_setup_run(&so, s, err);
 }
@@ -208,18 +215,94 @@ static int check_backend(const accelp_setup *s, accel_err *err)
 	return ACCEL_OK;
 }
 
-/* One file: every problem found, one line each: the configuration's (every
- * bad key or value) and the selected plugins' and backend's, so a typo is
- * not hidden behind a plugin this machine lacks.  0 when valid. */
-static int validate_file(const opts *o, const char *file)
+/* Why the selected plugins cannot be started here (a one-process context),
+ * or NULL: one of them (or the backend) needs what this machine lacks, or
+ * this process is a rank of a larger job. */
+static const char *why_not_run(const accelp_setup *s, char *buf, size_t cap)
+{
+	for (uint32_t i = 0; i < s->sel.n; i++)
+		if (s->mods[i] && s->mods[i]->status != ACCEL_MODULE_OK) {
+			snprintf(buf, cap, "%s", s->mods[i]->reason ? s->mods[i]->reason
+			                                             : "a selected plugin is not usable");
+			return buf;
+		}
+	const accel_module *m;
+	accel_err e;
+	accelp_err_clear(&e);
+	int any_comm = 0;
+	for (uint32_t i = 0; i < accelp_loader_count(s->loader); i++) {
+		m = accelp_loader_get(s->loader, i);
+		any_comm |= m->kind == ACCEL_MODULE_COMM && m->status == ACCEL_MODULE_OK;
+	}
+	if (!any_comm) {
+		snprintf(buf, cap, "no usable comm backend is installed here (see `accel plugins "
+		         "list`)");
+		return buf;
+	}
+	if (strcmp(s->sel.backend, "auto") &&
+	    accelp_loader_find(s->loader, ACCEL_MODULE_COMM, s->sel.backend, &m, &e)) {
+		snprintf(buf, cap, "%s", e.msg);
+		return buf;
+	}
+	accel_world_v1 w = {.struct_size = sizeof(w)};
+	char job[256], addr[256];
+	int port = 0;
+	const char *launcher = NULL;
+	accelp_err_clear(&e);
+	if (accelp_world_from_env(&w, job, sizeof(job), addr, sizeof(addr), &port, &launcher, &e))
+		snprintf(buf, cap, "%s", e.msg);
+	else if (w.world_size > 1)
+		snprintf(buf, cap, "this process is rank %d of %d (started by %s); run `accel config "
+		         "validate` outside the job", w.rank, w.world_size,
+		         launcher ? launcher : "a launcher");
+	else
+		return NULL;
+	return buf;
+}
+
+/* The plugins' own checks: a one-process context of FILE runs every
+ * selected plugin's init and validate (and the core's hook/strategy
+ * rules), as `accel launch` would on each rank.  0 ok, 1 refused (said),
+ * 2 not run (a note says why). */
+static int run_plugins(const opts *o, const char *file, const accelp_setup *s)
+{
+	char why[ACCEL_ERRMSG_MAX];
+	if (why_not_run(s, why, sizeof(why))) {
+		fprintf(stderr, "%s: note: the selected plugins' validate checks were not run: %s\n",
+		        file, why);
+		return 2;
+	}
+	accel_opts ao = {.struct_size = sizeof(ao), .config_path = file, .sets = o->sets,
+	                 .skip_env = o->no_env};
+	accel_ctx *ctx = NULL;
+	int r = accel_ctx_new(&ao, &ctx);
+	if (r)
+		fprintf(stderr, "%s: error: %s\n", file,
+		        ctx ? accel_errmsg(ctx) : accel_status_str(r));
+	accel_ctx_free(ctx);
+	return r ? 1 : 0;
+}
+
+/* One file: every problem found, one line each: the plugin_dirs entries',
+ * the configuration's (every bad key or value) and the selected plugins'
+ * and backend's, so a typo is not hidden behind a plugin this machine
+ * lacks.  With plugins: when nothing else is wrong, the selected plugins'
+ * validate slots too.  0 when valid. */
+static int validate_file(const opts *o, const char *file, int plugins)
 {
 	accelp_setup s;
 	accel_err err, e;
 	accelp_err_clear(&err);
-	int r = setup(o, file, &s, &err), bad = 0;
-	/* resolve's bad keys, or the set-up's bad plugin_dirs entries */
-	uint32_t nerr = r && (s.failed_at == ACCELP_SETUP_RESOLVE ||
-	                      s.failed_at == ACCELP_SETUP_LOADER) && s.cfg
+	int r = setup(o, file, 1, &s, &err), bad = 0;
+	for (uint32_t i = 0; i < s.n_dir_errors; i++)
+		fprintf(stderr, "%s: error: %s\n", file, s.dir_errors[i]);
+	if (s.dir_errors_more)
+		fprintf(stderr, "%s: error: %u more problems not shown (the first %d are)\n", file,
+		        s.dir_errors_more, ACCEL_CONFIG_ERRORS_MAX);
+	if (s.n_dir_errors)
+		bad = 1;
+	/* resolve's bad keys */
+	uint32_t nerr = r && s.failed_at == ACCELP_SETUP_RESOLVE && s.cfg
 	                        ? accelp_config_error_count(s.cfg)
 	                        : 0;
 	if (r && nerr > 1) {
@@ -234,6 +317,7 @@ static int validate_file(const opts *o, const char *file)
 		fprintf(stderr, "%s: error: %s\n", file, err.msg);
 		bad = 1;
 	}
+	int mods_ok = 0;
 	if (!r || s.failed_at == ACCELP_SETUP_RESOLVE) {
 		/* the selected plugins must exist and load, with the roles they
 		 * are selected for (the context's own rules) */
@@ -241,6 +325,8 @@ static int validate_file(const opts *o, const char *file)
 		if (accelp_setup_modules(&s, 1, &e)) {
 			fprintf(stderr, "%s: error: %s\n", file, e.msg);
 			bad = 1;
+		} else {
+			mods_ok = 1;
 		}
 		accelp_err_clear(&e);
 		if (check_backend(&s, &e)) {
@@ -248,6 +334,8 @@ static int validate_file(const opts *o, const char *file)
 			bad = 1;
 		}
 	}
+	if (!bad && plugins && mods_ok && run_plugins(o, file, &s) == 1)
+		bad = 1;
 	if (!bad)
 		printf("%s: ok\n", file);
 	accelp_setup_fini(&s);
@@ -263,7 +351,7 @@ static int cmd_validate(int argc, char **argv)
 		return r < 0 ? 0 : r;
 	}
 	for (int i = 0; i < o.nfiles; i++)
-		if (validate_file(&o, o.files[i]))
+		if (validate_file(&o, o.files[i], 1))
 			status = 1;
 	opts_free(&o);
 	return status;
@@ -281,7 +369,7 @@ static int cmd_show(int argc, char **argv)
 	accel_err err;
 	accelp_err_clear(&err);
 	int status = 0;
-	if (setup(&o, o.config, &s, &err)) {
+	if (setup(&o, o.config, 0, &s, &err)) {
 		fprintf(stderr, "accel config show: %s\n", err.msg);
 		status = 1;
 	} else if (o.json) {
@@ -312,7 +400,7 @@ int accelp_cli_config_check(const char *file)
 	const char *none[1] = {NULL};
 	o.sets = none;
 	o.no_env = 1;
-	return validate_file(&o, file);
+	return validate_file(&o, file, 0);
 }
 
 /* The plugin_dirs of the user's config (`config`, else the usual lookup:

@@ -309,6 +309,7 @@ static void check_nccl(doctor *d, const accelp_cuda_info *cuda, accel_loader *ld
 	accel_cli_libs libs;
 	char where[PATH_MAX] = "";
 	const char *backend = NULL;
+	const accel_module *unusable = NULL;   /* installed, not usable here */
 	accelp_cli_probe_libs(&libs);
 	if (libs.nccl_lib[0]) {
 		/* where from: the file the dynamic linker picked */
@@ -323,10 +324,22 @@ static void check_nccl(doctor *d, const accelp_cuda_info *cuda, accel_loader *ld
 	}
 	for (uint32_t i = 0; ld && i < accelp_loader_count(ld); i++) {
 		const accel_module *m = accelp_loader_get(ld, i);
-		if (m->kind == ACCEL_MODULE_COMM && m->name && !strcmp(m->name, "nccl") &&
-		    m->status == ACCEL_MODULE_OK)
+		if (m->kind != ACCEL_MODULE_COMM || !m->name || strcmp(m->name, "nccl"))
+			continue;
+		if (m->status == ACCEL_MODULE_OK)
 			backend = m->path;
+		else if (!unusable && m->status != ACCEL_MODULE_SHADOWED)
+			unusable = m;
 	}
+	char module[PATH_MAX + 512];
+	if (backend)
+		snprintf(module, sizeof(module), "%s", backend);
+	else if (unusable)
+		snprintf(module, sizeof(module), "%s (%s here: %s)", unusable->path,
+		         accelp_loader_status_name(unusable->status),
+		         unusable->cause ? unusable->cause : "no reason given");
+	else
+		snprintf(module, sizeof(module), "not installed");
 	int v = libs.nccl_version;
 	if (libs.nccl_lib[0]) {
 		char ver[32];
@@ -334,9 +347,9 @@ static void check_nccl(doctor *d, const accelp_cuda_info *cuda, accel_loader *ld
 		         v >= 10000 ? v % 10000 / 100 : v % 1000 / 100, v % 100);
 		report(d, backend || cuda->n_gpus <= 0 ? "OK" : "WARN", "nccl",
 		       "NCCL %s from %s; nccl backend module: %s%s", ver, where[0] ? where : libs.nccl_lib,
-		       backend ? backend : "not installed",
-		       backend || cuda->n_gpus <= 0 ? "" : " (GPU jobs need it: build with "
-		                                           "-Dnccl=enabled)");
+		       module,
+		       backend || cuda->n_gpus <= 0 || unusable ? "" : " (GPU jobs need it: build "
+		                                                     "with -Dnccl=enabled)");
 	} else if (cuda->n_gpus > 0) {
 		report(d, "WARN", "nccl", "libnccl.so.2 not found: GPU collectives need it (install "
 		       "libnccl2, or put its directory on LD_LIBRARY_PATH)");

@@ -15,7 +15,9 @@
  *     parameters identical on all ranks.
  * The optimizer is fixed for the run (SGD, lr 0.05, no weight decay,
  * constant schedule, one micro-batch a step) so the reference is known;
- * strategy, backend, precision, clipping and plugins are the config's. */
+ * strategy, backend, clipping and plugins are the config's.  The model is
+ * f32 and computed in f32 whatever mixed_precision says (a check of the
+ * distribution, not of a precision recipe). */
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -42,8 +44,9 @@ static void help(void)
 		"known values, and prints PASS or FAIL per check with the reason.\n"
 		"\n"
 		"The run uses SGD (lr 0.05, no weight decay, constant schedule, one micro-\n"
-		"batch per step) so its result is known; the strategy, backend, mixed\n"
-		"precision, clipping and plugins come from the configuration.\n"
+		"batch per step) so its result is known; the strategy, backend, clipping\n"
+		"and plugins come from the configuration.  The model is f32 and computed in\n"
+		"f32 whatever mixed_precision says (it is printed, not applied).\n"
 		"\n"
 		"Options:\n"
 		"  -n, --num-processes N  processes (default 2)\n"

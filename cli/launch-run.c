@@ -280,9 +280,10 @@ static void describe_status(int st, char *out, size_t cap)
 	if (WIFEXITED(st))
 		snprintf(out, cap, "exit code %d", WEXITSTATUS(st));
 	else if (WIFSIGNALED(st))
-		snprintf(out, cap, "killed by signal %s (%d)%s",
+		snprintf(out, cap, "killed by signal %s (%d)%s%s",
 		         accelp_launch_signame(WTERMSIG(st), b, sizeof(b)), WTERMSIG(st),
-		         WCOREDUMP(st) ? ", core dumped" : "");
+		         WCOREDUMP(st) ? ", core dumped" : "",
+		         WTERMSIG(st) == SIGXFSZ ? ": a file-size limit (ulimit -f) stopped it" : "");
 	else
 		snprintf(out, cap, "wait status 0x%x", (unsigned)st);
 }

@@ -434,8 +434,9 @@ int accelp_import_deepspeed(accelp_import *imp, json_t *ds, const char *name, ac
 	                                   "train_micro_batch_size_per_gpu", NULL};
 	for (const char *const *b = done + 9; *b; b++)
 		if ((v = json_object_get(ds, *b)))
-			unsupported(imp, *b, v, "the program chooses its batch size (accel_dataloader; "
-			            "with dataloader.split_batches it is the global one)");
+			unsupported(imp, *b, v, "the program chooses its batch size (accel_sampler_opts."
+			            "batch_size; with dataloader.split_batches it is the global "
+			            "one)");
 	rest_unsupported(imp, "", ds, done, "no accel equivalent");
 	return ACCEL_OK;
 }

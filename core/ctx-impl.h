@@ -66,6 +66,7 @@ struct accel_ctx {
 	 * accel_save_state/accel_load_state in this order (core/ckpt.c) */
 	accel_sampler **samplers;
 	uint32_t n_samplers;
+	int warned_gas_epoch;         /* gradient_accumulation_steps > an epoch: said */
 	/* the program's generators saved and restored with checkpoints
 	 * (accel_rng_register; borrowed, core/ckpt.c) */
 	accel_rng **rngs;

@@ -70,6 +70,28 @@ static const char *role_word(uint32_t role)
 	}
 }
 
+/* A plugin built against a newer minor may use host members this core
+ * lacks: it loads only when it says which host minor it needs at least
+ * (desc.min_host_minor, read only when its struct_size covers it). */
+static int minor_check(module_rec *m, uint32_t built, const accel_plugin_desc_v1 *rd)
+{
+	uint32_t need = rd->struct_size >= ACCEL_ABI_END(accel_plugin_desc_v1, min_host_minor)
+	                        ? rd->min_host_minor
+	                        : 0;
+	if (need > ACCEL_ABI_MINOR)
+		return accelp_loader_broken(m, "plugin '%s' needs accel ABI %d.%u or newer "
+		                            "(min_host_minor); this accel is %d.%d: upgrade accel",
+		                            m->pub.name, ACCEL_ABI_MAJOR, need, ACCEL_ABI_MAJOR,
+		                            ACCEL_ABI_MINOR);
+	if (built > ACCEL_ABI_MINOR && need == 0)
+		return accelp_loader_broken(m, "plugin '%s' was built against ABI %d.%u; this accel "
+		                            "is %d.%d: upgrade accel or rebuild the plugin against "
+		                            "its headers (or declare min_host_minor in its "
+		                            "descriptor)", m->pub.name, ACCEL_ABI_MAJOR, built,
+		                            ACCEL_ABI_MAJOR, ACCEL_ABI_MINOR);
+	return 0;
+}
+
 int accelp_loader_desc_check_plugin(module_rec *m, const accel_plugin_v1 *raw)
 {
 	if (raw->struct_size < ACCEL_ABI_END(accel_plugin_v1, desc))
@@ -117,6 +139,8 @@ int accelp_loader_desc_check_plugin(module_rec *m, const accel_plugin_v1 *raw)
 	vt->struct_size = sizeof(*vt);
 	vt->desc = d;
 	m->pub.abi_minor = raw->abi_minor;
+	if ((r = minor_check(m, raw->abi_minor, rd)))
+		return r;
 	REQUIRE_SLOT(m, vt, init, "plugin");
 	REQUIRE_SLOT(m, vt, fini, "plugin");
 	if (d->role == ACCEL_ROLE_STRATEGY) {

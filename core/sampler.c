@@ -337,6 +337,30 @@ static int resolve_flag(accel_ctx *ctx, const char *key, int32_t given, int32_t 
 	return ACCEL_OK;
 }
 
+/* An optimizer step that spans more than an epoch is rarely meant (a batch
+ * size given per node instead of per rank, a small validation set): said
+ * once per context, where the epoch's length is known. */
+static void warn_accumulation(accel_ctx *ctx, const accel_sampler *s)
+{
+	int64_t gas;
+	if (!ctx->cfg || ctx->warned_gas_epoch ||
+	    accelp_config_get_int(ctx->cfg, "gradient_accumulation_steps", &gas) != ACCEL_OK ||
+	    gas <= 1)
+		return;
+	uint64_t nb = accelp_sampler_layout_num_batches(s->n, s->b, s->rank, s->world,
+	                                                s->drop_last, s->even);
+	if ((uint64_t)gas <= nb)
+		return;
+	ctx->warned_gas_epoch = 1;
+	const char *src = accelp_config_source(ctx->cfg, "gradient_accumulation_steps");
+	accelp_log(ACCEL_LOG_WARN, "gradient_accumulation_steps = %lld (%s) is more than the %llu "
+	          "batch%s of an epoch of this sampler (%llu samples, %llu per rank and step, %u "
+	          "rank%s): each optimizer step spans more than an epoch; lower it or the batch "
+	          "size", (long long)gas, src ? src : "config", (unsigned long long)nb,
+	          nb == 1 ? "" : "es", (unsigned long long)s->n, (unsigned long long)s->b,
+	          s->world, s->world == 1 ? "" : "s");
+}
+
 int accel_sampler_new(accel_ctx *ctx, const accel_sampler_opts *opts,
                       accel_sampler **ret_sampler)
 {
@@ -388,8 +412,10 @@ int accel_sampler_new(accel_ctx *ctx, const accel_sampler_opts *opts,
 	}
 	if ((rc = accelp_sampler_create(ctx, &o, ret_sampler, err)))
 		goto fail;
-	if (ctx)
+	if (ctx) {
 		ctx->samplers[ctx->n_samplers++] = *ret_sampler;
+		warn_accumulation(ctx, *ret_sampler);
+	}
 	return ACCEL_OK;
 fail:
 	if (!ctx)

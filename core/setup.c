@@ -151,6 +151,32 @@ static void probe(const accelp_setup_opts *o, accelp_setup *s)
 	accelp_loader_set_available(s->loader, avail, cc);
 }
 
+static int finish_loader(const accelp_setup_opts *o, accelp_setup *s, accel_err *err)
+{
+	int r;
+	if ((r = accelp_loader_add_default_dirs(s->loader, err)))
+		return r;
+	probe(o, s);
+	return accelp_loader_scan(s->loader, err);
+}
+
+/* all_errors: the plugin_dirs problems move out of the config's list
+ * (resolve() starts it afresh) into s; 0, or -1 when out of memory. */
+static int keep_dir_errors(accelp_setup *s, const accel_err *cerr, accel_err *err)
+{
+	uint32_t n = accelp_config_error_count(s->cfg);
+	for (uint32_t i = 0; i < n || (!n && !i); i++) {
+		const char *msg = n ? accelp_config_error_get(s->cfg, i) : cerr->msg;
+		if (!(s->dir_errors[s->n_dir_errors] = strdup(msg))) {
+			accelp_err_set(err, ACCEL_ERR_NOMEM, "out of memory");
+			return -1;
+		}
+		s->n_dir_errors++;
+	}
+	s->dir_errors_more = accelp_config_error_more(s->cfg);
+	return 0;
+}
+
 static int open_loader(const accelp_setup_opts *o, accelp_setup *s, int with_config,
                        accel_err *err)
 {
@@ -164,16 +190,16 @@ static int open_loader(const accelp_setup_opts *o, accelp_setup *s, int with_con
 	if (with_config) {
 		accel_err cerr;
 		accelp_err_clear(&cerr);
-		r = add_config_dirs(s->cfg, s->loader, o->config_optional ? &cerr : err);
+		r = add_config_dirs(s->cfg, s->loader,
+		                    o->config_optional || o->all_errors ? &cerr : err);
+		if (r == ACCEL_ERR_CONFIG && o->all_errors)
+			return keep_dir_errors(s, &cerr, err) ? ACCEL_ERR_NOMEM : finish_loader(o, s, err);
 		if (r == ACCEL_ERR_NOMEM || (r && !o->config_optional))
 			return r == ACCEL_ERR_NOMEM ? accelp_err_set(err, r, "out of memory") : r;
 		if (r)
 			s->config_err = cerr;
 	}
-	if ((r = accelp_loader_add_default_dirs(s->loader, err)))
-		return r;
-	probe(o, s);
-	return accelp_loader_scan(s->loader, err);
+	return finish_loader(o, s, err);
 }
 
 /* A selected plugin that cannot be used is the better story than the
@@ -245,4 +271,7 @@ void accelp_setup_fini(accelp_setup *s)
 	s->cfg = accelp_config_free(s->cfg);
 	free(s->config_file);
 	s->config_file = NULL;
+	for (uint32_t i = 0; i < s->n_dir_errors; i++)
+		free(s->dir_errors[i]);
+	s->n_dir_errors = s->dir_errors_more = 0;
 }

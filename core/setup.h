@@ -48,6 +48,12 @@ typedef struct accelp_setup_opts {
 	int report_cuda;              /* nonzero: probe the driver also in a build
 	                                 without CUDA (to report it; nothing is offered) */
 	int resolve;                  /* nonzero: steps 4 (selection, schemas, resolve) */
+	int all_errors;               /* nonzero (`accel config validate`): bad
+	                                 plugin_dirs entries do not stop the set-up:
+	                                 their problems are kept in dir_errors, the
+	                                 loader goes on without the config's
+	                                 plugin_dirs, and steps 4 run, so every other
+	                                 problem of the file is found too            */
 	int module_errors_first;      /* nonzero: when resolve fails and a selected
 	                                 plugin cannot be used, that is the error (its
 	                                 section is otherwise an "unknown key")       */
@@ -71,6 +77,10 @@ typedef struct accelp_setup {
 	accel_err config_err;         /* config_optional: why the config was not used */
 	accelp_cuda_info cuda;        /* the probe (n_gpus -1 when not probed)        */
 	int failed_at;                /* ACCELP_SETUP_*                               */
+	/* all_errors: the problems of the config's plugin_dirs (owned, one line
+	 * each; at most ACCEL_CONFIG_ERRORS_MAX, dir_errors_more past that). */
+	char *dir_errors[ACCEL_CONFIG_ERRORS_MAX];
+	uint32_t n_dir_errors, dir_errors_more;
 } accelp_setup;
 
 /* Steps 1-4 into *s (which need not be initialized).  On failure the

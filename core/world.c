@@ -37,30 +37,44 @@ static int parse_int(const char *s, long *ret)
 		return -1;
 	errno = 0;
 	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < INT_MIN || v > INT_MAX)
+	if (end == s || *end)
 		return -1;
+	if (errno || v < INT_MIN || v > INT_MAX)
+		return -2;  /* an integer, but not one an int holds */
 	*ret = v;
 	return 0;
 }
 
+/* Sizes and counts (WORLD_SIZE, NUM_NODES, NTASKS, LOCALNRANKS, ...) are at
+ * least 1; ranks and node numbers at least 0. */
+static int min_of(const char *name)
+{
+	size_t n = strlen(name);
+	return (n >= 4 && !strcmp(name + n - 4, "SIZE")) || strstr(name, "NUM_") ||
+	       strstr(name, "NNODES") || strstr(name, "NRANKS") || strstr(name, "NTASKS");
+}
+
 /* Read integer variable `name` into *ret: 1 when set, 0 when unset, <0 on a
- * malformed value (error recorded). */
+ * malformed value (error recorded).  A value out of range (negative, a
+ * size of 0, or past INT_MAX) is one rule with one message. */
 static int read_int(const wsrc *s, const char *name, int *ret)
 {
 	const char *v = getvar(s, name);
 	long x;
+	int min = min_of(name);
 	if (!v)
 		return 0;
-	if (parse_int(v, &x) < 0)
+	int p = parse_int(v, &x);
+	if (p == -1)
 		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
 		                     "%s='%s' is not an integer (read as the world of %s)",
 		                     name, v, s->launcher);
-	/* Ranks, sizes, node numbers and ports are never negative (and -1
-	 * stands for "not given" below). */
-	if (x < 0)
+	/* -1 stands for "not given" below, so a given negative is refused
+	 * here, by the same rule as 0 for a size. */
+	if (p == -2 || x < min)
 		return accelp_err_set(s->err, ACCEL_ERR_CONFIG,
-		                     "%s=%ld: must be >= 0 (read as the world of %s)", name, x,
-		                     s->launcher);
+		                     "%s=%s is out of range: must be %d..%d (read as the world of %s)",
+		                     name, v, min, INT_MAX, s->launcher);
 	*ret = (int)x;
 	return 1;
 }

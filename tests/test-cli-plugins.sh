@@ -69,7 +69,7 @@ case "$cuda_line" in
 *) fail "unexpected line: $cuda_line" ;;
 esac
 echo "needs-cuda is expected to be $needs_cuda here ($cuda_line)"
-if [ "$needs_cuda" = ok ]; then n_ok=11 n_unavail=0; else n_ok=10 n_unavail=1; fi
+if [ "$needs_cuda" = ok ]; then n_ok=12 n_unavail=0; else n_ok=11 n_unavail=1; fi
 
 echo "== plugins list"
 run 0 plugins list --plugin-dir "$fx"
@@ -91,16 +91,21 @@ for spec in \
 	"truncated.so|- - - - broken" \
 	"no-entry.so|- - - - broken" \
 	"null-slot.so|null-slot 1.2.3 v1 strategy broken" \
-	"other-major.so|- - v2 - broken"; do
+	"other-major.so|- - v2 - broken" \
+	"abi-newer.so|abi-newer 1.2.3 v1 strategy broken" \
+	"abi-newer-declared.so|abi-newer-declared 1.2.3 v1.42 strategy ok" \
+	"min-host-unmet.so|min-host-unmet 1.2.3 v1 strategy broken"; do
 	file=${spec%%|*}
 	want=${spec#*|}
 	got=$(row "$file")
 	[ "$got" = "$want" ] || { cat "$tmp/out" >&2; fail "row of $file is '$got', expected '$want'"; }
 done
-has "$tmp/out" "^27 found: $n_ok ok, $n_unavail unavailable, 15 broken, 1 shadowed\.$"
+has "$tmp/out" "^30 found: $n_ok ok, $n_unavail unavailable, 17 broken, 1 shadowed\.$"
 
 has "$tmp/out" "^  $fx/not-elf.so: not an ELF shared object"
 has "$tmp/out" "^  $fx/abi-v9.so: built for plugin ABI v9; this accel supports v1$"
+has "$tmp/out" "^  $fx/abi-newer.so: plugin 'abi-newer' was built against ABI 1\.42; this accel is ${ABI#v}: upgrade accel or rebuild the plugin against its headers (or declare min_host_minor in its descriptor)$"
+has "$tmp/out" "^  $fx/min-host-unmet.so: plugin 'min-host-unmet' needs accel ABI 1\.41 or newer (min_host_minor); this accel is ${ABI#v}: upgrade accel$"
 has "$tmp/out" "^  $fx/other-major.so: accel_plugin_entry_v1 returned NULL: the plugin was built against accel headers of ABI major 2 "
 if [ "$needs_cuda" = ok ]; then
 	! grep -q "needs-cuda.so:" "$tmp/out" || fail "needs-cuda is listed as not usable"
@@ -132,7 +137,7 @@ b = mods["small-struct.so"]
 assert b["status"] == "broken" and b["name"] == "small-struct" and b["reason"].startswith("struct_size too small"), b
 c = mods["comm-good.so"]
 assert c["kind"] == "comm" and c["devices"] == ["cpu"], c
-assert len(mods) == 27, sorted(mods)
+assert len(mods) == 30, sorted(mods)
 PYEOF
 
 echo "== the same name in two directories: the earlier wins, the later is shadowed"
@@ -145,7 +150,7 @@ run 0 plugins list --plugin-dir "$tmp/over" --plugin-dir "$fx"
 	{ cat "$tmp/out" >&2; fail "row of good.so is '$(row good.so)'"; }
 has "$tmp/out" "^Shadowed (the file of that name earlier in the search order is used):$"
 has "$tmp/out" "^  $fx/good.so: plugin 'good' is shadowed by $tmp/over/good.so, which comes earlier in the search order$"
-has "$tmp/out" "^28 found: $n_ok ok, $n_unavail unavailable, 15 broken, 2 shadowed\.$"
+has "$tmp/out" "^31 found: $n_ok ok, $n_unavail unavailable, 17 broken, 2 shadowed\.$"
 # the one-line notice, on stderr
 [ "$(grep -c "is shadowed by" "$tmp/err")" = 1 ] || { cat "$tmp/err" >&2; fail "expected one notice"; }
 has "$tmp/err" "^\[accel\] info: $fx/good.so: plugin 'good' is shadowed by $tmp/over/good.so, which comes earlier in the search order$"
@@ -242,7 +247,7 @@ ACCEL_LOG_LEVEL=warn NCCL_DEBUG=INFO run 0 env --plugin-dir "$fx"
 for want in "^## accel$" "^- accel: [0-9.]* (plugin ABI ${ABI#v})$" "^- compiler: " "^- jansson: " \
 	"^- build features: CUDA \(yes\|no\), NCCL \(yes\|no\)" "^- CUDA driver: " "^- CUDA runtime: " \
 	"^- GPUs: " "^- NCCL: " "^- MPI library: " "^- OS: .*; kernel " "^- CPU: .*cores online" \
-	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 27$" \
+	"^- memory: [0-9.]* GiB$" "^  1\. \`$fx\` (--plugin-dir)$" "^- modules found: 30$" \
 	"^| good | 1\.2\.3 | strategy | ok | \`$fx/good.so\` |$" \
 	"^| bad-schema | 1\.2\.3 | strategy | broken: schema entry 0 ('bad_schema\.steps', int)" \
 	"^ACCEL_LOG_LEVEL=warn$" "^NCCL_DEBUG=INFO$"; do

@@ -222,6 +222,36 @@ run 1 config validate many.json
 has err "many.json: error: plugin_dirs[19] (from many.json:1:"
 hasnt err "plugin_dirs[20]"
 has err "many.json: error: 5 more problems not shown (the first 20 are)"
+# a bad plugin_dirs entry hides nothing else: a bad key, a bad value and an
+# unknown strategy of the same file are said too, each on its line
+cat >mixed.json <<EOF
+{"plugin_dirs": ["$tmp/no/such/dir"], "seeed": 1, "max_grad_norm": "x",
+ "strategy": "nosuch"}
+EOF
+run 1 config validate mixed.json
+has err "mixed.json: error: plugin_dirs[0] (from mixed.json:1:18) is '$tmp/no/such/dir', which does not exist"
+has err "mixed.json: error: unknown key 'seeed' at mixed.json:1:"
+has err "mixed.json: error: invalid value for 'max_grad_norm' at mixed.json:1:"
+has err "mixed.json: error: no plugin named 'nosuch' in "
+[ "$(grep -c ': error: ' "$tmp/err")" -ge 4 ] || fail "expected at least 4 errors for mixed.json"
+
+# the selected plugins' own checks run (one process, this machine): a reduce
+# hook with only reduce_bucket cannot serve zero stage 2's reduce-scatter,
+# which `accel launch` would refuse at once
+if [ -f "$zero_dir/zero.so" ]; then
+	cat >hook-zero.json <<EOF
+{"plugin_dirs": ["$zero_dir", "$ACCEL_TEST_BUILDDIR/tests/fixtures/hook"],
+ "strategy": "zero", "zero_optimization": {"stage": 2}, "plugins": ["sum-hook"]}
+EOF
+	run 1 config validate hook-zero.json
+	has err "hook-zero.json: error: reduce hook 'sum-hook' ($ACCEL_TEST_BUILDDIR/tests/fixtures/hook/sum-hook.so) has no reduce_scatter_bucket, and strategy 'zero' reduces gradients with reduce-scatter"
+	hasnt out "hook-zero.json: ok"
+	# the same hook with ddp is fine
+	sed 's/"strategy": "zero", "zero_optimization": {"stage": 2}/"strategy": "ddp"/' \
+		hook-zero.json >hook-ddp.json
+	run 0 config validate hook-ddp.json
+	has out "hook-ddp.json: ok"
+fi
 
 # ---- init: every template listed is written and validates ---------------------
 run 0 config init --list

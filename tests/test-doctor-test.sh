@@ -72,6 +72,13 @@ has "summed right"
 has "writable, [0-9]* MiB/s (8 MiB written and fsync'ed"
 has "^0 checks failed"
 [ "$(grep -c . "$tmp/out")" -eq 8 ] || { cat "$tmp/out" >&2; fail "expected 7 check lines and a summary"; }
+# the nccl backend module installed (on the search path) but without a GPU
+# is named with why it cannot be used, not "not installed"
+nccl_so=$(printf '%s\n' "${ACCEL_PLUGIN_PATH:-}" | tr ':' '\n' | while read -r d; do
+	[ -f "$d/comm-nccl.so" ] && { echo "$d/comm-nccl.so"; break; }; done)
+if [ -n "$nccl_so" ] && grep -q '^OK    nccl       NCCL' "$tmp/out" && grep -q '^OK    gpu        no GPU' "$tmp/out"; then
+	has "nccl backend module: $nccl_so (unavailable here: comm backend 'nccl' needs CUDA"
+fi
 
 # a port held by another process, an offload path that is a file
 python3 -c '

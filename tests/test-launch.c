@@ -788,6 +788,18 @@ START_TEST(rank_killed_by_sigkill)
 }
 END_TEST
 
+/* SIGXFSZ is what a write past `ulimit -f` gets: the report says so. */
+START_TEST(rank_killed_by_sigxfsz)
+{
+	run r;
+	launch(&r, (const char *[]){"-n", "1", "--", "/bin/sh", "-c", "kill -XFSZ $$", NULL});
+	ck_assert_msg(r.status == 128 + SIGXFSZ, "exit %d:\n%s", r.status, r.err);
+	HAS(r.err, "accel launch: rank 0 failed: killed by signal SIGXFSZ (25)");
+	HAS(r.err, ": a file-size limit (ulimit -f) stopped it\n");
+	run_free(&r);
+}
+END_TEST
+
 /* The first rank to fail printed nothing (it stopped because rank 0 told
  * it to); the summary also shows the rank the launcher stopped that wrote
  * the reason on stderr. */
@@ -1069,6 +1081,7 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, all_succeed);
 	tcase_add_test(tc, one_rank_exits_3);
 	tcase_add_test(tc, rank_killed_by_sigkill);
+	tcase_add_test(tc, rank_killed_by_sigxfsz);
 	tcase_add_test(tc, leftover_shared_memory_is_removed);
 	tcase_add_test(tc, closed_stdout_pipe_ends_the_job);
 	tcase_add_test(tc, stalled_stdout_does_not_stall_the_launcher);

@@ -345,6 +345,42 @@ START_TEST(wrong_abi_major)
 }
 END_TEST
 
+/* A plugin of a newer minor may rely on host members this core lacks: it
+ * is refused unless its descriptor names an oldest host minor that this
+ * core meets; one that names a newer host is refused whatever it was
+ * built with. */
+START_TEST(newer_minor_needs_min_host_minor)
+{
+	accel_loader *ld = new_loader();
+	char want[256];
+	const accel_module *m = load1(ld, "abi-newer.so");
+	snprintf(want, sizeof(want),
+	         "plugin 'abi-newer' was built against ABI 1.42; this accel is 1.%d: upgrade "
+	         "accel or rebuild the plugin against its headers (or declare min_host_minor in "
+	         "its descriptor)", ACCEL_ABI_MINOR);
+	assert_reason(m, ACCEL_MODULE_BROKEN, want);
+	ck_assert_uint_eq(m->abi_minor, 42);
+	ck_assert_ptr_null(m->plugin);
+
+	const accel_module *d = load1(ld, "abi-newer-declared.so");
+	ck_assert_msg(d->status == ACCEL_MODULE_OK, "%s", d->reason);
+	ck_assert_uint_eq(d->abi_minor, 42);
+	ck_assert_uint_eq(d->plugin->desc->min_host_minor, 5);
+
+	const accel_module *u = load1(ld, "min-host-unmet.so");
+	snprintf(want, sizeof(want),
+	         "plugin 'min-host-unmet' needs accel ABI 1.41 or newer (min_host_minor); this "
+	         "accel is 1.%d: upgrade accel", ACCEL_ABI_MINOR);
+	assert_reason(u, ACCEL_MODULE_BROKEN, want);
+
+	/* A plugin of this minor without the member loads (good.so). */
+	const accel_module *g = load1(ld, "good.so");
+	ck_assert_msg(g->status == ACCEL_MODULE_OK, "%s", g->reason);
+	ck_assert_uint_eq(g->plugin->desc->min_host_minor, 0);
+	accelp_loader_free(ld);
+}
+END_TEST
+
 START_TEST(struct_size_too_small)
 {
 	accel_loader *ld = new_loader();
@@ -660,6 +696,7 @@ START_TEST(scan_fixture_dir)
 
 	/* Every *.so of the fixture directory, each once, by name. */
 	const char *expect[][2] = {
+		{"abi-newer-declared.so", "ok"}, {"abi-newer.so", "broken"},
 		{"abi-v9.so", "broken"},     {"bad-name.so", "broken"},
 		{"bad-schema.so", "broken"}, {"comm-broken-nccl.so", "broken"},
 		{"comm-good.so", "ok"},
@@ -669,6 +706,7 @@ START_TEST(scan_fixture_dir)
 		{"fractional-range.so", "broken"},
 		{"good.so", "ok"},           {"init-fails.so", "ok"},
 		{"init-null-key.so", "ok"},  {"init-positive.so", "ok"},
+		{"min-host-unmet.so", "broken"},
 		{"needs-cuda.so", "unavailable"}, {"needs-mpi.so", "ok"},
 		{"no-entry.so", "broken"},
 		{"not-elf.so", "broken"},    {"null-slot.so", "broken"},
@@ -1334,6 +1372,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tc, missing_entry);
 	tcase_add_test(tc, wrong_abi_major);
 	tcase_add_test(tc, struct_size_too_small);
+	tcase_add_test(tc, newer_minor_needs_min_host_minor);
 	tcase_add_test(tc, short_hook_is_normalized);
 	tcase_add_test(tc, null_required_slot);
 	tcase_add_test(tc, entry_returns_null_with_text);

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "config.h"
@@ -1235,6 +1236,59 @@ START_TEST(defaults_from_context)
 }
 END_TEST
 
+/* Runs accel_sampler_new() with stderr in a file; returns what it printed. */
+static char *new_capturing(struct accel_ctx *ctx, const accel_sampler_opts *o,
+                           accel_sampler **ret)
+{
+	char path[] = "/tmp/accel-test-sampler-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	fflush(stderr);
+	int saved = dup(2);
+	ck_assert_int_ge(dup2(fd, 2), 0);
+	int r = accel_sampler_new(ctx, o, ret);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	ck_assert_msg(r == ACCEL_OK, "%s", ctx->err.msg);
+	static char buf[4096];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return buf;
+}
+
+/* gradient_accumulation_steps above the batches of an epoch: one warning
+ * per context that says both numbers; none when it fits. */
+START_TEST(accumulation_longer_than_an_epoch_warns_once)
+{
+	struct accel_ctx ctx;
+	fake_ctx(&ctx, "{\"gradient_accumulation_steps\": 8}", 0, 2);
+	accel_sampler_opts o;
+	accel_sampler_opts_init(&o);
+	o.n_samples = 40;
+	o.batch_size = 4;   /* 40 / (4 * 2) = 5 batches per rank and epoch */
+	accel_sampler *s = NULL, *t = NULL;
+	char *out = new_capturing(&ctx, &o, &s);
+	ck_assert_msg(strstr(out, "gradient_accumulation_steps = 8 (test.json:1:") &&
+	              strstr(out, "is more than the 5 batches of an epoch of this sampler (40 "
+	                     "samples, 4 per rank and step, 2 ranks): each optimizer step spans "
+	                     "more than an epoch"), "%s", out);
+	out = new_capturing(&ctx, &o, &t);   /* said once */
+	ck_assert_msg(!strstr(out, "gradient_accumulation_steps"), "%s", out);
+	accel_sampler_free(t);
+	accel_sampler_free(s);
+	accelp_config_free(ctx.cfg);
+
+	fake_ctx(&ctx, "{\"gradient_accumulation_steps\": 5}", 0, 2);
+	out = new_capturing(&ctx, &o, &s);   /* 5 of 5: fits */
+	ck_assert_msg(!strstr(out, "gradient_accumulation_steps"), "%s", out);
+	accel_sampler_free(s);
+	accelp_config_free(ctx.cfg);
+}
+END_TEST
+
 static Suite *sampler_suite(void)
 {
 	Suite *s = suite_create("sampler");
@@ -1278,6 +1332,7 @@ static Suite *sampler_suite(void)
 	tc = tcase_create("context");
 	tcase_add_test(tc, auto_values_from_context);
 	tcase_add_test(tc, defaults_from_context);
+	tcase_add_test(tc, accumulation_longer_than_an_epoch_warns_once);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -253,7 +253,24 @@ START_TEST(inconsistent_values)
 	             "OMPI_COMM_WORLD_LOCAL_RANK=4 is not in 0..OMPI_COMM_WORLD_LOCAL_SIZE-1 "
 	             "(OMPI_COMM_WORLD_LOCAL_SIZE=4) (mpirun (OpenMPI))");
 	expect_error((const char *[]){"PMI_RANK=0", "PMI_SIZE=0", NULL},
-	             "PMI_SIZE=0: the world size must be >= 1 (mpiexec (MPICH/Hydra))");
+	             "PMI_SIZE=0 is out of range: must be 1..2147483647 (read as the world of "
+	             "mpiexec (MPICH/Hydra))");
+	/* a size of 0, -1 or past INT_MAX: one rule, one message */
+	expect_error((const char *[]){"ACCEL_RANK=0", "ACCEL_WORLD_SIZE=99999999999", NULL},
+	             "ACCEL_WORLD_SIZE=99999999999 is out of range: must be 1..2147483647 (read "
+	             "as the world of accel launch)");
+	expect_error((const char *[]){"ACCEL_RANK=0", "ACCEL_WORLD_SIZE=0", NULL},
+	             "ACCEL_WORLD_SIZE=0 is out of range: must be 1..2147483647 (read as the "
+	             "world of accel launch)");
+	expect_error((const char *[]){"ACCEL_RANK=0", "ACCEL_WORLD_SIZE=-1", NULL},
+	             "ACCEL_WORLD_SIZE=-1 is out of range: must be 1..2147483647 (read as the "
+	             "world of accel launch)");
+	expect_error((const char *[]){"ACCEL_RANK=-1", "ACCEL_WORLD_SIZE=2", NULL},
+	             "ACCEL_RANK=-1 is out of range: must be 0..2147483647 (read as the world "
+	             "of accel launch)");
+	expect_error((const char *[]){"ACCEL_RANK=99999999999", "ACCEL_WORLD_SIZE=2", NULL},
+	             "ACCEL_RANK=99999999999 is out of range: must be 0..2147483647 (read as "
+	             "the world of accel launch)");
 	/* a task id other than a batch script's 0 without the step's size */
 	expect_error((const char *[]){"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_LOCALID=1",
 	                              "SLURM_JOB_ID=5", NULL},
@@ -275,10 +292,12 @@ START_TEST(inconsistent_values)
 	/* -1 means "not given" inside; given, it is an error like any negative */
 	expect_error((const char *[]){"ACCEL_RANK=0", "ACCEL_WORLD_SIZE=4",
 	                              "ACCEL_LOCAL_WORLD_SIZE=-1", NULL},
-	             "ACCEL_LOCAL_WORLD_SIZE=-1: must be >= 0 (read as the world of accel launch)");
+	             "ACCEL_LOCAL_WORLD_SIZE=-1 is out of range: must be 1..2147483647 (read as "
+	             "the world of accel launch)");
 	expect_error((const char *[]){"ACCEL_RANK=0", "ACCEL_WORLD_SIZE=4", "ACCEL_NODE_RANK=-1",
 	                              NULL},
-	             "ACCEL_NODE_RANK=-1: must be >= 0 (read as the world of accel launch)");
+	             "ACCEL_NODE_RANK=-1 is out of range: must be 0..2147483647 (read as the "
+	             "world of accel launch)");
 	/* strict integers: no spaces, no '+' */
 	expect_error((const char *[]){"ACCEL_RANK= 1", "ACCEL_WORLD_SIZE=2", NULL},
 	             "ACCEL_RANK=' 1' is not an integer (read as the world of accel launch)");

@@ -186,6 +186,7 @@ MAY_SKIP = {
     "mpi-store-unreachable": ["uts_ns"],
     "store-ipv6": ["ipv6"],
     "config-cli-core": ["python3"],
+    "docs": ["python3"],
     "config-cli-accelerate": ["python3", "libyaml"],
     "plot": ["matplotlib"],
 }

@@ -129,6 +129,15 @@ typedef struct accel_plugin_desc_v1 {
 	const accel_param_schema_v1 *params; /* n_params entries (may be NULL if 0) */
 	uint32_t n_params;
 	uint32_t reserved;           /* 0                                           */
+	/* Appended in minor 6; read only when struct_size covers it.  The
+	 * oldest host ABI minor this plugin works with (it checks
+	 * host->struct_size before using any newer host member).  The loader
+	 * refuses a plugin built against a newer minor than the host's
+	 * (accel_plugin_v1.abi_minor > host minor) unless this is set and
+	 * <= the host's minor; a plugin of the host's minor or older loads
+	 * unless this is above the host's minor.  0: not declared (the plugin
+	 * needs a host of at least its own abi_minor). */
+	uint32_t min_host_minor;
 } accel_plugin_desc_v1;
 
 /* ---- the host side --------------------------------------------------------- */
