@@ -237,4 +237,19 @@ run 2 --steps 25 --resume ph/checkpoint_20 --config hook.json >out 2>&1 ||
 grep -q "state-hook: load_state: restored 10 buckets reduced" out || { cat out; fail "hook: restore"; }
 grep -q "state-hook: 15 buckets reduced in all" out || { cat out; fail "hook: count after 15 steps"; }
 echo "  ok"
+echo "== the scaler, compress and fp8 plugins switched on at a resume start fresh"
+# (each is a plugin of this build, found on ACCEL_PLUGIN_PATH)
+for spec in 'scaler|{"plugins": ["scaler"]}|scaler: the checkpoint holds no scaler state (saved without fp16): starting from init_scale 65536' \
+	'compress|{"plugins": ["compress"], "compress": {"method": "fp16"}}|compress: the checkpoint holds no compress state (saved without the hook): residuals start at zero' \
+	'fp8|{"mixed_precision": "fp8"}|fp8: the checkpoint holds no fp8 state (saved without fp8): amax histories and scales start as in a new run'; do
+	name=${spec%%|*}
+	rest=${spec#*|}
+	printf '%s\n' "${rest%%|*}" >on-$name.json
+	want=${rest#*|}
+	run 2 --steps 12 --resume p/checkpoint_10 --config on-$name.json >out 2>&1 ||
+		{ cat out; fail "$name switched on at a resume"; }
+	grep -qF "no state of plugin '$name', which this job runs" out || { cat out; fail "$name: no core info line"; }
+	grep -qF "$want" out || { cat out; fail "$name: its load_state did not start fresh"; }
+done
+echo "  ok"
 echo "PASS"

@@ -376,6 +376,11 @@ static int cz_save_state(void *state, accel_ckpt_writer *w)
 static int cz_load_state_slot(void *state, accel_ckpt_reader *r, uint32_t version)
 {
 	cz_state *s = state;
+	if (version == 0) {   /* switched on at this resume: start fresh */
+		s->host->log(s->h, ACCEL_LOG_INFO, "compress: the checkpoint holds no compress state "
+		             "(saved without the hook): residuals start at zero");
+		return ACCEL_OK;
+	}
 	if (version != cz_desc.state_version)
 		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint holds "
 		                      "compress state version %u; this plugin reads version %u",

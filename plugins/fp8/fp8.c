@@ -514,6 +514,11 @@ static int fp8_load_state(void *state, accel_ckpt_reader *rd, uint32_t state_ver
 {
 	fp8_state *s = state;
 	int r;
+	if (state_version == 0) {   /* switched on at this resume: start fresh */
+		s->host->log(s->h, ACCEL_LOG_INFO, "fp8: the checkpoint holds no fp8 state (saved "
+		             "without fp8): amax histories and scales start as in a new run");
+		return ACCEL_OK;
+	}
 	if (state_version != fp8_desc.state_version)
 		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "fp8: checkpoint state version %u, "
 		                      "this plugin reads %u", state_version, fp8_desc.state_version);

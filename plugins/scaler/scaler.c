@@ -273,6 +273,11 @@ static int scaler_load_state(void *state, accel_ckpt_reader *r, uint32_t state_v
 	double v[SCALER_STATE_LEN];
 	int rc;
 
+	if (state_version == 0) {   /* switched on at this resume: start fresh */
+		s->host->log(s->h, ACCEL_LOG_INFO, "scaler: the checkpoint holds no scaler state "
+		             "(saved without fp16): starting from init_scale %g", (double)s->st.scale);
+		return ACCEL_OK;
+	}
 	if (state_version != scaler_desc.state_version)
 		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "scaler: the checkpoint holds "
 		                      "scaler state version %u; this scaler reads version %u",
