@@ -19,6 +19,9 @@
 #     covering the V x D elements exactly once, and no other tensor;
 #     checkpoints saved under one strategy load under another at another
 #     world size and give the same weights as an uninterrupted run;
+#   - HYBRID_SHARD as two launchers of two ranks each (TIED_HYBRID= empty
+#     skips it), every rank against ddp at one process;
+#   - accel_unit_use_param's refusals (tied-train --api-errors);
 #   - refusal: a strategy without ACCEL_CAP_SHARED_PARAMS (the localsgd
 #     example) and one built before ABI 1.7 are refused at accel_prepare
 #     with a message naming the unit, the parameter and the strategy.
@@ -197,6 +200,37 @@ EOF
 '
 else
 	echo "note: no python3: the checkpoint checks are not run"
+fi
+
+# HYBRID_SHARD: two launchers as two nodes of two ranks (sharded within a
+# node, replicated across), every rank against ddp at one process
+if [ -n "${TIED_HYBRID-1}" ] && have_plugin fsdp && command -v python3 > /dev/null 2>&1; then
+	for g in $GAS; do
+		echo "{\"optimizer\": {\"type\": \"adamw\", \"params\": {\"lr\": 0.02, \"weight_decay\": 0.01}}, \"max_grad_norm\": 0.5, \"gradient_accumulation_steps\": $g, \"strategy\": \"fsdp\", \"fsdp\": {\"sharding_strategy\": \"HYBRID_SHARD\"}}" > "$tmp/h.json"
+		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+		for node in 1 0; do
+			"$ACCEL_CLI" launch -n 2 --nnodes 2 --node-rank $node --master-addr 127.0.0.1 \
+				--master-port "$port" --config "$tmp/h.json" -- "$prog" --out-ranks "$tmp/h" \
+				--steps $STEPS --batch $BATCH > "$tmp/h$node.log" 2>&1 &
+			eval "pid$node=\$!"
+		done
+		st0=0 st1=0
+		wait "$pid0" || st0=$?
+		wait "$pid1" || st1=$?
+		if [ "$st0" -ne 0 ] || [ "$st1" -ne 0 ]; then
+			fail "HYBRID_SHARD gas $g: the 2-node job failed ($st0, $st1)"
+			tail -10 "$tmp/h0.log" "$tmp/h1.log"
+			continue
+		fi
+		every_rank "$tmp/ref$g" "$tmp/h" 4 "$RTOL" "HYBRID_SHARD 2 nodes x 2 ranks gas $g vs ddp world 1"
+	done
+fi
+
+# the API's refusals
+if "$prog" --api-errors > "$tmp/api.log" 2>&1; then
+	echo "ok: accel_unit_use_param refusals: $(grep -c '^ok' "$tmp/api.log") checked"
+else
+	fail "accel_unit_use_param refusals"; cat "$tmp/api.log"
 fi
 
 # refusal: a strategy without ACCEL_CAP_SHARED_PARAMS, and one built before ABI 1.7

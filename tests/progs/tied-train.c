@@ -8,6 +8,7 @@
  *   tied-train [--steps S] [--batch B] [--out FILE] [--out-ranks PREFIX]
  *              [--check-sgd LR] [--save DIR] [--load DIR] [--untied]
  *   tied-train --compare A B [--rtol R] [--atol A]
+ *   tied-train --api-errors
  *
  * The model: vocabulary V = 12, width D = 8, three units
  *   emb   emb.weight W [V, D]                    h0 = W[x]
@@ -32,6 +33,11 @@
  * --untied registers W without the second use (the head then reads a
  * parameter outside its unit): the run must be refused or give wrong
  * values under a sharded strategy; used by the mutation notes only.
+ *
+ * --api-errors checks accel_unit_use_param's refusals (unknown unit, a
+ * parameter of the unit itself or of a later unit, out of range, declared
+ * twice, after accel_prepare) by status and message, and
+ * accel_unit_shared_params.
  *
  * Exit status: 0 ok, 1 accel error (message on stderr), 2 usage, 3 compare
  * mismatch, 4 --check-sgd mismatch.
@@ -316,6 +322,67 @@ static double update_err(const weights *w0, const weights *w1, const double *ge,
 	return ms > 0 ? md / ms : INFINITY;
 }
 
+/* One refusal: status `want` and a message containing `text`. */
+static int expect(accel_ctx *ctx, const char *unit, uint32_t param, int want, const char *text)
+{
+	accel_clear_error(ctx);
+	int got = accel_unit_use_param(ctx, unit, param);
+	const char *msg = accel_errmsg(ctx);
+	if (got != want || !msg || !strstr(msg, text)) {
+		fprintf(stderr, "tied-train: accel_unit_use_param(%s, %u): got %d '%s', want %d with "
+		        "'%s'\n", unit ? unit : "NULL", param, got, msg ? msg : "", want, text);
+		return 1;
+	}
+	printf("ok: accel_unit_use_param(%s, %u): %s\n", unit ? unit : "NULL", param, msg);
+	return 0;
+}
+
+static int api_errors(void)
+{
+	accel_ctx *ctx = NULL;
+	int bad = 0;
+	if (accel_ctx_new(NULL, &ctx))
+		return err(ctx, "accel_ctx_new");
+	int64_t sw[2] = {V, D}, sb[1] = {V};
+	accel_init z = accel_init_const(0);
+	if (accel_model_add_param(ctx, "emb", "emb.weight", ACCEL_DTYPE_F32, 2, sw, &z, &pid[P_W]) ||
+	    accel_model_add_param(ctx, "head", "head.bias", ACCEL_DTYPE_F32, 1, sb, &z, &pid[P_B])) {
+		bad = err(ctx, "accel_model_add_param");
+		goto done;
+	}
+	bad |= expect(ctx, "nohead", pid[P_W], ACCEL_ERR_NOT_FOUND, "no unit 'nohead' is registered");
+	bad |= expect(ctx, "head", 99, ACCEL_ERR_INVALID_ARG, "parameter index 99 out of range");
+	bad |= expect(ctx, "head", pid[P_B], ACCEL_ERR_INVALID_ARG,
+	              "parameter 'head.bias' belongs to unit 'head' already");
+	bad |= expect(ctx, "emb", pid[P_B], ACCEL_ERR_INVALID_ARG,
+	              "belongs to unit 'head', which comes later in forward order");
+	bad |= expect(ctx, NULL, pid[P_W], ACCEL_ERR_INVALID_ARG, "unit is NULL");
+	if (accel_unit_use_param(ctx, "head", pid[P_W])) {
+		bad = err(ctx, "accel_unit_use_param");
+		goto done;
+	}
+	bad |= expect(ctx, "head", pid[P_W], ACCEL_ERR_INVALID_ARG,
+	              "unit already uses parameter 'emb.weight'");
+	uint32_t n = 9;
+	const uint32_t *u = accel_unit_shared_params(ctx, 1, &n);  /* head */
+	if (n != 1 || !u || u[0] != pid[P_W]) {
+		fprintf(stderr, "tied-train: accel_unit_shared_params(head): %u entries\n", n);
+		bad = 1;
+	}
+	if (accel_unit_shared_params(ctx, 0, &n) || n != 0) {
+		fprintf(stderr, "tied-train: accel_unit_shared_params(emb): %u entries\n", n);
+		bad = 1;
+	}
+	if (accel_prepare(ctx)) {
+		bad = err(ctx, "accel_prepare");
+		goto done;
+	}
+	bad |= expect(ctx, "head", pid[P_W], ACCEL_ERR_STATE, "the model is frozen by accel_prepare()");
+done:
+	accel_ctx_free(ctx);
+	return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	long steps = 6, batch = 24;
@@ -335,6 +402,8 @@ int main(int argc, char **argv)
 					atol = atof(argv[j + 1]);
 			}
 			return compare(argv[i + 1], argv[i + 2], rtol, atol);
+		} else if (!strcmp(argv[i], "--api-errors")) {
+			return api_errors();
 		} else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
 			steps = atol(argv[++i]);
 		} else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
