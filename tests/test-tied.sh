@@ -6,8 +6,10 @@
 # parameters (ACCEL_CAP_SHARED_PARAMS).
 #
 #   - parity: every variant in TIED_VARIANTS (ddp; zero stages 1-3, with
-#     and without cpu offload; fsdp FULL_SHARD, SHARD_GRAD_OP, NO_SHARD and
-#     a wrap policy; plugins not built are skipped by name) at 1, 2 and 3
+#     and without cpu offload, stage 3 with NVMe offload of optimizer and
+#     parameters; fsdp FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, size-based wrap,
+#     NO_WRAP, cpu_offload with and without prefetch; plugins not built are
+#     skipped by name) at 1, 2 and 3
 #     ranks, accumulation 1 and 2 (TIED_WORLDS, TIED_GAS): every rank's
 #     final weights equal ddp at one process within RTOL;
 #   - the sum of both uses: with SGD (no momentum, no clipping) the first
@@ -45,10 +47,11 @@ fail() {
 RTOL=5e-7        # observed 1.66e-7 (every strategy at worlds 2 and 3)
 STEPS=8
 BATCH=24         # divisible by 1, 2, 3 ranks x 1, 2 micro-steps
-VARIANTS=${TIED_VARIANTS:-ddp zero1 zero2 zero3 zero1cpu zero2cpu zero3cpu fsdp_full fsdp_grad_op fsdp_no_shard fsdp_wrap fsdp_nowrap fsdp_full_offload fsdp_grad_op_offload}
+VARIANTS=${TIED_VARIANTS:-ddp zero1 zero2 zero3 zero1cpu zero2cpu zero3cpu zero3nvme fsdp_full fsdp_grad_op fsdp_no_shard fsdp_wrap fsdp_nowrap fsdp_full_offload fsdp_grad_op_offload}
 WORLDS=${TIED_WORLDS:-1 2 3}
 GAS=${TIED_GAS:-1 2}
 
+mkdir -p "$tmp/nvme"
 [ -n "${ACCEL_CLI:-}" ] || { echo "FAIL: ACCEL_CLI is not set (run through meson test)"; exit 1; }
 echo '{}' > "$tmp/empty.json"
 if ! "$ACCEL_CLI" launch -n 2 --config "$tmp/empty.json" -- /bin/true > "$tmp/probe.log" 2>&1; then
@@ -67,6 +70,8 @@ section() {
 	zero[123]) echo "\"strategy\": \"zero\", \"zero_optimization\": {\"stage\": ${1#zero}, \"reduce_bucket_size\": 40, \"stage3_param_persistence_threshold\": 0}" ;;
 	zero[123]cpu) s=${1#zero}; s=${s%cpu}
 		echo "\"strategy\": \"zero\", \"zero_optimization\": {\"stage\": $s, \"reduce_bucket_size\": 40, \"stage3_param_persistence_threshold\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}" ;;
+	# stage 3 with optimizer and parameter shards in NVMe swap files
+	zero3nvme) echo "\"strategy\": \"zero\", \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": 40, \"stage3_param_persistence_threshold\": 0, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"}, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/nvme\"}}" ;;
 	fsdp_full) echo '"strategy": "fsdp", "fsdp": {"sharding_strategy": "FULL_SHARD"}' ;;
 	fsdp_grad_op) echo '"strategy": "fsdp", "fsdp": {"sharding_strategy": "SHARD_GRAD_OP"}' ;;
 	fsdp_no_shard) echo '"strategy": "fsdp", "fsdp": {"sharding_strategy": "NO_SHARD"}' ;;
