@@ -94,6 +94,11 @@ struct accel_comm {
 	 * backend took it and when its wait returned), so tests can check
 	 * what overlapped with what (docs/testing.md). */
 	FILE *trace;
+	/* accel_comm_stats(): bytes this rank handed to each kind of
+	 * collective and how many it issued (training thread only, like the
+	 * collectives themselves). */
+	uint64_t stat_bytes[ACCEL_COLL_COUNT];
+	uint64_t stat_calls[ACCEL_COLL_COUNT];
 };
 
 static int64_t now_ns(void)
@@ -572,11 +577,24 @@ static int check_op(accel_comm *c, uint32_t op, const char *what)
 	return ACCEL_OK;
 }
 
-/* Issue through the backend; wait at once when the caller wants a blocking call. */
+/* The bytes of a view (0 for none). */
+static uint64_t view_bytes(const accel_view *v)
+{
+	return v ? v->numel * accel_abi_dtype_size(v->dtype) : 0;
+}
+
+/* Issue through the backend; wait at once when the caller wants a blocking
+ * call.  `coll` (ACCEL_COLL_*) and `bytes` count a collective the backend
+ * took in accel_comm_stats(). */
 static int finish(accel_comm *c, accel_group *g, comm_backend *be, void *state, const char *op,
-                  int r, accel_comm_req *breq, accel_req **ret_req, comm_staged *st)
+                  uint32_t coll, uint64_t bytes, int r, accel_comm_req *breq,
+                  accel_req **ret_req, comm_staged *st)
 {
 	accel_ctx *ctx = c->ctx;
+	if (!r) {
+		c->stat_bytes[coll] += bytes;
+		c->stat_calls[coll]++;
+	}
 	if (r) {
 		if (ctx->err.code == ACCEL_OK)
 			accelp_err_set(&ctx->err, r, "%s%s (after #%llu) failed in backend %s: %s", op,
@@ -649,6 +667,7 @@ int accelp_comm_group_allreduce(accel_comm *c, accel_group *grp, const accel_vie
 		return r;
 	comm_staged st = {0};
 	accel_view hs, hr;
+	uint64_t bytes = view_bytes(send);
 	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
 		if ((r = comm_stage_in(c->stage, c->ctx->stream, send, recv, send->numel, 0, 0, &hs, &hr, &st,
 		                       &c->ctx->err)))
@@ -656,7 +675,8 @@ int accelp_comm_group_allreduce(accel_comm *c, accel_group *grp, const accel_vie
 		send = recv = &hs;
 	}
 	r = be->vt->allreduce(state, send, recv, op, &breq);
-	return finish(c, g, be, state, "allreduce", r, breq, ret_req, &st);
+	return finish(c, g, be, state, "allreduce", ACCEL_COLL_ALLREDUCE, bytes, r, breq, ret_req,
+	              &st);
 }
 
 int accelp_comm_group_reduce_scatter(accel_comm *c, accel_group *grp, const accel_view *send,
@@ -674,6 +694,7 @@ int accelp_comm_group_reduce_scatter(accel_comm *c, accel_group *grp, const acce
 		return r;
 	comm_staged st = {0};
 	accel_view hs, hr;
+	uint64_t bytes = view_bytes(send);
 	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
 		/* the in-place form: this rank's block of the staged send */
 		if ((r = comm_stage_in(c->stage, c->ctx->stream, send, recv, send->numel, 0, n * (uint64_t)g->rank,
@@ -683,7 +704,8 @@ int accelp_comm_group_reduce_scatter(accel_comm *c, accel_group *grp, const acce
 		recv = &hr;
 	}
 	r = be->vt->reduce_scatter(state, send, recv, op, &breq);
-	return finish(c, g, be, state, "reduce_scatter", r, breq, ret_req, &st);
+	return finish(c, g, be, state, "reduce_scatter", ACCEL_COLL_REDUCE_SCATTER, bytes, r, breq,
+	              ret_req, &st);
 }
 
 int accelp_comm_group_allgather(accel_comm *c, accel_group *grp, const accel_view *send,
@@ -700,6 +722,7 @@ int accelp_comm_group_allgather(accel_comm *c, accel_group *grp, const accel_vie
 		return r;
 	comm_staged st = {0};
 	accel_view hs, hr;
+	uint64_t bytes = view_bytes(send);
 	if (send->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
 		/* the in-place form: send at this rank's block of the staged recv */
 		if ((r = comm_stage_in(c->stage, c->ctx->stream, send, recv, recv->numel, n * (uint64_t)g->rank, 0,
@@ -709,7 +732,8 @@ int accelp_comm_group_allgather(accel_comm *c, accel_group *grp, const accel_vie
 		recv = &hr;
 	}
 	r = be->vt->allgather(state, send, recv, &breq);
-	return finish(c, g, be, state, "allgather", r, breq, ret_req, &st);
+	return finish(c, g, be, state, "allgather", ACCEL_COLL_ALLGATHER, bytes, r, breq, ret_req,
+	              &st);
 }
 
 int accelp_comm_group_broadcast(accel_comm *c, accel_group *grp, const accel_view *buf,
@@ -730,6 +754,7 @@ int accelp_comm_group_broadcast(accel_comm *c, accel_group *grp, const accel_vie
 		return r;
 	comm_staged st = {0};
 	accel_view hs, hr;
+	uint64_t bytes = view_bytes(buf);
 	if (buf->device != ACCEL_DEVICE_CPU && be == &c->cpu) {
 		if ((r = comm_stage_in(c->stage, c->ctx->stream, buf, buf, buf->numel, 0, 0, &hs, &hr, &st,
 		                       &c->ctx->err)))
@@ -737,7 +762,8 @@ int accelp_comm_group_broadcast(accel_comm *c, accel_group *grp, const accel_vie
 		buf = &hs;
 	}
 	r = be->vt->broadcast(state, buf, root, &breq);
-	return finish(c, g, be, state, "broadcast", r, breq, ret_req, &st);
+	return finish(c, g, be, state, "broadcast", ACCEL_COLL_BROADCAST, bytes, r, breq, ret_req,
+	              &st);
 }
 
 int accelp_comm_group_barrier(accel_comm *c, accel_group *grp, accel_req **ret_req)
@@ -749,7 +775,8 @@ int accelp_comm_group_barrier(accel_comm *c, accel_group *grp, accel_req **ret_r
 		return r;
 	comm_staged st = {0};
 	r = c->cpu.vt->barrier(g->cpu_state, &breq);
-	return finish(c, g, &c->cpu, g->cpu_state, "barrier", r, breq, ret_req, &st);
+	return finish(c, g, &c->cpu, g->cpu_state, "barrier", ACCEL_COLL_BARRIER, 0, r, breq,
+	              ret_req, &st);
 }
 
 int accelp_comm_allreduce(accel_comm *c, const accel_view *send, const accel_view *recv,
@@ -778,6 +805,34 @@ int accelp_comm_broadcast(accel_comm *c, const accel_view *buf, int32_t root, ac
 int accelp_comm_barrier(accel_comm *c, accel_req **ret_req)
 {
 	return accelp_comm_group_barrier(c, NULL, ret_req);
+}
+
+int accel_comm_stats(const accel_ctx *ctx, uint32_t collective, uint64_t *ret_bytes,
+                     uint64_t *ret_calls)
+{
+	if (!ctx)
+		return ACCEL_ERR_INVALID_ARG;
+	accel_err *err = (accel_err *)&ctx->err;  /* the message slot, as accel_memory_stats */
+	if (!ret_bytes && !ret_calls)
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
+		                     "accel_comm_stats: both outputs are NULL; pass ret_bytes, "
+		                     "ret_calls or both");
+	if (collective >= ACCEL_COLL_COUNT && collective != ACCEL_COLL_ALL)
+		return accelp_err_set(err, ACCEL_ERR_INVALID_ARG,
+		                     "accel_comm_stats: unknown collective %u (ACCEL_COLL_ALLREDUCE .. "
+		                     "ACCEL_COLL_BARRIER, or ACCEL_COLL_ALL)", collective);
+	uint64_t bytes = 0, calls = 0;
+	const accel_comm *c = ctx->comm;
+	for (uint32_t i = 0; c && i < ACCEL_COLL_COUNT; i++)
+		if (collective == ACCEL_COLL_ALL || collective == i) {
+			bytes += c->stat_bytes[i];
+			calls += c->stat_calls[i];
+		}
+	if (ret_bytes)
+		*ret_bytes = bytes;
+	if (ret_calls)
+		*ret_calls = calls;
+	return ACCEL_OK;
 }
 
 static int wait_req(accel_comm *c, accel_req *req, int on_stream, void *stream)

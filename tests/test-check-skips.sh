@@ -4,7 +4,9 @@
 # on doctored meson test logs, with the machine's facts given by --assume:
 # an expected skip passes, a skip the machine could have run fails and is
 # named with its reason, a test with no outside prerequisite may never
-# skip, a missing or empty log fails; and one run with the real probes.
+# skip, a missing or empty log fails, a test that this machine's
+# capabilities should have registered and did not fails; and one run with
+# the real probes.
 set -u
 python=${1:?usage: test-check-skips.sh PYTHON}
 : "${ACCEL_TEST_SRCDIR:?set by meson}"
@@ -78,10 +80,29 @@ expect 1 "UNEXPECTED SKIP: optim-torch" "optim-torch with torch and AVX2+FMA" \
 expect 1 "0 expected skip(s), 1 unexpected" "two logs, one bad" \
 	--assume gpu=1 "$tmp/ok.json" "$tmp/gpu.json"
 
-# A build directory is read at meson-logs/testlog.json.
-mkdir -p "$tmp/build/meson-logs"
+# A build directory is read at meson-logs/testlog.json, and its registered
+# tests at meson-info/intro-tests.json.
+nocaps="--assume mpi=0 --assume cuda_toolkit=0 --assume nccl=0 --assume cublaslt=0 --assume python3=0"
+mkdir -p "$tmp/build/meson-logs" "$tmp/build/meson-info"
 cp "$tmp/gpu.json" "$tmp/build/meson-logs/testlog.json"
-expect 0 "expected skip: nccl-gpu" "a build directory" --assume gpu=0 "$tmp/build"
+echo '[{"name": "store"}, {"name": "nccl-gpu"}]' >"$tmp/build/meson-info/intro-tests.json"
+expect 0 "expected skip: nccl-gpu" "a build directory" --assume gpu=0 $nocaps "$tmp/build"
+
+# Tests that vanish at configure time: where the machine has MPI (or
+# python3), the tests registered only with it must be registered; without
+# it, or with -Dmpi=disabled, their absence is as expected.
+expect 1 "NOT REGISTERED: mpi-groups-values: this machine has MPI" "MPI tests not registered" \
+	--assume gpu=0 $nocaps --assume mpi=1 "$tmp/build"
+expect 1 "NOT REGISTERED: checkpoint-python: this machine has python3" \
+	"python3 tests not registered" --assume gpu=0 $nocaps --assume python3=1 "$tmp/build"
+expect 0 "not registered, as expected: mpi: this machine lacks MPI" "MPI tests without MPI" \
+	--assume gpu=0 $nocaps "$tmp/build"
+echo '[{"name": "mpi", "value": "disabled"}]' >"$tmp/build/meson-info/intro-buildoptions.json"
+expect 0 "not registered, as configured: mpi (-Dmpi=disabled)" "MPI disabled on purpose" \
+	--assume gpu=0 $nocaps --assume mpi=1 "$tmp/build"
+rm "$tmp/build/meson-info/intro-tests.json"
+expect 1 "cannot read the registered tests" "a build directory without meson-info" \
+	--assume gpu=0 $nocaps "$tmp/build"
 
 # Nothing ran: a failure, not a pass.
 : >"$tmp/empty.json"

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # accel_save_state / accel_load_state through examples/train_mlp
 # (docs/checkpoints.md): a run resumed from a checkpoint ends bitwise equal
-# to an uninterrupted one (1 and 2 processes; shuffling, a warm-up LR
+# to an uninterrupted one on every rank (1 and 2 processes; shuffling, a warm-up LR
 # schedule and gradient clipping on; and with gradient accumulation), a bad checkpoint is refused with a
 # message naming the file and what was expected (and is left as it was),
 # and a failed save leaves the last good checkpoint and `latest` alone.
@@ -42,7 +42,8 @@ run() {
 
 for n in 1 2; do
 	echo "== resume at $n process(es) is bitwise equal to an uninterrupted run"
-	run "$n" --steps 20 --save-final "straight$n.st" >"out$n" 2>&1 || { cat "out$n"; fail "straight run"; }
+	run "$n" --steps 20 --save-final "straight$n.st" --save-final-ranks "straight$n" >"out$n" 2>&1 ||
+		{ cat "out$n"; fail "straight run"; }
 	run "$n" --steps 10 --checkpoint-every 5 --project-dir "p$n" >"out$n" 2>&1 ||
 		{ cat "out$n"; fail "first half"; }
 	[ -d "p$n/checkpoint_5" ] && [ -d "p$n/checkpoint_10" ] || fail "checkpoints not written"
@@ -51,10 +52,18 @@ for n in 1 2; do
 	grep -q '"step": 10' "p$n/checkpoint_10/manifest.json" || fail "manifest step"
 	[ "$(ls "p$n" | grep -c tmp)" = 0 ] || fail "a temporary directory was left: $(ls "p$n")"
 	run "$n" --steps 20 --resume latest --project-dir "p$n" --save-final "resumed$n.st" \
-		>"out$n" 2>&1 || { cat "out$n"; fail "resumed run"; }
+		--save-final-ranks "resumed$n" >"out$n" 2>&1 || { cat "out$n"; fail "resumed run"; }
 	grep -q "resumed from p$n/checkpoint_10 at step 10" "out$n" || { cat "out$n"; fail "resume line"; }
 	grep -q "trained 10 steps" "out$n" || { cat "out$n"; fail "the resumed run did not do 10 steps"; }
 	cmp "straight$n.st" "resumed$n.st" || fail "$n process(es): resumed weights differ"
+	# every rank's weights, not only rank 0's
+	r=0
+	while [ "$r" -lt "$n" ]; do
+		[ -f "resumed$n.rank$r.safetensors" ] || fail "$n process(es): rank $r wrote no weights"
+		cmp "straight$n.rank$r.safetensors" "resumed$n.rank$r.safetensors" ||
+			fail "$n process(es): rank $r's resumed weights differ from its uninterrupted run's"
+		r=$((r + 1))
+	done
 	# and the checkpoint changes training: resuming from step 5 also matches
 	run "$n" --steps 20 --resume "p$n/checkpoint_5" --save-final "r5_$n.st" >"out$n" 2>&1 ||
 		{ cat "out$n"; fail "resume from step 5"; }

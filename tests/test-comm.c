@@ -1556,6 +1556,23 @@ START_TEST(launch_rank0_exits_before_joining)
 }
 END_TEST
 
+/* accel_comm_stats() at 2 ranks: every kind of collective moves by what
+ * tests/progs/comm-ranks.c's "stats" mode hands over. */
+START_TEST(launch_comm_stats_2)
+{
+	char out[256], buf[1024];
+	outdir_new(out, sizeof(out));
+	int status = launch_ranks(2, "stats", out, 0, 120);
+	if (status != 0)
+		print_log(out);
+	ck_assert_msg(status == 0, "accel launch -n 2 comm-ranks stats: status %d", status);
+	for (int r = 0; r < 2; r++) {
+		ck_assert_msg(read_report("stats", r, buf, sizeof(buf)) == 0, "rank %d wrote no report", r);
+		ck_assert_msg(!strncmp(buf, "0 ", 2), "rank %d: %s", r, buf);
+	}
+}
+END_TEST
+
 static Suite *comm_suite(void)
 {
 	Suite *s = suite_create("comm");
@@ -1607,6 +1624,7 @@ static Suite *comm_suite(void)
 	tc = tcase_create("launch");
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, launch_matrix_2);
+	tcase_add_test(tc, launch_comm_stats_2);
 	tcase_add_test(tc, launch_matrix_3);
 	tcase_add_test(tc, launch_matrix_4);
 	tcase_add_test(tc, launch_matrix_8);

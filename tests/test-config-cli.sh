@@ -27,13 +27,15 @@ command -v python3 >/dev/null 2>&1 || { echo "skipped: no python3"; exit 77; }
 # The installed strategies are ddp, and the fixture named zero where a
 # check installs one: the zero, fsdp and fp8 plugins the build makes too
 # are taken off the search path, and checked on their own; so is the scaler
-# (fp16 without it is checked first, with it at the end).
+# (fp16 without it is checked first, with it at the end), and the compress
+# hook (its template would join the list of installed ones).
 zero_dir=$ACCEL_TEST_BUILDDIR/plugins/zero
 fsdp_dir=$ACCEL_TEST_BUILDDIR/plugins/fsdp
 fp8_dir=$ACCEL_TEST_BUILDDIR/plugins/fp8
 scaler_dir=$ACCEL_TEST_BUILDDIR/plugins/scaler
 ACCEL_PLUGIN_PATH=$(printf '%s\n' "$ACCEL_PLUGIN_PATH" | tr ':' '\n' | grep -vxF "$zero_dir" |
-	grep -vxF "$fsdp_dir" | grep -vxF "$fp8_dir" | grep -vxF "$scaler_dir" | paste -sd: -)
+	grep -vxF "$fsdp_dir" | grep -vxF "$fp8_dir" | grep -vxF "$scaler_dir" |
+	grep -vxF "$ACCEL_TEST_BUILDDIR/plugins/compress" | paste -sd: -)
 export ACCEL_PLUGIN_PATH
 
 fail() {

@@ -1308,18 +1308,23 @@ static int have_gpu(void)
 }
 
 /* No arguments: the GPU tests (exit 77 without a GPU).  --no-gpu: what a
- * machine without one reports (exit 77 where there is one). */
+ * machine without one reports; on a machine with one, its GPUs are hidden
+ * from this process first (CUDA_VISIBLE_DEVICES empty, before any CUDA
+ * call), so the same checks run there: never a skip. */
 int main(int argc, char **argv)
 {
 	int no_gpu = argc > 1 && !strcmp(argv[1], "--no-gpu");
+	if (no_gpu && setenv("CUDA_VISIBLE_DEVICES", "", 1))
+		return EXIT_FAILURE;
 	int gpu = have_gpu();
 	if (!no_gpu && !gpu) {
 		printf("skipped: no GPU\n");
 		return 77;
 	}
 	if (no_gpu && gpu) {
-		printf("skipped: this machine has a GPU (the gpu suite tests it)\n");
-		return 77;
+		printf("FAIL: a GPU is visible with CUDA_VISIBLE_DEVICES empty; the no-GPU "
+		       "checks cannot run\n");
+		return EXIT_FAILURE;
 	}
 	/* before any CUDA call: every op waits for its kernels (see the top) */
 	if (!no_gpu && setenv("CUDA_LAUNCH_BLOCKING", "1", 0))

@@ -5,15 +5,23 @@
 #
 #   single: one process (no launcher needed): unit hooks on/off give
 #           identical results, 4 micro-steps of B/4 == 1 step of B, clipping
-#           really clips, bf16 trains, missing/duplicate hooks are errors
-#           naming the unit.
+#           really clips (one plain SGD step moves the parameters by
+#           lr x max_grad_norm when clipped, by lr x the gradient norm when
+#           not), bf16 trains, missing/duplicate hooks are errors naming
+#           the unit.
 #   multi:  `accel launch -n 1/2/4` (and -n 4 over the tcp backend) on the
 #           same global batches agree within RTOL (SGD with momentum,
-#           AdamW, AdamW with clipping, with accumulation); on every run
+#           SGD with clipping, AdamW, AdamW with clipping, with
+#           accumulation; SGD rows catch gradients summed instead of
+#           averaged, which AdamW hardly notices); on every run
 #           each rank's parameters are bitwise rank 0's; every rank logs the
 #           same bucket plan; and the comm layer's timestamps
 #           (ACCEL_TEST_COMM_TRACE) show bucket 0's reduction issued before
 #           the backward of the last unit began, on every rank and step.
+#           A rank-dependent initialisation (--rank-init) ends, after
+#           accel_prepare, bitwise equal to the one-process run on every
+#           rank (ddp broadcasts rank 0's values), and trains to the
+#           one-process result.
 #           Exits 77 (skipped) only when `accel launch` cannot start two
 #           processes of /bin/true here; a failing training run is a FAIL.
 #
@@ -31,13 +39,26 @@ fails=0
 
 # Tolerances: about 2.5 times the largest deviation observed (x86-64 with
 # AVX2+FMA, shm and tcp backends); see docs/testing.md.
-RTOL=4e-7        # world 1 vs 2/4, accumulation: observed 1.57e-7 (sgd, world 2)
+RTOL=4e-7        # world 1 vs 2/4, accumulation: observed 1.57e-7 (sgd, world 2),
+                 # 1.4e-7 (clip: AdamW with clipping, world 4)
+RTOL_ADAMW=2.5e-7   # adamw rows: observed 8.89e-8 (world 4)
+RTOL_SGDCLIP=2.5e-7 # sgdclip rows: observed 8.74e-8 (world 2 x 4 micro-steps)
+CLIP_RTOL=4e-6   # |step| / lr vs max_grad_norm: observed 1.3e-6; vs grad_norm: 3.8e-8
 RTOL_BF16=8e-3   # bf16 parameters vs f32: observed 2.75e-3 (adamw)
 MOVED=1e-2       # smallest relative move of a tensor: observed > 5e-2
 
 fail() {
 	echo "FAIL: $*"
 	fails=$((fails + 1))
+}
+
+# tol CONFIG: the tolerance of world 1 vs N and of accumulation for CONFIG.
+tol() {
+	case $1 in
+	adamw) echo "$RTOL_ADAMW" ;;
+	sgdclip) echo "$RTOL_SGDCLIP" ;;
+	*) echo "$RTOL" ;;
+	esac
 }
 
 # Small buckets so the 3-unit model gets several: fc3 is 68 floats (272
@@ -55,8 +76,16 @@ EOF
 cat > "$tmp/clip.json" <<EOF
 {"optimizer": {"type": "adamw", "params": {"lr": 0.01}}, "max_grad_norm": 0.05, $buckets}
 EOF
+# SGD with momentum and clipping: max_grad_norm among the steps' gradient
+# norms (observed at world 1: 4.04, 4.02, 2.89 clipped; 1.69, 1.02, 0.75
+# not), so some steps are clipped and some not, and a gradient off by a
+# constant factor shows.
+cat > "$tmp/sgdclip.json" <<EOF
+{"optimizer": {"type": "sgd", "params": {"lr": 0.05, "momentum": 0.9}}, "max_grad_norm": 2.5,
+ $buckets}
+EOF
 # The same with gradient accumulation over 4 micro-steps.
-for c in sgd adamw clip; do
+for c in sgd adamw clip sgdclip; do
 	sed 's/^{/{"gradient_accumulation_steps": 4, /' "$tmp/$c.json" > "$tmp/$c-acc.json"
 done
 
@@ -115,8 +144,19 @@ same() {
 	fi
 }
 
+# stepnorm A B: the Euclidean norm of B - A over every parameter.
+stepnorm() {
+	paste "$1" "$2" | awk '{ d = $6 - $3; s += d * d } END { printf "%.9e\n", sqrt(s) }'
+}
+
+# relclose A B RTOL: |A - B| <= RTOL * |B|.
+relclose() {
+	awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d;
+		if (b < 0) b = -b; exit !(d <= t * b) }'
+}
+
 if [ "$mode" = single ]; then
-	for c in sgd adamw clip; do
+	for c in sgd adamw clip sgdclip; do
 		run1 "$tmp/$c.json" "$tmp/$c.init" --steps 0 ||
 			{ fail "$c: world 1 initial parameters"; cat "$tmp/$c.init.log"; continue; }
 		run1 "$tmp/$c.json" "$tmp/$c.1" --metrics "$tmp/$c.metrics" ||
@@ -128,11 +168,32 @@ if [ "$mode" = single ]; then
 		same "$tmp/$c.1" "$tmp/$c.nohooks" 0 "$c: hooks vs no hooks (bitwise)"
 		run1 "$tmp/$c-acc.json" "$tmp/$c.acc" ||
 			{ fail "$c: accumulation run"; cat "$tmp/$c.acc.log"; continue; }
-		same "$tmp/$c.1" "$tmp/$c.acc" "$RTOL" "$c: 4 micro-steps of B/4 vs 1 step of B"
+		same "$tmp/$c.1" "$tmp/$c.acc" "$(tol "$c")" "$c: 4 micro-steps of B/4 vs 1 step of B"
 	done
-	# The clipped run clips (coef < 1) and the metrics lines are there.
-	n=$(grep -c '"clip_coef":0\.' "$tmp/clip.metrics" 2>/dev/null)
-	[ "${n:-0}" -ge 1 ] || fail "clip: no step was clipped ($(head -2 "$tmp/clip.metrics" 2>&1))"
+	# Clipping by what it does: one plain SGD step from the initial values
+	# moves the parameters by lr x the gradient norm (max_grad_norm 1000:
+	# not clipped, the norm reported), and with max_grad_norm 0.1, below
+	# that norm, by lr x max_grad_norm.
+	echo '{"optimizer": {"type": "sgd", "params": {"lr": 0.05}}, "max_grad_norm": 1000}' \
+		> "$tmp/sgd1.json"
+	echo '{"optimizer": {"type": "sgd", "params": {"lr": 0.05}}, "max_grad_norm": 0.1}' \
+		> "$tmp/sgd1clip.json"
+	if run1 "$tmp/sgd1.json" "$tmp/sgd1" --steps 1 --metrics "$tmp/sgd1.metrics" &&
+	   run1 "$tmp/sgd1clip.json" "$tmp/sgd1clip" --steps 1; then
+		gn=$(sed -n 's/.*"grad_norm":\([^,}]*\).*/\1/p' "$tmp/sgd1.metrics" | head -1)
+		u0=$(stepnorm "$tmp/sgd.init" "$tmp/sgd1" | awk '{ printf "%.9e", $1 / 0.05 }')
+		u1=$(stepnorm "$tmp/sgd.init" "$tmp/sgd1clip" | awk '{ printf "%.9e", $1 / 0.05 }')
+		echo "one SGD step: |step|/lr = $u0 unclipped (grad_norm $gn), $u1 with max_grad_norm 0.1"
+		awk -v g="${gn:-0}" 'BEGIN { exit !(g > 0.2) }' ||
+			fail "clip: the first step's grad_norm '$gn' is not above 2 x max_grad_norm 0.1"
+		relclose "$u0" "${gn:-0}" "$CLIP_RTOL" ||
+			fail "unclipped SGD step: |step|/lr $u0 is not the gradient norm $gn"
+		relclose "$u1" 0.1 "$CLIP_RTOL" ||
+			fail "clipped SGD step: |step|/lr $u1 is not max_grad_norm 0.1 (clipping did not clip)"
+	else
+		fail "one-step SGD runs"
+		cat "$tmp/sgd1.log" "$tmp/sgd1clip.log"
+	fi
 	n=$(grep -c '"step":' "$tmp/sgd.metrics" 2>/dev/null)
 	[ "${n:-0}" -eq 6 ] || fail "sgd: expected 6 metrics lines, got ${n:-0}"
 	grep -q '"clip_coef":1\.0' "$tmp/sgd.metrics" || fail "sgd: clip_coef should be 1.0"
@@ -171,7 +232,7 @@ if ! "$ACCEL_CLI" launch -n 2 --config "$tmp/empty.json" -- /bin/true > "$tmp/pr
 	exit 77
 fi
 
-for c in sgd adamw clip; do
+for c in sgd adamw clip sgdclip; do
 	run1 "$tmp/$c.json" "$tmp/$c.init" --steps 0 ||
 		{ fail "$c: initial parameters"; cat "$tmp/$c.init.log"; continue; }
 	run1 "$tmp/$c.json" "$tmp/$c.1" || { fail "$c: world 1"; cat "$tmp/$c.1.log"; continue; }
@@ -179,20 +240,34 @@ for c in sgd adamw clip; do
 		runn "$n" "$tmp/$c.json" "$tmp/$c.$n" ||
 			{ fail "$c: world $n"; tail -20 "$tmp/$c.$n.log"; continue; }
 		moved "$tmp/$c.init" "$tmp/$c.$n" "$c: world $n"
-		same "$tmp/$c.1" "$tmp/$c.$n" "$RTOL" "$c: world 1 vs world $n"
+		same "$tmp/$c.1" "$tmp/$c.$n" "$(tol "$c")" "$c: world 1 vs world $n"
 	done
 	runn 2 "$tmp/$c-acc.json" "$tmp/$c.acc2" ||
 		{ fail "$c: world 2 with accumulation"; tail -20 "$tmp/$c.acc2.log"; continue; }
-	same "$tmp/$c.1" "$tmp/$c.acc2" "$RTOL" "$c: world 1 vs world 2 x 4 micro-steps"
+	same "$tmp/$c.1" "$tmp/$c.acc2" "$(tol "$c")" "$c: world 1 vs world 2 x 4 micro-steps"
 	runn 4 "$tmp/$c.json" "$tmp/$c.4n" --hooks none ||
 		{ fail "$c: world 4 without hooks"; tail -20 "$tmp/$c.4n.log"; continue; }
-	same "$tmp/$c.1" "$tmp/$c.4n" "$RTOL" "$c: world 1 vs world 4 without hooks"
+	same "$tmp/$c.1" "$tmp/$c.4n" "$(tol "$c")" "$c: world 1 vs world 4 without hooks"
 	# the same gradients over the tcp backend (the one jobs across nodes use)
 	sed 's/^{/{"backend": "tcp", /' "$tmp/$c.json" > "$tmp/$c-tcp.json"
 	runn 4 "$tmp/$c-tcp.json" "$tmp/$c.4tcp" ||
 		{ fail "$c: world 4 over tcp"; tail -20 "$tmp/$c.4tcp.log"; continue; }
-	same "$tmp/$c.1" "$tmp/$c.4tcp" "$RTOL" "$c: world 1 vs world 4 over tcp"
+	same "$tmp/$c.1" "$tmp/$c.4tcp" "$(tol "$c")" "$c: world 1 vs world 4 over tcp"
 done
+
+# Every rank starts from rank 0's values: fc1.bias's init is shifted by
+# 0.5 x rank (--rank-init); after accel_prepare every rank holds the
+# one-process values bitwise, and after training the one-process result.
+run1 "$tmp/sgd.json" "$tmp/ri.init" --steps 0 --rank-init ||
+	{ fail "rank-init: world 1 initial parameters"; cat "$tmp/ri.init.log"; }
+run1 "$tmp/sgd.json" "$tmp/ri.1" --rank-init || { fail "rank-init: world 1"; cat "$tmp/ri.1.log"; }
+for n in 2 4; do
+	runn "$n" "$tmp/sgd.json" "$tmp/ri0.$n" --steps 0 --rank-init ||
+		{ fail "rank-init: world $n, no step"; tail -20 "$tmp/ri0.$n.log"; continue; }
+	same "$tmp/ri.init" "$tmp/ri0.$n" 0 "rank-init: world $n after accel_prepare vs world 1"
+done
+runn 2 "$tmp/sgd.json" "$tmp/ri.2" --rank-init || { fail "rank-init: world 2"; tail -20 "$tmp/ri.2.log"; }
+same "$tmp/ri.1" "$tmp/ri.2" "$RTOL" "rank-init: world 1 vs world 2 trained"
 
 # A reduce hook gets pre-divided buckets and sums them (the host divides for
 # it; without one the backend averages): the same numbers either way.  SGD,

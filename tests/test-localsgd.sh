@@ -52,6 +52,7 @@ fails=0
 # AVX2+FMA); see docs/testing.md.
 RTOL=6e-7       # localsgd (sync_every 1) vs ddp: observed 2.67e-7 (4 micro-steps)
 RTOL_REF=7e-7   # vs the numpy reference: observed 2.99e-7 (adamw2)
+RTOL_REF_MOM=4e-7  # momentum rows vs the numpy reference: observed 0.82-1.67e-7 (mom3)
 RTOL_BF16=8e-3  # bf16 vs f32 parameters: observed 3.01e-3
 MOVED=1e-2      # smallest relative move of a tensor in 6 steps
 
@@ -306,10 +307,14 @@ if [ "$part" = numpy ]; then
 	ref() {
 		rname=$1
 		shift
+		case $rname in
+		mom*) rtol=$RTOL_REF_MOM ;;
+		*) rtol=$RTOL_REF ;;
+		esac
 		if "$python" "$ACCEL_TEST_SRCDIR/tests/localsgd_ref.py" "$tmp/init.0" "$tmp/ref-$rname" \
 			--world 2 --steps 6 --batch 32 "$@" >"$tmp/ref-$rname.log" 2>&1; then
-			same "ref-$rname.0" "$rname.0" "$RTOL_REF" "$rname: rank 0 equals the reference"
-			same "ref-$rname.1" "$rname.1" "$RTOL_REF" "$rname: rank 1 equals the reference"
+			same "ref-$rname.0" "$rname.0" "$rtol" "$rname: rank 0 equals the reference"
+			same "ref-$rname.1" "$rname.1" "$rtol" "$rname: rank 1 equals the reference"
 		else
 			fail "$rname: reference failed"
 			cat "$tmp/ref-$rname.log"

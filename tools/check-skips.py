@@ -13,6 +13,14 @@ prerequisites are all present -- is reported with the test's own
 "skipped: ..." line, and the exit status is 1.  A missing or empty log is
 an error too (exit 1): nothing ran.
 
+Given a build directory, it also checks that the tests meson registers
+only where a capability was found at configure time (MPI, CUDA, NCCL,
+cuBLASLt, python3: REGISTERED_WHEN below) are registered
+(BUILD_DIR/meson-info/intro-tests.json) wherever this machine has that
+capability, unless the build disabled it on purpose (its meson option set
+to disabled): a test that vanished at configure time is reported as NOT
+REGISTERED and the exit status is 1.
+
 --assume FACT=0|1 replaces a probe (for tests of this script; facts:
 %(facts)s).
 
@@ -74,6 +82,45 @@ def probe_avx2_fma():
     return False
 
 
+def probe_mpi():
+    """What meson's dependency('mpi') and find_program('mpirun') need: an
+    MPI C compiler wrapper or pkg-config file, and mpirun."""
+    if not shutil.which("mpirun"):
+        return False
+    if shutil.which("mpicc"):
+        return True
+    return any(run_ok(["pkg-config", "--exists", m])[0] for m in ("ompi-c", "mpich", "mpi"))
+
+
+def cuda_prefix():
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    return "/usr/local/cuda"
+
+
+def probe_cuda_toolkit():
+    p = cuda_prefix()
+    return os.access(os.path.join(p, "bin", "nvcc"), os.X_OK) and any(
+        os.path.exists(os.path.join(p, d, "libcudart.so")) for d in ("lib64", "lib"))
+
+
+def probe_nccl():
+    """nccl.h and libnccl.so where meson looks (without nccl_home)."""
+    p = cuda_prefix()
+    prefixes = [os.environ.get("NCCL_HOME", ""), p, "/usr"]
+    inc = any(os.path.exists(os.path.join(q, "include", "nccl.h")) for q in prefixes if q)
+    lib = any(os.path.exists(os.path.join(q, d, "libnccl.so")) for q in prefixes if q
+              for d in ("lib64", "lib", "lib/x86_64-linux-gnu"))
+    return probe_cuda_toolkit() and inc and lib
+
+
+def probe_cublaslt():
+    p = cuda_prefix()
+    return probe_cuda_toolkit() and any(
+        os.path.exists(os.path.join(p, d, "libcublasLt.so")) for d in ("lib64", "lib"))
+
+
 def probe_ipv6():
     return run_ok([PYTHON, "-c", "import socket; s = socket.socket(socket.AF_INET6); "
                    "s.bind(('::1', 0))"])[0]
@@ -109,6 +156,12 @@ FACTS = {
                 lambda: run_ok(["pkg-config", "--exists", "yaml-0.1"])[0]),
     "matplotlib": (f"matplotlib [probe: {PYTHON} -c 'import matplotlib'; Debian "
                    "python3-matplotlib]", lambda: probe_import("matplotlib")),
+    "mpi": ("MPI [probe: mpirun, and mpicc or pkg-config ompi-c/mpich]", probe_mpi),
+    "cuda_toolkit": ("the CUDA toolkit [probe: nvcc and libcudart.so under nvcc's prefix or "
+                     "/usr/local/cuda]", probe_cuda_toolkit),
+    "nccl": ("NCCL [probe: nccl.h and libnccl.so under $NCCL_HOME, the CUDA prefix or /usr]",
+             probe_nccl),
+    "cublaslt": ("cuBLASLt [probe: libcublasLt.so under the CUDA prefix]", probe_cublaslt),
 }
 
 # test name -> the outside prerequisites whose absence lets it skip.
@@ -136,6 +189,29 @@ MAY_SKIP = {
     "config-cli-accelerate": ["python3", "libyaml"],
     "plot": ["matplotlib"],
 }
+
+# test name -> the capabilities found at configure time that make meson
+# register it (tests/meson.build's conditions), and the meson options that
+# disable them on purpose.  Where this machine has every capability and no
+# option disabled one, the test must be registered.
+REGISTERED_WHEN = {}
+for _t in ("mpi", "mpi-own-init", "mpi-init-single", "mpi-init-timeout", "mpi-core-timeout",
+           "mpi-groups-values", "mpi-groups-late", "mpi-store-remote", "mpi-store-unreachable"):
+    REGISTERED_WHEN[_t] = ["mpi"]
+for _t in ("nccl-boot-mpi", "nccl-boot-store", "nccl-boot-auto", "nccl-boot-nest"):
+    REGISTERED_WHEN[_t] = ["mpi", "nccl"]
+for _t in ("cuda", "cuda-no-gpu"):
+    REGISTERED_WHEN[_t] = ["cuda_toolkit"]
+for _t in ("nccl", "nccl-gpu"):
+    REGISTERED_WHEN[_t] = ["nccl"]
+for _t in ("mlp-cuda", "checkpoint-gpu", "train-mlp-gpu"):
+    REGISTERED_WHEN[_t] = ["cuda_toolkit", "cublaslt", "python3"]
+for _t in ("optim-torch", "safetensors-python", "checkpoint-python", "train-mlp-parity",
+           "check-skips", "plot"):
+    REGISTERED_WHEN[_t] = ["python3"]
+# fact -> the meson options whose value "disabled" removes it on purpose
+OPTION_OF = {"mpi": ["mpi"], "cuda_toolkit": ["cuda"], "nccl": ["cuda", "nccl"],
+             "cublaslt": ["cuda", "cublaslt"]}
 
 __doc__ = __doc__ % {"facts": ", ".join(FACTS)}
 
@@ -197,6 +273,44 @@ def check(log_path, machine):
     return bad
 
 
+def check_registered(build_dir, machine):
+    """Returns the number of tests this machine should have registered in
+    build_dir that meson did not register."""
+    info = os.path.join(build_dir, "meson-info")
+    try:
+        with open(os.path.join(info, "intro-tests.json")) as f:
+            names = {t["name"] for t in json.load(f)}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"check-skips: FAIL: cannot read the registered tests of {build_dir} "
+              f"(meson-info/intro-tests.json): {e}")
+        return 1
+    disabled = set()
+    try:
+        with open(os.path.join(info, "intro-buildoptions.json")) as f:
+            disabled = {o["name"] for o in json.load(f) if o.get("value") == "disabled"}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass   # an older meson: every option counts as enabled
+    bad = 0
+    for name, facts in REGISTERED_WHEN.items():
+        if name in names:
+            continue
+        off = [o for f in facts for o in OPTION_OF.get(f, []) if o in disabled]
+        if off:
+            print(f"check-skips: not registered, as configured: {name} (-D{off[0]}=disabled)")
+            continue
+        missing = [f for f in facts if not machine.has(f)]
+        if missing:
+            print(f"check-skips: not registered, as expected: {name}: this machine lacks "
+                  f"{'; '.join(FACTS[f][0] for f in missing)}")
+            continue
+        print(f"check-skips: NOT REGISTERED: {name}: this machine has "
+              f"{'; '.join(FACTS[f][0] for f in facts)}, but meson did not register the test "
+              f"in {build_dir} (see meson-logs/meson-log.txt for why it was not found)")
+        bad += 1
+    print(f"check-skips: {build_dir}: {len(names)} tests registered, {bad} missing")
+    return bad
+
+
 def main(argv):
     assumed = {}
     paths = []
@@ -224,6 +338,7 @@ def main(argv):
     problems = 0
     for p in paths:
         if os.path.isdir(p):
+            problems += check_registered(p, machine)
             p = os.path.join(p, "meson-logs", "testlog.json")
         problems += check(p, machine)
     return 1 if problems else 0

@@ -19,7 +19,12 @@ final parameters, then checks that
     the global batch equals the average of the per-process means),
   - torch.nn.Linear + ReLU + cross_entropy + torch.optim.SGD, started from
     init.safetensors on data.safetensors with the same batches, ends at the
-    same parameters.
+    same parameters;
+  - the same with AdamW and max_grad_norm (clip_grad_norm_), at 1 and 2
+    processes; the clipping is confirmed by behaviour: the weights are
+    far from PyTorch's without clipping (AdamW alone hardly notices a
+    gradient summed instead of averaged; clipping some steps and not
+    others makes the scale count).
 The files are read with json + struct + torch.frombuffer (the safetensors
 package is not in Debian bookworm; the files are the format it reads).
 
@@ -49,6 +54,15 @@ TOL_ACCUM = 4e-8   # 1 step of 64 vs 2 micro-steps of 32: observed 1.49e-8
 # magnitude, above this (observed 0.059, fc1.weight, to 0.25, fc2.bias).
 MOVED_FRAC = 1e-2
 NPROCS = 2
+# AdamW with clipping (adamw_clip): the learning rate, a max_grad_norm
+# that clips some steps but not all (PyTorch's norms 0.63 .. 1.38: 6 of 12
+# steps clipped), and eps 1e-4: with torch's 1e-8, elements whose gradient
+# is nearly 0 take steps of about lr whose sign is rounding (observed
+# 2.1e-5 vs PyTorch), which would hide a small defect.
+LR_ADAMW, MAX_NORM, EPS = 0.01, 1.0, 1e-4
+TOL_ADAMW_PROCS = 4e-7   # 1 vs 2 processes: observed 1.49e-7 (fc2.weight)
+TOL_ADAMW_TORCH = 8e-7   # vs PyTorch: observed 2.98e-7 (fc2.weight)
+CLIP_EFFECT = 1e-3       # vs PyTorch without clipping: observed 1.3e-2 apart
 ARGS = ["--steps", str(STEPS), "--batch-size", str(BATCH), "--lr", str(LR),
         "--samples", str(SAMPLES), "--test-samples", "128", "--hidden", "48",
         "--layers", "2", "--no-shuffle", "--log-every", "4", "--seed", "7",
@@ -78,8 +92,11 @@ def run(cmd, what):
     print(f"--- {what}\n{r.stdout.strip()}")
 
 
-def reference(d):
-    """The same training in PyTorch, from the files of run d."""
+def reference(d, adamw=False, max_norm=0.0, norms=None):
+    """The same training in PyTorch, from the files of run d: SGD, or AdamW
+    (torch's betas, LR_ADAMW, EPS; accel's weight_decay default 0.01 on
+    every tensor) with torch.nn.utils.clip_grad_norm_ when max_norm > 0.  The
+    gradient norm before clipping of each step goes to norms."""
     _, p = load(os.path.join(d, "init.safetensors"))
     _, data = load(os.path.join(d, "data.safetensors"))
     x, y = data["x"], data["y"]
@@ -92,7 +109,11 @@ def reference(d):
             m.weight.copy_(w)
             m.bias.copy_(p[f"fc{l}.bias"])
         layers.append(m)
-    opt = torch.optim.SGD([q for m in layers for q in m.parameters()], lr=LR)
+    params = [q for m in layers for q in m.parameters()]
+    if adamw:
+        opt = torch.optim.AdamW(params, lr=LR_ADAMW, eps=EPS, weight_decay=0.01)
+    else:
+        opt = torch.optim.SGD(params, lr=LR)
     # Without shuffling an epoch is 0..N-1; the last global batch of an epoch
     # is filled up with the epoch's first samples (even_batches), and the
     # next epoch starts again at 0.
@@ -108,9 +129,91 @@ def reference(d):
         loss = torch.nn.functional.cross_entropy(h, y[idx])
         opt.zero_grad()
         loss.backward()
+        if max_norm > 0:
+            n = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        else:
+            n = torch.linalg.vector_norm(torch.stack([q.grad.norm() for q in params]))
+        if norms is not None:
+            norms.append(n.item())
         opt.step()
     return {f"fc{l}.{n}": getattr(m, n).detach()
             for l, m in enumerate(layers) for n in ("weight", "bias")}
+
+
+def check_ranks(prefix, f2, bad):
+    """Every rank's --save-final-ranks file against rank 0's, bit for bit;
+    rank 0's own file against the --save-final file f2, also bit for bit."""
+    ranks = []
+    for r in range(NPROCS):
+        path = f"{prefix}.rank{r}.safetensors"
+        if not os.path.exists(path):
+            bad.append(f"rank {r} wrote no {os.path.basename(path)}")
+            continue
+        m, fr = load(path)
+        if m.get("rank") != str(r) or m.get("steps") != str(STEPS):
+            bad.append(f"{os.path.basename(path)}: metadata {m}")
+        ranks.append((r, fr))
+    for r, fr in ranks:
+        want = f2 if r == 0 else ranks[0][1]
+        vs = "--save-final" if r == 0 else "rank 0"
+        if sorted(fr) != sorted(want):
+            bad.append(f"rank {r}: tensors {sorted(fr)}, {vs} has {sorted(want)}")
+            continue
+        diff = [k for k in want if not torch.equal(fr[k], want[k])]
+        worst = max((fr[k] - want[k]).abs().max().item() for k in want)
+        print(f"rank {r} vs {vs}: {len(want)} tensors, "
+              f"{len(want) - len(diff)} bitwise equal (largest |diff| {worst:.2e})")
+        for k in diff:
+            n = (fr[k] != want[k]).sum().item()
+            bad.append(f"rank {r}: {k} differs from {vs} in {n} of {fr[k].numel()} "
+                       f"elements (largest |diff| {(fr[k] - want[k]).abs().max().item():.3g})")
+
+
+def adamw_clip(exe, cli, tmp, bad):
+    """AdamW with gradient clipping, 1 and 2 processes, against PyTorch.
+    AdamW hardly notices a gradient off by a constant factor (gradients
+    summed instead of averaged); clipping makes the scale count again, as
+    long as some steps are clipped and some are not, which the PyTorch run
+    confirms.  Clipping is confirmed by what it does: train_mlp's weights
+    match PyTorch with clip_grad_norm_ and are far from PyTorch without."""
+    args = [a for a in ARGS]
+    args[args.index("--lr") + 1] = str(LR_ADAMW)
+    args[args.index("optimizer.type=sgd")] = "optimizer.type=adamw"
+    args += ["--set", f"max_grad_norm={MAX_NORM}", "--set", f"optimizer.params.eps={EPS}"]
+    d1, d2 = os.path.join(tmp, "aw1"), os.path.join(tmp, "aw2")
+    run([exe, *args, "--save-init", d1, "--save-final", os.path.join(d1, "final.safetensors")],
+        "AdamW + clipping, 1 process")
+    prefix = os.path.join(d2, "final")
+    run([cli, "launch", "-n", str(NPROCS), "--", exe, *args, "--save-init", d2,
+         "--save-final", os.path.join(d2, "final.safetensors"), "--save-final-ranks", prefix],
+        f"AdamW + clipping, {NPROCS} processes")
+    _, f1 = load(os.path.join(d1, "final.safetensors"))
+    _, f2 = load(os.path.join(d2, "final.safetensors"))
+    check_ranks(prefix, f2, bad)
+    norms = []
+    ref = reference(d1, adamw=True, max_norm=MAX_NORM, norms=norms)
+    unclipped = reference(d1, adamw=True)
+    n_clipped = sum(1 for n in norms if n > MAX_NORM)
+    print(f"AdamW + clipping: PyTorch's gradient norms {min(norms):.3f} .. {max(norms):.3f}; "
+          f"{n_clipped} of {STEPS} steps clipped at {MAX_NORM}")
+    if not 0 < n_clipped < STEPS:
+        bad.append(f"AdamW + clipping: {n_clipped} of {STEPS} steps clipped; the check needs "
+                   "some clipped and some not (change MAX_NORM)")
+    far = 0.0
+    for k, want in ref.items():
+        d12 = (f1[k] - f2[k]).abs().max().item()
+        dref = (f1[k] - want).abs().max().item()
+        dun = (f1[k] - unclipped[k]).abs().max().item()
+        far = max(far, dun)
+        print(f"{k:10s} |1p-2p| {d12:.2e}  |1p-torch| {dref:.2e}  "
+              f"|1p-torch unclipped| {dun:.2e}")
+        if d12 > TOL_ADAMW_PROCS:
+            bad.append(f"AdamW + clipping: {k}: 1 and 2 processes differ by {d12:.3g}")
+        if dref > TOL_ADAMW_TORCH:
+            bad.append(f"AdamW + clipping: {k}: train_mlp and PyTorch differ by {dref:.3g}")
+    if far < CLIP_EFFECT:
+        bad.append(f"AdamW + clipping: train_mlp is within {far:.3g} of PyTorch without "
+                   f"clipping (needs > {CLIP_EFFECT}): the clipping did nothing")
 
 
 def main():
@@ -142,32 +245,7 @@ def main():
         _, f2 = load(os.path.join(d2, "final.safetensors"))
         if meta.get("steps") != str(STEPS):
             bad.append(f"final metadata {meta}")
-        # Every rank against rank 0, bit for bit; rank 0's own file is
-        # the --save-final file, also bit for bit.
-        ranks = []
-        for r in range(NPROCS):
-            path = f"{prefix}.rank{r}.safetensors"
-            if not os.path.exists(path):
-                bad.append(f"rank {r} wrote no {os.path.basename(path)}")
-                continue
-            m, fr = load(path)
-            if m.get("rank") != str(r) or m.get("steps") != str(STEPS):
-                bad.append(f"{os.path.basename(path)}: metadata {m}")
-            ranks.append((r, fr))
-        for r, fr in ranks:
-            want = f2 if r == 0 else ranks[0][1]
-            vs = "--save-final" if r == 0 else "rank 0"
-            if sorted(fr) != sorted(want):
-                bad.append(f"rank {r}: tensors {sorted(fr)}, {vs} has {sorted(want)}")
-                continue
-            diff = [k for k in want if not torch.equal(fr[k], want[k])]
-            worst = max((fr[k] - want[k]).abs().max().item() for k in want)
-            print(f"rank {r} vs {vs}: {len(want)} tensors, "
-                  f"{len(want) - len(diff)} bitwise equal (largest |diff| {worst:.2e})")
-            for k in diff:
-                n = (fr[k] != want[k]).sum().item()
-                bad.append(f"rank {r}: {k} differs from {vs} in {n} of {fr[k].numel()} "
-                           f"elements (largest |diff| {(fr[k] - want[k]).abs().max().item():.3g})")
+        check_ranks(prefix, f2, bad)
         _, init = load(os.path.join(d1, "init.safetensors"))
         ref = reference(d1)
         for k, want in ref.items():
@@ -203,6 +281,7 @@ def main():
             print(f"{k:10s} |64 - 2x32| {d:.2e}")
             if d > TOL_ACCUM:
                 bad.append(f"{k}: 1 step of 64 and 2 micro-steps of 32 differ by {d:.3g}")
+        adamw_clip(exe, cli, tmp, bad)
     for b in bad:
         print("FAIL:", b)
     print("ok" if not bad else f"{len(bad)} check(s) failed")

@@ -28,6 +28,9 @@
  *                                   after writing its
  *                                   pid to OUTDIR/stalled; the test sends
  *                                   SIGCONT later; all report
+ *   comm-ranks stats OUTDIR 0       accel_comm_stats(): each collective's
+ *                                   byte and call counts move by exactly
+ *                                   what a known sequence hands over
  *   comm-ranks late OUTDIR VICTIM   VICTIM sleeps 3 s before the allreduce
  *                                   the others wait in (run it with a short
  *                                   comm.timeout_s); all report
@@ -317,11 +320,95 @@ static int mode_vanish(accel_ctx *ctx, int victim)
 	return st ? 1 : 0;  /* so that the launcher stops the victim */
 }
 
+/* accel_comm_stats(): one collective of each kind with sizes and dtypes
+ * chosen so that every kind moves by a different, known amount; a request
+ * of the core layer counts like a public call, a group's like the world's. */
+static int mode_stats(accel_ctx *ctx)
+{
+	char msg[512] = "ok";
+	int st = ACCEL_OK, w = accel_world_size(ctx);
+	if (w > 8)
+		return 2;
+	uint64_t b0[ACCEL_COLL_COUNT], c0[ACCEL_COLL_COUNT], b1, c1;
+	float x[1000] = {0}, y[1000];
+	double gs[100] = {0}, g[100 * 8];
+	uint16_t h[50] = {0};
+	for (uint32_t k = 0; k < ACCEL_COLL_COUNT; k++)
+		if ((st = accel_comm_stats(ctx, k, &b0[k], &c0[k])))
+			goto out;
+	/* allreduce 1000 f32: 4000 bytes, twice (public + core request) */
+	if ((st = accel_allreduce(ctx, x, y, 1000, ACCEL_DTYPE_F32, ACCEL_RED_SUM)))
+		goto out;
+	accel_view v = {sizeof(v), ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, x, 1000};
+	accel_req *q = NULL;
+	if ((st = accelp_comm_allreduce(ctx->comm, &v, &v, ACCEL_RED_SUM, &q)) ||
+	    (st = accelp_comm_wait(ctx->comm, q)))
+		goto out;
+	/* reduce_scatter 300 f32 per rank: w*1200 bytes sent */
+	if ((st = accel_reduce_scatter(ctx, x, y, 300, ACCEL_DTYPE_F32, ACCEL_RED_SUM)))
+		goto out;
+	/* allgather 100 f64 per rank: 800 bytes */
+	if ((st = accel_allgather(ctx, gs, g, 100, ACCEL_DTYPE_F64)))
+		goto out;
+	/* broadcast 50 bf16: 100 bytes */
+	if ((st = accel_broadcast(ctx, h, 50, ACCEL_DTYPE_BF16, 0)))
+		goto out;
+	if ((st = accel_wait_for_everyone(ctx)))
+		goto out;
+	static const uint64_t want_b[ACCEL_COLL_COUNT] = {8000, 0, 800, 100, 0};
+	static const uint64_t want_c[ACCEL_COLL_COUNT] = {2, 1, 1, 1, 1};
+	uint64_t tb = 0, tc = 0, ab, ac;
+	for (uint32_t k = 0; k < ACCEL_COLL_COUNT; k++) {
+		uint64_t wb = k == ACCEL_COLL_REDUCE_SCATTER ? 1200u * (uint64_t)w : want_b[k];
+		if ((st = accel_comm_stats(ctx, k, &b1, &c1)))
+			goto out;
+		tb += b1;
+		tc += c1;
+		if (b1 - b0[k] != wb || c1 - c0[k] != want_c[k]) {
+			snprintf(msg, sizeof(msg), "collective %u: +%llu bytes in +%llu calls, expected "
+			         "+%llu in +%llu", k, (unsigned long long)(b1 - b0[k]),
+			         (unsigned long long)(c1 - c0[k]), (unsigned long long)wb,
+			         (unsigned long long)want_c[k]);
+			st = ACCEL_ERR_INTERNAL;
+			goto out;
+		}
+	}
+	if ((st = accel_comm_stats(ctx, ACCEL_COLL_ALL, &ab, &ac)))
+		goto out;
+	if (ab != tb || ac != tc) {
+		snprintf(msg, sizeof(msg), "ACCEL_COLL_ALL %llu/%llu != the sum %llu/%llu",
+		         (unsigned long long)ab, (unsigned long long)ac, (unsigned long long)tb,
+		         (unsigned long long)tc);
+		st = ACCEL_ERR_INTERNAL;
+		goto out;
+	}
+	/* bad arguments name themselves */
+	if (accel_comm_stats(ctx, 7, &b1, NULL) != ACCEL_ERR_INVALID_ARG ||
+	    !strstr(accel_errmsg(ctx), "unknown collective 7")) {
+		snprintf(msg, sizeof(msg), "kind 7 not refused: %s", accel_errmsg(ctx));
+		st = ACCEL_ERR_INTERNAL;
+		goto out;
+	}
+	accel_clear_error(ctx);
+	if (accel_comm_stats(ctx, 0, NULL, NULL) != ACCEL_ERR_INVALID_ARG ||
+	    !strstr(accel_errmsg(ctx), "both outputs are NULL")) {
+		snprintf(msg, sizeof(msg), "NULL outputs not refused: %s", accel_errmsg(ctx));
+		st = ACCEL_ERR_INTERNAL;
+		goto out;
+	}
+	accel_clear_error(ctx);
+out:
+	if (st && !strcmp(msg, "ok"))
+		snprintf(msg, sizeof(msg), "%s", accel_errmsg(ctx));
+	report("stats", st, 0, msg);
+	return st ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	accel_ctx *ctx = NULL;
 	if (argc < 3) {
-		fprintf(stderr, "usage: comm-ranks matrix|kill|leave|early|mismatch|late|vanish|stall OUTDIR [VICTIM]\n");
+		fprintf(stderr, "usage: comm-ranks matrix|kill|leave|early|mismatch|late|vanish|stall|stats OUTDIR [VICTIM]\n");
 		return 2;
 	}
 	g_out = argv[2];
@@ -359,6 +446,8 @@ int main(int argc, char **argv)
 		rc = mode_vanish(ctx, victim);
 	else if (!strcmp(argv[1], "stall"))
 		rc = mode_stall(ctx, victim);
+	else if (!strcmp(argv[1], "stats"))
+		rc = mode_stats(ctx);
 	else
 		rc = 2;
 	accel_ctx_free(ctx);

@@ -6,7 +6,7 @@
  *
  *   train-parity [--steps S] [--batch B] [--hooks all|none|partial|twice]
  *                [--out FILE] [--out-ranks PREFIX] [--metrics FILE] [--dtype f32|bf16]
- *                [--trace PREFIX]
+ *                [--trace PREFIX] [--rank-init]
  *   train-parity --compare A B [--rtol R] [--atol A]
  *
  * --out is written by the main process; --out-ranks makes every rank write
@@ -16,7 +16,10 @@
  * T_END" per micro-step: CLOCK_MONOTONIC nanoseconds when the backward of
  * the first unit began, when the backward of the last unit (fc1) began and
  * after its accel_unit_post_backward() returned, to be matched with the
- * comm layer's ACCEL_TEST_COMM_TRACE records.
+ * comm layer's ACCEL_TEST_COMM_TRACE records.  --rank-init makes fc1.bias's
+ * init callback rank-dependent (every value shifted by 0.5 x rank), so only
+ * a strategy that starts every rank from rank 0's values gives ranks equal
+ * to rank 0's and to a world-1 run.
  *
  * --compare passes when, for every parameter tensor, the largest absolute
  * difference is at most rtol times the tensor's largest absolute value
@@ -64,6 +67,8 @@ int main(int argc, char **argv)
 	long steps = 6, batch = 32;
 	const char *hooks = "all", *out = NULL, *metrics = NULL, *dtype = "f32";
 	const char *out_ranks = NULL, *trace = NULL;
+	long rank_shift = 0;
+	int rank_init = 0;
 	model m = {0};
 	int r;
 
@@ -93,10 +98,12 @@ int main(int argc, char **argv)
 			dtype = argv[++i];
 		} else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
 			trace = argv[++i];
+		} else if (!strcmp(argv[i], "--rank-init")) {
+			rank_init = 1;
 		} else {
 			fprintf(stderr, "usage: train-parity [--steps S] [--batch B] [--hooks "
 			        "all|none|partial|twice] [--out FILE] [--out-ranks PREFIX] [--metrics FILE]\n"
-			        "                    [--dtype f32|bf16] [--trace PREFIX]\n"
+			        "                    [--dtype f32|bf16] [--trace PREFIX] [--rank-init]\n"
 			        "       train-parity --compare A B [--rtol R] [--atol A]\n");
 			return 2;
 		}
@@ -118,6 +125,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	long micro = batch / (world * gas);
+	rank_shift = rank_init ? rank : 0;
 	if (trace) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s.%ld", trace, rank);
@@ -135,7 +143,7 @@ int main(int argc, char **argv)
 		char unit[16], wn[32], bn[32];
 		int64_t wshape[2] = {dims[l + 1], dims[l]}, bshape[1] = {dims[l + 1]};
 		accel_init wi = accel_init_normal(0.0, 1.0 / sqrt((double)dims[l]));
-		accel_init bi = l == 0 ? accel_init_callback(bias_init, NULL)
+		accel_init bi = l == 0 ? accel_init_callback(bias_init, &rank_shift)
 		              : l == 1 ? accel_init_data(fc2_bias)
 		                       : accel_init_uniform(-0.1, 0.1);
 		snprintf(unit, sizeof(unit), "fc%d", l + 1);

@@ -141,6 +141,27 @@ ACCEL_API int accel_allgather(accel_ctx *ctx, const void *send, void *recv, uint
 ACCEL_API int accel_reduce_scatter(accel_ctx *ctx, const void *send, void *recv, uint64_t recvcount,
                          uint32_t dtype, uint32_t op);
 
+/* ---- communication statistics (docs/api.md, "Communication statistics") --------
+ * What this rank handed to the comm layer for this context, per kind of
+ * collective, counting every collective the backend accepted: the
+ * program's (above), the strategy's and the hooks' (gradient buckets,
+ * parameter gathers, compressed payloads), on the world and on groups;
+ * not a backend's own bootstrap traffic. */
+#define ACCEL_COLL_ALLREDUCE      0  /* bytes of the send view                   */
+#define ACCEL_COLL_REDUCE_SCATTER 1  /* bytes of the send view (all blocks)      */
+#define ACCEL_COLL_ALLGATHER      2  /* bytes of this rank's contribution (send) */
+#define ACCEL_COLL_BROADCAST      3  /* bytes of the buffer, on every rank        */
+#define ACCEL_COLL_BARRIER        4  /* 0 bytes; calls only                      */
+#define ACCEL_COLL_COUNT          5
+#define ACCEL_COLL_ALL            UINT32_MAX  /* the sum over every kind          */
+/* Totals since the context was made: *ret_bytes (numel x dtype size, as
+ * above) and *ret_calls (collectives issued) of `collective` (an
+ * ACCEL_COLL_* kind or ACCEL_COLL_ALL).  Either output may be NULL, not
+ * both.  ACCEL_ERR_INVALID_ARG with a message for an unknown kind.
+ * Call from the thread that runs the training loop. */
+ACCEL_API int accel_comm_stats(const accel_ctx *ctx, uint32_t collective, uint64_t *ret_bytes,
+                               uint64_t *ret_calls);
+
 /* ---- device streams (docs/streams.md) ------------------------------------------
  * accel enqueues the device work it does for a context (the ops and the
  * optimizer step of its strategy, staging copies) on the context's compute

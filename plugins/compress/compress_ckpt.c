@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/* plugins/compress/compress_ckpt.c: checkpoints (docs/compress.md).
+ *
+ *   compress/layout            i64 tensor, rank 0: [saving world size,
+ *                              layout hash, steps counted, 1 when residual
+ *                              blobs were written, then per bucket with
+ *                              state: bucket_id, its layout hash]
+ *   residual.<bucket_id>       blob per rank: its error-feedback residual
+ *   compress/powersgd_q/<id>   f32 tensor, rank 0: PowerSGD's Q (equal on
+ *                              every rank)
+ *
+ * Blobs load only at the saving world size (docs/checkpoints.md); the
+ * tensors at any.  The strategy hands its buckets over only when it
+ * reduces, so what is read is kept and adopted by each bucket when it
+ * first comes, if its layout hash is the saved one; otherwise that bucket
+ * starts from a zero residual (and a fresh Q), and post_step says so at
+ * info level.  At another world size the residuals (which are per rank)
+ * are not read at all, and load_state says so. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress.h"
+
+#define LAYOUT "compress/layout"
+#define HDR 4   /* elements of the layout tensor before the buckets */
+
+static int has_state(const cz_state *s, const cz_bucket *cb)
+{
+	return cb->kind == CZ_KIND_ALLREDUCE && (s->method == CZ_TOPK || s->method == CZ_POWERSGD);
+}
+
+int cz_save(cz_state *s, accel_ckpt_writer *w)
+{
+	const accel_host_v1 *H = s->host;
+	uint32_t nb = 0;
+	int r;
+	for (uint32_t i = 0; i < s->n_buckets; i++)
+		nb += has_state(s, s->buckets[i]);
+	uint64_t n = HDR + 2 * (uint64_t)nb;
+	int64_t *v = calloc(n, sizeof(*v));
+	if (!v)
+		return cz_error_nomem(s, "the checkpoint layout");
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	uint64_t k = HDR;
+	for (uint32_t i = 0; i < s->n_buckets; i++) {
+		const cz_bucket *cb = s->buckets[i];
+		if (!has_state(s, cb))
+			continue;
+		h = (h ^ cb->hash) * UINT64_C(0x100000001b3);
+		v[k++] = cb->id;
+		v[k++] = (int64_t)cb->hash;
+	}
+	v[0] = s->world.world_size;
+	v[1] = (int64_t)h;
+	v[2] = (int64_t)s->step;
+	v[3] = s->error_feedback && (s->method == CZ_TOPK || s->method == CZ_POWERSGD);
+	if (s->world.rank == 0) {
+		uint64_t shape[1] = {n};
+		accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_I64, 1, 0, LAYOUT, shape, 0, n, v};
+		if ((r = H->ckpt_write_tensor(s->h, w, &sl)))
+			goto out;
+	}
+	for (uint32_t i = 0; i < s->n_buckets; i++) {
+		const cz_bucket *cb = s->buckets[i];
+		char name[96];
+		if (!has_state(s, cb))
+			continue;
+		if (s->error_feedback) {
+			snprintf(name, sizeof(name), "residual.%u", cb->id);
+			if ((r = H->ckpt_write(s->h, w, name, cb->res[cb->cur],
+			                       cb->numel * sizeof(float))))
+				goto out;
+		}
+		if (s->method == CZ_POWERSGD && cb->have_q && cb->q_numel && s->world.rank == 0) {
+			uint64_t shape[1] = {cb->q_numel};
+			snprintf(name, sizeof(name), "compress/powersgd_q/%u", cb->id);
+			accel_ckpt_slice_v1 sl = {sizeof(sl), ACCEL_DTYPE_F32, 1, 0, name, shape, 0,
+			                          cb->q_numel, cb->q[cb->cur]};
+			if ((r = H->ckpt_write_tensor(s->h, w, &sl)))
+				goto out;
+		}
+	}
+	r = ACCEL_OK;
+out:
+	free(v);
+	return r;
+}
+
+void cz_saved_free(cz_state *s)
+{
+	for (uint32_t i = 0; i < s->n_saved; i++) {
+		free(s->saved[i].res);
+		free(s->saved[i].q);
+	}
+	free(s->saved);
+	s->saved = NULL;
+	s->n_saved = 0;
+}
+
+/* A bucket met for the first time (or present at a load): take what the
+ * checkpoint held for it when its layout is the saved one. */
+void cz_adopt(cz_state *s, cz_bucket *cb)
+{
+	if (!s->saved || !has_state(s, cb))
+		return;
+	cz_saved *sv = NULL;
+	for (uint32_t i = 0; i < s->n_saved; i++)
+		if (s->saved[i].id == cb->id)
+			sv = &s->saved[i];
+	int match = sv && sv->hash == cb->hash;
+	if (cb->res[cb->cur])
+		memset(cb->res[cb->cur], 0, cb->numel * sizeof(float));
+	cb->have_q = 0;
+	cb->pending = 0;
+	if (!match) {
+		s->resume_zeroed++;
+		return;
+	}
+	if (sv->res && cb->res[cb->cur])
+		memcpy(cb->res[cb->cur], sv->res, cb->numel * sizeof(float));
+	if (sv->q && cb->q[cb->cur] && sv->q_numel == cb->q_numel) {
+		memcpy(cb->q[cb->cur], sv->q, cb->q_numel * sizeof(float));
+		cb->have_q = 1;
+	}
+}
+
+int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
+{
+	const accel_host_v1 *H = s->host;
+	accel_ckpt_tensor_info_v1 ti = {.struct_size = sizeof(ti)};
+	int64_t *v = NULL;
+	int r = H->ckpt_tensor_info(s->h, rd, LAYOUT, &ti);
+	if (r == ACCEL_ERR_NOT_FOUND)
+		return H->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint has compress "
+		                "state but no %s tensor: it is damaged", LAYOUT);
+	if (r)
+		return r;
+	if (ti.dtype != ACCEL_DTYPE_I64 || ti.numel < HDR || (ti.numel - HDR) % 2)
+		return H->error(s->h, ACCEL_ERR_CHECKPOINT, "%s is %s[%llu]; expected "
+		                "i64[4 + 2 x buckets]", LAYOUT, accel_abi_dtype_name(ti.dtype),
+		                (unsigned long long)ti.numel);
+	if (!(v = malloc(ti.numel * sizeof(*v))))
+		return cz_error_nomem(s, "the checkpoint layout");
+	if ((r = H->ckpt_read_tensor(s->h, rd, LAYOUT, ACCEL_DTYPE_I64, 0, ti.numel, v)))
+		goto out;
+	cz_saved_free(s);
+	uint32_t nb = (uint32_t)((ti.numel - HDR) / 2);
+	s->saved = calloc(nb ? nb : 1, sizeof(*s->saved));
+	if (!s->saved) {
+		r = cz_error_nomem(s, "the checkpoint's buckets");
+		goto out;
+	}
+	s->n_saved = nb;
+	s->step = (uint64_t)v[2];
+	s->resume_zeroed = 0;
+	s->resume_said = 0;
+	int same_world = v[0] == s->world.world_size;
+	if (!same_world && s->error_feedback)
+		H->log(s->h, ACCEL_LOG_INFO, "the checkpoint was saved at world size %lld; "
+		       "this run has %d ranks: error-feedback residuals (one per rank) start from "
+		       "zero%s", (long long)v[0], s->world.world_size,
+		       s->method == CZ_POWERSGD ? "; PowerSGD's Q is kept" : "");
+	for (uint32_t i = 0; i < nb; i++) {
+		cz_saved *sv = &s->saved[i];
+		char name[96];
+		uint64_t bytes = 0;
+		sv->id = (uint32_t)v[HDR + 2 * i];
+		sv->hash = (uint64_t)v[HDR + 1 + 2 * i];
+		snprintf(name, sizeof(name), "residual.%u", sv->id);
+		/* only blobs that were written: a missing one is an error */
+		if (same_world && s->error_feedback && v[3]) {
+			if ((r = H->ckpt_size(s->h, rd, name, &bytes)))
+				goto out;
+			sv->numel = bytes / sizeof(float);
+			if (bytes % sizeof(float)) {
+				r = H->error(s->h, ACCEL_ERR_CHECKPOINT, "residual of bucket %u is %llu "
+				             "bytes, not a whole number of f32", sv->id,
+				             (unsigned long long)bytes);
+				goto out;
+			}
+			if (!(sv->res = malloc(bytes ? bytes : 1))) {
+				r = cz_error_nomem(s, "a saved residual");
+				goto out;
+			}
+			if ((r = H->ckpt_read(s->h, rd, name, sv->res, bytes)))
+				goto out;
+		}
+		snprintf(name, sizeof(name), "compress/powersgd_q/%u", sv->id);
+		accel_ckpt_tensor_info_v1 qi = {.struct_size = sizeof(qi)};
+		if (s->method == CZ_POWERSGD &&
+		    H->ckpt_tensor_info(s->h, rd, name, &qi) == ACCEL_OK &&
+		    qi.dtype == ACCEL_DTYPE_F32) {
+			sv->q_numel = qi.numel;
+			if (!(sv->q = malloc(qi.numel * sizeof(float) + 1))) {
+				r = cz_error_nomem(s, "a saved Q");
+				goto out;
+			}
+			if ((r = H->ckpt_read_tensor(s->h, rd, name, ACCEL_DTYPE_F32, 0, qi.numel,
+			                             sv->q)))
+				goto out;
+		}
+	}
+	/* buckets that exist already (a load in the middle of a run) */
+	for (uint32_t i = 0; i < s->n_buckets; i++)
+		cz_adopt(s, s->buckets[i]);
+	r = ACCEL_OK;
+out:
+	free(v);
+	return r;
+}
