@@ -33,6 +33,9 @@ typedef struct unit_rec {
 	char *kind;                 /* owned, NULL: none (accel_unit_set_kind) */
 	uint32_t first_param, n_params;
 	uint64_t numel;
+	uint32_t *uses;             /* owned: parameters of earlier units it also
+	                               uses (accel_unit_use_param) */
+	uint32_t n_uses;
 } unit_rec;
 
 struct accel_train {

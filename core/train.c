@@ -159,6 +159,7 @@ accel_train *accelp_train_free(accel_train *t)
 	for (uint32_t i = 0; i < t->n_units; i++) {
 		free(t->units[i].name);
 		free(t->units[i].kind);
+		free(t->units[i].uses);
 	}
 	free(t->params);
 	free(t->units);
@@ -576,6 +577,63 @@ const char *accel_unit_kind(const accel_ctx *ctx, uint32_t unit)
 	return (t && unit < t->n_units) ? t->units[unit].kind : NULL;
 }
 
+int accel_unit_use_param(accel_ctx *ctx, const char *unit, uint32_t param)
+{
+	accel_train *t = NULL;
+	int r, u;
+	if ((r = need_train(ctx, "accel_unit_use_param", &t)))
+		return r;
+	if (!unit)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param: unit is NULL");
+	if (t->prepared || t->preparing)
+		return terr(t, ACCEL_ERR_STATE, "accel_unit_use_param('%s', %u): the model is frozen "
+		            "by accel_prepare(); declare shared parameters before it", unit, param);
+	if ((u = find_unit(t, unit)) < 0)
+		return terr(t, ACCEL_ERR_NOT_FOUND, "accel_unit_use_param: no unit '%s' is "
+		            "registered; register its own parameters (accel_model_add) first", unit);
+	if (param >= t->n_params)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param('%s'): parameter index "
+		            "%u out of range (the model has %u)", unit, param, t->n_params);
+	const param_rec *p = &t->params[param];
+	if (p->unit == (uint32_t)u)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param('%s'): parameter '%s' "
+		            "belongs to unit '%s' already; declare only a use by another unit", unit,
+		            p->name, unit);
+	if (p->unit > (uint32_t)u)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param('%s'): parameter '%s' "
+		            "belongs to unit '%s', which comes later in forward order; a shared "
+		            "parameter is registered by the first unit that uses it", unit, p->name,
+		            t->units[p->unit].name);
+	unit_rec *ur = &t->units[u];
+	for (uint32_t i = 0; i < ur->n_uses; i++)
+		if (ur->uses[i] == param)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param('%s'): unit "
+			            "already uses parameter '%s'", unit, p->name);
+	uint32_t *n = realloc(ur->uses, (ur->n_uses + 1) * sizeof(*n));
+	if (!n)
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	n[ur->n_uses++] = param;
+	ur->uses = n;
+	return ACCEL_OK;
+}
+
+const uint32_t *accel_unit_shared_params(const accel_ctx *ctx, uint32_t unit, uint32_t *ret_n)
+{
+	accel_train *t = get_train(ctx);
+	const unit_rec *u = (t && unit < t->n_units) ? &t->units[unit] : NULL;
+	if (ret_n)
+		*ret_n = u ? u->n_uses : 0;
+	return u && u->n_uses ? u->uses : NULL;
+}
+
+static uint32_t model_n_uses(const accel_train *t)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < t->n_units; i++)
+		n += t->units[i].n_uses;
+	return n;
+}
+
 /* ---- the frozen model the strategy sees ------------------------------------------ */
 
 static int build_model(accel_train *t)
@@ -622,6 +680,8 @@ static int build_model(accel_train *t)
 			.name = u->name,
 			.numel = u->numel,
 			.kind = u->kind,
+			.n_uses = u->n_uses,
+			.uses = u->uses,
 		};
 	}
 	t->model.n_groups = n_groups;
@@ -721,6 +781,22 @@ int accel_prepare(accel_ctx *ctx)
 			                                                       : p->reduce_dtype),
 			            accel_dtype_name(p->dtype), s->host.name, s->module->path,
 			            s->module->abi_minor);
+	}
+	uint32_t n_uses = model_n_uses(t);
+	if (n_uses && (!(s->caps & ACCEL_CAP_SHARED_PARAMS) ||
+	               (s->module && s->module->abi_minor < 7))) {
+		uint32_t u = 0;
+		while (!t->units[u].n_uses)
+			u++;
+		return terr(t, ACCEL_ERR_UNSUPPORTED, "accel_prepare: unit '%s' uses parameter "
+		            "'%s' of unit '%s' (accel_unit_use_param, a shared/tied parameter), but "
+		            "strategy '%s' does not declare that it handles shared parameters "
+		            "(ACCEL_CAP_SHARED_PARAMS, ABI 1.7)%s: choose a strategy that does "
+		            "(ddp, zero, fsdp) or give each unit its own copy", t->units[u].name,
+		            t->params[t->units[u].uses[0]].name,
+		            t->units[t->params[t->units[u].uses[0]].unit].name, s->host.name,
+		            s->module && s->module->abi_minor < 7 ? "; it was built before ABI 1.7"
+		                                                  : "");
 	}
 	if ((r = build_model(t)))
 		return r;

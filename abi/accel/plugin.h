@@ -78,6 +78,12 @@ extern "C" {
 #define ACCEL_CAP_MICRO_REDUCE   (1u << 8) /* reduces gradients on every micro-step,
                                               not only on sync steps (DeepSpeed
                                               ZeRO-2/3); see sync_step()          */
+/* ABI minor 7: */
+#define ACCEL_CAP_SHARED_PARAMS  (1u << 9) /* handles a parameter used by more than
+                                              one unit (accel_unit_info_v1.uses, a
+                                              tied weight); accel_prepare refuses a
+                                              model with such uses under a strategy
+                                              without it                           */
 
 /* ---- requirements (desc.requires, bit set) -------------------------------- */
 /* The loader refuses to select a plugin whose requirements this process cannot
@@ -260,6 +266,18 @@ typedef struct accel_unit_info_v1 {
 	                             accel_unit_set_kind()), NULL when it said
 	                             nothing.  Borrowed, valid while the model is.
 	                             FSDP's transformer_cls_names_to_wrap matches it */
+	/* ABI minor 7 (read only when ACCEL_STRUCT_HAS(u, accel_unit_info_v1,
+	 * uses)): */
+	uint32_t n_uses;          /* parameters of earlier units this unit also uses */
+	uint32_t reserved2;       /* 0 */
+	const uint32_t *uses;     /* n_uses parameter indices (accel_unit_use_param,
+	                             a tied weight), each owned by an earlier unit;
+	                             the strategy makes their data valid in this
+	                             unit's hook windows too, and their gradient
+	                             is complete (both uses' contributions) only
+	                             after the owning unit's post_backward.  Only a
+	                             strategy with ACCEL_CAP_SHARED_PARAMS sees a
+	                             model with n_uses != 0 */
 } accel_unit_info_v1;
 
 /* Size of an accel_unit_info_v1 before minor 6 (its stride in

@@ -71,7 +71,8 @@ const accel_plugin_desc_v1 fsdp_desc = {
 	.version = "1.0.0",
 	.summary = "Fully sharded data parallel: a flat parameter per wrapped unit, sharded "
 	           "over the ranks, gathered around its forward and backward",
-	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_OFFLOAD | FSDP_SHARDED_CAPS,
+	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_OFFLOAD | FSDP_SHARDED_CAPS |
+	        ACCEL_CAP_SHARED_PARAMS,
 	.state_version = 1,     /* tensors master/, optim/ (canonical names); local/ blobs */
 	.config_section = "fsdp",
 	.params = fsdp_params,
@@ -229,7 +230,7 @@ static void fsdp_fini(void *state)
 static int fsdp_instance_caps(void *state, uint32_t *ret_caps)
 {
 	fsdp_state *s = state;
-	*ret_caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT |
+	*ret_caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_SHARED_PARAMS |
 	            (s->cfg.cpu_offload ? (uint32_t)ACCEL_CAP_OFFLOAD : 0u) |
 	            (s->cfg.sharding == FSDP_NO_SHARD ? 0u : (uint32_t)FSDP_SHARDED_CAPS);
 	return ACCEL_OK;

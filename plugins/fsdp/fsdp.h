@@ -60,6 +60,11 @@ typedef struct fsdp_unit {
 	accel_req *greq;                  /* prefetch gather in flight               */
 	int gathered, in_forward, in_backward, materialized, issued;
 	uint32_t done;                    /* program units done with backward        */
+	uint32_t held;                    /* hooks of program units of other FSDP units
+	                                     that use one of its parameters (a tied
+	                                     weight) hold it gathered                */
+	int held_bwd;                     /* held, gradient bound, from a using unit's
+	                                     pre_backward to its own post_backward    */
 	struct fsdp_state *owner;         /* for the req_on_done cast-back            */
 	int cast_done;                    /* the reduce-dtype copy was cast back      */
 	int cb_pending;                   /* cast_back registered with req_on_done    */

@@ -10,6 +10,13 @@
  * which the optimizer store steps.  NO_SHARD keeps both whole, all-reduces
  * the gradient and all-gathers the updated blocks after the step.
  *
+ * A parameter a program unit of another FSDP unit also uses (a tied weight,
+ * ABI 1.7 `uses`): that unit's forward hooks gather the owning FSDP unit
+ * too and free it after (FULL_SHARD; SHARD_GRAD_OP keeps it for backward),
+ * its pre_backward gathers it with its flat gradient and keeps both until
+ * the owner's own post_backward: one gradient, reduced once, one shard of
+ * master and optimizer state.  NO_SHARD keeps everything bound anyway.
+ *
  * Debug log lines "fsdp: trace: <event> unit <i>" (gather, prefetch, free,
  * reduce) record the order of gathers and frees (docs/fsdp.md). */
 #include <math.h>
@@ -94,7 +101,7 @@ static int release(fsdp_state *s, fsdp_unit *f)
 {
 	int r;
 	if (!fsdp_shards_params(s) || !f->gathered || f->in_forward || f->in_backward ||
-	    f->materialized)
+	    f->materialized || f->held)
 		return ACCEL_OK;
 	if ((r = gather_finish(s, f)))
 		return r;
@@ -329,6 +336,55 @@ static int unit_of(fsdp_state *s, uint32_t unit, const char *hook, fsdp_unit **r
 	return ACCEL_OK;
 }
 
+static int grad_buffer(fsdp_state *s, fsdp_unit *f)
+{
+	if (!f->trainable || f->grad)
+		return ACCEL_OK;
+	return fsdp_alloc(s, ACCEL_MEM_GRADS, f, f->padded * accel_abi_dtype_size(f->grad_dtype),
+	                  ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->grad);
+}
+
+/* The FSDP units owning the parameters program unit `unit` also uses (ABI
+ * 1.7), other than its own: on = 1 gathers and holds them (backward: with
+ * their gradient bound, until their own post_backward); on = 0 (after a
+ * forward) drops the hold and frees them as the unit's own post_forward
+ * would. */
+static int hold_uses(fsdp_state *s, uint32_t unit, int on, int backward)
+{
+	uint32_t n = 0;
+	const uint32_t *uses = shard_unit_uses(s->model, unit, &n);
+	uint32_t own = s->unit_of[unit];
+	int r;
+	if (!fsdp_shards_params(s))
+		return ACCEL_OK;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t fi = s->unit_of[ACCEL_MODEL_PARAM(s->model, uses[k])->unit];
+		int seen = fi == own;
+		for (uint32_t j = 0; j < k && !seen; j++)
+			seen = s->unit_of[ACCEL_MODEL_PARAM(s->model, uses[j])->unit] == fi;
+		if (seen)
+			continue;
+		fsdp_unit *f = &s->units[fi];
+		if (!on) {
+			if (f->held)
+				f->held--;
+			if (s->cfg.sharding == FSDP_SHARD_GRAD_OP && s->host->grad_enabled(s->h))
+				continue;
+			if ((r = release(s, f)))
+				return r;
+			continue;
+		}
+		if (backward && f->held_bwd)
+			continue;
+		if ((r = gather(s, f)) || (backward && (r = grad_buffer(s, f))) ||
+		    (r = bind_unit(s, f, backward)))
+			return r;
+		f->held++;
+		f->held_bwd |= backward;
+	}
+	return ACCEL_OK;
+}
+
 int fsdp_pre_forward(void *state, uint32_t unit)
 {
 	fsdp_state *s = state;
@@ -336,12 +392,14 @@ int fsdp_pre_forward(void *state, uint32_t unit)
 	int r;
 	if ((r = unit_of(s, unit, "pre_forward", &f)))
 		return r;
-	if (!fsdp_shards_params(s) || f->in_forward)
+	if (!fsdp_shards_params(s))
 		return ACCEL_OK;
+	if (f->in_forward)
+		return hold_uses(s, unit, 1, 0);
 	if ((r = gather(s, f)))
 		return r;
 	f->in_forward = 1;
-	if ((r = bind_unit(s, f, 0)))
+	if ((r = bind_unit(s, f, 0)) || (r = hold_uses(s, unit, 1, 0)))
 		return r;
 	return s->cfg.forward_prefetch ? prefetch(s, (int64_t)(f - s->units) + 1) : ACCEL_OK;
 }
@@ -351,7 +409,7 @@ int fsdp_post_forward(void *state, uint32_t unit)
 	fsdp_state *s = state;
 	fsdp_unit *f = NULL;
 	int r;
-	if ((r = unit_of(s, unit, "post_forward", &f)))
+	if ((r = unit_of(s, unit, "post_forward", &f)) || (r = hold_uses(s, unit, 0, 0)))
 		return r;
 	if (!fsdp_shards_params(s) || unit != f->first_unit + f->n_units - 1)
 		return ACCEL_OK;
@@ -369,16 +427,14 @@ int fsdp_pre_backward(void *state, uint32_t unit)
 	int r;
 	if ((r = unit_of(s, unit, "pre_backward", &f)))
 		return r;
-	if (!fsdp_shards_params(s) || f->in_backward)
+	if (!fsdp_shards_params(s))
 		return ACCEL_OK;
-	if ((r = gather(s, f)))
-		return r;
-	if (f->trainable && !f->grad &&
-	    (r = fsdp_alloc(s, ACCEL_MEM_GRADS, f, f->padded * accel_abi_dtype_size(f->grad_dtype),
-	                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->grad)))
+	if (f->in_backward)
+		return hold_uses(s, unit, 1, 1);
+	if ((r = gather(s, f)) || (r = grad_buffer(s, f)))
 		return r;
 	f->in_backward = 1;
-	if ((r = bind_unit(s, f, 1)))
+	if ((r = bind_unit(s, f, 1)) || (r = hold_uses(s, unit, 1, 1)))
 		return r;
 	return s->cfg.prefetch == FSDP_PREFETCH_PRE ? prefetch(s, (int64_t)(f - s->units) - 1)
 	                                            : ACCEL_OK;
@@ -403,6 +459,11 @@ int fsdp_post_backward(void *state, uint32_t unit)
 	if (++f->done < f->n_units)
 		return ACCEL_OK;
 	f->in_backward = 0;
+	if (f->held_bwd) {
+		/* the last use of a tied weight: every contribution is in */
+		f->held_bwd = 0;
+		f->held--;
+	}
 	if (fsdp_shards_params(s) && (r = bind_unit(s, f, 0)))
 		return r;
 	if (s->host->sync_step(s->h) && (r = issue(s, f)))
@@ -421,6 +482,8 @@ static int new_micro_step(fsdp_state *s)
 		fsdp_unit *f = &s->units[i];
 		f->done = 0;
 		f->in_forward = f->in_backward = 0;
+		f->held = 0;
+		f->held_bwd = 0;
 		/* a prefetch that was not used */
 		if ((r = release(s, f)))
 			return r;

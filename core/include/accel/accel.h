@@ -319,6 +319,20 @@ ACCEL_API int accel_unit_set_kind(accel_ctx *ctx, const char *unit, const char *
 /* The kind of a unit: borrowed, NULL when none was set or the index is
  * unknown. */
 ACCEL_API const char *accel_unit_kind(const accel_ctx *ctx, uint32_t unit);
+/* Unit `unit` also uses `param`, registered by an earlier unit (a tied
+ * weight). The strategy makes the parameter's data valid in that
+ * unit's hooks window as in its own unit's, and its gradient is the sum
+ * of both uses' contributions (write with += in both units, as
+ * accel_param_grad() says). One master, one optimizer state.
+ * Errors: NOT_FOUND (no unit of that name), INVALID_ARG (param out of range,
+ * registered by this unit or a later one, or already declared for this
+ * unit), STATE (after accel_prepare).  accel_prepare refuses a strategy that
+ * does not declare ACCEL_CAP_SHARED_PARAMS (docs/abi.md). */
+ACCEL_API int accel_unit_use_param(accel_ctx *ctx, const char *unit, uint32_t param);
+/* The parameters unit `unit` uses besides its own (accel_unit_use_param),
+ * in declaration order: *ret_n entries, borrowed; NULL/0 when none. */
+ACCEL_API const uint32_t *accel_unit_shared_params(const accel_ctx *ctx, uint32_t unit,
+                                                   uint32_t *ret_n);
 
 /* ---- prepare ---------------------------------------------------------------
  * Freeze the model and hand it to the strategy, which lays out parameters,
