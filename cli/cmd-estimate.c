@@ -29,15 +29,18 @@ static void help(void)
 		"                             [--strategy NAME]... [--json]\n"
 		"\n"
 		"Per-rank memory of a model's parameters, gradients, master weights,\n"
-		"optimizer state and buffers under ddp and every ZeRO stage (0-3) with\n"
-		"each offload variant (optimizer to cpu/nvme; at stage 3 parameters too),\n"
-		"as each strategy plugin computes it for itself.  Nothing is allocated.\n"
+		"optimizer state and buffers under ddp, every ZeRO stage (0-3) with\n"
+		"each offload variant (optimizer to cpu/nvme; at stage 3 parameters too)\n"
+		"and every fsdp sharding_strategy with and without cpu_offload (the STAGE\n"
+		"column names the sharding strategy), as each strategy plugin computes\n"
+		"it for itself.  Nothing is allocated.\n"
 		"\n"
 		"The working dtype comes from the config's mixed_precision (no: f32;\n"
 		"fp16: f16; bf16, fp8: bf16) and the optimizer state from optimizer.type\n"
 		"(adamw: 2 f32 arrays per element; sgd: 1 with momentum, else 0).  A row\n"
 		"sets zero_optimization.stage and offload_{optimizer,param}.device over\n"
-		"the config; the config's other keys (bucket sizes, ...) apply as set.\n"
+		"the config (fsdp rows: fsdp.sharding_strategy and fsdp.cpu_offload); the\n"
+		"config's other keys (bucket sizes, wrap policy, ...) apply as set.\n"
 		"\n"
 		"Options:\n"
 		"  --params N         the model's parameter count: 125000000, 125M, 7.5B\n"
@@ -69,16 +72,28 @@ typedef struct variant {
 	const char *strategy;
 	int stage;                 /* -1: not a ZeRO row           */
 	const char *opt, *param;   /* offload devices (ZeRO rows)   */
+	const char *sharding;      /* fsdp rows: sharding_strategy  */
+	int cpu_offload;           /* fsdp rows: cpu_offload        */
 } variant;
 
 /* DeepSpeed offloads the optimizer at stages 1-3 and the parameters at
  * stage 3 only; parameters go where the optimizer goes. */
 static const variant zero_rows[] = {
-	{"zero", 0, "none", "none"},
-	{"zero", 1, "none", "none"}, {"zero", 1, "cpu", "none"}, {"zero", 1, "nvme", "none"},
-	{"zero", 2, "none", "none"}, {"zero", 2, "cpu", "none"}, {"zero", 2, "nvme", "none"},
-	{"zero", 3, "none", "none"}, {"zero", 3, "cpu", "none"}, {"zero", 3, "nvme", "none"},
-	{"zero", 3, "cpu", "cpu"},   {"zero", 3, "nvme", "nvme"},
+	{"zero", 0, "none", "none", NULL, 0},
+	{"zero", 1, "none", "none", NULL, 0}, {"zero", 1, "cpu", "none", NULL, 0}, {"zero", 1, "nvme", "none", NULL, 0},
+	{"zero", 2, "none", "none", NULL, 0}, {"zero", 2, "cpu", "none", NULL, 0}, {"zero", 2, "nvme", "none", NULL, 0},
+	{"zero", 3, "none", "none", NULL, 0}, {"zero", 3, "cpu", "none", NULL, 0}, {"zero", 3, "nvme", "none", NULL, 0},
+	{"zero", 3, "cpu", "cpu", NULL, 0},   {"zero", 3, "nvme", "nvme", NULL, 0},
+};
+
+/* fsdp: each sharding strategy without and with cpu_offload (which moves
+ * the optimizer, and with a sharded strategy the parameter blocks, to the
+ * host). */
+static const variant fsdp_rows[] = {
+	{"fsdp", -1, NULL, NULL, "FULL_SHARD", 0},    {"fsdp", -1, NULL, NULL, "FULL_SHARD", 1},
+	{"fsdp", -1, NULL, NULL, "SHARD_GRAD_OP", 0}, {"fsdp", -1, NULL, NULL, "SHARD_GRAD_OP", 1},
+	{"fsdp", -1, NULL, NULL, "NO_SHARD", 0},      {"fsdp", -1, NULL, NULL, "NO_SHARD", 1},
+	{"fsdp", -1, NULL, NULL, "HYBRID_SHARD", 0},  {"fsdp", -1, NULL, NULL, "HYBRID_SHARD", 1},
 };
 
 typedef struct row {
@@ -90,7 +105,11 @@ typedef struct row {
 
 static const char *offload_label(const variant *v, char *buf, size_t cap)
 {
-	if (v->stage < 0 || !strcmp(v->opt, "none"))
+	if (v->sharding)
+		snprintf(buf, cap, !v->cpu_offload ? "none"
+		                   : strcmp(v->sharding, "NO_SHARD") ? "optimizer+param:cpu"
+		                                                     : "optimizer:cpu");
+	else if (v->stage < 0 || !strcmp(v->opt, "none"))
 		snprintf(buf, cap, "none");
 	else if (!strcmp(v->param, "none"))
 		snprintf(buf, cap, "optimizer:%s", v->opt);
@@ -277,12 +296,20 @@ static int print_json(const row *r, int32_t world, uint64_t params)
 	json_object_set_new(j, "device_bytes", json_integer((json_int_t)place(o, ACCEL_EST_DEVICE)));
 	json_object_set_new(j, "host_bytes", json_integer((json_int_t)place(o, ACCEL_EST_HOST)));
 	json_object_set_new(j, "nvme_bytes", json_integer((json_int_t)place(o, ACCEL_EST_NVME)));
-	json_object_set_new(j, "offload_optimizer",
-	                    json_string(r->v.stage < 0 ? "none" : r->v.opt));
-	json_object_set_new(j, "offload_param", json_string(r->v.stage < 0 ? "none" : r->v.param));
+	const char *oo = r->v.stage < 0 ? "none" : r->v.opt;
+	const char *op = r->v.stage < 0 ? "none" : r->v.param;
+	if (r->v.sharding && r->v.cpu_offload) {
+		/* fsdp: the optimizer, and with a sharded strategy the parameters */
+		oo = "cpu";
+		op = strcmp(r->v.sharding, "NO_SHARD") ? "cpu" : "none";
+	}
+	json_object_set_new(j, "offload_optimizer", json_string(oo));
+	json_object_set_new(j, "offload_param", json_string(op));
 	json_object_set_new(j, "variant", json_string(o->variant));
 	json_object_set_new(j, "dtype", json_string(accel_abi_dtype_name(r->res.dtype)));
 	json_object_set_new(j, "optimizer_states", json_integer(r->res.n_state));
+	if (r->v.sharding)
+		json_object_set_new(j, "sharding_strategy", json_string(r->v.sharding));
 	char *s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_COMPACT);
 	json_decref(j);
 	if (!s)
@@ -295,7 +322,7 @@ static int print_json(const row *r, int32_t world, uint64_t params)
 static void print_table(const row *rows, uint32_t n)
 {
 	char b[10][32];
-	printf("%-8s %-5s %-21s %9s %9s %9s %9s %9s %9s %12s %9s %9s %9s\n", "STRATEGY", "STAGE",
+	printf("%-8s %-13s %-21s %9s %9s %9s %9s %9s %9s %12s %9s %9s %9s\n", "STRATEGY", "STAGE",
 	       "OFFLOAD", "PARAMS", "GRADS", "MASTER", "OPTIMIZER", "BUFFERS", "OFFLOAD",
 	       "MODEL-STATES", "DEVICE", "HOST", "NVME");
 	for (uint32_t i = 0; i < n; i++) {
@@ -303,9 +330,12 @@ static void print_table(const row *rows, uint32_t n)
 		if (r->status)
 			continue;
 		const accel_estimate_out_v1 *o = &r->res.out;
-		char stage[8];
-		snprintf(stage, sizeof(stage), r->v.stage < 0 ? "-" : "%d", r->v.stage);
-		printf("%-8s %-5s %-21s %9s %9s %9s %9s %9s %9s %12s %9s %9s %9s\n", r->v.strategy,
+		char stage[16];
+		if (r->v.sharding)
+			snprintf(stage, sizeof(stage), "%s", r->v.sharding);
+		else
+			snprintf(stage, sizeof(stage), r->v.stage < 0 ? "-" : "%d", r->v.stage);
+		printf("%-8s %-13s %-21s %9s %9s %9s %9s %9s %9s %12s %9s %9s %9s\n", r->v.strategy,
 		       stage, r->offload, human(cat(o, ACCEL_MEM_PARAMS), b[0], 32),
 		       human(cat(o, ACCEL_MEM_GRADS), b[1], 32), human(cat(o, ACCEL_MEM_MASTER), b[2], 32),
 		       human(cat(o, ACCEL_MEM_OPTIMIZER), b[3], 32),
@@ -435,22 +465,26 @@ static int wanted(const args *a, const char *strategy)
 	return 0;
 }
 
-/* The rows: ddp, the ZeRO variants, then each --strategy that is neither. */
+/* The rows: ddp, the ZeRO variants, the fsdp variants, then each
+ * --strategy that is none of those. */
 static uint32_t plan(const args *a, row *rows)
 {
 	uint32_t n = 0;
 	if (wanted(a, "ddp"))
-		rows[n++].v = (variant){"ddp", -1, NULL, NULL};
+		rows[n++].v = (variant){"ddp", -1, NULL, NULL, NULL, 0};
 	if (wanted(a, "zero"))
 		for (size_t i = 0; i < sizeof(zero_rows) / sizeof(zero_rows[0]); i++)
 			rows[n++].v = zero_rows[i];
+	if (wanted(a, "fsdp"))
+		for (size_t i = 0; i < sizeof(fsdp_rows) / sizeof(fsdp_rows[0]); i++)
+			rows[n++].v = fsdp_rows[i];
 	for (int i = 0; i < a->n_strategies; i++) {
 		const char *s = a->strategies[i];
-		int dup = !strcmp(s, "ddp") || !strcmp(s, "zero");
+		int dup = !strcmp(s, "ddp") || !strcmp(s, "zero") || !strcmp(s, "fsdp");
 		for (int j = 0; j < i; j++)
 			dup |= !strcmp(a->strategies[j], s);
 		if (!dup)
-			rows[n++].v = (variant){s, -1, NULL, NULL};
+			rows[n++].v = (variant){s, -1, NULL, NULL, NULL, 0};
 	}
 	for (uint32_t i = 0; i < n; i++)
 		offload_label(&rows[i].v, rows[i].offload, sizeof(rows[i].offload));
@@ -470,7 +504,8 @@ int accelp_cli_estimate(int argc, char **argv)
 		return 1;
 	}
 
-	row rows[sizeof(zero_rows) / sizeof(zero_rows[0]) + 1 + MAX_STRATEGIES];
+	row rows[sizeof(zero_rows) / sizeof(zero_rows[0]) + sizeof(fsdp_rows) / sizeof(fsdp_rows[0]) +
+	         1 + MAX_STRATEGIES];
 	memset(rows, 0, sizeof(rows));
 	uint32_t n_rows = plan(&a, rows);
 
@@ -519,9 +554,19 @@ int accelp_cli_estimate(int argc, char **argv)
 			ovs[1] = ov[1];
 			ovs[2] = ov[2];
 		}
+		if (r->v.sharding) {
+			snprintf(ov[0], sizeof(ov[0]), "fsdp.sharding_strategy=\"%s\"", r->v.sharding);
+			snprintf(ov[1], sizeof(ov[1]), "fsdp.cpu_offload=%s",
+			         r->v.cpu_offload ? "true" : "false");
+			ovs[0] = ov[0];
+			ovs[1] = ov[1];
+		}
 		if (r->v.stage >= 0)
 			snprintf(origin, sizeof(origin), "estimate-memory row %s stage %d, offload %s",
 			         r->v.strategy, r->v.stage, r->offload);
+		else if (r->v.sharding)
+			snprintf(origin, sizeof(origin), "estimate-memory row %s %s, offload %s",
+			         r->v.strategy, r->v.sharding, r->offload);
 		else
 			snprintf(origin, sizeof(origin), "estimate-memory row %s", r->v.strategy);
 		eo.strategy = r->v.strategy;

@@ -114,7 +114,7 @@ const char *accelp_loader_caps_str(uint32_t caps, char *buf, size_t cap)
 {
 	static const char *const names[] = {"cpu", "cuda", "shard_optim", "shard_grads",
 	                                    "shard_params", "offload", "checkpoint",
-	                                    "reduce_scatter", "micro_reduce"};
+	                                    "reduce_scatter", "micro_reduce", "shared_params"};
 	if (!buf || cap == 0)
 		return "";
 	buf[0] = '\0';

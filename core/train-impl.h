@@ -30,8 +30,12 @@ typedef struct param_rec {
 
 typedef struct unit_rec {
 	char *name;                 /* owned */
+	char *kind;                 /* owned, NULL: none (accel_unit_set_kind) */
 	uint32_t first_param, n_params;
 	uint64_t numel;
+	uint32_t *uses;             /* owned: parameters of earlier units it also
+	                               uses (accel_unit_use_param) */
+	uint32_t n_uses;
 } unit_rec;
 
 struct accel_train {
@@ -48,6 +52,11 @@ struct accel_train {
 	 * that minor's stride (ACCEL_PARAM_INFO_V1_SIZE_MINOR2). */
 	char *pinfo_minor2;
 	accel_model_v1 model_minor2;
+	/* For plugins built before ABI minor 6: units[] at that minor's
+	 * stride (ACCEL_UNIT_INFO_V1_SIZE_MINOR5), no kind; model_minor5 keeps
+	 * the current params[]. */
+	char *uinfo_minor5;
+	accel_model_v1 model_minor5;
 	int preparing, prepared, prepare_failed;
 
 	/* Accumulation and step state. */

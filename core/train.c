@@ -154,12 +154,16 @@ accel_train *accelp_train_free(accel_train *t)
 		free(t->params[i].name);
 		free(t->params[i].init_data);
 	}
-	for (uint32_t i = 0; i < t->n_units; i++)
+	for (uint32_t i = 0; i < t->n_units; i++) {
 		free(t->units[i].name);
+		free(t->units[i].kind);
+		free(t->units[i].uses);
+	}
 	free(t->params);
 	free(t->units);
 	free(t->pinfo);
 	free(t->pinfo_minor2);
+	free(t->uinfo_minor5);
 	free(t->uinfo);
 	free(t->req_cbs);
 	free(t);
@@ -348,29 +352,46 @@ int accel_model_add(accel_ctx *ctx, const accel_param_desc *d, uint32_t *ret_par
 		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): unit '%s' was "
 		            "registered before unit '%s'; a unit's parameters must be registered "
 		            "one after the other", d->name, d->unit, t->units[t->n_units - 1].name);
+	const char *kind = ACCEL_STRUCT_HAS(d, accel_param_desc, unit_kind) ? d->unit_kind : NULL;
+	if (kind && !valid_name(kind))
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): unit_kind of unit '%s' "
+		            "is empty, too long or has control/quote characters", d->name, d->unit);
+	if (kind && u >= 0 && t->units[u].kind && strcmp(t->units[u].kind, kind))
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_model_add('%s'): unit_kind '%s' differs "
+		            "from unit '%s''s kind '%s'; give every parameter of a unit the same "
+		            "kind (or NULL)", d->name, kind, d->unit, t->units[u].kind);
+	char *kind_copy = NULL;
+	if (kind && (u < 0 || !t->units[u].kind) && !(kind_copy = strdup(kind)))
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
 
 	/* Grow both arrays first so that nothing below can fail half-way. */
 	if (t->n_params == t->cap_params) {
 		uint32_t cap = t->cap_params ? t->cap_params * 2 : 16;
 		param_rec *np = realloc(t->params, cap * sizeof(*np));
-		if (!np)
+		if (!np) {
+			free(kind_copy);
 			return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+		}
 		t->params = np;
 		t->cap_params = cap;
 	}
 	if (u < 0 && t->n_units == t->cap_units) {
 		uint32_t cap = t->cap_units ? t->cap_units * 2 : 16;
 		unit_rec *nu = realloc(t->units, cap * sizeof(*nu));
-		if (!nu)
+		if (!nu) {
+			free(kind_copy);
 			return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+		}
 		t->units = nu;
 		t->cap_units = cap;
 	}
 	p = &t->params[t->n_params];
 	memset(p, 0, sizeof(*p));
 	p->name = strdup(d->name);
-	if (!p->name)
+	if (!p->name) {
+		free(kind_copy);
 		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	}
 	if (d->init) {
 		p->init = *d->init;
 		p->init.struct_size = sizeof(p->init);
@@ -382,6 +403,7 @@ int accel_model_add(accel_ctx *ctx, const accel_param_desc *d, uint32_t *ret_par
 		p->init_data = malloc(bytes ? bytes : 1);
 		if (!p->init_data) {
 			free(p->name);
+			free(kind_copy);
 			return terr(t, ACCEL_ERR_NOMEM, "accel_model_add('%s'): out of memory copying "
 			            "%zu bytes of initial values", d->name, bytes);
 		}
@@ -395,11 +417,14 @@ int accel_model_add(accel_ctx *ctx, const accel_param_desc *d, uint32_t *ret_par
 		if (!ur->name) {
 			free(p->name);
 			free(p->init_data);
+			free(kind_copy);
 			return terr(t, ACCEL_ERR_NOMEM, "out of memory");
 		}
 		ur->first_param = t->n_params;
 		u = (int)t->n_units++;
 	}
+	if (kind_copy)
+		t->units[u].kind = kind_copy;
 	t->units[u].n_params++;
 	t->units[u].numel += numel;
 	p->dtype = d->dtype;
@@ -519,6 +544,94 @@ const char *accel_unit_name(const accel_ctx *ctx, uint32_t unit)
 	return (t && unit < t->n_units) ? t->units[unit].name : NULL;
 }
 
+int accel_unit_set_kind(accel_ctx *ctx, const char *unit, const char *kind)
+{
+	accel_train *t = NULL;
+	int r, u;
+	if ((r = need_train(ctx, "accel_unit_set_kind", &t)))
+		return r;
+	if (!unit)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_set_kind: unit is NULL");
+	if (t->prepared || t->preparing)
+		return terr(t, ACCEL_ERR_STATE, "accel_unit_set_kind('%s'): the model is frozen by "
+		            "accel_prepare(); set unit kinds before it", unit);
+	if ((u = find_unit(t, unit)) < 0)
+		return terr(t, ACCEL_ERR_NOT_FOUND, "accel_unit_set_kind: no unit '%s' is "
+		            "registered; register its parameters (accel_model_add) first", unit);
+	if (kind && !valid_name(kind))
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_set_kind('%s'): the kind is empty, "
+		            "too long or has control/quote characters", unit);
+	char *copy = NULL;
+	if (kind && !(copy = strdup(kind)))
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	free(t->units[u].kind);
+	t->units[u].kind = copy;
+	return ACCEL_OK;
+}
+
+const char *accel_unit_kind(const accel_ctx *ctx, uint32_t unit)
+{
+	accel_train *t = get_train(ctx);
+	return (t && unit < t->n_units) ? t->units[unit].kind : NULL;
+}
+
+int accel_unit_use_param(accel_ctx *ctx, const char *unit, uint32_t param)
+{
+	accel_train *t = NULL;
+	int r, u;
+	if ((r = need_train(ctx, "accel_unit_use_param", &t)))
+		return r;
+	if (!unit)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param: unit is NULL");
+	if (t->prepared || t->preparing)
+		return terr(t, ACCEL_ERR_STATE, "accel_unit_use_param('%s', %u): the model is frozen "
+		            "by accel_prepare(); declare shared parameters before it", unit, param);
+	if ((u = find_unit(t, unit)) < 0)
+		return terr(t, ACCEL_ERR_NOT_FOUND, "accel_unit_use_param: no unit '%s' is "
+		            "registered; register its own parameters (accel_model_add) first", unit);
+	if (param >= t->n_params)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param('%s'): parameter index "
+		            "%u out of range (the model has %u)", unit, param, t->n_params);
+	const param_rec *p = &t->params[param];
+	if (p->unit == (uint32_t)u)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param('%s'): parameter '%s' "
+		            "belongs to unit '%s' already; declare only a use by another unit", unit,
+		            p->name, unit);
+	if (p->unit > (uint32_t)u)
+		return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param('%s'): parameter '%s' "
+		            "belongs to unit '%s', which comes later in forward order; a shared "
+		            "parameter is registered by the first unit that uses it", unit, p->name,
+		            t->units[p->unit].name);
+	unit_rec *ur = &t->units[u];
+	for (uint32_t i = 0; i < ur->n_uses; i++)
+		if (ur->uses[i] == param)
+			return terr(t, ACCEL_ERR_INVALID_ARG, "accel_unit_use_param('%s'): unit "
+			            "already uses parameter '%s'", unit, p->name);
+	uint32_t *n = realloc(ur->uses, (ur->n_uses + 1) * sizeof(*n));
+	if (!n)
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	n[ur->n_uses++] = param;
+	ur->uses = n;
+	return ACCEL_OK;
+}
+
+const uint32_t *accel_unit_shared_params(const accel_ctx *ctx, uint32_t unit, uint32_t *ret_n)
+{
+	accel_train *t = get_train(ctx);
+	const unit_rec *u = (t && unit < t->n_units) ? &t->units[unit] : NULL;
+	if (ret_n)
+		*ret_n = u ? u->n_uses : 0;
+	return u && u->n_uses ? u->uses : NULL;
+}
+
+static uint32_t model_n_uses(const accel_train *t)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < t->n_units; i++)
+		n += t->units[i].n_uses;
+	return n;
+}
+
 /* ---- the frozen model the strategy sees ------------------------------------------ */
 
 static int build_model(accel_train *t)
@@ -531,7 +644,8 @@ static int build_model(accel_train *t)
 	t->model = (accel_model_v1){.struct_size = sizeof(accel_model_v1),
 	                            .n_params = t->n_params, .n_units = t->n_units,
 	                            .params = t->pinfo, .units = t->uinfo,
-	                            .param_info_size = sizeof(accel_param_info_v1)};
+	                            .param_info_size = sizeof(accel_param_info_v1),
+	                            .unit_info_size = sizeof(accel_unit_info_v1)};
 	for (uint32_t i = 0; i < t->n_params; i++) {
 		param_rec *p = &t->params[i];
 		t->pinfo[i] = (accel_param_info_v1){
@@ -563,6 +677,9 @@ static int build_model(accel_train *t)
 			.n_params = u->n_params,
 			.name = u->name,
 			.numel = u->numel,
+			.kind = u->kind,
+			.n_uses = u->n_uses,
+			.uses = u->uses,
 		};
 	}
 	t->model.n_groups = n_groups;
@@ -578,7 +695,22 @@ static int build_model(accel_train *t)
 		memcpy(e, &t->pinfo[i], old);
 		e->struct_size = (uint32_t)old;
 	}
-	t->model_minor2 = t->model;
+	/* A plugin built before minor 6 indexes units[] at that minor's
+	 * stride (no kind): the same, for units. */
+	size_t uold = ACCEL_UNIT_INFO_V1_SIZE_MINOR5;
+	t->uinfo_minor5 = calloc(t->n_units ? t->n_units : 1, uold);
+	if (!t->uinfo_minor5)
+		return terr(t, ACCEL_ERR_NOMEM, "out of memory");
+	for (uint32_t i = 0; i < t->n_units; i++) {
+		accel_unit_info_v1 *e = (accel_unit_info_v1 *)(void *)(t->uinfo_minor5 + i * uold);
+		memcpy(e, &t->uinfo[i], uold);
+		e->struct_size = (uint32_t)uold;
+	}
+	t->model_minor5 = t->model;
+	t->model_minor5.struct_size = (uint32_t)offsetof(accel_model_v1, unit_info_size);
+	t->model_minor5.unit_info_size = 0;
+	t->model_minor5.units = (const accel_unit_info_v1 *)(const void *)t->uinfo_minor5;
+	t->model_minor2 = t->model_minor5;
 	t->model_minor2.struct_size = (uint32_t)offsetof(accel_model_v1, param_info_size);
 	t->model_minor2.param_info_size = 0;
 	t->model_minor2.params = (const accel_param_info_v1 *)(const void *)t->pinfo_minor2;
@@ -593,7 +725,9 @@ const accel_model_v1 *accelp_train_model(accel_train *t)
 const accel_model_v1 *accelp_train_model_for(accel_train *t, uint32_t abi_minor)
 {
 	const accel_model_v1 *m = accelp_train_model(t);
-	return m && abi_minor < 3 ? &t->model_minor2 : m;
+	if (!m || abi_minor >= 6)
+		return m;
+	return abi_minor < 3 ? &t->model_minor2 : &t->model_minor5;
 }
 
 int accelp_train_prepared(const accel_train *t)
@@ -645,6 +779,22 @@ int accel_prepare(accel_ctx *ctx)
 			                                                       : p->reduce_dtype),
 			            accel_dtype_name(p->dtype), s->host.name, s->module->path,
 			            s->module->abi_minor);
+	}
+	uint32_t n_uses = model_n_uses(t);
+	if (n_uses && (!(s->caps & ACCEL_CAP_SHARED_PARAMS) ||
+	               (s->module && s->module->abi_minor < 7))) {
+		uint32_t u = 0;
+		while (!t->units[u].n_uses)
+			u++;
+		return terr(t, ACCEL_ERR_UNSUPPORTED, "accel_prepare: unit '%s' uses parameter "
+		            "'%s' of unit '%s' (accel_unit_use_param, a shared/tied parameter), but "
+		            "strategy '%s' does not declare that it handles shared parameters "
+		            "(ACCEL_CAP_SHARED_PARAMS, ABI 1.7)%s: choose a strategy that does "
+		            "(ddp, zero, fsdp) or give each unit its own copy", t->units[u].name,
+		            t->params[t->units[u].uses[0]].name,
+		            t->units[t->params[t->units[u].uses[0]].unit].name, s->host.name,
+		            s->module && s->module->abi_minor < 7 ? "; it was built before ABI 1.7"
+		                                                  : "");
 	}
 	if ((r = build_model(t)))
 		return r;

@@ -57,8 +57,9 @@ int32_t accelp_train_sync_step(accel_train *t);
 
 /* ---- ABI minor 3 host members ---------------------------------------------- */
 
-/* The model as a plugin built with `abi_minor` lays it out (params[] at the
- * stride of that minor).  Borrowed; NULL like accelp_train_model(). */
+/* The model as a plugin built with `abi_minor` lays it out (params[] and
+ * units[] at the strides of that minor: before 3 the 1.2 params, before 6
+ * units without kind).  Borrowed; NULL like accelp_train_model(). */
 const accel_model_v1 *accelp_train_model_for(accel_train *t, uint32_t abi_minor);
 /* 0 while accel_set_grad_enabled(ctx, 0) is in force (NULL t: 1). */
 int32_t accelp_train_grad_enabled(const accel_train *t);

@@ -22,7 +22,12 @@
  *    validate() gets every plugin's caps;
  *  - instance_caps (ABI 1.6): the caps of fx-strat-inst follow its config;
  *    validate(), the reduce-hook check and the accumulation contract use
- *    them; bits outside desc->caps are refused. */
+ *    them; bits outside desc->caps are refused;
+ *  - unit kinds (ABI 1.6 gap F): set by accel_param_desc.unit_kind and
+ *    accel_unit_set_kind, seen by a minor-6 strategy through
+ *    ACCEL_MODEL_UNIT; a strategy built as minor 5 (fx-strat-m5) and the
+ *    1.2 one get units[] at the old stride and still train as ddp does;
+ *    ACCEL_MODEL_UNIT under an older core's model; the errors. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -228,6 +233,142 @@ START_TEST(abi12_strategy_trains)
 	add_model(ctx, ACCEL_DTYPE_BF16, ACCEL_DTYPE_F32);
 	ck_assert_int_eq(accel_prepare(ctx), ACCEL_ERR_UNSUPPORTED);
 	ck_assert_msg(strstr(accel_errmsg(ctx), "ABI 1.2"), "%s", accel_errmsg(ctx));
+	accel_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- unit kinds (ABI minor 6, gap F) ------------------------------------------- */
+
+/* add_model, with u1's kind set through the desc on its parameter */
+static void add_model_kinds(accel_ctx *ctx)
+{
+	for (int i = 0; i < NP; i++) {
+		accel_init init = accel_init_uniform(-1, 1);
+		accel_param_desc d = {.struct_size = sizeof(d), .dtype = ACCEL_DTYPE_F32,
+		                      .unit = units[i], .name = names[i], .ndim = 1,
+		                      .shape = &numels[i], .init = &init,
+		                      .unit_kind = i == 2 ? "Block" : NULL};
+		ck_assert_msg(accel_model_add(ctx, &d, NULL) == ACCEL_OK, "%s", accel_errmsg(ctx));
+	}
+}
+
+START_TEST(unit_kind_strides)
+{
+	float ref[NTOT], got[NTOT];
+	ddp_reference("", 4, ref);
+	static const char *const strats[] = {"fx-strat", "fx-strat-m5"};
+	for (int v = 0; v < 2; v++) {
+		char body[128];
+		snprintf(body, sizeof(body), "\"strategy\": \"%s\"", strats[v]);
+		accel_ctx *ctx = ctx_cfg(body, 1);
+		ck_assert_uint_eq(ctx->active[0].module->abi_minor, v == 0 ? ACCEL_ABI_MINOR : 5);
+		add_model_kinds(ctx);
+		/* u0's kind by name; u1 keeps the desc's */
+		ck_assert_int_eq(accel_unit_set_kind(ctx, "u0", "Embedding"), ACCEL_OK);
+		ck_assert_str_eq(accel_unit_kind(ctx, 0), "Embedding");
+		ck_assert_str_eq(accel_unit_kind(ctx, 1), "Block");
+		ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+		const fx_record *rec = record(ctx, strats[v]);
+		ck_assert_uint_eq(rec->n_units, 2);
+		ck_assert_str_eq(rec->unit_name[0], "u0");
+		ck_assert_str_eq(rec->unit_name[1], "u1");
+		ck_assert_uint_eq(rec->unit_first[1], 2);
+		const accel_model_v1 *m =
+			accelp_host_table()->model((accel_host *)&ctx->active[0].host);
+		if (v == 0) {
+			/* minor 6: the kind, at the current stride */
+			ck_assert_str_eq(rec->unit_kind[0], "Embedding");
+			ck_assert_str_eq(rec->unit_kind[1], "Block");
+			ck_assert_uint_eq(rec->unit_size[1], sizeof(accel_unit_info_v1));
+			ck_assert_uint_eq(m->struct_size, sizeof(accel_model_v1));
+			ck_assert_uint_eq(m->unit_info_size, sizeof(accel_unit_info_v1));
+			ck_assert_ptr_eq(ACCEL_MODEL_UNIT(m, 1), &m->units[1]);
+		} else {
+			/* minor 5: entries of that minor's size, no kind; the
+			 * params of minor 3 */
+			ck_assert_str_eq(rec->unit_kind[1], "");
+			ck_assert_uint_eq(rec->unit_size[1], ACCEL_UNIT_INFO_V1_SIZE_MINOR5);
+			ck_assert_uint_eq(m->struct_size, offsetof(accel_model_v1, unit_info_size));
+			ck_assert_uint_eq(m->param_info_size, sizeof(accel_param_info_v1));
+			ck_assert_str_eq(ACCEL_MODEL_UNIT(m, 1)->name, "u1");
+			ck_assert(!ACCEL_STRUCT_HAS(ACCEL_MODEL_UNIT(m, 1), accel_unit_info_v1, kind));
+		}
+		train(ctx, 4, got);
+		expect_close(got, ref, 1e-6);
+		accel_ctx_free(ctx);
+	}
+
+	/* the 1.2 strategy: units at the minor-5 stride too */
+	accel_ctx *ctx = ctx_cfg("\"strategy\": \"localsgd\"", 1);
+	add_model_kinds(ctx);
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	const accel_model_v1 *m = accelp_host_table()->model((accel_host *)&ctx->active[0].host);
+	const accel_unit_info_v1 *u1 = (const accel_unit_info_v1 *)(const void *)(
+		(const char *)m->units + ACCEL_UNIT_INFO_V1_SIZE_MINOR5);
+	ck_assert_str_eq(u1->name, "u1");
+	ck_assert_uint_eq(u1->struct_size, ACCEL_UNIT_INFO_V1_SIZE_MINOR5);
+	ck_assert_ptr_eq(ACCEL_MODEL_UNIT(m, 1), u1);
+	accel_ctx_free(ctx);
+}
+END_TEST
+
+/* A plugin built now on a core older than minor 6: the model ends before
+ * unit_info_size (or says 0); ACCEL_MODEL_UNIT steps by the old size. */
+START_TEST(unit_kind_old_core)
+{
+	union {
+		accel_unit_info_v1 align;
+		char b[4 * ACCEL_UNIT_INFO_V1_SIZE_MINOR5];
+	} arr;
+	memset(&arr, 0, sizeof(arr));
+	static const char *const nm[4] = {"a", "b", "c", "d"};
+	for (uint32_t i = 0; i < 4; i++) {
+		accel_unit_info_v1 e = {.struct_size = (uint32_t)ACCEL_UNIT_INFO_V1_SIZE_MINOR5,
+		                        .first_param = 10 * i, .n_params = 1, .name = nm[i]};
+		memcpy(arr.b + i * ACCEL_UNIT_INFO_V1_SIZE_MINOR5, &e, ACCEL_UNIT_INFO_V1_SIZE_MINOR5);
+	}
+	accel_model_v1 m = {.struct_size = (uint32_t)offsetof(accel_model_v1, unit_info_size),
+	                    .n_units = 4, .units = &arr.align};
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < 4; i++) {
+			const accel_unit_info_v1 *u = ACCEL_MODEL_UNIT(&m, i);
+			ck_assert_str_eq(u->name, nm[i]);
+			ck_assert_uint_eq(u->first_param, 10 * i);
+			ck_assert(!ACCEL_STRUCT_HAS(u, accel_unit_info_v1, kind));
+		}
+		/* a minor-6 model that leaves unit_info_size 0 */
+		m.struct_size = sizeof(m);
+		m.unit_info_size = 0;
+	}
+}
+END_TEST
+
+START_TEST(unit_kind_errors)
+{
+	accel_ctx *ctx = ctx_cfg("\"strategy\": \"fx-strat\"", 1);
+	add_model_kinds(ctx);
+	ck_assert_int_eq(accel_unit_set_kind(ctx, "u9", "Block"), ACCEL_ERR_NOT_FOUND);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "no unit 'u9'"), "%s", accel_errmsg(ctx));
+	accel_clear_error(ctx);
+	ck_assert_int_eq(accel_unit_set_kind(ctx, "u0", "Bl\"ock"), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "accel_unit_set_kind('u0')"), "%s",
+	              accel_errmsg(ctx));
+	accel_clear_error(ctx);
+	/* a second parameter of u1 with another kind */
+	int64_t two = 2;
+	accel_param_desc d = {.struct_size = sizeof(d), .dtype = ACCEL_DTYPE_F32, .unit = "u1",
+	                      .name = "u1.b", .ndim = 1, .shape = &two, .unit_kind = "Layer"};
+	ck_assert_int_eq(accel_model_add(ctx, &d, NULL), ACCEL_ERR_INVALID_ARG);
+	ck_assert_msg(strstr(accel_errmsg(ctx), "unit_kind 'Layer' differs") &&
+	              strstr(accel_errmsg(ctx), "'Block'"), "%s", accel_errmsg(ctx));
+	/* the same kind, or none, is fine; NULL clears */
+	d.unit_kind = "Block";
+	ck_assert_int_eq(accel_model_add(ctx, &d, NULL), ACCEL_OK);
+	ck_assert_int_eq(accel_unit_set_kind(ctx, "u1", NULL), ACCEL_OK);
+	ck_assert_ptr_null(accel_unit_kind(ctx, 1));
+	ck_assert_ptr_null(accel_unit_kind(ctx, 7));
+	ck_assert_int_eq(accel_prepare(ctx), ACCEL_OK);
+	ck_assert_int_eq(accel_unit_set_kind(ctx, "u0", "Block"), ACCEL_ERR_STATE);
 	accel_ctx_free(ctx);
 }
 END_TEST
@@ -766,6 +907,9 @@ static Suite *abi_suite(void)
 	tcase_add_test(tc, available_slot);
 	tcase_add_test(tc, scaler_and_fp8_roles);
 	tcase_add_test(tc, loader_roles_and_slots);
+	tcase_add_test(tc, unit_kind_strides);
+	tcase_add_test(tc, unit_kind_old_core);
+	tcase_add_test(tc, unit_kind_errors);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -10,12 +10,18 @@
 #  - with the zero plugin built (argument 1: "zero"), every ZeRO row is
 #    there and the stage 0-3 rows reproduce the ZeRO paper's per-device
 #    model states (Rajbhandari et al. 2020, Figure 1: 7.5B parameters, 64
-#    devices, mixed-precision Adam, K = 12): 120, 31.4, 16.6 and 1.9 GB.
+#    devices, mixed-precision Adam, K = 12): 120, 31.4, 16.6 and 1.9 GB;
+#  - with the fsdp plugin built (argument 2: "fsdp"), its eight rows (each
+#    sharding_strategy without and with cpu_offload) equal the hand count
+#    of its layout (484 elements at world 3: blocks of 162; f32 and bf16,
+#    on the CPU and on a GPU); tests/test-fsdp-parity.sh compares the same
+#    arithmetic with accel_memory_stats of real runs, every rank.
 set -eu
 : "${ACCEL_CLI:?not set (run through meson test)}"
 : "${ACCEL_TEST_BUILDDIR:?not set (run through meson test)}"
 A=$ACCEL_CLI
 zero=${1:-none}
+fsdp=${2:-none}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-estimate-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 unset ACCEL_CONFIG
@@ -136,11 +142,11 @@ run 0 "$A" estimate-memory --model model.safetensors --strategy ddp --json
 has out '"params":25,"params_bytes":100,"grads_bytes":192,"master_bytes":0,"optimizer_bytes":200,"buffers_bytes":0,"model_states_bytes":492,'
 run 0 "$A" estimate-memory --model model.safetensors --strategy ddp
 has out "^25 parameters from model.safetensors, working dtype f32, 2 optimizer state arrays, world 1"
-has out "^STRATEGY STAGE OFFLOAD  *PARAMS  *GRADS  *MASTER  *OPTIMIZER  *BUFFERS  *OFFLOAD  *MODEL-STATES  *DEVICE  *HOST  *NVME$"
-has out "^ddp      -     none  *100 B  *192 B  *0 B  *200 B  *0 B  *0 B  *492 B  *492 B  *0 B  *0 B$"
+has out "^STRATEGY STAGE  *OFFLOAD  *PARAMS  *GRADS  *MASTER  *OPTIMIZER  *BUFFERS  *OFFLOAD  *MODEL-STATES  *DEVICE  *HOST  *NVME$"
+has out "^ddp      -  *none  *100 B  *192 B  *0 B  *200 B  *0 B  *0 B  *492 B  *492 B  *0 B  *0 B$"
 # the table in units of 10^3: 7.5B bf16 AdamW at 64 ranks
 run 0 "$A" estimate-memory --params 7.5B --world 64 --set mixed_precision=bf16 --strategy ddp
-has out "^ddp      -     none  *15 GB  *15 GB  *30 GB  *60 GB  *0 B  *0 B  *120 GB  *120 GB  *0 B  *0 B$"
+has out "^ddp      -  *none  *15 GB  *15 GB  *30 GB  *60 GB  *0 B  *0 B  *120 GB  *120 GB  *0 B  *0 B$"
 
 echo "== strategies without an estimate, configuration errors"
 # the fixture strategy named zero has no estimate_memory slot: a note; the
@@ -148,11 +154,11 @@ echo "== strategies without an estimate, configuration errors"
 mkdir fxzero
 ln -s "$ACCEL_TEST_BUILDDIR/tests/fixtures/zero/zero.so" fxzero/zero.so
 printf '{"plugin_dirs": ["%s/fxzero"]}\n' "$tmp" >fx.json
-run 0 "$A" estimate-memory --params 1M --config fx.json
+run 0 "$A" estimate-memory --params 1M --config fx.json --strategy ddp --strategy zero
 has out "^ddp "
 has out "^note: strategy 'zero' ($tmp/fxzero/zero.so) gives no memory estimate"
 [ "$(grep -c "^note:" "$tmp/out")" -eq 1 ] || fail "not one note for the zero fixture"
-run 0 "$A" estimate-memory --params 1M --config fx.json --json
+run 0 "$A" estimate-memory --params 1M --config fx.json --json --strategy ddp --strategy zero
 [ "$(wc -l <"$tmp/out")" -eq 1 ] || fail "--json: not the ddp row alone on stdout"
 has err "^note: strategy 'zero' ($tmp/fxzero/zero.so) gives no memory estimate"
 run 1 "$A" estimate-memory --params 1M --config fx.json --strategy zero
@@ -174,7 +180,8 @@ mkdir fxest
 ln -s "$ACCEL_TEST_BUILDDIR/tests/fixtures/zero-est/zero.so" fxest/zero.so
 printf '{"plugin_dirs": ["%s/fxest"], "mixed_precision": "bf16", "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}\n' \
 	"$tmp" >fxest.json
-run 0 "$A" estimate-memory --model model.safetensors --world 8 --config fxest.json --json
+run 0 "$A" estimate-memory --model model.safetensors --world 8 --config fxest.json --json \
+	--strategy ddp --strategy zero
 [ "$(wc -l <"$tmp/out")" -eq 13 ] || { cat "$tmp/out" >&2; fail "not 13 rows (ddp, 12 zero)"; }
 for r in "0 none none none" "1 none none none" "1 optimizer:cpu cpu none" \
 	"1 optimizer:nvme nvme none" "2 none none none" "2 optimizer:cpu cpu none" \
@@ -198,13 +205,66 @@ for r in "0 none none none" "1 none none none" "1 optimizer:cpu cpu none" \
 		fail "zero stage $1 offload $2: places (want device $dev, host $host, nvme $nvme): $line"
 done
 run 0 "$A" estimate-memory --model model.safetensors --world 8 --config fxest.json
-has out "^zero     3     optimizer+param:nvme  *25 B  *50 B  *75 B  *100 B  *5 B  *7 B  *250 B  *55 B  *7 B  *200 B$"
+has out "^zero     3  *optimizer+param:nvme  *25 B  *50 B  *75 B  *100 B  *5 B  *7 B  *250 B  *55 B  *7 B  *200 B$"
+
+if [ "$fsdp" = fsdp ]; then
+	echo "== fsdp: each sharding strategy without and with cpu_offload"
+	# fsrow SHARDING OFFLOAD: the JSON line of that fsdp row
+	fsrow() {
+		grep -- "^{\"strategy\":\"fsdp\",\"stage\":null,\"offload\":\"$2\",.*\"sharding_strategy\":\"$1\"}" "$tmp/out" ||
+			{ cat "$tmp/out" "$tmp/err" >&2; fail "no JSON row for fsdp $1 offload $2"; }
+	}
+	# fscheck SHARDING OFFLOAD "params grads master optimizer buffers offload" DEVICE HOST
+	fscheck() {
+		line=$(fsrow "$1" "$2")
+		set -- "$1" "$2" $3 "$4" "$5"
+		want="\"params_bytes\":$3,\"grads_bytes\":$4,\"master_bytes\":$5,\"optimizer_bytes\":$6,\"buffers_bytes\":$7,"
+		printf '%s\n' "$line" | grep -q "$want" || fail "fsdp $1 $2: want $want: $line"
+		printf '%s\n' "$line" | grep -q "\"offload_bytes\":$8,\"device_bytes\":$9,\"host_bytes\":${10}," ||
+			fail "fsdp $1 $2: want offload $8, device $9, host ${10}: $line"
+	}
+	# 484 f32 elements, AdamW, world 3: padded to 486, blocks of 162.
+	# Sharded: the rank's weight and gradient blocks 648 + 648, the f32
+	# block its own master, 2 x 648 state; with cpu_offload the blocks, a
+	# master and the state in host memory, 5 x 648.  NO_SHARD: the whole
+	# flat parameter and gradient (486 x 4), the state of all 484
+	# elements; with cpu_offload masters and state in host memory (3 x
+	# 1936), on a GPU with four staging slots of 484 f32 (7744).  The
+	# clipping statistics: 16 bytes (host memory; the device place on a
+	# CPU job).
+	run 0 "$A" estimate-memory --params 484 --world 3 --device cpu --strategy fsdp --json
+	[ "$(wc -l <"$tmp/out")" -eq 8 ] || { cat "$tmp/out" >&2; fail "not 8 fsdp rows"; }
+	for st in FULL_SHARD SHARD_GRAD_OP HYBRID_SHARD; do
+		fscheck $st none "648 648 0 1296 16 0" 2608 0
+		fscheck $st optimizer+param:cpu "0 0 0 0 16 3240" 16 3240
+	done
+	fscheck NO_SHARD none "1944 1944 0 3872 16 0" 7776 0
+	fscheck NO_SHARD optimizer:cpu "1944 1944 0 0 16 5808" 3904 5808
+	run 0 "$A" estimate-memory --params 484 --world 3 --strategy fsdp --json
+	fscheck FULL_SHARD none "648 648 0 1296 16 0" 2592 16
+	fscheck FULL_SHARD optimizer+param:cpu "0 0 0 0 16 3240" 0 3256
+	fscheck NO_SHARD optimizer:cpu "1944 1944 0 0 16 13552" 3888 13568
+	printf '%s\n' "$(fsrow FULL_SHARD optimizer+param:cpu)" |
+		grep -q '"offload_optimizer":"cpu","offload_param":"cpu","variant":"FULL_SHARD, cpu_offload"' ||
+		fail "fsdp FULL_SHARD cpu_offload: offload fields or variant: $(fsrow FULL_SHARD optimizer+param:cpu)"
+	# bf16 weights: blocks of 324 bytes, f32 masters 648
+	run 0 "$A" estimate-memory --params 484 --world 3 --device cpu --strategy fsdp --json \
+		--set mixed_precision=bf16
+	fscheck FULL_SHARD none "324 324 648 1296 16 0" 2608 0
+	fscheck FULL_SHARD optimizer+param:cpu "0 0 0 0 16 2592" 16 2592
+	# the table names the sharding strategy in the STAGE column
+	run 0 "$A" estimate-memory --params 484 --world 3 --device cpu --strategy fsdp
+	has out "^fsdp     SHARD_GRAD_OP optimizer+param:cpu  *0 B  *0 B  *0 B  *0 B  *16 B  *3.24 kB "
+	# a bad fsdp key fails the rows, naming it
+	run 1 "$A" estimate-memory --params 484 --strategy fsdp --set fsdp.auto_wrap_policy=SIZE
+	has err "fsdp.auto_wrap_policy"
+fi
 
 if [ "$zero" != zero ]; then
 	# zero not built: its rows are one note, in the table and on stderr for --json
-	run 0 "$A" estimate-memory --params 7.5B --world 64
+	run 0 "$A" estimate-memory --params 7.5B --world 64 --strategy ddp --strategy zero
 	has out "^note: zero: not installed (no plugin named 'zero'"
-	run 0 "$A" estimate-memory --params 7.5B --world 64 --json
+	run 0 "$A" estimate-memory --params 7.5B --world 64 --json --strategy ddp --strategy zero
 	has err "^note: zero: not installed"
 	[ "$(wc -l <"$tmp/out")" -eq 1 ] || fail "--json without zero: not the ddp row alone"
 	echo "accel estimate-memory: all checks passed (zero plugin not built: its rows not checked)"
@@ -212,7 +272,8 @@ if [ "$zero" != zero ]; then
 fi
 
 echo "== zero: every row, and the ZeRO paper's table"
-run 0 "$A" estimate-memory --params 7.5B --world 64 --set mixed_precision=bf16 --json
+run 0 "$A" estimate-memory --params 7.5B --world 64 --set mixed_precision=bf16 --json \
+	--strategy ddp --strategy zero
 hasnt err "not installed"
 hasnt err "no memory estimate"
 [ "$(wc -l <"$tmp/out")" -eq 13 ] || { cat "$tmp/out" >&2; fail "not 13 rows (ddp, 12 zero)"; }

@@ -3,7 +3,8 @@
 # tests/test-fsdp-ckpt.sh TRAIN_MLP: checkpoints of the fsdp strategy with
 # examples/train_mlp.  For each saving sharding strategy (FULL_SHARD,
 # SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD on one node; SHARDED_STATE_DICT, and FULL_SHARD with
-# FULL_STATE_DICT): 10 steps under fsdp at 4 processes with
+# FULL_STATE_DICT, and FULL_SHARD with cpu_offload, whose blocks are in host
+# memory): 10 steps under fsdp at 4 processes with
 # --checkpoint-every 5 (the reference run); then from its step-5
 # checkpoint, 5 more steps under ddp at 2 processes, zero stage 3 at 3 and
 # fsdp FULL_SHARD at 3 (--resume): their final weights equal the
@@ -27,7 +28,7 @@ fails=0
 # resumed at another world size / strategy vs uninterrupted: observed
 # 8.67e-8 (every variant at 4 -> ddp at 2, zero 3 and fsdp at 3); about 2.5x
 RTOL=2.2e-7
-VARIANTS=${FSDP_CKPT_VARIANTS:-FULL_SHARD SHARD_GRAD_OP NO_SHARD HYBRID_SHARD FULL_SHARD/FULL_STATE_DICT}
+VARIANTS=${FSDP_CKPT_VARIANTS:-FULL_SHARD SHARD_GRAD_OP NO_SHARD HYBRID_SHARD FULL_SHARD/FULL_STATE_DICT FULL_SHARD+offload}
 
 fail() {
 	echo "FAIL: $*"
@@ -70,9 +71,12 @@ for v in $VARIANTS; do
 	st=${v%/*}
 	sd=SHARDED_STATE_DICT
 	[ "$v" = "$st" ] || sd=${v#*/}
+	off=false
+	case $st in *+offload) st=${st%+offload} off=true ;; esac
 	d=$tmp/v$i
 	mkdir -p "$d"
-	cfg "$d/save.json" fsdp "\"fsdp\": {\"sharding_strategy\": \"$st\", \"state_dict_type\": \"$sd\"}"
+	cfg "$d/save.json" fsdp "\"fsdp\": {\"sharding_strategy\": \"$st\", \"state_dict_type\": \"$sd\",
+		\"cpu_offload\": $off}"
 	if ! "$A" launch -n 4 --config "$d/save.json" -- "$T" $ARGS --steps 10 --checkpoint-every 5 \
 		--project-dir "$d/ck" --save-final "$d/ref.st" > "$d/save.log" 2>&1; then
 		fail "$v: saving run at 4 processes"

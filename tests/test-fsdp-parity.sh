@@ -20,7 +20,11 @@
 #             values on every rank after accel_prepare with
 #             sync_module_states (default), and not without it (FULL_SHARD:
 #             each rank keeps the block of its own values);
-#           - the FSDP units each wrap policy makes;
+#           - the FSDP units each wrap policy makes, TRANSFORMER_BASED_WRAP
+#             also by unit kind (zero-train --unit-kind, ABI 1.6 gap F:
+#             fc1's kind "Block" matched by "Bl?ck" wraps as the name "fc1"
+#             does, and trains as ddp does at world 3; without the kind
+#             nothing matches: one root run);
 #           - the order of gathers, prefetches, reductions and frees per
 #             FSDP unit (the plugin's debug trace) for each backward_prefetch
 #             and forward_prefetch, FULL_SHARD and SHARD_GRAD_OP, against
@@ -28,18 +32,29 @@
 #           - FULL_SHARD at world 4: the peak of parameter bytes accel
 #             counted (accel_memory_stats) is at most the own shards + the
 #             two largest units (+ one prefetched unit with prefetch on);
-#           - bf16 weights and gradients: each strategy bitwise equal to
-#             ddp at world 2;
+#           - bf16 weights and gradients: each strategy (and FULL_SHARD
+#             with cpu_offload) bitwise equal to ddp at world 2;
 #           - mixed_precision_policy.reduce_dtype bfloat16: every strategy
-#             bitwise the same at world 2, bf16 rounding away from f32;
+#             bitwise the same at world 2 (HYBRID_SHARD as one node, and
+#             FULL_SHARD with cpu_offload), bf16 rounding away from f32,
+#             cast back in the reductions' req_on_done callbacks;
 #           - cpu_offload: the same training, masters and optimizer state
-#             counted as offload memory;
+#             (FULL_SHARD: also the parameter and gradient blocks) counted
+#             as offload memory;
+#           - the memory estimate (estimate_memory's arithmetic for the
+#             rank's layout) equals accel_memory_stats at the end of a run,
+#             per category, every rank, for sharding strategies, cpu_offload,
+#             bf16 and wrap policies;
+#           - use_orig_params false: accepted, logged as trained exactly
+#             as true, and bitwise the run with true (FULL_SHARD, NO_SHARD,
+#             world 3, AdamW with optimizer.no_decay, so two optimizer groups
+#             share each FSDP unit);
 #           - bad configs are refused with messages naming the key and the
 #             allowed values (table-driven).
 #   hybrid: HYBRID_SHARD with two launchers as two nodes of two ranks each
 #           (accel launch --nnodes 2 --node-rank R --master-addr 127.0.0.1):
 #           every rank equals ddp at one process (AdamW, accumulation 1 and
-#           4; SGD without clipping).
+#           4, and 4 with cpu_offload; SGD without clipping).
 # Exits 77 (skipped) only when `accel launch` cannot start two processes.
 set -u
 
@@ -173,10 +188,12 @@ if [ "$mode" = hybrid ]; then
 	# accumulation 1 and 4, SGD without clipping (a sum across nodes
 	# instead of the mean fails there).
 	command -v python3 > /dev/null 2>&1 || { echo "skipped: no python3 to pick a free port"; exit 77; }
-	for v in "adamw 1" "adamw 4" "sgd 1"; do
+	for v in "adamw 1" "adamw 4" "sgd 1" "adamw 4 offload"; do
 		set -- $v
 		reference "$tmp/href" "$1" "$2" || continue
-		cfg "$tmp/h.json" fsdp "$1" "$2" '"sharding_strategy": "HYBRID_SHARD"'
+		off=''
+		[ "${3:-}" = offload ] && off=', "cpu_offload": true'
+		cfg "$tmp/h.json" fsdp "$1" "$2" "\"sharding_strategy\": \"HYBRID_SHARD\"$off"
 		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 		for node in 1 0; do
 			ACCEL_LOG_LEVEL=debug ACCEL_LOG_ALL_RANKS=1 "$ACCEL_CLI" launch -n 2 --nnodes 2 --node-rank $node \
@@ -195,7 +212,7 @@ if [ "$mode" = hybrid ]; then
 		fi
 		n=$(cat "$tmp/h0.log" "$tmp/h1.log" | grep -c "HYBRID_SHARD: rank [01] of 2 in the node's shard group, [01] in the replica group")
 		[ "$n" = 4 ] || fail "HYBRID_SHARD $v: $n of 4 ranks report a node shard group of 2"
-		every_rank "$tmp/href" "$tmp/h" 4 "$HRTOL" "HYBRID_SHARD $1 gas $2, 2 nodes x 2 ranks vs ddp world 1"
+		every_rank "$tmp/href" "$tmp/h" 4 "$HRTOL" "HYBRID_SHARD $1 gas $2${3:+ $3}, 2 nodes x 2 ranks vs ddp world 1"
 	done
 	[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 	exit 0
@@ -234,8 +251,11 @@ fi
 
 # cpu_offload: the same training with master weights and AdamW state in
 # host memory (accel_memory_stats: the offload category holds them, the
-# optimizer and master categories nothing; FULL_SHARD's rank 0 blocks have
-# no padding: exactly 3 f32 arrays of its shard's elements).
+# optimizer and master categories nothing).  FULL_SHARD also keeps its
+# parameter and gradient blocks there (nothing of the params category
+# stays once the units are freed): rank 0's blocks at world 3 are 48 + 91
+# + 23 = 162 elements (no padding), so exactly 5 f32 arrays of them, block,
+# reduced gradient, master, exp_avg, exp_avg_sq: 3240 bytes.
 for st in FULL_SHARD NO_SHARD; do
 	cfg "$tmp/c.json" fsdp adamw 4 "\"sharding_strategy\": \"$st\", \"cpu_offload\": true"
 	reference "$tmp/oref" adamw 4 || break
@@ -246,7 +266,8 @@ for st in FULL_SHARD NO_SHARD; do
 		# (FULL_SHARD's params are its blocks alone; NO_SHARD adds the whole)
 		res=$(awk -v r=$r -v st=$st '{ v[$1] = $2 } END {
 			ok = v["offload"] > 0 && v["optimizer"] == 0 && v["master"] == 0
-			if (r == 0 && st == "FULL_SHARD" && v["offload"] != 3 * v["params"]) ok = 0
+			if (st == "FULL_SHARD" && v["params"] != 0) ok = 0
+			if (r == 0 && st == "FULL_SHARD" && v["offload"] != 5 * 162 * 4) ok = 0
 			printf "%d offload %d optimizer %d master %d params %d", ok, v["offload"], v["optimizer"], v["master"], v["params"] }' \
 			"$tmp/offm$st.$r")
 		case $res in
@@ -262,8 +283,10 @@ done
 cfg "$tmp/c.json" ddp adamw 1 ""
 runn 2 "$tmp/c.json" "$tmp/bfddp" --steps $STEPS --batch $BATCH --dtype bf16 ||
 	{ fail "bf16 ddp world 2"; tail -20 "$tmp/bfddp.log"; }
-for st in $STRATS; do
-	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"$st\""
+for st in $STRATS FULL_SHARD+offload; do
+	off=''
+	case $st in *+offload) off=', "cpu_offload": true' ;; esac
+	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"${st%+offload}\"$off"
 	runn 2 "$tmp/c.json" "$tmp/bf$st" --steps $STEPS --batch $BATCH --dtype bf16 ||
 		{ fail "bf16 $st world 2"; tail -20 "$tmp/bf$st.log"; continue; }
 	every_rank "$tmp/bfddp.0" "$tmp/bf$st" 2 0 "bf16 $st world 2 vs ddp world 2 (bitwise)"
@@ -276,11 +299,20 @@ done
 # 1.3e-3 relative at most: RTOL 3.3e-3) but not within 1e-5 (the cast
 # happened).
 reference "$tmp/bref" adamw 1 || true
-for st in NO_SHARD FULL_SHARD SHARD_GRAD_OP; do
-	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"$st\",
+for st in NO_SHARD FULL_SHARD SHARD_GRAD_OP HYBRID_SHARD FULL_SHARD+offload; do
+	off=''
+	case $st in *+offload) off=', "cpu_offload": true' ;; esac
+	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"${st%+offload}\"$off,
 		\"mixed_precision_policy\": {\"reduce_dtype\": \"bfloat16\"}"
-	runn 2 "$tmp/c.json" "$tmp/rbf$st" --steps $STEPS --batch $BATCH ||
+	ACCEL_LOG_LEVEL=debug runn 2 "$tmp/c.json" "$tmp/rbf$st" --steps $STEPS --batch $BATCH ||
 		{ fail "reduce_dtype bfloat16 $st"; tail -20 "$tmp/rbf$st.log"; continue; }
+	# the cast back runs in the reduction's req_on_done callback: 3 units
+	# x 20 sync steps on rank 0 (HYBRID_SHARD: after the cross-node
+	# reduction of the block, also in bf16, instead)
+	want=$((3 * STEPS))
+	[ "$st" = HYBRID_SHARD ] && want=0
+	nc=$(grep -c '^\[rank 0\].*fsdp: reduce_dtype: unit [0-2] cast back from bf16 in req_on_done' "$tmp/rbf$st.log")
+	[ "$nc" = "$want" ] || fail "reduce_dtype bfloat16 $st: $nc casts back in req_on_done on rank 0, expected $want"
 	every_rank "$tmp/rbfNO_SHARD.0" "$tmp/rbf$st" 2 0 "reduce_dtype bfloat16 $st world 2 vs NO_SHARD (bitwise)"
 	every_rank "$tmp/bref" "$tmp/rbf$st" 2 3.3e-3 "reduce_dtype bfloat16 $st world 2 vs f32 ddp world 1"
 	if "$prog" --compare "$tmp/bref" "$tmp/rbf$st.0" --rtol 1e-5 > /dev/null 2>&1; then
@@ -300,6 +332,28 @@ for v in "UNIT_WRAP|fc1..fc1 fc2..fc2 fc3..fc3" "NO_WRAP|fc1..fc3" \
 		sed 's/.*: units \([^ ]*\) .*/\1/' | tr '\n' ' ' | sed 's/ $//')
 	[ "$got" = "$want" ] && echo "ok: wrap $wr: $got" || fail "wrap $wr: got '$got', expected '$want'"
 done
+# By kind: the program says fc1 is a "Block"; the pattern names no unit.
+kind_json='"auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": "Bl?ck"'
+for v in "--unit-kind fc1=Block|fc1..fc1 fc2..fc3" "|fc1..fc3" \
+	"--unit-kind fc2=Block --unit-kind fc3=Layer|fc1..fc1 fc2..fc2 fc3..fc3"; do
+	args=${v%%|*} want=${v#*|}
+	cfg "$tmp/c.json" fsdp adamw 1 "$kind_json"
+	# shellcheck disable=SC2086 # args is a word list
+	ACCEL_LOG_LEVEL=debug runn 2 "$tmp/c.json" "$tmp/wrap" --steps 0 --batch $BATCH $args ||
+		{ fail "wrap by kind ($args): run failed"; tail -20 "$tmp/wrap.log"; continue; }
+	got=$(grep '^\[rank 0\].*fsdp: FSDP unit [0-9]*: units ' "$tmp/wrap.log" |
+		sed 's/.*: units \([^ ]*\) .*/\1/' | tr '\n' ' ' | sed 's/ $//')
+	[ "$got" = "$want" ] && echo "ok: wrap by kind (${args:-no kinds}): $got" ||
+		fail "wrap by kind (${args:-no kinds}): got '$got', expected '$want'"
+done
+reference "$tmp/kref" adamw 4 &&
+	cfg "$tmp/c.json" fsdp adamw 4 "$kind_json" &&
+	if runn 3 "$tmp/c.json" "$tmp/kind" --steps $STEPS --batch $BATCH --unit-kind fc1=Block; then
+		every_rank "$tmp/kref" "$tmp/kind" 3 "$RTOL" "TRANSFORMER_BASED_WRAP by kind gas 4 world 3 vs ddp world 1"
+	else
+		fail "TRANSFORMER_BASED_WRAP by kind: run failed"
+		tail -20 "$tmp/kind.log"
+	fi
 
 # The order of gathers and frees.  One training step at world 2 (one sync
 # micro-step), then zero-train's forward-only pass that writes the
@@ -354,6 +408,62 @@ for pf in NO_PREFETCH BACKWARD_PRE; do
 	done
 done
 
+# The memory estimate (estimate_memory's arithmetic, logged at wrap for
+# the rank's own layout) equals what accel_memory_stats counts at the end
+# of a run, per category, on every rank (world 3: rank 2's blocks hold the
+# padding).  Observed: equal to the byte.
+for v in "FULL_SHARD false f32 UNIT_WRAP" "FULL_SHARD true f32 UNIT_WRAP" \
+	"FULL_SHARD false bf16 UNIT_WRAP" "FULL_SHARD true bf16 UNIT_WRAP" \
+	"SHARD_GRAD_OP true f32 UNIT_WRAP" "HYBRID_SHARD true f32 UNIT_WRAP" \
+	"NO_SHARD false f32 UNIT_WRAP" "NO_SHARD true bf16 UNIT_WRAP" \
+	"FULL_SHARD false f32 NO_WRAP" "FULL_SHARD true f32 SIZE_BASED_WRAP"; do
+	set -- $v
+	cfg "$tmp/c.json" fsdp adamw 1 "\"sharding_strategy\": \"$1\", \"cpu_offload\": $2, $(wrap_json $4)"
+	ACCEL_LOG_LEVEL=info ACCEL_LOG_ALL_RANKS=1 runn 3 "$tmp/c.json" "$tmp/est" --steps 3 \
+		--batch $BATCH --dtype "$3" --memory "$tmp/estm" ||
+		{ fail "memory estimate $v: run failed"; tail -20 "$tmp/est.log"; continue; }
+	for r in 0 1 2; do
+		line=$(grep "fsdp: memory estimate for rank $r, " "$tmp/est.log" | head -1)
+		[ -n "$line" ] || { fail "memory estimate $v rank $r: no estimate line"; continue; }
+		res=$(echo "$line" | awk -v mf="$tmp/estm.$r" '{
+			s = $0; sub(/.*between steps: /, "", s)
+			n = split(s, parts, ", ")
+			for (i = 1; i <= n; i++) { split(parts[i], w, " "); est[w[1]] = w[2] }
+			while ((getline l < mf) > 0) { split(l, f, " "); cur[f[1]] = f[2] }
+			ok = 1
+			split("params grads master optimizer buffers offload", cats, " ")
+			for (i = 1; i <= 6; i++) {
+				c = cats[i]
+				if (cur[c] + 0 != est[c] + 0) ok = 0
+				out = out sprintf(" %s %d/%d", c, cur[c], est[c])
+			}
+			print ok out }')
+		case $res in
+		1*) [ "$r" = 2 ] && echo "ok: memory estimate $v (rank 2, measured/estimated):${res#1}" ;;
+		*) fail "memory estimate $v rank $r (measured/estimated):${res#0}" ;;
+		esac
+	done
+done
+
+# use_orig_params false: the same training as true, bit for bit, with two
+# optimizer groups in each flat parameter (PyTorch's FlatParameter would
+# need one; accel's optimizer is per original parameter).
+for st in FULL_SHARD NO_SHARD; do
+	for uop in true false; do
+		cat > "$tmp/c.json" <<EOF
+{"strategy": "fsdp", "optimizer": {"type": "adamw", "params": {"lr": 0.01, "weight_decay": 0.1},
+ "no_decay": [".bias"]}, "max_grad_norm": 0.05,
+ "fsdp": {"sharding_strategy": "$st", "use_orig_params": $uop}}
+EOF
+		ACCEL_LOG_LEVEL=info runn 3 "$tmp/c.json" "$tmp/uop$uop" --steps $STEPS --batch $BATCH ||
+			{ fail "use_orig_params $uop $st: run failed"; tail -20 "$tmp/uop$uop.log"; }
+	done
+	grep -q 'use_orig_params false: trained exactly as true' "$tmp/uopfalse.log" ||
+		fail "use_orig_params false $st: no log line saying how it trains"
+	every_rank "$tmp/uoptrue.0" "$tmp/uopfalse" 3 0 "use_orig_params false $st world 3 vs true (bitwise)"
+	moved "$tmp/rinit" "$tmp/uopfalse.0" "use_orig_params false $st"
+done
+
 # Bad configs: refused with a message naming the key and the allowed values.
 while IFS='|' read -r z want; do
 	[ -n "$z" ] || continue
@@ -374,7 +484,6 @@ done <<EOF
 "mixed_precision_policy": {"reduce_dtype": "fp8"}|fsdp.mixed_precision_policy.reduce_dtype.*float32
 "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"|fsdp.transformer_cls_names_to_wrap is not set
 "min_num_params": 0|fsdp.min_num_params
-"use_orig_params": false|fsdp.use_orig_params: false is not implemented
 "forward_prefetch": 1|fsdp.forward_prefetch
 EOF
 

@@ -78,6 +78,12 @@ extern "C" {
 #define ACCEL_CAP_MICRO_REDUCE   (1u << 8) /* reduces gradients on every micro-step,
                                               not only on sync steps (DeepSpeed
                                               ZeRO-2/3); see sync_step()          */
+/* ABI minor 7: */
+#define ACCEL_CAP_SHARED_PARAMS  (1u << 9) /* handles a parameter used by more than
+                                              one unit (accel_unit_info_v1.uses, a
+                                              tied weight); accel_prepare refuses a
+                                              model with such uses under a strategy
+                                              without it                           */
 
 /* ---- requirements (desc.requires, bit set) -------------------------------- */
 /* The loader refuses to select a plugin whose requirements this process cannot
@@ -244,7 +250,30 @@ typedef struct accel_unit_info_v1 {
 	uint32_t reserved;
 	const char *name;
 	uint64_t numel;           /* total elements of its parameters */
+	/* ABI minor 6 (read only when ACCEL_STRUCT_HAS(u, accel_unit_info_v1,
+	 * kind); index units only through ACCEL_MODEL_UNIT()): */
+	const char *kind;         /* what the program says the unit is ("Block",
+	                             "Embedding"; accel_param_desc.unit_kind or
+	                             accel_unit_set_kind()), NULL when it said
+	                             nothing.  Borrowed, valid while the model is.
+	                             FSDP's transformer_cls_names_to_wrap matches it */
+	/* ABI minor 7 (read only when ACCEL_STRUCT_HAS(u, accel_unit_info_v1,
+	 * uses)): */
+	uint32_t n_uses;          /* parameters of earlier units this unit also uses */
+	uint32_t reserved2;       /* 0 */
+	const uint32_t *uses;     /* n_uses parameter indices (accel_unit_use_param,
+	                             a tied weight), each owned by an earlier unit;
+	                             the strategy makes their data valid in this
+	                             unit's hook windows too, and their gradient
+	                             is complete (both uses' contributions) only
+	                             after the owning unit's post_backward.  Only a
+	                             strategy with ACCEL_CAP_SHARED_PARAMS sees a
+	                             model with n_uses != 0 */
 } accel_unit_info_v1;
+
+/* Size of an accel_unit_info_v1 before minor 6 (its stride in
+ * accel_model_v1.units for a core or plugin older than minor 6). */
+#define ACCEL_UNIT_INFO_V1_SIZE_MINOR5 offsetof(accel_unit_info_v1, kind)
 
 typedef struct accel_model_v1 {
 	uint32_t struct_size;
@@ -260,6 +289,12 @@ typedef struct accel_model_v1 {
 	                             array at that minor's stride, so index
 	                             params only through ACCEL_MODEL_PARAM()     */
 	uint32_t reserved;        /* 0 */
+	/* ABI minor 6: */
+	uint32_t unit_info_size;  /* bytes from one units[] entry to the next; a
+	                             core serves a plugin built before minor 6 an
+	                             array at that minor's stride, so index units
+	                             only through ACCEL_MODEL_UNIT()             */
+	uint32_t reserved2;       /* 0 */
 } accel_model_v1;
 
 /* Parameter i of a model, at the stride the running core laid the array
@@ -274,6 +309,20 @@ static inline const accel_param_info_v1 *accel_model_param(const accel_model_v1 
 	return (const accel_param_info_v1 *)(const void *)((const char *)m->params + stride * i);
 }
 #define ACCEL_MODEL_PARAM(model, i) accel_model_param((model), (i))
+
+/* Unit i of a model, at the stride the running core laid the array out
+ * with (ACCEL_UNIT_INFO_V1_SIZE_MINOR5 under a core older than minor 6,
+ * whose model has no unit_info_size or leaves it 0).  `units[i]` is right
+ * only for a plugin built before minor 6; read `kind` only when
+ * ACCEL_STRUCT_HAS(unit, accel_unit_info_v1, kind). */
+static inline const accel_unit_info_v1 *accel_model_unit(const accel_model_v1 *m, uint32_t i)
+{
+	size_t stride = ACCEL_STRUCT_HAS(m, accel_model_v1, unit_info_size) && m->unit_info_size
+	                        ? m->unit_info_size
+	                        : ACCEL_UNIT_INFO_V1_SIZE_MINOR5;
+	return (const accel_unit_info_v1 *)(const void *)((const char *)m->units + stride * i);
+}
+#define ACCEL_MODEL_UNIT(model, i) accel_model_unit((model), (i))
 
 /* One call of the core's optimizer on a flat range of one parameter.  The
  * core knows the optimizer, its hyper-parameters, the parameter's group, the

@@ -22,7 +22,7 @@ extern "C" {
  * The minor grows when members are appended to a struct; readers check
  * struct_size before touching a member that a newer minor appended. */
 #define ACCEL_ABI_MAJOR 1
-#define ACCEL_ABI_MINOR 6
+#define ACCEL_ABI_MINOR 7
 
 /* Export marker for the one entry symbol of a plugin or backend.  Build
  * plugins with -fvisibility=hidden; this re-exports only the entry. */

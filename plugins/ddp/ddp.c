@@ -51,7 +51,7 @@ static const accel_plugin_desc_v1 ddp_desc = {
 	 * module, which ddp has not been run against yet.  Checkpoints: master
 	 * weights and optimizer state as tensors, the bytes split evenly over
 	 * the ranks, loadable at any world size or strategy (accel_save_state). */
-	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT,
+	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_SHARED_PARAMS,
 	.requires = 0,
 	.min_cuda_cc = 0,
 	.state_version = 2,     /* 2: tensors (master/, optim/); 1: per-rank blobs */

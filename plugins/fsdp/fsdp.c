@@ -25,14 +25,15 @@ static const accel_param_schema_v1 fsdp_params[] = {
 	KEY(ACCEL_CFG_ENUM, "auto_wrap_policy", "\"UNIT_WRAP\"", 1, 0, WRAPS,
 	    "How program units are grouped into FSDP units (runs of consecutive units): "
 	    "UNIT_WRAP one per program unit; SIZE_BASED_WRAP a run closes at min_num_params "
-	    "elements; TRANSFORMER_BASED_WRAP a unit whose name matches "
+	    "elements; TRANSFORMER_BASED_WRAP a unit whose name or kind matches "
 	    "transformer_cls_names_to_wrap is an FSDP unit of its own (the units between form runs); "
 	    "NO_WRAP one root unit"),
 	KEY(ACCEL_CFG_INT, "min_num_params", "100000000", 1, (double)(1ll << 53), NULL,
 	    "SIZE_BASED_WRAP: elements at which a run of units becomes an FSDP unit"),
 	KEY(ACCEL_CFG_STRING, "transformer_cls_names_to_wrap", NULL, 1, 0, NULL,
 	    "TRANSFORMER_BASED_WRAP: comma-separated patterns (fnmatch) matched against "
-	    "unit names; each matching unit starts an FSDP unit"),
+	    "unit names and kinds (accel_unit_set_kind, e.g. \"Block\"); each matching unit "
+	    "is an FSDP unit"),
 	KEY(ACCEL_CFG_ENUM, "backward_prefetch", "\"BACKWARD_PRE\"", 1, 0, PREFETCHES,
 	    "When the next unit's gather for backward is issued"),
 	KEY(ACCEL_CFG_BOOL, "forward_prefetch", "false", 1, 0, NULL,
@@ -40,9 +41,9 @@ static const accel_param_schema_v1 fsdp_params[] = {
 	KEY(ACCEL_CFG_BOOL, "limit_all_gathers", "true", 1, 0, NULL,
 	    "At most two gathers in flight"),
 	KEY(ACCEL_CFG_BOOL, "cpu_offload", "false", 1, 0, NULL,
-	    "Master weights and optimizer state in host memory (pinned with parameters on a "
-	    "GPU), the optimizer step on the CPU threads; the parameter shards stay with the "
-	    "parameters"),
+	    "The rank's parameter and gradient blocks, master weights and optimizer state in "
+	    "host memory (pinned with parameters on a GPU), copied to the device for each "
+	    "gather; the optimizer step on the CPU threads (NO_SHARD: masters and state only)"),
 	KEY(ACCEL_CFG_BOOL, "sync_module_states", "true", 1, 0, NULL,
 	    "Broadcast rank 0's initial values (false: each rank keeps the block of its own "
 	    "initial values)"),
@@ -51,7 +52,9 @@ static const accel_param_schema_v1 fsdp_params[] = {
 	    "size and under ddp or zero); FULL the same (accel_save_model gathers the full "
 	    "weights); LOCAL the flat shards as per-rank blobs (same world size only)"),
 	KEY(ACCEL_CFG_BOOL, "use_orig_params", "true", 1, 0, NULL,
-	    "Parameters are bound to their views in the flat parameter (accel always does)"),
+	    "Accepted both ways, with the same training: accel's optimizer is the core's, "
+	    "per original parameter and element-wise, and the program computes with each "
+	    "parameter's view in the gathered flat parameter either way (docs/fsdp.md)"),
 	KEY(ACCEL_CFG_ENUM, "mixed_precision_policy.reduce_dtype", "\"none\"", 1, 0,
 	    REDUCE_DTYPES, "dtype gradients cross ranks in (none: each parameter's "
 	    "reduce_dtype, by default its gradient dtype); the reduced values are cast back"),
@@ -68,7 +71,8 @@ const accel_plugin_desc_v1 fsdp_desc = {
 	.version = "1.0.0",
 	.summary = "Fully sharded data parallel: a flat parameter per wrapped unit, sharded "
 	           "over the ranks, gathered around its forward and backward",
-	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_OFFLOAD | FSDP_SHARDED_CAPS,
+	.caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_OFFLOAD | FSDP_SHARDED_CAPS |
+	        ACCEL_CAP_SHARED_PARAMS,
 	.state_version = 1,     /* tensors master/, optim/ (canonical names); local/ blobs */
 	.config_section = "fsdp",
 	.params = fsdp_params,
@@ -163,10 +167,6 @@ int fsdp_read_config(const accel_host_v1 *H, accel_host *h, fsdp_cfg *c)
 		                "TRANSFORMER_BASED_WRAP but fsdp.transformer_cls_names_to_wrap is "
 		                "not set; name the units to wrap (comma-separated patterns, e.g. "
 		                "\"block*\")");
-	if (!c->use_orig_params)
-		return H->error(h, ACCEL_ERR_CONFIG, "fsdp.use_orig_params: false is not "
-		                "implemented (accel binds every parameter to its view in the flat "
-		                "parameter); set it to true");
 	static const uint32_t red_dtypes[] = {0, ACCEL_DTYPE_F32, ACCEL_DTYPE_F16, ACCEL_DTYPE_BF16};
 	c->reduce_dtype = red_dtypes[red];
 	return ACCEL_OK;
@@ -205,6 +205,11 @@ static int fsdp_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 		                   "groups (ABI 1.3); this host table is older");
 	}
 	host->log(h, ACCEL_LOG_INFO, "sharding_strategy %s", sharding_name(s->cfg.sharding));
+	if (!s->cfg.use_orig_params)
+		host->log(h, ACCEL_LOG_INFO, "use_orig_params false: trained exactly as true (the "
+		          "core's optimizer steps each original parameter's range of the flat "
+		          "parameter element-wise; parameters are bound to their views in the "
+		          "gathered flat parameter inside the unit hooks either way)");
 	*ret_state = s;
 	return ACCEL_OK;
 }
@@ -225,7 +230,7 @@ static void fsdp_fini(void *state)
 static int fsdp_instance_caps(void *state, uint32_t *ret_caps)
 {
 	fsdp_state *s = state;
-	*ret_caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT |
+	*ret_caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_SHARED_PARAMS |
 	            (s->cfg.cpu_offload ? (uint32_t)ACCEL_CAP_OFFLOAD : 0u) |
 	            (s->cfg.sharding == FSDP_NO_SHARD ? 0u : (uint32_t)FSDP_SHARDED_CAPS);
 	return ACCEL_OK;
@@ -251,6 +256,7 @@ static const accel_plugin_v1 fsdp_plugin = {
 	.micro_step_end = fsdp_micro_step_end,
 	.instance_caps = fsdp_instance_caps,
 	.materialize = fsdp_materialize,
+	.estimate_memory = fsdp_estimate_memory,
 };
 
 ACCEL_EXPORT const accel_plugin_v1 *accel_plugin_entry_v1(const accel_host_v1 *host)

@@ -60,6 +60,14 @@ typedef struct fsdp_unit {
 	accel_req *greq;                  /* prefetch gather in flight               */
 	int gathered, in_forward, in_backward, materialized, issued;
 	uint32_t done;                    /* program units done with backward        */
+	uint32_t held;                    /* hooks of program units of other FSDP units
+	                                     that use one of its parameters (a tied
+	                                     weight) hold it gathered                */
+	int held_bwd;                     /* held, gradient bound, from a using unit's
+	                                     pre_backward to its own post_backward    */
+	struct fsdp_state *owner;         /* for the req_on_done cast-back            */
+	int cast_done;                    /* the reduce-dtype copy was cast back      */
+	int cb_pending;                   /* cast_back registered with req_on_done    */
 } fsdp_unit;
 
 typedef struct fsdp_state {
@@ -85,12 +93,29 @@ typedef struct fsdp_state {
 	zero_store *store;
 	double *stats;
 	uint64_t gathered_bytes, gathered_peak;
+	int said_host_stats;              /* the debug line of grad_stats_device     */
 	accel_ckpt_writer *ckpt_w;
 	accel_ckpt_reader *ckpt_r;
 } fsdp_state;
 
 /* Whether the strategy keeps parameters sharded between uses. */
 #define fsdp_shards_params(s) ((s)->cfg.sharding != FSDP_NO_SHARD)
+
+/* cpu_offload of a sharded strategy: the rank's blocks of the weights and
+ * of the reduced gradient live in host memory (ACCEL_MEM_OFFLOAD, pinned
+ * when the parameters are on a GPU); a gather copies the block into the
+ * gathered flat parameter on the parameters' device and all-gathers in
+ * place, and the optimizer steps the blocks on the CPU threads. */
+#define fsdp_offloaded(s) ((s)->cfg.cpu_offload && fsdp_shards_params(s))
+
+/* A view of n elements at p of f's own blocks (shard, acc): host memory
+ * under fsdp_offloaded, else the parameters' device. */
+static inline accel_view fsdp_block_view(const fsdp_state *s, const fsdp_unit *f,
+                                         uint32_t dtype, void *p, uint64_t n)
+{
+	return fsdp_offloaded(s) ? shard_view(dtype, ACCEL_DEVICE_CPU, 0, p, n)
+	                         : shard_view(dtype, f->device, f->device_index, p, n);
+}
 
 /* The collectives of the shard group: the world's, or group_* on the node. */
 static inline int fsdp_allgather(fsdp_state *s, const accel_view *send, const accel_view *recv,
@@ -129,6 +154,14 @@ int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, do
 int fsdp_step(void *state, const accel_step_info_v1 *info);
 int fsdp_materialize(void *state, uint32_t unit, uint32_t flags);
 int fsdp_publish(fsdp_state *s);
+
+/* fsdp_estimate.c: bytes kept between steps (estimate_memory, ABI 1.6) */
+int fsdp_estimate_bytes(const fsdp_cfg *c, const accel_estimate_in_v1 *in, uint32_t S,
+                        uint32_t srank, uint32_t n_state,
+                        uint64_t bytes[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES]);
+int fsdp_estimate_memory(const accel_host_v1 *host, accel_host *h,
+                         const accel_estimate_in_v1 *in, accel_estimate_out_v1 *out);
+void fsdp_log_estimate(fsdp_state *s);
 
 /* fsdp_ckpt.c */
 int fsdp_save_state(void *state, accel_ckpt_writer *w);

@@ -10,6 +10,13 @@
  * which the optimizer store steps.  NO_SHARD keeps both whole, all-reduces
  * the gradient and all-gathers the updated blocks after the step.
  *
+ * A parameter a program unit of another FSDP unit also uses (a tied weight,
+ * ABI 1.7 `uses`): that unit's forward hooks gather the owning FSDP unit
+ * too and free it after (FULL_SHARD; SHARD_GRAD_OP keeps it for backward),
+ * its pre_backward gathers it with its flat gradient and keeps both until
+ * the owner's own post_backward: one gradient, reduced once, one shard of
+ * master and optimizer state.  NO_SHARD keeps everything bound anyway.
+ *
  * Debug log lines "fsdp: trace: <event> unit <i>" (gather, prefetch, free,
  * reduce) record the order of gathers and frees (docs/fsdp.md). */
 #include <math.h>
@@ -56,6 +63,15 @@ static int gather_start(fsdp_state *s, fsdp_unit *f, int async)
 		return r;
 	accel_view all = shard_view(f->dtype, f->device, f->device_index, f->work, f->padded);
 	accel_view mine = shard_view(f->dtype, f->device, f->device_index, f->shard, f->block);
+	if (fsdp_offloaded(s)) {
+		/* the block from host memory into its place in the gathered flat
+		 * parameter (on the stream, before the collective), gathered in
+		 * place there */
+		accel_view host = fsdp_block_view(s, f, f->dtype, f->shard, f->block);
+		mine.data = shard_at(f->work, f->dtype, f->lo);
+		if ((r = s->host->op_copy_async(s->h, &mine, &host)))
+			return r;
+	}
 	f->gathered = 1;
 	s->gathered_bytes += wbytes(f);
 	if (s->gathered_bytes > s->gathered_peak)
@@ -85,7 +101,7 @@ static int release(fsdp_state *s, fsdp_unit *f)
 {
 	int r;
 	if (!fsdp_shards_params(s) || !f->gathered || f->in_forward || f->in_backward ||
-	    f->materialized)
+	    f->materialized || f->held)
 		return ACCEL_OK;
 	if ((r = gather_finish(s, f)))
 		return r;
@@ -125,6 +141,59 @@ static int prefetch(fsdp_state *s, int64_t i)
 
 /* ---- reductions ------------------------------------------------------------------ */
 
+/* The rank's reduced block `blk` (on the parameters' device, in the
+ * gradient's or the reduce dtype) into acc.  Offloaded, acc is in host
+ * memory, and a copy between the host and a device keeps the dtype: the
+ * cast runs on the device first, into the gradient's own block. */
+static int to_acc(fsdp_state *s, fsdp_unit *f, const accel_view *blk)
+{
+	accel_view acc = fsdp_block_view(s, f, f->grad_dtype, f->acc, f->block);
+	int r;
+	if (fsdp_offloaded(s) && blk->dtype != f->grad_dtype) {
+		accel_view g = shard_view(f->grad_dtype, f->device, f->device_index,
+		                          shard_at(f->grad, f->grad_dtype, f->lo), f->block);
+		if ((r = s->host->op_copy(s->h, &g, blk)))
+			return r;
+		return s->host->op_copy(s->h, &acc, &g);
+	}
+	return s->host->op_copy(s->h, &acc, blk);
+}
+
+/* A reduction in another dtype than the gradient's (reduce_dtype) is
+ * done: cast the reduced values back where the step reads them, and free
+ * the copy.  Run by the host inside the wait() or test() that finds the
+ * request complete (req_on_done), or right after a reduction that
+ * blocked.  Sharded: the rank's block into acc; NO_SHARD: the whole flat
+ * gradient.  HYBRID_SHARD reduces the node's block once more across nodes
+ * in reduce_dtype first: finish_reduce casts it back after that. */
+static int cast_back(void *arg)
+{
+	fsdp_unit *f = arg;
+	fsdp_state *s = f->owner;
+	int r;
+	if (!f->rbuf || s->rep_g)
+		return ACCEL_OK;
+	if (fsdp_shards_params(s)) {
+		accel_view blk = shard_view(f->red_dtype, f->device, f->device_index,
+		                            shard_at(f->rbuf, f->red_dtype, f->lo), f->block);
+		r = to_acc(s, f, &blk);
+	} else {
+		accel_view all = shard_view(f->grad_dtype, f->device, f->device_index, f->grad,
+		                            f->padded);
+		accel_view rall = shard_view(f->red_dtype, f->device, f->device_index, f->rbuf,
+		                             f->padded);
+		r = s->host->op_copy(s->h, &all, &rall);
+	}
+	fsdp_free(s, f->rbuf);
+	f->rbuf = NULL;
+	f->cast_done = 1;
+	s->host->log(s->h, ACCEL_LOG_DEBUG, "reduce_dtype: unit %u cast back from %s %s",
+	             (unsigned)(f - s->units), accel_abi_dtype_name(f->red_dtype),
+	             f->cb_pending ? "in req_on_done" : "after a blocking reduction");
+	f->cb_pending = 0;
+	return r;
+}
+
 /* Finish f's reduction: its block of the mean into acc; the full gradient
  * freed (sharded) or cleared (NO_SHARD). */
 static int finish_reduce(fsdp_state *s, fsdp_unit *f)
@@ -136,6 +205,17 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 		f->req = NULL;
 		if ((r = H->wait(s->h, q)))
 			return r;
+	}
+	if (f->cast_done) {
+		/* req_on_done cast the reduced values back and freed the copy */
+		f->cast_done = 0;
+		if (!fsdp_shards_params(s))
+			return ACCEL_OK;
+		if (!f->in_backward && (r = bind_unit(s, f, 0)))
+			return r;
+		fsdp_free(s, f->grad);
+		f->grad = NULL;
+		return ACCEL_OK;
 	}
 	/* the reduced block: in the gradient buffer, or in the reduce-dtype
 	 * copy, cast back below */
@@ -163,8 +243,7 @@ static int finish_reduce(fsdp_state *s, fsdp_unit *f)
 		}
 		return r;
 	}
-	accel_view acc = shard_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
-	if ((r = H->op_copy(s->h, &acc, &blk)))
+	if ((r = to_acc(s, f, &blk)))
 		return r;
 	fsdp_free(s, f->rbuf);
 	f->rbuf = NULL;
@@ -202,7 +281,7 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 			return H->error(s->h, ACCEL_ERR_STATE, "fsdp needs accel_unit_pre_backward/"
 			                "post_backward around every unit's backward; unit '%s' had "
 			                "none before this sync step",
-			                s->model->units[f->first_unit].name);
+			                ACCEL_MODEL_UNIT(s->model, f->first_unit)->name);
 		return H->error(s->h, ACCEL_ERR_INTERNAL, "fsdp: NO_SHARD unit without gradient");
 	}
 	/* sharded: one reduction in flight, finish the earlier ones first (each
@@ -227,11 +306,23 @@ static int issue(fsdp_state *s, fsdp_unit *f)
 			return r;
 	}
 	trace(s, "reduce", f);
-	if (!fsdp_shards_params(s) || s->S == 1)
-		return H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
-	accel_view shard = shard_view(f->red_dtype, f->device, f->device_index,
-	                              shard_at(f->desc.view.data, f->red_dtype, f->lo), f->block);
-	return H->reduce_scatter_bucket(s->h, &f->desc, &shard, 0, &f->req);
+	f->cast_done = 0;
+	if (!fsdp_shards_params(s) || s->S == 1) {
+		r = H->reduce_bucket_v2(s->h, &f->desc, 0, &f->req);
+	} else {
+		accel_view shard = shard_view(f->red_dtype, f->device, f->device_index,
+		                              shard_at(f->desc.view.data, f->red_dtype, f->lo),
+		                              f->block);
+		r = H->reduce_scatter_bucket(s->h, &f->desc, &shard, 0, &f->req);
+	}
+	if (r || !f->rbuf || s->rep_g)
+		return r;
+	/* the cast back of the reduce-dtype copy runs when the reduction
+	 * completes (inside the wait() that finds it done), not later */
+	if (!f->req)
+		return cast_back(f);
+	f->cb_pending = 1;
+	return H->req_on_done(s->h, f->req, cast_back, f);
 }
 
 /* ---- hooks --------------------------------------------------------------------------- */
@@ -245,6 +336,55 @@ static int unit_of(fsdp_state *s, uint32_t unit, const char *hook, fsdp_unit **r
 	return ACCEL_OK;
 }
 
+static int grad_buffer(fsdp_state *s, fsdp_unit *f)
+{
+	if (!f->trainable || f->grad)
+		return ACCEL_OK;
+	return fsdp_alloc(s, ACCEL_MEM_GRADS, f, f->padded * accel_abi_dtype_size(f->grad_dtype),
+	                  ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->grad);
+}
+
+/* The FSDP units owning the parameters program unit `unit` also uses (ABI
+ * 1.7), other than its own: on = 1 gathers and holds them (backward: with
+ * their gradient bound, until their own post_backward); on = 0 (after a
+ * forward) drops the hold and frees them as the unit's own post_forward
+ * would. */
+static int hold_uses(fsdp_state *s, uint32_t unit, int on, int backward)
+{
+	uint32_t n = 0;
+	const uint32_t *uses = shard_unit_uses(s->model, unit, &n);
+	uint32_t own = s->unit_of[unit];
+	int r;
+	if (!fsdp_shards_params(s))
+		return ACCEL_OK;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t fi = s->unit_of[ACCEL_MODEL_PARAM(s->model, uses[k])->unit];
+		int seen = fi == own;
+		for (uint32_t j = 0; j < k && !seen; j++)
+			seen = s->unit_of[ACCEL_MODEL_PARAM(s->model, uses[j])->unit] == fi;
+		if (seen)
+			continue;
+		fsdp_unit *f = &s->units[fi];
+		if (!on) {
+			if (f->held)
+				f->held--;
+			if (s->cfg.sharding == FSDP_SHARD_GRAD_OP && s->host->grad_enabled(s->h))
+				continue;
+			if ((r = release(s, f)))
+				return r;
+			continue;
+		}
+		if (backward && f->held_bwd)
+			continue;
+		if ((r = gather(s, f)) || (backward && (r = grad_buffer(s, f))) ||
+		    (r = bind_unit(s, f, backward)))
+			return r;
+		f->held++;
+		f->held_bwd |= backward;
+	}
+	return ACCEL_OK;
+}
+
 int fsdp_pre_forward(void *state, uint32_t unit)
 {
 	fsdp_state *s = state;
@@ -252,12 +392,14 @@ int fsdp_pre_forward(void *state, uint32_t unit)
 	int r;
 	if ((r = unit_of(s, unit, "pre_forward", &f)))
 		return r;
-	if (!fsdp_shards_params(s) || f->in_forward)
+	if (!fsdp_shards_params(s))
 		return ACCEL_OK;
+	if (f->in_forward)
+		return hold_uses(s, unit, 1, 0);
 	if ((r = gather(s, f)))
 		return r;
 	f->in_forward = 1;
-	if ((r = bind_unit(s, f, 0)))
+	if ((r = bind_unit(s, f, 0)) || (r = hold_uses(s, unit, 1, 0)))
 		return r;
 	return s->cfg.forward_prefetch ? prefetch(s, (int64_t)(f - s->units) + 1) : ACCEL_OK;
 }
@@ -267,7 +409,7 @@ int fsdp_post_forward(void *state, uint32_t unit)
 	fsdp_state *s = state;
 	fsdp_unit *f = NULL;
 	int r;
-	if ((r = unit_of(s, unit, "post_forward", &f)))
+	if ((r = unit_of(s, unit, "post_forward", &f)) || (r = hold_uses(s, unit, 0, 0)))
 		return r;
 	if (!fsdp_shards_params(s) || unit != f->first_unit + f->n_units - 1)
 		return ACCEL_OK;
@@ -285,16 +427,14 @@ int fsdp_pre_backward(void *state, uint32_t unit)
 	int r;
 	if ((r = unit_of(s, unit, "pre_backward", &f)))
 		return r;
-	if (!fsdp_shards_params(s) || f->in_backward)
+	if (!fsdp_shards_params(s))
 		return ACCEL_OK;
-	if ((r = gather(s, f)))
-		return r;
-	if (f->trainable && !f->grad &&
-	    (r = fsdp_alloc(s, ACCEL_MEM_GRADS, f, f->padded * accel_abi_dtype_size(f->grad_dtype),
-	                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->grad)))
+	if (f->in_backward)
+		return hold_uses(s, unit, 1, 1);
+	if ((r = gather(s, f)) || (r = grad_buffer(s, f)))
 		return r;
 	f->in_backward = 1;
-	if ((r = bind_unit(s, f, 1)))
+	if ((r = bind_unit(s, f, 1)) || (r = hold_uses(s, unit, 1, 1)))
 		return r;
 	return s->cfg.prefetch == FSDP_PREFETCH_PRE ? prefetch(s, (int64_t)(f - s->units) - 1)
 	                                            : ACCEL_OK;
@@ -310,15 +450,20 @@ int fsdp_post_backward(void *state, uint32_t unit)
 	if (s->unit_done[unit])
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward called "
 		                      "twice for unit '%s' in one micro-step",
-		                      s->model->units[unit].name);
+		                      ACCEL_MODEL_UNIT(s->model, unit)->name);
 	if (fsdp_shards_params(s) && !f->in_backward)
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward for unit "
 		                      "'%s' without accel_unit_pre_backward",
-		                      s->model->units[unit].name);
+		                      ACCEL_MODEL_UNIT(s->model, unit)->name);
 	s->unit_done[unit] = 1;
 	if (++f->done < f->n_units)
 		return ACCEL_OK;
 	f->in_backward = 0;
+	if (f->held_bwd) {
+		/* the last use of a tied weight: every contribution is in */
+		f->held_bwd = 0;
+		f->held--;
+	}
 	if (fsdp_shards_params(s) && (r = bind_unit(s, f, 0)))
 		return r;
 	if (s->host->sync_step(s->h) && (r = issue(s, f)))
@@ -337,6 +482,8 @@ static int new_micro_step(fsdp_state *s)
 		fsdp_unit *f = &s->units[i];
 		f->done = 0;
 		f->in_forward = f->in_backward = 0;
+		f->held = 0;
+		f->held_bwd = 0;
 		/* a prefetch that was not used */
 		if ((r = release(s, f)))
 			return r;
@@ -378,7 +525,7 @@ static accel_view reduced_view(fsdp_state *s, fsdp_unit *f)
 {
 	if (!fsdp_shards_params(s))
 		return shard_view(f->grad_dtype, f->device, f->device_index, f->grad, f->padded);
-	return shard_view(f->grad_dtype, f->device, f->device_index, f->acc, f->block);
+	return fsdp_block_view(s, f, f->grad_dtype, f->acc, f->block);
 }
 
 static int grad_view(void *ctx, uint32_t i, accel_view *ret_v)
@@ -415,6 +562,14 @@ int fsdp_grad_stats(void *state, double *ret_sumsq, uint64_t *ret_nonfinite)
 int fsdp_grad_stats_device(void *state, int32_t device, int32_t device_index, double *stats)
 {
 	fsdp_state *s = state;
+	if (fsdp_offloaded(s)) {
+		/* the reduced blocks are in host memory: the core asks grad_stats */
+		if (!s->said_host_stats)
+			s->host->log(s->h, ACCEL_LOG_DEBUG, "cpu_offload: the gradient blocks are in "
+			             "host memory, so their statistics are computed on the host");
+		s->said_host_stats = 1;
+		return ACCEL_ERR_UNSUPPORTED;
+	}
 	return shard_grad_stats_device(s->host, s->h, s->n_units, grad_view, stats_reduce(s), s,
 	                               device, device_index, stats);
 }
@@ -477,8 +632,7 @@ int fsdp_materialize(void *state, uint32_t unit, uint32_t flags)
 		if ((flags & ACCEL_MATERIALIZE_WRITEBACK) && f->gathered && fsdp_shards_params(s)) {
 			accel_view mine = shard_view(f->dtype, f->device, f->device_index,
 			                             shard_at(f->work, f->dtype, f->lo), f->block);
-			accel_view sh = shard_view(f->dtype, f->device, f->device_index, f->shard,
-			                           f->block);
+			accel_view sh = fsdp_block_view(s, f, f->dtype, f->shard, f->block);
 			if ((r = s->host->op_copy(s->h, &sh, &mine)))
 				return r;
 		}

@@ -79,11 +79,21 @@ static int name_matches(const char *patterns, const char *name)
 	return 0;
 }
 
+/* TRANSFORMER_BASED_WRAP: whether a pattern matches the unit's name or its
+ * kind (ABI minor 6, accel_unit_info_v1.kind: the class name a PyTorch
+ * policy matches). */
+static int unit_matches(const fsdp_state *s, uint32_t u)
+{
+	const accel_unit_info_v1 *ui = ACCEL_MODEL_UNIT(s->model, u);
+	const char *kind = ACCEL_STRUCT_HAS(ui, accel_unit_info_v1, kind) ? ui->kind : NULL;
+	return name_matches(s->cfg.cls_names, ui->name) ||
+	       (kind && name_matches(s->cfg.cls_names, kind));
+}
+
 /* Whether program unit u starts a new FSDP unit, given the run so far
  * (run_numel elements; u > 0). */
 static int starts_run(fsdp_state *s, uint32_t u, uint64_t run_numel)
 {
-	const accel_model_v1 *m = s->model;
 	switch (s->cfg.wrap) {
 	case FSDP_WRAP_UNIT:
 		return 1;
@@ -94,9 +104,7 @@ static int starts_run(fsdp_state *s, uint32_t u, uint64_t run_numel)
 	default: {
 		/* a matching unit is wrapped alone; the units between matching
 		 * ones form runs of the root */
-		int cur = name_matches(s->cfg.cls_names, m->units[u].name);
-		int prev = name_matches(s->cfg.cls_names, m->units[u - 1].name);
-		return cur || prev;
+		return unit_matches(s, u) || unit_matches(s, u - 1);
 	}
 	}
 }
@@ -109,15 +117,15 @@ static int build_units(fsdp_state *s)
 	int r;
 
 	for (uint32_t u = 0; u < m->n_units; u++) {
-		if (m->units[u].first_param != expect)
+		if (ACCEL_MODEL_UNIT(m, u)->first_param != expect)
 			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' starts at parameter "
 			                "%u, expected %u: fsdp needs units that cover the parameters "
-			                "in registration order", m->units[u].name,
-			                m->units[u].first_param, expect);
-		if (!m->units[u].n_params)
+			                "in registration order", ACCEL_MODEL_UNIT(m, u)->name,
+			                ACCEL_MODEL_UNIT(m, u)->first_param, expect);
+		if (!ACCEL_MODEL_UNIT(m, u)->n_params)
 			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' has no parameters",
-			                m->units[u].name);
-		expect += m->units[u].n_params;
+			                ACCEL_MODEL_UNIT(m, u)->name);
+		expect += ACCEL_MODEL_UNIT(m, u)->n_params;
 	}
 	if (!m->n_units || expect != m->n_params)
 		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the units hold %u of the %u "
@@ -140,19 +148,20 @@ static int build_units(fsdp_state *s)
 		    f->device != dev || f->device_index != devi) {
 			f = &s->units[s->n_units++];
 			f->first_unit = u;
-			f->first_param = m->units[u].first_param;
+			f->first_param = ACCEL_MODEL_UNIT(m, u)->first_param;
 			f->dtype = dt;
 			f->grad_dtype = gdt;
 			f->device = dev;
 			f->device_index = devi;
 		}
 		f->n_units++;
-		f->n_params += m->units[u].n_params;
-		f->numel += m->units[u].numel;
+		f->n_params += ACCEL_MODEL_UNIT(m, u)->n_params;
+		f->numel += ACCEL_MODEL_UNIT(m, u)->numel;
 		s->unit_of[u] = (uint32_t)(f - s->units);
 	}
 	for (uint32_t i = 0; i < s->n_units; i++) {
 		f = &s->units[i];
+		f->owner = s;
 		uint64_t *numel = calloc(f->n_params, sizeof(uint64_t));
 		f->at = calloc(f->n_params, sizeof(uint64_t));
 		f->entries = calloc(f->n_params, sizeof(*f->entries));
@@ -199,8 +208,8 @@ static int build_units(fsdp_state *s)
 		                                       f->padded),
 		                            f->n_entries, 0, f->entries, s->shard_g};
 		H->log(s->h, ACCEL_LOG_DEBUG, "FSDP unit %u: units %s..%s (%u), %llu elements, "
-		       "padded %llu", i, m->units[f->first_unit].name,
-		       m->units[f->first_unit + f->n_units - 1].name, f->n_units,
+		       "padded %llu", i, ACCEL_MODEL_UNIT(m, f->first_unit)->name,
+		       ACCEL_MODEL_UNIT(m, f->first_unit + f->n_units - 1)->name, f->n_units,
 		       (unsigned long long)f->numel, (unsigned long long)f->padded);
 	}
 	return ACCEL_OK;
@@ -287,7 +296,18 @@ static int alloc_unit(fsdp_state *s, fsdp_unit *f)
 {
 	uint64_t wsz = accel_abi_dtype_size(f->dtype), gsz = accel_abi_dtype_size(f->grad_dtype);
 	int r;
-	if (fsdp_shards_params(s)) {
+	if (fsdp_offloaded(s)) {
+		/* cpu_offload: both blocks in host memory, pinned for the copies
+		 * to and from a GPU; collectives never run on them */
+		uint32_t fl = ACCEL_MEMF_ZERO |
+		              (f->device != ACCEL_DEVICE_CPU ? (uint32_t)ACCEL_MEMF_PINNED : 0u);
+		if ((r = s->host->mem_alloc(s->h, ACCEL_MEM_OFFLOAD, ACCEL_DEVICE_CPU, 0,
+		                            f->block * wsz, fl, &f->shard)))
+			return r;
+		if (f->trainable && (r = s->host->mem_alloc(s->h, ACCEL_MEM_OFFLOAD, ACCEL_DEVICE_CPU,
+		                                            0, f->block * gsz, fl, &f->acc)))
+			return r;
+	} else if (fsdp_shards_params(s)) {
 		/* the own block of the weights and of the reduced gradient */
 		if ((r = fsdp_alloc(s, ACCEL_MEM_PARAMS, f, f->block * wsz,
 		                    ACCEL_MEMF_COMM | ACCEL_MEMF_ZERO, &f->shard)))
@@ -348,8 +368,9 @@ static int init_values(fsdp_state *s)
 			} else if (hi > lo) {
 				accel_view src = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
 				                            tmp + (lo - a), hi - lo);
-				accel_view dst = shard_view(f->dtype, f->device, f->device_index,
-				                            shard_at(f->shard, f->dtype, lo - f->lo), hi - lo);
+				accel_view dst = fsdp_block_view(s, f, f->dtype,
+				                                 shard_at(f->shard, f->dtype, lo - f->lo),
+				                                 hi - lo);
 				if ((r = H->op_copy(s->h, &dst, &src)))
 					break;
 			}
@@ -406,11 +427,13 @@ int fsdp_wrap(void *state)
 	if ((r = H->mem_alloc(s->h, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, 2 * sizeof(double),
 	                      ACCEL_MEMF_COMM, (void **)&s->stats)))
 		return r;
+	/* the store's pieces are the blocks: in host memory when offloaded
+	 * (the store then steps them where they are, on the CPU threads) */
 	zero_store_opts o = {
 		.place = s->cfg.cpu_offload ? ZERO_PLACE_CPU : ZERO_PLACE_DEVICE,
 		.n_state = s->n_state,
-		.device = s->units[0].device,
-		.device_index = s->units[0].device_index,
+		.device = fsdp_offloaded(s) ? ACCEL_DEVICE_CPU : s->units[0].device,
+		.device_index = fsdp_offloaded(s) ? 0 : s->units[0].device_index,
 		.sub_group_size = 1000000000,
 		.buffer_count = 2,
 		.pin_memory = s->units[0].device != ACCEL_DEVICE_CPU,
@@ -419,11 +442,24 @@ int fsdp_wrap(void *state)
 	if ((r = zero_store_new(H, s->h, &o, s->pieces, s->n_pieces, &s->store)) ||
 	    (r = init_values(s)) || (r = fsdp_publish(s)))
 		return r;
+	if (fsdp_offloaded(s)) {
+		uint64_t b = 0;
+		for (uint32_t i = 0; i < s->n_units; i++)
+			b += s->units[i].block * (accel_abi_dtype_size(s->units[i].dtype) +
+			                          (s->units[i].trainable
+			                                   ? accel_abi_dtype_size(s->units[i].grad_dtype)
+			                                   : 0));
+		H->log(s->h, ACCEL_LOG_INFO, "cpu_offload: the parameter and gradient blocks of %u "
+		       "FSDP units in %shost memory (%llu bytes), the optimizer on the CPU threads",
+		       s->n_units, s->units[0].device != ACCEL_DEVICE_CPU ? "pinned " : "",
+		       (unsigned long long)b);
+	}
 	uint64_t owned = 0;
 	for (uint32_t k = 0; k < s->n_pieces; k++)
 		owned += s->pieces[k].numel;
 	H->log(s->h, ACCEL_LOG_DEBUG, "%u FSDP units, %u pieces, %llu of %llu elements owned by "
 	       "rank %u", s->n_units, s->n_pieces, (unsigned long long)owned,
 	       (unsigned long long)s->model->total_numel, s->rank);
+	fsdp_log_estimate(s);
 	return ACCEL_OK;
 }

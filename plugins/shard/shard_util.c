@@ -9,7 +9,7 @@ int shard_unit_uniform(const accel_host_v1 *H, accel_host *h, const accel_model_
                        uint32_t u, const char *keeps, uint32_t *dt, uint32_t *gdt, int32_t *dev,
                        int32_t *devi)
 {
-	const accel_unit_info_v1 *ui = &m->units[u];
+	const accel_unit_info_v1 *ui = ACCEL_MODEL_UNIT(m, u);
 	for (uint32_t k = 0; k < ui->n_params; k++) {
 		const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, ui->first_param + k);
 		if (k == 0) {

@@ -36,6 +36,20 @@ int shard_unit_uniform(const accel_host_v1 *H, accel_host *h, const accel_model_
                        uint32_t u, const char *keeps, uint32_t *dt, uint32_t *gdt, int32_t *dev,
                        int32_t *devi);
 
+/* The parameters unit u of model m uses besides its own (a tied weight,
+ * accel_unit_info_v1.uses, ABI 1.7): *ret_n entries, NULL and 0 when none
+ * or under a core older than 1.7. */
+static inline const uint32_t *shard_unit_uses(const accel_model_v1 *m, uint32_t u,
+                                              uint32_t *ret_n)
+{
+	const accel_unit_info_v1 *ui = ACCEL_MODEL_UNIT(m, u);
+	*ret_n = 0;
+	if (!ACCEL_STRUCT_HAS(ui, accel_unit_info_v1, uses) || !ui->n_uses || !ui->uses)
+		return NULL;
+	*ret_n = ui->n_uses;
+	return ui->uses;
+}
+
 /* The reduced gradient a strategy holds in its buffer i (its block, or the
  * whole when not sharded): *ret_v; returns 0 for a buffer not trained. */
 typedef int (*shard_grad_view_fn)(void *ctx, uint32_t i, accel_view *ret_v);

@@ -130,7 +130,7 @@ static const accel_param_schema_v1 zero_params[] = {
 #define ZERO_CAPS                                                                          \
 	(ACCEL_CAP_CPU | ACCEL_CAP_SHARD_OPTIM | ACCEL_CAP_SHARD_GRADS | ACCEL_CAP_SHARD_PARAMS | \
 	 ACCEL_CAP_OFFLOAD | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_REDUCE_SCATTER |                  \
-	 ACCEL_CAP_MICRO_REDUCE)
+	 ACCEL_CAP_MICRO_REDUCE | ACCEL_CAP_SHARED_PARAMS)
 
 const accel_plugin_desc_v1 zero_desc = {
 	.struct_size = sizeof(accel_plugin_desc_v1),
@@ -308,7 +308,9 @@ int zero_read_config(const accel_host_v1 *H, accel_host *h, zero_cfg *c, int for
 
 static uint32_t caps_of_stage(const zero_cfg *c)
 {
-	uint32_t caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT;
+	/* shared parameters: stages 0-2 reduce a group once its own units are
+	 * done, after every use; stage 3 holds the owner (zero_stage3.c) */
+	uint32_t caps = ACCEL_CAP_CPU | ACCEL_CAP_CHECKPOINT | ACCEL_CAP_SHARED_PARAMS;
 	if (c->stage >= 1)
 		caps |= ACCEL_CAP_SHARD_OPTIM | (c->reduce_scatter ? ACCEL_CAP_REDUCE_SCATTER : 0);
 	if (c->stage >= 2)

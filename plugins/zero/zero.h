@@ -63,6 +63,12 @@ typedef struct zero_group {
 	int persistent;                   /* stage 3: stays gathered                  */
 	int in_forward, in_backward;      /* stage 3: inside the unit's hooks         */
 	int materialized;                 /* stage 3: gathered by materialize()       */
+	uint32_t held;                    /* stage 3: hooks of other units using one of
+	                                     its parameters (a tied weight) hold it
+	                                     gathered                                 */
+	int held_bwd;                     /* stage 3: held (with its gradient bound)
+	                                     from a using unit's pre_backward to its
+	                                     own post_backward                        */
 	uint64_t pswap_off;               /* offload_param nvme: its block in the swap */
 } zero_group;
 

@@ -13,7 +13,14 @@
  * units together fit the peak that gathering one by one may reach anyway
  * (zero3_keeps_units), each unit's gather and gradient buffer is allocated
  * at its first use and kept for the job: released units only lose the
- * binding, and no gather pays for page faults and page clearing. */
+ * binding, and no gather pays for page faults and page clearing.
+ *
+ * A parameter another unit also uses (a tied weight, ABI 1.7 `uses`): the
+ * using unit's forward hooks gather the owning group too and release it
+ * after (gathered twice in a forward); its pre_backward gathers the owning
+ * group with its gradient buffer and keeps both until the owning group's
+ * own post_backward, so the two uses add into one gradient, reduced once,
+ * and one shard holds the master and optimizer state. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,7 +109,8 @@ int zero3_gather(zero_state *s, zero_group *g, int bind)
 int zero3_release(zero_state *s, zero_group *g)
 {
 	int r;
-	if (!g->gathered || g->persistent || g->in_forward || g->in_backward || g->materialized)
+	if (!g->gathered || g->persistent || g->in_forward || g->in_backward || g->materialized ||
+	    g->held)
 		return ACCEL_OK;
 	if ((r = gather_finish(s, g)))
 		return r;
@@ -177,37 +185,10 @@ static int unit_group(zero_state *s, uint32_t unit, const char *hook, zero_group
 	return ACCEL_OK;
 }
 
-int zero3_pre_forward(void *state, uint32_t unit)
+/* g's gradient buffer for a backward: zeroed (kept units: the kept one). */
+static int grad_buffer(zero_state *s, zero_group *g)
 {
-	zero_state *s = state;
-	zero_group *g = NULL;
 	int r;
-	if ((r = unit_group(s, unit, "pre_forward", &g)) || (r = trace_note(s, unit)) ||
-	    (r = zero3_gather(s, g, 1)))
-		return r;
-	g->in_forward = 1;
-	return prefetch(s);
-}
-
-int zero3_post_forward(void *state, uint32_t unit)
-{
-	zero_state *s = state;
-	zero_group *g = NULL;
-	int r;
-	if ((r = unit_group(s, unit, "post_forward", &g)))
-		return r;
-	g->in_forward = 0;
-	return zero3_release(s, g);
-}
-
-int zero3_pre_backward(void *state, uint32_t unit)
-{
-	zero_state *s = state;
-	zero_group *g = NULL;
-	int r;
-	if ((r = unit_group(s, unit, "pre_backward", &g)) ||
-	    (r = trace_note(s, unit | TRACE_BACKWARD)) || (r = zero3_gather(s, g, 0)))
-		return r;
 	if (g->trainable && !g->grad && s->keep_units && g->keep_grad) {
 		/* the kept buffer, cleared as a new one would be */
 		accel_view all = shard_view(g->grad_dtype, g->device, g->device_index, g->keep_grad,
@@ -223,7 +204,83 @@ int zero3_pre_backward(void *state, uint32_t unit)
 		if (s->keep_units)
 			g->keep_grad = g->grad;
 	}
+	return ACCEL_OK;
+}
+
+/* The groups owning the parameters unit `unit` also uses (ABI 1.7), other
+ * than its own: on = 1 gathers and holds them (backward: with their
+ * gradient bound, held until their own post_backward), on = 0 (forward
+ * only) drops the hold and releases them. */
+static int hold_uses(zero_state *s, uint32_t unit, int on, int backward)
+{
+	uint32_t n = 0;
+	const uint32_t *uses = shard_unit_uses(s->model, unit, &n);
+	uint32_t own = s->unit_group[unit];
+	int r;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t gi = s->unit_group[ACCEL_MODEL_PARAM(s->model, uses[k])->unit];
+		int seen = gi == own;
+		for (uint32_t j = 0; j < k && !seen; j++)
+			seen = s->unit_group[ACCEL_MODEL_PARAM(s->model, uses[j])->unit] == gi;
+		if (seen)
+			continue;
+		zero_group *g = &s->groups[gi];
+		if (!on) {
+			if (g->held)
+				g->held--;
+			if ((r = zero3_release(s, g)))
+				return r;
+			continue;
+		}
+		if (backward && g->held_bwd)
+			continue;
+		if ((r = zero3_gather(s, g, 0)) || (backward && (r = grad_buffer(s, g))) ||
+		    (r = bind_unit(s, g, backward)))
+			return r;
+		g->held++;
+		g->held_bwd |= backward;
+	}
+	return ACCEL_OK;
+}
+
+int zero3_pre_forward(void *state, uint32_t unit)
+{
+	zero_state *s = state;
+	zero_group *g = NULL;
+	int r;
+	if ((r = unit_group(s, unit, "pre_forward", &g)) || (r = trace_note(s, unit)) ||
+	    (r = zero3_gather(s, g, 1)))
+		return r;
+	g->in_forward = 1;
+	if ((r = hold_uses(s, unit, 1, 0)))
+		return r;
+	return prefetch(s);
+}
+
+int zero3_post_forward(void *state, uint32_t unit)
+{
+	zero_state *s = state;
+	zero_group *g = NULL;
+	int r;
+	if ((r = unit_group(s, unit, "post_forward", &g)) || (r = hold_uses(s, unit, 0, 0)))
+		return r;
+	g->in_forward = 0;
+	return zero3_release(s, g);
+}
+
+int zero3_pre_backward(void *state, uint32_t unit)
+{
+	zero_state *s = state;
+	zero_group *g = NULL;
+	int r;
+	if ((r = unit_group(s, unit, "pre_backward", &g)) ||
+	    (r = trace_note(s, unit | TRACE_BACKWARD)) || (r = zero3_gather(s, g, 0)))
+		return r;
+	if ((r = grad_buffer(s, g)))
+		return r;
 	g->in_backward = 1;
+	if ((r = hold_uses(s, unit, 1, 1)))
+		return r;
 	if ((r = bind_unit(s, g, 1)))
 		return r;
 	return prefetch(s);
@@ -243,6 +300,11 @@ int zero3_post_backward(void *state, uint32_t unit)
 		                                         : "without accel_unit_pre_backward");
 	s->unit_done[unit] = 1;
 	g->in_backward = 0;
+	if (g->held_bwd) {
+		/* the last use of a tied weight: every contribution is in */
+		g->held_bwd = 0;
+		g->held--;
+	}
 	if ((r = bind_unit(s, g, 0)))   /* the gradient leaves the program's hands */
 		return r;
 	if ((r = zero_issue(s, g, 1)) || (r = zero3_release(s, g)))
@@ -258,6 +320,10 @@ int zero3_end_micro(zero_state *s)
 	if (s->n_trace)
 		s->trace_done = 1;
 	s->trace_pos = 0;
+	for (uint32_t i = 0; i < s->n_groups; i++) {
+		s->groups[i].held = 0;
+		s->groups[i].held_bwd = 0;
+	}
 	for (uint32_t i = 0; i < s->n_groups; i++)
 		if ((r = zero3_release(s, &s->groups[i])))
 			return r;

@@ -8,7 +8,9 @@
  *    the read, so a stage-3 strategy gathers them there;
  *  - --rank-init makes fc1.bias's init callback rank-dependent (the
  *    strategy must still start every rank from rank 0's values);
- *  - --lr-probe is not needed: the optimizer comes from the config.
+ *  - --lr-probe is not needed: the optimizer comes from the config;
+ *  - --unit-kind UNIT=KIND (repeatable) sets a unit's kind
+ *    (accel_unit_set_kind), which FSDP's TRANSFORMER_BASED_WRAP matches.
  *
  * Original description (train-parity):
  * trains a small deterministic MLP through the
@@ -106,7 +108,8 @@ int main(int argc, char **argv)
 	const char *out_ranks = NULL, *trace = NULL;
 	long rank_shift = 0;
 	const char *memory = NULL;
-	int rank_init = 0;
+	int rank_init = 0, n_kinds = 0;
+	const char *kinds[8];
 	model m = {0};
 	int r;
 
@@ -140,11 +143,14 @@ int main(int argc, char **argv)
 			rank_init = 1;
 		} else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
 			trace = argv[++i];
+		} else if (!strcmp(argv[i], "--unit-kind") && i + 1 < argc && n_kinds < 8 &&
+		           strchr(argv[i + 1], '=')) {
+			kinds[n_kinds++] = argv[++i];
 		} else {
 			fprintf(stderr, "usage: zero-train [--steps S] [--batch B] [--hooks "
 			        "all|none|partial|twice] [--out FILE] [--out-ranks PREFIX] [--metrics FILE]\n"
 			        "                    [--dtype f32|bf16] [--trace PREFIX] [--rank-init]\n"
-			        "                    [--memory PREFIX]\n"
+			        "                    [--memory PREFIX] [--unit-kind UNIT=KIND]...\n"
 			        "       zero-train --compare A B [--rtol R] [--atol A]\n");
 			return 2;
 		}
@@ -193,6 +199,15 @@ int main(int argc, char **argv)
 		if (accel_model_add_param(m.ctx, unit, wn, m.dtype, 2, wshape, &wi, &m.w[l]) ||
 		    accel_model_add_param(m.ctx, unit, bn, m.dtype, 1, bshape, &bi, &m.b[l])) {
 			r = fail(m.ctx, "accel_model_add_param");
+			goto done;
+		}
+	}
+	for (int k = 0; k < n_kinds; k++) {
+		char unit[64];
+		const char *eq = strchr(kinds[k], '=');
+		snprintf(unit, sizeof(unit), "%.*s", (int)(eq - kinds[k]), kinds[k]);
+		if (accel_unit_set_kind(m.ctx, unit, eq + 1)) {
+			r = fail(m.ctx, "accel_unit_set_kind");
 			goto done;
 		}
 	}

@@ -260,6 +260,12 @@ typedef struct accel_param_desc {
 	                             f8e4m3, f8e5m2); default dtype.  Read by
 	                             precision plugins (fp8)                     */
 	uint32_t reserved;        /* 0 */
+	/* Since ABI minor 6 (reach it with struct_size = sizeof(accel_param_desc)): */
+	const char *unit_kind;    /* (optional) what the unit is, e.g. "Block":
+	                             plugins see it as accel_unit_info_v1.kind
+	                             (FSDP's transformer_cls_names_to_wrap matches
+	                             it).  NULL: none (or the one set earlier);
+	                             a kind differing from the unit's is refused */
 } accel_param_desc;
 
 /* Register a parameter; *ret_param is its index (optional, may be NULL).
@@ -282,6 +288,30 @@ ACCEL_API uint32_t accel_model_n_units(const accel_ctx *ctx);
 ACCEL_API uint64_t accel_param_numel(const accel_ctx *ctx, uint32_t param);
 ACCEL_API const char *accel_param_name(const accel_ctx *ctx, uint32_t param);
 ACCEL_API const char *accel_unit_name(const accel_ctx *ctx, uint32_t unit);
+/* Say what a registered unit is ("Block", "Embedding"), as a PyTorch module's
+ * class names it: strategies read it as accel_unit_info_v1.kind (FSDP's
+ * TRANSFORMER_BASED_WRAP matches transformer_cls_names_to_wrap against unit
+ * names and kinds).  `kind` is copied; NULL clears it.  Errors: NOT_FOUND
+ * (no unit of that name is registered yet), INVALID_ARG (empty, too long or
+ * with control/quote characters), STATE (after accel_prepare). */
+ACCEL_API int accel_unit_set_kind(accel_ctx *ctx, const char *unit, const char *kind);
+/* The kind of a unit: borrowed, NULL when none was set or the index is
+ * unknown. */
+ACCEL_API const char *accel_unit_kind(const accel_ctx *ctx, uint32_t unit);
+/* Unit `unit` also uses `param`, registered by an earlier unit (a tied
+ * weight). The strategy makes the parameter's data valid in that
+ * unit's hooks window as in its own unit's, and its gradient is the sum
+ * of both uses' contributions (write with += in both units, as
+ * accel_param_grad() says). One master, one optimizer state.
+ * Errors: NOT_FOUND (no unit of that name), INVALID_ARG (param out of range,
+ * registered by this unit or a later one, or already declared for this
+ * unit), STATE (after accel_prepare).  accel_prepare refuses a strategy that
+ * does not declare ACCEL_CAP_SHARED_PARAMS (docs/abi.md). */
+ACCEL_API int accel_unit_use_param(accel_ctx *ctx, const char *unit, uint32_t param);
+/* The parameters unit `unit` uses besides its own (accel_unit_use_param),
+ * in declaration order: *ret_n entries, borrowed; NULL/0 when none. */
+ACCEL_API const uint32_t *accel_unit_shared_params(const accel_ctx *ctx, uint32_t unit,
+                                                   uint32_t *ret_n);
 
 /* ---- prepare ---------------------------------------------------------------
  * Freeze the model and hand it to the strategy, which lays out parameters,
