@@ -29,20 +29,21 @@ fails=0
 LEAN=${GPT2_TRAIN_LEAN:-0}
 TEXT=/usr/share/common-licenses/GPL-3
 [ -r "$TEXT" ] || TEXT=$S/../README.md
-# Recorded (docs/gpt2.md): 300 steps at 2 processes, held-out loss 2.699
-# on GPL-3 (a uniform guess is ln 256 = 5.55; 2.977 at step 100); the bound
-# leaves room for another BLAS's rounding
+# Recorded (docs/gpt2.md): 300 steps at 2 processes, held-out loss 2.871
+# on GPL-3 with the tied head (2.699 untied; a uniform guess is ln 256 =
+# 5.55; 3.346 at step 100); the bound leaves room for another BLAS's
+# rounding
 STEPS=300
-LOSS_BOUND=2.8
+LOSS_BOUND=3.0
 HALF=20
 RESUME_STEPS=40
 # resumed at 3 processes vs 2 throughout, held-out loss after 40 steps:
-# observed equal to 6 decimals (3.365527 both)
+# observed equal to 6 decimals (3.541387 both; untied 3.365527 both)
 RESUME_TOL=0.0005
 # 16-bit weights vs f32 after PREC_STEPS steps, held-out loss: observed
-# bf16 0.0015 (2.975323 vs 2.976819), fp16 0.0006
+# bf16 0.0040 (3.349565 vs 3.345602), fp16 0.0034 (untied: 0.0015, 0.0006)
 PREC_STEPS=100
-PREC_TOL=0.004
+PREC_TOL=0.01
 if [ "$LEAN" = 1 ]; then
 	STEPS=0
 	PREC_STEPS=0

@@ -308,6 +308,10 @@ static int register_model(trainer *t)
 			if (add_param(t, unit, name, nd, sh, init, &t->p_block[l * GPT2_BLOCK_TENSORS + k]))
 				return -1;
 		}
+		/* what PyTorch calls the class: fsdp's TRANSFORMER_BASED_WRAP with
+		 * transformer_cls_names_to_wrap "GPT2Block" wraps each block */
+		if ((rc = accel_unit_set_kind(t->ctx, unit, "GPT2Block")))
+			return fail(t, "naming the block kind", rc);
 	}
 	if (add_param(t, "head", "ln_f.weight", 1, s_c, &ones, &t->p_lnf_w) ||
 	    add_param(t, "head", "ln_f.bias", 1, s_c, NULL, &t->p_lnf_b))
