@@ -31,7 +31,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(c)
         self.c_fc = nn.Linear(c, 4 * c)
         self.m_proj = nn.Linear(4 * c, c)
-        self.register_buffer("mask", torch.tril(torch.ones(t, t, dtype=torch.bool)))
+        # a plain attribute: DDP over gloo cannot broadcast a bool buffer
+        self.mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
 
     def forward(self, x):
         b, t, c = x.shape
