@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: MIT
 # tests/test-gpt2-train.sh TRAIN_GPT2: examples/gpt2 --model tiny learning
 # byte-level text (a Debian license file, prepared by `accel-gpt2 prepare`):
+#   - bad input (token files, sizes) is refused with exit 2 and a message;
 #   - at 2 processes (ddp), STEPS steps reach a held-out loss below
 #     LOSS_BOUND (from the run recorded in docs/gpt2.md) and the greedy
 #     sample prints;
@@ -77,6 +78,26 @@ heldout() {
 within() {
 	awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= t) }'
 }
+
+# 0. bad input: exit 2 and a message naming the problem
+head -c 100 "$tmp/text.tok" > "$tmp/cut.tok"
+bad() {   # WHAT EXPECTED-TEXT ARGS...
+	what=$1 want=$2
+	shift 2
+	"$G" --config "$tmp/ddp.json" "$@" > "$tmp/bad.log" 2>&1
+	rc=$?
+	if [ $rc = 2 ] && grep -q -- "$want" "$tmp/bad.log"; then
+		echo "ok: $what: $(cat "$tmp/bad.log")"
+	else
+		fail "$what: exit $rc, expected 2 and '$want': $(cat "$tmp/bad.log")"
+	fi
+}
+bad "a cut token file" "size does not match the token count" --data "$tmp/cut.tok"
+bad "a missing token file" "cannot open" --data "$tmp/none.tok"
+bad "a vocabulary larger than the model's" "set --vocab 256" --data "$tmp/text.tok" --vocab 100
+bad "--dim not a multiple of --heads" "is not a multiple of --heads" --dim 33
+bad "too little data for a batch" "fewer than one global batch" --data "$tmp/text.tok" \
+	--seq-len 512 --batch-size 100
 
 # 1. learning
 if [ "$STEPS" -gt 0 ]; then
