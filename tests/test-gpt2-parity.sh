@@ -9,8 +9,8 @@
 # RTOL, every tensor, the LM head included; also fsdp's
 # TRANSFORMER_BASED_WRAP by the blocks' kind at 2 and 3 processes.  PLUGINS lists the strategy
 # plugins the build has ("ddp zero fsdp"); a missing one is skipped with
-# "skipped: plugin X not built".  Whether the head is tied to wte depends
-# on the accel the program was built with (it says so; see docs/gpt2.md).
+# "skipped: plugin X not built".  The head is tied to wte
+# (accel_unit_use_param), so wte's gradient sums both uses on every strategy.
 # GPT2_PARITY_LEAN=1 (sanitizer builds): zero stage 3 and fsdp FULL_SHARD
 # at 2 processes, accumulation 2, only.  Exits 77 only when `accel launch`
 # cannot start processes.
