@@ -171,6 +171,7 @@ MAY_SKIP = {
     "mlp-cuda": ["gpu"],
     "train-mlp-gpu": ["gpu"],
     "checkpoint-gpu": ["gpu"],
+    "fsdp-gpu": ["gpu"],
     "fp8-gpu": ["fp8_gpu"],
     "fp8-recipe-gpu": ["fp8_gpu"],
     "train-mlp-fp8-gpu": ["fp8_gpu"],
@@ -205,7 +206,7 @@ for _t in ("cuda", "cuda-no-gpu"):
     REGISTERED_WHEN[_t] = ["cuda_toolkit"]
 for _t in ("nccl", "nccl-gpu"):
     REGISTERED_WHEN[_t] = ["nccl"]
-for _t in ("mlp-cuda", "checkpoint-gpu", "train-mlp-gpu"):
+for _t in ("mlp-cuda", "checkpoint-gpu", "train-mlp-gpu", "fsdp-gpu"):
     REGISTERED_WHEN[_t] = ["cuda_toolkit", "cublaslt", "python3"]
 for _t in ("optim-torch", "safetensors-python", "checkpoint-python", "train-mlp-parity",
            "check-skips", "plot"):
