@@ -339,8 +339,9 @@ int accelp_nodes_agree(launch_nodes *N, const launch_node_report *me,
 	int e = send_all(N->master_fd, line) < 0 ? -1 : read_line(N->master_fd, line, sizeof(line),
 	                                                          deadline);
 	if (e < 0) {
-		snprintf(d->message, sizeof(d->message), "node 0's launcher is gone (%s): it runs the "
-		         "store the ranks meet at, so the other nodes cannot restart without it",
+		snprintf(d->message, sizeof(d->message), "%s%snode 0's launcher is gone (%s): it runs "
+		         "the store the ranks meet at, so the other nodes cannot restart without it",
+		         reason, reason[0] ? "; " : "",
 		         e == -2 ? "no answer within the timeout" : "its connection closed");
 		d->go = 0;
 		d->rc = me->rc ? me->rc : 1;

@@ -10,7 +10,10 @@
 #      7, under --min-nodes 1: node 0 restarts alone at world size 1 and
 #      finishes, bitwise equal to checkpoint_5 resumed by hand at world 1;
 #  (c) the same without --min-nodes: node 0 exits non-zero, naming node 1
-#      as lost and --min-nodes 2.
+#      as lost and --min-nodes 2;
+#  (d) node 0's launcher killed with -9 (while rank 0 hangs and rank 1
+#      waits for it in a collective) under --min-nodes 1: node 1 does not
+#      restart (node 0 runs the store; no election) and says why.
 # Usage: test-launch-nodes.sh TRAIN_MLP
 set -eu
 
@@ -89,33 +92,36 @@ grep -q "this launcher is node 1 of 2 in restart 1" n1 || fail "(a): node 1's ne
 grep -q "resumed from $tmp/pa/checkpoint_5 at step 5" n0 || fail "(a): rank 0 did not resume"
 cmp straight.st a.st || fail "(a): restarted weights differ from the uninterrupted run"
 
-# (b), (c): rank 1 hangs after step 7 (checkpoint_5 saved); once it says
-# so, node 1's launcher is killed with -9 (its rank goes with it)
-lose_node1() {
+# (b), (c), (d): rank K hangs after step 7 (checkpoint_5 saved); once it
+# says so, node K's launcher is killed with -9 (its rank goes with it, and
+# the other rank's collective fails)
+lose_node() {
 	tag=$1
-	shift
+	k=$2
+	shift 2
 	port=$(ports)
-	B="--max-restarts 2 $* -- $T $F --checkpoint-every 5 --project-dir p$tag --hang-at 1:7:marker$tag
+	B="--max-restarts 2 $* -- $T $F --checkpoint-every 5 --project-dir p$tag --hang-at $k:7:marker$tag
 	   --save-final $tag.st --set comm.timeout_s=60"
 	node 1 $B
 	node 0 $B
 	i=0
-	until grep -q "rank 1 stops responding" n1; do
+	until grep -q "rank $k stops responding" n$k; do
 		i=$((i + 1))
 		[ $i -lt 600 ] || fail "($tag): rank 1 never hung"
-		kill -0 "$pid1" 2>/dev/null || fail "($tag): node 1 ended before its rank hung"
+		eval "kill -0 \$pid$k" 2>/dev/null || fail "($tag): node $k ended before its rank hung"
 		sleep 0.1
 	done
 	# the launcher itself, not the timeout(1) that runs it
-	l1=$(pgrep -P "$pid1") || fail "($tag): no launcher under pid $pid1"
-	kill -9 $l1
-	wait "$pid1" 2>/dev/null || true
-	st0=0
+	eval "pk=\$pid$k"
+	lk=$(pgrep -P "$pk") || fail "($tag): no launcher under pid $pk"
+	kill -9 $lk
+	st0=0 st1=0
 	wait "$pid0" || st0=$?
+	wait "$pid1" || st1=$?
 }
 
 echo "== (b) node 1's launcher killed with -9 under --min-nodes 1: node 0 goes on alone"
-lose_node1 b --min-nodes 1
+lose_node b 1 --min-nodes 1
 [ "$st0" = 0 ] || fail "(b): node 0 exit $st0, expected 0"
 grep -q "accel launch: node 1's launcher (node 1 at start) is gone: its connection closed" n0 ||
 	fail "(b): the lost node is not named"
@@ -126,7 +132,7 @@ grep -q "this launcher is node 0 of 1 in restart 1" n0 || fail "(b): node 0's ne
 cmp byhand.st b.st || fail "(b): world-1 restart differs from checkpoint_5 resumed at world 1"
 
 echo "== (c) the same without --min-nodes: node 0 exits naming node 1"
-lose_node1 c
+lose_node c 1
 [ "$st0" != 0 ] || fail "(c): node 0 exited 0"
 grep -q "accel launch: node 1's launcher (node 1 at start) is gone: its connection closed" n0 ||
 	fail "(c): the lost node is not named"
@@ -134,4 +140,11 @@ grep -q "1 of the 2 nodes left (lost: node 1), fewer than --min-nodes 2: not res
 	fail "(c): no refusal line"
 grep -q "accel launch: restart" n0 && fail "(c): restarted"
 [ ! -e c.st ] || fail "(c): the job finished"
+
+echo "== (d) node 0's launcher killed with -9 under --min-nodes 1: node 1 stops"
+lose_node d 0 --min-nodes 1
+[ "$st1" != 0 ] || fail "(d): node 1 exited 0"
+grep -q "accel launch: node 1: .*node 0's launcher is gone (its connection closed): it runs the store the ranks meet at, so the other nodes cannot restart without it: exiting with status $st1" n1 ||
+	fail "(d): no line naming node 0"
+grep -q "accel launch: restart" n1 && fail "(d): node 1 restarted"
 echo "ok"
