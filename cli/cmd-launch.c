@@ -57,6 +57,9 @@ static const char *const help_text =
 	"                          the newest checkpoint the job saved (ACCEL_RESUME)\n"
 	"      --min-nproc M       restart with fewer processes, down to M, when slots are\n"
 	"                          dropped by --restart-filter (default: -n; one node only)\n"
+	"      --min-nodes K       with --nnodes: when a node's launcher is lost, restart\n"
+	"                          with the nodes left, down to K (default: --nnodes);\n"
+	"                          node 0 must stay; uses --master-port + 1 as well\n"
 	"      --restart-filter CMD  before a restart, run /bin/sh -c CMD for each slot,\n"
 	"                          with SLOT RESTART FAILED_RANK as $1 $2 $3; a non-zero\n"
 	"                          exit drops the slot\n"
@@ -85,8 +88,14 @@ typedef struct opts {
 	char **prog;
 	int have_nproc, have_node_rank;
 	int max_restarts, min_nproc, have_min_nproc;
+	int min_nodes, have_min_nodes;
 	const char *restart_filter;
 } opts;
+
+/* How long the node launchers wait for each other: at start, and for a
+ * node's report after an attempt (its ranks stop within comm.timeout_s of
+ * the others' failure, plus --grace-s). */
+#define NODES_TIMEOUT_S 300.0
 
 #define USAGE(...) accelp_cli_usage_error("launch", __VA_ARGS__)
 
@@ -242,6 +251,13 @@ static int parse(int argc, char **argv, opts *o)
 				return USAGE("--min-nproc '%s': expected a whole number of processes, "
 				             "1..1024", v);
 			o->have_min_nproc = 1;
+		} else if ((m = take_value(argc, argv, &i, "--min-nodes", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			if (parse_int(v, 1, 65536, &o->min_nodes) < 0)
+				return USAGE("--min-nodes '%s': expected a whole number of nodes, 1..65536",
+				             v);
+			o->have_min_nodes = 1;
 		} else if ((m = take_value(argc, argv, &i, "--restart-filter", NULL, &v)) != 0) {
 			if (m < 0)
 				return 2;
@@ -288,6 +304,15 @@ static int parse(int argc, char **argv, opts *o)
 		return USAGE("--min-nproc %d with --nnodes %d: restarting with fewer processes works "
 		             "on one node only (every node's launcher would have to agree on the new "
 		             "world size)", o->min_nproc, o->nnodes);
+	if (!o->have_min_nodes)
+		o->min_nodes = o->nnodes;
+	if (o->min_nodes > o->nnodes)
+		return USAGE("--min-nodes %d is larger than --nnodes %d", o->min_nodes, o->nnodes);
+	if (o->have_min_nodes && o->max_restarts == 0)
+		return USAGE("--min-nodes applies to restarts: give --max-restarts N too");
+	if (o->nnodes > 1 && o->max_restarts > 0 && o->port >= 65535)
+		return USAGE("--master-port %d with --nnodes and --max-restarts: the launchers also "
+		             "meet on --master-port + 1, so give a port below 65535", o->port);
 	if ((o->have_min_nproc || o->restart_filter) && o->max_restarts == 0)
 		return USAGE("%s applies to restarts: give --max-restarts N too",
 		             o->restart_filter ? "--restart-filter" : "--min-nproc");
@@ -669,7 +694,7 @@ static int filter_slots(const opts *o, int *slots, int n, int restart, const lau
 }
 
 /* The line that says what a restart resumes from and what it costs. */
-static void say_restart(const opts *o, const job *j, const launch_result *res,
+static void say_restart(const opts *o, const job *j, const char *reason,
                         const launch_state *st, int world)
 {
 	char lost[96];
@@ -682,12 +707,12 @@ static void say_restart(const opts *o, const job *j, const launch_result *res,
 		         st->step);
 	if (st->ckpt_dir[0])
 		fprintf(stderr, "accel launch: restart %d of %d after %s: resuming from %s (step %lld) "
-		        "at world size %d; %s\n", j->restart, o->max_restarts, res->reason,
+		        "at world size %d; %s\n", j->restart, o->max_restarts, reason,
 		        st->ckpt_dir, st->ckpt_step, world, lost);
 	else
 		fprintf(stderr, "accel launch: restart %d of %d after %s: the job saved no checkpoint, "
 		        "so it starts from the beginning at world size %d; %s\n", j->restart,
-		        o->max_restarts, res->reason, world, lost);
+		        o->max_restarts, reason, world, lost);
 }
 
 int accelp_cli_launch(int argc, char **argv)
@@ -699,6 +724,8 @@ int accelp_cli_launch(int argc, char **argv)
 	char ***envp = NULL;
 	char *tee_dir = NULL, *state_path = NULL;
 	int *slots = NULL;
+	launch_nodes *nodes = NULL;
+	launch_node_decision dec;
 	char base_id[64], root[4096];
 	launch_state st;
 	memset(&st, 0, sizeof(st));
@@ -744,6 +771,11 @@ int accelp_cli_launch(int argc, char **argv)
 			        "resume from, and start from the beginning\n", strerror(e));
 		j.state_path = state_path;
 	}
+	if (o.nnodes > 1 && o.max_restarts > 0 && !o.dry_run &&
+	    accelp_nodes_open(&nodes, j.addr, j.port + 1, o.nnodes, o.node_rank, NODES_TIMEOUT_S) < 0) {
+		rc = 1;
+		goto out;
+	}
 	for (;;) {
 		if (envs_make(&o, &j, slots, cur, &adds, &envp))
 			goto oom;
@@ -784,6 +816,49 @@ int accelp_cli_launch(int argc, char **argv)
 		envs_free(adds, envp, cur);
 		adds = NULL;
 		envp = NULL;
+		if (nodes) {
+			/* every node's launcher reports; node 0 decides for all */
+			launch_node_report me = {.gen = j.restart, .rc = rc,
+			                         .restartable = rc == 0 || !(res.got_signal ||
+			                                        res.cannot_start || res.failed_rank < 0)};
+			snprintf(me.reason, sizeof(me.reason), "%s", rc ? res.reason : "");
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			me.end_s = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+			launch_node_policy pol = {.restart = j.restart, .max_restarts = o.max_restarts,
+			                          .min_nodes = o.min_nodes, .timeout_s = NODES_TIMEOUT_S};
+			memset(&dec, 0, sizeof(dec));
+			if (state_path)
+				accelp_launch_state_read(state_path, &st);
+			dec.st = st;
+			if (accelp_nodes_agree(nodes, &me, &pol, &dec) < 0)
+				goto oom;
+			if (!dec.go) {
+				if (dec.rc)
+					fprintf(stderr, "accel launch: node %d: %s: exiting with status %d\n",
+					        o.node_rank, dec.message, dec.rc);
+				rc = dec.rc;
+				break;
+			}
+			st = dec.st;
+			o.nnodes = dec.nodes;
+			o.node_rank = dec.self;
+			j.restart = dec.gen;
+			j.world = cur * o.nnodes;
+			snprintf(j.id, sizeof(j.id), "%.50s.r%d", base_id, j.restart);
+			j.resume_root = NULL;
+			if (st.ckpt_dir[0]) {
+				snprintf(root, sizeof(root), "%s", st.ckpt_dir);
+				char *slash = strrchr(root, '/');
+				if (slash && slash != root)
+					*slash = '\0';
+				j.resume_root = root;
+			}
+			say_restart(&o, &j, dec.message, &st, j.world);
+			fprintf(stderr, "accel launch: this launcher is node %d of %d in restart %d\n",
+			        o.node_rank, o.nnodes, j.restart);
+			continue;
+		}
 		if (rc == 0 || o.max_restarts == 0)
 			break;
 		/* a rank failed: restart unless the job was stopped, PROGRAM cannot
@@ -824,7 +899,7 @@ int accelp_cli_launch(int argc, char **argv)
 				*slash = '\0';
 			j.resume_root = root;
 		}
-		say_restart(&o, &j, &res, &st, j.world);
+		say_restart(&o, &j, res.reason, &st, j.world);
 	}
 	goto out;
 oom:
@@ -832,6 +907,7 @@ oom:
 	rc = 1;
 out:
 	envs_free(adds, envp, cur);
+	accelp_nodes_close(nodes);
 	free(slots);
 	free(o.sets);
 	free(j.config_abs);

@@ -53,6 +53,41 @@ void accelp_launch_state_reset_step(const char *path);
  * Returns its wait status, or -1 when it could not be started. */
 int accelp_launch_filter(const char *cmd, int slot, int restart, const launch_result *res);
 
+/* launch-nodes.c: the node launchers' rendezvous between the attempts of
+ * --nnodes N --max-restarts R (docs/launch.md, "Several nodes"). */
+typedef struct launch_nodes launch_nodes;
+/* What this node's attempt did. */
+typedef struct launch_node_report {
+	int gen;                 /* the attempt's generation (restart count)    */
+	int rc;                  /* its exit status                              */
+	int restartable;         /* a rank failed (not stopped, not unstartable) */
+	double end_s;            /* when the attempt ended (wall clock, seconds) */
+	char reason[160];        /* "rank 3 failed: exit code 1", ""             */
+} launch_node_report;
+typedef struct launch_node_policy {
+	int restart, max_restarts, min_nodes;
+	double timeout_s;        /* how long node 0 waits for a node's report   */
+} launch_node_policy;
+/* Node 0's decision, the same on every node. */
+typedef struct launch_node_decision {
+	int go;                  /* restart; else exit with rc                  */
+	int rc;
+	int gen, nodes, self;    /* the next attempt: its generation, node count,
+	                          * and this node's rank in it                  */
+	launch_state st;         /* node 0 fills it in before agreeing: the
+	                          * checkpoint the restart resumes from          */
+	char message[480];       /* the reason of the restart, or why not       */
+} launch_node_decision;
+/* Node 0 listens on port, waits for the nnodes - 1 others' launchers; they
+ * connect (retrying) within timeout_s.  0, or -1 (message printed). */
+int accelp_nodes_open(launch_nodes **ret, const char *addr, int port, int nnodes, int self,
+                      double timeout_s);
+/* After an attempt: report it, get the decision (node 0: collect, decide,
+ * tell).  0, or -1 when out of memory. */
+int accelp_nodes_agree(launch_nodes *N, const launch_node_report *me,
+                       const launch_node_policy *pol, launch_node_decision *d);
+void accelp_nodes_close(launch_nodes *N);
+
 /* launch-out.c: the launcher's stdout or stderr, written by a thread from a
  * queue so that the supervising loop never blocks on its reader. */
 typedef struct launch_out launch_out;
