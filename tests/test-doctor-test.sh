@@ -75,7 +75,7 @@ has "^0 checks failed"
 # the nccl backend module installed (on the search path) but without a GPU
 # is named with why it cannot be used, not "not installed"
 nccl_so=$(printf '%s\n' "${ACCEL_PLUGIN_PATH:-}" | tr ':' '\n' | while read -r d; do
-	[ -f "$d/comm-nccl.so" ] && { echo "$d/comm-nccl.so"; break; }; done)
+	if [ -f "$d/comm-nccl.so" ]; then echo "$d/comm-nccl.so"; break; fi; done)
 if [ -n "$nccl_so" ] && grep -q '^OK    nccl       NCCL' "$tmp/out" && grep -q '^OK    gpu        no GPU' "$tmp/out"; then
 	has "nccl backend module: $nccl_so (unavailable here: comm backend 'nccl' needs CUDA"
 fi
