@@ -28,6 +28,7 @@
 
 #include "blas.h"
 #include "gpt2.h"
+#include "gpt2_device.h"
 #include "gpt2_data.h"
 #include "st_write.h"
 
@@ -39,6 +40,7 @@ typedef struct options {
 	long long seed;
 	long random_tokens;
 	const char *data, *save_final, *project_dir, *resume, *config;
+	const char *device;   /* NULL / "cpu", "cuda" or "cuda:N" */
 	const char *sets[40];
 	int n_sets;
 } options;
@@ -75,7 +77,8 @@ static void usage(FILE *out)
 	        "  --checkpoint-every N, --project-dir DIR, --resume DIR|latest\n"
 	        "                     as train_mlp (docs/checkpointing.md)\n"
 	        "  --save-final FILE  trained parameters as safetensors (f32)\n"
-	        "  --config FILE      accel configuration;  --set KEY=VALUE  override a key\n");
+	        "  --config FILE      accel configuration;  --set KEY=VALUE  override a key\n"
+	        "  --device D         cpu (default), cuda (GPU local rank %% count) or cuda:N\n");
 }
 
 static int parse_num(const char *flag, const char *v, double lo, double hi, double *ret)
@@ -187,6 +190,15 @@ static int parse_args(int argc, char **argv, options *o)
 			o->resume = v;
 		} else if (!strcmp(a, "--config")) {
 			o->config = v;
+		} else if (!strcmp(a, "--device")) {
+			if (!v || (strcmp(v, "cpu") && strcmp(v, "cuda") && strncmp(v, "cuda:", 5))) {
+				fprintf(stderr, "accel-gpt2: --device needs cpu, cuda or cuda:N, got '%s'\n",
+				        v ? v : "(nothing)");
+				return -1;
+			}
+			if (!strncmp(v, "cuda:", 5) && parse_int(a, v + 5, 0, 1023, &x))
+				return -1;
+			o->device = v;
 		} else if (!strcmp(a, "--set")) {
 			if (!v || !strchr(v, '=') || o->n_sets >= 32) {
 				fprintf(stderr, "accel-gpt2: --set needs KEY=VALUE (at most 32), got '%s'\n",
@@ -260,6 +272,9 @@ typedef struct trainer {
 	gpt2_work w;
 	float *wide[GPT2_BLOCK_TENSORS + 3];   /* 16-bit: f32 copies of a unit's weights */
 	int cap;                               /* sequences per rank per micro-step */
+	gpt2_cuda *gpu;                        /* --device cuda, else NULL */
+	int32_t dev_index;                     /* its CUDA ordinal */
+	int recompute;                         /* --recompute */
 } trainer;
 
 static int fail(const trainer *t, const char *what, int rc)
@@ -275,7 +290,8 @@ static int add_param(trainer *t, const char *unit, const char *name, int ndim,
 {
 	accel_param_desc d = {.struct_size = sizeof(d), .dtype = t->dtype, .unit = unit,
 	                      .name = name, .ndim = (uint32_t)ndim, .shape = shape,
-	                      .device = ACCEL_DEVICE_CPU, .init = init,
+	                      .device = t->gpu ? ACCEL_DEVICE_CUDA : ACCEL_DEVICE_CPU,
+	                      .device_index = t->gpu ? t->dev_index : 0, .init = init,
 	                      .grad_dtype = ACCEL_DTYPE_F32};
 	int rc = accel_model_add(t->ctx, &d, ret);
 	return rc ? fail(t, "registering the model", rc) : 0;
@@ -339,7 +355,7 @@ static int register_model(trainer *t)
 static const float *weights(trainer *t, uint32_t p, int slot)
 {
 	const void *d = accel_param_data(t->ctx, p);
-	if (!d || t->prec == PREC_F32)
+	if (!d || t->prec == PREC_F32 || t->gpu)   /* GPU: the device's working dtype */
 		return d;
 	size_t n = (size_t)accel_param_numel(t->ctx, p);
 	const uint16_t *h = d;
@@ -372,8 +388,8 @@ static int forward(trainer *t, const int32_t *tokens, int n)
 	            *wpe = weights(t, t->p_wpe, GPT2_BLOCK_TENSORS + 1);
 	if (!wte || !wpe)
 		return fail(t, "the embeddings outside their hooks", ACCEL_ERR_STATE);
-	if (n > 0)
-		gpt2_embed_forward(&t->w, tokens, wte, wpe, n);
+	if (n > 0 && gpt2_dev_embed_forward(&t->w, t->gpu, tokens, wte, wpe, n))
+		return -1;
 	if ((rc = accel_unit_post_forward(t->ctx, t->u_embed)))
 		return fail(t, "post-forward hook", rc);
 	for (int l = 0; l < t->c.layers; l++) {
@@ -382,8 +398,8 @@ static int forward(trainer *t, const int32_t *tokens, int n)
 			return fail(t, "pre-forward hook", rc);
 		if (block_params(t, l, p, NULL))
 			return -1;
-		if (n > 0)
-			gpt2_block_forward(&t->w, l, p, n);
+		if (n > 0 && gpt2_dev_block_forward(&t->w, t->gpu, l, p, n))
+			return -1;
 		if ((rc = accel_unit_post_forward(t->ctx, t->u_block[l])))
 			return fail(t, "post-forward hook", rc);
 	}
@@ -393,8 +409,8 @@ static int forward(trainer *t, const int32_t *tokens, int n)
 	            *head = weights(t, t->p_head, GPT2_BLOCK_TENSORS + 2);
 	if (!lw || !lb || !head)
 		return fail(t, "the head's parameters outside its hooks", ACCEL_ERR_STATE);
-	if (n > 0)
-		gpt2_head_forward(&t->w, lw, lb, head, n);
+	if (n > 0 && gpt2_dev_head_forward(&t->w, t->gpu, lw, lb, head, n))
+		return -1;
 	if ((rc = accel_unit_post_forward(t->ctx, t->u_head)))
 		return fail(t, "post-forward hook", rc);
 	return 0;
@@ -411,7 +427,8 @@ static int backward(trainer *t, int n)
 	      *dhead = accel_param_grad(t->ctx, t->p_head);
 	if (!lw || !head || !dlw || !dlb || !dhead)
 		return fail(t, "the head's gradients outside its hooks", ACCEL_ERR_STATE);
-	gpt2_head_backward(&t->w, lw, head, dlw, dlb, dhead, n);
+	if (gpt2_dev_head_backward(&t->w, t->gpu, lw, head, dlw, dlb, dhead, n))
+		return -1;
 	if ((rc = accel_unit_post_backward(t->ctx, t->u_head)))
 		return fail(t, "post-backward hook", rc);
 	for (int l = t->c.layers - 1; l >= 0; l--) {
@@ -421,9 +438,10 @@ static int backward(trainer *t, int n)
 			return fail(t, "pre-backward hook", rc);
 		if (block_params(t, l, p, g))
 			return -1;
-		if (t->w.recompute)   /* only the block's input was kept */
-			gpt2_block_forward(&t->w, l, p, n);
-		gpt2_block_backward(&t->w, l, p, g, n);
+		/* recompute: only the block's input was kept */
+		if ((t->recompute && gpt2_dev_block_forward(&t->w, t->gpu, l, p, n)) ||
+		    gpt2_dev_block_backward(&t->w, t->gpu, l, p, g, n))
+			return -1;
 		if ((rc = accel_unit_post_backward(t->ctx, t->u_block[l])))
 			return fail(t, "post-backward hook", rc);
 	}
@@ -432,7 +450,8 @@ static int backward(trainer *t, int n)
 	float *dwte = accel_param_grad(t->ctx, t->p_wte), *dwpe = accel_param_grad(t->ctx, t->p_wpe);
 	if (!dwte || !dwpe)
 		return fail(t, "the embeddings' gradients outside their hooks", ACCEL_ERR_STATE);
-	gpt2_embed_backward(&t->w, dwte, dwpe, n);
+	if (gpt2_dev_embed_backward(&t->w, t->gpu, dwte, dwpe, n))
+		return -1;
 	if ((rc = accel_unit_post_backward(t->ctx, t->u_embed)))
 		return fail(t, "post-backward hook", rc);
 	return 0;
@@ -479,8 +498,10 @@ static int eval_pass(trainer *t, const gpt2_stream *val, long batches, double *r
 		gpt2_stream_gather(val, idx, n, inp, tgt);
 		if (forward(t, inp, n))
 			goto out;
-		if (n > 0)
-			sums[0] += gpt2_loss(&t->w, tgt, n, 0);
+		double s = 0;
+		if (n > 0 && gpt2_dev_loss(&t->w, t->gpu, tgt, n, 0, &s))
+			goto out;
+		sums[0] += s;
 		sums[1] += (double)n * T;
 	}
 	if ((rc = accel_allreduce(t->ctx, sums, sums, 2, ACCEL_DTYPE_F64, ACCEL_RED_SUM))) {
@@ -511,21 +532,25 @@ static int sample_pass(trainer *t, const gpt2_stream *val, long n_new)
 	int plen = T / 2 > 0 ? T / 2 : 1;
 	int32_t *ctxt = calloc((size_t)T, sizeof(int32_t));
 	int32_t *gen = malloc((size_t)(n_new + 1) * sizeof(int32_t));
-	if (!ctxt || !gen) {
+	float *lbuf = malloc((size_t)V * sizeof(float));   /* the GPU's logits row */
+	if (!ctxt || !gen || !lbuf) {
 		free(ctxt);
 		free(gen);
+		free(lbuf);
 		return -1;
 	}
 	int len = 0;
 	for (; len < plen && (uint64_t)len < val->t->n - val->first; len++)
 		ctxt[len] = val->t->tok[val->first + (uint64_t)len];
 	for (long k = 0; k < n_new; k++) {
-		if (forward(t, ctxt, 1)) {
+		const float *row = NULL;
+		if (forward(t, ctxt, 1) ||
+		    !(row = gpt2_dev_logits_row(&t->w, t->gpu, len - 1, V, lbuf))) {
 			free(ctxt);
 			free(gen);
+			free(lbuf);
 			return -1;
 		}
-		const float *row = t->w.logits + (size_t)(len - 1) * V;
 		int best = 0;
 		for (int j = 1; j < V; j++)
 			if (row[j] > row[best])
@@ -559,6 +584,7 @@ static int sample_pass(trainer *t, const gpt2_stream *val, long n_new)
 	}
 	free(ctxt);
 	free(gen);
+	free(lbuf);
 	return 0;
 }
 
@@ -596,7 +622,10 @@ static int save_final_pass(trainer *t, const char *path, long steps)
 				accel_unit_post_forward(t->ctx, units[u]);
 				goto out;
 			}
-			memcpy(copies[p], src, n * sizeof(float));
+			if (gpt2_dev_param_to_host(t->gpu, copies[p], src, n, t->prec == PREC_F32)) {
+				accel_unit_post_forward(t->ctx, units[u]);
+				goto out;
+			}
 			ts[p] = (st_tensor){.name = accel_param_name(t->ctx, p), .dtype = "F32",
 			                    .data = copies[p], .nbytes = n * sizeof(float), .ndim = 1,
 			                    .shape = {(int64_t)n}};
@@ -714,6 +743,10 @@ int main(int argc, char **argv)
 	case 1: return EXIT_SUCCESS;
 	case -1: return 2;
 	}
+	int on_gpu = o.device && strcmp(o.device, "cpu") != 0;
+	if (on_gpu && (rc = gpt2_dev_check(o.device)))
+		return rc;
+	t.recompute = o.recompute;
 	t.c = o.c;
 	t.tied = !o.untied;
 	if (o.lr > 0) {
@@ -791,12 +824,18 @@ int main(int argc, char **argv)
 	t.p_block = calloc((size_t)t.c.layers * GPT2_BLOCK_TENSORS, sizeof(uint32_t));
 	idx = malloc((size_t)t.cap * sizeof(int64_t));
 	if (!t.u_block || !t.p_block || !idx ||
-	    gpt2_work_init(&t.w, &t.c, t.cap, o.recompute) ||
+	    (!on_gpu && gpt2_work_init(&t.w, &t.c, t.cap, o.recompute)) ||
 	    gpt2_reader_start(&rd, &train, t.cap)) {
 		fprintf(stderr, "accel-gpt2: out of memory for the activations\n");
 		goto out;
 	}
-	if (t.prec != PREC_F32) {
+	if (on_gpu && gpt2_dev_gpu_setup(t.ctx, &t.c, t.cap, t.recompute,
+	                                  t.prec == PREC_BF16  ? GPT2_CUDA_BF16
+	                                  : t.prec == PREC_F16 ? GPT2_CUDA_F16
+	                                                       : GPT2_CUDA_F32,
+	                                  o.device, &t.dev_index, &t.gpu))
+		goto out;
+	if (t.prec != PREC_F32 && !on_gpu) {
 		size_t C = (size_t)t.c.dim, big = (size_t)t.c.vocab * C;
 		for (int k = 0; k < GPT2_BLOCK_TENSORS + 3; k++) {
 			size_t n = k == GPT2_BLOCK_TENSORS || k == GPT2_BLOCK_TENSORS + 2 ? big
@@ -831,6 +870,8 @@ int main(int argc, char **argv)
 	            accel_get_lr(t.ctx));
 	if (!t.tied)
 		accel_print(t.ctx, "accel-gpt2: --untied: the LM head has its own weight\n");
+	if (t.gpu)
+		accel_print(t.ctx, "accel-gpt2: --device %s: %s\n", o.device, gpt2_cuda_name(t.gpu));
 
 	long done = 0;
 	if (o.resume) {
@@ -880,7 +921,10 @@ int main(int argc, char **argv)
 		if (forward(&t, inp, (int)count))
 			goto out;
 		double scale = accel_loss_scale(t.ctx), denom = (double)count * t.c.seq;
-		double loss = gpt2_loss(&t.w, tgt, (int)count, scale / denom) / denom;
+		double loss;
+		if (gpt2_dev_loss(&t.w, t.gpu, tgt, (int)count, scale / denom, &loss))
+			goto out;
+		loss /= denom;
 		if (backward(&t, (int)count))
 			goto out;
 		int sync = accel_sync_gradients(t.ctx);
@@ -947,10 +991,12 @@ int main(int argc, char **argv)
 			goto out;
 	}
 	uint64_t cur = 0, peak = 0;
-	if (accel_memory_stats(t.ctx, ACCEL_MEM_ALL, ACCEL_DEVICE_CPU, 0, &cur, &peak) == ACCEL_OK)
+	if (accel_memory_stats(t.ctx, ACCEL_MEM_ALL, t.gpu ? ACCEL_DEVICE_CUDA : ACCEL_DEVICE_CPU,
+	                       t.gpu ? t.dev_index : 0, &cur, &peak) == ACCEL_OK)
 		accel_print(t.ctx, "memory per rank: accel %.1f MiB (peak %.1f MiB), activations "
 		            "%.1f MiB%s\n", (double)cur / 1048576.0, (double)peak / 1048576.0,
-		            (double)gpt2_work_bytes(&t.w) / 1048576.0,
+		            (double)(t.gpu ? gpt2_cuda_work_bytes(t.gpu) : gpt2_work_bytes(&t.w)) /
+		                    1048576.0,
 		            o.recompute ? " (recompute)" : "");
 	if (o.save_final) {
 		if (save_final(&t, o.save_final, done))
@@ -961,7 +1007,8 @@ int main(int argc, char **argv)
 out:
 	gpt2_reader_stop(&rd);
 	sampler = accel_sampler_free(sampler);
-	t.ctx = accel_ctx_free(t.ctx);
+	t.ctx = accel_ctx_free(t.ctx);   /* first: it lets go of the GPU's stream */
+	gpt2_cuda_free(t.gpu);
 	gpt2_work_free(&t.w);
 	gpt2_tokens_close(&toks);
 	for (int k = 0; k < GPT2_BLOCK_TENSORS + 3; k++)

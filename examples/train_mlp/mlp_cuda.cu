@@ -27,6 +27,10 @@ extern "C" {
 #include "mlp.h"
 }
 #include "mlp_cuda.h"
+#include "ex_cuda.cuh"
+
+static_assert(MLP_F32 == EX_F32 && MLP_BF16 == EX_BF16 && MLP_F16 == EX_F16,
+              "working dtype values");
 
 #define WORKSPACE_BYTES (32u << 20)
 #define MAX_PLANS 32
@@ -82,69 +86,23 @@ static int fail(mlp_cuda *g, const char *fmt, ...)
 	return -1;
 }
 
-#define CU(g, call)                                                                     \
-	do {                                                                                \
-		cudaError_t e_ = (call);                                                        \
-		if (e_ != cudaSuccess)                                                          \
-			return fail(g, "%s: %s (%s)", #call, cudaGetErrorString(e_),                \
-			            cudaGetErrorName(e_));                                          \
-	} while (0)
+#define CU EX_CU
+#define LT EX_LT
+#define LAUNCHED EX_LAUNCHED
 
-#define LT(g, call)                                                                     \
-	do {                                                                                \
-		cublasStatus_t s_ = (call);                                                     \
-		if (s_ != CUBLAS_STATUS_SUCCESS)                                                \
-			return fail(g, "%s: cuBLASLt status %d", #call, (int)s_);                   \
-	} while (0)
-
-/* A launch's error, checked without waiting. */
-#define LAUNCHED(g, what)                                                               \
-	do {                                                                                \
-		cudaError_t e_ = cudaGetLastError();                                            \
-		if (e_ != cudaSuccess)                                                          \
-			return fail(g, "%s: %s", what, cudaGetErrorString(e_));                     \
-	} while (0)
-
-/* ---- element access ---------------------------------------------------------------------- */
-
-__device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i)
-{
-	return __bfloat162float(p[i]);
-}
-__device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v)
-{
-	p[i] = __float2bfloat16_rn(v);
-}
-__device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ void st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
-
-/* A kernel launch for the work space's dtype: KERNEL<T><<<...>>>(ARGS),
- * where ARGS may name T (the element type of activations and parameters). */
+/* A kernel launch for the work space's dtype (MLP_F32/_BF16/_F16 are
+ * EX_F32/_BF16/_F16): KERNEL<T><<<...>>>(ARGS), where ARGS may name T. */
 #define LAUNCH_T(g, kernel, grid, block, ...)                                          \
-	do {                                                                            \
-		if ((g)->half == MLP_BF16) {                                                \
-			typedef __nv_bfloat16 T;                                                \
-			kernel<T><<<grid, block, 0, (g)->stream>>>(__VA_ARGS__);                \
-		} else if ((g)->half == MLP_F16) {                                          \
-			typedef __half T;                                                       \
-			kernel<T><<<grid, block, 0, (g)->stream>>>(__VA_ARGS__);                \
-		} else {                                                                    \
-			typedef float T;                                                        \
-			kernel<T><<<grid, block, 0, (g)->stream>>>(__VA_ARGS__);                \
-		}                                                                           \
-	} while (0)
+	EX_LAUNCH_T((g)->half, (g)->stream, kernel, grid, block, __VA_ARGS__)
 
 static const char *dtype_name(int half)
 {
-	return half == MLP_BF16 ? "bf16" : half == MLP_F16 ? "f16" : "f32";
+	return ex_dtype_name(half);
 }
 
 static unsigned blocks_for(size_t n, unsigned threads)
 {
-	size_t b = (n + threads - 1) / threads;
-	return (unsigned)(b < 65535u * 16u ? (b ? b : 1) : 65535u * 16u);
+	return ex_blocks_for(n, threads);
 }
 
 /* ---- kernels ----------------------------------------------------------------------------- */

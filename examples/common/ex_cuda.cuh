@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * examples/common/ex_cuda.cuh: pieces the examples' CUDA files share
+ * (train_mlp/mlp_cuda.cu, gpt2/gpt2_cuda.cu): error checks, element access
+ * of f32 / bf16 / f16 buffers with f32 arithmetic, a launch per working
+ * dtype, and grid sizes.  Header-only; include it from one .cu per object.
+ *
+ * EX_CU, EX_LT and EX_LAUNCHED return fail(g, fmt, ...) from the calling
+ * function: the including file defines `static int fail(X *g, const char
+ * *fmt, ...)` for its own work-space type X first.
+ */
+#ifndef EXAMPLES_COMMON_EX_CUDA_CUH
+#define EXAMPLES_COMMON_EX_CUDA_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+
+/* working dtypes: the same values as MLP_F32/_BF16/_F16 and
+ * GPT2_CUDA_F32/_BF16/_F16 */
+#define EX_F32 0
+#define EX_BF16 1
+#define EX_F16 2
+
+#define EX_CU(g, call)                                                                  \
+	do {                                                                                \
+		cudaError_t e_ = (call);                                                        \
+		if (e_ != cudaSuccess)                                                          \
+			return fail(g, "%s: %s (%s)", #call, cudaGetErrorString(e_),                \
+			            cudaGetErrorName(e_));                                          \
+	} while (0)
+
+#define EX_LT(g, call)                                                                  \
+	do {                                                                                \
+		cublasStatus_t s_ = (call);                                                     \
+		if (s_ != CUBLAS_STATUS_SUCCESS)                                                \
+			return fail(g, "%s: cuBLASLt status %d", #call, (int)s_);                   \
+	} while (0)
+
+/* A launch's error, checked without waiting. */
+#define EX_LAUNCHED(g, what)                                                            \
+	do {                                                                                \
+		cudaError_t e_ = cudaGetLastError();                                            \
+		if (e_ != cudaSuccess)                                                          \
+			return fail(g, "%s: %s", what, cudaGetErrorString(e_));                     \
+	} while (0)
+
+/* ---- element access: f32 arithmetic on any of the three dtypes ------------------------- */
+
+__device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i)
+{
+	return __bfloat162float(p[i]);
+}
+__device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v)
+{
+	p[i] = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+
+/* KERNEL<T><<<grid, block, 0, stream>>>(ARGS) for the working dtype `prec`
+ * (EX_F32, EX_BF16, EX_F16), where ARGS may name T. */
+#define EX_LAUNCH_T(prec, stream, kernel, grid, block, ...)                             \
+	do {                                                                            \
+		if ((prec) == EX_BF16) {                                                    \
+			typedef __nv_bfloat16 T;                                                \
+			kernel<T><<<grid, block, 0, stream>>>(__VA_ARGS__);                     \
+		} else if ((prec) == EX_F16) {                                              \
+			typedef __half T;                                                       \
+			kernel<T><<<grid, block, 0, stream>>>(__VA_ARGS__);                     \
+		} else {                                                                    \
+			typedef float T;                                                        \
+			kernel<T><<<grid, block, 0, stream>>>(__VA_ARGS__);                     \
+		}                                                                           \
+	} while (0)
+
+static inline const char *ex_dtype_name(int prec)
+{
+	return prec == EX_BF16 ? "bf16" : prec == EX_F16 ? "f16" : "f32";
+}
+
+static inline cudaDataType_t ex_cuda_type(int prec)
+{
+	return prec == EX_BF16 ? CUDA_R_16BF : prec == EX_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Blocks of `threads` for n items in a grid-stride loop (at most 65535 x 16). */
+static inline unsigned ex_blocks_for(size_t n, unsigned threads)
+{
+	size_t b = (n + threads - 1) / threads;
+	return (unsigned)(b < 65535u * 16u ? (b ? b : 1) : 65535u * 16u);
+}
+
+#endif
