@@ -172,6 +172,8 @@ MAY_SKIP = {
     "train-mlp-gpu": ["gpu"],
     "checkpoint-gpu": ["gpu"],
     "fsdp-gpu": ["gpu"],
+    "gpt2-cuda": ["gpu"],
+    "gpt2-cuda-train": ["gpu"],
     "fp8-gpu": ["fp8_gpu"],
     "fp8-recipe-gpu": ["fp8_gpu"],
     "train-mlp-fp8-gpu": ["fp8_gpu"],
@@ -208,6 +210,8 @@ for _t in ("nccl", "nccl-gpu"):
     REGISTERED_WHEN[_t] = ["nccl"]
 for _t in ("mlp-cuda", "checkpoint-gpu", "train-mlp-gpu", "fsdp-gpu"):
     REGISTERED_WHEN[_t] = ["cuda_toolkit", "cublaslt", "python3"]
+REGISTERED_WHEN["gpt2-cuda"] = ["cuda_toolkit", "cublaslt"]
+REGISTERED_WHEN["gpt2-cuda-train"] = ["cuda_toolkit", "cublaslt", "python3"]
 for _t in ("optim-torch", "safetensors-python", "checkpoint-python", "train-mlp-parity",
            "check-skips", "plot"):
     REGISTERED_WHEN[_t] = ["python3"]
