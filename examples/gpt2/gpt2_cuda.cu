@@ -78,6 +78,9 @@ struct gpt2_cuda {
 	int own_stream;
 	plan plans[MAX_PLANS];
 	int evict;
+	gpt2_cuda_fwd_fn hook_fwd;             /* fp8 GEMMs (gpt2_cuda_set_linear_hooks) */
+	gpt2_cuda_bwd_fn hook_bwd;
+	void *hook_user;
 	char name[200];
 	char err[512];
 };
@@ -338,24 +341,39 @@ static int layernorm_backward(gpt2_cuda *g, void *dx, float *dw, float *db, cons
 	return colsum(g, db, dw, dy, x, mean, rstd, N, C);
 }
 
-/* y[N, out] = x[N, in] . W^T + b */
-static int linear_forward(gpt2_cuda *g, void *y, const void *x, const void *W, const void *b,
-                          size_t N, int in, int out)
+/* y[N, out] = x[N, in] . W^T + b; l, k: the block and weight (the fp8 hook) */
+static int linear_forward(gpt2_cuda *g, int l, int k, void *y, const void *x, const void *W,
+                          const void *b, size_t N, int in, int out)
 {
+	int h = g->hook_fwd ? g->hook_fwd(g->hook_user, l, k, x, y, (int)N) : 1;
+	if (h < 0)
+		return fail(g, "the fp8 GEMM of block %d's weight %d failed", l, k);
+	if (h == 0) {   /* the GEMM was the hook's: the bias here */
+		LAUNCH_T(g, bias_k, ex_blocks_for(N * (size_t)out, 256), 256, (T *)y, (const T *)b, N,
+		         out);
+		LAUNCHED(g, "bias kernel");
+		return 0;
+	}
 	gemm_args a = {0, 1, (int)N, out, in, 1.0f, x, in, 0, W, in, 0, 0.0f, y, out, 0, 1, 0, b};
 	return gemm(g, &a);
 }
 
-/* dW += dy^T x, db += sum dy, dx = dy . W (dx may be NULL). */
-static int linear_backward(gpt2_cuda *g, void *dx, float *dW, float *db, const void *dy,
-                           const void *x, const void *W, size_t N, int in, int out)
+/* dW += dy^T x, db += sum dy, dx = dy . W. */
+static int linear_backward(gpt2_cuda *g, int l, int k, void *dx, float *dW, float *db,
+                           const void *dy, const void *x, const void *W, size_t N, int in,
+                           int out)
 {
+	if (colsum(g, db, NULL, dy, NULL, NULL, NULL, N, out))
+		return -1;
+	int h = g->hook_bwd ? g->hook_bwd(g->hook_user, l, k, dy, dx, dW, (int)N) : 1;
+	if (h < 0)
+		return fail(g, "the fp8 GEMMs of block %d's weight %d's backward failed", l, k);
+	if (h == 0)
+		return 0;
 	gemm_args a = {1, 0, out, in, (int)N, 1.0f, dy, out, 0, x, in, 0, 1.0f, dW, in, 0, 1, 1,
 	               NULL};
-	if (gemm(g, &a) || colsum(g, db, NULL, dy, NULL, NULL, NULL, N, out))
+	if (gemm(g, &a))
 		return -1;
-	if (!dx)
-		return 0;
 	gemm_args b = {0, 0, (int)N, in, out, 1.0f, dy, out, 0, W, in, 0, 0.0f, dx, in, 0, 1, 0,
 	               NULL};
 	return gemm(g, &b);
@@ -464,24 +482,28 @@ extern "C" int gpt2_cuda_block_forward(gpt2_cuda *g, int l, const void *const *p
 	size_t N = (size_t)n * (size_t)Tq;
 	act *a = &g->blk[l];
 	void *out = l + 1 < g->c.layers ? g->blk[l + 1].in : g->out;
-	if (layernorm_forward(g, a->ln1, a->mean1, a->rstd1, a->in, p[GPT2_LN1_W], p[GPT2_LN1_B], N) ||
-	    linear_forward(g, a->qkv, a->ln1, p[GPT2_QKV_W], p[GPT2_QKV_B], N, C, 3 * C))
+	if (layernorm_forward(g, a->ln1, a->mean1, a->rstd1, a->in, p[GPT2_LN1_W], p[GPT2_LN1_B],
+	                      N) ||
+	    linear_forward(g, l, GPT2_QKV_W, a->qkv, a->ln1, p[GPT2_QKV_W], p[GPT2_QKV_B], N, C,
+	                   3 * C))
 		return -1;
 	for (int b = 0; b < n; b++)
 		if (attention_forward(g, at(g, a->atty, (size_t)b * Tq * C),
 		                      at(g, a->att, (size_t)b * H * Tq * Tq),
 		                      at(g, a->qkv, (size_t)b * Tq * 3 * C)))
 			return -1;
-	if (linear_forward(g, a->mid, a->atty, p[GPT2_APROJ_W], p[GPT2_APROJ_B], N, C, C) ||
+	if (linear_forward(g, l, GPT2_APROJ_W, a->mid, a->atty, p[GPT2_APROJ_W], p[GPT2_APROJ_B], N,
+	                   C, C) ||
 	    residual_add(g, a->mid, a->in, N * (size_t)C) ||
 	    layernorm_forward(g, a->ln2, a->mean2, a->rstd2, a->mid, p[GPT2_LN2_W], p[GPT2_LN2_B],
 	                      N) ||
-	    linear_forward(g, a->fc, a->ln2, p[GPT2_FC_W], p[GPT2_FC_B], N, C, 4 * C))
+	    linear_forward(g, l, GPT2_FC_W, a->fc, a->ln2, p[GPT2_FC_W], p[GPT2_FC_B], N, C, 4 * C))
 		return -1;
 	size_t n4 = N * 4 * (size_t)C;
 	LAUNCH_T(g, gelu_fwd_k, ex_blocks_for(n4, 256), 256, (T *)a->gelu, (const T *)a->fc, n4);
 	LAUNCHED(g, "GELU kernel");
-	if (linear_forward(g, out, a->gelu, p[GPT2_MPROJ_W], p[GPT2_MPROJ_B], N, 4 * C, C))
+	if (linear_forward(g, l, GPT2_MPROJ_W, out, a->gelu, p[GPT2_MPROJ_W], p[GPT2_MPROJ_B], N,
+	                   4 * C, C))
 		return -1;
 	return residual_add(g, out, a->mid, N * (size_t)C);
 }
@@ -548,20 +570,20 @@ extern "C" int gpt2_cuda_block_backward(gpt2_cuda *g, int l, const void *const *
 	act *a = &g->blk[l];
 	void *dres = g->dx;
 	/* MLP */
-	if (linear_backward(g, g->dfc, gr[GPT2_MPROJ_W], gr[GPT2_MPROJ_B], dres, a->gelu,
-	                    p[GPT2_MPROJ_W], N, 4 * C, C))
+	if (linear_backward(g, l, GPT2_MPROJ_W, g->dfc, gr[GPT2_MPROJ_W], gr[GPT2_MPROJ_B], dres,
+	                    a->gelu, p[GPT2_MPROJ_W], N, 4 * C, C))
 		return -1;
 	size_t n4 = N * 4 * (size_t)C;
 	LAUNCH_T(g, gelu_bwd_k, ex_blocks_for(n4, 256), 256, (T *)g->dfc, (const T *)a->fc, n4);
 	LAUNCHED(g, "GELU backward kernel");
-	if (linear_backward(g, g->dln, gr[GPT2_FC_W], gr[GPT2_FC_B], g->dfc, a->ln2, p[GPT2_FC_W], N,
-	                    C, 4 * C) ||
+	if (linear_backward(g, l, GPT2_FC_W, g->dln, gr[GPT2_FC_W], gr[GPT2_FC_B], g->dfc, a->ln2,
+	                    p[GPT2_FC_W], N, C, 4 * C) ||
 	    layernorm_backward(g, dres, gr[GPT2_LN2_W], gr[GPT2_LN2_B], g->dln, a->mid,
 	                       p[GPT2_LN2_W], a->mean2, a->rstd2, N))
 		return -1;
 	/* attention */
-	if (linear_backward(g, g->datty, gr[GPT2_APROJ_W], gr[GPT2_APROJ_B], dres, a->atty,
-	                    p[GPT2_APROJ_W], N, C, C))
+	if (linear_backward(g, l, GPT2_APROJ_W, g->datty, gr[GPT2_APROJ_W], gr[GPT2_APROJ_B], dres,
+	                    a->atty, p[GPT2_APROJ_W], N, C, C))
 		return -1;
 	for (int b = 0; b < n; b++)
 		if (attention_backward(g, at(g, g->dqkv, (size_t)b * Tq * 3 * C), g->dS,
@@ -569,8 +591,8 @@ extern "C" int gpt2_cuda_block_backward(gpt2_cuda *g, int l, const void *const *
 		                       at(g, a->att, (size_t)b * H * Tq * Tq),
 		                       at(g, a->qkv, (size_t)b * Tq * 3 * C)))
 			return -1;
-	if (linear_backward(g, g->dln, gr[GPT2_QKV_W], gr[GPT2_QKV_B], g->dqkv, a->ln1,
-	                    p[GPT2_QKV_W], N, C, 3 * C))
+	if (linear_backward(g, l, GPT2_QKV_W, g->dln, gr[GPT2_QKV_W], gr[GPT2_QKV_B], g->dqkv,
+	                    a->ln1, p[GPT2_QKV_W], N, C, 3 * C))
 		return -1;
 	return layernorm_backward(g, dres, gr[GPT2_LN1_W], gr[GPT2_LN1_B], g->dln, a->in,
 	                          p[GPT2_LN1_W], a->mean1, a->rstd1, N);
@@ -812,4 +834,27 @@ extern "C" int gpt2_cuda_logits_row(gpt2_cuda *g, int row, float *dst)
 		return fail(g, "logits row %d of %d", row, g->B * g->c.seq);
 	return gpt2_cuda_to_host(g, dst, at(g, g->logits, (size_t)row * (size_t)g->ldv),
 	                         (size_t)g->c.vocab, 0);
+}
+
+extern "C" int gpt2_cuda_set_linear_hooks(gpt2_cuda *g, gpt2_cuda_fwd_fn fwd,
+                                          gpt2_cuda_bwd_fn bwd, void *user)
+{
+	if (g->prec != GPT2_CUDA_F32 && (fwd || bwd))
+		return fail(g, "linear-layer hooks need an f32 work space");
+	g->hook_fwd = fwd;
+	g->hook_bwd = bwd;
+	g->hook_user = user;
+	return 0;
+}
+
+extern "C" int gpt2_cuda_alloc(gpt2_cuda *g, size_t bytes, void **ret)
+{
+	CU(g, cudaSetDevice(g->device));
+	CU(g, cudaMalloc(ret, bytes ? bytes : 1));
+	return 0;
+}
+
+extern "C" void gpt2_cuda_free_mem(void *p)
+{
+	cudaFree(p);
 }

@@ -87,6 +87,24 @@ int gpt2_cuda_to_host(gpt2_cuda *g, float *dst, const void *src, size_t n, int f
 /* Wait for everything enqueued on the stream. */
 int gpt2_cuda_sync(gpt2_cuda *g);
 
+/* mixed_precision fp8 (gpt2_fp8.c): the GEMMs of a block's linear layers
+ * through the caller.  k names the weight (GPT2_QKV_W, GPT2_APROJ_W,
+ * GPT2_FC_W, GPT2_MPROJ_W) of block l; fwd computes y[rows, out] =
+ * x[rows, in] . W^T; bwd computes dx[rows, in] = dy . W and dW[out, in] +=
+ * dy^T . x; all f32 device buffers, on gpt2_cuda_stream().  Each returns
+ * 0 when it did the GEMMs, 1 to leave them to cuBLASLt here, -1 on
+ * failure (after printing why).  Biases and their gradients stay here.
+ * f32 work spaces only. */
+typedef int (*gpt2_cuda_fwd_fn)(void *user, int l, int k, const void *x, void *y, int rows);
+typedef int (*gpt2_cuda_bwd_fn)(void *user, int l, int k, const void *dy, void *dx, float *dW,
+                                int rows);
+int gpt2_cuda_set_linear_hooks(gpt2_cuda *g, gpt2_cuda_fwd_fn fwd, gpt2_cuda_bwd_fn bwd,
+                               void *user);
+/* bytes of device memory on g's GPU (a hook's work space); freed with
+ * gpt2_cuda_free_mem, also after gpt2_cuda_free. */
+int gpt2_cuda_alloc(gpt2_cuda *g, size_t bytes, void **ret);
+void gpt2_cuda_free_mem(void *p);
+
 #ifdef __cplusplus
 }
 #endif

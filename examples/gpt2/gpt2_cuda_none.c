@@ -72,3 +72,10 @@ int gpt2_cuda_embed_backward(gpt2_cuda *g, float *dwte, float *dwpe, int n) NONE
 int gpt2_cuda_logits_row(gpt2_cuda *g, int row, float *dst) NONE()
 int gpt2_cuda_to_host(gpt2_cuda *g, float *dst, const void *src, size_t n, int f32_src) NONE()
 int gpt2_cuda_sync(gpt2_cuda *g) NONE()
+int gpt2_cuda_set_linear_hooks(gpt2_cuda *g, gpt2_cuda_fwd_fn fwd, gpt2_cuda_bwd_fn bwd,
+                               void *user) NONE()
+int gpt2_cuda_alloc(gpt2_cuda *g, size_t bytes, void **ret) NONE()
+void gpt2_cuda_free_mem(void *p)
+{
+	(void)p;
+}

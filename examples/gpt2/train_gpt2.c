@@ -29,6 +29,7 @@
 #include "blas.h"
 #include "gpt2.h"
 #include "gpt2_device.h"
+#include "gpt2_fp8.h"
 #include "gpt2_data.h"
 #include "st_write.h"
 
@@ -275,6 +276,9 @@ typedef struct trainer {
 	gpt2_cuda *gpu;                        /* --device cuda, else NULL */
 	int32_t dev_index;                     /* its CUDA ordinal */
 	int recompute;                         /* --recompute */
+	int fp8_on;                            /* mixed_precision fp8 (GPU only) */
+	gpt2_fp8 *fp8;                         /* its GEMMs, after accel_prepare */
+	uint32_t cdt;                          /* compute_dtype of the next add_param */
 } trainer;
 
 static int fail(const trainer *t, const char *what, int rc)
@@ -290,6 +294,7 @@ static int add_param(trainer *t, const char *unit, const char *name, int ndim,
 {
 	accel_param_desc d = {.struct_size = sizeof(d), .dtype = t->dtype, .unit = unit,
 	                      .name = name, .ndim = (uint32_t)ndim, .shape = shape,
+	                      .compute_dtype = t->cdt,
 	                      .device = t->gpu ? ACCEL_DEVICE_CUDA : ACCEL_DEVICE_CPU,
 	                      .device_index = t->gpu ? t->dev_index : 0, .init = init,
 	                      .grad_dtype = ACCEL_DTYPE_F32};
@@ -321,7 +326,10 @@ static int register_model(trainer *t)
 			                         : nd == 2                                ? &w02
 			                                                                  : NULL;
 			snprintf(name, sizeof(name), "h.%d.%s", l, gpt2_block_names[k]);
-			if (add_param(t, unit, name, nd, sh, init, &t->p_block[l * GPT2_BLOCK_TENSORS + k]))
+			t->cdt = t->fp8_on && nd == 2 ? gpt2_fp8_compute_dtype(k, sh[0], sh[1]) : 0;
+			rc = add_param(t, unit, name, nd, sh, init, &t->p_block[l * GPT2_BLOCK_TENSORS + k]);
+			t->cdt = 0;
+			if (rc)
 				return -1;
 		}
 		/* what PyTorch calls the class: fsdp's TRANSFORMER_BASED_WRAP with
@@ -716,6 +724,10 @@ static int choose_dtype(trainer *t)
 	} else if (!strcmp(mp, "fp16")) {
 		t->dtype = ACCEL_DTYPE_F16;
 		t->prec = PREC_F16;
+	} else if (!strcmp(mp, "fp8")) {   /* GPU: f32, block GEMMs in fp8 (gpt2_fp8.c) */
+		t->dtype = ACCEL_DTYPE_F32;
+		t->prec = PREC_F32;
+		t->fp8_on = 1;
 	} else {
 		fprintf(stderr, "accel-gpt2: on the CPU the program computes with f32 "
 		        "(mixed_precision=no), bf16 or f16 weights (bf16, fp16), not "
@@ -780,6 +792,13 @@ int main(int argc, char **argv)
 	}
 	if (choose_dtype(&t))
 		goto out;
+	if (t.fp8_on && !on_gpu) {
+		fprintf(stderr, "accel-gpt2: mixed_precision=fp8 runs on --device cuda only (the "
+		        "fp8 plugin's GEMMs for the blocks' linear layers); on the CPU use no, bf16 "
+		        "or fp16\n");
+		ret = 2;
+		goto out;
+	}
 
 	/* the tokens */
 	if (o.data) {
@@ -849,7 +868,9 @@ int main(int argc, char **argv)
 	}
 	if (register_model(&t))
 		goto out;
-	if ((rc = accel_prepare(t.ctx))) {
+	if ((rc = accel_prepare(t.ctx)) ||
+	    (t.fp8_on && (rc = gpt2_fp8_new(t.ctx, &t.c, t.p_block, t.cap * t.c.seq, t.gpu,
+	                                    t.dev_index, &t.fp8)))) {
 		fail(&t, "accel_prepare", rc);
 		goto out;
 	}
@@ -871,7 +892,8 @@ int main(int argc, char **argv)
 	if (!t.tied)
 		accel_print(t.ctx, "accel-gpt2: --untied: the LM head has its own weight\n");
 	if (t.gpu)
-		accel_print(t.ctx, "accel-gpt2: --device %s: %s\n", o.device, gpt2_cuda_name(t.gpu));
+		accel_print(t.ctx, "accel-gpt2: --device %s: %s%s\n", o.device, gpt2_cuda_name(t.gpu),
+		            t.fp8 ? "; the blocks' linear layers in fp8 (the fp8 plugin)" : "");
 
 	long done = 0;
 	if (o.resume) {
@@ -1008,6 +1030,7 @@ out:
 	gpt2_reader_stop(&rd);
 	sampler = accel_sampler_free(sampler);
 	t.ctx = accel_ctx_free(t.ctx);   /* first: it lets go of the GPU's stream */
+	t.fp8 = gpt2_fp8_free(t.fp8);   /* unhooks from t.gpu: first */
 	gpt2_cuda_free(t.gpu);
 	gpt2_work_free(&t.w);
 	gpt2_tokens_close(&toks);
