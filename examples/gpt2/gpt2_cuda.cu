@@ -28,6 +28,7 @@
 #include "ex_cuda.cuh"
 #include "gpt2_cuda.h"
 #include "gpt2_cuda_kernels.cuh"
+#include "gpt2_gemm.h"
 
 static_assert(GPT2_CUDA_F32 == EX_F32 && GPT2_CUDA_BF16 == EX_BF16 && GPT2_CUDA_F16 == EX_F16,
               "working dtype values");
@@ -119,15 +120,14 @@ static void plan_free(plan *p)
 	memset(p, 0, sizeof(*p));
 }
 
-/* Column-major layout of a stored row-major matrix of rows x cols (leading
- * dimension ldm), as cuBLASLt sees it: cols x rows; batched when batch > 1. */
-static int layout(gpt2_cuda *g, cublasLtMatrixLayout_t *l, cudaDataType_t t, int rows,
-                  int cols, int ldm, int batch, long long stride)
+/* A cuBLASLt layout of type t (gpt2_gemm.h's view), batched when batch > 1. */
+static int layout(gpt2_cuda *g, cublasLtMatrixLayout_t *l, cudaDataType_t t,
+                  const gpt2_lt_layout *d)
 {
-	LT(g, cublasLtMatrixLayoutCreate(l, t, (uint64_t)cols, (uint64_t)rows, ldm));
-	if (batch > 1) {
-		int32_t bc = batch;
-		int64_t so = stride;
+	LT(g, cublasLtMatrixLayoutCreate(l, t, d->rows, d->cols, d->ld));
+	if (d->batch > 1) {
+		int32_t bc = d->batch;
+		int64_t so = d->stride;
 		LT(g, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc,
 		                                       sizeof(bc)));
 		LT(g, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
@@ -140,9 +140,13 @@ static int layout(gpt2_cuda *g, cublasLtMatrixLayout_t *l, cudaDataType_t t, int
 static int plan_try(gpt2_cuda *g, plan *p, cublasLtEpilogue_t epi)
 {
 	cudaDataType_t ab = ex_cuda_type(g->prec), ct = p->c32 ? CUDA_R_32F : ab;
-	/* cuBLASLt's A is our B, its B our A */
-	cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-	cublasOperation_t opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+	/* cuBLASLt's A is our B, its B our A (gpt2_gemm.h) */
+	gpt2_gemm key = {p->ta, p->tb, p->m, p->n, p->k, 1.0f, NULL, p->lda, p->sa, NULL, p->ldb,
+	                 p->sb, 0.0f, NULL, p->ldc, p->sc, p->batch, p->c32, NULL};
+	gpt2_lt_view v;
+	gpt2_lt_view_of(&key, &v);
+	cublasOperation_t opa = v.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t opb = v.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 	p->used = 1;
 	LT(g, cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
 	LT(g, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
@@ -156,11 +160,8 @@ static int plan_try(gpt2_cuda *g, plan *p, cublasLtEpilogue_t epi)
 		LT(g, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
 		                                     sizeof(bias)));
 	}
-	/* stored (row-major): A is m x k (k x m when ta), B k x n (n x k when
-	 * tb), C m x n */
-	if (layout(g, &p->lb, ab, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda, p->batch, p->sa) ||
-	    layout(g, &p->la, ab, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb, p->batch, p->sb) ||
-	    layout(g, &p->lc, ct, p->m, p->n, p->ldc, p->batch, p->sc))
+	if (layout(g, &p->la, ab, &v.a) || layout(g, &p->lb, ab, &v.b) ||
+	    layout(g, &p->lc, ct, &v.c))
 		return -1;
 	cublasLtMatmulPreference_t pref;
 	LT(g, cublasLtMatmulPreferenceCreate(&pref));
@@ -191,23 +192,6 @@ static int plan_try(gpt2_cuda *g, plan *p, cublasLtEpilogue_t epi)
 	return 1;
 }
 
-typedef struct gemm_args {
-	int ta, tb, m, n, k;
-	float alpha;
-	const void *A;
-	int lda;
-	long long sa;
-	const void *B;
-	int ldb;
-	long long sb;
-	float beta;
-	void *C;
-	int ldc;
-	long long sc;
-	int batch;        /* 0 or 1: one product */
-	int c32;          /* C is f32 */
-	const void *bias; /* n values of the working dtype added to each row */
-} gemm_args;
 
 static int same_key(const plan *q, const plan *k)
 {
@@ -218,7 +202,7 @@ static int same_key(const plan *q, const plan *k)
 }
 
 /* C = alpha op(A) op(B) + beta C (+ bias), row-major. */
-static int gemm(gpt2_cuda *g, const gemm_args *a)
+static int gemm(gpt2_cuda *g, const gpt2_gemm *a)
 {
 	size_t es = g->es, ces = a->c32 ? 4 : g->es;
 	int batch = a->batch > 1 ? a->batch : 1;
@@ -354,7 +338,7 @@ static int linear_forward(gpt2_cuda *g, int l, int k, void *y, const void *x, co
 		LAUNCHED(g, "bias kernel");
 		return 0;
 	}
-	gemm_args a = {0, 1, (int)N, out, in, 1.0f, x, in, 0, W, in, 0, 0.0f, y, out, 0, 1, 0, b};
+	gpt2_gemm a = gpt2_gemm_linear_fwd(y, x, W, b, (int)N, in, out);
 	return gemm(g, &a);
 }
 
@@ -370,62 +354,40 @@ static int linear_backward(gpt2_cuda *g, int l, int k, void *dx, float *dW, floa
 		return fail(g, "the fp8 GEMMs of block %d's weight %d's backward failed", l, k);
 	if (h == 0)
 		return 0;
-	gemm_args a = {1, 0, out, in, (int)N, 1.0f, dy, out, 0, x, in, 0, 1.0f, dW, in, 0, 1, 1,
-	               NULL};
-	if (gemm(g, &a))
-		return -1;
-	gemm_args b = {0, 0, (int)N, in, out, 1.0f, dy, out, 0, W, in, 0, 0.0f, dx, in, 0, 1, 0,
-	               NULL};
-	return gemm(g, &b);
+	gpt2_gemm a = gpt2_gemm_linear_dw(dW, dy, x, (int)N, in, out),
+	          b = gpt2_gemm_linear_dx(dx, dy, W, (int)N, in, out);
+	return gemm(g, &a) || gemm(g, &b) ? -1 : 0;
 }
 
-/* Causal attention of sequence b's heads: qkv [T, 3C] -> y [T, C],
- * probabilities att [H, T, T]. */
+/* Causal attention of one sequence's heads: qkv [T, 3C] -> y [T, C],
+ * probabilities att [H, T, T] (gpt2_gemm.h's products around the softmax). */
 static int attention_forward(gpt2_cuda *g, void *y, void *att, const void *qkv)
 {
-	int Tq = g->c.seq, C = g->c.dim, H = g->c.heads, hd = C / H;
-	float scale = (float)(1.0 / sqrt((double)hd));
-	long long TT = (long long)Tq * Tq;
-	/* S_h = scale q_h k_h^T: q_h = qkv[:, h hd ..], k_h = qkv[:, C + h hd ..] */
-	gemm_args s = {0, 1, Tq, Tq, hd, scale, qkv, 3 * C, hd, at(g, qkv, (size_t)C), 3 * C, hd,
-	               0.0f, att, Tq, TT, H, 0, NULL};
-	if (gemm(g, &s))
+	int Tq = g->c.seq, C = g->c.dim, H = g->c.heads;
+	gpt2_gemm p[2];
+	gpt2_gemm_attn_fwd(p, y, att, qkv, Tq, C, H, g->es);
+	if (gemm(g, &p[0]))
 		return -1;
 	size_t rows = (size_t)H * (size_t)Tq;
 	LAUNCH_T(g, softmax_causal_k, (unsigned)((rows * 32 + 255) / 256), 256, (T *)att, rows, Tq);
 	LAUNCHED(g, "softmax kernel");
-	/* y_h = P_h v_h: y_h = y[:, h hd ..], v_h = qkv[:, 2C + h hd ..] */
-	gemm_args o = {0, 0, Tq, hd, Tq, 1.0f, att, Tq, TT, at(g, qkv, 2 * (size_t)C), 3 * C, hd, 0.0f,
-	               y, C, hd, H, 0, NULL};
-	return gemm(g, &o);
+	return gemm(g, &p[1]);
 }
 
-/* dqkv [T, 3C] of sequence b from dy [T, C]; dS: [H, T, T] scratch. */
+/* dqkv [T, 3C] of one sequence from dy [T, C]; dS: [H, T, T] scratch. */
 static int attention_backward(gpt2_cuda *g, void *dqkv, void *dS, const void *dy,
                               const void *att, const void *qkv)
 {
-	int Tq = g->c.seq, C = g->c.dim, H = g->c.heads, hd = C / H;
-	float scale = (float)(1.0 / sqrt((double)hd));
-	long long TT = (long long)Tq * Tq;
-	const void *q = qkv, *k = at(g, qkv, (size_t)C), *v = at(g, qkv, 2 * (size_t)C);
-	void *dq = dqkv, *dk = at(g, dqkv, (size_t)C), *dv = at(g, dqkv, 2 * (size_t)C);
-	/* dP_h = dy_h v_h^T */
-	gemm_args dp = {0, 1, Tq, Tq, hd, 1.0f, dy, C, hd, v, 3 * C, hd, 0.0f, dS, Tq, TT, H, 0, NULL};
-	/* dv_h = P_h^T dy_h */
-	gemm_args dvv = {1, 0, Tq, hd, Tq, 1.0f, att, Tq, TT, dy, C, hd, 0.0f, dv, 3 * C, hd, H, 0,
-	                 NULL};
-	if (gemm(g, &dp) || gemm(g, &dvv))
+	int Tq = g->c.seq, C = g->c.dim, H = g->c.heads;
+	gpt2_gemm p[4];
+	gpt2_gemm_attn_bwd(p, dqkv, dS, dy, att, qkv, Tq, C, H, g->es);
+	if (gemm(g, &p[0]) || gemm(g, &p[1]))
 		return -1;
 	size_t rows = (size_t)H * (size_t)Tq;
 	LAUNCH_T(g, softmax_causal_bwd_k, (unsigned)((rows * 32 + 255) / 256), 256, (T *)dS,
 	         (const T *)att, rows, Tq);
 	LAUNCHED(g, "softmax backward kernel");
-	/* dq_h = scale dS_h k_h;  dk_h = scale dS_h^T q_h */
-	gemm_args dqa = {0, 0, Tq, hd, Tq, scale, dS, Tq, TT, k, 3 * C, hd, 0.0f, dq, 3 * C, hd, H, 0,
-	                 NULL};
-	gemm_args dka = {1, 0, Tq, hd, Tq, scale, dS, Tq, TT, q, 3 * C, hd, 0.0f, dk, 3 * C, hd, H, 0,
-	                 NULL};
-	return gemm(g, &dqa) || gemm(g, &dka) ? -1 : 0;
+	return gemm(g, &p[2]) || gemm(g, &p[3]) ? -1 : 0;
 }
 
 static int residual_add(gpt2_cuda *g, void *y, const void *a, size_t total)
@@ -518,8 +480,7 @@ extern "C" int gpt2_cuda_head_forward(gpt2_cuda *g, const void *lnf_w, const voi
 	if (layernorm_forward(g, g->lnf, g->meanf, g->rstdf, g->out, lnf_w, lnf_b, N))
 		return -1;
 	/* logits[N, V] (rows ldv apart) = lnf[N, C] . head[V, C]^T */
-	gemm_args a = {0, 1, (int)N, V, C, 1.0f, g->lnf, C, 0, head, C, 0, 0.0f, g->logits, g->ldv,
-	               0, 1, 0, NULL};
+	gpt2_gemm a = gpt2_gemm_head_fwd(g->logits, g->ldv, g->lnf, head, (int)N, C, V);
 	return gemm(g, &a);
 }
 
@@ -548,11 +509,8 @@ extern "C" int gpt2_cuda_head_backward(gpt2_cuda *g, const void *lnf_w, const vo
 	int C = g->c.dim, V = g->c.vocab;
 	size_t N = (size_t)n * (size_t)g->c.seq;
 	/* dhead[V, C] += dlogits[N, V]^T . lnf[N, C] (f32) */
-	gemm_args dh = {1, 0, V, C, (int)N, 1.0f, g->logits, g->ldv, 0, g->lnf, C, 0, 1.0f, dhead, C,
-	                0, 1, 1, NULL};
-	/* dln[N, C] = dlogits[N, V] . head[V, C] */
-	gemm_args dl = {0, 0, (int)N, C, V, 1.0f, g->logits, g->ldv, 0, head, C, 0, 0.0f, g->dln, C,
-	                0, 1, 0, NULL};
+	gpt2_gemm dh = gpt2_gemm_head_dw(dhead, g->logits, g->ldv, g->lnf, (int)N, C, V),
+	          dl = gpt2_gemm_head_dx(g->dln, g->logits, g->ldv, head, (int)N, C, V);
 	if (gemm(g, &dh) || gemm(g, &dl))
 		return -1;
 	CU(g, cudaMemsetAsync(g->dx, 0, N * (size_t)C * g->es, g->stream));
