@@ -28,9 +28,9 @@
 
 #include "blas.h"
 #include "gpt2.h"
+#include "gpt2_data.h"
 #include "gpt2_device.h"
 #include "gpt2_fp8.h"
-#include "gpt2_data.h"
 #include "st_write.h"
 
 typedef struct options {
@@ -79,7 +79,8 @@ static void usage(FILE *out)
 	        "                     as train_mlp (docs/checkpointing.md)\n"
 	        "  --save-final FILE  trained parameters as safetensors (f32)\n"
 	        "  --config FILE      accel configuration;  --set KEY=VALUE  override a key\n"
-	        "  --device D         cpu (default), cuda (GPU local rank %% count) or cuda:N\n");
+	        "  --device D         cpu (default), cuda (GPU local rank %% count) or cuda:N\n"
+	        "                     (docs/gpt2.md, \"On a GPU\")\n");
 }
 
 static int parse_num(const char *flag, const char *v, double lo, double hi, double *ret)
@@ -868,10 +869,13 @@ int main(int argc, char **argv)
 	}
 	if (register_model(&t))
 		goto out;
-	if ((rc = accel_prepare(t.ctx)) ||
-	    (t.fp8_on && (rc = gpt2_fp8_new(t.ctx, &t.c, t.p_block, t.cap * t.c.seq, t.gpu,
-	                                    t.dev_index, &t.fp8)))) {
+	if ((rc = accel_prepare(t.ctx))) {
 		fail(&t, "accel_prepare", rc);
+		goto out;
+	}
+	if (t.fp8_on && (rc = gpt2_fp8_new(t.ctx, &t.c, t.p_block, t.cap * t.c.seq, t.gpu,
+	                                   t.dev_index, &t.fp8))) {
+		fail(&t, "mixed_precision fp8", rc);
 		goto out;
 	}
 	if (accel_is_main(t.ctx) && o.checkpoint_every && mkdir(o.project_dir, 0777) &&
