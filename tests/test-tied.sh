@@ -23,6 +23,9 @@
 #     world size and give the same weights as an uninterrupted run;
 #   - HYBRID_SHARD as two launchers of two ranks each (TIED_HYBRID= empty
 #     skips it), every rank against ddp at one process;
+#   - the memory estimate equals accel_memory_stats at the end of a run,
+#     per category, every rank of world 3, to the byte (TIED_MEMORY: the
+#     zero 3 and fsdp variants; empty skips it);
 #   - accel_unit_use_param's refusals (tied-train --api-errors);
 #   - refusal: a strategy without ACCEL_CAP_SHARED_PARAMS (the localsgd
 #     example) and one built before ABI 1.7 are refused at accel_prepare
