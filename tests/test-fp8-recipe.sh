@@ -51,6 +51,24 @@ else
 	fail "margin 2, interval 3: $(cat "$tmp/mi.err")"
 fi
 
+# the amax history: 3 steps, its maximum or the latest step's
+# (fp8-check computes the expected scales from the history's window; X's
+# amax cycles 1, 2, 3, so the two differ at every third step), 8 steps
+for algo in max most_recent; do
+	if ACCEL_CONFIG="$tmp/cfg.json" ACCEL_SET="fp8.amax_history_len=3
+fp8.amax_compute_algo=$algo" "$prog" train 8 >"$tmp/h$algo.out" 2>"$tmp/h$algo.err"; then
+		[ "$(grep -c '^scales ' "$tmp/h$algo.out")" = 8 ] ||
+			fail "history 3, $algo: expected 8 scale lines"
+	else
+		fail "history 3, $algo: $(cat "$tmp/h$algo.err")"
+	fi
+done
+# the two algorithms' X scales differ after step 3 (max: 3 of steps 2, 3; most_recent: 1)
+a=$(sed -n 's/^scales 3 \([^ ]*\).*/\1/p' "$tmp/hmax.out")
+b=$(sed -n 's/^scales 3 \([^ ]*\).*/\1/p' "$tmp/hmost_recent.out")
+[ -n "$a" ] && [ "$a" != "$b" ] ||
+	fail "history 3: the X scale after step 3 is '$a' with max and '$b' with most_recent"
+
 if ! "$ACCEL_CLI" launch -n 2 --config "$tmp/cfg.json" -- /bin/true >"$tmp/probe.log" 2>&1; then
 	echo "skipped: accel launch -n 2 cannot start /bin/true here:"
 	cat "$tmp/probe.log"
@@ -76,6 +94,13 @@ if "$ACCEL_CLI" launch -n 2 --config "$tmp/cfg.json" -- "$prog" train 5 "$tmp/ck
 	done
 else
 	fail "2 ranks: $(cat "$tmp/two.out")"
+fi
+
+# 2 ranks with a history of 3 steps and interval 2: every rank checks
+# each step's scales against the history of the maxima over ranks
+if ! "$ACCEL_CLI" launch -n 2 --config "$tmp/cfg.json" --set fp8.amax_history_len=3 \
+	--set fp8.interval=2 -- "$prog" train 8 >"$tmp/two-h.out" 2>&1; then
+	fail "2 ranks, history 3, interval 2: $(cat "$tmp/two-h.out")"
 fi
 
 # require_hardware on a machine without an FP8 GPU

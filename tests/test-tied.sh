@@ -23,6 +23,9 @@
 #     world size and give the same weights as an uninterrupted run;
 #   - HYBRID_SHARD as two launchers of two ranks each (TIED_HYBRID= empty
 #     skips it), every rank against ddp at one process;
+#   - the memory estimate equals accel_memory_stats at the end of a run,
+#     per category, every rank of world 3, to the byte (TIED_MEMORY: the
+#     zero 3 and fsdp variants; empty skips it);
 #   - accel_unit_use_param's refusals (tied-train --api-errors);
 #   - refusal: a strategy without ACCEL_CAP_SHARED_PARAMS (the localsgd
 #     example) and one built before ABI 1.7 are refused at accel_prepare
@@ -230,6 +233,59 @@ if [ -n "${TIED_HYBRID-1}" ] && have_plugin fsdp && command -v python3 > /dev/nu
 		every_rank "$tmp/ref$g" "$tmp/h" 4 "$RTOL" "HYBRID_SHARD 2 nodes x 2 ranks gas $g vs ddp world 1"
 	done
 fi
+
+# The memory estimate (the estimate_memory slot's arithmetic, logged by
+# the strategy for the rank's own layout) against what accel_memory_stats
+# counts at the end of the run (tied-train --memory), per category, on
+# every rank of world 3, to the byte: the tied weight's owner, gathered
+# with its gradient across the head's backward, must be counted the way
+# the strategy allocates it.  zero logs "memory after the first step ...
+# (est N)" per place; device and host add up (a CPU job's memory is all
+# host memory), nvme file bytes are not memory.  fsdp logs "memory
+# estimate for rank R, bytes kept between steps: ...".
+MEM_VARIANTS=${TIED_MEMORY-zero3 zero3cpu zero3nvme fsdp_full fsdp_grad_op fsdp_no_shard fsdp_wrap fsdp_nowrap fsdp_full_offload}
+for v in $MEM_VARIANTS; do
+	p=$(plugin_of "$v")
+	have_plugin "$p" || { echo "skipped: memory $v: plugin $p not built"; continue; }
+	cfg "$tmp/m.json" "$v" adamw 1
+	if ! ACCEL_LOG_LEVEL=info ACCEL_LOG_ALL_RANKS=1 "$ACCEL_CLI" launch -n 3 \
+		--config "$tmp/m.json" -- "$prog" --steps 3 --batch $BATCH \
+		--memory "$tmp/mem" > "$tmp/m.log" 2>&1; then
+		fail "memory $v: the run failed"; tail -15 "$tmp/m.log"; continue
+	fi
+	for r in 0 1 2; do
+		case $p in
+		zero) line=$(grep "\[accel rank $r\].*memory after the first step" "$tmp/m.log" | head -1) ;;
+		*) line=$(grep "memory estimate for rank $r, " "$tmp/m.log" | head -1) ;;
+		esac
+		[ -n "$line" ] || { fail "memory $v rank $r: no estimate in the log"; continue; }
+		res=$(echo "$line" | awk -v mf="$tmp/mem.$r" -v p="$p" '{
+			s = $0
+			if (p == "zero") { sub(/.*estimated\): /, "", s); sub(/; peak.*/, "", s) }
+			else sub(/.*between steps: /, "", s)
+			n = split(s, parts, ", ")
+			for (i = 1; i <= n; i++) {
+				k = split(parts[i], w, " ")
+				if (w[1] == "nvme") continue
+				c = (w[1] == "host") ? w[2] : w[1]
+				e = w[k]; sub(/\)/, "", e)
+				est[c] += e
+			}
+			while ((getline l < mf) > 0) { split(l, f, " "); cur[f[1]] = f[2] }
+			ok = 1
+			split("params grads master optimizer buffers offload", cats, " ")
+			for (i = 1; i <= 6; i++) {
+				c = cats[i]
+				if (cur[c] + 0 != est[c] + 0) ok = 0
+				out = out sprintf(" %s %d/%d", c, cur[c], est[c])
+			}
+			print ok out }')
+		case $res in
+		1*) [ "$r" = 2 ] && echo "ok: memory $v (rank 2, measured/estimated):${res#1}" ;;
+		*) fail "memory $v rank $r (measured/estimated):${res#0}" ;;
+		esac
+	done
+done
 
 # the API's refusals
 if "$prog" --api-errors > "$tmp/api.log" 2>&1; then

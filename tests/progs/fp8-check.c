@@ -14,8 +14,12 @@
  *          over all ranks' amax (computed here from the known inputs), so
  *          ranks agree and the all-reduce is a max;
  *        - scale * amax <= fp8_max.
- *       The expected scales follow the config's fp8.margin and
- *       fp8.interval (recomputed only on every interval-th step).
+ *       The expected scales follow the config's fp8.margin,
+ *       fp8.interval (recomputed only on every interval-th step),
+ *       fp8.amax_history_len and fp8.amax_compute_algo (the maximum of
+ *       the last amax_history_len steps' amax, or the latest one; X's
+ *       amax cycles 1, 2, 3 times the rank's factor, so a history of 2 or
+ *       more steps differs from the latest step's at every third step).
  *       Prints "scales STEP X W DY" (rank 0, %a).  With SAVE_DIR, saves
  *       the state after step SAVE_AT.
  *   fp8-check resume DIR
@@ -33,6 +37,7 @@
 #define IN 32
 #define OUT 16
 #define ROWS 8
+#define MAX_STEPS 64
 
 static int bad(accel_ctx *ctx, const char *what)
 {
@@ -100,10 +105,18 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	int steps = atoi(argv[2]);
-	int64_t margin = 0, interval = 1;
+	int64_t margin = 0, interval = 1, hist_len = 1;
+	const char *algo = "max";
 	if (accel_config_int(ctx, "fp8.margin", &margin) ||
-	    accel_config_int(ctx, "fp8.interval", &interval)) {
-		bad(ctx, "reading fp8.margin / fp8.interval");
+	    accel_config_int(ctx, "fp8.interval", &interval) ||
+	    accel_config_int(ctx, "fp8.amax_history_len", &hist_len) ||
+	    accel_config_string(ctx, "fp8.amax_compute_algo", &algo)) {
+		bad(ctx, "reading fp8.margin / interval / amax_history_len / amax_compute_algo");
+		goto out;
+	}
+	int most_recent = !strcmp(algo, "most_recent");
+	if (steps < 0 || steps > MAX_STEPS) {
+		fprintf(stderr, "fp8-check: at most %d steps\n", MAX_STEPS);
 		goto out;
 	}
 	const char *save_dir = argc > 4 ? argv[3] : NULL;
@@ -113,6 +126,7 @@ int main(int argc, char **argv)
 	float xd[ROWS * IN], wd[OUT * IN];
 	uint8_t xq[ROWS * IN], wq[OUT * IN];
 	float expect[3] = {1, 1, 1};   /* TE's initial scales */
+	float seen[MAX_STEPS][3];      /* each step's amax over all ranks */
 	/* host operands: emulated whatever g->path says (a GPU machine's
 	 * cuBLASLt serves device operands) */
 	if (accel_unit_pre_forward(ctx, unit) || g->linear_workspace(g, w, ROWS, &ws_bytes) ||
@@ -192,9 +206,18 @@ int main(int argc, char **argv)
 		 * (the largest rank's inputs), W (the same weights everywhere), and
 		 * 57344 / amax(dY) (HYBRID: E5M2 gradients) */
 		float xa = (float)world * (float)(1 + t % 3);
-		float fm[3] = {448.0f, 448.0f, 57344.0f}, am[3] = {xa, w_amax, amax_of(dy, ROWS * OUT)};
-		/* amax_history_len 1 in this test's config: the latest step only;
+		float fm[3] = {448.0f, 448.0f, 57344.0f}, am[3];
+		seen[t][0] = xa;
+		seen[t][1] = w_amax;
+		seen[t][2] = amax_of(dy, ROWS * OUT);
+		/* the history: the last amax_history_len steps (this one
+		 * included), its maximum or the latest (most_recent);
 		 * (fp8_max / amax) / 2^margin, on every interval-th step */
+		for (int j = 0; j < 3; j++) {
+			am[j] = seen[t][j];
+			for (int64_t k = 1; !most_recent && k < hist_len && k <= t; k++)
+				am[j] = seen[t - k][j] > am[j] ? seen[t - k][j] : am[j];
+		}
 		for (int j = 0; j < 3 && (t + 1) % interval == 0; j++) {
 			double bound = ldexp(fm[j], -(int)margin);
 			float s = (float)(bound / am[j]);

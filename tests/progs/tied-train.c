@@ -7,6 +7,7 @@
  *
  *   tied-train [--steps S] [--batch B] [--out FILE] [--out-ranks PREFIX]
  *              [--check-sgd LR] [--save DIR] [--load DIR] [--untied]
+ *              [--memory PREFIX]
  *   tied-train --compare A B [--rtol R] [--atol A]
  *   tied-train --api-errors
  *
@@ -29,6 +30,11 @@
  * counted twice, must fail by far (so the check can tell them apart).
  * Every rank also checks that W read in the head's window equals W read in
  * the embedding's.
+ *
+ * --memory PREFIX writes PREFIX.RANK after the run: per category (params,
+ * grads, master, optimizer, buffers, offload) the bytes accel_memory_stats
+ * counts now and at its peak, "NAME CUR PEAK" a line, as zero-train does
+ * (the test compares them with the strategy's estimate).
  *
  * --untied registers W without the second use (the head then reads a
  * parameter outside its unit): the run must be refused or give wrong
@@ -383,10 +389,38 @@ done:
 	return bad ? 1 : 0;
 }
 
+/* accel_memory_stats per category into PREFIX.RANK ("NAME CUR PEAK"). */
+static int write_memory(accel_ctx *ctx, const char *prefix, long rank)
+{
+	static const char *const cat[] = {"params", "grads", "master", "optimizer", "buffers",
+	                                  "offload"};
+	char path[4096];
+	snprintf(path, sizeof(path), "%s.%ld", prefix, rank);
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		perror(path);
+		return 1;
+	}
+	for (uint32_t c = 0; c < 6; c++) {
+		uint64_t cur = 0, peak = 0;
+		if (accel_memory_stats(ctx, c, ACCEL_DEVICE_CPU, 0, &cur, &peak)) {
+			fclose(f);
+			return err(ctx, "accel_memory_stats");
+		}
+		fprintf(f, "%s %llu %llu\n", cat[c], (unsigned long long)cur,
+		        (unsigned long long)peak);
+	}
+	if (fclose(f)) {
+		perror(path);
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	long steps = 6, batch = 24;
-	const char *out = NULL, *out_ranks = NULL, *save = NULL, *load = NULL;
+	const char *out = NULL, *out_ranks = NULL, *save = NULL, *load = NULL, *memory = NULL;
 	double check_lr = 0;
 	int untied = 0;
 	accel_ctx *ctx = NULL;
@@ -420,10 +454,12 @@ int main(int argc, char **argv)
 			load = argv[++i];
 		} else if (!strcmp(argv[i], "--untied")) {
 			untied = 1;
+		} else if (!strcmp(argv[i], "--memory") && i + 1 < argc) {
+			memory = argv[++i];
 		} else {
 			fprintf(stderr, "usage: tied-train [--steps S] [--batch B] [--out FILE] "
 			        "[--out-ranks PREFIX] [--check-sgd LR]\n"
-			        "                  [--save DIR] [--load DIR] [--untied]\n"
+			        "                  [--save DIR] [--load DIR] [--untied] [--memory PREFIX]\n"
 			        "       tied-train --compare A B [--rtol R] [--atol A]\n");
 			return 2;
 		}
@@ -508,6 +544,8 @@ int main(int argc, char **argv)
 			}
 		}
 	}
+	if (memory && (r = write_memory(ctx, memory, rank)))
+		goto done;
 	if (save && accel_save_state(ctx, save)) {
 		r = err(ctx, "accel_save_state");
 		goto done;
