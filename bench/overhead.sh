@@ -24,7 +24,7 @@
 #   PERF_STEPS (200), PERF_FREQ (2000), CG_STEPS_A (2), CG_STEPS_B (6),
 #   OPTIM_FUNCS (functions counted as optimizer arithmetic; default: every
 #   function defined in core/optim.c plus the step entry accelp_train_optim_step
-#   and grad_at of core/train.c), KEEP (a directory to keep the profiles in).
+#   and grad_at of core/train_step.c), KEEP (a directory to keep the profiles in).
 set -eu
 
 BUILD=${1:-build}

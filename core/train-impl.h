@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* core/train-impl.h: the definition of accel_train, shared by core/train.c
+/* core/train-impl.h: the definition of accel_train, shared by core/train*.c
  * and core/metrics.c (private). */
 #ifndef ACCEL_CORE_TRAIN_IMPL_H
 #define ACCEL_CORE_TRAIN_IMPL_H
@@ -90,7 +90,7 @@ struct accel_train {
 	int32_t dev_stats_device, dev_stats_index;
 	int last_on_device;
 
-	/* Optimizer and schedule (core/optim.h, core/lrsched.h; see train.c). */
+	/* Optimizer and schedule (core/optim.h, core/lrsched.h; see train_step.c). */
 	void *optim;
 
 	/* Metrics sink (core/metrics.c). */

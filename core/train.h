@@ -5,7 +5,7 @@
  * registered them), the initial values or init callbacks, the optimizer
  * configuration and state counters (step, micro-step, learning rate), and
  * the metrics sink.  The user API in accel.h (@api-train section) is
- * implemented in core/train.c on top of it; core/host.c implements the
+ * implemented in core/train*.c on top of it; core/host.c implements the
  * host table's model/param_bind/param_init/optim_state_count/optim_step/
  * sync_step members by calling the functions below.
  *

@@ -496,7 +496,7 @@ START_TEST(stats_on_device_match_host)
 		ck_assert_msg(accelp_ops_device_clip_scale(ACCEL_DEVICE_CUDA, 0, stats, mx, un, &e) ==
 		              ACCEL_OK, "%s", e.msg);
 		xfer(got, stats, sizeof(got), ACCEL_DEVICE_D2H);
-		/* core/train.c's arithmetic */
+		/* core/train_step.c's arithmetic */
 		double want[4] = {ss, sqrt(ss) * un, 1.0, 0};
 		if (mx > 0) {
 			want[2] = mx / (want[1] + 1e-6);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-train.c: the training API (core/train.c, core/metrics.c) with
+/* tests/test-train.c: the training API (core/train*.c, core/metrics.c) with
  * the ddp strategy at world size 1: registration and its errors, initial
  * values, gradient accumulation, the step (SGD/AdamW numerics, clipping),
  * the ddp bucket plan and overlap counters, hook misuse, metrics lines. */
