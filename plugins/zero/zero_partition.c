@@ -525,7 +525,8 @@ int zero_post_backward(void *state, uint32_t unit)
 		                      "out of range", unit);
 	if (s->unit_done[unit])
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward called "
-		                      "twice for unit '%s' in one micro-step", m->units[unit].name);
+		                      "twice for unit '%s' in one micro-step",
+		                      ACCEL_MODEL_UNIT(m, unit)->name);
 	s->unit_done[unit] = 1;
 	if (s->cfg.stage < 2 && !s->host->sync_step(s->h))
 		return ACCEL_OK;
@@ -565,7 +566,7 @@ int zero_micro_step_end(void *state, uint32_t sync)
 			zero_group *g = &s->groups[i];
 			if (s->cfg.stage == 3 && !g->issued && g->trainable) {
 				/* stage 3 reduces in post_backward only */
-				const accel_unit_info_v1 *ui = &s->model->units[g->first_unit];
+				const accel_unit_info_v1 *ui = ACCEL_MODEL_UNIT(s->model, g->first_unit);
 				return s->host->error(s->h, ACCEL_ERR_STATE, "stage 3 needs "
 				                      "accel_unit_pre_backward/post_backward around every "
 				                      "unit's backward; unit '%s' had none this micro-step",
