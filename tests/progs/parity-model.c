@@ -378,6 +378,16 @@ int parity_prepare_train(model *m, const parity_opts *o, const parity_job *job)
 	return parity_train(m, job, o->steps, o->batch, o->hooks);
 }
 
+int parity_end(model *m, int r)
+{
+	if (!r && accel_wait_for_everyone(m->ctx))
+		r = fail(m->ctx, "accel_wait_for_everyone");
+	m->ctx = accel_ctx_free(m->ctx);
+	if (g_trace && fclose(g_trace) && !r)
+		r = (perror("--trace"), 1);
+	return r;
+}
+
 int parity_train(model *m, const parity_job *job, long steps, long batch, const char *hooks)
 {
 	int64_t gas = job->gas;

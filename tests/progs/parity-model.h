@@ -96,6 +96,11 @@ int parity_begin(model *m, const parity_opts *o, parity_job *job, long *rank_shi
 /* accel_prepare, --metrics, then parity_train. */
 int parity_prepare_train(model *m, const parity_opts *o, const parity_job *job);
 
+/* The end of train-parity's and zero-train's run with status r: when 0,
+ * accel_wait_for_everyone; then the context freed and --trace closed.
+ * Returns the exit status. */
+int parity_end(model *m, int r);
+
 /* `steps` optimizer steps of a global batch of `batch` samples, each rank
  * its share of each micro-batch, logging loss, lr, grad_norm and clip_coef
  * per step. */

@@ -93,11 +93,6 @@ int main(int argc, char **argv)
 		snprintf(path, sizeof(path), "%s.%ld", o.out_ranks, job.rank);
 		r = write_params(&m, path);
 	}
-	if (!r && accel_wait_for_everyone(m.ctx))
-		r = fail(m.ctx, "accel_wait_for_everyone");
 done:
-	accel_ctx_free(m.ctx);
-	if (g_trace && fclose(g_trace) && !r)
-		r = (perror("--trace"), 1);
-	return r;
+	return parity_end(&m, r);
 }
