@@ -52,7 +52,7 @@ int accelp_ckpt_each_param(accel_ctx *ctx, const char *who, uint32_t release_fla
 	/* After a failure of fn the walk goes on without it: the other ranks
 	 * are in the same gathers. */
 	for (uint32_t u = 0; u < m->n_units; u++) {
-		const accel_unit_info_v1 *unit = &m->units[u];
+		const accel_unit_info_v1 *unit = ACCEL_MODEL_UNIT(m, u);
 		int r = s->vt->materialize(s->state, u, ACCEL_MATERIALIZE_GATHER);
 		if (r) {
 			if (!ctx->err.code)

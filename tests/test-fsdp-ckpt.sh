@@ -30,17 +30,8 @@ fails=0
 RTOL=2.2e-7
 VARIANTS=${FSDP_CKPT_VARIANTS:-FULL_SHARD SHARD_GRAD_OP NO_SHARD HYBRID_SHARD FULL_SHARD/FULL_STATE_DICT FULL_SHARD+offload}
 
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
-echo '{}' > "$tmp/empty.json"
-if ! "$A" launch -n 2 --config "$tmp/empty.json" -- /bin/true > "$tmp/probe.log" 2>&1; then
-	echo "skipped: accel launch -n 2 cannot start /bin/true here:"
-	tail -5 "$tmp/probe.log"
-	exit 77
-fi
+. "$ACCEL_TEST_SRCDIR/tests/lib-compare.sh"
+need_launch2
 
 ARGS="--hidden 48 --layers 2 --inputs 24 --classes 6 --samples 768 --test-samples 0 \
 --batch-size 96 --log-every 1000 --no-eval"
@@ -51,15 +42,6 @@ cfg() {
  "optimizer": {"type": "adamw", "params": {"lr": 0.003, "weight_decay": 0.01}},
  $3}
 EOF
-}
-
-cmp_st() {   # A B RTOL WHAT
-	if python3 "$ACCEL_TEST_SRCDIR/tests/st_compare.py" "$1" "$2" "$3" > "$tmp/cmp.log" 2>&1; then
-		echo "ok: $4: $(tail -1 "$tmp/cmp.log")"
-	else
-		fail "$4"
-		cat "$tmp/cmp.log"
-	fi
 }
 
 cfg "$tmp/ddp.json" ddp '"ddp": {}'
@@ -89,7 +71,7 @@ for v in $VARIANTS; do
 	done
 	"$A" merge-weights "$d/ck/checkpoint_10" "$d/merged.st" > "$d/merge.log" 2>&1 ||
 		{ fail "$v: merge-weights"; cat "$d/merge.log"; }
-	cmp_st "$d/ref.st" "$d/merged.st" 0 "$v: merge-weights of step 10 == --save-final"
+	st_cmp "$d/ref.st" "$d/merged.st" 0 "$v: merge-weights of step 10 == --save-final"
 	for target in "ddp 2 $tmp/ddp.json" "zero3 3 $tmp/z3.json" "fsdp 3 $tmp/f3.json"; do
 		set -- $target
 		if ! "$A" launch -n "$2" --config "$3" -- "$T" $ARGS --steps 10 \
@@ -98,7 +80,7 @@ for v in $VARIANTS; do
 			tail -20 "$d/$1.log"
 			continue
 		fi
-		cmp_st "$d/ref.st" "$d/$1.st" "$RTOL" "$v at 4 -> $1 at $2: final weights"
+		st_cmp "$d/ref.st" "$d/$1.st" "$RTOL" "$v at 4 -> $1 at $2: final weights"
 	done
 done
 
@@ -110,7 +92,7 @@ if "$A" launch -n 2 --config "$d/save.json" -- "$T" $ARGS --steps 10 --checkpoin
 	--project-dir "$d/ck" --save-final "$d/ref.st" > "$d/save.log" 2>&1; then
 	if "$A" launch -n 2 --config "$d/save.json" -- "$T" $ARGS --steps 10 \
 		--resume "$d/ck/checkpoint_5" --save-final "$d/same.st" > "$d/same.log" 2>&1; then
-		cmp_st "$d/ref.st" "$d/same.st" 0 "LOCAL_STATE_DICT at 2 -> 2: final weights (bitwise)"
+		st_cmp "$d/ref.st" "$d/same.st" 0 "LOCAL_STATE_DICT at 2 -> 2: final weights (bitwise)"
 	else
 		fail "LOCAL_STATE_DICT: resume at the same world size"
 		tail -20 "$d/same.log"

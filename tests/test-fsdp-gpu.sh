@@ -22,7 +22,6 @@
 set -u
 prog=${1:?usage: test-fsdp-gpu.sh TRAIN_MLP PYTHON [nccl|shm]}
 python=${2:?usage: test-fsdp-gpu.sh TRAIN_MLP PYTHON [nccl|shm]}
-compare=$(dirname "$0")/st_compare.py
 one=${3:-nccl}
 RTOL=${RTOL:-4e-6}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-fsdp-gpu.XXXXXX") || exit 1
@@ -30,25 +29,13 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 export ACCEL_LOG_LEVEL=warn
 unset ACCEL_CONFIG ACCEL_SET
 fails=0
-
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+: "${ACCEL_TEST_SRCDIR:?not set (run through meson test)}"
+. "$ACCEL_TEST_SRCDIR/tests/lib-compare.sh"
 
 ARGS="--steps 20 --hidden 128 --layers 2 --batch-size 128 --samples 2048 --test-samples 0
       --seed 3 --log-every 10 --no-eval --set comm.timeout_s=60"
 
-if ! "$prog" --device cuda --steps 1 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 \
-	--no-eval --set "backend=$one" > "$tmp/probe.log" 2>&1; then
-	if grep -q "no CUDA device is visible" "$tmp/probe.log"; then
-		echo "skipped: no GPU"
-		exit 77
-	fi
-	echo "FAIL: the probe run failed:"
-	cat "$tmp/probe.log"
-	exit 1
-fi
+gpu_probe "$one"
 [ -n "${ACCEL_CLI:-}" ] || { echo "FAIL: ACCEL_CLI is not set"; exit 1; }
 
 OPT='"optimizer": {"type": "adamw", "params": {"lr": 0.001, "eps": 1e-5}}, "max_grad_norm": 0.5'
@@ -59,53 +46,13 @@ fsdp_cfg() {
 	       \"cpu_offload\": $3}}" > "$tmp/$1.json"
 }
 
-# run NAME CONFIG [ARGS...]: one process; final parameters in $tmp/NAME.st
-run() {
-	name=$1 cfg=$2
-	shift 2
-	# shellcheck disable=SC2086
-	if ! ACCEL_CONFIG=$cfg "$prog" $ARGS --save-final "$tmp/$name.st" "$@" \
-		> "$tmp/$name.log" 2>&1; then
-		fail "$name: the run failed"
-		cat "$tmp/$name.log"
-		return 1
-	fi
-}
-
-# run2 NAME CONFIG [ARGS...]: 2 ranks on the GPU through the shm backend
-run2() {
-	name=$1 cfg=$2
-	shift 2
-	# shellcheck disable=SC2086
-	if ! "$ACCEL_CLI" launch -n 2 --config "$cfg" -- "$prog" $ARGS --device cuda \
-		--set backend=shm --save-final "$tmp/$name.st" "$@" > "$tmp/$name.log" 2>&1; then
-		fail "$name: the 2-rank run failed"
-		cat "$tmp/$name.log"
-		return 1
-	fi
-}
-
-# same A B WHAT
-same() {
-	if [ ! -f "$tmp/$1.st" ] || [ ! -f "$tmp/$2.st" ]; then
-		fail "$3: no result to compare"
-		return
-	fi
-	if ! "$python" "$compare" "$tmp/$1.st" "$tmp/$2.st" "$RTOL" > "$tmp/cmp.log" 2>&1; then
-		fail "$3"
-		cat "$tmp/cmp.log"
-	else
-		echo "ok: $3: $(tail -1 "$tmp/cmp.log")"
-	fi
-}
-
 run cpu "$tmp/ddp.json"
 for off in false true; do
 	fsdp_cfg "full-$off" FULL_SHARD $off
 	ACCEL_LOG_LEVEL=debug run "full-$off.gpu1" "$tmp/full-$off.json" --device cuda --set "backend=$one"
 	ACCEL_LOG_LEVEL=debug run2 "full-$off.gpu2" "$tmp/full-$off.json"
-	same cpu "full-$off.gpu1" "FULL_SHARD cpu_offload $off: GPU 1 rank vs CPU ddp"
-	same cpu "full-$off.gpu2" "FULL_SHARD cpu_offload $off: GPU 2 ranks (shm) vs CPU ddp"
+	same cpu "full-$off.gpu1" "$RTOL" "FULL_SHARD cpu_offload $off: GPU 1 rank vs CPU ddp"
+	same cpu "full-$off.gpu2" "$RTOL" "FULL_SHARD cpu_offload $off: GPU 2 ranks (shm) vs CPU ddp"
 done
 for w in gpu1 gpu2; do
 	log=$tmp/full-true.$w.log
@@ -117,7 +64,7 @@ done
 for st in SHARD_GRAD_OP NO_SHARD; do
 	fsdp_cfg "$st" "$st" true
 	run2 "$st.gpu2" "$tmp/$st.json"
-	same cpu "$st.gpu2" "$st cpu_offload true: GPU 2 ranks (shm) vs CPU ddp"
+	same cpu "$st.gpu2" "$RTOL" "$st cpu_offload true: GPU 2 ranks (shm) vs CPU ddp"
 done
 
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }

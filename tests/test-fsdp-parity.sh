@@ -73,18 +73,10 @@ MOVED=1e-2       # smallest relative move of a tensor: observed > 5e-2
 STEPS=20
 BATCH=48         # divisible by 2, 3, 4 ranks x 4 micro-steps
 
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
 [ -n "${ACCEL_CLI:-}" ] || { echo "FAIL: ACCEL_CLI is not set (run through meson test)"; exit 1; }
-echo '{}' > "$tmp/empty.json"
-if ! "$ACCEL_CLI" launch -n 2 --config "$tmp/empty.json" -- /bin/true > "$tmp/probe.log" 2>&1; then
-	echo "skipped: accel launch -n 2 cannot start /bin/true here:"
-	tail -5 "$tmp/probe.log"
-	exit 77
-fi
+: "${ACCEL_TEST_SRCDIR:?not set (run through meson test)}"
+. "$ACCEL_TEST_SRCDIR/tests/lib-compare.sh"
+need_launch2
 
 # cfg FILE STRATEGY OPTIM GAS FSDP_JSON: a config (FSDP_JSON: the members
 # of the fsdp section; ignored for ddp).
@@ -100,43 +92,6 @@ cfg() {
 {"strategy": "$2", "optimizer": $opt, $clip
  "gradient_accumulation_steps": $4, $sec}
 EOF
-}
-
-# runn N CONFIG OUT [ARGS...]: N ranks; every rank writes OUT.RANK.
-runn() {
-	n=$1 c=$2 out=$3
-	shift 3
-	"$ACCEL_CLI" launch -n "$n" --config "$c" -- "$prog" --out-ranks "$out" "$@" \
-		> "$out.log" 2>&1
-}
-
-# every_rank REF PREFIX N RTOL WHAT: each of PREFIX.0 .. PREFIX.N-1 is REF.
-every_rank() {
-	r=0
-	while [ "$r" -lt "$3" ]; do
-		if ! "$prog" --compare "$1" "$2.$r" --rtol "$4" > "$tmp/cmp.log" 2>&1; then
-			fail "$5: rank $r differs"
-			cat "$tmp/cmp.log"
-			return
-		fi
-		r=$((r + 1))
-	done
-	echo "ok: $5: all $3 ranks: $(cat "$tmp/cmp.log")"
-}
-
-moved() {
-	"$prog" --compare "$1" "$2" --rtol "$MOVED" > "$tmp/moved.log" 2>/dev/null
-	line=$(tail -1 "$tmp/moved.log")
-	nt=$(echo "$line" | sed -n 's/.* in \([0-9]*\) tensors, \([0-9]*\) outside.*/\1/p')
-	no=$(echo "$line" | sed -n 's/.* in \([0-9]*\) tensors, \([0-9]*\) outside.*/\2/p')
-	[ -n "$nt" ] && [ "$nt" = "$no" ] || fail "$3 did not train: ${no:-?} of ${nt:-?} tensors moved"
-}
-
-# reference REF OPTIM GAS: ddp at world 1 (one process, no launcher)
-reference() {
-	cfg "$tmp/ref.json" ddp "$2" "$3" ""
-	ACCEL_CONFIG=$tmp/ref.json "$prog" --out "$1" --steps $STEPS --batch $BATCH \
-		> "$1.log" 2>&1 || { fail "reference $2 gas $3"; cat "$1.log"; return 1; }
 }
 
 # wrap_json POLICY: the fsdp members selecting it
@@ -194,18 +149,7 @@ if [ "$mode" = hybrid ]; then
 		off=''
 		[ "${3:-}" = offload ] && off=', "cpu_offload": true'
 		cfg "$tmp/h.json" fsdp "$1" "$2" "\"sharding_strategy\": \"HYBRID_SHARD\"$off"
-		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-		for node in 1 0; do
-			ACCEL_LOG_LEVEL=debug ACCEL_LOG_ALL_RANKS=1 "$ACCEL_CLI" launch -n 2 --nnodes 2 --node-rank $node \
-				--master-addr 127.0.0.1 --master-port "$port" --config "$tmp/h.json" -- \
-				"$prog" --out-ranks "$tmp/h" --steps $STEPS --batch $BATCH \
-				> "$tmp/h$node.log" 2>&1 &
-			eval "pid$node=\$!"
-		done
-		st0=0 st1=0
-		wait "$pid0" || st0=$?
-		wait "$pid1" || st1=$?
-		if [ "$st0" -ne 0 ] || [ "$st1" -ne 0 ]; then
+		if ! ACCEL_LOG_LEVEL=debug ACCEL_LOG_ALL_RANKS=1 two_nodes "$tmp/h.json" "$tmp/h"; then
 			fail "HYBRID_SHARD $v: the 2-node job failed ($st0, $st1)"
 			tail -20 "$tmp/h0.log" "$tmp/h1.log"
 			continue

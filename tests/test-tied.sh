@@ -41,10 +41,6 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 export ACCEL_LOG_LEVEL=warn
 unset ACCEL_CONFIG ACCEL_SET
 fails=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
 
 # Tolerance: about 2.5 times the largest deviation observed (x86-64, shm):
 RTOL=5e-7        # observed 1.66e-7 (every strategy at worlds 2 and 3)
@@ -56,12 +52,9 @@ GAS=${TIED_GAS:-1 2}
 
 mkdir -p "$tmp/nvme"
 [ -n "${ACCEL_CLI:-}" ] || { echo "FAIL: ACCEL_CLI is not set (run through meson test)"; exit 1; }
-echo '{}' > "$tmp/empty.json"
-if ! "$ACCEL_CLI" launch -n 2 --config "$tmp/empty.json" -- /bin/true > "$tmp/probe.log" 2>&1; then
-	echo "skipped: accel launch -n 2 cannot start /bin/true here:"
-	tail -5 "$tmp/probe.log"
-	exit 77
-fi
+: "${ACCEL_TEST_SRCDIR:?not set (run through meson test)}"
+. "$ACCEL_TEST_SRCDIR/tests/lib-compare.sh"
+need_launch2
 have_plugin() {
 	"$ACCEL_CLI" plugins info "$1" > /dev/null 2>&1
 }
@@ -97,19 +90,6 @@ cfg() {
 	*) opt='{"type": "adamw", "params": {"lr": 0.02, "weight_decay": 0.01}}'; clip='"max_grad_norm": 0.5,' ;;
 	esac
 	echo "{\"optimizer\": $opt, $clip \"gradient_accumulation_steps\": $4, $(section "$2")}" > "$1"
-}
-
-every_rank() {
-	r=0
-	while [ "$r" -lt "$3" ]; do
-		if ! "$prog" --compare "$1" "$2.$r" --rtol "$4" > "$tmp/cmp.log" 2>&1; then
-			fail "$5: rank $r differs"
-			cat "$tmp/cmp.log"
-			return
-		fi
-		r=$((r + 1))
-	done
-	echo "ok: $5: all $3 ranks: $(cat "$tmp/cmp.log")"
 }
 
 for g in $GAS; do
@@ -215,17 +195,7 @@ fi
 if [ -n "${TIED_HYBRID-1}" ] && have_plugin fsdp && command -v python3 > /dev/null 2>&1; then
 	for g in $GAS; do
 		echo "{\"optimizer\": {\"type\": \"adamw\", \"params\": {\"lr\": 0.02, \"weight_decay\": 0.01}}, \"max_grad_norm\": 0.5, \"gradient_accumulation_steps\": $g, \"strategy\": \"fsdp\", \"fsdp\": {\"sharding_strategy\": \"HYBRID_SHARD\"}}" > "$tmp/h.json"
-		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-		for node in 1 0; do
-			"$ACCEL_CLI" launch -n 2 --nnodes 2 --node-rank $node --master-addr 127.0.0.1 \
-				--master-port "$port" --config "$tmp/h.json" -- "$prog" --out-ranks "$tmp/h" \
-				--steps $STEPS --batch $BATCH > "$tmp/h$node.log" 2>&1 &
-			eval "pid$node=\$!"
-		done
-		st0=0 st1=0
-		wait "$pid0" || st0=$?
-		wait "$pid1" || st1=$?
-		if [ "$st0" -ne 0 ] || [ "$st1" -ne 0 ]; then
+		if ! two_nodes "$tmp/h.json" "$tmp/h"; then
 			fail "HYBRID_SHARD gas $g: the 2-node job failed ($st0, $st1)"
 			tail -10 "$tmp/h0.log" "$tmp/h1.log"
 			continue

@@ -48,28 +48,15 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 export ACCEL_LOG_LEVEL=warn
 unset ACCEL_CONFIG ACCEL_SET
 fails=0
-
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+: "${ACCEL_TEST_SRCDIR:?not set (run through meson test)}"
+. "$ACCEL_TEST_SRCDIR/tests/lib-compare.sh"
 
 # comm.timeout_s 60: a collective that hangs fails in a minute, not the
 # default 300 s (a GPU run's device time is short; these take milliseconds)
 ARGS="--steps 20 --hidden 128 --layers 2 --batch-size 128 --samples 2048 --test-samples 0
       --seed 3 --log-every 10 --no-eval --set comm.timeout_s=60"
 
-# The probe: a machine without a GPU (or a build without CUDA) says so.
-if ! "$prog" --device cuda --steps 1 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 \
-	--no-eval --set "backend=$one" > "$tmp/probe.log" 2>&1; then
-	if grep -q "no CUDA device is visible" "$tmp/probe.log"; then
-		echo "skipped: no GPU"
-		exit 77
-	fi
-	echo "FAIL: the probe run failed:"
-	cat "$tmp/probe.log"
-	exit 1
-fi
+gpu_probe "$one"
 [ -n "${ACCEL_CLI:-}" ] || { echo "FAIL: ACCEL_CLI is not set"; exit 1; }
 
 cat > "$tmp/sgd.json" <<EOF
@@ -85,46 +72,6 @@ cat > "$tmp/clip.json" <<EOF
 {"optimizer": {"type": "adamw", "params": {"lr": 0.001, "eps": 1e-5}}, "max_grad_norm": 0.5,
  "ddp": {"first_bucket_mb": 0.01, "bucket_cap_mb": 0.1}}
 EOF
-
-# run NAME CONFIG [ARGS...]: one process; final parameters in $tmp/NAME.st
-run() {
-	name=$1 cfg=$2
-	shift 2
-	# shellcheck disable=SC2086
-	if ! ACCEL_CONFIG=$cfg "$prog" $ARGS --save-final "$tmp/$name.st" "$@" \
-		> "$tmp/$name.log" 2>&1; then
-		fail "$name: the run failed"
-		cat "$tmp/$name.log"
-		return 1
-	fi
-}
-
-# run2 NAME CONFIG [ARGS...]: 2 ranks on the GPU through the shm backend
-run2() {
-	name=$1 cfg=$2
-	shift 2
-	# shellcheck disable=SC2086
-	if ! "$ACCEL_CLI" launch -n 2 --config "$cfg" -- "$prog" $ARGS --device cuda \
-		--set backend=shm --save-final "$tmp/$name.st" "$@" > "$tmp/$name.log" 2>&1; then
-		fail "$name: the 2-rank run failed"
-		cat "$tmp/$name.log"
-		return 1
-	fi
-}
-
-# same A B RTOL WHAT
-same() {
-	if [ ! -f "$tmp/$1.st" ] || [ ! -f "$tmp/$2.st" ]; then
-		fail "$4: no result to compare"
-		return
-	fi
-	if ! "$python" "$compare" "$tmp/$1.st" "$tmp/$2.st" "$3" > "$tmp/cmp.log" 2>&1; then
-		fail "$4"
-		cat "$tmp/cmp.log"
-	else
-		echo "ok: $4: $(tail -1 "$tmp/cmp.log")"
-	fi
-}
 
 for c in sgd adamw clip; do
 	tol=$RTOL

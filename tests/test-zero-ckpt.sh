@@ -28,17 +28,8 @@ fails=0
 RTOL=2.2e-7
 STAGES=${ZERO_CKPT_STAGES:-2 3 3nvme}
 
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
-echo '{}' > "$tmp/empty.json"
-if ! "$A" launch -n 2 --config "$tmp/empty.json" -- /bin/true > "$tmp/probe.log" 2>&1; then
-	echo "skipped: accel launch -n 2 cannot start /bin/true here:"
-	tail -5 "$tmp/probe.log"
-	exit 77
-fi
+. "$ACCEL_TEST_SRCDIR/tests/lib-compare.sh"
+need_launch2
 
 ARGS="--hidden 48 --layers 2 --inputs 24 --classes 6 --samples 768 --test-samples 0 \
 --batch-size 96 --log-every 1000 --no-eval"
@@ -59,15 +50,6 @@ EOF
 	[ "$2" = zero ] || sed -i 's/^ "zero_optimization".*$/ "ddp": {}}/; /^  *"stage3_param/d' "$1"
 }
 
-cmp_st() {   # A B RTOL WHAT
-	if python3 "$ACCEL_TEST_SRCDIR/tests/st_compare.py" "$1" "$2" "$3" > "$tmp/cmp.log" 2>&1; then
-		echo "ok: $4: $(tail -1 "$tmp/cmp.log")"
-	else
-		fail "$4"
-		cat "$tmp/cmp.log"
-	fi
-}
-
 for st in $STAGES; do
 	d=$tmp/s$st
 	mkdir -p "$d"
@@ -84,7 +66,7 @@ for st in $STAGES; do
 	done
 	"$A" merge-weights "$d/ck/checkpoint_10" "$d/merged.st" > "$d/merge.log" 2>&1 ||
 		{ fail "stage $st: merge-weights"; cat "$d/merge.log"; }
-	cmp_st "$d/ref.st" "$d/merged.st" 0 "stage $st: merge-weights of step 10 == --save-final"
+	st_cmp "$d/ref.st" "$d/merged.st" 0 "stage $st: merge-weights of step 10 == --save-final"
 	cfg "$d/ddp.json" ddp 0
 	cfg "$d/z1.json" zero 1
 	cfg "$d/z3.json" zero 3
@@ -96,7 +78,7 @@ for st in $STAGES; do
 			tail -20 "$d/$1.log"
 			continue
 		fi
-		cmp_st "$d/ref.st" "$d/$1.st" "$RTOL" "stage $st at 4 -> $1 at $2: final weights"
+		st_cmp "$d/ref.st" "$d/$1.st" "$RTOL" "stage $st at 4 -> $1 at $2: final weights"
 	done
 	left=$(ls -A "$tmp/nvme" | head -3)
 	[ -z "$left" ] || fail "stage $st: files left in nvme_path: $left"

@@ -28,17 +28,8 @@ fails=0
 RTOL=5e-7
 MOVED=1e-2
 
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
-echo '{}' > "$tmp/empty.json"
-if ! "$A" launch -n 2 --config "$tmp/empty.json" -- /bin/true > "$tmp/probe.log" 2>&1; then
-	echo "skipped: accel launch -n 2 cannot start /bin/true here:"
-	tail -5 "$tmp/probe.log"
-	exit 77
-fi
+. "$ACCEL_TEST_SRCDIR/tests/lib-compare.sh"
+need_launch2
 
 ARGS="--hidden 40 --layers 2 --inputs 24 --classes 6 --samples 1152 --test-samples 240 \
 --batch-size 48 --steps 20 --log-every 1000"
@@ -52,16 +43,6 @@ cfg() {
                        "stage3_param_persistence_threshold": 0 ${4:-}}}
 EOF
 	[ "$2" = zero ] || sed -i 's/^ "zero_optimization".*$/ "ddp": {}}/; /^  *"stage3_param/d' "$1"
-}
-
-cmp_st() {   # A B RTOL WHAT
-	if python3 "$ACCEL_TEST_SRCDIR/tests/st_compare.py" "$1" "$2" "$3" > "$tmp/cmp.log" 2>&1; then
-		echo "ok: $4: $(tail -1 "$tmp/cmp.log")"
-		return 0
-	fi
-	fail "$4"
-	cat "$tmp/cmp.log"
-	return 1
 }
 
 accuracy() {   # LOG: the "final accuracy" figure the program printed
@@ -101,7 +82,7 @@ for row in "s1 1 2 -" "s2 2 2 -" "s3 3 2 -" "s3w3 3 3 -" "s3w4 3 4 -" "s2cpu 2 2
 	fi
 	r=0
 	while [ "$r" -lt "$3" ]; do
-		cmp_st "$tmp/ref.st" "$tmp/$1.rank$r.safetensors" "$RTOL" \
+		st_cmp "$tmp/ref.st" "$tmp/$1.rank$r.safetensors" "$RTOL" \
 			"$1: stage $2, offload $4, rank $r of $3 vs ddp at 1" || break
 		r=$((r + 1))
 	done

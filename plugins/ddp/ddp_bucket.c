@@ -222,7 +222,7 @@ int ddp_plan_build(ddp_state *s)
 	 * registration order but may straddle bucket boundaries. */
 	uint32_t total = 0;
 	for (uint32_t u = 0; u < m->n_units; u++) {
-		const accel_unit_info_v1 *ui = &m->units[u];
+		const accel_unit_info_v1 *ui = ACCEL_MODEL_UNIT(m, u);
 		uint32_t last = DDP_NO_BUCKET;
 		for (uint32_t j = 0; j < ui->n_params; j++) {
 			uint32_t b = s->params[ui->first_param + j].bucket;
@@ -238,7 +238,7 @@ int ddp_plan_build(ddp_state *s)
 	total = 0;
 	s->hook_units = 0;
 	for (uint32_t u = 0; u < m->n_units; u++) {
-		const accel_unit_info_v1 *ui = &m->units[u];
+		const accel_unit_info_v1 *ui = ACCEL_MODEL_UNIT(m, u);
 		s->unit_first[u] = total;
 		for (uint32_t j = 0; j < ui->n_params; j++) {
 			uint32_t b = s->params[ui->first_param + j].bucket;
@@ -428,7 +428,7 @@ int ddp_post_backward(void *state, uint32_t unit)
 	if (s->unit_done[unit])
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward called twice "
 		                      "for unit '%s' in one step; its gradients were already being "
-		                      "reduced", s->model->units[unit].name);
+		                      "reduced", ACCEL_MODEL_UNIT(s->model, unit)->name);
 	s->unit_done[unit] = 1;
 	s->hook_calls++;
 	for (uint32_t x = s->unit_first[unit]; x < s->unit_first[unit + 1]; x++)
@@ -497,7 +497,7 @@ int ddp_reduce(void *state)
 				continue;
 			if (missing++ < 16 && len < sizeof(names) - 64) {
 				int w = snprintf(names + len, sizeof(names) - len, "%s'%s'",
-				                 len ? ", " : "", s->model->units[u].name);
+				                 len ? ", " : "", ACCEL_MODEL_UNIT(s->model, u)->name);
 				if (w > 0)
 					len += (size_t)w;
 			}

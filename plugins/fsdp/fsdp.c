@@ -111,12 +111,7 @@ static int read_enum(const accel_host_v1 *H, accel_host *h, const char *key,
 	return ACCEL_OK;
 }
 
-#define GET(fn, key, dst)                                           \
-	do {                                                            \
-		r = H->fn(h, key, dst);                                     \
-		if (r && r != ACCEL_ERR_NOT_FOUND)                          \
-			return r;                                               \
-	} while (0)
+#define GET(fn, key, dst) SHARD_CFG_GET(fn, key, dst)
 
 int fsdp_read_config(const accel_host_v1 *H, accel_host *h, fsdp_cfg *c)
 {
@@ -183,20 +178,15 @@ static int fsdp_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 	fsdp_state *s;
 	int r;
 
-	if (!ACCEL_HOST_HAS(host, reduce_scatter_bucket) || !ACCEL_HOST_HAS(host, ckpt_read_tensor))
-		return host->error(h, ACCEL_ERR_ABI, "the host table is older than this "
-		                   "plugin (needs ABI 1.4)");
 	if (!(s = calloc(1, sizeof(*s))))
 		return host->error(h, ACCEL_ERR_NOMEM, "out of memory");
 	s->host = host;
 	s->h = h;
-	s->world.struct_size = sizeof(s->world);
-	if ((r = host->world(h, &s->world)) || (r = fsdp_read_config(host, h, &s->cfg))) {
+	if ((r = shard_init_world(host, h, &s->world, &s->W, &s->rank)) ||
+	    (r = fsdp_read_config(host, h, &s->cfg))) {
 		free(s);
 		return r;
 	}
-	s->W = (uint32_t)s->world.world_size;
-	s->rank = (uint32_t)s->world.rank;
 	s->S = s->W;
 	s->srank = s->rank;
 	if (s->cfg.sharding == FSDP_HYBRID_SHARD && !ACCEL_HOST_HAS(host, group_split)) {

@@ -17,6 +17,7 @@
 
 #include "accel/plugin.h"
 #include "shard.h"
+#include "shard_setup.h"
 #include "shard_util.h"
 #include "zero_store.h"
 

@@ -109,66 +109,42 @@ static int starts_run(fsdp_state *s, uint32_t u, uint64_t run_numel)
 	}
 }
 
+static int split_run(void *ctx, uint32_t u, const shard_span *cur)
+{
+	return starts_run(ctx, u, cur->numel);
+}
+
 static int build_units(fsdp_state *s)
 {
 	const accel_model_v1 *m = s->model;
 	const accel_host_v1 *H = s->host;
-	uint32_t expect = 0, n = m->n_units ? m->n_units : 1;
+	uint32_t n = m->n_units ? m->n_units : 1;
+	shard_span *spans = calloc(n, sizeof(*spans));
+	fsdp_unit *f;
 	int r;
 
-	for (uint32_t u = 0; u < m->n_units; u++) {
-		if (ACCEL_MODEL_UNIT(m, u)->first_param != expect)
-			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' starts at parameter "
-			                "%u, expected %u: fsdp needs units that cover the parameters "
-			                "in registration order", ACCEL_MODEL_UNIT(m, u)->name,
-			                ACCEL_MODEL_UNIT(m, u)->first_param, expect);
-		if (!ACCEL_MODEL_UNIT(m, u)->n_params)
-			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' has no parameters",
-			                ACCEL_MODEL_UNIT(m, u)->name);
-		expect += ACCEL_MODEL_UNIT(m, u)->n_params;
-	}
-	if (!m->n_units || expect != m->n_params)
-		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the units hold %u of the %u "
-		                "parameters; fsdp needs every parameter in a unit (accel_unit_begin)",
-		                expect, m->n_params);
 	s->units = calloc(n, sizeof(*s->units));
 	s->unit_of = calloc(n, sizeof(uint32_t));
 	s->unit_done = calloc(n, 1);
-	if (!s->units || !s->unit_of || !s->unit_done)
+	if (!spans || !s->units || !s->unit_of || !s->unit_done) {
+		free(spans);
 		return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
-	fsdp_unit *f = NULL;
-	for (uint32_t u = 0; u < m->n_units; u++) {
-		uint32_t dt = 0, gdt = 0;
-		int32_t dev = 0, devi = 0;
-		if ((r = shard_unit_uniform(s->host, s->h, s->model, u,
-		                            "fsdp keeps a unit in one flat parameter", &dt, &gdt,
-		                            &dev, &devi)))
-			return r;
-		if (!f || starts_run(s, u, f->numel) || f->dtype != dt || f->grad_dtype != gdt ||
-		    f->device != dev || f->device_index != devi) {
-			f = &s->units[s->n_units++];
-			f->first_unit = u;
-			f->first_param = ACCEL_MODEL_UNIT(m, u)->first_param;
-			f->dtype = dt;
-			f->grad_dtype = gdt;
-			f->device = dev;
-			f->device_index = devi;
-		}
-		f->n_units++;
-		f->n_params += ACCEL_MODEL_UNIT(m, u)->n_params;
-		f->numel += ACCEL_MODEL_UNIT(m, u)->numel;
-		s->unit_of[u] = (uint32_t)(f - s->units);
 	}
+	if ((r = shard_cut_spans(H, s->h, m, "fsdp", "fsdp keeps a unit in one flat parameter",
+	                         split_run, s, spans, s->unit_of, &s->n_units))) {
+		free(spans);
+		return r;
+	}
+	for (uint32_t i = 0; i < s->n_units; i++)
+		SHARD_SPAN_COPY(&s->units[i], &spans[i]);
+	free(spans);
 	for (uint32_t i = 0; i < s->n_units; i++) {
 		f = &s->units[i];
 		f->owner = s;
-		uint64_t *numel = calloc(f->n_params, sizeof(uint64_t));
 		f->at = calloc(f->n_params, sizeof(uint64_t));
 		f->entries = calloc(f->n_params, sizeof(*f->entries));
-		if (!numel || !f->at || !f->entries) {
-			free(numel);
+		if (!f->at || !f->entries)
 			return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
-		}
 		for (uint32_t k = 0; k < f->n_params; k++) {
 			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, f->first_param + k);
 			uint32_t rd = s->cfg.reduce_dtype ? s->cfg.reduce_dtype
@@ -176,33 +152,23 @@ static int build_units(fsdp_state *s)
 			                                p->reduce_dtype
 			                        ? p->reduce_dtype
 			                        : shard_grad_dtype(p);
-			numel[k] = p->numel;
-			if (p->requires_grad && f->trainable && rd != f->red_dtype) {
-				free(numel);
+			if (p->requires_grad && f->trainable && rd != f->red_dtype)
 				return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "FSDP unit %u: parameter "
 				                "'%s' is reduced in %s, an earlier one in %s; fsdp reduces "
 				                "a unit's flat gradient in one dtype: register them in "
 				                "separate units or set "
 				                "fsdp.mixed_precision_policy.reduce_dtype", i, p->name,
 				                accel_abi_dtype_name(rd), accel_abi_dtype_name(f->red_dtype));
-			}
 			if (p->requires_grad && !f->trainable)
 				f->red_dtype = rd;
 			f->trainable |= p->requires_grad != 0;
 		}
 		if (!f->trainable)
 			f->red_dtype = f->grad_dtype;
-		shard_offsets(numel, f->n_params, f->at);
-		free(numel);
+		shard_param_runs(m, f->first_param, f->n_params, f->at, f->entries, &f->n_entries);
 		if (!(f->padded = shard_padded(f->numel, s->S, 1)))
 			return H->error(s->h, ACCEL_ERR_INVALID_ARG, "FSDP unit %u has no elements", i);
 		shard_block(f->padded, s->S, s->srank, &f->lo, &f->block);
-		for (uint32_t k = 0; k < f->n_params; k++) {
-			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, f->first_param + k);
-			if (p->requires_grad)
-				f->entries[f->n_entries++] = (accel_bucket_entry_v1){
-					f->first_param + k, 0, 0, f->at[k], p->numel};
-		}
 		f->desc = (accel_bucket_v1){sizeof(accel_bucket_v1), i,
 		                            shard_view(f->red_dtype, f->device, f->device_index, NULL,
 		                                       f->padded),
@@ -335,13 +301,10 @@ static int init_values(fsdp_state *s)
 {
 	const accel_host_v1 *H = s->host;
 	const accel_model_v1 *m = s->model;
-	uint64_t largest = 1;
+	uint64_t largest = shard_largest_param(m);
 	float *tmp = NULL;
 	int r = ACCEL_OK;
 
-	for (uint32_t i = 0; i < m->n_params; i++)
-		if (ACCEL_MODEL_PARAM(m, i)->numel > largest)
-			largest = ACCEL_MODEL_PARAM(m, i)->numel;
 	if ((r = H->mem_alloc(s->h, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, largest * 4, 0,
 	                      (void **)&tmp)))
 		return r;
@@ -374,13 +337,8 @@ static int init_values(fsdp_state *s)
 				if ((r = H->op_copy(s->h, &dst, &src)))
 					break;
 			}
-			for (; pk < s->n_pieces && s->pieces[pk].param == pi; pk++) {
-				const zero_piece *z = &s->pieces[pk];
-				accel_view mv = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
-				                           tmp + z->param_offset, z->numel);
-				if ((r = zero_store_write(s->store, 0, s->piece_at[pk], &mv)))
-					break;
-			}
+			r = zero_store_write_param(s->store, s->pieces, s->piece_at, s->n_pieces, &pk, pi,
+			                           tmp);
 		}
 	}
 	H->mem_free(s->h, tmp);
@@ -393,14 +351,8 @@ int fsdp_wrap(void *state)
 	const accel_host_v1 *H = s->host;
 	int r;
 
-	if (s->model)
-		return H->error(s->h, ACCEL_ERR_STATE, "wrap called twice");
-	if (!(s->model = H->model(s->h)))
-		return H->error(s->h, ACCEL_ERR_STATE, "wrap: the host has no model");
-	s->n_state = H->optim_state_count(s->h);
-	if (s->n_state > ZERO_MAX_STATE)
-		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the optimizer keeps %u state "
-		                "arrays; fsdp supports up to %d", s->n_state, ZERO_MAX_STATE);
+	if ((r = shard_wrap_begin(H, s->h, "fsdp", ZERO_MAX_STATE, &s->model, &s->n_state)))
+		return r;
 	if (s->cfg.sharding == FSDP_HYBRID_SHARD) {
 		/* shard within the node, replicate across nodes (docs/comm.md) */
 		int32_t sr = 0, sz = 0, rr = 0;

@@ -213,12 +213,7 @@ static uint32_t place_of(const char *s)
 	                                                             : ZERO_PLACE_DEVICE;
 }
 
-#define GET(fn, key, dst)                                           \
-	do {                                                            \
-		r = H->fn(h, key, dst);                                     \
-		if (r && r != ACCEL_ERR_NOT_FOUND)                          \
-			return r;                                               \
-	} while (0)
+#define GET(fn, key, dst) SHARD_CFG_GET(fn, key, dst)
 
 int zero_read_config(const accel_host_v1 *H, accel_host *h, zero_cfg *c, int for_estimate)
 {
@@ -327,20 +322,15 @@ static int zero_init(const accel_host_v1 *host, accel_host *h, void **ret_state)
 	zero_state *s;
 	int r;
 
-	if (!ACCEL_HOST_HAS(host, ckpt_read_tensor) || !ACCEL_HOST_HAS(host, reduce_scatter_bucket))
-		return host->error(h, ACCEL_ERR_ABI, "the host table is older than this "
-		                   "plugin (needs ABI 1.4)");
 	if (!(s = calloc(1, sizeof(*s))))
 		return host->error(h, ACCEL_ERR_NOMEM, "out of memory");
 	s->host = host;
 	s->h = h;
-	s->world.struct_size = sizeof(s->world);
-	if ((r = host->world(h, &s->world)) || (r = zero_read_config(host, h, &s->cfg, 0))) {
+	if ((r = shard_init_world(host, h, &s->world, &s->W, &s->rank)) ||
+	    (r = zero_read_config(host, h, &s->cfg, 0))) {
 		free(s);
 		return r;
 	}
-	s->W = (uint32_t)s->world.world_size;
-	s->rank = (uint32_t)s->world.rank;
 	host->log(h, ACCEL_LOG_INFO, "stage %lld, offload optimizer %s, offload param %s",
 	          (long long)s->cfg.stage,
 	          s->cfg.opt_place == ZERO_PLACE_CPU ? "cpu"

@@ -213,7 +213,7 @@ void zero_log_memory(zero_state *s)
 		dtype[i] = ACCEL_MODEL_PARAM(mo, i)->dtype;
 	}
 	for (uint32_t u = 0; u < mo->n_units; u++)
-		un[u] = mo->units[u].numel;
+		un[u] = ACCEL_MODEL_UNIT(mo, u)->numel;
 	est_model m = {mo->n_params, mo->n_units, numel, dtype, 0, un, mo->total_numel};
 	uint64_t est[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES], got[ACCEL_EST_PLACES][ACCEL_EST_CATEGORIES];
 	if (estimate(&s->cfg, &m, s->W, s->rank, s->n_state,

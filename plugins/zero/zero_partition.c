@@ -95,86 +95,55 @@ void zero_release_all(zero_state *s)
 
 /* ---- layout ------------------------------------------------------------------- */
 
+/* A group closes once it holds `target` elements (0: one unit each). */
+static int split_group(void *ctx, uint32_t u, const shard_span *cur)
+{
+	uint64_t target = *(const uint64_t *)ctx;
+	(void)u;
+	return cur->numel >= target || target == 0;
+}
+
 static int build_groups(zero_state *s)
 {
 	const accel_model_v1 *m = s->model;
 	const accel_host_v1 *H = s->host;
 	uint64_t target = s->cfg.stage == 3 ? 0 : (uint64_t)s->cfg.reduce_bucket_size;
-	uint32_t expect = 0;
+	uint32_t n = m->n_units ? m->n_units : 1;
+	shard_span *spans = calloc(n, sizeof(*spans));
+	zero_group *g;
 	int r;
 
-	for (uint32_t u = 0; u < m->n_units; u++) {
-		if (m->units[u].first_param != expect)
-			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' starts at "
-			                "parameter %u, expected %u: zero needs units that cover the "
-			                "parameters in registration order", m->units[u].name,
-			                m->units[u].first_param, expect);
-		expect += m->units[u].n_params;
-	}
-	if (expect != m->n_params)
-		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the units hold %u of the %u "
-		                "parameters; every parameter must be in a unit", expect, m->n_params);
-	s->groups = calloc(m->n_units ? m->n_units : 1, sizeof(*s->groups));
-	s->unit_group = calloc(m->n_units ? m->n_units : 1, sizeof(uint32_t));
-	s->unit_done = calloc(m->n_units ? m->n_units : 1, 1);
-	s->fifo = calloc(m->n_units ? m->n_units : 1, sizeof(uint32_t));
-	if (!s->groups || !s->unit_group || !s->unit_done || !s->fifo)
+	s->groups = calloc(n, sizeof(*s->groups));
+	s->unit_group = calloc(n, sizeof(uint32_t));
+	s->unit_done = calloc(n, 1);
+	s->fifo = calloc(n, sizeof(uint32_t));
+	if (!spans || !s->groups || !s->unit_group || !s->unit_done || !s->fifo) {
+		free(spans);
 		return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
-	zero_group *g = NULL;
-	for (uint32_t u = 0; u < m->n_units; u++) {
-		uint32_t dt = 0, gdt = 0;
-		int32_t dev = 0, devi = 0;
-		if (!m->units[u].n_params)
-			return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "unit '%s' has no "
-			                "parameters", m->units[u].name);
-		if ((r = shard_unit_uniform(s->host, s->h, s->model, u,
-		                            "zero keeps a unit in one flat buffer", &dt, &gdt,
-		                            &dev, &devi)))
-			return r;
-		if (!g || g->numel >= target || target == 0 || g->dtype != dt ||
-		    g->grad_dtype != gdt || g->device != dev || g->device_index != devi) {
-			g = &s->groups[s->n_groups++];
-			g->owner = s;
-			g->first_unit = u;
-			g->first_param = m->units[u].first_param;
-			g->dtype = dt;
-			g->grad_dtype = gdt;
-			g->device = dev;
-			g->device_index = devi;
-		}
-		g->n_units++;
-		g->n_params += m->units[u].n_params;
-		g->numel += m->units[u].numel;
-		s->unit_group[u] = (uint32_t)(g - s->groups);
+	}
+	if ((r = shard_cut_spans(H, s->h, m, "zero", "zero keeps a unit in one flat buffer",
+	                         split_group, &target, spans, s->unit_group, &s->n_groups))) {
+		free(spans);
+		return r;
 	}
 	for (uint32_t i = 0; i < s->n_groups; i++) {
+		s->groups[i].owner = s;
+		SHARD_SPAN_COPY(&s->groups[i], &spans[i]);
+	}
+	free(spans);
+	for (uint32_t i = 0; i < s->n_groups; i++) {
 		g = &s->groups[i];
-		uint64_t *numel = calloc(g->n_params, sizeof(uint64_t));
 		g->at = calloc(g->n_params, sizeof(uint64_t));
 		g->entries = calloc(g->n_params, sizeof(*g->entries));
-		if (!numel || !g->at || !g->entries) {
-			free(numel);
+		if (!g->at || !g->entries)
 			return H->error(s->h, ACCEL_ERR_NOMEM, "out of memory");
-		}
-		for (uint32_t k = 0; k < g->n_params; k++) {
-			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, g->first_param + k);
-			numel[k] = p->numel;
-			g->trainable |= p->requires_grad != 0;
-		}
-		shard_offsets(numel, g->n_params, g->at);
-		free(numel);
+		/* the bucket description: one run per trainable parameter */
+		shard_param_runs(m, g->first_param, g->n_params, g->at, g->entries, &g->n_entries);
+		g->trainable = g->n_entries != 0;
 		g->padded = shard_padded(g->numel, s->W, ZERO_ALIGN);
 		if (!g->padded)
 			return H->error(s->h, ACCEL_ERR_INVALID_ARG, "group %u has no elements", i);
 		shard_block(g->padded, s->W, s->rank, &g->lo, &g->block);
-		/* The bucket description: one run per trainable parameter. */
-		for (uint32_t k = 0; k < g->n_params; k++) {
-			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(m, g->first_param + k);
-			if (!p->requires_grad)
-				continue;
-			g->entries[g->n_entries++] = (accel_bucket_entry_v1){
-				g->first_param + k, 0, 0, g->at[k], p->numel};
-		}
 		g->desc = (accel_bucket_v1){sizeof(accel_bucket_v1), i,
 		                            shard_view(g->grad_dtype, g->device, g->device_index, NULL,
 		                                       g->padded),
@@ -330,14 +299,11 @@ static int init_values(zero_state *s)
 {
 	const accel_host_v1 *H = s->host;
 	const accel_model_v1 *m = s->model;
-	uint64_t largest = 1;
+	uint64_t largest = shard_largest_param(m);
 	float *tmp = NULL;
 	int r = ACCEL_OK;
 	int own_only = s->cfg.stage == 3 && s->cfg.zero3_init_flag;
 
-	for (uint32_t i = 0; i < m->n_params; i++)
-		if (ACCEL_MODEL_PARAM(m, i)->numel > largest)
-			largest = ACCEL_MODEL_PARAM(m, i)->numel;
 	/* host memory: param_init converts, a broadcast of host memory is the
 	 * host backend's; one parameter at a time */
 	if ((r = zero_alloc(s, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, 0, largest * 4, 0,
@@ -377,13 +343,8 @@ static int init_values(zero_state *s)
 			if (pn && (r = H->op_copy(s->h, &dst, &src)))
 				break;
 			/* masters of this parameter's pieces, from the f32 values */
-			for (; pk < s->n_pieces && s->pieces[pk].param == pi; pk++) {
-				const zero_piece *z = &s->pieces[pk];
-				accel_view mv = shard_view(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0,
-				                           tmp + z->param_offset, z->numel);
-				if ((r = zero_store_write(s->store, 0, s->piece_at[pk], &mv)))
-					break;
-			}
+			r = zero_store_write_param(s->store, s->pieces, s->piece_at, s->n_pieces, &pk, pi,
+			                           tmp);
 		}
 	}
 	zero_free(s, tmp, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CPU, largest * 4);
@@ -413,14 +374,8 @@ int zero_wrap(void *state)
 	const accel_host_v1 *H = s->host;
 	int r;
 
-	if (s->model)
-		return H->error(s->h, ACCEL_ERR_STATE, "wrap called twice");
-	if (!(s->model = H->model(s->h)))
-		return H->error(s->h, ACCEL_ERR_STATE, "wrap: the host has no model");
-	s->n_state = H->optim_state_count(s->h);
-	if (s->n_state > ZERO_MAX_STATE)
-		return H->error(s->h, ACCEL_ERR_UNSUPPORTED, "the optimizer keeps %u state "
-		                "arrays; zero supports up to %d", s->n_state, ZERO_MAX_STATE);
+	if ((r = shard_wrap_begin(H, s->h, "zero", ZERO_MAX_STATE, &s->model, &s->n_state)))
+		return r;
 	if ((r = build_groups(s)))
 		return r;
 	if (s->cfg.param_place != ZERO_PLACE_DEVICE && s->groups[0].device != ACCEL_DEVICE_CPU)
@@ -570,7 +525,8 @@ int zero_post_backward(void *state, uint32_t unit)
 		                      "out of range", unit);
 	if (s->unit_done[unit])
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward called "
-		                      "twice for unit '%s' in one micro-step", m->units[unit].name);
+		                      "twice for unit '%s' in one micro-step",
+		                      ACCEL_MODEL_UNIT(m, unit)->name);
 	s->unit_done[unit] = 1;
 	if (s->cfg.stage < 2 && !s->host->sync_step(s->h))
 		return ACCEL_OK;
@@ -610,7 +566,7 @@ int zero_micro_step_end(void *state, uint32_t sync)
 			zero_group *g = &s->groups[i];
 			if (s->cfg.stage == 3 && !g->issued && g->trainable) {
 				/* stage 3 reduces in post_backward only */
-				const accel_unit_info_v1 *ui = &s->model->units[g->first_unit];
+				const accel_unit_info_v1 *ui = ACCEL_MODEL_UNIT(s->model, g->first_unit);
 				return s->host->error(s->h, ACCEL_ERR_STATE, "stage 3 needs "
 				                      "accel_unit_pre_backward/post_backward around every "
 				                      "unit's backward; unit '%s' had none this micro-step",

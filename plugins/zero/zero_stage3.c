@@ -295,7 +295,7 @@ int zero3_post_backward(void *state, uint32_t unit)
 		return r;
 	if (s->unit_done[unit] || !g->in_backward)
 		return s->host->error(s->h, ACCEL_ERR_STATE, "accel_unit_post_backward for "
-		                      "unit '%s' %s", s->model->units[unit].name,
+		                      "unit '%s' %s", ACCEL_MODEL_UNIT(s->model, unit)->name,
 		                      s->unit_done[unit] ? "called twice in one micro-step"
 		                                         : "without accel_unit_pre_backward");
 	s->unit_done[unit] = 1;

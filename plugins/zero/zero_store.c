@@ -671,6 +671,20 @@ int zero_store_write(zero_store *st, uint32_t array, uint64_t at, const accel_vi
 	return st ? ranges(st, array, at, src, 1) : ACCEL_ERR_INVALID_ARG;
 }
 
+int zero_store_write_param(zero_store *st, const zero_piece *pieces, const uint64_t *piece_at,
+                           uint32_t n, uint32_t *next, uint32_t param, float *values)
+{
+	int r;
+	for (; *next < n && pieces[*next].param == param; (*next)++) {
+		const zero_piece *z = &pieces[*next];
+		accel_view mv = mkview(ACCEL_DTYPE_F32, ACCEL_DEVICE_CPU, 0, values + z->param_offset,
+		                       z->numel);
+		if ((r = zero_store_write(st, 0, piece_at[*next], &mv)))
+			return r;
+	}
+	return ACCEL_OK;
+}
+
 /* work = cast(master) for the part [lo, hi) of piece p whose masters are at
  * `m` (host or the parameters' device). */
 static int work_from(zero_store *st, piece_rt *p, uint64_t lo, uint64_t hi, float *m,

@@ -95,6 +95,13 @@ uint64_t zero_store_numel(const zero_store *st);
  * master_is_work piece writes its working weights. */
 int zero_store_read(zero_store *st, uint32_t array, uint64_t at, const accel_view *dst);
 int zero_store_write(zero_store *st, uint32_t array, uint64_t at, const accel_view *src);
+/* The masters of parameter `param` from its whole values in f32 host
+ * memory: zero_store_write of each piece from pieces[*next] on that
+ * belongs to it (the store's pieces, n of them, at piece_at[] in its
+ * space), *next moved past them.  For the initial values, parameter by
+ * parameter in the pieces' order. */
+int zero_store_write_param(zero_store *st, const zero_piece *pieces, const uint64_t *piece_at,
+                           uint32_t n, uint32_t *next, uint32_t param, float *values);
 /* zero_store_read (to_view nonzero) or zero_store_write on a store passed
  * as void * (the copy callback of shard_ckpt_io). */
 int zero_store_copy(void *st, uint32_t array, uint64_t at, const accel_view *v, int to_view);

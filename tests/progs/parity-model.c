@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/progs/parity-model.c: the model, data and training micro-step of
- * tests/progs/train-parity.c and tests/progs/zero-train.c, and their
- * --compare of written parameters (parity-model.h). */
+ * tests/progs/train-parity.c and tests/progs/zero-train.c, their options,
+ * set-up and training loop, and the --compare of written parameters they
+ * share with tests/progs/tied-train.c (parity-model.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,4 +248,170 @@ int compare(const char *a, const char *b, double rtol, double atol)
 	printf("compare: %ld values in %ld tensors, %ld outside tolerance, max relative "
 	       "difference %.3g\n", n, tensors, bad, worst);
 	return bad ? 3 : 0;
+}
+
+int parity_option(int argc, char **argv, int *i, parity_opts *o)
+{
+	const char *a = argv[*i];
+	int has_value = *i + 1 < argc;
+	if (!strcmp(a, "--rank-init")) {
+		o->rank_init = 1;
+		return 1;
+	}
+	if (!has_value)
+		return 0;
+	if (!strcmp(a, "--steps"))
+		o->steps = atol(argv[++*i]);
+	else if (!strcmp(a, "--batch"))
+		o->batch = atol(argv[++*i]);
+	else if (!strcmp(a, "--hooks"))
+		o->hooks = argv[++*i];
+	else if (!strcmp(a, "--out"))
+		o->out = argv[++*i];
+	else if (!strcmp(a, "--out-ranks"))
+		o->out_ranks = argv[++*i];
+	else if (!strcmp(a, "--metrics"))
+		o->metrics = argv[++*i];
+	else if (!strcmp(a, "--dtype"))
+		o->dtype = argv[++*i];
+	else if (!strcmp(a, "--trace"))
+		o->trace = argv[++*i];
+	else
+		return 0;
+	return 1;
+}
+
+int parity_compare_main(int argc, char **argv, int i)
+{
+	double rtol = 1e-6, atol = 0;
+	for (int j = i + 3; j + 1 < argc; j += 2) {
+		if (!strcmp(argv[j], "--rtol"))
+			rtol = atof(argv[j + 1]);
+		else if (!strcmp(argv[j], "--atol"))
+			atol = atof(argv[j + 1]);
+	}
+	return compare(argv[i + 1], argv[i + 2], rtol, atol);
+}
+
+int parity_ctx_new(long batch, long max_micro, accel_ctx **ret_ctx, parity_job *ret_job)
+{
+	accel_ctx *ctx = NULL;
+	parity_job j = {.gas = 1};
+
+	if (accel_ctx_new(NULL, &ctx)) {
+		fail(ctx, "accel_ctx_new");
+		accel_ctx_free(ctx);
+		return 1;
+	}
+	accel_config_int(ctx, "gradient_accumulation_steps", &j.gas);
+	j.world = accel_world_size(ctx);
+	j.rank = accel_rank(ctx);
+	if (batch % (j.world * j.gas) || (max_micro > 0 && batch / (j.world * j.gas) > max_micro)) {
+		if (max_micro > 0)
+			fprintf(stderr, "%s: batch %ld is not a multiple of world %ld x "
+			        "accumulation %lld (or the micro-batch exceeds %ld)\n", parity_prog,
+			        batch, j.world, (long long)j.gas, max_micro);
+		else
+			fprintf(stderr, "%s: batch %ld is not a multiple of world %ld x "
+			        "accumulation %lld\n", parity_prog, batch, j.world, (long long)j.gas);
+		accel_ctx_free(ctx);
+		return 2;
+	}
+	j.micro = batch / (j.world * j.gas);
+	*ret_ctx = ctx;
+	*ret_job = j;
+	return 0;
+}
+
+int parity_open_trace(const char *trace, long rank)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s.%ld", trace, rank);
+	if (!(g_trace = fopen(path, "w"))) {
+		perror(path);
+		return 1;
+	}
+	return 0;
+}
+
+int parity_add_params(model *m, long *rank_shift)
+{
+	/* accel_init_data reads it at accel_prepare */
+	static float fc2_bias[16];
+	for (int i = 0; i < 16; i++)
+		fc2_bias[i] = 0.01f * (float)(i - 8);
+	for (int l = 0; l < NL; l++) {
+		char unit[16], wn[32], bn[32];
+		int64_t wshape[2] = {dims[l + 1], dims[l]}, bshape[1] = {dims[l + 1]};
+		accel_init wi = accel_init_normal(0.0, 1.0 / sqrt((double)dims[l]));
+		accel_init bi = l == 0 ? accel_init_callback(bias_init, rank_shift)
+		              : l == 1 ? accel_init_data(fc2_bias)
+		                       : accel_init_uniform(-0.1, 0.1);
+		snprintf(unit, sizeof(unit), "fc%d", l + 1);
+		snprintf(wn, sizeof(wn), "fc%d.weight", l + 1);
+		snprintf(bn, sizeof(bn), "fc%d.bias", l + 1);
+		if (accel_model_add_param(m->ctx, unit, wn, m->dtype, 2, wshape, &wi, &m->w[l]) ||
+		    accel_model_add_param(m->ctx, unit, bn, m->dtype, 1, bshape, &bi, &m->b[l]))
+			return fail(m->ctx, "accel_model_add_param");
+	}
+	return 0;
+}
+
+int parity_begin(model *m, const parity_opts *o, parity_job *job, long *rank_shift)
+{
+	int r;
+	if ((r = parity_ctx_new(o->batch, 0, &m->ctx, job)))
+		return r;
+	m->dtype = accel_dtype_parse(o->dtype);
+	*rank_shift = o->rank_init ? job->rank : 0;
+	if (o->trace && parity_open_trace(o->trace, job->rank))
+		return 1;
+	return parity_add_params(m, rank_shift);
+}
+
+int parity_prepare_train(model *m, const parity_opts *o, const parity_job *job)
+{
+	if (accel_prepare(m->ctx))
+		return fail(m->ctx, "accel_prepare");
+	if (o->metrics && accel_metrics_open(m->ctx, o->metrics))
+		return fail(m->ctx, "accel_metrics_open");
+	return parity_train(m, job, o->steps, o->batch, o->hooks);
+}
+
+int parity_end(model *m, int r)
+{
+	if (!r && accel_wait_for_everyone(m->ctx))
+		r = fail(m->ctx, "accel_wait_for_everyone");
+	m->ctx = accel_ctx_free(m->ctx);
+	if (g_trace && fclose(g_trace) && !r)
+		r = (perror("--trace"), 1);
+	return r;
+}
+
+int parity_train(model *m, const parity_job *job, long steps, long batch, const char *hooks)
+{
+	int64_t gas = job->gas;
+	int r;
+
+	for (long s = 0; s < steps; s++) {
+		double loss_sum = 0, loss;
+		for (long g = 0; g < gas; g++) {
+			/* Global batch s: micro-batch g, this rank's share. */
+			long first = (s * batch + g * (batch / gas) + job->rank * job->micro) %
+			             (N_SAMPLES - 64);
+			if ((r = micro_step(m, first, job->micro, hooks, &loss)))
+				return r;
+			loss_sum += loss;
+			if (accel_step(m->ctx))
+				return fail(m->ctx, "accel_step");
+		}
+		accel_step_report rep = {.struct_size = sizeof(rep)};
+		if (accel_last_step(m->ctx, &rep))
+			return fail(m->ctx, "accel_last_step");
+		const char *keys[] = {"loss", "lr", "grad_norm", "clip_coef"};
+		double vals[] = {loss_sum / (double)gas, rep.lr, rep.grad_norm, rep.clip_coef};
+		if (accel_log_scalars(m->ctx, accel_get_step(m->ctx), 4, keys, vals))
+			return fail(m->ctx, "accel_log_scalars");
+	}
+	return 0;
 }

@@ -78,11 +78,6 @@ static void tgt(long i, double *t)
 		t[v] = 0.5 * sin(0.3 * (double)i + 0.7 * v) + 0.05 * v;
 }
 
-static int err(accel_ctx *ctx, const char *what)
-{
-	return fail(ctx, what);
-}
-
 /* Full copies of the weights, f32 as registered. */
 typedef struct weights {
 	float w[V * D], a[D * D], c[D], b[V];
@@ -146,21 +141,21 @@ static int tied_step(accel_ctx *ctx, long first, long n, double *ret_loss)
 		return fprintf(stderr, "tied-train: micro-batch %ld > %d\n", n, MAXB), 2;
 	/* forward: emb */
 	if (pre(ctx, U_EMB, 0))
-		return err(ctx, "pre_forward(emb)");
+		return fail(ctx, "pre_forward(emb)");
 	const float *W = accel_param_data(ctx, pid[P_W]);
 	if (!W)
-		return err(ctx, "accel_param_data(emb.weight) in emb's window");
+		return fail(ctx, "accel_param_data(emb.weight) in emb's window");
 	for (long s = 0; s < n; s++)
 		for (int j = 0; j < D; j++)
 			h0[s][j] = W[token(first + s) * D + j];
 	if (accel_unit_post_forward(ctx, U_EMB))
-		return err(ctx, "post_forward(emb)");
+		return fail(ctx, "post_forward(emb)");
 	/* mid */
 	if (pre(ctx, U_MID, 0))
-		return err(ctx, "pre_forward(mid)");
+		return fail(ctx, "pre_forward(mid)");
 	const float *A = accel_param_data(ctx, pid[P_A]), *C = accel_param_data(ctx, pid[P_C]);
 	if (!A || !C)
-		return err(ctx, "accel_param_data(mid)");
+		return fail(ctx, "accel_param_data(mid)");
 	for (long s = 0; s < n; s++)
 		for (int o = 0; o < D; o++) {
 			double v = C[o];
@@ -169,14 +164,14 @@ static int tied_step(accel_ctx *ctx, long first, long n, double *ret_loss)
 			h1[s][o] = tanh(v);
 		}
 	if (accel_unit_post_forward(ctx, U_MID))
-		return err(ctx, "post_forward(mid)");
+		return fail(ctx, "post_forward(mid)");
 	/* head: W again (tied) */
 	if (pre(ctx, U_HEAD, 0))
-		return err(ctx, "pre_forward(head)");
+		return fail(ctx, "pre_forward(head)");
 	W = accel_param_data(ctx, pid[P_W]);
 	const float *B = accel_param_data(ctx, pid[P_B]);
 	if (!W || !B)
-		return err(ctx, "accel_param_data(emb.weight) in head's window (the tied use)");
+		return fail(ctx, "accel_param_data(emb.weight) in head's window (the tied use)");
 	for (long s = 0; s < n; s++) {
 		double t[V];
 		tgt(first + s, t);
@@ -189,18 +184,18 @@ static int tied_step(accel_ctx *ctx, long first, long n, double *ret_loss)
 		}
 	}
 	if (accel_unit_post_forward(ctx, U_HEAD))
-		return err(ctx, "post_forward(head)");
+		return fail(ctx, "post_forward(head)");
 	if (!accel_grad_enabled(ctx)) {
 		*ret_loss = loss;
 		return 0;
 	}
 	/* backward: head */
 	if (pre(ctx, U_HEAD, 1))
-		return err(ctx, "pre_backward(head)");
+		return fail(ctx, "pre_backward(head)");
 	W = accel_param_data(ctx, pid[P_W]);
 	float *gW = accel_param_grad(ctx, pid[P_W]), *gB = accel_param_grad(ctx, pid[P_B]);
 	if (!W || !gW || !gB)
-		return err(ctx, "accel_param_grad(emb.weight) in head's window (the tied use)");
+		return fail(ctx, "accel_param_grad(emb.weight) in head's window (the tied use)");
 	for (long s = 0; s < n; s++) {
 		for (int v = 0; v < V; v++) {
 			gB[v] += (float)dz[s][v];
@@ -215,14 +210,14 @@ static int tied_step(accel_ctx *ctx, long first, long n, double *ret_loss)
 		}
 	}
 	if (accel_unit_post_backward(ctx, U_HEAD))
-		return err(ctx, "post_backward(head)");
+		return fail(ctx, "post_backward(head)");
 	/* mid */
 	if (pre(ctx, U_MID, 1))
-		return err(ctx, "pre_backward(mid)");
+		return fail(ctx, "pre_backward(mid)");
 	A = accel_param_data(ctx, pid[P_A]);
 	float *gA = accel_param_grad(ctx, pid[P_A]), *gC = accel_param_grad(ctx, pid[P_C]);
 	if (!A || !gA || !gC)
-		return err(ctx, "accel_param_grad(mid)");
+		return fail(ctx, "accel_param_grad(mid)");
 	static double dh0[MAXB][D];
 	for (long s = 0; s < n; s++)
 		for (int o = 0; o < D; o++) {
@@ -238,18 +233,18 @@ static int tied_step(accel_ctx *ctx, long first, long n, double *ret_loss)
 			dh0[s][j] = v;
 		}
 	if (accel_unit_post_backward(ctx, U_MID))
-		return err(ctx, "post_backward(mid)");
+		return fail(ctx, "post_backward(mid)");
 	/* emb */
 	if (pre(ctx, U_EMB, 1))
-		return err(ctx, "pre_backward(emb)");
+		return fail(ctx, "pre_backward(emb)");
 	gW = accel_param_grad(ctx, pid[P_W]);
 	if (!gW)
-		return err(ctx, "accel_param_grad(emb.weight) in emb's window");
+		return fail(ctx, "accel_param_grad(emb.weight) in emb's window");
 	for (long s = 0; s < n; s++)
 		for (int j = 0; j < D; j++)
 			gW[token(first + s) * D + j] += (float)dh0[s][j];
 	if (accel_unit_post_backward(ctx, U_EMB))
-		return err(ctx, "post_backward(emb)");
+		return fail(ctx, "post_backward(emb)");
 	*ret_loss = loss;
 	return 0;
 }
@@ -265,10 +260,10 @@ static int read_weights(accel_ctx *ctx, weights *wt)
 	float *dst[] = {wt->w, wt->a, wt->c, wt->b, NULL};
 	int r = 0;
 	if (accel_set_grad_enabled(ctx, 0))
-		return err(ctx, "accel_set_grad_enabled");
+		return fail(ctx, "accel_set_grad_enabled");
 	for (uint32_t u = U_EMB; !r && u <= U_HEAD; u++) {
 		if (accel_unit_pre_forward(ctx, u)) {
-			r = err(ctx, "pre_forward (reading weights)");
+			r = fail(ctx, "pre_forward (reading weights)");
 			break;
 		}
 		for (size_t k = 0; !r && k < sizeof(reads) / sizeof(reads[0]); k++) {
@@ -277,7 +272,7 @@ static int read_weights(accel_ctx *ctx, weights *wt)
 			const float *v = accel_param_data(ctx, pid[reads[k].p]);
 			uint64_t n = accel_param_numel(ctx, pid[reads[k].p]);
 			if (!v) {
-				r = err(ctx, "accel_param_data returned NULL inside the unit's hooks");
+				r = fail(ctx, "accel_param_data returned NULL inside the unit's hooks");
 				break;
 			}
 			if (dst[k]) {
@@ -294,10 +289,10 @@ static int read_weights(accel_ctx *ctx, weights *wt)
 				}
 		}
 		if (accel_unit_post_forward(ctx, u) && !r)
-			r = err(ctx, "post_forward (reading weights)");
+			r = fail(ctx, "post_forward (reading weights)");
 	}
 	if (accel_set_grad_enabled(ctx, 1) && !r)
-		r = err(ctx, "accel_set_grad_enabled");
+		r = fail(ctx, "accel_set_grad_enabled");
 	return r;
 }
 
@@ -348,12 +343,12 @@ static int api_errors(void)
 	accel_ctx *ctx = NULL;
 	int bad = 0;
 	if (accel_ctx_new(NULL, &ctx))
-		return err(ctx, "accel_ctx_new");
+		return fail(ctx, "accel_ctx_new");
 	int64_t sw[2] = {V, D}, sb[1] = {V};
 	accel_init z = accel_init_const(0);
 	if (accel_model_add_param(ctx, "emb", "emb.weight", ACCEL_DTYPE_F32, 2, sw, &z, &pid[P_W]) ||
 	    accel_model_add_param(ctx, "head", "head.bias", ACCEL_DTYPE_F32, 1, sb, &z, &pid[P_B])) {
-		bad = err(ctx, "accel_model_add_param");
+		bad = fail(ctx, "accel_model_add_param");
 		goto done;
 	}
 	bad |= expect(ctx, "nohead", pid[P_W], ACCEL_ERR_NOT_FOUND, "no unit 'nohead' is registered");
@@ -364,7 +359,7 @@ static int api_errors(void)
 	              "belongs to unit 'head', which comes later in forward order");
 	bad |= expect(ctx, NULL, pid[P_W], ACCEL_ERR_INVALID_ARG, "unit is NULL");
 	if (accel_unit_use_param(ctx, "head", pid[P_W])) {
-		bad = err(ctx, "accel_unit_use_param");
+		bad = fail(ctx, "accel_unit_use_param");
 		goto done;
 	}
 	bad |= expect(ctx, "head", pid[P_W], ACCEL_ERR_INVALID_ARG,
@@ -380,7 +375,7 @@ static int api_errors(void)
 		bad = 1;
 	}
 	if (accel_prepare(ctx)) {
-		bad = err(ctx, "accel_prepare");
+		bad = fail(ctx, "accel_prepare");
 		goto done;
 	}
 	bad |= expect(ctx, "head", pid[P_W], ACCEL_ERR_STATE, "the model is frozen by accel_prepare()");
@@ -428,14 +423,7 @@ int main(int argc, char **argv)
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--compare") && i + 2 < argc) {
-			double rtol = 1e-6, atol = 0;
-			for (int j = i + 3; j + 1 < argc; j += 2) {
-				if (!strcmp(argv[j], "--rtol"))
-					rtol = atof(argv[j + 1]);
-				else if (!strcmp(argv[j], "--atol"))
-					atol = atof(argv[j + 1]);
-			}
-			return compare(argv[i + 1], argv[i + 2], rtol, atol);
+			return parity_compare_main(argc, argv, i);
 		} else if (!strcmp(argv[i], "--api-errors")) {
 			return api_errors();
 		} else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
@@ -464,22 +452,11 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (accel_ctx_new(NULL, &ctx)) {
-		err(ctx, "accel_ctx_new");
-		accel_ctx_free(ctx);
-		return 1;
-	}
-	int64_t gas = 1;
-	accel_config_int(ctx, "gradient_accumulation_steps", &gas);
-	long world = accel_world_size(ctx), rank = accel_rank(ctx);
-	if (batch % (world * gas) || batch / (world * gas) > MAXB) {
-		fprintf(stderr, "tied-train: batch %ld is not a multiple of world %ld x "
-		        "accumulation %lld (or the micro-batch exceeds %d)\n", batch, world,
-		        (long long)gas, MAXB);
-		accel_ctx_free(ctx);
-		return 2;
-	}
-	long micro = batch / (world * gas);
+	parity_job job;
+	if ((r = parity_ctx_new(batch, MAXB, &ctx, &job)))
+		return r;
+	int64_t gas = job.gas;
+	long rank = job.rank, micro = job.micro;
 
 	int64_t sw[2] = {V, D}, sa[2] = {D, D}, sc[1] = {D}, sb[1] = {V};
 	accel_init wi = accel_init_normal(0.0, 0.5), ai = accel_init_normal(0.0, 0.35);
@@ -488,19 +465,19 @@ int main(int argc, char **argv)
 	    accel_model_add_param(ctx, "mid", "mid.weight", ACCEL_DTYPE_F32, 2, sa, &ai, &pid[P_A]) ||
 	    accel_model_add_param(ctx, "mid", "mid.bias", ACCEL_DTYPE_F32, 1, sc, &ci, &pid[P_C]) ||
 	    accel_model_add_param(ctx, "head", "head.bias", ACCEL_DTYPE_F32, 1, sb, &bi, &pid[P_B])) {
-		r = err(ctx, "accel_model_add_param");
+		r = fail(ctx, "accel_model_add_param");
 		goto done;
 	}
 	if (!untied && accel_unit_use_param(ctx, "head", pid[P_W])) {
-		r = err(ctx, "accel_unit_use_param");
+		r = fail(ctx, "accel_unit_use_param");
 		goto done;
 	}
 	if (accel_prepare(ctx)) {
-		r = err(ctx, "accel_prepare");
+		r = fail(ctx, "accel_prepare");
 		goto done;
 	}
 	if (load && accel_load_state(ctx, load)) {
-		r = err(ctx, "accel_load_state");
+		r = fail(ctx, "accel_load_state");
 		goto done;
 	}
 
@@ -520,7 +497,7 @@ int main(int argc, char **argv)
 			if ((r = tied_step(ctx, first, micro, &loss)))
 				goto done;
 			if (accel_step(ctx)) {
-				r = err(ctx, "accel_step");
+				r = fail(ctx, "accel_step");
 				goto done;
 			}
 		}
@@ -547,7 +524,7 @@ int main(int argc, char **argv)
 	if (memory && (r = write_memory(ctx, memory, rank)))
 		goto done;
 	if (save && accel_save_state(ctx, save)) {
-		r = err(ctx, "accel_save_state");
+		r = fail(ctx, "accel_save_state");
 		goto done;
 	}
 	if (out || out_ranks) {
@@ -564,7 +541,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (accel_wait_for_everyone(ctx))
-		r = err(ctx, "accel_wait_for_everyone");
+		r = fail(ctx, "accel_wait_for_everyone");
 done:
 	accel_ctx_free(ctx);
 	return r;

@@ -103,46 +103,22 @@ static int write_params_to(model *m, const char *path, int mine)
 
 int main(int argc, char **argv)
 {
-	long steps = 6, batch = 32;
-	const char *hooks = "all", *out = NULL, *metrics = NULL, *dtype = "f32";
-	const char *out_ranks = NULL, *trace = NULL;
+	parity_opts o = PARITY_OPTS_DEFAULT;
+	parity_job job;
 	long rank_shift = 0;
 	const char *memory = NULL;
-	int rank_init = 0, n_kinds = 0;
+	int n_kinds = 0;
 	const char *kinds[8];
 	model m = {0};
 	int r;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--compare") && i + 2 < argc) {
-			double rtol = 1e-6, atol = 0;
-			for (int j = i + 3; j + 1 < argc; j += 2) {
-				if (!strcmp(argv[j], "--rtol"))
-					rtol = atof(argv[j + 1]);
-				else if (!strcmp(argv[j], "--atol"))
-					atol = atof(argv[j + 1]);
-			}
-			return compare(argv[i + 1], argv[i + 2], rtol, atol);
-		} else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
-			steps = atol(argv[++i]);
-		} else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
-			batch = atol(argv[++i]);
-		} else if (!strcmp(argv[i], "--hooks") && i + 1 < argc) {
-			hooks = argv[++i];
-		} else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
-			out = argv[++i];
-		} else if (!strcmp(argv[i], "--out-ranks") && i + 1 < argc) {
-			out_ranks = argv[++i];
-		} else if (!strcmp(argv[i], "--metrics") && i + 1 < argc) {
-			metrics = argv[++i];
-		} else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
-			dtype = argv[++i];
+			return parity_compare_main(argc, argv, i);
+		} else if (parity_option(argc, argv, &i, &o)) {
+			continue;
 		} else if (!strcmp(argv[i], "--memory") && i + 1 < argc) {
 			memory = argv[++i];
-		} else if (!strcmp(argv[i], "--rank-init")) {
-			rank_init = 1;
-		} else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
-			trace = argv[++i];
 		} else if (!strcmp(argv[i], "--unit-kind") && i + 1 < argc && n_kinds < 8 &&
 		           strchr(argv[i + 1], '=')) {
 			kinds[n_kinds++] = argv[++i];
@@ -156,52 +132,8 @@ int main(int argc, char **argv)
 		}
 	}
 
-	if ((r = accel_ctx_new(NULL, &m.ctx))) {
-		fail(m.ctx, "accel_ctx_new");
-		accel_ctx_free(m.ctx);
-		return 1;
-	}
-	m.dtype = accel_dtype_parse(dtype);
-	int64_t gas = 1;
-	accel_config_int(m.ctx, "gradient_accumulation_steps", &gas);
-	long world = accel_world_size(m.ctx), rank = accel_rank(m.ctx);
-	if (batch % (world * gas)) {
-		fprintf(stderr, "zero-train: batch %ld is not a multiple of world %ld x "
-		        "accumulation %lld\n", batch, world, (long long)gas);
-		accel_ctx_free(m.ctx);
-		return 2;
-	}
-	long micro = batch / (world * gas);
-	rank_shift = rank_init ? rank : 0;
-	if (trace) {
-		char path[4096];
-		snprintf(path, sizeof(path), "%s.%ld", trace, rank);
-		if (!(g_trace = fopen(path, "w"))) {
-			perror(path);
-			accel_ctx_free(m.ctx);
-			return 1;
-		}
-	}
-
-	float fc2_bias[16];
-	for (int i = 0; i < 16; i++)
-		fc2_bias[i] = 0.01f * (float)(i - 8);
-	for (int l = 0; l < NL; l++) {
-		char unit[16], wn[32], bn[32];
-		int64_t wshape[2] = {dims[l + 1], dims[l]}, bshape[1] = {dims[l + 1]};
-		accel_init wi = accel_init_normal(0.0, 1.0 / sqrt((double)dims[l]));
-		accel_init bi = l == 0 ? accel_init_callback(bias_init, &rank_shift)
-		              : l == 1 ? accel_init_data(fc2_bias)
-		                       : accel_init_uniform(-0.1, 0.1);
-		snprintf(unit, sizeof(unit), "fc%d", l + 1);
-		snprintf(wn, sizeof(wn), "fc%d.weight", l + 1);
-		snprintf(bn, sizeof(bn), "fc%d.bias", l + 1);
-		if (accel_model_add_param(m.ctx, unit, wn, m.dtype, 2, wshape, &wi, &m.w[l]) ||
-		    accel_model_add_param(m.ctx, unit, bn, m.dtype, 1, bshape, &bi, &m.b[l])) {
-			r = fail(m.ctx, "accel_model_add_param");
-			goto done;
-		}
-	}
+	if ((r = parity_begin(&m, &o, &job, &rank_shift)))
+		goto done;
 	for (int k = 0; k < n_kinds; k++) {
 		char unit[64];
 		const char *eq = strchr(kinds[k], '=');
@@ -211,45 +143,13 @@ int main(int argc, char **argv)
 			goto done;
 		}
 	}
-	if (accel_prepare(m.ctx)) {
-		r = fail(m.ctx, "accel_prepare");
+	if ((r = parity_prepare_train(&m, &o, &job)))
 		goto done;
-	}
-	if (metrics && accel_metrics_open(m.ctx, metrics)) {
-		r = fail(m.ctx, "accel_metrics_open");
-		goto done;
-	}
-
-	for (long s = 0; s < steps; s++) {
-		double loss_sum = 0, loss;
-		for (long g = 0; g < gas; g++) {
-			/* Global batch s: micro-batch g, this rank's share. */
-			long first = (s * batch + g * (batch / gas) + rank * micro) % (N_SAMPLES - 64);
-			if ((r = micro_step(&m, first, micro, hooks, &loss)))
-				goto done;
-			loss_sum += loss;
-			if (accel_step(m.ctx)) {
-				r = fail(m.ctx, "accel_step");
-				goto done;
-			}
-		}
-		accel_step_report rep = {.struct_size = sizeof(rep)};
-		if (accel_last_step(m.ctx, &rep)) {
-			r = fail(m.ctx, "accel_last_step");
-			goto done;
-		}
-		const char *keys[] = {"loss", "lr", "grad_norm", "clip_coef"};
-		double vals[] = {loss_sum / (double)gas, rep.lr, rep.grad_norm, rep.clip_coef};
-		if (accel_log_scalars(m.ctx, accel_get_step(m.ctx), 4, keys, vals)) {
-			r = fail(m.ctx, "accel_log_scalars");
-			goto done;
-		}
-	}
 	if (memory) {
 		static const char *const cat[] = {"params", "grads", "master", "optimizer", "buffers",
 		                                  "offload"};
 		char path[4096];
-		snprintf(path, sizeof(path), "%s.%ld", memory, rank);
+		snprintf(path, sizeof(path), "%s.%ld", memory, job.rank);
 		FILE *f = fopen(path, "w");
 		if (!f) {
 			perror(path);
@@ -271,18 +171,13 @@ int main(int argc, char **argv)
 			goto done;
 		}
 	}
-	if (out)
-		r = write_params_to(&m, out, accel_is_main(m.ctx));
-	if (!r && out_ranks) {
+	if (o.out)
+		r = write_params_to(&m, o.out, accel_is_main(m.ctx));
+	if (!r && o.out_ranks) {
 		char path[4096];
-		snprintf(path, sizeof(path), "%s.%ld", out_ranks, rank);
+		snprintf(path, sizeof(path), "%s.%ld", o.out_ranks, job.rank);
 		r = write_params_to(&m, path, 1);
 	}
-	if (!r && accel_wait_for_everyone(m.ctx))
-		r = fail(m.ctx, "accel_wait_for_everyone");
 done:
-	accel_ctx_free(m.ctx);
-	if (g_trace && fclose(g_trace) && !r)
-		r = (perror("--trace"), 1);
-	return r;
+	return parity_end(&m, r);
 }
