@@ -400,7 +400,7 @@ static int write_memory(accel_ctx *ctx, const char *prefix, long rank)
 		uint64_t cur = 0, peak = 0;
 		if (accel_memory_stats(ctx, c, ACCEL_DEVICE_CPU, 0, &cur, &peak)) {
 			fclose(f);
-			return err(ctx, "accel_memory_stats");
+			return fail(ctx, "accel_memory_stats");
 		}
 		fprintf(f, "%s %llu %llu\n", cat[c], (unsigned long long)cur,
 		        (unsigned long long)peak);
