@@ -106,6 +106,15 @@ bad "a vocabulary larger than the model's" "set --vocab 256" --data "$tmp/text.t
 bad "--dim not a multiple of --heads" "is not a multiple of --heads" --dim 33
 bad "too little data for a batch" "fewer than one global batch" --data "$tmp/text.tok" \
 	--seq-len 512 --batch-size 100
+# a metrics file that cannot be opened: exit 1 (not usage), the path named
+"$G" --config "$tmp/ddp.json" --data "$tmp/text.tok" --steps 1 --metrics "$tmp/no/such.jsonl" \
+	> "$tmp/bad.log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "metrics file '$tmp/no/such.jsonl': cannot open for appending" "$tmp/bad.log"; then
+	echo "ok: an unwritable --metrics: $(cat "$tmp/bad.log")"
+else
+	fail "an unwritable --metrics: exit $rc, expected 1 and the path: $(cat "$tmp/bad.log")"
+fi
 
 # 1. learning
 if [ "$STEPS" -gt 0 ]; then
