@@ -5,7 +5,8 @@
  * tied to the token embedding and untied, and with the block forward
  * re-run before each block's backward (activation recompute, as the
  * program does it).  Also the f32 build against the f64 one (same loss
- * and gradients to float rounding). */
+ * and gradients to float rounding), and with 16-bit activations (bf16,
+ * f16: what is stored is 16-bit, the result within its rounding). */
 #ifndef GPT2_F64
 #define GPT2_F64   /* meson passes it too: gpt2_model.c beside this file is the f64 build */
 #endif
@@ -18,6 +19,7 @@
 #include "gpt2.h"
 #undef GPT2_F64
 #include "gpt2.h"
+#include "mlp.h"
 
 typedef struct model {
 	gpt2_config c;
@@ -165,9 +167,38 @@ START_TEST(gradcheck_every_parameter)
 }
 END_TEST
 
-/* The float build computes the same loss and gradients (float rounding). */
+/* Values of x[0..n) that are not values of prec (mlp_round moves them). */
+static size_t not_16bit(const float *x, size_t n, int prec)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		float r = x[i];
+		mlp_round(&r, 1, prec);
+		bad += r != x[i];
+	}
+	return bad;
+}
+
+/* The float build against the f64 one: f32 activations (float rounding
+ * only), and a 16-bit program's (gpt2_work.prec: every GEMM operand
+ * rounded to bf16 / f16) within that type's rounding.  Bounds are 2-3x
+ * the observed worst. */
+static const struct f32_case {
+	const char *what;
+	int prec;
+	double loss_rtol, grad_tol;
+} f32_cases[] = {
+	/* observed loss 2.7e-8 relative, gradients 5.8e-7 of each tensor's max */
+	{"f32", GPT2_ACT_F32, 1e-5, 1.5e-6},
+	/* observed loss 5.6e-4 relative, gradients 8.4e-3 */
+	{"bf16", GPT2_ACT_BF16, 1.5e-3, 2e-2},
+	/* observed loss 5.7e-5 relative, gradients 1.2e-3 */
+	{"f16", GPT2_ACT_F16, 1.5e-4, 3e-3},
+};
+
 START_TEST(f32_matches_f64)
 {
+	const struct f32_case *tc = &f32_cases[_i];
 	gpt2_config c = {.layers = 2, .heads = 2, .dim = 16, .seq = 8, .vocab = 13};
 	model m;
 	gpt2d_work wd;
@@ -175,6 +206,7 @@ START_TEST(f32_matches_f64)
 	model_init(&m, &c, 1);
 	ck_assert_int_eq(gpt2d_work_init(&wd, &c, 2, 0), 0);
 	ck_assert_int_eq(gpt2_work_init(&wf, &c, 2, 1), 0);
+	wf.prec = tc->prec;
 	int NT = 2 * c.seq;
 	int32_t tok[16], tgt[16];
 	for (int i = 0; i < NT; i++) {
@@ -194,6 +226,9 @@ START_TEST(f32_matches_f64)
 	for (int l = 0; l < c.layers; l++)
 		gpt2_block_forward(&wf, l, (const float *const *)&pf[2 + 12 * l], 2);
 	gpt2_head_forward(&wf, pf[hk], pf[hk + 1], pf[0], 2);
+	size_t BT = (size_t)NT, C = (size_t)c.dim;
+	/* the logits before the loss turns them into their gradient */
+	size_t bad_logits = tc->prec ? not_16bit(wf.logits, BT * (size_t)c.vocab, tc->prec) : 0;
 	double lf = gpt2_loss(&wf, tgt, 2, 1.0 / NT) / NT;
 	gpt2_head_backward(&wf, pf[hk], pf[0], gf[hk], gf[hk + 1], gf[0], 2);
 	for (int l = c.layers - 1; l >= 0; l--) {
@@ -201,8 +236,31 @@ START_TEST(f32_matches_f64)
 		gpt2_block_backward(&wf, l, (const float *const *)&pf[2 + 12 * l], &gf[2 + 12 * l], 2);
 	}
 	gpt2_embed_backward(&wf, gf[0], gf[1], 2);
-	ck_assert_msg(fabs(lf - ld) < 1e-5 * fabs(ld), "loss f32 %.9g vs f64 %.9g", lf, ld);
-	/* observed worst |f32 - f64| / (max |g| of the tensor) 5.8e-7 */
+	if (tc->prec != GPT2_ACT_F32) {
+		/* what a 16-bit program stores is 16-bit; the residual is f32 */
+		const gpt2_block_act *a = &wf.blk[0];
+		const struct { const char *name; const float *x; size_t n; } st[] = {
+			{"ln_1 output", a->ln1, BT * C}, {"qkv", a->qkv, BT * 3 * C},
+			{"attention probabilities", a->att, 2 * (size_t)c.heads * c.seq * c.seq},
+			{"attention output", a->atty, BT * C}, {"ln_2 output", a->ln2, BT * C},
+			{"c_fc output", a->fc, BT * 4 * C}, {"GELU output", a->gelu, BT * 4 * C},
+			{"ln_f output", wf.lnf, BT * C}, {"dlogits", wf.logits, BT * (size_t)c.vocab},
+			{"dqkv", wf.dbuf + BT * 4 * C, BT * 3 * C},
+		};
+		ck_assert_msg(bad_logits == 0, "%s: %zu logits are not %s values", tc->what,
+		              bad_logits, tc->what);
+		for (size_t k = 0; k < sizeof(st) / sizeof(st[0]); k++)
+			ck_assert_msg(not_16bit(st[k].x, st[k].n, tc->prec) == 0,
+			              "%s: %zu of %zu values of the %s are not %s values", tc->what,
+			              not_16bit(st[k].x, st[k].n, tc->prec), st[k].n, st[k].name,
+			              tc->what);
+		ck_assert_msg(not_16bit(a->mid, BT * C, tc->prec) > BT * C / 2,
+		              "%s: the residual stream was rounded", tc->what);
+	} else {
+		ck_assert_msg(not_16bit(wf.blk[0].qkv, BT * 3 * C, GPT2_ACT_BF16) > BT * 3 * C / 2,
+		              "f32: qkv looks rounded to bf16");
+	}
+	/* worst |f32 - f64| / (max |g| of the tensor) */
 	double worst = 0;
 	for (int k = 0; k < m.n; k++) {
 		double gmax = 1e-12;
@@ -213,9 +271,12 @@ START_TEST(f32_matches_f64)
 		free(pf[k]);
 		free(gf[k]);
 	}
-	printf("gpt2-grad f32 vs f64: loss %.9g vs %.9g, worst gradient difference %.3g\n", lf, ld,
-	       worst);
-	ck_assert_msg(worst < 1.5e-6, "f32 gradients differ from f64 by %.3g", worst);
+	printf("gpt2-grad %s activations vs f64: loss %.9g vs %.9g (relative %.3g), worst "
+	       "gradient difference %.3g\n", tc->what, lf, ld, fabs(lf - ld) / fabs(ld), worst);
+	ck_assert_msg(fabs(lf - ld) < tc->loss_rtol * fabs(ld), "%s: loss %.9g vs f64 %.9g",
+	              tc->what, lf, ld);
+	ck_assert_msg(worst < tc->grad_tol, "%s gradients differ from f64 by %.3g (bound %.3g)",
+	              tc->what, worst, tc->grad_tol);
 	gpt2_work_free(&wf);
 	gpt2d_work_free(&wd);
 	model_free(&m);
@@ -249,7 +310,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, gradcheck_every_parameter, 0,
 	                    (int)(sizeof(gc_cases) / sizeof(gc_cases[0])));
-	tcase_add_test(tc, f32_matches_f64);
+	tcase_add_loop_test(tc, f32_matches_f64, 0, (int)(sizeof(f32_cases) / sizeof(f32_cases[0])));
 	tcase_add_test(tc, named_configs);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);

@@ -10,8 +10,13 @@
 #     processes ends within RESUME_TOL of the uninterrupted 2-process run's
 #     held-out loss (the curve continues; 3 processes round differently);
 #   - --recompute gives the same final weights as without (bitwise);
-#   - mixed_precision bf16 and fp16 (scaler) end within PREC_TOL of the
-#     f32 run's held-out loss.
+#   - --metrics FILE: the checkpointed run's JSON lines carry every key at
+#     each progress step (loss equal to the progress line's, tokens/s =
+#     samples/s x seq, MFU = TFLOP/s / (peak x processes)) and the final
+#     held-out loss;
+#   - mixed_precision bf16 and fp16 (scaler; 16-bit weights and
+#     activations) end within PREC_TOL of the f32 run's held-out loss; the
+#     fp16 run's metrics show the scaler's loss scale.
 # GPT2_TRAIN_LEAN=1 (sanitizer builds): fewer steps, the resume and the
 # recompute checks only.  Exits 77 only when `accel launch` cannot start
 # processes.
@@ -41,8 +46,11 @@ RESUME_STEPS=40
 # resumed at 3 processes vs 2 throughout, held-out loss after 40 steps:
 # observed equal to 6 decimals (3.541387 both; untied 3.365527 both)
 RESUME_TOL=0.0005
-# 16-bit weights vs f32 after PREC_STEPS steps, held-out loss: observed
-# bf16 0.0040 (3.349565 vs 3.345602), fp16 0.0034 (untied: 0.0015, 0.0006)
+# 16-bit weights and activations (every GEMM operand rounded) vs f32 after
+# PREC_STEPS steps, held-out loss: observed bf16 0.0035 (3.342144 vs
+# 3.345602), fp16 0.0010 (3.346638); untied bf16 0.0038 (2.973066 vs
+# 2.976819), fp16 0.0004.  (16-bit weights with f32 activations were
+# 0.0040 and 0.0034.)
 PREC_STEPS=100
 PREC_TOL=0.01
 if [ "$LEAN" = 1 ]; then
@@ -98,6 +106,15 @@ bad "a vocabulary larger than the model's" "set --vocab 256" --data "$tmp/text.t
 bad "--dim not a multiple of --heads" "is not a multiple of --heads" --dim 33
 bad "too little data for a batch" "fewer than one global batch" --data "$tmp/text.tok" \
 	--seq-len 512 --batch-size 100
+# a metrics file that cannot be opened: exit 1 (not usage), the path named
+"$G" --config "$tmp/ddp.json" --data "$tmp/text.tok" --steps 1 --metrics "$tmp/no/such.jsonl" \
+	> "$tmp/bad.log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "metrics file '$tmp/no/such.jsonl': cannot open for appending" "$tmp/bad.log"; then
+	echo "ok: an unwritable --metrics: $(cat "$tmp/bad.log")"
+else
+	fail "an unwritable --metrics: exit $rc, expected 1 and the path: $(cat "$tmp/bad.log")"
+fi
 
 # 1. learning
 if [ "$STEPS" -gt 0 ]; then
@@ -117,10 +134,42 @@ if [ "$STEPS" -gt 0 ]; then
 	fi
 fi
 
-# 2. resume 2 -> 3 processes
+# 2. resume 2 -> 3 processes (the first run also writes --metrics)
 "$A" launch -n 2 --config "$tmp/ddp.json" -- "$G" $ARGS --steps $RESUME_STEPS --log-every 10 \
-	--checkpoint-every $HALF --project-dir "$tmp/ck" > "$tmp/full.log" 2>&1 ||
+	--checkpoint-every $HALF --project-dir "$tmp/ck" --metrics "$tmp/full.jsonl" \
+	--peak-tflops 0.5 > "$tmp/full.log" 2>&1 ||
 	{ tail -5 "$tmp/full.log"; fail "the checkpointed run failed"; }
+# the metrics lines against the progress lines of the same run
+if python3 - "$tmp/full.jsonl" "$tmp/full.log" > "$tmp/metrics.log" 2>&1 <<'PYEOF'
+import json, re, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+log = open(sys.argv[2]).read()
+printed = {int(m.group(1)): float(m.group(2))
+           for m in re.finditer(r"\] step (\d+) loss ([0-9.]+) ", log)}
+final = float(re.search(r"final held-out loss ([0-9.]+)", log).group(1))
+train = [r for r in recs if "loss" in r]
+val = [r for r in recs if "val_loss" in r]
+keys = {"step", "time", "loss", "lr", "samples_per_s", "loss_scale", "skipped",
+        "tokens_per_s", "tflops", "mfu"}
+assert [r["step"] for r in train] == [10, 20, 30, 40], [r["step"] for r in train]
+for r in train:
+    assert set(r) == keys, sorted(r)
+    assert abs(r["loss"] - printed[r["step"]]) < 1e-6, (r, printed)
+    assert abs(r["lr"] - 0.003) < 1e-12 and r["loss_scale"] == 1 and r["skipped"] == 0, r
+    assert r["samples_per_s"] > 0 and abs(r["tokens_per_s"] - 32 * r["samples_per_s"]) < 1e-6 * r["tokens_per_s"], r
+    # --peak-tflops 0.5 at 2 processes
+    assert abs(r["mfu"] - r["tflops"] / 1.0) < 1e-9 * r["tflops"], r
+assert len(val) == 1 and val[0]["step"] == 40 and abs(val[0]["val_loss"] - final) < 1e-6, val
+print("metrics: %d progress records (loss %.6f at step 40, %.0f tokens/s), val_loss %.6f"
+      % (len(train), train[-1]["loss"], train[-1]["tokens_per_s"], val[0]["val_loss"]))
+PYEOF
+then
+	echo "ok: --metrics: $(tail -1 "$tmp/metrics.log")"
+else
+	cat "$tmp/metrics.log"
+	head -3 "$tmp/full.jsonl"
+	fail "--metrics lines do not match the run's progress lines"
+fi
 "$A" launch -n 3 --config "$tmp/ddp.json" -- "$G" $ARGS --steps $RESUME_STEPS --log-every 10 \
 	--resume "$tmp/ck/checkpoint_$HALF" --project-dir "$tmp/ck" > "$tmp/resumed.log" 2>&1 ||
 	{ tail -5 "$tmp/resumed.log"; fail "the resumed run (3 processes) failed"; }
@@ -149,9 +198,19 @@ fi
 if [ "$PREC_STEPS" -gt 0 ]; then
 	for p in no bf16 fp16; do
 		"$A" launch -n 1 --config "$tmp/ddp.json" -- "$G" $ARGS --steps $PREC_STEPS \
-			--log-every 50 --set mixed_precision=$p > "$tmp/prec-$p.log" 2>&1 ||
+			--log-every 50 --set mixed_precision=$p --metrics "$tmp/prec-$p.jsonl" \
+			> "$tmp/prec-$p.log" 2>&1 ||
 			{ tail -5 "$tmp/prec-$p.log"; fail "mixed_precision=$p: the run failed"; }
 	done
+	# the scaler's loss scale (65536 at the start, halved on overflow)
+	# in fp16's metrics; 1 without a scaler
+	s16=$(sed -n 's/.*"loss_scale":\([0-9.e+]*\).*/\1/p' "$tmp/prec-fp16.jsonl" | tail -1)
+	sbf=$(sed -n 's/.*"loss_scale":\([0-9.e+]*\).*/\1/p' "$tmp/prec-bf16.jsonl" | tail -1)
+	if awk -v a="$s16" -v b="$sbf" 'BEGIN { exit !(a != "" && a + 0 > 1 && b + 0 == 1) }'; then
+		echo "ok: loss_scale in the metrics: fp16 $s16, bf16 $sbf"
+	else
+		fail "loss_scale in the metrics: fp16 '$s16' (expected > 1), bf16 '$sbf' (expected 1)"
+	fi
 	f=$(heldout "$tmp/prec-no.log")
 	for p in bf16 fp16; do
 		h=$(heldout "$tmp/prec-$p.log")

@@ -5,7 +5,7 @@
 # (--master-addr 127.0.0.1), running examples/train_mlp:
 #  (a) rank 1 (node 1) kills itself at step 7 once: both launchers agree on
 #      restart 1, resume from checkpoint_5, and the final weights are
-#      bitwise equal to an uninterrupted 2-node run;
+#      bitwise equal to an uninterrupted 2-node run, on every rank;
 #  (b) node 1's launcher is killed with -9 while its rank hangs after step
 #      7, under --min-nodes 1: node 0 restarts alone at world size 1 and
 #      finishes, bitwise equal to checkpoint_5 resumed by hand at world 1;
@@ -66,8 +66,8 @@ node() {
 
 echo "== uninterrupted reference: 2 nodes x 1 rank"
 port=$(ports)
-node 1 -- "$T" $F --save-final straight.st
-node 0 -- "$T" $F --save-final straight.st
+node 1 -- "$T" $F --save-final straight.st --save-final-ranks straight
+node 0 -- "$T" $F --save-final straight.st --save-final-ranks straight
 st0=0 st1=0
 wait "$pid0" || st0=$?
 wait "$pid1" || st1=$?
@@ -75,7 +75,8 @@ wait "$pid1" || st1=$?
 
 echo "== (a) rank 1 on node 1 dies at step 7 once: both nodes restart"
 port=$(ports)
-A="--max-restarts 2 -- $T $F --checkpoint-every 5 --project-dir pa --die-at 1:7:markera --save-final a.st"
+A="--max-restarts 2 -- $T $F --checkpoint-every 5 --project-dir pa --die-at 1:7:markera --save-final a.st
+   --save-final-ranks a"
 node 1 $A
 node 0 $A
 st0=0 st1=0
@@ -91,6 +92,11 @@ done
 grep -q "this launcher is node 1 of 2 in restart 1" n1 || fail "(a): node 1's new place"
 grep -q "resumed from $tmp/pa/checkpoint_5 at step 5" n0 || fail "(a): rank 0 did not resume"
 cmp straight.st a.st || fail "(a): restarted weights differ from the uninterrupted run"
+# every rank's weights, each written on its own node
+for r in 0 1; do
+	cmp straight.rank$r.safetensors a.rank$r.safetensors ||
+		fail "(a): rank $r's restarted weights differ from the uninterrupted run"
+done
 
 # (b), (c), (d): rank K hangs after step 7 (checkpoint_5 saved); once it
 # says so, node K's launcher is killed with -9 (its rank goes with it, and

@@ -7,7 +7,7 @@
 #    restarts the job, which resumes from checkpoint_5 with no flag of its
 #    own (ACCEL_RESUME) and ends bitwise equal to an uninterrupted run; the
 #    restart line names the rank, the checkpoint, the world size and the
-#    steps lost;
+#    steps lost (every rank's weights compared, --save-final-ranks);
 #  - the same with --min-nproc 1 and a --restart-filter that drops slot 1:
 #    the job finishes at world size 1, bitwise equal to a run at world size
 #    1 resumed from the same checkpoint by hand;
@@ -39,12 +39,13 @@ fail() {
 L="timeout 180 $ACCEL_CLI launch --grace-s 2"
 
 echo "== uninterrupted reference at 2 ranks"
-$L -n 2 -- "$T" $F --save-final straight.st >out 2>&1 || { cat out; fail "straight run"; }
+$L -n 2 -- "$T" $F --save-final straight.st --save-final-ranks straight >out 2>&1 ||
+	{ cat out; fail "straight run"; }
 
 echo "== rank 1 dies at step 7 once; --max-restarts 2 --checkpoint-every 5"
 rc=0
 $L -n 2 --max-restarts 2 -- "$T" $F --checkpoint-every 5 --project-dir p1 \
-	--die-at 1:7:marker1 --save-final restarted.st >out 2>&1 || rc=$?
+	--die-at 1:7:marker1 --save-final restarted.st --save-final-ranks restarted >out 2>&1 || rc=$?
 [ "$rc" = 0 ] || { cat out; fail "exit status $rc, expected 0"; }
 [ -e marker1 ] || { cat out; fail "rank 1 never died (no marker)"; }
 grep -q "accel launch: rank 1 failed: killed by signal SIGKILL" out || { cat out; fail "no failure line"; }
@@ -57,6 +58,11 @@ grep -Eq "accel launch: restart 1 of 2 after rank 1 failed: killed by signal SIG
 grep -q "resumed from $tmp/p1/checkpoint_5 at step 5" out || { cat out; fail "the ranks did not resume"; }
 [ -d p1/checkpoint_10 ] || fail "the restarted job saved no checkpoint_10"
 cmp straight.st restarted.st || fail "restarted weights differ from the uninterrupted run"
+# every rank's weights, not only rank 0's
+for r in 0 1; do
+	cmp straight.rank$r.safetensors restarted.rank$r.safetensors ||
+		fail "rank $r: restarted weights differ from the uninterrupted run"
+done
 
 echo "== the same with --min-nproc 1 and a filter dropping slot 1: finishes at world 1"
 rc=0

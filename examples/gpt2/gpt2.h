@@ -25,6 +25,11 @@ typedef struct gpt2_config {
 	int layers, heads, dim, seq, vocab;
 } gpt2_config;
 
+/* What the f32 build rounds its stored activations to (gpt2_work.prec):
+ * the values of train_mlp's MLP_F32 / MLP_BF16 / MLP_F16 (mlp.h), whose
+ * mlp_round does the rounding. */
+enum { GPT2_ACT_F32 = 0, GPT2_ACT_BF16 = 1, GPT2_ACT_F16 = 2 };
+
 /* "tiny" or "gpt2" (124M); 0, or -1 for an unknown name. */
 int gpt2_config_named(gpt2_config *c, const char *name);
 /* 0 when consistent (dim a multiple of heads, sizes in range); else -1
@@ -87,6 +92,18 @@ typedef struct GPT2(block_act) {
 typedef struct GPT2(work) {
 	gpt2_config c;
 	int B, recompute;
+	/* GPT2_ACT_F32 (work_init's choice), _BF16 or _F16 (f32 build only; set
+	 * it after work_init): a 16-bit program's activations.  Every value
+	 * such a program stores in 16 bits -- GEMM inputs and outputs (the
+	 * LayerNorm outputs, qkv, the attention probabilities P before P.V and
+	 * its output, the projections' outputs, GELU's output, the logits, and
+	 * in backward the gradients wrt them, dS of the softmax included) -- is
+	 * rounded to that type (to nearest, ties to even) and kept in an f32
+	 * slot; the GEMMs accumulate in f32 (a tensor core's f32 accumulate).
+	 * f32 stay: the residual stream and its gradient, LayerNorm's mean and
+	 * rstd, the softmax and the scores before it, the loss, and the weight
+	 * gradients (accel's grad_dtype f32). */
+	int prec;
 	GPT2(block_act) *blk;        /* [layers]                              */
 	gpt2_real *out;              /* [BT, C] output of the last block      */
 	gpt2_real *lnf, *meanf, *rstdf;

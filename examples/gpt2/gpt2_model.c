@@ -26,12 +26,30 @@ static void gemm(int ta, int tb, int m, int n, int k, double alpha, const double
 			*cij = alpha * s + (beta == 0 ? 0 : beta * *cij);
 		}
 }
+/* the gradient check computes in f64 throughout (prec stays f32) */
+static void round16(int prec, double *x, size_t n)
+{
+	(void)prec;
+	(void)x;
+	(void)n;
+}
 #else
 #include "blas.h"
+#include "mlp.h"
 static void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc)
 {
 	blas_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+_Static_assert((int)GPT2_ACT_BF16 == (int)MLP_BF16 && (int)GPT2_ACT_F16 == (int)MLP_F16 &&
+               (int)GPT2_ACT_F32 == (int)MLP_F32,
+               "gpt2.h's activation types are mlp.h's");
+
+/* A 16-bit program's stored value: train_mlp's rounding (mlp.h). */
+static void round16(int prec, float *x, size_t n)
+{
+	mlp_round(x, n, prec);
 }
 #endif
 
@@ -190,9 +208,9 @@ static void layernorm_backward(real *dx, real *dg, real *db, const real *dy, con
 	}
 }
 
-/* y[N, out] = x[N, in] . W^T + b */
+/* y[N, out] = x[N, in] . W^T + b, stored in prec */
 static void linear_forward(real *y, const real *x, const real *W, const real *b, size_t N,
-                           int in, int out)
+                           int in, int out, int prec)
 {
 	gemm(0, 1, (int)N, out, in, 1, x, in, W, in, 0, y, out);
 	for (size_t i = 0; i < N; i++) {
@@ -200,11 +218,13 @@ static void linear_forward(real *y, const real *x, const real *W, const real *b,
 		for (int j = 0; j < out; j++)
 			yi[j] += b[j];
 	}
+	round16(prec, y, N * (size_t)out);
 }
 
-/* dW += dy^T x, db += sum dy, dx = dy . W (dx may be NULL). */
+/* dW += dy^T x, db += sum dy, dx = dy . W (dx may be NULL; stored in
+ * prec). */
 static void linear_backward(real *dx, real *dW, real *db, const real *dy, const real *x,
-                            const real *W, size_t N, int in, int out)
+                            const real *W, size_t N, int in, int out, int prec)
 {
 	gemm(1, 0, out, in, (int)N, 1, dy, out, x, in, 1, dW, in);
 	for (size_t i = 0; i < N; i++) {
@@ -212,8 +232,10 @@ static void linear_backward(real *dx, real *dW, real *db, const real *dy, const 
 		for (int j = 0; j < out; j++)
 			db[j] += dyi[j];
 	}
-	if (dx)
+	if (dx) {
 		gemm(0, 0, (int)N, in, out, 1, dy, out, W, in, 0, dx, in);
+		round16(prec, dx, N * (size_t)in);
+	}
 }
 
 #define GELU_K 0.7978845608028654   /* sqrt(2 / pi) */
@@ -239,8 +261,11 @@ static void gelu_backward(real *d, const real *x, size_t n)
 }
 
 /* Causal attention of one sequence's heads: qkv [T, 3C] -> y [T, C],
- * probabilities att [H, T, T] (zero above the diagonal). */
-static void attention_forward(real *y, real *att, const real *qkv, int T, int C, int H)
+ * probabilities att [H, T, T] (zero above the diagonal).  In 16 bits the
+ * scores and the softmax are f32 (a fused attention's registers) and P is
+ * rounded before P.V, as y is after it. */
+static void attention_forward(real *y, real *att, const real *qkv, int T, int C, int H,
+                              int prec)
 {
 	int hd = C / H;
 	real scale = (real)(1.0 / sqrt((double)hd));
@@ -262,13 +287,16 @@ static void attention_forward(real *y, real *att, const real *qkv, int T, int C,
 			for (int j = i + 1; j < T; j++)
 				row[j] = 0;
 		}
+		round16(prec, P, (size_t)T * T);
 		gemm(0, 0, T, hd, T, 1, P, T, v, 3 * C, 0, y + h * hd, C);
 	}
+	round16(prec, y, (size_t)T * C);
 }
 
-/* dqkv [T, 3C] from dy [T, C]; dS: [T, T] scratch. */
+/* dqkv [T, 3C] from dy [T, C]; dS: [T, T] scratch.  In 16 bits dP and
+ * the softmax backward are f32; dS (a GEMM input) and dqkv are rounded. */
 static void attention_backward(real *dqkv, real *dS, const real *dy, const real *att,
-                               const real *qkv, int T, int C, int H)
+                               const real *qkv, int T, int C, int H, int prec)
 {
 	int hd = C / H;
 	real scale = (real)(1.0 / sqrt((double)hd));
@@ -288,9 +316,11 @@ static void attention_backward(real *dqkv, real *dS, const real *dy, const real 
 			for (int j = i + 1; j < T; j++)
 				d[j] = 0;
 		}
+		round16(prec, dS, (size_t)T * T);
 		gemm(0, 0, T, hd, T, scale, dS, T, k, 3 * C, 0, dq, 3 * C);
 		gemm(1, 0, T, hd, T, scale, dS, T, q, 3 * C, 0, dk, 3 * C);
 	}
+	round16(prec, dqkv, (size_t)T * 3 * C);
 }
 
 /* ---- the units ----------------------------------------------------------- */
@@ -314,18 +344,23 @@ void GPT2(block_forward)(work *w, int l, const real *const *p, int n)
 	size_t N = (size_t)n * (size_t)T;
 	block_act *a = &w->blk[l];
 	real *out = l + 1 < w->c.layers ? w->blk[l + 1].in : w->out;
+	int pr = w->prec;
+	/* 16 bits: each GEMM operand stored rounded; the residual sums are f32 */
 	layernorm_forward(a->ln1, a->mean1, a->rstd1, a->in, p[GPT2_LN1_W], p[GPT2_LN1_B], N, C);
-	linear_forward(a->qkv, a->ln1, p[GPT2_QKV_W], p[GPT2_QKV_B], N, C, 3 * C);
+	round16(pr, a->ln1, N * (size_t)C);
+	linear_forward(a->qkv, a->ln1, p[GPT2_QKV_W], p[GPT2_QKV_B], N, C, 3 * C, pr);
 	for (int b = 0; b < n; b++)
 		attention_forward(a->atty + (size_t)b * T * C, a->att + (size_t)b * H * T * T,
-		                  a->qkv + (size_t)b * T * 3 * C, T, C, H);
-	linear_forward(a->mid, a->atty, p[GPT2_APROJ_W], p[GPT2_APROJ_B], N, C, C);
+		                  a->qkv + (size_t)b * T * 3 * C, T, C, H, pr);
+	linear_forward(a->mid, a->atty, p[GPT2_APROJ_W], p[GPT2_APROJ_B], N, C, C, pr);
 	for (size_t i = 0; i < N * (size_t)C; i++)
 		a->mid[i] += a->in[i];
 	layernorm_forward(a->ln2, a->mean2, a->rstd2, a->mid, p[GPT2_LN2_W], p[GPT2_LN2_B], N, C);
-	linear_forward(a->fc, a->ln2, p[GPT2_FC_W], p[GPT2_FC_B], N, C, 4 * C);
+	round16(pr, a->ln2, N * (size_t)C);
+	linear_forward(a->fc, a->ln2, p[GPT2_FC_W], p[GPT2_FC_B], N, C, 4 * C, pr);
 	gelu_forward(a->gelu, a->fc, N * 4 * (size_t)C);
-	linear_forward(out, a->gelu, p[GPT2_MPROJ_W], p[GPT2_MPROJ_B], N, 4 * C, C);
+	round16(pr, a->gelu, N * 4 * (size_t)C);
+	linear_forward(out, a->gelu, p[GPT2_MPROJ_W], p[GPT2_MPROJ_B], N, 4 * C, C, pr);
 	for (size_t i = 0; i < N * (size_t)C; i++)
 		out[i] += a->mid[i];
 }
@@ -335,7 +370,9 @@ void GPT2(head_forward)(work *w, const real *lnf_w, const real *lnf_b, const rea
 	int C = w->c.dim, V = w->c.vocab;
 	size_t N = (size_t)n * (size_t)w->c.seq;
 	layernorm_forward(w->lnf, w->meanf, w->rstdf, w->out, lnf_w, lnf_b, N, C);
+	round16(w->prec, w->lnf, N * (size_t)C);
 	gemm(0, 1, (int)N, V, C, 1, w->lnf, C, head, C, 0, w->logits, V);
+	round16(w->prec, w->logits, N * (size_t)V);
 }
 
 double GPT2(loss)(work *w, const int32_t *targets, int n, double dlogits_scale)
@@ -357,6 +394,7 @@ double GPT2(loss)(work *w, const int32_t *targets, int n, double dlogits_scale)
 			for (int j = 0; j < V; j++)
 				row[j] = exp(row[j] - mx) * inv * sc;
 			row[targets[i]] -= sc;
+			round16(w->prec, row, (size_t)V);   /* dlogits: a GEMM input */
 		}
 	}
 	return sum;
@@ -370,6 +408,7 @@ void GPT2(head_backward)(work *w, const real *lnf_w, const real *head, real *dln
 	real *dln = w->dbuf;
 	gemm(1, 0, V, C, (int)N, 1, w->logits, V, w->lnf, C, 1, dhead, C);
 	gemm(0, 0, (int)N, C, V, 1, w->logits, V, head, C, 0, dln, C);
+	round16(w->prec, dln, N * (size_t)C);
 	memset(w->dx, 0, N * (size_t)C * sizeof(real));
 	layernorm_backward(w->dx, dlnf_w, dlnf_b, dln, w->out, lnf_w, w->meanf, w->rstdf, N, C);
 }
@@ -379,24 +418,41 @@ void GPT2(block_backward)(work *w, int l, const real *const *p, real *const *g, 
 	int T = w->c.seq, C = w->c.dim, H = w->c.heads;
 	size_t N = (size_t)n * (size_t)T;
 	block_act *a = &w->blk[l];
+	int pr = w->prec;
 	real *dres = w->dx;
 	real *dfc = w->dbuf, *dqkv = dfc + N * 4 * C, *datty = dqkv + N * 3 * C,
 	     *dln = datty + N * C, *dS = dln + N * C;
+	/* The residual's gradient stays f32; in 16 bits the projections see it
+	 * rounded (the gradient wrt their 16-bit output), in a buffer free at
+	 * that point: datty before the attention part, dln within it. */
+	const real *dy = dres;
+	if (pr != GPT2_ACT_F32) {
+		memcpy(datty, dres, N * (size_t)C * sizeof(real));
+		round16(pr, datty, N * (size_t)C);
+		dy = datty;
+	}
 	/* MLP */
-	linear_backward(dfc, g[GPT2_MPROJ_W], g[GPT2_MPROJ_B], dres, a->gelu, p[GPT2_MPROJ_W], N,
-	                4 * C, C);
+	linear_backward(dfc, g[GPT2_MPROJ_W], g[GPT2_MPROJ_B], dy, a->gelu, p[GPT2_MPROJ_W], N,
+	                4 * C, C, pr);
 	gelu_backward(dfc, a->fc, N * 4 * (size_t)C);
-	linear_backward(dln, g[GPT2_FC_W], g[GPT2_FC_B], dfc, a->ln2, p[GPT2_FC_W], N, C, 4 * C);
+	round16(pr, dfc, N * 4 * (size_t)C);
+	linear_backward(dln, g[GPT2_FC_W], g[GPT2_FC_B], dfc, a->ln2, p[GPT2_FC_W], N, C, 4 * C, pr);
 	layernorm_backward(dres, g[GPT2_LN2_W], g[GPT2_LN2_B], dln, a->mid, p[GPT2_LN2_W], a->mean2,
 	                   a->rstd2, N, C);
 	/* attention */
-	linear_backward(datty, g[GPT2_APROJ_W], g[GPT2_APROJ_B], dres, a->atty, p[GPT2_APROJ_W], N, C,
-	                C);
+	if (pr != GPT2_ACT_F32) {
+		memcpy(dln, dres, N * (size_t)C * sizeof(real));
+		round16(pr, dln, N * (size_t)C);
+		dy = dln;
+	}
+	linear_backward(datty, g[GPT2_APROJ_W], g[GPT2_APROJ_B], dy, a->atty, p[GPT2_APROJ_W], N, C,
+	                C, pr);
 	for (int b = 0; b < n; b++)
 		attention_backward(dqkv + (size_t)b * T * 3 * C, dS, datty + (size_t)b * T * C,
 		                   a->att + (size_t)b * H * T * T, a->qkv + (size_t)b * T * 3 * C, T, C,
-		                   H);
-	linear_backward(dln, g[GPT2_QKV_W], g[GPT2_QKV_B], dqkv, a->ln1, p[GPT2_QKV_W], N, C, 3 * C);
+		                   H, pr);
+	linear_backward(dln, g[GPT2_QKV_W], g[GPT2_QKV_B], dqkv, a->ln1, p[GPT2_QKV_W], N, C, 3 * C,
+	                pr);
 	layernorm_backward(dres, g[GPT2_LN1_W], g[GPT2_LN1_B], dln, a->in, p[GPT2_LN1_W], a->mean1,
 	                   a->rstd1, N, C);
 }

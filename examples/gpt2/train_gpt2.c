@@ -31,7 +31,9 @@
 #include "gpt2_data.h"
 #include "gpt2_device.h"
 #include "gpt2_fp8.h"
+#include "mlp.h"
 #include "st_write.h"
+#include "step_metrics.h"
 
 typedef struct options {
 	gpt2_config c;
@@ -42,6 +44,7 @@ typedef struct options {
 	long random_tokens;
 	const char *data, *save_final, *project_dir, *resume, *config;
 	const char *device;   /* NULL / "cpu", "cuda" or "cuda:N" */
+	const char *save_final_ranks, *metrics;
 	const char *sets[40];
 	int n_sets;
 } options;
@@ -78,6 +81,12 @@ static void usage(FILE *out)
 	        "  --checkpoint-every N, --project-dir DIR, --resume DIR|latest\n"
 	        "                     as train_mlp (docs/checkpointing.md)\n"
 	        "  --save-final FILE  trained parameters as safetensors (f32)\n"
+	        "  --save-final-ranks PREFIX\n"
+	        "                     every rank writes the parameters as it sees them to\n"
+	        "                     PREFIX.rank<r>.safetensors (to compare the ranks)\n"
+	        "  --metrics FILE     also write the progress as JSON lines to FILE ('-':\n"
+	        "                     stdout): loss, lr, samples_per_s, loss_scale, skipped,\n"
+	        "                     tokens_per_s, tflops, mfu (with --peak-tflops); val_loss\n"
 	        "  --config FILE      accel configuration;  --set KEY=VALUE  override a key\n"
 	        "  --device D         cpu (default), cuda (GPU local rank %% count) or cuda:N\n"
 	        "                     (docs/gpt2.md, \"On a GPU\")\n");
@@ -177,6 +186,7 @@ static int parse_args(int argc, char **argv, options *o)
 		} else if (!strcmp(a, "--checkpoint-every")) {
 			r = parse_int(a, v, 1, 100000000, &o->checkpoint_every);
 		} else if ((!strcmp(a, "--data") || !strcmp(a, "--save-final") ||
+		            !strcmp(a, "--save-final-ranks") || !strcmp(a, "--metrics") ||
 		            !strcmp(a, "--project-dir") || !strcmp(a, "--resume") ||
 		            !strcmp(a, "--config")) && (!v || !strncmp(v, "--", 2))) {
 			fprintf(stderr, "accel-gpt2: %s needs a path%s%s%s\n", a,
@@ -186,6 +196,15 @@ static int parse_args(int argc, char **argv, options *o)
 			o->data = v;
 		} else if (!strcmp(a, "--save-final")) {
 			o->save_final = v;
+		} else if (!strcmp(a, "--save-final-ranks")) {
+			if (strlen(v) > 4000) {
+				fprintf(stderr, "accel-gpt2: --save-final-ranks: the prefix is longer than "
+				        "4000 bytes\n");
+				return -1;
+			}
+			o->save_final_ranks = v;
+		} else if (!strcmp(a, "--metrics")) {
+			o->metrics = v;
 		} else if (!strcmp(a, "--project-dir")) {
 			o->project_dir = v;
 		} else if (!strcmp(a, "--resume")) {
@@ -236,33 +255,11 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* 16-bit working weights widened to f32 for the BLAS (the mixed_precision
- * of train_mlp on the CPU: f32 masters and gradients in accel). */
-enum { PREC_F32, PREC_BF16, PREC_F16 };
-
-static float half_to_f32(uint16_t h, int prec)
-{
-	if (prec == PREC_BF16) {
-		uint32_t u = (uint32_t)h << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		return f;
-	}
-	uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-	if (e == 0x1f)
-		u = s | 0x7f800000u | (m << 13);
-	else if (e)
-		u = s | ((e + 112) << 23) | (m << 13);
-	else if (!m)
-		u = s;
-	else {   /* subnormal: value m * 2^-24 */
-		float f = (float)m * 5.9604644775390625e-8f;
-		return s ? -f : f;
-	}
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
+/* 16-bit working weights widened to f32 for the BLAS, activations rounded
+ * to 16 bits (gpt2.h, gpt2_work.prec): the mixed_precision of train_mlp on
+ * the CPU, whose conversions (mlp.h) these are; f32 masters and gradients
+ * in accel. */
+enum { PREC_F32 = MLP_F32, PREC_BF16 = MLP_BF16, PREC_F16 = MLP_F16 };
 
 typedef struct trainer {
 	accel_ctx *ctx;
@@ -366,10 +363,7 @@ static const float *weights(trainer *t, uint32_t p, int slot)
 	const void *d = accel_param_data(t->ctx, p);
 	if (!d || t->prec == PREC_F32 || t->gpu)   /* GPU: the device's working dtype */
 		return d;
-	size_t n = (size_t)accel_param_numel(t->ctx, p);
-	const uint16_t *h = d;
-	for (size_t i = 0; i < n; i++)
-		t->wide[slot][i] = half_to_f32(h[i], t->prec);
+	mlp_widen(t->wide[slot], d, (size_t)accel_param_numel(t->ctx, p), t->prec);
 	return t->wide[slot];
 }
 
@@ -597,10 +591,12 @@ static int sample_pass(trainer *t, const gpt2_stream *val, long n_new)
 	return 0;
 }
 
-static int save_final_pass(trainer *t, const char *path, long steps)
+/* all_ranks: every rank writes its own file (path differs per rank), with
+ * its rank in the metadata; else the main process writes. */
+static int save_final_pass(trainer *t, const char *path, long steps, int all_ranks)
 {
 	uint32_t np = accel_model_n_params(t->ctx);
-	int writer = accel_is_main(t->ctx), ret = -1, rc;
+	int writer = all_ranks || accel_is_main(t->ctx), ret = -1, rc;
 	st_tensor *ts = calloc(np, sizeof(*ts));
 	float **copies = calloc(np, sizeof(*copies));
 	uint32_t units[3 + 256], nu = 0;
@@ -644,10 +640,12 @@ static int save_final_pass(trainer *t, const char *path, long steps)
 			goto out;
 		}
 	}
-	char stepstr[32];
+	char stepstr[32], rankstr[16];
 	snprintf(stepstr, sizeof(stepstr), "%ld", steps);
-	const char *meta[] = {"format", "pt", "producer", "accel-gpt2", "steps", stepstr};
-	if (writer && st_write(path, ts, (int)np, meta, 3, err, sizeof(err))) {
+	snprintf(rankstr, sizeof(rankstr), "%d", accel_rank(t->ctx));
+	const char *meta[] = {"format", "pt", "producer", "accel-gpt2", "steps", stepstr,
+	                      "rank", rankstr};
+	if (writer && st_write(path, ts, (int)np, meta, all_ranks ? 4 : 3, err, sizeof(err))) {
 		fprintf(stderr, "accel-gpt2: %s\n", err);
 		goto out;
 	}
@@ -660,10 +658,10 @@ out:
 	return ret;
 }
 
-static int save_final(trainer *t, const char *path, long steps)
+static int save_final(trainer *t, const char *path, long steps, int all_ranks)
 {
 	int rc;
-	FORWARD_ONLY(t, rc, save_final_pass(t, path, steps));
+	FORWARD_ONLY(t, rc, save_final_pass(t, path, steps, all_ranks));
 	return rc;
 }
 
@@ -707,6 +705,43 @@ static int prepare_main(int argc, char **argv)
 	}
 	printf("accel-gpt2 prepare: %s: %llu tokens (vocabulary 256) from %s\n", argv[3],
 	       (unsigned long long)n, argv[2]);
+	return 0;
+}
+
+/* --metrics FILE, else the configuration's metrics_file: rank 0 opens it
+ * and every rank learns the outcome, so all stop together.  Progress is
+ * logged when a file is named or logging_dir (the trackers') is set. */
+static int open_metrics(trainer *t, const char *path, int *ret_log)
+{
+	const char *dir = NULL;
+	int32_t bad = 0;
+	int rc;
+	if (!path && accel_config_string(t->ctx, "metrics_file", &path) != ACCEL_OK)
+		path = NULL;
+	if (accel_is_main(t->ctx) && path && (rc = accel_metrics_open(t->ctx, path))) {
+		fail(t, "opening the metrics file (--metrics, else metrics_file)", rc);
+		bad = 1;
+	}
+	if ((rc = accel_allreduce(t->ctx, &bad, &bad, 1, ACCEL_DTYPE_I32, ACCEL_RED_MAX)))
+		return fail(t, "agreeing on the metrics file", rc);
+	if (bad) {
+		if (!accel_is_main(t->ctx))
+			fprintf(stderr, "accel-gpt2: rank %d: stopping: rank 0 could not open the "
+			        "metrics file (its message says why)\n", accel_rank(t->ctx));
+		return -1;
+	}
+	*ret_log = path != NULL ||
+	           (accel_config_string(t->ctx, "logging_dir", &dir) == ACCEL_OK && *dir);
+	return 0;
+}
+
+/* A held-out loss as its own metrics record. */
+static int log_val_loss(trainer *t, int log_metrics, long step, double loss)
+{
+	const char *k = "val_loss";
+	int rc;
+	if (log_metrics && (rc = accel_log_scalars(t->ctx, (uint64_t)step, 1, &k, &loss)))
+		return fail(t, "writing metrics", rc);
 	return 0;
 }
 
@@ -800,6 +835,9 @@ int main(int argc, char **argv)
 		ret = 2;
 		goto out;
 	}
+	int log_metrics = 0;
+	if (open_metrics(&t, o.metrics, &log_metrics))
+		goto out;
 
 	/* the tokens */
 	if (o.data) {
@@ -855,6 +893,7 @@ int main(int argc, char **argv)
 	                                                       : GPT2_CUDA_F32,
 	                                  o.device, &t.dev_index, &t.gpu))
 		goto out;
+	t.w.prec = t.prec;   /* 16-bit activations with 16-bit weights (CPU) */
 	if (t.prec != PREC_F32 && !on_gpu) {
 		size_t C = (size_t)t.c.dim, big = (size_t)t.c.vocab * C;
 		for (int k = 0; k < GPT2_BLOCK_TENSORS + 3; k++) {
@@ -890,8 +929,8 @@ int main(int argc, char **argv)
 	            "lr %g\n", t.c.layers, t.c.heads, t.c.dim, t.c.seq, t.c.vocab,
 	            t.tied ? "tied" : "untied", (long long)gpt2_n_params(&t.c, t.tied), t.world,
 	            t.world > 1 ? "es" : "", o.batch, t.c.seq, o.data ? o.data : "random tokens",
-	            blas_name(), t.prec == PREC_BF16 ? ", bf16 weights"
-	                         : t.prec == PREC_F16 ? ", f16 weights" : "",
+	            blas_name(), t.prec == PREC_BF16 ? ", bf16 weights and activations"
+	                         : t.prec == PREC_F16 ? ", f16 weights and activations" : "",
 	            accel_get_lr(t.ctx));
 	if (!t.tied)
 		accel_print(t.ctx, "accel-gpt2: --untied: the LM head has its own weight\n");
@@ -979,6 +1018,17 @@ int main(int argc, char **argv)
 			accel_print(t.ctx, "step %ld loss %.6f lr %.3g tokens/s %.0f (%.3f TFLOP/s)%s\n",
 			            done, window[0] / window[1], accel_get_lr(t.ctx), tps,
 			            tps * fpt * 1e-12, mfu);
+			if (log_metrics) {
+				const char *xk[] = {"tokens_per_s", "tflops", "mfu"};
+				double xv[] = {tps, tps * fpt * 1e-12,
+				               o.peak_tflops > 0 ? tps * fpt / (o.peak_tflops * 1e12 * t.world)
+				                                 : 0};
+				if ((rc = step_metrics_log(t.ctx, (uint64_t)done, window[0] / window[1],
+				                           tps / t.c.seq, o.peak_tflops > 0 ? 3 : 2, xk, xv))) {
+					fail(&t, "writing metrics", rc);
+					goto out;
+				}
+			}
 			window[0] = window[1] = 0;
 			tok_since = 0;
 			t_log = now();
@@ -988,6 +1038,8 @@ int main(int argc, char **argv)
 			if (evaluate(&t, &val, o.eval_batches, &vl))
 				goto out;
 			accel_print(t.ctx, "step %ld held-out loss %.6f\n", done, vl);
+			if (log_val_loss(&t, log_metrics, done, vl))
+				goto out;
 			t_log = now();
 		}
 		if (o.checkpoint_every && done % o.checkpoint_every == 0) {
@@ -1010,6 +1062,8 @@ int main(int argc, char **argv)
 		if (evaluate(&t, &val, o.eval_batches, &vl))
 			goto out;
 		accel_print(t.ctx, "final held-out loss %.6f (step %ld)\n", vl, done);
+		if (log_val_loss(&t, log_metrics, done, vl))
+			goto out;
 	}
 	if (o.sample > 0 && val.n_samples > 0) {
 		FORWARD_ONLY(&t, rc, sample_pass(&t, &val, o.sample));
@@ -1025,9 +1079,18 @@ int main(int argc, char **argv)
 		                    1048576.0,
 		            o.recompute ? " (recompute)" : "");
 	if (o.save_final) {
-		if (save_final(&t, o.save_final, done))
+		if (save_final(&t, o.save_final, done, 0))
 			goto out;
 		accel_print(t.ctx, "saved %s\n", o.save_final);
+	}
+	if (o.save_final_ranks) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s.rank%d.safetensors", o.save_final_ranks,
+		         accel_rank(t.ctx));
+		if (save_final(&t, path, done, 1))
+			goto out;
+		accel_print(t.ctx, "saved %s.rank<r>.safetensors, r < %d\n", o.save_final_ranks,
+		            t.world);
 	}
 	ret = EXIT_SUCCESS;
 out:

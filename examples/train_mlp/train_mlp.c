@@ -31,12 +31,12 @@
 
 #include <accel/accel.h>
 
-#include "accel-compress.h"
 #include "blas.h"
 #include "mlp.h"
 #include "mlp_cuda.h"
 #include "mlp_fp8.h"
 #include "st_write.h"
+#include "step_metrics.h"
 
 typedef struct options {
 	long steps;
@@ -919,29 +919,6 @@ static void timing_json(const trainer *t, timing *tm, const options *o, int rank
 	fflush(stdout);
 }
 
-/* The compress plugin's figures of the last step (docs/compress.md),
- * appended to a --metrics line when the plugin is active: keys/vals hold
- * n entries and room for 3 more; returns the new count. */
-static uint32_t compress_metrics(accel_ctx *ctx, const char **keys, double *vals, uint32_t n)
-{
-	const accel_compress_ext_v1 *x =
-	        accel_plugin_extension(ctx, "compress", ACCEL_COMPRESS_STATS, 1);
-	accel_compress_stats_v1 st = {.struct_size = sizeof(st)};
-	if (!x) {
-		accel_clear_error(ctx);  /* not active: nothing to add */
-		return n;
-	}
-	if (x->stats(x->self, &st))
-		return n;
-	keys[n] = "compress_sent_bytes";
-	vals[n++] = (double)st.last_sent_bytes;
-	keys[n] = "compress_dense_bytes";
-	vals[n++] = (double)st.last_dense_bytes;
-	keys[n] = "compress_ratio";
-	vals[n++] = st.last_ratio;
-	return n;
-}
-
 int main(int argc, char **argv)
 {
 	options o;
@@ -1303,22 +1280,10 @@ int main(int argc, char **argv)
 				fail(&t, "accel_progress_update", rc);
 				goto out;
 			}
-			if (log_metrics) {
-				/* the loss scale and whether the last step was skipped
-				 * (a scaler's found_inf); 1 and 0 without a scaler */
-				accel_step_report rep = {.struct_size = sizeof(rep)};
-				if ((rc = accel_last_step(t.ctx, &rep))) {
-					fail(&t, "accel_last_step", rc);
-					goto out;
-				}
-				const char *keys[8] = {"loss", "lr", "samples_per_s", "loss_scale", "skipped"};
-				double vals[8] = {mean, accel_get_lr(t.ctx), sps, rep.loss_scale,
-				                  (double)rep.skipped};
-				uint32_t nk = compress_metrics(t.ctx, keys, vals, 5);
-				if ((rc = accel_log_scalars(t.ctx, (uint64_t)done, nk, keys, vals))) {
-					fail(&t, "writing metrics", rc);
-					goto out;
-				}
+			if (log_metrics &&
+			    (rc = step_metrics_log(t.ctx, (uint64_t)done, mean, sps, 0, NULL, NULL))) {
+				fail(&t, "writing metrics", rc);
+				goto out;
 			}
 			window[0] = window[1] = 0;
 			t_log = tn;
