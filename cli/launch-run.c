@@ -2,8 +2,9 @@
 /* cli/launch-run.c: start the ranks of `accel launch` and supervise them.
  *
  * One thread, one poll() loop over: a self-pipe that the signal handlers
- * write to (SIGCHLD, and the signals we forward), and two pipes per rank
- * (its stdout and stderr).  The loop never blocks on our own stdout and
+ * write to (SIGCHLD, and the signals we forward), two pipes per rank
+ * (its stdout and stderr), and with --nnodes --max-restarts the other node
+ * launchers' connections (launch-nodes.c).  The loop never blocks on our own stdout and
  * stderr: a thread each writes them from a queue (launch-out.c), and while
  * a queue is full the loop stops reading the pipes that feed it.  Each rank
  * runs in its own process group, so stopping a rank also stops whatever it
@@ -90,6 +91,8 @@ typedef struct launcher {
 	pid_t *reporters;      /* [n] children telling the store a rank exited */
 	time_t started;        /* when the first rank was started */
 	accel_store_refusal *refusal; /* stands in for rank 0's store once it is gone */
+	int node_lost;         /* another node's launcher was lost: the attempt ends */
+	char lost_why[160];
 } launcher;
 
 static int sig_pipe[2] = {-1, -1};
@@ -732,15 +735,37 @@ static void ensure_std_fds(void)
 		}
 }
 
+/* A node launcher's connection flagged by poll(): a lost node ends this
+ * attempt as a failure would (the ranks are stopped), unless it is ending
+ * already. */
+static void node_event(launcher *L, int fd)
+{
+	char why[sizeof(L->lost_why)];
+	if (L->stopping || L->first_failed >= 0 ||
+	    !accelp_nodes_watch_event(L->spec->nodes, fd, L->spec->gen, why, sizeof(why)))
+		return;
+	L->node_lost = 1;
+	snprintf(L->lost_why, sizeof(L->lost_why), "%s", why);
+	reap(L);
+	int left = count_running(L);
+	say(L, "%s; ending this node's attempt: stopping %d rank%s (SIGTERM, then SIGKILL after "
+	    "%g s)", why, left, left == 1 ? "" : "s", L->spec->grace_s);
+	begin_stop(L, SIGTERM);
+}
+
 static int run_loop(launcher *L)
 {
-	struct pollfd *pf = calloc((size_t)(1 + 2 * L->n), sizeof(*pf));
-	proc **who = calloc((size_t)(1 + 2 * L->n), sizeof(*who));
-	stream **ws = calloc((size_t)(1 + 2 * L->n), sizeof(*ws));
-	if (!pf || !who || !ws) {
+	int nw = L->spec->nodes ? accelp_nodes_count(L->spec->nodes) : 0;
+	size_t cap = (size_t)(1 + 2 * L->n + nw);
+	struct pollfd *pf = calloc(cap, sizeof(*pf));
+	proc **who = calloc(cap, sizeof(*who));
+	stream **ws = calloc(cap, sizeof(*ws));
+	int *wfd = calloc((size_t)nw + 1, sizeof(*wfd));
+	if (!pf || !who || !ws || !wfd) {
 		free(pf);
 		free(who);
 		free(ws);
+		free(wfd);
 		say(L, "out of memory; killing all ranks");
 		signal_all(L, SIGKILL);
 		return -1;
@@ -769,6 +794,13 @@ static int run_loop(launcher *L)
 				ws[nfd] = ss[k];
 				pf[nfd++] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
 			}
+		}
+		/* the other node launchers' connections, while the attempt runs */
+		int first_node = nfd;
+		if (nw && running && !L->stopping && L->first_failed < 0) {
+			int k = accelp_nodes_watch_fds(L->spec->nodes, wfd, nw);
+			for (int i = 0; i < k; i++)
+				pf[nfd++] = (struct pollfd){.fd = wfd[i], .events = POLLIN};
 		}
 		int64_t now = mono_ms();
 		if (!running && !open_streams)
@@ -859,14 +891,18 @@ static int run_loop(launcher *L)
 				if (sigs[k] != SIGCHLD && sigs[k] != 0) /* 0: an output queue drained */
 					on_launcher_signal(L, sigs[k]);
 		}
-		for (int k = 1; k < nfd; k++)
+		for (int k = 1; k < first_node; k++)
 			if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
 				if (ws[k]->fd >= 0)
 					stream_read(L, who[k], ws[k]);
+		for (int k = first_node; k < nfd; k++)
+			if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
+				node_event(L, pf[k].fd);
 	}
 	free(pf);
 	free(who);
 	free(ws);
+	free(wfd);
 	return 0;
 }
 
@@ -909,6 +945,8 @@ static int exit_code(const launcher *L)
 		rc = 1;
 	} else if (L->exec_errno) {
 		rc = L->exec_errno == ENOENT ? 127 : 126;
+	} else if (L->node_lost) {
+		rc = 1;
 	} else if (L->got_signal) {
 		rc = 128 + L->got_signal;
 	} else {
@@ -1033,7 +1071,10 @@ int accelp_launch_run(const launch_spec *spec)
 		res->got_signal = L.got_signal;
 		res->cannot_start = L.start_errno || L.exec_errno;
 		res->failed_rank = L.first_failed >= 0 ? L.p[L.first_failed].rank : -1;
+		res->node_lost = L.node_lost && L.first_failed < 0;
 		res->reason[0] = '\0';
+		if (res->node_lost)
+			snprintf(res->reason, sizeof(res->reason), "%s", L.lost_why);
 		if (L.first_failed >= 0) {
 			char d[128];
 			describe_status(L.p[L.first_failed].status, d, sizeof(d));
