@@ -62,7 +62,7 @@ static const char *const help_text =
 	"                          node 0 must stay; uses --master-port + 1 as well\n"
 	"      --restart-filter CMD  before a restart, run /bin/sh -c CMD for each slot,\n"
 	"                          with SLOT RESTART FAILED_RANK as $1 $2 $3; a non-zero\n"
-	"                          exit drops the slot\n"
+	"                          exit drops the slot (one node only)\n"
 	"      --restart-filter-timeout S  seconds CMD may take (default 60); past it\n"
 	"                          its process group is killed and the job does not\n"
 	"                          restart\n"
@@ -332,6 +332,10 @@ static int parse(int argc, char **argv, opts *o)
 	if ((o->have_min_nproc || o->restart_filter) && o->max_restarts == 0)
 		return USAGE("%s applies to restarts: give --max-restarts N too",
 		             o->restart_filter ? "--restart-filter" : "--min-nproc");
+	if (o->restart_filter && o->nnodes > 1)
+		return USAGE("--restart-filter with --nnodes %d: filtering slots works on one node "
+		             "only (with several nodes a node's processes are all or nothing)",
+		             o->nnodes);
 	if (o->have_filter_timeout && !o->restart_filter)
 		return USAGE("--restart-filter-timeout applies to --restart-filter: give the filter "
 		             "command too");

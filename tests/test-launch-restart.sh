@@ -176,4 +176,9 @@ rc=0
 $ACCEL_CLI launch --max-restarts 1 --restart-filter true --restart-filter-timeout 0 -- true >out 2>&1 || rc=$?
 [ "$rc" = 2 ] && grep -q "restart-filter-timeout '0': expected seconds, 0.1..86400" out ||
 	{ cat out; fail "filter timeout 0"; }
+rc=0
+$ACCEL_CLI launch --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port 29500 \
+	--max-restarts 1 --restart-filter true -- true >out 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q "restart-filter with --nnodes 2: filtering slots works on one node only" out ||
+	{ cat out; fail "filter with --nnodes"; }
 echo ok
