@@ -4,12 +4,12 @@
  * One thread, one poll() loop over: a self-pipe that the signal handlers
  * write to (SIGCHLD, and the signals we forward), two pipes per rank
  * (its stdout and stderr), and with --nnodes --max-restarts the other node
- * launchers' connections (launch-nodes.c).  The loop never blocks on our own stdout and
- * stderr: a thread each writes them from a queue (launch-out.c), and while
- * a queue is full the loop stops reading the pipes that feed it.  Each rank
- * runs in its own process group, so stopping a rank also stops whatever it
- * started; the launcher forwards terminal signals itself.  Every child is
- * reaped before we return. */
+ * launchers' connections (launch-nodes.c).  The loop never blocks on our
+ * own stdout and stderr: a thread each writes them from a queue
+ * (launch-out.c), and while a queue is full the loop stops reading the
+ * pipes that feed it.  Each rank runs in its own process group, so stopping
+ * a rank also stops whatever it started; the launcher forwards terminal
+ * signals itself.  Every child is reaped before we return. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -744,9 +744,15 @@ static void node_event(launcher *L, int fd)
 	if (L->stopping || L->first_failed >= 0 ||
 	    !accelp_nodes_watch_event(L->spec->nodes, fd, L->spec->gen, why, sizeof(why)))
 		return;
+	reap(L);
+	if (L->first_failed >= 0) {
+		/* a rank had failed already: that is the reason; the loss is
+		 * told all the same (node 0 counts it in its decision) */
+		say(L, "%s", why);
+		return;
+	}
 	L->node_lost = 1;
 	snprintf(L->lost_why, sizeof(L->lost_why), "%s", why);
-	reap(L);
 	int left = count_running(L);
 	say(L, "%s; ending this node's attempt: stopping %d rank%s (SIGTERM, then SIGKILL after "
 	    "%g s)", why, left, left == 1 ? "" : "s", L->spec->grace_s);
