@@ -872,7 +872,8 @@ int accelp_cli_launch(int argc, char **argv)
 			snprintf(me.reason, sizeof(me.reason), "%s", rc ? res.reason : "");
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
-			me.end_s = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+			me.end_s = res.fail_s > 0 ? res.fail_s
+			                           : (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 			launch_node_policy pol = {.restart = j.restart, .max_restarts = o.max_restarts,
 			                          .min_nodes = o.min_nodes, .timeout_s = NODES_TIMEOUT_S};
 			memset(&dec, 0, sizeof(dec));

@@ -6,7 +6,8 @@
  * for the life of the job, so node 0 learns of a launcher that died (even
  * by SIGKILL) from the connection's end.  After each attempt every node
  * reports one line "G RC RESTARTABLE END REASON" (G: the attempt's
- * generation, END: when it ended, by the wall clock);
+ * generation, END: when its launcher saw its first failure, else when it
+ * ended, by the wall clock; RESTARTABLE 2: ended by a lost node);
  * node 0 decides for all:
  *   "go G2 NODES RANK CKPT_STEP STEP\nCKPT_DIR\nREASON\n"  restart as node
  *       RANK of NODES (ranks renumbered densely, node 0 stays 0);
@@ -388,7 +389,7 @@ static int decide(launch_nodes *N, const launch_node_report *me, const launch_no
 			rc[k] = r;
 			ok[k] = s != 0;
 			snprintf(reason + 160 * k, 160, "%s", line + off);
-			/* the reason told is the failure that ended first (the
+			/* the reason told is the failure seen first (the
 			 * others' ranks usually fail because of it); s == 2: ended
 			 * because a node was lost */
 			if (r && s != 2 && (first_fail < 0 || endk < end0)) {

@@ -93,6 +93,7 @@ typedef struct launcher {
 	accel_store_refusal *refusal; /* stands in for rank 0's store once it is gone */
 	int node_lost;         /* another node's launcher was lost: the attempt ends */
 	char lost_why[160];
+	double fail_s;         /* wall clock when the first failure or loss was seen */
 } launcher;
 
 static int sig_pipe[2] = {-1, -1};
@@ -467,6 +468,16 @@ static void comm_cleanup(launcher *L)
 
 static void reap(launcher *L);
 
+/* For the node launchers' "which failure came first" (launch-nodes.c): the
+ * moment a failure is seen, not when the attempt's teardown ends, whose
+ * length varies from node to node. */
+static double wall_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void on_exit_status(launcher *L, proc *p, int st)
 {
 	p->running = 0;
@@ -498,6 +509,7 @@ static void on_exit_status(launcher *L, proc *p, int st)
 	say(L, "rank %d failed: %s", p->rank, d);
 	if (L->first_failed < 0) {
 		L->first_failed = (int)(p - L->p);
+		L->fail_s = wall_s();
 		/* Ranks that have already ended on their own (we just had not
 		 * reaped them yet) are reported as they ended, not counted among
 		 * the ranks we stop. */
@@ -752,6 +764,7 @@ static void node_event(launcher *L, int fd)
 		return;
 	}
 	L->node_lost = 1;
+	L->fail_s = wall_s();
 	snprintf(L->lost_why, sizeof(L->lost_why), "%s", why);
 	int left = count_running(L);
 	say(L, "%s; ending this node's attempt: stopping %d rank%s (SIGTERM, then SIGKILL after "
@@ -1078,6 +1091,7 @@ int accelp_launch_run(const launch_spec *spec)
 		res->cannot_start = L.start_errno || L.exec_errno;
 		res->failed_rank = L.first_failed >= 0 ? L.p[L.first_failed].rank : -1;
 		res->node_lost = L.node_lost && L.first_failed < 0;
+		res->fail_s = L.fail_s;
 		res->reason[0] = '\0';
 		if (res->node_lost)
 			snprintf(res->reason, sizeof(res->reason), "%s", L.lost_why);

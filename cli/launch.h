@@ -12,6 +12,8 @@ typedef struct launch_result {
 	int cannot_start;      /* PROGRAM could not be run, or a fork failed     */
 	int node_lost;         /* ended because another node's launcher was lost
 	                        * (launch-nodes.c); reason names it              */
+	double fail_s;         /* when the launcher learned of the first failure
+	                        * or the loss (wall clock, seconds), 0: none      */
 	char reason[160];      /* "rank 1 failed: exit code 3", "" when none     */
 } launch_result;
 
@@ -77,7 +79,8 @@ typedef struct launch_node_report {
 	int restartable;         /* a rank failed (not stopped, not unstartable) */
 	int node_lost;           /* the attempt ended because a node was lost
 	                          * (not a failure of this node's own)          */
-	double end_s;            /* when the attempt ended (wall clock, seconds) */
+	double end_s;            /* when its first failure was seen, else when it
+	                          * ended (wall clock, seconds)                  */
 	char reason[160];        /* "rank 3 failed: exit code 1", ""             */
 } launch_node_report;
 typedef struct launch_node_policy {
