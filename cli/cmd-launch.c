@@ -62,7 +62,10 @@ static const char *const help_text =
 	"                          node 0 must stay; uses --master-port + 1 as well\n"
 	"      --restart-filter CMD  before a restart, run /bin/sh -c CMD for each slot,\n"
 	"                          with SLOT RESTART FAILED_RANK as $1 $2 $3; a non-zero\n"
-	"                          exit drops the slot\n"
+	"                          exit drops the slot (one node only)\n"
+	"      --restart-filter-timeout S  seconds CMD may take (default 60); past it\n"
+	"                          its process group is killed and the job does not\n"
+	"                          restart\n"
 	"      --dry-run           print each rank's environment and command; start nothing\n"
 	"  -h, --help              show this help\n"
 	"\n"
@@ -90,6 +93,8 @@ typedef struct opts {
 	int max_restarts, min_nproc, have_min_nproc;
 	int min_nodes, have_min_nodes;
 	const char *restart_filter;
+	double filter_timeout_s;
+	int have_filter_timeout;
 } opts;
 
 /* How long the node launchers wait for each other: at start, and for a
@@ -156,6 +161,7 @@ static int parse(int argc, char **argv, opts *o)
 	o->nproc = 1;
 	o->nnodes = 1;
 	o->grace_s = 5.0;
+	o->filter_timeout_s = 60.0;
 	o->sets = calloc((size_t)argc + 1, sizeof(*o->sets));
 	if (!o->sets) {
 		fprintf(stderr, "accel launch: out of memory\n");
@@ -264,6 +270,16 @@ static int parse(int argc, char **argv, opts *o)
 			if (!*v)
 				return USAGE("--restart-filter: empty command");
 			o->restart_filter = v;
+		} else if ((m = take_value(argc, argv, &i, "--restart-filter-timeout", NULL, &v)) != 0) {
+			if (m < 0)
+				return 2;
+			char *end;
+			errno = 0;
+			double t = strtod(v, &end);
+			if (!*v || *end || errno || !(t >= 0.1 && t <= 86400.0))
+				return USAGE("--restart-filter-timeout '%s': expected seconds, 0.1..86400", v);
+			o->filter_timeout_s = t;
+			o->have_filter_timeout = 1;
 		} else if ((m = take_value(argc, argv, &i, "--grace-s", NULL, &v)) != 0) {
 			if (m < 0)
 				return 2;
@@ -316,6 +332,13 @@ static int parse(int argc, char **argv, opts *o)
 	if ((o->have_min_nproc || o->restart_filter) && o->max_restarts == 0)
 		return USAGE("%s applies to restarts: give --max-restarts N too",
 		             o->restart_filter ? "--restart-filter" : "--min-nproc");
+	if (o->restart_filter && o->nnodes > 1)
+		return USAGE("--restart-filter with --nnodes %d: filtering slots works on one node "
+		             "only (with several nodes a node's processes are all or nothing)",
+		             o->nnodes);
+	if (o->have_filter_timeout && !o->restart_filter)
+		return USAGE("--restart-filter-timeout applies to --restart-filter: give the filter "
+		             "command too");
 	if ((long)o->nproc * o->nnodes > MAX_WORLD)
 		return USAGE("world size (-n x --nnodes) is larger than 1048576");
 	return 0;
@@ -668,17 +691,39 @@ static int envs_make(const opts *o, const job *j, const int *slots, int n, envli
 }
 
 /* After a failed attempt: which slots the next one starts (--restart-filter),
- * into slots[]; returns their number. */
-static int filter_slots(const opts *o, int *slots, int n, int restart, const launch_result *res)
+ * into slots[]; returns their number, or -1 when the job must not restart
+ * (a filter did not answer in time, or the launcher got *ret_signal while
+ * one ran: 0 for the former); the message is printed. */
+static int filter_slots(const opts *o, int *slots, int n, int restart, const launch_result *res,
+                        int rc, int *ret_signal)
 {
+	*ret_signal = 0;
 	if (!o->restart_filter)
 		return n;
 	int kept = 0;
 	for (int l = 0; l < n; l++) {
-		int st = accelp_launch_filter(o->restart_filter, slots[l], restart, res);
+		int sig = 0;
+		int st = accelp_launch_filter(o->restart_filter, slots[l], restart, res,
+		                              o->filter_timeout_s, &sig);
 		if (st == 0) {
 			slots[kept++] = slots[l];
 			continue;
+		}
+		if (st == ACCELP_FILTER_TIMEOUT) {
+			fprintf(stderr, "accel launch: restart filter '%.200s%s' did not answer within "
+			        "%g s (slot %d; --restart-filter-timeout); its process group was killed; "
+			        "not restarting after %s: exiting with status %d\n", o->restart_filter,
+			        strlen(o->restart_filter) > 200 ? "..." : "", o->filter_timeout_s,
+			        slots[l], res->reason, rc);
+			return -1;
+		}
+		if (st == ACCELP_FILTER_SIGNAL) {
+			char b[32];
+			fprintf(stderr, "accel launch: received %s while the restart filter ran (slot "
+			        "%d): killed its process group; not restarting: exiting with status %d\n",
+			        accelp_launch_signame(sig, b, sizeof(b)), slots[l], 128 + sig);
+			*ret_signal = sig;
+			return -1;
 		}
 		if (st < 0)
 			fprintf(stderr, "accel launch: --restart-filter: cannot run it for slot %d: %s; "
@@ -811,6 +856,8 @@ int accelp_cli_launch(int argc, char **argv)
 			.master_port = j.port,
 			.world_size = j.world,
 			.result = &res,
+			.nodes = nodes,
+			.gen = j.restart,
 		};
 		rc = accelp_launch_run(&spec);
 		envs_free(adds, envp, cur);
@@ -818,13 +865,15 @@ int accelp_cli_launch(int argc, char **argv)
 		envp = NULL;
 		if (nodes) {
 			/* every node's launcher reports; node 0 decides for all */
-			launch_node_report me = {.gen = j.restart, .rc = rc,
-			                         .restartable = rc == 0 || !(res.got_signal ||
-			                                        res.cannot_start || res.failed_rank < 0)};
+			launch_node_report me = {.gen = j.restart, .rc = rc, .node_lost = res.node_lost,
+			                         .restartable = rc == 0 || res.node_lost ||
+			                                        !(res.got_signal || res.cannot_start ||
+			                                          res.failed_rank < 0)};
 			snprintf(me.reason, sizeof(me.reason), "%s", rc ? res.reason : "");
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
-			me.end_s = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+			me.end_s = res.fail_s > 0 ? res.fail_s
+			                           : (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 			launch_node_policy pol = {.restart = j.restart, .max_restarts = o.max_restarts,
 			                          .min_nodes = o.min_nodes, .timeout_s = NODES_TIMEOUT_S};
 			memset(&dec, 0, sizeof(dec));
@@ -872,7 +921,13 @@ int accelp_cli_launch(int argc, char **argv)
 		}
 		if (state_path)
 			accelp_launch_state_read(state_path, &st);
-		int kept = filter_slots(&o, slots, cur, j.restart + 1, &res);
+		int fsig;
+		int kept = filter_slots(&o, slots, cur, j.restart + 1, &res, rc, &fsig);
+		if (kept < 0) {
+			if (fsig)
+				rc = 128 + fsig;
+			break;
+		}
 		if (kept < o.min_nproc) {
 			fprintf(stderr, "accel launch: %s; only %d of the %d slot%s passed "
 			        "--restart-filter, fewer than --min-nproc %d: not restarting (exit "

@@ -6,13 +6,22 @@
  * for the life of the job, so node 0 learns of a launcher that died (even
  * by SIGKILL) from the connection's end.  After each attempt every node
  * reports one line "G RC RESTARTABLE END REASON" (G: the attempt's
- * generation, END: when it ended, by the wall clock);
+ * generation, END: when its launcher saw its first failure, else when it
+ * ended, by the wall clock; RESTARTABLE 2: ended by a lost node);
  * node 0 decides for all:
  *   "go G2 NODES RANK CKPT_STEP STEP\nCKPT_DIR\nREASON\n"  restart as node
  *       RANK of NODES (ranks renumbered densely, node 0 stays 0);
  *   "stop RC\nMESSAGE\n"  exit (RC for a node whose own attempt succeeded).
  * A node that loses node 0 exits: node 0 runs the store the ranks meet at,
- * and there is no election (documented). */
+ * and there is no election (documented).
+ *
+ * While an attempt runs the supervisor (launch-run.c) watches these
+ * connections too, so that a lost launcher ends the attempt at once rather
+ * than when the ranks notice: node 0 watches every other node's connection
+ * until that node reports, and on its end tells the others
+ * "abort G REASON\n"; the others watch node 0's, for that line or its end.
+ * A node that vanished (nothing closes its connection) is found by TCP
+ * keepalive (KEEPALIVE_S). */
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -28,6 +37,11 @@
 #include "launch.h"
 
 #define LINE_MAX_NODES 8192
+/* A peer that answers nothing for this long is gone (keepalive probes from
+ * KEEPALIVE_IDLE_S of silence, every KEEPALIVE_INTVL_S). */
+#define KEEPALIVE_S 30
+#define KEEPALIVE_IDLE_S 10
+#define KEEPALIVE_INTVL_S 5
 
 struct launch_nodes {
 	int nnodes;       /* at start                                      */
@@ -37,6 +51,9 @@ struct launch_nodes {
 	int master_fd;    /* others: connection to node 0                  */
 	int nodes;        /* node 0: nodes in the current attempt          */
 	int *cur;         /* node 0: [nnodes] current node rank, -1 gone    */
+	int *watch;       /* node 0: [nnodes] watched in this attempt       */
+	int master_gone;  /* others: node 0's connection ended mid-attempt  */
+	char gone[256];   /* node 0: nodes lost mid-attempt, "node 1, ..."  */
 };
 
 static double now_s(void)
@@ -78,9 +95,41 @@ static int read_line(int fd, char *buf, size_t cap, double deadline)
 	}
 }
 
+/* A peer that has gone must not kill us with SIGPIPE: the launcher's own
+ * disposition is back to the default between attempts. */
 static int send_all(int fd, const char *s)
 {
-	return launch_write_fully(fd, s, strlen(s));
+	size_t n = strlen(s);
+	while (n) {
+		ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		s += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Find a peer whose machine vanished (power, a cut network: nothing closes
+ * the connection) within about KEEPALIVE_S, while we wait for it and while
+ * the attempt runs.  Best effort: without it only the report timeout
+ * finds it. */
+static void keepalive(int fd)
+{
+	int one = 1, idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTVL_S;
+	int cnt = (KEEPALIVE_S - KEEPALIVE_IDLE_S) / KEEPALIVE_INTVL_S;
+	unsigned user_ms = KEEPALIVE_S * 1000u;
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+#ifdef TCP_USER_TIMEOUT
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
+#else
+	(void)user_ms;
+#endif
 }
 
 static int resolve(const char *addr, int port, struct addrinfo **ret)
@@ -97,9 +146,12 @@ int accelp_nodes_open(launch_nodes **ret, const char *addr, int port, int nnodes
 	*ret = NULL;
 	launch_nodes *N = calloc(1, sizeof(*N));
 	if (!N || !(N->fd = malloc((size_t)nnodes * sizeof(int))) ||
-	    !(N->cur = malloc((size_t)nnodes * sizeof(int)))) {
-		if (N)
+	    !(N->cur = malloc((size_t)nnodes * sizeof(int))) ||
+	    !(N->watch = calloc((size_t)nnodes, sizeof(int)))) {
+		if (N) {
 			free(N->fd);
+			free(N->cur);
+		}
 		free(N);
 		fprintf(stderr, "accel launch: out of memory\n");
 		return -1;
@@ -154,6 +206,8 @@ int accelp_nodes_open(launch_nodes **ret, const char *addr, int port, int nnodes
 				continue;
 			}
 			N->fd[r] = c;
+			N->watch[r] = 1;
+			keepalive(c);
 			got++;
 		}
 	} else {
@@ -168,6 +222,7 @@ int accelp_nodes_open(launch_nodes **ret, const char *addr, int port, int nnodes
 			int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 			if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
 				N->master_fd = fd;
+				keepalive(fd);
 				break;
 			}
 			if (fd >= 0)
@@ -210,7 +265,95 @@ void accelp_nodes_close(launch_nodes *N)
 		close(N->master_fd);
 	free(N->fd);
 	free(N->cur);
+	free(N->watch);
 	free(N);
+}
+
+int accelp_nodes_count(const launch_nodes *N)
+{
+	return N->nnodes;
+}
+
+int accelp_nodes_watch_fds(launch_nodes *N, int *fds, int cap)
+{
+	int n = 0;
+	if (N->self != 0) {
+		if (N->master_fd >= 0 && !N->master_gone && cap > 0)
+			fds[n++] = N->master_fd;
+		return n;
+	}
+	for (int k = 1; k < N->nnodes && n < cap; k++)
+		if (N->fd[k] >= 0 && N->watch[k])
+			fds[n++] = N->fd[k];
+	return n;
+}
+
+/* Why a connection that poll() flagged has ended: "" while it is alive
+ * (data waits in it), else the words for the message. */
+static const char *ended(int fd, char *buf, size_t cap)
+{
+	char c;
+	ssize_t r;
+	do
+		r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	while (r < 0 && errno == EINTR);
+	if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+		return "";
+	if (r == 0)
+		return "its connection closed";
+	snprintf(buf, cap, "its connection failed: %s", strerror(errno));
+	return buf;
+}
+
+int accelp_nodes_watch_event(launch_nodes *N, int fd, int gen, char *why, unsigned long cap)
+{
+	char how[128], line[512];
+	if (N->self != 0) {
+		if (fd != N->master_fd || N->master_gone)
+			return 0;
+		const char *e = ended(fd, how, sizeof(how));
+		if (!*e) {
+			/* node 0 ends the attempt (a line sent after a decision is
+			 * impossible: this node has not reported yet) */
+			int g, off = 0;
+			if (read_line(fd, line, sizeof(line), now_s() + 10) == 0) {
+				if (sscanf(line, "abort %d %n", &g, &off) == 1 && off > 0 && g == gen) {
+					snprintf(why, cap, "node 0's launcher ends the attempt on every node: %s",
+					         line + off);
+					return 1;
+				}
+				return 0; /* a stale abort: ignored */
+			}
+			e = "its connection closed";
+		}
+		N->master_gone = 1;
+		snprintf(why, cap, "node 0's launcher is gone (%s)", e);
+		return 1;
+	}
+	int k = 1;
+	while (k < N->nnodes && N->fd[k] != fd)
+		k++;
+	if (k >= N->nnodes || !N->watch[k])
+		return 0;
+	const char *e = ended(fd, how, sizeof(how));
+	if (!*e) {
+		/* its report: its attempt ended, the line is read by decide() */
+		N->watch[k] = 0;
+		return 0;
+	}
+	snprintf(why, cap, "node %d's launcher (node %d at start) is gone: %s", N->cur[k], k, e);
+	close(N->fd[k]);
+	N->fd[k] = -1;
+	N->watch[k] = 0;
+	size_t gl = strlen(N->gone);
+	snprintf(N->gone + gl, sizeof(N->gone) - gl, "%snode %d", gl ? ", " : "", N->cur[k]);
+	/* the others end theirs too: their ranks may wait outside any
+	 * collective, where the lost ranks' absence would never reach them */
+	snprintf(line, sizeof(line), "abort %d %.400s\n", gen, why);
+	for (int o = 1; o < N->nnodes; o++)
+		if (N->fd[o] >= 0 && N->watch[o])
+			send_all(N->fd[o], line);
+	return 1;
 }
 
 /* Node 0: collect the reports, decide, tell the others. */
@@ -228,8 +371,13 @@ static int decide(launch_nodes *N, const launch_node_report *me, const launch_no
 	rc[0] = me->rc;
 	ok[0] = me->restartable;
 	snprintf(reason, 160, "%s", me->reason);
-	char line[512], gone[256] = "";
-	int present = 1, first_fail = me->rc ? 0 : -1;
+	char line[512], gone[256];
+	/* the nodes lost while the attempt ran (accelp_nodes_watch_event) */
+	snprintf(gone, sizeof(gone), "%s", N->gone);
+	N->gone[0] = '\0';
+	/* an attempt ended by a lost node is not a failure of its own: the
+	 * reason told is the loss */
+	int present = 1, first_fail = me->rc && !me->node_lost ? 0 : -1;
 	for (int k = 1; k < n; k++) {
 		if (N->fd[k] < 0)
 			continue;
@@ -239,11 +387,12 @@ static int decide(launch_nodes *N, const launch_node_report *me, const launch_no
 		    g == me->gen) {
 			present++;
 			rc[k] = r;
-			ok[k] = s;
+			ok[k] = s != 0;
 			snprintf(reason + 160 * k, 160, "%s", line + off);
-			/* the reason told is the failure that ended first (the
-			 * others' ranks usually fail because of it) */
-			if (r && (first_fail < 0 || endk < end0)) {
+			/* the reason told is the failure seen first (the
+			 * others' ranks usually fail because of it); s == 2: ended
+			 * because a node was lost */
+			if (r && s != 2 && (first_fail < 0 || endk < end0)) {
 				first_fail = k;
 				end0 = endk;
 			}
@@ -301,8 +450,10 @@ static int decide(launch_nodes *N, const launch_node_report *me, const launch_no
 	int next = 1;
 	N->nodes = d->nodes = present;
 	d->self = 0;
-	for (int k = 1; k < n; k++)
+	for (int k = 1; k < n; k++) {
 		N->cur[k] = N->fd[k] >= 0 ? next++ : -1;
+		N->watch[k] = N->fd[k] >= 0;
+	}
 	d->gen = me->gen + 1;
 	for (int k = 1; k < n; k++) {
 		if (N->fd[k] < 0)
@@ -334,11 +485,18 @@ int accelp_nodes_agree(launch_nodes *N, const launch_node_report *me,
 	char line[LINE_MAX_NODES], reason[160];
 	snprintf(reason, sizeof(reason), "%s", me->reason);
 	reason[strcspn(reason, "\n")] = '\0';
-	snprintf(line, sizeof(line), "%d %d %d %.6f %s\n", me->gen, me->rc, me->restartable,
-	         me->end_s, reason);
-	int e = send_all(N->master_fd, line) < 0 ? -1 : read_line(N->master_fd, line, sizeof(line),
-	                                                          deadline);
+	snprintf(line, sizeof(line), "%d %d %d %.6f %s\n", me->gen, me->rc,
+	         me->node_lost ? 2 : me->restartable, me->end_s, reason);
+	int e = N->master_gone || send_all(N->master_fd, line) < 0 ? -1 : 0;
+	/* skip what node 0 told while the attempt ran (its "abort" may cross
+	 * this node's report) */
+	while (e == 0 && (e = read_line(N->master_fd, line, sizeof(line), deadline)) == 0 &&
+	       !strncmp(line, "abort ", 6))
+		;
 	if (e < 0) {
+		/* when node 0's loss ended the attempt, the reason is that loss */
+		if (N->master_gone && me->node_lost)
+			reason[0] = '\0';
 		snprintf(d->message, sizeof(d->message), "%s%snode 0's launcher is gone (%s): it runs "
 		         "the store the ranks meet at, so the other nodes cannot restart without it",
 		         reason, reason[0] ? "; " : "",

@@ -13,7 +13,11 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "launch.h"
 #include "restart.h"
@@ -91,7 +95,29 @@ void accelp_launch_state_read(const char *path, launch_state *st)
 	close(fd);
 }
 
-int accelp_launch_filter(const char *cmd, int slot, int restart, const launch_result *res)
+/* The launcher's own stop signals while a filter runs: noted here, acted on
+ * by the wait loop (the filter is in a process group of its own, so a
+ * Ctrl-C at the terminal reaches only the launcher). */
+static volatile sig_atomic_t filter_sig;
+
+static void on_filter_signal(int sig)
+{
+	if (!filter_sig)
+		filter_sig = sig;
+}
+
+static const int filter_signals[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_FILTER_SIGNALS ((int)(sizeof(filter_signals) / sizeof(filter_signals[0])))
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int accelp_launch_filter(const char *cmd, int slot, int restart, const launch_result *res,
+                         double timeout_s, int *ret_signal)
 {
 	char s_slot[16], s_restart[16], s_rank[16];
 	snprintf(s_slot, sizeof(s_slot), "%d", slot);
@@ -99,10 +125,41 @@ int accelp_launch_filter(const char *cmd, int slot, int restart, const launch_re
 	snprintf(s_rank, sizeof(s_rank), "%d", res->failed_rank);
 	fflush(stdout);
 	fflush(stderr);
+	/* Handlers before the fork, so that no signal falls between; exec
+	 * gives the filter the default action back (ignored ones stay
+	 * ignored, in both). */
+	struct sigaction sa, old[N_FILTER_SIGNALS];
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_filter_signal;
+	sigemptyset(&sa.sa_mask);
+	filter_sig = 0;
+	for (int k = 0; k < N_FILTER_SIGNALS; k++) {
+		sigaction(filter_signals[k], NULL, &old[k]);
+		if (old[k].sa_handler != SIG_IGN)
+			sigaction(filter_signals[k], &sa, NULL);
+	}
+	int rc = ACCELP_FILTER_ERROR, e = 0;
+	pid_t parent = getpid();
 	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
+	if (pid < 0) {
+		e = errno;
+		goto out;
+	}
 	if (pid == 0) {
+		setpgid(0, 0);
+#ifdef __linux__
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+#endif
+		(void)parent;
+		/* not the terminal: a background process group reading it would
+		 * stop (SIGTTIN) until the timeout */
+		int dn = open("/dev/null", O_RDONLY);
+		if (dn >= 0 && dn != 0) {
+			dup2(dn, 0);
+			close(dn);
+		}
 		setenv("ACCEL_RESTART_SLOT", s_slot, 1);
 		setenv("ACCEL_RESTART_COUNT", s_restart, 1);
 		setenv("ACCEL_RESTART_FAILED_RANK", s_rank, 1);
@@ -113,9 +170,44 @@ int accelp_launch_filter(const char *cmd, int slot, int restart, const launch_re
 		execve("/bin/sh", argv, environ);
 		_exit(127);
 	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return st;
+	setpgid(pid, pid); /* also here: whichever runs first wins the race */
+	/* Poll the child every 10 ms: simpler than a SIGCHLD pipe, and a
+	 * filter runs once per slot and restart. */
+	double deadline = timeout_s > 0 ? mono_s() + timeout_s : 0;
+	for (;;) {
+		int st;
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid) {
+			rc = st;
+			break;
+		}
+		if (r < 0 && errno != EINTR) {
+			e = errno;
+			break;
+		}
+		int late = deadline > 0 && mono_s() >= deadline;
+		if (late || filter_sig) {
+			/* the shell and whatever it started */
+			if (kill(-pid, SIGKILL) < 0)
+				kill(pid, SIGKILL);
+			while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+				;
+			if (filter_sig) {
+				*ret_signal = filter_sig;
+				rc = ACCELP_FILTER_SIGNAL;
+			} else {
+				rc = ACCELP_FILTER_TIMEOUT;
+			}
+			break;
+		}
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+out:
+	for (int k = 0; k < N_FILTER_SIGNALS; k++)
+		if (old[k].sa_handler != SIG_IGN)
+			sigaction(filter_signals[k], &old[k], NULL);
+	if (rc == ACCELP_FILTER_ERROR)
+		errno = e;
+	return rc;
 }

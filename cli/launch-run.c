@@ -2,13 +2,14 @@
 /* cli/launch-run.c: start the ranks of `accel launch` and supervise them.
  *
  * One thread, one poll() loop over: a self-pipe that the signal handlers
- * write to (SIGCHLD, and the signals we forward), and two pipes per rank
- * (its stdout and stderr).  The loop never blocks on our own stdout and
- * stderr: a thread each writes them from a queue (launch-out.c), and while
- * a queue is full the loop stops reading the pipes that feed it.  Each rank
- * runs in its own process group, so stopping a rank also stops whatever it
- * started; the launcher forwards terminal signals itself.  Every child is
- * reaped before we return. */
+ * write to (SIGCHLD, and the signals we forward), two pipes per rank
+ * (its stdout and stderr), and with --nnodes --max-restarts the other node
+ * launchers' connections (launch-nodes.c).  The loop never blocks on our
+ * own stdout and stderr: a thread each writes them from a queue
+ * (launch-out.c), and while a queue is full the loop stops reading the
+ * pipes that feed it.  Each rank runs in its own process group, so stopping
+ * a rank also stops whatever it started; the launcher forwards terminal
+ * signals itself.  Every child is reaped before we return. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -90,6 +91,9 @@ typedef struct launcher {
 	pid_t *reporters;      /* [n] children telling the store a rank exited */
 	time_t started;        /* when the first rank was started */
 	accel_store_refusal *refusal; /* stands in for rank 0's store once it is gone */
+	int node_lost;         /* another node's launcher was lost: the attempt ends */
+	char lost_why[160];
+	double fail_s;         /* wall clock when the first failure or loss was seen */
 } launcher;
 
 static int sig_pipe[2] = {-1, -1};
@@ -464,6 +468,16 @@ static void comm_cleanup(launcher *L)
 
 static void reap(launcher *L);
 
+/* For the node launchers' "which failure came first" (launch-nodes.c): the
+ * moment a failure is seen, not when the attempt's teardown ends, whose
+ * length varies from node to node. */
+static double wall_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void on_exit_status(launcher *L, proc *p, int st)
 {
 	p->running = 0;
@@ -495,6 +509,7 @@ static void on_exit_status(launcher *L, proc *p, int st)
 	say(L, "rank %d failed: %s", p->rank, d);
 	if (L->first_failed < 0) {
 		L->first_failed = (int)(p - L->p);
+		L->fail_s = wall_s();
 		/* Ranks that have already ended on their own (we just had not
 		 * reaped them yet) are reported as they ended, not counted among
 		 * the ranks we stop. */
@@ -732,15 +747,44 @@ static void ensure_std_fds(void)
 		}
 }
 
+/* A node launcher's connection flagged by poll(): a lost node ends this
+ * attempt as a failure would (the ranks are stopped), unless it is ending
+ * already. */
+static void node_event(launcher *L, int fd)
+{
+	char why[sizeof(L->lost_why)];
+	if (L->stopping || L->first_failed >= 0 ||
+	    !accelp_nodes_watch_event(L->spec->nodes, fd, L->spec->gen, why, sizeof(why)))
+		return;
+	reap(L);
+	if (L->first_failed >= 0) {
+		/* a rank had failed already: that is the reason; the loss is
+		 * told all the same (node 0 counts it in its decision) */
+		say(L, "%s", why);
+		return;
+	}
+	L->node_lost = 1;
+	L->fail_s = wall_s();
+	snprintf(L->lost_why, sizeof(L->lost_why), "%s", why);
+	int left = count_running(L);
+	say(L, "%s; ending this node's attempt: stopping %d rank%s (SIGTERM, then SIGKILL after "
+	    "%g s)", why, left, left == 1 ? "" : "s", L->spec->grace_s);
+	begin_stop(L, SIGTERM);
+}
+
 static int run_loop(launcher *L)
 {
-	struct pollfd *pf = calloc((size_t)(1 + 2 * L->n), sizeof(*pf));
-	proc **who = calloc((size_t)(1 + 2 * L->n), sizeof(*who));
-	stream **ws = calloc((size_t)(1 + 2 * L->n), sizeof(*ws));
-	if (!pf || !who || !ws) {
+	int nw = L->spec->nodes ? accelp_nodes_count(L->spec->nodes) : 0;
+	size_t cap = (size_t)(1 + 2 * L->n + nw);
+	struct pollfd *pf = calloc(cap, sizeof(*pf));
+	proc **who = calloc(cap, sizeof(*who));
+	stream **ws = calloc(cap, sizeof(*ws));
+	int *wfd = calloc((size_t)nw + 1, sizeof(*wfd));
+	if (!pf || !who || !ws || !wfd) {
 		free(pf);
 		free(who);
 		free(ws);
+		free(wfd);
 		say(L, "out of memory; killing all ranks");
 		signal_all(L, SIGKILL);
 		return -1;
@@ -769,6 +813,13 @@ static int run_loop(launcher *L)
 				ws[nfd] = ss[k];
 				pf[nfd++] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
 			}
+		}
+		/* the other node launchers' connections, while the attempt runs */
+		int first_node = nfd;
+		if (nw && running && !L->stopping && L->first_failed < 0) {
+			int k = accelp_nodes_watch_fds(L->spec->nodes, wfd, nw);
+			for (int i = 0; i < k; i++)
+				pf[nfd++] = (struct pollfd){.fd = wfd[i], .events = POLLIN};
 		}
 		int64_t now = mono_ms();
 		if (!running && !open_streams)
@@ -859,14 +910,18 @@ static int run_loop(launcher *L)
 				if (sigs[k] != SIGCHLD && sigs[k] != 0) /* 0: an output queue drained */
 					on_launcher_signal(L, sigs[k]);
 		}
-		for (int k = 1; k < nfd; k++)
+		for (int k = 1; k < first_node; k++)
 			if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
 				if (ws[k]->fd >= 0)
 					stream_read(L, who[k], ws[k]);
+		for (int k = first_node; k < nfd; k++)
+			if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
+				node_event(L, pf[k].fd);
 	}
 	free(pf);
 	free(who);
 	free(ws);
+	free(wfd);
 	return 0;
 }
 
@@ -909,6 +964,8 @@ static int exit_code(const launcher *L)
 		rc = 1;
 	} else if (L->exec_errno) {
 		rc = L->exec_errno == ENOENT ? 127 : 126;
+	} else if (L->node_lost) {
+		rc = 1;
 	} else if (L->got_signal) {
 		rc = 128 + L->got_signal;
 	} else {
@@ -1033,7 +1090,11 @@ int accelp_launch_run(const launch_spec *spec)
 		res->got_signal = L.got_signal;
 		res->cannot_start = L.start_errno || L.exec_errno;
 		res->failed_rank = L.first_failed >= 0 ? L.p[L.first_failed].rank : -1;
+		res->node_lost = L.node_lost && L.first_failed < 0;
+		res->fail_s = L.fail_s;
 		res->reason[0] = '\0';
+		if (res->node_lost)
+			snprintf(res->reason, sizeof(res->reason), "%s", L.lost_why);
 		if (L.first_failed >= 0) {
 			char d[128];
 			describe_status(L.p[L.first_failed].status, d, sizeof(d));

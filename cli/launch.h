@@ -10,8 +10,14 @@ typedef struct launch_result {
 	int got_signal;        /* the launcher was stopped by this signal, 0     */
 	int failed_rank;       /* global rank of the first rank to fail, -1      */
 	int cannot_start;      /* PROGRAM could not be run, or a fork failed     */
+	int node_lost;         /* ended because another node's launcher was lost
+	                        * (launch-nodes.c); reason names it              */
+	double fail_s;         /* when the launcher learned of the first failure
+	                        * or the loss (wall clock, seconds), 0: none      */
 	char reason[160];      /* "rank 1 failed: exit code 3", "" when none     */
 } launch_result;
+
+typedef struct launch_nodes launch_nodes;
 
 /* Everything the supervisor needs; owned by cmd-launch.c. */
 typedef struct launch_spec {
@@ -27,6 +33,10 @@ typedef struct launch_spec {
 	int master_port;         /* exit while others run (accelp_store_report_exit) */
 	int world_size;
 	launch_result *result;   /* (optional) filled in before accelp_launch_run returns */
+	launch_nodes *nodes;     /* (optional) the node launchers' connections,
+	                          * watched while the ranks run: a lost node ends
+	                          * the attempt (accelp_nodes_watch_*)           */
+	int gen;                 /* the attempt's generation, for nodes         */
 } launch_spec;
 
 /* Start spec->nproc processes and supervise them until all have exited.
@@ -49,19 +59,28 @@ void accelp_launch_state_read(const char *path, launch_state *st);
 void accelp_launch_state_reset_step(const char *path);
 /* Run the --restart-filter command for slot: /bin/sh -c CMD with
  * SLOT RESTART FAILED_RANK as its $1 $2 $3, and the same in ACCEL_RESTART_SLOT,
- * ACCEL_RESTART_COUNT, ACCEL_RESTART_FAILED_RANK (+ ACCEL_RESTART_REASON).
- * Returns its wait status, or -1 when it could not be started. */
-int accelp_launch_filter(const char *cmd, int slot, int restart, const launch_result *res);
+ * ACCEL_RESTART_COUNT, ACCEL_RESTART_FAILED_RANK (+ ACCEL_RESTART_REASON),
+ * in a process group of its own with stdin from /dev/null.  Waits at most
+ * timeout_s (<= 0: no limit); past it, or when the launcher gets SIGINT,
+ * SIGTERM or SIGHUP meanwhile, the whole group is killed (SIGKILL).
+ * Returns its wait status (>= 0), or one of: */
+#define ACCELP_FILTER_ERROR (-1)   /* could not be started (errno)          */
+#define ACCELP_FILTER_TIMEOUT (-2) /* did not exit within timeout_s         */
+#define ACCELP_FILTER_SIGNAL (-3)  /* the launcher got *ret_signal          */
+int accelp_launch_filter(const char *cmd, int slot, int restart, const launch_result *res,
+                         double timeout_s, int *ret_signal);
 
 /* launch-nodes.c: the node launchers' rendezvous between the attempts of
  * --nnodes N --max-restarts R (docs/launch.md, "Several nodes"). */
-typedef struct launch_nodes launch_nodes;
 /* What this node's attempt did. */
 typedef struct launch_node_report {
 	int gen;                 /* the attempt's generation (restart count)    */
 	int rc;                  /* its exit status                              */
 	int restartable;         /* a rank failed (not stopped, not unstartable) */
-	double end_s;            /* when the attempt ended (wall clock, seconds) */
+	int node_lost;           /* the attempt ended because a node was lost
+	                          * (not a failure of this node's own)          */
+	double end_s;            /* when its first failure was seen, else when it
+	                          * ended (wall clock, seconds)                  */
 	char reason[160];        /* "rank 3 failed: exit code 1", ""             */
 } launch_node_report;
 typedef struct launch_node_policy {
@@ -87,6 +106,17 @@ int accelp_nodes_open(launch_nodes **ret, const char *addr, int port, int nnodes
 int accelp_nodes_agree(launch_nodes *N, const launch_node_report *me,
                        const launch_node_policy *pol, launch_node_decision *d);
 void accelp_nodes_close(launch_nodes *N);
+/* While an attempt runs (launch-run.c): the connections to watch, into
+ * fds[cap] (node 0: every other node's that has not reported yet; the
+ * others: node 0's); returns their number.  cap >= accelp_nodes_count(N). */
+int accelp_nodes_count(const launch_nodes *N);
+int accelp_nodes_watch_fds(launch_nodes *N, int *fds, int cap);
+/* fd, one of those, is readable or closed.  Returns 1 when this node's
+ * attempt must end, with why naming the lost node ("node 1's launcher
+ * (node 1 at start) is gone: its connection closed"); node 0 then also
+ * tells the other nodes to end theirs.  0: nothing to do (a node's report
+ * arrived; it is read after the attempt). */
+int accelp_nodes_watch_event(launch_nodes *N, int fd, int gen, char *why, unsigned long cap);
 
 /* launch-out.c: the launcher's stdout or stderr, written by a thread from a
  * queue so that the supervising loop never blocks on its reader. */

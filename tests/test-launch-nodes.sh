@@ -13,7 +13,13 @@
 #      as lost and --min-nodes 2;
 #  (d) node 0's launcher killed with -9 (while rank 0 hangs and rank 1
 #      waits for it in a collective) under --min-nodes 1: node 1 does not
-#      restart (node 0 runs the store; no election) and says why.
+#      restart (node 0 runs the store; no election) and says why;
+#  (e) three nodes whose ranks sleep outside any collective: node 2's
+#      launcher killed with -9 ends the attempt on nodes 0 and 1 within
+#      seconds (node 0 sees the connection close and tells node 1), naming
+#      node 2, and under --min-nodes 2 they restart as 2 nodes;
+#  (f) the same two-node job with node 0's launcher killed: node 1 ends
+#      within seconds, naming node 0.
 # Usage: test-launch-nodes.sh TRAIN_MLP
 set -eu
 
@@ -36,7 +42,7 @@ F="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 --log-eve
 
 fail() {
 	echo "FAIL: $*" >&2
-	for f in n0 n1; do [ -e "$f" ] && { echo "--- $f"; cat "$f"; }; done >&2
+	for f in n0 n1 n2; do [ -e "$f" ] && { echo "--- $f"; cat "$f"; }; done >&2
 	exit 1
 }
 
@@ -54,11 +60,11 @@ for _ in range(200):
 '
 }
 
-# node R of 2: start its launcher in the background; $pidR is its pid
+# node R of $NN (default 2): start its launcher in the background; $pidR is its pid
 node() {
 	r=$1
 	shift
-	timeout 180 "$ACCEL_CLI" launch --grace-s 2 -n 1 --nnodes 2 --node-rank "$r" \
+	timeout 180 "$ACCEL_CLI" launch --grace-s 2 -n 1 --nnodes "${NN:-2}" --node-rank "$r" \
 		--master-addr 127.0.0.1 --master-port "$port" "$@" > "n$r" 2>&1 &
 	eval "pid$r=\$!"
 	pids="$pids $!"
@@ -153,4 +159,67 @@ lose_node d 0 --min-nodes 1
 grep -q "accel launch: node 1: .*node 0's launcher is gone (its connection closed): it runs the store the ranks meet at, so the other nodes cannot restart without it: exiting with status $st1" n1 ||
 	fail "(d): no line naming node 0"
 grep -q "accel launch: restart" n1 && fail "(d): node 1 restarted"
+
+# (e), (f): ranks that sleep (no collective, no store) in the first
+# attempt, say "up", and succeed at once in a restart; node K's launcher is
+# killed with -9 once every rank is up, and the others must end their
+# attempt within seconds rather than when their ranks end (60 s)
+S='if [ "$ACCEL_RESTART_COUNT" = 0 ]; then touch up.$ACCEL_RANK; exec sleep 60; fi; echo "rank $ACCEL_RANK of $ACCEL_WORLD_SIZE in restart $ACCEL_RESTART_COUNT"'
+sleepers() {
+	k=$1
+	NN=$2
+	shift 2
+	port=$(ports)
+	rm -f up.*
+	r=$((NN - 1))
+	while [ $r -ge 0 ]; do
+		node $r --max-restarts 1 "$@" -- sh -c "$S"
+		r=$((r - 1))
+	done
+	i=0
+	while [ "$(ls up.* 2>/dev/null | wc -l)" -lt "$NN" ]; do
+		i=$((i + 1))
+		[ $i -lt 300 ] || fail "($tag): the ranks did not all start"
+		sleep 0.1
+	done
+	eval "pk=\$pid$k"
+	lk=$(pgrep -P "$pk") || fail "($tag): no launcher under pid $pk"
+	t0=$(date +%s%N)
+	kill -9 $lk
+	st0=0 st1=0
+	[ "$k" = 0 ] || { wait "$pid0" || st0=$?; }
+	[ "$k" = 1 ] || { wait "$pid1" || st1=$?; }
+	t1=$(date +%s%N)
+	ms=$(( (t1 - t0) / 1000000 ))
+	[ "$k" = 2 ] && { wait "$pid2" || true; }
+	NN=2
+}
+
+echo "== (e) 3 nodes, node 2's launcher killed with -9 while the ranks sleep: the others end at once"
+tag=e
+sleepers 2 3 --min-nodes 2
+# 0.1 s observed (the restart's ranks succeed at once); 60 s before
+[ "$ms" -lt 5000 ] || fail "(e): nodes 0 and 1 took $ms ms to end"
+[ "$st0$st1" = 00 ] || fail "(e): exit $st0, $st1, expected 0 0 (restarted as 2 nodes)"
+grep -q "^accel launch: node 2's launcher (node 2 at start) is gone: its connection closed; ending this node's attempt: stopping 1 rank (SIGTERM, then SIGKILL after 2 s)$" n0 ||
+	fail "(e): node 0 does not name node 2"
+grep -q "^accel launch: node 0's launcher ends the attempt on every node: node 2's launcher (node 2 at start) is gone: its connection closed; ending this node's attempt: stopping 1 rank" n1 ||
+	fail "(e): node 1 does not say why its attempt ended"
+for f in n0 n1; do
+	grep -q "^accel launch: restart 1 of 1 after the loss of node 2: the job saved no checkpoint, so it starts from the beginning at world size 2;" $f ||
+		fail "(e): restart line in $f"
+done
+grep -q "this launcher is node 1 of 2 in restart 1" n1 || fail "(e): node 1's new place"
+grep -q "rank 1 of 2 in restart 1" n1 || fail "(e): node 1's rank in the restart"
+
+echo "== (f) node 0's launcher killed with -9 while the ranks sleep: node 1 ends at once"
+tag=f
+sleepers 0 2 --min-nodes 1
+[ "$ms" -lt 5000 ] || fail "(f): node 1 took $ms ms to end"
+[ "$st1" = 1 ] || fail "(f): node 1 exit $st1, expected 1"
+grep -q "^accel launch: node 0's launcher is gone (its connection closed); ending this node's attempt: stopping 1 rank" n1 ||
+	fail "(f): node 1 does not name node 0 at once"
+grep -q "^accel launch: node 1: node 0's launcher is gone (its connection closed): it runs the store the ranks meet at, so the other nodes cannot restart without it: exiting with status 1$" n1 ||
+	fail "(f): node 1's final line"
+grep -q "accel launch: restart" n1 && fail "(f): node 1 restarted"
 echo "ok"

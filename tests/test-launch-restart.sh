@@ -16,7 +16,11 @@
 #    from the beginning; a malformed ACCEL_RESTART_COUNT is named;
 #  - a rank that dies every time: N restarts, then the launcher exits with
 #    its status (137, SIGKILL), naming the rank each time; no checkpoint
-#    was saved, and the launcher says the job starts from the beginning.
+#    was saved, and the launcher says the job starts from the beginning;
+#  - a --restart-filter that hangs: killed with its process group after
+#    --restart-filter-timeout, no restart, the failed attempt's status and
+#    files kept; SIGTERM to the launcher while the filter runs kills the
+#    filter too and exits 143.
 # Usage: test-launch-restart.sh TRAIN_MLP
 set -eu
 
@@ -37,6 +41,14 @@ fail() {
 }
 
 L="timeout 180 $ACCEL_CLI launch --grace-s 2"
+
+# the process has ended (a zombie counts: an init that is not a reaper
+# keeps one whose parent was killed)
+ended() {
+	s=$(ps -o stat= -p "$1" 2>/dev/null || true)
+	case $s in '' | Z*) return 0 ;; esac
+	return 1
+}
 
 echo "== uninterrupted reference at 2 ranks"
 $L -n 2 -- "$T" $F --save-final straight.st --save-final-ranks straight >out 2>&1 ||
@@ -110,6 +122,51 @@ done
 grep -q "accel launch: rank 1 failed: killed by signal SIGKILL (9); no restart left (--max-restarts 2): exiting with its status 137" out ||
 	{ cat out; fail "final line"; }
 
+echo "== a restart filter that does not answer within --restart-filter-timeout 1"
+rc=0
+t0=$(date +%s%N)
+$L -n 1 --max-restarts 2 --restart-filter 'sleep 30 & echo $! > filterchild; wait' \
+	--restart-filter-timeout 1 -- sh -c 'echo data > kept.txt; exit 3' >out 2>&1 || rc=$?
+t1=$(date +%s%N)
+[ "$rc" = 1 ] || { cat out; fail "hung filter: exit status $rc, expected 1 (the rank's exit 3)"; }
+grep -q "^accel launch: restart filter 'sleep 30 & echo \$! > filterchild; wait' did not answer within 1 s (slot 0; --restart-filter-timeout); its process group was killed; not restarting after rank 0 failed: exit code 3: exiting with status 1$" out ||
+	{ cat out; fail "hung filter: no timeout line"; }
+grep -q "accel launch: restart [0-9]" out && { cat out; fail "hung filter: restarted"; }
+[ "$(cat kept.txt)" = data ] || fail "hung filter: the attempt's file is gone"
+# 1.0 s of filter plus the launcher's start and stop: 1.1 s observed
+[ $(( (t1 - t0) / 1000000 )) -lt 4000 ] || { cat out; fail "hung filter: took $(( (t1 - t0) / 1000000 )) ms"; }
+# the filter's own child went with its process group
+i=0
+until ended "$(cat filterchild)"; do
+	i=$((i + 1))
+	[ $i -lt 50 ] || fail "hung filter: its child $(cat filterchild) still runs"
+	sleep 0.1
+done
+
+echo "== SIGTERM to the launcher while the filter runs: filter killed, exit 143"
+rm -f filterchild
+$ACCEL_CLI launch -n 1 --max-restarts 2 --restart-filter 'sleep 30 & echo $! > filterchild; wait' \
+	-- sh -c 'exit 3' >out 2>&1 &
+lp=$!
+i=0
+until [ -s filterchild ]; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || { kill -9 $lp; cat out; fail "the filter never started"; }
+	sleep 0.1
+done
+kill -TERM $lp
+rc=0
+wait $lp || rc=$?
+[ "$rc" = 143 ] || { cat out; fail "SIGTERM during the filter: exit status $rc, expected 143"; }
+grep -q "^accel launch: received SIGTERM while the restart filter ran (slot 0): killed its process group; not restarting: exiting with status 143$" out ||
+	{ cat out; fail "SIGTERM during the filter: no line"; }
+i=0
+until ended "$(cat filterchild)"; do
+	i=$((i + 1))
+	[ $i -lt 50 ] || fail "SIGTERM during the filter: its child still runs"
+	sleep 0.1
+done
+
 echo "== usage"
 rc=0
 $ACCEL_CLI launch -n 2 --min-nproc 3 --max-restarts 1 -- true >out 2>&1 || rc=$?
@@ -117,4 +174,17 @@ $ACCEL_CLI launch -n 2 --min-nproc 3 --max-restarts 1 -- true >out 2>&1 || rc=$?
 rc=0
 $ACCEL_CLI launch -n 2 --restart-filter true -- true >out 2>&1 || rc=$?
 [ "$rc" = 2 ] && grep -q "restart-filter applies to restarts" out || { cat out; fail "filter without restarts"; }
+rc=0
+$ACCEL_CLI launch --max-restarts 1 --restart-filter-timeout 5 -- true >out 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q "restart-filter-timeout applies to --restart-filter" out ||
+	{ cat out; fail "filter timeout without a filter"; }
+rc=0
+$ACCEL_CLI launch --max-restarts 1 --restart-filter true --restart-filter-timeout 0 -- true >out 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q "restart-filter-timeout '0': expected seconds, 0.1..86400" out ||
+	{ cat out; fail "filter timeout 0"; }
+rc=0
+$ACCEL_CLI launch --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port 29500 \
+	--max-restarts 1 --restart-filter true -- true >out 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q "restart-filter with --nnodes 2: filtering slots works on one node only" out ||
+	{ cat out; fail "filter with --nnodes"; }
 echo ok
