@@ -18,7 +18,9 @@
 #   - fp8 (mixed_precision=fp8: the blocks' linear layers through the fp8
 #     plugin's cuBLASLt GEMMs) trains the same way; on a GPU below compute
 #     capability 8.9 (or a build without the plugin's CUDA part) the run
-#     must refuse with its message instead, and this part says so.
+#     must refuse with its message instead, and this part says so; where
+#     it runs, fp8 with --seq-len 24 (not a multiple of 16) is refused at
+#     set-up, naming the sequence length.
 # RTOL is an estimate, NOT MEASURED: no GPU was lent when this test was
 # written.  The CPU strategies agree to 2.3e-5 after 6 steps
 # (test-gpt2-parity.sh) and the GPU's GEMMs sum in other orders than the
@@ -144,6 +146,17 @@ if "$G" $ARGS --save-final "$tmp/gpu-fp8.st" --steps 20 --set mixed_precision=fp
 		fail "the fp8 run does not say its linear layers run in fp8"
 	falls gpu-fp8
 	"$PY" "$compare" "$tmp/gpu.st" "$tmp/gpu-fp8.st" 1 | tail -n 1 | sed 's/^/fp8 vs f32 (not checked): /'
+	# a sequence length that is not a multiple of 16 is refused at set-up
+	# shellcheck disable=SC2086
+	if "$G" $ARGS --steps 1 --seq-len 24 --set mixed_precision=fp8 $GPU \
+		> "$tmp/gpu-fp8-24.log" 2>&1; then
+		fail "fp8 with --seq-len 24 ran; it must be refused"
+	elif grep -q "needs --seq-len a multiple of 16" "$tmp/gpu-fp8-24.log"; then
+		echo "ok: fp8 with --seq-len 24 refused"
+	else
+		cat "$tmp/gpu-fp8-24.log"
+		fail "fp8 with --seq-len 24 failed without naming the sequence length"
+	fi
 elif grep -q -e "needs the fp8 plugin's cuBLASLt path" -e "compute capability >= 8.9" \
 	"$tmp/gpu-fp8.log"; then
 	echo "fp8 part not run: $(grep -e "cuBLASLt path" -e "capability >= 8.9" "$tmp/gpu-fp8.log" |

@@ -111,7 +111,8 @@ static void *dev_upload(const float *x, size_t n, int prec)
 	if (cudaMalloc(&d, n * es) != cudaSuccess)
 		die("cudaMalloc", "out of device memory");
 	if (prec == GPT2_CUDA_F32) {
-		cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice);
+		if (cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+			die("cudaMemcpy", "uploading a parameter");
 		return d;
 	}
 	uint16_t *h = malloc(n * 2);
@@ -123,7 +124,8 @@ static void *dev_upload(const float *x, size_t n, int prec)
 			memcpy(&h[i], &v, 2);
 		}
 	}
-	cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice);
+	if (cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice) != cudaSuccess)
+		die("cudaMemcpy", "uploading a parameter");
 	free(h);
 	return d;
 }
@@ -263,6 +265,11 @@ static void run(const tcase *tc)
 		p[k] = dev_upload(m.h[k], m.numel[k], tc->prec);
 		gr[k] = dev_zeros(m.numel[k]);
 	}
+	/* the uploads and cudaMemset ran on the legacy stream, which the
+	 * work space's non-blocking stream is not ordered after (and a
+	 * pageable cudaMemcpy may return before its DMA lands): wait */
+	if (cudaDeviceSynchronize() != cudaSuccess)
+		die("cudaDeviceSynchronize", "after the uploads");
 	const void *head = tc->tied ? p[0] : p[nb + 2];
 	float *dhead = tc->tied ? gr[0] : gr[nb + 2];
 	double loss_gpu = 0;

@@ -137,6 +137,16 @@ int gpt2_fp8_new(accel_ctx *ctx, const gpt2_config *c, const uint32_t *p_block, 
 		                       "of compute capability 8.9 or newer and the plugin's CUDA part); "
 		                       "this process has only its CPU emulation");
 	}
+	/* the weight gradient dW = dY^T . X contracts over the token rows
+	 * (n sequences of seq tokens): cuBLASLt's FP8 GEMMs need the inner
+	 * dimension a multiple of 16, for every n */
+	if (c->seq % 16) {
+		gpt2_fp8_free(f);
+		return accel_set_error(ctx, ACCEL_ERR_CONFIG, "accel-gpt2: mixed_precision fp8 needs "
+		                       "--seq-len a multiple of 16 (cuBLASLt's FP8 weight-gradient "
+		                       "GEMMs contract over the token rows), not %d (e.g. %d), or "
+		                       "mixed_precision bf16", c->seq, (c->seq / 16 + 1) * 16);
+	}
 	/* the plugin finds its parameters in the first unit hook: one
 	 * forward-only visit of unit 0 (collective under sharded strategies,
 	 * so every rank makes it) */

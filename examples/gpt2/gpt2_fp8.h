@@ -30,7 +30,9 @@ uint32_t gpt2_fp8_compute_dtype(int k, int64_t out, int64_t in);
 /* After accel_prepare: the fp8 plugin's GEMM extension, a device work
  * space per fp8 weight for `rows` token rows, and gpu's linear hooks.
  * p_block: the [layers * GPT2_BLOCK_TENSORS] parameter indices.  Returns
- * an accel status (the message is in ctx). */
+ * an accel status (the message is in ctx); ACCEL_ERR_CONFIG when c->seq is
+ * not a multiple of 16 (the weight gradients' FP8 GEMMs contract over the
+ * token rows). */
 int gpt2_fp8_new(accel_ctx *ctx, const gpt2_config *c, const uint32_t *p_block, int rows,
                  gpt2_cuda *gpu, int32_t device_index, gpt2_fp8 **ret);
 /* Unhooks from the GPU work space; NULL. */
