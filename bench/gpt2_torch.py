@@ -34,23 +34,34 @@ class Block(nn.Module):
         # a plain attribute: DDP over gloo cannot broadcast a bool buffer
         self.mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
 
+    def attend(self, q, k, v):
+        """Causal attention written out as accel-gpt2 computes it (a
+        materialised softmax); q, k, v are (batch, heads, T, head size)."""
+        t = q.shape[2]
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[3])
+        att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(-1)
+        return att @ v
+
     def forward(self, x):
         b, t, c = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.h)
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, c)
+        y = self.attend(q, k, v).transpose(1, 2).reshape(b, t, c)
         x = x + self.c_proj(y)
         return x + self.m_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):
-    def __init__(self, a):
+    """block: makes one block (default: Block(a.dim, a.heads, a.seq_len))."""
+
+    def __init__(self, a, block=None):
         super().__init__()
         self.wte = nn.Embedding(a.vocab, a.dim)
         self.wpe = nn.Embedding(a.seq_len, a.dim)
-        self.h = nn.ModuleList(Block(a.dim, a.heads, a.seq_len) for _ in range(a.layers))
+        if block is None:
+            def block():
+                return Block(a.dim, a.heads, a.seq_len)
+        self.h = nn.ModuleList(block() for _ in range(a.layers))
         self.ln_f = nn.LayerNorm(a.dim)
         for n, p in self.named_parameters():
             if n.endswith("bias"):
@@ -61,11 +72,12 @@ class GPT(nn.Module):
 
     def forward(self, idx, tgt):
         t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for b in self.h:
             x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.t()   # tied head
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.reshape(-1))
+        # .float(): the loss in f32 under mixed precision (a no-op in f32)
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), tgt.reshape(-1))
 
 
 def worker(rank, a):

@@ -17,65 +17,30 @@ Usage: gpt2_torch_gpu.py [--layers 12 --heads 12 --dim 768 --seq-len 1024
                          [--compile] [--sdpa] [--peak-tflops 989]"""
 import argparse
 import json
-import math
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
+from gpt2_torch import GPT, Block   # the model, shared with the CPU bench
 
-class Block(nn.Module):
+
+class SdpaBlock(Block):
+    """gpt2_torch.py's Block with its mask a (non-persistent) buffer, so that
+    it moves to the GPU with the model, and with sdpa torch's
+    scaled_dot_product_attention."""
+
     def __init__(self, c, h, t, sdpa):
-        super().__init__()
-        self.h = h
+        super().__init__(c, h, t)
         self.sdpa = sdpa
-        self.ln_1 = nn.LayerNorm(c)
-        self.c_attn = nn.Linear(c, 3 * c)
-        self.c_proj = nn.Linear(c, c)
-        self.ln_2 = nn.LayerNorm(c)
-        self.c_fc = nn.Linear(c, 4 * c)
-        self.m_proj = nn.Linear(4 * c, c)
-        self.register_buffer("mask", torch.tril(torch.ones(t, t, dtype=torch.bool)),
-                             persistent=False)
+        mask = self.mask
+        del self.mask
+        self.register_buffer("mask", mask, persistent=False)
 
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v))
+    def attend(self, q, k, v):
         if self.sdpa:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.h)
-            att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(-1)
-            y = att @ v
-        y = y.transpose(1, 2).reshape(b, t, c)
-        x = x + self.c_proj(y)
-        return x + self.m_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, a):
-        super().__init__()
-        self.wte = nn.Embedding(a.vocab, a.dim)
-        self.wpe = nn.Embedding(a.seq_len, a.dim)
-        self.h = nn.ModuleList(Block(a.dim, a.heads, a.seq_len, a.sdpa)
-                               for _ in range(a.layers))
-        self.ln_f = nn.LayerNorm(a.dim)
-        for n, p in self.named_parameters():
-            if n.endswith("bias"):
-                nn.init.zeros_(p)
-            elif p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * a.layers) if n.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, 0, std)
-
-    def forward(self, idx, tgt):
-        t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
-        for b in self.h:
-            x = b(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()   # tied head
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), tgt.reshape(-1))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return super().attend(q, k, v)
 
 
 def flops_per_token(a):
@@ -107,7 +72,7 @@ def main():
 
     acc = Accelerator(mixed_precision=a.precision)
     torch.manual_seed(0)
-    model = GPT(a)
+    model = GPT(a, lambda: SdpaBlock(a.dim, a.heads, a.seq_len, a.sdpa))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     model, opt = acc.prepare(model, opt)
     if a.compile:
