@@ -38,6 +38,7 @@
 
 #include "gpt2.h"
 #include "gpt2_cuda.h"
+#include "tensor-cmp.h"
 
 #define NB 3   /* sequences in the work space */
 
@@ -78,14 +79,8 @@ static float rounded(float x, int prec)
 static void check(const char *tag, const char *what, const float *want, const float *got,
                   size_t n, double rtol)
 {
-	double md = 0, ma = 0;
-	for (size_t i = 0; i < n; i++) {
-		md = fmax(md, fabs((double)want[i] - (double)got[i]));
-		ma = fmax(ma, fabs((double)want[i]));
-		if (isnan(got[i]))
-			md = INFINITY;
-	}
-	double rel = ma > 0 ? md / ma : md;
+	double md, ma;
+	double rel = tensor_cmp_rel(want, got, n, &md, &ma);
 	printf("%s %s %s: max difference %.3e, max |value| %.3e, relative %.3e (tolerance %.0e)\n",
 	       rel <= rtol ? "ok:" : "FAIL:", tag, what, md, ma, rel, rtol);
 	if (!(rel <= rtol))

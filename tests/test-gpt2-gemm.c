@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "gpt2_gemm.h"
+#include "tensor-cmp.h"
 
 static int fails;
 
@@ -47,14 +48,8 @@ static float *copy(const float *x, size_t n)
 
 static void check(const char *what, const float *want, const float *got, size_t n)
 {
-	double md = 0, ma = 0;
-	for (size_t i = 0; i < n; i++) {
-		md = fmax(md, fabs((double)want[i] - (double)got[i]));
-		ma = fmax(ma, fabs((double)want[i]));
-		if (isnan(got[i]))
-			md = INFINITY;
-	}
-	double rel = ma > 0 ? md / ma : md;
+	double md, ma;
+	double rel = tensor_cmp_rel(want, got, n, &md, &ma);
 	printf("%s %s: max difference %.3e, max |value| %.3e, relative %.3e\n",
 	       rel <= 1e-5 ? "ok:" : "FAIL:", what, md, ma, rel);
 	if (!(rel <= 1e-5))
