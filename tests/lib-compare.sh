@@ -37,8 +37,11 @@
 #
 # GPU scripts (examples/train_mlp as $prog, its flags in $ARGS; results in
 # $tmp/NAME.st):
-#   gpu_probe BACKEND       exits 77 ("skipped: no GPU") when no CUDA device
+#   gpu_probe BACKEND [ARGS...]
+#                           exits 77 ("skipped: no GPU") when no CUDA device
 #                           is visible, 1 when the probe run fails otherwise
+#                           (ARGS: the probe's flags for a $prog other than
+#                           train_mlp)
 #   run NAME CONFIG [ARGS...]   one process
 #   run2 NAME CONFIG [ARGS...]  2 ranks sharing the GPU through shm
 #   same A B RTOL WHAT      st_cmp of $tmp/A.st and $tmp/B.st (a failure
@@ -121,10 +124,14 @@ reference() {
 		> "$1.log" 2>&1 || { fail "reference $2 gas $3"; cat "$1.log"; return 1; }
 }
 
-# gpu_probe BACKEND: a machine without a GPU (or a build without CUDA) says so.
+# gpu_probe BACKEND [ARGS...]: a machine without a GPU (or a build without
+# CUDA) says so; ARGS replace train_mlp's one-step flags.
 gpu_probe() {
-	if ! "$prog" --device cuda --steps 1 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 \
-		--no-eval --set "backend=$1" > "$tmp/probe.log" 2>&1; then
+	b=$1
+	shift
+	[ $# -gt 0 ] ||
+		set -- --steps 1 --hidden 8 --samples 64 --batch-size 32 --test-samples 0 --no-eval
+	if ! "$prog" --device cuda "$@" --set "backend=$b" > "$tmp/probe.log" 2>&1; then
 		if grep -q "no CUDA device is visible" "$tmp/probe.log"; then
 			echo "skipped: no GPU"
 			exit 77
