@@ -34,6 +34,14 @@
 #   reference REF OPTIM GAS ddp at one process (no launcher), $STEPS steps
 #                           of $BATCH, into REF; needs the caller's
 #                           cfg FILE STRATEGY OPTIM GAS MEMBERS
+#   mem_match LINE MEMFILE [zero]
+#                           a strategy's memory estimate log LINE (fsdp's
+#                           "... bytes kept between steps: ..."; with zero,
+#                           zero's "memory after the first step ...") against
+#                           the "CATEGORY BYTES" lines accel_memory_stats
+#                           wrote to MEMFILE: prints " CATEGORY
+#                           measured/estimated" for each; returns 1 unless
+#                           all are equal
 #
 # GPU scripts (examples/train_mlp as $prog, its flags in $ARGS; results in
 # $tmp/NAME.st):
@@ -122,6 +130,35 @@ reference() {
 	cfg "$tmp/ref.json" ddp "$2" "$3" ""
 	ACCEL_CONFIG=$tmp/ref.json "$prog" --out "$1" --steps $STEPS --batch $BATCH \
 		> "$1.log" 2>&1 || { fail "reference $2 gas $3"; cat "$1.log"; return 1; }
+}
+
+# mem_match LINE MEMFILE [zero]: the estimate in LINE == MEMFILE, per
+# category.  zero's parts are "[host |nvme ]CATEGORY MEASURED (est N)":
+# device and host add up, nvme file bytes are not memory; fsdp's are
+# "CATEGORY N".
+mem_match() {
+	echo "$1" | awk -v mf="$2" -v p="${3:-}" '{
+		s = $0
+		if (p == "zero") { sub(/.*estimated\): /, "", s); sub(/; peak.*/, "", s) }
+		else sub(/.*between steps: /, "", s)
+		n = split(s, parts, ", ")
+		for (i = 1; i <= n; i++) {
+			k = split(parts[i], w, " ")
+			if (w[1] == "nvme") continue
+			c = (w[1] == "host") ? w[2] : w[1]
+			e = w[k]; sub(/\)/, "", e)
+			est[c] += e
+		}
+		while ((getline l < mf) > 0) { split(l, f, " "); cur[f[1]] = f[2] }
+		ok = 1
+		split("params grads master optimizer buffers offload", cats, " ")
+		for (i = 1; i <= 6; i++) {
+			c = cats[i]
+			if (cur[c] + 0 != est[c] + 0) ok = 0
+			out = out sprintf(" %s %d/%d", c, cur[c], est[c])
+		}
+		print out
+		exit !ok }'
 }
 
 # gpu_probe BACKEND [ARGS...]: a machine without a GPU (or a build without

@@ -369,23 +369,11 @@ for v in "FULL_SHARD false f32 UNIT_WRAP" "FULL_SHARD true f32 UNIT_WRAP" \
 	for r in 0 1 2; do
 		line=$(grep "fsdp: memory estimate for rank $r, " "$tmp/est.log" | head -1)
 		[ -n "$line" ] || { fail "memory estimate $v rank $r: no estimate line"; continue; }
-		res=$(echo "$line" | awk -v mf="$tmp/estm.$r" '{
-			s = $0; sub(/.*between steps: /, "", s)
-			n = split(s, parts, ", ")
-			for (i = 1; i <= n; i++) { split(parts[i], w, " "); est[w[1]] = w[2] }
-			while ((getline l < mf) > 0) { split(l, f, " "); cur[f[1]] = f[2] }
-			ok = 1
-			split("params grads master optimizer buffers offload", cats, " ")
-			for (i = 1; i <= 6; i++) {
-				c = cats[i]
-				if (cur[c] + 0 != est[c] + 0) ok = 0
-				out = out sprintf(" %s %d/%d", c, cur[c], est[c])
-			}
-			print ok out }')
-		case $res in
-		1*) [ "$r" = 2 ] && echo "ok: memory estimate $v (rank 2, measured/estimated):${res#1}" ;;
-		*) fail "memory estimate $v rank $r (measured/estimated):${res#0}" ;;
-		esac
+		if res=$(mem_match "$line" "$tmp/estm.$r"); then
+			[ "$r" = 2 ] && echo "ok: memory estimate $v (rank 2, measured/estimated):$res"
+		else
+			fail "memory estimate $v rank $r (measured/estimated):$res"
+		fi
 	done
 done
 

@@ -229,31 +229,11 @@ for v in $MEM_VARIANTS; do
 		*) line=$(grep "memory estimate for rank $r, " "$tmp/m.log" | head -1) ;;
 		esac
 		[ -n "$line" ] || { fail "memory $v rank $r: no estimate in the log"; continue; }
-		res=$(echo "$line" | awk -v mf="$tmp/mem.$r" -v p="$p" '{
-			s = $0
-			if (p == "zero") { sub(/.*estimated\): /, "", s); sub(/; peak.*/, "", s) }
-			else sub(/.*between steps: /, "", s)
-			n = split(s, parts, ", ")
-			for (i = 1; i <= n; i++) {
-				k = split(parts[i], w, " ")
-				if (w[1] == "nvme") continue
-				c = (w[1] == "host") ? w[2] : w[1]
-				e = w[k]; sub(/\)/, "", e)
-				est[c] += e
-			}
-			while ((getline l < mf) > 0) { split(l, f, " "); cur[f[1]] = f[2] }
-			ok = 1
-			split("params grads master optimizer buffers offload", cats, " ")
-			for (i = 1; i <= 6; i++) {
-				c = cats[i]
-				if (cur[c] + 0 != est[c] + 0) ok = 0
-				out = out sprintf(" %s %d/%d", c, cur[c], est[c])
-			}
-			print ok out }')
-		case $res in
-		1*) [ "$r" = 2 ] && echo "ok: memory $v (rank 2, measured/estimated):${res#1}" ;;
-		*) fail "memory $v rank $r (measured/estimated):${res#0}" ;;
-		esac
+		if res=$(mem_match "$line" "$tmp/mem.$r" "$p"); then
+			[ "$r" = 2 ] && echo "ok: memory $v (rank 2, measured/estimated):$res"
+		else
+			fail "memory $v rank $r (measured/estimated):$res"
+		fi
 	done
 done
 
