@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* working dtypes: the same values as MLP_F32/_BF16/_F16 and
  * GPT2_CUDA_F32/_BF16/_F16 */
@@ -94,6 +95,41 @@ static inline unsigned ex_blocks_for(size_t n, unsigned threads)
 {
 	size_t b = (n + threads - 1) / threads;
 	return (unsigned)(b < 65535u * 16u ? (b ? b : 1) : 65535u * 16u);
+}
+
+/* The heuristic's best algorithm for desc (D = C's layout) with at most
+ * `workspace` bytes and operands aligned to `align` bytes only (gradients
+ * sit in accel's buckets at 64-byte offsets, attention heads hd elements
+ * apart: the algorithm must not assume cudaMalloc's 256).  *ret_found is 0
+ * when cuBLASLt has no algorithm for it (the caller falls back); the
+ * status is that of creating the preference. */
+static inline cublasStatus_t ex_lt_pick(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
+                                        cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                        cublasLtMatrixLayout_t lc, uint64_t workspace,
+                                        uint32_t align, cublasLtMatmulAlgo_t *ret_algo,
+                                        int *ret_found)
+{
+	*ret_found = 0;
+	cublasLtMatmulPreference_t pref;
+	cublasStatus_t s = cublasLtMatmulPreferenceCreate(&pref);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return s;
+	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+	                                     &workspace, sizeof(workspace));
+	const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+	for (size_t i = 0; i < sizeof(aligns) / sizeof(aligns[0]); i++)
+		cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof(align));
+	cublasLtMatmulHeuristicResult_t res;
+	int found = 0;
+	s = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &res, &found);
+	cublasLtMatmulPreferenceDestroy(pref);
+	if (s == CUBLAS_STATUS_SUCCESS && found >= 1) {
+		*ret_algo = res.algo;
+		*ret_found = 1;
+	}
+	return CUBLAS_STATUS_SUCCESS;
 }
 
 #endif

@@ -275,32 +275,13 @@ static int plan_try(mlp_cuda *g, plan *p, cublasLtEpilogue_t epi)
 	    layout(g, &p->la, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb) ||
 	    layout(g, &p->lc, p->m, p->n, p->ldc))
 		return -1;
-	cublasLtMatmulPreference_t pref;
-	LT(g, cublasLtMatmulPreferenceCreate(&pref));
-	uint64_t ws = WORKSPACE_BYTES;
-	uint32_t al = (uint32_t)p->align;
-	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-	                                     sizeof(ws));
-	/* gradients sit in accel's buckets at 64-byte offsets: the algorithm
-	 * must not assume cudaMalloc's 256 */
-	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al,
-	                                     sizeof(al));
-	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al,
-	                                     sizeof(al));
-	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
-	                                     sizeof(al));
-	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
-	                                     sizeof(al));
-	cublasLtMatmulHeuristicResult_t res;
-	int found = 0;
-	cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc,
-	                                                  pref, 1, &res, &found);
-	cublasLtMatmulPreferenceDestroy(pref);
-	if (s != CUBLAS_STATUS_SUCCESS || found < 1) {
+	int found;
+	LT(g, ex_lt_pick(g->lt, p->desc, p->la, p->lb, p->lc, WORKSPACE_BYTES, (uint32_t)p->align,
+	                 &p->algo, &found));
+	if (!found) {
 		plan_free(p);
 		return 0;
 	}
-	p->algo = res.algo;
 	return 1;
 }
 
