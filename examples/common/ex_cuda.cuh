@@ -132,4 +132,40 @@ static inline cublasStatus_t ex_lt_pick(cublasLtHandle_t lt, cublasLtMatmulDesc_
 	return CUBLAS_STATUS_SUCCESS;
 }
 
+/* The number of visible GPUs; 0 when the runtime cannot tell (no driver). */
+static inline int ex_device_count(void)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	return n;
+}
+
+/* Switch work space g (fields device, stream, own_stream) to a new
+ * non-blocking stream of its own (own) or to the default stream, after the
+ * old stream's work (the new one is not ordered after it).  Errors through
+ * the including file's fail(g, ...). */
+template <typename G>
+static int ex_use_stream(G *g, int own)
+{
+	cudaStream_t s = 0;
+	EX_CU(g, cudaSetDevice(g->device));
+	if (own)
+		EX_CU(g, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	cudaError_t e = g->stream || own ? cudaDeviceSynchronize() : cudaSuccess;
+	if (e != cudaSuccess) {
+		if (own)
+			cudaStreamDestroy(s);
+		return fail(g, "cudaDeviceSynchronize: %s (%s)", cudaGetErrorString(e),
+		            cudaGetErrorName(e));
+	}
+	if (g->own_stream)
+		cudaStreamDestroy(g->stream);
+	g->stream = s;
+	g->own_stream = own;
+	return 0;
+}
+
 #endif

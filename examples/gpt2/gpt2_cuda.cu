@@ -555,12 +555,7 @@ extern "C" int gpt2_cuda_embed_backward(gpt2_cuda *g, float *dwte, float *dwpe, 
 
 extern "C" int gpt2_cuda_device_count(void)
 {
-	int n = 0;
-	if (cudaGetDeviceCount(&n) != cudaSuccess) {
-		(void)cudaGetLastError();
-		return 0;
-	}
-	return n;
+	return ex_device_count();
 }
 
 extern "C" const char *gpt2_cuda_error(const gpt2_cuda *g)
@@ -717,23 +712,7 @@ extern "C" int gpt2_cuda_new(const gpt2_config *c, int B, int recompute, int dev
 
 extern "C" int gpt2_cuda_use_stream(gpt2_cuda *g, int own)
 {
-	cudaStream_t s = 0;
-	CU(g, cudaSetDevice(g->device));
-	if (own)
-		CU(g, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-	/* the old stream's work first: the new one is not ordered after it */
-	cudaError_t e = cudaDeviceSynchronize();
-	if (e != cudaSuccess) {
-		if (own)
-			cudaStreamDestroy(s);
-		return fail(g, "cudaDeviceSynchronize: %s (%s)", cudaGetErrorString(e),
-		            cudaGetErrorName(e));
-	}
-	if (g->own_stream)
-		cudaStreamDestroy(g->stream);
-	g->stream = s;
-	g->own_stream = own;
-	return 0;
+	return ex_use_stream(g, own);
 }
 
 extern "C" void *gpt2_cuda_stream(const gpt2_cuda *g)

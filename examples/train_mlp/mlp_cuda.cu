@@ -95,16 +95,6 @@ static int fail(mlp_cuda *g, const char *fmt, ...)
 #define LAUNCH_T(g, kernel, grid, block, ...)                                          \
 	EX_LAUNCH_T((g)->half, (g)->stream, kernel, grid, block, __VA_ARGS__)
 
-static const char *dtype_name(int half)
-{
-	return ex_dtype_name(half);
-}
-
-static unsigned blocks_for(size_t n, unsigned threads)
-{
-	return ex_blocks_for(n, threads);
-}
-
 /* ---- kernels ----------------------------------------------------------------------------- */
 
 /* xb[i, :] = x[row_i, :] as T, yb[i] = y[row_i]; row_i = idx[i], or first + i
@@ -339,7 +329,7 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
 			return -1;
 		if (made == 0)
 			return fail(g, "cuBLASLt has no algorithm for a %s GEMM of %d x %d x %d",
-			            dtype_name(g->half), m, n, k);
+			            ex_dtype_name(g->half), m, n, k);
 		p->used = 1;
 	}
 	if (p->fused)
@@ -350,7 +340,7 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
 	                     &p->algo, g->workspace, WORKSPACE_BYTES, g->stream));
 	if (epi && !p->fused) {
 		size_t total = (size_t)m * (size_t)n;
-		unsigned nb = blocks_for(total, 256);
+		unsigned nb = ex_blocks_for(total, 256);
 		LAUNCH_T(g, bias_k, nb, 256, (T *)C, (const T *)bias, m, n, epi == 2);
 		LAUNCHED(g, "bias kernel");
 	}
@@ -361,12 +351,7 @@ static int gemm(mlp_cuda *g, int ta, int tb, int m, int n, int k, const void *A,
 
 extern "C" int mlp_cuda_device_count(void)
 {
-	int n = 0;
-	if (cudaGetDeviceCount(&n) != cudaSuccess) {
-		(void)cudaGetLastError();
-		return 0;
-	}
-	return n;
+	return ex_device_count();
 }
 
 extern "C" const char *mlp_cuda_error(const mlp_cuda *g)
@@ -430,7 +415,7 @@ static int setup(mlp_cuda *g, const mlp_data *train, const mlp_data *test)
 	cudaDeviceProp prop;
 	CU(g, cudaSetDevice(g->device));
 	CU(g, cudaGetDeviceProperties(&prop, g->device));
-	snprintf(g->name, sizeof(g->name), "cuBLASLt %s%s on cuda:%d (%s)", dtype_name(g->half),
+	snprintf(g->name, sizeof(g->name), "cuBLASLt %s%s on cuda:%d (%s)", ex_dtype_name(g->half),
 	         g->half != MLP_F32 ? " (f32 accumulation)" : "", g->device, prop.name);
 	LT(g, cublasLtCreate(&g->lt));
 	CU(g, cudaMalloc(&g->workspace, WORKSPACE_BYTES));
@@ -489,7 +474,7 @@ extern "C" int mlp_cuda_new(const mlp_shape *s, int cap, int device, int half,
 static int gather(mlp_cuda *g, const int64_t *idx_dev, int set, int64_t first, int n)
 {
 	size_t total = (size_t)n * (size_t)g->dim;
-	unsigned nb = blocks_for(total, 256);
+	unsigned nb = ex_blocks_for(total, 256);
 	LAUNCH_T(g, gather_k, nb, 256, (T *)g->act[0], g->yb, g->x[set], g->y[set], idx_dev, first,
 	         n, g->dim);
 	LAUNCHED(g, "gather kernel");
@@ -531,7 +516,7 @@ extern "C" int mlp_cuda_forward_layer(mlp_cuda *g, int l, const void *W, const v
 	if (h < 0)
 		return fail(g, "the fp8 GEMM of fc%d failed", l);
 	if (h == 0) {   /* the GEMM was the hook's: bias and ReLU here */
-		bias_k<<<blocks_for((size_t)n * out, 256), 256, 0, g->stream>>>(
+		bias_k<<<ex_blocks_for((size_t)n * out, 256), 256, 0, g->stream>>>(
 		        (float *)g->act[l + 1], (const float *)b, n, out, l < s->n_layers - 1);
 		LAUNCHED(g, "bias kernel");
 		return 0;
@@ -591,7 +576,7 @@ extern "C" int mlp_cuda_backward_layer(mlp_cuda *g, int l, const void *W, void *
 	if (h && gemm(g, 0, 0, n, in, out, dy, out, W, in, 0.0f, dx, in, 0, NULL))
 		return -1;
 	size_t total = (size_t)n * (size_t)in;
-	unsigned nb = blocks_for(total, 256);
+	unsigned nb = ex_blocks_for(total, 256);
 	LAUNCH_T(g, drelu_k, nb, 256, (T *)dx, (const T *)g->act[l], total);
 	LAUNCHED(g, "ReLU gradient kernel");
 	return 0;
@@ -628,23 +613,7 @@ extern "C" int mlp_cuda_sync(mlp_cuda *g)
 
 extern "C" int mlp_cuda_use_stream(mlp_cuda *g, int own)
 {
-	cudaStream_t s = 0;
-	CU(g, cudaSetDevice(g->device));
-	if (own)
-		CU(g, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-	/* the old stream's work first: the new one is not ordered after it */
-	cudaError_t e = g->stream || own ? cudaDeviceSynchronize() : cudaSuccess;
-	if (e != cudaSuccess) {
-		if (own)
-			cudaStreamDestroy(s);
-		return fail(g, "cudaDeviceSynchronize: %s (%s)", cudaGetErrorString(e),
-		            cudaGetErrorName(e));
-	}
-	if (g->own_stream)
-		cudaStreamDestroy(g->stream);
-	g->stream = s;
-	g->own_stream = own;
-	return 0;
+	return ex_use_stream(g, own);
 }
 
 extern "C" void *mlp_cuda_stream(const mlp_cuda *g)
