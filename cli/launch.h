@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* cli/launch.h: the parts of `accel launch` (private to the CLI).
  * cmd-launch.c parses and validates the command line and builds each rank's
- * environment; launch-run.c starts the processes and supervises them. */
+ * environment; launch-run.c starts the processes and supervises them
+ * (with launch-ranks.c and launch-stream.c, through launch-run.h). */
 #ifndef ACCEL_CLI_LAUNCH_H
 #define ACCEL_CLI_LAUNCH_H
 
