@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* cli/cmd-launch.c: `accel launch`: the command line, its validation, and
- * the environment each rank gets.  Supervision is in launch-run.c. */
+/* cli/cmd-launch.c: `accel launch`: the environment each rank gets and the
+ * attempts of --max-restarts.  The command line is read in launch-args.c,
+ * the ranks supervised in launch-run.c. */
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,331 +20,15 @@
 
 #include "backends/common/launch-env.h"
 #include "cli.h"
+#include "launch-args.h"
 #include "launch.h"
 
 extern char **environ;
-
-#define MAX_NPROC 1024
-#define MAX_WORLD (1 << 20)
-
-static const char *const help_text =
-	"Usage: accel launch [OPTIONS] [--] PROGRAM [ARGS...]\n"
-	"\n"
-	"Start N processes of PROGRAM on this node, tell each its rank through the\n"
-	"environment, relay their output, and stop all of them when one fails.\n"
-	"\n"
-	"Options:\n"
-	"  -n, --nproc-per-node N  processes on this node (default 1)\n"
-	"      --nnodes M          nodes in the job (default 1); run one launcher per node\n"
-	"      --node-rank R       this node's index, 0..M-1 (required when M > 1)\n"
-	"      --master-addr A     host of rank 0, where the rendezvous store listens\n"
-	"                          (default 127.0.0.1; required when M > 1)\n"
-	"      --master-port P     its port (default: a free port when M = 1; required\n"
-	"                          when M > 1)\n"
-	"      --job-id ID         job id shared by all ranks ([A-Za-z0-9._-], at most 63\n"
-	"                          chars; default: random, or derived from the master\n"
-	"                          address and port when M > 1)\n"
-	"      --config F          accel JSON config; ranks get its absolute path in\n"
-	"                          ACCEL_CONFIG\n"
-	"      --set KEY=VALUE     override a config key (repeatable); ranks get the list\n"
-	"                          in ACCEL_SET, one assignment per line\n"
-	"      --tee               prefix output AND write DIR/rank-R.log (DIR: --log-dir,\n"
-	"                          default ./accel-logs/JOB_ID)\n"
-	"      --log-dir D         write each rank's stdout+stderr to D/rank-R.log and\n"
-	"                          print only the launcher's own messages\n"
-	"      --grace-s S         seconds between SIGTERM and SIGKILL when stopping ranks\n"
-	"                          (default 5)\n"
-	"      --max-restarts N    when a rank fails, stop the others and start the job\n"
-	"                          again, up to N times (default 0); the ranks resume from\n"
-	"                          the newest checkpoint the job saved (ACCEL_RESUME)\n"
-	"      --min-nproc M       restart with fewer processes, down to M, when slots are\n"
-	"                          dropped by --restart-filter (default: -n; one node only)\n"
-	"      --min-nodes K       with --nnodes: when a node's launcher is lost, restart\n"
-	"                          with the nodes left, down to K (default: --nnodes);\n"
-	"                          node 0 must stay; uses --master-port + 1 as well\n"
-	"      --restart-filter CMD  before a restart, run /bin/sh -c CMD for each slot,\n"
-	"                          with SLOT RESTART FAILED_RANK as $1 $2 $3; a non-zero\n"
-	"                          exit drops the slot (one node only)\n"
-	"      --restart-filter-timeout S  seconds CMD may take (default 60); past it\n"
-	"                          its process group is killed and the job does not\n"
-	"                          restart\n"
-	"      --dry-run           print each rank's environment and command; start nothing\n"
-	"  -h, --help              show this help\n"
-	"\n"
-	"Each rank gets ACCEL_RANK, ACCEL_LOCAL_RANK, ACCEL_WORLD_SIZE,\n"
-	"ACCEL_LOCAL_WORLD_SIZE, ACCEL_NODE_RANK, ACCEL_NUM_NODES, ACCEL_MASTER_ADDR,\n"
-	"ACCEL_MASTER_PORT, ACCEL_JOB_ID (and ACCEL_CONFIG, ACCEL_SET when given), plus\n"
-	"RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.\n"
-	"\n"
-	"Exit status: 0 when every rank exits 0; 1 when the first rank to fail exited\n"
-	"with a non-zero code (the message names the rank and the code), 128+N when it\n"
-	"was killed by signal N; 128+N when the launcher itself was stopped by signal N\n"
-	"(SIGINT, SIGTERM, SIGHUP); 127 (not found) or 126 (not executable) when\n"
-	"PROGRAM cannot be run; 2 for bad usage; 1 for other launcher errors.  With\n"
-	"--max-restarts, the status of the last attempt.\n";
-
-typedef struct opts {
-	int nproc, nnodes, node_rank, port;
-	const char *addr, *job_id_arg, *config, *log_dir;
-	int tee, dry_run;
-	double grace_s;
-	char **sets;
-	int nsets;
-	char **prog;
-	int have_nproc, have_node_rank;
-	int max_restarts, min_nproc, have_min_nproc;
-	int min_nodes, have_min_nodes;
-	const char *restart_filter;
-	double filter_timeout_s;
-	int have_filter_timeout;
-} opts;
 
 /* How long the node launchers wait for each other: at start, and for a
  * node's report after an attempt (its ranks stop within comm.timeout_s of
  * the others' failure, plus --grace-s). */
 #define NODES_TIMEOUT_S 300.0
-
-#define USAGE(...) accelp_cli_usage_error("launch", __VA_ARGS__)
-
-/* Strict integer in [lo, hi]. */
-static int parse_int(const char *s, long lo, long hi, int *ret)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (!*s || errno || *end || v < lo || v > hi)
-		return -1;
-	*ret = (int)v;
-	return 0;
-}
-
-static int valid_id(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 63)
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-		      *s == '.' || *s == '_' || *s == '-'))
-			return 0;
-	return 1;
-}
-
-/* Match "--name VALUE", "--name=VALUE" (and "-nVALUE" for short ones).
- * Returns 1 and sets *val on a match, 0 on no match, -1 when the value is
- * missing (message printed). */
-static int take_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
-                      const char **val)
-{
-	const char *a = argv[*i];
-	size_t ll = strlen(lng);
-	if (!strncmp(a, lng, ll) && a[ll] == '=') {
-		*val = a + ll + 1;
-		return 1;
-	}
-	if (shrt && !strncmp(a, shrt, strlen(shrt)) && a[strlen(shrt)] != '\0' &&
-	    strcmp(a, shrt) != 0) {
-		*val = a + strlen(shrt);
-		return 1;
-	}
-	if (strcmp(a, lng) != 0 && (!shrt || strcmp(a, shrt) != 0))
-		return 0;
-	if (*i + 1 >= argc) {
-		USAGE("option '%s' needs a value", a);
-		return -1;
-	}
-	*val = argv[++*i];
-	return 1;
-}
-
-static int parse(int argc, char **argv, opts *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->nproc = 1;
-	o->nnodes = 1;
-	o->grace_s = 5.0;
-	o->filter_timeout_s = 60.0;
-	o->sets = calloc((size_t)argc + 1, sizeof(*o->sets));
-	if (!o->sets) {
-		fprintf(stderr, "accel launch: out of memory\n");
-		return 1;
-	}
-	int i;
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = NULL;
-		int m;
-		if (!strcmp(a, "--")) {
-			i++;
-			break;
-		}
-		if (a[0] != '-' || !a[1])
-			break; /* PROGRAM */
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			fputs(help_text, stdout);
-			return -1;
-		}
-		if (!strcmp(a, "--tee")) {
-			o->tee = 1;
-			continue;
-		}
-		if (!strcmp(a, "--dry-run")) {
-			o->dry_run = 1;
-			continue;
-		}
-		if ((m = take_value(argc, argv, &i, "--nproc-per-node", "-n", &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (parse_int(v, 1, MAX_NPROC, &o->nproc) < 0)
-				return USAGE("-n/--nproc-per-node '%s': expected a whole number of "
-				             "processes, 1..1024", v);
-			o->have_nproc = 1;
-		} else if ((m = take_value(argc, argv, &i, "--nnodes", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (parse_int(v, 1, 65536, &o->nnodes) < 0)
-				return USAGE("--nnodes '%s': expected a whole number of nodes, 1..65536", v);
-		} else if ((m = take_value(argc, argv, &i, "--node-rank", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (parse_int(v, 0, 65535, &o->node_rank) < 0)
-				return USAGE("--node-rank '%s': expected a node index, 0..65535", v);
-			o->have_node_rank = 1;
-		} else if ((m = take_value(argc, argv, &i, "--master-addr", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (!*v || strlen(v) > 255 || strchr(v, ' '))
-				return USAGE("--master-addr '%s': expected a host name or IP address", v);
-			o->addr = v;
-		} else if ((m = take_value(argc, argv, &i, "--master-port", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (parse_int(v, 1, 65535, &o->port) < 0)
-				return USAGE("--master-port '%s': expected a port number, 1..65535", v);
-		} else if ((m = take_value(argc, argv, &i, "--job-id", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (!valid_id(v))
-				return USAGE("--job-id '%s': use 1..63 characters of [A-Za-z0-9._-]", v);
-			o->job_id_arg = v;
-		} else if ((m = take_value(argc, argv, &i, "--config", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			o->config = v;
-		} else if ((m = take_value(argc, argv, &i, "--set", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			const char *eq = strchr(v, '=');
-			if (!eq || eq == v)
-				return USAGE("--set '%s': expected KEY=VALUE (for example seed=3 or "
-				             "optimizer.params.lr=1e-4)", v);
-			if (strchr(v, '\n'))
-				return USAGE("--set '%s': a value cannot contain a newline", v);
-			o->sets[o->nsets++] = (char *)v;
-		} else if ((m = take_value(argc, argv, &i, "--log-dir", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (!*v)
-				return USAGE("--log-dir: empty directory name");
-			o->log_dir = v;
-		} else if ((m = take_value(argc, argv, &i, "--max-restarts", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (parse_int(v, 0, 1000000, &o->max_restarts) < 0)
-				return USAGE("--max-restarts '%s': expected a whole number of restarts, "
-				             "0..1000000", v);
-		} else if ((m = take_value(argc, argv, &i, "--min-nproc", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (parse_int(v, 1, MAX_NPROC, &o->min_nproc) < 0)
-				return USAGE("--min-nproc '%s': expected a whole number of processes, "
-				             "1..1024", v);
-			o->have_min_nproc = 1;
-		} else if ((m = take_value(argc, argv, &i, "--min-nodes", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (parse_int(v, 1, 65536, &o->min_nodes) < 0)
-				return USAGE("--min-nodes '%s': expected a whole number of nodes, 1..65536",
-				             v);
-			o->have_min_nodes = 1;
-		} else if ((m = take_value(argc, argv, &i, "--restart-filter", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			if (!*v)
-				return USAGE("--restart-filter: empty command");
-			o->restart_filter = v;
-		} else if ((m = take_value(argc, argv, &i, "--restart-filter-timeout", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			char *end;
-			errno = 0;
-			double t = strtod(v, &end);
-			if (!*v || *end || errno || !(t >= 0.1 && t <= 86400.0))
-				return USAGE("--restart-filter-timeout '%s': expected seconds, 0.1..86400", v);
-			o->filter_timeout_s = t;
-			o->have_filter_timeout = 1;
-		} else if ((m = take_value(argc, argv, &i, "--grace-s", NULL, &v)) != 0) {
-			if (m < 0)
-				return 2;
-			char *end;
-			errno = 0;
-			double g = strtod(v, &end);
-			if (!*v || *end || errno || !(g >= 0.0 && g <= 3600.0))
-				return USAGE("--grace-s '%s': expected seconds, 0..3600", v);
-			o->grace_s = g;
-		} else {
-			return USAGE("unknown option '%s'", a);
-		}
-	}
-	if (i >= argc)
-		return USAGE("no PROGRAM given: accel launch [OPTIONS] -- PROGRAM [ARGS...]");
-	if (!argv[i][0])
-		return USAGE("PROGRAM is an empty string");
-	o->prog = argv + i;
-	if (o->nnodes > 1) {
-		if (!o->have_node_rank)
-			return USAGE("--node-rank is required with --nnodes %d: each node's launcher "
-			             "needs its own index, 0..%d", o->nnodes, o->nnodes - 1);
-		if (!o->addr)
-			return USAGE("--master-addr is required with --nnodes > 1 (the host of rank 0, "
-			             "reachable from every node)");
-		if (!o->port)
-			return USAGE("--master-port is required with --nnodes > 1 (the same free port on "
-			             "every node's command line)");
-	}
-	if (o->node_rank >= o->nnodes)
-		return USAGE("--node-rank %d is not below --nnodes %d", o->node_rank, o->nnodes);
-	if (!o->have_min_nproc)
-		o->min_nproc = o->nproc;
-	if (o->min_nproc > o->nproc)
-		return USAGE("--min-nproc %d is larger than -n/--nproc-per-node %d", o->min_nproc,
-		             o->nproc);
-	if (o->min_nproc < o->nproc && o->nnodes > 1)
-		return USAGE("--min-nproc %d with --nnodes %d: restarting with fewer processes works "
-		             "on one node only (every node's launcher would have to agree on the new "
-		             "world size)", o->min_nproc, o->nnodes);
-	if (!o->have_min_nodes)
-		o->min_nodes = o->nnodes;
-	if (o->min_nodes > o->nnodes)
-		return USAGE("--min-nodes %d is larger than --nnodes %d", o->min_nodes, o->nnodes);
-	if (o->have_min_nodes && o->max_restarts == 0)
-		return USAGE("--min-nodes applies to restarts: give --max-restarts N too");
-	if (o->nnodes > 1 && o->max_restarts > 0 && o->port >= 65535)
-		return USAGE("--master-port %d with --nnodes and --max-restarts: the launchers also "
-		             "meet on --master-port + 1, so give a port below 65535", o->port);
-	if ((o->have_min_nproc || o->restart_filter) && o->max_restarts == 0)
-		return USAGE("%s applies to restarts: give --max-restarts N too",
-		             o->restart_filter ? "--restart-filter" : "--min-nproc");
-	if (o->restart_filter && o->nnodes > 1)
-		return USAGE("--restart-filter with --nnodes %d: filtering slots works on one node "
-		             "only (with several nodes a node's processes are all or nothing)",
-		             o->nnodes);
-	if (o->have_filter_timeout && !o->restart_filter)
-		return USAGE("--restart-filter-timeout applies to --restart-filter: give the filter "
-		             "command too");
-	if ((long)o->nproc * o->nnodes > MAX_WORLD)
-		return USAGE("world size (-n x --nnodes) is larger than 1048576");
-	return 0;
-}
 
 /* A port that is free now (the kernel's choice).  The rendezvous store binds
  * it a moment later; another process taking it in between is possible but
@@ -363,7 +49,7 @@ static int free_port(void)
 	return port;
 }
 
-static void make_job_id(const opts *o, char *out, size_t cap)
+static void make_job_id(const launch_opts *o, char *out, size_t cap)
 {
 	if (o->job_id_arg) {
 		snprintf(out, cap, "%s", o->job_id_arg);
@@ -537,7 +223,7 @@ typedef struct job {
 
 /* --config as an absolute path to a readable regular file; 0, or the usage
  * error's status. */
-static int config_abs(const opts *o, char **ret)
+static int config_abs(const launch_opts *o, char **ret)
 {
 	/* errno is read only right after the call that failed: realpath()
 	 * may succeed and leave a stale errno behind */
@@ -559,26 +245,26 @@ static int config_abs(const opts *o, char **ret)
 
 /* The --set assignments as ACCEL_SET's value, one per line; NULL when out
  * of memory. */
-static char *joined_sets(const opts *o)
+static char *joined_sets(const launch_opts *o)
 {
 	size_t len = 0;
-	for (int i = 0; i < o->nsets; i++)
-		len += strlen(o->sets[i]) + 1;
+	for (int i = 0; i < o->sets.n; i++)
+		len += strlen(o->sets.v[i]) + 1;
 	char *s = malloc(len + 1);
 	if (!s)
 		return NULL;
 	s[0] = '\0';
-	for (int i = 0; i < o->nsets; i++) {
+	for (int i = 0; i < o->sets.n; i++) {
 		if (i)
 			strcat(s, "\n");
-		strcat(s, o->sets[i]);
+		strcat(s, o->sets.v[i]);
 	}
 	return s;
 }
 
 /* The variables of local rank l of n, started in slot `slot`; nonzero when
  * out of memory. */
-static int rank_env(envlist *e, const opts *o, const job *j, int n, int l, int slot)
+static int rank_env(envlist *e, const launch_opts *o, const job *j, int n, int l, int slot)
 {
 	int r = o->node_rank * n + l, bad = 0;
 	bad |= env_add(e, ACCEL_ENV_RANK, "%d", r);
@@ -616,7 +302,7 @@ static int rank_env(envlist *e, const opts *o, const job *j, int n, int l, int s
 }
 
 /* --dry-run: what would be started, with every variable; the status. */
-static int dry_run(const opts *o, const job *j, const envlist *adds)
+static int dry_run(const launch_opts *o, const job *j, const envlist *adds)
 {
 	int n = o->nproc;
 	printf("accel launch: dry run: %d process%s on node %d of %d, world size %d, job %s, "
@@ -674,8 +360,8 @@ static void envs_free(envlist *adds, char ***envp, int n)
 
 /* The environments of the n ranks started in slots[]; nonzero when out of
  * memory. */
-static int envs_make(const opts *o, const job *j, const int *slots, int n, envlist **ret_adds,
-                     char ***ret_envp[])
+static int envs_make(const launch_opts *o, const job *j, const int *slots, int n,
+                     envlist **ret_adds, char ***ret_envp[])
 {
 	envlist *adds = calloc((size_t)n, sizeof(*adds));
 	char ***envp = calloc((size_t)n, sizeof(*envp));
@@ -694,8 +380,8 @@ static int envs_make(const opts *o, const job *j, const int *slots, int n, envli
  * into slots[]; returns their number, or -1 when the job must not restart
  * (a filter did not answer in time, or the launcher got *ret_signal while
  * one ran: 0 for the former); the message is printed. */
-static int filter_slots(const opts *o, int *slots, int n, int restart, const launch_result *res,
-                        int rc, int *ret_signal)
+static int filter_slots(const launch_opts *o, int *slots, int n, int restart,
+                        const launch_result *res, int rc, int *ret_signal)
 {
 	*ret_signal = 0;
 	if (!o->restart_filter)
@@ -739,7 +425,7 @@ static int filter_slots(const opts *o, int *slots, int n, int restart, const lau
 }
 
 /* The line that says what a restart resumes from and what it costs. */
-static void say_restart(const opts *o, const job *j, const char *reason,
+static void say_restart(const launch_opts *o, const job *j, const char *reason,
                         const launch_state *st, int world)
 {
 	char lost[96];
@@ -762,8 +448,8 @@ static void say_restart(const opts *o, const job *j, const char *reason,
 
 int accelp_cli_launch(int argc, char **argv)
 {
-	opts o;
-	int rc = parse(argc, argv, &o);
+	launch_opts o;
+	int rc = accelp_launch_args(argc, argv, &o);
 	int n = o.nproc, cur = n;
 	envlist *adds = NULL;
 	char ***envp = NULL;
@@ -782,7 +468,7 @@ int accelp_cli_launch(int argc, char **argv)
 	}
 	if (o.config && (rc = config_abs(&o, &j.config_abs)))
 		goto out;
-	if (o.nsets && !(j.sets = joined_sets(&o)))
+	if (o.sets.n && !(j.sets = joined_sets(&o)))
 		goto oom;
 	if (!j.port && (j.port = free_port()) < 0) {
 		fprintf(stderr, "accel launch: cannot find a free TCP port for the rendezvous store: "
@@ -964,7 +650,7 @@ out:
 	envs_free(adds, envp, cur);
 	accelp_nodes_close(nodes);
 	free(slots);
-	free(o.sets);
+	free(o.sets.v);
 	free(j.config_abs);
 	free(j.sets);
 	free(tee_dir);

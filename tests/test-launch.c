@@ -297,6 +297,105 @@ START_TEST(bad_usage)
 }
 END_TEST
 
+/* The option table (cli/launch-args.c) treats every option alike: each row
+ * is one kind of edge, and the message names the option and its value. */
+START_TEST(option_edges)
+{
+	static const struct {
+		const char *args[6];
+		const char *msg;
+	} rows[] = {
+		/* a value that is not a number, or out of range, for each kind */
+		{{"-nfour", "P"}, "-n/--nproc-per-node 'four': expected a whole number of processes"},
+		{{"-n=3", "P"}, "-n/--nproc-per-node '=3'"},
+		{{"-n", "1025", "P"}, "-n/--nproc-per-node '1025': expected a whole number of processes, "
+		                      "1..1024"},
+		{{"--nnodes=0", "P"}, "--nnodes '0': expected a whole number of nodes, 1..65536"},
+		{{"--node-rank", "-1", "P"}, "--node-rank '-1': expected a node index, 0..65535"},
+		{{"--master-port", "12x", "P"}, "--master-port '12x': expected a port number, 1..65535"},
+		{{"--max-restarts", "1000001", "P"}, "--max-restarts '1000001': expected a whole number "
+		                                     "of restarts, 0..1000000"},
+		{{"--min-nproc", "0", "P"}, "--min-nproc '0': expected a whole number of processes, "
+		                            "1..1024"},
+		{{"--min-nodes", "", "P"}, "--min-nodes '': expected a whole number of nodes, 1..65536"},
+		{{"--grace-s=abc", "P"}, "--grace-s 'abc': expected seconds, 0..3600"},
+		{{"--grace-s", "3601", "P"}, "--grace-s '3601': expected seconds, 0..3600"},
+		{{"--restart-filter-timeout", "0.05", "P"}, "--restart-filter-timeout '0.05': expected "
+		                                            "seconds, 0.1..86400"},
+		/* strings: checked, or refused when empty */
+		{{"--master-addr", "a b", "P"}, "--master-addr 'a b': expected a host name or IP address"},
+		{{"--master-addr=", "P"}, "--master-addr '': expected a host name or IP address"},
+		{{"--job-id", "", "P"}, "--job-id '': use 1..63 characters of [A-Za-z0-9._-]"},
+		{{"--set", "=v", "P"}, "--set '=v': expected KEY=VALUE"},
+		{{"--set", "a=1\nb=2", "P"}, "a value cannot contain a newline"},
+		{{"--log-dir=", "P"}, "--log-dir: empty directory name"},
+		{{"--restart-filter", "", "P"}, "--restart-filter: empty command"},
+		/* a missing value, as the option was written */
+		{{"-n"}, "option '-n' needs a value"},
+		{{"--nproc-per-node"}, "option '--nproc-per-node' needs a value"},
+		{{"--restart-filter-timeout"}, "option '--restart-filter-timeout' needs a value"},
+		{{"--set"}, "option '--set' needs a value"},
+		/* a value given to an option that takes none */
+		{{"--tee=1", "P"}, "option '--tee' takes no value (got '--tee=1')"},
+		{{"--dry-run=yes", "P"}, "option '--dry-run' takes no value"},
+		{{"--help=1"}, "option '--help' takes no value"},
+		/* unknown: no prefix matching, no short form that is not there */
+		{{"-x", "P"}, "unknown option '-x'"},
+		{{"-h5"}, "unknown option '-h5'"},
+		{{"--nproc", "2", "P"}, "unknown option '--nproc'"},
+		{{"--restart-filter-timeou=5", "P"}, "unknown option '--restart-filter-timeou=5'"},
+		/* options checked against each other */
+		{{"--restart-filter-timeout", "5", "P"}, "--restart-filter-timeout applies to "
+		                                         "--restart-filter"},
+		{{"--min-nproc", "1", "P"}, "--min-nproc applies to restarts"},
+		/* `--` ends the options; nothing after it is PROGRAM */
+		{{"--dry-run", "--"}, "no PROGRAM given"},
+		{{"--", ""}, "PROGRAM is an empty string"},
+	};
+	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
+		const char *args[7] = {0}; /* "P": PROGRAM (tests/progs/launch-prog) */
+		for (int a = 0; a < 6 && rows[k].args[a]; a++)
+			args[a] = !strcmp(rows[k].args[a], "P") ? prog : rows[k].args[a];
+		expect_usage(args, rows[k].msg);
+	}
+}
+END_TEST
+
+/* Every option is in --help with the value it takes, and `--` lets PROGRAM
+ * (or an argument of it) look like an option. */
+START_TEST(help_lists_every_option)
+{
+	static const char *const lines[] = {
+		"\n  -n, --nproc-per-node N  processes on this node (default 1)\n",
+		"\n      --nnodes M          ", "\n      --node-rank R       ",
+		"\n      --master-addr A     ", "\n      --master-port P     ",
+		"\n      --job-id ID         ", "\n      --config F          ",
+		"\n      --set KEY=VALUE     ", "\n      --tee               ",
+		"\n      --log-dir D         ", "\n      --grace-s S         ",
+		"\n      --max-restarts N    ", "\n      --min-nproc M       ",
+		"\n      --min-nodes K       ", "\n      --restart-filter CMD  before",
+		"\n      --restart-filter-timeout S  seconds CMD may take (default 60); past it\n"
+		"                          its process group is killed and the job does not\n"
+		"                          restart\n",
+		"\n      --dry-run           ", "\n  -h, --help              show this help\n",
+	};
+	run r;
+	launch(&r, (const char *[]){"-h", NULL});
+	ck_assert_int_eq(r.status, 0);
+	for (size_t k = 0; k < sizeof(lines) / sizeof(lines[0]); k++)
+		HAS(r.out, lines[k]);
+	run_free(&r);
+
+	launch(&r, (const char *[]){"--dry-run", "--job-id", "j", "--master-port", "5000", "--",
+	                            "--help", "-n", "2", NULL});
+	ck_assert_msg(r.status == 0, "exit %d:\n%s", r.status, r.err);
+	HAS(r.out, "dry run: 1 process on node 0 of 1");
+	HAS(r.out, "  command: --help -n 2\n");
+	HASNT(r.out, "Usage:");
+	run_free(&r);
+}
+END_TEST
+
 /* ---- environment --------------------------------------------------------- */
 
 START_TEST(environment)
@@ -1074,6 +1173,8 @@ static Suite *launch_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, help);
 	tcase_add_test(tc, bad_usage);
+	tcase_add_test(tc, option_edges);
+	tcase_add_test(tc, help_lists_every_option);
 	tcase_add_test(tc, environment);
 	tcase_add_test(tc, dry_run_multi_node);
 	tcase_add_test(tc, line_prefixes);
