@@ -43,7 +43,7 @@ unset ACCEL_CONFIG ACCEL_SET
 fails=0
 
 # Tolerance: about 2.5 times the largest deviation observed (x86-64, shm):
-RTOL=5e-7        # observed 1.66e-7 (every strategy at worlds 2 and 3)
+RTOL=3.5e-7      # observed 1.24e-7 (every strategy at worlds 2 and 3, V 13 x D 7)
 STEPS=8
 BATCH=24         # divisible by 1, 2, 3 ranks x 1, 2 micro-steps
 VARIANTS=${TIED_VARIANTS:-ddp zero1 zero2 zero3 zero1cpu zero2cpu zero3cpu zero3nvme fsdp_full fsdp_grad_op fsdp_no_shard fsdp_wrap fsdp_nowrap fsdp_full_offload fsdp_grad_op_offload}
@@ -71,7 +71,7 @@ section() {
 	fsdp_full) echo '"strategy": "fsdp", "fsdp": {"sharding_strategy": "FULL_SHARD"}' ;;
 	fsdp_grad_op) echo '"strategy": "fsdp", "fsdp": {"sharding_strategy": "SHARD_GRAD_OP"}' ;;
 	fsdp_no_shard) echo '"strategy": "fsdp", "fsdp": {"sharding_strategy": "NO_SHARD"}' ;;
-	# size-based wrap: emb (96 elements) wrapped alone, mid and head with the root
+	# size-based wrap: emb (91 elements) wrapped alone, mid and head (56 + 13) with the root
 	fsdp_wrap) echo '"strategy": "fsdp", "fsdp": {"sharding_strategy": "FULL_SHARD", "auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 90}' ;;
 	fsdp_nowrap) echo '"strategy": "fsdp", "fsdp": {"sharding_strategy": "FULL_SHARD", "auto_wrap_policy": "NO_WRAP"}' ;;
 	fsdp_full_offload) echo '"strategy": "fsdp", "fsdp": {"sharding_strategy": "FULL_SHARD", "cpu_offload": true}' ;;
@@ -139,7 +139,7 @@ if command -v python3 > /dev/null 2>&1; then
 import json, sys
 m = json.load(open(sys.argv[1]))
 t = m["tensors"]
-want = {"emb.weight": 96, "mid.weight": 64, "mid.bias": 8, "head.bias": 12}
+want = {"emb.weight": 91, "mid.weight": 49, "mid.bias": 7, "head.bias": 13}
 for k in ("master", "optim/exp_avg", "optim/exp_avg_sq"):
     names = sorted(n[len(k) + 1:] for n in t if n.startswith(k + "/") and n.count("/") == k.count("/") + 1)
     if names != sorted(want):
