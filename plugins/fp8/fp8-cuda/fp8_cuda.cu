@@ -238,9 +238,28 @@ static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t 
 	int8_t fast = fast_accum ? 1 : 0;
 	uint64_t ws = WORKSPACE_BYTES;
 	const float *sa = c->scalars, *sb = c->scalars + 1;
+	static const cublasLtMatmulPreferenceAttributes_t min_align[] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
 
 	if (!m || !n)
 		return 0;
+	if (afmt == ACCEL_DTYPE_F8E5M2 && bfmt == ACCEL_DTYPE_F8E5M2) {
+		snprintf(err, cap, "FP8 GEMM with both operands E5M2: cuBLASLt takes E4M3 x E4M3, "
+		         "E4M3 x E5M2 or E5M2 x E4M3, not both operands E5M2");
+		return 1;
+	}
+	/* FP8 kernels need 16-byte aligned operands and leading dimensions
+	 * (k bytes for A and B, n floats for D) */
+	uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | 256u;
+	uint32_t align = (uint32_t)(bits & (~bits + 1));
+	if (align < 16 || k % 16) {
+		snprintf(err, cap, "FP8 GEMM m %llu n %llu k %llu: cuBLASLt needs k a multiple of 16 "
+		         "and A, B, D 16-byte aligned (A %p, B %p, D %p)", (unsigned long long)m,
+		         (unsigned long long)n, (unsigned long long)k, (const void *)a, (const void *)b,
+		         (void *)d);
+		return 1;
+	}
 	device_guard dg(c->device);
 	/* the scalars are copied in stream order: a later call's copy runs
 	 * after this matmul has read them */
@@ -269,6 +288,14 @@ static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t 
 	                                                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
 	                                                &ws, sizeof(ws)), "workspace", err, cap))
 		goto out;
+	/* The heuristic assumes 256-byte aligned pointers unless told: the
+	 * linear layers' operands sit at 64-byte offsets in their workspace, and
+	 * an algorithm picked for 256 would fail on them (CUBLAS_STATUS_INVALID_VALUE
+	 * or a misaligned access) */
+	for (size_t i = 0; i < sizeof(min_align) / sizeof(min_align[0]); i++)
+		if (lt_err(cublasLtMatmulPreferenceSetAttribute(pref, min_align[i], &align,
+		                                                sizeof(align)), "alignment", err, cap))
+			goto out;
 	if (lt_err(cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &heur,
 	                                          &found), "cublasLtMatmulAlgoGetHeuristic", err,
 	           cap))
