@@ -73,7 +73,7 @@ static __device__ __forceinline__ void amax_add(float *amax, float v)
 template <typename T>
 static __global__ void quantize_kernel(const T *x, size_t rows, size_t cols, float scale,
                                        uint32_t fmt, unsigned char *q, unsigned char *qt,
-                                       float *amax)
+                                       size_t qt_ld, float *amax)
 {
 	size_t n = rows * cols;
 	float m = 0.0f;
@@ -84,7 +84,7 @@ static __global__ void quantize_kernel(const T *x, size_t rows, size_t cols, flo
 		unsigned char c = enc(v * scale, fmt);
 		q[i] = c;
 		if (qt)
-			qt[(i % cols) * rows + i / cols] = c;
+			qt[(i % cols) * qt_ld + i / cols] = c;
 		nan |= v != v;
 		m = fmaxf(m, fabsf(v));
 	}
@@ -186,19 +186,30 @@ static float *amax_scratch(fp8_cuda_ctx *c)
 
 static int quantize(fp8_cuda_ctx *c, void *stream, uint32_t fmt, uint32_t src_dtype,
                     const void *x, uint64_t rows, uint64_t cols, float scale, uint8_t *q,
-                    uint8_t *qt, float *amax_dev, char *err, size_t cap)
+                    uint8_t *qt, uint64_t qt_ld, float *amax_dev, char *err, size_t cap)
 {
 	size_t n = (size_t)rows * cols;
 	cudaStream_t st = (cudaStream_t)stream;
 	if (!n)
 		return 0;
+	if (qt && qt_ld < rows) {
+		snprintf(err, cap, "quantize: the transpose's leading dimension %llu is below its "
+		         "%llu rows", (unsigned long long)qt_ld, (unsigned long long)rows);
+		return 1;
+	}
 	device_guard dg(c->device);
+	/* the padding columns of the transpose: zeros, so they add nothing to a
+	 * GEMM over them */
+	if (qt && qt_ld > rows &&
+	    cuda_err(cudaMemsetAsync(qt, 0, (size_t)cols * qt_ld, st), "cudaMemsetAsync", err, cap))
+		return 1;
 	if (src_dtype == ACCEL_DTYPE_BF16)
 		quantize_kernel<__nv_bfloat16><<<blocks_for(n), 256, 0, st>>>(
-		        (const __nv_bfloat16 *)x, rows, cols, scale, fmt, q, qt, amax_dev);
+		        (const __nv_bfloat16 *)x, rows, cols, scale, fmt, q, qt, qt_ld, amax_dev);
 	else
 		quantize_kernel<float><<<blocks_for(n), 256, 0, st>>>((const float *)x, rows, cols,
-		                                                       scale, fmt, q, qt, amax_dev);
+		                                                       scale, fmt, q, qt, qt_ld,
+		                                                       amax_dev);
 	return cuda_err(cudaGetLastError(), "quantize kernel", err, cap);
 }
 
@@ -353,7 +364,8 @@ static int encode_host(int device, uint32_t fmt, const float *in, size_t n, floa
 	             err, cap))
 		goto out;
 	if (n)
-		quantize_kernel<float><<<blocks_for(n), 256>>>(din, 1, n, scale, fmt, dout, NULL, NULL);
+		quantize_kernel<float><<<blocks_for(n), 256>>>(din, 1, n, scale, fmt, dout, NULL, 1,
+		                                               NULL);
 	if (cuda_err(cudaGetLastError(), "quantize kernel", err, cap) ||
 	    cuda_err(cudaMemcpy(out, dout, n, cudaMemcpyDeviceToHost), "cudaMemcpy", err, cap))
 		goto out;
