@@ -27,8 +27,8 @@ typedef struct fp8_cuda_api {
 	/* Compute capability of `device` (major*10+minor) and whether cuBLASLt
 	 * runs FP8 matmuls there (a handle could be made). */
 	int (*probe)(int device, int *ret_cc, char *err, size_t cap);
-	/* A cuBLASLt handle, its workspace and two device floats for the
-	 * scale pointers of gemm(), on `device`. */
+	/* A cuBLASLt handle, its workspace and a device float for amax_scratch(),
+	 * on `device`. */
 	int (*ctx_new)(int device, fp8_cuda_ctx **ret, char *err, size_t cap);
 	void (*ctx_free)(fp8_cuda_ctx *c);
 	/* A device float of the context for one amax (quantize's amax_dev). */

@@ -24,7 +24,7 @@ struct fp8_cuda_ctx {
 	int device;
 	cublasLtHandle_t lt;
 	void *workspace;
-	float *scalars;   /* device: a_scale_inv, b_scale_inv, amax scratch */
+	float *scalars;   /* device: [2] is the amax scratch */
 };
 
 static int cuda_err(cudaError_t e, const char *what, char *err, size_t cap)
@@ -244,11 +244,18 @@ static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t 
 	cublasLtMatmulHeuristicResult_t heur;
 	int found = 0, rc = 1;
 	float beta = accumulate ? 1.0f : 0.0f;
-	float sc[2] = {b_scale_inv, a_scale_inv};   /* cuBLASLt's A is our B */
+	/* The dequantizing scales go into alpha (a host value) rather than
+	 * through CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER: those must be device
+	 * floats, and copying the two host values there before every call is a
+	 * cudaMemcpyAsync from pageable memory, which the runtime may turn into
+	 * a stream synchronisation (docs: "API synchronization behavior") --
+	 * a host stall per GEMM.  With an f32 D, D = alpha * scale_a * scale_b *
+	 * (A B) either way; the product of the three is taken in double and
+	 * rounded once to f32 (2^-24 relative). */
+	float alpha_eff = (float)((double)alpha * a_scale_inv * b_scale_inv);
 	cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
 	int8_t fast = fast_accum ? 1 : 0;
 	uint64_t ws = WORKSPACE_BYTES;
-	const float *sa = c->scalars, *sb = c->scalars + 1;
 	static const cublasLtMatmulPreferenceAttributes_t min_align[] = {
 		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
 		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -272,21 +279,12 @@ static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t 
 		return 1;
 	}
 	device_guard dg(c->device);
-	/* the scalars are copied in stream order: a later call's copy runs
-	 * after this matmul has read them */
-	if (cuda_err(cudaMemcpyAsync(c->scalars, sc, sizeof(sc), cudaMemcpyHostToDevice, st),
-	             "cudaMemcpyAsync (scales)", err, cap))
-		return 1;
 	if (lt_err(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
 	           "cublasLtMatmulDescCreate", err, cap) ||
 	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof(tA)),
 	           "TRANSA", err, cap) ||
 	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof(tB)),
 	           "TRANSB", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa,
-	                                          sizeof(sa)), "A_SCALE_POINTER", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb,
-	                                          sizeof(sb)), "B_SCALE_POINTER", err, cap) ||
 	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
 	                                          sizeof(fast)), "FAST_ACCUM", err, cap))
 		goto out;
@@ -317,7 +315,7 @@ static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t 
 		         (unsigned long long)n, (unsigned long long)k);
 		goto out;
 	}
-	if (lt_err(cublasLtMatmul(c->lt, op, &alpha, b, la, a, lb, &beta, d, lc, d, lc,
+	if (lt_err(cublasLtMatmul(c->lt, op, &alpha_eff, b, la, a, lb, &beta, d, lc, d, lc,
 	                          &heur.algo, c->workspace, WORKSPACE_BYTES, st),
 	           "cublasLtMatmul", err, cap))
 		goto out;
