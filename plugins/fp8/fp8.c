@@ -334,6 +334,15 @@ int fp8_setup(fp8_state *s)
 				                pi->name, pi->device_index);
 				goto fail;
 			}
+			if (p->out % 16 || p->in % 16) {
+				/* the GEMMs run over in (forward) and out (dX) as k */
+				r = host->error(h, ACCEL_ERR_INVALID_ARG, "fp8: parameter '%s' is [%llu, "
+				                "%llu] on cuda:%d: cuBLASLt's FP8 GEMMs need both dimensions "
+				                "multiples of 16; give it compute_dtype 0 (f32 GEMMs) or pad "
+				                "the layer", pi->name, (unsigned long long)p->out,
+				                (unsigned long long)p->in, pi->device_index);
+				goto fail;
+			}
 			if (!s->cctx) {
 				char err[512];
 				if (s->cuda->ctx_new(pi->device_index, &s->cctx, err, sizeof(err))) {
