@@ -149,11 +149,27 @@ def gpt2(logs):
     print("gpt2 124M, batch 16 x 1024%s:" % (" (%s)" % head[-1][5:] if head else ""))
     print("  | run | tokens/s | TFLOP/s | MFU | memory |")
     print("  |---|---|---|---|---|")
+    tps = {}
     for r in rows:
         print("  " + r)
-    for ln in log:
-        if ln.startswith("accel bf16 / PyTorch") or ln.startswith("accel fp8 / accel bf16"):
-            print("  " + ln)
+        f = [c.strip() for c in r.strip().strip("|").split("|")]
+        try:
+            tps[f[0].replace("accel-gpt2 ", "accel-")] = float(f[1])
+        except (IndexError, ValueError):
+            pass
+
+    def ratio(a, b):
+        return tps[a] / tps[b] if tps.get(a) and tps.get(b) else None
+
+    # from the rows, so that a run cut short still gives what it can
+    e, c = ratio("accel-bf16", "torch-eager"), ratio("accel-bf16", "torch-compile")
+    print("  accel bf16 / PyTorch eager %s (need >= 1.00, %s); / torch.compile %s (need >= "
+          "0.90, %s); / torch.compile with SDPA %s"
+          % (fmt(e, "%.2f"), verdict(e, 1.0), fmt(c, "%.2f"), verdict(c, 0.9),
+             fmt(ratio("accel-bf16", "torch-compile-sdpa"), "%.2f")))
+    print("  accel fp8 / accel bf16 tokens/s %s; --recompute / without %s (memory: the rows)"
+          % (fmt(ratio("accel-fp8", "accel-bf16"), "%.2f"),
+             fmt(ratio("accel-bf16-recompute", "accel-bf16"), "%.2f")))
 
 
 def comm(logs):

@@ -68,6 +68,7 @@ cat > "$tmp/bench/gpt2-gpu.sh" <<'SH'
 #!/bin/sh
 echo "gpt2-row: | accel-gpt2 bf16 | 150000 | 110.0 | 11.1% | 2000 MiB |"
 echo "gpt2-row: | accel-gpt2 bf16-recompute | 120000 | 88.0 | 8.9% | 900 MiB |"
+echo "gpt2-row: | torch-eager | 100000 | 73.3 | 7.4% | peak 9000 MiB (torch.cuda) |"
 sleep 60
 echo "gpt2-row: | never printed | | | | |"
 SH
@@ -104,6 +105,9 @@ has "$S" "784-4096-4096-10 batch 4096 fp16" "train_mlp fp16"
 has "$S" "accel fp8 / accel bf16 step time: 0.80" "fp8 against bf16"
 has "$S" "| accel-gpt2 bf16-recompute | 120000 | 88.0 | 8.9% | 900 MiB |" "a gpt2 row printed before the kill"
 grep -q "never printed" "$S" && fail "the gpt2 stub ran past its limit"
+has "$S" "accel bf16 / PyTorch eager 1.50 (need >= 1.00, met); / torch.compile - (need >= 0.90, -)" \
+	"the eager ratio from the rows, none for compile (killed before its row)"
+has "$S" "--recompute / without 0.80" "the recompute ratio from the rows"
 has "$S" "gpu suite: 2 test(s): fp8-gpu OK 4 s, cuda OK 41 s" "the suite's results"
 has "$S" "worst error / sum|ab| 3.1e-07 (tolerance 0.0001)" "a tolerance line of fp8-gpu"
 has "$S" "largest difference 0 ulp (tolerance 2 ulp)" "a tolerance line of cuda (stderr)"
