@@ -70,32 +70,73 @@ static __device__ __forceinline__ void amax_add(float *amax, float v)
 	atomicMax((unsigned int *)amax, __float_as_uint(fabsf(v)));
 }
 
-template <typename T>
-static __global__ void quantize_kernel(const T *x, size_t rows, size_t cols, float scale,
-                                       uint32_t fmt, unsigned char *q, unsigned char *qt,
-                                       size_t qt_ld, float *amax)
+/* one warp's max (lane 0 holds it) into *amax, NaN winning */
+static __device__ __forceinline__ void amax_warp(float *amax, float m, bool nan)
 {
-	size_t n = rows * cols;
+	for (int o = 16; o > 0; o >>= 1)
+		m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
+	nan = __any_sync(0xffffffffu, nan);
+	if ((threadIdx.x & 31) == 0)
+		amax_add(amax, nan ? __int_as_float(0x7fc00000) : m);
+}
+
+/* q[i] = enc(x[i] * scale) over n elements; amax of |x| (blocks of 256:
+ * whole warps reach the shuffles) */
+template <typename T>
+static __global__ void quantize_kernel(const T *x, size_t n, float scale, uint32_t fmt,
+                                       unsigned char *q, float *amax)
+{
 	float m = 0.0f;
 	bool nan = false;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float v = ld<T>(x, i);
-		unsigned char c = enc(v * scale, fmt);
-		q[i] = c;
-		if (qt)
-			qt[(i % cols) * qt_ld + i / cols] = c;
+		q[i] = enc(v * scale, fmt);
 		nan |= v != v;
 		m = fmaxf(m, fabsf(v));
 	}
-	if (amax) {
-		/* warp max, then one atomic per warp */
-		for (int o = 16; o > 0; o >>= 1)
-			m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
-		nan = __any_sync(0xffffffffu, nan);
-		if ((threadIdx.x & 31) == 0)
-			amax_add(amax, nan ? __int_as_float(0x7fc00000) : m);
+	if (amax)
+		amax_warp(amax, m, nan);
+}
+
+/* The same for x [rows, cols] with its transpose too: qt[c * qt_ld + r].
+ * 32 x 32 tiles through shared memory, so that both q and qt are written
+ * in runs of consecutive bytes (a plain scattered transpose writes one
+ * 32-byte sector per byte).  Blocks of 32 x 8 threads: a warp is one
+ * threadIdx.y; blockIdx.x picks the tile column, blockIdx.y strides over
+ * the tile rows. */
+#define TILE 32
+template <typename T>
+static __global__ void quantize_t_kernel(const T *x, size_t rows, size_t cols, float scale,
+                                         uint32_t fmt, unsigned char *q, unsigned char *qt,
+                                         size_t qt_ld, float *amax)
+{
+	__shared__ unsigned char tile[TILE][TILE + 1];
+	float m = 0.0f;
+	bool nan = false;
+	size_t c0 = (size_t)blockIdx.x * TILE;
+	for (size_t r0 = (size_t)blockIdx.y * TILE; r0 < rows; r0 += (size_t)gridDim.y * TILE) {
+		for (unsigned j = threadIdx.y; j < TILE; j += blockDim.y) {
+			size_t r = r0 + j, c = c0 + threadIdx.x;
+			if (r < rows && c < cols) {
+				float v = ld<T>(x, r * cols + c);
+				unsigned char e = enc(v * scale, fmt);
+				q[r * cols + c] = e;
+				tile[j][threadIdx.x] = e;
+				nan |= v != v;
+				m = fmaxf(m, fabsf(v));
+			}
+		}
+		__syncthreads();
+		for (unsigned j = threadIdx.y; j < TILE; j += blockDim.y) {
+			size_t c = c0 + j, r = r0 + threadIdx.x;
+			if (c < cols && r < rows)
+				qt[c * qt_ld + r] = tile[threadIdx.x][j];
+		}
+		__syncthreads();
 	}
+	if (amax)
+		amax_warp(amax, m, nan);
 }
 
 static __global__ void dequantize_kernel(const unsigned char *q, size_t n, uint32_t fmt,
@@ -203,13 +244,25 @@ static int quantize(fp8_cuda_ctx *c, void *stream, uint32_t fmt, uint32_t src_dt
 	if (qt && qt_ld > rows &&
 	    cuda_err(cudaMemsetAsync(qt, 0, (size_t)cols * qt_ld, st), "cudaMemsetAsync", err, cap))
 		return 1;
-	if (src_dtype == ACCEL_DTYPE_BF16)
+	int bf = src_dtype == ACCEL_DTYPE_BF16;
+	if (qt) {
+		size_t ty = (rows + TILE - 1) / TILE;
+		dim3 grid((unsigned)((cols + TILE - 1) / TILE), (unsigned)(ty < 65535 ? ty : 65535));
+		dim3 block(TILE, 8);
+		if (bf)
+			quantize_t_kernel<__nv_bfloat16><<<grid, block, 0, st>>>(
+			        (const __nv_bfloat16 *)x, rows, cols, scale, fmt, q, qt, qt_ld, amax_dev);
+		else
+			quantize_t_kernel<float><<<grid, block, 0, st>>>((const float *)x, rows, cols,
+			                                                  scale, fmt, q, qt, qt_ld,
+			                                                  amax_dev);
+	} else if (bf) {
 		quantize_kernel<__nv_bfloat16><<<blocks_for(n), 256, 0, st>>>(
-		        (const __nv_bfloat16 *)x, rows, cols, scale, fmt, q, qt, qt_ld, amax_dev);
-	else
-		quantize_kernel<float><<<blocks_for(n), 256, 0, st>>>((const float *)x, rows, cols,
-		                                                       scale, fmt, q, qt, qt_ld,
+		        (const __nv_bfloat16 *)x, n, scale, fmt, q, amax_dev);
+	} else {
+		quantize_kernel<float><<<blocks_for(n), 256, 0, st>>>((const float *)x, n, scale, fmt, q,
 		                                                       amax_dev);
+	}
 	return cuda_err(cudaGetLastError(), "quantize kernel", err, cap);
 }
 
@@ -362,8 +415,7 @@ static int encode_host(int device, uint32_t fmt, const float *in, size_t n, floa
 	             err, cap))
 		goto out;
 	if (n)
-		quantize_kernel<float><<<blocks_for(n), 256>>>(din, 1, n, scale, fmt, dout, NULL, 1,
-		                                               NULL);
+		quantize_kernel<float><<<blocks_for(n), 256>>>(din, n, scale, fmt, dout, NULL);
 	if (cuda_err(cudaGetLastError(), "quantize kernel", err, cap) ||
 	    cuda_err(cudaMemcpy(out, dout, n, cudaMemcpyDeviceToHost), "cudaMemcpy", err, cap))
 		goto out;
