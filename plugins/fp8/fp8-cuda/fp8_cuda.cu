@@ -20,12 +20,45 @@ extern "C" {
 
 #define WORKSPACE_BYTES (32u << 20)  /* cuBLASLt's recommended size on Hopper */
 
+/* A GEMM shape's cuBLASLt objects, made once (gemm()). */
+typedef struct gemm_plan {
+	uint64_t m, n, k;                    /* the key ... */
+	uint32_t afmt, bfmt, fast, align;    /* ... (align: of every operand) */
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+#define MAX_PLANS 64
+
 struct fp8_cuda_ctx {
 	int device;
 	cublasLtHandle_t lt;
 	void *workspace;
 	float *scalars;   /* device: [2] is the amax scratch */
+	gemm_plan plans[MAX_PLANS];
+	int n_plans;
 };
+
+static int plan_same(const gemm_plan *a, const gemm_plan *b)
+{
+	return a->m == b->m && a->n == b->n && a->k == b->k && a->afmt == b->afmt &&
+	       a->bfmt == b->bfmt && a->fast == b->fast && a->align == b->align;
+}
+
+static void plan_free(gemm_plan *p)
+{
+	if (p->lc)
+		cublasLtMatrixLayoutDestroy(p->lc);
+	if (p->lb)
+		cublasLtMatrixLayoutDestroy(p->lb);
+	if (p->la)
+		cublasLtMatrixLayoutDestroy(p->la);
+	if (p->op)
+		cublasLtMatmulDescDestroy(p->op);
+	p->op = NULL;
+	p->la = p->lb = p->lc = NULL;
+}
 
 static int cuda_err(cudaError_t e, const char *what, char *err, size_t cap)
 {
@@ -188,6 +221,8 @@ static void ctx_free(fp8_cuda_ctx *c)
 {
 	if (!c)
 		return;
+	for (int i = 0; i < c->n_plans; i++)
+		plan_free(&c->plans[i]);
 	if (c->lt)
 		cublasLtDestroy(c->lt);
 	cudaFree(c->workspace);
@@ -285,17 +320,74 @@ static cudaDataType_t lt_type(uint32_t fmt)
  * B'^T . A' with B' = B as a column-major [k, n] matrix and A' = A as
  * [k, m]: cuBLASLt's "TN" (transa T, transb N), the one layout its FP8
  * kernels take. */
+/* Make plan p (descriptor, layouts, the heuristic's algorithm) for its
+ * key; 0 or a message in err. */
+static int plan_make(fp8_cuda_ctx *c, gemm_plan *p, char *err, size_t cap)
+{
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t heur;
+	cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
+	int8_t fast = (int8_t)p->fast;
+	uint64_t ws = WORKSPACE_BYTES;
+	uint32_t align = p->align;
+	int found = 0, rc = 1;
+	static const cublasLtMatmulPreferenceAttributes_t min_align[] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+	if (lt_err(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+	           "cublasLtMatmulDescCreate", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &tA,
+	                                          sizeof(tA)), "TRANSA", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tB,
+	                                          sizeof(tB)), "TRANSB", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+	                                          sizeof(fast)), "FAST_ACCUM", err, cap))
+		goto out;
+	if (lt_err(cublasLtMatrixLayoutCreate(&p->la, lt_type(p->bfmt), p->k, p->n, p->k),
+	           "layout A", err, cap) ||
+	    lt_err(cublasLtMatrixLayoutCreate(&p->lb, lt_type(p->afmt), p->k, p->m, p->k),
+	           "layout B", err, cap) ||
+	    lt_err(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->n, p->m, p->n), "layout D",
+	           err, cap))
+		goto out;
+	if (lt_err(cublasLtMatmulPreferenceCreate(&pref), "preference", err, cap) ||
+	    lt_err(cublasLtMatmulPreferenceSetAttribute(pref,
+	                                                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+	                                                &ws, sizeof(ws)), "workspace", err, cap))
+		goto out;
+	/* The heuristic assumes 256-byte aligned pointers unless told: the
+	 * linear layers' operands sit at 64-byte offsets in their workspace, and
+	 * an algorithm picked for 256 would fail on them (CUBLAS_STATUS_INVALID_VALUE
+	 * or a misaligned access) */
+	for (size_t i = 0; i < sizeof(min_align) / sizeof(min_align[0]); i++)
+		if (lt_err(cublasLtMatmulPreferenceSetAttribute(pref, min_align[i], &align,
+		                                                sizeof(align)), "alignment", err, cap))
+			goto out;
+	if (lt_err(cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1,
+	                                          &heur, &found),
+	           "cublasLtMatmulAlgoGetHeuristic", err, cap))
+		goto out;
+	if (!found) {
+		snprintf(err, cap, "cuBLASLt has no FP8 algorithm for m %llu n %llu k %llu (FP8 "
+		         "needs k and the leading dimensions multiple of 16)", (unsigned long long)p->m,
+		         (unsigned long long)p->n, (unsigned long long)p->k);
+		goto out;
+	}
+	p->algo = heur.algo;
+	rc = 0;
+out:
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (rc)
+		plan_free(p);
+	return rc;
+}
+
 static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t k,
                 const uint8_t *a, uint32_t afmt, float a_scale_inv, const uint8_t *b,
                 uint32_t bfmt, float b_scale_inv, float alpha, float *d, int accumulate,
                 int fast_accum, char *err, size_t cap)
 {
-	cudaStream_t st = (cudaStream_t)stream;
-	cublasLtMatmulDesc_t op = NULL;
-	cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-	cublasLtMatmulPreference_t pref = NULL;
-	cublasLtMatmulHeuristicResult_t heur;
-	int found = 0, rc = 1;
 	float beta = accumulate ? 1.0f : 0.0f;
 	/* The dequantizing scales go into alpha (a host value) rather than
 	 * through CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER: those must be device
@@ -306,12 +398,6 @@ static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t 
 	 * (A B) either way; the product of the three is taken in double and
 	 * rounded once to f32 (2^-24 relative). */
 	float alpha_eff = (float)((double)alpha * a_scale_inv * b_scale_inv);
-	cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
-	int8_t fast = fast_accum ? 1 : 0;
-	uint64_t ws = WORKSPACE_BYTES;
-	static const cublasLtMatmulPreferenceAttributes_t min_align[] = {
-		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
 
 	if (!m || !n)
 		return 0;
@@ -332,58 +418,35 @@ static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t 
 		return 1;
 	}
 	device_guard dg(c->device);
-	if (lt_err(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-	           "cublasLtMatmulDescCreate", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof(tA)),
-	           "TRANSA", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof(tB)),
-	           "TRANSB", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
-	                                          sizeof(fast)), "FAST_ACCUM", err, cap))
-		goto out;
-	if (lt_err(cublasLtMatrixLayoutCreate(&la, lt_type(bfmt), k, n, k), "layout A", err, cap) ||
-	    lt_err(cublasLtMatrixLayoutCreate(&lb, lt_type(afmt), k, m, k), "layout B", err, cap) ||
-	    lt_err(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, n), "layout D", err, cap))
-		goto out;
-	if (lt_err(cublasLtMatmulPreferenceCreate(&pref), "preference", err, cap) ||
-	    lt_err(cublasLtMatmulPreferenceSetAttribute(pref,
-	                                                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-	                                                &ws, sizeof(ws)), "workspace", err, cap))
-		goto out;
-	/* The heuristic assumes 256-byte aligned pointers unless told: the
-	 * linear layers' operands sit at 64-byte offsets in their workspace, and
-	 * an algorithm picked for 256 would fail on them (CUBLAS_STATUS_INVALID_VALUE
-	 * or a misaligned access) */
-	for (size_t i = 0; i < sizeof(min_align) / sizeof(min_align[0]); i++)
-		if (lt_err(cublasLtMatmulPreferenceSetAttribute(pref, min_align[i], &align,
-		                                                sizeof(align)), "alignment", err, cap))
-			goto out;
-	if (lt_err(cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &heur,
-	                                          &found), "cublasLtMatmulAlgoGetHeuristic", err,
-	           cap))
-		goto out;
-	if (!found) {
-		snprintf(err, cap, "cuBLASLt has no FP8 algorithm for m %llu n %llu k %llu (FP8 "
-		         "needs k and the leading dimensions multiple of 16)", (unsigned long long)m,
-		         (unsigned long long)n, (unsigned long long)k);
-		goto out;
+	/* the plan of this shape, made once: the descriptors and the heuristic
+	 * cost tens of microseconds of host time per call otherwise */
+	gemm_plan key;
+	memset(&key, 0, sizeof(key));
+	key.m = m;
+	key.n = n;
+	key.k = k;
+	key.afmt = afmt;
+	key.bfmt = bfmt;
+	key.fast = fast_accum ? 1 : 0;
+	key.align = align;
+	gemm_plan *p = NULL, tmp;
+	for (int i = 0; i < c->n_plans && !p; i++)
+		if (plan_same(&c->plans[i], &key))
+			p = &c->plans[i];
+	if (!p) {
+		p = c->n_plans < MAX_PLANS ? &c->plans[c->n_plans] : &tmp;
+		*p = key;
+		if (plan_make(c, p, err, cap))
+			return 1;
+		if (p != &tmp)
+			c->n_plans++;
 	}
-	if (lt_err(cublasLtMatmul(c->lt, op, &alpha_eff, b, la, a, lb, &beta, d, lc, d, lc,
-	                          &heur.algo, c->workspace, WORKSPACE_BYTES, st),
-	           "cublasLtMatmul", err, cap))
-		goto out;
-	rc = 0;
-out:
-	if (pref)
-		cublasLtMatmulPreferenceDestroy(pref);
-	if (lc)
-		cublasLtMatrixLayoutDestroy(lc);
-	if (lb)
-		cublasLtMatrixLayoutDestroy(lb);
-	if (la)
-		cublasLtMatrixLayoutDestroy(la);
-	if (op)
-		cublasLtMatmulDescDestroy(op);
+	int rc = lt_err(cublasLtMatmul(c->lt, p->op, &alpha_eff, b, p->la, a, p->lb, &beta, d,
+	                               p->lc, d, p->lc, &p->algo, c->workspace, WORKSPACE_BYTES,
+	                               (cudaStream_t)stream),
+	                "cublasLtMatmul", err, cap);
+	if (p == &tmp)   /* more shapes than the cache holds: this one is not kept */
+		plan_free(p);
 	return rc;
 }
 
