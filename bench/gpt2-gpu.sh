@@ -69,18 +69,29 @@ cat > "$tmp/ddp.json" <<JSON
 JSON
 M="--model gpt2 --batch-size 16 --random-tokens 4000000 --eval-batches 1"
 
+# failed STATUS: what a run's row says instead of its tokens/s
+failed() {
+	if [ "$1" = 124 ] || [ "$1" = 137 ]; then
+		echo "timed out (${RT} s)"
+	else
+		echo "failed (status $1)"
+	fi
+}
+
 # accel NAME PEAK ARGS...: tokens/s, TFLOP/s, MFU and memory into
 # $tmp/NAME.{log,row}
 accel_run() {
 	name=$1 peak=$2
 	shift 2
+	rc=0
 	# shellcheck disable=SC2086 # word lists
-	if ! $TO "$G" --device cuda --config "$tmp/ddp.json" $M --steps $((2 * STEPS)) \
-		--log-every "$STEPS" --peak-tflops "$peak" "$@" > "$tmp/$name.log" 2>&1; then
+	$TO "$G" --device cuda --config "$tmp/ddp.json" $M --steps $((2 * STEPS)) \
+		--log-every "$STEPS" --peak-tflops "$peak" "$@" > "$tmp/$name.log" 2>&1 || rc=$?
+	if [ "$rc" != 0 ]; then
 		tail -n 20 "$tmp/$name.log"
-		echo "FAIL: accel-gpt2 $name"
+		echo "FAIL: accel-gpt2 $name (status $rc)"
 		fails=$((fails + 1))
-		echo "accel-gpt2 $name | failed | | | |" > "$tmp/$name.row"
+		echo "accel-gpt2 $name | $(failed "$rc") | | |" > "$tmp/$name.row"
 		echo "gpt2-row: | $(cat "$tmp/$name.row") |"
 		return 1
 	fi
@@ -100,13 +111,15 @@ torch_run() {
 	shift
 	steps=$STEPS
 	case $name in *compile*) steps=$CSTEPS ;; esac
+	rc=0
 	# shellcheck disable=SC2086
-	if ! $TO "$PY" "$HERE/gpt2_torch_gpu.py" --batch-size 16 --steps "$steps" \
-		--peak-tflops "$PEAK" "$@" > "$tmp/$name.log" 2>&1; then
+	$TO "$PY" "$HERE/gpt2_torch_gpu.py" --batch-size 16 --steps "$steps" \
+		--peak-tflops "$PEAK" "$@" > "$tmp/$name.log" 2>&1 || rc=$?
+	if [ "$rc" != 0 ]; then
 		tail -n 20 "$tmp/$name.log"
-		echo "FAIL: PyTorch $name"
+		echo "FAIL: PyTorch $name (status $rc)"
 		fails=$((fails + 1))
-		echo "$name | failed | | | |" > "$tmp/$name.row"
+		echo "$name | $(failed "$rc") | | |" > "$tmp/$name.row"
 		echo "gpt2-row: | $(cat "$tmp/$name.row") |"
 		return 1
 	fi

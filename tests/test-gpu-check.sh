@@ -13,9 +13,13 @@
 #    kept, and the exit status is 1;
 #  - a deadline too close for a part skips it, the summary is still
 #    written, and the whole check ends within the deadline;
-#  - an unknown part is refused, naming it.
+#  - an unknown part is refused, naming it;
+#  - bench/gpt2-gpu.sh (stub accel-gpt2 and python) prints a row per run as
+#    it finishes, reports a run past RUN_TIMEOUT as timed out, and its
+#    ratios.
 set -u
 PY=${1:?usage: test-gpu-check.sh PYTHON}
+PY=$(command -v "$PY") || { echo "FAIL: no $1"; exit 1; }   # a path: stubs shadow python3
 here=$(cd "$(dirname "$0")" && pwd)
 check=$here/../bench/gpu-check.sh
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-gpu-check.XXXXXX") || exit 1
@@ -138,6 +142,38 @@ PATH="$tmp/bin:$PATH" GPU_LOG_DIR="$tmp/l3" GPU_CHECK_PARTS="env bogus" PYTHON="
 	sh "$check" "$tmp/build" > "$tmp/out3" 2>&1 || rc=$?
 [ "$rc" = 2 ] || fail "an unknown part: exit $rc, not 2"
 has "$tmp/out3" "no part 'bogus'" "the unknown part named"
+
+# 5. bench/gpt2-gpu.sh itself with a stub accel-gpt2 and a stub python
+# (PyTorch's peer): a row per run as it finishes, a run past RUN_TIMEOUT
+# reported as timed out, the ratios
+g=$tmp/g2
+mkdir -p "$g/b/examples" "$g/b/plugins/x" "$g/b/backends/cuda" "$g/bin"
+cat > "$g/b/examples/train_gpt2" <<'SH'
+#!/bin/sh
+steps=1 prev=
+for a in "$@"; do
+	[ "$prev" = --steps ] && steps=$a
+	prev=$a
+done
+echo "step $steps loss 7.0 lr 0.0003 tokens/s 150000 (110.000 TFLOP/s), MFU 11.1%"
+echo "memory per rank: accel 1000.0 MiB (peak 1200.0 MiB), activations 900.0 MiB"
+SH
+cat > "$g/bin/python3" <<SH
+#!/bin/sh
+[ "\$1" = - ] && exec "$PY" "\$@"
+case "\$*" in *compile*) sleep 20 ;; esac
+echo '{"tokens_per_s": 100000, "tflops": 73.3, "mfu": 0.074, "peak_mem_mib": 9000}'
+SH
+chmod +x "$g/b/examples/train_gpt2" "$g/bin/python3"
+rc=0
+PATH="$g/bin:$PATH" PYTHON="$g/bin/python3" RUN_TIMEOUT=2 TORCH_RUNS="torch-eager torch-compile" \
+	sh "$here/../bench/gpt2-gpu.sh" "$g/b" 5 > "$tmp/out4" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "gpt2-gpu.sh with a run past its limit: exit $rc, not 1"
+has "$tmp/out4" "gpt2-row: | accel-gpt2 fp8 | 150000 | 110.000 | 11.1% | accel 1000.0 MiB" "gpt2 fp8 row"
+has "$tmp/out4" "gpt2-row: | torch-eager | 100000 | 73.3 | 7.4% | peak 9000 MiB (torch.cuda) |" \
+	"gpt2 eager row"
+has "$tmp/out4" "| torch-compile | timed out (2 s) | | | |" "gpt2 compile past its limit"
+has "$tmp/out4" "accel bf16 / PyTorch eager: 1.50 (target >= 1.0)" "gpt2 ratio"
 
 if [ "$fails" -gt 0 ]; then
 	echo "$fails failure(s)"
