@@ -17,7 +17,12 @@
 # 784-HIDDEN-...-10 with LAYERS hidden layers, batch BATCH, AdamW lr 1e-3
 # (weight decay 0.01), in f32 (no TF32 on either side) and in bf16 (accel:
 # mixed_precision=bf16, bf16 parameters and GEMMs with f32 accumulation and
-# f32 masters; torch: autocast).  Each run takes WARMUP untimed steps, then
+# f32 masters; torch: autocast); with DTYPES also fp16 (accel: f16 working
+# weights and the scaler plugin; torch: Accelerator("fp16"), GradScaler)
+# and fp8 (accel: mixed_precision=fp8, the fp8 plugin's cuBLASLt FP8 GEMMs
+# for the layers whose dimensions are multiples of 16, f32 elsewhere;
+# torch: Accelerator("fp8") where a backend is installed, else its bf16
+# run, and the ratio line's peer says which).  Each run takes WARMUP untimed steps, then
 # times STEPS steps between device syncs.  The two programs take turns for
 # ROUNDS rounds; each result is the fastest round.  Prints every JSON line,
 # then per dtype one ratio line
@@ -60,8 +65,8 @@ if [ ! -x "$TRAIN" ]; then
 	echo "train-cuda: $TRAIN not found; build with -Dcuda=enabled -Dcublaslt=enabled" >&2
 	exit 2
 fi
-# uninstalled: the modules of the same build
-ACCEL_PLUGIN_PATH=${ACCEL_PLUGIN_PATH:-$BUILD/backends/shm:$BUILD/backends/nccl:$BUILD/plugins/ddp}
+# uninstalled: the modules of the same build (scaler for fp16, fp8 for fp8)
+ACCEL_PLUGIN_PATH=${ACCEL_PLUGIN_PATH:-$BUILD/backends/shm:$BUILD/backends/nccl:$BUILD/plugins/ddp:$BUILD/plugins/scaler:$BUILD/plugins/fp8}
 ACCEL_DEVICE_PATH=${ACCEL_DEVICE_PATH:-$BUILD/backends/cuda}
 export ACCEL_PLUGIN_PATH ACCEL_DEVICE_PATH
 unset ACCEL_CONFIG ACCEL_SET
@@ -78,8 +83,14 @@ have_torch=1
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
 	for dt in $DTYPES; do
-		mp=no
-		[ "$dt" = bf16 ] && mp=bf16
+		case $dt in
+		f32) mp=no ;;
+		bf16 | fp16 | fp8) mp=$dt ;;
+		*)
+			echo "train-cuda: DTYPES: '$dt' is not f32, bf16, fp16 or fp8" >&2
+			exit 2
+			;;
+		esac
 		variants=accel
 		[ "$LEGACY" = 1 ] && variants="accel accel-legacy"
 		for v in $variants; do
@@ -169,6 +180,8 @@ for dt in sorted({k[1] for k in best}, key=lambda d: d != "f32"):
     if t:
         peer = ("pytorch %s + accelerate %s" % (t["torch"], t["accelerate"])
                 if t.get("accelerate") else "pytorch %s (autocast, no accelerate)" % t["torch"])
+        if t.get("precision", dt) != dt:
+            peer += ", ran %s" % t["precision"]
     out = {"bench": "train-cuda-ratio", "dtype": dt, "dims": a["dims"],
            "batch": a["batch_per_rank"], "accel_ms": a["ms_per_step"],
            "accel_ms_median": a.get("ms_per_step_median"), "gemm": a.get("gemm"),

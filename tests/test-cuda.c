@@ -446,7 +446,7 @@ START_TEST(reductions_match_cpu)
 		bufs_free(&B);
 		progress("reductions: length %llu done", (unsigned long long)n);
 	}
-	fprintf(stderr, "sumsq: largest relative difference %.3g\n", worst);
+	fprintf(stderr, "sumsq: largest relative difference %.3g (tolerance 1e-12)\n", worst);
 }
 END_TEST
 
@@ -685,7 +685,8 @@ START_TEST(sgd_matches_cpu)
 							cases++;
 						}
 	ck_assert_int_eq(cases, 48);
-	fprintf(stderr, "sgd: %d option sets x 25 steps, largest difference %llu ulp\n", cases,
+	fprintf(stderr, "sgd: %d option sets x 25 steps, largest difference %llu ulp (tolerance 2 "
+	        "ulp)\n", cases,
 	        (unsigned long long)worst_ulps);
 }
 END_TEST
@@ -719,7 +720,8 @@ START_TEST(adamw_matches_cpu)
 						cases++;
 					}
 	ck_assert_int_eq(cases, 72);
-	fprintf(stderr, "adamw: %d option sets x 25 steps, largest difference %llu ulp\n", cases,
+	fprintf(stderr, "adamw: %d option sets x 25 steps, largest difference %llu ulp (tolerance "
+	        "2 ulp)\n", cases,
 	        (unsigned long long)worst_ulps);
 }
 END_TEST

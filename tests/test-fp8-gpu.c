@@ -101,13 +101,13 @@ static uint8_t finite_code(uint32_t fmt)
 }
 
 static int gemm(const fp8_cuda_api *api, fp8_cuda_ctx *ctx, uint32_t afmt, uint32_t bfmt,
-                int acc)
+                int acc, size_t off)
 {
 	const uint64_t m = 256, n = 512, k = 1024;
 	const float asi = 0.25f, bsi = 0.0625f;
 	uint8_t *a = malloc(m * k), *b = malloc(n * k);
 	float *d = malloc(m * n * sizeof(float)), *d0 = malloc(m * n * sizeof(float));
-	uint8_t *da = NULL, *db = NULL;
+	uint8_t *da = NULL, *db = NULL, *ba = NULL, *bb = NULL, *bd = NULL;
 	float *dd = NULL;
 	char err[512];
 	int bad = 0;
@@ -118,9 +118,18 @@ static int gemm(const fp8_cuda_api *api, fp8_cuda_ctx *ctx, uint32_t afmt, uint3
 		b[i] = finite_code(bfmt);
 	for (uint64_t i = 0; i < m * n; i++)
 		d0[i] = (float)(i % 17) - 8.0f;
-	if (cudaMalloc((void **)&da, m * k) || cudaMalloc((void **)&db, n * k) ||
-	    cudaMalloc((void **)&dd, m * n * sizeof(float)) ||
-	    cudaMemcpy(da, a, m * k, cudaMemcpyHostToDevice) ||
+	/* off: every operand that many bytes past cudaMalloc's 256-byte
+	 * alignment (the linear layers' operands sit at 64-byte offsets) */
+	if (cudaMalloc((void **)&ba, m * k + off) || cudaMalloc((void **)&bb, n * k + off) ||
+	    cudaMalloc((void **)&bd, m * n * sizeof(float) + off)) {
+		fprintf(stderr, "FAIL: CUDA memory\n");
+		bad = 1;
+		goto out;
+	}
+	da = ba + off;
+	db = bb + off;
+	dd = (float *)(void *)(bd + off);
+	if (cudaMemcpy(da, a, m * k, cudaMemcpyHostToDevice) ||
 	    cudaMemcpy(db, b, n * k, cudaMemcpyHostToDevice) ||
 	    cudaMemcpy(dd, d0, m * n * sizeof(float), cudaMemcpyHostToDevice)) {
 		fprintf(stderr, "FAIL: CUDA memory\n");
@@ -150,19 +159,46 @@ static int gemm(const fp8_cuda_api *api, fp8_cuda_ctx *ctx, uint32_t afmt, uint3
 				worst = e;
 		}
 	bad = !(worst <= FP8_RTOL);
-	printf("gemm %s x %s%s %llux%llux%llu: worst error / sum|ab| %.3g (tolerance %g) %s\n",
+	printf("gemm %s x %s%s %llux%llux%llu, operands at +%zu bytes: worst error / sum|ab| "
+	       "%.3g (tolerance %g) %s\n",
 	       afmt == ACCEL_DTYPE_F8E4M3 ? "e4m3" : "e5m2",
 	       bfmt == ACCEL_DTYPE_F8E4M3 ? "e4m3" : "e5m2", acc ? " +=" : "",
-	       (unsigned long long)m, (unsigned long long)n, (unsigned long long)k, worst, FP8_RTOL,
-	       bad ? "FAIL" : "ok");
+	       (unsigned long long)m, (unsigned long long)n, (unsigned long long)k, off, worst,
+	       FP8_RTOL, bad ? "FAIL" : "ok");
 out:
-	cudaFree(da);
-	cudaFree(db);
-	cudaFree(dd);
+	cudaFree(ba);
+	cudaFree(bb);
+	cudaFree(bd);
 	free(a);
 	free(b);
 	free(d);
 	free(d0);
+	return bad;
+}
+
+/* A GEMM the module must refuse before cuBLASLt, naming why. */
+static int refused(const fp8_cuda_api *api, fp8_cuda_ctx *ctx, uint32_t afmt, uint32_t bfmt,
+                   uint64_t k, const char *why)
+{
+	uint8_t *a = NULL, *b = NULL;
+	float *d = NULL;
+	char err[512] = "";
+	int bad = 1;
+	if (cudaMalloc((void **)&a, 16 * k) || cudaMalloc((void **)&b, 16 * k) ||
+	    cudaMalloc((void **)&d, 16 * 16 * sizeof(float)))
+		fprintf(stderr, "FAIL: CUDA memory\n");
+	else if (!api->gemm(ctx, NULL, 16, 16, k, a, afmt, 1.0f, b, bfmt, 1.0f, 1.0f, d, 0, 0, err,
+	                    sizeof(err)))
+		fprintf(stderr, "FAIL: a GEMM that needs %s ran\n", why);
+	else if (!strstr(err, why))
+		fprintf(stderr, "FAIL: the refusal does not say '%s': %s\n", why, err);
+	else {
+		printf("refused as it must be: %s\n", err);
+		bad = 0;
+	}
+	cudaFree(a);
+	cudaFree(b);
+	cudaFree(d);
 	return bad;
 }
 
@@ -198,9 +234,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "FAIL: cuBLASLt handle: %s\n", err);
 		return 1;
 	}
-	bad += gemm(api, ctx, ACCEL_DTYPE_F8E4M3, ACCEL_DTYPE_F8E4M3, 0);
-	bad += gemm(api, ctx, ACCEL_DTYPE_F8E5M2, ACCEL_DTYPE_F8E4M3, 0);
-	bad += gemm(api, ctx, ACCEL_DTYPE_F8E4M3, ACCEL_DTYPE_F8E4M3, 1);
+	bad += gemm(api, ctx, ACCEL_DTYPE_F8E4M3, ACCEL_DTYPE_F8E4M3, 0, 0);
+	bad += gemm(api, ctx, ACCEL_DTYPE_F8E5M2, ACCEL_DTYPE_F8E4M3, 0, 0);
+	bad += gemm(api, ctx, ACCEL_DTYPE_F8E4M3, ACCEL_DTYPE_F8E5M2, 0, 64);
+	bad += gemm(api, ctx, ACCEL_DTYPE_F8E4M3, ACCEL_DTYPE_F8E4M3, 1, 16);
+	/* refused with a message, not left to cuBLASLt: both E5M2, and k not a
+	 * multiple of 16 */
+	bad += refused(api, ctx, ACCEL_DTYPE_F8E5M2, ACCEL_DTYPE_F8E5M2, 32, "both operands E5M2");
+	bad += refused(api, ctx, ACCEL_DTYPE_F8E4M3, ACCEL_DTYPE_F8E4M3, 40, "k a multiple of 16");
 	api->ctx_free(ctx);
 	return bad ? 1 : 0;
 }

@@ -68,11 +68,13 @@ for n in $worlds; do
 		fail "fp8 at $n processes did not train: loss $first -> $last"
 	a=$(acc fp8-$n) b=$(acc f32)
 	within "$a" "$b" $ACC_TOL || fail "fp8 at $n: accuracy $a, f32 $b (tolerance $ACC_TOL)"
-	echo "fp8 at $n processes: loss $first -> $last, accuracy $a (f32 $b)"
+	echo "fp8 at $n processes: loss $first -> $last, accuracy $a (f32 $b; difference" \
+		"$(awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; print d < 0 ? -d : d }'), tolerance $ACC_TOL)"
 done
 if [ -f "$tmp/fp8-1.log" ] && [ -f "$tmp/fp8-2.log" ]; then
 	a1=$(acc fp8-1) a2=$(acc fp8-2) l1=$(tloss fp8-1) l2=$(tloss fp8-2)
-	echo "2 vs 1 processes: accuracy $a2 / $a1, loss on the training set $l2 / $l1"
+	echo "2 vs 1 processes: accuracy $a2 / $a1 (tolerance $ACC_TOL_N), loss on the training" \
+		"set $l2 / $l1 (relative tolerance $LOSS_RTOL)"
 	within "$a1" "$a2" $ACC_TOL_N || fail "2 processes: accuracy $a2, 1 process $a1"
 	awk -v a="$l1" -v b="$l2" -v t=$LOSS_RTOL 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d <= t) }' ||
 		fail "2 processes: training-set loss $l2, 1 process $l1 (relative tolerance $LOSS_RTOL)"

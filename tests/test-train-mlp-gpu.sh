@@ -147,7 +147,9 @@ for r in adamw.bf16 adamw.bf16x2; do
 			'BEGIN { d = b - f; if (d < 0) d = -d; exit !(b < a && d <= tol) }'; then
 		fail "$r: loss at step 10 '$first', at step 20 '$last' (f32: '$f32', tolerance $BF16_LOSS)"
 	else
-		echo "ok: $r: loss $first -> $last (f32 $f32)"
+		echo "ok: $r: loss $first -> $last (f32 $f32; difference" \
+			"$(awk -v b="$last" -v f="$f32" 'BEGIN { d = b - f; print d < 0 ? -d : d }')," \
+			"tolerance $BF16_LOSS)"
 	fi
 	[ -f "$tmp/$r.st" ] && [ -f "$tmp/adamw.gpu1.st" ] &&
 		echo "info: $r vs f32 weights: $("$python" "$compare" "$tmp/adamw.gpu1.st" "$tmp/$r.st" 1 | tail -1)"

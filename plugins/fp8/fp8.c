@@ -231,8 +231,12 @@ static void free_params(fp8_state *s)
 		free(p->history);
 		s->host->mem_free(s->h, p->wq);
 		s->host->mem_free(s->h, p->wtq);
-		s->host->mem_free(s->h, p->amax_dev);
 	}
+	if (s->amax_dev)
+		s->host->mem_free(s->h, s->amax_dev);
+	free(s->amax_host);
+	s->amax_dev = NULL;
+	s->amax_host = NULL;
 	free(s->p);
 	free(s->slot);
 	free(s->red);
@@ -334,6 +338,15 @@ int fp8_setup(fp8_state *s)
 				                pi->name, pi->device_index);
 				goto fail;
 			}
+			if (p->out % 16 || p->in % 16) {
+				/* the GEMMs run over in (forward) and out (dX) as k */
+				r = host->error(h, ACCEL_ERR_INVALID_ARG, "fp8: parameter '%s' is [%llu, "
+				                "%llu] on cuda:%d: cuBLASLt's FP8 GEMMs need both dimensions "
+				                "multiples of 16; give it compute_dtype 0 (f32 GEMMs) or pad "
+				                "the layer", pi->name, (unsigned long long)p->out,
+				                (unsigned long long)p->in, pi->device_index);
+				goto fail;
+			}
 			if (!s->cctx) {
 				char err[512];
 				if (s->cuda->ctx_new(pi->device_index, &s->cctx, err, sizeof(err))) {
@@ -343,10 +356,17 @@ int fp8_setup(fp8_state *s)
 				}
 				s->cuda_device = pi->device_index;
 			}
-			if ((r = host->mem_alloc(h, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CUDA, p->device_index,
-			                         ACCEL_FP8_OPERANDS * sizeof(float), ACCEL_MEMF_ZERO,
-			                         (void **)&p->amax_dev)))
+			/* one device array for every parameter's amax: post_step reads
+			 * it with one copy (each copy to the host waits for the stream) */
+			size_t na = (size_t)n * ACCEL_FP8_OPERANDS;
+			if (!s->amax_dev &&
+			    ((r = host->mem_alloc(h, ACCEL_MEM_BUFFERS, ACCEL_DEVICE_CUDA, p->device_index,
+			                          na * sizeof(float), ACCEL_MEMF_ZERO,
+			                          (void **)&s->amax_dev)) ||
+			     (!(s->amax_host = calloc(2 * na, sizeof(float))) &&
+			      (r = host->error(h, ACCEL_ERR_NOMEM, "fp8: out of memory")))))
 				goto fail;
+			p->amax_dev = s->amax_dev + (size_t)(p - s->p) * ACCEL_FP8_OPERANDS;
 		}
 		uint64_t bytes = p->out * p->in;
 		if (!bytes)
@@ -410,19 +430,23 @@ static int fp8_post_step(void *state, const accel_step_info_v1 *info)
 		return ACCEL_OK;
 	/* this step's amax of every operand, the max over the ranks: every
 	 * rank then computes the same scales */
+	size_t na = (size_t)s->n_fp8 * ACCEL_FP8_OPERANDS;
+	if (s->amax_dev) {
+		/* amax_host: [0, na) the copy, [na, 2 na) zeros */
+		char err[512];
+		if (s->cuda->download(host->stream(s->h), s->amax_host, s->amax_dev,
+		                      na * sizeof(float), err, sizeof(err)) ||
+		    s->cuda->upload(host->stream(s->h), s->amax_dev, s->amax_host + na,
+		                    na * sizeof(float), err, sizeof(err)))
+			return host->error(s->h, ACCEL_ERR_CUDA, "fp8: reading the amax of the CUDA "
+			                   "parameters: %s", err);
+	}
 	for (uint32_t i = 0; i < s->n_fp8; i++) {
 		fp8_param *p = &s->p[i];
 		float *dst = s->red + (size_t)i * ACCEL_FP8_OPERANDS;
 		memcpy(dst, p->amax, sizeof(p->amax));
 		if (p->amax_dev) {
-			float dev[ACCEL_FP8_OPERANDS], zero[ACCEL_FP8_OPERANDS] = {0};
-			char err[512];
-			if (s->cuda->download(host->stream(s->h), dev, p->amax_dev, sizeof(dev), err,
-			                      sizeof(err)) ||
-			    s->cuda->upload(host->stream(s->h), p->amax_dev, zero, sizeof(zero), err,
-			                    sizeof(err)))
-				return host->error(s->h, ACCEL_ERR_CUDA, "fp8: reading the amax of "
-				                   "parameter %u: %s", p->index, err);
+			const float *dev = s->amax_host + (size_t)i * ACCEL_FP8_OPERANDS;
 			for (int j = 0; j < ACCEL_FP8_OPERANDS; j++)
 				if (dev[j] > dst[j] || isnan(dev[j]))
 					dst[j] = dev[j];

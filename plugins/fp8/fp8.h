@@ -20,7 +20,8 @@ typedef struct fp8_param {
 	float *history;            /* host, hist_len x ACCEL_FP8_OPERANDS        */
 	float scale[ACCEL_FP8_OPERANDS];
 	float amax[ACCEL_FP8_OPERANDS];   /* this step's, host (CPU operands)    */
-	float *amax_dev;           /* the same on the device (CUDA operands)     */
+	float *amax_dev;           /* the same on the device (CUDA operands): its
+	                              3 floats of fp8_state.amax_dev              */
 	uint8_t *wq, *wtq;         /* W and W^T quantized (in pre_forward), on
 	                              the parameter's device                       */
 	int32_t ready;             /* wq/wtq hold this forward's weights         */
@@ -44,6 +45,9 @@ typedef struct fp8_state {
 	int32_t *slot;             /* model param index -> p index, or -1        */
 	uint32_t n_model_params;
 	float *red;                /* n_fp8 * 3 host floats for the all-reduce   */
+	float *amax_dev;           /* n_fp8 * 3 device floats, every CUDA
+	                              parameter's amax (one read per step)       */
+	float *amax_host;          /* n_fp8 * 3 host floats: its copy, zeros     */
 	/* CUDA part (NULL when this process emulates) */
 	void *cuda_dl;
 	const fp8_cuda_api *cuda;

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define FP8_CUDA_ENTRY "fp8_cuda_entry"
-#define FP8_CUDA_API_VERSION 1
+#define FP8_CUDA_API_VERSION 2
 
 typedef struct fp8_cuda_ctx fp8_cuda_ctx;
 
@@ -27,18 +27,20 @@ typedef struct fp8_cuda_api {
 	/* Compute capability of `device` (major*10+minor) and whether cuBLASLt
 	 * runs FP8 matmuls there (a handle could be made). */
 	int (*probe)(int device, int *ret_cc, char *err, size_t cap);
-	/* A cuBLASLt handle, its workspace and two device floats for the
-	 * scale pointers of gemm(), on `device`. */
+	/* A cuBLASLt handle, its workspace and a device float for amax_scratch(),
+	 * on `device`. */
 	int (*ctx_new)(int device, fp8_cuda_ctx **ret, char *err, size_t cap);
 	void (*ctx_free)(fp8_cuda_ctx *c);
 	/* A device float of the context for one amax (quantize's amax_dev). */
 	float *(*amax_scratch)(fp8_cuda_ctx *c);
 	/* q[i] = encode(x[i] * scale) (and qt = the transpose of x [rows, cols]
-	 * when qt != NULL); amax_dev (optional, device float) = max(*amax_dev,
-	 * max |x|).  src_dtype: ACCEL_DTYPE_F32 or ACCEL_DTYPE_BF16. */
+	 * when qt != NULL, [cols, qt_ld] with qt_ld >= rows, the columns past
+	 * rows zero: a GEMM over rows as k needs k a multiple of 16); amax_dev
+	 * (optional, device float) = max(*amax_dev, max |x|).  src_dtype:
+	 * ACCEL_DTYPE_F32 or ACCEL_DTYPE_BF16. */
 	int (*quantize)(fp8_cuda_ctx *c, void *stream, uint32_t fmt, uint32_t src_dtype,
 	                const void *x, uint64_t rows, uint64_t cols, float scale, uint8_t *q,
-	                uint8_t *qt, float *amax_dev, char *err, size_t cap);
+	                uint8_t *qt, uint64_t qt_ld, float *amax_dev, char *err, size_t cap);
 	int (*dequantize)(fp8_cuda_ctx *c, void *stream, uint32_t fmt, const uint8_t *q,
 	                  uint64_t n, float scale_inv, float *y, char *err, size_t cap);
 	/* D[m,n] (row-major f32) = alpha * A[m,k] . B[n,k]^T (+ D when accumulate),

@@ -151,7 +151,7 @@ static int tbl_quantize(const accel_fp8_gemm_v1 *self, const accel_view *dst,
 			                      "source is f32 or bf16, not %s", accel_abi_dtype_name(src->dtype));
 		if ((am && s->cuda->upload(st, am, &zero, sizeof(zero), err, sizeof(err))) ||
 		    s->cuda->quantize(s->cctx, st, dst->dtype, src->dtype, src->data, 1, src->numel,
-		                      scale, dst->data, NULL, am, err, sizeof(err)) ||
+		                      scale, dst->data, NULL, 1, am, err, sizeof(err)) ||
 		    (am && s->cuda->download(st, ret_amax, am, sizeof(float), err, sizeof(err))))
 			return cuda_fail(s, "quantize", err);
 		return ACCEL_OK;
@@ -259,8 +259,13 @@ static int param_of(fp8_state *s, const char *fn, uint32_t param, fp8_param **re
 	return ACCEL_OK;
 }
 
-/* workspace: X (rows x in), X^T, dY (rows x out), dY^T; 64-byte aligned parts */
+/* workspace: X (rows x in), X^T, dY (rows x out), dY^T; 64-byte aligned
+ * parts, each sized for rows rounded up to 16: on the GPU the transposes
+ * are [in, K16(rows)] and [out, K16(rows)] with zero padding, because the
+ * weight gradient's GEMM runs over the rows as k, and cuBLASLt's FP8
+ * kernels need k a multiple of 16 (any batch size works) */
 #define ALIGN64(x) (((x) + 63u) & ~(uint64_t)63u)
+#define K16(x) (((x) + 15u) & ~(uint64_t)15u)
 
 static int tbl_linear_workspace(const accel_fp8_gemm_v1 *self, uint32_t param, uint64_t rows,
                                 uint64_t *ret_bytes)
@@ -270,7 +275,7 @@ static int tbl_linear_workspace(const accel_fp8_gemm_v1 *self, uint32_t param, u
 	int r;
 	if ((r = param_of(s, "linear_workspace", param, &p)))
 		return r;
-	*ret_bytes = 2 * ALIGN64(rows * p->in) + 2 * ALIGN64(rows * p->out);
+	*ret_bytes = 2 * ALIGN64(K16(rows) * p->in) + 2 * ALIGN64(K16(rows) * p->out);
 	return ACCEL_OK;
 }
 
@@ -291,7 +296,8 @@ static int check_f32(fp8_state *s, const char *fn, const char *what, const accel
 }
 
 /* q (and qt, the transpose) of x [rows, cols] with `scale`; amax into
- * *amax (host) or amax_dev (device). */
+ * *amax (host) or amax_dev (device).  On the device qt is [cols,
+ * K16(rows)], zero padded. */
 static int quantize_operand(fp8_state *s, int dev, uint32_t fmt, const float *x, uint64_t rows,
                             uint64_t cols, float scale, uint8_t *q, uint8_t *qt, float *amax,
                             float *amax_dev)
@@ -299,7 +305,7 @@ static int quantize_operand(fp8_state *s, int dev, uint32_t fmt, const float *x,
 	if (dev) {
 		char err[512];
 		if (s->cuda->quantize(s->cctx, s->host->stream(s->h), fmt, ACCEL_DTYPE_F32, x, rows,
-		                      cols, scale, q, qt, amax_dev, err, sizeof(err)))
+		                      cols, scale, q, qt, K16(rows), amax_dev, err, sizeof(err)))
 			return cuda_fail(s, "quantize", err);
 		return ACCEL_OK;
 	}
@@ -327,7 +333,7 @@ int fp8_quantize_weight(fp8_state *s, fp8_param *p, const accel_view *w)
 			                      "the GPU; fp8 quantizes f32 or bf16 weights", p->index,
 			                      accel_abi_dtype_name(w->dtype));
 		if (s->cuda->quantize(s->cctx, s->host->stream(s->h), p->fmt_fwd, w->dtype, w->data,
-		                      p->out, p->in, sc, p->wq, p->wtq,
+		                      p->out, p->in, sc, p->wq, p->wtq, p->out,
 		                      p->amax_dev + ACCEL_FP8_OPERAND_W, err, sizeof(err)))
 			return cuda_fail(s, "quantizing a weight", err);
 		p->ready = 1;
@@ -382,7 +388,7 @@ static int tbl_linear_forward(const accel_fp8_gemm_v1 *self, uint32_t param, uin
 		return s->host->error(s->h, ACCEL_ERR_STATE, "fp8.gemm linear_forward: parameter %u's "
 		                      "weight is not quantized for this step: call "
 		                      "accel_unit_pre_forward() of its unit first", param);
-	uint8_t *xq = workspace, *xtq = xq + ALIGN64(rows * p->in);
+	uint8_t *xq = workspace, *xtq = xq + ALIGN64(K16(rows) * p->in);
 	float sx = p->scale[ACCEL_FP8_OPERAND_X];
 	if ((r = quantize_operand(s, dev, p->fmt_fwd, x->data, rows, p->in, sx, xq, xtq,
 	                          &p->amax[ACCEL_FP8_OPERAND_X],
@@ -413,15 +419,17 @@ static int tbl_linear_backward(const accel_fp8_gemm_v1 *self, uint32_t param, ui
 	if (!p->ready)
 		return s->host->error(s->h, ACCEL_ERR_STATE, "fp8.gemm linear_backward: parameter "
 		                      "%u's weight is not quantized for this step", param);
-	uint8_t *xtq = (uint8_t *)workspace + ALIGN64(rows * p->in);
-	uint8_t *dyq = xtq + ALIGN64(rows * p->in), *dytq = dyq + ALIGN64(rows * p->out);
+	uint8_t *xtq = (uint8_t *)workspace + ALIGN64(K16(rows) * p->in);
+	uint8_t *dyq = xtq + ALIGN64(K16(rows) * p->in), *dytq = dyq + ALIGN64(K16(rows) * p->out);
 	float sdy = p->scale[ACCEL_FP8_OPERAND_DY];
 	if ((r = quantize_operand(s, dev, p->fmt_bwd, dy->data, rows, p->out, sdy, dyq, dytq,
 	                          &p->amax[ACCEL_FP8_OPERAND_DY],
 	                          p->amax_dev ? p->amax_dev + ACCEL_FP8_OPERAND_DY : NULL)))
 		return r;
-	/* dW[out, in] (+)= dY^T . X: A = dY^T [out, rows], B = X^T [in, rows] */
-	if ((r = run_gemm(s, dev, p->out, p->in, rows, dytq, p->fmt_bwd, inv(sdy), xtq, p->fmt_fwd,
+	/* dW[out, in] (+)= dY^T . X: A = dY^T [out, rows], B = X^T [in, rows]
+	 * (on the GPU [., K16(rows)], zero padded) */
+	if ((r = run_gemm(s, dev, p->out, p->in, dev ? K16(rows) : rows, dytq, p->fmt_bwd, inv(sdy),
+	                  xtq, p->fmt_fwd,
 	                  inv(p->scale[ACCEL_FP8_OPERAND_X]), 1.0f, dw->data, !!accumulate, 0)))
 		return r;
 	if (!dx)

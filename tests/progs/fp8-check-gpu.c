@@ -7,7 +7,9 @@
  *  - the table reports the cuBLASLt path;
  *  - linear_forward is within RTOL (of sum |x||w| per element) of an f64
  *    GEMM of the operands quantized and dequantized on the host with the
- *    step's scales (the CPU codec: plugins/fp8/fp8_codec.c);
+ *    step's scales (the CPU codec: plugins/fp8/fp8_codec.c), and so are
+ *    linear_backward's dW and dX; ROWS (40) is not a multiple of 16, so
+ *    dW's GEMM runs over the zero-padded transposes (k = 48);
  *  - after accel_step the scales are 448 / amax(X), 448 / amax(W) and
  *    57344 / amax(dY) exactly (amax_history_len 1), i.e. the device amax
  *    is the exact maximum.
@@ -26,8 +28,8 @@
 
 #define IN 64
 #define OUT 32
-#define ROWS 32
-#define RTOL 1e-4   /* not measured yet: f32 accumulation of 64 exact products */
+#define ROWS 40   /* not a multiple of 16: the padded weight-gradient GEMM */
+#define RTOL 1e-4   /* not measured yet: f32 accumulation of up to 64 exact products */
 
 static int bad(accel_ctx *ctx, const char *what)
 {
@@ -41,6 +43,12 @@ static float amax_of(const float *v, int n)
 	for (int i = 0; i < n; i++)
 		m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
 	return m;
+}
+
+/* x quantized with scale and dequantized (the CPU codec) */
+static double q(uint32_t fmt, float x, float scale)
+{
+	return (double)fp8_decode(fmt, fp8_encode(fmt, x * scale)) / scale;
 }
 
 static float scale_for(float fmax, float amax)
@@ -162,8 +170,47 @@ int main(int argc, char **argv)
 		}
 		accel_view vdw = {sizeof(accel_view), ACCEL_DTYPE_F32, ACCEL_DEVICE_CUDA, 0,
 		                  accel_param_grad(ctx, w), OUT * IN};
+		float dW[OUT * IN], dX[ROWS * IN];
 		if (g->linear_backward(g, w, ROWS, &vdy, &vdx, &vdw, 0, ws) ||
-		    accel_unit_post_backward(ctx, unit) || accel_step(ctx)) {
+		    cudaMemcpy(dW, vdw.data, sizeof(dW), cudaMemcpyDeviceToHost) ||
+		    cudaMemcpy(dX, ddx, sizeof(dX), cudaMemcpyDeviceToHost)) {
+			bad(ctx, "linear_backward");
+			goto out;
+		}
+		/* dW = dY^T X and dX = dY W, the operands as the step quantized them */
+		double wdw = 0, wdx = 0;
+		for (int o = 0; o < OUT; o++)
+			for (int k = 0; k < IN; k++) {
+				double s = 0, sa = 0;
+				for (int r = 0; r < ROWS; r++) {
+					double p = q(ACCEL_DTYPE_F8E5M2, dy[r * OUT + o], sc[2]) *
+					           q(ACCEL_DTYPE_F8E4M3, x[r * IN + k], sc[0]);
+					s += p;
+					sa += fabs(p);
+				}
+				double e = fabs(dW[o * IN + k] - s) / (sa + 1e-30);
+				wdw = e > wdw ? e : wdw;
+			}
+		for (int r = 0; r < ROWS; r++)
+			for (int k = 0; k < IN; k++) {
+				double s = 0, sa = 0;
+				for (int o = 0; o < OUT; o++) {
+					double p = q(ACCEL_DTYPE_F8E5M2, dy[r * OUT + o], sc[2]) *
+					           q(ACCEL_DTYPE_F8E4M3, W[o * IN + k], sc[1]);
+					s += p;
+					sa += fabs(p);
+				}
+				double e = fabs(dX[r * IN + k] - s) / (sa + 1e-30);
+				wdx = e > wdx ? e : wdx;
+			}
+		printf("step %d: dW (k = %d rows, padded to 16) worst error / sum|dy x| %.3g, dX %.3g "
+		       "(tolerance %g)\n", t, ROWS, wdw, wdx, RTOL);
+		if (!(wdw <= RTOL) || !(wdx <= RTOL)) {
+			fprintf(stderr, "fp8-check-gpu: step %d: cuBLASLt backward off by %.3g (dW), %.3g "
+			        "(dX)\n", t, wdw, wdx);
+			goto out;
+		}
+		if (accel_unit_post_backward(ctx, unit) || accel_step(ctx)) {
 			bad(ctx, "backward/step");
 			goto out;
 		}

@@ -20,12 +20,45 @@ extern "C" {
 
 #define WORKSPACE_BYTES (32u << 20)  /* cuBLASLt's recommended size on Hopper */
 
+/* A GEMM shape's cuBLASLt objects, made once (gemm()). */
+typedef struct gemm_plan {
+	uint64_t m, n, k;                    /* the key ... */
+	uint32_t afmt, bfmt, fast, align;    /* ... (align: of every operand) */
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+#define MAX_PLANS 64
+
 struct fp8_cuda_ctx {
 	int device;
 	cublasLtHandle_t lt;
 	void *workspace;
-	float *scalars;   /* device: a_scale_inv, b_scale_inv, amax scratch */
+	float *scalars;   /* device: [2] is the amax scratch */
+	gemm_plan plans[MAX_PLANS];
+	int n_plans;
 };
+
+static int plan_same(const gemm_plan *a, const gemm_plan *b)
+{
+	return a->m == b->m && a->n == b->n && a->k == b->k && a->afmt == b->afmt &&
+	       a->bfmt == b->bfmt && a->fast == b->fast && a->align == b->align;
+}
+
+static void plan_free(gemm_plan *p)
+{
+	if (p->lc)
+		cublasLtMatrixLayoutDestroy(p->lc);
+	if (p->lb)
+		cublasLtMatrixLayoutDestroy(p->lb);
+	if (p->la)
+		cublasLtMatrixLayoutDestroy(p->la);
+	if (p->op)
+		cublasLtMatmulDescDestroy(p->op);
+	p->op = NULL;
+	p->la = p->lb = p->lc = NULL;
+}
 
 static int cuda_err(cudaError_t e, const char *what, char *err, size_t cap)
 {
@@ -70,32 +103,73 @@ static __device__ __forceinline__ void amax_add(float *amax, float v)
 	atomicMax((unsigned int *)amax, __float_as_uint(fabsf(v)));
 }
 
-template <typename T>
-static __global__ void quantize_kernel(const T *x, size_t rows, size_t cols, float scale,
-                                       uint32_t fmt, unsigned char *q, unsigned char *qt,
-                                       float *amax)
+/* one warp's max (lane 0 holds it) into *amax, NaN winning */
+static __device__ __forceinline__ void amax_warp(float *amax, float m, bool nan)
 {
-	size_t n = rows * cols;
+	for (int o = 16; o > 0; o >>= 1)
+		m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
+	nan = __any_sync(0xffffffffu, nan);
+	if ((threadIdx.x & 31) == 0)
+		amax_add(amax, nan ? __int_as_float(0x7fc00000) : m);
+}
+
+/* q[i] = enc(x[i] * scale) over n elements; amax of |x| (blocks of 256:
+ * whole warps reach the shuffles) */
+template <typename T>
+static __global__ void quantize_kernel(const T *x, size_t n, float scale, uint32_t fmt,
+                                       unsigned char *q, float *amax)
+{
 	float m = 0.0f;
 	bool nan = false;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float v = ld<T>(x, i);
-		unsigned char c = enc(v * scale, fmt);
-		q[i] = c;
-		if (qt)
-			qt[(i % cols) * rows + i / cols] = c;
+		q[i] = enc(v * scale, fmt);
 		nan |= v != v;
 		m = fmaxf(m, fabsf(v));
 	}
-	if (amax) {
-		/* warp max, then one atomic per warp */
-		for (int o = 16; o > 0; o >>= 1)
-			m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
-		nan = __any_sync(0xffffffffu, nan);
-		if ((threadIdx.x & 31) == 0)
-			amax_add(amax, nan ? __int_as_float(0x7fc00000) : m);
+	if (amax)
+		amax_warp(amax, m, nan);
+}
+
+/* The same for x [rows, cols] with its transpose too: qt[c * qt_ld + r].
+ * 32 x 32 tiles through shared memory, so that both q and qt are written
+ * in runs of consecutive bytes (a plain scattered transpose writes one
+ * 32-byte sector per byte).  Blocks of 32 x 8 threads: a warp is one
+ * threadIdx.y; blockIdx.x picks the tile column, blockIdx.y strides over
+ * the tile rows. */
+#define TILE 32
+template <typename T>
+static __global__ void quantize_t_kernel(const T *x, size_t rows, size_t cols, float scale,
+                                         uint32_t fmt, unsigned char *q, unsigned char *qt,
+                                         size_t qt_ld, float *amax)
+{
+	__shared__ unsigned char tile[TILE][TILE + 1];
+	float m = 0.0f;
+	bool nan = false;
+	size_t c0 = (size_t)blockIdx.x * TILE;
+	for (size_t r0 = (size_t)blockIdx.y * TILE; r0 < rows; r0 += (size_t)gridDim.y * TILE) {
+		for (unsigned j = threadIdx.y; j < TILE; j += blockDim.y) {
+			size_t r = r0 + j, c = c0 + threadIdx.x;
+			if (r < rows && c < cols) {
+				float v = ld<T>(x, r * cols + c);
+				unsigned char e = enc(v * scale, fmt);
+				q[r * cols + c] = e;
+				tile[j][threadIdx.x] = e;
+				nan |= v != v;
+				m = fmaxf(m, fabsf(v));
+			}
+		}
+		__syncthreads();
+		for (unsigned j = threadIdx.y; j < TILE; j += blockDim.y) {
+			size_t c = c0 + j, r = r0 + threadIdx.x;
+			if (c < cols && r < rows)
+				qt[c * qt_ld + r] = tile[threadIdx.x][j];
+		}
+		__syncthreads();
 	}
+	if (amax)
+		amax_warp(amax, m, nan);
 }
 
 static __global__ void dequantize_kernel(const unsigned char *q, size_t n, uint32_t fmt,
@@ -147,6 +221,8 @@ static void ctx_free(fp8_cuda_ctx *c)
 {
 	if (!c)
 		return;
+	for (int i = 0; i < c->n_plans; i++)
+		plan_free(&c->plans[i]);
 	if (c->lt)
 		cublasLtDestroy(c->lt);
 	cudaFree(c->workspace);
@@ -186,19 +262,42 @@ static float *amax_scratch(fp8_cuda_ctx *c)
 
 static int quantize(fp8_cuda_ctx *c, void *stream, uint32_t fmt, uint32_t src_dtype,
                     const void *x, uint64_t rows, uint64_t cols, float scale, uint8_t *q,
-                    uint8_t *qt, float *amax_dev, char *err, size_t cap)
+                    uint8_t *qt, uint64_t qt_ld, float *amax_dev, char *err, size_t cap)
 {
 	size_t n = (size_t)rows * cols;
 	cudaStream_t st = (cudaStream_t)stream;
 	if (!n)
 		return 0;
+	if (qt && qt_ld < rows) {
+		snprintf(err, cap, "quantize: the transpose's leading dimension %llu is below its "
+		         "%llu rows", (unsigned long long)qt_ld, (unsigned long long)rows);
+		return 1;
+	}
 	device_guard dg(c->device);
-	if (src_dtype == ACCEL_DTYPE_BF16)
+	/* the padding columns of the transpose: zeros, so they add nothing to a
+	 * GEMM over them */
+	if (qt && qt_ld > rows &&
+	    cuda_err(cudaMemsetAsync(qt, 0, (size_t)cols * qt_ld, st), "cudaMemsetAsync", err, cap))
+		return 1;
+	int bf = src_dtype == ACCEL_DTYPE_BF16;
+	if (qt) {
+		size_t ty = (rows + TILE - 1) / TILE;
+		dim3 grid((unsigned)((cols + TILE - 1) / TILE), (unsigned)(ty < 65535 ? ty : 65535));
+		dim3 block(TILE, 8);
+		if (bf)
+			quantize_t_kernel<__nv_bfloat16><<<grid, block, 0, st>>>(
+			        (const __nv_bfloat16 *)x, rows, cols, scale, fmt, q, qt, qt_ld, amax_dev);
+		else
+			quantize_t_kernel<float><<<grid, block, 0, st>>>((const float *)x, rows, cols,
+			                                                  scale, fmt, q, qt, qt_ld,
+			                                                  amax_dev);
+	} else if (bf) {
 		quantize_kernel<__nv_bfloat16><<<blocks_for(n), 256, 0, st>>>(
-		        (const __nv_bfloat16 *)x, rows, cols, scale, fmt, q, qt, amax_dev);
-	else
-		quantize_kernel<float><<<blocks_for(n), 256, 0, st>>>((const float *)x, rows, cols,
-		                                                       scale, fmt, q, qt, amax_dev);
+		        (const __nv_bfloat16 *)x, n, scale, fmt, q, amax_dev);
+	} else {
+		quantize_kernel<float><<<blocks_for(n), 256, 0, st>>>((const float *)x, n, scale, fmt, q,
+		                                                       amax_dev);
+	}
 	return cuda_err(cudaGetLastError(), "quantize kernel", err, cap);
 }
 
@@ -221,80 +320,133 @@ static cudaDataType_t lt_type(uint32_t fmt)
  * B'^T . A' with B' = B as a column-major [k, n] matrix and A' = A as
  * [k, m]: cuBLASLt's "TN" (transa T, transb N), the one layout its FP8
  * kernels take. */
-static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t k,
-                const uint8_t *a, uint32_t afmt, float a_scale_inv, const uint8_t *b,
-                uint32_t bfmt, float b_scale_inv, float alpha, float *d, int accumulate,
-                int fast_accum, char *err, size_t cap)
+/* Make plan p (descriptor, layouts, the heuristic's algorithm) for its
+ * key; 0 or a message in err. */
+static int plan_make(fp8_cuda_ctx *c, gemm_plan *p, char *err, size_t cap)
 {
-	cudaStream_t st = (cudaStream_t)stream;
-	cublasLtMatmulDesc_t op = NULL;
-	cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t heur;
-	int found = 0, rc = 1;
-	float beta = accumulate ? 1.0f : 0.0f;
-	float sc[2] = {b_scale_inv, a_scale_inv};   /* cuBLASLt's A is our B */
 	cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
-	int8_t fast = fast_accum ? 1 : 0;
+	int8_t fast = (int8_t)p->fast;
 	uint64_t ws = WORKSPACE_BYTES;
-	const float *sa = c->scalars, *sb = c->scalars + 1;
-
-	if (!m || !n)
-		return 0;
-	device_guard dg(c->device);
-	/* the scalars are copied in stream order: a later call's copy runs
-	 * after this matmul has read them */
-	if (cuda_err(cudaMemcpyAsync(c->scalars, sc, sizeof(sc), cudaMemcpyHostToDevice, st),
-	             "cudaMemcpyAsync (scales)", err, cap))
-		return 1;
-	if (lt_err(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+	uint32_t align = p->align;
+	int found = 0, rc = 1;
+	static const cublasLtMatmulPreferenceAttributes_t min_align[] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+	if (lt_err(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
 	           "cublasLtMatmulDescCreate", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof(tA)),
-	           "TRANSA", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof(tB)),
-	           "TRANSB", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa,
-	                                          sizeof(sa)), "A_SCALE_POINTER", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb,
-	                                          sizeof(sb)), "B_SCALE_POINTER", err, cap) ||
-	    lt_err(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+	    lt_err(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &tA,
+	                                          sizeof(tA)), "TRANSA", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tB,
+	                                          sizeof(tB)), "TRANSB", err, cap) ||
+	    lt_err(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
 	                                          sizeof(fast)), "FAST_ACCUM", err, cap))
 		goto out;
-	if (lt_err(cublasLtMatrixLayoutCreate(&la, lt_type(bfmt), k, n, k), "layout A", err, cap) ||
-	    lt_err(cublasLtMatrixLayoutCreate(&lb, lt_type(afmt), k, m, k), "layout B", err, cap) ||
-	    lt_err(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, n), "layout D", err, cap))
+	if (lt_err(cublasLtMatrixLayoutCreate(&p->la, lt_type(p->bfmt), p->k, p->n, p->k),
+	           "layout A", err, cap) ||
+	    lt_err(cublasLtMatrixLayoutCreate(&p->lb, lt_type(p->afmt), p->k, p->m, p->k),
+	           "layout B", err, cap) ||
+	    lt_err(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->n, p->m, p->n), "layout D",
+	           err, cap))
 		goto out;
 	if (lt_err(cublasLtMatmulPreferenceCreate(&pref), "preference", err, cap) ||
 	    lt_err(cublasLtMatmulPreferenceSetAttribute(pref,
 	                                                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
 	                                                &ws, sizeof(ws)), "workspace", err, cap))
 		goto out;
-	if (lt_err(cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &heur,
-	                                          &found), "cublasLtMatmulAlgoGetHeuristic", err,
-	           cap))
+	/* The heuristic assumes 256-byte aligned pointers unless told: the
+	 * linear layers' operands sit at 64-byte offsets in their workspace, and
+	 * an algorithm picked for 256 would fail on them (CUBLAS_STATUS_INVALID_VALUE
+	 * or a misaligned access) */
+	for (size_t i = 0; i < sizeof(min_align) / sizeof(min_align[0]); i++)
+		if (lt_err(cublasLtMatmulPreferenceSetAttribute(pref, min_align[i], &align,
+		                                                sizeof(align)), "alignment", err, cap))
+			goto out;
+	if (lt_err(cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1,
+	                                          &heur, &found),
+	           "cublasLtMatmulAlgoGetHeuristic", err, cap))
 		goto out;
 	if (!found) {
 		snprintf(err, cap, "cuBLASLt has no FP8 algorithm for m %llu n %llu k %llu (FP8 "
-		         "needs k and the leading dimensions multiple of 16)", (unsigned long long)m,
-		         (unsigned long long)n, (unsigned long long)k);
+		         "needs k and the leading dimensions multiple of 16)", (unsigned long long)p->m,
+		         (unsigned long long)p->n, (unsigned long long)p->k);
 		goto out;
 	}
-	if (lt_err(cublasLtMatmul(c->lt, op, &alpha, b, la, a, lb, &beta, d, lc, d, lc,
-	                          &heur.algo, c->workspace, WORKSPACE_BYTES, st),
-	           "cublasLtMatmul", err, cap))
-		goto out;
+	p->algo = heur.algo;
 	rc = 0;
 out:
 	if (pref)
 		cublasLtMatmulPreferenceDestroy(pref);
-	if (lc)
-		cublasLtMatrixLayoutDestroy(lc);
-	if (lb)
-		cublasLtMatrixLayoutDestroy(lb);
-	if (la)
-		cublasLtMatrixLayoutDestroy(la);
-	if (op)
-		cublasLtMatmulDescDestroy(op);
+	if (rc)
+		plan_free(p);
+	return rc;
+}
+
+static int gemm(fp8_cuda_ctx *c, void *stream, uint64_t m, uint64_t n, uint64_t k,
+                const uint8_t *a, uint32_t afmt, float a_scale_inv, const uint8_t *b,
+                uint32_t bfmt, float b_scale_inv, float alpha, float *d, int accumulate,
+                int fast_accum, char *err, size_t cap)
+{
+	float beta = accumulate ? 1.0f : 0.0f;
+	/* The dequantizing scales go into alpha (a host value) rather than
+	 * through CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER: those must be device
+	 * floats, and copying the two host values there before every call is a
+	 * cudaMemcpyAsync from pageable memory, which the runtime may turn into
+	 * a stream synchronisation (docs: "API synchronization behavior") --
+	 * a host stall per GEMM.  With an f32 D, D = alpha * scale_a * scale_b *
+	 * (A B) either way; the product of the three is taken in double and
+	 * rounded once to f32 (2^-24 relative). */
+	float alpha_eff = (float)((double)alpha * a_scale_inv * b_scale_inv);
+
+	if (!m || !n)
+		return 0;
+	if (afmt == ACCEL_DTYPE_F8E5M2 && bfmt == ACCEL_DTYPE_F8E5M2) {
+		snprintf(err, cap, "FP8 GEMM with both operands E5M2: cuBLASLt takes E4M3 x E4M3, "
+		         "E4M3 x E5M2 or E5M2 x E4M3, not both operands E5M2");
+		return 1;
+	}
+	/* FP8 kernels need 16-byte aligned operands and leading dimensions
+	 * (k bytes for A and B, n floats for D) */
+	uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | 256u;
+	uint32_t align = (uint32_t)(bits & (~bits + 1));
+	if (align < 16 || k % 16) {
+		snprintf(err, cap, "FP8 GEMM m %llu n %llu k %llu: cuBLASLt needs k a multiple of 16 "
+		         "and A, B, D 16-byte aligned (A %p, B %p, D %p)", (unsigned long long)m,
+		         (unsigned long long)n, (unsigned long long)k, (const void *)a, (const void *)b,
+		         (void *)d);
+		return 1;
+	}
+	device_guard dg(c->device);
+	/* the plan of this shape, made once: the descriptors and the heuristic
+	 * cost tens of microseconds of host time per call otherwise */
+	gemm_plan key;
+	memset(&key, 0, sizeof(key));
+	key.m = m;
+	key.n = n;
+	key.k = k;
+	key.afmt = afmt;
+	key.bfmt = bfmt;
+	key.fast = fast_accum ? 1 : 0;
+	key.align = align;
+	gemm_plan *p = NULL, tmp;
+	for (int i = 0; i < c->n_plans && !p; i++)
+		if (plan_same(&c->plans[i], &key))
+			p = &c->plans[i];
+	if (!p) {
+		p = c->n_plans < MAX_PLANS ? &c->plans[c->n_plans] : &tmp;
+		*p = key;
+		if (plan_make(c, p, err, cap))
+			return 1;
+		if (p != &tmp)
+			c->n_plans++;
+	}
+	int rc = lt_err(cublasLtMatmul(c->lt, p->op, &alpha_eff, b, p->la, a, p->lb, &beta, d,
+	                               p->lc, d, p->lc, &p->algo, c->workspace, WORKSPACE_BYTES,
+	                               (cudaStream_t)stream),
+	                "cublasLtMatmul", err, cap);
+	if (p == &tmp)   /* more shapes than the cache holds: this one is not kept */
+		plan_free(p);
 	return rc;
 }
 
@@ -326,7 +478,7 @@ static int encode_host(int device, uint32_t fmt, const float *in, size_t n, floa
 	             err, cap))
 		goto out;
 	if (n)
-		quantize_kernel<float><<<blocks_for(n), 256>>>(din, 1, n, scale, fmt, dout, NULL, NULL);
+		quantize_kernel<float><<<blocks_for(n), 256>>>(din, n, scale, fmt, dout, NULL);
 	if (cuda_err(cudaGetLastError(), "quantize kernel", err, cap) ||
 	    cuda_err(cudaMemcpy(out, dout, n, cudaMemcpyDeviceToHost), "cudaMemcpy", err, cap))
 		goto out;
