@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: MIT
 # bench/gpt2-cpu.sh BUILD_DIR [STEPS]: examples/gpt2 (accel-gpt2, ddp) against
 # the same model in PyTorch (bench/gpt2_torch.py, DistributedDataParallel on
-# gloo; Debian's python3-torch) on the CPU, one thread per process, at 1
-# and 2 processes, for the tiny configuration and a ~10M one (8 layers,
-# 8 heads, dim 256, seq 128, vocab 16384).  Random tokens, AdamW, global
-# batch 8 (tiny) and 4 (10M) sequences.  Prints a table of tokens/s and the
-# accel/PyTorch ratio (docs/benchmarks.md, "gpt2 on the CPU").
+# gloo; Debian's python3-torch) on the CPU, one thread per process (BLAS
+# threads included), at 1 and 2 processes, for the tiny configuration and a
+# ~10M one (8 layers, 8 heads, dim 256, seq 128, vocab 16384).  Random
+# tokens, AdamW, global batch 8 (tiny) and 4 (10M) sequences.  Prints a
+# table of tokens/s and the accel/PyTorch ratio (docs/benchmarks.md, "gpt2
+# on the CPU").
 # PYTHON: the interpreter that has torch (default /usr/bin/python3).
 set -u
 B=${1:?usage: gpt2-cpu.sh BUILD_DIR [STEPS]}
@@ -16,6 +17,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 G=$B/examples/train_gpt2
 A=$B/cli/accel
 export ACCEL_LOG_LEVEL=warn
+# one thread per process, BLAS included (PyTorch's OpenBLAS would otherwise
+# start one thread per core)
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 ACCEL_PLUGIN_PATH=$(ls -d "$B"/plugins/* "$B"/backends/* | tr '\n' ':')
 export ACCEL_PLUGIN_PATH
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpt2-cpu.XXXXXX") || exit 1

@@ -14,11 +14,18 @@ import math
 import os
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-import torch.nn as nn
-import torch.nn.functional as F
+# One thread per process means the BLAS too: Debian's PyTorch does its
+# float GEMMs in OpenBLAS (libblas.so.3), whose pthread build starts one
+# thread per core when it is loaded and which torch.set_num_threads does
+# not limit; so say it before torch loads it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402 (after the thread settings)
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 class Block(nn.Module):

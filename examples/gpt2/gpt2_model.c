@@ -3,7 +3,8 @@
  * examples/gpt2/gpt2_model.c: forward and backward of GPT-2 (gpt2.h), over
  * the scalar type gpt2_real: float with the GEMMs of blas.h, or double
  * (GPT2_F64, the gradient check) with loop GEMMs.  Loops run over
- * contiguous rows so compilers vectorise them.
+ * contiguous rows so compilers vectorise them; in float, those with exp or
+ * tanh (softmax, loss, GELU) are gpt2_vmath.h's vector kernels.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -33,8 +34,66 @@ static void round16(int prec, double *x, size_t n)
 	(void)x;
 	(void)n;
 }
+
+/* gpt2_vmath.h's contracts in double, with libm */
+static double vmax(const double *x, size_t n)
+{
+	double m = x[0];
+	for (size_t i = 1; i < n; i++)
+		m = x[i] > m ? x[i] : m;
+	return m;
+}
+
+static double vexp_sum(double *y, const double *x, double shift, size_t n)
+{
+	double s = 0;
+	for (size_t i = 0; i < n; i++) {
+		double e = exp(x[i] - shift);
+		if (y)
+			y[i] = e;
+		s += e;
+	}
+	return s;
+}
+
+static void vscale(double *x, double s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] *= s;
+}
+
+static double vdot(const double *x, const double *y, size_t n)
+{
+	double s = 0;
+	for (size_t i = 0; i < n; i++)
+		s += x[i] * y[i];
+	return s;
+}
+
+#define GELU_K 0.7978845608028654   /* sqrt(2 / pi) */
+#define GELU_A 0.044715
+
+static void gelu_forward(double *y, const double *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		double v = x[i];
+		y[i] = 0.5 * v * (1 + tanh(GELU_K * (v + GELU_A * v * v * v)));
+	}
+}
+
+/* d *= gelu'(x) */
+static void gelu_backward(double *d, const double *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		double v = x[i];
+		double t = tanh(GELU_K * (v + GELU_A * v * v * v));
+		double dt = GELU_K * (1 + 3 * GELU_A * v * v);
+		d[i] *= 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * dt;
+	}
+}
 #else
 #include "blas.h"
+#include "gpt2_vmath.h"
 #include "mlp.h"
 static void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc)
@@ -51,6 +110,13 @@ static void round16(int prec, float *x, size_t n)
 {
 	mlp_round(x, n, prec);
 }
+
+#define vmax gpt2_vmath_max
+#define vexp_sum gpt2_vmath_exp_sum
+#define vscale gpt2_vmath_scale
+#define vdot gpt2_vmath_dot
+#define gelu_forward gpt2_vmath_gelu_forward
+#define gelu_backward gpt2_vmath_gelu_backward
 #endif
 
 typedef gpt2_real real;
@@ -208,16 +274,15 @@ static void layernorm_backward(real *dx, real *dg, real *db, const real *dy, con
 	}
 }
 
-/* y[N, out] = x[N, in] . W^T + b, stored in prec */
+/* y[N, out] = x[N, in] . W^T + b, stored in prec.  The bias goes in first
+ * and the GEMM adds to it (beta 1): one pass over y fewer than zeroing it
+ * (what a BLAS does for beta 0) and adding b afterwards, same sum. */
 static void linear_forward(real *y, const real *x, const real *W, const real *b, size_t N,
                            int in, int out, int prec)
 {
-	gemm(0, 1, (int)N, out, in, 1, x, in, W, in, 0, y, out);
-	for (size_t i = 0; i < N; i++) {
-		real *yi = y + i * (size_t)out;
-		for (int j = 0; j < out; j++)
-			yi[j] += b[j];
-	}
+	for (size_t i = 0; i < N; i++)
+		memcpy(y + i * (size_t)out, b, (size_t)out * sizeof(real));
+	gemm(0, 1, (int)N, out, in, 1, x, in, W, in, 1, y, out);
 	round16(prec, y, N * (size_t)out);
 }
 
@@ -238,28 +303,6 @@ static void linear_backward(real *dx, real *dW, real *db, const real *dy, const 
 	}
 }
 
-#define GELU_K 0.7978845608028654   /* sqrt(2 / pi) */
-#define GELU_A 0.044715
-
-static void gelu_forward(real *y, const real *x, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		real v = x[i];
-		y[i] = (real)0.5 * v * (1 + tanh((real)GELU_K * (v + (real)GELU_A * v * v * v)));
-	}
-}
-
-/* d *= gelu'(x) */
-static void gelu_backward(real *d, const real *x, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		real v = x[i];
-		real t = tanh((real)GELU_K * (v + (real)GELU_A * v * v * v));
-		real dt = (real)GELU_K * (1 + 3 * (real)GELU_A * v * v);
-		d[i] *= (real)0.5 * (1 + t) + (real)0.5 * v * (1 - t * t) * dt;
-	}
-}
-
 /* Causal attention of one sequence's heads: qkv [T, 3C] -> y [T, C],
  * probabilities att [H, T, T] (zero above the diagonal).  In 16 bits the
  * scores and the softmax are f32 (a fused attention's registers) and P is
@@ -274,16 +317,9 @@ static void attention_forward(real *y, real *att, const real *qkv, int T, int C,
 		real *P = att + (size_t)h * T * T;
 		gemm(0, 1, T, T, hd, scale, q, 3 * C, k, 3 * C, 0, P, T);
 		for (int i = 0; i < T; i++) {
-			real *row = P + (size_t)i * T, mx = row[0], s = 0;
-			for (int j = 1; j <= i; j++)
-				mx = row[j] > mx ? row[j] : mx;
-			for (int j = 0; j <= i; j++) {
-				row[j] = exp(row[j] - mx);
-				s += row[j];
-			}
-			real inv = 1 / s;
-			for (int j = 0; j <= i; j++)
-				row[j] *= inv;
+			real *row = P + (size_t)i * T, mx = vmax(row, (size_t)i + 1);
+			real s = (real)vexp_sum(row, row, mx, (size_t)i + 1);
+			vscale(row, 1 / s, (size_t)i + 1);
 			for (int j = i + 1; j < T; j++)
 				row[j] = 0;
 		}
@@ -308,9 +344,7 @@ static void attention_backward(real *dqkv, real *dS, const real *dy, const real 
 		gemm(1, 0, T, hd, T, 1, P, T, dyh, C, 0, dv, 3 * C);       /* dv = P^T dy */
 		for (int i = 0; i < T; i++) {
 			const real *p = P + (size_t)i * T;
-			real *d = dS + (size_t)i * T, s = 0;
-			for (int j = 0; j <= i; j++)
-				s += p[j] * d[j];
+			real *d = dS + (size_t)i * T, s = (real)vdot(p, d, (size_t)i + 1);
 			for (int j = 0; j <= i; j++)
 				d[j] = p[j] * (d[j] - s);
 			for (int j = i + 1; j < T; j++)
@@ -380,19 +414,16 @@ double GPT2(loss)(work *w, const int32_t *targets, int n, double dlogits_scale)
 	int V = w->c.vocab;
 	size_t N = (size_t)n * (size_t)w->c.seq;
 	double sum = 0;
+	int grad = dlogits_scale != 0;
 	for (size_t i = 0; i < N; i++) {
 		real *row = w->logits + i * (size_t)V;
-		real mx = row[0];
-		for (int j = 1; j < V; j++)
-			mx = row[j] > mx ? row[j] : mx;
-		double s = 0;
-		for (int j = 0; j < V; j++)
-			s += exp((double)(row[j] - mx));
-		sum += log(s) + (double)mx - (double)row[targets[i]];
-		if (dlogits_scale != 0) {
-			real inv = (real)(1.0 / s), sc = (real)dlogits_scale;
-			for (int j = 0; j < V; j++)
-				row[j] = exp(row[j] - mx) * inv * sc;
+		real mx = vmax(row, (size_t)V), xt = row[targets[i]];
+		/* with grad, row becomes exp(row - mx) on the way */
+		double s = vexp_sum(grad ? row : NULL, row, mx, (size_t)V);
+		sum += log(s) + (double)mx - (double)xt;
+		if (grad) {
+			real sc = (real)dlogits_scale;
+			vscale(row, (real)(1.0 / s) * sc, (size_t)V);
 			row[targets[i]] -= sc;
 			round16(w->prec, row, (size_t)V);   /* dlogits: a GEMM input */
 		}
