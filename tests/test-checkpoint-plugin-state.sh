@@ -89,7 +89,7 @@ save p16 1 --set mixed_precision=fp16
 src=p16/checkpoint_4
 # the unedited copy (rewritten, unsealed) resumes: the edits are what is refused
 good 1 "--set mixed_precision=fp16" "resumed from c at step 4" scaler/state
-S="checkpoint c: scaler: scaler: checkpoint tensor scaler/state"
+S="checkpoint c: scaler: checkpoint tensor scaler/state"
 bad 1 "--set mixed_precision=fp16" "$S has dtype f64 and 4 elements; expected f64 with 3" \
 	scaler/state --shape 4
 bad 1 "--set mixed_precision=fp16" "$S has dtype f32 and 3 elements" scaler/state --dtype F32
