@@ -67,6 +67,7 @@ static json_t *yaml_load(const char *path)
 			if (!t2) {
 				free(text);
 				text = NULL;
+				break;
 			}
 			text = t2;
 			cap *= 2;
