@@ -40,7 +40,7 @@ test-asan: deps
 # in a separate build directory; new inputs go to $(BUILD)-fuzz/corpus and
 # crashing ones to $(BUILD)-fuzz/crash-* (docs/testing.md).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS = config safetensors store manifest
+FUZZ_TARGETS = config safetensors store manifest import tokens elf
 fuzz:
 	@./tools/install-deps.sh clang libclang-rt-dev
 	[ -f $(BUILD)-fuzz/build.ninja ] || CC=clang meson setup $(BUILD)-fuzz -Dfuzz=enabled $(MESON_OPTS)

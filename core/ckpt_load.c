@@ -43,6 +43,27 @@ static int listed(const accelp_ckpt_manifest *m, const char *name)
 	return 0;
 }
 
+/* A plugin's own message about its state names its tensors, not the
+ * checkpoint (it is never told the path): put the directory in front. */
+static void name_dir(accel_err *err, const char *dir)
+{
+	char msg[ACCEL_ERRMSG_MAX];
+	/* the core's own messages (the host's ckpt_read_tensor) name its files */
+	int n = snprintf(msg, sizeof(msg), "%s/", dir);
+	if (!err->code || n < 0 || (size_t)n >= sizeof(msg) || strstr(err->msg, msg))
+		return;
+	/* (cut at the buffer's end, as every message is) */
+	n = snprintf(msg, sizeof(msg), "checkpoint %s: ", dir);
+	if (n < 0 || (size_t)n >= sizeof(msg))
+		return;
+	size_t keep = strnlen(err->msg, sizeof(err->msg) - 1);
+	if (keep > sizeof(msg) - 1 - (size_t)n)
+		keep = sizeof(msg) - 1 - (size_t)n;
+	memcpy(msg + n, err->msg, keep);
+	msg[(size_t)n + keep] = '\0';
+	memcpy(err->msg, msg, sizeof(msg));
+}
+
 /* The state version handed to active plugin `a`'s load_state: the one
  * the manifest lists for it; 0 for the strategy when the checkpoint was
  * saved under another one (no state of its own: it reads the canonical
@@ -193,6 +214,13 @@ static int check_model(accel_ctx *ctx, const accelp_ckpt_manifest *m, const char
 			const accel_param_info_v1 *p = ACCEL_MODEL_PARAM(model, i);
 			if (strcmp(p->name, pn))
 				continue;
+			/* f32 by the ABI (docs/abi.md#checkpoint-tensors): said here,
+			 * before anything changes, not by the strategy mid-load */
+			if (t->dtype != ACCEL_DTYPE_F32)
+				return accelp_ckpt_bad(ctx, "%s: tensor '%s' is %s; master weights and "
+				                       "optimizer state are f32 (the checkpoint is damaged, "
+				                       "or not written by accel)", m->path, t->name,
+				                       accel_dtype_name(t->dtype));
 			if (!same_shape(t, p)) {
 				uint64_t ps[ACCEL_CKPT_MAX_DIMS];
 				for (uint32_t d = 0; d < p->ndim && d < ACCEL_CKPT_MAX_DIMS; d++)
@@ -381,6 +409,8 @@ static int load_rank(accel_ctx *ctx, accelp_ckpt_manifest *m, const char **fresh
 			if (!ctx->err.code)
 				accelp_err_set(err, rc, "%s: load_state from %s failed (%s)", a->host.name,
 				               m->dir, accel_status_str(rc));
+			else
+				name_dir(err, m->dir);
 			goto out;
 		}
 	}

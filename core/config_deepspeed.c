@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "config-impl.h"
 #include "config_import.h"
@@ -444,16 +445,24 @@ int accelp_import_deepspeed(accelp_import *imp, json_t *ds, const char *name, ac
 int accelp_import_deepspeed_file(accelp_import *imp, const char *path, accel_err *err)
 {
 	json_error_t je;
-	json_t *ds = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	if (!ds) {
-		FILE *f = fopen(path, "r");
-		if (!f)
-			return accelp_err_set(err, ACCEL_ERR_IO, "cannot open DeepSpeed config '%s': %s",
-			                     path, strerror(errno));
+	struct stat st;
+	/* a regular file only: the path may come from another file (an
+	 * Accelerate config's deepspeed_config_file), and a FIFO or a terminal
+	 * would wait for input forever */
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return accelp_err_set(err, ACCEL_ERR_IO, "cannot open DeepSpeed config '%s': %s",
+		                      path, strerror(errno));
+	if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
 		fclose(f);
-		return accelp_err_set(err, ACCEL_ERR_CONFIG, "%s:%d:%d: invalid JSON: %s", path,
-		                     je.line > 0 ? je.line : 1, je.column > 0 ? je.column : 1, je.text);
+		return accelp_err_set(err, ACCEL_ERR_IO, "cannot import DeepSpeed config '%s': not a "
+		                      "regular file", path);
 	}
+	json_t *ds = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+	fclose(f);
+	if (!ds)
+		return accelp_err_set(err, ACCEL_ERR_CONFIG, "%s:%d:%d: invalid JSON: %s", path,
+		                      je.line > 0 ? je.line : 1, je.column > 0 ? je.column : 1, je.text);
 	int r = accelp_import_deepspeed(imp, ds, path, err);
 	json_decref(ds);
 	return r;

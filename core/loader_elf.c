@@ -117,7 +117,12 @@ int accelp_loader_elf_check(const char *path, char *why, size_t cap)
 		         (unsigned)eh.e_phnum, (unsigned)eh.e_phentsize);
 		goto out;
 	}
-	uint64_t ph_end = (uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize;
+	/* offsets and sizes are the file's: sums that wrap past 2^64 would
+	 * pass as small, so they are checked as such */
+	uint64_t ph_end;
+	if (__builtin_add_overflow((uint64_t)eh.e_phoff,
+	                           (uint64_t)eh.e_phnum * eh.e_phentsize, &ph_end))
+		ph_end = UINT64_MAX;
 	if (ph_end > size) {
 		snprintf(why, cap, "truncated: file is %llu bytes, its program headers end at %llu",
 		         (unsigned long long)size, (unsigned long long)ph_end);
@@ -132,7 +137,13 @@ int accelp_loader_elf_check(const char *path, char *why, size_t cap)
 		}
 		if (ph.p_type != PT_LOAD && ph.p_type != PT_DYNAMIC)
 			continue;
-		uint64_t end = (uint64_t)ph.p_offset + (uint64_t)ph.p_filesz;
+		uint64_t end;
+		if (__builtin_add_overflow((uint64_t)ph.p_offset, (uint64_t)ph.p_filesz, &end)) {
+			snprintf(why, cap, "corrupt ELF program header %u (offset %llu + size %llu "
+			         "is past 2^64)", i, (unsigned long long)ph.p_offset,
+			         (unsigned long long)ph.p_filesz);
+			goto out;
+		}
 		if (end > need)
 			need = end;
 	}
@@ -142,7 +153,10 @@ int accelp_loader_elf_check(const char *path, char *why, size_t cap)
 		goto out;
 	}
 	if (eh.e_shoff != 0) {
-		uint64_t sh_end = (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize;
+		uint64_t sh_end;
+		if (__builtin_add_overflow((uint64_t)eh.e_shoff,
+		                           (uint64_t)eh.e_shnum * eh.e_shentsize, &sh_end))
+			sh_end = UINT64_MAX;
 		if (sh_end > size) {
 			snprintf(why, cap, "truncated: file is %llu bytes, its section headers end at %llu",
 			         (unsigned long long)size, (unsigned long long)sh_end);

@@ -314,6 +314,12 @@ static int cz_post_step(void *state, const accel_step_info_v1 *info)
 		             "they started from zero residuals", s->resume_zeroed);
 		s->resume_said = 1;
 	}
+	if (s->resume_fresh_q && !s->resume_q_said) {
+		s->host->log(s->h, ACCEL_LOG_INFO, "%u bucket(s) start from a fresh PowerSGD Q: the "
+		             "checkpoint's Q has another size (compress.matrix_approximation_rank changed?)",
+		             s->resume_fresh_q);
+		s->resume_q_said = 1;
+	}
 	return ACCEL_OK;
 }
 

@@ -96,6 +96,8 @@ struct cz_state {
 	uint32_t n_saved;
 	int saved_world_ok;        /* residual blobs were read                  */
 	uint32_t resume_zeroed;    /* buckets that started from zero after a resume */
+	uint32_t resume_fresh_q;   /* buckets whose saved Q had another size     */
+	int resume_q_said;
 	int resume_said;
 	/* statistics */
 	uint64_t cur_sent, cur_dense, cur_comp, cur_plain;
@@ -130,7 +132,7 @@ int cz_psgd_reduce(cz_state *s, cz_bucket *cb, accel_req **ret_req);
 /* compress_ckpt.c */
 int cz_save(cz_state *s, accel_ckpt_writer *w);
 int cz_load_state(cz_state *s, accel_ckpt_reader *r);
-void cz_adopt(cz_state *s, cz_bucket *cb);
+int cz_adopt(cz_state *s, cz_bucket *cb);
 void cz_saved_free(cz_state *s);
 
 #endif

@@ -203,7 +203,8 @@ int cz_bucket_get(cz_state *s, const accel_bucket_v1 *b, uint32_t kind, cz_bucke
 		     (cb->q_numel && ((r = alloc_f32(s, &cb->q[0], cb->q_numel)) ||
 		                      (r = alloc_f32(s, &cb->q[1], cb->q_numel))))))
 			return r;
-		cz_adopt(s, cb);
+		if ((r = cz_adopt(s, cb)))
+			return r;
 	}
 	*ret = cb;
 	return ACCEL_OK;

@@ -16,6 +16,8 @@
  * starts from a zero residual (and a fresh Q), and post_step says so at
  * info level.  At another world size the residuals (which are per rank)
  * are not read at all, and load_state says so. */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,30 +101,86 @@ void cz_saved_free(cz_state *s)
 }
 
 /* A bucket met for the first time (or present at a load): take what the
- * checkpoint held for it when its layout is the saved one. */
-void cz_adopt(cz_state *s, cz_bucket *cb)
+ * checkpoint held for it when its layout is the saved one.  The layout
+ * hash covers the bucket's size, so a residual of another size under the
+ * same hash is damage (refused: copying it would read past its end); a Q
+ * of another size is a changed compress.powersgd_rank (a fresh Q). */
+int cz_adopt(cz_state *s, cz_bucket *cb)
 {
 	if (!s->saved || !has_state(s, cb))
-		return;
+		return ACCEL_OK;
 	cz_saved *sv = NULL;
 	for (uint32_t i = 0; i < s->n_saved; i++)
 		if (s->saved[i].id == cb->id)
 			sv = &s->saved[i];
 	int match = sv && sv->hash == cb->hash;
+	if (match && sv->res && sv->numel != cb->numel)
+		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint's "
+		                      "residual.%u holds %llu f32; bucket %u, of the layout it was "
+		                      "saved for, has %llu elements (the checkpoint is damaged: resume "
+		                      "from an earlier one)", cb->id, (unsigned long long)sv->numel,
+		                      cb->id, (unsigned long long)cb->numel);
 	if (cb->res[cb->cur])
 		memset(cb->res[cb->cur], 0, cb->numel * sizeof(float));
 	cb->have_q = 0;
 	cb->pending = 0;
 	if (!match) {
 		s->resume_zeroed++;
-		return;
+		return ACCEL_OK;
 	}
 	if (sv->res && cb->res[cb->cur])
 		memcpy(cb->res[cb->cur], sv->res, cb->numel * sizeof(float));
 	if (sv->q && cb->q[cb->cur] && sv->q_numel == cb->q_numel) {
 		memcpy(cb->q[cb->cur], sv->q, cb->q_numel * sizeof(float));
 		cb->have_q = 1;
+	} else if (sv->q && cb->q[cb->cur]) {
+		s->resume_fresh_q++;
 	}
+	return ACCEL_OK;
+}
+
+/* The first non-finite value of f[0..n), or -1. */
+static int64_t first_nonfinite(const float *f, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (!isfinite(f[i]))
+			return (int64_t)i;
+	return -1;
+}
+
+/* The layout tensor's header and bucket list as cz_save writes them:
+ * NULL, or what is wrong. */
+static const char *bad_layout(const int64_t *v, uint64_t numel, char *buf, size_t cap)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	if (v[0] < 1 || v[0] > INT32_MAX)
+		snprintf(buf, cap, "its saving world size is %lld", (long long)v[0]);
+	else if (v[2] < 0)
+		snprintf(buf, cap, "its step count is %lld", (long long)v[2]);
+	else if (v[3] != 0 && v[3] != 1)
+		snprintf(buf, cap, "its residual flag is %lld, not 0 or 1", (long long)v[3]);
+	else
+		buf[0] = '\0';
+	if (buf[0])
+		return buf;
+	for (uint64_t k = HDR; k < numel; k += 2) {
+		if (v[k] < 0 || v[k] > UINT32_MAX) {
+			snprintf(buf, cap, "bucket id %lld is not a bucket id", (long long)v[k]);
+			return buf;
+		}
+		for (uint64_t j = HDR; j < k; j += 2)
+			if (v[j] == v[k]) {
+				snprintf(buf, cap, "bucket %lld is listed twice", (long long)v[k]);
+				return buf;
+			}
+		h = (h ^ (uint64_t)v[k + 1]) * UINT64_C(0x100000001b3);
+	}
+	if (h != (uint64_t)v[1]) {
+		snprintf(buf, cap, "its layout hash %016llx is not the one of its buckets (%016llx)",
+		         (unsigned long long)v[1], (unsigned long long)h);
+		return buf;
+	}
+	return NULL;
 }
 
 int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
@@ -144,6 +202,13 @@ int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
 		return cz_error_nomem(s, "the checkpoint layout");
 	if ((r = H->ckpt_read_tensor(s->h, rd, LAYOUT, ACCEL_DTYPE_I64, 0, ti.numel, v)))
 		goto out;
+	char why[160];
+	if (bad_layout(v, ti.numel, why, sizeof(why))) {
+		r = H->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint tensor %s is not one compress "
+		             "wrote: %s (the checkpoint is damaged: resume from an earlier one)",
+		             LAYOUT, why);
+		goto out;
+	}
 	cz_saved_free(s);
 	uint32_t nb = (uint32_t)((ti.numel - HDR) / 2);
 	s->saved = calloc(nb ? nb : 1, sizeof(*s->saved));
@@ -155,6 +220,8 @@ int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
 	s->step = (uint64_t)v[2];
 	s->resume_zeroed = 0;
 	s->resume_said = 0;
+	s->resume_fresh_q = 0;
+	s->resume_q_said = 0;
 	int same_world = v[0] == s->world.world_size;
 	if (!same_world && s->error_feedback)
 		H->log(s->h, ACCEL_LOG_INFO, "the checkpoint was saved at world size %lld; "
@@ -185,12 +252,25 @@ int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
 			}
 			if ((r = H->ckpt_read(s->h, rd, name, sv->res, bytes)))
 				goto out;
+			int64_t at = first_nonfinite(sv->res, sv->numel);
+			if (at >= 0) {
+				r = H->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint blob %s (bucket %u's "
+				             "error-feedback residual) holds %g at element %lld; a residual is "
+				             "finite (the checkpoint is damaged: resume from an earlier one)",
+				             name, sv->id, (double)sv->res[at], (long long)at);
+				goto out;
+			}
 		}
 		snprintf(name, sizeof(name), "compress/powersgd_q/%u", sv->id);
 		accel_ckpt_tensor_info_v1 qi = {.struct_size = sizeof(qi)};
 		if (s->method == CZ_POWERSGD &&
-		    H->ckpt_tensor_info(s->h, rd, name, &qi) == ACCEL_OK &&
-		    qi.dtype == ACCEL_DTYPE_F32) {
+		    H->ckpt_tensor_info(s->h, rd, name, &qi) == ACCEL_OK) {
+			if (qi.dtype != ACCEL_DTYPE_F32 || qi.ndim != 1) {
+				r = H->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint tensor %s is %s with %u "
+				             "dims; PowerSGD's Q is f32 with 1 (the checkpoint is damaged)",
+				             name, accel_abi_dtype_name(qi.dtype), qi.ndim);
+				goto out;
+			}
 			sv->q_numel = qi.numel;
 			if (!(sv->q = malloc(qi.numel * sizeof(float) + 1))) {
 				r = cz_error_nomem(s, "a saved Q");
@@ -199,12 +279,20 @@ int cz_load_state(cz_state *s, accel_ckpt_reader *rd)
 			if ((r = H->ckpt_read_tensor(s->h, rd, name, ACCEL_DTYPE_F32, 0, qi.numel,
 			                             sv->q)))
 				goto out;
+			int64_t at = first_nonfinite(sv->q, sv->q_numel);
+			if (at >= 0) {
+				r = H->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint tensor %s holds %g at "
+				             "element %lld; PowerSGD's Q is finite (the checkpoint is damaged: "
+				             "resume from an earlier one)", name, (double)sv->q[at],
+				             (long long)at);
+				goto out;
+			}
 		}
 	}
 	/* buckets that exist already (a load in the middle of a run) */
-	for (uint32_t i = 0; i < s->n_buckets; i++)
-		cz_adopt(s, s->buckets[i]);
 	r = ACCEL_OK;
+	for (uint32_t i = 0; !r && i < s->n_buckets; i++)
+		r = cz_adopt(s, s->buckets[i]);
 out:
 	free(v);
 	return r;

@@ -477,6 +477,40 @@ static int fp8_post_step(void *state, const accel_step_info_v1 *info)
 
 /* ---- checkpoints: tensors written by rank 0, read by every rank ---------------- */
 
+/* Read fp8/amax_history/<p> (scale 0) or fp8/scale/<p> (scale 1), count
+ * f32, into data once every value is one the recipe can start from: an
+ * amax is finite and >= 0, a scale finite and > 0.  A NaN scale would
+ * stay NaN (the recipe keeps the old scale when an amax is not usable)
+ * and every fp8 GEMM after it would compute NaN. */
+static int read_checked(fp8_state *s, accel_ckpt_reader *rd, const char *name, int scale,
+                        uint64_t count, float *data)
+{
+	const accel_host_v1 *host = s->host;
+	float *tmp = malloc((size_t)count * sizeof(float));
+	int r;
+	if (!tmp)
+		return host->error(s->h, ACCEL_ERR_NOMEM, "out of memory reading %s", name);
+	if ((r = host->ckpt_read_tensor(s->h, rd, name, ACCEL_DTYPE_F32, 0, count, tmp))) {
+		free(tmp);
+		return r;
+	}
+	for (uint64_t i = 0; i < count; i++) {
+		float v = tmp[i];
+		if (isfinite(v) && (scale ? v > 0 : v >= 0))
+			continue;
+		r = host->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint tensor %s holds %g at "
+		                "element %llu; %s (the checkpoint is damaged: resume from an "
+		                "earlier one)", name,
+		                (double)v, (unsigned long long)i,
+		                scale ? "a scale is finite and > 0" : "an amax is finite and >= 0");
+		free(tmp);
+		return r;
+	}
+	memcpy(data, tmp, (size_t)count * sizeof(float));
+	free(tmp);
+	return ACCEL_OK;
+}
+
 static int save_or_load(fp8_state *s, accel_ckpt_writer *w, accel_ckpt_reader *rd)
 {
 	const accel_host_v1 *host = s->host;
@@ -504,21 +538,33 @@ static int save_or_load(fp8_state *s, accel_ckpt_writer *w, accel_ckpt_reader *r
 			}
 			accel_ckpt_tensor_info_v1 ti = {.struct_size = sizeof(ti)};
 			if ((r = host->ckpt_tensor_info(s->h, rd, name, &ti)) == ACCEL_ERR_NOT_FOUND)
-				return host->error(s->h, ACCEL_ERR_CHECKPOINT, "fp8: the checkpoint has no "
+				return host->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint has no "
 				                   "tensor %s: it was saved without parameter '%s' in fp8 "
 				                   "(compute_dtype f8e4m3/f8e5m2)", name, pname);
 			if (r)
 				return r;
 			if (ti.dtype != ACCEL_DTYPE_F32 || ti.ndim != ndim ||
-			    ti.shape[0] != shape[0] || (ndim == 2 && ti.shape[1] != shape[1]))
-				return host->error(s->h, ACCEL_ERR_CHECKPOINT, "fp8: checkpoint tensor %s is "
-				                   "%s [%llu%s%s], this run expects f32 [%llu, %d]%s", name,
-				                   accel_abi_dtype_name(ti.dtype), (unsigned long long)ti.shape[0],
-				                   ti.ndim == 2 ? ", " : "", ti.ndim == 2 ? "..." : "",
-				                   (unsigned long long)shape[0], ACCEL_FP8_OPERANDS,
-				                   t ? "" : ": set fp8.amax_history_len to the saving run's "
-				                   "value");
-			if ((r = host->ckpt_read_tensor(s->h, rd, name, ACCEL_DTYPE_F32, 0, count, data)))
+			    ti.shape[0] != shape[0] || (ndim == 2 && ti.shape[1] != shape[1])) {
+				char got[96] = "", want[48];
+				for (uint32_t d = 0; d < ti.ndim && d < ACCEL_CKPT_MAX_DIMS; d++) {
+					size_t at = strlen(got);
+					snprintf(got + at, sizeof(got) - at, "%s%llu", d ? ", " : "",
+					         (unsigned long long)ti.shape[d]);
+				}
+				if (ndim == 2)
+					snprintf(want, sizeof(want), "%llu, %d", (unsigned long long)shape[0],
+					         ACCEL_FP8_OPERANDS);
+				else
+					snprintf(want, sizeof(want), "%d", ACCEL_FP8_OPERANDS);
+				return host->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint tensor %s is %s "
+				                   "[%s]; this run expects f32 [%s]%s", name,
+				                   accel_abi_dtype_name(ti.dtype), got, want,
+				                   !t && ti.dtype == ACCEL_DTYPE_F32 && ti.ndim == 2 &&
+				                   ti.shape[1] == ACCEL_FP8_OPERANDS
+				                   ? ": set fp8.amax_history_len to the saving run's value"
+				                   : " (the checkpoint is damaged)");
+			}
+			if ((r = read_checked(s, rd, name, t, count, data)))
 				return r;
 		}
 	}

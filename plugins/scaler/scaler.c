@@ -279,17 +279,17 @@ static int scaler_load_state(void *state, accel_ckpt_reader *r, uint32_t state_v
 		return ACCEL_OK;
 	}
 	if (state_version != scaler_desc.state_version)
-		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "scaler: the checkpoint holds "
+		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint holds "
 		                      "scaler state version %u; this scaler reads version %u",
 		                      state_version, scaler_desc.state_version);
 	rc = s->host->ckpt_tensor_info(s->h, r, STATE_TENSOR, &ti);
 	if (rc == ACCEL_ERR_NOT_FOUND)
-		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "scaler: the checkpoint has no "
+		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "the checkpoint has no "
 		                      "tensor %s (saved by another scaler?)", STATE_TENSOR);
 	if (rc)
 		return rc;
 	if (ti.dtype != ACCEL_DTYPE_F64 || ti.numel != SCALER_STATE_LEN)
-		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "scaler: checkpoint tensor %s has "
+		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint tensor %s has "
 		                      "dtype %s and %" PRIu64 " elements; expected f64 with %d "
 		                      "(scale, growth tracker, hysteresis left)", STATE_TENSOR,
 		                      accel_abi_dtype_name(ti.dtype), ti.numel, SCALER_STATE_LEN);
@@ -299,7 +299,7 @@ static int scaler_load_state(void *state, accel_ckpt_reader *r, uint32_t state_v
 	float scale = (float)v[0];
 	if (!(scale > 0) || !isfinite(scale) || !(v[1] >= 0) || v[1] != floor(v[1]) ||
 	    !(v[2] >= 1) || v[2] != floor(v[2]) || v[1] > 9e15 || v[2] > 9e15)
-		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "scaler: checkpoint tensor %s "
+		return s->host->error(s->h, ACCEL_ERR_CHECKPOINT, "checkpoint tensor %s "
 		                      "holds scale %g, growth tracker %g, hysteresis left %g; expected "
 		                      "a finite scale > 0 and whole counts (hysteresis >= 1)",
 		                      STATE_TENSOR, v[0], v[1], v[2]);

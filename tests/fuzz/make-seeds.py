@@ -177,4 +177,134 @@ put("store", "hello-token-short", frame(struct.pack(">BIIIII", HELLO, MAGIC, VER
     op(SET, s("k"), s("v")))
 put("store", "observer-token", frame(struct.pack(">BIIIIIQ", HELLO, MAGIC, VERSION, 0, 2, 6, 7)) +
     op(EXITED, struct.pack(">I", 1), s("x")))
+# ---- import: "accelerate\n" + Accelerate YAML, else a DeepSpeed JSON config --
+datadir = os.path.join(ROOT, "tests", "data")
+for fn in sorted(os.listdir(datadir)):
+    with open(os.path.join(datadir, fn), "rb") as f:
+        body = f.read()
+    if fn.startswith("accelerate-") and fn.endswith(".yaml"):
+        put("import", "data-" + fn[:-5], b"accelerate\n" + body)
+    elif fn.startswith("ds-") and fn.endswith(".json"):
+        put("import", "data-" + fn[:-5], body)
+put("import", "ds-all-keys", json.dumps({
+    "gradient_accumulation_steps": "auto", "gradient_clipping": 1.0,
+    "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 12, "hysteresis": 3,
+             "loss_scale_window": 500, "min_loss_scale": 2, "auto_cast": True, "x": 1},
+    "bf16": {"enabled": False},
+    "optimizer": {"type": "Adam", "params": {"lr": "auto", "betas": [0.9, 0.99], "eps": 1e-8,
+                                             "weight_decay": 0.01, "adam_w_mode": True,
+                                             "torch_adam": True}},
+    "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 10,
+                                                       "total_num_steps": "auto",
+                                                       "warmup_max_lr": 0.002,
+                                                       "cos_min_ratio": 0.1,
+                                                       "warmup_type": "log"}},
+    "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+                                                        "nvme_path": "/tmp"},
+                          "overlap_comm": "auto", "unknown_zero_key": [1, {"a": None}]},
+    "aio": {"block_size": 1048576, "queue_depth": 8},
+    "train_batch_size": 32, "wall_clock_breakdown": False}, indent=1))
+put("import", "ds-static-scale", '{"fp16": {"enabled": true, "loss_scale": 128, '
+    '"hysteresis": 2}, "optimizer": {"type": "SGD", "params": {"momentum": 0.9, '
+    '"weight_decay": "auto", "nesterov": true}}}')
+put("import", "ds-both-precisions", '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}')
+put("import", "ds-bad-types", 'deepspeed\n{"fp16": 1, "optimizer": [], "scheduler": "x", '
+    '"zero_optimization": {"stage": "auto"}, "aio": 3, "gradient_clipping": "big", '
+    '"fp16": {"enabled": "maybe"}}')
+put("import", "ds-duplicate-key", '{"gradient_clipping": 1, "gradient_clipping": 2}')
+put("import", "ds-not-object", "[1, 2]")
+put("import", "ds-bad-json", '{"zero_optimization": {"stage": 2,')
+put("import", "ds-empty", "")
+put("import", "acc-fsdp-ints", "accelerate\ndistributed_type: FSDP\nmixed_precision: fp8\n"
+    "num_processes: 8\nnum_machines: 2\nmachine_rank: 1\nmain_process_ip: 10.0.0.1\n"
+    "main_process_port: 29500\nfsdp_config:\n  fsdp_sharding_strategy: 2\n"
+    "  fsdp_transformer_layer_cls_to_wrap: [Block, Attn, 3]\n  fsdp_offload_params: yes\n"
+    "  fsdp_version: 2\n  other: ~\n  fsdp_unknown: auto\ngpu_ids: 0,1\n"
+    "use_cpu: no\ndowncast_bf16: off\n")
+put("import", "acc-deepspeed-inline", "accelerate\ndistributed_type: DEEPSPEED\n"
+    "deepspeed_config:\n  zero_stage: 2\n  offload_optimizer_device: cpu\n"
+    "  gradient_accumulation_steps: auto\n  gradient_clipping: 0\n"
+    "  zero3_save_16bit_model: true\n  extra: [1, 2]\nnum_processes: 3\nnum_machines: 2\n")
+put("import", "acc-deepspeed-file", "accelerate\ndistributed_type: DEEPSPEED\n"
+    "deepspeed_config:\n  deepspeed_config_file: no-such-ds.json\n  zero_stage: 7\n")
+put("import", "acc-anchors", "accelerate\nbase: &b {mixed_precision: bf16, n: 1.5e3}\n"
+    "copy: *b\nlist: &l [1, -2, .5, 0x10, '3', \"x\\ty\", ~, null, True]\nagain: *l\n")
+# aliases that double at each level: refused, not expanded 2^30 times
+laughs = "accelerate\na0: &a0 [x, x]\n" + "".join(
+    "a%d: &a%d [*a%d, *a%d]\n" % (i, i, i - 1, i - 1) for i in range(1, 31))
+put("import", "acc-alias-bomb", laughs)
+put("import", "acc-deep", "accelerate\nk: " + "[" * 100 + "]" * 100 + "\n")
+put("import", "acc-self-alias", "accelerate\na: &a [*a, *a]\n")
+put("import", "acc-bad-yaml", "accelerate\na: [1, 2\n")
+put("import", "acc-list", "accelerate\n- 1\n- 2\n")
+put("import", "acc-complex-key", "accelerate\n? [a, b]\n: 1\n")
+put("import", "acc-empty", "accelerate\n")
+put("import", "acc-two-docs", "accelerate\na: 1\n---\nb: 2\n")
+
+# ---- tokens: the GPT-2 example's token file (docs/data.md) ---------------------
+
+
+def tok(tokens, vocab=256, magic=b"ACCELTOK", version=1, n=None, extra=b""):
+    n = len(tokens) if n is None else n
+    return (magic + struct.pack("<IIQ", version, vocab, n) +
+            struct.pack("<%dH" % len(tokens), *tokens) + extra)
+
+
+put("tokens", "bytes", tok(list(b"hello, token file\n" * 8)))
+put("tokens", "gpt2-vocab", tok([0, 50256, 1, 50255, 464, 3290] * 20, vocab=50257))
+put("tokens", "max-vocab", tok([65535, 0, 32768], vocab=65536))
+put("tokens", "empty", tok([]))
+put("tokens", "one", tok([7]))
+put("tokens", "token-at-vocab", tok([1, 2, 256, 3], vocab=256))
+put("tokens", "vocab-1", tok([0, 0], vocab=1))
+put("tokens", "vocab-too-big", tok([0, 1], vocab=65537))
+put("tokens", "version-2", tok([0, 1], version=2))
+put("tokens", "bad-magic", tok([0, 1], magic=b"ACCELTOX"))
+put("tokens", "count-too-big", tok([0, 1], n=3))
+put("tokens", "count-huge", tok([0, 1], n=2**63 + 1))
+put("tokens", "count-wraps", tok([0, 1], n=2**63))
+put("tokens", "odd-size", tok([0, 1], extra=b"\x00"))
+put("tokens", "short-header", b"ACCELTOK\x01\x00")
+
+# ---- elf: a plugin file for the loader's pre-check -----------------------------
+EM_X86_64, ET_DYN, ET_EXEC, PT_LOAD, PT_DYNAMIC = 62, 3, 2, 1, 2
+
+
+def elf(etype=ET_DYN, machine=EM_X86_64, cls=2, phoff=64, phnum=2, phentsize=56,
+        shoff=0, shnum=0, shentsize=64, segs=None, size=None):
+    """A little-endian ELF64 header + program headers (+ zero bytes to size)."""
+    ident = b"\x7fELF" + bytes([cls, 1, 1]) + bytes(9)
+    eh = ident + struct.pack("<HHIQQQIHHHHHH", etype, machine, 1, 0, phoff, shoff, 0, 64,
+                             phentsize, phnum, shentsize, shnum, 0)
+    if segs is None:
+        segs = [(PT_LOAD, 0, 512), (PT_DYNAMIC, 256, 64)]
+    ph = b"".join(struct.pack("<IIQQQQQQ", t, 5, off, off, off, fsz, fsz, 4096)
+                  for t, off, fsz in segs)
+    # program headers where phoff says, unless that is past any file
+    body = eh + (bytes(max(0, phoff - len(eh))) + ph if phoff < 4096 else ph)
+    size = 512 if size is None else size
+    return body + bytes(max(0, size - len(body)))
+
+
+put("elf", "minimal-so", elf())
+put("elf", "with-sections", elf(shoff=512, shnum=2, size=640))
+put("elf", "executable", elf(etype=ET_EXEC))
+put("elf", "object", elf(etype=1))
+put("elf", "other-machine", elf(machine=183))
+put("elf", "class32", elf(cls=1))
+put("elf", "class-bad", elf(cls=9))
+put("elf", "no-phdrs", elf(phnum=0))
+put("elf", "phentsize-bad", elf(phentsize=32))
+put("elf", "phdrs-past-end", elf(phoff=500))
+put("elf", "segment-past-end", elf(segs=[(PT_LOAD, 0, 4096)]))
+put("elf", "sections-past-end", elf(shoff=480, shnum=4))
+# offsets near 2^64: offset + size wraps to a small number, which must not
+# pass as inside the file
+put("elf", "segment-offset-wraps", elf(segs=[(PT_LOAD, 2**64 - 16, 32)]))
+put("elf", "phoff-wraps", elf(phoff=2**64 - 56, phnum=2))
+put("elf", "sections-wrap", elf(shoff=2**64 - 64, shnum=2))
+put("elf", "truncated-header", elf()[:40])
+put("elf", "magic-only", b"\x7fELF")
+put("elf", "text", "#!/bin/sh\necho not a plugin\n")
+put("elf", "empty", b"")
 sys.exit(0)
