@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * examples/gpt2/gpt2.h: the math of GPT-2 on the CPU, independent of accel
- * (the training loop in train_gpt2.c drives it unit by unit).
+ * (train_model.c drives it unit by unit, through gpt2_device.c).
  *
  * The model: token and position embeddings; L pre-LayerNorm blocks
  *   x = x + proj(attn(ln1(x)));  x = x + mproj(gelu_tanh(fc(ln2(x))))

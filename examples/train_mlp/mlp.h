@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * examples/train_mlp/mlp.h: the math of a multi-layer perceptron classifier,
- * independent of accel (the training loop in train_mlp.c drives it).
+ * independent of accel (train_model.c drives it layer by layer).
  *
  * Layers fc0 .. fc{L}: fc{l} maps dims[l] -> dims[l+1]; its weight is
  * [out, in] row-major and its bias [out] (torch.nn.Linear's layout).  ReLU
