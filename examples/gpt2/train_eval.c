@@ -78,6 +78,8 @@ static int sample_pass(trainer *t, const gpt2_stream *val, long n_new)
 	int32_t *gen = malloc((size_t)(n_new + 1) * sizeof(int32_t));
 	float *lbuf = malloc((size_t)V * sizeof(float));   /* the GPU's logits row */
 	if (!ctxt || !gen || !lbuf) {
+		fprintf(stderr, "accel-gpt2: --sample %ld: out of memory for %ld tokens\n", n_new,
+		        n_new + T);
 		free(ctxt);
 		free(gen);
 		free(lbuf);

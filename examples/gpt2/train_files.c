@@ -25,8 +25,11 @@ static int save_final_pass(trainer *t, const char *path, long steps, int all_ran
 	float **copies = calloc(np, sizeof(*copies));
 	uint32_t units[3 + 256], nu = 0;
 	char err[512];
-	if (!ts || !copies)
+	if (!ts || !copies) {
+		fprintf(stderr, "accel-gpt2: %s: out of memory for the table of %u parameters\n",
+		        path, np);
 		goto out;
+	}
 	units[nu++] = t->u_embed;
 	for (int l = 0; l < t->c.layers; l++)
 		units[nu++] = t->u_block[l];
@@ -89,28 +92,18 @@ int train_save_final(trainer *t, const char *path, long steps, int all_ranks)
 	return rc;
 }
 
-int train_resume_dir(const options *o, char *buf, size_t cap)
+int train_resume_dir(accel_ctx *ctx, const options *o, char *buf, size_t cap)
 {
 	if (strcmp(o->resume, "latest")) {
 		snprintf(buf, cap, "%s", o->resume);
 		return 0;
 	}
-	char path[4096], name[1024];
-	snprintf(path, sizeof(path), "%s/latest", o->project_dir);
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		fprintf(stderr, "accel-gpt2: --resume latest: cannot read %s: %s (no checkpoint in "
-		        "--project-dir %s?)\n", path, strerror(errno), o->project_dir);
+	/* the newest committed checkpoint: what "latest" names, unless a
+	 * save's update of it failed (accel_latest_checkpoint) */
+	if (accel_latest_checkpoint(ctx, o->project_dir, buf, cap) != ACCEL_OK) {
+		fprintf(stderr, "accel-gpt2: --resume latest: %s\n", accel_errmsg(ctx));
 		return -1;
 	}
-	int ok = fgets(name, sizeof(name), f) != NULL;
-	fclose(f);
-	name[strcspn(name, "\n")] = '\0';
-	if (!ok || !*name || strchr(name, '/')) {
-		fprintf(stderr, "accel-gpt2: --resume latest: %s names no checkpoint directory\n", path);
-		return -1;
-	}
-	snprintf(buf, cap, "%s/%s", o->project_dir, name);
 	return 0;
 }
 

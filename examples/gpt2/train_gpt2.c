@@ -236,7 +236,7 @@ int main(int argc, char **argv)
 	long done = 0;
 	if (o.resume) {
 		char dir[4096];
-		int32_t bad = train_resume_dir(&o, dir, sizeof(dir)) ? 1 : 0;
+		int32_t bad = train_resume_dir(t.ctx, &o, dir, sizeof(dir)) ? 1 : 0;
 		if ((rc = accel_allreduce(t.ctx, &bad, &bad, 1, ACCEL_DTYPE_I32, ACCEL_RED_MAX))) {
 			train_fail(&t, "agreeing on --resume", rc);
 			goto out;

@@ -127,7 +127,7 @@ int train_sample(trainer *t, const gpt2_stream *val, long n_new);
  * from every rank when all_ranks (its rank in the metadata); collective. */
 int train_save_final(trainer *t, const char *path, long steps, int all_ranks);
 /* --resume's checkpoint directory into buf. */
-int train_resume_dir(const options *o, char *buf, size_t cap);
+int train_resume_dir(accel_ctx *ctx, const options *o, char *buf, size_t cap);
 /* The metrics file (path, else the configuration's metrics_file) opened
  * on rank 0, every rank agreeing; *ret_log: progress is to be logged. */
 int train_open_metrics(trainer *t, const char *path, int *ret_log);

@@ -224,8 +224,7 @@ int train_resume_dir(accel_ctx *ctx, const options *o, char *buf, size_t cap)
 		return 0;
 	}
 	if (accel_latest_checkpoint(ctx, o->project_dir, buf, cap) != ACCEL_OK) {
-		fprintf(stderr, "train_mlp: --resume latest: %s (no checkpoint was saved into "
-		        "--project-dir %s?)\n", accel_errmsg(ctx), o->project_dir);
+		fprintf(stderr, "train_mlp: --resume latest: %s\n", accel_errmsg(ctx));
 		return -1;
 	}
 	return 0;
