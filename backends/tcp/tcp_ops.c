@@ -38,8 +38,6 @@ static void add_x(xfer *x, int *n, int32_t peer, int send, const void *p, uint64
 	(*n)++;
 }
 
-/* ---- the ops ------------------------------------------------------------------------------ */
-
 /* The header exchange: every rank sends `out` (r->hdr, filled by the caller,
  * possibly followed by a payload in the same buffer: one send, one segment)
  * to every peer and receives the peers' headers into st->hdrs (recv_only:
