@@ -3,7 +3,7 @@
 # A hung rank costs one comm.timeout_s, not two (docs/launch.md, "When a
 # rank fails"): examples/train_mlp --hang-at 1:3 makes rank 1 stop
 # responding after step 3; rank 0's next all-reduce times out after
-# comm.timeout_s = 5, rank 0 tells the rendezvous store (core/comm.c), so
+# comm.timeout_s = 5, rank 0 tells the rendezvous store (core/comm_coll.c), so
 # its store teardown does not wait another comm.timeout_s for rank 1, and
 # the launcher stops rank 1 as soon as rank 0 exits.
 # Measured from rank 0's timeout message to the launcher's exit (each line

@@ -503,8 +503,8 @@ static void check_async(inst *in)
 }
 
 /* Bad arguments, through the core with backend mpi: a clear error naming
- * the problem, from core/comm.c, before the backend is called (it only
- * asserts them); the collectives after them still run (suite_core). */
+ * the problem, from core/comm_check.c, before the backend is called (it
+ * only asserts them); the collectives after them still run (suite_core). */
 static void check_core_bad_args(accel_ctx *ctx)
 {
 	float a[8] = {0};

@@ -3,8 +3,8 @@
  * backends/common/coll.h: what the comm backends share about collectives:
  * the kinds and their names, the dtypes that reduce, where an op's buffers
  * lie, and debug assertions of the arguments.  The core validates every
- * argument of a collective once (core/comm.c), with the message the user
- * sees; the backends assert what it guarantees.  Header-only.
+ * argument of a collective once (core/comm_check.c), with the message the
+ * user sees; the backends assert what it guarantees.  Header-only.
  */
 #ifndef ACCEL_BACKENDS_COLL_H
 #define ACCEL_BACKENDS_COLL_H
@@ -87,9 +87,9 @@ static inline int coll_place(int kind, int32_t rank, const accel_view *send,
 }
 
 /*
- * Debug assertions of what core/comm.c checked before it called the
- * backend (accel_comm_*: views, dtypes, counts, reductions, roots, requests
- * in flight), so a backend does not check the arguments again: a failed
+ * Debug assertions of what the core (core/comm_check.c, comm_coll.c)
+ * checked before it called the backend (accel_comm_*: views, dtypes,
+ * counts, reductions, roots, requests in flight), so a backend does not check the arguments again: a failed
  * assertion here is a bug in the core, not a user error.  `device`:
  * ACCEL_DEVICE_CPU for the host backends (the core routes device buffers
  * elsewhere), -1 for any.

@@ -19,6 +19,8 @@
 /* "ACTC": the first word of every hello and op header */
 #define TCP_MAGIC 0x43544341u
 #define TCP_PROTO 2u
+/* The kind of the farewell header fini sends. */
+#define OP_BYE 0x42594531
 
 /* The header of an op, and the farewell of fini (kind OP_BYE). */
 typedef struct op_hdr {
@@ -61,8 +63,16 @@ struct accel_comm_req {
 
 #include "backends/common/coll-reqs.h"  /* needs struct accel_comm_req */
 
-/* One transfer of an exchange (tcp_comm.c). */
 typedef struct xfer xfer;
+
+/* One transfer of an exchange.  The transfers of one peer and direction
+ * run in array order. */
+struct xfer {
+	int32_t peer;
+	int send;
+	char *p;
+	uint64_t len, done;
+};
 
 typedef struct tcp_state {
 	const accel_host_v1 *host;
@@ -96,7 +106,7 @@ typedef struct tcp_state {
 	int *cur;                 /* 2 x world: each peer's current send, receive */
 	struct pollfd *pf;        /* world entries */
 	int32_t *who;             /* world entries: the peer of each pf entry */
-	int64_t *unacked_since;   /* world entries: since when exchange() has seen
+	int64_t *unacked_since;   /* world entries: since when tcp_exchange() has seen
 	                             data in flight to the peer (0: not seen) */
 
 	pthread_t thread;
@@ -135,5 +145,32 @@ int tcp_gone_probe(const tcp_state *st, int32_t rank, char *buf, size_t cap);
 /* Record under tcp/<n>/gone/<rank> why this rank closes its connections
  * out of step with the others (peers report it instead of a crash). */
 void tcp_note_gone(tcp_state *st, const char *note);
+
+/* tcp_exchange.c: the exchange loop and the messages of the ops that fail
+ * there. */
+/* "allreduce #3 (f32, 1024 elements, sum)": what header m asks for. */
+void tcp_hdr_describe(const op_hdr *m, char *buf, size_t cap);
+/* The header r opens with (what the peers compare) into m. */
+void tcp_req_hdr(const accel_comm_req *r, op_hdr *m);
+/* tcp_hdr_describe() of r's header. */
+void tcp_req_describe(const accel_comm_req *r, char *buf, size_t cap);
+/* Fail r with `code`: r->msg is r's description, its group and the text of
+ * fmt.  Returns code. */
+int tcp_req_fail(accel_comm_req *r, int code, const char *fmt, ...) ACCEL_PRINTF(3, 4);
+/* Move every transfer of x[0..n) for r (recv_only: every receive; sends may
+ * be left unfinished, for a later call with the same x), or fail r: a
+ * peer's connection closed or its node went silent (ACCEL_ERR_PEER), the
+ * deadline (0: none) passed (ACCEL_ERR_TIMEOUT; `arriving`: the peers still
+ * owing data are named as never having arrived at the op, else as stalled
+ * in it), or fini asked the thread to stop (ACCEL_ERR_STATE).  Uses st's
+ * scratch (cur, pf, who, unacked_since): one exchange at a time. */
+int tcp_exchange(tcp_state *st, accel_comm_req *r, xfer *x, int n, int64_t deadline,
+                 int arriving, int recv_only);
+
+/* tcp_ops.c: the ops' algorithms. */
+/* Run r to its end on this thread (the comm thread, or a caller in wait()
+ * that took the cursor): its header exchange, then its algorithm, within
+ * comm.timeout_s.  Returns the status; on failure r->msg says why. */
+int tcp_ops_run(tcp_state *st, accel_comm_req *r);
 
 #endif
