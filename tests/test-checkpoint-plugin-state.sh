@@ -38,15 +38,13 @@ fail() {
 	exit 1
 }
 
+. "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
+
 # run N ARGS...: train_mlp on N processes (1: directly)
 run() {
-	n=$1
+	run_n_=$1
 	shift
-	if [ "$n" = 1 ]; then
-		timeout 120 "$T" $F "$@"
-	else
-		timeout 120 "$ACCEL_CLI" launch -n "$n" -- "$T" $F "$@"
-	fi
+	ranks "$run_n_" "$T" $F "$@"
 }
 
 # save NAME N ARGS...: checkpoint NAME/checkpoint_4 after 4 steps

@@ -35,14 +35,10 @@ fail() {
 	exit 1
 }
 
+. "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
+
 run() {
-	n=$1
-	shift
-	if [ "$n" = 1 ]; then
-		timeout 120 "$@"
-	else
-		timeout 120 "$ACCEL_CLI" launch -n "$n" -- "$@"
-	fi
+	ranks "$@"
 }
 
 # equal N: every one of N ranks loaded all 3154 values (37 + 2112 + 1000 + 5)

@@ -33,15 +33,11 @@ fail() {
 	exit 1
 }
 
+. "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
+
 # run N PROGRAM ARGS...: on N processes (1: directly)
 run() {
-	n=$1
-	shift
-	if [ "$n" = 1 ]; then
-		timeout 120 "$@"
-	else
-		timeout 120 "$ACCEL_CLI" launch -n "$n" -- "$@"
-	fi
+	ranks "$@"
 }
 
 # reload N STRATEGY SRC DST: load SRC under STRATEGY on N processes, save
