@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "accel-compress.h"
@@ -62,15 +63,22 @@ static const int64_t shapes[NP][2] = {{16, 12}, {12, 0}, {12, 6}, {6, 0}};
 static uint64_t numel[NP];
 static uint32_t pidx[NP];
 
+/* Written to a file of this process's own and renamed into place: when
+ * accel_ctx_new fails every rank reports as rank 0 (its rank is not
+ * known), and the launcher stops the others as soon as one exits, so a
+ * check-0 opened in place could be left empty by a rank stopped between
+ * opening and writing it. */
 static void report(int st, const char *msg)
 {
-	char path[1024];
+	char path[1024], part[1100];
 	snprintf(path, sizeof(path), "%s/check-%d", g_out, g_rank);
-	FILE *f = fopen(path, "w");
-	if (f) {
-		fprintf(f, "%d %s\n", st, msg);
-		fclose(f);
-	}
+	snprintf(part, sizeof(part), "%s.%ld.part", path, (long)getpid());
+	FILE *f = fopen(part, "w");
+	if (!f)
+		return;
+	int bad = fprintf(f, "%d %s\n", st, msg) < 0;
+	if (fclose(f) || bad || rename(part, path))
+		remove(part);
 }
 
 static uint64_t mix(uint64_t z)
