@@ -544,6 +544,7 @@ int accelp_cli_launch(int argc, char **argv)
 			.result = &res,
 			.nodes = nodes,
 			.gen = j.restart,
+			.state_path = state_path,
 		};
 		rc = accelp_launch_run(&spec);
 		envs_free(adds, envp, cur);
@@ -552,6 +553,7 @@ int accelp_cli_launch(int argc, char **argv)
 		if (nodes) {
 			/* every node's launcher reports; node 0 decides for all */
 			launch_node_report me = {.gen = j.restart, .rc = rc, .node_lost = res.node_lost,
+			                         .consequence = res.consequence,
 			                         .restartable = rc == 0 || res.node_lost ||
 			                                        !(res.got_signal || res.cannot_start ||
 			                                          res.failed_rank < 0)};

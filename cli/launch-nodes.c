@@ -378,23 +378,28 @@ static int decide(launch_nodes *N, const launch_node_report *me, const launch_no
 	/* an attempt ended by a lost node is not a failure of its own: the
 	 * reason told is the loss */
 	int present = 1, first_fail = me->rc && !me->node_lost ? 0 : -1;
+	int cons0 = me->consequence != 0;
 	for (int k = 1; k < n; k++) {
 		if (N->fd[k] < 0)
 			continue;
-		int g, r, s, off = 0;
+		int g, r, s, c, off = 0;
 		int e = read_line(N->fd[k], line, sizeof(line), deadline);
-		if (e == 0 && sscanf(line, "%d %d %d %lf %n", &g, &r, &s, &endk, &off) == 4 &&
+		if (e == 0 && sscanf(line, "%d %d %d %d %lf %n", &g, &r, &s, &c, &endk, &off) == 5 &&
 		    g == me->gen) {
 			present++;
 			rc[k] = r;
 			ok[k] = s != 0;
+			c = c != 0;
 			snprintf(reason + 160 * k, 160, "%s", line + off);
 			/* the reason told is the failure seen first (the
-			 * others' ranks usually fail because of it); s == 2: ended
-			 * because a node was lost */
-			if (r && s != 2 && (first_fail < 0 || endk < end0)) {
+			 * others' ranks usually fail because of it), a rank's
+			 * own before one that only lost a peer (c); s == 2:
+			 * ended because a node was lost */
+			if (r && s != 2 &&
+			    (first_fail < 0 || (c == cons0 ? endk < end0 : cons0 && !c))) {
 				first_fail = k;
 				end0 = endk;
+				cons0 = c;
 			}
 			continue;
 		}
@@ -485,8 +490,8 @@ int accelp_nodes_agree(launch_nodes *N, const launch_node_report *me,
 	char line[LINE_MAX_NODES], reason[160];
 	snprintf(reason, sizeof(reason), "%s", me->reason);
 	reason[strcspn(reason, "\n")] = '\0';
-	snprintf(line, sizeof(line), "%d %d %d %.6f %s\n", me->gen, me->rc,
-	         me->node_lost ? 2 : me->restartable, me->end_s, reason);
+	snprintf(line, sizeof(line), "%d %d %d %d %.6f %s\n", me->gen, me->rc,
+	         me->node_lost ? 2 : me->restartable, me->consequence, me->end_s, reason);
 	int e = N->master_gone || send_all(N->master_fd, line) < 0 ? -1 : 0;
 	/* skip what node 0 told while the attempt ran (its "abort" may cross
 	 * this node's report) */

@@ -223,6 +223,7 @@ static void on_exit_status(launcher *L, proc *p, int st)
 	if (ok || p->stopped)
 		return;
 	p->failed = 1;
+	p->fail_s = accelp_wall_s();
 	char d[128];
 	accelp_ranks_describe(st, d, sizeof(d));
 	accelp_stream_say(L, "rank %d failed: %s", p->rank, d);

@@ -52,12 +52,28 @@ int accelp_launch_state_create(char **ret_path)
 
 void accelp_launch_state_reset_step(const char *path)
 {
-	char zero[ACCELP_RESTART_STEP_LEN] = {0};
+	char zero[ACCELP_RESTART_PEER_LEN] = {0};
+	_Static_assert(ACCELP_RESTART_PEER_LEN >= ACCELP_RESTART_STEP_LEN, "zero too short");
 	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	ssize_t w = pwrite(fd, zero, sizeof(zero), ACCELP_RESTART_STEP_OFF);
+	ssize_t w = pwrite(fd, zero, ACCELP_RESTART_STEP_LEN, ACCELP_RESTART_STEP_OFF);
+	w = pwrite(fd, zero, ACCELP_RESTART_PEER_LEN, ACCELP_RESTART_PEER_OFF);
 	(void)w;
+	close(fd);
+}
+
+void accelp_launch_state_peers(const char *path, unsigned char *marks, int n)
+{
+	memset(marks, 0, (size_t)n);
+	if (n > ACCELP_RESTART_PEER_LEN)
+		n = ACCELP_RESTART_PEER_LEN;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t r = pread(fd, marks, (size_t)n, ACCELP_RESTART_PEER_OFF);
+	for (ssize_t i = 0; i < n; i++)
+		marks[i] = i < r && marks[i] == '1';
 	close(fd);
 }
 

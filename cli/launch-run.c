@@ -319,6 +319,34 @@ static void install_signals(struct sigaction *old, struct sigaction *oldpipe)
 	pipe_inherited_ign = oldpipe->sa_handler == SIG_IGN;
 }
 
+/* The failure that ended the attempt.  The first rank to fail is often
+ * one that lost a peer (a collective found the peer's connection closed)
+ * while the peer that failed, killed or crashed, was still being reaped:
+ * the ranks mark such a failure in the state file (core/restart.h), and
+ * the first rank that failed otherwise is named instead.  Returns 1 when
+ * every failure here was marked (the cause is elsewhere: another node). */
+static int pick_cause(launcher *L)
+{
+	if (L->first_failed < 0 || !L->spec->state_path)
+		return 0;
+	unsigned char *mark = malloc((size_t)L->n);
+	if (!mark)
+		return 0;
+	accelp_launch_state_peers(L->spec->state_path, mark, L->n);
+	int best = -1;
+	for (int i = 0; i < L->n; i++)
+		if (L->p[i].failed && !mark[i] && (best < 0 || L->p[i].fail_s < L->p[best].fail_s))
+			best = i;
+	int consequence = mark[L->first_failed] && best < 0;
+	if (best >= 0 && best != L->first_failed) {
+		accelp_stream_say(L, "rank %d failed because it lost a peer: the cause is rank %d's "
+		                  "failure", L->p[L->first_failed].rank, L->p[best].rank);
+		L->first_failed = best;
+	}
+	free(mark);
+	return consequence;
+}
+
 int accelp_launch_run(const launch_spec *spec)
 {
 	launcher L;
@@ -387,6 +415,7 @@ int accelp_launch_run(const launch_spec *spec)
 	run_loop(&L);
 	accelp_ranks_reap(&L);
 	accelp_ranks_cleanup(&L);
+	int consequence = pick_cause(&L);
 
 	if (L.first_failed >= 0)
 		accelp_stream_print_tails(&L);
@@ -397,7 +426,8 @@ int accelp_launch_run(const launch_spec *spec)
 		res->cannot_start = L.start_errno || L.exec_errno;
 		res->failed_rank = L.first_failed >= 0 ? L.p[L.first_failed].rank : -1;
 		res->node_lost = L.node_lost && L.first_failed < 0;
-		res->fail_s = L.fail_s;
+		res->fail_s = L.first_failed >= 0 ? L.p[L.first_failed].fail_s : L.fail_s;
+		res->consequence = consequence;
 		res->reason[0] = '\0';
 		if (res->node_lost)
 			snprintf(res->reason, sizeof(res->reason), "%s", L.lost_why);

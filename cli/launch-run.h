@@ -38,6 +38,7 @@ typedef struct proc {
 	int status;            /* wait status once reaped */
 	int stopped;           /* we signalled it before it exited */
 	int failed;            /* exited non-zero / by a signal on its own */
+	double fail_s;         /* when the launcher saw it fail (wall clock) */
 	stream out, err;
 	int logfd;
 	int log_errno;         /* writing its log failed (reported once) */

@@ -9,7 +9,11 @@
 /* How an attempt ended, for the restart decision (cmd-launch.c). */
 typedef struct launch_result {
 	int got_signal;        /* the launcher was stopped by this signal, 0     */
-	int failed_rank;       /* global rank of the first rank to fail, -1      */
+	int failed_rank;       /* global rank of the rank whose failure ended the
+	                        * attempt (accelp_launch_run: the first to fail
+	                        * on its own, not for a lost peer), -1           */
+	int consequence;       /* failed_rank's failure was itself a lost peer's
+	                        * (no rank on this node failed otherwise)        */
 	int cannot_start;      /* PROGRAM could not be run, or a fork failed     */
 	int node_lost;         /* ended because another node's launcher was lost
 	                        * (launch-nodes.c); reason names it              */
@@ -38,6 +42,8 @@ typedef struct launch_spec {
 	                          * watched while the ranks run: a lost node ends
 	                          * the attempt (accelp_nodes_watch_*)           */
 	int gen;                 /* the attempt's generation, for nodes         */
+	const char *state_path;  /* (optional) ACCEL_LAUNCH_STATE: the ranks mark
+	                          * there a failure caused by a lost peer        */
 } launch_spec;
 
 /* Start spec->nproc processes and supervise them until all have exited.
@@ -56,8 +62,12 @@ int accelp_launch_state_create(char **ret_path);
 /* What rank 0 recorded there (st zeroed by the caller keeps what an
  * earlier attempt saved when this one recorded nothing). */
 void accelp_launch_state_read(const char *path, launch_state *st);
-/* Forget the steps recorded (before each attempt). */
+/* Forget the steps recorded and the ranks' lost-peer marks (before each
+ * attempt). */
 void accelp_launch_state_reset_step(const char *path);
+/* marks[i] = 1 when local rank i (< n) marked its failure as caused by a
+ * lost peer (core/restart.h), else 0; all 0 when the file cannot be read. */
+void accelp_launch_state_peers(const char *path, unsigned char *marks, int n);
 /* Run the --restart-filter command for slot: /bin/sh -c CMD with
  * SLOT RESTART FAILED_RANK as its $1 $2 $3, and the same in ACCEL_RESTART_SLOT,
  * ACCEL_RESTART_COUNT, ACCEL_RESTART_FAILED_RANK (+ ACCEL_RESTART_REASON),
@@ -80,6 +90,7 @@ typedef struct launch_node_report {
 	int restartable;         /* a rank failed (not stopped, not unstartable) */
 	int node_lost;           /* the attempt ended because a node was lost
 	                          * (not a failure of this node's own)          */
+	int consequence;         /* its failure is a lost peer's (launch_result) */
 	double end_s;            /* when its first failure was seen, else when it
 	                          * ended (wall clock, seconds)                  */
 	char reason[160];        /* "rank 3 failed: exit code 1", ""             */

@@ -17,6 +17,7 @@
 
 #include "comm-impl.h"
 #include "loader.h"
+#include "restart.h"
 #include "store.h"
 
 static int64_t now_ns(void)
@@ -67,15 +68,19 @@ static uint64_t view_bytes(const accel_view *v)
 	return v ? v->numel * accel_abi_dtype_size(v->dtype) : 0;
 }
 
-/* A collective timed out or lost a peer: the job cannot go on.  Tell the
- * rendezvous store at once (once), so that the ranks waiting in it learn
- * it and rank 0's store, at its teardown, does not wait another
+/* A collective timed out or lost a peer: the job cannot go on.  Mark this
+ * rank's failure as a consequence for the launcher (core/restart.h), and
+ * tell the rendezvous store at once (once), so that the ranks waiting in
+ * it learn it and rank 0's store, at its teardown, does not wait another
  * comm.timeout_s for ranks that will not come (a hung rank is stopped by
  * the launcher as soon as this rank exits). */
 static void report_failure(accel_comm *c, int r)
 {
 	accel_ctx *ctx = c->ctx;
-	if ((r != ACCEL_ERR_TIMEOUT && r != ACCEL_ERR_PEER) || c->reported || !ctx->store)
+	if (r != ACCEL_ERR_TIMEOUT && r != ACCEL_ERR_PEER)
+		return;
+	accelp_restart_note_peer(ctx);
+	if (c->reported || !ctx->store)
 		return;
 	c->reported = 1;
 	accelp_store_fail(ctx->store, ctx->err.msg);

@@ -20,6 +20,8 @@ struct accelp_restart {
 	char *resume;      /* ACCEL_RESUME: "latest" or a checkpoint directory; NULL */
 	char *root;        /* ACCEL_RESUME_ROOT; NULL: project_dir/checkpoints */
 	int state_fd;      /* rank 0's ACCEL_LAUNCH_STATE, -1 */
+	char *state_path;  /* ACCEL_LAUNCH_STATE (every rank), NULL */
+	int peer_noted;    /* accelp_restart_note_peer wrote its mark */
 	uint64_t noted;    /* the step last written */
 	int step_failed;   /* a write failed: said once, then no more */
 };
@@ -64,6 +66,8 @@ int accelp_restart_init(accel_ctx *ctx, int skip_env)
 				return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 		}
 	}
+	if (st && *st && !(r->state_path = strdup(st)))
+		return accelp_err_set(&ctx->err, ACCEL_ERR_NOMEM, "out of memory");
 	/* Only rank 0 writes the records; a file that cannot be opened costs
 	 * the launcher its report of steps lost, not the job. */
 	if (st && *st && ctx->world.rank == 0) {
@@ -85,6 +89,7 @@ void accelp_restart_free(accel_ctx *ctx)
 		close(r->state_fd);
 	free(r->resume);
 	free(r->root);
+	free(r->state_path);
 	free(r);
 	ctx->restart = NULL;
 }
@@ -216,4 +221,20 @@ void accelp_restart_note_saved(accel_ctx *ctx, const char *dir, uint64_t step)
 		accelp_log(ACCEL_LOG_WARN, "recording checkpoint %s in %s failed: accel launch will "
 		           "not name it", dir, ACCEL_ENV_LAUNCH_STATE);
 	accelp_restart_note_step(ctx, step);
+}
+
+void accelp_restart_note_peer(accel_ctx *ctx)
+{
+	accelp_restart *r = ctx ? ctx->restart : NULL;
+	int lr = ctx ? ctx->world.local_rank : -1;
+	if (!r || !r->state_path || r->peer_noted || lr < 0 || lr >= ACCELP_RESTART_PEER_LEN)
+		return;
+	r->peer_noted = 1;
+	/* opened here, on the way out, by any rank: one byte of its own */
+	int fd = open(r->state_path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || pwrite(fd, "1", 1, ACCELP_RESTART_PEER_OFF + lr) != 1)
+		accelp_log(ACCEL_LOG_DEBUG, "marking this rank's failure as a lost peer's in %s "
+		           "failed: %s", ACCEL_ENV_LAUNCH_STATE, strerror(errno));
+	if (fd >= 0)
+		close(fd);
 }

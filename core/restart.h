@@ -18,12 +18,18 @@
  * zeros); rank 0 overwrites two NUL-padded text records in place:
  *   at ACCELP_RESTART_STEP_OFF: "<optimizer steps done>\n"
  *   at ACCELP_RESTART_SAVE_OFF: "<step> <absolute checkpoint directory>\n"
- * (the newest committed checkpoint). */
+ * (the newest committed checkpoint); and every rank, when a collective
+ * fails because a peer is gone or did not come (ACCEL_ERR_PEER,
+ * ACCEL_ERR_TIMEOUT), writes 1 in the byte ACCELP_RESTART_PEER_OFF + its
+ * local rank: its failure is a consequence of another's, which the
+ * launcher then names as the cause (docs/launch.md, "When a rank fails"). */
 #define ACCELP_RESTART_STEP_OFF 0
 #define ACCELP_RESTART_STEP_LEN 64
 #define ACCELP_RESTART_SAVE_OFF 64
 #define ACCELP_RESTART_SAVE_LEN 4160
-#define ACCELP_RESTART_FILE_SIZE (ACCELP_RESTART_SAVE_OFF + ACCELP_RESTART_SAVE_LEN)
+#define ACCELP_RESTART_PEER_OFF (ACCELP_RESTART_SAVE_OFF + ACCELP_RESTART_SAVE_LEN)
+#define ACCELP_RESTART_PEER_LEN 1024 /* accel launch's most processes per node */
+#define ACCELP_RESTART_FILE_SIZE (ACCELP_RESTART_PEER_OFF + ACCELP_RESTART_PEER_LEN)
 
 typedef struct accelp_restart accelp_restart;
 
@@ -45,5 +51,10 @@ int accelp_restart_dir(accel_ctx *ctx, char *buf, size_t cap);
  * committed at `step`. */
 void accelp_restart_note_step(accel_ctx *ctx, uint64_t step);
 void accelp_restart_note_saved(accel_ctx *ctx, const char *dir, uint64_t step);
+
+/* Any rank, once: a collective failed because a peer is gone or did not
+ * come; tell the launcher (ACCELP_RESTART_PEER_OFF) that this rank's
+ * failure is not the cause.  Nothing without ACCEL_LAUNCH_STATE. */
+void accelp_restart_note_peer(accel_ctx *ctx);
 
 #endif

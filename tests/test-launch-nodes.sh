@@ -6,6 +6,10 @@
 #  (a) rank 1 (node 1) kills itself at step 7 once: both launchers agree on
 #      restart 1, resume from checkpoint_5, and the final weights are
 #      bitwise equal to an uninterrupted 2-node run, on every rank;
+#  (a2) rank 1 (node 1) shuts its sockets at step 7 and dies 1 s later:
+#      rank 0 fails first (it lost its peer), yet the restart both nodes
+#      agree on names rank 1's death, the cause (rank 0 marked its own
+#      failure as a lost peer's in the launcher's state file);
 #  (b) node 1's launcher is killed with -9 while its rank hangs after step
 #      7, under --min-nodes 1: node 0 restarts alone at world size 1 and
 #      finishes, bitwise equal to checkpoint_5 resumed by hand at world 1;
@@ -103,6 +107,24 @@ for r in 0 1; do
 	cmp straight.rank$r.safetensors a.rank$r.safetensors ||
 		fail "(a): rank $r's restarted weights differ from the uninterrupted run"
 done
+
+echo "== (a2) rank 1 cuts its connections, dies 1 s later: its death is named, not rank 0's"
+port=$(ports)
+A="--max-restarts 1 -- $T $F --checkpoint-every 5 --project-dir pa2 --crash-at 1:7:markera2
+   --save-final a2.st"
+node 1 $A
+node 0 $A
+st0=0 st1=0
+wait "$pid0" || st0=$?
+wait "$pid1" || st1=$?
+[ "$st0$st1" = 00 ] || fail "(a2): exit $st0, $st1, expected 0 0"
+grep -q "cuts its connections" n1 || fail "(a2): rank 1 never crashed"
+grep -q "accel launch: rank 0 failed: exit code 1" n0 || fail "(a2): rank 0 did not fail first"
+for f in n0 n1; do
+	grep -Eq "accel launch: restart 1 of 1 after rank 1 failed: killed by signal SIGKILL \(9\): resuming from $tmp/pa2/checkpoint_5 \(step 5\)" $f ||
+		fail "(a2): the restart line in $f does not name rank 1's death"
+done
+cmp straight.st a2.st || fail "(a2): restarted weights differ from the uninterrupted run"
 
 # (b), (c), (d): rank K hangs after step 7 (checkpoint_5 saved); once it
 # says so, node K's launcher is killed with -9 (its rank goes with it, and

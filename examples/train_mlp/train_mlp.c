@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <accel/accel.h>
@@ -62,9 +63,17 @@ static void die_drill(const options *o)
 		close(fd);
 	}
 	fprintf(stderr, "train_mlp: --%s-at %ld:%ld: rank %ld %s after step %ld\n",
-	        o->hang ? "hang" : "die", o->die_rank, o->die_step, o->die_rank,
-	        o->hang ? "stops responding" : "kills itself", o->die_step);
+	        o->hang ? "hang" : o->slow ? "crash" : "die", o->die_rank, o->die_step,
+	        o->die_rank, o->hang ? "stops responding" : o->slow ? "cuts its connections and "
+	        "kills itself 1 s later" : "kills itself", o->die_step);
 	fflush(NULL);
+	if (o->slow) {
+		/* as a machine whose network goes first: the peers find the
+		 * connections closed while this process is still alive */
+		for (int fd = 3; fd < 4096; fd++)
+			shutdown(fd, SHUT_RDWR);
+		sleep(1);
+	}
 	if (!o->hang)
 		raise(SIGKILL);
 	for (;;)

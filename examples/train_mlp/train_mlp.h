@@ -61,6 +61,7 @@ typedef struct options {
 	long die_rank, die_step;   /* --die-at; die_step 0: never */
 	const char *die_marker;
 	int hang;                  /* --hang-at: stop there instead of dying */
+	int slow;                  /* --crash-at: cut the connections, die 1 s later */
 } options;
 
 /* The program's state: the model as registered with accel, and buffers. */

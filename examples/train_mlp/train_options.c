@@ -58,6 +58,8 @@ static void usage(FILE *out)
 	        "                     with FILE, only while FILE does not exist (it is created\n"
 	        "                     first: once per FILE), for accel launch --max-restarts\n"
 	        "  --hang-at R:S[:FILE]  the same, but rank R stops responding (sleeps) instead\n"
+	        "  --crash-at R:S[:FILE] the same, but rank R first shuts its sockets and dies\n"
+	        "                     1 s later: its peers see it gone before its death does\n"
 	        "  --metrics FILE     also write the progress as JSON lines to FILE ('-': stdout)\n"
 	        "  --config FILE      accel configuration (default: ACCEL_CONFIG, ./accel.json, ...)\n"
 	        "  --set KEY=VALUE    override a configuration key (repeatable)\n");
@@ -159,8 +161,10 @@ int train_parse_args(int argc, char **argv, options *o)
 			if (!strncmp(v, "cuda:", 5) && parse_long(a, v + 5, 0, 1023, &x))
 				return -1;
 			o->device = v;
-		} else if (!strcmp(a, "--die-at") || !strcmp(a, "--hang-at")) {
+		} else if (!strcmp(a, "--die-at") || !strcmp(a, "--hang-at") ||
+		           !strcmp(a, "--crash-at")) {
 			o->hang = !strcmp(a, "--hang-at");
+			o->slow = !strcmp(a, "--crash-at");
 			char *end = NULL;
 			errno = 0;
 			o->die_rank = v ? strtol(v, &end, 10) : -1;
