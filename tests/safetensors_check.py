@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Cross-check core/safetensors.c against an independent reader and writer.
+"""Cross-check core/safetensors*.c against an independent reader and writer.
 
 Usage: safetensors_check.py TEST_SAFETENSORS_EXE
 
