@@ -196,8 +196,8 @@ static int parse_entry(accel_st_reader *r, const char *name, json_t *e, accel_er
 			BAD("%s: tensor \"%s\": shape[%u] is not a non-negative integer", r->path, name, d);
 		t->info.shape[d] = (uint64_t)json_integer_value(x);
 	}
-	if (!accelp_st_shape_size(t->info.ndim, t->info.shape, accel_dtype_size(t->info.dtype), &t->info.numel,
-	                &t->info.nbytes))
+	if (!accelp_st_shape_size(t->info.ndim, t->info.shape, accel_dtype_size(t->info.dtype),
+	                          &t->info.numel, &t->info.nbytes))
 		BAD("%s: tensor \"%s\": shape overflows", r->path, name);
 
 	if (!json_is_array(jo) || json_array_size(jo) != 2 ||

@@ -26,7 +26,8 @@ static accel_comm_req *req_get(nccl_state *st, int *rc)
 	if (!r) {
 		/* this rank cannot take part: the others would pair their next
 		 * collective with the wrong one, so the communicator is done */
-		*rc = nccl_set_failed(st, ACCEL_ERR_NOMEM, "out of memory for a request (rank %d)", st->rank);
+		*rc = nccl_set_failed(st, ACCEL_ERR_NOMEM, "out of memory for a request (rank %d)",
+		                      st->rank);
 		return NULL;
 	}
 	cudaError_t e = cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming);
@@ -209,11 +210,11 @@ static int issue(nccl_state *st, const launch *L, accel_comm_req **ret_req)
 		CUDA_TRY(st, cudaMemcpyAsync(base + (size_t)st->rank * L->block_bytes, base,
 		                             L->block_bytes, cudaMemcpyDeviceToDevice, st->stream),
 		         out);
-	if (nccl_comm_enter(st)) {   /* the watchdog aborted it since watch_reap */
+	if (nccl_comm_enter(st)) {   /* the watchdog aborted it since nccl_watch_reap */
 		nccl_watch_reap(st);
 		rc = st->failed ? fail_fast(st, L->kind)
-		                : nccl_set_failed(st, ACCEL_ERR_NCCL, "%s not run: the communicator was aborted",
-		                       what);
+		                : nccl_set_failed(st, ACCEL_ERR_NCCL,
+		                                  "%s not run: the communicator was aborted", what);
 		goto out;
 	}
 	entered = 1;
@@ -392,8 +393,8 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 	char what[96];
 	if (st->aborted)
 		return nccl_set_failed(st, st->fail_code ? st->fail_code : ACCEL_ERR_NCCL,
-		            "%s #%llu: the communicator was aborted after an earlier failure",
-		            coll_op_name(r->kind), (unsigned long long)r->seq);
+		                       "%s #%llu: the communicator was aborted after an earlier failure",
+		                       coll_op_name(r->kind), (unsigned long long)r->seq);
 	cudaError_t e = cudaEventQuery(r->ev);
 	if (e == cudaSuccess)
 		return 1;
@@ -405,8 +406,9 @@ static int req_poll(nccl_state *st, accel_comm_req *r)
 	if (nccl_comm_enter(st)) {   /* by the watchdog, since the check above */
 		nccl_watch_reap(st);
 		return st->failed ? nccl_set_failed(st, st->fail_code, "%s", st->fail_msg)
-		                  : nccl_set_failed(st, ACCEL_ERR_NCCL, "%s #%llu: the communicator was aborted",
-		                         coll_op_name(r->kind), (unsigned long long)r->seq);
+		                  : nccl_set_failed(st, ACCEL_ERR_NCCL,
+		                                    "%s #%llu: the communicator was aborted",
+		                                    coll_op_name(r->kind), (unsigned long long)r->seq);
 	}
 	q = ncclCommGetAsyncError(st->comm, &ar);
 	nccl_comm_leave(st);
@@ -471,7 +473,7 @@ int nccl_wait_stream(void *state, accel_comm_req *r, void *stream)
 		if (e != cudaSuccess) {
 			(void)cudaGetLastError();
 			p = nccl_cuda_fail(st, e, "cudaStreamWaitEvent(the caller's stream, the collective's "
-			                     "event)");
+			                          "event)");
 		} else if (nccl_watch_add(st, r) == ACCEL_OK) {
 			r = NULL;
 		} else {

@@ -316,7 +316,8 @@ static ncclResult_t split_wait(nccl_state *p, ncclComm_t *slot, int64_t deadline
 		if (ar != ncclSuccess && ar != ncclInProgress)
 			return ar;
 		if (deadline && mono_ns() > deadline) {
-			*rc = nccl_timeout_fail(p, "ncclCommSplit (waiting for the new communicator)", 0);
+			*rc = nccl_timeout_fail(p, "ncclCommSplit (waiting for the new communicator)",
+			                        0);
 			return ncclInProgress;
 		}
 		nccl_backoff(&spins);

@@ -41,7 +41,8 @@ int nccl_fail(nccl_state *st, ncclResult_t r, const char *call)
 {
 	char msg[MSG_MAX];
 	int code = accel_nccl_describe_nccl(r, call, ncclGetLastError(st->comm), msg, sizeof(msg));
-	return nccl_set_failed(st, code, "%s (rank %d of %d, cuda:%d)", msg, st->rank, st->world, st->device);
+	return nccl_set_failed(st, code, "%s (rank %d of %d, cuda:%d)", msg, st->rank, st->world,
+	                       st->device);
 }
 
 void nccl_backoff(uint32_t *spins)
