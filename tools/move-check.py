@@ -15,13 +15,16 @@ change its whitespace, nothing else.  Every other line of OLD (declarations,
 types, macros, comments) must occur in the NEW files once the renames are
 applied, compared with runs of whitespace made one space; the ones that do
 not are listed so a reader sees what changed outside the functions.  NEW
-files may define functions OLD did not have: they are listed.
+files may define functions OLD did not have: they are listed.  With -w a
+body may also differ in the whitespace outside string and character
+literals (a call's arguments wrapped again after a rename).
 
 Functions are recognised in the house layout: the signature starts in
 column 0, the body opens with "{" alone on a line and ends with "}" alone
 on a line.  Exit status 0 when every function matches, 1 otherwise.
 """
 import argparse
+import difflib
 import re
 import subprocess
 import sys
@@ -72,10 +75,27 @@ def norm(s):
     return " ".join(s.split())
 
 
+STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"' + r"|'(?:[^'\\\n]|\\.)*'")
+
+
+def squeeze(s):
+    """s without whitespace outside string and character literals: two
+    bodies that differ only in layout squeeze to the same text."""
+    out, pos = [], 0
+    for m in STRING.finditer(s):
+        out.append(re.sub(r"\s+", "", s[pos:m.start()]))
+        out.append(m.group(0))
+        pos = m.end()
+    out.append(re.sub(r"\s+", "", s[pos:]))
+    return "".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rev", default="HEAD")
     ap.add_argument("--rename", action="append", default=[])
+    ap.add_argument("-w", "--ignore-layout", action="store_true",
+                    help="compare bodies without the whitespace outside literals")
     ap.add_argument("old")
     ap.add_argument("new", nargs="+")
     a = ap.parse_args()
@@ -110,8 +130,14 @@ def main():
         nsig, nbody, first, last = nfun[nn]
         want_sig = norm(re.sub(r"^static\s+", "", rename(sig, renames)))
         got_sig = norm(re.sub(r"^static\s+", "", nsig))
-        if rename(body, renames) != nbody:
+        same = (squeeze(rename(body, renames)) == squeeze(nbody) if a.ignore_layout
+                else rename(body, renames) == nbody)
+        if not same:
             print("FAIL %s (%s:%d): body differs" % (nn, where[nn], first))
+            sys.stdout.writelines(difflib.unified_diff(
+                rename(body, renames).splitlines(True), nbody.splitlines(True),
+                "old " + name, "new " + nn, n=1))
+            print()
             bad += 1
         elif want_sig != got_sig:
             print("FAIL %s (%s:%d): signature differs:\n  old %s\n  new %s" %
@@ -136,8 +162,10 @@ def main():
             missing.append((no, line))
     for no, line in missing:
         print("line %s:%d not in the new files: %s" % (a.old, no, line))
-    print("%d functions: %d identical, %d different; %d other lines of %s not found as they were"
-          % (len(oorder), len(oorder) - bad, bad, len(missing), a.old))
+    print("%d functions: %d %s, %d different; %d other lines of %s not found as they were"
+          % (len(oorder), len(oorder) - bad,
+             "the same but for layout" if a.ignore_layout else "identical", bad, len(missing),
+             a.old))
     return 1 if bad else 0
 
 
