@@ -114,7 +114,8 @@ ncclResult_t nccl_settle(nccl_state *st, const char *name, uint64_t seq, int *rc
 int nccl_enter_device(nccl_state *st, int *ret_prev);
 void nccl_leave_device(nccl_state *st, int prev);
 
-/* ---- nccl_coll.c: the vtable's collectives, and a request back to the spares */
+/* ---- nccl_coll.c ------------------------------------------------------------------------- */
+/* A request back to the spares; the vtable's collectives, wait and test. */
 void nccl_req_put(nccl_state *st, accel_comm_req *r);
 int nccl_allreduce(void *state, const accel_view *send, const accel_view *recv, uint32_t red,
                    accel_comm_req **ret_req);

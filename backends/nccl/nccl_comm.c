@@ -23,7 +23,6 @@
  *
  * This file: the life cycle (init, split, fini), device memory and the
  * vtable; nccl-comm.h says where the rest is. */
-#include <assert.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
