@@ -23,7 +23,7 @@ static const subcommand subcommands[] = {
 	{"bench", accelp_cli_bench, "benchmarks (comm)"},
 	{"checkpoint", accelp_cli_checkpoint, "show a checkpoint's manifest, verify its checksums"},
 	{"merge-weights", accelp_cli_merge_weights, "a checkpoint's weights as one safetensors file"},
-	{"estimate-memory", accelp_cli_estimate, "per-rank memory of a model under ddp and each ZeRO stage"},
+	{"estimate-memory", accelp_cli_estimate, "per-rank memory of a model under ddp, each ZeRO stage and fsdp"},
 	{"test", accelp_cli_test, "a short sanity run on N processes with the current config"},
 	{"doctor", accelp_cli_doctor, "check this machine: port, /dev/shm, offload disk, GPUs, NCCL"},
 };
@@ -34,8 +34,8 @@ static void usage(FILE *out)
 		"Usage: accel [--help] [--version] COMMAND [ARGS...]\n"
 		"\n"
 		"Run C/C++/CUDA training programs on 1 or N processes; the JSON config\n"
-		"chooses the strategy plugin (ddp in this release), precision and\n"
-		"communication.\n"
+		"chooses the strategy plugin (ddp, zero or fsdp in this release), the\n"
+		"precision and the communication.\n"
 		"\n"
 		"Commands:\n");
 	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)

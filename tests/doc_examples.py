@@ -5,6 +5,7 @@
     doc_examples.py examples DOCDIR WORKDIR SUBST...
     doc_examples.py versions DOCDIR VERSION_LINE
     doc_examples.py links DOCROOT
+    doc_examples.py configs DOCDIR WORKDIR SUBST...
 
 examples: every fenced block of DOCDIR/*.md whose first line starts with
 "$ " shows a command and its output.  It must be a ```console block: its
@@ -23,6 +24,12 @@ M.N)"); each sentence listed in VERSION_QUOTES must still be there.
 
 links: every relative link of the *.md files under DOCROOT (an installed
 doc directory) resolves to a file or directory inside DOCROOT.
+
+configs: every ```json block of DOCDIR/*.md is a config a reader may paste
+into a file: written to a file in WORKDIR, `accel config validate` must
+say it is ok.  Each SUBST ("ACTUAL=>SHOWN") first replaces SHOWN by ACTUAL
+in the block, so a path the docs show names what this test built.  A block
+that is not a whole config says why on its fence: ```json not-a-config: WHY.
 """
 import glob
 import os
@@ -191,6 +198,44 @@ def check_links(root):
     print("%d links in the installed docs resolve inside %s" % (n, root))
 
 
+def check_configs(docdir, workdir, substs):
+    n_ok = n_skip = 0
+    for path in md_files(docdir):
+        name = os.path.basename(path)
+        for first, info, lines in blocks(path):
+            words = info.split()
+            if not words or words[0] != "json":
+                continue
+            where = "%s:%d" % (name, first)
+            if len(words) > 1:
+                if words[1] != "not-a-config:" or len(words) < 3:
+                    fail("%s: fence '```%s': only ```json or ```json not-a-config: WHY"
+                         % (where, info))
+                n_skip += 1
+                print("%s: not a config (%s)" % (where, " ".join(words[2:])))
+                continue
+            text = "\n".join(lines) + "\n"
+            for s in substs:
+                actual, shown_as = s.split("=>", 1)
+                if shown_as:
+                    text = text.replace(shown_as, actual)
+            cfg = os.path.abspath(os.path.join(workdir, "%s-%d.json" % (name[:-3], first)))
+            with open(cfg, "w", encoding="utf-8") as f:
+                f.write(text)
+            p = subprocess.run(["accel", "config", "validate", "--no-env", cfg], cwd=workdir,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+            out = p.stdout.decode("utf-8", "replace")
+            if p.returncode != 0 or out.strip() != cfg + ": ok":
+                print(out + p.stderr.decode("utf-8", "replace"), file=sys.stderr)
+                fail("%s: the ```json block does not validate (accel config validate exited %d); "
+                     "fix it, or mark a fragment ```json not-a-config: WHY" % (where, p.returncode))
+            n_ok += 1
+            print("%s: ok" % where)
+    if n_ok < 3:
+        fail("only %d ```json blocks were validated" % n_ok)
+    print("%d json blocks validate, %d are not configs (each says why)" % (n_ok, n_skip))
+
+
 def main(argv):
     if len(argv) >= 4 and argv[1] == "examples":
         run_examples(argv[2], argv[3], argv[4:])
@@ -198,6 +243,8 @@ def main(argv):
         check_versions(argv[2], argv[3])
     elif len(argv) == 3 and argv[1] == "links":
         check_links(argv[2])
+    elif len(argv) >= 4 and argv[1] == "configs":
+        check_configs(argv[2], argv[3], argv[4:])
     else:
         fail(__doc__)
 

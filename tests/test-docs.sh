@@ -6,6 +6,12 @@
 #     on its fence why it cannot run here;
 #   - the version numbers the docs quote are `accel --version`'s;
 #   - every relative link of the installed docs resolves inside them;
+#   - every command `accel --help` lists (and each subcommand its own --help
+#     lists) answers --help, -h and `accel help` as docs/cli.md says, and has
+#     its "## accel COMMAND" section there;
+#   - every ```json block of the installed docs validates as a config, and
+#     every example config the installed configs/README.md names is
+#     installed and validates;
 #   - the installed reduce-hook example builds from the installed headers
 #     alone and trains like no hook at all.
 # Exit 77 only when python3 is missing.
@@ -75,6 +81,58 @@ cmp -s "$tmp/plain.loss" "$tmp/hook.loss" ||
 		"$tmp/hook.loss"
 cat "$tmp/hook.loss"
 
+echo "== --help of every command (docs/cli.md: usage on stdout, status 0)"
+# help_ok WORDS...: `accel WORDS --help` and `-h` print a usage on stdout,
+# nothing on stderr, and exit 0
+help_ok() {
+	for h in --help -h; do
+		accel "$@" $h >"$tmp/help.out" 2>"$tmp/help.err" ||
+			pb_fail "accel $* $h exited $?" "$tmp/help.out" "$tmp/help.err"
+		head -n 1 "$tmp/help.out" | grep -q '^Usage: accel ' ||
+			pb_fail "accel $* $h does not start with 'Usage: accel '" "$tmp/help.out"
+		[ ! -s "$tmp/help.err" ] || pb_fail "accel $* $h wrote on stderr" "$tmp/help.err"
+	done
+}
+# the command words of a "Commands:" section (continuation lines are indented deeper)
+list_commands() {
+	sed -n '/^Commands:/,/^$/p' "$1" | awk '/^  [a-z]/ { print $1 }'
+}
+accel --help >"$tmp/top.out" || fail "accel --help failed"
+cmds=$(list_commands "$tmp/top.out")
+[ "$(echo "$cmds" | wc -w)" -ge 8 ] || pb_fail "accel --help lists too few commands" "$tmp/top.out"
+n_help=0
+for c in $cmds; do
+	help_ok "$c"
+	n_help=$((n_help + 1))
+	accel "$c" --help >"$tmp/c.out"
+	accel help "$c" >"$tmp/h.out" || fail "accel help $c failed"
+	cmp -s "$tmp/c.out" "$tmp/h.out" || fail "accel help $c differs from accel $c --help"
+	grep -q "^## accel $c\$" "$docdir/cli.md" || fail "cli.md has no section '## accel $c'"
+	for s in $(list_commands "$tmp/c.out"); do
+		help_ok "$c" "$s"
+		n_help=$((n_help + 1))
+	done
+done
+# the forms docs/cli.md shows that no "Commands:" section lists
+for sub in "plugins list" "plugins info" "checkpoint show"; do
+	help_ok $sub
+	n_help=$((n_help + 1))
+done
+echo "$n_help commands answer --help and -h"
+
+echo "== the example configs, installed"
+cfgdir=$root/share/accel/examples/configs
+named=$(grep -o '^| `[^`]*\.json`' "$cfgdir/README.md" | tr -d '|` ')
+[ "$(echo "$named" | wc -w)" -ge 3 ] || fail "$cfgdir/README.md names too few configs"
+for f in $named; do
+	[ -f "$cfgdir/$f" ] || fail "configs/README.md names $f, which is not installed in $cfgdir"
+done
+for f in "$cfgdir"/*.json; do
+	out=$(accel config validate --no-env "$f" 2>/dev/null) || fail "$f does not validate: $out"
+	[ "$out" = "$f: ok" ] || fail "accel config validate $f printed '$out'"
+done
+echo "$(echo "$named" | wc -w) configs named, installed and valid"
+
 echo "== the shell examples of the installed docs"
 # a working directory with what the examples name: the example configs and
 # the plugin skeleton's localsgd.so (built from the installed headers)
@@ -85,4 +143,6 @@ cp -R "$ACCEL_TEST_SRCDIR/examples/configs" "$tmp/work/examples/configs"
 "$PY" "$check" examples "$docdir" "$tmp/work" \
 	"$plugindir=>/usr/local/lib/x86_64-linux-gnu/accel/plugins" \
 	"(ACCEL_PLUGIN_PATH)=>(install)" "$tmp/work=>/home/me/src/localsgd" "$tmp/dest=>"
+echo "== the json blocks of the installed docs, as configs"
+"$PY" "$check" configs "$docdir" "$tmp/work" "$tmp/work=>/home/me/src/localsgd"
 echo PASS
