@@ -37,9 +37,13 @@
 
 int train_fail(const trainer *t, const char *what, int rc)
 {
-	fprintf(stderr, "accel-gpt2: %s: %s (%s)\n", what,
-	        t->ctx && *accel_errmsg(t->ctx) ? accel_errmsg(t->ctx) : "no message",
-	        accel_status_str(rc));
+	const char *msg = t->ctx && *accel_errmsg(t->ctx) ? accel_errmsg(t->ctx) : "no message";
+	size_t n = strlen(what);
+	/* the library's message may name the call already ("accel_prepare: ...") */
+	if (!strncmp(msg, what, n) && msg[n] == ':')
+		fprintf(stderr, "accel-gpt2: %s (%s)\n", msg, accel_status_str(rc));
+	else
+		fprintf(stderr, "accel-gpt2: %s: %s (%s)\n", what, msg, accel_status_str(rc));
 	return -1;
 }
 
