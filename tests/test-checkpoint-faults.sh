@@ -28,21 +28,9 @@ trap '[ -z "$holder" ] || kill -9 "$holder" 2>/dev/null; rm -rf "$tmp"' EXIT INT
 unset ACCEL_CONFIG ACCEL_TEST_CKPT_CRASH ACCEL_TEST_CKPT_FREE_BYTES
 cd "$tmp"
 A=$ACCEL_CLI
-F="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 --log-every 100"
 
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-
+# fail, and run N ARGS...: train_mlp on N processes (1: directly)
 . "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
-
-# run N ARGS...: train_mlp on N processes (1: directly)
-run() {
-	run_n_=$1
-	shift
-	ranks "$run_n_" "$T" $F "$@"
-}
 
 # expect RC WANT ARGS...: train_mlp at 1 process exits RC with WANT in its output
 expect() {

@@ -31,21 +31,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-ckpt-plugin-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 unset ACCEL_CONFIG
 cd "$tmp"
-F="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 --log-every 100"
 
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-
+# fail, and run N ARGS...: train_mlp on N processes (1: directly)
 . "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
-
-# run N ARGS...: train_mlp on N processes (1: directly)
-run() {
-	run_n_=$1
-	shift
-	ranks "$run_n_" "$T" $F "$@"
-}
 
 # save NAME N ARGS...: checkpoint NAME/checkpoint_4 after 4 steps
 save() {

@@ -30,16 +30,8 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 unset ACCEL_CONFIG
 cd "$tmp"
 
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-
+# fail, and ranks N CMD...: CMD on N processes (1: directly)
 . "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
-
-run() {
-	ranks "$@"
-}
 
 # equal N: every one of N ranks loaded all 3154 values (37 + 2112 + 1000 + 5)
 equal() {
@@ -52,7 +44,7 @@ equal() {
 }
 
 echo "== saved under fx-shard at 2 ranks"
-run 2 "$P" fx-shard save s2 s2.model 0.25 >out 2>&1 || { cat out; fail "save under fx-shard"; }
+ranks 2 "$P" fx-shard save s2 s2.model 0.25 >out 2>&1 || { cat out; fail "save under fx-shard"; }
 # the save walks the units twice (param/ tensors, accel_save_model), plus
 # the reads of the program (through the hooks, not materialize)
 for r in 0 1; do
@@ -62,25 +54,25 @@ done
 "$ACCEL_CLI" checkpoint show --verify s2 >show 2>&1 || { cat show; fail "s2 does not verify"; }
 
 echo "== loaded under ddp at 2 and 1, under fx-shard at 3"
-run 2 "$P" ddp load s2 d2.model 0.25 >out 2>&1 || { cat out; fail "s2 under ddp at 2"; }
+ranks 2 "$P" ddp load s2 d2.model 0.25 >out 2>&1 || { cat out; fail "s2 under ddp at 2"; }
 equal 2 "s2 under ddp at 2"
 cmp s2.model d2.model || fail "accel_save_model under fx-shard differs from ddp's"
-run 1 "$P" ddp load s2 d1.model 0.25 >out 2>&1 || { cat out; fail "s2 under ddp at 1"; }
+ranks 1 "$P" ddp load s2 d1.model 0.25 >out 2>&1 || { cat out; fail "s2 under ddp at 1"; }
 equal 1 "s2 under ddp at 1"
-run 3 "$P" fx-shard load s2 f3.model 0.25 >out 2>&1 || { cat out; fail "s2 under fx-shard at 3"; }
+ranks 3 "$P" fx-shard load s2 f3.model 0.25 >out 2>&1 || { cat out; fail "s2 under fx-shard at 3"; }
 equal 3 "s2 under fx-shard at 3"
 grep -q "rank 2: materialize: 6 gathers, 6 releases, 3 writebacks, at most 1 unit(s) at once; params peak ok" out ||
 	{ cat out; fail "fx-shard load at 3: rank 2's walk"; }
 cmp s2.model f3.model || fail "accel_save_model under fx-shard at 3 differs"
 
 echo "== saved under ddp at 2, loaded under fx-shard at 2"
-run 2 "$P" ddp save d2s d2s.model 0.5 >out 2>&1 || { cat out; fail "save under ddp"; }
-run 2 "$P" fx-shard load d2s x2.model 0.5 >out 2>&1 || { cat out; fail "d2s under fx-shard"; }
+ranks 2 "$P" ddp save d2s d2s.model 0.5 >out 2>&1 || { cat out; fail "save under ddp"; }
+ranks 2 "$P" fx-shard load d2s x2.model 0.5 >out 2>&1 || { cat out; fail "d2s under fx-shard"; }
 equal 2 "d2s under fx-shard at 2"
 cmp d2s.model x2.model || fail "accel_save_model after the load differs from ddp's"
 
 echo "== no materialize slot"
-run 2 "$P" fx-shard-nomat refuse n2 n2.model 0 >out 2>&1 || { cat out; fail "fx-shard-nomat"; }
+ranks 2 "$P" fx-shard-nomat refuse n2 n2.model 0 >out 2>&1 || { cat out; fail "fx-shard-nomat"; }
 for what in "accel_save_state: strategy 'fx-shard-nomat' (" "accel_save_model: strategy 'fx-shard-nomat' (" "accel_load_state: strategy 'fx-shard-nomat' ("; do
 	grep -qF "refused: $what" out || { cat out; fail "no refusal: $what"; }
 done

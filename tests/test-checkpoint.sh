@@ -20,23 +20,11 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-ckpt-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 unset ACCEL_CONFIG
 cd "$tmp"
-F="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 --log-every 100
-   --set scheduler.type=linear --set scheduler.total_steps=20 --set scheduler.warmup_steps=4
-   --set max_grad_norm=0.05"
 
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-
+# fail, and run N ARGS...: train_mlp on N processes (1: directly)
 . "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
-
-# run N ARGS...: train_mlp on N processes (1: directly)
-run() {
-	run_n_=$1
-	shift
-	ranks "$run_n_" "$T" $F "$@"
-}
+MLP_FLAGS="$MLP_FLAGS --set scheduler.type=linear --set scheduler.total_steps=20
+   --set scheduler.warmup_steps=4 --set max_grad_norm=0.05"
 
 for n in 1 2; do
 	echo "== resume at $n process(es) is bitwise equal to an uninterrupted run"

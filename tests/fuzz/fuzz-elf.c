@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "loader-impl.h"
@@ -83,19 +82,10 @@ static void check_accepted(const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	int fd = memfd_create("fuzz-elf", 0);
+	char path[FUZZ_PATH_MAX];
+	int fd = fuzz_input_file("fuzz-elf", data, size, path);
 	if (fd < 0)
 		return 0;
-	for (size_t off = 0; off < size;) {
-		ssize_t w = write(fd, data + off, size - off);
-		if (w <= 0) {
-			close(fd);
-			return 0;
-		}
-		off += (size_t)w;
-	}
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 
 	/* 96 bytes: most reasons are longer, so truncation is exercised */
 	char why[96 + 16];

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -157,23 +156,13 @@ static void import_once(const char *text, size_t len, int yaml, int with_schemas
 		json_decref(y);
 	} else {
 		/* from a file, as the command reads it */
-		int fd = memfd_create("fuzz-import", 0);
-		char path[64];
-		size_t off = 0;
-		while (fd >= 0 && off < len) {
-			ssize_t w = write(fd, text + off, len - off);
-			if (w <= 0)
-				break;
-			off += (size_t)w;
-		}
-		if (fd < 0 || off < len) {
-			if (fd >= 0)
-				close(fd);
+		char path[FUZZ_PATH_MAX];
+		int fd = fuzz_input_file("fuzz-import", (const uint8_t *)text, len, path);
+		if (fd < 0) {
 			accelp_import_fini(&imp);
 			accelp_config_free(schemas);
 			return;
 		}
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 		r = accelp_import_deepspeed_file(&imp, path, &e);
 		fail_check(&e, r, "import-deepspeed");
 		close(fd);

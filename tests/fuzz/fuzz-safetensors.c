@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "safetensors.h"
@@ -25,20 +24,10 @@ static void must(int ok, const char *what)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	int fd = memfd_create("fuzz-st", 0);
+	char path[FUZZ_PATH_MAX];
+	int fd = fuzz_input_file("fuzz-st", data, size, path);
 	if (fd < 0)
 		return 0;
-	size_t off = 0;
-	while (off < size) {
-		ssize_t w = write(fd, data + off, size - off);
-		if (w <= 0) {
-			close(fd);
-			return 0;
-		}
-		off += (size_t)w;
-	}
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 
 	accel_st_reader *r = NULL;
 	accel_err e = {0};

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gpt2_data.h"
@@ -65,19 +64,10 @@ static void check_stream(const gpt2_tokens *t, uint64_t first, uint64_t count, i
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	int fd = memfd_create("fuzz-tokens", 0);
+	char path[FUZZ_PATH_MAX], err[512];
+	int fd = fuzz_input_file("fuzz-tokens", data, size, path);
 	if (fd < 0)
 		return 0;
-	for (size_t off = 0; off < size;) {
-		ssize_t w = write(fd, data + off, size - off);
-		if (w <= 0) {
-			close(fd);
-			return 0;
-		}
-		off += (size_t)w;
-	}
-	char path[64], err[512];
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	err[0] = '\0';
 
 	gpt2_tokens t;
