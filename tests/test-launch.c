@@ -834,15 +834,59 @@ START_TEST(log_write_failure_is_reported)
 }
 END_TEST
 
+/* The state letter of /proc/PID/stat (R, S, Z, ...), or 0 when it is gone. */
+static char proc_state(long pid)
+{
+	char sp[64], st[512] = "";
+	snprintf(sp, sizeof(sp), "/proc/%ld/stat", pid);
+	FILE *sf = fopen(sp, "r");
+	if (!sf)
+		return 0;
+	if (!fgets(st, sizeof(st), sf))
+		st[0] = '\0';
+	fclose(sf);
+	const char *rp = strrchr(st, ')');
+	return rp && rp[1] == ' ' ? rp[2] : 0;
+}
+
+/* The pid a rank wrote to DIR/NAME, waiting up to limit_s for the file. */
+static long wait_for_pid(const char *dir, const char *name, double limit_s)
+{
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	double t0 = now_s();
+	for (;;) {
+		FILE *f = fopen(p, "r");
+		long pid = 0;
+		if (f) {
+			int got = fscanf(f, "%ld", &pid);
+			fclose(f);
+			if (got == 1 && pid > 0)
+				return pid;
+		}
+		ck_assert_msg(now_s() - t0 < limit_s, "no pid in %s after %.0f s", p, limit_s);
+		usleep(20000);
+	}
+}
+
 /* Two ranks fail at (nearly) the same time: each gets its own failed: line,
  * and the one that ended on its own is not counted among the ranks the
  * launcher stops.  The launcher is paused while both exit, so that it finds
- * both already gone when it handles the first. */
+ * both already gone when it handles the first.  Every step waits for what
+ * it needs (the ranks started, both exited: zombies the stopped launcher
+ * has not reaped), not a fixed time: with sleeps (0.2 s to start, 1.3 s to
+ * exit) a launcher stopped before it had started its ranks, on a loaded
+ * machine, let rank 0's failure be handled while rank 1 still ran. */
 START_TEST(simultaneous_failures_are_each_reported)
 {
 	char *d = tmpdir();
-	char log[4200];
+	char log[4200], script[9000], go[4200];
 	snprintf(log, sizeof(log), "%s/out", d);
+	snprintf(go, sizeof(go), "%s/go", d);
+	snprintf(script, sizeof(script),
+	         "echo $$ > '%s'/pid-$ACCEL_RANK.tmp && mv '%s'/pid-$ACCEL_RANK.tmp "
+	         "'%s'/pid-$ACCEL_RANK; if [ $ACCEL_RANK = 2 ]; then exec sleep 60; fi; "
+	         "while [ ! -e '%s' ]; do sleep 0.02; done; exit 3", d, d, d, go);
 	const char *cli = getenv("ACCEL_CLI");
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
@@ -852,13 +896,27 @@ START_TEST(simultaneous_failures_are_each_reported)
 			_exit(99);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execl(cli, cli, "launch", "-n", "3", "--", "sh", "-c",
-		      "if [ $ACCEL_RANK = 2 ]; then sleep 60; else sleep 0.5; exit 3; fi", (char *)NULL);
+		execl(cli, cli, "launch", "-n", "3", "--", "sh", "-c", script, (char *)NULL);
 		_exit(99);
 	}
-	usleep(200000);
+	long rank_pid[3];
+	for (int k = 0; k < 3; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "pid-%d", k);
+		rank_pid[k] = wait_for_pid(d, name, 30);
+	}
 	kill(pid, SIGSTOP);
-	usleep(1300000);   /* ranks 0 and 1 exit meanwhile */
+	int fd = open(go, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	/* ranks 0 and 1 exit meanwhile: zombies until the launcher reaps them */
+	double t0 = now_s();
+	for (int k = 0; k < 2; k++)
+		while (proc_state(rank_pid[k]) != 'Z') {
+			ck_assert_msg(now_s() - t0 < 30, "rank %d (pid %ld) did not exit within 30 s",
+			              k, rank_pid[k]);
+			usleep(20000);
+		}
 	kill(pid, SIGCONT);
 	int status;
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
