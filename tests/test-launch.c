@@ -849,7 +849,8 @@ static char proc_state(long pid)
 	return rp && rp[1] == ' ' ? rp[2] : 0;
 }
 
-/* The pid a rank wrote to DIR/NAME, waiting up to limit_s for the file. */
+/* The number (a pid, a port) a rank wrote to DIR/NAME, waiting up to
+ * limit_s for the file. */
 static long wait_for_pid(const char *dir, const char *name, double limit_s)
 {
 	char p[4200];
@@ -1163,6 +1164,42 @@ START_TEST(store_through_launcher)
 }
 END_TEST
 
+/* The port the launcher chose for the store is held until rank 0 binds it:
+ * another process asking for that port meanwhile (here: while rank 0 has
+ * not even started the store) is refused.  Without the hold, a port the
+ * launcher had chosen and released could be taken by any process in the
+ * time rank 0 took to start, which then failed "address already in use". */
+START_TEST(store_port_held_until_rank0_binds_it)
+{
+	char *d = tmpdir();
+	char script[9000];
+	snprintf(script, sizeof(script),
+	         "echo $ACCEL_MASTER_PORT > '%s'/port.tmp && mv '%s'/port.tmp '%s'/port; "
+	         "while [ ! -e '%s'/go ]; do sleep 0.02; done; exec '%s'", d, d, d, d, store_prog);
+	run r;
+	start(&r, (const char *[]){"-n", "1", "--", "sh", "-c", script, NULL});
+	long port = wait_for_pid(d, "port", 30);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int bound = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, e = errno;
+	close(fd);
+	char go[4200];
+	snprintf(go, sizeof(go), "%s/go", d);
+	fd = open(go, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	finish(&r, 30);
+	ck_assert_msg(!bound, "another process bound the store's port %ld before rank 0 did", port);
+	ck_assert_msg(e == EADDRINUSE, "binding the store's port %ld: %s", port, strerror(e));
+	ck_assert_msg(r.status == 0, "exit %d:\n%s\n%s", r.status, r.out, r.err);
+	HAS(r.out, "[rank 0] store ok rank=0 world=1 count=");
+	run_free(&r);
+	tmpdir_free(d);
+}
+END_TEST
+
 /* Two launchers on this machine act as two nodes of one job. */
 static void two_nodes(run *a, run *b, const char *extra)
 {
@@ -1257,6 +1294,7 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, sigint_is_forwarded);
 	tcase_add_test(tc, sighup_is_forwarded);
 	tcase_add_test(tc, store_through_launcher);
+	tcase_add_test(tc, store_port_held_until_rank0_binds_it);
 	tcase_add_test(tc, two_nodes_meet_in_the_store);
 	tcase_add_test(tc, failure_on_one_node_stops_the_other);
 	suite_add_tcase(s, tc);
