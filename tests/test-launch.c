@@ -1204,13 +1204,16 @@ END_TEST
 static void two_nodes(run *a, run *b, const char *extra)
 {
 	char port[16];
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	/* held as the launcher holds the port it chooses (bound with
+	 * SO_REUSEADDR, not listening) until the job ends: rank 0's store binds
+	 * over it, a test running beside this one cannot take it meanwhile */
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t sl = sizeof(sa);
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
 	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
 	snprintf(port, sizeof(port), "%d", ntohs(sa.sin_port));
-	close(fd);
 	const char *n0[] = {"--nnodes", "2", "--node-rank", "0", "-n", "2", "--master-addr",
 	                    "127.0.0.1", "--master-port", port, "--grace-s", "2", "--", store_prog,
 	                    extra ? "die" : NULL, extra, NULL};
@@ -1222,6 +1225,7 @@ static void two_nodes(run *a, run *b, const char *extra)
 	start(a, n0);
 	finish(a, 30);
 	finish(b, 30);
+	close(fd);
 }
 
 START_TEST(two_nodes_meet_in_the_store)
