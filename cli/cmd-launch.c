@@ -30,22 +30,45 @@ extern char **environ;
  * the others' failure, plus --grace-s). */
 #define NODES_TIMEOUT_S 300.0
 
-/* A port that is free now (the kernel's choice).  The rendezvous store binds
- * it a moment later; another process taking it in between is possible but
- * rare, and then rank 0 says so. */
+/* The port the launcher chose for the rendezvous store, held from the
+ * choice until the launcher exits (or chooses again for a restart): a
+ * socket bound to it with SO_REUSEADDR and never listening.  Rank 0's
+ * store, which sets SO_REUSEADDR too, binds and listens on it all the
+ * same, while the kernel gives it to no other process in between: a port
+ * chosen, released and bound a moment later by rank 0 (after its exec and
+ * start-up) could be taken meanwhile by any process asking for a free
+ * one, and rank 0 then failed with "address already in use". */
+static int port_hold = -1;
+
+static void free_port_release(void)
+{
+	if (port_hold >= 0)
+		close(port_hold);
+	port_hold = -1;
+}
+
+/* A port that is free now (the kernel's choice), held (port_hold). */
 static int free_port(void)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	free_port_release();
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 	if (fd < 0)
 		return -1;
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
 	sa.sin_addr.s_addr = htonl(INADDR_ANY);
 	socklen_t sl = sizeof(sa);
 	int port = -1;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
 	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
 		port = ntohs(sa.sin_port);
-	close(fd);
+	if (port < 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	port_hold = fd;
 	return port;
 }
 
@@ -649,6 +672,7 @@ oom:
 	fprintf(stderr, "accel launch: out of memory\n");
 	rc = 1;
 out:
+	free_port_release();
 	envs_free(adds, envp, cur);
 	accelp_nodes_close(nodes);
 	free(slots);

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/common/sock.h"
 #include "launch.h"
 
 #define LINE_MAX_NODES 8192
@@ -220,7 +221,11 @@ int accelp_nodes_open(launch_nodes **ret, const char *addr, int port, int nnodes
 		}
 		for (;;) {
 			int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-			if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+			/* a connection to itself (node 0 on this host, not yet
+			 * listening, and the kernel chose that very port as our
+			 * source) is nobody: it would also keep node 0 from
+			 * binding the port */
+			if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 && !sock_is_self(fd)) {
 				N->master_fd = fd;
 				keepalive(fd);
 				break;

@@ -158,12 +158,22 @@ echo "  ok"
 
 echo "== one job per project directory"
 printf 'job other-job pid 4242 host elsewhere\n' >p/.accel-lock
-flock -o p/.accel-lock sleep 60 &
+# the holder says when it holds the lock (a fixed 0.5 s wait let a job on a
+# loaded machine run before flock had taken it); its I/O is not the test's,
+# so its sleep, left behind when flock is killed, holds no pipe of ours
+rm -f held
+flock -o p/.accel-lock sh -c 'echo $$ > held.tmp && mv held.tmp held && exec sleep 60' \
+	</dev/null >/dev/null 2>&1 &
 holder=$!
-sleep 0.5
+i=0
+until [ -s held ]; do
+	i=$((i + 1))
+	[ $i -lt 300 ] || fail "flock did not take p/.accel-lock within 30 s"
+	sleep 0.1
+done
 expect 1 "accel_prepare: project directory p is in use by job other-job (pid 4242 on host elsewhere)" \
 	--steps 40 --checkpoint-every 10 --project-dir p --resume latest
-kill -9 "$holder"
+kill -9 "$holder" "$(cat held)" 2>/dev/null || true
 wait "$holder" 2>/dev/null || true
 holder=
 # the kernel released the dead holder's lock: the next job runs

@@ -9,7 +9,10 @@
 # Measured from rank 0's timeout message to the launcher's exit (each line
 # stamped as it arrives): 1.1 s after the fix (the store's 1 s abort
 # linger), 5.0 s at comm.timeout_s=5 and 20.0 s at 20 before it (whole
-# runs: 7.0 s and 21.9 s now, 11.9 s and 41.3 s before).  Bound: 3 s.
+# runs: 7.0 s and 21.9 s now, 11.9 s and 41.3 s before).  Under ASan and
+# UBSan with two busy loops on 2 cores: 1.25-1.47 s (rank 0's exit, leak
+# check included).  Bound: 4 s, 2.7x that and still short of the second
+# timeout it guards against (5 s more).
 # Usage: test-launch-hang.sh TRAIN_MLP
 set -eu
 
@@ -45,5 +48,5 @@ det=$((t_det - t_hang))
 after=$((t_end - t_det))
 echo "hang -> timeout message: $det ms; timeout message -> launcher exit: $after ms"
 [ "$det" -ge 4500 ] || { cat "$tmp/out"; fail "the timeout came after $det ms, before comm.timeout_s"; }
-[ "$after" -le 3000 ] || { cat "$tmp/out"; fail "the job took $after ms to end after the timeout (bound 3000 ms): a second timeout?"; }
+[ "$after" -le 4000 ] || { cat "$tmp/out"; fail "the job took $after ms to end after the timeout (bound 4000 ms): a second timeout?"; }
 echo ok

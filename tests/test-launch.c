@@ -834,15 +834,60 @@ START_TEST(log_write_failure_is_reported)
 }
 END_TEST
 
+/* The state letter of /proc/PID/stat (R, S, Z, ...), or 0 when it is gone. */
+static char proc_state(long pid)
+{
+	char sp[64], st[512] = "";
+	snprintf(sp, sizeof(sp), "/proc/%ld/stat", pid);
+	FILE *sf = fopen(sp, "r");
+	if (!sf)
+		return 0;
+	if (!fgets(st, sizeof(st), sf))
+		st[0] = '\0';
+	fclose(sf);
+	const char *rp = strrchr(st, ')');
+	return rp && rp[1] == ' ' ? rp[2] : 0;
+}
+
+/* The number (a pid, a port) a rank wrote to DIR/NAME, waiting up to
+ * limit_s for the file. */
+static long wait_for_pid(const char *dir, const char *name, double limit_s)
+{
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	double t0 = now_s();
+	for (;;) {
+		FILE *f = fopen(p, "r");
+		long pid = 0;
+		if (f) {
+			int got = fscanf(f, "%ld", &pid);
+			fclose(f);
+			if (got == 1 && pid > 0)
+				return pid;
+		}
+		ck_assert_msg(now_s() - t0 < limit_s, "no pid in %s after %.0f s", p, limit_s);
+		usleep(20000);
+	}
+}
+
 /* Two ranks fail at (nearly) the same time: each gets its own failed: line,
  * and the one that ended on its own is not counted among the ranks the
  * launcher stops.  The launcher is paused while both exit, so that it finds
- * both already gone when it handles the first. */
+ * both already gone when it handles the first.  Every step waits for what
+ * it needs (the ranks started, both exited: zombies the stopped launcher
+ * has not reaped), not a fixed time: with sleeps (0.2 s to start, 1.3 s to
+ * exit) a launcher stopped before it had started its ranks, on a loaded
+ * machine, let rank 0's failure be handled while rank 1 still ran. */
 START_TEST(simultaneous_failures_are_each_reported)
 {
 	char *d = tmpdir();
-	char log[4200];
+	char log[4200], script[9000], go[4200];
 	snprintf(log, sizeof(log), "%s/out", d);
+	snprintf(go, sizeof(go), "%s/go", d);
+	snprintf(script, sizeof(script),
+	         "echo $$ > '%s'/pid-$ACCEL_RANK.tmp && mv '%s'/pid-$ACCEL_RANK.tmp "
+	         "'%s'/pid-$ACCEL_RANK; if [ $ACCEL_RANK = 2 ]; then exec sleep 60; fi; "
+	         "while [ ! -e '%s' ]; do sleep 0.02; done; exit 3", d, d, d, go);
 	const char *cli = getenv("ACCEL_CLI");
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
@@ -852,13 +897,27 @@ START_TEST(simultaneous_failures_are_each_reported)
 			_exit(99);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execl(cli, cli, "launch", "-n", "3", "--", "sh", "-c",
-		      "if [ $ACCEL_RANK = 2 ]; then sleep 60; else sleep 0.5; exit 3; fi", (char *)NULL);
+		execl(cli, cli, "launch", "-n", "3", "--", "sh", "-c", script, (char *)NULL);
 		_exit(99);
 	}
-	usleep(200000);
+	long rank_pid[3];
+	for (int k = 0; k < 3; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "pid-%d", k);
+		rank_pid[k] = wait_for_pid(d, name, 30);
+	}
 	kill(pid, SIGSTOP);
-	usleep(1300000);   /* ranks 0 and 1 exit meanwhile */
+	int fd = open(go, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	/* ranks 0 and 1 exit meanwhile: zombies until the launcher reaps them */
+	double t0 = now_s();
+	for (int k = 0; k < 2; k++)
+		while (proc_state(rank_pid[k]) != 'Z') {
+			ck_assert_msg(now_s() - t0 < 30, "rank %d (pid %ld) did not exit within 30 s",
+			              k, rank_pid[k]);
+			usleep(20000);
+		}
 	kill(pid, SIGCONT);
 	int status;
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
@@ -1105,17 +1164,56 @@ START_TEST(store_through_launcher)
 }
 END_TEST
 
+/* The port the launcher chose for the store is held until rank 0 binds it:
+ * another process asking for that port meanwhile (here: while rank 0 has
+ * not even started the store) is refused.  Without the hold, a port the
+ * launcher had chosen and released could be taken by any process in the
+ * time rank 0 took to start, which then failed "address already in use". */
+START_TEST(store_port_held_until_rank0_binds_it)
+{
+	char *d = tmpdir();
+	char script[9000];
+	snprintf(script, sizeof(script),
+	         "echo $ACCEL_MASTER_PORT > '%s'/port.tmp && mv '%s'/port.tmp '%s'/port; "
+	         "while [ ! -e '%s'/go ]; do sleep 0.02; done; exec '%s'", d, d, d, d, store_prog);
+	run r;
+	start(&r, (const char *[]){"-n", "1", "--", "sh", "-c", script, NULL});
+	long port = wait_for_pid(d, "port", 30);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int bound = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, e = errno;
+	close(fd);
+	char go[4200];
+	snprintf(go, sizeof(go), "%s/go", d);
+	fd = open(go, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	finish(&r, 30);
+	ck_assert_msg(!bound, "another process bound the store's port %ld before rank 0 did", port);
+	ck_assert_msg(e == EADDRINUSE, "binding the store's port %ld: %s", port, strerror(e));
+	ck_assert_msg(r.status == 0, "exit %d:\n%s\n%s", r.status, r.out, r.err);
+	HAS(r.out, "[rank 0] store ok rank=0 world=1 count=");
+	run_free(&r);
+	tmpdir_free(d);
+}
+END_TEST
+
 /* Two launchers on this machine act as two nodes of one job. */
 static void two_nodes(run *a, run *b, const char *extra)
 {
 	char port[16];
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	/* held as the launcher holds the port it chooses (bound with
+	 * SO_REUSEADDR, not listening) until the job ends: rank 0's store binds
+	 * over it, a test running beside this one cannot take it meanwhile */
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t sl = sizeof(sa);
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
 	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
 	snprintf(port, sizeof(port), "%d", ntohs(sa.sin_port));
-	close(fd);
 	const char *n0[] = {"--nnodes", "2", "--node-rank", "0", "-n", "2", "--master-addr",
 	                    "127.0.0.1", "--master-port", port, "--grace-s", "2", "--", store_prog,
 	                    extra ? "die" : NULL, extra, NULL};
@@ -1127,6 +1225,7 @@ static void two_nodes(run *a, run *b, const char *extra)
 	start(a, n0);
 	finish(a, 30);
 	finish(b, 30);
+	close(fd);
 }
 
 START_TEST(two_nodes_meet_in_the_store)
@@ -1199,6 +1298,7 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, sigint_is_forwarded);
 	tcase_add_test(tc, sighup_is_forwarded);
 	tcase_add_test(tc, store_through_launcher);
+	tcase_add_test(tc, store_port_held_until_rank0_binds_it);
 	tcase_add_test(tc, two_nodes_meet_in_the_store);
 	tcase_add_test(tc, failure_on_one_node_stops_the_other);
 	suite_add_tcase(s, tc);

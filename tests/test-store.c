@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/common/sock.h"
 #include "free-port.h"
 #include "store.h"
 
@@ -663,6 +664,48 @@ static int connects(int family, const char *ip, int port)
 	return ok;
 }
 
+/* A client that retries a port nothing listens on yet can be connected to
+ * itself (the kernel picked that port as its source: seen after 38970
+ * tries at a launcher's port + 1); sock_is_self tells, so that sock_connect
+ * and the node launchers drop it instead of talking to themselves and
+ * keeping the server from binding the port.  Made here on purpose: a
+ * socket bound to a port and connected to that same address. */
+START_TEST(self_connection_is_told)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t sl = sizeof(sa);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	ck_assert_msg(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+	              "connect to itself: %s", strerror(errno));
+	ck_assert_int_eq(sock_is_self(fd), 1);
+	close(fd);
+	/* an ordinary connection over loopback is not */
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	sa.sin_port = 0;
+	sl = sizeof(sa);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lfd, 1), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	int afd = accept(lfd, NULL, NULL);
+	ck_assert_int_ge(afd, 0);
+	ck_assert_int_eq(sock_is_self(fd), 0);
+	ck_assert_int_eq(sock_is_self(afd), 0);
+	close(afd);
+	close(fd);
+	close(lfd);
+	/* nor is a socket that is not connected */
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(sock_is_self(fd), 0);
+	close(fd);
+}
+END_TEST
+
 START_TEST(free_port_chosen_by_the_kernel)
 {
 	accel_err err = {0};
@@ -1118,6 +1161,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, thread_safe_client);
 	tcase_add_test(tc, blocked_get_leaves_other_threads_free);
 	tcase_add_test(tc, free_port_chosen_by_the_kernel);
+	tcase_add_test(tc, self_connection_is_told);
 	tcase_add_test(tc, abandon_does_not_wait_for_missing_ranks);
 	tcase_add_test(tc, join_is_bounded);
 	tcase_add_test(tc, huge_timeouts_mean_forever);

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -109,6 +110,27 @@ int sock_connect_error(int fd)
 	return soerr;
 }
 
+int sock_is_self(int fd)
+{
+	struct sockaddr_storage a, b;
+	socklen_t al = sizeof(a), bl = sizeof(b);
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	if (getsockname(fd, (struct sockaddr *)&a, &al) < 0 ||
+	    getpeername(fd, (struct sockaddr *)&b, &bl) < 0 || al != bl)
+		return 0;
+	if (a.ss_family == AF_INET && b.ss_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)&a, *y = (const void *)&b;
+		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	if (a.ss_family == AF_INET6 && b.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)&a, *y = (const void *)&b;
+		return x->sin6_port == y->sin6_port &&
+		       !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr));
+	}
+	return 0;
+}
+
 int sock_connect(const struct addrinfo *ai, int64_t deadline_ns, int *ret_fd)
 {
 	int fd = -1;
@@ -122,6 +144,13 @@ int sock_connect(const struct addrinfo *ai, int64_t deadline_ns, int *ret_fd)
 			errno = e;
 			return -1;
 		}
+	}
+	/* Connected to itself: nothing listens there (yet), and holding the
+	 * port would keep the server we wait for from binding it. */
+	if (sock_is_self(fd)) {
+		close(fd);
+		errno = ECONNREFUSED;
+		return -1;
 	}
 	*ret_fd = fd;
 	return 0;

@@ -35,8 +35,17 @@ int sock_connect_begin(const struct addrinfo *ai, int *ret_fd);
 int sock_connect_error(int fd);
 
 /* sock_connect_begin and the wait, in one: *ret_fd is connected (and
- * non-blocking) on 0; on -1 the socket is closed. */
+ * non-blocking) on 0; on -1 the socket is closed.  A connection to itself
+ * (see sock_is_self) is closed and fails with ECONNREFUSED. */
 int sock_connect(const struct addrinfo *ai, int64_t deadline_ns, int *ret_fd);
+
+/* 1 when the connected socket fd is connected to itself: its local address
+ * and port are its peer's.  TCP lets that happen when a client retries a
+ * port on its own host that nothing listens on yet and the kernel picks
+ * that very port as the client's source port (simultaneous open); the
+ * client then talks to itself, and the server it waited for cannot bind
+ * the port.  0 otherwise (also when an address cannot be read). */
+int sock_is_self(int fd);
 
 /* Turn off Nagle's delay (small request/reply messages). */
 void sock_nodelay(int fd);
