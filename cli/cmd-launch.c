@@ -311,11 +311,11 @@ static int rank_env(envlist *e, const launch_opts *o, const job *j, int n, int l
 	bad |= env_add(e, ACCEL_ENV_TORCH_MASTER_PORT, "%d", j->port);
 	if (j->omp)
 		bad |= env_add(e, "OMP_NUM_THREADS", "%d", j->omp);
+	if (j->state_path)
+		bad |= env_add(e, ACCEL_ENV_LAUNCH_STATE, "%s", j->state_path);
 	if (j->max_restarts > 0) {
 		bad |= env_add(e, ACCEL_ENV_RESTART_COUNT, "%d", j->restart);
 		bad |= env_add(e, ACCEL_ENV_LAUNCH_SLOT, "%d", slot);
-		if (j->state_path)
-			bad |= env_add(e, ACCEL_ENV_LAUNCH_STATE, "%s", j->state_path);
 		if (j->resume_root) {
 			bad |= env_add(e, ACCEL_ENV_RESUME, "latest");
 			bad |= env_add(e, ACCEL_ENV_RESUME_ROOT, "%s", j->resume_root);
@@ -517,12 +517,19 @@ int accelp_cli_launch(int argc, char **argv)
 		goto oom;
 	for (int l = 0; l < n; l++)
 		slots[l] = l;
-	if (o.max_restarts > 0 && !o.dry_run) {
+	/* The ranks' state file: where rank 0 records its steps and
+	 * checkpoints for a restart, and where a rank marks a failure that
+	 * only follows another's (a lost peer), so that the cause is named. */
+	if (!o.dry_run) {
 		int e = accelp_launch_state_create(&state_path);
-		if (e)
+		if (e && o.max_restarts > 0)
 			fprintf(stderr, "accel launch: cannot create the file the ranks record their "
 			        "steps and checkpoints in: %s; restarts will not know the checkpoint to "
 			        "resume from, and start from the beginning\n", strerror(e));
+		else if (e)
+			fprintf(stderr, "accel launch: cannot create the file the ranks mark their "
+			        "failures in: %s; when a rank fails, one that only lost it as a peer "
+			        "may be named instead\n", strerror(e));
 		j.state_path = state_path;
 	}
 	if (o.nnodes > 1 && o.max_restarts > 0 && !o.dry_run &&

@@ -343,8 +343,10 @@ int accelp_comm_test(accel_comm *c, accel_req *req, int32_t *ret_done)
 		                     "for already?)", (void *)req);
 	int32_t done = 1;
 	int r = req->breq ? req->be->vt->test(req->state, req->breq, &done) : ACCEL_OK;
-	if (r)
+	if (r) {
+		report_failure(c, r);
 		return r;
+	}
 	/* a staged result reaches the device buffer now, so whatever runs on
 	 * "done" (req_on_done callbacks) sees it; wait() then has nothing left
 	 * to copy */

@@ -167,6 +167,44 @@ until ended "$(cat filterchild)"; do
 	sleep 0.1
 done
 
+# The cause, not the first symptom (docs/launch.md, "When a rank fails"),
+# without --max-restarts: the launcher is stopped (SIGSTOP) once it has
+# started both ranks; rank 1 kills itself at step 7 and rank 0, finding it
+# gone, exits 1; both are zombies when the launcher continues, and it
+# collects rank 0 first (lowest first), yet names rank 1's death, whose
+# status it exits with (rank 0 marked its failure as a lost peer's).
+echo "== rank 0 exits first for a lost peer: rank 1's death is named, status 137"
+rm -f go
+rc=0
+$L -n 2 -- sh -c 'while [ ! -e go ]; do sleep 0.02; done; exec "$0" "$@"' "$T" $F --die-at 1:7 \
+	>out 2>&1 &
+tp=$!
+i=0 lp='' ranks=''
+until [ "$(echo $ranks | wc -w)" = 2 ]; do
+	i=$((i + 1))
+	[ $i -lt 200 ] || { cat out; fail "cause: the launcher did not start 2 ranks"; }
+	sleep 0.05
+	[ -n "$lp" ] || lp=$(pgrep -P $tp || true)
+	[ -z "$lp" ] || ranks=$(pgrep -P "$lp" || true)
+done
+kill -STOP "$lp"
+touch go
+i=0
+for r in $ranks; do
+	until [ "$(ps -o stat= -p "$r" 2>/dev/null | cut -c1)" = Z ]; do
+		i=$((i + 1))
+		[ $i -lt 600 ] || { kill -CONT "$lp"; cat out; fail "cause: rank pid $r did not end"; }
+		sleep 0.05
+	done
+done
+kill -CONT "$lp"
+wait $tp || rc=$?
+[ "$rc" = 137 ] || { cat out; fail "cause: exit status $rc, expected 137 (rank 1's SIGKILL)"; }
+grep -q "^accel launch: rank 0 failed: exit code 1$" out || { cat out; fail "cause: rank 0 not collected first"; }
+grep -q "^accel launch: rank 0 failed because it lost a peer: the cause is rank 1's failure$" out ||
+	{ cat out; fail "cause: rank 1 not named as the cause"; }
+grep -q "^accel launch: last 1 line of rank 1:$" out || { cat out; fail "cause: rank 1's lines not first"; }
+
 echo "== usage"
 rc=0
 $ACCEL_CLI launch -n 2 --min-nproc 3 --max-restarts 1 -- true >out 2>&1 || rc=$?
