@@ -18,6 +18,7 @@
 #include "cmd-config.h"
 #include "config.h"
 #include "loader.h"
+#include "log.h"
 #include "setup.h"
 #include "world.h"
 
@@ -55,7 +56,8 @@ static void usage_validate(FILE *out)
 		"plugin or backend that cannot be used, a bad plugin_dirs entry.  When nothing\n"
 		"else is wrong and this machine can run them, a one-process context starts the\n"
 		"selected plugins and runs their validate checks (a hook that cannot work with\n"
-		"the strategy); otherwise a note says why they were not run.\n"
+		"the strategy); otherwise a note says why they were not run.  Their info lines\n"
+		"are not shown (log_level warn while they run); warnings and errors are.\n"
 		"\n"
 		"Options:\n"
 		"  --set KEY=VALUE   override a key (repeatable; VALUE is JSON or a plain string)\n"
@@ -272,7 +274,29 @@ static int run_plugins(const opts *o, const char *file, const accelp_setup *s)
 		        file, why);
 		return 2;
 	}
-	accel_opts ao = {.struct_size = sizeof(ao), .config_path = file, .sets = o->sets,
+	/* A verdict, not the plugins' chatter: their info lines (the method or
+	 * sharding they run) are left out, their warnings and errors still
+	 * show; a config whose log_level (or ACCEL_LOG_LEVEL) asks for less
+	 * keeps that.  The context takes its level from the configuration, so
+	 * the level is passed as a last --set, and the process's own level
+	 * (what the context sets it to) is put back after. */
+	const char *lv = NULL;
+	int level = ACCEL_LOG_WARN;
+	if (accelp_config_get_string(s->cfg, "log_level", &lv) == ACCEL_OK &&
+	    accelp_log_level_parse(lv) == ACCEL_LOG_ERROR)
+		level = ACCEL_LOG_ERROR;
+	const char **sets = calloc((size_t)o->nsets + 2, sizeof(*sets));
+	if (!sets) {
+		fprintf(stderr, "%s: error: out of memory starting the selected plugins\n", file);
+		return 1;
+	}
+	for (int i = 0; i < o->nsets; i++)
+		sets[i] = o->sets[i];
+	sets[o->nsets] = level == ACCEL_LOG_ERROR ? "log_level=error" : "log_level=warn";
+	int saved = accelp_log_get_level();
+	if (saved > level)
+		accelp_log_set_level(level);
+	accel_opts ao = {.struct_size = sizeof(ao), .config_path = file, .sets = sets,
 	                 .skip_env = o->no_env};
 	accel_ctx *ctx = NULL;
 	int r = accel_ctx_new(&ao, &ctx);
@@ -280,6 +304,8 @@ static int run_plugins(const opts *o, const char *file, const accelp_setup *s)
 		fprintf(stderr, "%s: error: %s\n", file,
 		        ctx ? accel_errmsg(ctx) : accel_status_str(r));
 	accel_ctx_free(ctx);
+	accelp_log_set_level(saved);
+	free(sets);
 	return r ? 1 : 0;
 }
 

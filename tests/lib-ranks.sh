@@ -4,7 +4,9 @@
 #
 #     . "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
 #
-#   fail WHAT...            "FAIL: WHAT" on stderr, exit 1
+#   fail WHAT...            "FAIL: WHAT" on stderr, then, when the script
+#                           defines a function fail_details, its output on
+#                           stderr too (the logs it kept, say); exit 1
 #   ranks N CMD [ARGS...]   CMD on N processes under `accel launch -n N`
 #                           ($ACCEL_CLI), or directly when N is 1 (no
 #                           launcher: the single-process path is tested
@@ -23,6 +25,9 @@ MLP_FLAGS="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 -
 
 fail() {
 	echo "FAIL: $*" >&2
+	if command -v fail_details >/dev/null 2>&1; then
+		fail_details >&2 || true
+	fi
 	exit 1
 }
 

@@ -21,24 +21,16 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 unset ACCEL_CONFIG ACCEL_TEST_CKPT_CRASH
 cd "$tmp"
 A=$ACCEL_CLI
-F="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 --log-every 100
-   --set comm.timeout_s=30"
+. "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
+MLP_FLAGS="$MLP_FLAGS --set comm.timeout_s=30"
 
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-run() {
-	timeout 120 "$A" launch -n 2 -- "$T" $F "$@"
-}
-
-run --steps 10 --save-final straight.st >out 2>&1 || { cat out; fail "straight run"; }
-run --steps 5 --checkpoint-every 5 --project-dir base >out 2>&1 || { cat out; fail "first save"; }
+run 2 --steps 10 --save-final straight.st >out 2>&1 || { cat out; fail "straight run"; }
+run 2 --steps 5 --checkpoint-every 5 --project-dir base >out 2>&1 || { cat out; fail "first save"; }
 
 for point in before-files@1 mid-file@0 mid-file@1 before-barrier@1 before-rename before-latest; do
 	rm -rf p && cp -r base p
 	set +e
-	ACCEL_TEST_CKPT_CRASH=$point run --steps 10 --checkpoint-every 5 --resume latest \
+	ACCEL_TEST_CKPT_CRASH=$point run 2 --steps 10 --checkpoint-every 5 --resume latest \
 		--project-dir p >out 2>&1
 	rc=$?
 	set -e
@@ -73,7 +65,7 @@ for point in before-files@1 mid-file@0 mid-file@1 before-barrier@1 before-rename
 		*) fail "$point: unexpected $d" ;;
 		esac
 	done
-	run --steps 10 --resume latest --project-dir p --save-final resumed.st >out 2>&1 ||
+	run 2 --steps 10 --resume latest --project-dir p --save-final resumed.st >out 2>&1 ||
 		{ cat out; fail "$point: resuming from latest"; }
 	cmp straight.st resumed.st || fail "$point: the resumed run's weights differ"
 	echo "  ok: $point"
@@ -83,7 +75,7 @@ done
 # names it, and the previous checkpoint is left as it was
 rm -rf p && cp -r base p
 set +e
-ACCEL_TEST_CKPT_CRASH=stall-before-barrier@1 timeout 120 "$A" launch -n 2 -- "$T" $F \
+ACCEL_TEST_CKPT_CRASH=stall-before-barrier@1 run 2 \
 	--set comm.timeout_s=2 --steps 10 --checkpoint-every 5 --resume latest --project-dir p \
 	>out 2>&1
 rc=$?

@@ -285,6 +285,23 @@ run 0 config init --template fp8 -o t-fp8.json
 json t-fp8.json 'c["mixed_precision"] == "fp8"' 'c["fp8"]["amax_history_len"] == 1024'
 run 0 config validate t-fp8.json
 ACCEL_PLUGIN_PATH=$path_without_fp8
+# validate prints its verdict, not the plugins' chatter: compress and fsdp
+# log an info line (the method, the sharding) when a context starts them,
+# which validate does (a comm backend is installed: no "note: not run"
+# line), yet stderr stays empty; a warning still shows
+for p in compress fsdp; do
+	[ -e "$ACCEL_TEST_BUILDDIR/plugins/$p/$p.so" ] || continue
+	ACCEL_PLUGIN_PATH=$ACCEL_TEST_BUILDDIR/plugins/$p:$path_without_fp8
+	run 0 config init --template "$p" -o "t-$p.json"
+	run 0 config validate "t-$p.json"
+	has out "t-$p.json: ok"
+	[ ! -s "$tmp/err" ] || { cat "$tmp/err" >&2; fail "config validate t-$p.json: more than the verdict"; }
+	ACCEL_LAUNCH_STATE=$tmp/no-such-dir/state run 0 config validate "t-$p.json"
+	has out "t-$p.json: ok"
+	has err "warn: ACCEL_LAUNCH_STATE='$tmp/no-such-dir/state': cannot open it"
+	ACCEL_PLUGIN_PATH=$path_without_fp8
+done
+echo "ok: validate's verdict without the plugins' info lines"
 run 2 config init --bogus
 run 2 config init --template
 rm accel.json

@@ -40,14 +40,13 @@ cleanup() {
 trap cleanup EXIT INT TERM
 unset ACCEL_CONFIG ACCEL_RESUME ACCEL_RESUME_ROOT ACCEL_RESTART_COUNT ACCEL_LAUNCH_STATE
 cd "$tmp"
-F="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 --log-every 100
-   --steps 12 --set scheduler.type=linear --set scheduler.total_steps=12
+. "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
+F="$MLP_FLAGS --steps 12 --set scheduler.type=linear --set scheduler.total_steps=12
    --set scheduler.warmup_steps=3 --set max_grad_norm=0.05"
 
-fail() {
-	echo "FAIL: $*" >&2
-	for f in n0 n1 n2; do [ -e "$f" ] && { echo "--- $f"; cat "$f"; }; done >&2
-	exit 1
+# what fail (lib-ranks.sh) prints after its line: the nodes' logs
+fail_details() {
+	for f in n0 n1 n2; do [ -e "$f" ] && { echo "--- $f"; cat "$f"; }; done
 }
 
 # two free ports in a row: the store's P and the launchers' P + 1

@@ -31,14 +31,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-restart-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 unset ACCEL_CONFIG ACCEL_RESUME ACCEL_RESUME_ROOT ACCEL_RESTART_COUNT ACCEL_LAUNCH_STATE
 cd "$tmp"
-F="--hidden 16 --samples 96 --batch-size 16 --no-eval --test-samples 0 --log-every 100
-   --steps 12 --set scheduler.type=linear --set scheduler.total_steps=12
+. "$ACCEL_TEST_SRCDIR/tests/lib-ranks.sh"
+F="$MLP_FLAGS --steps 12 --set scheduler.type=linear --set scheduler.total_steps=12
    --set scheduler.warmup_steps=3 --set max_grad_norm=0.05"
-
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
 
 L="timeout 180 $ACCEL_CLI launch --grace-s 2"
 
