@@ -57,7 +57,8 @@ static void usage_validate(FILE *out)
 		"else is wrong and this machine can run them, a one-process context starts the\n"
 		"selected plugins and runs their validate checks (a hook that cannot work with\n"
 		"the strategy); otherwise a note says why they were not run.  Their info lines\n"
-		"are not shown (log_level warn while they run); warnings and errors are.\n"
+		"are not shown (log_level warn while they run, unless log_level asks for\n"
+		"debug or trace); warnings and errors are.\n"
 		"\n"
 		"Options:\n"
 		"  --set KEY=VALUE   override a key (repeatable; VALUE is JSON or a plain string)\n"
@@ -276,15 +277,17 @@ static int run_plugins(const opts *o, const char *file, const accelp_setup *s)
 	}
 	/* A verdict, not the plugins' chatter: their info lines (the method or
 	 * sharding they run) are left out, their warnings and errors still
-	 * show; a config whose log_level (or ACCEL_LOG_LEVEL) asks for less
-	 * keeps that.  The context takes its level from the configuration, so
+	 * show; a config whose log_level (or ACCEL_LOG_LEVEL) asks for less,
+	 * or for debug or trace, keeps that.  The context takes its level from the configuration, so
 	 * the level is passed as a last --set, and the process's own level
 	 * (what the context sets it to) is put back after. */
 	const char *lv = NULL;
-	int level = ACCEL_LOG_WARN;
-	if (accelp_config_get_string(s->cfg, "log_level", &lv) == ACCEL_OK &&
-	    accelp_log_level_parse(lv) == ACCEL_LOG_ERROR)
-		level = ACCEL_LOG_ERROR;
+	int level = ACCEL_LOG_WARN, asked = -1;
+	if (accelp_config_get_string(s->cfg, "log_level", &lv) == ACCEL_OK)
+		asked = accelp_log_level_parse(lv);
+	/* error asks for less; debug and trace were asked for: kept */
+	if (asked == ACCEL_LOG_ERROR || asked > ACCEL_LOG_INFO)
+		level = asked;
 	const char **sets = calloc((size_t)o->nsets + 2, sizeof(*sets));
 	if (!sets) {
 		fprintf(stderr, "%s: error: out of memory starting the selected plugins\n", file);
@@ -292,7 +295,8 @@ static int run_plugins(const opts *o, const char *file, const accelp_setup *s)
 	}
 	for (int i = 0; i < o->nsets; i++)
 		sets[i] = o->sets[i];
-	sets[o->nsets] = level == ACCEL_LOG_ERROR ? "log_level=error" : "log_level=warn";
+	if (level == ACCEL_LOG_WARN)
+		sets[o->nsets] = "log_level=warn";
 	int saved = accelp_log_get_level();
 	if (saved > level)
 		accelp_log_set_level(level);
