@@ -555,7 +555,7 @@ int accelp_cli_launch(int argc, char **argv)
 			        j.log_dir, o.node_rank * n, o.node_rank * n + n - 1);
 		}
 		if (state_path)
-			accelp_launch_state_reset_step(state_path);
+			accelp_launch_state_reset(state_path);
 		fflush(stdout);
 		fflush(stderr);
 		launch_result res;

@@ -50,7 +50,7 @@ int accelp_launch_state_create(char **ret_path)
 	return 0;
 }
 
-void accelp_launch_state_reset_step(const char *path)
+void accelp_launch_state_reset(const char *path)
 {
 	char zero[ACCELP_RESTART_PEER_LEN] = {0};
 	_Static_assert(ACCELP_RESTART_PEER_LEN >= ACCELP_RESTART_STEP_LEN, "zero too short");

@@ -64,7 +64,7 @@ int accelp_launch_state_create(char **ret_path);
 void accelp_launch_state_read(const char *path, launch_state *st);
 /* Forget the steps recorded and the ranks' lost-peer marks (before each
  * attempt). */
-void accelp_launch_state_reset_step(const char *path);
+void accelp_launch_state_reset(const char *path);
 /* marks[i] = 1 when local rank i (< n) marked its failure as caused by a
  * lost peer (core/restart.h), else 0; all 0 when the file cannot be read. */
 void accelp_launch_state_peers(const char *path, unsigned char *marks, int n);

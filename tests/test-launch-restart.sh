@@ -186,7 +186,7 @@ kill -STOP "$lp"
 touch go
 i=0
 for r in $ranks; do
-	until [ "$(ps -o stat= -p "$r" 2>/dev/null | cut -c1)" = Z ]; do
+	until ended "$r"; do
 		i=$((i + 1))
 		[ $i -lt 600 ] || { kill -CONT "$lp"; cat out; fail "cause: rank pid $r did not end"; }
 		sleep 0.05
